@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up everything the tests need (idempotent) and run them: Python deps, a real Docker engine with
+# BuildKit, Compose v1, the distribution registry, a seeded debian:bookworm-slim; then ruff and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash .ci/provision.sh
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# The docker CLI first on PATH may be a newer one without buildx; the tests use Debian's 20.10 CLI.
+export SGLSTACK_DOCKER_CLI="${SGLSTACK_DOCKER_CLI:-/usr/bin/docker}"
+
+echo "== ruff"
+ruff check .
+echo "== hadolint (every rendered stack)"
+python3 -m sglstack.lint_dockerfiles
+echo "== pytest"
+set +e
+python3 -m pytest -q -p no:cacheprovider --durations=15 "$@"
+code=$?
+set -e
+# pytest exits 5 when it collected no tests: that is a broken suite here, not a pass.
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests" >&2
+  exit 1
+fi
+exit "$code"

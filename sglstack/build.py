@@ -1,0 +1,356 @@
+"""`invoke build`: render -> config hash -> (skip if built) -> BuildKit build -> verify in a container
+-> stamp verified facts as labels -> tag -> build record -> (optionally) release.
+
+A tag is only ever set on an image that built and verified; a failed build or verification leaves no tag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
+from .confighash import config_hash, read_context
+from .errors import BuildError, PinMismatch, SglstackError
+from .matrix import Stack, load_matrix
+from .render import RenderedContext, write_build_context
+from .verify import pin_mismatches
+
+CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
+HF_TOKEN_ENV = "HF_TOKEN"
+FINAL_TARGET = "runtime"
+CONFIG_HASH_LABEL = "io.sglstack.config-hash"
+VERIFIED_LABEL = "io.sglstack.verified"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    target: str | None = None
+    no_cache: bool = False
+    force: bool = False
+    ca_bundle: str | None = None
+    docker_cli: str | None = None
+    docker_host: str | None = None
+    out_dir: Path | None = None
+    show_progress: bool = True
+
+    @property
+    def effective_target(self) -> str:
+        return self.target or FINAL_TARGET
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    stack: str
+    target: str
+    config_hash: str
+    image_id: str
+    tag: str
+    skipped: bool
+    record_path: Path | None
+    builder: str
+
+
+@dataclass
+class PhaseTimer:
+    durations: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.durations[name] = round(time.monotonic() - start, 3)
+
+
+# ---- pure planning ---------------------------------------------------------------------------------
+
+def local_tag(stack: Stack, digest: str, target: str) -> str:
+    suffix = "" if target == FINAL_TARGET else f"{target}-"
+    return f"sglstack/{stack.name}:{suffix}{digest[:12]}"
+
+
+def resolve_ca_bundle(option: str | None) -> Path | None:
+    value = option or os.environ.get(CA_BUNDLE_ENV)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise BuildError(f"CA bundle '{value}' (from --ca-bundle or {CA_BUNDLE_ENV}) is not a file")
+    return path
+
+
+def build_labels(stack: Stack, digest: str, target: str, builder: str) -> dict[str, str]:
+    """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
+    return {CONFIG_HASH_LABEL: digest, "io.sglstack.target": target, "io.sglstack.builder": builder}
+
+
+def compute_config_hash(rendered: RenderedContext, target: str, platform: str | None) -> str:
+    return config_hash(rendered.dockerfile.read_text(encoding="utf-8"),
+                       read_context(rendered.context, rendered.files), target=target, platform=platform)
+
+
+def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] | None) -> dict[str, str]:
+    labels = {VERIFIED_LABEL: "true"}
+    for entry in manifest:
+        labels[f"io.sglstack.patch.{entry.get('id')}"] = (
+            f"{entry.get('status')} sha256:{entry.get('sha256_before', '')[:16]}->"
+            f"{entry.get('sha256_after', '')[:16]}")
+    if image_info is not None:
+        freeze = "\n".join(f"{k}=={v}" for k, v in sorted(image_info.get("distributions", {}).items()))
+        labels["io.sglstack.freeze-sha256"] = hashlib.sha256(freeze.encode()).hexdigest()
+        if image_info.get("torch") and image_info["torch"].get("version"):
+            labels["io.sglstack.torch"] = f"{image_info['torch']['version']} cuda {image_info['torch'].get('cuda')}"
+    return labels
+
+
+# ---- side effects ----------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def build_secrets(ca_bundle: Path | None) -> Iterator[dict[str, Path]]:
+    """Secrets as files for `--secret id=...,src=...`; the HF token goes through a 0600 temp file."""
+    secrets: dict[str, Path] = {}
+    if ca_bundle:
+        secrets["ca_bundle"] = ca_bundle
+    token = os.environ.get(HF_TOKEN_ENV)
+    with tempfile.TemporaryDirectory(prefix="sglstack-secrets-") as tmp:
+        if token:
+            path = Path(tmp) / "hf_token"
+            path.touch(mode=0o600)
+            path.write_text(token, encoding="utf-8")
+            secrets["hf_token"] = path
+        yield secrets
+
+
+def _container_output(client, image: str, command: list[str], *, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    from .dockerhost import running_container
+
+    with running_container(client, image, command=command, name_prefix="sglstack-verify", entrypoint=[],
+                           environment=env or {}, network_disabled=True) as container:
+        code = int(container.wait(timeout=600).get("StatusCode", 1))
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    return code, out, err
+
+
+def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Run the patch verifier and the installed-package report in containers of the built image."""
+    ids = list(stack.patches)
+    if target == "sglang-src":
+        if ids:
+            code, out, err = _container_output(client, image, [
+                "python3", "-m", "patchkit", "verify", "--root", "/work/tree", "--patches-dir",
+                "/opt/sglstack/patches", "--manifest", "/out/patches.json", *ids],
+                env={"PYTHONPATH": "/opt/sglstack/tools"})
+            if code != 0:
+                raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
+                                 f"{(err or out).strip().splitlines()[-1] if (err or out).strip() else code}")
+        code, out, _ = _container_output(client, image, ["cat", "/out/patches.json"])
+        return (json.loads(out) if code == 0 and out.strip() else []), None
+    script = ('site="$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')" && '
+              "PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root \"$site\" "
+              "--patches-dir /opt/sglstack/patches --manifest /opt/sglstack/patches.json "
+              + " ".join(shlex.quote(i) for i in ids))
+    if ids:
+        code, out, err = _container_output(client, image, ["bash", "-c", script])
+        if code != 0:
+            last = (err or out).strip().splitlines()
+            raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
+                             f"{last[-1] if last else f'exit {code}'}")
+    code, out, err = _container_output(client, image, ["python", "/opt/sglstack/tools/imageinfo.py"])
+    if code != 0:
+        raise BuildError(f"stack '{stack.name}': cannot read installed packages from the image: {err.strip()[-300:]}")
+    info = json.loads(out)
+    problems = pin_mismatches(stack, info)
+    if problems:
+        raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
+    code, out, _ = _container_output(client, image, ["cat", "/opt/sglstack/patches.json"])
+    manifest = json.loads(out) if code == 0 and out.strip() else []
+    return manifest, info
+
+
+def stamp_labels(builder: Builder, client, image_id: str, labels: dict[str, str], work: Path,
+                 docker_host: str | None) -> str:
+    """Add labels to a verified image without adding a layer (a FROM-only build)."""
+    import secrets as pysecrets
+
+    temp_ref = f"sglstack-unverified/stamp:{pysecrets.token_hex(6)}"
+    client.images.get(image_id).tag(temp_ref)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        dockerfile = work / "Dockerfile.stamp"
+        dockerfile.write_text(f"FROM {temp_ref}\n", encoding="utf-8")
+        empty = work / "stamp-context"
+        empty.mkdir(exist_ok=True)
+        req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
+        return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host, show_progress=False)
+    finally:
+        with contextlib.suppress(Exception):
+            client.images.remove(temp_ref, noprune=True)
+
+
+def existing_verified_image(client, tag: str, digest: str) -> str | None:
+    import docker.errors
+
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+    labels = image.labels or {}
+    if labels.get(CONFIG_HASH_LABEL) == digest and labels.get(VERIFIED_LABEL) == "true":
+        return image.id
+    return None
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
+    """Build, verify, stamp and tag one stack; skip when a verified image of this config exists."""
+    from .dockerhost import docker_client
+    from .ui import console as make_console
+
+    console = make_console()
+    timer = PhaseTimer()
+    out_dir = options.out_dir or Path("build") / stack.name
+    target = options.effective_target
+    with timer.phase("render"):
+        rendered = write_build_context(stack, out_dir)
+        platform = stack.platforms[0] if len(stack.platforms) == 1 else None
+        digest = compute_config_hash(rendered, target, platform)
+    tag = local_tag(stack, digest, target)
+    client = docker_client(options.docker_host)
+    if not options.force and not options.no_cache:
+        found = existing_verified_image(client, tag, digest)
+        if found:
+            console.print(f"[green]{stack.name}[/]: {tag} already built from config {digest[:12]} "
+                          f"({found[:19]}): skipping the build (--force rebuilds)")
+            return BuildResult(stack.name, target, digest, found, tag, True, out_dir / "record.json", "none")
+    builder = detect_builder(options.docker_cli)
+    console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {digest[:12]}) "
+                  f"with {builder.describe()}")
+    ca_bundle = resolve_ca_bundle(options.ca_bundle)
+    with build_secrets(ca_bundle) as secrets, timer.phase("build"):
+        request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
+                               no_cache=options.no_cache, secrets=secrets,
+                               labels=build_labels(stack, digest, target, builder.kind), platform=platform)
+        image_id = run_build(builder, request, log_path=out_dir / "build.log", docker_host=options.docker_host,
+                             show_progress=options.show_progress)
+    with timer.phase("verify"):
+        manifest, info = verify_image(client, image_id, stack, target)
+    with timer.phase("stamp"):
+        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), out_dir,
+                                options.docker_host)
+        client.images.get(final_id).tag(tag)
+    record = {
+        "stack": stack.name,
+        "target": target,
+        "image_id": final_id,
+        "tag": tag,
+        "config_hash": digest,
+        "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "builder": {"kind": builder.kind, "cli": builder.cli, "client_version": builder.client_version},
+        "pins": stack.pins(),
+        "overrides": [o.model_dump(mode="json") for o in stack.overrides],
+        "patches": manifest,
+        "installed": (info or {}).get("distributions", {}),
+        "torch": (info or {}).get("torch"),
+        "durations_s": timer.durations,
+        "dockerfile": str(rendered.dockerfile),
+    }
+    record_path = out_dir / ("record.json" if target == FINAL_TARGET else f"record-{target}.json")
+    write_record(record_path, record)
+    console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
+    return BuildResult(stack.name, target, digest, final_id, tag, False, record_path, builder.kind)
+
+
+# ---- the dry run -----------------------------------------------------------------------------------
+
+def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None) -> list[str]:
+    """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
+    target = options.effective_target
+    with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
+        rendered = write_build_context(stack, Path(tmp))
+        platform = stack.platforms[0] if len(stack.platforms) == 1 else None
+        digest = compute_config_hash(rendered, target, platform)
+    out_dir = options.out_dir or Path("build") / stack.name
+    lines = [f"stack:        {stack.name} ({stack.description})",
+             f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
+             f"config hash:  {digest}",
+             f"local tag:    {local_tag(stack, digest, target)} (set only after verification)"]
+    try:
+        builder = detect_builder(options.docker_cli)
+        env = build_env(builder, options.docker_host)
+        fake = BuildRequest(dockerfile=out_dir / "Dockerfile", context=out_dir / "context", target=target,
+                            no_cache=options.no_cache, labels=build_labels(stack, digest, target, builder.kind),
+                            secrets=_planned_secrets(options), platform=platform)
+        argv = build_argv(builder, fake, out_dir / ".iid")
+        prefix = " ".join(f"{k}={v}" for k, v in env.items())
+        lines.append(f"build:        {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
+    except SglstackError as exc:
+        lines.append(f"build:        not possible here: {exc}")
+    lines.append(f"secrets:      {', '.join(_planned_secrets(options)) or 'none'} (BuildKit secrets, never layers)")
+    lines.append("verify:       patchkit verify + installed packages vs pins, in a container of the image")
+    if push:
+        from .smoke import launch_commands, smoke_options
+        from .tags import release_tags
+
+        tags = release_tags(stack, digest, dt.date.today())
+        repo = registry or stack.publish.repository
+        lines.append(f"push:         {repo}:{tags.candidate} (candidate)")
+        opts = smoke_options(stack)
+        for kind, cmd in launch_commands(opts).items():
+            lines.append(f"smoke {kind + ':':<8}{shlex.join(cmd)}")
+        lines.append(f"promote:      {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
+    else:
+        lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
+    return lines
+
+
+def _planned_secrets(options: BuildOptions) -> dict[str, Path]:
+    secrets: dict[str, Path] = {}
+    value = options.ca_bundle or os.environ.get(CA_BUNDLE_ENV)
+    if value:
+        secrets["ca_bundle"] = Path(value)
+    if os.environ.get(HF_TOKEN_ENV):
+        secrets["hf_token"] = Path("<temp file holding $HF_TOKEN>")
+    return secrets
+
+
+def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
+                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+                  docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
+                  smoke_opts: list[str] | None = None) -> int:
+    from .ui import console as make_console
+
+    stack = load_matrix(stacks_file).get(stack_name)
+    options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
+                           docker_cli=docker_cli, docker_host=docker_host)
+    if push and target and target != FINAL_TARGET:
+        raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
+    if dry_run:
+        for line in describe_plan(stack, options, push=push, registry=registry):
+            make_console().print(line, highlight=False, markup=False)
+        return 0
+    result = build_stack(stack, options)
+    if not push:
+        return 0
+    from .publish import release
+
+    return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
+                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force)

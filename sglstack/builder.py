@@ -1,0 +1,272 @@
+"""The BuildKit adapter: find a client that runs BuildKit, build, and show live progress.
+
+Order of preference: `docker buildx build`; else a classic docker CLI older than 23.0 with
+DOCKER_BUILDKIT=1 (since 23.0 `docker build` *is* buildx, so a newer CLI without the plugin cannot build
+with BuildKit at all); else a clear error. The client is configurable because the CLI first on PATH is not
+always the one that works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BuildError, DockerUnavailable
+
+CLI_ENV = "SGLSTACK_DOCKER_CLI"
+_FALLBACK_CLIS = ("/usr/bin/docker", "/usr/local/bin/docker")
+
+
+@dataclass(frozen=True)
+class Builder:
+    kind: str  # "buildx" | "classic"
+    cli: str
+    client_version: str
+
+    def describe(self) -> str:
+        how = "docker buildx build" if self.kind == "buildx" else "docker build with DOCKER_BUILDKIT=1"
+        return f"{how} ({self.cli}, client {self.client_version})"
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def _client_version(cli: str) -> str | None:
+    try:
+        proc = _run([cli, "version", "--format", "{{.Client.Version}}"])
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = proc.stdout.strip()
+    return version or None
+
+
+def _has_buildx(cli: str) -> bool:
+    try:
+        return _run([cli, "buildx", "version"]).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _major(version: str) -> int:
+    m = re.match(r"(\d+)", version)
+    return int(m.group(1)) if m else 0
+
+
+def candidate_clis(configured: str | None = None) -> list[str]:
+    """Docker CLIs to try: the configured one alone, else every `docker` on PATH, then known places."""
+    configured = configured or os.environ.get(CLI_ENV)
+    if configured:
+        found = shutil.which(configured)
+        if not found:
+            raise DockerUnavailable(f"docker client '{configured}' (from --docker-cli or {CLI_ENV}) not found")
+        return [found]
+    seen: dict[str, str] = {}
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(entry, "docker")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            seen.setdefault(os.path.realpath(path), path)
+    for path in _FALLBACK_CLIS:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            seen.setdefault(os.path.realpath(path), path)
+    return list(seen.values())
+
+
+def detect_builder(configured: str | None = None) -> Builder:
+    clis = candidate_clis(configured)
+    versions = {cli: _client_version(cli) for cli in clis}
+    usable = [cli for cli in clis if versions[cli]]
+    for cli in usable:
+        if _has_buildx(cli):
+            return Builder("buildx", cli, versions[cli] or "?")
+    for cli in usable:
+        if _major(versions[cli] or "0") < 23:
+            return Builder("classic", cli, versions[cli] or "?")
+    tried = ", ".join(f"{cli} ({versions[cli] or 'not runnable'})" for cli in clis) or "no docker CLI on PATH"
+    raise DockerUnavailable(
+        f"no BuildKit-capable docker client: tried {tried}; install the buildx plugin "
+        f"(docker-buildx), or point --docker-cli / {CLI_ENV} at a docker CLI older than 23.0 "
+        f"(e.g. Debian's docker.io 20.10 at /usr/bin/docker)")
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    dockerfile: Path
+    context: Path
+    target: str | None = None
+    no_cache: bool = False
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, Path] = field(default_factory=dict)  # id -> file (BuildKit secret, never a layer)
+    platform: str | None = None
+
+
+def build_argv(builder: Builder, req: BuildRequest, iidfile: Path) -> list[str]:
+    """The exact build command line (pure). No `-t`: tags are set only after verification."""
+    argv = [builder.cli, *(("buildx", "build", "--load") if builder.kind == "buildx" else ("build",))]
+    argv += ["--progress=plain", "--file", str(req.dockerfile), "--iidfile", str(iidfile)]
+    if req.target:
+        argv += ["--target", req.target]
+    if req.no_cache:
+        argv.append("--no-cache")
+    if req.platform:
+        argv += ["--platform", req.platform]
+    for key, value in sorted(req.build_args.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(req.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for sid, path in sorted(req.secrets.items()):
+        argv += ["--secret", f"id={sid},src={path}"]
+    argv.append(str(req.context))
+    return argv
+
+
+def build_env(builder: Builder, docker_host: str | None) -> dict[str, str]:
+    env = {"DOCKER_BUILDKIT": "1"} if builder.kind == "classic" else {}
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    return env
+
+
+# ---- progress --------------------------------------------------------------------------------------
+
+_STEP = re.compile(r"^#(\d+) (\[.*)$")
+_DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED)")
+_ERR = re.compile(r"^#(\d+) ERROR:? ?(.*)$")
+_OUT = re.compile(r"^#(\d+) [\d.]+ (.*)$")
+_MOUNTS = re.compile(r"--mount=\S+\s+")
+_BOILERPLATE = re.compile(r"\. /opt/sglstack/tools/pip-env\.sh && |pip list --format=freeze > \S+ && ")
+
+
+def step_title(raw: str) -> str:
+    """'[runtime 5/9] RUN --mount=... . pip-env.sh && pip install x' -> '[runtime 5/9] RUN . pip-env.sh ...'"""
+    text = re.sub(r"\s+", " ", _MOUNTS.sub("", raw)).strip()
+    return _BOILERPLATE.sub("", text)
+
+
+@dataclass
+class StepState:
+    number: int
+    name: str
+    started: float
+    lines: list[str] = field(default_factory=list)
+    result: str | None = None
+
+
+@dataclass
+class ProgressParser:
+    """Turns BuildKit's plain progress into steps: name, elapsed time, output, result."""
+
+    steps: dict[int, StepState] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    failed_step: int | None = None
+
+    def feed(self, line: str, now: float) -> StepState | None:
+        line = line.rstrip("\n")
+        if m := _STEP.match(line):
+            num = int(m.group(1))
+            if num not in self.steps:
+                self.steps[num] = StepState(num, step_title(m.group(2)), now)
+            return self.steps[num]
+        if m := _DONE.match(line):
+            step = self.steps.get(int(m.group(1)))
+            if step:
+                step.result = m.group(2)
+            return step
+        if m := _ERR.match(line):
+            num = int(m.group(1))
+            step = self.steps.get(num)
+            if step:
+                step.result = "ERROR"
+                step.lines.append(m.group(2))
+                self.failed_step = num
+            return step
+        if m := _OUT.match(line):
+            step = self.steps.get(int(m.group(1)))
+            if step:
+                step.lines.append(m.group(2))
+                del step.lines[:-200]
+            return step
+        if line.startswith(("ERROR:", "error:", "failed to solve")) or "failed to solve" in line:
+            self.errors.append(line)
+        return None
+
+    def failure_summary(self, tail: int = 25) -> str:
+        step = self.steps.get(self.failed_step) if self.failed_step is not None else None
+        head = f"failed step {step.name}" if step else "build failed"
+        body = "\n".join(step.lines[-tail:]) if step else ""
+        errors = "\n".join(self.errors[-3:])
+        return "\n".join(x for x in (head, body, errors) if x)
+
+
+def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_host: str | None = None,
+              show_progress: bool = True) -> str:
+    """Run the build with live progress; return the image id. On failure raise BuildError."""
+    from rich.live import Live
+    from rich.text import Text
+
+    from .ui import console as make_console
+
+    console = make_console()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    iidfile = log_path.parent / ".iid"
+    iidfile.unlink(missing_ok=True)
+    argv = build_argv(builder, req, iidfile)
+    parser = ProgressParser()
+    started = time.monotonic()
+    current: StepState | None = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                env={**os.environ, **build_env(builder, docker_host)},
+                                start_new_session=True)
+        try:
+            live_view = (Live(Text(""), console=console, transient=True, refresh_per_second=4)
+                         if show_progress else contextlib.nullcontext(None))
+            with live_view as live:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    now = time.monotonic()
+                    step = parser.feed(line, now)
+                    if step is not None and step.result and show_progress:
+                        took = step.result if step.result != "ERROR" else "FAILED"
+                        console.print(f"  {step.name[:150]}  [dim]{took}[/]")
+                    elif step is not None:
+                        current = step
+                    if current is not None and live is not None:
+                        live.update(Text(f"  ... {current.name[:120]}  {now - current.started:5.1f}s "
+                                         f"(total {now - started:5.1f}s)"))
+            code = proc.wait()
+        except BaseException:
+            # Ctrl-C or any error: stop the client; BuildKit cancels the solve when its client goes away.
+            _stop(proc)
+            raise
+    if code != 0:
+        raise BuildError(f"build of {req.dockerfile} failed ({builder.kind}); log: {log_path}\n"
+                         + parser.failure_summary())
+    image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+    if not image_id:
+        raise BuildError(f"build of {req.dockerfile} produced no image id; log: {log_path}")
+    return image_id
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

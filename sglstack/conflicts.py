@@ -1,0 +1,125 @@
+"""Compare a stack's pins with the pinned SGLang's own requirements (its wheel METADATA).
+
+A pin that contradicts SGLang is allowed only when the stack declares it as an override; an override
+that no longer matches SGLang's requirement is stale and also fails, so overrides retire visibly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from .matrix import Matrix, Stack, load_matrix
+from .wheels import fetch_wheel, wheel_metadata
+
+_MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    stack: str
+    kind: str  # "conflict" | "stale-override" | "override" | "skipped"
+    message: str
+
+    @property
+    def is_failure(self) -> bool:
+        return self.kind in ("conflict", "stale-override")
+
+
+def target_environment(stack: Stack, platform: str) -> dict[str, str]:
+    env = dict(default_environment())
+    env.update(python_version=stack.python, python_full_version=f"{stack.python}.0", sys_platform="linux",
+               platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
+               implementation_name="cpython", platform_python_implementation="CPython")
+    return env
+
+
+def _norm(req: Requirement) -> tuple[str, str]:
+    return canonicalize_name(req.name), str(req.specifier)
+
+
+def check_stack(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
+    """Pure: findings for one stack against SGLang's Requires-Dist lines."""
+    findings: list[Finding] = []
+    pins = stack.pins()
+    overrides = {_norm(Requirement(o.replaces)): o for o in stack.overrides}
+    used: set[tuple[str, str]] = set()
+    envs = [target_environment(stack, p) for p in stack.platforms]
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is not None and not any(req.marker.evaluate({**env, "extra": ""}) for env in envs):
+            continue
+        name = canonicalize_name(req.name)
+        if name == "sglang" or name not in pins:
+            continue
+        pinned = pins[name]
+        key = _norm(req)
+        if key in overrides:
+            used.add(key)
+            override = overrides[key]
+            override_pin = Requirement(override.pin)
+            if canonicalize_name(override_pin.name) != name or not override_pin.specifier.contains(
+                    pinned, prereleases=True):
+                findings.append(Finding(stack.name, "conflict",
+                                        f"override '{override.pin}' disagrees with the stack's pin {name}=={pinned}"))
+            else:
+                findings.append(Finding(stack.name, "override",
+                                        f"{name}=={pinned} overrides sglang {sglang_label}'s '{line}': "
+                                        f"{override.reason}"))
+            continue
+        if not req.specifier.contains(pinned, prereleases=True):
+            findings.append(Finding(
+                stack.name, "conflict",
+                f"pins {name}=={pinned} but sglang {sglang_label} requires '{req.name}{req.specifier}': "
+                f"declare it under 'overrides' (replaces: {req.name}{req.specifier}) or change the pin"))
+    for key, override in overrides.items():
+        if key not in used:
+            findings.append(Finding(stack.name, "stale-override",
+                                    f"override replaces '{override.replaces}', which sglang {sglang_label} "
+                                    f"does not require: remove or update it"))
+    return findings
+
+
+def check_matrix(matrix: Matrix) -> list[Finding]:
+    findings: list[Finding] = []
+    for stack in matrix.stacks.values():
+        if stack.sglang.version is None:
+            findings.append(Finding(stack.name, "skipped",
+                                    "SGLang from git: its requirements are checked in the build (wheelkit)"))
+            continue
+        wheel = fetch_wheel("sglang", stack.sglang.version)
+        requires = wheel_metadata(wheel).get("Requires-Dist", [])
+        findings += check_stack(stack, requires, stack.sglang.version)
+    return findings
+
+
+def stacks_command(stacks_file: str, *, check: bool) -> int:
+    from rich.table import Table
+
+    from .ui import console as make_console
+
+    matrix = load_matrix(stacks_file)
+    console = make_console()
+    table = Table(title=f"stacks in {matrix.file}")
+    for col in ("stack", "base image", "CUDA", "python", "torch", "sgl-kernel", "flashinfer", "sglang",
+                "patches", "overrides"):
+        table.add_column(col)
+    for s in matrix.stacks.values():
+        table.add_row(s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
+                      s.sgl_kernel.version if s.sgl_kernel else "-",
+                      s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
+                      ", ".join(s.patches) or "-", str(len(s.overrides)))
+    console.print(table)
+    if not check:
+        return 0
+    findings = check_matrix(matrix)
+    for f in findings:
+        style = {"conflict": "red", "stale-override": "red", "override": "yellow", "skipped": "dim"}[f.kind]
+        console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
+    failures = [f for f in findings if f.is_failure]
+    console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"
+                  + ("" if failures else ": matrix OK"))
+    return 1 if failures else 0

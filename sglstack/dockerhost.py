@@ -1,0 +1,103 @@
+"""The Docker SDK adapter: engine connection and containers that always clean up.
+
+Everything that is not a build (inspect, run, tag, push, logs) goes through the SDK here. Builds go
+through a BuildKit-capable CLI (`builder.py`), because the SDK's build API is the legacy builder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from .errors import DockerUnavailable
+
+OWNER_LABEL = "io.sglstack.owner"
+
+
+def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> docker.DockerClient:
+    """A client for `docker_host` (e.g. unix:///var/run/docker.sock, tcp://h:2375, ssh://user@node).
+
+    With no host, DOCKER_HOST and the default socket apply, as for the docker CLI.
+    """
+    try:
+        if docker_host:
+            use_ssh = docker_host.startswith("ssh://")
+            client = docker.DockerClient(base_url=docker_host, timeout=timeout, use_ssh_client=use_ssh)
+        else:
+            client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = docker_host or os.environ.get("DOCKER_HOST") or "the default Docker socket"
+        reason = str(exc).splitlines()[0][:200]
+        raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {reason}") from None
+    return client
+
+
+def image_exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@contextlib.contextmanager
+def running_container(
+    client: docker.DockerClient,
+    image: str,
+    *,
+    command: list[str] | str | None = None,
+    name_prefix: str = "sglstack",
+    labels: Mapping[str, str] | None = None,
+    **run_kwargs: Any,
+) -> Iterator[Container]:
+    """Start a detached container and remove it on exit: on success, on error and on Ctrl-C."""
+    all_labels = {OWNER_LABEL: name_prefix, **(labels or {})}
+    name = unique_name(name_prefix)
+    try:
+        container = client.containers.run(
+            image, command=command, name=name, labels=all_labels, detach=True, **run_kwargs
+        )
+    except BaseException:
+        # Created but not started (bad ulimit, missing GPU driver) or Ctrl-C mid-call: remove it by name.
+        with contextlib.suppress(docker.errors.DockerException):
+            client.containers.get(name).remove(force=True, v=True)
+        raise
+    try:
+        yield container
+    finally:
+        # Shield the removal from a second Ctrl-C so that no container is leaked.
+        for _ in range(3):
+            try:
+                container.remove(force=True, v=True)
+                break
+            except docker.errors.NotFound:
+                break
+            except KeyboardInterrupt:
+                continue
+            except docker.errors.APIError as exc:
+                if "removal of container" in str(exc) and "already in progress" in str(exc):
+                    break
+                raise
+
+
+def run_to_completion(client: docker.DockerClient, image: str, command: list[str], *,
+                      name_prefix: str = "sglstack-run", timeout: float = 600,
+                      **run_kwargs: Any) -> tuple[int, str]:
+    """Run a one-off command in a fresh container; return (exit code, combined output)."""
+    with running_container(client, image, command=command, name_prefix=name_prefix,
+                           **run_kwargs) as container:
+        result = container.wait(timeout=timeout)
+        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+    return int(result.get("StatusCode", 1)), output

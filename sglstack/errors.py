@@ -1,0 +1,68 @@
+"""Every failure sglstack reports to a user, as one typed exception family.
+
+Each error renders as one line that names where the problem is (file, stack, key, patch, registry),
+so that `invoke` can print it and exit non-zero without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SglstackError(Exception):
+    """Base class: `str(err)` is the one-line message shown to the user."""
+
+    exit_code = 1
+
+
+class ConfigError(SglstackError):
+    """stacks.yaml (or another input file) is invalid."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        stack: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.file, self.stack, self.key, self.line, self.reason = file, stack, key, line, message
+        where = []
+        if file:
+            where.append(f"{file}:{line}" if line else file)
+        if stack:
+            where.append(f"stack '{stack}'")
+        if key:
+            where.append(f"key '{key}'")
+        super().__init__(": ".join([*where, message]))
+
+
+class PinConflict(ConfigError):
+    """A stack pin contradicts a requirement of the pinned SGLang and is not declared as an override."""
+
+
+class BuildError(SglstackError):
+    """An image build, or the verification of a built image, failed."""
+
+
+class PinMismatch(BuildError):
+    """What got installed in the image is not what the stack pinned."""
+
+
+class PatchError(SglstackError):
+    """A source patch failed to load, apply or verify (the message names patch, file and class)."""
+
+
+class DockerUnavailable(SglstackError):
+    """No Docker engine, or no BuildKit-capable client, could be found."""
+
+
+class SmokeError(SglstackError):
+    """The smoke test could not run (as opposed to running and failing its gates)."""
+
+
+class RegistryError(SglstackError):
+    """A registry call failed; the message names the registry, never the credentials."""
+
+
+class DeployError(SglstackError):
+    """A compose deployment failed or could not be found."""

@@ -1,0 +1,1 @@
+"""Tools that run inside build stages and built images: stdlib only, copied into the build context."""

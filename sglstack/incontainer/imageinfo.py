@@ -1,0 +1,51 @@
+"""Report what is really installed in an image, as JSON on stdout (stdlib only, torch optional).
+
+Run by `invoke build` in a container of the built image, so that the stack's pins are compared with
+what the image contains rather than with what the Dockerfile asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import platform
+import re
+import sys
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distributions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out[canonical(name)] = dist.version
+    return dict(sorted(out.items()))
+
+
+def torch_info() -> dict | None:
+    try:
+        import torch  # optional: CPU test images have no torch
+    except Exception as exc:  # an import that crashes is a finding, not a reason to stop
+        return {"import_error": f"{type(exc).__name__}: {exc}"} if "No module named" not in str(exc) else None
+    return {"version": torch.__version__, "cuda": torch.version.cuda, "git": torch.version.git_version}
+
+
+def main() -> int:
+    info = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "executable": sys.executable,
+        "distributions": distributions(),
+        "torch": torch_info(),
+    }
+    json.dump(info, sys.stdout, indent=1, sort_keys=True)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

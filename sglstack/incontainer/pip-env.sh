@@ -1,0 +1,16 @@
+# Sourced by every RUN step that talks to a package index. The extra CA bundle arrives as a BuildKit
+# secret (never a layer); it is added to the system bundle in a tmpfs mount that the step discards.
+if [ -s /run/secrets/ca_bundle ]; then
+  mkdir -p /run/sglstack
+  if [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+    cat /etc/ssl/certs/ca-certificates.crt /run/secrets/ca_bundle > /run/sglstack/ca.pem
+  else
+    cat /run/secrets/ca_bundle > /run/sglstack/ca.pem
+  fi
+  export PIP_CERT=/run/sglstack/ca.pem SSL_CERT_FILE=/run/sglstack/ca.pem REQUESTS_CA_BUNDLE=/run/sglstack/ca.pem
+fi
+if [ -s /run/secrets/hf_token ]; then
+  HF_TOKEN="$(cat /run/secrets/hf_token)"
+  export HF_TOKEN
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore

@@ -1,0 +1,154 @@
+"""Wheel plumbing for the `sglang-src` build stage (stdlib only: it runs before anything is installed).
+
+    python3 wheelkit.py unpack WHEEL DIR
+    python3 wheelkit.py requirements WHEEL STACK_JSON OUT      # SGLang's requirements, overrides applied
+    python3 wheelkit.py repack DIR ORIGINAL_WHEEL OUT_DIR     # same file name, RECORD recomputed
+    python3 wheelkit.py version DIR                           # the unpacked distribution's version
+
+Overrides are applied here, in the open, rather than by a resolver flag: the rewritten requirements file
+is a build artifact that the image keeps, so anyone can see what was replaced and why.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
+_EXTRA = re.compile(r"\bextra\s*==")
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+class WheelKitError(Exception):
+    pass
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_requirement(req: str) -> tuple[str, str, str]:
+    """'flashinfer_python==0.6.3; marker' -> ('flashinfer-python', '==0.6.3', 'marker')."""
+    body, _, marker = req.partition(";")
+    m = _NAME.match(body)
+    if not m:
+        raise WheelKitError(f"cannot parse requirement '{req}'")
+    spec = re.sub(r"\s+", "", m.group(3)).strip("()")
+    return canonical(m.group(1)), spec, marker.strip()
+
+
+def unpack(wheel: Path, dest: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            target = (dest / info.filename).resolve()
+            if not str(target).startswith(str(dest.resolve()) + os.sep):
+                raise WheelKitError(f"{wheel.name}: unsafe path {info.filename}")
+        zf.extractall(dest)
+
+
+def _dist_info(root: Path) -> Path:
+    found = sorted(p for p in root.glob("*.dist-info") if p.is_dir())
+    if len(found) != 1:
+        raise WheelKitError(f"expected one .dist-info folder in {root}, found {len(found)}")
+    return found[0]
+
+
+def requirements(wheel: Path, stack: dict, out: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        meta = Parser().parsestr(zf.read(meta_name).decode("utf-8"))
+    # Requirements behind an extra are not installed by a plain install, so they are not ours to pin.
+    reqs = [r for r in meta.get_all("Requires-Dist") or [] if not _EXTRA.search(r.partition(";")[2])]
+    overrides = {canonical(split_requirement(o["replaces"])[0]): o for o in stack.get("overrides", [])}
+    used: set[str] = set()
+    lines = [f"# {meta['Name']} {meta['Version']} requirements, as built by sglstack for stack "
+             f"'{stack['name']}'"]
+    for req in reqs:
+        name, spec, marker = split_requirement(req)
+        override = overrides.get(name)
+        if override is None:
+            lines.append(req)
+            continue
+        _, want_spec, _ = split_requirement(override["replaces"])
+        if spec != want_spec:
+            raise WheelKitError(
+                f"stack '{stack['name']}': override replaces '{override['replaces']}' but "
+                f"{meta['Name']} {meta['Version']} requires '{req}': update the override"
+            )
+        used.add(name)
+        suffix = f"; {marker}" if marker else ""
+        replaced = req.split(";")[0].strip()
+        lines.append(f"{override['pin']}{suffix}  # override of {replaced}: {override['reason']}")
+    missing = sorted(set(overrides) - used)
+    if missing:
+        raise WheelKitError(
+            f"stack '{stack['name']}': override(s) for {', '.join(missing)} match no requirement of "
+            f"{meta['Name']} {meta['Version']}: remove them"
+        )
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return lines
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def repack(root: Path, original: Path, out_dir: Path) -> Path:
+    """Zip `root` back into a wheel of the original's name, with a RECORD that matches its files."""
+    dist_info = _dist_info(root)
+    record_rel = f"{dist_info.name}/RECORD"
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    rows = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / original.name
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in files:
+            rel = path.relative_to(root).as_posix()
+            if rel == record_rel:
+                continue
+            data = path.read_bytes()
+            rows.append(f"{rel},{_record_hash(data)},{len(data)}")
+            info = zipfile.ZipInfo(rel, date_time=_FIXED_TIME)
+            info.external_attr = (path.stat().st_mode & 0o777 | 0o100000) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+        rows.append(f"{record_rel},,")
+        info = zipfile.ZipInfo(record_rel, date_time=_FIXED_TIME)
+        info.external_attr = 0o100644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(info, "\n".join(rows) + "\n")
+    return target
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["unpack"] and len(argv) == 3:
+            unpack(Path(argv[1]), Path(argv[2]))
+        elif argv[:1] == ["requirements"] and len(argv) == 4:
+            stack = json.loads(Path(argv[2]).read_text(encoding="utf-8"))
+            for line in requirements(Path(argv[1]), stack, Path(argv[3])):
+                if "# override" in line:
+                    print(f"override: {line}")
+        elif argv[:1] == ["version"] and len(argv) == 2:
+            print(_dist_info(Path(argv[1])).name.removesuffix(".dist-info").split("-", 1)[1])
+        elif argv[:1] == ["repack"] and len(argv) == 4:
+            print(repack(Path(argv[1]), Path(argv[2]), Path(argv[3])))
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    except (WheelKitError, OSError, zipfile.BadZipFile) as exc:
+        print(f"wheelkit: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

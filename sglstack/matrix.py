@@ -1,0 +1,404 @@
+"""stacks.yaml -> validated, immutable `Stack` objects.
+
+The matrix file has `defaults:` and `stacks:`; a stack may `inherits:` another. Values merge
+defaults <- parent chain <- stack (mappings deep-merge, lists and scalars replace). Every piece must be
+pinned exactly; every validation failure is one `ConfigError` naming file, stack, key path and line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+from .yamlsrc import KeyPath, load_yaml_with_lines
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
+DEFAULT_PATCHES_DIR = REPO_ROOT / "patches"
+
+
+# ---- exact-pin value types -------------------------------------------------------------------------
+
+def _exact_version(value: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a version string (quote it in YAML)")
+    if value.strip().lower() in {"latest", "main", "master", "nightly", "*", ""}:
+        raise ValueError(f"'{value}' is not an exact version")
+    if any(ch in value for ch in "<>=!~*, "):
+        raise ValueError(f"'{value}' is a range, not an exact version")
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"'{value}' is not a valid PEP 440 version") from None
+    return value
+
+
+def _exact_requirement(value: str) -> str:
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise ValueError(f"'{value}' is not a valid requirement: {exc}") from None
+    if req.url:
+        return value
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+        raise ValueError(f"'{value}' must pin exactly one version with '==' (no ranges)")
+    _exact_version(specs[0].version)
+    return value
+
+
+def _pinned_image(value: str) -> str:
+    if "@sha256:" in value:
+        return value
+    name, _, tag = value.rpartition(":")
+    if not name or "/" in tag or not tag:
+        raise ValueError(f"image '{value}' has no tag: pin a version tag or a digest")
+    if tag == "latest":
+        raise ValueError(f"image '{value}' uses 'latest': pin a version tag or a digest")
+    return value
+
+
+ExactVersion = Annotated[str, AfterValidator(_exact_version)]
+ExactRequirement = Annotated[str, AfterValidator(_exact_requirement)]
+PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# ---- the pieces of a stack -------------------------------------------------------------------------
+
+class TorchPin(_Model):
+    version: ExactVersion
+    index_url: str | None = None
+    packages: tuple[ExactRequirement, ...] = ()  # torchvision/torchaudio pinned alongside, if any
+
+    def requirements(self) -> tuple[str, ...]:
+        return (f"torch=={self.version}", *self.packages)
+
+
+class WheelPin(_Model):
+    """A package pinned to one version, from an index or from a direct wheel URL."""
+
+    version: ExactVersion
+    url: str | None = None
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    index_url: str | None = None
+
+
+class FlashInferPin(_Model):
+    version: ExactVersion
+    packages: tuple[str, ...] = ("flashinfer-python", "flashinfer-cubin")
+    index_url: str | None = None
+
+    def requirements(self) -> tuple[str, ...]:
+        return tuple(f"{p}=={self.version}" for p in self.packages)
+
+
+class PipLayer(_Model):
+    """One extra install layer: exact requirements, installed in its own cached layer."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    requirements: tuple[ExactRequirement, ...]
+    index_url: str | None = None
+    no_deps: bool = False
+    force_reinstall: bool = False
+    # Layers that replace something SGLang's requirements pinned (upstream's NCCL force-install) must run
+    # after SGLang's requirements are resolved, or the resolver would refuse them.
+    after_sglang: bool = False
+
+
+class GitSource(_Model):
+    repo: str
+    ref: str = Field(pattern=r"^[0-9a-f]{40}$", description="a full commit sha: branches and tags move")
+    subdirectory: str = "python"
+
+
+class SGLangSource(_Model):
+    version: ExactVersion | None = None
+    git: GitSource | None = None
+    install_deps: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SGLangSource:
+        if (self.version is None) == (self.git is None):
+            raise ValueError("set exactly one of 'version' (PyPI) or 'git' (repo + ref)")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.version if self.version else f"git-{self.git.ref[:12]}"  # type: ignore[union-attr]
+
+
+class Override(_Model):
+    """An SGLang requirement this stack replaces on purpose (visible in the image's labels)."""
+
+    replaces: ExactRequirement | str
+    pin: ExactRequirement
+    reason: str = Field(min_length=1)
+
+    @property
+    def package(self) -> str:
+        return canonicalize_name(Requirement(self.pin).name)
+
+
+class SpeculativeSettings(_Model):
+    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN"] = "EAGLE3"
+    draft_model: str
+    num_steps: int = Field(ge=1)
+    eagle_topk: int = Field(ge=1)
+    num_draft_tokens: int = Field(ge=1)
+
+
+class Gates(_Model):
+    min_speedup: float = Field(default=1.0, gt=0)
+    min_accept_length: float = Field(default=2.0, ge=0)
+    min_agreement: float = Field(default=0.9, ge=0, le=1)
+    max_regression: float = Field(default=0.05, ge=0, le=1)
+
+
+class SmokeSettings(_Model):
+    model: str
+    speculative: SpeculativeSettings | None = None
+    tp: int = Field(default=1, ge=1)
+    gpus: int = Field(default=1, ge=0)
+    port: int = Field(default=30000, ge=1, le=65535)
+    timeout_s: float = Field(default=3600, gt=0)
+    max_new_tokens: int = Field(default=128, ge=1)
+    concurrency: int = Field(default=8, ge=1)
+    num_prompts: int = Field(default=8, ge=1)
+    shm_size: str = "32g"
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = Field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
+    gates: Gates = Gates()
+
+
+class PublishSettings(_Model):
+    repository: str = "127.0.0.1:5000/sglstack/sglang"
+    immutable_tag: str = "{sglang}-{stack}-{date}-{confighash8}"
+    moving_tags: tuple[str, ...] = ("{sglang}-{stack}", "{stack}")
+    candidate_tag: str = "candidate-{stack}-{confighash12}"
+
+
+class PatchPolicy(_Model):
+    # 'notice': a patch already upstream is skipped with a message; 'error': the build stops so the
+    # stack's patch list gets cleaned up.
+    on_upstream: Literal["notice", "error"] = "notice"
+
+
+class Stack(_Model):
+    name: str
+    description: str = ""
+    inherits: str | None = None
+    base_image: PinnedImage
+    src_image: PinnedImage = "debian:bookworm-slim"
+    cuda: ExactVersion | None = None
+    python: str = Field(default="3.12", pattern=r"^3\.\d+$")
+    python_packages: tuple[str, ...] | None = None  # apt packages providing `python`; None = derived
+    platforms: tuple[Literal["linux/amd64", "linux/arm64"], ...] = ("linux/amd64",)
+    cuda_arch_list: tuple[str, ...] = ()
+    system_packages: tuple[str, ...] = ()
+    torch: TorchPin | None = None
+    sgl_kernel: WheelPin | None = None
+    flashinfer: FlashInferPin | None = None
+    extra_layers: tuple[PipLayer, ...] = ()
+    sglang: SGLangSource
+    overrides: tuple[Override, ...] = ()
+    patches: tuple[str, ...] = ()
+    patch_policy: PatchPolicy = PatchPolicy()
+    smoke: SmokeSettings
+    publish: PublishSettings = PublishSettings()
+    labels: Mapping[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Stack:
+        if self.torch and self.cuda and "+cu" in self.torch.version:
+            want = "cu" + "".join(self.cuda.split(".")[:2])
+            if not self.torch.version.endswith("+" + want):
+                raise ValueError(f"torch {self.torch.version} is not a {want} build for CUDA {self.cuda}")
+        for arch in self.cuda_arch_list:
+            if not re.fullmatch(r"\d+\.\d+a?(\+PTX)?", arch):
+                raise ValueError(f"cuda_arch_list entry '{arch}' is not like '9.0' or '10.0a'")
+        # gpus: 0 is the CPU profile used with test doubles, where tp is only passed through.
+        if self.smoke.gpus and self.smoke.tp > self.smoke.gpus:
+            raise ValueError(f"smoke.tp {self.smoke.tp} needs at least as many gpus ({self.smoke.gpus})")
+        return self
+
+    # The pins the built image must report, as {canonical name: version}.
+    def pins(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for req in self.all_pinned_requirements():
+            r = Requirement(req)
+            if r.url:
+                continue
+            out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
+        for override in self.overrides:
+            r = Requirement(override.pin)
+            if not r.url:
+                out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
+        if self.sgl_kernel:
+            out["sgl-kernel"] = self.sgl_kernel.version
+        if self.sglang.version:
+            out["sglang"] = self.sglang.version
+        return out
+
+    def all_pinned_requirements(self) -> tuple[str, ...]:
+        reqs: list[str] = []
+        if self.torch:
+            reqs += self.torch.requirements()
+        if self.flashinfer:
+            reqs += self.flashinfer.requirements()
+        for layer in self.extra_layers:
+            reqs += layer.requirements
+        return tuple(reqs)
+
+    @property
+    def serving_python(self) -> str:
+        return f"python{self.python}"
+
+
+class Matrix(_Model):
+    file: str
+    stacks: Mapping[str, Stack]
+
+    def get(self, name: str) -> Stack:
+        if name not in self.stacks:
+            known = ", ".join(sorted(self.stacks)) or "none"
+            raise ConfigError(f"unknown stack (known: {known})", file=self.file, stack=name)
+        return self.stacks[name]
+
+    def names(self) -> list[str]:
+        return list(self.stacks)
+
+
+# ---- loading ---------------------------------------------------------------------------------------
+
+TOP_LEVEL_KEYS = {"defaults", "stacks"}
+
+
+def known_patch_ids(patches_dir: Path = DEFAULT_PATCHES_DIR) -> set[str]:
+    """A patch is a folder under patches/ holding a `patch.toml`."""
+    if not patches_dir.is_dir():
+        return set()
+    return {p.parent.name for p in patches_dir.glob("*/patch.toml")}
+
+
+def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _line_for(lines: dict[KeyPath, int], candidates: list[KeyPath]) -> int | None:
+    """The line of the first candidate path present; else of the nearest present ancestor."""
+    for path in candidates:
+        if path in lines:
+            return lines[path]
+    for path in candidates:
+        while path:
+            if path in lines:
+                return lines[path]
+            path = path[:-1]
+    return None
+
+
+def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None = None) -> Matrix:
+    """Read, merge and validate the matrix; raise `ConfigError` on the first problem found."""
+    path = Path(path)
+    file = _display(path)
+    patches_dir = patches_dir if patches_dir is not None else DEFAULT_PATCHES_DIR
+    data, lines = load_yaml_with_lines(path)
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a mapping with 'defaults' and 'stacks'", file=file)
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError("unknown top-level key (expected 'defaults', 'stacks')", file=file, key=key,
+                              line=lines.get((key,)))
+    defaults = data.get("defaults") or {}
+    raw_stacks = data.get("stacks")
+    if not isinstance(defaults, dict):
+        raise ConfigError("must be a mapping", file=file, key="defaults", line=lines.get(("defaults",)))
+    if not isinstance(raw_stacks, dict) or not raw_stacks:
+        raise ConfigError("must be a non-empty mapping of stack name to settings", file=file, key="stacks",
+                          line=lines.get(("stacks",)))
+
+    patch_ids = known_patch_ids(patches_dir)
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        if name in resolved:
+            return resolved[name]
+        raw = raw_stacks[name]
+        if not isinstance(raw, dict):
+            raise ConfigError("must be a mapping", file=file, stack=name, line=lines.get(("stacks", name)))
+        parent = raw.get("inherits")
+        if parent is not None:
+            if parent not in raw_stacks:
+                raise ConfigError(f"unknown parent stack '{parent}'", file=file, stack=name, key="inherits",
+                                  line=lines.get(("stacks", name, "inherits")))
+            if parent in chain:
+                cycle = " -> ".join((*chain, parent))
+                raise ConfigError(f"inheritance cycle {cycle}", file=file, stack=name, key="inherits",
+                                  line=lines.get(("stacks", name, "inherits")))
+            base = resolve(parent, (*chain, parent))
+            base = {k: v for k, v in base.items() if k not in ("description", "inherits")}
+        else:
+            base = dict(defaults)
+        merged = _deep_merge(base, raw)
+        resolved[name] = merged
+        return merged
+
+    stacks: dict[str, Stack] = {}
+    for name in raw_stacks:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", str(name)):
+            raise ConfigError("stack names use lowercase letters, digits, '.', '_' and '-'", file=file,
+                              stack=str(name), line=lines.get(("stacks", name)))
+        merged = resolve(name, (name,))
+        try:
+            stack = Stack.model_validate({**merged, "name": name})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+            key = ".".join(loc) or None
+            msg = _pydantic_message(err)
+            line = _line_for(lines, [("stacks", name, *loc), ("defaults", *loc)])
+            raise ConfigError(msg, file=file, stack=name, key=key, line=line) from None
+        for i, pid in enumerate(stack.patches):
+            if pid not in patch_ids:
+                raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)",
+                                  file=file, stack=name, key=f"patches[{i}]",
+                                  line=_line_for(lines, [("stacks", name, "patches", i),
+                                                         ("defaults", "patches", i)]))
+        stacks[name] = stack
+    return Matrix(file=file, stacks=stacks)
+
+
+def _pydantic_message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "missing required key"
+    msg = str(err.get("msg", "invalid value"))
+    return msg.removeprefix("Value error, ")
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

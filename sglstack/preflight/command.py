@@ -1,0 +1,112 @@
+"""`invoke preflight`: the stack's requirements -> checks on this node or in the image on a Docker host.
+
+`run_preflight` is what `smoke` and `deploy` call before they spend many minutes loading a model;
+`require_ready` raises when the node fails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from ..errors import ConfigError
+from ..matrix import Stack, load_matrix
+from .checks import FAIL, Requirements, parse_size
+from .errors import PreflightFailed, PreflightUnavailable
+from .node import NodeReport, inspect_node
+
+DEFAULT_SIZES = "1M,64M,1G"
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(parse_size(s) for s in text.split(",") if s.strip())
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--sizes") from None
+    if not sizes or any(s < 4 for s in sizes):
+        raise ConfigError(f"'{text}' needs one or more sizes of at least 4 bytes", key="--sizes")
+    return sizes
+
+
+def requirements_for(stack: Stack, sizes: Sequence[int] | None = None) -> Requirements:
+    return Requirements(
+        stack=stack.name,
+        cuda=stack.cuda,
+        tp=stack.smoke.tp,
+        arch_list=stack.cuda_arch_list,
+        shm_bytes=parse_size(stack.smoke.shm_size),
+        sizes=tuple(sizes) if sizes else parse_sizes(DEFAULT_SIZES),
+    )
+
+
+def run_preflight(
+    stack: Stack,
+    *,
+    docker_host: str | None = None,
+    image: str | None = None,
+    sizes: Sequence[int] | None = None,
+    console: Console | None = None,
+) -> NodeReport:
+    """Run every check for `stack` here, or inside `image` on `docker_host` when an image is given."""
+    req = requirements_for(stack, sizes)
+    if image:
+        from .remote import run_in_image
+
+        return run_in_image(docker_host, image, req, shm_size=stack.smoke.shm_size)
+    if docker_host:
+        raise ConfigError(
+            "--docker-host needs --image: the checks run inside the stack image there", stack=stack.name, key="--image"
+        )
+    progress = (lambda msg: console.print(f"[dim]preflight: {msg}[/]")) if console else (lambda _m: None)
+    return inspect_node(req, progress=progress)
+
+
+def require_ready(stack: Stack, **kwargs) -> NodeReport:
+    """`run_preflight`, raising unless the node passes (warnings pass): for smoke and deploy."""
+    report = run_preflight(stack, **kwargs)
+    if report.fatal:
+        raise PreflightUnavailable(f"preflight for stack '{stack.name}': {report.fatal}")
+    failed = [c for c in report.checks if c.status == FAIL]
+    if failed:
+        first = failed[0]
+        raise PreflightFailed(
+            f"preflight for stack '{stack.name}': {len(failed)} check(s) failed, first "
+            f"'{first.name}': {first.value} (needs {first.threshold})"
+        )
+    return report
+
+
+def preflight_command(
+    stacks_file: str,
+    stack_name: str,
+    *,
+    json_path: str | None = None,
+    docker_host: str | None = None,
+    image: str | None = None,
+    sizes: str | None = None,
+    console: Console | None = None,
+) -> int:
+    """The task: print the table (or one failure line), write --json, return the exit code."""
+    console = console or Console()
+    stack = load_matrix(stacks_file).get(stack_name)
+    report = run_preflight(
+        stack, docker_host=docker_host, image=image, sizes=parse_sizes(sizes) if sizes else None, console=console
+    )
+    if json_path:
+        Path(json_path).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    if report.fatal:
+        where = f" in {image}" if image else ""
+        raise PreflightUnavailable(f"preflight for stack '{stack_name}'{where}: {report.fatal}")
+    from .report import render_report
+
+    render_report(
+        report,
+        console,
+        where=f"{image} on {docker_host or 'the local engine'}"
+        if image
+        else report.node.get("hostname") or "this node",
+    )
+    return report.exit_code

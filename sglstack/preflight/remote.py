@@ -1,0 +1,117 @@
+"""Run the node-side preflight inside a stack image on a Docker host, with the host's GPUs.
+
+The node-side modules are copied into the container (`put_archive`) before it starts and run with the
+image's own python3 and torch; the report comes back as JSON between markers in the container's log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest, Ulimit
+
+from ..dockerhost import OWNER_LABEL, docker_client, unique_name
+from .__main__ import REPORT_BEGIN, REPORT_END
+from .allreduce import MULTICAST_OFF_ENV
+from .checks import Requirements
+from .errors import PreflightUnavailable
+from .node import NodeReport
+
+IN_IMAGE_PARENT = "/opt"  # exists in every Debian/Ubuntu-based image; the archive adds its own folder
+# What runs in the image: standard library and torch only (checked by tests/test_preflight_remote.py).
+NODE_MODULES = ("__init__.py", "__main__.py", "checks.py", "parse.py", "probe.py", "allreduce.py", "node.py")
+CONTAINER_TIMEOUT_S = 900
+
+
+def node_package_archive() -> bytes:
+    """A tar of sglstack/preflight's node-side modules under a stub `sglstack` package."""
+    here = Path(__file__).resolve().parent
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(f"sglstack-preflight/{name}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+        add("sglstack/__init__.py", b'"""The preflight part of sglstack, copied in by `invoke preflight`."""\n')
+        for module in NODE_MODULES:
+            add(f"sglstack/preflight/{module}", (here / module).read_bytes())
+    return buf.getvalue()
+
+
+def node_arguments(req: Requirements) -> list[str]:
+    args = [
+        "--stack-name",
+        req.stack,
+        "--tp",
+        str(req.tp),
+        "--arch",
+        ",".join(req.arch_list),
+        "--shm-size",
+        str(req.shm_bytes),
+        "--sizes",
+        ",".join(str(s) for s in req.sizes),
+        "--emit-json",
+    ]
+    return [*args, "--cuda", req.cuda] if req.cuda else args
+
+
+def extract_report(log: str) -> NodeReport | None:
+    begin, end = log.rfind(REPORT_BEGIN), log.rfind(REPORT_END)
+    if begin < 0 or end < begin:
+        return None
+    return NodeReport.from_dict(json.loads(log[begin + len(REPORT_BEGIN) : end]))
+
+
+def run_in_image(
+    docker_host: str | None, image: str, req: Requirements, *, shm_size: str, timeout: float = CONTAINER_TIMEOUT_S
+) -> NodeReport:
+    """The same checks as on the node, inside `image` on `docker_host`, with every GPU requested."""
+    where = docker_host or "the default Docker engine"
+    client = docker_client(docker_host)
+    name = unique_name("sglstack-preflight")
+    try:
+        container = client.containers.create(
+            image,
+            entrypoint=["python3", "-m", "sglstack.preflight"],
+            command=node_arguments(req),
+            name=name,
+            labels={OWNER_LABEL: "sglstack-preflight"},
+            environment={**MULTICAST_OFF_ENV, "PYTHONPATH": f"{IN_IMAGE_PARENT}/sglstack-preflight"},
+            device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])],
+            shm_size=shm_size,
+            ulimits=[Ulimit(name="memlock", soft=-1, hard=-1)],
+        )
+    except docker.errors.ImageNotFound:
+        raise PreflightUnavailable(f"image {image} is not on {where}") from None
+    except docker.errors.APIError as exc:
+        raise PreflightUnavailable(f"{where} cannot create the preflight container: {_reason(exc)}") from None
+    try:
+        if not container.put_archive(IN_IMAGE_PARENT, node_package_archive()):
+            raise PreflightUnavailable(f"cannot copy preflight into {image} on {where}")
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise PreflightUnavailable(f"{where} cannot start {image} with GPUs: {_reason(exc)}") from None
+        status = container.wait(timeout=timeout)
+        log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+    finally:
+        container.remove(force=True, v=True)
+    report = extract_report(log)
+    if report is None:
+        tail = next((line for line in reversed(log.splitlines()) if line.strip()), "no output")
+        raise PreflightUnavailable(
+            f"preflight in {image} exited {status.get('StatusCode')} without a report: {tail.strip()[:200]}"
+        )
+    return report
+
+
+def _reason(exc: docker.errors.APIError) -> str:
+    text = exc.explanation if isinstance(exc.explanation, str) else str(exc)
+    return text.splitlines()[0][:200]

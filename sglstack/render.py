@@ -1,0 +1,210 @@
+"""Pure rendering: a `Stack` -> its Dockerfile text and build-context files.
+
+Nothing here touches Docker or the network. The same stack renders byte-identical output, so the
+config hash (`confighash.py`) of a rendered context identifies a build.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .matrix import DEFAULT_PATCHES_DIR, REPO_ROOT, Stack, load_matrix
+
+IMAGES_DIR = REPO_ROOT / "images"
+TOOLS_DIR = Path(__file__).resolve().parent / "incontainer"
+PATCHKIT_DIR = Path(__file__).resolve().parent / "patchkit"
+# pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
+MANYLINUX_MINORS = tuple(range(17, 40))
+PYTHON_PACKAGES = ("python{v}", "python{v}-venv")
+
+
+@dataclass(frozen=True)
+class InstallLayer:
+    """One `pip install` RUN step of the runtime stage."""
+
+    name: str
+    comment: str
+    args: tuple[str, ...]
+    constrained: bool  # freeze what is installed as constraints, so nothing earlier is replaced silently
+    uses_arch: bool = False
+    after_sglang: bool = False
+
+
+def install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
+    """The runtime stage's pip layers, heaviest and least often changed first."""
+    layers: list[InstallLayer] = []
+    constraint = ("--constraint", "/run/sglstack/installed.txt")
+    if stack.torch:
+        index = ("--index-url", shlex.quote(stack.torch.index_url)) if stack.torch.index_url else ()
+        layers.append(InstallLayer(
+            "torch", f"torch {stack.torch.version}: the heaviest layer, first, so later changes keep it",
+            (*constraint, *index, *map(shlex.quote, stack.torch.requirements())), True))
+    if stack.sgl_kernel:
+        pin = stack.sgl_kernel
+        if pin.url:
+            url = pin.url.replace("{arch}", "${arch}")
+            if pin.sha256:
+                url += f"#sha256={pin.sha256}"
+            layers.append(InstallLayer(
+                "sgl-kernel", f"sgl-kernel {pin.version}: the release wheel, as upstream installs it",
+                ("--no-deps", "--force-reinstall", f'"{url}"'), False, uses_arch="{arch}" in pin.url))
+        else:
+            index = ("--index-url", shlex.quote(pin.index_url)) if pin.index_url else ()
+            layers.append(InstallLayer("sgl-kernel", f"sgl-kernel {pin.version}",
+                                       (*constraint, *index, shlex.quote(f"sgl-kernel=={pin.version}")), True))
+    if stack.flashinfer:
+        fi = stack.flashinfer
+        index = ("--extra-index-url", shlex.quote(fi.index_url)) if fi.index_url else ()
+        layers.append(InstallLayer("flashinfer", f"FlashInfer {fi.version}",
+                                   (*constraint, *index, *map(shlex.quote, fi.requirements())), True))
+    for extra in stack.extra_layers:
+        flags: list[str] = []
+        if extra.no_deps:
+            flags.append("--no-deps")
+        if extra.force_reinstall:
+            flags.append("--force-reinstall")
+        constrained = not extra.force_reinstall
+        if constrained:
+            flags += constraint
+        if extra.index_url:
+            flags += ["--index-url", shlex.quote(extra.index_url)]
+        layers.append(InstallLayer(extra.name, f"{extra.name}: {' '.join(extra.requirements)}",
+                                   (*flags, *map(shlex.quote, extra.requirements)), constrained,
+                                   after_sglang=extra.after_sglang))
+    return tuple(layers)
+
+
+def apt_packages(stack: Stack) -> tuple[str, ...]:
+    python = stack.python_packages or tuple(p.format(v=stack.python) for p in PYTHON_PACKAGES)
+    out: list[str] = []
+    for pkg in (*python, *stack.system_packages):
+        if pkg not in out:
+            out.append(pkg)
+    return tuple(out)
+
+
+def image_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
+    """OCI labels plus one label per pin, override and patch: what a registry UI shows of the image."""
+    labels = {
+        "org.opencontainers.image.title": f"sglstack {stack.name}",
+        "org.opencontainers.image.description": stack.description or f"SGLang {stack.sglang.label}",
+        "org.opencontainers.image.version": stack.sglang.label,
+        "org.opencontainers.image.base.name": stack.base_image,
+        "org.opencontainers.image.vendor": "sglstack",
+        "io.sglstack.stack": stack.name,
+        "io.sglstack.sglang": stack.sglang.label,
+        "io.sglstack.python": stack.python,
+        "io.sglstack.patches": ",".join(stack.patches),
+    }
+    if stack.cuda:
+        labels["io.sglstack.cuda"] = stack.cuda
+        labels["io.sglstack.cuda-arch-list"] = " ".join(stack.cuda_arch_list)
+    for name, version in stack.pins().items():
+        labels[f"io.sglstack.pin.{name}"] = version
+    for override in stack.overrides:
+        labels[f"io.sglstack.override.{override.package}"] = f"{override.pin} (replaces {override.replaces})"
+    labels.update(stack.labels)
+    return tuple(sorted(labels.items()))
+
+
+def stack_manifest(stack: Stack) -> dict:
+    """The facts the in-build tools need (they are stdlib-only, so they read JSON, not YAML)."""
+    return {
+        "name": stack.name,
+        "sglang": stack.sglang.model_dump(mode="json"),
+        "python": stack.python,
+        "overrides": [o.model_dump(mode="json") for o in stack.overrides],
+        "patches": list(stack.patches),
+        "patch_policy": stack.patch_policy.on_upstream,
+        "pins": stack.pins(),
+        "cuda": stack.cuda,
+    }
+
+
+def _git_archive_url(stack: Stack) -> str:
+    git = stack.sglang.git
+    if git is None:
+        return ""
+    return f"{git.repo.removesuffix('.git').rstrip('/')}/archive/{git.ref}.tar.gz"
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(IMAGES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_dockerfile(stack: Stack) -> str:
+    layers = install_layers(stack)
+    return _environment().get_template("Dockerfile.j2").render(
+        stack=stack,
+        manylinux_minors=MANYLINUX_MINORS,
+        git_archive_url=_git_archive_url(stack),
+        apt_packages=apt_packages(stack),
+        layers_before=[x for x in layers if not x.after_sglang],
+        layers_after=[x for x in layers if x.after_sglang],
+        labels=image_labels(stack),
+    )
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    stack: str
+    dockerfile: Path
+    context: Path
+    files: tuple[Path, ...]
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+
+
+def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR) -> RenderedContext:
+    """Write the Dockerfile and exactly the files it COPYs into a fresh `out_dir`."""
+    context = out_dir / "context"
+    if context.exists():
+        shutil.rmtree(context)
+    (context / "tools").mkdir(parents=True)
+    (context / "patches").mkdir()
+    for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py"):
+        shutil.copy2(TOOLS_DIR / name, context / "tools" / name)
+    _copy_tree(PATCHKIT_DIR, context / "tools" / "patchkit")
+    for pid in stack.patches:
+        _copy_tree(patches_dir / pid, context / "patches" / pid)
+    (context / "stack.json").write_text(json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n")
+    dockerfile = out_dir / "Dockerfile"
+    dockerfile.write_text(render_dockerfile(stack), encoding="utf-8")
+    files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
+    return RenderedContext(stack.name, dockerfile, context, files)
+
+
+def default_out_dir(stack_name: str) -> Path:
+    return Path("build") / stack_name
+
+
+def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None) -> RenderedContext:
+    from .ui import console as make_console
+
+    matrix = load_matrix(stacks_file)
+    stack = matrix.get(stack_name)
+    out = Path(out_dir) if out_dir else default_out_dir(stack_name)
+    rendered = write_build_context(stack, out)
+    console = make_console()
+    console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
+    console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
+    try:
+        from .compose import render_compose_files
+    except ImportError:  # compose rendering lands with the deploy module
+        return rendered
+    for path in render_compose_files(stack, out):
+        console.print(f"[bold]{stack_name}[/]: compose      {path}")
+    return rendered

@@ -1,0 +1,36 @@
+"""`invoke smoke`: serve an image with and without EAGLE-3 on one Docker host, measure, gate, report.
+
+plan (pure: options, launch commands) -> runner (containers, requests) -> measure + gates (pure)
+-> history (append-only JSON lines) -> report (JSON, Markdown, PNG chart).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..matrix import load_matrix
+from .plan import SmokeOptions, launch_commands, smoke_options
+from .report import SmokeReport
+from .runner import run_smoke
+
+__all__ = ["SmokeOptions", "SmokeReport", "launch_commands", "run_smoke", "smoke_command", "smoke_options"]
+
+
+def smoke_command(image: str, *, stack: str | None = None, stacks_file: str = "stacks.yaml", **overrides: Any) -> int:
+    """The `invoke smoke` task: 0 only when every gate passed."""
+    stack_obj = load_matrix(stacks_file).get(stack) if stack else None
+    options = smoke_options(stack_obj, **overrides)
+    report = run_smoke(stack_obj, image, options)
+    data = report.data
+    print(f"smoke {report.verdict.upper()}: {image} ({data['image']['digest']})")
+    b, e = data["baseline"], data["eagle3"]
+    speedup = f"{data['speedup']:.2f}x" if data["speedup"] is not None else "n/a"
+    accept = f"{data['accept_length']:.2f}" if data["accept_length"] is not None else "n/a"
+    agree = f"{data['agreement']:.0%}" if data["agreement"] is not None else "n/a"
+    print(
+        f"  baseline {b['tokens_per_s']:.1f} tok/s, EAGLE-3 {e['tokens_per_s']:.1f} tok/s, speedup {speedup}, "
+        f"accept length {accept}, agreement {agree}"
+    )
+    for failure in report.failures:
+        print(f"  FAIL {failure}")
+    return 0 if report.passed else 1

@@ -1,0 +1,93 @@
+"""Pure gates: each failed gate is one string that starts with the gate's name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..matrix import Gates
+from .measure import ServerRun
+
+LABELS = {"baseline": "baseline", "eagle3": "EAGLE-3"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    speedup: float | None
+    accept_length: float | None
+    agreement: float | None
+    failures: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def speedup_of(baseline: ServerRun, eagle3: ServerRun) -> float | None:
+    if not (baseline.single and eagle3.single) or baseline.tokens_per_s <= 0:
+        return None
+    return eagle3.tokens_per_s / baseline.tokens_per_s
+
+
+def evaluate(
+    gates: Gates,
+    baseline: ServerRun,
+    eagle3: ServerRun,
+    agreement: float | None,
+    last_pass: Mapping[str, Any] | None = None,
+) -> Verdict:
+    failures: list[str] = []
+    for run in (baseline, eagle3):
+        if run.failure:
+            failures.append(f"{run.kind}: {run.failure}")
+        elif run.requests and run.completed < run.requests:
+            errors = [e for p in (run.single, run.concurrent) if p for e in p.errors]
+            first = f": {errors[0]}" if errors else ""
+            failures.append(f"{run.kind}: {run.requests - run.completed}/{run.requests} requests failed{first}")
+
+    speedup = speedup_of(baseline, eagle3)
+    accept = eagle3.accept_length
+    ran = baseline.single is not None and eagle3.single is not None
+    if ran:
+        if speedup is None or speedup < gates.min_speedup:
+            failures.append(
+                f"min_speedup: EAGLE-3 {eagle3.tokens_per_s:.1f} tok/s vs baseline {baseline.tokens_per_s:.1f} "
+                f"tok/s is {speedup or 0:.2f}x, below {gates.min_speedup:.2f}x"
+            )
+        if accept is None:
+            failures.append(
+                "min_accept_length: the EAGLE-3 server reported no accept length "
+                "(no meta_info spec_verify_ct, no avg_spec_accept_length)"
+            )
+        elif accept < gates.min_accept_length:
+            failures.append(f"min_accept_length: accept length {accept:.2f} is below {gates.min_accept_length:.2f}")
+        if agreement is None:
+            failures.append("min_agreement: no greedy outputs to compare")
+        elif agreement < gates.min_agreement:
+            failures.append(
+                f"min_agreement: {agreement:.0%} of greedy outputs match the baseline, below {gates.min_agreement:.0%}"
+            )
+        failures += regressions(gates.max_regression, baseline, eagle3, last_pass)
+    return Verdict(speedup=speedup, accept_length=accept, agreement=agreement, failures=tuple(failures))
+
+
+def regressions(
+    max_regression: float, baseline: ServerRun, eagle3: ServerRun, last_pass: Mapping[str, Any] | None
+) -> list[str]:
+    """Tokens/s of each run against the last passing run of the same stack and settings."""
+    if not last_pass:
+        return []
+    out = []
+    for run in (baseline, eagle3):
+        before = (last_pass.get(run.kind) or {}).get("tokens_per_s")
+        if not before or run.tokens_per_s <= 0:
+            continue
+        drop = 1.0 - run.tokens_per_s / before
+        if drop > max_regression:
+            when = last_pass.get("time", "?")
+            out.append(
+                f"max_regression: {LABELS[run.kind]} {run.tokens_per_s:.1f} tok/s is {drop:.1%} below the last "
+                f"passing run's {before:.1f} tok/s ({when}), more than {max_regression:.0%}"
+            )
+    return out

@@ -1,0 +1,105 @@
+"""The smoke report: JSON for machines, Markdown + a PNG bar chart for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .chart import bar_chart
+
+BASELINE_COLOR = (120, 144, 156)
+EAGLE3_COLOR = (33, 150, 243)
+
+
+@dataclass(frozen=True)
+class SmokeReport:
+    """The outcome of one smoke run. `data` is the JSON document (see `to_dict`)."""
+
+    data: Mapping[str, Any]
+    history: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return self.data["verdict"] == "pass"
+
+    @property
+    def failures(self) -> list[str]:
+        return list(self.data["failures"])
+
+    @property
+    def verdict(self) -> str:
+        return str(self.data["verdict"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.data))
+
+
+def write_report(report: SmokeReport, json_path: Path) -> dict[str, Path]:
+    """Write PATH (JSON), PATH with .md (summary) and .png (chart); return the three paths."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path, png_path = json_path.with_suffix(".md"), json_path.with_suffix(".png")
+    data = report.to_dict()
+    json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    png_path.write_bytes(chart_png(data))
+    md_path.write_text(markdown(data, report.history, png_path.name), encoding="utf-8")
+    return {"json": json_path, "markdown": md_path, "chart": png_path}
+
+
+def chart_png(data: Mapping[str, Any]) -> bytes:
+    return bar_chart(
+        [
+            (float(data["baseline"].get("tokens_per_s") or 0.0), BASELINE_COLOR),
+            (float(data["eagle3"].get("tokens_per_s") or 0.0), EAGLE3_COLOR),
+        ]
+    )
+
+
+def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], chart_name: str) -> str:
+    b, e = data["baseline"], data["eagle3"]
+    image = data["image"]
+    lines = [
+        f"# Smoke {data['verdict'].upper()}: {data.get('stack') or 'no stack'}",
+        "",
+        f"Image `{image['ref']}` (digest `{image.get('digest') or 'unknown'}`), {data['time']}.",
+        "",
+        f"![baseline (grey) vs EAGLE-3 (blue), output tokens/s at concurrency 1]({chart_name})",
+        "",
+        "| | baseline | EAGLE-3 |",
+        "|---|---|---|",
+        f"| tokens/s per stream (concurrency 1) | {_fmt(b.get('tokens_per_s'))} | {_fmt(e.get('tokens_per_s'))} |",
+        f"| aggregate tokens/s (concurrency {data['options']['concurrency']}) | "
+        f"{_fmt(b.get('aggregate_tokens_per_s'))} | {_fmt(e.get('aggregate_tokens_per_s'))} |",
+        f"| TTFT (s, median) | {_fmt(b.get('ttft_s'), '.3f')} | {_fmt(e.get('ttft_s'), '.3f')} |",
+        f"| completed requests | {b.get('completed')}/{b.get('requests')} | {e.get('completed')}/{e.get('requests')} |",
+        "",
+        f"Speedup {_fmt(data.get('speedup'), '.2f', 'x')}, accept length {_fmt(data.get('accept_length'), '.2f')}"
+        f" (meta_info {_fmt(e.get('accept_length_meta'), '.2f')}, server {_fmt(e.get('accept_length_server'), '.2f')}),"
+        f" greedy agreement {_fmt(data.get('agreement'), '.0%')}.",
+        "",
+    ]
+    if data["failures"]:
+        lines += ["## Failures", "", *[f"- {f}" for f in data["failures"]], ""]
+    if history:
+        lines += [
+            "## History of this stack",
+            "",
+            "| time | verdict | image | baseline tok/s | EAGLE-3 tok/s | speedup | accept length |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for rec in list(history)[-20:]:
+            digest = (rec.get("image") or {}).get("digest") or ""
+            lines.append(
+                f"| {rec.get('time')} | {rec.get('verdict')} | `{digest[:19]}` | "
+                f"{_fmt((rec.get('baseline') or {}).get('tokens_per_s'))} | "
+                f"{_fmt((rec.get('eagle3') or {}).get('tokens_per_s'))} | "
+                f"{_fmt(rec.get('speedup'), '.2f', 'x')} | {_fmt(rec.get('accept_length'), '.2f')} |"
+            )
+        lines.append("")
+    return "\n".join(lines)

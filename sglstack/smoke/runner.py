@@ -1,0 +1,269 @@
+"""The side effects of a smoke run: the image, the two server containers, the requests, history, report.
+
+Each server runs in `running_container`, which removes it on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import DeviceRequest, Ulimit
+
+from ..dockerhost import docker_client, running_container
+from ..errors import SmokeError
+from ..matrix import Stack
+from . import history as hist
+from .client import SGLangClient
+from .gates import evaluate
+from .measure import ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
+from .plan import RUN_KINDS, ContainerPlan, SmokeOptions, container_plan, docker_host_name, is_local_docker_host
+from .report import SmokeReport, write_report
+from .workload import prompt_set, run_phase, warm_up
+
+NAME_PREFIX = "sglstack-smoke"
+LOG_TAIL_LINES = 15
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Log | None = None) -> SmokeReport:
+    """Serve `image` as a baseline and as an EAGLE-3 server, measure both, gate, record, report."""
+    log = log or _stderr
+    engine = docker_client(options.docker_host)
+    image_info = resolve_image(engine, image, pull=options.pull)
+    log(f"smoke: image {image} ({image_info['digest']})")
+
+    runs: dict[str, ServerRun] = {}
+    for kind in RUN_KINDS:
+        if any(r.failure for r in runs.values()):
+            log(f"smoke: {kind} skipped: the baseline server failed")
+            runs[kind] = ServerRun(kind=kind, started=False)
+            continue
+        plan = container_plan(options, image_info["id"], kind)
+        log(f"smoke: {kind}: {' '.join(plan.command)}")
+        runs[kind] = serve_and_measure(engine, plan, options, log)
+
+    baseline, eagle3 = runs["baseline"], runs["eagle3"]
+    share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
+    history_file = hist.history_path(options.build_dir, stack.name if stack else None)
+    records = [] if options.no_history else hist.read_history(history_file)
+    fingerprint = options.fingerprint()
+    verdict = evaluate(options.gates, baseline, eagle3, share, hist.last_passing(records, fingerprint))
+
+    data: dict[str, Any] = {
+        "verdict": "pass" if verdict.passed else "fail",
+        "failures": list(verdict.failures),
+        "stack": stack.name if stack else None,
+        "image": image_info,
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "baseline": baseline.to_dict(),
+        "eagle3": eagle3.to_dict(),
+        "speedup": verdict.speedup,
+        "accept_length": verdict.accept_length,
+        "agreement": verdict.agreement,
+        "gates": options.gates.model_dump(),
+        "options": options.describe(),
+        "commands": {k: list(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
+        "history_file": None if options.no_history else str(history_file),
+    }
+    if not options.no_history:
+        hist.append_record(history_file, hist.history_record(data, fingerprint))
+        records.append(hist.history_record(data, fingerprint))
+    report = SmokeReport(data=data, history=tuple(records))
+    report_path = (
+        Path(options.report)
+        if options.report
+        else Path(options.build_dir) / (stack.name if stack else hist.NO_STACK) / "smoke-report.json"
+    )
+    paths = write_report(report, report_path)
+    log(f"smoke: report {paths['json']} ({paths['markdown'].name}, {paths['chart'].name})")
+    return report
+
+
+# ---- the image -------------------------------------------------------------------------------------
+
+
+def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -> dict[str, Any]:
+    """Find (or pull) `ref` on the engine; return its ref, digest and id. A digest ref is its own digest."""
+    try:
+        img = engine.images.get(ref)
+    except docker.errors.ImageNotFound:
+        if not pull:
+            raise SmokeError(f"image {ref}: not found on the Docker host") from None
+        try:
+            img = engine.images.pull(ref)
+        except docker.errors.APIError as exc:
+            reason = (exc.explanation or str(exc)).splitlines()[0][:200]
+            raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+    except docker.errors.APIError as exc:
+        raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
+    repo_digests = list(img.attrs.get("RepoDigests") or [])
+    if "@sha256:" in ref:
+        digest = ref.split("@", 1)[1]
+    else:
+        repo = _repository(ref)
+        match = [d for d in repo_digests if d.split("@", 1)[0] == repo]
+        digest = (match or repo_digests or [f"@{img.id}"])[0].split("@", 1)[1]
+    return {"ref": ref, "digest": digest, "id": img.id, "repo_digests": repo_digests}
+
+
+def _repository(ref: str) -> str:
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in last else name
+
+
+# ---- one server --------------------------------------------------------------------------------------
+
+
+def docker_run_kwargs(plan: ContainerPlan) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "environment": dict(plan.environment),
+        "ipc_mode": plan.ipc_mode,
+        "shm_size": plan.shm_size,
+        "ulimits": [Ulimit(name=name, soft=soft, hard=hard) for name, soft, hard in plan.ulimits],
+        "ports": {f"{plan.container_port}/tcp": (plan.bind_address, None)},
+        "volumes": list(plan.binds),
+    }
+    if plan.gpus > 0:
+        kwargs["device_requests"] = [DeviceRequest(count=plan.gpus, capabilities=[["gpu"]])]
+    return kwargs
+
+
+def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
+    try:
+        cm = running_container(
+            engine,
+            plan.image,
+            command=list(plan.command),
+            name_prefix=NAME_PREFIX,
+            labels=plan.labels,
+            **docker_run_kwargs(plan),
+        )
+        with cm as container:
+            return _measure_in(container, plan, options, log)
+    except docker.errors.APIError as exc:
+        reason = (exc.explanation or str(exc)).splitlines()[0][:300]
+        return ServerRun(kind=plan.kind, started=False, failure=f"the container could not start: {reason}")
+
+
+def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
+    start = time.monotonic()
+    client, failure = wait_until_healthy(container, plan, options)
+    if failure:
+        log(f"smoke: {plan.kind}: {failure.splitlines()[0]}")
+        tail = log_tail(container)
+        for line in tail:
+            log(f"  | {line}")
+        one_line = failure + ("; last log lines: " + " | ".join(tail[-5:]) if tail else "")
+        return ServerRun(kind=plan.kind, started=False, failure=one_line)
+    assert client is not None
+    startup = time.monotonic() - start
+    log(f"smoke: {plan.kind}: healthy after {startup:.1f}s; warming up")
+    try:
+        warm_up(client, options.max_new_tokens)
+        prompts = prompt_set(options.num_prompts)
+        single, single_results = run_phase(client, prompts, 1, options.max_new_tokens)
+        log(
+            f"smoke: {plan.kind}: concurrency 1: {single.tokens_per_s:.1f} tok/s per stream, "
+            f"TTFT {single.ttft_s or 0:.3f}s, {single.completed}/{single.requests} completed"
+        )
+        concurrent, results_n = None, []
+        if options.concurrency > 1:
+            many = prompt_set(max(options.num_prompts, options.concurrency))
+            concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
+            log(
+                f"smoke: {plan.kind}: concurrency {options.concurrency}: "
+                f"{concurrent.aggregate_tokens_per_s:.1f} tok/s aggregate, "
+                f"{concurrent.tokens_per_s:.1f} tok/s per stream"
+            )
+        try:
+            server_info: dict[str, Any] | None = client.server_info()
+        except Exception:
+            server_info = None
+    finally:
+        client.close()
+    speculative = plan.kind == "eagle3"
+    return ServerRun(
+        kind=plan.kind,
+        started=True,
+        startup_s=startup,
+        single=single,
+        concurrent=concurrent,
+        outputs={r.prompt: r.text for r in single_results if r.ok},
+        accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
+        accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
+    )
+
+
+def wait_until_healthy(
+    container: Container, plan: ContainerPlan, options: SmokeOptions
+) -> tuple[SGLangClient | None, str | None]:
+    """Poll /health_generate until 200; stop at once if the container exits (crash, OOM kill)."""
+    deadline = time.monotonic() + options.timeout
+    client: SGLangClient | None = None
+    last_status: int | None = None
+    interval = 0.2
+    while True:
+        container.reload()
+        state = container.attrs.get("State") or {}
+        if state.get("Status") in ("exited", "dead"):
+            code = state.get("ExitCode")
+            why = " (OOM-killed)" if state.get("OOMKilled") else ""
+            if client:
+                client.close()
+            return None, f"the server exited with code {code}{why} before it was healthy"
+        if client is None:
+            port = _published_port(container, plan.container_port)
+            if port:
+                client = SGLangClient(
+                    f"http://{_server_host(options)}:{port}", timeout=options.request_timeout, api_key=_api_key(plan)
+                )
+        if client is not None:
+            remaining = deadline - time.monotonic()
+            last_status = client.health_generate(timeout=max(1.0, min(30.0, remaining)))
+            if last_status == 200:
+                return client, None
+        if time.monotonic() >= deadline:
+            if client:
+                client.close()
+            answer = f"last answered {last_status}" if last_status else "never answered"
+            return None, f"not healthy after {options.timeout:g}s (/health_generate {answer})"
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 2.0)
+
+
+def _published_port(container: Container, container_port: int) -> int | None:
+    bindings = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    for binding in bindings.get(f"{container_port}/tcp") or []:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def _server_host(options: SmokeOptions) -> str:
+    return "127.0.0.1" if is_local_docker_host(options.docker_host) else docker_host_name(options.docker_host or "")
+
+
+def _api_key(plan: ContainerPlan) -> str | None:
+    command = list(plan.command)
+    return command[command.index("--api-key") + 1] if "--api-key" in command[:-1] else None
+
+
+def log_tail(container: Container, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        raw = container.logs(stdout=True, stderr=True, tail=lines)
+    except docker.errors.APIError:
+        return []
+    return [line for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Docker engine, a BuildKit-capable CLI, the CA bundle for PyPI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from sglstack.dockerhost import docker_client as make_client
+
+    return make_client()
+
+
+@pytest.fixture(scope="session")
+def docker_cli() -> str:
+    """The BuildKit-capable CLI (Debian's 20.10 one here; the CLI first on PATH may lack buildx)."""
+    cli = os.environ.get("SGLSTACK_DOCKER_CLI") or ("/usr/bin/docker" if Path("/usr/bin/docker").exists()
+                                                      else shutil.which("docker"))
+    assert cli, "no docker CLI found: run .ci/provision.sh"
+    return cli
+
+
+@pytest.fixture(scope="session")
+def ca_bundle() -> Path:
+    """The CA bundle that lets containers reach PyPI through the intercepting proxy."""
+    path = Path(os.environ.get("PIP_CERT") or os.environ.get("SGLSTACK_CA_BUNDLE")
+                or "/etc/ssl/certs/ca-certificates.crt")
+    assert path.is_file(), f"CA bundle {path} missing"
+    return path
+
+
+SGLANG_DOUBLE_IMAGE = "sglstack-test/sglang-double:latest-test"
+
+
+@pytest.fixture(scope="session")
+def sglang_double_image(docker_cli: str, repo_root: Path) -> str:
+    """The CPU SGLang test double (tests/doubles/sglang-double), built once per session with BuildKit.
+
+    It runs the production command `python3 -m sglang.launch_server ...`; SGLANG_DOUBLE_* env vars script
+    its speed, acceptance and failures (see its http_server.py).
+    """
+    import subprocess
+
+    context = repo_root / "tests" / "doubles" / "sglang-double"
+    proc = subprocess.run([docker_cli, "build", "-q", "-t", SGLANG_DOUBLE_IMAGE, str(context)],
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, f"building the SGLang double failed:\n{proc.stderr[-3000:]}"
+    return SGLANG_DOUBLE_IMAGE

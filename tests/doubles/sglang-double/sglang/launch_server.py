@@ -1,0 +1,9 @@
+"""`python3 -m sglang.launch_server ...`: parse the real flags, then serve the double's HTTP API."""
+
+import sys
+
+from sglang.srt.entrypoints.http_server import launch_server
+from sglang.srt.server_args import parse_server_args
+
+if __name__ == "__main__":
+    launch_server(parse_server_args(sys.argv[1:]))

@@ -1,0 +1,380 @@
+"""The double's HTTP server: SGLang 0.5.9's routes and JSON fields, with scripted speed and failures.
+
+Behaviour comes from the environment (all optional):
+  SGLANG_DOUBLE_TOKENS_PER_S      decode speed of one stream without speculation (default 1500)
+  SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 1.4)
+  SGLANG_DOUBLE_ACCEPT_LENGTH     tokens per verify step under speculation (default 3.0)
+  SGLANG_DOUBLE_DIVERGE           share of prompts whose greedy text differs under speculation (default 0)
+  SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005)
+  SGLANG_DOUBLE_BATCH_SLOWDOWN    per-stream slowdown per extra running request (default 0.02)
+  SGLANG_DOUBLE_STARTUP_DELAY_S   seconds of 503 from /health* before ready (default 0.3)
+  SGLANG_DOUBLE_CRASH_AT_START    exit 1 with a traceback while loading
+  SGLANG_DOUBLE_NEVER_HEALTHY     stay in the starting state (503) forever
+The last two take "1" (always), "speculative" or "baseline" (only that kind of server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang import __version__
+
+VOCAB = (
+    "the",
+    "model",
+    "token",
+    "draft",
+    "verify",
+    "cache",
+    "kernel",
+    "graph",
+    "batch",
+    "tensor",
+    "layer",
+    "expert",
+    "route",
+    "decode",
+    "prefill",
+    "accept",
+    "stream",
+    "server",
+    "weight",
+    "shard",
+)
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def _applies(name: str, speculative: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value == "speculative":
+        return speculative
+    if value == "baseline":
+        return not speculative
+    return True
+
+
+def _log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+class Engine:
+    """Deterministic greedy "generation" paced by sleeps; counts speculative steps like the scheduler."""
+
+    def __init__(self, server_args: dict) -> None:
+        self.server_args = server_args
+        self.speculative = bool(server_args.get("speculative_algorithm"))
+        self.tokens_per_s = _env_float("SGLANG_DOUBLE_TOKENS_PER_S", 1500.0)
+        if self.speculative:
+            self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 1.4)
+        self.accept_length = max(1.0, _env_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 3.0)) if self.speculative else 1.0
+        self.diverge = _env_float("SGLANG_DOUBLE_DIVERGE", 0.0) if self.speculative else 0.0
+        self.ttft_s = _env_float("SGLANG_DOUBLE_TTFT_S", 0.005)
+        self.batch_slowdown = _env_float("SGLANG_DOUBLE_BATCH_SLOWDOWN", 0.02)
+        self.lock = threading.Lock()
+        self.running = 0
+        self.spec_total_tokens = 0
+        self.spec_total_steps = 0
+        self.last_gen_throughput = 0.0
+        self.ready = False
+
+    def token(self, prompt: str, index: int) -> tuple[int, str]:
+        salt = "draft-drift" if self.diverge and index >= 4 and self._diverges(prompt) else "greedy"
+        digest = hashlib.sha256(f"{salt}|{prompt}|{index}".encode()).digest()
+        token_id = int.from_bytes(digest[:4], "big") % 150000
+        return token_id, " " + VOCAB[token_id % len(VOCAB)]
+
+    def _diverges(self, prompt: str) -> bool:
+        bucket = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:2], "big") / 65536
+        return bucket < self.diverge
+
+    def steps(self, max_new_tokens: int) -> list[int]:
+        """Tokens emitted per forward step: 1 each without speculation, ~accept_length each with it."""
+        sizes, emitted, credit = [], 0, 0.0
+        while emitted < max_new_tokens:
+            credit += self.accept_length
+            size = max(1, min(int(credit), max_new_tokens - emitted))
+            credit -= size
+            sizes.append(size)
+            emitted += size
+        return sizes
+
+    def generate(self, prompt: str, max_new_tokens: int):
+        """Yield (cumulative output ids, cumulative text, verify steps so far, finished)."""
+        with self.lock:
+            self.running += 1
+        try:
+            start = time.perf_counter()
+            time.sleep(self.ttft_s)
+            ids: list[int] = []
+            text = ""
+            due = time.perf_counter()
+            sizes = self.steps(max_new_tokens)
+            for step, size in enumerate(sizes, start=1):
+                with self.lock:
+                    rate = self.tokens_per_s / (1.0 + self.batch_slowdown * (self.running - 1))
+                due += size / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                for _ in range(size):
+                    token_id, piece = self.token(prompt, len(ids))
+                    ids.append(token_id)
+                    text += piece
+                yield ids, text, step, step == len(sizes)
+            elapsed = time.perf_counter() - start
+            with self.lock:
+                self.last_gen_throughput = len(ids) / elapsed if elapsed > 0 else 0.0
+                if self.speculative:
+                    self.spec_total_tokens += len(ids)
+                    self.spec_total_steps += len(sizes)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def internal_state(self) -> dict:
+        state = {
+            **self.server_args,
+            "last_gen_throughput": self.last_gen_throughput,
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 65536, "graph": 0.0},
+            "effective_max_running_requests_per_dp": self.server_args.get("max_running_requests") or 256,
+        }
+        with self.lock:
+            if self.speculative and self.spec_total_steps > 0:
+                state["avg_spec_accept_length"] = self.spec_total_tokens / self.spec_total_steps
+        return state
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    engine: Engine
+
+    def log_message(self, format: str, *args) -> None:
+        _log("INFO:     " + (format % args))
+
+    # ---- plumbing ---------------------------------------------------------------------------------
+
+    def _send(self, status: int, body: object = None, *, content_type: str = "application/json") -> None:
+        payload = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _json_body(self) -> dict | None:
+        length = int(self.headers.get("content-length") or 0)
+        try:
+            return json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError as exc:
+            self._send(400, {"detail": [{"type": "json_invalid", "msg": f"JSON decode error: {exc}"}]})
+            return None
+
+    def _authorized(self) -> bool:
+        key = self.engine.server_args.get("api_key")
+        if key and self.headers.get("authorization") != f"Bearer {key}":
+            self._send(401, {"error": "Unauthorized"})
+            return False
+        return True
+
+    # ---- routes -----------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            self._send(200 if self.engine.ready else 503)
+        elif not self._authorized():
+            return
+        elif path in ("/get_server_info", "/server_info"):
+            self._send(
+                200,
+                {**self.engine.server_args, "internal_states": [self.engine.internal_state()], "version": __version__},
+            )
+        elif path in ("/get_model_info", "/model_info"):
+            args = self.engine.server_args
+            self._send(
+                200,
+                {
+                    "model_path": args["model_path"],
+                    "tokenizer_path": args["tokenizer_path"],
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                    "weight_version": "default",
+                    "has_image_understanding": False,
+                    "has_audio_understanding": False,
+                    "model_type": "kimi_k25",
+                    "architectures": ["KimiK25ForConditionalGeneration"],
+                },
+            )
+        elif path == "/v1/models":
+            name = self.engine.server_args.get("served_model_name") or self.engine.server_args["model_path"]
+            self._send(
+                200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "sglang", "root": name}]}
+            )
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path not in ("/generate", "/v1/chat/completions"):
+            self._send(404, {"detail": "Not Found"})
+            return
+        if not self._authorized():
+            return
+        if not self.engine.ready:
+            self._send(503, {"error": {"message": "The server is not ready"}})
+            return
+        body = self._json_body()
+        if body is None:
+            return
+        if path == "/generate":
+            self._generate(body)
+        else:
+            self._chat(body)
+
+    do_PUT = do_POST
+
+    def _meta_info(
+        self, rid: str, prompt: str, ids: list[int], steps: int, finished: bool, created: float, max_new_tokens: int
+    ) -> dict:
+        meta = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": max_new_tokens} if finished else None,
+            "prompt_tokens": len(prompt.split()),
+            "weight_version": "default",
+            "total_retractions": 0,
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+        }
+        if finished:
+            meta["e2e_latency"] = time.time() - created
+            if self.engine.speculative and steps > 0:
+                num_guess = (self.engine.server_args.get("speculative_num_draft_tokens") or 4) - 1
+                accepted = len(ids) - steps
+                meta.update(
+                    {
+                        "spec_accept_rate": accepted / (steps * num_guess) if num_guess else 0.0,
+                        "spec_accept_length": len(ids) / steps,
+                        "spec_accept_token_num": accepted,
+                        "spec_draft_token_num": steps * num_guess,
+                        "spec_verify_ct": steps,
+                    }
+                )
+        return meta
+
+    def _generate(self, body: dict) -> None:
+        text = body.get("text")
+        if text is None and body.get("input_ids") is not None:
+            text = " ".join(str(i) for i in body["input_ids"])
+        if not isinstance(text, str):
+            self._send(400, {"error": {"message": "Either text or input_ids should be provided as a string"}})
+            return
+        params = body.get("sampling_params") or {}
+        max_new_tokens = int(params.get("max_new_tokens", 128))
+        rid = body.get("rid") or uuid.uuid4().hex
+        created = time.time()
+        if not body.get("stream"):
+            *_, last = self.engine.generate(text, max_new_tokens)
+            ids, out, steps, _ = last
+            self._send(
+                200,
+                {
+                    "text": out,
+                    "output_ids": ids,
+                    "meta_info": self._meta_info(rid, text, ids, steps, True, created, max_new_tokens),
+                },
+            )
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for ids, out, steps, finished in self.engine.generate(text, max_new_tokens):
+            chunk = {
+                "text": out,
+                "output_ids": list(ids),
+                "meta_info": self._meta_info(rid, text, ids, steps, finished, created, max_new_tokens),
+            }
+            self._write_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _chat(self, body: dict) -> None:
+        messages = body.get("messages") or []
+        prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)
+        *_, last = self.engine.generate(prompt, max_tokens)
+        ids, out, _, _ = last
+        prompt_tokens = len(prompt.split())
+        self._send(
+            200,
+            {
+                "id": uuid.uuid4().hex,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "default"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": out, "reasoning_content": None, "tool_calls": None},
+                        "logprobs": None,
+                        "finish_reason": "length",
+                        "matched_stop": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + len(ids),
+                    "completion_tokens": len(ids),
+                    "prompt_tokens_details": None,
+                },
+                "metadata": {"weight_version": "default"},
+            },
+        )
+
+
+def launch_server(server_args: dict) -> None:
+    engine = Engine(server_args)
+    speculative = engine.speculative
+    _log(f"server_args={server_args}")
+    httpd = ThreadingHTTPServer((server_args["host"], server_args["port"]), type("H", (Handler,), {"engine": engine}))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _log(f"INFO:     Uvicorn running on http://{server_args['host']}:{server_args['port']} (Press CTRL+C to quit)")
+    _log(f"Load weight begin. avail mem=0.00 GB (double, tp_size={server_args['tp_size']})")
+    time.sleep(_env_float("SGLANG_DOUBLE_STARTUP_DELAY_S", 0.3))
+    if _applies("SGLANG_DOUBLE_CRASH_AT_START", speculative):
+        _log("Scheduler hit an exception: Traceback (most recent call last):")
+        _log('  File "sglang/srt/managers/scheduler.py", line 2960, in run_scheduler_process')
+        _log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB (simulated by the double)")
+        sys.exit(1)
+    if _applies("SGLANG_DOUBLE_NEVER_HEALTHY", speculative):
+        _log("Capture cuda graph begin. This can take up to several minutes.")
+        while True:
+            time.sleep(3600)
+    engine.ready = True
+    _log("The server is fired up and ready to roll!")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        httpd.shutdown()

