@@ -283,12 +283,13 @@ def _int_or_none(value):
         "node-rank": "this node's rank (0 serves the API)",
         "dist-init-addr": "HOST:PORT of node 0 (multi-node)",
         "wait-timeout": "seconds to wait for /health (default: start period + healthcheck retries)",
+        "health-interval": "seconds between healthchecks (default 30)",
     },
 )
 @_user_errors
 def deploy(c, stack, stacks_file=DEFAULT_STACKS, digest=None, image=None, docker_host=None, eagle3=True,
            gpus=True, port=None, hf_cache=None, start_period=None, restart="unless-stopped", env_file=None,
-           nnodes=1, node_rank=0, dist_init_addr=None, wait_timeout=None):
+           nnodes=1, node_rank=0, dist_init_addr=None, wait_timeout=None, health_interval=30):
     """Deploy a published stack with compose, wait until /health answers, record it."""
     from sglstack.deploy import deploy_command
 
@@ -296,7 +297,7 @@ def deploy(c, stack, stacks_file=DEFAULT_STACKS, digest=None, image=None, docker
                    gpus=gpus, port=_int_or_none(port), hf_cache=hf_cache,
                    start_period=_int_or_none(start_period), restart=restart, env_file=env_file, nnodes=nnodes,
                    node_rank=node_rank, dist_init_addr=dist_init_addr,
-                   wait_timeout=_int_or_none(wait_timeout))
+                   wait_timeout=_int_or_none(wait_timeout), health_interval=health_interval)
 
 
 @task(help={"stack": "only this stack (default: all)", "docker-host": "Docker engine URL"})

@@ -43,6 +43,9 @@ class BuildOptions:
     docker_host: str | None = None
     out_dir: Path | None = None
     show_progress: bool = True
+    registry: str | None = None  # where to look for an already-built candidate (default: the stack's)
+    check_registry: bool = True
+    patches_dir: Path | None = None
 
     @property
     def effective_target(self) -> str:
@@ -133,7 +136,8 @@ def build_secrets(ca_bundle: Path | None) -> Iterator[dict[str, Path]]:
         yield secrets
 
 
-def _container_output(client, image: str, command: list[str], *, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def _container_output(client, image: str, command: list[str], *,
+                      env: dict[str, str] | None = None) -> tuple[int, str, str]:
     from .dockerhost import running_container
 
     with running_container(client, image, command=command, name_prefix="sglstack-verify", entrypoint=[],
@@ -213,6 +217,34 @@ def existing_verified_image(client, tag: str, digest: str) -> str | None:
     return None
 
 
+def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str | None:
+    """The candidate of this config in the target registry, as `repo@sha256:...`, if it is there.
+
+    A registry that cannot be reached is not an error here: the build simply goes ahead.
+    """
+    import requests
+
+    from .errors import RegistryError
+    from .publish import target_repository
+    from .registry import RegistryClient, resolve_credentials
+    from .tags import release_tags
+
+    try:
+        repo = target_repository(stack, options.registry)
+        candidate = release_tags(stack, digest, dt.date.today()).candidate
+        client = RegistryClient(repo.registry, credentials=resolve_credentials(repo.registry), attempts=1,
+                                timeout_s=3.0)
+        found = client.manifest_digest(repo.path, candidate)
+        if not found:
+            return None
+        labels = (client.image_config(repo.path, found).get("config") or {}).get("Labels") or {}
+    except (RegistryError, requests.RequestException, OSError):
+        return None
+    if labels.get(CONFIG_HASH_LABEL) == digest and labels.get(VERIFIED_LABEL) == "true":
+        return repo.ref(found)
+    return None
+
+
 def write_record(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -230,7 +262,8 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     out_dir = options.out_dir or Path("build") / stack.name
     target = options.effective_target
     with timer.phase("render"):
-        rendered = write_build_context(stack, out_dir)
+        rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
+                    else write_build_context(stack, out_dir))
         platform = stack.platforms[0] if len(stack.platforms) == 1 else None
         digest = compute_config_hash(rendered, target, platform)
     tag = local_tag(stack, digest, target)
@@ -241,6 +274,14 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
             console.print(f"[green]{stack.name}[/]: {tag} already built from config {digest[:12]} "
                           f"({found[:19]}): skipping the build (--force rebuilds)")
             return BuildResult(stack.name, target, digest, found, tag, True, out_dir / "record.json", "none")
+        remote = image_in_registry(stack, digest, options) if options.check_registry and target == FINAL_TARGET \
+            else None
+        if remote:
+            console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {digest[:12]}: "
+                          f"pulling it instead of rebuilding (--force rebuilds)")
+            image = client.images.pull(remote)
+            image.tag(tag)
+            return BuildResult(stack.name, target, digest, image.id, tag, True, out_dir / "record.json", "none")
     builder = detect_builder(options.docker_cli)
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {digest[:12]}) "
                   f"with {builder.describe()}")
@@ -340,7 +381,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
 
     stack = load_matrix(stacks_file).get(stack_name)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host)
+                           docker_cli=docker_cli, docker_host=docker_host, registry=registry)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
     if dry_run:

@@ -262,3 +262,18 @@ def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: Compo
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+def render_compose_files(
+    stack: Stack, out_dir: Path, image_ref: str | None = None, *, options: ComposeOptions | None = None
+) -> list[Path]:
+    """What `invoke render` writes next to the Dockerfile: the compose file(s) and the env example.
+
+    Without `image_ref`: the stack's current published digest, else (never published) its moving tag,
+    which `invoke deploy` replaces with a digest.
+    """
+    if image_ref is None:
+        from .deploy import published_image_ref
+
+        image_ref = published_image_ref(stack.name) or f"{stack.publish.repository}:{stack.name}"
+    return write_compose(stack, image_ref, out_dir, options=options)

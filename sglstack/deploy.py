@@ -7,6 +7,7 @@ appended to `build/<stack>/deployments.jsonl`; `rollback` redeploys the previous
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -26,12 +27,18 @@ import docker.errors
 import requests
 
 from . import compose as cmp
-from .dockerhost import docker_client
+from .dockerhost import docker_client, image_exists
 from .errors import DeployError, DockerUnavailable
-from .matrix import REPO_ROOT, Stack, load_matrix
+from .matrix import Stack, load_matrix
 
-BUILD_ROOT = REPO_ROOT / "build"
 RECORDS_FILE = "deployments.jsonl"
+
+
+def default_build_root() -> Path:
+    """build/ (or SGLSTACK_BUILD_DIR), as for the build and publish records."""
+    return Path(os.environ.get("SGLSTACK_BUILD_DIR", "build"))
+
+
 LOG_TAIL_LINES = 40
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
@@ -180,12 +187,16 @@ def read_records(build_root: Path, stack_name: str) -> list[DeploymentRecord]:
 
 
 def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
-    """The healthy deployment before the current one, with a different image (pure)."""
-    served = [r for r in records if r.action in ("deploy", "rollback") and r.result == "healthy"]
-    if not served:
+    """What `rollback` redeploys (pure): after a failed deploy, the last healthy one (the failure took
+    it down); otherwise the healthy deployment before the current one, with a different image."""
+    served = [r for r in records if r.action in ("deploy", "rollback")]
+    healthy = [r for r in served if r.result == "healthy"]
+    if not healthy:
         return None
-    current = served[-1]
-    for record in reversed(served[:-1]):
+    if served[-1].result != "healthy":
+        return healthy[-1]
+    current = healthy[-1]
+    for record in reversed(healthy[:-1]):
         if (record.image, record.digest) != (current.image, current.digest):
             return record
     return None
@@ -194,44 +205,24 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 # ---- image references ------------------------------------------------------------------------------
 
 
-def published_image_ref(stack_name: str, build_root: Path = BUILD_ROOT) -> str | None:
-    """The last published `repo@sha256:...` of a stack, from the publish records (JSON lines under build/).
+def published_image_ref(stack_name: str, build_root: Path | None = None) -> str | None:
+    """The stack's current published `repo@sha256:...`, from the publish records (build/publish/records.jsonl):
+    the digest of its last `published` or `rollback` event."""
+    from .publish import read_records as read_publish_records
+    from .publish import records_path as publish_records_path
 
-    Tolerant of the record layout: any `*publish*.jsonl` under build/ or build/<stack>/ whose entries name
-    the stack (or live in its folder) and carry either a full `repo@digest` reference or repository + digest.
-    """
-    files = sorted(build_root.glob(f"{stack_name}/*publish*.jsonl")) + sorted(build_root.glob("*publish*.jsonl"))
     found: str | None = None
-    for path in files:
-        in_stack_dir = path.parent.name == stack_name
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(entry, dict) or (entry.get("stack", stack_name if in_stack_dir else None) != stack_name):
-                continue
-            if entry.get("ok") is False or entry.get("result") in ("failed", "error"):
-                continue
-            ref = _ref_from_publish_entry(entry)
-            if ref:
-                found = ref
+    for entry in read_publish_records(publish_records_path(build_root or default_build_root())):
+        if entry.get("stack") != stack_name or entry.get("event") not in ("published", "rollback"):
+            continue
+        digest, repo = entry.get("digest"), entry.get("repository")
+        if isinstance(digest, str) and DIGEST_RE.match(digest) and isinstance(repo, str):
+            found = f"{repo}@{digest}"
     return found
 
 
-def _ref_from_publish_entry(entry: Mapping[str, object]) -> str | None:
-    for key in ("ref", "image_ref", "pinned", "image", "reference"):
-        value = entry.get(key)
-        if isinstance(value, str) and "@sha256:" in value:
-            return value
-    digest, repo = entry.get("digest"), entry.get("repository") or entry.get("repo")
-    if isinstance(digest, str) and DIGEST_RE.match(digest) and isinstance(repo, str):
-        return f"{repo}@{digest}"
-    return None
-
-
 def resolve_image_ref(
-    stack: Stack, *, digest: str | None = None, image: str | None = None, build_root: Path = BUILD_ROOT
+    stack: Stack, *, digest: str | None = None, image: str | None = None, build_root: Path | None = None
 ) -> str:
     """--image as given; --digest D as `<publish.repository>@D`; else the stack's last published digest."""
     if image and digest:
@@ -247,7 +238,8 @@ def resolve_image_ref(
     ref = published_image_ref(stack.name, build_root)
     if ref is None:
         raise DeployError(
-            f"stack '{stack.name}': no published digest recorded under {_display(build_root)}; "
+            f"stack '{stack.name}': no published digest in "
+            f"{_display((build_root or default_build_root()) / 'publish')}; "
             "publish it first, or pass --digest/--image"
         )
     return ref
@@ -304,7 +296,7 @@ class Deployment:
     """Where a stack's deployment lives: its build folder, compose project and Docker host."""
 
     stack: Stack
-    build_root: Path = BUILD_ROOT
+    build_root: Path = field(default_factory=default_build_root)
     project: str | None = None
     docker_host: str | None = None
 
@@ -337,45 +329,24 @@ def deploy(
     _ensure_env_file(dep.out_dir, options, say)
     say(f"rendered {_display(compose_file)} (+ {', '.join(p.name for p in written if p != compose_file)})")
 
+    # Validate before `up`: a file compose rejects must not take the running deployment down.
     checked = compose.run(project, [compose_file], ["config", "-q"], docker_host=dep.docker_host)
     if checked.returncode != 0:
-        raise DeployError(f"{_display(compose_file)}: compose config rejected it: {_last_line(checked.stderr)}")
+        raise DeployError(f"{_display(compose_file)}: compose rejected it: {_error_line(checked.stderr)}")
 
+    if not image_exists(client, image_ref):
+        # Pull before `up`: an image that cannot be fetched must not take the running deployment down.
+        say(f"pulling {image_ref}")
+        pulled = compose.run(project, [compose_file], ["pull", cmp.SERVICE], docker_host=dep.docker_host)
+        if pulled.returncode != 0 or not image_exists(client, image_ref):
+            raise DeployError(
+                f"stack '{stack.name}': cannot pull {image_ref}: {_error_line(pulled.stderr)} (nothing was changed)"
+            )
     digest, image_id = image_identity(client, image_ref)
-    say(f"deploying stack '{stack.name}' as project {project}: {image_ref}")
-    up = compose.run(
-        project, [compose_file], ["up", "-d", "--remove-orphans", "--no-build"], docker_host=dep.docker_host
-    )
-    if up.returncode != 0:
-        hint = (
-            " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
-            if ("device driver" in up.stderr and options.gpus)
-            else ""
-        )
-        _fail(dep, compose, compose_file, f"`up` failed: {_last_line(up.stderr)}{hint}", extra=up.stderr)
-
-    start_period = options.start_period_s if options.start_period_s is not None else int(stack.smoke.timeout_s)
-    limit = (
-        wait_timeout_s
-        if wait_timeout_s is not None
-        else (
-            start_period
-            + options.healthcheck_interval_s * (options.healthcheck_retries + 1)
-            + options.healthcheck_timeout_s
-            + 30
-        )
-    )
-    verdict, detail = _wait_healthy(client, dep, limit, say)
-    if verdict != "healthy":
-        _fail(dep, compose, compose_file, detail)
-    if _is_local(dep.docker_host) and options.nnodes == 1:
-        port = stack.smoke.port if options.port is None else options.port
-        _probe_http(dep, compose, compose_file, f"http://127.0.0.1:{port}/health")
-
-    record = DeploymentRecord(
+    attempt = DeploymentRecord(
         stack=stack.name,
         action=action,
-        result="healthy",
+        result="failed",
         image=image_ref,
         digest=digest,
         image_id=image_id,
@@ -387,6 +358,30 @@ def deploy(
         compose_file=compose_file.name,
         options=options.to_record(),
     )
+    say(f"deploying stack '{stack.name}' as project {project}: {image_ref}")
+    up = compose.run(
+        project, [compose_file], ["up", "-d", "--remove-orphans", "--no-build"], docker_host=dep.docker_host
+    )
+    if up.returncode != 0:
+        hint = (
+            " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
+            if ("device driver" in up.stderr and options.gpus)
+            else ""
+        )
+        _fail(dep, compose, compose_file, attempt, f"`up` failed: {_error_line(up.stderr)}{hint}", up.stderr)
+
+    start_period = options.start_period_s if options.start_period_s is not None else int(stack.smoke.timeout_s)
+    retries_s = options.healthcheck_interval_s * (options.healthcheck_retries + 1) + options.healthcheck_timeout_s
+    limit = wait_timeout_s if wait_timeout_s is not None else start_period + retries_s + 30
+    verdict, detail = _wait_healthy(client, dep, limit, say)
+    if verdict != "healthy":
+        _fail(dep, compose, compose_file, attempt, detail)
+    if _is_local(dep.docker_host) and options.nnodes == 1:
+        port = stack.smoke.port if options.port is None else options.port
+        if not _answers_200(f"http://127.0.0.1:{port}/health"):
+            _fail(dep, compose, compose_file, attempt, f"healthy, but port {port} does not answer /health")
+
+    record = dataclasses.replace(attempt, result="healthy", time=_now())
     append_record(dep.build_root, record)
     say(
         f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
@@ -437,25 +432,45 @@ def _wait_healthy(client: docker.DockerClient, dep: Deployment, limit_s: float, 
         time.sleep(1.0)
 
 
-def _probe_http(dep: Deployment, compose: ComposeCLI, compose_file: Path, url: str) -> None:
+def _answers_200(url: str) -> bool:
     try:
-        ok = requests.get(url, timeout=10).status_code == 200
+        return requests.get(url, timeout=10).status_code == 200
     except requests.RequestException:
-        ok = False
-    if not ok:
-        _fail(dep, compose, compose_file, f"the container is healthy but {url} does not answer 200")
+        return False
 
 
-def _fail(dep: Deployment, compose: ComposeCLI, compose_file: Path, reason: str, *, extra: str = "") -> None:
-    tail = service_logs(dep, compose=compose, compose_file=compose_file, tail=LOG_TAIL_LINES)
-    if extra:
-        tail = "\n".join(filter(None, [tail, extra.strip()]))
+def _fail(
+    dep: Deployment,
+    compose: ComposeCLI,
+    compose_file: Path,
+    attempt: DeploymentRecord,
+    reason: str,
+    extra: str = "",
+) -> None:
+    """Collect the logs, take the failed service down, record the failure, raise `DeployFailed`."""
+    tail = "\n".join(filter(None, [_container_log_tail(dep, LOG_TAIL_LINES), extra.strip()]))
     compose.run(dep.project_name, [compose_file], ["down", "-v", "--remove-orphans"], docker_host=dep.docker_host)
+    earlier = [r for r in read_records(dep.build_root, dep.stack.name) if r.project == dep.project_name]
+    append_record(dep.build_root, dataclasses.replace(attempt, time=_now()))
+    hint = (
+        f"; `invoke rollback --stack {dep.stack.name}` restores the last healthy one"
+        if any(r.result == "healthy" for r in earlier)
+        else ""
+    )
     raise DeployFailed(
-        f"stack '{dep.stack.name}' (project {dep.project_name}): {reason}; removed it again "
-        f"(last {LOG_TAIL_LINES} log lines above)",
+        f"stack '{dep.stack.name}' (project {dep.project_name}): {reason}; took it down (its last log lines "
+        f"are above){hint}",
         tail,
     )
+
+
+def _container_log_tail(dep: Deployment, lines: int) -> str:
+    """The service's last log lines, through the engine (a compose CLI start costs seconds)."""
+    client = docker_client(dep.docker_host)
+    out = []
+    for c in _project_containers(client, dep.project_name, service=cmp.SERVICE):
+        out.append(c.logs(stdout=True, stderr=True, tail=lines).decode("utf-8", "replace"))
+    return "".join(out)
 
 
 def service_logs(
@@ -562,7 +577,7 @@ def _project_containers(client: docker.DockerClient, project: str, *, service: s
 
 def deployment_status(
     *,
-    build_root: Path = BUILD_ROOT,
+    build_root: Path | None = None,
     docker_host: str | None = None,
     stack: str | None = None,
     project: str | None = None,
@@ -575,6 +590,7 @@ def deployment_status(
     if project:
         label_filter.append(f"{COMPOSE_PROJECT_LABEL}={project}")
     containers = client.containers.list(all=True, filters={"label": label_filter})
+    build_root = build_root or default_build_root()
     now = now or dt.datetime.now(dt.UTC)
     rows: list[StackStatus] = []
     seen: set[tuple[str, str]] = set()
@@ -703,6 +719,14 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
+def _error_line(text: str) -> str:
+    """The line of compose's output that says what went wrong (it ends with a generic summary)."""
+    errors = [line.strip() for line in text.splitlines() if "error" in line.lower() and ":" in line]
+    if not errors:
+        return _last_line(text)
+    return re.sub(r"^ERROR: (for \S+\s+)?", "", errors[-1])[:300]
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
@@ -724,7 +748,9 @@ def _deployment(
 ) -> Deployment:
     """The deployment to act on; for logs/undeploy/rollback, project and host default to the last record's."""
     stack = load_matrix(stacks_file).get(stack_name)
-    dep = Deployment(stack=stack, build_root=build_root or BUILD_ROOT, project=project, docker_host=docker_host)
+    dep = Deployment(
+        stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host
+    )
     if from_records:
         records = read_records(dep.build_root, stack_name)
         if records:
@@ -751,6 +777,7 @@ def deploy_command(
     node_rank: int = 0,
     dist_init_addr: str | None = None,
     wait_timeout: float | None = None,
+    health_interval: int = 30,
     build_root: Path | None = None,
     project: str | None = None,
 ) -> DeploymentRecord:
@@ -767,6 +794,7 @@ def deploy_command(
         nnodes=nnodes,
         node_rank=node_rank,
         dist_init_addr=dist_init_addr,
+        healthcheck_interval_s=health_interval,
     )
     try:
         return deploy(dep, ref, options, wait_timeout_s=wait_timeout)
@@ -778,7 +806,7 @@ def deploy_command(
 def status_command(
     *, stack: str | None = None, docker_host: str | None = None, build_root: Path | None = None
 ) -> list[StackStatus]:
-    rows = deployment_status(build_root=build_root or BUILD_ROOT, docker_host=docker_host, stack=stack)
+    rows = deployment_status(build_root=build_root or default_build_root(), docker_host=docker_host, stack=stack)
     print_status(rows)
     return rows
 

@@ -40,8 +40,8 @@ class CheckRow:
 
 # ---- pure-ish pieces -------------------------------------------------------------------------------
 
-def load_specs(ids: list[str] | tuple[str, ...], patches_dir: Path = DEFAULT_PATCHES_DIR
-               ) -> list[patchkit.PatchSpec]:
+
+def load_specs(ids: list[str] | tuple[str, ...], patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[patchkit.PatchSpec]:
     try:
         return [patchkit.load_patch(patches_dir, pid) for pid in ids]
     except patchkit.PatchError as exc:
@@ -60,8 +60,9 @@ def unpack_for_patches(wheel: Path, specs: list[patchkit.PatchSpec], dest: Path)
     return dest
 
 
-def check_version(version: str, ids: list[str] | tuple[str, ...], *, policy: str = "notice",
-                  patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[CheckRow]:
+def check_version(
+    version: str, ids: list[str] | tuple[str, ...], *, policy: str = "notice", patches_dir: Path = DEFAULT_PATCHES_DIR
+) -> list[CheckRow]:
     """Apply each patch, on its own, to a temporary copy of SGLang `version`'s wheel; one row each."""
     specs = load_specs(ids, patches_dir)
     if not specs:
@@ -85,8 +86,7 @@ def check_version(version: str, ids: list[str] | tuple[str, ...], *, policy: str
             }[result.status]
             if result.status == patchkit.APPLIED and result.upstream_methods:
                 detail += f"; upstream already has {', '.join(result.upstream_methods)}"
-            rows.append(CheckRow(spec.id, version, spec.file, spec.class_name, OUTCOMES[result.status], True,
-                                 detail))
+            rows.append(CheckRow(spec.id, version, spec.file, spec.class_name, OUTCOMES[result.status], True, detail))
     return rows
 
 
@@ -94,16 +94,20 @@ def check_stack(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[C
     if not stack.patches:
         return []
     if stack.sglang.version is None:
-        raise ConfigError("builds SGLang from git: check a release with --sglang VERSION", stack=stack.name,
-                          key="sglang")
-    return check_version(stack.sglang.version, stack.patches, policy=stack.patch_policy.on_upstream,
-                         patches_dir=patches_dir)
+        raise ConfigError(
+            "builds SGLang from git: check a release with --sglang VERSION", stack=stack.name, key="sglang"
+        )
+    return check_version(
+        stack.sglang.version, stack.patches, policy=stack.patch_policy.on_upstream, patches_dir=patches_dir
+    )
 
 
 # ---- commands (called by tasks.py) -----------------------------------------------------------------
 
-def list_command(stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR,
-                 console=None) -> int:
+
+def list_command(
+    stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR, console=None
+) -> int:
     """Print every patch, its version range, its target and the stacks that use it."""
     matrix = load_matrix(stacks_file, patches_dir=patches_dir)
     specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
@@ -112,15 +116,25 @@ def list_command(stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Pat
         table.add_column(col)
     for spec in specs:
         users = [name for name, stack in matrix.stacks.items() if spec.id in stack.patches]
-        table.add_row(spec.id, str(spec.applies_to), spec.fixed_in or "-", f"{spec.file}\n{spec.class_name}",
-                      "\n".join(spec.method_names), ", ".join(users) or "-")
+        table.add_row(
+            spec.id,
+            str(spec.applies_to),
+            spec.fixed_in or "-",
+            f"{spec.file}\n{spec.class_name}",
+            "\n".join(spec.method_names),
+            ", ".join(users) or "-",
+        )
     _console(console).print(table)
     return 0
 
 
-def check_command(sglang: str | None = None, stack: str | None = None,
-                  stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR,
-                  console=None) -> int:
+def check_command(
+    sglang: str | None = None,
+    stack: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    console=None,
+) -> int:
     """`--sglang V`: every patch against that release; `--stack NAME`: the stack's patches and policy."""
     if (sglang is None) == (stack is None):
         raise PatchError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
@@ -146,18 +160,26 @@ def check_command(sglang: str | None = None, stack: str | None = None,
     return 1 if failed else 0
 
 
-def apply_command(root: str | Path, stack: str | None = None, patch: str | None = None,
-                  stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR,
-                  sglang_version: str | None = None, manifest: str | Path | None = None,
-                  console=None) -> int:
+def apply_command(
+    root: str | Path,
+    stack: str | None = None,
+    patch: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    sglang_version: str | None = None,
+    manifest: str | Path | None = None,
+    console=None,
+) -> int:
     """Apply (then verify) a stack's patches, or one patch, to ROOT, the folder holding `sglang/`."""
     root = _tree(root)
     ids, version, policy = _selection(stack, patch, stacks_file, patches_dir, sglang_version)
     try:
         version = patchkit.resolve_version(root, version)
         if version is None:
-            _console(console).print(f"[yellow]notice:[/yellow] no sglang-*.dist-info under {root} and no "
-                                    "--sglang-version: the version range and per-version hashes are not checked")
+            _console(console).print(
+                f"[yellow]notice:[/yellow] no sglang-*.dist-info under {root} and no "
+                "--sglang-version: the version range and per-version hashes are not checked"
+            )
         results = patchkit.apply_patches(root, patches_dir, ids, version, policy)
         if manifest:
             patchkit.write_manifest(manifest, results)
@@ -167,9 +189,15 @@ def apply_command(root: str | Path, stack: str | None = None, patch: str | None 
     return 0
 
 
-def verify_command(root: str | Path, stack: str | None = None, patch: str | None = None,
-                   stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR,
-                   manifest: str | Path | None = None, console=None) -> int:
+def verify_command(
+    root: str | Path,
+    stack: str | None = None,
+    patch: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    manifest: str | Path | None = None,
+    console=None,
+) -> int:
     """Verify that a stack's patches, or one patch, are in place under ROOT; change nothing."""
     root = _tree(root)
     ids, _, _ = _selection(stack, patch, stacks_file, patches_dir, None)
@@ -184,8 +212,10 @@ def verify_command(root: str | Path, stack: str | None = None, patch: str | None
 
 # ---- helpers ---------------------------------------------------------------------------------------
 
-def _selection(stack: str | None, patch: str | None, stacks_file, patches_dir: Path,
-               sglang_version: str | None) -> tuple[list[str], str | None, str]:
+
+def _selection(
+    stack: str | None, patch: str | None, stacks_file, patches_dir: Path, sglang_version: str | None
+) -> tuple[list[str], str | None, str]:
     if (stack is None) == (patch is None):
         raise PatchError("give exactly one of --stack NAME or --patch ID")
     if patch is not None:

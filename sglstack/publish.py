@@ -115,8 +115,9 @@ def parse_smoke_opts(opts: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def run_real_smoke(stack: Stack, image: str, smoke_opts: Sequence[str], *,
-                   docker_host: str | None = None) -> tuple[bool, dict[str, Any]]:
+def run_real_smoke(
+    stack: Stack, image: str, smoke_opts: Sequence[str], *, docker_host: str | None = None
+) -> tuple[bool, dict[str, Any]]:
     """The production smoke (`sglstack.smoke`) on the image by digest, on `docker_host` unless overridden."""
     from .smoke import run_smoke, smoke_options
 

@@ -81,8 +81,9 @@ def methods_text(indent: str = "    ") -> str:
     out = []
     for node in cls.body:
         if getattr(node, "name", None) in KIMI_METHODS:
-            out += [ln.replace("    ", indent, 1) if ln.strip() else ln for ln in lines[node.lineno - 1:
-                                                                                    node.end_lineno]]
+            out += [
+                ln.replace("    ", indent, 1) if ln.strip() else ln for ln in lines[node.lineno - 1 : node.end_lineno]
+            ]
     return "".join(out)
 
 

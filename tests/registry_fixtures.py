@@ -4,6 +4,7 @@ loopback port, plus a byte-counting TCP proxy and a small JWT token service."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import secrets
@@ -63,6 +64,7 @@ def htpasswd_file(path: Path, user: str, password: str) -> Path:
 
 # ---- byte-counting proxy ---------------------------------------------------------------------------
 
+
 class CountingProxy:
     """A TCP proxy in front of a registry: counts the bytes clients send to it, and the request lines."""
 
@@ -105,10 +107,8 @@ class CountingProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._stop = True
@@ -116,6 +116,7 @@ class CountingProxy:
 
 
 # ---- a JWT token service (the registry's `auth: token`) -----------------------------------------------
+
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -137,11 +138,17 @@ class TokenService:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sglstack test token signer")])
         now = dt.datetime.now(dt.UTC)
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .sign(self.key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
         self.cert_der = cert.public_bytes(serialization.Encoding.DER)
         self.bundle = workdir / "token-root.pem"
         self.bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -175,8 +182,12 @@ class TokenService:
 
     @property
     def auth(self) -> TokenAuth:
-        return TokenAuth(realm=f"http://127.0.0.1:{self.port}/token", service=self.service, issuer=self.issuer,
-                         rootcertbundle=self.bundle)
+        return TokenAuth(
+            realm=f"http://127.0.0.1:{self.port}/token",
+            service=self.service,
+            issuer=self.issuer,
+            rootcertbundle=self.bundle,
+        )
 
     def token(self, scopes: list[str]) -> str:
         from cryptography.hazmat.primitives import hashes
@@ -189,8 +200,16 @@ class TokenService:
             access.append({"type": kind, "name": name, "actions": actions.split(",")})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "RS256", "x5c": [base64.b64encode(self.cert_der).decode()]}
-        claims = {"iss": self.issuer, "sub": self.user, "aud": self.service, "exp": now + 300, "nbf": now - 10,
-                  "iat": now, "jti": secrets.token_hex(8), "access": access}
+        claims = {
+            "iss": self.issuer,
+            "sub": self.user,
+            "aud": self.service,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": secrets.token_hex(8),
+            "access": access,
+        }
         signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
         signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return f"{signing_input}.{_b64(signature)}"
@@ -200,6 +219,7 @@ class TokenService:
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def plain_registry(tmp_path_factory) -> Iterator[RunningRegistry]:
@@ -239,12 +259,17 @@ def token_registry(tmp_path_factory) -> Iterator[tuple[RunningRegistry, TokenSer
 
 @pytest.fixture(scope="session")
 def tiny_image(docker_cli, docker_client, tmp_path_factory) -> Iterator[str]:
-    """A small image built with BuildKit from debian:bookworm-slim (one few-byte layer on top)."""
+    """A one-small-layer image built with BuildKit (FROM scratch: a debian base layer costs ~20 s of
+    compression per fresh registry, and the auth tests only need some image to push)."""
     ctx = tmp_path_factory.mktemp("tiny-image")
-    (ctx / "Dockerfile").write_text("FROM debian:bookworm-slim\nARG NONCE\nRUN echo \"$NONCE\" > /sglstack-nonce\n")
+    (ctx / "nonce").write_text(secrets.token_hex(16))
+    (ctx / "Dockerfile").write_text('FROM scratch\nCOPY nonce /nonce\nCMD ["/nonce"]\n')
     tag = f"sglstack-test-publish-tiny:{secrets.token_hex(4)}"
-    subprocess.run([docker_cli, "build", "-q", "--build-arg", f"NONCE={secrets.token_hex(8)}", "-t", tag,
-                    str(ctx)], check=True, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
-                   capture_output=True)
+    subprocess.run(
+        [docker_cli, "build", "-q", "-t", tag, str(ctx)],
+        check=True,
+        capture_output=True,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )
     yield tag
     docker_client.images.remove(tag, force=True)

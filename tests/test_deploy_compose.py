@@ -183,5 +183,5 @@ def test_gpu_reservations_on_a_cpu_host_fail_with_a_hint_and_leave_nothing(
 ) -> None:
     with pytest.raises(DeployFailed) as err:
         deploy(deployment, double_variants["a"], _cpu_options(tmp_path, gpus=True), say=lambda _: None)
-    assert "`up` failed" in str(err.value)
+    assert "`up` failed" in str(err.value) and "--no-gpus" in str(err.value)
     assert _project_containers(deployment) == []

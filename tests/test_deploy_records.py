@@ -110,17 +110,36 @@ def test_image_reference_resolution(tmp_path: Path) -> None:
         resolve_image_ref(stack, build_root=build)
 
 
-def test_the_last_published_digest_comes_from_the_publish_records(tmp_path: Path) -> None:
+def test_the_current_published_digest_comes_from_the_publish_records(tmp_path: Path) -> None:
+    from sglstack.publish import append_records, records_path
+
     build = tmp_path / "build"
-    (build / "tiny").mkdir(parents=True)
-    lines = [
-        {"stack": "tiny", "repository": "reg/sglang", "digest": DIGEST_A},
-        {"stack": "other", "repository": "reg/sglang", "digest": DIGEST_B},
-        {"stack": "tiny", "ref": f"reg/sglang@{DIGEST_B}", "result": "failed"},
-    ]
-    (build / "tiny" / "publish.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    def event(event: str, stack: str, digest: str) -> dict:
+        return {
+            "event": event,
+            "stack": stack,
+            "repository": "reg/sglang",
+            "tag": stack,
+            "kind": "moving",
+            "digest": digest,
+        }
+
+    append_records(
+        records_path(build),
+        [
+            event("candidate", "tiny", DIGEST_B),
+            event("published", "tiny", DIGEST_A),
+            event("published", "other", DIGEST_B),
+            event("smoke-failed", "tiny", DIGEST_B),
+        ],
+    )
     assert published_image_ref("tiny", build) == f"reg/sglang@{DIGEST_A}"
     assert published_image_ref("nothing", build) is None
+    append_records(records_path(build), [event("published", "tiny", DIGEST_B), event("rollback", "tiny", DIGEST_A)])
+    assert published_image_ref("tiny", build) == f"reg/sglang@{DIGEST_A}"
+    stack = make_test_stack(tmp_path)
+    assert resolve_image_ref(stack, build_root=build) == f"reg/sglang@{DIGEST_A}"
 
 
 def test_durations_are_short_and_readable() -> None:

@@ -60,6 +60,7 @@ def _one_line(exc: PatchError) -> str:
 
 # ---- the real wheels -------------------------------------------------------------------------------
 
+
 def test_059_gets_the_methods_inside_the_class(tmp_path):
     root = make_tree(tmp_path, pristine("0.5.9"), version="0.5.9")
     assert not set(KIMI_METHODS) & set(class_members(pristine("0.5.9")))
@@ -74,10 +75,11 @@ def test_059_gets_the_methods_inside_the_class(tmp_path):
     assert result.sha256_before == _sha(pristine("0.5.9")) and result.sha256_after == _sha(patched)
     # Nothing but inserted lines: the original lines are all there, in order, untouched.
     before, after = pristine("0.5.9").splitlines(keepends=True), patched.splitlines(keepends=True)
-    cls_end = next(n for n in ast.parse(pristine("0.5.9")).body
-                   if isinstance(n, ast.ClassDef) and n.name == KIMI_CLASS).end_lineno
+    cls_end = next(
+        n for n in ast.parse(pristine("0.5.9")).body if isinstance(n, ast.ClassDef) and n.name == KIMI_CLASS
+    ).end_lineno
     assert after[:cls_end] == before[:cls_end]
-    assert after[len(after) - (len(before) - cls_end):] == before[cls_end:]
+    assert after[len(after) - (len(before) - cls_end) :] == before[cls_end:]
     assert after[-1] == b"EntryClass = [KimiK25ForConditionalGeneration]\n"
 
 
@@ -142,13 +144,14 @@ def test_policy_error_fails_when_upstream_has_it(tmp_path):
 def test_version_defaults_to_the_tree_and_must_agree(tmp_path):
     root = make_tree(tmp_path, pristine("0.5.9"), version="0.5.9")
     assert patchkit.detect_sglang_version(root) == "0.5.9"
-    with pytest.raises(PatchUsageError, match="does not match sglang 0.5.9"):
+    with pytest.raises(PatchUsageError, match=r"does not match sglang 0\.5\.9"):
         _apply(root, version="0.5.10")
     (result,) = _apply(root, version=None)
     assert result.sglang_version == "0.5.9" and result.status == patchkit.APPLIED
 
 
 # ---- drift fixtures derived from the real file -----------------------------------------------------
+
 
 def _src059() -> str:
     return pristine("0.5.9").decode()
@@ -195,7 +198,7 @@ def test_duplicate_class(tmp_path):
     tree = ast.parse(src)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == KIMI_CLASS)
     lines = src.splitlines(keepends=True)
-    block = "".join(lines[cls.lineno - 1: cls.end_lineno])
+    block = "".join(lines[cls.lineno - 1 : cls.end_lineno])
     root = make_tree(tmp_path, (src + "\n\n" + block).encode())
     with pytest.raises(PatchDrift) as err:
         _apply(root)
@@ -217,8 +220,10 @@ def test_crlf_copy_keeps_crlf(tmp_path):
 def test_tab_indented_class_gets_tabs(tmp_path):
     src = _src059()
     # Re-indent the whole file with tabs (leading groups of four spaces), as a tab-indented fork would be.
-    tabbed = "".join("\t" * ((len(ln) - len(ln.lstrip(" "))) // 4) + ln.lstrip(" ") if ln.startswith("    ")
-                     else ln for ln in src.splitlines(keepends=True))
+    tabbed = "".join(
+        "\t" * ((len(ln) - len(ln.lstrip(" "))) // 4) + ln.lstrip(" ") if ln.startswith("    ") else ln
+        for ln in src.splitlines(keepends=True)
+    )
     compile(tabbed, "kimi_k25.py", "exec")
     root = make_tree(tmp_path, tabbed.encode())
     with pytest.raises(PatchPreimageMismatch):  # not 0.5.9's file any more
@@ -233,7 +238,8 @@ def test_tab_indented_class_gets_tabs(tmp_path):
 
 def test_conflict_with_a_different_body_and_signature(tmp_path):
     src = _src059().replace(
-        "\n\nEntryClass", "\n\n    def get_embed_and_head(self, layer: int):\n        return layer\n\n\nEntryClass")
+        "\n\nEntryClass", "\n\n    def get_embed_and_head(self, layer: int):\n        return layer\n\n\nEntryClass"
+    )
     root = make_tree(tmp_path, src.encode())
     with pytest.raises(PatchConflict) as err:
         _apply(root)
@@ -283,8 +289,10 @@ def test_missing_file(tmp_path):
 
 
 def test_missing_import_is_caught_before_writing(tmp_path):
-    src = _src059().replace("from typing import Iterable, List, Optional, Sequence, Tuple",
-                            "from typing import Iterable, List, Optional, Sequence")
+    src = _src059().replace(
+        "from typing import Iterable, List, Optional, Sequence, Tuple",
+        "from typing import Iterable, List, Optional, Sequence",
+    )
     root = make_tree(tmp_path, src.replace("Tuple[", "tuple[").encode())
     with pytest.raises(PatchUnboundName) as err:
         _apply(root)
@@ -295,8 +303,7 @@ def test_verify_requires_entryclass_registration(tmp_path):
     root = make_tree(tmp_path, pristine("0.5.9"))
     _apply(root)
     path = root / KIMI_FILE
-    path.write_bytes(path.read_bytes().replace(b"EntryClass = [KimiK25ForConditionalGeneration]",
-                                               b"EntryClass = []"))
+    path.write_bytes(path.read_bytes().replace(b"EntryClass = [KimiK25ForConditionalGeneration]", b"EntryClass = []"))
     with pytest.raises(PatchVerifyError, match="not registered in EntryClass"):
         verify_patches(root, PATCHES_DIR, [KIMI])
 
@@ -316,8 +323,7 @@ def test_verify_detects_a_changed_body(tmp_path):
     root = make_tree(tmp_path, pristine("0.5.9"))
     manifest = [r.to_manifest() for r in _apply(root)]
     path = root / KIMI_FILE
-    path.write_bytes(path.read_bytes().replace(b"return self.language_model.get_embed_and_head()",
-                                               b"return None"))
+    path.write_bytes(path.read_bytes().replace(b"return self.language_model.get_embed_and_head()", b"return None"))
     manifest[0]["sha256_after"] = _sha(path.read_bytes())
     with pytest.raises(PatchVerifyError, match="differs from the patch"):
         verify_patches(root, PATCHES_DIR, [KIMI], manifest)
@@ -331,7 +337,8 @@ def test_all_or_nothing_across_patches(tmp_path):
     (other / "methods.py").write_text("class Missing:\n    def get_x(self):\n        return 1\n")
     (other / "patch.toml").write_text(
         'id = "broken"\nwhy = "test"\napplies_to = ">=0.5"\nfile = "sglang/srt/models/kimi_k25.py"\n'
-        'class = "Missing"\nmethods = ["get_x"]\n')
+        'class = "Missing"\nmethods = ["get_x"]\n'
+    )
     root = make_tree(tmp_path / "tree", pristine("0.5.9"))
     with pytest.raises(PatchDrift, match="patch 'broken'"):
         _apply(root, patches=patches, ids=(KIMI, "broken"))

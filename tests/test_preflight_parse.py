@@ -152,3 +152,24 @@ def test_inspect_node_without_a_driver(monkeypatch):
     report = node.inspect_node(C.Requirements(cuda="13.0.1"))
     assert report.fatal.startswith("no NVIDIA driver on this node")
     assert [c.status for c in report.checks] == [C.FAIL] and report.exit_code == 1
+
+
+def test_require_ready_raises_on_a_failed_check(monkeypatch):
+    """What smoke and deploy call first: the recorded 1-GPU H200 fails the cu130 stack's tp 8."""
+    from sglstack.matrix import load_matrix
+    from sglstack.preflight import command
+    from sglstack.preflight.errors import PreflightFailed
+
+    recorded = node.NodeReport.from_dict(json.loads(_read("report-cu130-tp8.json")))
+    seen = {}
+
+    def fake_inspect(req, progress=None):
+        seen["req"] = req
+        return recorded
+
+    monkeypatch.setattr(command, "inspect_node", fake_inspect)
+    stack = load_matrix().get("cu130")
+    with pytest.raises(PreflightFailed, match=r"1 check\(s\) failed, first 'gpu count': 1 \(needs >= 8 \(tp\)\)"):
+        command.require_ready(stack)
+    assert seen["req"].tp == 8 and seen["req"].sizes == (C.MiB, 64 * C.MiB, C.GiB)
+    assert seen["req"].shm_bytes == 32 * C.GiB and seen["req"].cuda == "13.0.1"

@@ -36,8 +36,13 @@ def test_release_tags_follow_the_issue_examples(stacks):
 
 
 def test_per_stack_templates_override_defaults(stacks):
-    stack = stacks.get("cu130").model_copy(update={"publish": stacks.get("cu130").publish.model_copy(
-        update={"immutable_tag": "v{sglang}_{stack}.{confighash12}", "moving_tags": ("latest-{stack}",)})})
+    stack = stacks.get("cu130").model_copy(
+        update={
+            "publish": stacks.get("cu130").publish.model_copy(
+                update={"immutable_tag": "v{sglang}_{stack}.{confighash12}", "moving_tags": ("latest-{stack}",)}
+            )
+        }
+    )
     tags = release_tags(stack, HASH, DAY)
     assert tags.immutable == "v0.5.9_cu130.1a2b3c4d5e6f"
     assert tags.moving == ("latest-cu130",)
@@ -52,13 +57,16 @@ def test_git_sources_give_valid_tags(stacks):
     assert release_tags(stack, HASH, DAY).immutable == "git-abababababab-cu130-20261202-1a2b3c4d"
 
 
-@pytest.mark.parametrize(("template", "needle"), [
-    ("{sglang}-{branch}-{confighash8}", "unknown placeholder '{branch}'"),
-    ("{sglang}:{stack}-{confighash8}", "characters a docker tag cannot hold"),
-    ("{sglang}-{stack}-{date}", "must contain {confighash8} or {confighash12}"),
-    ("{confighash8:>10}", "format spec"),
-    ("{sglang", "malformed"),
-])
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("{sglang}-{branch}-{confighash8}", "unknown placeholder '{branch}'"),
+        ("{sglang}:{stack}-{confighash8}", "characters a docker tag cannot hold"),
+        ("{sglang}-{stack}-{date}", "must contain {confighash8} or {confighash12}"),
+        ("{confighash8:>10}", "format spec"),
+        ("{sglang", "malformed"),
+    ],
+)
 def test_bad_templates_are_refused_with_their_key(template, needle):
     with pytest.raises(ConfigError) as err:
         validate_template(template, stack="cu130", key="publish.immutable_tag", require_hash=True)
@@ -69,8 +77,9 @@ def test_bad_templates_are_refused_with_their_key(template, needle):
 
 def test_a_tag_over_128_characters_is_refused(stacks):
     base = stacks.get("cu130")
-    stack = base.model_copy(update={"publish": base.publish.model_copy(
-        update={"immutable_tag": "x" * 120 + "-{confighash12}"})})
+    stack = base.model_copy(
+        update={"publish": base.publish.model_copy(update={"immutable_tag": "x" * 120 + "-{confighash12}"})}
+    )
     with pytest.raises(ConfigError, match="not a valid docker tag"):
         release_tags(stack, HASH, DAY)
 

@@ -1,9 +1,11 @@
+# ruff: noqa: F811 - pytest fixtures imported from registry_fixtures are parameters here
 """The registry client without Docker: credentials, retries, permanent failures (in-test servers and a
 real distribution registry behind a connection-resetting proxy)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import struct
@@ -32,24 +34,32 @@ def _config(tmp_path, data):
 
 def test_environment_credentials_win(tmp_path):
     cfg = _config(tmp_path, {"auths": {"r.example:5000": {"auth": base64.b64encode(b"a:b").decode()}}})
-    creds = resolve_credentials("r.example:5000", env={"SGLSTACK_REGISTRY_USER": "u",
-                                                        "SGLSTACK_REGISTRY_PASSWORD": "p"}, config_path=cfg)
+    creds = resolve_credentials(
+        "r.example:5000", env={"SGLSTACK_REGISTRY_USER": "u", "SGLSTACK_REGISTRY_PASSWORD": "p"}, config_path=cfg
+    )
     assert (creds.username, creds.password) == ("u", "p")
     assert "SGLSTACK_REGISTRY_USER" in creds.source
 
 
 def test_docker_config_auths_base64_and_plain(tmp_path):
-    cfg = _config(tmp_path, {"auths": {
-        "https://r.example:5000/v2/": {"auth": base64.b64encode(b"ci-bot:pa:ss").decode()},
-        "other.example": {"username": "me", "password": "pw"},
-        "tok.example": {"identitytoken": "refresh-123"},
-    }})
+    cfg = _config(
+        tmp_path,
+        {
+            "auths": {
+                "https://r.example:5000/v2/": {"auth": base64.b64encode(b"ci-bot:pa:ss").decode()},
+                "other.example": {"username": "me", "password": "pw"},
+                "tok.example": {"identitytoken": "refresh-123"},
+            }
+        },
+    )
     creds = resolve_credentials("r.example:5000", env={}, config_path=cfg)
     assert (creds.username, creds.password) == ("ci-bot", "pa:ss")
     assert resolve_credentials("other.example", env={}, config_path=cfg).password == "pw"
     token = resolve_credentials("tok.example", env={}, config_path=cfg)
     assert token.identity_token and token.docker_auth_config("tok.example") == {
-        "identitytoken": "refresh-123", "serveraddress": "tok.example"}
+        "identitytoken": "refresh-123",
+        "serveraddress": "tok.example",
+    }
     assert resolve_credentials("unknown.example", env={}, config_path=cfg) is None
 
 
@@ -67,14 +77,22 @@ def test_credential_helper_is_run(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     helper = bindir / "docker-credential-sgltest"
-    helper.write_text("#!/bin/sh\nread server\n"
-                      "if [ \"$server\" = r.example ]; then\n"
-                      "  printf '{\"ServerURL\":\"%s\",\"Username\":\"helper-user\",\"Secret\":\"helper-secret\"}' "
-                      "\"$server\"\nelse echo 'credentials not found in native keychain'; exit 1; fi\n")
+    helper.write_text(
+        "#!/bin/sh\nread server\n"
+        'if [ "$server" = r.example ]; then\n'
+        '  printf \'{"ServerURL":"%s","Username":"helper-user","Secret":"helper-secret"}\' '
+        "\"$server\"\nelse echo 'credentials not found in native keychain'; exit 1; fi\n"
+    )
     helper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
-    cfg = _config(tmp_path, {"credHelpers": {"r.example": "sgltest"}, "credsStore": "sgltest",
-                             "auths": {"s.example": {"auth": base64.b64encode(b"file:pw").decode()}}})
+    cfg = _config(
+        tmp_path,
+        {
+            "credHelpers": {"r.example": "sgltest"},
+            "credsStore": "sgltest",
+            "auths": {"s.example": {"auth": base64.b64encode(b"file:pw").decode()}},
+        },
+    )
     creds = resolve_credentials("r.example", env={}, config_path=cfg)
     assert (creds.username, creds.password) == ("helper-user", "helper-secret")
     assert "docker-credential-sgltest" in creds.source
@@ -98,6 +116,7 @@ def test_credentials_never_show_in_repr():
 
 
 # ---- retries ----------------------------------------------------------------------------------------
+
 
 class _Scripted:
     """An HTTP server answering /v2/ from a script of status codes (then 200), counting requests."""
@@ -200,13 +219,11 @@ class _ResettingProxy:
             pass
         finally:
             for s in (a, b):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
-def test_connection_resets_are_retried_against_a_real_registry(plain_registry):  # noqa: F811
+def test_connection_resets_are_retried_against_a_real_registry(plain_registry):
     proxy = _ResettingProxy(plain_registry.port, resets=2)
     delays = []
     client = RegistryClient(f"127.0.0.1:{proxy.port}", sleep=delays.append)
@@ -215,7 +232,7 @@ def test_connection_resets_are_retried_against_a_real_registry(plain_registry): 
     proxy.sock.close()
 
 
-def test_real_registry_404_is_manifest_not_found(plain_registry):  # noqa: F811
+def test_real_registry_404_is_manifest_not_found(plain_registry):
     client = RegistryClient(plain_registry.host)
     with pytest.raises(ManifestNotFound, match=f"registry {plain_registry.host}"):
         client.get_manifest("nothing/here", "sha256:" + "0" * 64)

@@ -27,8 +27,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--patches-dir", required=True, type=Path, help="folder of <id>/patch.toml")
         p.add_argument("ids", nargs="+", metavar="ID", help="patch ids")
     apply.add_argument("--sglang-version", help="default: read from ROOT/sglang-*.dist-info")
-    apply.add_argument("--policy", choices=POLICIES, default="notice",
-                       help="a patch already upstream: 'notice' skips it, 'error' fails")
+    apply.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="notice",
+        help="a patch already upstream: 'notice' skips it, 'error' fails",
+    )
     apply.add_argument("--manifest", type=Path, help="write what was applied to this JSON file")
     verify.add_argument("--manifest", type=Path, help="also check the sha256 recorded by apply")
     lister = sub.add_parser("list", help="print the patches and their version ranges")
@@ -42,16 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             for pid in patch_ids(args.patches_dir):
                 spec = load_patch(args.patches_dir, pid)
-                print(f"{spec.id}\t{spec.applies_to}\t{spec.file}\t{spec.class_name}\t"
-                      f"{','.join(spec.method_names)}")
+                print(f"{spec.id}\t{spec.applies_to}\t{spec.file}\t{spec.class_name}\t{','.join(spec.method_names)}")
             return 0
         if not (args.root / "sglang").is_dir():
             raise PatchUsageError(f"{args.root} holds no sglang/ package")
         if args.command == "apply":
             version = resolve_version(args.root, args.sglang_version)
             if version is None:
-                print(f"notice: no sglang-*.dist-info under {args.root} and no --sglang-version: the "
-                      "version range and per-version hashes are not checked", file=sys.stderr)
+                print(
+                    f"notice: no sglang-*.dist-info under {args.root} and no --sglang-version: the "
+                    "version range and per-version hashes are not checked",
+                    file=sys.stderr,
+                )
             results = apply_patches(args.root, args.patches_dir, args.ids, version, args.policy)
             if args.manifest:
                 write_manifest(args.manifest, results)

@@ -12,7 +12,6 @@ import ast
 import base64
 import builtins
 import csv
-import io
 import json
 import os
 import tempfile
@@ -32,7 +31,7 @@ from .errors import (
     PatchUsageError,
     PatchVerifyError,
 )
-from .source import SourceFile, indentation, line_ending, sha256_hex
+from .source import SourceFile, indentation, line_ending
 from .spec import MethodSource, PatchSpec, load_patch
 from .versions import InvalidVersion, Version
 
@@ -58,10 +57,18 @@ class PatchResult:
     notice: str = ""
 
     def to_manifest(self) -> dict:
-        return {"id": self.id, "file": self.file, "class": self.class_name, "methods": list(self.methods),
-                "status": self.status, "sha256_before": self.sha256_before,
-                "sha256_after": self.sha256_after, "sglang_version": self.sglang_version,
-                "inserted": list(self.inserted), "upstream_methods": list(self.upstream_methods)}
+        return {
+            "id": self.id,
+            "file": self.file,
+            "class": self.class_name,
+            "methods": list(self.methods),
+            "status": self.status,
+            "sha256_before": self.sha256_before,
+            "sha256_after": self.sha256_after,
+            "sglang_version": self.sglang_version,
+            "inserted": list(self.inserted),
+            "upstream_methods": list(self.upstream_methods),
+        }
 
 
 @dataclass
@@ -76,8 +83,9 @@ class _Run:
         if spec.file not in self.current:
             path = self.root / spec.file
             if not path.is_file():
-                raise PatchDrift(f"file is missing under {self.root}", patch=spec.id, file=spec.file,
-                                 class_name=spec.class_name)
+                raise PatchDrift(
+                    f"file is missing under {self.root}", patch=spec.id, file=spec.file, class_name=spec.class_name
+                )
             src = SourceFile.from_bytes(path.read_bytes())
             self.originals[spec.file] = self.current[spec.file] = src
         return self.current[spec.file]
@@ -85,8 +93,14 @@ class _Run:
 
 # ---- the public API --------------------------------------------------------------------------------
 
-def apply_patches(root: Path | str, patches_dir: Path | str, ids: list[str] | tuple[str, ...],
-                  sglang_version: str | None = None, policy: str = "notice") -> list[PatchResult]:
+
+def apply_patches(
+    root: Path | str,
+    patches_dir: Path | str,
+    ids: list[str] | tuple[str, ...],
+    sglang_version: str | None = None,
+    policy: str = "notice",
+) -> list[PatchResult]:
     """Apply and verify `ids` under `root` (the folder holding `sglang/`); all or nothing.
 
     `sglang_version` defaults to the one recorded in the tree's `sglang-*.dist-info`; when neither is
@@ -108,8 +122,9 @@ def apply_patches(root: Path | str, patches_dir: Path | str, ids: list[str] | tu
     return [_finish(r, run) for r in results]
 
 
-def verify_patches(root: Path | str, patches_dir: Path | str, ids: list[str] | tuple[str, ...],
-                   manifest: list[dict] | None = None) -> list[PatchResult]:
+def verify_patches(
+    root: Path | str, patches_dir: Path | str, ids: list[str] | tuple[str, ...], manifest: list[dict] | None = None
+) -> list[PatchResult]:
     """Verify that `ids` are in place under `root`; with a manifest, also that nothing changed since."""
     root, patches_dir = Path(root), Path(patches_dir)
     entries = {e.get("id"): e for e in manifest or []}
@@ -126,16 +141,28 @@ def verify_patches(root: Path | str, patches_dir: Path | str, ids: list[str] | t
             if entry.get("file") != spec.file:
                 raise _verify_error(spec, f"the manifest records file '{entry.get('file')}'")
             if src.sha256 != entry.get("sha256_after"):
-                raise _verify_error(spec, f"sha256 {src.sha256} is not {entry.get('sha256_after')} recorded "
-                                          "in the manifest: the file changed after patching")
+                raise _verify_error(
+                    spec,
+                    f"sha256 {src.sha256} is not {entry.get('sha256_after')} recorded "
+                    "in the manifest: the file changed after patching",
+                )
             identical = set(entry.get("inserted") or [])
         _verify(spec, src, identical)
         status = entry.get("status", VERIFIED) if entry else VERIFIED
-        results.append(PatchResult(spec.id, spec.file, spec.class_name, spec.method_names, status,
-                                   (entry or {}).get("sha256_before", src.sha256), src.sha256,
-                                   (entry or {}).get("sglang_version"),
-                                   tuple((entry or {}).get("inserted") or ()),
-                                   tuple((entry or {}).get("upstream_methods") or ())))
+        results.append(
+            PatchResult(
+                spec.id,
+                spec.file,
+                spec.class_name,
+                spec.method_names,
+                status,
+                (entry or {}).get("sha256_before", src.sha256),
+                src.sha256,
+                (entry or {}).get("sglang_version"),
+                tuple((entry or {}).get("inserted") or ()),
+                tuple((entry or {}).get("upstream_methods") or ()),
+            )
+        )
     return results
 
 
@@ -177,11 +204,13 @@ def write_manifest(path: Path | str, results: list[PatchResult]) -> None:
 
 # ---- applying one patch ----------------------------------------------------------------------------
 
+
 def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> PatchResult:
     in_range = version is None or spec.applies(version)
     if not in_range and not (run.root / spec.file).is_file():
-        raise _error(PatchOutOfRange, spec, f"sglang {version} is outside applies_to '{spec.applies_to}' "
-                                            "and has no such file")
+        raise _error(
+            PatchOutOfRange, spec, f"sglang {version} is outside applies_to '{spec.applies_to}' and has no such file"
+        )
     src = run.load(spec)
     tree = _parse(spec, src, PatchDrift)
     cls = _the_class(spec, tree, PatchDrift)
@@ -199,10 +228,13 @@ def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> 
         elif _compatible(node, method.node):
             differing.append(method.name)
         else:
-            raise _error(PatchConflict, spec,
-                         f"method '{method.name}' is already in the class (line {node.lineno}) with a "
-                         f"different body and an incompatible signature {_signature(node)}, "
-                         f"patch has {_signature(method.node)}")
+            raise _error(
+                PatchConflict,
+                spec,
+                f"method '{method.name}' is already in the class (line {node.lineno}) with a "
+                f"different body and an incompatible signature {_signature(node)}, "
+                f"patch has {_signature(method.node)}",
+            )
 
     # Methods identical to ours were put there by an earlier run, unless this SGLang cannot need the
     # patch (outside its range) or the file is exactly what pip installed: then upstream has them.
@@ -213,13 +245,19 @@ def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> 
 
     if to_insert and not in_range:
         missing = ", ".join(m.name for m in to_insert)
-        raise _error(PatchOutOfRange, spec, f"sglang {version} is outside applies_to '{spec.applies_to}' "
-                                            f"and the class lacks {missing}")
+        raise _error(
+            PatchOutOfRange,
+            spec,
+            f"sglang {version} is outside applies_to '{spec.applies_to}' and the class lacks {missing}",
+        )
     if upstream and policy == "error":
         fixed = f", fixed upstream in {spec.fixed_in}" if spec.fixed_in else ""
-        raise _error(PatchAlreadyUpstream, spec,
-                     f"sglang {version or '(unknown version)'} already has {', '.join(upstream)}{fixed}: "
-                     f"retire this patch from the stack (policy on_upstream=error)")
+        raise _error(
+            PatchAlreadyUpstream,
+            spec,
+            f"sglang {version or '(unknown version)'} already has {', '.join(upstream)}{fixed}: "
+            f"retire this patch from the stack (policy on_upstream=error)",
+        )
 
     before = src.sha256
     if to_insert:
@@ -227,8 +265,7 @@ def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> 
         _check_preimage(spec, run, src, version)
         src = src.with_text(_insert(spec, src, cls, to_insert))
         _verify(spec, src, {m.name for m in to_insert} | set(identical))
-        declared_before, declared_after = (spec.declared_hash("before", version),
-                                           spec.declared_hash("after", version))
+        declared_before, declared_after = (spec.declared_hash("before", version), spec.declared_hash("after", version))
         # _check_preimage passed, so a declared pre-image matched: the result is known exactly.
         if declared_before and declared_after and not src.hash_matches(declared_after):
             raise _verify_error(spec, f"sha256 after patching {src.sha256} is not the declared {declared_after}")
@@ -241,25 +278,46 @@ def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> 
     notice = ""
     if upstream:
         fixed = f" (fixed in {spec.fixed_in})" if spec.fixed_in else ""
-        notice = (f"patch '{spec.id}': sglang {version or '(unknown version)'} already has "
-                  f"{', '.join(upstream)} upstream{fixed}; skipped them, the patch can be retired"
-                  + (f": {spec.retire}" if spec.retire else ""))
-    return PatchResult(spec.id, spec.file, spec.class_name, spec.method_names, status, before, "",
-                       version, tuple(m.name for m in to_insert), tuple(upstream), notice)
+        notice = (
+            f"patch '{spec.id}': sglang {version or '(unknown version)'} already has "
+            f"{', '.join(upstream)} upstream{fixed}; skipped them, the patch can be retired"
+            + (f": {spec.retire}" if spec.retire else "")
+        )
+    return PatchResult(
+        spec.id,
+        spec.file,
+        spec.class_name,
+        spec.method_names,
+        status,
+        before,
+        "",
+        version,
+        tuple(m.name for m in to_insert),
+        tuple(upstream),
+        notice,
+    )
 
 
 def _finish(result: PatchResult, run: _Run) -> PatchResult:
     """Record the hashes of the file at the start and at the end of the run (what is on disk)."""
-    return PatchResult(**{**result.__dict__, "sha256_before": run.originals[result.file].sha256,
-                          "sha256_after": run.current[result.file].sha256})
+    return PatchResult(
+        **{
+            **result.__dict__,
+            "sha256_before": run.originals[result.file].sha256,
+            "sha256_after": run.current[result.file].sha256,
+        }
+    )
 
 
 def _insert(spec: PatchSpec, src: SourceFile, cls: ast.ClassDef, methods: list[MethodSource]) -> str:
     lines = src.lines
     first = cls.body[0]
     if first.lineno == cls.lineno:
-        raise _error(PatchDrift, spec, f"the class body is on the class line ({cls.lineno}): "
-                                       "no indentation to insert methods with")
+        raise _error(
+            PatchDrift,
+            spec,
+            f"the class body is on the class line ({cls.lineno}): no indentation to insert methods with",
+        )
     unit = indentation(lines[first.lineno - 1])
     end = cls.end_lineno
     eol = line_ending(lines[end - 1]) or src.default_line_ending()
@@ -269,8 +327,10 @@ def _insert(spec: PatchSpec, src: SourceFile, cls: ast.ClassDef, methods: list[M
     block = []
     for method in methods:
         block.append(eol)
-        block += [_reindent(line, method.indent_unit, unit, verbatim) + eol if line.strip() else eol
-                  for line, verbatim in zip(method.lines, method.in_string, strict=True)]
+        block += [
+            _reindent(line, method.indent_unit, unit, verbatim) + eol if line.strip() else eol
+            for line, verbatim in zip(method.lines, method.in_string, strict=True)
+        ]
     return "".join(head) + "".join(block) + "".join(lines[end:])
 
 
@@ -279,22 +339,28 @@ def _reindent(line: str, old_unit: str, new_unit: str, verbatim: bool) -> str:
         return line
     rest, levels = line, 0
     while rest.startswith(old_unit):
-        rest, levels = rest[len(old_unit):], levels + 1
+        rest, levels = rest[len(old_unit) :], levels + 1
     return new_unit * levels + rest
 
 
 def _check_preimage(spec: PatchSpec, run: _Run, src: SourceFile, version: str | None) -> None:
     declared = spec.declared_hash("before", version)
     if declared and not src.hash_matches(declared):
-        raise _error(PatchPreimageMismatch, spec,
-                     f"sha256 {src.sha256} is not the declared pre-image {declared}"
-                     + (f" for sglang {version}" if version else ""))
+        raise _error(
+            PatchPreimageMismatch,
+            spec,
+            f"sha256 {src.sha256} is not the declared pre-image {declared}"
+            + (f" for sglang {version}" if version else ""),
+        )
     recorded = _record_hash(run.root, spec.file)
     original = run.originals[spec.file]
     if recorded and not original.hash_matches(recorded[0]):
-        raise _error(PatchPreimageMismatch, spec,
-                     f"sha256 {original.sha256} differs from {recorded[0]} recorded in {recorded[1]}: "
-                     "the file was changed after pip installed it")
+        raise _error(
+            PatchPreimageMismatch,
+            spec,
+            f"sha256 {original.sha256} differs from {recorded[0]} recorded in {recorded[1]}: "
+            "the file was changed after pip installed it",
+        )
 
 
 def _check_names(spec: PatchSpec, tree: ast.Module, methods: list[MethodSource]) -> None:
@@ -305,12 +371,15 @@ def _check_names(spec: PatchSpec, tree: ast.Module, methods: list[MethodSource])
     for method in methods:
         missing = sorted(_free_names(method.node) - bound - set(dir(builtins)) - {"__class__"})
         if missing:
-            raise _error(PatchUnboundName, spec,
-                         f"method '{method.name}' uses {', '.join(missing)}, which the module does not "
-                         "import or define")
+            raise _error(
+                PatchUnboundName,
+                spec,
+                f"method '{method.name}' uses {', '.join(missing)}, which the module does not import or define",
+            )
 
 
 # ---- verification ----------------------------------------------------------------------------------
+
 
 def _verify(spec: PatchSpec, src: SourceFile, identical: set[str]) -> None:
     """The checks run after every apply and by `verify`; failures are PatchVerifyError."""
@@ -324,34 +393,48 @@ def _verify(spec: PatchSpec, src: SourceFile, identical: set[str]) -> None:
         if method.name in identical and not _same_code(node, method.node):
             raise _verify_error(spec, f"method '{method.name}' (line {node.lineno}) differs from the patch")
         if not _compatible(node, method.node):
-            raise _verify_error(spec, f"method '{method.name}' has signature {_signature(node)}, "
-                                      f"expected {_signature(method.node)}")
+            raise _verify_error(
+                spec, f"method '{method.name}' has signature {_signature(node)}, expected {_signature(method.node)}"
+            )
     if spec.entry_class and not _registered(tree, spec.entry_class, spec.class_name):
-        raise _verify_error(spec, f"the class is not registered in {spec.entry_class}: SGLang would not "
-                                  "find the architecture")
+        raise _verify_error(
+            spec, f"the class is not registered in {spec.entry_class}: SGLang would not find the architecture"
+        )
 
 
 def _registered(tree: ast.Module, entry: str, class_name: str) -> bool:
     found = False
     for stmt in _module_statements(tree.body):
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-            [stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and stmt.value else [])
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else ([stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and stmt.value else [])
+        )
         if any(isinstance(t, ast.Name) and t.id == entry for t in targets):
             values = stmt.value.elts if isinstance(stmt.value, (ast.List, ast.Tuple)) else [stmt.value]
             found = any(isinstance(v, ast.Name) and v.id == class_name for v in values) or (
-                isinstance(stmt, ast.AugAssign) and found)
+                isinstance(stmt, ast.AugAssign) and found
+            )
     return found
 
 
 # ---- ast helpers -----------------------------------------------------------------------------------
 
+
 def _parse(spec: PatchSpec, src: SourceFile, error: type[PatchError]) -> ast.Module:
     try:
         return src.parse(spec.file)
     except SyntaxError as exc:
-        raise _error(error, spec, f"does not compile: {type(exc).__name__}: {exc.msg} (line {exc.lineno})"
-                     + (": methods appended at module level (the `cat >>` mistake)?"
-                        if isinstance(exc, IndentationError) else "")) from None
+        raise _error(
+            error,
+            spec,
+            f"does not compile: {type(exc).__name__}: {exc.msg} (line {exc.lineno})"
+            + (
+                ": methods appended at module level (the `cat >>` mistake)?"
+                if isinstance(exc, IndentationError)
+                else ""
+            ),
+        ) from None
 
 
 def _the_class(spec: PatchSpec, tree: ast.Module, error: type[PatchError]) -> ast.ClassDef:
@@ -364,13 +447,16 @@ def _the_class(spec: PatchSpec, tree: ast.Module, error: type[PatchError]) -> as
     return found[0]
 
 
-def _no_module_level_defs(spec: PatchSpec, tree: ast.Module, error: type[PatchError] = PatchModuleLevelDef
-                          ) -> None:
+def _no_module_level_defs(spec: PatchSpec, tree: ast.Module, error: type[PatchError] = PatchModuleLevelDef) -> None:
     names = set(spec.method_names)
     for stmt in _module_statements(tree.body):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in names:
-            raise _error(error, spec, f"function '{stmt.name}' is defined at module level (line "
-                                      f"{stmt.lineno}), outside the class: the `cat >>` mistake")
+            raise _error(
+                error,
+                spec,
+                f"function '{stmt.name}' is defined at module level (line "
+                f"{stmt.lineno}), outside the class: the `cat >>` mistake",
+            )
 
 
 def _module_statements(body: list[ast.stmt]):
@@ -378,7 +464,8 @@ def _module_statements(body: list[ast.stmt]):
     for stmt in body:
         yield stmt
         if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or (
-                hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)):
+            hasattr(ast, "TryStar") and isinstance(stmt, ast.TryStar)
+        ):
             for name in ("body", "orelse", "finalbody"):
                 yield from _module_statements(getattr(stmt, name, []))
             for handler in getattr(stmt, "handlers", []):
@@ -393,8 +480,7 @@ def _member(spec: PatchSpec, cls: ast.ClassDef, name: str, error: type[PatchErro
         lines = ", ".join(str(s.lineno) for s in hits)
         raise _error(error, spec, f"'{name}' is defined {len(hits)} times in the class (lines {lines})")
     if hits and not isinstance(hits[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-        raise _error(error, spec, f"'{name}' is already a class member that is not a method "
-                                  f"(line {hits[0].lineno})")
+        raise _error(error, spec, f"'{name}' is already a class member that is not a method (line {hits[0].lineno})")
     return hits[0] if hits else None
 
 
@@ -425,8 +511,7 @@ def _kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple:
     return (type(node).__name__, frozenset(decos))
 
 
-def _compatible(existing: ast.FunctionDef | ast.AsyncFunctionDef,
-                ours: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def _compatible(existing: ast.FunctionDef | ast.AsyncFunctionDef, ours: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Every call the patch's method accepts, the existing one accepts the same way."""
     if _kind(existing) != _kind(ours):
         return False
@@ -473,8 +558,9 @@ def _module_bindings(tree: ast.Module) -> set[str] | None:
             bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
         else:
             bound |= _bound_by(stmt)
-            for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                 ast.ClassDef)) else ():
+            for node in (
+                ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ()
+            ):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     bound.add(node.id)
     return bound
@@ -491,22 +577,23 @@ def _free_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
             local.add(node.name)
         elif isinstance(node, ast.alias):
             local.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            local.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
             local.add(node.name)
     return loaded - local
 
 
 # ---- files -----------------------------------------------------------------------------------------
 
+
 def _record_hash(root: Path, rel: str) -> tuple[str, str] | None:
     """(hex sha256, RECORD path) as pip recorded the file at install time, if a RECORD lists it."""
     for record in sorted(root.glob("sglang-*.dist-info/RECORD")):
-        rows = csv.reader(io.StringIO(record.read_text(encoding="utf-8")))
-        for row in rows:
+        text = record.read_text(encoding="utf-8")
+        # RECORD is CSV; only rows naming the file are parsed (it lists thousands of files).
+        candidates = [ln for ln in text.splitlines() if rel in ln]
+        for row in csv.reader(candidates):
             if len(row) >= 2 and row[0] == rel and row[1].startswith("sha256="):
-                digest = base64.urlsafe_b64decode(row[1][len("sha256="):] + "==").hex()
+                digest = base64.urlsafe_b64decode(row[1][len("sha256=") :] + "==").hex()
                 return digest, f"{record.parent.name}/RECORD"
     return None
 

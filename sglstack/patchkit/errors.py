@@ -12,8 +12,9 @@ class PatchError(Exception):
 
     kind = "error"
 
-    def __init__(self, reason: str, *, patch: str | None = None, file: str | None = None,
-                 class_name: str | None = None) -> None:
+    def __init__(
+        self, reason: str, *, patch: str | None = None, file: str | None = None, class_name: str | None = None
+    ) -> None:
         self.patch, self.file, self.class_name, self.reason = patch, file, class_name, reason
         where = []
         if patch:

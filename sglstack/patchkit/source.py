@@ -73,5 +73,6 @@ class SourceFile:
 
         Raises SyntaxError, including IndentationError and TabError.
         """
-        compile(self.data, filename, "exec", dont_inherit=True)
-        return ast.parse(self.data, filename)
+        tree = ast.parse(self.data, filename)
+        compile(tree, filename, "exec", dont_inherit=True)  # symbol-table errors; no second parse
+        return tree

@@ -93,8 +93,21 @@ def load_patch(patches_dir: Path, patch_id: str) -> PatchSpec:
             raise bad(f"key '{key}' must be a non-empty string")
         return value
 
-    allowed = {"id", "why", "upstream", "fixed_in", "applies_to", "file", "class", "methods", "source",
-               "entry_class", "sha256_before", "sha256_after", "retire"}
+    allowed = {
+        "id",
+        "why",
+        "upstream",
+        "fixed_in",
+        "applies_to",
+        "file",
+        "class",
+        "methods",
+        "source",
+        "entry_class",
+        "sha256_before",
+        "sha256_after",
+        "retire",
+    }
     unknown = sorted(set(meta) - allowed)
     if unknown:
         raise bad(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(allowed))})")
@@ -128,10 +141,20 @@ def load_patch(patches_dir: Path, patch_id: str) -> PatchSpec:
         hashes[key] = _hash_table(meta.get(key), key, bad)
     methods = _load_methods(folder / source, class_name, names, bad)
     return PatchSpec(
-        id=patch_id, folder=folder, why=_one_line(text("why")), upstream=text("upstream", required=False),
-        fixed_in=fixed_in, applies_to=applies_to, file=file, class_name=class_name, methods=methods,
-        source=source, entry_class=entry_class, sha256_before=hashes["sha256_before"],
-        sha256_after=hashes["sha256_after"], retire=_one_line(text("retire", required=False)),
+        id=patch_id,
+        folder=folder,
+        why=_one_line(text("why")),
+        upstream=text("upstream", required=False),
+        fixed_in=fixed_in,
+        applies_to=applies_to,
+        file=file,
+        class_name=class_name,
+        methods=methods,
+        source=source,
+        entry_class=entry_class,
+        sha256_before=hashes["sha256_before"],
+        sha256_after=hashes["sha256_after"],
+        retire=_one_line(text("retire", required=False)),
     )
 
 

@@ -24,8 +24,7 @@ _VERSION_RE = re.compile(
     \s*$""",
     re.VERBOSE | re.IGNORECASE,
 )
-_PRE_LABELS = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc",
-               "preview": "rc"}
+_PRE_LABELS = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 
 
 class InvalidVersion(ValueError):
@@ -60,8 +59,9 @@ class Version:
         local: tuple[int | str, ...] = ()
         if m["local"]:
             local = tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"[-_.]", m["local"]))
-        return cls(int(m["epoch"] or 0), tuple(int(p) for p in m["release"].split(".")), pre, post, dev,
-                   local, text.strip())
+        return cls(
+            int(m["epoch"] or 0), tuple(int(p) for p in m["release"].split(".")), pre, post, dev, local, text.strip()
+        )
 
     @property
     def is_prerelease(self) -> bool:
@@ -118,8 +118,11 @@ class Specifier:
             prefix = Version.parse(text[:-2])
             cand = candidate.public
             n = len(prefix.release)
-            matches = (cand.epoch == prefix.epoch and _padded(cand.release, n)[:n] == prefix.release
-                       and (prefix.pre is None or cand.pre == prefix.pre))
+            matches = (
+                cand.epoch == prefix.epoch
+                and _padded(cand.release, n)[:n] == prefix.release
+                and (prefix.pre is None or cand.pre == prefix.pre)
+            )
             return matches if op == "==" else not matches
         spec = Version.parse(text)
         if op == "==":
@@ -143,8 +146,11 @@ class Specifier:
             if len(spec.release) < 2:
                 raise InvalidVersion(f"'~={text}' needs at least two release segments")
             prefix = spec.release[:-1]
-            return (cand >= spec and cand.epoch == spec.epoch
-                    and _padded(cand.release, len(prefix))[: len(prefix)] == prefix)
+            return (
+                cand >= spec
+                and cand.epoch == spec.epoch
+                and _padded(cand.release, len(prefix))[: len(prefix)] == prefix
+            )
         raise InvalidVersion(f"unknown operator '{op}'")
 
 

@@ -56,7 +56,12 @@ def _worker(rank: int, world: int, port: int, sizes: Sequence[int], out_path: st
             wrong = (buf != expected).nonzero()
             if wrong.numel():
                 i = int(wrong[0, 0])
-                result["mismatches"][nbytes] = f"element {i}: {float(buf[i])} != {float(expected[i])}"
+                result["mismatches"][nbytes] = f"rank {rank} element {i}: {float(buf[i])} != {float(expected[i])}"
+            # Rank 0 reports: it must learn of a wrong sum on any rank.
+            wrong_total = torch.tensor([wrong.shape[0]], device="cuda", dtype=torch.int64)
+            dist.all_reduce(wrong_total, op=dist.ReduceOp.SUM)
+            if wrong_total.item() and nbytes not in result["mismatches"]:
+                result["mismatches"][nbytes] = f"{int(wrong_total.item())} wrong element(s) on other ranks"
             del base, expected
             # AVG keeps the values bounded over repeated in-place reductions; it moves the same bytes.
             timed = torch.randn(n, device="cuda")

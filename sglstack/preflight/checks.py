@@ -39,9 +39,10 @@ FREE_MEMORY_PASS_FRACTION = 0.90
 FREE_MEMORY_WARN_FRACTION = 0.50
 
 # Device-to-device copy bandwidth (bytes read + bytes written per second) against the datasheet memory
-# bandwidth. A healthy H200 measured 4282 and 4281 GB/s, 0.89 of its 4.8 TB/s (RESULTS.md, 2026-12-02;
-# other H200 machines of the same pool gave the same 4.3 TB/s). Below 0.75 the card is clearly slower than a healthy one (throttled
-# clocks, a degraded HBM stack, another job on it); below 0.5 it cannot serve at speed.
+# bandwidth. Healthy H200s measured 4280-4282 GB/s, 0.89 of their 4.8 TB/s (RESULTS.md, 2026-12-02;
+# other H200 machines of the same pool gave the same 4.3 TB/s). Below 0.75 the card is clearly slower
+# than a healthy one (throttled clocks, a degraded HBM stack, another job on it); below 0.5 it cannot
+# serve at speed.
 COPY_PASS_FRACTION = 0.75
 COPY_WARN_FRACTION = 0.50
 

@@ -17,7 +17,7 @@ class PhaseStats:
     concurrency: int
     requests: int
     completed: int
-    tokens_per_s: float  # mean over completed requests of completion_tokens / request latency
+    tokens_per_s: float  # median over completed requests of completion_tokens / request latency
     aggregate_tokens_per_s: float  # all completion tokens / the phase's wall time
     ttft_s: float | None  # median time to first token
     wall_s: float
@@ -38,7 +38,7 @@ def phase_stats(results: Sequence[Generation], concurrency: int, wall_s: float) 
         concurrency=concurrency,
         requests=len(results),
         completed=len(done),
-        tokens_per_s=statistics.fmean(per_stream) if per_stream else 0.0,
+        tokens_per_s=statistics.median(per_stream) if per_stream else 0.0,
         aggregate_tokens_per_s=tokens / wall_s if wall_s > 0 else 0.0,
         ttft_s=statistics.median(ttfts) if ttfts else None,
         wall_s=wall_s,

@@ -1,0 +1,191 @@
+"""Real BuildKit builds on the local dockerd: the production template, build path and verification."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import secrets
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from sglstack import build as build_mod
+from sglstack.build import BuildOptions, build_stack
+from sglstack.errors import BuildError, PinMismatch
+from sglstack.matrix import load_matrix
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
+
+pytestmark = pytest.mark.docker
+
+
+def tags_of(client, stack_name: str) -> list[str]:
+    return [t for image in client.images.list() for t in image.tags if t.startswith(f"sglstack/{stack_name}:")]
+
+
+@pytest.fixture(scope="module")
+def secret_values(tmp_path_factory, ca_bundle):
+    """An extra CA bundle (the real one plus a unique marker line) and an HF token that must not leak."""
+    marker = f"sglstack-secret-marker-{secrets.token_hex(8)}"
+    token = f"hf_{secrets.token_hex(16)}"
+    bundle = tmp_path_factory.mktemp("ca") / "extra-ca.pem"
+    bundle.write_text(ca_bundle.read_text() + f"\n# {marker}\n")
+    return {"bundle": bundle, "marker": marker, "token": token}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, secret_values, docker_cli, docker_client):
+    stack = load_matrix(CPU_MATRIX).get("cpu-test")
+    out = tmp_path_factory.mktemp("build-cpu-test")
+    old = os.environ.get("HF_TOKEN")
+    os.environ["HF_TOKEN"] = secret_values["token"]
+    try:
+        result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(secret_values["bundle"]),
+                                                 docker_cli=docker_cli, out_dir=out, show_progress=False))
+    finally:
+        if old is None:
+            os.environ.pop("HF_TOKEN", None)
+        else:
+            os.environ["HF_TOKEN"] = old
+    return stack, result, out
+
+
+def test_patched_methods_are_class_members_inside_the_image(built, docker_client):
+    _, result, _ = built
+    source = docker_client.containers.run(
+        result.tag, ["bash", "-c", 'cat "$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')'
+                                   '/sglang/srt/models/kimi_k25.py"'], remove=True).decode()
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KimiK25ForConditionalGeneration")
+    members = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert set(METHODS) <= members
+    module_defs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert not set(METHODS) & module_defs
+    assert source.rstrip().endswith("EntryClass = [KimiK25ForConditionalGeneration]")
+
+
+def test_record_and_labels_describe_the_verified_image(built, docker_client):
+    stack, result, out = built
+    record = json.loads((out / "record.json").read_text())
+    assert record["image_id"] == result.image_id
+    assert record["config_hash"] == result.config_hash
+    assert record["builder"]["kind"] in ("classic", "buildx")
+    assert record["installed"]["sglang"] == "0.5.9"
+    assert record["pins"] == stack.pins()
+    [patch] = record["patches"]
+    assert patch["id"] == "kimi-k25-eagle3" and patch["status"] == "applied"
+    assert patch["sha256_before"] != patch["sha256_after"]
+    assert set(record["durations_s"]) >= {"render", "build", "verify", "stamp"}
+    labels = docker_client.images.get(result.tag).labels
+    assert labels["io.sglstack.config-hash"] == result.config_hash
+    assert labels["io.sglstack.verified"] == "true"
+    assert labels["io.sglstack.pin.sglang"] == "0.5.9"
+    assert labels["io.sglstack.patch.kimi-k25-eagle3"].startswith("applied sha256:" + patch["sha256_before"][:16])
+    assert labels["org.opencontainers.image.title"] == "sglstack cpu-test"
+
+
+def test_no_secret_in_history_config_labels_or_layers(built, docker_client, secret_values):
+    _, result, _ = built
+    image = docker_client.images.get(result.tag)
+    needles = [secret_values["marker"], secret_values["token"]]
+    history = json.dumps(image.history())
+    config = json.dumps(image.attrs)
+    for needle in needles:
+        assert needle not in history
+        assert needle not in config
+    cli_history = subprocess.run(["/usr/bin/docker", "history", "--no-trunc", result.tag], capture_output=True,
+                                 text=True, check=True).stdout
+    assert not any(n in cli_history for n in needles)
+    blob = b"".join(image.save(named=False))
+    assert len(blob) > 1_000_000
+    for needle in needles:
+        assert needle.encode() not in blob
+    # layers are tars inside the saved tar: look inside each one too (they are not compressed, but be sure)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
+        for member in outer.getmembers():
+            if member.name.endswith("layer.tar"):
+                data = outer.extractfile(member).read()
+                assert not any(n.encode() in data for n in needles)
+
+
+def test_unchanged_config_is_not_rebuilt(built, monkeypatch, docker_cli):
+    stack, result, out = built
+
+    def no_buildkit(*_a, **_k):
+        raise AssertionError("BuildKit must not be called for an unchanged config")
+
+    monkeypatch.setattr(build_mod, "detect_builder", no_buildkit)
+    start = time.monotonic()
+    again = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, show_progress=False))
+    assert again.skipped and again.image_id == result.image_id and again.tag == result.tag
+    assert time.monotonic() - start < 10
+
+
+def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):
+    matrix = tmp_path / "stacks.yaml"
+    matrix.write_text(CPU_MATRIX.read_text().replace("stacks:\n", "stacks:\n  cpu-test-drifted:\n"
+                      "    inherits: cpu-test\n    sglang:\n      version: 0.5.8\n      install_deps: false\n", 1))
+    proc = subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "cpu-test-drifted", "--stacks-file", str(matrix),
+                           "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli],
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode != 0
+    assert "kimi-k25-eagle3" in proc.stderr
+    assert "0.5.8" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert tags_of(docker_client, "cpu-test-drifted") == []
+
+
+def test_pin_mismatch_fails_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):
+    stack = load_matrix(CPU_MATRIX).get("cpu-test-pin-drift")
+    with pytest.raises(PinMismatch) as info:
+        build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+                                        out_dir=tmp_path, show_progress=False))
+    assert "typing-extensions: pinned 4.0.0, installed" in str(info.value)
+    assert tags_of(docker_client, "cpu-test-pin-drift") == []
+
+
+def test_production_cu130_sglang_src_target_builds_and_verifies(tmp_path, docker_cli, docker_client, ca_bundle):
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    result = build_stack(stack, BuildOptions(target="sglang-src", force=True, ca_bundle=str(ca_bundle),
+                                             docker_cli=docker_cli, out_dir=tmp_path, show_progress=False))
+    record = json.loads((tmp_path / "record-sglang-src.json").read_text())
+    [patch] = record["patches"]
+    assert patch["status"] == "applied" and patch["sglang_version"] == "0.5.9"
+    assert result.tag.startswith("sglstack/cu130:sglang-src-")
+    reqs = docker_client.containers.run(result.tag, ["cat", "/out/sglang-requirements.txt"], remove=True).decode()
+    assert "flashinfer-python==0.6.4" in reqs and "override of flashinfer_python==0.6.3" in reqs
+    assert "\nflashinfer_python==0.6.3" not in reqs
+
+
+def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
+    stack = load_matrix(CPU_MATRIX).get("cpu-test")
+    bad = stack.model_copy(update={"name": "cpu-test-broken", "system_packages": ("no-such-package-sglstack",)})
+    with pytest.raises(BuildError) as info:
+        build_stack(bad, BuildOptions(ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path,
+                                      show_progress=False))
+    message = str(info.value)
+    assert "failed step [runtime" in message and "apt-get" in message
+    assert "no-such-package-sglstack" in message
+    assert (tmp_path / "build.log").exists()
+
+
+def test_dry_run_touches_no_docker(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": "tcp://127.0.0.1:9", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "cu130", "--dry-run", "--push", "--ca-bundle",
+                           "/etc/ssl/certs/ca-certificates.crt", "--stacks-file", str(REPO / "stacks.yaml")],
+                          cwd=tmp_path, capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "config hash:" in out and "--secret id=ca_bundle,src=" in out
+    assert "--target runtime" in out
+    assert "candidate" in out and "0.5.9-cu130-" in out
+    assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
+    assert not (tmp_path / "build").exists()
