@@ -631,7 +631,7 @@ def deployment_status(
                     stack=last.stack,
                     project=last.project,
                     container="-",
-                    state="removed" if last.action == "undeploy" else "not running",
+                    state="removed" if last.action == "undeploy" else f"not running ({last.result})",
                     health="-",
                     uptime="-",
                     image=last.image,

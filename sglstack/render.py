@@ -6,6 +6,7 @@ config hash (`confighash.py`) of a rendered context identifies a build.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import shutil
@@ -134,6 +135,7 @@ def _git_archive_url(stack: Stack) -> str:
     return f"{git.repo.removesuffix('.git').rstrip('/')}/archive/{git.ref}.tar.gz"
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(IMAGES_DIR)),

@@ -26,8 +26,9 @@ def docker_client():
 @pytest.fixture(scope="session")
 def docker_cli() -> str:
     """The BuildKit-capable CLI (Debian's 20.10 one here; the CLI first on PATH may lack buildx)."""
-    cli = os.environ.get("SGLSTACK_DOCKER_CLI") or ("/usr/bin/docker" if Path("/usr/bin/docker").exists()
-                                                      else shutil.which("docker"))
+    cli = os.environ.get("SGLSTACK_DOCKER_CLI") or (
+        "/usr/bin/docker" if Path("/usr/bin/docker").exists() else shutil.which("docker")
+    )
     assert cli, "no docker CLI found: run .ci/provision.sh"
     return cli
 
@@ -35,8 +36,9 @@ def docker_cli() -> str:
 @pytest.fixture(scope="session")
 def ca_bundle() -> Path:
     """The CA bundle that lets containers reach PyPI through the intercepting proxy."""
-    path = Path(os.environ.get("PIP_CERT") or os.environ.get("SGLSTACK_CA_BUNDLE")
-                or "/etc/ssl/certs/ca-certificates.crt")
+    path = Path(
+        os.environ.get("PIP_CERT") or os.environ.get("SGLSTACK_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"
+    )
     assert path.is_file(), f"CA bundle {path} missing"
     return path
 
@@ -54,8 +56,12 @@ def sglang_double_image(docker_cli: str, repo_root: Path) -> str:
     import subprocess
 
     context = repo_root / "tests" / "doubles" / "sglang-double"
-    proc = subprocess.run([docker_cli, "build", "-q", "-t", SGLANG_DOUBLE_IMAGE, str(context)],
-                          env={**os.environ, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [docker_cli, "build", "-q", "-t", SGLANG_DOUBLE_IMAGE, str(context)],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, f"building the SGLang double failed:\n{proc.stderr[-3000:]}"
     return SGLANG_DOUBLE_IMAGE

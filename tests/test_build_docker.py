@@ -47,8 +47,16 @@ def built(tmp_path_factory, secret_values, docker_cli, docker_client):
     old = os.environ.get("HF_TOKEN")
     os.environ["HF_TOKEN"] = secret_values["token"]
     try:
-        result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(secret_values["bundle"]),
-                                                 docker_cli=docker_cli, out_dir=out, show_progress=False))
+        result = build_stack(
+            stack,
+            BuildOptions(
+                force=True,
+                ca_bundle=str(secret_values["bundle"]),
+                docker_cli=docker_cli,
+                out_dir=out,
+                show_progress=False,
+            ),
+        )
     finally:
         if old is None:
             os.environ.pop("HF_TOKEN", None)
@@ -60,8 +68,15 @@ def built(tmp_path_factory, secret_values, docker_cli, docker_client):
 def test_patched_methods_are_class_members_inside_the_image(built, docker_client):
     _, result, _ = built
     source = docker_client.containers.run(
-        result.tag, ["bash", "-c", 'cat "$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')'
-                                   '/sglang/srt/models/kimi_k25.py"'], remove=True).decode()
+        result.tag,
+        [
+            "bash",
+            "-c",
+            'cat "$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')'
+            '/sglang/srt/models/kimi_k25.py"',
+        ],
+        remove=True,
+    ).decode()
     tree = ast.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KimiK25ForConditionalGeneration")
     members = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
@@ -100,8 +115,9 @@ def test_no_secret_in_history_config_labels_or_layers(built, docker_client, secr
     for needle in needles:
         assert needle not in history
         assert needle not in config
-    cli_history = subprocess.run(["/usr/bin/docker", "history", "--no-trunc", result.tag], capture_output=True,
-                                 text=True, check=True).stdout
+    cli_history = subprocess.run(
+        ["/usr/bin/docker", "history", "--no-trunc", result.tag], capture_output=True, text=True, check=True
+    ).stdout
     assert not any(n in cli_history for n in needles)
     blob = b"".join(image.save(named=False))
     assert len(blob) > 1_000_000
@@ -130,12 +146,35 @@ def test_unchanged_config_is_not_rebuilt(built, monkeypatch, docker_cli):
 
 def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):
     matrix = tmp_path / "stacks.yaml"
-    matrix.write_text(CPU_MATRIX.read_text().replace("stacks:\n", "stacks:\n  cpu-test-drifted:\n"
-                      "    inherits: cpu-test\n    sglang:\n      version: 0.5.8\n      install_deps: false\n", 1))
-    proc = subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "cpu-test-drifted", "--stacks-file", str(matrix),
-                           "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli],
-                          cwd=tmp_path, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    matrix.write_text(
+        CPU_MATRIX.read_text().replace(
+            "stacks:\n",
+            "stacks:\n  cpu-test-drifted:\n"
+            "    inherits: cpu-test\n    sglang:\n      version: 0.5.8\n      install_deps: false\n",
+            1,
+        )
+    )
+    proc = subprocess.run(
+        [
+            "invoke",
+            "--search-root",
+            str(REPO),
+            "build",
+            "--stack",
+            "cpu-test-drifted",
+            "--stacks-file",
+            str(matrix),
+            "--ca-bundle",
+            str(ca_bundle),
+            "--docker-cli",
+            docker_cli,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode != 0
     assert "kimi-k25-eagle3" in proc.stderr
     assert "0.5.8" in proc.stderr
@@ -146,16 +185,29 @@ def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, dock
 def test_pin_mismatch_fails_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):
     stack = load_matrix(CPU_MATRIX).get("cpu-test-pin-drift")
     with pytest.raises(PinMismatch) as info:
-        build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
-                                        out_dir=tmp_path, show_progress=False))
+        build_stack(
+            stack,
+            BuildOptions(
+                force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path, show_progress=False
+            ),
+        )
     assert "typing-extensions: pinned 4.0.0, installed" in str(info.value)
     assert tags_of(docker_client, "cpu-test-pin-drift") == []
 
 
 def test_production_cu130_sglang_src_target_builds_and_verifies(tmp_path, docker_cli, docker_client, ca_bundle):
     stack = load_matrix(REPO / "stacks.yaml").get("cu130")
-    result = build_stack(stack, BuildOptions(target="sglang-src", force=True, ca_bundle=str(ca_bundle),
-                                             docker_cli=docker_cli, out_dir=tmp_path, show_progress=False))
+    result = build_stack(
+        stack,
+        BuildOptions(
+            target="sglang-src",
+            force=True,
+            ca_bundle=str(ca_bundle),
+            docker_cli=docker_cli,
+            out_dir=tmp_path,
+            show_progress=False,
+        ),
+    )
     record = json.loads((tmp_path / "record-sglang-src.json").read_text())
     [patch] = record["patches"]
     assert patch["status"] == "applied" and patch["sglang_version"] == "0.5.9"
@@ -169,8 +221,9 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
     stack = load_matrix(CPU_MATRIX).get("cpu-test")
     bad = stack.model_copy(update={"name": "cpu-test-broken", "system_packages": ("no-such-package-sglstack",)})
     with pytest.raises(BuildError) as info:
-        build_stack(bad, BuildOptions(ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path,
-                                      show_progress=False))
+        build_stack(
+            bad, BuildOptions(ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path, show_progress=False)
+        )
     message = str(info.value)
     assert "failed step [runtime" in message and "apt-get" in message
     assert "no-such-package-sglstack" in message
@@ -179,9 +232,27 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
 
 def test_dry_run_touches_no_docker(tmp_path):
     env = {**os.environ, "DOCKER_HOST": "tcp://127.0.0.1:9", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "cu130", "--dry-run", "--push", "--ca-bundle",
-                           "/etc/ssl/certs/ca-certificates.crt", "--stacks-file", str(REPO / "stacks.yaml")],
-                          cwd=tmp_path, capture_output=True, text=True, check=False, env=env)
+    proc = subprocess.run(
+        [
+            "invoke",
+            "--search-root",
+            str(REPO),
+            "build",
+            "--stack",
+            "cu130",
+            "--dry-run",
+            "--push",
+            "--ca-bundle",
+            "/etc/ssl/certs/ca-certificates.crt",
+            "--stacks-file",
+            str(REPO / "stacks.yaml"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "config hash:" in out and "--secret id=ca_bundle,src=" in out

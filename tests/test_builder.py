@@ -19,7 +19,8 @@ def fake_cli(folder: Path, version: str, *, buildx: bool) -> Path:
         "#!/bin/sh\n"
         f'if [ "$1" = version ]; then echo "{version}"; exit 0; fi\n'
         f'if [ "$1" = buildx ] && [ "$2" = version ]; then {"echo buildx v0.12; exit 0" if buildx else "exit 1"}; fi\n'
-        "exit 1\n")
+        "exit 1\n"
+    )
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return path
 
@@ -73,12 +74,18 @@ def test_configured_client_missing(isolated_path):
 
 
 def test_argv_has_no_tag_and_passes_secrets_by_file(tmp_path):
-    req = BuildRequest(dockerfile=tmp_path / "Dockerfile", context=tmp_path / "ctx", target="sglang-src",
-                       no_cache=True, labels={"b": "2", "a": "1"}, secrets={"ca_bundle": tmp_path / "ca.pem"})
+    req = BuildRequest(
+        dockerfile=tmp_path / "Dockerfile",
+        context=tmp_path / "ctx",
+        target="sglang-src",
+        no_cache=True,
+        labels={"b": "2", "a": "1"},
+        secrets={"ca_bundle": tmp_path / "ca.pem"},
+    )
     classic = build_argv(Builder("classic", "/usr/bin/docker", "20.10"), req, tmp_path / "iid")
     assert classic[:2] == ["/usr/bin/docker", "build"]
     assert "-t" not in classic and "--tag" not in classic
-    assert ["--target", "sglang-src"] == classic[classic.index("--target"):classic.index("--target") + 2]
+    assert ["--target", "sglang-src"] == classic[classic.index("--target") : classic.index("--target") + 2]
     assert "--no-cache" in classic
     assert f"id=ca_bundle,src={tmp_path / 'ca.pem'}" in classic
     assert classic.index("a=1") < classic.index("b=2")

@@ -29,6 +29,7 @@ from sglstack.deploy import (
     rollback,
     undeploy,
 )
+from sglstack.errors import DeployError
 
 pytestmark = pytest.mark.docker
 
@@ -144,6 +145,11 @@ def test_deploy_status_rollback_undeploy(deployment: Deployment, double_variants
     assert row.speculative.startswith("EAGLE3 draft=test-org/tiny-eagle3 steps=3")
     assert row.uptime != "-"
 
+    # An image that cannot be pulled is refused before `up`: the running deployment stays.
+    with pytest.raises(DeployError, match="cannot pull"):
+        deploy(deployment, f"{double_variants['a'].split(':')[0]}:never-built", options, say=messages.append)
+    assert _running_image_id(deployment) == client.images.get(double_variants["a"]).id
+
     second = deploy(deployment, double_variants["b"], options, say=messages.append)
     assert second.digest != first.digest
     assert _running_image_id(deployment) == client.images.get(double_variants["b"]).id
@@ -175,7 +181,10 @@ def test_a_crashing_image_fails_deploy_with_its_logs_and_leaves_nothing(
     assert "CUDA out of memory" in err.value.log_tail
     assert "stack 'tiny'" in str(err.value) and "\n" not in str(err.value)
     assert _project_containers(deployment) == []
-    assert read_records(deployment.build_root, "tiny") == []  # nothing to roll back to
+    # The failure is recorded, and there is nothing healthy to roll back to.
+    assert [(r.action, r.result) for r in read_records(deployment.build_root, "tiny")] == [("deploy", "failed")]
+    with pytest.raises(DeployError, match="no earlier healthy deployment"):
+        rollback(deployment, say=lambda _: None)
 
 
 def test_gpu_reservations_on_a_cpu_host_fail_with_a_hint_and_leave_nothing(

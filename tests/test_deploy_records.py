@@ -50,7 +50,8 @@ def test_rollback_goes_to_the_previous_healthy_image_skipping_failures_and_redep
     a, b = _record("r@" + DIGEST_A, DIGEST_A), _record("r@" + DIGEST_B, DIGEST_B)
     bad = _record("r@sha256:" + "c" * 64, "sha256:" + "c" * 64, result="failed")
     assert rollback_target([a, b]) == a
-    assert rollback_target([a, b, bad]) == a  # a failed deploy is not "current"
+    assert rollback_target([a, b, bad]) == b  # the failed deploy took b down: restore b
+    assert rollback_target([a, bad]) == a
     assert rollback_target([a, b, b]) == a  # redeploying the same digest twice is not a version
     assert rollback_target([a]) is None
     assert rollback_target([]) is None
@@ -158,3 +159,14 @@ def test_detect_compose_says_which_it_found() -> None:
 def test_detect_compose_names_what_it_tried() -> None:
     with pytest.raises(DockerUnavailable, match="no-such-compose"):
         detect_compose("no-such-compose")
+
+
+def test_the_deploy_tasks_are_registered(repo_root: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglstack_tasks", repo_root / "tasks.py")
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+    assert {"deploy", "status", "logs", "undeploy", "rollback"} <= set(tasks.ns.task_names)
+    flags = {arg.name for arg in tasks.ns["deploy"].get_arguments()}
+    assert {"stack", "digest", "image", "docker_host", "eagle3", "gpus"} <= flags

@@ -64,8 +64,11 @@ def test_real_matrix_loads_and_pins_cu130_exactly():
     assert cu130.patches == ("kimi-k25-eagle3",)
     assert cu130.smoke.tp == 8
     assert cu130.smoke.speculative.draft_model == "AQ-MedAI/Kimi-K25-eagle3"
-    assert (cu130.smoke.speculative.num_steps, cu130.smoke.speculative.eagle_topk,
-            cu130.smoke.speculative.num_draft_tokens) == (3, 1, 4)
+    assert (
+        cu130.smoke.speculative.num_steps,
+        cu130.smoke.speculative.eagle_topk,
+        cu130.smoke.speculative.num_draft_tokens,
+    ) == (3, 1, 4)
 
 
 def test_inheritance_merges_and_overrides(tmp_path):
@@ -113,9 +116,11 @@ def test_unpinned_base_image(tmp_path):
 
 
 def test_range_in_requirements(tmp_path):
-    text = GOOD.replace("    patches: [kimi-k25-eagle3]\n",
-                        "    patches: [kimi-k25-eagle3]\n    extra_layers:\n      - name: x\n"
-                        "        requirements: ['six>=1.0']\n", 1)
+    text = GOOD.replace(
+        "    patches: [kimi-k25-eagle3]\n",
+        "    patches: [kimi-k25-eagle3]\n    extra_layers:\n      - name: x\n        requirements: ['six>=1.0']\n",
+        1,
+    )
     err = error_for(tmp_path, text)
     assert err.key == "extra_layers.0.requirements.0"
 
@@ -148,17 +153,24 @@ def test_invalid_yaml_reports_line(tmp_path):
 
 
 def test_torch_build_must_match_cuda(tmp_path):
-    text = GOOD.replace("    base_image: debian:bookworm-slim\n    sglang:",
-                        "    base_image: debian:bookworm-slim\n    cuda: '13.0.1'\n    torch:\n"
-                        "      version: 2.9.1+cu129\n    sglang:", 1)
+    text = GOOD.replace(
+        "    base_image: debian:bookworm-slim\n    sglang:",
+        "    base_image: debian:bookworm-slim\n    cuda: '13.0.1'\n    torch:\n      version: 2.9.1+cu129\n    sglang:",
+        1,
+    )
     err = error_for(tmp_path, text)
     assert "cu130" in str(err)
 
 
 def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
     path = write(tmp_path, GOOD.replace("[kimi-k25-eagle3]", "[no-such-patch]"))
-    proc = subprocess.run([sys.executable, "-m", "invoke", "stacks", "--stacks-file", str(path)], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "stacks", "--stacks-file", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr

@@ -72,7 +72,7 @@ def test_cu130_layer_order_keeps_heavy_layers_first():
     patched_at = text.index("COPY --from=sglang-src /out/dist/")
     assert torch_at < kernel_at < flashinfer_at < reqs_at < patched_at
     # patches only enter the runtime stage after every install layer
-    runtime = text[text.index("AS runtime"):]
+    runtime = text[text.index("AS runtime") :]
     assert runtime.index("COPY patches/") > runtime.index("-r /opt/sglstack/sglang-requirements.txt")
     assert "--index-url https://download.pytorch.org/whl/cu130" in text
     assert "manylinux2014_${arch}.whl" in text
@@ -95,7 +95,9 @@ def test_labels_carry_every_pin_and_patch():
     for name, version in stack.pins().items():
         assert f'io.sglstack.pin.{name}="{version}"' in text
     assert 'io.sglstack.patches="kimi-k25-eagle3"' in text
-    assert 'io.sglstack.override.flashinfer-python="flashinfer-python==0.6.4 (replaces flashinfer_python==0.6.3)"' in text
+    assert (
+        'io.sglstack.override.flashinfer-python="flashinfer-python==0.6.4 (replaces flashinfer_python==0.6.3)"' in text
+    )
     assert 'org.opencontainers.image.version="0.5.9"' in text
 
 
@@ -109,16 +111,22 @@ def test_force_reinstall_layers_run_after_sglang_requirements():
 
 
 def test_render_task_writes_files(tmp_path):
-    proc = subprocess.run(["invoke", "render", "--stack", "cu130", "--out", str(tmp_path / "out")], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["invoke", "render", "--stack", "cu130", "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "Dockerfile").exists()
     assert str(tmp_path / "out" / "Dockerfile") in proc.stdout
 
 
 def test_unknown_stack_is_one_line_error():
-    proc = subprocess.run(["invoke", "render", "--stack", "nope"], cwd=REPO, capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        ["invoke", "render", "--stack", "nope"], cwd=REPO, capture_output=True, text=True, check=False
+    )
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0
     assert "stack 'nope'" in proc.stderr and "cu130" in proc.stderr

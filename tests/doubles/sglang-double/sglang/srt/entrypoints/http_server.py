@@ -2,7 +2,7 @@
 
 Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_TOKENS_PER_S      decode speed of one stream without speculation (default 1500)
-  SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 1.4)
+  SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 2.0)
   SGLANG_DOUBLE_ACCEPT_LENGTH     tokens per verify step under speculation (default 3.0)
   SGLANG_DOUBLE_DIVERGE           share of prompts whose greedy text differs under speculation (default 0)
   SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005)
@@ -78,7 +78,7 @@ class Engine:
         self.speculative = bool(server_args.get("speculative_algorithm"))
         self.tokens_per_s = _env_float("SGLANG_DOUBLE_TOKENS_PER_S", 1500.0)
         if self.speculative:
-            self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 1.4)
+            self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 2.0)
         self.accept_length = max(1.0, _env_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 3.0)) if self.speculative else 1.0
         self.diverge = _env_float("SGLANG_DOUBLE_DIVERGE", 0.0) if self.speculative else 0.0
         self.ttft_s = _env_float("SGLANG_DOUBLE_TTFT_S", 0.005)
