@@ -131,6 +131,7 @@ for _t in (stacks, render, build):
         "max-regression": "gate: allowed tok/s drop against the stack's last passing run (0.05 = 5%)",
         "report": "JSON report path (a .md summary and .png chart are written next to it)",
         "no-history": "neither compare with nor append to build/STACK/smoke-history.jsonl",
+        "skip-preflight": "do not run `invoke preflight` on the GPU node first",
     },
     iterable=["mount", "env", "label"],
 )
@@ -138,7 +139,7 @@ for _t in (stacks, render, build):
 def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_model=None, tp=None, gpus=None,
           mount=None, env=None, label=None, docker_host=None, timeout=None, concurrency=None, num_prompts=None,
           max_new_tokens=None, min_speedup=None, min_accept_length=None, min_agreement=None, max_regression=None,
-          report=None, no_history=False):
+          report=None, no_history=False, skip_preflight=False):
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass."""
     from sglstack.smoke import smoke_command
 
@@ -147,7 +148,8 @@ def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_mo
                              docker_host=docker_host, timeout=timeout, concurrency=concurrency,
                              num_prompts=num_prompts, max_new_tokens=max_new_tokens, min_speedup=min_speedup,
                              min_accept_length=min_accept_length, min_agreement=min_agreement,
-                             max_regression=max_regression, report=report, no_history=no_history or None))
+                             max_regression=max_regression, report=report, no_history=no_history or None,
+                             skip_preflight=skip_preflight or None))
 
 
 ns.add_task(smoke)
@@ -284,12 +286,13 @@ def _int_or_none(value):
         "dist-init-addr": "HOST:PORT of node 0 (multi-node)",
         "wait-timeout": "seconds to wait for /health (default: start period + healthcheck retries)",
         "health-interval": "seconds between healthchecks (default 30)",
+        "skip-preflight": "do not run `invoke preflight` on the GPU node first",
     },
 )
 @_user_errors
 def deploy(c, stack, stacks_file=DEFAULT_STACKS, digest=None, image=None, docker_host=None, eagle3=True,
            gpus=True, port=None, hf_cache=None, start_period=None, restart="unless-stopped", env_file=None,
-           nnodes=1, node_rank=0, dist_init_addr=None, wait_timeout=None, health_interval=30):
+           nnodes=1, node_rank=0, dist_init_addr=None, wait_timeout=None, health_interval=30, skip_preflight=False):
     """Deploy a published stack with compose, wait until /health answers, record it."""
     from sglstack.deploy import deploy_command
 
@@ -297,7 +300,8 @@ def deploy(c, stack, stacks_file=DEFAULT_STACKS, digest=None, image=None, docker
                    gpus=gpus, port=_int_or_none(port), hf_cache=hf_cache,
                    start_period=_int_or_none(start_period), restart=restart, env_file=env_file, nnodes=nnodes,
                    node_rank=node_rank, dist_init_addr=dist_init_addr,
-                   wait_timeout=_int_or_none(wait_timeout), health_interval=health_interval)
+                   wait_timeout=_int_or_none(wait_timeout), health_interval=health_interval,
+                   skip_preflight=skip_preflight)
 
 
 @task(help={"stack": "only this stack (default: all)", "docker-host": "Docker engine URL"})

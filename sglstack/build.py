@@ -245,6 +245,31 @@ def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str |
     return None
 
 
+def record_path_for(out_dir: Path, target: str) -> Path:
+    return out_dir / ("record.json" if target == FINAL_TARGET else f"record-{target}.json")
+
+
+def record_for_reused_image(client, stack: Stack, image_id: str, tag: str, digest: str, target: str, out_dir: Path,
+                            source: str | None = None) -> Path:
+    """Keep the build record of a reused image; write one from its labels when this folder has none."""
+    path = record_path_for(out_dir, target)
+    if path.exists():
+        try:
+            if json.loads(path.read_text()).get("config_hash") == digest:
+                return path
+        except ValueError:
+            pass
+    labels = client.images.get(image_id).labels or {}
+    write_record(path, {
+        "stack": stack.name, "target": target, "image_id": image_id, "tag": tag, "config_hash": digest,
+        "reused": source or "local image", "pins": stack.pins(),
+        "patches": {k.removeprefix("io.sglstack.patch."): v for k, v in labels.items()
+                    if k.startswith("io.sglstack.patch.")},
+        "labels": labels,
+    })
+    return path
+
+
 def write_record(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -273,7 +298,8 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         if found:
             console.print(f"[green]{stack.name}[/]: {tag} already built from config {digest[:12]} "
                           f"({found[:19]}): skipping the build (--force rebuilds)")
-            return BuildResult(stack.name, target, digest, found, tag, True, out_dir / "record.json", "none")
+            record_path = record_for_reused_image(client, stack, found, tag, digest, target, out_dir)
+            return BuildResult(stack.name, target, digest, found, tag, True, record_path, "none")
         remote = image_in_registry(stack, digest, options) if options.check_registry and target == FINAL_TARGET \
             else None
         if remote:
@@ -281,7 +307,9 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                           f"pulling it instead of rebuilding (--force rebuilds)")
             image = client.images.pull(remote)
             image.tag(tag)
-            return BuildResult(stack.name, target, digest, image.id, tag, True, out_dir / "record.json", "none")
+            record_path = record_for_reused_image(client, stack, image.id, tag, digest, target, out_dir,
+                                                  source=remote)
+            return BuildResult(stack.name, target, digest, image.id, tag, True, record_path, "none")
     builder = detect_builder(options.docker_cli)
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {digest[:12]}) "
                   f"with {builder.describe()}")
@@ -314,7 +342,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
     }
-    record_path = out_dir / ("record.json" if target == FINAL_TARGET else f"record-{target}.json")
+    record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
     console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
     return BuildResult(stack.name, target, digest, final_id, tag, False, record_path, builder.kind)

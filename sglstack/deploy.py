@@ -514,6 +514,8 @@ def undeploy(dep: Deployment, *, compose: ComposeCLI | None = None, say: Say = _
         # The build folder is gone: remove what carries the project's label.
         for c in _project_containers(client, dep.project_name):
             c.remove(force=True, v=True)
+        for network in client.networks.list(filters={"label": f"{COMPOSE_PROJECT_LABEL}={dep.project_name}"}):
+            network.remove()
     left = _project_containers(client, dep.project_name)
     if left:
         raise DeployError(f"project {dep.project_name}: {len(left)} container(s) still present after down")
@@ -780,9 +782,16 @@ def deploy_command(
     health_interval: int = 30,
     build_root: Path | None = None,
     project: str | None = None,
+    skip_preflight: bool = False,
 ) -> DeploymentRecord:
     dep = _deployment(stacks_file, stack_name, docker_host, build_root, project)
     ref = resolve_image_ref(dep.stack, digest=digest, image=image, build_root=dep.build_root)
+    if gpus and not skip_preflight:
+        # The GPU node is checked before compose replaces a running deployment with one that cannot start.
+        from .preflight.command import require_ready
+
+        _say(f"preflight of the GPU node ({docker_host or 'local engine'}) in {ref}")
+        require_ready(dep.stack, docker_host=docker_host, image=ref)
     options = cmp.ComposeOptions(
         eagle3=eagle3,
         gpus=gpus,

@@ -85,7 +85,7 @@ def test_argv_has_no_tag_and_passes_secrets_by_file(tmp_path):
     classic = build_argv(Builder("classic", "/usr/bin/docker", "20.10"), req, tmp_path / "iid")
     assert classic[:2] == ["/usr/bin/docker", "build"]
     assert "-t" not in classic and "--tag" not in classic
-    assert ["--target", "sglang-src"] == classic[classic.index("--target") : classic.index("--target") + 2]
+    assert classic[classic.index("--target") : classic.index("--target") + 2] == ["--target", "sglang-src"]
     assert "--no-cache" in classic
     assert f"id=ca_bundle,src={tmp_path / 'ca.pem'}" in classic
     assert classic.index("a=1") < classic.index("b=2")

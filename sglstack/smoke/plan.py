@@ -55,6 +55,9 @@ class SmokeOptions:
     build_dir: str = "build"
     no_history: bool = False
     pull: bool = True
+    # A GPU smoke checks the node first (driver, GPUs, NCCL, shm): minutes of model loading are not
+    # spent on a node that cannot serve.
+    skip_preflight: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for two runs' tokens/s to be comparable (the image may differ: that is the point)."""
@@ -186,6 +189,9 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
             concurrency=int(opts.concurrency),
             num_prompts=int(opts.num_prompts),
             max_new_tokens=int(opts.max_new_tokens),
+            no_history=_flag(opts.no_history),
+            pull=_flag(opts.pull),
+            skip_preflight=_flag(opts.skip_preflight),
         )
     except (TypeError, ValueError) as exc:
         raise SmokeError(f"invalid smoke option: {exc}") from None
@@ -199,6 +205,18 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     if opts.timeout <= 0:
         raise SmokeError(f"smoke option timeout must be > 0 (got {opts.timeout})")
     return opts
+
+
+def _flag(value: Any) -> bool:
+    """Booleans also arrive as strings (`--smoke-opt no_history=true`)."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"'{value}' is not a boolean")
+    return bool(value)
 
 
 def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> dict[str, str]:

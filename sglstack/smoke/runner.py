@@ -43,6 +43,11 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
     engine = docker_client(options.docker_host)
     image_info = resolve_image(engine, image, pull=options.pull)
     log(f"smoke: image {image} ({image_info['digest']})")
+    if stack is not None and options.gpus > 0 and not options.skip_preflight:
+        from ..preflight.command import require_ready
+
+        log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
+        require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
 
     runs: dict[str, ServerRun] = {}
     for kind in RUN_KINDS:

@@ -1,0 +1,95 @@
+"""`invoke build --stack X --push` end to end: real build, verify, candidate push to a real registry,
+smoke of that digest with the CPU SGLang double, promotion of the same manifest."""
+
+# ruff: noqa: F811 - pytest fixtures imported from registry_fixtures are parameters here
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from registry_fixtures import plain_registry  # noqa: F401 - fixture
+
+from sglstack.registry import RegistryClient
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.docker
+REPO_PASS = "e2e-pass/sglang"
+
+
+def release_matrix(tmp_path: Path, base_image: str, registry: str, speedup: str, repo: str) -> Path:
+    """A stack built FROM the SGLang double: the double's PYTHONPATH shadows the (CUDA-less) real SGLang
+    at serving time, while the build installs, patches and verifies the real sglang 0.5.9 as usual."""
+    path = tmp_path / "stacks.yaml"
+    path.write_text(textwrap.dedent(f"""
+        defaults:
+          python: "3.11"
+          publish:
+            repository: {registry}/{repo}
+          smoke:
+            model: test-org/tiny-model
+            speculative: {{draft_model: test-org/tiny-eagle3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
+            tp: 1
+            gpus: 0
+            timeout_s: 90
+            max_new_tokens: 24
+            concurrency: 2
+            num_prompts: 3
+            shm_size: 256m
+            env: {{SGLANG_DOUBLE_SPEC_SPEEDUP: "{speedup}"}}
+        stacks:
+          e2e:
+            base_image: {base_image}
+            sglang: {{version: 0.5.9, install_deps: false}}
+            patches: [kimi-k25-eagle3]
+        """))
+    return path
+
+
+def run_build_push(matrix: Path, cwd: Path, ca_bundle: Path, docker_cli: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "e2e", "--stacks-file",
+                           str(matrix), "--push", "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli],
+                          cwd=cwd, capture_output=True, text=True, check=False, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry, sglang_double_image, ca_bundle,
+                                                        docker_cli, docker_client):
+    registry = plain_registry.host
+    matrix = release_matrix(tmp_path, sglang_double_image, registry, speedup="4", repo="e2e-pass/sglang")
+    proc = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    client = RegistryClient(registry)
+    tags = client.list_tags(REPO_PASS)
+    candidate = next(t for t in tags if t.startswith("candidate-e2e-"))
+    tested = client.manifest_digest(REPO_PASS, candidate)
+    assert "e2e" in tags and "0.5.9-e2e" in tags
+    immutable = [t for t in tags if t.startswith("0.5.9-e2e-") and len(t.split("-")) == 4]
+    assert len(immutable) == 1
+    for tag in ("e2e", "0.5.9-e2e", immutable[0]):
+        assert client.manifest_digest(REPO_PASS, tag) == tested
+    records = [json.loads(line) for line in (tmp_path / "build" / "publish" / "records.jsonl").read_text().splitlines()]
+    published = [r for r in records if r.get("event") == "published"]
+    assert published and {r["digest"] for r in published} == {tested}
+    smoke_report = json.loads((tmp_path / published[0]["smoke_report"]).read_text())
+    assert smoke_report["passed"] is True
+    assert tested in smoke_report["image"]
+    record = json.loads((tmp_path / "build" / "e2e" / "record.json").read_text())
+    assert record["config_hash"].startswith(candidate.removeprefix("candidate-e2e-"))
+    # a second release of the same config does nothing and says so
+    again = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
+    assert again.returncode == 0
+    assert "skipping the build" in again.stdout and "already published" in again.stdout
+
+
+def test_smoke_failure_moves_no_release_tag(tmp_path, plain_registry, sglang_double_image, ca_bundle, docker_cli):
+    registry = plain_registry.host
+    matrix = release_matrix(tmp_path, sglang_double_image, registry, speedup="0.5", repo="e2e-fail/sglang")
+    proc = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "speedup" in (proc.stdout + proc.stderr).lower()
+    tags = RegistryClient(registry).list_tags("e2e-fail/sglang")
+    assert len(tags) == 1 and tags[0].startswith("candidate-e2e-"), tags
