@@ -22,7 +22,13 @@ fi
 # The 20.10 CLI shipped with docker.io: the one on PATH may be a newer CLI without buildx.
 DOCKER=/usr/bin/docker
 if ! "$DOCKER" info >/dev/null 2>&1; then
-  if [ ! -S /var/run/docker.sock ] || ! pgrep -x dockerd >/dev/null; then
+  if ! pgrep -x dockerd >/dev/null; then
+    # A machine whose processes were killed keeps their pid files and sockets: clear them, or dockerd
+    # refuses to start ("pid file found") or waits on a dead containerd.
+    rm -f /var/run/docker.pid /var/run/docker.sock
+    if ! pgrep -x containerd >/dev/null; then
+      rm -f /run/containerd/containerd.sock /run/docker/containerd/containerd.pid /var/run/docker/containerd/containerd.pid
+    fi
     log "starting dockerd"
     mkdir -p /var/log
     nohup dockerd >/var/log/sglstack-dockerd.log 2>&1 &

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import json
 import os
 import re
 import shlex
@@ -30,13 +29,10 @@ from . import compose as cmp
 from .dockerhost import docker_client, image_exists
 from .errors import DeployError, DockerUnavailable
 from .matrix import Stack, load_matrix
+from .records import append_jsonl, read_jsonl
+from .records import build_root as default_build_root  # the name deploy's callers and options know
 
 RECORDS_FILE = "deployments.jsonl"
-
-
-def default_build_root() -> Path:
-    """build/ (or SGLSTACK_BUILD_DIR), as for the build and publish records."""
-    return Path(os.environ.get("SGLSTACK_BUILD_DIR", "build"))
 
 
 LOG_TAIL_LINES = 40
@@ -155,8 +151,13 @@ class DeploymentRecord:
     compose_file: str
     options: Mapping[str, object] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__ | {"options": dict(self.options)}, sort_keys=True)
+    def to_dict(self) -> dict[str, object]:
+        return self.__dict__ | {"options": dict(self.options)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> DeploymentRecord:
+        """Raises KeyError/TypeError on a row that is not a deployment record."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
 def records_path(build_root: Path, stack_name: str) -> Path:
@@ -164,26 +165,16 @@ def records_path(build_root: Path, stack_name: str) -> Path:
 
 
 def append_record(build_root: Path, record: DeploymentRecord) -> None:
-    path = records_path(build_root, record.stack)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(record.to_json() + "\n")
+    append_jsonl(records_path(build_root, record.stack), [record.to_dict()])
 
 
 def read_records(build_root: Path, stack_name: str) -> list[DeploymentRecord]:
     path = records_path(build_root, stack_name)
-    if not path.is_file():
-        return []
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            out.append(DeploymentRecord(**{k: data[k] for k in DeploymentRecord.__dataclass_fields__}))
-        except (ValueError, KeyError, TypeError):
-            raise DeployError(f"{path}:{n}: not a deployment record") from None
-    return out
+    return read_jsonl(
+        path,
+        parse=DeploymentRecord.from_dict,
+        bad_line=lambda n: DeployError(f"{path}:{n}: not a deployment record"),
+    )
 
 
 def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:

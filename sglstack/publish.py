@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 from .errors import RegistryError, SglstackError
 from .matrix import Stack, load_matrix
+from .records import append_jsonl, build_root, read_jsonl
 from .registry import Manifest, ManifestNotFound, RegistryClient, resolve_credentials
 from .tags import (
     ReleaseTags,
@@ -51,7 +50,7 @@ class ImmutableTagCollision(PublishError):
 
 
 def publish_dir(build_dir: Path | None = None) -> Path:
-    return (build_dir or Path(os.environ.get("SGLSTACK_BUILD_DIR", "build"))) / "publish"
+    return (build_dir or build_root()) / "publish"
 
 
 def records_path(build_dir: Path | None = None) -> Path:
@@ -60,31 +59,15 @@ def records_path(build_dir: Path | None = None) -> Path:
 
 def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Append JSON lines under an exclusive lock: concurrent releases never interleave lines."""
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    if not text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            fh.write(text)
-            fh.flush()
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    append_jsonl(path, records)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            raise PublishError(f"{path}:{n}: not a JSON line (the records file is append-only)") from None
-    return out
+    return read_jsonl(
+        path,
+        parse=lambda row: row,
+        bad_line=lambda n: PublishError(f"{path}:{n}: not a JSON line (the records file is append-only)"),
+    )
 
 
 def _now() -> str:
@@ -239,6 +222,32 @@ def already_published(
     return None
 
 
+def _tag_record(
+    event: str,
+    stack: Stack,
+    repo: Repository,
+    tag: str,
+    kind: str,
+    digest: str,
+    config_hash: str | None,
+    *,
+    time: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One records line: the fields every event shares (deploy and rollback read them back), plus `extra`."""
+    return {
+        "time": time or _now(),
+        "event": event,
+        "stack": stack.name,
+        "repository": str(repo),
+        "tag": tag,
+        "kind": kind,
+        "digest": digest,
+        "config_hash": config_hash,
+        **extra,
+    }
+
+
 def _tag_records(
     stack: Stack,
     repo: Repository,
@@ -250,20 +259,20 @@ def _tag_records(
     event: str,
     smoke_report: str | None,
 ) -> list[dict[str, Any]]:
-    now = _now()
+    now = _now()  # one promotion, one timestamp on all of its tag moves
     return [
-        {
-            "time": now,
-            "event": event,
-            "stack": stack.name,
-            "repository": str(repo),
-            "tag": tag,
-            "kind": "immutable" if tag == immutable else "moving",
-            "digest": digest,
-            "previous": prev,
-            "config_hash": config_hash,
-            "smoke_report": smoke_report,
-        }
+        _tag_record(
+            event,
+            stack,
+            repo,
+            tag,
+            "immutable" if tag == immutable else "moving",
+            digest,
+            config_hash,
+            time=now,
+            previous=prev,
+            smoke_report=smoke_report,
+        )
         for tag, prev in previous.items()
     ]
 
@@ -279,33 +288,11 @@ class ReleaseResult:
     smoke_report: Path | None
 
 
-def release(
-    stack: Stack,
-    *,
-    image_ref: str,
-    config_hash: str,
-    registry: str | None = None,
-    docker_host: str | None = None,
-    smoke_opts: Sequence[str] = (),
-    force: bool = False,
-    build_dir: Path | None = None,
-    today: dt.date | None = None,
-    smoke: SmokeRunner | None = None,
-) -> int:
-    """Push `image_ref` as a candidate, smoke it by digest, promote on pass. Exit code: 0 published or
-    already published, 1 smoke failed (no release tag moved, the candidate stays)."""
-    result = release_image(
-        stack,
-        image_ref=image_ref,
-        config_hash=config_hash,
-        registry=registry,
-        docker_host=docker_host,
-        smoke_opts=smoke_opts,
-        force=force,
-        build_dir=build_dir,
-        today=today,
-        smoke=smoke,
-    )
+def release(stack: Stack, **options: Any) -> int:
+    """`release_image` (same keyword options) as an exit code: 0 published or already published, 1 smoke
+    failed (no release tag moved, the candidate stays)."""
+    # Options pass through untouched so that the one signature, release_image's, is the only one to keep.
+    result = release_image(stack, **options)
     return 0 if result.published or result.digest is None else 1
 
 
@@ -322,6 +309,7 @@ def release_image(
     today: dt.date | None = None,
     smoke: SmokeRunner | None = None,
 ) -> ReleaseResult:
+    """Push `image_ref` as a candidate, smoke it by digest, promote on pass."""
     from .dockerhost import docker_client
 
     out = console()
@@ -343,19 +331,7 @@ def release_image(
     digest = push_candidate(docker_client(docker_host), image_ref, repo, tags.candidate, client)
     append_records(
         records,
-        [
-            {
-                "time": _now(),
-                "event": "candidate",
-                "stack": stack.name,
-                "repository": str(repo),
-                "tag": tags.candidate,
-                "kind": "candidate",
-                "digest": digest,
-                "config_hash": config_hash,
-                "image": image_ref,
-            }
-        ],
+        [_tag_record("candidate", stack, repo, tags.candidate, "candidate", digest, config_hash, image=image_ref)],
     )
     check_immutable(client, repo, tags.immutable, digest)  # fail before a long smoke, not after
 
@@ -372,17 +348,16 @@ def release_image(
         append_records(
             records,
             [
-                {
-                    "time": _now(),
-                    "event": "smoke-failed",
-                    "stack": stack.name,
-                    "repository": str(repo),
-                    "tag": tags.candidate,
-                    "kind": "candidate",
-                    "digest": digest,
-                    "config_hash": config_hash,
-                    "smoke_report": str(report_path),
-                }
+                _tag_record(
+                    "smoke-failed",
+                    stack,
+                    repo,
+                    tags.candidate,
+                    "candidate",
+                    digest,
+                    config_hash,
+                    smoke_report=str(report_path),
+                )
             ],
         )
         for failure in report.get("failures") or []:

@@ -381,6 +381,26 @@ class RegistryClient:
             f"{self.credentials.source} (wrong user or password?)"
         )
 
+    def _send_authorized(
+        self,
+        method: str,
+        url: str,
+        scope: str,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        allow_redirects: bool,
+    ) -> requests.Response:
+        # Credentials are read at send time, not captured once: answering a challenge in `request`
+        # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
+        return self._send(
+            method,
+            url,
+            headers={**headers, **self._auth_header(scope)},
+            data=data,
+            auth=self._basic_auth(),
+            allow_redirects=allow_redirects,
+        )
+
     def request(
         self,
         method: str,
@@ -394,14 +414,7 @@ class RegistryClient:
         """A /v2 request, answering one auth challenge. Returns any non-transient, non-auth response."""
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
-        resp = self._send(
-            method,
-            url,
-            headers={**base_headers, **self._auth_header(scope)},
-            data=data,
-            auth=self._basic_auth(),
-            allow_redirects=allow_redirects,
-        )
+        resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
         if resp.status_code == 401:
             challenge = resp.headers.get("WWW-Authenticate", "")
             kind, params = _parse_challenge(challenge)
@@ -411,14 +424,7 @@ class RegistryClient:
                 self._basic = True
             else:
                 raise self._auth_failed("the registry")
-            resp = self._send(
-                method,
-                url,
-                headers={**base_headers, **self._auth_header(scope)},
-                data=data,
-                auth=self._basic_auth(),
-                allow_redirects=allow_redirects,
-            )
+            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
             if resp.status_code == 401:
                 raise self._auth_failed("the registry")
         if resp.status_code == 403:
