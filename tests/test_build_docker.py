@@ -260,3 +260,25 @@ def test_dry_run_touches_no_docker(tmp_path):
     assert "candidate" in out and "0.5.9-cu130-" in out
     assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
     assert not (tmp_path / "build").exists()
+
+
+def test_installed_record_describes_the_patched_file(built, docker_client):
+    """The patched module comes as an overlay on the pristine wheel; pip's RECORD must still be truthful."""
+    _, result, _ = built
+    script = (
+        "import base64, csv, hashlib, sysconfig, pathlib\n"
+        "site = pathlib.Path(sysconfig.get_paths()['purelib'])\n"
+        "record = next(site.glob('sglang-*.dist-info')) / 'RECORD'\n"
+        "bad = []\n"
+        "for path, h, size in csv.reader(record.read_text().splitlines()):\n"
+        "    if h and (site / path).is_file():\n"
+        "        data = (site / path).read_bytes()\n"
+        "        d = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()\n"
+        "        if h != 'sha256=' + d or int(size) != len(data): bad.append(path)\n"
+        "print('BAD', bad)\n"
+    )
+    out = docker_client.containers.run(result.tag, ["python", "-c", script], remove=True).decode()
+    assert out.strip() == "BAD []"
+    history = docker_client.images.get(result.tag).history()
+    overlay = next(h for h in history if "/out/overlay/" in (h.get("CreatedBy") or ""))
+    assert 0 < overlay["Size"] < 200_000  # only the patched module, not the whole package

@@ -69,11 +69,13 @@ def test_cu130_layer_order_keeps_heavy_layers_first():
     kernel_at = text.index("sgl_kernel-0.3.21+cu130")
     flashinfer_at = text.index("flashinfer-python==0.6.4 flashinfer-cubin==0.6.4")
     reqs_at = text.index("-r /opt/sglstack/sglang-requirements.txt")
-    patched_at = text.index("COPY --from=sglang-src /out/dist/")
-    assert torch_at < kernel_at < flashinfer_at < reqs_at < patched_at
+    pristine_at = text.index("pip install --no-deps --no-cache-dir /run/sglang-dist/sglang-*.whl")
+    patched_at = text.index("COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.12/site-packages/")
+    assert torch_at < kernel_at < flashinfer_at < reqs_at < pristine_at < patched_at
     # patches only enter the runtime stage after every install layer
     runtime = text[text.index("AS runtime") :]
     assert runtime.index("COPY patches/") > runtime.index("-r /opt/sglstack/sglang-requirements.txt")
+    assert runtime.index("COPY patches/") > runtime.index("/run/sglang-dist/sglang-*.whl")
     assert "--index-url https://download.pytorch.org/whl/cu130" in text
     assert "manylinux2014_${arch}.whl" in text
 

@@ -2,7 +2,8 @@
 
     python3 wheelkit.py unpack WHEEL DIR
     python3 wheelkit.py requirements WHEEL STACK_JSON OUT      # SGLang's requirements, overrides applied
-    python3 wheelkit.py repack DIR ORIGINAL_WHEEL OUT_DIR     # same file name, RECORD recomputed
+    python3 wheelkit.py overlay DIR ORIGINAL_WHEEL OUT_DIR    # the files of DIR that differ from the wheel
+    python3 wheelkit.py refresh-record SITE_PACKAGES DIST     # installed RECORD rows of changed files
     python3 wheelkit.py version DIR                           # the unpacked distribution's version
 
 Overrides are applied here, in the open, rather than by a resolver flag: the rewritten requirements file
@@ -12,6 +13,7 @@ is a build artifact that the image keeps, so anyone can see what was replaced an
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import json
 import os
@@ -23,7 +25,6 @@ from pathlib import Path
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
 _EXTRA = re.compile(r"\bextra\s*==")
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 class WheelKitError(Exception):
@@ -101,31 +102,55 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def repack(root: Path, original: Path, out_dir: Path) -> Path:
-    """Zip `root` back into a wheel of the original's name, with a RECORD that matches its files."""
-    dist_info = _dist_info(root)
-    record_rel = f"{dist_info.name}/RECORD"
-    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    rows = []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / original.name
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path in files:
+def overlay(root: Path, original: Path, out: Path) -> list[str]:
+    """Copy into `out` the files of the unpacked tree `root` that differ from (or are not in) the wheel.
+
+    The image installs the pristine wheel in one layer and this overlay on top, so that a patch change
+    rebuilds a layer of a few kilobytes instead of reinstalling the whole package.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    changed = []
+    with zipfile.ZipFile(original) as zf:
+        pristine = {info.filename: info for info in zf.infolist() if not info.is_dir()}
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             rel = path.relative_to(root).as_posix()
-            if rel == record_rel:
-                continue
+            if rel.endswith(".dist-info/RECORD"):
+                continue  # the installed RECORD is pip's; refresh-record updates it in place
             data = path.read_bytes()
-            rows.append(f"{rel},{_record_hash(data)},{len(data)}")
-            info = zipfile.ZipInfo(rel, date_time=_FIXED_TIME)
-            info.external_attr = (path.stat().st_mode & 0o777 | 0o100000) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, data)
-        rows.append(f"{record_rel},,")
-        info = zipfile.ZipInfo(record_rel, date_time=_FIXED_TIME)
-        info.external_attr = 0o100644 << 16
-        info.compress_type = zipfile.ZIP_DEFLATED
-        zf.writestr(info, "\n".join(rows) + "\n")
-    return target
+            if rel in pristine and zf.read(pristine[rel]) == data:
+                continue
+            target = out / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            changed.append(rel)
+    return changed
+
+
+def refresh_record(site: Path, dist: str) -> list[str]:
+    """Rewrite the RECORD rows of installed files whose content changed after pip installed them."""
+    infos = [p for p in site.glob("*.dist-info")
+             if canonical(p.name.removesuffix(".dist-info").rsplit("-", 1)[0]) == canonical(dist)]
+    if len(infos) != 1:
+        raise WheelKitError(f"expected one installed {dist} in {site}, found {len(infos)}")
+    record = infos[0] / "RECORD"
+    # RECORD is CSV: paths with commas are quoted, so it is read and written with the csv module.
+    with open(record, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    updated = []
+    for row in rows:
+        if len(row) != 3 or not row[1]:
+            continue
+        target = site / row[0]
+        if target.is_file():
+            data = target.read_bytes()
+            new_hash = _record_hash(data)
+            if new_hash != row[1]:
+                row[1], row[2] = new_hash, str(len(data))
+                updated.append(row[0])
+    if updated:
+        with open(record, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(rows)
+    return updated
 
 
 def main(argv: list[str]) -> int:
@@ -139,8 +164,12 @@ def main(argv: list[str]) -> int:
                     print(f"override: {line}")
         elif argv[:1] == ["version"] and len(argv) == 2:
             print(_dist_info(Path(argv[1])).name.removesuffix(".dist-info").split("-", 1)[1])
-        elif argv[:1] == ["repack"] and len(argv) == 4:
-            print(repack(Path(argv[1]), Path(argv[2]), Path(argv[3])))
+        elif argv[:1] == ["overlay"] and len(argv) == 4:
+            for rel in overlay(Path(argv[1]), Path(argv[2]), Path(argv[3])):
+                print(f"overlay: {rel}")
+        elif argv[:1] == ["refresh-record"] and len(argv) == 3:
+            for rel in refresh_record(Path(argv[1]), argv[2]):
+                print(f"RECORD updated: {rel}")
         else:
             print(__doc__, file=sys.stderr)
             return 2

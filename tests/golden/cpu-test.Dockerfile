@@ -29,7 +29,7 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
       "sglang==0.5.9"
 COPY stack.json /opt/sglstack/stack.json
 RUN python3 /opt/sglstack/tools/wheelkit.py unpack /work/dist/sglang-*.whl /work/tree \
- && mkdir -p /out/dist \
+ && mkdir -p /out \
  && python3 /opt/sglstack/tools/wheelkit.py requirements /work/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
 # Patches come last in this stage: editing one re-runs only the steps below.
 COPY tools/patchkit /opt/sglstack/tools/patchkit
@@ -41,7 +41,7 @@ RUN python3 -m patchkit apply --root /work/tree --patches-dir /opt/sglstack/patc
       kimi-k25-eagle3 \
  && python3 -m patchkit verify --root /work/tree --patches-dir /opt/sglstack/patches \
       --manifest /out/patches.json kimi-k25-eagle3 \
- && python3 /opt/sglstack/tools/wheelkit.py repack /work/tree /work/dist/sglang-*.whl /out/dist
+ && python3 /opt/sglstack/tools/wheelkit.py overlay /work/tree /work/dist/sglang-*.whl /out/overlay
 
 # ---- stage 2: the serving image --------------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
@@ -65,15 +65,20 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     . /opt/sglstack/tools/pip-env.sh \
  && pip list --format=freeze > /run/sglstack/installed.txt \
  && pip install --constraint /run/sglstack/installed.txt six==1.16.0
-# The patched SGLang goes last: a patch change must not invalidate the layers above.
-COPY --from=sglang-src /out/dist/ /opt/sglstack/dist/
+# The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
+# the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
+RUN --mount=type=bind,from=sglang-src,source=/work/dist,target=/run/sglang-dist \
+    pip install --no-deps --no-cache-dir /run/sglang-dist/sglang-*.whl
 COPY --from=sglang-src /out/patches.json /opt/sglstack/patches.json
-COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
 COPY stack.json /opt/sglstack/stack.json
 COPY tools/ /opt/sglstack/tools/
 COPY patches/ /opt/sglstack/patches/
-RUN pip install --no-deps --no-cache-dir --force-reinstall /opt/sglstack/dist/sglang-*.whl \
- && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.11/site-packages/
+# RECORD is brought up to date for the patched files (pip uninstall and `pip show -f` stay truthful),
+# only the changed modules are recompiled, and the patches are verified where they will run.
+RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && python /opt/sglstack/tools/wheelkit.py refresh-record "$site" sglang \
+ && python -m compileall -q "$site/sglang" \
  && PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root "$site" --patches-dir /opt/sglstack/patches \
       --manifest /opt/sglstack/patches.json kimi-k25-eagle3 \
  && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
