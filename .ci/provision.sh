@@ -7,8 +7,7 @@ set -euo pipefail
 log() { printf '[provision] %s\n' "$*"; }
 
 need_pkgs=()
-command -v dockerd >/dev/null || need_pkgs+=(docker.io)
-[ -x /usr/bin/docker ] || need_pkgs+=(docker.io)
+if ! command -v dockerd >/dev/null || [ ! -x /usr/bin/docker ]; then need_pkgs+=(docker.io); fi
 command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)

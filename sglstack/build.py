@@ -154,7 +154,7 @@ def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[di
     if target == "sglang-src":
         if ids:
             code, out, err = _container_output(client, image, [
-                "python3", "-m", "patchkit", "verify", "--root", "/work/tree", "--patches-dir",
+                "python3", "-m", "patchkit", "verify", "--root", "/src/tree", "--patches-dir",
                 "/opt/sglstack/patches", "--manifest", "/out/patches.json", *ids],
                 env={"PYTHONPATH": "/opt/sglstack/tools"})
             if code != 0:

@@ -132,3 +132,42 @@ def test_unknown_stack_is_one_line_error():
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0
     assert "stack 'nope'" in proc.stderr and "cu130" in proc.stderr
+
+
+GIT_STACK = """
+stacks:
+  from-git:
+    base_image: debian:bookworm-slim
+    python: "3.11"
+    sglang:
+      git: {repo: "https://github.com/sgl-project/sglang", ref: "0123456789abcdef0123456789abcdef01234567"}
+      install_deps: false
+    patches: [kimi-k25-eagle3]
+    smoke: {model: org/model, tp: 1, gpus: 0}
+"""
+
+
+def test_sglang_from_a_git_commit_renders_a_wheel_build(tmp_path):
+    path = tmp_path / "stacks.yaml"
+    path.write_text(GIT_STACK)
+    stack = load_matrix(path).get("from-git")
+    assert stack.sglang.label == "git-0123456789ab"
+    text = render_dockerfile(stack)
+    assert ('"sglang @ https://github.com/sgl-project/sglang/archive/0123456789abcdef0123456789abcdef01234567'
+            '.tar.gz#subdirectory=python"') in text
+    assert "pip wheel --no-deps" in text
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(text)
+    proc = subprocess.run([shutil.which("hadolint") or "hadolint", "--no-color", str(dockerfile)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_git_ref_must_be_a_commit(tmp_path):
+    from sglstack.errors import ConfigError
+
+    path = tmp_path / "stacks.yaml"
+    path.write_text(GIT_STACK.replace("0123456789abcdef0123456789abcdef01234567", "main"))
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    assert info.value.key == "sglang.git.ref"

@@ -23,20 +23,20 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
  && case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac \
  && set -- --platform "manylinux2014_${arch}" --platform any \
  && for v in 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39; do set -- "$@" --platform "manylinux_2_${v}_${arch}"; done \
- && python3 -m pip download --no-deps --only-binary=:all: --dest /work/dist \
+ && python3 -m pip download --no-deps --only-binary=:all: --dest /src/dist \
       --python-version 3.11 --implementation cp \
       --abi cp311 --abi abi3 --abi none "$@" \
       "sglang==0.5.9"
 COPY stack.json /opt/sglstack/stack.json
-RUN python3 /opt/sglstack/tools/wheelkit.py unpack /work/dist/sglang-*.whl /work/tree \
+RUN python3 /opt/sglstack/tools/wheelkit.py unpack /src/dist/sglang-*.whl /src/tree \
  && mkdir -p /out \
- && python3 /opt/sglstack/tools/wheelkit.py requirements /work/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
+ && python3 /opt/sglstack/tools/wheelkit.py requirements /src/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
 # Patches come last in this stage: editing one re-runs only the steps below.
 COPY tools/patchkit /opt/sglstack/tools/patchkit
 COPY patches/ /opt/sglstack/patches/
 ENV PYTHONPATH=/opt/sglstack/tools
 RUN echo '[]' > /out/patches.json \
- && python3 /opt/sglstack/tools/wheelkit.py overlay /work/tree /work/dist/sglang-*.whl /out/overlay
+ && python3 /opt/sglstack/tools/wheelkit.py overlay /src/tree /src/dist/sglang-*.whl /out/overlay
 
 # ---- stage 2: the serving image --------------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
@@ -68,7 +68,7 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
  && pip install --force-reinstall typing-inspection==0.4.0
 # The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
 # the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
-RUN --mount=type=bind,from=sglang-src,source=/work/dist,target=/run/sglang-dist \
+RUN --mount=type=bind,from=sglang-src,source=/src/dist,target=/run/sglang-dist \
     pip install --no-deps --no-cache-dir /run/sglang-dist/sglang-*.whl
 COPY --from=sglang-src /out/patches.json /opt/sglstack/patches.json
 COPY stack.json /opt/sglstack/stack.json
