@@ -11,7 +11,7 @@ WHITE: Color = (255, 255, 255)
 AXIS: Color = (60, 60, 60)
 INK: Color = (20, 20, 20)
 
-# A 3x5 pixel font for the value labels: digits and the decimal point.
+# A 3x5 pixel font for the labels: digits, the decimal point and the capitals the chart uses.
 _GLYPHS = {
     "0": ("111", "101", "101", "101", "111"),
     "1": ("010", "110", "010", "010", "111"),
@@ -24,6 +24,26 @@ _GLYPHS = {
     "8": ("111", "101", "111", "101", "111"),
     "9": ("111", "101", "111", "001", "111"),
     ".": ("000", "000", "000", "000", "010"),
+    "-": ("000", "000", "111", "000", "000"),
+    "/": ("001", "001", "010", "100", "100"),
+    " ": ("000", "000", "000", "000", "000"),
+    "A": ("010", "101", "111", "101", "101"),
+    "B": ("110", "101", "110", "101", "110"),
+    "C": ("011", "100", "100", "100", "011"),
+    "E": ("111", "100", "110", "100", "111"),
+    "G": ("011", "100", "101", "101", "011"),
+    "I": ("111", "010", "010", "010", "111"),
+    "K": ("101", "101", "110", "101", "101"),
+    "L": ("100", "100", "100", "100", "111"),
+    "M": ("101", "111", "111", "101", "101"),
+    "N": ("101", "111", "111", "111", "101"),
+    "O": ("010", "101", "101", "101", "010"),
+    "P": ("110", "101", "110", "100", "100"),
+    "R": ("110", "101", "110", "101", "101"),
+    "S": ("011", "100", "010", "001", "110"),
+    "T": ("111", "010", "010", "010", "010"),
+    "U": ("101", "101", "101", "101", "111"),
+    "Y": ("101", "101", "010", "010", "010"),
 }
 
 
@@ -39,10 +59,13 @@ def encode_png(pixels: Sequence[Sequence[Color]]) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
-def bar_chart(bars: Sequence[tuple[float, Color]], *, width: int = 360, height: int = 220) -> bytes:
-    """Vertical bars scaled to the largest value, each labelled with its value (one decimal)."""
+def bar_chart(bars: Sequence[tuple[float, Color]], *, labels: Sequence[str] = (), title: str = "",
+              width: int = 360, height: int = 240) -> bytes:
+    """Vertical bars scaled to the largest value, each with its value (one decimal) and its label below."""
     canvas = [[WHITE] * width for _ in range(height)]
-    left, bottom, top = 20, height - 20, 30
+    left, bottom, top = 20, height - 26, 44
+    if title:
+        _text(canvas, title.upper(), left, 8, scale=2)
     top_value = max((v for v, _ in bars), default=0.0) or 1.0
     slot = (width - 2 * left) // max(len(bars), 1)
     bar_w = max(slot * 3 // 5, 4)
@@ -53,6 +76,8 @@ def bar_chart(bars: Sequence[tuple[float, Color]], *, width: int = 360, height: 
             for x in range(x0, x0 + bar_w):
                 canvas[y][x] = color
         _text(canvas, f"{value:.1f}", x0, bottom - bar_h - 14, scale=2)
+        if i < len(labels):
+            _text(canvas, labels[i].upper(), x0, bottom + 8, scale=2)
     for x in range(left - 5, width - left + 5):
         canvas[bottom][x] = AXIS
     return encode_png(canvas)

@@ -53,7 +53,9 @@ def chart_png(data: Mapping[str, Any]) -> bytes:
         [
             (float(data["baseline"].get("tokens_per_s") or 0.0), BASELINE_COLOR),
             (float(data["eagle3"].get("tokens_per_s") or 0.0), EAGLE3_COLOR),
-        ]
+        ],
+        labels=("baseline", "EAGLE-3"),
+        title="output tok/s per stream",
     )
 
 
