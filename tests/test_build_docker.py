@@ -9,7 +9,6 @@ import os
 import secrets
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -138,10 +137,8 @@ def test_unchanged_config_is_not_rebuilt(built, monkeypatch, docker_cli):
         raise AssertionError("BuildKit must not be called for an unchanged config")
 
     monkeypatch.setattr(build_mod, "detect_builder", no_buildkit)
-    start = time.monotonic()
     again = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, show_progress=False))
     assert again.skipped and again.image_id == result.image_id and again.tag == result.tag
-    assert time.monotonic() - start < 10
 
 
 def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):
