@@ -6,13 +6,23 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
+from pathlib import Path
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit
+from invoke import task as _invoke_task
 
 from sglstack.errors import SglstackError
 
-DEFAULT_STACKS = "stacks.yaml"
+# The repo root's matrix, wherever invoke runs from (`invoke --search-root REPO ...` from another folder).
+DEFAULT_STACKS = str(Path(__file__).resolve().parent / "stacks.yaml")
+
+
+def task(**kwargs):
+    """`invoke.task` with every option a --flag: a required option left positional would swallow
+    `invoke TASK --help` as its value (invoke's parser fills positionals first)."""
+    return _invoke_task(positional=[], **kwargs)
 
 
 def _user_errors(fn):
@@ -20,6 +30,13 @@ def _user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        given = {**dict(zip((p.name for p in params), args[1:], strict=False)), **kwargs}
+        missing = [p.name for p in params if p.default is p.empty and given.get(p.name) is None]
+        if missing:
+            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+            print(f"error: {fn.__name__.replace('_', '.')}: missing required option {flags}", file=sys.stderr)
+            raise Exit(code=2)
         try:
             return fn(*args, **kwargs)
         except SglstackError as exc:

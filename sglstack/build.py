@@ -184,21 +184,26 @@ def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[di
     return manifest, info
 
 
-def stamp_labels(builder: Builder, client, image_id: str, labels: dict[str, str], work: Path,
+def stamp_labels(builder: Builder, client, image_id: str, labels: dict[str, str],
                  docker_host: str | None) -> str:
-    """Add labels to a verified image without adding a layer (a FROM-only build)."""
+    """Add labels to a verified image without adding a layer (a FROM-only build).
+
+    BuildKit cannot build FROM an image id, so the image gets a short-lived tag for the stamp build.
+    """
     import secrets as pysecrets
 
     temp_ref = f"sglstack-unverified/stamp:{pysecrets.token_hex(6)}"
     client.images.get(image_id).tag(temp_ref)
     try:
-        work.mkdir(parents=True, exist_ok=True)
-        dockerfile = work / "Dockerfile.stamp"
-        dockerfile.write_text(f"FROM {temp_ref}\n", encoding="utf-8")
-        empty = work / "stamp-context"
-        empty.mkdir(exist_ok=True)
-        req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
-        return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host, show_progress=False)
+        with tempfile.TemporaryDirectory(prefix="sglstack-stamp-") as tmp:
+            work = Path(tmp)
+            dockerfile = work / "Dockerfile"
+            dockerfile.write_text(f"FROM {temp_ref}\n", encoding="utf-8")
+            empty = work / "context"
+            empty.mkdir()
+            req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
+            return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host,
+                             show_progress=False)
     finally:
         with contextlib.suppress(Exception):
             client.images.remove(temp_ref, noprune=True)
@@ -323,8 +328,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     with timer.phase("verify"):
         manifest, info = verify_image(client, image_id, stack, target)
     with timer.phase("stamp"):
-        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), out_dir,
-                                options.docker_host)
+        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), options.docker_host)
         client.images.get(final_id).tag(tag)
     record = {
         "stack": stack.name,
@@ -375,19 +379,22 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
         lines.append(f"build:        not possible here: {exc}")
     lines.append(f"secrets:      {', '.join(_planned_secrets(options)) or 'none'} (BuildKit secrets, never layers)")
     lines.append("verify:       patchkit verify + installed packages vs pins, in a container of the image")
-    if push:
-        from .smoke import launch_commands, smoke_options
-        from .tags import release_tags
+    if target != FINAL_TARGET:
+        lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
+        return lines
+    from .smoke import launch_commands, smoke_options
+    from .tags import release_tags
 
-        tags = release_tags(stack, digest, dt.date.today())
-        repo = registry or stack.publish.repository
-        lines.append(f"push:         {repo}:{tags.candidate} (candidate)")
-        opts = smoke_options(stack)
-        for kind, cmd in launch_commands(opts).items():
-            lines.append(f"smoke {kind + ':':<8}{shlex.join(cmd)}")
-        lines.append(f"promote:      {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
-    else:
+    # Without --push nothing leaves this machine, but the plan still shows what a release would do.
+    when = "" if push else " (with --push)"
+    tags = release_tags(stack, digest, dt.date.today())
+    repo = registry or stack.publish.repository
+    if not push:
         lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
+    lines.append(f"push{when}: {repo}:{tags.candidate} (candidate)")
+    for kind, cmd in launch_commands(smoke_options(stack)).items():
+        lines.append(f"smoke {kind}{when}: {shlex.join(cmd)}")
+    lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines
 
 

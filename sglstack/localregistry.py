@@ -170,6 +170,18 @@ def _state_path(folder: Path) -> Path:
     return folder / STATE_FILE
 
 
+def _running_port(folder: Path) -> int | None:
+    """The port of the registry recorded in `folder`'s state file, when it still answers there."""
+    state_file = _state_path(folder)
+    if not state_file.exists():
+        return None
+    try:
+        port = int(json.loads(state_file.read_text())["port"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return port if answers(port) else None
+
+
 def _image_available(client: Any) -> bool:
     import docker.errors
 
@@ -195,6 +207,12 @@ def registry_up(
     folder = folder or data_dir()
     if answers(port):
         return f"a registry already answers on 127.0.0.1:{port}"
+    running = _running_port(folder)
+    if running is not None:
+        # One state file per data folder: a second instance would be untracked, and `down` could not stop it.
+        raise RegistryError(
+            f"registry 127.0.0.1:{running}: already running from {folder}; `invoke registry.down` first"
+        )
     client = None
     if use_container is not False:
         try:

@@ -71,6 +71,14 @@ ExactRequirement = Annotated[str, AfterValidator(_exact_requirement)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
 
+class _KeyedValueError(ValueError):
+    """A cross-field check's failure that knows which key it is about (model validators have no loc)."""
+
+    def __init__(self, key: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
@@ -225,27 +233,47 @@ class Stack(_Model):
         if self.torch and self.cuda and "+cu" in self.torch.version:
             want = "cu" + "".join(self.cuda.split(".")[:2])
             if not self.torch.version.endswith("+" + want):
-                raise ValueError(f"torch {self.torch.version} is not a {want} build for CUDA {self.cuda}")
-        for arch in self.cuda_arch_list:
+                raise _KeyedValueError(
+                    ("torch", "version"), f"torch {self.torch.version} is not a {want} build for CUDA {self.cuda}"
+                )
+        for i, arch in enumerate(self.cuda_arch_list):
             if not re.fullmatch(r"\d+\.\d+a?(\+PTX)?", arch):
-                raise ValueError(f"cuda_arch_list entry '{arch}' is not like '9.0' or '10.0a'")
+                raise _KeyedValueError(
+                    ("cuda_arch_list", i), f"cuda_arch_list entry '{arch}' is not like '9.0' or '10.0a'"
+                )
+        # An override's pin wins in the install, so it must not contradict the stack's own pin of that package.
+        own = self._own_pins()
+        for i, override in enumerate(self.overrides):
+            req = Requirement(override.pin)
+            pinned = own.get(canonicalize_name(req.name))
+            if pinned and not req.url and not req.specifier.contains(pinned, prereleases=True):
+                raise _KeyedValueError(
+                    ("overrides", i, "pin"), f"'{override.pin}' contradicts the stack's own pin {req.name}=={pinned}"
+                )
         # gpus: 0 is the CPU profile used with test doubles, where tp is only passed through.
         if self.smoke.gpus and self.smoke.tp > self.smoke.gpus:
-            raise ValueError(f"smoke.tp {self.smoke.tp} needs at least as many gpus ({self.smoke.gpus})")
+            raise _KeyedValueError(
+                ("smoke", "tp"), f"smoke.tp {self.smoke.tp} needs at least as many gpus ({self.smoke.gpus})"
+            )
         return self
 
     # The pins the built image must report, as {canonical name: version}.
     def pins(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for override in self.overrides:
+            r = Requirement(override.pin)
+            if not r.url:
+                out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
+        return {**out, **self._own_pins()}
+
+    def _own_pins(self) -> dict[str, str]:
+        """The stack's pins from its own sections (torch, FlashInfer, layers, sgl-kernel, SGLang)."""
         out: dict[str, str] = {}
         for req in self.all_pinned_requirements():
             r = Requirement(req)
             if r.url:
                 continue
             out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
-        for override in self.overrides:
-            r = Requirement(override.pin)
-            if not r.url:
-                out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
         if self.sgl_kernel:
             out["sgl-kernel"] = self.sgl_kernel.version
         if self.sglang.version:
@@ -372,8 +400,11 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
             stack = Stack.model_validate({**merged, "name": name})
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-            key = ".".join(loc) or None
+            loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, _KeyedValueError):
+                loc = (*loc, *cause.key)
+            key = ".".join(map(str, loc)) or None
             msg = _pydantic_message(err)
             line = _line_for(lines, [("stacks", name, *loc), ("defaults", *loc)])
             raise ConfigError(msg, file=file, stack=name, key=key, line=line) from None

@@ -279,3 +279,13 @@ def test_installed_record_describes_the_patched_file(built, docker_client):
     history = docker_client.images.get(result.tag).history()
     overlay = next(h for h in history if "/out/overlay/" in (h.get("CreatedBy") or ""))
     assert 0 < overlay["Size"] < 200_000  # only the patched module, not the whole package
+
+
+def test_dry_run_without_push_still_shows_the_release_tags_and_smoke():
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    out = "\n".join(build_mod.describe_plan(stack, BuildOptions(), push=False, registry=None))
+    assert "push:         no" in out
+    assert "candidate-cu130-" in out and "0.5.9-cu130-" in out
+    assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
+    src = "\n".join(build_mod.describe_plan(stack, BuildOptions(target="sglang-src"), push=False, registry=None))
+    assert "candidate" not in src and "launch_server" not in src

@@ -175,3 +175,53 @@ def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert "stack 'base'" in lines[0] and "patches[0]" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cross_field_checks_name_their_key_and_line(tmp_path):
+    text = GOOD.replace(
+        "    base_image: debian:bookworm-slim\n    sglang:",
+        "    base_image: debian:bookworm-slim\n    cuda_arch_list:\n      - '9.0'\n      - sm90\n    sglang:",
+        1,
+    )
+    err = error_for(tmp_path, text)
+    assert err.stack == "base" and err.key == "cuda_arch_list.1" and "sm90" in str(err) and err.line == 13
+
+    err = error_for(tmp_path, GOOD.replace("    tp: 1", "    tp: 4"))
+    assert err.key == "smoke.tp" and err.line == 6
+
+
+def test_list_item_error_points_at_the_item_line(tmp_path):
+    text = GOOD.replace(
+        "    patches: [kimi-k25-eagle3]\n",
+        "    patches: [kimi-k25-eagle3]\n    extra_layers:\n      - name: x\n        requirements:\n"
+        "          - six==1.16.0\n          - 'idna>=3'\n",
+        1,
+    )
+    err = error_for(tmp_path, text)
+    assert err.key == "extra_layers.0.requirements.1" and err.line == 18
+
+
+def test_default_stacks_file_is_the_repo_roots_from_any_folder(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "stacks"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cu130" in proc.stdout and "cu129" in proc.stdout
+
+
+def test_override_pin_must_agree_with_the_stacks_own_pin(tmp_path):
+    text = GOOD.replace(
+        "    patches: [kimi-k25-eagle3]\n",
+        "    patches: [kimi-k25-eagle3]\n    flashinfer:\n      version: 0.6.4\n    overrides:\n"
+        "      - replaces: flashinfer_python==0.6.3\n        pin: flashinfer-python==0.6.5\n        reason: newer\n",
+        1,
+    )
+    err = error_for(tmp_path, text)
+    assert err.stack == "base" and err.key == "overrides.0.pin" and err.line == 18
+    assert "flashinfer-python==0.6.5" in str(err) and "0.6.4" in str(err)
+    agreed = load_matrix(write(tmp_path, text.replace("flashinfer-python==0.6.5", "flashinfer-python==0.6.4")))
+    assert agreed.get("base").pins()["flashinfer-python"] == "0.6.4"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from registry_fixtures import free_port, tiny_image  # noqa: F401 - fixture
 
+from sglstack.errors import RegistryError
 from sglstack.localregistry import answers, registry_down, registry_up
 from sglstack.publish import push_candidate
 from sglstack.registry import RegistryClient
@@ -33,3 +34,16 @@ def test_up_down_up_keeps_the_data(tmp_path, tiny_image, docker_client, docker_c
         registry_down(folder=folder)
     assert not answers(port)
     assert registry_down(folder=folder) == "no sglstack registry is running"
+
+
+def test_up_on_a_second_port_is_refused_while_one_runs(tmp_path):
+    first, second, folder = free_port(), free_port(), tmp_path / "registry"
+    try:
+        registry_up(port=first, folder=folder, use_container=False)
+        with pytest.raises(RegistryError, match=f"127.0.0.1:{first}.*registry.down"):
+            registry_up(port=second, folder=folder, use_container=False)
+        assert not answers(second)
+        assert "stopped" in registry_down(folder=folder)
+        assert not answers(first)
+    finally:
+        registry_down(folder=folder)

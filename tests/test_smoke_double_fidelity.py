@@ -170,3 +170,18 @@ def test_routes_and_json_fields_match_sglang_059(docker_client, sglang_double_im
         )
         assert chat.json()["choices"][0]["finish_reason"] == "length"
         assert chat.json()["usage"]["completion_tokens"] == 4
+
+
+def test_the_double_stops_on_sigterm_like_uvicorn(docker_client, sglang_double_image):
+    with running_container(
+        docker_client,
+        sglang_double_image,
+        command=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        name_prefix="sglstack-test-smoke-sigterm",
+    ) as container:
+        time.sleep(1.0)
+        start = time.monotonic()
+        container.stop(timeout=20)
+        assert time.monotonic() - start < 10, "SIGTERM was ignored: `docker stop` waited out its grace period"
+        container.reload()
+        assert container.attrs["State"]["ExitCode"] == 0

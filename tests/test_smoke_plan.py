@@ -133,3 +133,16 @@ def test_bad_options_are_one_line_errors(overrides, message):
     with pytest.raises(SmokeError) as info:
         smoke_options(None, **overrides)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_api_keys_are_redacted_in_logs_and_reports():
+    from sglstack.smoke.plan import redact_command, smoke_options
+
+    cmd = ["python3", "-m", "sglang.launch_server", "--api-key", "sk-secret", "--admin-api-key=adm-secret",
+           "--tp-size", "8"]
+    shown = redact_command(cmd)
+    assert "sk-secret" not in shown and "--admin-api-key=adm-secret" not in shown
+    assert shown == ["python3", "-m", "sglang.launch_server", "--api-key", "***", "--admin-api-key=***",
+                     "--tp-size", "8"]
+    options = smoke_options(None, model="m", draft_model="d", extra_args="--api-key sk-secret")
+    assert "sk-secret" not in str(options.describe())

@@ -80,7 +80,7 @@ class SmokeOptions:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env", "gates", "labels")}
         out["env_keys"] = sorted(self.env)
         out["gates"] = self.gates.model_dump()
-        out["extra_args"] = list(self.extra_args)
+        out["extra_args"] = redact_command(self.extra_args)
         out["mounts"] = list(self.mounts)
         return out
 
@@ -205,6 +205,30 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     if opts.timeout <= 0:
         raise SmokeError(f"smoke option timeout must be > 0 (got {opts.timeout})")
     return opts
+
+
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def redact_command(command: Iterable[str]) -> list[str]:
+    """The command with the values of secret flags replaced, for logs and reports."""
+    out: list[str] = []
+    hide_next = False
+    for arg in command:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if flag in SECRET_FLAGS:
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
 
 
 def _flag(value: Any) -> bool:

@@ -24,7 +24,15 @@ from . import history as hist
 from .client import SGLangClient
 from .gates import evaluate
 from .measure import ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
-from .plan import RUN_KINDS, ContainerPlan, SmokeOptions, container_plan, docker_host_name, is_local_docker_host
+from .plan import (
+    RUN_KINDS,
+    ContainerPlan,
+    SmokeOptions,
+    container_plan,
+    docker_host_name,
+    is_local_docker_host,
+    redact_command,
+)
 from .report import SmokeReport, write_report
 from .workload import prompt_set, run_phase, warm_up
 
@@ -56,7 +64,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
             runs[kind] = ServerRun(kind=kind, started=False)
             continue
         plan = container_plan(options, image_info["id"], kind)
-        log(f"smoke: {kind}: {' '.join(plan.command)}")
+        log(f"smoke: {kind}: {' '.join(redact_command(plan.command))}")
         runs[kind] = serve_and_measure(engine, plan, options, log)
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
@@ -79,7 +87,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         "agreement": verdict.agreement,
         "gates": options.gates.model_dump(),
         "options": options.describe(),
-        "commands": {k: list(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
+        "commands": {k: redact_command(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
         "history_file": None if options.no_history else str(history_file),
     }
     if not options.no_history:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -353,6 +354,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def launch_server(server_args: dict) -> None:
+    # Like uvicorn under SGLang: SIGTERM (`docker stop`, `compose down`) shuts down at once. As PID 1 without a
+    # handler, Python would ignore it and every stop would wait out the grace period.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     engine = Engine(server_args)
     speculative = engine.speculative
     _log(f"server_args={server_args}")
