@@ -136,51 +136,52 @@ def build_secrets(ca_bundle: Path | None) -> Iterator[dict[str, Path]]:
         yield secrets
 
 
-def _container_output(client, image: str, command: list[str], *,
-                      env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def _container_output(client, image: str, command: list[str]) -> tuple[int, str, str]:
     from .dockerhost import running_container
 
     with running_container(client, image, command=command, name_prefix="sglstack-verify", entrypoint=[],
-                           environment=env or {}, network_disabled=True) as container:
+                           network_disabled=True) as container:
         code = int(container.wait(timeout=600).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     return code, out, err
 
 
+# Where each target keeps the patched tree and the patch manifest.
+_PATCHED_TREE = {
+    "sglang-src": ("/src/tree", "/out/patches.json"),
+    FINAL_TARGET: ('"$(python3 -c \'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])\')"',
+                   "/opt/sglstack/patches.json"),
+}
+
+
 def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Run the patch verifier and the installed-package report in containers of the built image."""
-    ids = list(stack.patches)
-    if target == "sglang-src":
-        if ids:
-            code, out, err = _container_output(client, image, [
-                "python3", "-m", "patchkit", "verify", "--root", "/src/tree", "--patches-dir",
-                "/opt/sglstack/patches", "--manifest", "/out/patches.json", *ids],
-                env={"PYTHONPATH": "/opt/sglstack/tools"})
-            if code != 0:
-                raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
-                                 f"{(err or out).strip().splitlines()[-1] if (err or out).strip() else code}")
-        code, out, _ = _container_output(client, image, ["cat", "/out/patches.json"])
-        return (json.loads(out) if code == 0 and out.strip() else []), None
-    script = ('site="$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')" && '
-              "PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root \"$site\" "
-              "--patches-dir /opt/sglstack/patches --manifest /opt/sglstack/patches.json "
-              + " ".join(shlex.quote(i) for i in ids))
-    if ids:
-        code, out, err = _container_output(client, image, ["bash", "-c", script])
-        if code != 0:
-            last = (err or out).strip().splitlines()
-            raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
-                             f"{last[-1] if last else f'exit {code}'}")
-    code, out, err = _container_output(client, image, ["python", "/opt/sglstack/tools/imageinfo.py"])
+    """Run the patch verifier and the installed-package report in containers of the built image.
+
+    Returns the image's patch manifest and, for the serving image, what is really installed.
+    """
+    root, manifest_path = _PATCHED_TREE[target]
+    verify = ""
+    if stack.patches:
+        verify = (f"PYTHONPATH=/opt/sglstack/tools python3 -m patchkit verify --root {root} "
+                  f"--patches-dir /opt/sglstack/patches --manifest {manifest_path} "
+                  f"{' '.join(shlex.quote(i) for i in stack.patches)} >&2 && ")
+    # One container verifies and hands back the manifest it verified against.
+    code, out, err = _container_output(client, image, ["bash", "-c", f"{verify}cat {manifest_path}"])
+    if code != 0:
+        last = (err or out).strip().splitlines()
+        raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
+                         f"{last[-1] if last else f'exit {code}'}")
+    manifest = json.loads(out) if out.strip() else []
+    if target != FINAL_TARGET:
+        return manifest, None
+    code, out, err = _container_output(client, image, ["python3", "/opt/sglstack/tools/imageinfo.py"])
     if code != 0:
         raise BuildError(f"stack '{stack.name}': cannot read installed packages from the image: {err.strip()[-300:]}")
     info = json.loads(out)
     problems = pin_mismatches(stack, info)
     if problems:
         raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
-    code, out, _ = _container_output(client, image, ["cat", "/opt/sglstack/patches.json"])
-    manifest = json.loads(out) if code == 0 and out.strip() else []
     return manifest, info
 
 
@@ -231,14 +232,13 @@ def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str |
 
     from .errors import RegistryError
     from .publish import target_repository
-    from .registry import RegistryClient, resolve_credentials
+    from .registry import RegistryClient
     from .tags import release_tags
 
     try:
         repo = target_repository(stack, options.registry)
         candidate = release_tags(stack, digest, dt.date.today()).candidate
-        client = RegistryClient(repo.registry, credentials=resolve_credentials(repo.registry), attempts=1,
-                                timeout_s=3.0)
+        client = RegistryClient.from_environment(repo.registry, attempts=1, timeout_s=3.0)
         found = client.manifest_digest(repo.path, candidate)
         if not found:
             return None
@@ -294,8 +294,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     with timer.phase("render"):
         rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
                     else write_build_context(stack, out_dir))
-        platform = stack.platforms[0] if len(stack.platforms) == 1 else None
-        digest = compute_config_hash(rendered, target, platform)
+        digest = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, digest, target)
     client = docker_client(options.docker_host)
     if not options.force and not options.no_cache:
@@ -322,7 +321,8 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     with build_secrets(ca_bundle) as secrets, timer.phase("build"):
         request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
                                no_cache=options.no_cache, secrets=secrets,
-                               labels=build_labels(stack, digest, target, builder.kind), platform=platform)
+                               labels=build_labels(stack, digest, target, builder.kind),
+                               platform=stack.build_platform)
         image_id = run_build(builder, request, log_path=out_dir / "build.log", docker_host=options.docker_host,
                              show_progress=options.show_progress)
     with timer.phase("verify"):
@@ -359,8 +359,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
         rendered = write_build_context(stack, Path(tmp))
-        platform = stack.platforms[0] if len(stack.platforms) == 1 else None
-        digest = compute_config_hash(rendered, target, platform)
+        digest = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = options.out_dir or Path("build") / stack.name
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
@@ -371,7 +370,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
         env = build_env(builder, options.docker_host)
         fake = BuildRequest(dockerfile=out_dir / "Dockerfile", context=out_dir / "context", target=target,
                             no_cache=options.no_cache, labels=build_labels(stack, digest, target, builder.kind),
-                            secrets=_planned_secrets(options), platform=platform)
+                            secrets=_planned_secrets(options), platform=stack.build_platform)
         argv = build_argv(builder, fake, out_dir / ".iid")
         prefix = " ".join(f"{k}={v}" for k, v in env.items())
         lines.append(f"build:        {prefix + ' ' if prefix else ''}{shlex.join(argv)}")

@@ -8,7 +8,7 @@ pinned exactly; every validation failure is one `ConfigError` naming file, stack
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -77,6 +77,16 @@ class _KeyedValueError(ValueError):
     def __init__(self, key: tuple[str | int, ...], message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+def _exact_pins(requirements: Iterable[str]) -> dict[str, str]:
+    """`name==version` requirements as {canonical name: version}; direct URL requirements carry none."""
+    out: dict[str, str] = {}
+    for text in requirements:
+        req = Requirement(text)
+        if not req.url:
+            out[canonicalize_name(req.name)] = next(iter(req.specifier)).version
+    return out
 
 
 class _Model(BaseModel):
@@ -259,21 +269,11 @@ class Stack(_Model):
 
     # The pins the built image must report, as {canonical name: version}.
     def pins(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for override in self.overrides:
-            r = Requirement(override.pin)
-            if not r.url:
-                out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
-        return {**out, **self._own_pins()}
+        return {**_exact_pins(o.pin for o in self.overrides), **self._own_pins()}
 
     def _own_pins(self) -> dict[str, str]:
         """The stack's pins from its own sections (torch, FlashInfer, layers, sgl-kernel, SGLang)."""
-        out: dict[str, str] = {}
-        for req in self.all_pinned_requirements():
-            r = Requirement(req)
-            if r.url:
-                continue
-            out[canonicalize_name(r.name)] = next(iter(r.specifier)).version
+        out = _exact_pins(self.all_pinned_requirements())
         if self.sgl_kernel:
             out["sgl-kernel"] = self.sgl_kernel.version
         if self.sglang.version:
@@ -291,8 +291,9 @@ class Stack(_Model):
         return tuple(reqs)
 
     @property
-    def serving_python(self) -> str:
-        return f"python{self.python}"
+    def build_platform(self) -> str | None:
+        """The platform to pass to a single-platform build; None lets the builder use its own."""
+        return self.platforms[0] if len(self.platforms) == 1 else None
 
 
 class Matrix(_Model):

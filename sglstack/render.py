@@ -194,6 +194,7 @@ def default_out_dir(stack_name: str) -> Path:
 
 
 def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None) -> RenderedContext:
+    from .compose import render_compose_files
     from .ui import console as make_console
 
     matrix = load_matrix(stacks_file)
@@ -203,10 +204,6 @@ def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None
     console = make_console()
     console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
     console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-    try:
-        from .compose import render_compose_files
-    except ImportError:  # compose rendering lands with the deploy module
-        return rendered
     for path in render_compose_files(stack, out):
         console.print(f"[bold]{stack_name}[/]: compose      {path}")
     return rendered

@@ -9,12 +9,9 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import platform
-import re
 import sys
 
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+from wheelkit import canonical  # its sibling in the image's tools folder (on sys.path as the script's dir)
 
 
 def distributions() -> dict[str, str]:
