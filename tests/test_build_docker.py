@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 
 from sglstack import build as build_mod
 from sglstack.build import BuildOptions, build_stack
@@ -151,27 +152,8 @@ def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, dock
             1,
         )
     )
-    proc = subprocess.run(
-        [
-            "invoke",
-            "--search-root",
-            str(REPO),
-            "build",
-            "--stack",
-            "cpu-test-drifted",
-            "--stacks-file",
-            str(matrix),
-            "--ca-bundle",
-            str(ca_bundle),
-            "--docker-cli",
-            docker_cli,
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_invoke("build", "--stack", "cpu-test-drifted", "--stacks-file", str(matrix),
+                      "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli, cwd=tmp_path)
     assert proc.returncode != 0
     assert "kimi-k25-eagle3" in proc.stderr
     assert "0.5.8" in proc.stderr
@@ -228,28 +210,9 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
 
 
 def test_dry_run_touches_no_docker(tmp_path):
-    env = {**os.environ, "DOCKER_HOST": "tcp://127.0.0.1:9", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [
-            "invoke",
-            "--search-root",
-            str(REPO),
-            "build",
-            "--stack",
-            "cu130",
-            "--dry-run",
-            "--push",
-            "--ca-bundle",
-            "/etc/ssl/certs/ca-certificates.crt",
-            "--stacks-file",
-            str(REPO / "stacks.yaml"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    proc = run_invoke("build", "--stack", "cu130", "--dry-run", "--push", "--ca-bundle",
+                      "/etc/ssl/certs/ca-certificates.crt", "--stacks-file", str(REPO / "stacks.yaml"),
+                      cwd=tmp_path, env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "config hash:" in out and "--secret id=ca_bundle,src=" in out

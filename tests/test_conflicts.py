@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 
 from sglstack.conflicts import check_matrix, check_stack
 from sglstack.matrix import load_matrix
@@ -81,11 +81,9 @@ def test_stacks_check_cli_fails_on_an_undeclared_conflict(tmp_path):
     end = text.index("    patches:", start)
     broken = tmp_path / "stacks.yaml"
     broken.write_text(text[:start] + text[end:])
-    proc = subprocess.run(["invoke", "--search-root", str(REPO), "stacks", "--check", "--stacks-file", str(broken)],
-                          capture_output=True, text=True, check=False)
+    proc = run_invoke("stacks", "--check", "--stacks-file", str(broken), cwd=tmp_path)
     assert proc.returncode == 1
     expected = "stack 'cu130': pins flashinfer-python==0.6.4 but sglang 0.5.9 requires 'flashinfer_python==0.6.3'"
     assert expected in proc.stdout
-    ok = subprocess.run(["invoke", "--search-root", str(REPO), "stacks", "--check"], cwd=REPO,
-                        capture_output=True, text=True, check=False)
+    ok = run_invoke("stacks", "--check", cwd=tmp_path)
     assert ok.returncode == 0 and "matrix OK" in ok.stdout

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 
 from sglstack.errors import ConfigError
 from sglstack.matrix import load_matrix
@@ -164,13 +163,7 @@ def test_torch_build_must_match_cuda(tmp_path):
 
 def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
     path = write(tmp_path, GOOD.replace("[kimi-k25-eagle3]", "[no-such-patch]"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "stacks", "--stacks-file", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_invoke("stacks", "--stacks-file", str(path), cwd=tmp_path)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
@@ -202,13 +195,7 @@ def test_list_item_error_points_at_the_item_line(tmp_path):
 
 
 def test_default_stacks_file_is_the_repo_roots_from_any_folder(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "stacks"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_invoke("stacks", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "cu130" in proc.stdout and "cu129" in proc.stdout
 

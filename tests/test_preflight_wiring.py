@@ -4,19 +4,14 @@ before any server container starts; --skip-preflight and the CPU profile (gpus 0
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 pytestmark = pytest.mark.docker
-
-
-def invoke(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["invoke", "--search-root", str(REPO), *args], cwd=cwd, capture_output=True, text=True,
-                          check=False, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def server_containers(docker_client, label: str) -> list:
@@ -25,7 +20,7 @@ def server_containers(docker_client, label: str) -> list:
 
 def test_gpu_smoke_stops_at_preflight(tmp_path, sglang_double_image, docker_client):
     label = f"sglstack.test.wiring={os.getpid()}"
-    proc = invoke("smoke", "--image", sglang_double_image, "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX),
+    proc = run_invoke("smoke", "--image", sglang_double_image, "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX),
                   "--gpus", "1", "--label", label, "--timeout", "30", cwd=tmp_path)
     assert proc.returncode != 0
     assert "preflight" in proc.stderr and "Traceback" not in proc.stderr
@@ -35,7 +30,7 @@ def test_gpu_smoke_stops_at_preflight(tmp_path, sglang_double_image, docker_clie
 
 
 def test_gpu_deploy_stops_at_preflight(tmp_path, sglang_double_image, docker_client):
-    proc = invoke("deploy", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--image", sglang_double_image,
+    proc = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--image", sglang_double_image,
                   cwd=tmp_path)
     assert proc.returncode != 0
     assert "preflight" in proc.stderr and "Traceback" not in proc.stderr

@@ -5,12 +5,12 @@ smoke of that digest with the CPU SGLang double, promotion of the same manifest.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.registry import RegistryClient
@@ -50,10 +50,8 @@ def release_matrix(tmp_path: Path, base_image: str, registry: str, speedup: str,
 
 
 def run_build_push(matrix: Path, cwd: Path, ca_bundle: Path, docker_cli: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["invoke", "--search-root", str(REPO), "build", "--stack", "e2e", "--stacks-file",
-                           str(matrix), "--push", "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli],
-                          cwd=cwd, capture_output=True, text=True, check=False, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_invoke("build", "--stack", "e2e", "--stacks-file", str(matrix), "--push",
+                      "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli, cwd=cwd)
 
 
 def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry, sglang_double_image, ca_bundle,

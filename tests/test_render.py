@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli import run_invoke
 
 from sglstack.confighash import config_hash, read_context
 from sglstack.matrix import load_matrix
@@ -113,22 +114,14 @@ def test_force_reinstall_layers_run_after_sglang_requirements():
 
 
 def test_render_task_writes_files(tmp_path):
-    proc = subprocess.run(
-        ["invoke", "render", "--stack", "cu130", "--out", str(tmp_path / "out")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_invoke("render", "--stack", "cu130", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "Dockerfile").exists()
     assert str(tmp_path / "out" / "Dockerfile") in proc.stdout
 
 
-def test_unknown_stack_is_one_line_error():
-    proc = subprocess.run(
-        ["invoke", "render", "--stack", "nope"], cwd=REPO, capture_output=True, text=True, check=False
-    )
+def test_unknown_stack_is_one_line_error(tmp_path):
+    proc = run_invoke("render", "--stack", "nope", cwd=tmp_path)
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0
     assert "stack 'nope'" in proc.stderr and "cu130" in proc.stderr
