@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from invoke import Collection, Exit
 from invoke import task as _invoke_task
 
 from sglstack.errors import SglstackError
+from sglstack.signals import exit_code_of, signals_raise
 
 # The repo root's matrix, wherever invoke runs from (`invoke --search-root REPO ...` from another folder).
 DEFAULT_STACKS = str(Path(__file__).resolve().parent / "stacks.yaml")
@@ -38,13 +40,16 @@ def _user_errors(fn):
             print(f"error: {fn.__name__.replace('_', '.')}: missing required option {flags}", file=sys.stderr)
             raise Exit(code=2)
         try:
-            return fn(*args, **kwargs)
+            # SIGTERM and SIGHUP unwind like Ctrl-C, so every task's cleanup runs for all three.
+            with signals_raise():
+                return fn(*args, **kwargs)
         except SglstackError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise Exit(code=exc.exit_code) from None
-        except KeyboardInterrupt:
-            print("interrupted: cleaned up", file=sys.stderr)
-            raise Exit(code=130) from None
+        except KeyboardInterrupt as exc:
+            code = exit_code_of(exc)
+            print(f"interrupted ({signal.Signals(code - 128).name}): cleaned up", file=sys.stderr)
+            raise Exit(code=code) from None
 
     return wrapper
 

@@ -197,19 +197,11 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 
 
 def published_image_ref(stack_name: str, build_root: Path | None = None) -> str | None:
-    """The stack's current published `repo@sha256:...`, from the publish records (build/publish/records.jsonl):
-    the digest of its last `published` or `rollback` event."""
-    from .publish import read_records as read_publish_records
-    from .publish import records_path as publish_records_path
+    """The stack's current published `repo@sha256:...`, as Publish's records say."""
+    from .publish import published_release
 
-    found: str | None = None
-    for entry in read_publish_records(publish_records_path(build_root or default_build_root())):
-        if entry.get("stack") != stack_name or entry.get("event") not in ("published", "rollback"):
-            continue
-        digest, repo = entry.get("digest"), entry.get("repository")
-        if isinstance(digest, str) and DIGEST_RE.match(digest) and isinstance(repo, str):
-            found = f"{repo}@{digest}"
-    return found
+    release = published_release(stack_name, build_root)
+    return release.ref if release else None
 
 
 def resolve_image_ref(

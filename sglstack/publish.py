@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,42 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PublishedRelease:
+    """What a stack's moving tags point to now, by the publish records: the one thing Deploy reads of them."""
+
+    stack: str
+    repository: str
+    digest: str
+    smoke_report: str | None  # path of the smoke report that let this digest through, when recorded
+    smoke_report_sha256: str | None  # its sha256 at promotion time, when recorded
+
+    @property
+    def ref(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+def published_release(stack_name: str, build_dir: Path | None = None) -> PublishedRelease | None:
+    """The stack's current release: the digest of its last `published` or `rollback` event (None: never)."""
+    found: PublishedRelease | None = None
+    for entry in read_records(records_path(build_dir)):
+        if entry.get("stack") != stack_name or entry.get("event") not in ("published", "rollback"):
+            continue
+        digest, repo = entry.get("digest"), entry.get("repository")
+        if isinstance(digest, str) and is_digest(digest) and isinstance(repo, str):
+            found = PublishedRelease(stack=stack_name, repository=repo, digest=digest,
+                                     smoke_report=entry.get("smoke_report"),
+                                     smoke_report_sha256=entry.get("smoke_report_sha256"))
+    return found
+
+
+def file_sha256(path: str | Path | None) -> str | None:
+    """`sha256:<hex>` of a file, or None when there is no such file."""
+    if not path or not Path(path).is_file():
+        return None
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ---- smoke -----------------------------------------------------------------------------------------
@@ -272,6 +309,7 @@ def _tag_records(
             time=now,
             previous=prev,
             smoke_report=smoke_report,
+            smoke_report_sha256=file_sha256(smoke_report),
         )
         for tag, prev in previous.items()
     ]
