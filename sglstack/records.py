@@ -6,6 +6,7 @@ no interleaving between concurrent writers, and a one-line error naming the file
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import json
 import os
@@ -19,6 +20,21 @@ T = TypeVar("T")
 def build_root() -> Path:
     """build/, or SGLSTACK_BUILD_DIR: the one place all records (build, publish, deploy) live under."""
     return Path(os.environ.get("SGLSTACK_BUILD_DIR", "build"))
+
+
+def utc_now() -> dt.datetime:
+    """Now, in UTC: every time sglstack records or compares is UTC."""
+    return dt.datetime.now(dt.UTC)
+
+
+def utc_timestamp(when: dt.datetime | None = None) -> str:
+    """`2026-12-02T18:48:09Z`: the one timestamp format of every record."""
+    return (when or utc_now()).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_today() -> dt.date:
+    """Today's date in UTC (tags carry it): a local date would change tags at local midnight."""
+    return utc_now().date()
 
 
 def append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
