@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (idempotent) and run them: Python deps, a real Docker engine with
-# BuildKit, Compose v1, the distribution registry, a seeded debian:bookworm-slim; then ruff and pytest.
+# BuildKit, Compose v1, the distribution registry, a seeded debian:bookworm-slim; then ruff, mypy and pytest
+# (hadolint runs inside pytest: tests/test_render.py lints every rendered Dockerfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,8 +13,8 @@ export SGLSTACK_DOCKER_CLI="${SGLSTACK_DOCKER_CLI:-/usr/bin/docker}"
 
 echo "== ruff"
 ruff check .
-echo "== hadolint (every rendered stack)"
-python3 -m sglstack.lint_dockerfiles
+echo "== mypy"
+mypy
 echo "== pytest"
 set +e
 python3 -m pytest -q -p no:cacheprovider --durations=15 "$@"

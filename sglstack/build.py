@@ -1,36 +1,60 @@
-"""`invoke build`: render -> config hash -> (skip if built) -> BuildKit build -> verify in a container
--> stamp verified facts as labels -> tag -> build record -> (optionally) release.
+"""`invoke build`: render -> config hash -> (skip if built) -> BuildKit build -> read the facts the image
+verified about itself -> stamp them as labels -> tag -> build record -> (optionally) release.
 
-A tag is only ever set on an image that built and verified; a failed build or verification leaves no tag.
+A tag is only ever set on an image that built and verified. Whatever ends the run (a failed step, a
+failed check, Ctrl-C, SIGTERM, SIGHUP), it leaves no tag, no container, no temporary folder, and no
+secret on a disk: the HF token reaches BuildKit from this process's environment, never from a file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
+import io
 import json
 import os
+import secrets as pysecrets
 import shlex
+import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
+import requests
+
+from . import confighash
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
-from .confighash import config_hash, read_context
-from .errors import BuildError, PinMismatch, SglstackError
+from .dockerhost import created_container, docker_client, running_container
+from .errors import BuildError, PinMismatch, RegistryError, SglstackError
+from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .matrix import Stack, load_matrix
+from .publish import release, target_repository
+from .records import build_root, utc_timestamp, utc_today
+from .registry import RegistryClient
 from .render import RenderedContext, write_build_context
+from .smoke import launch_commands, smoke_options
+from .tags import release_tags
+from .ui import console as make_console
 from .verify import pin_mismatches
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
 FINAL_TARGET = "runtime"
-CONFIG_HASH_LABEL = "io.sglstack.config-hash"
-VERIFIED_LABEL = "io.sglstack.verified"
+# The build's own short-lived tags live in a repository of their own, named after the stack and config
+# hash, and end with a random part: a tag is only ever removed by the build that set it.
+TEMP_REPOSITORY = "sglstack-unverified"
+# Containers a build starts carry the stack's name here (and OWNER_LABEL), so that they can be found.
+BUILD_CONTAINER_LABEL = "io.sglstack.build"
+# What the runtime stage's last RUN step verified and measured, inside the image (see Dockerfile.j2).
+RUNTIME_MANIFEST = "/opt/sglstack/patches.json"
+RUNTIME_INSTALLED = "/opt/sglstack/installed.json"
+SRC_TREE, SRC_MANIFEST = "/src/tree", "/out/patches.json"
+UNTAG_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -41,7 +65,7 @@ class BuildOptions:
     ca_bundle: str | None = None
     docker_cli: str | None = None
     docker_host: str | None = None
-    out_dir: Path | None = None
+    out_dir: Path | None = None  # default: records.build_root() / STACK
     show_progress: bool = True
     registry: str | None = None  # where to look for an already-built candidate (default: the stack's)
     check_registry: bool = True
@@ -79,9 +103,18 @@ class PhaseTimer:
 
 # ---- pure planning ---------------------------------------------------------------------------------
 
-def local_tag(stack: Stack, digest: str, target: str) -> str:
+def out_dir_for(stack: Stack, options: BuildOptions) -> Path:
+    return options.out_dir or build_root() / stack.name
+
+
+def local_tag(stack: Stack, config_hash: str, target: str) -> str:
     suffix = "" if target == FINAL_TARGET else f"{target}-"
-    return f"sglstack/{stack.name}:{suffix}{digest[:12]}"
+    return f"sglstack/{stack.name}:{suffix}{config_hash[:12]}"
+
+
+def temporary_ref(stack: Stack, config_hash: str) -> str:
+    """A tag of this build alone: two builds of one config never share (or remove) each other's."""
+    return f"{TEMP_REPOSITORY}/{stack.name}:{config_hash[:12]}-{pysecrets.token_hex(4)}"
 
 
 def resolve_ca_bundle(option: str | None) -> Path | None:
@@ -94,20 +127,32 @@ def resolve_ca_bundle(option: str | None) -> Path | None:
     return path
 
 
-def build_labels(stack: Stack, digest: str, target: str, builder: str) -> dict[str, str]:
+def secret_sources(ca_bundle: Path | None) -> tuple[dict[str, Path], dict[str, str]]:
+    """BuildKit secrets: the CA bundle from its own file, the HF token from this process's environment.
+
+    `--secret id=hf_token,env=HF_TOKEN` (supported by buildx and by docker 20.10's CLI with
+    DOCKER_BUILDKIT=1) hands the value over the BuildKit session, so it is never written to a disk.
+    """
+    files = {"ca_bundle": ca_bundle} if ca_bundle else {}
+    env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}
+    return files, env
+
+
+def build_labels(stack: Stack, config_hash: str, target: str, builder: str) -> dict[str, str]:
     """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
-    return {CONFIG_HASH_LABEL: digest, "io.sglstack.target": target, "io.sglstack.builder": builder}
+    return {CONFIG_HASH_LABEL: config_hash, TARGET_LABEL: target, BUILDER_LABEL: builder}
 
 
 def compute_config_hash(rendered: RenderedContext, target: str, platform: str | None) -> str:
-    return config_hash(rendered.dockerfile.read_text(encoding="utf-8"),
-                       read_context(rendered.context, rendered.files), target=target, platform=platform)
+    return confighash.config_hash(rendered.dockerfile.read_text(encoding="utf-8"),
+                                  confighash.read_context(rendered.context, rendered.files),
+                                  target=target, platform=platform)
 
 
 def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] | None) -> dict[str, str]:
     labels = {VERIFIED_LABEL: "true"}
     for entry in manifest:
-        labels[f"io.sglstack.patch.{entry.get('id')}"] = (
+        labels[f"{PATCH_LABEL_PREFIX}{entry.get('id')}"] = (
             f"{entry.get('status')} sha256:{entry.get('sha256_before', '')[:16]}->"
             f"{entry.get('sha256_after', '')[:16]}")
     if image_info is not None:
@@ -118,126 +163,151 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
     return labels
 
 
-# ---- side effects ----------------------------------------------------------------------------------
+def check_pins(stack: Stack, image_info: dict[str, Any]) -> None:
+    problems = pin_mismatches(stack, image_info)
+    if problems:
+        raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
+
+
+# ---- the engine: held images, containers, files --------------------------------------------------
+
+def _container_labels(stack: Stack) -> dict[str, str]:
+    return {BUILD_CONTAINER_LABEL: stack.name}
+
+
+def read_image_files(client: docker.DockerClient, image: str, paths: Sequence[str],
+                     labels: Mapping[str, str]) -> dict[str, bytes]:
+    """The bytes of each file at `paths` in `image`, without running anything in it."""
+    out: dict[str, bytes] = {}
+    with created_container(client, image, name_prefix="sglstack-verify", labels=labels, command=["true"],
+                           entrypoint=[], network_disabled=True) as container:
+        for path in paths:
+            try:
+                stream, _ = container.get_archive(path)
+            except docker.errors.NotFound:
+                raise BuildError(f"the built image has no {path}") from None
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                member = tar.next()
+                extracted = tar.extractfile(member) if member is not None else None
+                if extracted is None:
+                    raise BuildError(f"{path} in the built image is not a file")
+                out[path] = extracted.read()
+    return out
+
+
+def _untag(client: docker.DockerClient, ref: str) -> None:
+    """Remove exactly the tag `ref` (never another name of the image); retried, never silenced.
+
+    Each build holds its image under a tag of its own, so removing ours leaves a concurrent build's
+    intact. If a container we did not start uses the image under this one name, the daemon refuses a
+    plain removal (409); removing the name with force then drops only the name: an image in use stays.
+    """
+    last: Exception | None = None
+    for attempt in range(UNTAG_ATTEMPTS):
+        try:
+            client.api.remove_image(ref, noprune=True)
+            return
+        except docker.errors.ImageNotFound:
+            return
+        except docker.errors.APIError as exc:
+            last = exc
+            if exc.status_code == 409:
+                with contextlib.suppress(docker.errors.ImageNotFound):
+                    client.api.remove_image(ref, force=True, noprune=True)
+                return
+        except requests.RequestException as exc:
+            last = exc
+        time.sleep(0.2 * 2 ** attempt)
+    reason = str(last).splitlines()[0][:200] if last else "unknown"
+    raise BuildError(f"could not remove the temporary tag {ref} ({reason}); remove it with: docker rmi {ref}")
+
 
 @contextlib.contextmanager
-def build_secrets(ca_bundle: Path | None) -> Iterator[dict[str, Path]]:
-    """Secrets as files for `--secret id=...,src=...`; the HF token goes through a 0600 temp file."""
-    secrets: dict[str, Path] = {}
-    if ca_bundle:
-        secrets["ca_bundle"] = ca_bundle
-    token = os.environ.get(HF_TOKEN_ENV)
-    with tempfile.TemporaryDirectory(prefix="sglstack-secrets-") as tmp:
-        if token:
-            path = Path(tmp) / "hf_token"
-            path.touch(mode=0o600)
-            path.write_text(token, encoding="utf-8")
-            secrets["hf_token"] = path
-        yield secrets
+def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator[str]:
+    """`image_id` under the temporary tag `ref` while the block runs; the tag goes on every exit.
+
+    The hold keeps the image alive while this build reads and stamps it: a concurrent build of the same
+    config, which produced the same image and removes its own tag, cannot make it vanish in between.
+    """
+    repo, _, tag = ref.rpartition(":")
+    try:
+        try:
+            client.api.tag(image_id, repo, tag)
+        except docker.errors.ImageNotFound:
+            raise BuildError(f"the image {image_id[:19]} that BuildKit produced is gone (removed by another "
+                             f"process before it could be held): run the build again") from None
+        yield ref
+    finally:
+        # Also when the tag call itself was interrupted: the daemon may have set it anyway.
+        _untag(client, ref)
 
 
-def _container_output(client, image: str, command: list[str]) -> tuple[int, str, str]:
-    from .dockerhost import running_container
+def verified_facts(client: docker.DockerClient, image: str, stack: Stack,
+                   target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The patch manifest and, for the serving image, what is really installed in it.
 
-    with running_container(client, image, command=command, name_prefix="sglstack-verify", entrypoint=[],
-                           network_disabled=True) as container:
+    The runtime stage verified its installed, patched tree and wrote both files in its last RUN step (a
+    failure there fails the build), so they are read back here without running the image again. The
+    `sglang-src` stage only applies the patches (`apply` checks its result before writing), so a build
+    of that target verifies its tree once, in one container.
+    """
+    labels = _container_labels(stack)
+    if target == FINAL_TARGET:
+        files = read_image_files(client, image, (RUNTIME_MANIFEST, RUNTIME_INSTALLED), labels)
+        manifest, info = (json.loads(files[p]) for p in (RUNTIME_MANIFEST, RUNTIME_INSTALLED))
+        check_pins(stack, info)
+        return manifest, info
+    if not stack.patches:
+        return json.loads(read_image_files(client, image, (SRC_MANIFEST,), labels)[SRC_MANIFEST]), None
+    verify = (f"PYTHONPATH=/opt/sglstack/tools python3 -m patchkit verify --root {SRC_TREE} "
+              f"--patches-dir /opt/sglstack/patches --manifest {SRC_MANIFEST} "
+              f"{' '.join(shlex.quote(i) for i in stack.patches)} >&2 && cat {SRC_MANIFEST}")
+    with running_container(client, image, command=["bash", "-c", verify], name_prefix="sglstack-verify",
+                           labels=labels, entrypoint=[], network_disabled=True) as container:
         code = int(container.wait(timeout=600).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-    return code, out, err
-
-
-# Where each target keeps the patched tree and the patch manifest.
-_PATCHED_TREE = {
-    "sglang-src": ("/src/tree", "/out/patches.json"),
-    FINAL_TARGET: ('"$(python3 -c \'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])\')"',
-                   "/opt/sglstack/patches.json"),
-}
-
-
-def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Run the patch verifier and the installed-package report in containers of the built image.
-
-    Returns the image's patch manifest and, for the serving image, what is really installed.
-    """
-    root, manifest_path = _PATCHED_TREE[target]
-    verify = ""
-    if stack.patches:
-        verify = (f"PYTHONPATH=/opt/sglstack/tools python3 -m patchkit verify --root {root} "
-                  f"--patches-dir /opt/sglstack/patches --manifest {manifest_path} "
-                  f"{' '.join(shlex.quote(i) for i in stack.patches)} >&2 && ")
-    # One container verifies and hands back the manifest it verified against.
-    code, out, err = _container_output(client, image, ["bash", "-c", f"{verify}cat {manifest_path}"])
     if code != 0:
         last = (err or out).strip().splitlines()
         raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
                          f"{last[-1] if last else f'exit {code}'}")
-    manifest = json.loads(out) if out.strip() else []
-    if target != FINAL_TARGET:
-        return manifest, None
-    code, out, err = _container_output(client, image, ["python3", "/opt/sglstack/tools/imageinfo.py"])
-    if code != 0:
-        raise BuildError(f"stack '{stack.name}': cannot read installed packages from the image: {err.strip()[-300:]}")
-    info = json.loads(out)
-    problems = pin_mismatches(stack, info)
-    if problems:
-        raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
-    return manifest, info
+    return json.loads(out), None
 
 
-def stamp_labels(builder: Builder, client, image_id: str, labels: dict[str, str],
-                 docker_host: str | None) -> str:
-    """Add labels to a verified image without adding a layer (a FROM-only build).
+def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None) -> str:
+    """The image `base_ref` names, with `labels` added and no layer added (a FROM-only build).
 
-    BuildKit cannot build FROM an image id, so the image gets a short-lived tag for the stamp build.
+    BuildKit cannot build FROM an image id, so the caller holds the image under a temporary tag.
     """
-    import secrets as pysecrets
-
-    temp_ref = f"sglstack-unverified/stamp:{pysecrets.token_hex(6)}"
-    client.images.get(image_id).tag(temp_ref)
-    try:
-        with tempfile.TemporaryDirectory(prefix="sglstack-stamp-") as tmp:
-            work = Path(tmp)
-            dockerfile = work / "Dockerfile"
-            dockerfile.write_text(f"FROM {temp_ref}\n", encoding="utf-8")
-            empty = work / "context"
-            empty.mkdir()
-            req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
-            return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host,
-                             show_progress=False)
-    finally:
-        with contextlib.suppress(Exception):
-            client.images.remove(temp_ref, noprune=True)
+    with tempfile.TemporaryDirectory(prefix="sglstack-stamp-") as tmp:
+        work = Path(tmp)
+        dockerfile = work / "Dockerfile"
+        dockerfile.write_text(f"FROM {base_ref}\n", encoding="utf-8")
+        empty = work / "context"
+        empty.mkdir()
+        req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
+        return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host, show_progress=False)
 
 
-def existing_verified_image(client, tag: str, digest: str) -> str | None:
-    import docker.errors
-
+def existing_verified_image(client: docker.DockerClient, tag: str, config_hash: str) -> str | None:
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
     labels = image.labels or {}
-    if labels.get(CONFIG_HASH_LABEL) == digest and labels.get(VERIFIED_LABEL) == "true":
-        return image.id
+    if labels.get(CONFIG_HASH_LABEL) == config_hash and labels.get(VERIFIED_LABEL) == "true":
+        return str(image.id)
     return None
 
 
-def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str | None:
+def image_in_registry(stack: Stack, config_hash: str, options: BuildOptions) -> str | None:
     """The candidate of this config in the target registry, as `repo@sha256:...`, if it is there.
 
     A registry that cannot be reached is not an error here: the build simply goes ahead.
     """
-    import requests
-
-    from .errors import RegistryError
-    from .publish import target_repository
-    from .registry import RegistryClient
-    from .tags import release_tags
-
     try:
         repo = target_repository(stack, options.registry)
-        candidate = release_tags(stack, digest, dt.date.today()).candidate
+        candidate = release_tags(stack, config_hash, utc_today()).candidate
         client = RegistryClient.from_environment(repo.registry, attempts=1, timeout_s=3.0)
         found = client.manifest_digest(repo.path, candidate)
         if not found:
@@ -245,98 +315,104 @@ def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str |
         labels = (client.image_config(repo.path, found).get("config") or {}).get("Labels") or {}
     except (RegistryError, requests.RequestException, OSError):
         return None
-    if labels.get(CONFIG_HASH_LABEL) == digest and labels.get(VERIFIED_LABEL) == "true":
+    if labels.get(CONFIG_HASH_LABEL) == config_hash and labels.get(VERIFIED_LABEL) == "true":
         return repo.ref(found)
     return None
 
+
+# ---- records ---------------------------------------------------------------------------------------
 
 def record_path_for(out_dir: Path, target: str) -> Path:
     return out_dir / ("record.json" if target == FINAL_TARGET else f"record-{target}.json")
 
 
-def record_for_reused_image(client, stack: Stack, image_id: str, tag: str, digest: str, target: str, out_dir: Path,
-                            source: str | None = None) -> Path:
+def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id: str, tag: str, config_hash: str,
+                            target: str, out_dir: Path, source: str | None = None) -> Path:
     """Keep the build record of a reused image; write one from its labels when this folder has none."""
     path = record_path_for(out_dir, target)
     if path.exists():
         try:
-            if json.loads(path.read_text()).get("config_hash") == digest:
+            if json.loads(path.read_text()).get("config_hash") == config_hash:
                 return path
         except ValueError:
             pass
     labels = client.images.get(image_id).labels or {}
     write_record(path, {
-        "stack": stack.name, "target": target, "image_id": image_id, "tag": tag, "config_hash": digest,
+        "stack": stack.name, "target": target, "image_id": image_id, "tag": tag, "config_hash": config_hash,
         "reused": source or "local image", "pins": stack.pins(),
-        "patches": {k.removeprefix("io.sglstack.patch."): v for k, v in labels.items()
-                    if k.startswith("io.sglstack.patch.")},
+        "patches": {k.removeprefix(PATCH_LABEL_PREFIX): v for k, v in labels.items()
+                    if k.startswith(PATCH_LABEL_PREFIX)},
         "labels": labels,
     })
     return path
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write the record whole or not at all (a temp file next to it, then an atomic rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
+
+# ---- the build -------------------------------------------------------------------------------------
 
 def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     """Build, verify, stamp and tag one stack; skip when a verified image of this config exists."""
-    from .dockerhost import docker_client
-    from .ui import console as make_console
-
     console = make_console()
     timer = PhaseTimer()
-    out_dir = options.out_dir or Path("build") / stack.name
+    out_dir = out_dir_for(stack, options)
     target = options.effective_target
     with timer.phase("render"):
         rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
                     else write_build_context(stack, out_dir))
-        digest = compute_config_hash(rendered, target, stack.build_platform)
-    tag = local_tag(stack, digest, target)
+        config_hash = compute_config_hash(rendered, target, stack.build_platform)
+    tag = local_tag(stack, config_hash, target)
     client = docker_client(options.docker_host)
     if not options.force and not options.no_cache:
-        found = existing_verified_image(client, tag, digest)
+        found = existing_verified_image(client, tag, config_hash)
         if found:
-            console.print(f"[green]{stack.name}[/]: {tag} already built from config {digest[:12]} "
+            console.print(f"[green]{stack.name}[/]: {tag} already built from config {config_hash[:12]} "
                           f"({found[:19]}): skipping the build (--force rebuilds)")
-            record_path = record_for_reused_image(client, stack, found, tag, digest, target, out_dir)
-            return BuildResult(stack.name, target, digest, found, tag, True, record_path, "none")
-        remote = image_in_registry(stack, digest, options) if options.check_registry and target == FINAL_TARGET \
+            record_path = record_for_reused_image(client, stack, found, tag, config_hash, target, out_dir)
+            return BuildResult(stack.name, target, config_hash, found, tag, True, record_path, "none")
+        remote = image_in_registry(stack, config_hash, options) if options.check_registry and target == FINAL_TARGET \
             else None
         if remote:
-            console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {digest[:12]}: "
+            console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
                           f"pulling it instead of rebuilding (--force rebuilds)")
             image = client.images.pull(remote)
             image.tag(tag)
-            record_path = record_for_reused_image(client, stack, image.id, tag, digest, target, out_dir,
+            record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
                                                   source=remote)
-            return BuildResult(stack.name, target, digest, image.id, tag, True, record_path, "none")
+            return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
     builder = detect_builder(options.docker_cli)
-    console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {digest[:12]}) "
+    console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {config_hash[:12]}) "
                   f"with {builder.describe()}")
-    ca_bundle = resolve_ca_bundle(options.ca_bundle)
-    with build_secrets(ca_bundle) as secrets, timer.phase("build"):
+    secret_files, secret_env = secret_sources(resolve_ca_bundle(options.ca_bundle))
+    with timer.phase("build"):
         request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
-                               no_cache=options.no_cache, secrets=secrets,
-                               labels=build_labels(stack, digest, target, builder.kind),
+                               no_cache=options.no_cache, secrets=secret_files, env_secrets=secret_env,
+                               labels=build_labels(stack, config_hash, target, builder.kind),
                                platform=stack.build_platform)
         image_id = run_build(builder, request, log_path=out_dir / "build.log", docker_host=options.docker_host,
                              show_progress=options.show_progress)
-    with timer.phase("verify"):
-        manifest, info = verify_image(client, image_id, stack, target)
-    with timer.phase("stamp"):
-        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), options.docker_host)
-        client.images.get(final_id).tag(tag)
+    with held_image(client, image_id, temporary_ref(stack, config_hash)) as held:
+        with timer.phase("verify"):
+            manifest, info = verified_facts(client, held, stack, target)
+        with timer.phase("stamp"):
+            final_id = stamp_labels(builder, held, verified_labels(manifest, info), options.docker_host)
+            client.images.get(final_id).tag(tag)
     record = {
         "stack": stack.name,
         "target": target,
         "image_id": final_id,
         "tag": tag,
-        "config_hash": digest,
-        "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config_hash": config_hash,
+        "built_at": utc_timestamp(),
         "builder": {"kind": builder.kind, "cli": builder.cli, "client_version": builder.client_version},
         "pins": stack.pins(),
         "overrides": [o.model_dump(mode="json") for o in stack.overrides],
@@ -349,7 +425,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
     console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
-    return BuildResult(stack.name, target, digest, final_id, tag, False, record_path, builder.kind)
+    return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
 
 
 # ---- the dry run -----------------------------------------------------------------------------------
@@ -359,34 +435,38 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
         rendered = write_build_context(stack, Path(tmp))
-        digest = compute_config_hash(rendered, target, stack.build_platform)
-    out_dir = options.out_dir or Path("build") / stack.name
+        config_hash = compute_config_hash(rendered, target, stack.build_platform)
+    out_dir = out_dir_for(stack, options)
+    secret_files, secret_env = _planned_secrets(options)
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
-             f"config hash:  {digest}",
-             f"local tag:    {local_tag(stack, digest, target)} (set only after verification)"]
+             f"config hash:  {config_hash}",
+             f"local tag:    {local_tag(stack, config_hash, target)} (set only after verification)"]
     try:
         builder = detect_builder(options.docker_cli)
         env = build_env(builder, options.docker_host)
         fake = BuildRequest(dockerfile=out_dir / "Dockerfile", context=out_dir / "context", target=target,
-                            no_cache=options.no_cache, labels=build_labels(stack, digest, target, builder.kind),
-                            secrets=_planned_secrets(options), platform=stack.build_platform)
+                            no_cache=options.no_cache,
+                            labels=build_labels(stack, config_hash, target, builder.kind),
+                            secrets=secret_files, env_secrets=secret_env, platform=stack.build_platform)
         argv = build_argv(builder, fake, out_dir / ".iid")
         prefix = " ".join(f"{k}={v}" for k, v in env.items())
         lines.append(f"build:        {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
     except SglstackError as exc:
         lines.append(f"build:        not possible here: {exc}")
-    lines.append(f"secrets:      {', '.join(_planned_secrets(options)) or 'none'} (BuildKit secrets, never layers)")
-    lines.append("verify:       patchkit verify + installed packages vs pins, in a container of the image")
+    lines.append(f"secrets:      {', '.join([*secret_files, *secret_env]) or 'none'} "
+                 f"(BuildKit secrets, never layers; the HF token from the environment, never a file)")
+    if target == FINAL_TARGET:
+        lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
+                     "packages); read back and compared with the pins")
+    else:
+        lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     if target != FINAL_TARGET:
         lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
         return lines
-    from .smoke import launch_commands, smoke_options
-    from .tags import release_tags
-
     # Without --push nothing leaves this machine, but the plan still shows what a release would do.
     when = "" if push else " (with --push)"
-    tags = release_tags(stack, digest, dt.date.today())
+    tags = release_tags(stack, config_hash, utc_today())
     repo = registry or stack.publish.repository
     if not push:
         lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
@@ -397,22 +477,17 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     return lines
 
 
-def _planned_secrets(options: BuildOptions) -> dict[str, Path]:
-    secrets: dict[str, Path] = {}
+def _planned_secrets(options: BuildOptions) -> tuple[dict[str, Path], dict[str, str]]:
     value = options.ca_bundle or os.environ.get(CA_BUNDLE_ENV)
-    if value:
-        secrets["ca_bundle"] = Path(value)
-    if os.environ.get(HF_TOKEN_ENV):
-        secrets["hf_token"] = Path("<temp file holding $HF_TOKEN>")
-    return secrets
+    files = {"ca_bundle": Path(value)} if value else {}
+    env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}
+    return files, env
 
 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None) -> int:
-    from .ui import console as make_console
-
     stack = load_matrix(stacks_file).get(stack_name)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
                            docker_cli=docker_cli, docker_host=docker_host, registry=registry)
@@ -425,7 +500,5 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     result = build_stack(stack, options)
     if not push:
         return 0
-    from .publish import release
-
     return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
                    docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force)

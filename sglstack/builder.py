@@ -19,7 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.live import Live
+from rich.text import Text
+
 from .errors import BuildError, DockerUnavailable
+from .ui import console as make_console
 
 CLI_ENV = "SGLSTACK_DOCKER_CLI"
 _FALLBACK_CLIS = ("/usr/bin/docker", "/usr/local/bin/docker")
@@ -107,6 +111,9 @@ class BuildRequest:
     build_args: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, Path] = field(default_factory=dict)  # id -> file (BuildKit secret, never a layer)
+    # id -> name of an environment variable of the client holding the value: a secret that never touches
+    # a disk (`--secret id=hf_token,env=HF_TOKEN`; Debian's docker 20.10 CLI supports it with BuildKit).
+    env_secrets: Mapping[str, str] = field(default_factory=dict)
     platform: str | None = None
 
 
@@ -126,6 +133,8 @@ def build_argv(builder: Builder, req: BuildRequest, iidfile: Path) -> list[str]:
         argv += ["--label", f"{key}={value}"]
     for sid, path in sorted(req.secrets.items()):
         argv += ["--secret", f"id={sid},src={path}"]
+    for sid, variable in sorted(req.env_secrets.items()):
+        argv += ["--secret", f"id={sid},env={variable}"]
     argv.append(str(req.context))
     return argv
 
@@ -210,12 +219,12 @@ class ProgressParser:
 
 def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_host: str | None = None,
               show_progress: bool = True) -> str:
-    """Run the build with live progress; return the image id. On failure raise BuildError."""
-    from rich.live import Live
-    from rich.text import Text
+    """Run the build with live progress; return the image id. On failure raise BuildError.
 
-    from .ui import console as make_console
-
+    The client runs in its own session (process group): a Ctrl-C typed at the terminal reaches only
+    sglstack, which then stops the whole group (`_stop`) on any exit that is not a finished build,
+    SIGTERM and SIGHUP included, and BuildKit cancels the solve once its client is gone.
+    """
     console = make_console()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     iidfile = log_path.parent / ".iid"
@@ -247,10 +256,9 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
                         live.update(Text(f"  ... {current.name[:120]}  {now - current.started:5.1f}s "
                                          f"(total {now - started:5.1f}s)"))
             code = proc.wait()
-        except BaseException:
-            # Ctrl-C or any error: stop the client; BuildKit cancels the solve when its client goes away.
+        finally:
+            # A signal (Interrupted), Ctrl-C or any error: stop the client and everything it started.
             _stop(proc)
-            raise
     if code != 0:
         raise BuildError(f"build of {req.dockerfile} failed ({builder.kind}); log: {log_path}\n"
                          + parser.failure_summary())
@@ -261,12 +269,15 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
 
 
 def _stop(proc: subprocess.Popen) -> None:
+    """End a client still running, with its process group: SIGINT (the client cancels the solve), then
+    SIGKILL after 10 s. The group id cannot be reused before its leader is reaped, which happens here."""
     if proc.poll() is not None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
+    try:
         proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

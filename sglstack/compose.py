@@ -16,9 +16,10 @@ from pathlib import Path
 import jinja2
 
 from .errors import ConfigError
-from .matrix import REPO_ROOT, Stack
+from .matrix import Stack
+from .resources import COMPOSE_DIR
 
-TEMPLATES_DIR = REPO_ROOT / "compose"
+TEMPLATES_DIR = COMPOSE_DIR
 COMPOSE_TEMPLATE = "compose.yaml.j2"
 ENV_EXAMPLE_TEMPLATE = "compose.env.example.j2"
 COMPOSE_FILE = "compose.yaml"

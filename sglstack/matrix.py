@@ -18,11 +18,11 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .resources import DEFAULT_PATCHES_DIR
 from .yamlsrc import KeyPath, load_yaml_with_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
-DEFAULT_PATCHES_DIR = REPO_ROOT / "patches"
 
 
 # ---- exact-pin value types -------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Append-only JSON-lines record files under the build directory (publish and deploy history).
+"""The build folder, UTC time, and the append-only JSON-lines stores under it (publish and deploy
+records, smoke history).
 
-One writer and one reader, so that every records file has the same guarantees: whole lines, sorted keys,
-no interleaving between concurrent writers, and a one-line error naming the file and line of a bad entry.
+Every JSON-lines store goes through `append_jsonl` and `read_jsonl`, so that each has the same
+guarantees: whole lines, sorted keys, no interleaving between concurrent writers (each append holds an
+exclusive lock), and a one-line error naming the file and line of a bad entry.
 """
 
 from __future__ import annotations
@@ -10,16 +12,47 @@ import datetime as dt
 import fcntl
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import SglstackError
+
 T = TypeVar("T")
+BUILD_DIR_ENV = "SGLSTACK_BUILD_DIR"
+
+
+class OutputNotWritable(SglstackError):
+    """A file the task will write at its end cannot be written: found before the long work starts."""
 
 
 def build_root() -> Path:
-    """build/, or SGLSTACK_BUILD_DIR: the one place all records (build, publish, deploy) live under."""
-    return Path(os.environ.get("SGLSTACK_BUILD_DIR", "build"))
+    """build/, or SGLSTACK_BUILD_DIR: the one tree every output lives under (rendered files, build and
+    smoke records, publish and deploy records)."""
+    return Path(os.environ.get(BUILD_DIR_ENV) or "build")
+
+
+def require_writable(path: Path, *, what: str) -> None:
+    """Raise `OutputNotWritable` now, naming `path`, unless a file can be created at `path` later.
+
+    Creates the missing parent folders (the task would create them anyway) and probes the folder with a
+    temporary file, which is what catches read-only mounts and permissions (root ignores mode bits).
+    """
+    def fail(reason: str) -> OutputNotWritable:
+        return OutputNotWritable(f"{what} {path}: cannot be written ({reason})")
+
+    if path.is_dir():
+        raise fail("it is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise fail("permission denied")
+    except OSError as exc:
+        raise fail(exc.strerror or type(exc).__name__) from None
 
 
 def utc_now() -> dt.datetime:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import jinja2
 
-from .matrix import DEFAULT_PATCHES_DIR, REPO_ROOT, Stack, load_matrix
+from .matrix import Stack, load_matrix
+from .records import build_root
+from .resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
 
-IMAGES_DIR = REPO_ROOT / "images"
-TOOLS_DIR = Path(__file__).resolve().parent / "incontainer"
-PATCHKIT_DIR = Path(__file__).resolve().parent / "patchkit"
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
 PYTHON_PACKAGES = ("python{v}", "python{v}-venv")
@@ -190,7 +189,7 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
 
 
 def default_out_dir(stack_name: str) -> Path:
-    return Path("build") / stack_name
+    return build_root() / stack_name
 
 
 def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None) -> RenderedContext:

@@ -1,4 +1,6 @@
-"""The one rich console sglstack prints through (wide when output is not a terminal, for logs)."""
+"""The rich consoles sglstack prints through: one for stdout and one for stderr, each created once and
+wide when its stream is not a terminal (so that logs keep whole lines). Some parts print plain lines
+to stderr instead (the smoke log, the one-line errors of `tasks.py`)."""
 
 from __future__ import annotations
 

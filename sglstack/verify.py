@@ -11,7 +11,7 @@ from .matrix import Stack
 
 def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
     """One message per pin the image does not honour; empty when the image matches its stack."""
-    installed = {canonicalize_name(k): v for k, v in image_info.get("distributions", {}).items()}
+    installed: dict[str, str] = {str(canonicalize_name(k)): v for k, v in image_info.get("distributions", {}).items()}
     problems: list[str] = []
     for name, want in sorted(stack.pins().items()):
         got = installed.get(name)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import struct
-import zlib
+import io
 
 import pytest
 
 from sglstack.matrix import Gates
-from sglstack.smoke.chart import bar_chart
+from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.history import append_record, history_path, last_passing, read_history
@@ -103,31 +102,73 @@ def test_history_is_append_only_and_compares_like_with_like(tmp_path):
     assert last_passing(records, {"model": "other"}) is None
 
 
-def _png_chunks(data: bytes) -> dict[bytes, bytes]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    chunks, pos = {}, 8
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
-        assert crc == zlib.crc32(kind + body)
-        chunks[kind] = body
-        pos += 12 + length
-    return chunks
+CHART_GATES = {"min_speedup": 1.2, "min_accept_length": 1.5, "min_agreement": 0.8, "max_regression": 0.05}
 
 
-def test_bar_chart_is_a_valid_png_with_proportional_bars():
-    png = bar_chart([(50.0, (255, 0, 0)), (100.0, (0, 0, 255))], width=100, height=120)
-    chunks = _png_chunks(png)
-    width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
-    raw = zlib.decompress(chunks[b"IDAT"])
-    rows = [raw[y * (1 + width * 3) + 1 : (y + 1) * (1 + width * 3)] for y in range(height)]
+def _history() -> list[dict]:
+    runs = [(88.4, 56.1, "fail"), (89.0, 94.2, "pass"), (82.0, 95.0, "fail")]
+    return [{"time": f"2026-11-2{i}T09:00:00Z", "verdict": v, "image": {"digest": f"sha256:{i}{'a' * 63}"},
+             "baseline": {"tokens_per_s": b}, "eagle3": {"tokens_per_s": e}} for i, (b, e, v) in enumerate(runs)]
 
-    def column_height(color: bytes) -> int:
-        return sum(1 for row in rows if color in [row[i : i + 3] for i in range(0, len(row), 3)])
 
-    red, blue = column_height(b"\xff\x00\x00"), column_height(b"\x00\x00\xff")
-    assert blue > 0 and red == pytest.approx(blue / 2, abs=1)
+def _report(history: list[dict], reference: dict | None) -> dict:
+    last = history[-1]
+    return {"verdict": last["verdict"], "stack": "cu130", "time": last["time"], "image": last["image"],
+            "baseline": last["baseline"], "eagle3": last["eagle3"], "gates": CHART_GATES,
+            "speedup": last["eagle3"]["tokens_per_s"] / last["baseline"]["tokens_per_s"],
+            "regression_reference": reference}
+
+
+def test_chart_shows_this_run_and_the_history_with_the_gate_band():
+    history = _history()
+    fig = chart_figure(_report(history, reference=history[1]), history)
+    run_ax, history_ax = fig.axes
+    assert [round(b.get_height(), 1) for b in run_ax.patches] == [82.0, 95.0]
+    assert "tokens/s" in run_ax.get_ylabel() and "tokens/s" in history_ax.get_ylabel()
+    texts = [t.get_text() for t in run_ax.texts]
+    assert "min_speedup 1.20x = 98.4 tok/s" in texts and "82.0" in texts and "95.0" in texts
+    # min_speedup drawn at 1.2 x the baseline
+    assert any(line.get_ydata()[0] == pytest.approx(82.0 * 1.2) for line in run_ax.lines)
+    # one point per tested image and kind, over time
+    series = {line.get_label(): list(line.get_ydata()) for line in history_ax.lines if line.get_marker() == "o"}
+    assert series == {"baseline tok/s": [88.4, 89.0, 82.0], "EAGLE-3 tok/s": [56.1, 94.2, 95.0]}
+    # the max_regression band: from 5% under the last passing run's tok/s up to it, for both kinds
+    bands = {p.get_label(): sorted({round(y, 2) for _, y in p.get_path().transformed(p.get_patch_transform())
+                                    .vertices}) for p in history_ax.patches if "gate" in p.get_label()}
+    assert bands[next(k for k in bands if k.startswith("baseline"))] == [round(89.0 * 0.95, 2), 89.0]
+    assert bands[next(k for k in bands if k.startswith("EAGLE-3"))] == [round(94.2 * 0.95, 2), 94.2]
+    legend = [t.get_text() for t in history_ax.get_legend().get_texts()]
+    assert "baseline max_regression gate: >= 84.5 tok/s (5% under the last pass, 89.0)" in legend
+    assert "failed run" in legend
+    assert {t.get_text() for t in history_ax.texts} >= {"0aaaaaa", "1aaaaaa", "2aaaaaa"}  # image digests
+    assert "UTC" in history_ax.get_xlabel()
+
+
+def test_chart_without_a_passing_run_says_the_regression_gate_did_not_apply():
+    history = _history()[:1]
+    fig = chart_figure(_report(history, reference=None), history)
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert any("regression gate did not apply" in t for t in texts)
+    assert not [p for p in fig.axes[1].patches if "gate" in p.get_label()]
+
+
+def test_chart_png_is_drawn_with_readable_size_and_the_band_colour():
+    from matplotlib.image import imread
+
+    history = _history()
+    png = smoke_chart(_report(history, reference=history[1]), history)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    pixels = imread(io.BytesIO(png), format="png")
+    assert pixels.shape[:2] == (520, 1300)
+
+    def share_of(hex_colour: str, alpha: float = 1.0) -> float:
+        rgb = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        want = [alpha * c + (1 - alpha) for c in rgb]  # blended over white
+        close = (abs(pixels[..., :3] - want) < 0.02).all(axis=-1)
+        return float(close.mean())
+
+    assert share_of(EAGLE3_COLOR) > 0.02 and share_of(BASELINE_COLOR) > 0.02  # the two bars
+    assert share_of(EAGLE3_COLOR, alpha=0.2) > 0.002  # the EAGLE-3 band
 
 
 def test_markdown_summary_lists_failures_and_history():
@@ -147,3 +188,15 @@ def test_markdown_summary_lists_failures_and_history():
     text = markdown(data, [{"time": "t0", "verdict": "pass", "baseline": {"tokens_per_s": 89.0}}], "r.png")
     assert text.startswith("# Smoke FAIL: cu130")
     assert "- min_speedup: slow" in text and "| t0 | pass |" in text and "](r.png)" in text
+
+
+def test_history_shares_the_records_store_rules(tmp_path):
+    from sglstack.errors import SmokeError
+
+    path = tmp_path / "smoke-history.jsonl"
+    path.write_text('{"verdict": "pass"}\n\n[1, 2]\n')
+    with pytest.raises(SmokeError, match=r"smoke-history\.jsonl:3: not a JSON object"):
+        read_history(path)
+    path.write_text('{"verdict": "pass"}\n{"verdict": \n')
+    with pytest.raises(SmokeError, match=r"smoke-history\.jsonl:2: "):
+        read_history(path)

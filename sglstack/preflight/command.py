@@ -14,9 +14,12 @@ from rich.console import Console
 
 from ..errors import ConfigError
 from ..matrix import Stack, load_matrix
+from ..records import require_writable
 from .checks import FAIL, Requirements, parse_size
 from .errors import PreflightFailed, PreflightUnavailable
 from .node import NodeReport, inspect_node
+from .remote import run_in_image
+from .report import render_report
 
 DEFAULT_SIZES = "1M,64M,1G"
 
@@ -53,8 +56,6 @@ def run_preflight(
     """Run every check for `stack` here, or inside `image` on `docker_host` when an image is given."""
     req = requirements_for(stack, sizes)
     if image:
-        from .remote import run_in_image
-
         return run_in_image(docker_host, image, req, shm_size=stack.smoke.shm_size)
     if docker_host:
         raise ConfigError(
@@ -92,6 +93,8 @@ def preflight_command(
     """The task: print the table (or one failure line), write --json, return the exit code."""
     console = console or Console()
     stack = load_matrix(stacks_file).get(stack_name)
+    if json_path:
+        require_writable(Path(json_path), what="preflight report (--json)")
     report = run_preflight(
         stack, docker_host=docker_host, image=image, sizes=parse_sizes(sizes) if sizes else None, console=console
     )
@@ -100,8 +103,6 @@ def preflight_command(
     if report.fatal:
         where = f" in {image}" if image else ""
         raise PreflightUnavailable(f"preflight for stack '{stack_name}'{where}: {report.fatal}")
-    from .report import render_report
-
     render_report(
         report,
         console,

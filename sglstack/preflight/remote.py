@@ -15,7 +15,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
-from ..dockerhost import OWNER_LABEL, docker_client, unique_name
+from ..dockerhost import OWNER_LABEL, docker_client, remove_container, unique_name
 from .__main__ import REPORT_BEGIN, REPORT_END
 from .allreduce import MULTICAST_OFF_ENV
 from .checks import Requirements
@@ -77,22 +77,23 @@ def run_in_image(
     client = docker_client(docker_host)
     name = unique_name("sglstack-preflight")
     try:
-        container = client.containers.create(
-            image,
-            entrypoint=["python3", "-m", "sglstack.preflight"],
-            command=node_arguments(req),
-            name=name,
-            labels={OWNER_LABEL: "sglstack-preflight"},
-            environment={**MULTICAST_OFF_ENV, "PYTHONPATH": f"{IN_IMAGE_PARENT}/sglstack-preflight"},
-            device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])],
-            shm_size=shm_size,
-            ulimits=[Ulimit(name="memlock", soft=-1, hard=-1)],
-        )
-    except docker.errors.ImageNotFound:
-        raise PreflightUnavailable(f"image {image} is not on {where}") from None
-    except docker.errors.APIError as exc:
-        raise PreflightUnavailable(f"{where} cannot create the preflight container: {_reason(exc)}") from None
-    try:
+        # Removed by name in `finally`: also when a signal cuts the create call itself short.
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=["python3", "-m", "sglstack.preflight"],
+                command=node_arguments(req),
+                name=name,
+                labels={OWNER_LABEL: "sglstack-preflight"},
+                environment={**MULTICAST_OFF_ENV, "PYTHONPATH": f"{IN_IMAGE_PARENT}/sglstack-preflight"},
+                device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])],
+                shm_size=shm_size,
+                ulimits=[Ulimit(name="memlock", soft=-1, hard=-1)],
+            )
+        except docker.errors.ImageNotFound:
+            raise PreflightUnavailable(f"image {image} is not on {where}") from None
+        except docker.errors.APIError as exc:
+            raise PreflightUnavailable(f"{where} cannot create the preflight container: {_reason(exc)}") from None
         if not container.put_archive(IN_IMAGE_PARENT, node_package_archive()):
             raise PreflightUnavailable(f"cannot copy preflight into {image} on {where}")
         try:
@@ -102,7 +103,7 @@ def run_in_image(
         status = container.wait(timeout=timeout)
         log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
     finally:
-        container.remove(force=True, v=True)
+        remove_container(client, name)
     report = extract_report(log)
     if report is None:
         tail = next((line for line in reversed(log.splitlines()) if line.strip()), "no output")

@@ -1,98 +1,156 @@
-"""A bar chart as PNG bytes, with the standard library only (zlib + struct): no plotting dependency."""
+"""The smoke chart, drawn with matplotlib (Agg, no display): this run, and the stack's history.
+
+Left: baseline vs EAGLE-3 output tokens/s per stream at concurrency 1 (what the gates measure), with the
+min_speedup gate drawn where EAGLE-3 has to reach. Right: tokens/s of every tested image measured with the
+same settings, over time (UTC), failed runs marked, and the max_regression gate drawn as a band under
+the last passing run that this run was compared with.
+"""
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Sequence
+import datetime as dt
+import io
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-Color = tuple[int, int, int]
-WHITE: Color = (255, 255, 255)
-AXIS: Color = (60, 60, 60)
-INK: Color = (20, 20, 20)
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-# A 3x5 pixel font for the labels: digits, the decimal point and the capitals the chart uses.
-_GLYPHS = {
-    "0": ("111", "101", "101", "101", "111"),
-    "1": ("010", "110", "010", "010", "111"),
-    "2": ("111", "001", "111", "100", "111"),
-    "3": ("111", "001", "111", "001", "111"),
-    "4": ("101", "101", "111", "001", "001"),
-    "5": ("111", "100", "111", "001", "111"),
-    "6": ("111", "100", "111", "101", "111"),
-    "7": ("111", "001", "010", "010", "010"),
-    "8": ("111", "101", "111", "101", "111"),
-    "9": ("111", "101", "111", "001", "111"),
-    ".": ("000", "000", "000", "000", "010"),
-    "-": ("000", "000", "111", "000", "000"),
-    "/": ("001", "001", "010", "100", "100"),
-    " ": ("000", "000", "000", "000", "000"),
-    "A": ("010", "101", "111", "101", "101"),
-    "B": ("110", "101", "110", "101", "110"),
-    "C": ("011", "100", "100", "100", "011"),
-    "E": ("111", "100", "110", "100", "111"),
-    "G": ("011", "100", "101", "101", "011"),
-    "I": ("111", "010", "010", "010", "111"),
-    "K": ("101", "101", "110", "101", "101"),
-    "L": ("100", "100", "100", "100", "111"),
-    "M": ("101", "111", "111", "101", "101"),
-    "N": ("101", "111", "111", "111", "101"),
-    "O": ("010", "101", "101", "101", "010"),
-    "P": ("110", "101", "110", "100", "100"),
-    "R": ("110", "101", "110", "101", "101"),
-    "S": ("011", "100", "010", "001", "110"),
-    "T": ("111", "010", "010", "010", "010"),
-    "U": ("101", "101", "101", "101", "111"),
-    "Y": ("101", "101", "010", "010", "010"),
-}
+BASELINE_COLOR = "#78909c"
+EAGLE3_COLOR = "#1e88e5"
+FAIL_COLOR = "#e53935"
+PASS_COLOR = "#43a047"
+KINDS = (("baseline", "baseline", BASELINE_COLOR), ("eagle3", "EAGLE-3", EAGLE3_COLOR))
+MAX_DIGEST_LABELS = 12
 
 
-def encode_png(pixels: Sequence[Sequence[Color]]) -> bytes:
-    """8-bit RGB PNG, filter type 0 on every row."""
-    height, width = len(pixels), len(pixels[0])
-    raw = b"".join(b"\x00" + bytes(c for px in row for c in px) for row in pixels)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+def _tps(run: Mapping[str, Any] | None) -> float | None:
+    value = (run or {}).get("tokens_per_s")
+    return float(value) if value else None
 
 
-def bar_chart(bars: Sequence[tuple[float, Color]], *, labels: Sequence[str] = (), title: str = "",
-              width: int = 360, height: int = 240) -> bytes:
-    """Vertical bars scaled to the largest value, each with its value (one decimal) and its label below."""
-    canvas = [[WHITE] * width for _ in range(height)]
-    left, bottom, top = 20, height - 26, 44
-    if title:
-        _text(canvas, title.upper(), left, 8, scale=2)
-    top_value = max((v for v, _ in bars), default=0.0) or 1.0
-    slot = (width - 2 * left) // max(len(bars), 1)
-    bar_w = max(slot * 3 // 5, 4)
-    for i, (value, color) in enumerate(bars):
-        x0 = left + i * slot + (slot - bar_w) // 2
-        bar_h = int((bottom - top) * max(value, 0.0) / top_value)
-        for y in range(bottom - bar_h, bottom):
-            for x in range(x0, x0 + bar_w):
-                canvas[y][x] = color
-        _text(canvas, f"{value:.1f}", x0, bottom - bar_h - 14, scale=2)
-        if i < len(labels):
-            _text(canvas, labels[i].upper(), x0, bottom + 8, scale=2)
-    for x in range(left - 5, width - left + 5):
-        canvas[bottom][x] = AXIS
-    return encode_png(canvas)
+def _when(text: Any) -> dt.datetime | None:
+    try:
+        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
-def _text(canvas: list[list[Color]], text: str, x: int, y: int, *, scale: int) -> None:
-    for ch in text:
-        glyph = _GLYPHS.get(ch)
-        if glyph:
-            for gy, row in enumerate(glyph):
-                for gx, bit in enumerate(row):
-                    if bit == "1":
-                        for dy in range(scale):
-                            for dx in range(scale):
-                                px, py = x + gx * scale + dx, y + gy * scale + dy
-                                if 0 <= py < len(canvas) and 0 <= px < len(canvas[0]):
-                                    canvas[py][px] = INK
-        x += 4 * scale
+def smoke_chart(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> bytes:
+    """The PNG of one smoke report (see `chart_figure`)."""
+    buf = io.BytesIO()
+    chart_figure(report, history).savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def chart_figure(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> Figure:
+    """The chart of one smoke report. `history` holds the comparable runs, this one included (oldest first).
+
+    `report` is the smoke report document: `baseline`/`eagle3` (tokens_per_s), `speedup`, `verdict`,
+    `gates` (min_speedup, max_regression), `regression_reference` (the last passing run compared with,
+    or None), `stack`, `image` and `time`.
+    """
+    # matplotlib takes ~0.7 s to import; only writing a report needs it, not every task that imports smoke.
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 5.2), dpi=100, layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=(1, 2.1))
+    _draw_run(left, report)
+    _draw_history(right, report, history, AutoDateLocator, ConciseDateFormatter)
+    image = (report.get("image") or {}).get("digest") or (report.get("image") or {}).get("ref") or "?"
+    verdict = str(report.get("verdict", "?")).upper()
+    fig.suptitle(f"Smoke {verdict}: {report.get('stack') or 'no stack'}, image {str(image)[:19]}  "
+                 f"({report.get('time', '')})", fontsize=13, fontweight="bold",
+                 color=PASS_COLOR if verdict == "PASS" else FAIL_COLOR)
+    return fig
+
+
+def _draw_run(ax: Any, report: Mapping[str, Any]) -> None:
+    base, eagle = _tps(report.get("baseline")), _tps(report.get("eagle3"))
+    values = [base or 0.0, eagle or 0.0]
+    bars = ax.bar(["baseline", "EAGLE-3"], values, color=[BASELINE_COLOR, EAGLE3_COLOR], width=0.6)
+    for bar, value, measured in zip(bars, values, (base, eagle), strict=True):
+        text = f"{value:.1f}" if measured else "no data"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, value), xytext=(0, 4), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=12, fontweight="bold")
+    min_speedup = float((report.get("gates") or {}).get("min_speedup") or 0.0)
+    top = max(values) or 1.0
+    if base and min_speedup:
+        need = base * min_speedup
+        top = max(top, need)
+        ax.axhline(need, color=FAIL_COLOR, linestyle="--", linewidth=1.5)
+        ax.annotate(f"min_speedup {min_speedup:.2f}x = {need:.1f} tok/s", (0.02, need), xytext=(0, 4),
+                    textcoords="offset points", xycoords=("axes fraction", "data"), color=FAIL_COLOR, fontsize=10)
+    ax.set_ylim(0, top * 1.22)
+    speedup = report.get("speedup")
+    ax.set_title("this run, concurrency 1" + (f": speedup {speedup:.2f}x" if speedup is not None else ""),
+                 fontsize=12)
+    ax.set_ylabel("output tokens/s per stream")
+    ax.tick_params(axis="x", labelsize=12)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _draw_history(ax: Any, report: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
+                  locator_cls: Any, formatter_cls: Any) -> None:
+    ax.set_title("history of this stack (same model and settings)", fontsize=12)
+    ax.set_ylabel("output tokens/s per stream")
+    ax.grid(alpha=0.3)
+    runs = [(when, rec) for rec in history if (when := _when(rec.get("time"))) is not None]
+    if not runs:
+        ax.text(0.5, 0.5, "no history kept for this run", ha="center", va="center", transform=ax.transAxes,
+                fontsize=12, color="#555555")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    values: list[float] = []
+    any_failed = False
+    for kind, label, color in KINDS:
+        points = [(when, tps, rec) for when, rec in runs if (tps := _tps(rec.get(kind))) is not None]
+        if not points:
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        values += ys
+        ax.plot(xs, ys, color=color, marker="o", markersize=7, linewidth=1.8, label=f"{label} tok/s")
+        failed = [(x, y) for x, y, rec in points if rec.get("verdict") != "pass"]
+        if failed:
+            any_failed = True
+            ax.scatter([x for x, _ in failed], [y for _, y in failed], s=150, facecolors="none",
+                       edgecolors=FAIL_COLOR, linewidths=2, zorder=3)
+    if any_failed:
+        ax.scatter([], [], s=150, facecolors="none", edgecolors=FAIL_COLOR, linewidths=2, label="failed run")
+    reference = report.get("regression_reference")
+    max_regression = float((report.get("gates") or {}).get("max_regression") or 0.0)
+    if reference:
+        for kind, label, color in KINDS:
+            before = _tps(reference.get(kind))
+            if not before:
+                continue
+            floor = before * (1.0 - max_regression)
+            ax.axhspan(floor, before, color=color, alpha=0.2, linewidth=0,
+                       label=f"{label} max_regression gate: >= {floor:.1f} tok/s ({max_regression:.0%} under the "
+                             f"last pass, {before:.1f})")
+            ax.axhline(floor, color=color, linestyle=":", linewidth=1.3)
+            values += [floor, before]
+    else:
+        ax.text(0.01, 0.98, "no earlier passing run with these settings: the regression gate did not apply",
+                ha="left", va="top", transform=ax.transAxes, fontsize=9.5, color="#555555")
+    for when, rec in runs[-MAX_DIGEST_LABELS:]:
+        digest = str((rec.get("image") or {}).get("digest") or "")
+        top = max((t for kind, _, _ in KINDS if (t := _tps(rec.get(kind)))), default=None)
+        if digest and top:
+            ax.annotate(digest.removeprefix("sha256:")[:7], (when, top), xytext=(0, 9), textcoords="offset points",
+                        ha="center", fontsize=8, color="#333333", family="monospace")
+    # Zoomed on the measured range (a line chart, not bars): a 5% band must be visible, not a hairline.
+    low, high = min(values, default=0.0), max(values, default=1.0) or 1.0
+    span = max(high - low, 0.1 * high)
+    ax.set_ylim(max(0.0, low - 0.9 * span), high + 0.35 * span)
+    first, last = runs[0][0], runs[-1][0]
+    pad = max((last - first) * 0.06, dt.timedelta(minutes=30))
+    ax.set_xlim(first - pad, last + pad)
+    locator = locator_cls(tz=dt.UTC)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(formatter_cls(locator, tz=dt.UTC))
+    ax.set_xlabel("tested (UTC); above each run: the image digest")
+    ax.legend(loc="lower right", fontsize=9.5, framealpha=0.9)

@@ -1,13 +1,17 @@
-"""Per-stack smoke history: append-only JSON lines under build/<stack>/smoke-history.jsonl."""
+"""Per-stack smoke history: append-only JSON lines under BUILD_ROOT/<stack>/smoke-history.jsonl.
+
+Read and written through `records.read_jsonl` / `records.append_jsonl`, like every other JSON-lines
+store: whole lines under a lock, so that two smoke runs of one stack never interleave their lines.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import SmokeError
+from ..records import append_jsonl, read_jsonl
 
 FILE_NAME = "smoke-history.jsonl"
 NO_STACK = "_no-stack"
@@ -17,32 +21,33 @@ def history_path(build_dir: str | Path, stack: str | None) -> Path:
     return Path(build_dir) / (stack or NO_STACK) / FILE_NAME
 
 
+def _row(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("not a JSON object")
+    return value
+
+
 def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise SmokeError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-    return records
-
-
-def last_passing(records: list[Mapping[str, Any]], fingerprint: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The newest passing record measured with the same settings (model, tp, tokens, concurrency...)."""
-    for record in reversed(records):
-        if record.get("verdict") == "pass" and record.get("fingerprint") == dict(fingerprint):
-            return record
-    return None
+    """Every run recorded in `path`, oldest first ([] when there is none yet)."""
+    return read_jsonl(path, _row, lambda n: SmokeError(f"{path}:{n}: not a JSON object on one line"))
 
 
 def append_record(path: Path, record: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    append_jsonl(path, [dict(record)])
+
+
+def comparable(records: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The runs measured with the same settings (model, tp, tokens, concurrency...): the only ones whose
+    tokens/s can be compared (the image may differ: that is the point)."""
+    return [r for r in records if r.get("fingerprint") == dict(fingerprint)]
+
+
+def last_passing(records: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The newest passing record measured with the same settings."""
+    for record in reversed(comparable(records, fingerprint)):
+        if record.get("verdict") == "pass":
+            return record
+    return None
 
 
 def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> dict[str, Any]:

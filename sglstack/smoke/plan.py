@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from ..errors import SmokeError
 from ..matrix import Gates, Stack
+from ..records import build_root
 
 CONTAINER_PORT = 30000
 LAUNCH = ("python3", "-m", "sglang.launch_server")
@@ -52,7 +53,7 @@ class SmokeOptions:
     request_timeout: float = 600.0
     gates: Gates = field(default_factory=Gates)
     report: str | None = None
-    build_dir: str = "build"
+    build_dir: str = field(default_factory=lambda: str(build_root()))  # SGLSTACK_BUILD_DIR, else build/
     no_history: bool = False
     pull: bool = True
     # A GPU smoke checks the node first (driver, GPUs, NCCL, shm): minutes of model loading are not

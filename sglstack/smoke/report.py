@@ -1,17 +1,15 @@
-"""The smoke report: JSON for machines, Markdown + a PNG bar chart for people."""
+"""The smoke report: JSON for machines, Markdown + a PNG chart (this run and the history) for people."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .chart import bar_chart
-
-BASELINE_COLOR = (120, 144, 156)
-EAGLE3_COLOR = (33, 150, 243)
+from .chart import smoke_chart
 
 
 @dataclass(frozen=True)
@@ -38,25 +36,27 @@ class SmokeReport:
 
 
 def write_report(report: SmokeReport, json_path: Path) -> dict[str, Path]:
-    """Write PATH (JSON), PATH with .md (summary) and .png (chart); return the three paths."""
+    """Write PATH (JSON), PATH with .md (summary) and .png (chart); return the three paths.
+
+    Each file appears whole or not at all (written aside, then renamed), the JSON last: a report whose
+    JSON exists is complete.
+    """
     json_path.parent.mkdir(parents=True, exist_ok=True)
     md_path, png_path = json_path.with_suffix(".md"), json_path.with_suffix(".png")
     data = report.to_dict()
-    json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    png_path.write_bytes(chart_png(data))
-    md_path.write_text(markdown(data, report.history, png_path.name), encoding="utf-8")
+    _write_whole(png_path, smoke_chart(data, report.history))
+    _write_whole(md_path, markdown(data, report.history, png_path.name).encode("utf-8"))
+    _write_whole(json_path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     return {"json": json_path, "markdown": md_path, "chart": png_path}
 
 
-def chart_png(data: Mapping[str, Any]) -> bytes:
-    return bar_chart(
-        [
-            (float(data["baseline"].get("tokens_per_s") or 0.0), BASELINE_COLOR),
-            (float(data["eagle3"].get("tokens_per_s") or 0.0), EAGLE3_COLOR),
-        ],
-        labels=("baseline", "EAGLE-3"),
-        title="output tok/s per stream",
-    )
+def _write_whole(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
@@ -71,7 +71,7 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
         "",
         f"Image `{image['ref']}` (digest `{image.get('digest') or 'unknown'}`), {data['time']}.",
         "",
-        f"![baseline (grey) vs EAGLE-3 (blue), output tokens/s at concurrency 1]({chart_name})",
+        f"![baseline (grey) vs EAGLE-3 (blue) output tokens/s at concurrency 1, and the history]({chart_name})",
         "",
         "| | baseline | EAGLE-3 |",
         "|---|---|---|",

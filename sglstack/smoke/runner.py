@@ -1,14 +1,15 @@
 """The side effects of a smoke run: the image, the two server containers, the requests, history, report.
 
-Each server runs in `running_container`, which removes it on success, failure and Ctrl-C.
+Each server runs in `running_container`, which removes it on success, failure, Ctrl-C, SIGTERM and
+SIGHUP (the tasks turn those signals into `Interrupted`). The report, history and build folder are checked
+for writability before the first server starts, not found unwritable after an hour of measuring.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ from docker.types import DeviceRequest, Ulimit
 from ..dockerhost import docker_client, running_container
 from ..errors import SmokeError
 from ..matrix import Stack
+from ..preflight.command import require_ready
+from ..records import require_writable, utc_timestamp
 from . import history as hist
-from .client import SGLangClient
+from .client import Generation, SGLangClient
 from .gates import evaluate
-from .measure import ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
+from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
 from .plan import (
     RUN_KINDS,
     ContainerPlan,
@@ -45,15 +48,35 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
+    """--report, else BUILD_ROOT/<stack>/smoke-report.json."""
+    if options.report:
+        return Path(options.report)
+    return Path(options.build_dir) / (stack.name if stack else hist.NO_STACK) / "smoke-report.json"
+
+
+def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Path | None]:
+    """The report and history paths, each checked writable now (one line naming the path if not)."""
+    report_path = report_path_for(options, stack)
+    require_writable(report_path, what="smoke report (--report)" if options.report else "smoke report")
+    for sibling in (report_path.with_suffix(".md"), report_path.with_suffix(".png")):
+        require_writable(sibling, what="smoke report")
+    history_file = None if options.no_history else hist.history_path(options.build_dir, stack.name if stack else None)
+    if history_file is not None:
+        require_writable(history_file, what="smoke history (under the build folder)")
+    return report_path, history_file
+
+
 def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Log | None = None) -> SmokeReport:
     """Serve `image` as a baseline and as an EAGLE-3 server, measure both, gate, record, report."""
     log = log or _stderr
+    report_path, history_file = check_outputs(options, stack)
+    # Read now: a corrupt history file is found before the servers run, not after.
+    records = hist.read_history(history_file) if history_file is not None else []
     engine = docker_client(options.docker_host)
     image_info = resolve_image(engine, image, pull=options.pull)
     log(f"smoke: image {image} ({image_info['digest']})")
     if stack is not None and options.gpus > 0 and not options.skip_preflight:
-        from ..preflight.command import require_ready
-
         log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
         require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
 
@@ -69,39 +92,48 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
     share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
-    history_file = hist.history_path(options.build_dir, stack.name if stack else None)
-    records = [] if options.no_history else hist.read_history(history_file)
     fingerprint = options.fingerprint()
-    verdict = evaluate(options.gates, baseline, eagle3, share, hist.last_passing(records, fingerprint))
+    reference = hist.last_passing(records, fingerprint)
+    verdict = evaluate(options.gates, baseline, eagle3, share, reference)
 
     data: dict[str, Any] = {
         "verdict": "pass" if verdict.passed else "fail",
         "failures": list(verdict.failures),
         "stack": stack.name if stack else None,
         "image": image_info,
-        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "time": utc_timestamp(),
         "baseline": baseline.to_dict(),
         "eagle3": eagle3.to_dict(),
         "speedup": verdict.speedup,
         "accept_length": verdict.accept_length,
         "agreement": verdict.agreement,
         "gates": options.gates.model_dump(),
+        # The last passing run the max_regression gate compared with (None: the gate did not apply).
+        "regression_reference": _reference_summary(reference),
         "options": options.describe(),
         "commands": {k: redact_command(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
-        "history_file": None if options.no_history else str(history_file),
+        "history_file": None if history_file is None else str(history_file),
     }
-    if not options.no_history:
-        hist.append_record(history_file, hist.history_record(data, fingerprint))
-        records.append(hist.history_record(data, fingerprint))
-    report = SmokeReport(data=data, history=tuple(records))
-    report_path = (
-        Path(options.report)
-        if options.report
-        else Path(options.build_dir) / (stack.name if stack else hist.NO_STACK) / "smoke-report.json"
-    )
+    comparable: list[Mapping[str, Any]] = []
+    if history_file is not None:
+        line = hist.history_record(data, fingerprint)
+        hist.append_record(history_file, line)
+        comparable = [*hist.comparable(records, fingerprint), line]
+    report = SmokeReport(data=data, history=tuple(comparable))
     paths = write_report(report, report_path)
     log(f"smoke: report {paths['json']} ({paths['markdown'].name}, {paths['chart'].name})")
     return report
+
+
+def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "time": record.get("time"),
+        "image": (record.get("image") or {}).get("digest"),
+        "baseline": {"tokens_per_s": (record.get("baseline") or {}).get("tokens_per_s")},
+        "eagle3": {"tokens_per_s": (record.get("eagle3") or {}).get("tokens_per_s")},
+    }
 
 
 # ---- the image -------------------------------------------------------------------------------------
@@ -192,7 +224,8 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
             f"smoke: {plan.kind}: concurrency 1: {single.tokens_per_s:.1f} tok/s per stream, "
             f"TTFT {single.ttft_s or 0:.3f}s, {single.completed}/{single.requests} completed"
         )
-        concurrent, results_n = None, []
+        concurrent: PhaseStats | None = None
+        results_n: list[Generation] = []
         if options.concurrency > 1:
             many = prompt_set(max(options.num_prompts, options.concurrency))
             concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)

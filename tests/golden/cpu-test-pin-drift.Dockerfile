@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cpu-test-pin-drift' from images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cpu-test-pin-drift' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
 # a later force-reinstall layer upgrades a pinned package (what a CPU torch over CUDA looks like)
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
@@ -76,7 +76,9 @@ COPY tools/ /opt/sglstack/tools/
 COPY patches/ /opt/sglstack/patches/
 COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.11/site-packages/
 # RECORD is brought up to date for the patched files (pip uninstall and `pip show -f` stay truthful),
-# only the changed modules are recompiled, and the patches are verified where they will run.
+# only the changed modules are recompiled, the patches are verified where they will run (the installed
+# tree), and what is really installed is written down once: `invoke build` reads patches.json and
+# installed.json back from the image and compares them with the stack's pins, without running it again.
 RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && python /opt/sglstack/tools/wheelkit.py refresh-record "$site" sglang \
  && python -m compileall -q "$site/sglang" \

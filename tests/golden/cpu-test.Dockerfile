@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cpu-test' from images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cpu-test' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
 # SGLang 0.5.9 with the Kimi K2.5 EAGLE-3 patch on Debian, no CUDA
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
@@ -39,8 +39,6 @@ RUN python3 -m patchkit apply --root /src/tree --patches-dir /opt/sglstack/patch
       --sglang-version "$(python3 /opt/sglstack/tools/wheelkit.py version /src/tree)" \
       --policy notice --manifest /out/patches.json \
       kimi-k25-eagle3 \
- && python3 -m patchkit verify --root /src/tree --patches-dir /opt/sglstack/patches \
-      --manifest /out/patches.json kimi-k25-eagle3 \
  && python3 /opt/sglstack/tools/wheelkit.py overlay /src/tree /src/dist/sglang-*.whl /out/overlay
 
 # ---- stage 2: the serving image --------------------------------------------------------------------
@@ -75,7 +73,9 @@ COPY tools/ /opt/sglstack/tools/
 COPY patches/ /opt/sglstack/patches/
 COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.11/site-packages/
 # RECORD is brought up to date for the patched files (pip uninstall and `pip show -f` stay truthful),
-# only the changed modules are recompiled, and the patches are verified where they will run.
+# only the changed modules are recompiled, the patches are verified where they will run (the installed
+# tree), and what is really installed is written down once: `invoke build` reads patches.json and
+# installed.json back from the image and compares them with the stack's pins, without running it again.
 RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && python /opt/sglstack/tools/wheelkit.py refresh-record "$site" sglang \
  && python -m compileall -q "$site/sglang" \
