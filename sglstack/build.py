@@ -200,7 +200,9 @@ def _untag(client: docker.DockerClient, ref: str) -> None:
 
     Each build holds its image under a tag of its own, so removing ours leaves a concurrent build's
     intact. If a container we did not start uses the image under this one name, the daemon refuses a
-    plain removal (409); removing the name with force then drops only the name: an image in use stays.
+    plain removal (409); removing the name with force then drops the name, and the daemon keeps an image
+    that a running container uses (one only a stopped container uses goes, as with `docker rmi -f`; that
+    container keeps its layers and still starts).
     """
     last: Exception | None = None
     for attempt in range(UNTAG_ATTEMPTS):

@@ -44,6 +44,9 @@ def require_writable(path: Path, *, what: str) -> None:
 
     if path.is_dir():
         raise fail("it is a folder")
+    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists() or p == p.parent)
+    if existing.exists() and not existing.is_dir():
+        raise fail(f"{existing} is not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import json
 import os
 import secrets
 import subprocess
 import tarfile
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from cli import run_invoke
+from docker import errors as docker_errors
 
 from sglstack import build as build_mod
 from sglstack.build import BuildOptions, build_stack
@@ -252,3 +257,90 @@ def test_dry_run_without_push_still_shows_the_release_tags_and_smoke():
     assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
     src = "\n".join(build_mod.describe_plan(stack, BuildOptions(target="sglang-src"), push=False, registry=None))
     assert "candidate" not in src and "launch_server" not in src
+
+
+def _temporary_tags(client, stack_name: str) -> list[str]:
+    return [t for image in client.images.list() for t in image.tags
+            if t.startswith(f"{build_mod.TEMP_REPOSITORY}/{stack_name}:")]
+
+
+def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, docker_cli, docker_client, ca_bundle):
+    """Both builds produce the same image; each holds it under its own tag and removes only that one."""
+    stack = load_matrix(CPU_MATRIX).get("cpu-test").model_copy(update={"name": "cpu-test-concurrent"})
+    options = {"force": True, "ca_bundle": str(ca_bundle), "docker_cli": docker_cli, "show_progress": False,
+               "check_registry": False}
+    for round_ in range(2):
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(build_stack, stack, BuildOptions(out_dir=tmp_path / f"{round_}-{i}", **options))
+                       for i in range(2)]
+            results = [f.result(timeout=900) for f in futures]
+        assert _temporary_tags(docker_client, stack.name) == []
+        assert {r.tag for r in results} == {results[0].tag}
+        labels = docker_client.images.get(results[0].tag).labels
+        assert labels["io.sglstack.verified"] == "true"
+        assert docker_client.containers.list(
+            all=True, filters={"label": f"{build_mod.BUILD_CONTAINER_LABEL}={stack.name}"}) == []
+
+
+def test_temporary_tag_goes_even_while_a_foreign_container_uses_the_image(tmp_path, docker_cli, docker_client):
+    """The leak seen with concurrent builds: the image's only name is our temporary tag, and a running
+    container that is not ours uses the image, so a plain removal is refused (409). The tag must go anyway,
+    and the image in use must stay."""
+    (tmp_path / "Dockerfile").write_text(f"FROM debian:bookworm-slim\nLABEL test={secrets.token_hex(6)}\n")
+    proc = subprocess.run([docker_cli, "build", "-q", str(tmp_path)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    image_id = proc.stdout.strip()
+    ref = f"{build_mod.TEMP_REPOSITORY}/cpu-test-foreign:{secrets.token_hex(4)}"
+    foreign = None
+    try:
+        with build_mod.held_image(docker_client, image_id, ref):
+            foreign = docker_client.containers.run(image_id, command=["sleep", "120"], detach=True)
+            assert ref in docker_client.images.get(image_id).tags
+        with pytest.raises(docker_errors.ImageNotFound):
+            docker_client.images.get(ref)
+        assert docker_client.images.get(image_id).id == image_id  # an image in use stays
+    finally:
+        if foreign is not None:
+            foreign.remove(force=True)
+        with contextlib.suppress(docker_errors.DockerException):
+            docker_client.images.remove(image_id, force=True)
+
+
+def test_hf_token_never_touches_a_disk_during_a_build(tmp_path, docker_cli, ca_bundle, monkeypatch):
+    """While BuildKit runs, no file under the temp folder or the build folder holds the token, and the
+    client's command line names the variable, not the value."""
+    token = f"hf_{secrets.token_hex(16)}"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    seen: list[list[str]] = []
+    real_run_build = build_mod.run_build
+
+    def watched(builder, request, **kwargs):
+        seen.append(build_mod.build_argv(builder, request, tmp_path / "iid"))
+        stop = threading.Event()
+        hits: list[str] = []
+
+        def scan():
+            while not stop.is_set():
+                for root in (temp, tmp_path / "out"):
+                    hits.extend(str(p) for p in root.rglob("*") if p.is_file() and token.encode() in p.read_bytes())
+                stop.wait(0.2)
+
+        scanner = threading.Thread(target=scan)
+        scanner.start()
+        try:
+            return real_run_build(builder, request, **kwargs)
+        finally:
+            stop.set()
+            scanner.join()
+            assert hits == []
+
+    monkeypatch.setattr(build_mod, "run_build", watched)
+    stack = load_matrix(CPU_MATRIX).get("cpu-test")
+    build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+                                    out_dir=tmp_path / "out", show_progress=False, check_registry=False))
+    main_build = seen[0]
+    assert "id=hf_token,env=HF_TOKEN" in main_build and not any(token in arg for arg in main_build)
+    assert list(temp.iterdir()) == []

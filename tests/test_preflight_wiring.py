@@ -1,5 +1,5 @@
-"""A GPU smoke or deploy runs preflight on the node first: here (no GPU) both stop at once, with one line,
-before any server container starts; --skip-preflight and the CPU profile (gpus 0) skip it."""
+"""A GPU smoke or deploy runs preflight on the node first: here (an engine without a GPU runtime) both stop
+at once, with one line that names the failing check, before any server container starts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from cli import run_invoke
+
+from sglstack.preflight.remote import GPU_RUNTIME_CHECK
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
@@ -22,9 +24,11 @@ def test_gpu_smoke_stops_at_preflight(tmp_path, sglang_double_image, docker_clie
     label = f"sglstack.test.wiring={os.getpid()}"
     proc = run_invoke("smoke", "--image", sglang_double_image, "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX),
                   "--gpus", "1", "--label", label, "--timeout", "30", cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "preflight" in proc.stderr and "Traceback" not in proc.stderr
-    assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    # Only preflight runs this check: its name in the error line proves preflight stopped the run.
+    assert line.startswith(f"error: preflight for stack 'cpu-test': check '{GPU_RUNTIME_CHECK}' failed: "), line
+    assert "smoke: baseline" not in proc.stderr  # no server was planned, let alone started
     assert server_containers(docker_client, label) == []
     assert not (tmp_path / "build" / "cpu-test" / "smoke-history.jsonl").exists()
 
@@ -32,7 +36,8 @@ def test_gpu_smoke_stops_at_preflight(tmp_path, sglang_double_image, docker_clie
 def test_gpu_deploy_stops_at_preflight(tmp_path, sglang_double_image, docker_client):
     proc = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--image", sglang_double_image,
                   cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "preflight" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: preflight for stack 'cpu-test': check '{GPU_RUNTIME_CHECK}' failed: "), line
     project = {"label": "com.docker.compose.project=sglstack-cpu-test"}
     assert docker_client.containers.list(all=True, filters=project) == []

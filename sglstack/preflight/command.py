@@ -66,16 +66,20 @@ def run_preflight(
 
 
 def require_ready(stack: Stack, **kwargs) -> NodeReport:
-    """`run_preflight`, raising unless the node passes (warnings pass): for smoke and deploy."""
+    """`run_preflight`, raising unless the node passes (warnings pass): for smoke and deploy.
+
+    The error names the first failing check, so that a stopped run says which check stopped it.
+    """
     report = run_preflight(stack, **kwargs)
-    if report.fatal:
-        raise PreflightUnavailable(f"preflight for stack '{stack.name}': {report.fatal}")
     failed = [c for c in report.checks if c.status == FAIL]
+    if report.fatal:
+        check = f"check '{failed[0].name}' failed: " if failed else ""
+        raise PreflightUnavailable(f"preflight for stack '{stack.name}': {check}{report.fatal}")
     if failed:
         first = failed[0]
         raise PreflightFailed(
-            f"preflight for stack '{stack.name}': {len(failed)} check(s) failed, first "
-            f"'{first.name}': {first.value} (needs {first.threshold})"
+            f"preflight for stack '{stack.name}': check '{first.name}' failed: {first.value} "
+            f"(needs {first.threshold}){f'; {len(failed) - 1} more failed' if len(failed) > 1 else ''}"
         )
     return report
 

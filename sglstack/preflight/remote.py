@@ -18,7 +18,7 @@ from docker.types import DeviceRequest, Ulimit
 from ..dockerhost import OWNER_LABEL, docker_client, remove_container, unique_name
 from .__main__ import REPORT_BEGIN, REPORT_END
 from .allreduce import MULTICAST_OFF_ENV
-from .checks import Requirements
+from .checks import FAIL, Check, Requirements
 from .errors import PreflightUnavailable
 from .node import NodeReport
 
@@ -26,6 +26,9 @@ IN_IMAGE_PARENT = "/opt"  # exists in every Debian/Ubuntu-based image; the archi
 # What runs in the image: standard library and torch only (checked by tests/test_preflight_remote.py).
 NODE_MODULES = ("__init__.py", "__main__.py", "checks.py", "parse.py", "probe.py", "allreduce.py", "node.py")
 CONTAINER_TIMEOUT_S = 900
+GPU_RUNTIME_CHECK = "gpu runtime"
+# dockerd's answer to a GPU device request when no GPU runtime (nvidia-container-toolkit) is installed.
+NO_GPU_RUNTIME = "could not select device driver"
 
 
 def node_package_archive() -> bytes:
@@ -99,6 +102,8 @@ def run_in_image(
         try:
             container.start()
         except docker.errors.APIError as exc:
+            if NO_GPU_RUNTIME in _reason(exc):
+                return no_gpu_runtime_report(req, f"{where} cannot start {image} with GPUs: {_reason(exc)}")
             raise PreflightUnavailable(f"{where} cannot start {image} with GPUs: {_reason(exc)}") from None
         status = container.wait(timeout=timeout)
         log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
@@ -111,6 +116,12 @@ def run_in_image(
             f"preflight in {image} exited {status.get('StatusCode')} without a report: {tail.strip()[:200]}"
         )
     return report
+
+
+def no_gpu_runtime_report(req: Requirements, reason: str) -> NodeReport:
+    """The node's engine cannot hand GPUs to a container at all: the first check fails, nothing else runs."""
+    check = Check(GPU_RUNTIME_CHECK, FAIL, "none", "a GPU runtime in Docker (NVIDIA Container Toolkit)", reason)
+    return NodeReport(req, checks=[check], node={}, fatal=reason)
 
 
 def _reason(exc: docker.errors.APIError) -> str:

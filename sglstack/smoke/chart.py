@@ -153,4 +153,5 @@ def _draw_history(ax: Any, report: Mapping[str, Any], history: Sequence[Mapping[
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(formatter_cls(locator, tz=dt.UTC))
     ax.set_xlabel("tested (UTC); above each run: the image digest")
-    ax.legend(loc="lower right", fontsize=9.5, framealpha=0.9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=9.5, framealpha=0.9)
