@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import threading
 from pathlib import Path
@@ -47,11 +48,19 @@ def default_docker_socket() -> str:
 
 
 class UnixSocketProxy:
-    """A second Docker endpoint: a unix socket whose connections are relayed to the engine's socket."""
+    """A second Docker endpoint: a unix socket whose connections are relayed to the engine's socket.
 
-    def __init__(self, path: Path, target: str) -> None:
-        self.path, self.target = path, target
+    With `stall_on`, a request whose bytes contain it is never passed on (its connection hangs, as with a
+    stuck engine), and `stalled` is set: a test can then signal the client while it waits. The names of
+    the containers created through the proxy are kept in `created`.
+    """
+
+    def __init__(self, path: Path, target: str, *, stall_on: bytes | None = None) -> None:
+        self.path, self.target, self.stall_on = path, target, stall_on
         self.connections = 0
+        self.created: list[str] = []
+        self.stalled = threading.Event()
+        self._closed = threading.Event()
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(64)
@@ -70,13 +79,18 @@ class UnixSocketProxy:
             self.connections += 1
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(self.target)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         try:
             while data := src.recv(65536):
+                if from_client:
+                    self.created += [m.decode() for m in re.findall(rb"/containers/create\?name=([\w.-]+)", data)]
+                    if self.stall_on is not None and self.stall_on in data:
+                        self.stalled.set()
+                        self._closed.wait()
+                        return
                 dst.sendall(data)
         except OSError:
             pass
@@ -86,5 +100,6 @@ class UnixSocketProxy:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        self._closed.set()
         self.server.close()
         self.path.unlink(missing_ok=True)
