@@ -90,7 +90,8 @@ def main() -> int:
     phases = json.loads(cold.record_path.read_text())["durations_s"]
     around = t_cold - phases["build"]
     print(f"   of which BuildKit {phases['build']:.1f} s; sglstack around it {around:.1f} s "
-          f"(render {phases['render']:.2f}, reading the verified facts {phases['verify']:.2f}, stamp {phases['stamp']:.2f}); "
+          f"(render {phases['render']:.2f}, reading the verified facts {phases['verify']:.2f}, "
+          f"stamp {phases['stamp']:.2f}); "
           f"total / BuildKit = {t_cold / phases['build']:.3f}")
 
     methods = patches / "kimi-k25-eagle3" / "methods.py"
