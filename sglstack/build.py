@@ -34,7 +34,7 @@ from .errors import BuildError, PinMismatch, RegistryError, SglstackError
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .matrix import Stack, load_matrix
 from .publish import release, target_repository
-from .records import build_root, utc_timestamp, utc_today
+from .records import build_root, require_writable, utc_timestamp, utc_today
 from .registry import RegistryClient
 from .render import RenderedContext, write_build_context
 from .smoke import launch_commands, smoke_options
@@ -368,6 +368,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     timer = PhaseTimer()
     out_dir = out_dir_for(stack, options)
     target = options.effective_target
+    require_writable(record_path_for(out_dir, target), what="build record (under the build folder)")
     with timer.phase("render"):
         rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
                     else write_build_context(stack, out_dir))

@@ -61,3 +61,13 @@ def test_record_compose_file_and_smoke_report_land_in_one_tree(tmp_path, docker_
     assert json.loads((stack_dir / "smoke-report.json").read_text())["history_file"] == str(
         stack_dir / "smoke-history.jsonl")
     assert not (elsewhere / "build").exists()
+
+
+def test_unwritable_build_folder_is_one_line_before_rendering(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(blocker), "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"error: build record (under the build folder) {blocker / 'cpu-test' / 'record.json'}"
+                                   f": cannot be written ({blocker} is not a folder)"), proc.stderr

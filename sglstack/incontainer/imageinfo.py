@@ -1,7 +1,8 @@
 """Report what is really installed in an image, as JSON on stdout (stdlib only, torch optional).
 
-Run by `invoke build` in a container of the built image, so that the stack's pins are compared with
-what the image contains rather than with what the Dockerfile asked for.
+Run once, by the runtime stage's last RUN step, after every install (`> /opt/sglstack/installed.json`):
+`invoke build` reads that file back from the image and compares the stack's pins with what the image
+contains, rather than with what the Dockerfile asked for.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .checks import Requirements, parse_size
-from .node import inspect_node
+from .node import format_table, inspect_node
 
 REPORT_BEGIN = "----- sglstack-preflight-report-begin -----"
 REPORT_END = "----- sglstack-preflight-report-end -----"
@@ -64,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     elif report.fatal:
         print(f"preflight FAIL: {report.fatal}", file=sys.stderr)
     else:
-        from .node import format_table
-
         print(format_table(report))
     return report.exit_code
 

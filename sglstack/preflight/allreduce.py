@@ -32,6 +32,7 @@ def _iters(nbytes: int) -> int:
 
 
 def _worker(rank: int, world: int, port: int, sizes: Sequence[int], out_path: str) -> None:
+    # torch is optional (a node or an image without it still gets every other check): imported where used.
     import torch
     import torch.distributed as dist
 
@@ -99,7 +100,7 @@ def run_allreduce(world: int, sizes: Sequence[int]) -> AllReduceResult:
     """Spawn `world` ranks (one per GPU), all-reduce each size, check the sum and time it."""
     os.environ.update(MULTICAST_OFF_ENV)
     try:
-        import torch.multiprocessing as mp
+        import torch.multiprocessing as mp  # optional, as in `_worker`
     except ImportError as exc:
         return AllReduceResult(world, False, error=f"torch is not importable ({exc})")
     with tempfile.TemporaryDirectory(prefix="sglstack-preflight-") as tmp:

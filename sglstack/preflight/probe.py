@@ -50,7 +50,7 @@ _ANCESTORS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 def nvml_snapshot() -> dict[str, Any] | None:
     """What NVML says about the node, as plain JSON data; None without nvidia-ml-py or a driver."""
     try:
-        import pynvml as nvml
+        import pynvml as nvml  # optional (nvidia-ml-py): nvidia-smi's output is the fallback
     except ImportError:
         return None
     try:
@@ -122,7 +122,7 @@ def _pair(nvml: Any, handles: list, bus_ids: list[str], remotes: list[list[str]]
 def torch_cuda() -> tuple[Any, str | None]:
     """(the torch module, None) when torch sees a GPU, else (None, why not)."""
     try:
-        import torch
+        import torch  # optional: a node or image without torch still gets the nvidia-smi checks
     except ImportError as exc:
         return None, f"torch is not importable ({exc})"
     if not torch.cuda.is_available():
