@@ -169,7 +169,8 @@ def test_require_ready_raises_on_a_failed_check(monkeypatch):
 
     monkeypatch.setattr(command, "inspect_node", fake_inspect)
     stack = load_matrix().get("cu130")
-    with pytest.raises(PreflightFailed, match=r"1 check\(s\) failed, first 'gpu count': 1 \(needs >= 8 \(tp\)\)"):
+    failed = r"^preflight for stack 'cu130': check 'gpu count' failed: 1 \(needs >= 8 \(tp\)\)$"
+    with pytest.raises(PreflightFailed, match=failed):
         command.require_ready(stack)
     assert seen["req"].tp == 8 and seen["req"].sizes == (C.MiB, 64 * C.MiB, C.GiB)
     assert seen["req"].shm_bytes == 32 * C.GiB and seen["req"].cuda == "13.0.1"
