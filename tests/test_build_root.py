@@ -69,5 +69,6 @@ def test_unwritable_build_folder_is_one_line_before_rendering(tmp_path):
     proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), cwd=tmp_path,
                       env={"SGLSTACK_BUILD_DIR": str(blocker), "DOCKER_HOST": "unix:///nonexistent.sock"})
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: build record (under the build folder) {blocker / 'cpu-test' / 'record.json'}"
-                                   f": cannot be written ({blocker} is not a folder)"), proc.stderr
+    record = blocker / "cpu-test" / "record.json"
+    assert proc.stderr.strip() == (f"error: build record (under the build folder) {record}: cannot be written "
+                                   f"({blocker} is not a folder)"), proc.stderr
