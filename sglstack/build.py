@@ -171,6 +171,10 @@ def check_pins(stack: Stack, image_info: dict[str, Any]) -> None:
 
 # ---- the engine: held images, containers, files --------------------------------------------------
 
+class ImageVanished(BuildError):
+    """The image a build produced was removed before the build could hold it."""
+
+
 def _container_labels(stack: Stack) -> dict[str, str]:
     return {BUILD_CONTAINER_LABEL: stack.name}
 
@@ -236,8 +240,8 @@ def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator
         try:
             client.api.tag(image_id, repo, tag)
         except docker.errors.ImageNotFound:
-            raise BuildError(f"the image {image_id[:19]} that BuildKit produced is gone (removed by another "
-                             f"process before it could be held): run the build again") from None
+            raise ImageVanished(f"the image {image_id[:19]} that BuildKit produced is gone (removed by another "
+                                f"process before it could be held): run the build again") from None
         yield ref
     finally:
         # Also when the tag call itself was interrupted: the daemon may have set it anyway.
@@ -396,14 +400,23 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {config_hash[:12]}) "
                   f"with {builder.describe()}")
     secret_files, secret_env = secret_sources(resolve_ca_bundle(options.ca_bundle))
-    with timer.phase("build"):
-        request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
-                               no_cache=options.no_cache, secrets=secret_files, env_secrets=secret_env,
-                               labels=build_labels(stack, config_hash, target, builder.kind),
-                               platform=stack.build_platform)
-        image_id = run_build(builder, request, log_path=out_dir / "build.log", docker_host=options.docker_host,
-                             show_progress=options.show_progress)
-    with held_image(client, image_id, temporary_ref(stack, config_hash)) as held:
+    request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
+                           no_cache=options.no_cache, secrets=secret_files, env_secrets=secret_env,
+                           labels=build_labels(stack, config_hash, target, builder.kind),
+                           platform=stack.build_platform)
+    with contextlib.ExitStack() as hold:
+        for attempt in range(2):
+            with timer.phase("build"):
+                image_id = run_build(builder, request, log_path=out_dir / "build.log",
+                                     docker_host=options.docker_host, show_progress=options.show_progress)
+            try:
+                held = hold.enter_context(held_image(client, image_id, temporary_ref(stack, config_hash)))
+                break
+            except ImageVanished:
+                # A concurrent build of this config removed its own hold on the same image between our
+                # export and our hold: the image went with it. BuildKit's cache makes it again at once.
+                if attempt:
+                    raise
         with timer.phase("verify"):
             manifest, info = verified_facts(client, held, stack, target)
         with timer.phase("stamp"):

@@ -344,3 +344,28 @@ def test_hf_token_never_touches_a_disk_during_a_build(tmp_path, docker_cli, ca_b
     main_build = seen[0]
     assert "id=hf_token,env=HF_TOKEN" in main_build and not any(token in arg for arg in main_build)
     assert list(temp.iterdir()) == []
+
+
+def test_an_image_removed_before_it_is_held_is_built_again(tmp_path, docker_cli, docker_client, ca_bundle, monkeypatch):
+    """The narrow race of two concurrent builds: the other one's hold went, with the image, between our
+    export and our hold. The build runs BuildKit once more (cached) instead of failing."""
+    stack = load_matrix(CPU_MATRIX).get("cpu-test")
+    real_held, real_run_build = build_mod.held_image, build_mod.run_build
+    builds: list[str] = []
+
+    def counting_run_build(*args, **kwargs):
+        builds.append(real_run_build(*args, **kwargs))
+        return builds[-1]
+
+    def vanished_once(client, image_id, ref):
+        if len(builds) == 1:
+            raise build_mod.ImageVanished("gone")
+        return real_held(client, image_id, ref)
+
+    monkeypatch.setattr(build_mod, "run_build", counting_run_build)
+    monkeypatch.setattr(build_mod, "held_image", vanished_once)
+    result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+                                             out_dir=tmp_path, show_progress=False, check_registry=False))
+    assert len(builds) == 3  # the main build twice, then the stamp
+    assert docker_client.images.get(result.tag).labels["io.sglstack.verified"] == "true"
+    assert _temporary_tags(docker_client, "cpu-test") == []
