@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from sglstack.dockerhost import docker_client as make_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,8 +21,6 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def docker_client():
-    from sglstack.dockerhost import docker_client as make_client
-
     return make_client()
 
 
@@ -53,8 +54,6 @@ def sglang_double_image(docker_cli: str, repo_root: Path) -> str:
     It runs the production command `python3 -m sglang.launch_server ...`; SGLANG_DOUBLE_* env vars script
     its speed, acceptance and failures (see its http_server.py).
     """
-    import subprocess
-
     context = repo_root / "tests" / "doubles" / "sglang-double"
     proc = subprocess.run(
         [docker_cli, "build", "-q", "-t", SGLANG_DOUBLE_IMAGE, str(context)],
