@@ -269,17 +269,21 @@ def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, do
     stack = load_matrix(CPU_MATRIX).get("cpu-test").model_copy(update={"name": "cpu-test-concurrent"})
     options = {"force": True, "ca_bundle": str(ca_bundle), "docker_cli": docker_cli, "show_progress": False,
                "check_registry": False}
-    for round_ in range(2):
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(build_stack, stack, BuildOptions(out_dir=tmp_path / f"{round_}-{i}", **options))
-                       for i in range(2)]
-            results = [f.result(timeout=900) for f in futures]
-        assert _temporary_tags(docker_client, stack.name) == []
-        assert {r.tag for r in results} == {results[0].tag}
-        labels = docker_client.images.get(results[0].tag).labels
-        assert labels["io.sglstack.verified"] == "true"
-        assert docker_client.containers.list(
-            all=True, filters={"label": f"{build_mod.BUILD_CONTAINER_LABEL}={stack.name}"}) == []
+    try:
+        for round_ in range(2):
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                futures = [pool.submit(build_stack, stack, BuildOptions(out_dir=tmp_path / f"{round_}-{i}", **options))
+                           for i in range(2)]
+                results = [f.result(timeout=900) for f in futures]
+            assert _temporary_tags(docker_client, stack.name) == []
+            assert {r.tag for r in results} == {results[0].tag}
+            labels = docker_client.images.get(results[0].tag).labels
+            assert labels["io.sglstack.verified"] == "true"
+            assert docker_client.containers.list(
+                all=True, filters={"label": f"{build_mod.BUILD_CONTAINER_LABEL}={stack.name}"}) == []
+    finally:
+        for tag in tags_of(docker_client, stack.name):
+            docker_client.images.remove(tag, noprune=True)
 
 
 def test_temporary_tag_goes_even_while_a_foreign_container_uses_the_image(tmp_path, docker_cli, docker_client):
