@@ -2,6 +2,8 @@
 
 A pin that contradicts SGLang is allowed only when the stack declares it as an override; an override
 that no longer matches SGLang's requirement is stale and also fails, so overrides retire visibly.
+Whether an override's `replaces` is a given requirement is decided by `wheelkit.requirement_key`, the
+function the build stage applies overrides with, so this check and the build agree.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from .incontainer.wheelkit import requirement_key
 from .matrix import Matrix, Stack, load_matrix
 from .wheels import fetch_wheel, wheel_metadata
 
@@ -30,22 +33,18 @@ class Finding:
 
 
 def target_environment(stack: Stack, platform: str) -> dict[str, str]:
-    env = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     env.update(python_version=stack.python, python_full_version=f"{stack.python}.0", sys_platform="linux",
                platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
                implementation_name="cpython", platform_python_implementation="CPython")
     return env
 
 
-def _norm(req: Requirement) -> tuple[str, str]:
-    return canonicalize_name(req.name), str(req.specifier)
-
-
-def check_stack(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
+def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
     """Pure: findings for one stack against SGLang's Requires-Dist lines."""
     findings: list[Finding] = []
     pins = stack.pins()
-    overrides = {_norm(Requirement(o.replaces)): o for o in stack.overrides}
+    overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()
     envs = [target_environment(stack, p) for p in stack.platforms]
     for line in requires_dist:
@@ -56,7 +55,7 @@ def check_stack(stack: Stack, requires_dist: list[str], sglang_label: str) -> li
         if name == "sglang" or name not in pins:
             continue
         pinned = pins[name]
-        key = _norm(req)
+        key = requirement_key(line)
         if key in overrides:
             used.add(key)
             override = overrides[key]
@@ -92,7 +91,7 @@ def check_matrix(matrix: Matrix) -> list[Finding]:
             continue
         wheel = fetch_wheel("sglang", stack.sglang.version)
         requires = wheel_metadata(wheel).get("Requires-Dist", [])
-        findings += check_stack(stack, requires, stack.sglang.version)
+        findings += check_stack_pins(stack, requires, stack.sglang.version)
     return findings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.conflicts import check_matrix, check_stack
+from sglstack.conflicts import check_matrix, check_stack_pins
 from sglstack.matrix import load_matrix
 from sglstack.wheels import fetch_wheel, wheel_metadata
 
@@ -30,7 +30,7 @@ def cu130():
 
 
 def test_declared_overrides_are_reported_not_failed(cu130):
-    findings = check_stack(cu130, REQUIRES, "0.5.9")
+    findings = check_stack_pins(cu130, REQUIRES, "0.5.9")
     assert not [f for f in findings if f.is_failure], findings
     overrides = [f.message for f in findings if f.kind == "override"]
     assert any("flashinfer-python==0.6.4 overrides sglang 0.5.9's 'flashinfer_python==0.6.3'" in m for m in overrides)
@@ -38,13 +38,13 @@ def test_declared_overrides_are_reported_not_failed(cu130):
 
 def test_local_version_labels_satisfy_plain_pins(cu130):
     # torch 2.9.1+cu130 and sgl-kernel 0.3.21+cu130 satisfy SGLang's torch==2.9.1 / sgl-kernel==0.3.21
-    findings = check_stack(cu130, ["torch==2.9.1", "sgl-kernel==0.3.21"], "0.5.9")
+    findings = check_stack_pins(cu130, ["torch==2.9.1", "sgl-kernel==0.3.21"], "0.5.9")
     assert not [f for f in findings if f.kind == "conflict"]
 
 
 def test_undeclared_conflict_names_both_requirements(cu130):
     bare = cu130.model_copy(update={"overrides": ()})
-    conflicts = [f for f in check_stack(bare, REQUIRES, "0.5.9") if f.kind == "conflict"]
+    conflicts = [f for f in check_stack_pins(bare, REQUIRES, "0.5.9") if f.kind == "conflict"]
     flashinfer = next(f.message for f in conflicts if "flashinfer-python" in f.message)
     assert "pins flashinfer-python==0.6.4" in flashinfer and "requires 'flashinfer_python==0.6.3'" in flashinfer
     # cuda-python is pinned only through its override: without it the stack leaves SGLang's pin alone
@@ -53,7 +53,7 @@ def test_undeclared_conflict_names_both_requirements(cu130):
 
 def test_stale_override_fails(cu130):
     moved_on = [r.replace("0.6.3", "0.6.4") for r in REQUIRES]
-    stale = [f for f in check_stack(cu130, moved_on, "0.5.x") if f.kind == "stale-override"]
+    stale = [f for f in check_stack_pins(cu130, moved_on, "0.5.x") if f.kind == "stale-override"]
     assert {s.message.split("'")[1] for s in stale} == {"flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3"}
 
 
@@ -62,7 +62,7 @@ def test_markers_are_evaluated_for_the_stack_platform(cu130):
                                                            cu130.extra_layers[0].model_copy(
                                                                update={"name": "av", "requirements": ("av==1.0",)}),)})
     # 'av' is only required on aarch64: no conflict for a linux/amd64 stack whatever it pins
-    assert not [f for f in check_stack(pinned_av, ["av==9.9; platform_machine == 'aarch64'"], "x") if f.is_failure]
+    assert not [f for f in check_stack_pins(pinned_av, ["av==9.9; platform_machine == 'aarch64'"], "x") if f.is_failure]
 
 
 @pytest.mark.network
