@@ -436,7 +436,7 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     path = Path(path)
     file = _display(path)
     patches_dir = patches_dir if patches_dir is not None else DEFAULT_PATCHES_DIR
-    data, lines = load_yaml_with_lines(path)
+    data, lines = load_yaml_with_lines(path, file)
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a mapping with 'defaults' and 'stacks'", file=file)
     for key in data:

@@ -49,10 +49,13 @@ class _DepthLimitedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
-def load_yaml_with_lines(path: Path) -> tuple[Any, dict[KeyPath, int]]:
-    """Parse `path`; return the data and a map from key path to 1-based line number."""
-    file = str(path)
-    text = _read_text(path)
+def load_yaml_with_lines(path: Path, name: str | None = None) -> tuple[Any, dict[KeyPath, int]]:
+    """Parse `path`; return the data and a map from key path to 1-based line number.
+
+    `name` is how errors call the file (default: the path as given).
+    """
+    file = name or str(path)
+    text = _read_text(path, file)
     loader: _DepthLimitedLoader | None = None
     try:
         loader = _DepthLimitedLoader(text)  # the reader refuses control characters right here
@@ -68,8 +71,7 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[KeyPath, int]]:
             loader.dispose()
 
 
-def _read_text(path: Path) -> str:
-    file = str(path)
+def _read_text(path: Path, file: str) -> str:
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):

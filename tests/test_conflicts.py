@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 from cli import run_invoke
 
 from sglstack.conflicts import check_matrix, check_stack_pins
-from sglstack.matrix import load_matrix
+from sglstack.errors import ConfigError
+from sglstack.incontainer import wheelkit
+from sglstack.matrix import Override, load_matrix
 from sglstack.wheels import fetch_wheel, wheel_metadata
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,3 +90,49 @@ def test_stacks_check_cli_fails_on_an_undeclared_conflict(tmp_path):
     assert expected in proc.stdout
     ok = run_invoke("stacks", "--check", cwd=tmp_path)
     assert ok.returncode == 0 and "matrix OK" in ok.stdout
+
+
+# ---- one rule for "this override replaces that requirement", in the check and in the build ----------
+
+SPELLINGS = ["pkg-a>=1,<2", "pkg_a<2,>=1", "pkg-a (>=1, <2)"]
+
+
+def _fake_sglang_wheel(tmp_path: Path, requires: list[str]) -> Path:
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    meta = "Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.9\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang-9.9.9.dist-info/METADATA", meta)
+    return wheel
+
+
+def _overriding(stack, replaces: str):
+    return stack.model_copy(update={"overrides": (Override(replaces=replaces, pin="pkg-a==2.5", reason="test"),)})
+
+
+@pytest.mark.parametrize("required", SPELLINGS)
+@pytest.mark.parametrize("replaces", SPELLINGS)
+def test_override_spellings_match_alike_in_stacks_check_and_in_the_build(cu130, tmp_path, required, replaces):
+    stack = _overriding(cu130, replaces)
+    findings = check_stack_pins(stack, [required], "9.9.9")
+    assert [f.kind for f in findings] == ["override"], findings
+
+    out = tmp_path / "requirements.txt"
+    manifest = {"name": stack.name, "overrides": [o.model_dump(mode="json") for o in stack.overrides]}
+    lines = wheelkit.requirements(_fake_sglang_wheel(tmp_path, [required]), manifest, out)
+    assert lines[-1] == f"pkg-a==2.5  # override of {required}: test"
+
+
+def test_an_override_of_another_range_fails_in_both(cu130, tmp_path):
+    stack = _overriding(cu130, "pkg-a>=1,<3")
+    findings = check_stack_pins(stack, ["pkg-a>=1,<2"], "9.9.9")
+    assert [f.kind for f in findings] == ["conflict", "stale-override"] and all(f.is_failure for f in findings)
+    manifest = {"name": stack.name, "overrides": [o.model_dump(mode="json") for o in stack.overrides]}
+    with pytest.raises(wheelkit.WheelKitError, match="update the override"):
+        wheelkit.requirements(_fake_sglang_wheel(tmp_path, ["pkg-a>=1,<2"]), manifest, tmp_path / "r.txt")
+
+
+def test_an_override_wheelkit_cannot_parse_is_refused_when_the_matrix_loads(tmp_path):
+    text = (REPO / "stacks.yaml").read_text().replace("replaces: flashinfer_python==0.6.3", "replaces: '>=1'", 1)
+    (tmp_path / "stacks.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"key 'overrides\.0\.replaces': '>=1' is not a valid requirement"):
+        load_matrix(tmp_path / "stacks.yaml")

@@ -56,12 +56,20 @@ class SourceFile:
     @classmethod
     def from_bytes(cls, data: bytes) -> SourceFile:
         """Decode as Python does: a BOM or a coding cookie, else UTF-8. Raises SourceError."""
+        declaration_error = None
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        except SyntaxError as exc:  # an unknown codec in the cookie, or a cookie that contradicts the BOM
-            raise SourceError(f"bad encoding declaration: {exc.msg}") from None
+        except SyntaxError as exc:
+            # An unknown codec in the cookie, a cookie that contradicts the BOM, or first lines that
+            # are not UTF-8 (detect_encoding says "invalid or missing encoding declaration" for those).
+            if "unknown encoding" in exc.msg:
+                raise SourceError(f"bad encoding declaration: {exc.msg}") from None
+            encoding, declaration_error = "utf-8", exc.msg
         try:
-            return cls(data, encoding, data.decode(encoding))
+            text = data.decode(encoding)
+            if declaration_error:
+                raise SourceError(f"bad encoding declaration: {declaration_error}")
+            return cls(data, encoding, text)
         except UnicodeDecodeError as exc:
             line = data.count(b"\n", 0, exc.start) + 1
             raise SourceError(f"line {line} is not valid {encoding} (byte 0x{data[exc.start]:02x})") from None
