@@ -8,6 +8,7 @@ function the build stage applies overrides with, so this check and the build agr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from packaging.markers import default_environment
@@ -32,12 +33,30 @@ class Finding:
         return self.kind in ("conflict", "stale-override")
 
 
-def target_environment(stack: Stack, platform: str) -> dict[str, str]:
+def target_environment(python: str, platform: str) -> dict[str, str]:
+    """The marker environment of the image: its Python on Linux, on `platform`."""
     env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
-    env.update(python_version=stack.python, python_full_version=f"{stack.python}.0", sys_platform="linux",
+    env.update(python_version=python, python_full_version=f"{python}.0", sys_platform="linux",
                platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
-               implementation_name="cpython", platform_python_implementation="CPython")
+               implementation_name="cpython", platform_python_implementation="CPython", extra="")
     return env
+
+
+@functools.lru_cache(maxsize=64)
+def _applicable(requires_dist: tuple[str, ...], python: str, platforms: tuple[str, ...]) -> tuple[
+        tuple[str, Requirement], ...]:
+    """(line, parsed) for the Requires-Dist lines a plain install applies on one of `platforms`.
+
+    Stacks of a matrix share SGLang versions and targets, so this runs once per combination, not per
+    stack (a long matrix would otherwise re-parse and re-evaluate every marker for each stack).
+    """
+    envs = [target_environment(python, p) for p in platforms]
+    out = []
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            out.append((line, req))
+    return tuple(out)
 
 
 def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
@@ -46,11 +65,7 @@ def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) 
     pins = stack.pins()
     overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()
-    envs = [target_environment(stack, p) for p in stack.platforms]
-    for line in requires_dist:
-        req = Requirement(line)
-        if req.marker is not None and not any(req.marker.evaluate({**env, "extra": ""}) for env in envs):
-            continue
+    for line, req in _applicable(tuple(requires_dist), stack.python, stack.platforms):
         name = canonicalize_name(req.name)
         if name == "sglang" or name not in pins:
             continue
@@ -84,14 +99,16 @@ def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) 
 
 def check_matrix(matrix: Matrix) -> list[Finding]:
     findings: list[Finding] = []
+    requires_of: dict[str, list[str]] = {}  # per SGLang version: stacks often share one
     for stack in matrix.stacks.values():
-        if stack.sglang.version is None:
+        version = stack.sglang.version
+        if version is None:
             findings.append(Finding(stack.name, "skipped",
                                     "SGLang from git: its requirements are checked in the build (wheelkit)"))
             continue
-        wheel = fetch_wheel("sglang", stack.sglang.version)
-        requires = wheel_metadata(wheel).get("Requires-Dist", [])
-        findings += check_stack_pins(stack, requires, stack.sglang.version)
+        if version not in requires_of:
+            requires_of[version] = wheel_metadata(fetch_wheel("sglang", version)).get("Requires-Dist", [])
+        findings += check_stack_pins(stack, requires_of[version], version)
     return findings
 
 

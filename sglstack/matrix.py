@@ -26,6 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
 DEFAULT_PATCHES_DIR = REPO_ROOT / "patches"
 LOCAL_REPOSITORY = "sglstack"  # local images are `sglstack/<stack>:<config hash>`
+# Every command validates every stack, and `stacks` prints them all (rich takes about 1 ms a row): a
+# hand-kept matrix of more is a generated one gone wrong. Today's has 2.
+MAX_STACKS = 1000
 
 
 # ---- exact-pin value types -------------------------------------------------------------------------
@@ -450,6 +453,9 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     if not isinstance(raw_stacks, dict) or not raw_stacks:
         raise ConfigError("must be a non-empty mapping of stack name to settings", file=file, key="stacks",
                           line=lines.get(("stacks",)))
+    if len(raw_stacks) > MAX_STACKS:
+        raise ConfigError(f"has {len(raw_stacks):,} stacks, over the limit of {MAX_STACKS:,} for one matrix",
+                          file=file, key="stacks", line=lines.get(("stacks",)))
 
     patch_ids = known_patch_ids(patches_dir)
     resolved: dict[str, dict[str, Any]] = {}

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from cli import REPO, run_invoke
 
+from sglstack import yamlsrc
 from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.matrix import MAX_STACKS, load_matrix
 from sglstack.yamlsrc import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, load_yaml_with_lines
 
 VALID = """
@@ -138,7 +139,8 @@ def test_every_task_gives_one_line_for_an_unreadable_matrix(tmp_path, bad_matrix
 
 
 def test_bad_file_messages_name_the_line(tmp_path, bad_matrix_files):
-    assert error_for(bad_matrix_files["non-UTF-8"]).endswith("latin1.yaml:3: is not UTF-8 text (byte 0xe9 cannot be decoded)")
+    assert error_for(bad_matrix_files["non-UTF-8"]).endswith(
+        "latin1.yaml:3: is not UTF-8 text (byte 0xe9 cannot be decoded)")
     assert "complex-key.yaml:2: key 'stacks'" in error_for(bad_matrix_files["complex key"])
 
 
@@ -147,7 +149,7 @@ def test_bad_file_messages_name_the_line(tmp_path, bad_matrix_files):
     ("stacks:\n  s: !custom x\n", "could not determine a constructor for the tag '!custom'"),
     ("stacks: {}\n---\nstacks: {}\n", "expected a single document in the stream but found another document"),
     ("stacks:\n  s: \x00\n", "character #x0000 is not allowed"),
-    ("stacks:\n  s: *nowhere\n", "found undefined alias 'nowhere'"),
+    ("stacks:\n  s: *nowhere\n", "found undefined alias"),
     ("stacks:\n  s:\n    inherits: [a]\n", "key 'inherits': must be the name of another stack"),
     ("stacks:\n  s:\n    ? {a: 1}\n    : x\n", "a mapping key must be a plain value, not a mapping"),
 ])
@@ -272,3 +274,39 @@ def test_bad_names_stop_check_and_build_before_any_work(tmp_path):
             "error: stacks.yaml:3: stack 'a..b': stack name has a separator Docker refuses ('..', '._', '___' "
             "and the like): it names the image sglstack/a..b (Docker's reference grammar: lowercase letters "
             "and digits, separated by one '.', '_', '__' or dashes)"]
+
+
+def test_a_matrix_of_more_stacks_than_the_limit_is_refused_before_validation(tmp_path):
+    stacks = "".join(f"  s{i}: {{inherits: s0}}\n" for i in range(1, MAX_STACKS + 1))
+    message = error_for(write(tmp_path, VALID.format(name="s0") + stacks))
+    assert message.endswith(f"/stacks.yaml:2: key 'stacks': has {MAX_STACKS + 1:,} stacks, over the limit of "
+                            f"{MAX_STACKS:,} for one matrix")
+
+
+@pytest.fixture(params=["libyaml", "pure Python"])
+def parser(request, monkeypatch):
+    """Both parsers: libyaml where PyYAML has it, and the pure-Python one it falls back to."""
+    if request.param == "pure Python":
+        monkeypatch.setattr(yamlsrc, "_FAST_LOADER", None)
+    elif yamlsrc._FAST_LOADER is None:
+        pytest.skip("PyYAML without libyaml here")
+    return request.param
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (alias_bomb(), "stacks.yaml:12: expands to more than"),
+    ("stacks:\n  s: " + "[" * 5000 + "]" * 5000 + "\n", f"stacks.yaml:2: invalid YAML: nested more than {MAX_DEPTH}"),
+    ("stacks:\n  s:\n" + "".join("    " * i + f"k{i}:\n" for i in range(1, 100)) + "\n",
+     f"invalid YAML: nested more than {MAX_DEPTH} levels deep"),
+    ("stacks:\n  s: \x07\n", "stacks.yaml:2: invalid YAML: character #x0007 is not allowed in YAML"),
+    ("a: &x 1\nb: &x 2\n", "invalid YAML: found a duplicate anchor"),
+])
+def test_both_parsers_bound_the_same_inputs(tmp_path, parser, text, expected):
+    assert expected in error_for(write(tmp_path, text))
+
+
+def test_both_parsers_give_the_same_data_and_lines(tmp_path, monkeypatch):
+    path = REPO / "stacks.yaml"
+    fast = load_yaml_with_lines(path)
+    monkeypatch.setattr(yamlsrc, "_FAST_LOADER", None)
+    assert load_yaml_with_lines(path) == fast

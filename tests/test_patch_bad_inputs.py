@@ -163,7 +163,8 @@ def test_an_oversized_target_is_refused_before_it_is_read(shared_tmp):
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
             "from patchkit.__main__ import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-S", "-c", code, "apply", "--root", str(root), "--patches-dir",
-                           str(patches), "--sglang-version", "0.5.9", "demo"], cwd=tools, capture_output=True, text=True, timeout=120, check=False)
+                           str(patches), "--sglang-version", "0.5.9", "demo"], cwd=tools, capture_output=True,
+                          text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         f"patch 'demo': sglang/demo.py: class Demo: is {size / 1024 / 1024:.1f} MiB, over the "
