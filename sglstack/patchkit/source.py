@@ -1,9 +1,9 @@
 """A Python source file as exact lines: decoding, line endings and hashing that round-trip byte for byte.
 
-Files are read with a size limit, `MAX_SOURCE_BYTES`, checked before anything is parsed: `ast` needs
-about 200 bytes of memory per byte of source (a 2.3 MB file takes about 490 MiB to parse and compile),
-so a 50 MB target would take about 10 GB inside a build stage. The largest file in SGLang 0.5.11 is
-326 KB (`server_args.py`); the limit is six times that.
+Files are read with a size limit, `MAX_SOURCE_BYTES`, checked before anything is read whole or parsed:
+`ast` needs about 200-300 bytes of memory per byte of source (an apply at the limit peaks at about
+600 MiB, benchmarks/bench_patch_limits.py), so a 50 MB target would take over 10 GB inside a build
+stage. The largest file in SGLang 0.5.11 is 326 KB (`server_args.py`); the limit is six times that.
 """
 
 from __future__ import annotations
