@@ -3,7 +3,7 @@
 Usage: python3 benchmarks/bench_patches_check.py [--stacks-file stacks.yaml] [--repeat 5]
 
 Measured in one run, printed as a table and as ratios:
-- warm, in process: `check_stack` over the whole matrix, the wheels already in the cache (median of
+- warm, in process: `check_stack_patches` over the whole matrix, the wheels already in the cache (median of
   --repeat runs);
 - cold, in process: the same with an empty SGLSTACK_CACHE, so each SGLang wheel is downloaded with pip;
 - warm, as users run it: `invoke patches.check --stack NAME` for every stack, one process each;
@@ -30,14 +30,14 @@ sys.path.insert(0, str(REPO))
 
 from sglstack import patchkit  # noqa: E402
 from sglstack.matrix import DEFAULT_PATCHES_DIR, load_matrix  # noqa: E402
-from sglstack.patches import check_command, check_stack, unpack_for_patches  # noqa: E402
+from sglstack.patches import check_command, check_stack_patches, unpack_for_patches  # noqa: E402
 from sglstack.wheels import fetch_wheel  # noqa: E402
 
 
 def _matrix_check(matrix) -> dict[str, str]:
     outcomes = {}
     for name, stack in matrix.stacks.items():
-        rows = check_stack(stack)
+        rows = check_stack_patches(stack)
         outcomes[name] = ", ".join(f"{r.patch}: {r.outcome}" for r in rows) or "no patches"
     return outcomes
 

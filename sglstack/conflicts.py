@@ -2,16 +2,20 @@
 
 A pin that contradicts SGLang is allowed only when the stack declares it as an override; an override
 that no longer matches SGLang's requirement is stale and also fails, so overrides retire visibly.
+Whether an override's `replaces` is a given requirement is decided by `wheelkit.requirement_key`, the
+function the build stage applies overrides with, so this check and the build agree.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from .incontainer.wheelkit import requirement_key
 from .matrix import Matrix, Stack, load_matrix
 from .wheels import fetch_wheel, wheel_metadata
 
@@ -29,34 +33,44 @@ class Finding:
         return self.kind in ("conflict", "stale-override")
 
 
-def target_environment(stack: Stack, platform: str) -> dict[str, str]:
-    env = dict(default_environment())
-    env.update(python_version=stack.python, python_full_version=f"{stack.python}.0", sys_platform="linux",
+def target_environment(python: str, platform: str) -> dict[str, str]:
+    """The marker environment of the image: its Python on Linux, on `platform`."""
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env.update(python_version=python, python_full_version=f"{python}.0", sys_platform="linux",
                platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
-               implementation_name="cpython", platform_python_implementation="CPython")
+               implementation_name="cpython", platform_python_implementation="CPython", extra="")
     return env
 
 
-def _norm(req: Requirement) -> tuple[str, str]:
-    return canonicalize_name(req.name), str(req.specifier)
+@functools.lru_cache(maxsize=64)
+def _applicable(requires_dist: tuple[str, ...], python: str, platforms: tuple[str, ...]) -> tuple[
+        tuple[str, Requirement], ...]:
+    """(line, parsed) for the Requires-Dist lines a plain install applies on one of `platforms`.
+
+    Stacks of a matrix share SGLang versions and targets, so this runs once per combination, not per
+    stack (a long matrix would otherwise re-parse and re-evaluate every marker for each stack).
+    """
+    envs = [target_environment(python, p) for p in platforms]
+    out = []
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            out.append((line, req))
+    return tuple(out)
 
 
-def check_stack(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
+def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
     """Pure: findings for one stack against SGLang's Requires-Dist lines."""
     findings: list[Finding] = []
     pins = stack.pins()
-    overrides = {_norm(Requirement(o.replaces)): o for o in stack.overrides}
+    overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()
-    envs = [target_environment(stack, p) for p in stack.platforms]
-    for line in requires_dist:
-        req = Requirement(line)
-        if req.marker is not None and not any(req.marker.evaluate({**env, "extra": ""}) for env in envs):
-            continue
+    for line, req in _applicable(tuple(requires_dist), stack.python, stack.platforms):
         name = canonicalize_name(req.name)
         if name == "sglang" or name not in pins:
             continue
         pinned = pins[name]
-        key = _norm(req)
+        key = requirement_key(line)
         if key in overrides:
             used.add(key)
             override = overrides[key]
@@ -85,14 +99,16 @@ def check_stack(stack: Stack, requires_dist: list[str], sglang_label: str) -> li
 
 def check_matrix(matrix: Matrix) -> list[Finding]:
     findings: list[Finding] = []
+    requires_of: dict[str, list[str]] = {}  # per SGLang version: stacks often share one
     for stack in matrix.stacks.values():
-        if stack.sglang.version is None:
+        version = stack.sglang.version
+        if version is None:
             findings.append(Finding(stack.name, "skipped",
                                     "SGLang from git: its requirements are checked in the build (wheelkit)"))
             continue
-        wheel = fetch_wheel("sglang", stack.sglang.version)
-        requires = wheel_metadata(wheel).get("Requires-Dist", [])
-        findings += check_stack(stack, requires, stack.sglang.version)
+        if version not in requires_of:
+            requires_of[version] = wheel_metadata(fetch_wheel("sglang", version)).get("Requires-Dist", [])
+        findings += check_stack_pins(stack, requires_of[version], version)
     return findings
 
 

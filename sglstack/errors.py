@@ -7,6 +7,17 @@ so that `invoke` can print it and exit non-zero without a traceback.
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters written as escapes.
+
+    Messages quote user input (a value from YAML, a file name); a newline in it must not turn the one
+    line into two. (patchkit has its own copy: it runs in images without the rest of sglstack.)
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class SglstackError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 
@@ -33,7 +44,7 @@ class ConfigError(SglstackError):
             where.append(f"stack '{stack}'")
         if key:
             where.append(f"key '{key}'")
-        super().__init__(": ".join([*where, message]))
+        super().__init__(one_line(": ".join([*where, message])))
 
 
 class PinConflict(ConfigError):
@@ -48,8 +59,12 @@ class PinMismatch(BuildError):
     """What got installed in the image is not what the stack pinned."""
 
 
-class PatchError(SglstackError):
-    """A source patch failed to load, apply or verify (the message names patch, file and class)."""
+class PatchCommandError(SglstackError):
+    """A patch command (list, check, apply, verify) failed; the message names patch, file and class.
+
+    The patch engine's own failures are `sglstack.patchkit.PatchError` (standard library only, it runs
+    inside images); the host commands report them as this error so that every task prints one line.
+    """
 
 
 class DockerUnavailable(SglstackError):

@@ -17,12 +17,18 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .dockerref import TAG_MAX, name_problem, path_component_problem, tag_problem
 from .errors import ConfigError
+from .incontainer.wheelkit import WheelKitError, split_requirement
 from .resources import DEFAULT_PATCHES_DIR
-from .yamlsrc import KeyPath, load_yaml_with_lines
+from .yamlsrc import MAX_VALUES, KeyPath, load_yaml_with_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
+LOCAL_REPOSITORY = "sglstack"  # local images are `sglstack/<stack>:<config hash>`
+# Every command validates every stack, and `stacks` prints them all (rich takes about 1 ms a row): a
+# hand-kept matrix of more is a generated one gone wrong. Today's has 2.
+MAX_STACKS = 1000
 
 
 # ---- exact-pin value types -------------------------------------------------------------------------
@@ -55,6 +61,16 @@ def _exact_requirement(value: str) -> str:
     return value
 
 
+def _requirement(value: str) -> str:
+    """Any requirement, as pip and the build stage's wheelkit both parse it."""
+    try:
+        Requirement(value)
+        split_requirement(value)
+    except (InvalidRequirement, WheelKitError) as exc:
+        raise ValueError(f"'{value}' is not a valid requirement: {exc}") from None
+    return value
+
+
 def _pinned_image(value: str) -> str:
     if "@sha256:" in value:
         return value
@@ -68,6 +84,7 @@ def _pinned_image(value: str) -> str:
 
 ExactVersion = Annotated[str, AfterValidator(_exact_version)]
 ExactRequirement = Annotated[str, AfterValidator(_exact_requirement)]
+AnyRequirement = Annotated[str, AfterValidator(_requirement)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
 
@@ -160,7 +177,7 @@ class SGLangSource(_Model):
 class Override(_Model):
     """An SGLang requirement this stack replaces on purpose (visible in the image's labels)."""
 
-    replaces: ExactRequirement | str
+    replaces: AnyRequirement
     pin: ExactRequirement
     reason: str = Field(min_length=1)
 
@@ -291,6 +308,11 @@ class Stack(_Model):
         return tuple(reqs)
 
     @property
+    def local_image(self) -> str:
+        """The name of this stack's local images (the part before `:tag`)."""
+        return f"{LOCAL_REPOSITORY}/{self.name}"
+
+    @property
     def build_platform(self) -> str | None:
         """The platform to pass to a single-platform build; None lets the builder use its own."""
         return self.platforms[0] if len(self.platforms) == 1 else None
@@ -332,6 +354,74 @@ def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+class _ValueBudget:
+    """Counts the values the stacks hold once merged, and refuses more than `limit` in all.
+
+    The YAML loader bounds what the file expands to, but every stack is validated with the defaults
+    and its parents merged in, so a long `defaults:` list times many one-line stacks would still be
+    validated, and copied, once per stack. Sizes are remembered per object (merged stacks share their
+    parts), so counting is linear in what the file holds.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.sizes: dict[int, tuple[object, int]] = {}  # id -> (the object, kept alive; its size)
+
+    def size(self, value: object) -> int:
+        hit = self.sizes.get(id(value))
+        if hit is not None:
+            return hit[1]
+        n = 1
+        if isinstance(value, Mapping):
+            n += sum(1 + self.size(v) for v in value.values())
+        elif isinstance(value, list | tuple):
+            n += sum(self.size(v) for v in value)
+        self.sizes[id(value)] = (value, n)
+        return n
+
+    def spend(self, stack: Mapping[str, Any], *, file: str, name: str) -> None:
+        self.left -= self.size(stack)
+        if self.left < 0:
+            raise ConfigError(f"the stacks hold more than {MAX_VALUES:,} values once defaults and parents "
+                              "are merged in", file=file, stack=name)
+
+
+def stack_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a stack: it must be usable in the local image name `sglstack/<name>`."""
+    problem = path_component_problem(name)
+    if problem is None:
+        problem = name_problem(f"{LOCAL_REPOSITORY}/{name}")
+    if problem is None:
+        return None
+    return (f"stack name {problem}: it names the image {LOCAL_REPOSITORY}/{name} (Docker's reference "
+            "grammar: lowercase letters and digits, separated by one '.', '_', '__' or dashes)")
+
+
+def _publish_tag_problem(stack: Stack) -> tuple[str, str] | None:
+    """(key, problem) for the first publish tag built from the stack's name that Docker would refuse.
+
+    The tags are rendered as a release would render them, with the longest date and config-hash
+    values; a template that does not render is left to publish's own template check.
+    """
+    values = {"sglang": re.sub(r"[^A-Za-z0-9_.-]", "-", stack.sglang.label), "stack": stack.name,
+              "date": "20000101", "confighash8": "0" * 8, "confighash12": "0" * 12}
+    publish = stack.publish
+    templates = [("publish.candidate_tag", publish.candidate_tag), ("publish.immutable_tag", publish.immutable_tag),
+                 *((f"publish.moving_tags[{i}]", t) for i, t in enumerate(publish.moving_tags))]
+    for key, template in templates:
+        if "{stack}" not in template:
+            continue
+        try:
+            tag = template.format(**values)
+        except (KeyError, IndexError, ValueError):
+            continue
+        # A valid stack name holds only tag characters, so its length is all it can get wrong; any
+        # other fault of the template is reported by publish's template check.
+        if len(tag) > TAG_MAX:
+            return key, f"the tag '{tag}' built from the stack name {tag_problem(tag)}: use a shorter stack name"
+    return None
+
+
 def _line_for(lines: dict[KeyPath, int], candidates: list[KeyPath]) -> int | None:
     """The line of the first candidate path present; else of the nearest present ancestor."""
     for path in candidates:
@@ -350,7 +440,7 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     path = Path(path)
     file = _display(path)
     patches_dir = patches_dir if patches_dir is not None else DEFAULT_PATCHES_DIR
-    data, lines = load_yaml_with_lines(path)
+    data, lines = load_yaml_with_lines(path, file)
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a mapping with 'defaults' and 'stacks'", file=file)
     for key in data:
@@ -364,9 +454,13 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     if not isinstance(raw_stacks, dict) or not raw_stacks:
         raise ConfigError("must be a non-empty mapping of stack name to settings", file=file, key="stacks",
                           line=lines.get(("stacks",)))
+    if len(raw_stacks) > MAX_STACKS:
+        raise ConfigError(f"has {len(raw_stacks):,} stacks, over the limit of {MAX_STACKS:,} for one matrix",
+                          file=file, key="stacks", line=lines.get(("stacks",)))
 
     patch_ids = known_patch_ids(patches_dir)
     resolved: dict[str, dict[str, Any]] = {}
+    budget = _ValueBudget(MAX_VALUES)
 
     def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any]:
         if name in resolved:
@@ -376,6 +470,9 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
             raise ConfigError("must be a mapping", file=file, stack=name, line=lines.get(("stacks", name)))
         parent = raw.get("inherits")
         if parent is not None:
+            if not isinstance(parent, str):
+                raise ConfigError("must be the name of another stack", file=file, stack=name, key="inherits",
+                                  line=lines.get(("stacks", name, "inherits")))
             if parent not in raw_stacks:
                 raise ConfigError(f"unknown parent stack '{parent}'", file=file, stack=name, key="inherits",
                                   line=lines.get(("stacks", name, "inherits")))
@@ -393,10 +490,11 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
 
     stacks: dict[str, Stack] = {}
     for name in raw_stacks:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", str(name)):
-            raise ConfigError("stack names use lowercase letters, digits, '.', '_' and '-'", file=file,
-                              stack=str(name), line=lines.get(("stacks", name)))
+        problem = stack_name_problem(name)
+        if problem:
+            raise ConfigError(problem, file=file, stack=name, line=lines.get(("stacks", name)))
         merged = resolve(name, (name,))
+        budget.spend(merged, file=file, name=name)
         try:
             stack = Stack.model_validate({**merged, "name": name})
         except ValidationError as exc:
@@ -409,6 +507,10 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
             msg = _pydantic_message(err)
             line = _line_for(lines, [("stacks", name, *loc), ("defaults", *loc)])
             raise ConfigError(msg, file=file, stack=name, key=key, line=line) from None
+        tag_problem_found = _publish_tag_problem(stack)
+        if tag_problem_found:
+            key, msg = tag_problem_found
+            raise ConfigError(msg, file=file, stack=name, key=key, line=lines.get(("stacks", name)))
         for i, pid in enumerate(stack.patches):
             if pid not in patch_ids:
                 raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)",
@@ -419,7 +521,7 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     return Matrix(file=file, stacks=stacks)
 
 
-def _pydantic_message(err: dict[str, Any]) -> str:
+def _pydantic_message(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     if kind == "extra_forbidden":
         return "unknown key"

@@ -2,7 +2,7 @@
 
 The engine is `sglstack.patchkit` (the same code the image build runs); this module picks the patches
 and the version from the matrix, fetches wheels, prints tables and turns engine failures into the
-one-line `sglstack.errors.PatchError`.
+one-line `sglstack.errors.PatchCommandError`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from rich.table import Table
 
 from . import patchkit
-from .errors import ConfigError, PatchError
+from .errors import ConfigError, PatchCommandError
 from .matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
-from .wheels import fetch_wheel
+from .wheels import fetch_wheel, open_wheel
 
 # What `check` shows for each way a patch can come out.
 OUTCOMES = {
@@ -45,17 +45,20 @@ def load_specs(ids: list[str] | tuple[str, ...], patches_dir: Path = DEFAULT_PAT
     try:
         return [patchkit.load_patch(patches_dir, pid) for pid in ids]
     except patchkit.PatchError as exc:
-        raise PatchError(str(exc)) from None
+        raise PatchCommandError(str(exc)) from None
 
 
 def unpack_for_patches(wheel: Path, specs: list[patchkit.PatchSpec], dest: Path) -> Path:
     """Extract only the patched files and the dist-info METADATA/RECORD (the pre-image hashes)."""
     wanted = {s.file for s in specs}
-    with zipfile.ZipFile(wheel) as zf:
-        for name in zf.namelist():
-            top, _, rest = name.partition("/")
-            if name in wanted or (top.endswith(".dist-info") and rest in ("METADATA", "RECORD")):
-                zf.extract(name, dest)
+    with open_wheel(wheel) as zf:
+        try:
+            for name in zf.namelist():
+                top, _, rest = name.partition("/")
+                if name in wanted or (top.endswith(".dist-info") and rest in ("METADATA", "RECORD")):
+                    zf.extract(name, dest)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise PatchCommandError(f"{wheel.name}: cannot extract the patched files: {exc}") from None
     (dest / "sglang").mkdir(exist_ok=True)
     return dest
 
@@ -90,7 +93,8 @@ def check_version(
     return rows
 
 
-def check_stack(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[CheckRow]:
+def check_stack_patches(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[CheckRow]:
+    """The stack's patches against its pinned SGLang release (`check_version` with the stack's policy)."""
     if not stack.patches:
         return []
     if stack.sglang.version is None:
@@ -136,19 +140,19 @@ def check_command(
     console=None,
 ) -> int:
     """`--sglang V`: every patch against that release; `--stack NAME`: the stack's patches and policy."""
-    if (sglang is None) == (stack is None):
-        raise PatchError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
-    if stack is not None:
+    if stack is not None and sglang is None:
         chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
-        rows = check_stack(chosen, patches_dir)
+        rows = check_stack_patches(chosen, patches_dir)
         title = f"stack '{stack}': sglang {chosen.sglang.label}"
-    else:
+    elif sglang is not None and stack is None:
         try:
             patchkit.Version.parse(sglang)
         except patchkit.InvalidVersion as exc:
-            raise PatchError(f"patches.check --sglang: {exc}") from None
+            raise PatchCommandError(f"patches.check --sglang: {exc}") from None
         rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
         title = f"sglang {sglang}: every patch in {patches_dir.name}/"
+    else:
+        raise PatchCommandError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
     out = _console(console)
     if not rows:
         out.print(f"{title}: no patches to check")
@@ -180,11 +184,9 @@ def apply_command(
                 f"[yellow]notice:[/yellow] no sglang-*.dist-info under {root} and no "
                 "--sglang-version: the version range and per-version hashes are not checked"
             )
-        results = patchkit.apply_patches(root, patches_dir, ids, version, policy)
-        if manifest:
-            patchkit.write_manifest(manifest, results)
+        results = patchkit.apply_patches(root, patches_dir, ids, version, policy, manifest or None)
     except patchkit.PatchError as exc:
-        raise PatchError(str(exc)) from None
+        raise PatchCommandError(str(exc)) from None
     _print_results(_console(console), f"applied to {root}", results)
     return 0
 
@@ -205,7 +207,7 @@ def verify_command(
         recorded = patchkit.read_manifest(manifest) if manifest else None
         results = patchkit.verify_patches(root, patches_dir, ids, recorded)
     except patchkit.PatchError as exc:
-        raise PatchError(str(exc)) from None
+        raise PatchCommandError(str(exc)) from None
     _print_results(_console(console), f"verified under {root}", results)
     return 0
 
@@ -216,23 +218,23 @@ def verify_command(
 def _selection(
     stack: str | None, patch: str | None, stacks_file, patches_dir: Path, sglang_version: str | None
 ) -> tuple[list[str], str | None, str]:
-    if (stack is None) == (patch is None):
-        raise PatchError("give exactly one of --stack NAME or --patch ID")
-    if patch is not None:
+    if patch is not None and stack is None:
         load_specs([patch], patches_dir)
         return [patch], sglang_version, "notice"
+    if stack is None or patch is not None:
+        raise PatchCommandError("give exactly one of --stack NAME or --patch ID")
     chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
     if not chosen.patches:
-        raise PatchError(f"stack '{stack}' has no patches")
+        raise PatchCommandError(f"stack '{stack}' has no patches")
     if sglang_version and chosen.sglang.version and sglang_version != chosen.sglang.version:
-        raise PatchError(f"stack '{stack}' pins sglang {chosen.sglang.version}, not {sglang_version}")
+        raise PatchCommandError(f"stack '{stack}' pins sglang {chosen.sglang.version}, not {sglang_version}")
     return list(chosen.patches), sglang_version or chosen.sglang.version, chosen.patch_policy.on_upstream
 
 
 def _tree(root: str | Path) -> Path:
     root = Path(root)
     if not (root / "sglang").is_dir():
-        raise PatchError(f"{root} holds no sglang/ package (pass the folder that contains it)")
+        raise PatchCommandError(f"{root} holds no sglang/ package (pass the folder that contains it)")
     return root
 
 

@@ -12,14 +12,13 @@ import re
 import string
 from dataclasses import dataclass
 
+from .dockerref import PATH_COMPONENT_RE, TAG_RE
 from .errors import ConfigError
 from .matrix import PublishSettings, Stack
 
 PLACEHOLDERS = ("sglang", "stack", "date", "confighash8", "confighash12")
-# The tag grammar of the distribution spec.
-TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
-_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_PATH_COMPONENT = PATH_COMPONENT_RE
 _CONFIG_HASH = re.compile(r"[0-9a-f]{12,}")
 DOCKER_HUB = "docker.io"
 

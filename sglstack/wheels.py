@@ -1,14 +1,23 @@
-"""Fetch single wheels with `pip download --no-deps`, cached on disk.
+"""Fetch single wheels with `pip download --no-deps`, cached on disk and checked by hash on every use.
 
 pip knows which index to use (the user's pip config, PIP_INDEX_URL, a corporate mirror), so sglstack
 never names an index itself. The cache is keyed by name and version; a wheel is fetched once.
+
+pip checks a download against the sha256 the index gives; the cache keeps that file's sha256 in a
+sidecar, `<wheel>.sha256`, written before the wheel is renamed into place. A cached wheel is used only
+when its sidecar matches its bytes; any other file (truncated, corrupt, or dropped there by hand without
+a sidecar) is removed and fetched again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -17,9 +26,15 @@ from packaging.utils import canonicalize_name
 
 from .errors import SglstackError
 
+SIDECAR_SUFFIX = ".sha256"
+
 
 class WheelFetchError(SglstackError):
     """pip could not download the requested wheel."""
+
+
+class BadWheel(SglstackError):
+    """A wheel file cannot be read as a wheel (not a zip, truncated, no METADATA)."""
 
 
 def cache_dir() -> Path:
@@ -29,12 +44,38 @@ def cache_dir() -> Path:
     return Path(root) / "wheels"
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sidecar(wheel: Path) -> Path:
+    return wheel.with_name(wheel.name + SIDECAR_SUFFIX)
+
+
+def _is_verified(wheel: Path) -> bool:
+    try:
+        recorded = sidecar(wheel).read_text(encoding="ascii").split()
+        return bool(recorded) and recorded[0] == file_sha256(wheel)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _cached(dest: Path, name: str, version: str) -> Path | None:
+    """The verified cached wheel of `name==version`; unverifiable candidates are removed."""
     want = canonicalize_name(name)
     for whl in sorted(dest.glob("*.whl")):
-        dist, ver = whl.name.split("-")[:2]
-        if canonicalize_name(dist) == want and ver == version:
+        parts = whl.name.split("-")
+        if len(parts) < 3 or canonicalize_name(parts[0]) != want or parts[1] != version:
+            continue
+        if _is_verified(whl):
             return whl
+        for stale in (whl, sidecar(whl)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
     return None
 
 
@@ -46,25 +87,52 @@ def fetch_wheel(name: str, version: str, *, dest: Path | None = None, python_ver
     hit = _cached(dest, name, version)
     if hit:
         return hit
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "--disable-pip-version-check", "-d", str(dest), f"{name}=={version}"]
-    if python_version:
-        cmd += ["--python-version", python_version]
-        for plat in platforms:
-            cmd += ["--platform", plat]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    hit = _cached(dest, name, version)
-    if proc.returncode != 0 or hit is None:
-        last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise WheelFetchError(f"pip download {name}=={version}: {last}")
-    return hit
+    # pip writes into a private folder; the wheel enters the cache by one rename, after its sidecar,
+    # so a concurrent reader sees either no wheel or a complete one it can verify.
+    staging = Path(tempfile.mkdtemp(dir=dest, prefix=".download-"))
+    try:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+               "--disable-pip-version-check", "-d", str(staging), f"{name}=={version}"]
+        if python_version:
+            cmd += ["--python-version", python_version]
+            for plat in platforms:
+                cmd += ["--platform", plat]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        got = sorted(staging.glob("*.whl"))
+        if proc.returncode != 0 or len(got) != 1:
+            last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+            raise WheelFetchError(f"pip download {name}=={version}: {last}")
+        target = dest / got[0].name
+        side = staging / (got[0].name + SIDECAR_SUFFIX)
+        side.write_text(f"{file_sha256(got[0])}  {got[0].name}\n", encoding="ascii")
+        os.replace(side, sidecar(target))
+        os.replace(got[0], target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+@contextlib.contextmanager
+def open_wheel(wheel: Path):
+    """The wheel as an open ZipFile; a file that is not a readable zip is one `BadWheel` line."""
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise BadWheel(f"{wheel}: not a readable wheel ({exc}): remove it, or let sglstack fetch it again") from None
+    with zf:
+        yield zf
 
 
 def wheel_metadata(wheel: Path) -> dict[str, list[str]]:
     """The wheel's METADATA as {header: [values]} (Requires-Dist has many)."""
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-        msg = Parser().parsestr(zf.read(name).decode("utf-8"))
+    with open_wheel(wheel) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+        if len(names) != 1:
+            raise BadWheel(f"{wheel}: expected one .dist-info/METADATA, found {len(names)}")
+        try:
+            msg = Parser().parsestr(zf.read(names[0]).decode("utf-8"))
+        except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError) as exc:
+            raise BadWheel(f"{wheel}: cannot read {names[0]}: {exc}") from None
     out: dict[str, list[str]] = {}
     for key, value in msg.items():
         out.setdefault(key, []).append(value)

@@ -113,3 +113,26 @@ def drop_hash_tables(patches: Path, patch_id: str = KIMI) -> None:
     toml = patches / patch_id / "patch.toml"
     text = toml.read_text()
     toml.write_text(text[: text.index("[sha256_before]")])
+
+
+def make_patch(
+    patches: Path,
+    patch_id: str,
+    *,
+    file: str,
+    class_name: str,
+    methods: tuple[str, ...],
+    source: bytes | str,
+    applies_to: str = ">=0",
+    entry_class: str = "",
+) -> Path:
+    """A patch folder of our own under `patches`: patch.toml plus `source` as its methods.py."""
+    folder = patches / patch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    names = ", ".join(f'"{m}"' for m in methods)
+    (folder / "patch.toml").write_text(
+        f'id = "{patch_id}"\nwhy = "test patch"\napplies_to = "{applies_to}"\nfile = "{file}"\n'
+        f'class = "{class_name}"\nmethods = [{names}]\nentry_class = "{entry_class}"\n'
+    )
+    (folder / "methods.py").write_bytes(source.encode() if isinstance(source, str) else source)
+    return patches

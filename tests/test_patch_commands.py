@@ -11,7 +11,7 @@ import pytest
 from patch_fixtures import KIMI, KIMI_FILE, KIMI_METHODS, PATCHES_DIR, class_members, make_tree, pristine, target
 from rich.console import Console
 
-from sglstack.errors import PatchError, SglstackError
+from sglstack.errors import PatchCommandError, SglstackError
 from sglstack.patches import apply_command, check_command, check_version, list_command, verify_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def test_check_out_of_range_fails():
 
 
 def test_check_needs_exactly_one_selector(stacks_file):
-    with pytest.raises(PatchError, match="exactly one"):
+    with pytest.raises(PatchCommandError, match="exactly one"):
         check_command(console=_console())
     with pytest.raises(SglstackError, match="unknown stack"):
         check_command(stack="nope", stacks_file=stacks_file, console=_console())
@@ -92,7 +92,7 @@ def test_check_needs_exactly_one_selector(stacks_file):
 def test_apply_and_verify_a_tree(tmp_path, stacks_file):
     root = make_tree(tmp_path / "tree", pristine("0.5.9"), version="0.5.9")
     manifest = tmp_path / "patches.json"
-    with pytest.raises(PatchError, match="not a member of the class"):
+    with pytest.raises(PatchCommandError, match="not a member of the class"):
         verify_command(root, patch=KIMI, console=_console())
     assert apply_command(root, stack="old", stacks_file=stacks_file, manifest=manifest, console=_console()) == 0
     assert class_members(target(root))[-3:] == list(KIMI_METHODS)
@@ -102,7 +102,7 @@ def test_apply_and_verify_a_tree(tmp_path, stacks_file):
 
 def test_apply_refuses_a_tree_of_another_version(tmp_path, stacks_file):
     root = make_tree(tmp_path / "tree", pristine("0.5.10"), version="0.5.10")
-    with pytest.raises(PatchError, match=r"does not match sglang 0\.5\.10"):
+    with pytest.raises(PatchCommandError, match=r"does not match sglang 0\.5\.10"):
         apply_command(root, stack="old", stacks_file=stacks_file, console=_console())
     assert target(root) == pristine("0.5.10")
 

@@ -8,6 +8,9 @@
 
 Overrides are applied here, in the open, rather than by a resolver flag: the rewritten requirements file
 is a build artifact that the image keeps, so anyone can see what was replaced and why.
+
+`requirement_key` is the one rule for "this override replaces that requirement": `sglstack stacks
+--check` (conflicts.py) calls it too, so the check and the build cannot disagree.
 """
 
 from __future__ import annotations
@@ -35,14 +38,32 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def specifier_key(spec: str) -> str:
+    """One spelling per specifier set: `>=1, <2`, `(<2,>=1)` and `<2,>=1` are all `<2,>=1`.
+
+    The clauses of a set are unordered, so they are sorted; whitespace and the old parenthesised form
+    are dropped. Versions are compared as written (`1.0` is not `1`): an override names what SGLang's
+    METADATA says, copied from it.
+    """
+    clauses = {c for c in re.sub(r"\s+", "", spec).strip("()").split(",") if c}
+    return ",".join(sorted(clauses))
+
+
 def split_requirement(req: str) -> tuple[str, str, str]:
-    """'flashinfer_python==0.6.3; marker' -> ('flashinfer-python', '==0.6.3', 'marker')."""
+    """'flashinfer_python==0.6.3; marker' -> ('flashinfer-python', '==0.6.3', 'marker'); the specifier
+    in `specifier_key` form."""
     body, _, marker = req.partition(";")
     m = _NAME.match(body)
     if not m:
         raise WheelKitError(f"cannot parse requirement '{req}'")
-    spec = re.sub(r"\s+", "", m.group(3)).strip("()")
-    return canonical(m.group(1)), spec, marker.strip()
+    return canonical(m.group(1)), specifier_key(m.group(3)), marker.strip()
+
+
+def requirement_key(req: str) -> tuple[str, str]:
+    """(canonical name, specifier_key): two requirements with the same key are the same requirement,
+    whatever their markers."""
+    name, spec, _ = split_requirement(req)
+    return name, spec
 
 
 def unpack(wheel: Path, dest: Path) -> None:

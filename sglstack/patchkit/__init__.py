@@ -30,9 +30,12 @@ from .errors import (
     PatchOutOfRange,
     PatchPreimageMismatch,
     PatchUnboundName,
+    PatchUnreadable,
     PatchUsageError,
     PatchVerifyError,
+    PatchWriteError,
 )
+from .source import MAX_SOURCE_BYTES
 from .spec import PatchSpec, load_patch, patch_ids
 from .versions import InvalidVersion, SpecifierSet, Version
 
@@ -40,6 +43,7 @@ __all__ = [
     "ALREADY_APPLIED",
     "ALREADY_UPSTREAM",
     "APPLIED",
+    "MAX_SOURCE_BYTES",
     "POLICIES",
     "VERIFIED",
     "InvalidVersion",
@@ -54,8 +58,10 @@ __all__ = [
     "PatchResult",
     "PatchSpec",
     "PatchUnboundName",
+    "PatchUnreadable",
     "PatchUsageError",
     "PatchVerifyError",
+    "PatchWriteError",
     "SpecifierSet",
     "Version",
     "apply_patches",

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .engine import POLICIES, apply_patches, read_manifest, resolve_version, verify_patches, write_manifest
+from .engine import POLICIES, apply_patches, read_manifest, resolve_version, verify_patches
 from .errors import PatchError, PatchUsageError
 from .spec import load_patch, patch_ids
 
@@ -58,9 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                     "version range and per-version hashes are not checked",
                     file=sys.stderr,
                 )
-            results = apply_patches(args.root, args.patches_dir, args.ids, version, args.policy)
-            if args.manifest:
-                write_manifest(args.manifest, results)
+            results = apply_patches(args.root, args.patches_dir, args.ids, version, args.policy, args.manifest)
         else:
             manifest = read_manifest(args.manifest) if args.manifest else None
             results = verify_patches(args.root, args.patches_dir, args.ids, manifest)

@@ -3,7 +3,10 @@
 The file is parsed with `ast`; the methods go right after the last line of the single top-level class
 of that name, with the indentation of its body. Nothing else in the file changes, byte for byte
 (line endings, tabs, decorators, `EntryClass`, whatever follows the class). All patches of one run are
-applied and verified in memory first and written only if every one of them succeeded.
+applied and verified in memory first and written only if every one of them succeeded; the files (and
+the manifest) are then written as one step: each to a temporary file beside it first, and renamed over
+the originals only when all of them are written, so a read-only folder, a full disk or a signal leaves
+the tree as it was. Target files over `MAX_SOURCE_BYTES` are refused before they are read.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
 import csv
 import json
 import os
@@ -28,11 +32,13 @@ from .errors import (
     PatchOutOfRange,
     PatchPreimageMismatch,
     PatchUnboundName,
+    PatchUnreadable,
     PatchUsageError,
     PatchVerifyError,
+    PatchWriteError,
 )
-from .source import SourceFile, indentation, line_ending
-from .spec import MethodSource, PatchSpec, load_patch
+from .source import SourceError, SourceFile, indentation, line_ending
+from .spec import MethodSource, PatchSpec, bound_names, load_patch
 from .versions import InvalidVersion, Version
 
 APPLIED = "applied"  # the methods were inserted by this run
@@ -78,6 +84,7 @@ class _Run:
     root: Path
     originals: dict[str, SourceFile] = field(default_factory=dict)
     current: dict[str, SourceFile] = field(default_factory=dict)
+    owners: dict[str, PatchSpec] = field(default_factory=dict)  # the first patch of each file, for errors
 
     def load(self, spec: PatchSpec) -> SourceFile:
         if spec.file not in self.current:
@@ -86,8 +93,12 @@ class _Run:
                 raise PatchDrift(
                     f"file is missing under {self.root}", patch=spec.id, file=spec.file, class_name=spec.class_name
                 )
-            src = SourceFile.from_bytes(path.read_bytes())
+            try:
+                src = SourceFile.read(path)
+            except SourceError as exc:
+                raise PatchUnreadable(str(exc), patch=spec.id, file=spec.file, class_name=spec.class_name) from None
             self.originals[spec.file] = self.current[spec.file] = src
+            self.owners[spec.file] = spec
         return self.current[spec.file]
 
 
@@ -100,12 +111,14 @@ def apply_patches(
     ids: list[str] | tuple[str, ...],
     sglang_version: str | None = None,
     policy: str = "notice",
+    manifest: Path | str | None = None,
 ) -> list[PatchResult]:
     """Apply and verify `ids` under `root` (the folder holding `sglang/`); all or nothing.
 
     `sglang_version` defaults to the one recorded in the tree's `sglang-*.dist-info`; when neither is
-    known the version range is not checked. Raises a `PatchError` subclass on the first failure,
-    before any file is written.
+    known the version range is not checked. With `manifest`, what was applied is written there in the
+    same step as the files. Raises a `PatchError` subclass on the first failure, before any file is
+    written, or `PatchWriteError` when the files cannot be written (and then nothing was changed).
     """
     root, patches_dir = Path(root), Path(patches_dir)
     if policy not in POLICIES:
@@ -116,10 +129,16 @@ def apply_patches(
     for patch_id in _unique(ids):
         spec = load_patch(patches_dir, patch_id)
         results.append(_apply_one(spec, run, version, policy))
-    for rel, src in run.current.items():
-        if src is not run.originals[rel]:
-            _write_atomic(root / rel, src.data)
-    return [_finish(r, run) for r in results]
+    finished = [_finish(r, run) for r in results]
+    writes = [
+        _Write(root / rel, src.data, run.originals[rel].data, run.owners[rel])
+        for rel, src in run.current.items()
+        if src is not run.originals[rel]
+    ]
+    if manifest is not None:
+        writes.append(_Write(Path(manifest), _manifest_bytes(finished), None, None))
+    _write_all(writes)
+    return finished
 
 
 def verify_patches(
@@ -171,7 +190,11 @@ def detect_sglang_version(root: Path | str) -> str | None:
     metas = sorted(Path(root).glob("sglang-*.dist-info/METADATA"))
     if len(metas) != 1:
         return None
-    return Parser().parsestr(metas[0].read_text(encoding="utf-8"), headersonly=True).get("Version")
+    try:
+        text = metas[0].read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PatchUsageError(f"{metas[0]}: cannot read the installed version: {exc}") from None
+    return Parser().parsestr(text, headersonly=True).get("Version")
 
 
 def resolve_version(root: Path, given: str | None) -> str | None:
@@ -198,8 +221,11 @@ def read_manifest(path: Path | str) -> list[dict]:
 
 
 def write_manifest(path: Path | str, results: list[PatchResult]) -> None:
-    text = json.dumps([r.to_manifest() for r in results], indent=2) + "\n"
-    _write_atomic(Path(path), text.encode("utf-8"))
+    _write_all([_Write(Path(path), _manifest_bytes(results), None, None)])
+
+
+def _manifest_bytes(results: list[PatchResult]) -> bytes:
+    return (json.dumps([r.to_manifest() for r in results], indent=2) + "\n").encode("utf-8")
 
 
 # ---- applying one patch ----------------------------------------------------------------------------
@@ -319,7 +345,7 @@ def _insert(spec: PatchSpec, src: SourceFile, cls: ast.ClassDef, methods: list[M
             f"the class body is on the class line ({cls.lineno}): no indentation to insert methods with",
         )
     unit = indentation(lines[first.lineno - 1])
-    end = cls.end_lineno
+    end = cls.end_lineno or cls.lineno
     eol = line_ending(lines[end - 1]) or src.default_line_ending()
     head = lines[:end]
     if not line_ending(head[-1]):
@@ -475,24 +501,13 @@ def _module_statements(body: list[ast.stmt]):
 def _member(spec: PatchSpec, cls: ast.ClassDef, name: str, error: type[PatchError]):
     """The class body's one statement binding `name`, None if none; more than one, or not a method,
     is an error."""
-    hits = [s for s in cls.body if name in _bound_by(s)]
+    hits = [s for s in cls.body if name in bound_names(s)]
     if len(hits) > 1:
         lines = ", ".join(str(s.lineno) for s in hits)
         raise _error(error, spec, f"'{name}' is defined {len(hits)} times in the class (lines {lines})")
     if hits and not isinstance(hits[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise _error(error, spec, f"'{name}' is already a class member that is not a method (line {hits[0].lineno})")
     return hits[0] if hits else None
-
-
-def _bound_by(stmt: ast.stmt) -> set[str]:
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    targets: list[ast.expr] = []
-    if isinstance(stmt, ast.Assign):
-        targets = stmt.targets
-    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
-        targets = [stmt.target]
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def _same_code(a: ast.AST, b: ast.AST) -> bool:
@@ -557,7 +572,7 @@ def _module_bindings(tree: ast.Module) -> set[str] | None:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
         else:
-            bound |= _bound_by(stmt)
+            bound |= bound_names(stmt)
             for node in (
                 ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ()
             ):
@@ -567,7 +582,8 @@ def _module_bindings(tree: ast.Module) -> set[str] | None:
 
 
 def _free_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    loaded, local = set(), set()
+    loaded: set[str] = set()
+    local: set[str] = set()
     for node in ast.walk(func):
         if isinstance(node, ast.Name):
             (loaded if isinstance(node.ctx, ast.Load) else local).add(node.id)
@@ -588,7 +604,10 @@ def _free_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 def _record_hash(root: Path, rel: str) -> tuple[str, str] | None:
     """(hex sha256, RECORD path) as pip recorded the file at install time, if a RECORD lists it."""
     for record in sorted(root.glob("sglang-*.dist-info/RECORD")):
-        text = record.read_text(encoding="utf-8")
+        try:
+            text = record.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PatchUsageError(f"{record}: cannot read pip's RECORD: {exc}") from None
         # RECORD is CSV; only rows naming the file are parsed (it lists thousands of files).
         candidates = [ln for ln in text.splitlines() if rel in ln]
         for row in csv.reader(candidates):
@@ -603,17 +622,82 @@ def _matches_record(root: Path, rel: str, src: SourceFile) -> bool:
     return recorded is not None and src.hash_matches(recorded[0])
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+@dataclass(frozen=True)
+class _Write:
+    path: Path
+    data: bytes
+    original: bytes | None  # what to put back if a later file of the same step fails; None: new file
+    spec: PatchSpec | None  # the patch that changed it (None: the manifest), to name in errors
+
+
+def _write_all(writes: list[_Write]) -> None:
+    """Write every file or none: stage each beside its target, then rename them all over the targets.
+
+    A failure (or a signal) while staging leaves every target untouched; one while renaming puts the
+    files already renamed back as they were.
+    """
+    staged: list[tuple[_Write, str]] = []
+    try:
+        for w in writes:
+            staged.append((w, _stage(w)))
+        replaced: list[_Write] = []
+        try:
+            for w, tmp in staged:
+                os.replace(tmp, w.path)
+                replaced.append(w)
+        except BaseException as exc:
+            for done in replaced:
+                _put_back(done)
+            if isinstance(exc, OSError):
+                raise _write_error(w, f"cannot replace the file: {exc.strerror or exc}") from None
+            raise
+    finally:
+        for _, tmp in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _stage(w: _Write) -> str:
+    """The path of a temporary file beside `w.path` holding `w.data`, with the target's mode."""
+    try:
+        mode = w.path.stat().st_mode & 0o7777 if w.path.exists() else 0o644
+        fd, tmp = tempfile.mkstemp(dir=w.path.parent, prefix=f".{w.path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _write_error(w, f"cannot write in {w.path.parent}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fh.write(w.data)
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _write_error(w, f"cannot write {w.path.name}: {exc.strerror or exc}") from None
         raise
+    return tmp
+
+
+def _put_back(w: _Write) -> None:
+    """Best effort: the folder took a rename a moment ago, so it takes this one."""
+    try:
+        if w.original is None:
+            os.unlink(w.path)
+            return
+        tmp = _stage(_Write(w.path, w.original, None, w.spec))
+    except (OSError, PatchWriteError):
+        return
+    try:
+        os.replace(tmp, w.path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _write_error(w: _Write, reason: str) -> PatchWriteError:
+    reason += ": nothing was changed"
+    if w.spec is None:
+        return PatchWriteError(f"manifest {w.path}: {reason}")
+    return PatchWriteError(reason, patch=w.spec.id, file=w.spec.file, class_name=w.spec.class_name)
 
 
 def _unique(ids) -> list[str]:

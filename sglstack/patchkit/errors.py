@@ -7,6 +7,15 @@ CLI error says at once which patch broke against what.
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters written as escapes (a method name or a
+    path from a patch file must not split the message). sglstack.errors has the same rule for the host;
+    this copy keeps patchkit free of imports from the rest of sglstack."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class PatchError(Exception):
     """Base class; `str(err)` is the one-line message and `kind` the short status shown in tables."""
 
@@ -23,7 +32,7 @@ class PatchError(Exception):
             where.append(file)
         if class_name:
             where.append(f"class {class_name}")
-        super().__init__(": ".join([*where, reason]))
+        super().__init__(one_line(": ".join([*where, reason])))
 
 
 class PatchUsageError(PatchError):
@@ -42,6 +51,18 @@ class PatchDrift(PatchError):
     """The target file no longer looks like what the patch was written for."""
 
     kind = "drift"
+
+
+class PatchUnreadable(PatchError):
+    """The target file cannot be read as Python source: unreadable, too large, or not in its encoding."""
+
+    kind = "unreadable"
+
+
+class PatchWriteError(PatchError):
+    """The patched files (or the manifest) could not be written; nothing under the root was changed."""
+
+    kind = "write failed"
 
 
 class PatchModuleLevelDef(PatchDrift):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import PatchDefinitionError, PatchUsageError
-from .source import SourceFile, indentation
+from .source import SourceError, SourceFile, indentation
 from .versions import InvalidVersion, SpecifierSet, Version
 
 PATCH_FILE = "patch.toml"
@@ -82,6 +82,8 @@ def load_patch(patches_dir: Path, patch_id: str) -> PatchSpec:
         meta = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise bad(f"invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise bad(f"cannot read: {exc.strerror or exc}") from None
 
     def text(key: str, *, required: bool = True, default: str = "") -> str:
         value = meta.get(key, None)
@@ -178,11 +180,13 @@ def _hash_table(value, key: str, bad) -> dict[str, str]:
 def _load_methods(path: Path, class_name: str, names: list[str], bad) -> tuple[MethodSource, ...]:
     if not path.is_file():
         raise bad(f"methods source {path.name} is missing")
-    src = SourceFile.from_bytes(path.read_bytes())
     try:
+        src = SourceFile.read(path)
         tree = src.parse(str(path))
+    except SourceError as exc:
+        raise bad(f"{path.name}: {exc}") from None
     except SyntaxError as exc:
-        raise bad(f"{path.name}:{exc.lineno}: {exc.msg}") from None
+        raise bad(f"{path.name}:{exc.lineno}: {exc.msg}" if exc.lineno else f"{path.name}: {exc.msg}") from None
     stubs = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
     if len(stubs) != 1:
         raise bad(f"{path.name} must define exactly one stub class {class_name} holding the methods")
@@ -192,17 +196,35 @@ def _load_methods(path: Path, class_name: str, names: list[str], bad) -> tuple[M
     if not unit:
         raise bad(f"{path.name}: the stub class body must be on its own indented lines")
     in_string = _string_continuation_lines(src.text)
-    members = {n.name: n for n in stub.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     out = []
     for name in names:
-        node = members.get(name)
-        if node is None:
+        # Python keeps the last of two definitions; which one the patch meant is not ours to guess.
+        bindings = [n for n in stub.body if name in bound_names(n)]
+        if len(bindings) > 1:
+            where = ", ".join(str(n.lineno) for n in bindings)
+            raise bad(f"{path.name}: method '{name}' is defined {len(bindings)} times in stub class {class_name} "
+                      f"(lines {where}): keep one")
+        node = bindings[0] if bindings else None
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise bad(f"{path.name}: stub class {class_name} has no method '{name}'")
         start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        body = tuple(line.rstrip("\r\n") for line in lines[start - 1 : node.end_lineno])
-        flags = tuple(n in in_string for n in range(start, node.end_lineno + 1))
+        end = node.end_lineno or node.lineno
+        body = tuple(line.rstrip("\r\n") for line in lines[start - 1 : end])
+        flags = tuple(n in in_string for n in range(start, end + 1))
         out.append(MethodSource(name, body, node, unit, flags))
     return tuple(out)
+
+
+def bound_names(stmt: ast.stmt) -> set[str]:
+    """The names a statement in a class body binds (def, class, assignment targets)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        targets = [stmt.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def _string_continuation_lines(text: str) -> set[int]:

@@ -145,12 +145,8 @@ class Specifier:
         if op == "~=":
             if len(spec.release) < 2:
                 raise InvalidVersion(f"'~={text}' needs at least two release segments")
-            prefix = spec.release[:-1]
-            return (
-                cand >= spec
-                and cand.epoch == spec.epoch
-                and _padded(cand.release, len(prefix))[: len(prefix)] == prefix
-            )
+            head = spec.release[:-1]
+            return cand >= spec and cand.epoch == spec.epoch and _padded(cand.release, len(head))[: len(head)] == head
         raise InvalidVersion(f"unknown operator '{op}'")
 
 

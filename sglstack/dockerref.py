@@ -1,0 +1,51 @@
+"""Docker's image reference grammar (github.com/distribution/reference), as pure checks.
+
+    reference       := name [ ":" tag ] [ "@" digest ]
+    name            := [domain '/'] path-component ['/' path-component]*   (at most 255 characters)
+    path-component  := alpha-numeric [separator alpha-numeric]*
+    separator       := /[_.]|__|[-]*/
+    tag             := /[\\w][\\w.-]{0,127}/
+
+Stack names end up in local tags (`sglstack/<stack>:<hash>`) and in publish tags, so the matrix is
+checked against this grammar when it is loaded, before anything is built.
+"""
+
+from __future__ import annotations
+
+import re
+
+PATH_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*")
+TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+TAG_MAX = 128
+NAME_TOTAL_MAX = 255
+
+
+def path_component_problem(component: str) -> str | None:
+    """Why `component` cannot be one path component of an image name; None if it can."""
+    if PATH_COMPONENT_RE.fullmatch(component):
+        return None
+    if component != component.lower():
+        return "has uppercase letters"
+    if not component:
+        return "is empty"
+    if not component[0].isalnum() or not component[-1].isalnum():
+        return "must start and end with a lowercase letter or digit"
+    if re.search(r"[^a-z0-9._-]", component):
+        return "may hold only lowercase letters, digits, '.', '_' and '-'"
+    return "has a separator Docker refuses ('..', '._', '___' and the like)"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` (the part before `:tag`, e.g. `sglstack/cu130`) is not an image name; None if it is."""
+    if len(name) > NAME_TOTAL_MAX:
+        return f"is {len(name)} characters long, over Docker's limit of {NAME_TOTAL_MAX}"
+    return None
+
+
+def tag_problem(tag: str) -> str | None:
+    """Why `tag` is not an image tag; None if it is."""
+    if TAG_RE.fullmatch(tag):
+        return None
+    if len(tag) > TAG_MAX:
+        return f"is {len(tag)} characters long, over Docker's limit of {TAG_MAX}"
+    return "may hold only letters, digits, '_', '.' and '-', and may not start with '.' or '-'"
