@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cpu-test-pin-drift' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cpu-test-pin-drift' from images/Dockerfile.j2: do not edit by hand.
 # a later force-reinstall layer upgrades a pinned package (what a CPU torch over CUDA looks like)
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs

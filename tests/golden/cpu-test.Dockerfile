@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cpu-test' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cpu-test' from images/Dockerfile.j2: do not edit by hand.
 # SGLang 0.5.9 with the Kimi K2.5 EAGLE-3 patch on Debian, no CUDA
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs

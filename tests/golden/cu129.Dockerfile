@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cu129' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cu129' from images/Dockerfile.j2: do not edit by hand.
 # CUDA 12.9.1 as upstream ships it, PyTorch 2.9.1+cu129, sgl-kernel 0.3.21, FlashInfer 0.6.3, SGLang 0.5.9
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs

@@ -1,4 +1,4 @@
-# Rendered by sglstack for stack 'cu130' from sglstack/data/images/Dockerfile.j2: do not edit by hand.
+# Rendered by sglstack for stack 'cu130' from images/Dockerfile.j2: do not edit by hand.
 # CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, FlashInfer 0.6.4, SGLang 0.5.9
 #
 # No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
