@@ -232,12 +232,13 @@ def image_in_registry(stack: Stack, digest: str, options: BuildOptions) -> str |
 
     from .errors import RegistryError
     from .publish import target_repository
+    from .records import utc_today
     from .registry import RegistryClient
     from .tags import release_tags
 
     try:
         repo = target_repository(stack, options.registry)
-        candidate = release_tags(stack, digest, dt.date.today()).candidate
+        candidate = release_tags(stack, digest, utc_today()).candidate
         client = RegistryClient.from_environment(repo.registry, attempts=1, timeout_s=3.0)
         found = client.manifest_digest(repo.path, candidate)
         if not found:
@@ -428,4 +429,4 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     from .publish import release
 
     return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force)
+                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code

@@ -16,14 +16,8 @@ import pytest
 from registry_fixtures import free_port, plain_registry  # noqa: F401 - fixture
 
 from sglstack.errors import RegistryError
-from sglstack.registry import (
-    Credentials,
-    ManifestNotFound,
-    RegistryAuthError,
-    RegistryClient,
-    compute_digest,
-    resolve_credentials,
-)
+from sglstack.registry import ManifestNotFound, RegistryAuthError, RegistryClient, compute_digest
+from sglstack.registry_auth import Credentials, resolve_credentials
 
 
 def _config(tmp_path, data):
