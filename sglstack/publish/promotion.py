@@ -121,7 +121,7 @@ def _cause(exc: BaseException, registry: str) -> str:
 
 
 def _short(digest: str | None) -> str:
-    return digest[:19] if digest else "nothing"
+    return digest[:19] if digest else "absent"
 
 
 def describe_failure(repo: Repository, digest: str, failed_at: str | None, cause: str, states: Sequence[TagState],
@@ -163,7 +163,7 @@ def _put_back(
     states: dict[str, TagState] = {}
     with client.budget(client.timeout_s):  # all of the putting back, not each request: a signal waits on it
         for tag in reversed(touched):
-            want = before[tag]
+            want, moved, error = before[tag], True, None
             try:
                 now = client.manifest_digest(repo.path, tag)
                 moved = now != want
@@ -177,12 +177,14 @@ def _put_back(
                     else:
                         old = manifests[want]
                         client.put_manifest(repo.path, tag, old.body, old.media_type)
-                    now = client.manifest_digest(repo.path, tag)
-                states[tag] = TagState(tag, kinds[tag], want, now, moved=moved)
             except RegistryError as exc:
-                states[tag] = TagState(
-                    tag, kinds[tag], want, None, moved=True, known=False, error=_cause(exc, repo.registry)
-                )
+                error = _cause(exc, repo.registry)
+            try:  # read back where it points now, also (especially) when putting back failed
+                states[tag] = TagState(tag, kinds[tag], want, client.manifest_digest(repo.path, tag), moved=moved,
+                                       error=error)
+            except RegistryError as exc:
+                states[tag] = TagState(tag, kinds[tag], want, None, moved=moved, known=False,
+                                       error=error or _cause(exc, repo.registry))
     return [states.get(tag) or TagState(tag, kinds[tag], before[tag], before[tag], moved=False) for tag in order]
 
 
