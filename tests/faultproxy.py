@@ -47,7 +47,8 @@ class Fault:
     enabled: bool = True
 
     def matches(self, method: str, path: str) -> bool:
-        return self.enabled and (self.method is None or self.method == method) and re.search(self.path, path) is not None
+        wanted = self.method is None or self.method == method
+        return self.enabled and wanted and re.search(self.path, path) is not None
 
     def fires(self) -> bool:
         """Count one matching request; True when this one is to fail."""
