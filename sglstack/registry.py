@@ -1,38 +1,27 @@
-"""A registry HTTP API v2 client (requests): manifests, tags, deletes, with auth, retries and deadlines.
+"""A registry HTTP API v2 client: manifests, tags, deletes, with auth.
 
 Both the Basic and the Bearer-token challenge are answered, with credentials from `registry_auth`.
-Transient failures (5xx, 429, connection errors, resets) are retried by one policy mounted on the HTTP
-session (urllib3 `Retry`, bounded exponential backoff); 401/403/404 fail at once. Every operation (one API
-call: its auth round trips, its retries and their waits) has one total deadline, and while it waits longer
-than a few seconds the user is told what for: a registry that accepts the connection and never answers
-costs at most the deadline, never silent minutes. Every error is one line naming the registry and the
-request, never a secret.
+Requests go through `registry_transport` (one retry policy, one deadline per operation, wait notices);
+401/403/404 fail at once. Every error is one line naming the registry and the request, never a secret.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import json
 import os
 import re
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import MaxRetryError
-from urllib3.util.retry import Retry
-from urllib3.util.timeout import Timeout
 
 from .errors import RegistryError
 from .registry_auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
+from .registry_transport import Transport, error_detail
 from .tags import DOCKER_HUB, is_digest
-from .ui import console
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -40,10 +29,6 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
-
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-ENV_TIMEOUT = "SGLSTACK_REGISTRY_TIMEOUT"  # seconds one registry operation may take, retries included
-DEFAULT_TIMEOUT_S = 60.0
 
 
 class RegistryAuthError(RegistryError):
@@ -97,103 +82,6 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
     return declared or header
 
 
-# ---- one operation: its deadline, its retries, what it waits for ---------------------------------------
-
-
-@dataclass
-class _Operation:
-    """One API call in flight: what it is (for the user), when it must end, why its attempts failed."""
-
-    what: str
-    deadline: float  # time.monotonic()
-    total_s: float
-    sleep: Callable[[float], None]
-    failures: list[str] = field(default_factory=list)
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-
-# The operation of this thread. The retry policy lives on the (shared) adapter; it finds the deadline
-# and the injectable sleep of the call it is retrying here, without the adapter holding per-call state.
-_CURRENT: contextvars.ContextVar[_Operation | None] = contextvars.ContextVar("sglstack_registry_op", default=None)
-
-
-class _DeadlineTimeout(Timeout):
-    """Connect and read timeouts never reach past the operation's deadline, whichever attempt this is.
-
-    urllib3 clones the timeout for each attempt and asks it for the values when it connects and reads,
-    so the values shrink as the deadline nears.
-    """
-
-    def __init__(self, deadline: float, connect: float, read: float) -> None:
-        super().__init__(connect=connect, read=read)
-        self.deadline, self.connect_cap, self.read_cap = deadline, connect, read
-
-    def clone(self) -> _DeadlineTimeout:
-        return _DeadlineTimeout(self.deadline, self.connect_cap, self.read_cap)
-
-    def _left(self) -> float:
-        return max(0.001, self.deadline - time.monotonic())
-
-    @property
-    def connect_timeout(self) -> float:
-        return min(self.connect_cap, self._left())
-
-    @property
-    def read_timeout(self) -> float:
-        return min(self.read_cap, self._left())
-
-
-class _RetryPolicy(Retry):
-    """urllib3's Retry, with the backoff `backoff * 2**(n-1)` (capped) from the first retry on, each
-    failure noted on the operation, the sleep injectable, and no retry once the deadline has passed."""
-
-    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> _RetryPolicy:
-        op = _CURRENT.get()
-        response, error = kwargs.get("response"), kwargs.get("error")
-        if op is not None:
-            op.failures.append(_failure_reason(response, error))
-        new = super().increment(method, url, *args, **kwargs)
-        if op is not None and op.remaining() <= 0:
-            raise MaxRetryError(kwargs.get("_pool"), url or "", error or ValueError("deadline"))  # type: ignore[arg-type]
-        return new
-
-    def get_backoff_time(self) -> float:
-        failed = len(self.history)
-        if failed == 0:
-            return 0.0
-        return float(min(self.backoff_max, self.backoff_factor * 2 ** (failed - 1)))
-
-    def sleep(self, response: Any = None) -> None:
-        delay = self.get_backoff_time()
-        retry_after = self.get_retry_after(response) if response is not None else None
-        if retry_after:
-            delay = min(max(delay, retry_after), self.backoff_max)
-        op = _CURRENT.get()
-        if op is None:
-            time.sleep(delay)
-            return
-        delay = min(delay, max(0.0, op.remaining()))
-        if delay > 0:
-            op.sleep(delay)
-
-
-def _failure_reason(response: Any, error: BaseException | None) -> str:
-    if response is not None and getattr(response, "status", None):
-        return f"HTTP {response.status}"
-    text = f"{type(error).__name__}: {error}" if error else "no answer"
-    if "refused" in text.lower():
-        return "connection refused"
-    if "reset" in text.lower() or "aborted" in text.lower():
-        return "connection reset"
-    if "timed out" in text.lower() or "timeout" in text.lower():
-        return "no answer (timed out)"
-    if "RemoteDisconnected" in text or "closed connection" in text.lower():
-        return "connection closed without an answer"
-    return type(error).__name__ if error else "no answer"
-
-
 def _is_loopback(registry: str) -> bool:
     host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
     return host.strip("[]") in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
@@ -205,40 +93,15 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), params
 
 
-def _error_detail(resp: requests.Response) -> str:
-    try:
-        errors = resp.json().get("errors") or []
-        if errors:
-            first = errors[0]
-            return f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
-    except (ValueError, AttributeError):
-        pass
-    return resp.reason or ""
-
-
-def default_timeout_s() -> float:
-    """SGLSTACK_REGISTRY_TIMEOUT (seconds per operation), or 60."""
-    value = os.environ.get(ENV_TIMEOUT, "")
-    if not value:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise RegistryError(f"{ENV_TIMEOUT}={value!r} is not a positive number of seconds")
-    return seconds
-
-
 # ---- the client ------------------------------------------------------------------------------------
 
 
 class RegistryClient:
     """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.
 
-    `timeout_s` bounds each operation as a whole (connect, read, retries and backoff), default
-    $SGLSTACK_REGISTRY_TIMEOUT or 60 s; one attempt may use at most `attempt_timeout_s` of it (default half),
-    so that a connection that hangs once still leaves time for a retry.
+    The keyword options after `session` configure its `Transport`: attempts and backoff of the retry
+    policy, the deadline of one operation (`timeout_s`, default $SGLSTACK_REGISTRY_TIMEOUT or 60 s), the
+    notices while waiting.
     """
 
     def __init__(
@@ -248,15 +111,7 @@ class RegistryClient:
         credentials: Credentials | None = None,
         scheme: str | None = None,
         session: requests.Session | None = None,
-        attempts: int = 4,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 8.0,
-        timeout_s: float | None = None,
-        attempt_timeout_s: float | None = None,
-        connect_timeout_s: float = 10.0,
-        notice_every_s: float | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        notify: Callable[[str], None] | None = None,
+        **transport: Any,
     ) -> None:
         self.registry = registry
         self.api_host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
@@ -264,32 +119,7 @@ class RegistryClient:
             scheme or os.environ.get("SGLSTACK_REGISTRY_SCHEME") or ("http" if _is_loopback(self.api_host) else "https")
         )
         self.credentials = credentials
-        self.attempts = max(1, attempts)
-        self.timeout_s = timeout_s if timeout_s is not None else default_timeout_s()
-        self.attempt_timeout_s = attempt_timeout_s or max(self.timeout_s / 2, min(self.timeout_s, 1.0))
-        self.connect_timeout_s = connect_timeout_s
-        self.notice_every_s = notice_every_s or min(10.0, max(1.0, self.timeout_s / 6))
-        self._sleep = sleep
-        self._notify = notify or (lambda line: console(stderr=True).print(line, markup=False, highlight=False))
-        self._budget: float | None = None
-        self.session = session or requests.Session()
-        policy = _RetryPolicy(
-            total=self.attempts - 1,
-            connect=None,
-            read=None,
-            status=None,
-            other=None,
-            redirect=False,  # requests follows redirects itself
-            allowed_methods=frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"}),  # all idempotent here
-            status_forcelist=TRANSIENT_STATUS,
-            backoff_factor=backoff_s,
-            backoff_max=max_backoff_s,
-            raise_on_status=False,  # the last answer comes back, and is reported with the attempts
-            respect_retry_after_header=True,
-        )
-        adapter = HTTPAdapter(max_retries=policy)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.transport = Transport(registry, session=session, **transport)
         self._basic = False
         self._tokens: dict[str, str] = {}
 
@@ -300,78 +130,20 @@ class RegistryClient:
     def __repr__(self) -> str:
         return f"RegistryClient({self.registry!r})"
 
-    # -- deadlines ---------------------------------------------------------------------------------
+    @property
+    def timeout_s(self) -> float:
+        """The deadline of one operation, in seconds."""
+        return self.transport.timeout_s
 
-    @contextlib.contextmanager
-    def budget(self, seconds: float) -> Iterator[None]:
-        """Every operation inside ends within `seconds` from now, whatever its own deadline says.
-
-        For work that must finish in bounded time as a whole, e.g. putting tags back after a signal.
-        """
-        outer, self._budget = self._budget, time.monotonic() + seconds
-        if outer is not None:
-            self._budget = min(self._budget, outer)
-        try:
-            yield
-        finally:
-            self._budget = outer
-
-    @contextlib.contextmanager
-    def _operation(self, what: str) -> Iterator[_Operation]:
-        current = _CURRENT.get()
-        if current is not None:  # a token fetch inside a request: the request's deadline covers it
-            yield current
-            return
-        deadline = time.monotonic() + self.timeout_s
-        if self._budget is not None:
-            deadline = min(deadline, self._budget)
-        op = _Operation(what=what, deadline=deadline, total_s=max(0.0, deadline - time.monotonic()), sleep=self._sleep)
-        done = threading.Event()
-        started = time.monotonic()
-
-        def tell() -> None:
-            while not done.wait(self.notice_every_s):
-                self._notify(
-                    f"waiting for registry {self.registry} ({what}), "
-                    f"{time.monotonic() - started:.0f} s of {op.total_s:.0f} s"
-                )
-
-        watcher = threading.Thread(target=tell, name="sglstack-registry-wait", daemon=True)
-        token = _CURRENT.set(op)
-        watcher.start()
-        try:
-            yield op
-        finally:
-            done.set()
-            _CURRENT.reset(token)
-
-    # -- transport ---------------------------------------------------------------------------------
+    def budget(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Every operation inside ends within `seconds` from now (see `Transport.budget`)."""
+        return self.transport.budget(seconds)
 
     def _fail(self, what: str) -> RegistryError:
         return RegistryError(f"registry {self.registry}: {what}")
 
-    def _gave_up(self, op: _Operation, last: str) -> RegistryError:
-        attempts = max(1, len(op.failures))
-        if op.remaining() <= 0.05:
-            return self._fail(
-                f"{op.what}: no answer within {op.total_s:.0f} s ({attempts} attempt(s), last: {last})"
-            )
-        return self._fail(f"{op.what} failed after {attempts} attempts: {last}")
-
     def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """One request through the retry policy; transient failures left after it become one error."""
-        op = _CURRENT.get()
-        assert op is not None, "registry requests run inside an operation"
-        # requests hands a urllib3 Timeout object through to urllib3 as it is (HTTPAdapter.send).
-        timeout = cast(Any, _DeadlineTimeout(op.deadline, self.connect_timeout_s, self.attempt_timeout_s))
-        try:
-            resp = self.session.request(method, url, timeout=timeout, **kwargs)
-        except requests.RequestException as exc:
-            last = op.failures[-1] if op.failures else _failure_reason(None, exc)
-            raise self._gave_up(op, last) from None
-        if resp.status_code in TRANSIENT_STATUS:
-            raise self._gave_up(op, f"HTTP {resp.status_code} {_error_detail(resp)}".strip())
-        return resp
+        return self.transport.send(method, url, **kwargs)
 
     def _auth_header(self, scope: str) -> dict[str, str]:
         if scope in self._tokens:
@@ -467,7 +239,7 @@ class RegistryClient:
         """
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
-        with self._operation(what or f"{method} /v2/{path.split('?')[0]}"):
+        with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
             resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
             if resp.status_code == 401:
                 challenge = resp.headers.get("WWW-Authenticate", "")
@@ -483,7 +255,7 @@ class RegistryClient:
                     raise self._auth_failed("the registry")
         if resp.status_code == 403:
             raise RegistryAuthError(
-                f"registry {self.registry}: access denied to {path.split('/manifests')[0]} ({_error_detail(resp)})"
+                f"registry {self.registry}: access denied to {path.split('/manifests')[0]} ({error_detail(resp)})"
             )
         return resp
 
@@ -519,7 +291,7 @@ class RegistryClient:
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
         if resp.status_code != 200:
-            raise self._fail(f"{what}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         body = resp.content
         digest = compute_digest(body)
         claimed = resp.headers.get("Docker-Content-Digest")
@@ -560,21 +332,14 @@ class RegistryClient:
             data=body,
         )
         if resp.status_code == 404:
-            raise ManifestNotFound(f"registry {self.registry}: {what}: {_error_detail(resp)}")
+            raise ManifestNotFound(f"registry {self.registry}: {what}: {error_detail(resp)}")
         if resp.status_code not in (200, 201, 202):
-            raise self._fail(f"{what}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         digest = compute_digest(body)
         reported = resp.headers.get("Docker-Content-Digest")
         if reported and reported != digest:
             raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
         return digest
-
-    def copy_manifest(self, repo: str, source: str, tags: Iterable[str]) -> Manifest:
-        """Point `tags` at the manifest `source` (tag or digest) by PUTting its bytes: no blob moves."""
-        manifest = self.get_manifest(repo, source)
-        for tag in tags:
-            self.put_manifest(repo, tag, manifest.body, manifest.media_type)
-        return manifest
 
     def list_tags(self, repo: str) -> list[str]:
         """Every tag of `repo` (following pagination); empty when the repository does not exist yet."""
@@ -586,7 +351,7 @@ class RegistryClient:
             if resp.status_code == 404:
                 return tags
             if resp.status_code != 200:
-                raise self._fail(f"{what}: HTTP {resp.status_code} {_error_detail(resp)}")
+                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
             data = self._json(resp, what)
             page = data.get("tags") if isinstance(data, dict) else None
             if page is not None and not (isinstance(page, list) and all(isinstance(t, str) for t in page)):
@@ -670,7 +435,7 @@ class RegistryClient:
         if resp.status_code == 405:
             raise self._fail(f"{what}: deleting manifests is disabled (enable storage.delete in its config)")
         if resp.status_code not in (200, 202):
-            raise self._fail(f"{what}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
 
 
 def _sep(reference: str) -> str:
