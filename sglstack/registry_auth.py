@@ -83,6 +83,8 @@ def resolve_credentials(
     if not path.is_file():
         return None
     data = _read_config(path, registry)
+    if not any(data.get(k) for k in ("auths", "credHelpers", "credsStore")):
+        return None  # nothing to resolve (and handed an empty dict, docker-py would read ~/.docker instead)
     try:
         config = docker.auth.load_config(config_dict=data)
     except (ValueError, docker.errors.DockerException):
