@@ -197,11 +197,11 @@ def publish(c, stack, digest, stacks_file=DEFAULT_STACKS, registry=None, config_
 
 @task(name="up", help={"port": "loopback port (default 5000)"})
 @_user_errors
-def registry_up(c, port=5000):
+def registry_up(c, port=None):
     """Start the local registry on 127.0.0.1:PORT (registry:2 container, else docker-registry binary)."""
     from sglstack.localregistry import registry_up as up
 
-    print(up(port=int(port)))
+    print(up(port=port))
 
 
 @task(name="down")
@@ -218,13 +218,13 @@ def registry_down(c):
                             "older-than-days": "remove candidates older than this (default 7)",
                             "dry-run": "list what would be removed"})
 @_user_errors
-def registry_cleanup(c, stack=None, stacks_file=DEFAULT_STACKS, registry=None, older_than_days=7.0,
+def registry_cleanup(c, stack=None, stacks_file=DEFAULT_STACKS, registry=None, older_than_days=None,
                      dry_run=False):
     """Remove old candidate tags (and the manifests of candidates that were never released)."""
     from sglstack.publish import cleanup_command
 
     _exit_with(cleanup_command(stacks_file, stack_name=stack, registry=registry,
-                               older_than_days=float(older_than_days), dry_run=dry_run))
+                               older_than_days=older_than_days, dry_run=dry_run))
 
 
 ns.add_task(publish)

@@ -517,4 +517,4 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     if not push:
         return 0
     return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force)
+                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code

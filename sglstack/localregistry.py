@@ -43,6 +43,19 @@ class TokenAuth:
     rootcertbundle: Path
 
 
+def parse_port(value: int | str | None, *, option: str = "--port") -> int:
+    """A TCP port from the command line (None: the default); anything else is a one-line error."""
+    if value is None or value == "":
+        return DEFAULT_PORT
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise RegistryError(f"{option} '{value}' is not a TCP port (1-65535)")
+    return port
+
+
 def data_dir() -> Path:
     explicit = os.environ.get("SGLSTACK_REGISTRY_DIR")
     if explicit:
@@ -198,12 +211,13 @@ def _image_available(client: Any) -> bool:
 
 def registry_up(
     *,
-    port: int = DEFAULT_PORT,
+    port: int | str | None = DEFAULT_PORT,
     folder: Path | None = None,
     docker_host: str | None = None,
     use_container: bool | None = None,
 ) -> str:
-    """Start the local registry unless one already answers; return a one-line status."""
+    """Start the local registry on 127.0.0.1:`port` unless one already answers; return a one-line status."""
+    port = parse_port(port)
     folder = folder or data_dir()
     if answers(port):
         return f"a registry already answers on 127.0.0.1:{port}"

@@ -1,30 +1,27 @@
-"""A registry HTTP API v2 client (requests): manifests, tags, deletes, with auth and bounded retries.
+"""A registry HTTP API v2 client: manifests, tags, deletes, with auth.
 
-Credentials come from the environment (SGLSTACK_REGISTRY_USER / SGLSTACK_REGISTRY_PASSWORD) or the
-Docker config (`$DOCKER_CONFIG/config.json`: `auths`, `credHelpers`, `credsStore`). Both the Basic and
-the Bearer-token challenge are answered. Transient failures (5xx, 429, connection errors) are retried with
-bounded backoff; 401/403/404 fail at once. Every error is one line naming the registry, never a secret.
+Both the Basic and the Bearer-token challenge are answered, with credentials from `registry_auth`.
+Requests go through `registry_transport` (one retry policy, one deadline per operation, wait notices);
+401/403/404 fail at once. Every error is one line naming the registry and the request, never a secret.
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import requests
 
 from .errors import RegistryError
-from .tags import DOCKER_HUB
+from .registry_auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
+from .registry_transport import Transport, error_detail
+from .tags import DOCKER_HUB, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -32,11 +29,6 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
-
-ENV_USER = "SGLSTACK_REGISTRY_USER"
-ENV_PASSWORD = "SGLSTACK_REGISTRY_PASSWORD"
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
 class RegistryAuthError(RegistryError):
@@ -49,118 +41,6 @@ class ManifestNotFound(RegistryError):
 
 def compute_digest(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
-
-
-# ---- credentials -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str = field(repr=False)
-    source: str = "unknown"  # shown in errors: where the credentials came from, never what they are
-    identity_token: bool = False  # `password` is an OAuth refresh token (docker login --identity-token)
-
-    def docker_auth_config(self, registry: str) -> dict[str, str]:
-        """The `auth_config` the Docker engine wants for a push."""
-        if self.identity_token:
-            return {"identitytoken": self.password, "serveraddress": registry}
-        return {"username": self.username, "password": self.password, "serveraddress": registry}
-
-
-def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    base = env.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    return Path(base) / "config.json"
-
-
-def _server_key(key: str) -> str:
-    key = re.sub(r"^https?://", "", key)
-    return key.split("/", 1)[0]
-
-
-def _config_keys(registry: str) -> tuple[str, ...]:
-    return _HUB_KEYS if registry in (DOCKER_HUB, "registry-1.docker.io", "index.docker.io") else (registry,)
-
-
-def _run_helper(helper: str, server: str, *, registry: str) -> Credentials | None:
-    binary = f"docker-credential-{helper}"
-    if not shutil.which(binary):
-        raise RegistryError(
-            f"registry {registry}: credential helper {binary} is configured in the Docker config but not installed"
-        )
-    try:
-        proc = subprocess.run([binary, "get"], input=server, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        raise RegistryError(f"registry {registry}: credential helper {binary} timed out") from None
-    if proc.returncode != 0:
-        # Helpers answer "credentials not found" with a non-zero exit: no credentials, not an error.
-        if "not found" in (proc.stdout + proc.stderr).lower():
-            return None
-        raise RegistryError(f"registry {registry}: credential helper {binary} failed (exit {proc.returncode})")
-    try:
-        data = json.loads(proc.stdout)
-        username, secret = data["Username"], data["Secret"]
-    except (ValueError, KeyError, TypeError):
-        raise RegistryError(f"registry {registry}: credential helper {binary} gave no usable answer") from None
-    source = f"credential helper {binary}"
-    if username == "<token>":
-        return Credentials("<token>", secret, source, identity_token=True)
-    return Credentials(username, secret, source)
-
-
-def resolve_credentials(
-    registry: str, *, env: Mapping[str, str] | None = None, config_path: Path | None = None
-) -> Credentials | None:
-    """Credentials for `registry` (host[:port]): environment first, then the Docker config."""
-    env = os.environ if env is None else env
-    user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
-    if user and password is not None:
-        return Credentials(user, password, f"{ENV_USER}/{ENV_PASSWORD}")
-    path = config_path or docker_config_path(env)
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RegistryError(f"registry {registry}: cannot read Docker config {path}: {type(exc).__name__}") from None
-    if not isinstance(config, dict):
-        return None
-    keys = _config_keys(registry)
-    wanted = {_server_key(k) for k in keys}
-
-    helpers = config.get("credHelpers") or {}
-    for key, helper in helpers.items():
-        if _server_key(key) in wanted:
-            return _run_helper(helper, key, registry=registry)
-
-    auths = config.get("auths") or {}
-    entry_key = next((k for k in auths if _server_key(k) in wanted), None)
-    store = config.get("credsStore")
-    if store and shutil.which(f"docker-credential-{store}"):
-        found = _run_helper(store, entry_key or keys[0], registry=registry)
-        if found:
-            return found
-    if entry_key is None:
-        return None
-    entry = auths[entry_key] or {}
-    source = f"Docker config {path}"
-    if entry.get("identitytoken"):
-        return Credentials("<token>", entry["identitytoken"], source, identity_token=True)
-    if entry.get("auth"):
-        try:
-            decoded = base64.b64decode(entry["auth"]).decode()
-        except (ValueError, UnicodeDecodeError):
-            raise RegistryError(
-                f"registry {registry}: the 'auth' entry in {path} is not base64 user:password"
-            ) from None
-        username, sep, secret = decoded.partition(":")
-        if not sep:
-            raise RegistryError(f"registry {registry}: the 'auth' entry in {path} is not base64 user:password")
-        return Credentials(username, secret, source)
-    if entry.get("username") and entry.get("password") is not None:
-        return Credentials(entry["username"], entry["password"], source)
-    return None
 
 
 # ---- manifests -------------------------------------------------------------------------------------
@@ -202,9 +82,6 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
     return declared or header
 
 
-# ---- the client ------------------------------------------------------------------------------------
-
-
 def _is_loopback(registry: str) -> bool:
     host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
     return host.strip("[]") in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
@@ -216,19 +93,16 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), params
 
 
-def _error_detail(resp: requests.Response) -> str:
-    try:
-        errors = resp.json().get("errors") or []
-        if errors:
-            first = errors[0]
-            return f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
-    except (ValueError, AttributeError):
-        pass
-    return resp.reason or ""
+# ---- the client ------------------------------------------------------------------------------------
 
 
 class RegistryClient:
-    """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS."""
+    """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.
+
+    The keyword options after `session` configure its `Transport`: attempts and backoff of the retry
+    policy, the deadline of one operation (`timeout_s`, default $SGLSTACK_REGISTRY_TIMEOUT or 60 s), the
+    notices while waiting.
+    """
 
     def __init__(
         self,
@@ -237,11 +111,7 @@ class RegistryClient:
         credentials: Credentials | None = None,
         scheme: str | None = None,
         session: requests.Session | None = None,
-        attempts: int = 4,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 8.0,
-        timeout_s: float = 60.0,
-        sleep: Callable[[float], None] = time.sleep,
+        **transport: Any,
     ) -> None:
         self.registry = registry
         self.api_host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
@@ -249,10 +119,7 @@ class RegistryClient:
             scheme or os.environ.get("SGLSTACK_REGISTRY_SCHEME") or ("http" if _is_loopback(self.api_host) else "https")
         )
         self.credentials = credentials
-        self.session = session or requests.Session()
-        self.attempts, self.backoff_s, self.max_backoff_s = max(1, attempts), backoff_s, max_backoff_s
-        self.timeout_s = timeout_s
-        self._sleep = sleep
+        self.transport = Transport(registry, session=session, **transport)
         self._basic = False
         self._tokens: dict[str, str] = {}
 
@@ -263,54 +130,20 @@ class RegistryClient:
     def __repr__(self) -> str:
         return f"RegistryClient({self.registry!r})"
 
-    # -- transport ---------------------------------------------------------------------------------
+    @property
+    def timeout_s(self) -> float:
+        """The deadline of one operation, in seconds."""
+        return self.transport.timeout_s
+
+    def budget(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Every operation inside ends within `seconds` from now (see `Transport.budget`)."""
+        return self.transport.budget(seconds)
 
     def _fail(self, what: str) -> RegistryError:
         return RegistryError(f"registry {self.registry}: {what}")
 
-    def _send(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        data: bytes | None,
-        auth: Any = None,
-        allow_redirects: bool = True,
-    ) -> requests.Response:
-        """One request, retried on transient failures with bounded exponential backoff."""
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                resp = self.session.request(
-                    method,
-                    url,
-                    headers=dict(headers),
-                    data=data,
-                    auth=auth,
-                    timeout=self.timeout_s,
-                    allow_redirects=allow_redirects,
-                )
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}"
-                reason = str(exc.args[0]) if exc.args else ""
-                if "Connection refused" in reason:
-                    last += " (connection refused)"
-                elif "reset" in reason.lower():
-                    last += " (connection reset)"
-            else:
-                if resp.status_code not in TRANSIENT_STATUS:
-                    return resp
-                last = f"HTTP {resp.status_code} {_error_detail(resp)}".strip()
-                retry_after = resp.headers.get("Retry-After", "")
-                if retry_after.isdigit():
-                    delay = max(delay, float(retry_after))
-            if attempt < self.attempts:
-                self._sleep(min(delay, self.max_backoff_s))
-                delay *= 2
-        path = url.split("/v2", 1)[-1]
-        raise self._fail(f"{method} /v2{path} failed after {self.attempts} attempts: {last}")
+    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        return self.transport.send(method, url, **kwargs)
 
     def _auth_header(self, scope: str) -> dict[str, str]:
         if scope in self._tokens:
@@ -331,20 +164,23 @@ class RegistryClient:
             query["service"] = params["service"]
         scope = params.get("scope") or scope
         creds = self.credentials
-        if creds is not None and creds.identity_token:
-            form = {
-                "grant_type": "refresh_token",
-                "refresh_token": creds.password,
-                "client_id": "sglstack",
-                "scope": scope,
-                **query,
-            }
-            resp = self._send_token("POST", realm, data=form)
-        else:
-            if scope:
-                query["scope"] = scope
-            auth = (creds.username, creds.password) if creds is not None else None
-            resp = self._send_token("GET", realm, params=query, auth=auth)
+        try:
+            if creds is not None and creds.identity_token:
+                form = {
+                    "grant_type": "refresh_token",
+                    "refresh_token": creds.password,
+                    "client_id": "sglstack",
+                    "scope": scope,
+                    **query,
+                }
+                resp = self._send("POST", realm, data=form)
+            else:
+                if scope:
+                    query["scope"] = scope
+                auth = (creds.username, creds.password) if creds is not None else None
+                resp = self._send("GET", realm, params=query, auth=auth)
+        except RegistryError as exc:
+            raise self._fail(f"token service {realm.split('?')[0]}: {str(exc).split(': ', 1)[-1]}") from None
         if resp.status_code in (401, 403):
             raise self._auth_failed("the token service")
         if resp.status_code != 200:
@@ -354,21 +190,6 @@ class RegistryClient:
             return body.get("token") or body["access_token"]
         except (ValueError, KeyError, AttributeError):
             raise self._fail("token service answered without a token") from None
-
-    def _send_token(self, method: str, realm: str, **kwargs: Any) -> requests.Response:
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
-            try:
-                resp = self.session.request(method, realm, timeout=self.timeout_s, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt == self.attempts:
-                    raise self._fail(f"token service unreachable: {type(exc).__name__}") from None
-            else:
-                if resp.status_code not in TRANSIENT_STATUS or attempt == self.attempts:
-                    return resp
-            self._sleep(min(delay, self.max_backoff_s))
-            delay *= 2
-        raise AssertionError("unreachable")
 
     def _auth_failed(self, by: str) -> RegistryAuthError:
         if self.credentials is None:
@@ -407,123 +228,146 @@ class RegistryClient:
         path: str,
         *,
         scope: str,
+        what: str | None = None,
         headers: Mapping[str, str] | None = None,
         data: bytes | None = None,
         allow_redirects: bool = True,
     ) -> requests.Response:
-        """A /v2 request, answering one auth challenge. Returns any non-transient, non-auth response."""
+        """A /v2 request as one operation, answering one auth challenge.
+
+        Returns any non-transient, non-auth response; `what` names it in waits and errors.
+        """
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
-        resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
-        if resp.status_code == 401:
-            challenge = resp.headers.get("WWW-Authenticate", "")
-            kind, params = _parse_challenge(challenge)
-            if kind == "bearer":
-                self._tokens[scope] = self._fetch_token(params, scope)
-            elif kind == "basic" and self.credentials is not None and not self._basic:
-                self._basic = True
-            else:
-                raise self._auth_failed("the registry")
+        with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
             resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
             if resp.status_code == 401:
-                raise self._auth_failed("the registry")
+                challenge = resp.headers.get("WWW-Authenticate", "")
+                kind, params = _parse_challenge(challenge)
+                if kind == "bearer":
+                    self._tokens[scope] = self._fetch_token(params, scope)
+                elif kind == "basic" and self.credentials is not None and not self._basic:
+                    self._basic = True
+                else:
+                    raise self._auth_failed("the registry")
+                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+                if resp.status_code == 401:
+                    raise self._auth_failed("the registry")
         if resp.status_code == 403:
             raise RegistryAuthError(
-                f"registry {self.registry}: access denied to {path.split('/manifests')[0]} ({_error_detail(resp)})"
+                f"registry {self.registry}: access denied to {path.split('/manifests')[0]} ({error_detail(resp)})"
             )
         return resp
+
+    def _json(self, resp: requests.Response, what: str) -> Any:
+        """The body as JSON, or one line saying which request answered something else."""
+        try:
+            return json.loads(resp.content)
+        except ValueError:
+            kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
+            raise self._fail(
+                f"{what} answered HTTP {resp.status_code} with a body that is not JSON "
+                f"({kind}, {len(resp.content)} bytes)"
+            ) from None
 
     # -- API ---------------------------------------------------------------------------------------
 
     def ping(self) -> None:
         """GET /v2/: the registry is up and our credentials (if it wants any) are accepted."""
-        resp = self.request("GET", "", scope="")
+        resp = self.request("GET", "", scope="", what="GET /v2/")
         if resp.status_code != 200:
             raise self._fail(f"GET /v2/ answered HTTP {resp.status_code}")
 
     def get_manifest(self, repo: str, reference: str) -> Manifest:
         """The manifest (image manifest or index) under a tag or digest, with its exact bytes."""
+        what = f"GET manifest {repo}{_sep(reference)}{reference}"
         resp = self.request(
             "GET",
             f"{repo}/manifests/{reference}",
             scope=f"repository:{repo}:pull",
+            what=what,
             headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
         )
         if resp.status_code == 404:
-            raise ManifestNotFound(f"registry {self.registry}: {repo}:{reference} not found")
+            raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
         if resp.status_code != 200:
-            raise self._fail(f"GET manifest {repo}:{reference}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         body = resp.content
         digest = compute_digest(body)
         claimed = resp.headers.get("Docker-Content-Digest")
-        if reference.startswith("sha256:") and digest != reference:
+        if is_digest(reference) and digest != reference:
             raise self._fail(f"manifest {repo}@{reference} has content with digest {digest}")
         if claimed and claimed != digest:
             raise self._fail(f"manifest {repo}:{reference} digest header {claimed} != content {digest}")
+        if not isinstance(self._json(resp, what), dict):
+            raise self._fail(f"{what} answered a manifest that is not a JSON object")
         return Manifest(media_type=_media_type(resp, body), body=body, digest=digest)
 
     def manifest_digest(self, repo: str, reference: str) -> str | None:
         """The digest a tag points to, or None when there is no such tag (HEAD, no body)."""
+        what = f"HEAD manifest {repo}{_sep(reference)}{reference}"
         resp = self.request(
             "HEAD",
             f"{repo}/manifests/{reference}",
             scope=f"repository:{repo}:pull",
+            what=what,
             headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
         )
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise self._fail(f"HEAD manifest {repo}:{reference}: HTTP {resp.status_code}")
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
         digest = resp.headers.get("Docker-Content-Digest")
-        return digest or self.get_manifest(repo, reference).digest
+        return digest if digest and is_digest(digest) else self.get_manifest(repo, reference).digest
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         """Store manifest bytes under a tag (or their digest); return the digest the registry reports."""
+        what = f"PUT manifest {repo}{_sep(reference)}{reference}"
         resp = self.request(
             "PUT",
             f"{repo}/manifests/{reference}",
             scope=f"repository:{repo}:pull,push",
+            what=what,
             headers={"Content-Type": media_type},
             data=body,
         )
         if resp.status_code == 404:
-            raise ManifestNotFound(f"registry {self.registry}: PUT {repo}:{reference}: {_error_detail(resp)}")
+            raise ManifestNotFound(f"registry {self.registry}: {what}: {error_detail(resp)}")
         if resp.status_code not in (200, 201, 202):
-            raise self._fail(f"PUT manifest {repo}:{reference}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         digest = compute_digest(body)
         reported = resp.headers.get("Docker-Content-Digest")
         if reported and reported != digest:
-            raise self._fail(f"PUT {repo}:{reference}: registry stored {reported}, expected {digest}")
+            raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
         return digest
-
-    def copy_manifest(self, repo: str, source: str, tags: Iterable[str]) -> Manifest:
-        """Point `tags` at the manifest `source` (tag or digest) by PUTting its bytes: no blob moves."""
-        manifest = self.get_manifest(repo, source)
-        for tag in tags:
-            self.put_manifest(repo, tag, manifest.body, manifest.media_type)
-        return manifest
 
     def list_tags(self, repo: str) -> list[str]:
         """Every tag of `repo` (following pagination); empty when the repository does not exist yet."""
         tags: list[str] = []
         path = f"{repo}/tags/list?n=1000"
         while path:
-            resp = self.request("GET", path, scope=f"repository:{repo}:pull")
+            what = f"GET /v2/{path.split('?')[0]}"
+            resp = self.request("GET", path, scope=f"repository:{repo}:pull", what=what)
             if resp.status_code == 404:
                 return tags
             if resp.status_code != 200:
-                raise self._fail(f"GET tags of {repo}: HTTP {resp.status_code} {_error_detail(resp)}")
-            tags += resp.json().get("tags") or []
+                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+            data = self._json(resp, what)
+            page = data.get("tags") if isinstance(data, dict) else None
+            if page is not None and not (isinstance(page, list) and all(isinstance(t, str) for t in page)):
+                raise self._fail(f"{what} answered JSON without a list of tags")
+            tags += page or []
             match = re.search(r"<([^>]+)>;\s*rel=\"?next\"?", resp.headers.get("Link", ""))
             path = match.group(1).split("/v2/", 1)[-1] if match else ""
         return tags
 
     def get_blob(self, repo: str, digest: str) -> bytes:
-        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")
+        what = f"GET blob {repo}@{digest}"
+        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: blob {repo}@{digest} not found")
         if resp.status_code != 200:
-            raise self._fail(f"GET blob {repo}@{digest}: HTTP {resp.status_code}")
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
         if compute_digest(resp.content) != digest:
             raise self._fail(f"blob {repo}@{digest} content does not match its digest")
         return resp.content
@@ -536,14 +380,31 @@ class RegistryClient:
             if not children:
                 raise self._fail(f"index {repo}@{manifest.digest} lists no manifests")
             manifest = self.get_manifest(repo, children[0])
-        return json.loads(self.get_blob(repo, manifest.blobs()[0]))
+        blob = manifest.blobs()[0]
+        try:
+            config = json.loads(self.get_blob(repo, blob))
+        except ValueError:
+            raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
+        if not isinstance(config, dict):
+            raise self._fail(f"the image config {repo}@{blob} is not a JSON object")
+        return config
 
     def untag(self, repo: str, tag: str) -> None:
         """Remove one tag, keeping its manifest and every other tag of it.
 
-        The v2 API deletes manifests, not tags: move the tag onto a throwaway manifest (the image's own
-        config and no layers, so nothing is uploaded), then delete that manifest.
+        Registries of the OCI distribution spec 1.1 delete a tag by name. Older ones (distribution 2.x)
+        answer 400 to that: then move the tag onto a throwaway manifest (the image's own config and no
+        layers, so nothing is uploaded) and delete that manifest, which only this tag points to.
+        A registry with deletes disabled answers 405 and keeps the tag (nothing is changed then).
         """
+        what = f"DELETE manifest {repo}:{tag}"
+        resp = self.request("DELETE", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:delete", what=what)
+        if resp.status_code in (200, 202):
+            return
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: {repo}:{tag} not found")
+        if resp.status_code == 405:
+            raise self._fail(f"{what}: deleting is disabled on this registry (enable storage.delete)")
         manifest = self.get_manifest(repo, tag)
         marker = {"io.sglstack.untag": tag}
         if manifest.is_index:
@@ -567,10 +428,15 @@ class RegistryClient:
 
     def delete_manifest(self, repo: str, digest: str) -> None:
         """Delete a manifest by digest (removes every tag that points to it)."""
-        resp = self.request("DELETE", f"{repo}/manifests/{digest}", scope=f"repository:{repo}:delete")
+        what = f"DELETE manifest {repo}@{digest}"
+        resp = self.request("DELETE", f"{repo}/manifests/{digest}", scope=f"repository:{repo}:delete", what=what)
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: {repo}@{digest} not found")
         if resp.status_code == 405:
-            raise self._fail("deleting manifests is disabled (enable storage.delete in its config)")
+            raise self._fail(f"{what}: deleting manifests is disabled (enable storage.delete in its config)")
         if resp.status_code not in (200, 202):
-            raise self._fail(f"DELETE {repo}@{digest}: HTTP {resp.status_code} {_error_detail(resp)}")
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+
+
+def _sep(reference: str) -> str:
+    return "@" if is_digest(reference) else ":"

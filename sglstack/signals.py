@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
@@ -69,3 +70,28 @@ def signals_raise() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block a handled signal waits, and takes effect (as its handler says) when the block ends.
+
+    For the few steps a signal must not cut in half: recording tags that moved, putting tags back after a
+    failed promotion. Handlers can only be set in the main thread; elsewhere the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        pending.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in HANDLED}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if pending:
+            signal.raise_signal(pending[0])

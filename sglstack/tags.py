@@ -1,4 +1,4 @@
-"""Tag policy, as pure functions: which tags a release of a stack gets, and image-reference parsing.
+"""Tag policy, as pure functions: which tags a release of a stack gets, and the one image-reference parser.
 
 Templates come from `Stack.publish` and may use {sglang} {stack} {date} {confighash8} {confighash12}.
 The immutable tag carries the config hash, so one config never maps to two different digests; the moving
@@ -20,6 +20,15 @@ PLACEHOLDERS = ("sglang", "stack", "date", "confighash8", "confighash12")
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _PATH_COMPONENT = PATH_COMPONENT_RE
 _CONFIG_HASH = re.compile(r"[0-9a-f]{12,}")
+# Docker's reference grammar (distribution/reference): a registry host is DNS labels or an IPv6 literal,
+# with an optional port; a whole name is at most 255 characters.
+_DOMAIN = re.compile(
+    r"(?:(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
+    r"|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+)
+NAME_MAX = 255
+# A registry digest: what `is_digest` accepts and every record, reference and API call uses.
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 DOCKER_HUB = "docker.io"
 
 
@@ -47,15 +56,26 @@ class Repository:
         return f"{self.registry}/{self.path}"
 
     def ref(self, tag_or_digest: str) -> str:
-        sep = "@" if tag_or_digest.startswith("sha256:") else ":"
+        """`repo:tag`, or `repo@sha256:...` for a digest."""
+        sep = "@" if is_digest(tag_or_digest) else ":"
         return f"{self}{sep}{tag_or_digest}"
 
 
 @dataclass(frozen=True)
 class ImageReference:
+    """`repository[:tag][@digest]`, parsed: the repository always carries its registry host."""
+
     repository: Repository
     tag: str | None = None
     digest: str | None = None
+
+    def __str__(self) -> str:
+        text = str(self.repository)
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
 
 
 def _fields(template: str) -> list[str]:
@@ -190,14 +210,20 @@ def candidate_tag_pattern(settings: PublishSettings) -> re.Pattern[str]:
 
 
 def _is_host(component: str) -> bool:
-    return "." in component or ":" in component or component == "localhost"
+    return "." in component or ":" in component or component == "localhost" or component.startswith("[")
 
 
 def parse_repository(repository: str, *, stack: str | None = None, key: str = "repository") -> Repository:
-    """`127.0.0.1:5000/sglstack/sglang` -> Repository('127.0.0.1:5000', 'sglstack/sglang')."""
+    """`127.0.0.1:5000/sglstack/sglang` -> Repository('127.0.0.1:5000', 'sglstack/sglang').
+
+    A first component that looks like a host (a dot, a port, `localhost`) is the registry; otherwise the
+    name is on Docker Hub, where one-component names live under `library/`.
+    """
     first, sep, rest = repository.partition("/")
     if sep and _is_host(first):
         registry, path = first, rest
+        if not _DOMAIN.fullmatch(registry):
+            raise ConfigError(f"'{repository}' has an invalid registry host '{registry}'", stack=stack, key=key)
     else:
         registry, path = DOCKER_HUB, repository
         if "/" not in path:
@@ -208,22 +234,29 @@ def parse_repository(repository: str, *, stack: str | None = None, key: str = "r
             stack=stack,
             key=key,
         )
+    if len(repository) > NAME_MAX:
+        raise ConfigError(f"'{repository[:40]}...' is longer than {NAME_MAX} characters", stack=stack, key=key)
     return Repository(registry=registry, path=path)
 
 
-def parse_image_reference(ref: str) -> ImageReference:
-    """`repo[:tag][@sha256:...]` -> its parts."""
-    name, _, digest = ref.partition("@")
+def parse_image_reference(ref: str, *, stack: str | None = None, key: str = "image") -> ImageReference:
+    """`repository[:tag][@sha256:<64 hex>]` -> its parts; a bad reference is a ConfigError naming `key`."""
+    name, at, digest = ref.partition("@")
+    if at and not is_digest(digest):
+        raise ConfigError(f"'{ref}' has an invalid digest (expected sha256:<64 hex>)", stack=stack, key=key)
     tag = None
     last = name.rsplit("/", 1)[-1]
-    if ":" in last:
+    if ":" in last and not (last.startswith("[") and last.endswith("]")):
         name, _, tag = name.rpartition(":")
-    if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise ConfigError(f"'{ref}' has an invalid digest (expected sha256:<64 hex>)")
-    if tag is not None and not TAG_RE.fullmatch(tag):
-        raise ConfigError(f"'{ref}' has an invalid tag")
-    return ImageReference(parse_repository(name), tag=tag, digest=digest or None)
+        if not TAG_RE.fullmatch(tag):
+            raise ConfigError(
+                f"'{ref}' has an invalid tag '{tag}' (letters, digits, '_', '.', '-'; at most 128)",
+                stack=stack,
+                key=key,
+            )
+    return ImageReference(parse_repository(name, stack=stack, key=key), tag=tag, digest=digest or None)
 
 
 def is_digest(value: str) -> bool:
-    return re.fullmatch(r"sha256:[0-9a-f]{64}", value) is not None
+    """A registry digest, `sha256:<64 lowercase hex>` (not a config hash)."""
+    return DIGEST_RE.fullmatch(value) is not None

@@ -22,7 +22,7 @@ from sglstack.publish import (
     push_candidate,
     read_records,
     records_path,
-    release_image,
+    release,
     target_repository,
 )
 from sglstack.registry import OCI_INDEX, RegistryClient
@@ -77,7 +77,7 @@ def _smoke_opts(tmp_path, *extra):
 
 def test_release_publishes_exactly_the_tested_digest(cpu_stacks, variant, repo_for, tmp_path):
     stack, repo_name, config_hash = cpu_stacks.get("cpu-test"), repo_for(), _hash()
-    result = release_image(
+    result = release(
         stack,
         image_ref=variant("full"),
         config_hash=config_hash,
@@ -102,7 +102,7 @@ def test_release_publishes_exactly_the_tested_digest(cpu_stacks, variant, repo_f
 
     # The same config again: already published, nothing pushed, nothing recorded.
     before = len(read_records(records_path(tmp_path)))
-    again = release_image(
+    again = release(
         stack,
         image_ref=variant("full-again"),
         config_hash=config_hash,
@@ -118,7 +118,7 @@ def test_release_publishes_exactly_the_tested_digest(cpu_stacks, variant, repo_f
 
 def test_smoke_failure_moves_no_release_tag(cpu_stacks, variant, repo_for, tmp_path):
     stack, repo_name, config_hash = cpu_stacks.get("cpu-test"), repo_for(), _hash()
-    result = release_image(
+    result = release(
         stack,
         image_ref=variant("slow"),
         config_hash=config_hash,
@@ -146,7 +146,7 @@ def test_immutable_tag_collision_is_refused(cpu_stacks, variant, repo_for, tmp_p
     publish_digest(stack, first, registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
     smoked = []
     with pytest.raises(ImmutableTagCollision, match=f"immutable tag .*{tags.immutable} already points to {first}"):
-        release_image(
+        release(
             stack,
             image_ref=variant("second"),
             config_hash=config_hash,
@@ -227,7 +227,7 @@ def test_concurrent_releases_of_two_stacks_do_not_interfere(cpu_stacks, variant,
 
     def run(i):
         try:
-            results[i] = release_image(
+            results[i] = release(
                 stacks[i],
                 image_ref=images[i],
                 config_hash=hashes[i],

@@ -12,6 +12,7 @@ from sglstack.publish import PublishError, parse_smoke_opts, target_repository
 from sglstack.tags import (
     candidate_tag_pattern,
     immutable_tag_pattern,
+    is_digest,
     parse_image_reference,
     parse_repository,
     release_tags,
@@ -116,6 +117,42 @@ def test_repository_parsing():
     ref = parse_image_reference("127.0.0.1:5000/a/b@sha256:" + "0" * 64)
     assert ref.digest == "sha256:" + "0" * 64 and ref.tag is None and ref.repository.path == "a/b"
     assert parse_image_reference("127.0.0.1:5000/a/b:cu130").tag == "cu130"
+
+
+@pytest.mark.parametrize(
+    ("ref", "canonical"),
+    [
+        ("ubuntu", "docker.io/library/ubuntu"),
+        ("lmsysorg/sglang:v0.5.9-cu130", "docker.io/lmsysorg/sglang:v0.5.9-cu130"),
+        ("localhost:5000/x:1", "localhost:5000/x:1"),
+        ("[::1]:5000/a/b@sha256:" + "a" * 64, "[::1]:5000/a/b@sha256:" + "a" * 64),
+        ("127.0.0.1:5000/a/b:t@sha256:" + "b" * 64, "127.0.0.1:5000/a/b:t@sha256:" + "b" * 64),
+    ],
+)
+def test_one_reference_parser_round_trips(ref, canonical):
+    assert str(parse_image_reference(ref)) == canonical
+
+
+@pytest.mark.parametrize(
+    ("ref", "needle"),
+    [
+        ("a..b/x", "invalid registry host 'a..b'"),
+        ("host-.example/x", "invalid registry host"),
+        ("r.example/a/b@sha256:short", "invalid digest"),
+        ("r.example/a/b@md5:" + "0" * 32, "invalid digest"),
+        ("r.example/a/b:-bad", "invalid tag '-bad'"),
+        ("r.example/Team/b", "not a valid repository"),
+    ],
+)
+def test_bad_references_are_one_line_errors_naming_the_key(ref, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_image_reference(ref, stack="cu130", key="--image")
+    assert needle in str(err.value) and "key '--image'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_is_digest_is_sha256_only():
+    assert is_digest("sha256:" + "0" * 64)
+    assert not is_digest("sha256:" + "0" * 63) and not is_digest("sha256:" + "A" * 64) and not is_digest("1a2b3c")
 
 
 def test_registry_option_overrides_host_or_whole_repository(stacks):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import os
 import secrets
@@ -15,8 +14,10 @@ import pytest
 from registry_fixtures import htpasswd_registry, tiny_image, token_registry  # noqa: F401 - fixtures
 
 from sglstack.matrix import load_matrix
-from sglstack.publish import publish_digest, push_candidate, registry_client, target_repository
-from sglstack.registry import Credentials, RegistryAuthError, RegistryClient
+from sglstack.publish import publish_digest, push_candidate, target_repository
+from sglstack.records import utc_today
+from sglstack.registry import RegistryAuthError, RegistryClient
+from sglstack.registry_auth import Credentials
 from sglstack.tags import release_tags
 
 pytestmark = pytest.mark.docker
@@ -46,12 +47,12 @@ def test_basic_auth_publish_with_docker_config_credentials(
     monkeypatch.delenv("SGLSTACK_REGISTRY_USER", raising=False)
     repo_name = f"{reg.host}/sglstack-test/auth-{secrets.token_hex(3)}"
     repo = target_repository(stack, repo_name)
-    client = registry_client(repo)
+    client = RegistryClient.from_environment(repo.registry)
     assert client.credentials.source.startswith("Docker config")
     digest = push_candidate(docker_client, tiny_image, repo, "cand", client)
     config_hash = secrets.token_hex(32)
     publish_digest(stack, digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
-    for tag in release_tags(stack, config_hash, dt.date.today()).moving:
+    for tag in release_tags(stack, config_hash, utc_today()).moving:
         assert client.manifest_digest(repo.path, tag) == digest
 
 
@@ -104,11 +105,11 @@ def test_bearer_token_flow(stack, token_registry, tiny_image, docker_client, tmp
     monkeypatch.setenv("SGLSTACK_REGISTRY_PASSWORD", reg.password)
     repo_name = f"{reg.host}/sglstack-test/token-{secrets.token_hex(3)}"
     repo = target_repository(stack, repo_name)
-    client = registry_client(repo)
+    client = RegistryClient.from_environment(repo.registry)
     digest = push_candidate(docker_client, tiny_image, repo, "cand", client)  # dockerd: its own bearer flow
     config_hash = secrets.token_hex(32)
     publish_digest(stack, digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
-    tags = release_tags(stack, config_hash, dt.date.today())
+    tags = release_tags(stack, config_hash, utc_today())
     checker = RegistryClient(reg.host, credentials=Credentials(reg.user, reg.password, "test"))
     assert all(checker.manifest_digest(repo.path, t) == digest for t in tags.release)
     scopes = {s for q in service.requests for s in q.get("scope", [])}

@@ -16,14 +16,8 @@ import pytest
 from registry_fixtures import free_port, plain_registry  # noqa: F401 - fixture
 
 from sglstack.errors import RegistryError
-from sglstack.registry import (
-    Credentials,
-    ManifestNotFound,
-    RegistryAuthError,
-    RegistryClient,
-    compute_digest,
-    resolve_credentials,
-)
+from sglstack.registry import ManifestNotFound, RegistryAuthError, RegistryClient, compute_digest
+from sglstack.registry_auth import Credentials, resolve_credentials
 
 
 def _config(tmp_path, data):
@@ -107,6 +101,36 @@ def test_missing_helper_and_bad_auth_fail_in_one_line(tmp_path):
     cfg = _config(tmp_path, {"auths": {"r.example": {"auth": base64.b64encode(b"nocolon").decode()}}})
     with pytest.raises(RegistryError, match="not base64 user:password"):
         resolve_credentials("r.example", env={}, config_path=cfg)
+
+
+def test_a_default_store_that_is_not_installed_leaves_the_config_entries(tmp_path):
+    cfg = _config(
+        tmp_path,
+        {"credsStore": "desktop-not-here", "auths": {"r.example": {"auth": base64.b64encode(b"u:p").decode()}}},
+    )
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("u", "p") and creds.source.startswith("Docker config")
+    assert resolve_credentials("s.example", env={}, config_path=cfg) is None
+
+
+def test_an_identity_token_from_a_credential_helper(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    helper = bindir / "docker-credential-sgltok"
+    helper.write_text('#!/bin/sh\nread server\nprintf \'{"Username":"<token>","Secret":"refresh-xyz"}\'\n')
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    cfg = _config(tmp_path, {"credHelpers": {"r.example": "sgltok"}})
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert creds.identity_token and creds.password == "refresh-xyz"
+    assert creds.docker_auth_config("r.example") == {"identitytoken": "refresh-xyz", "serveraddress": "r.example"}
+
+
+def test_a_docker_config_that_is_not_json_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    with pytest.raises(RegistryError, match=r"^registry r.example: cannot read Docker config .*: JSONDecodeError$"):
+        resolve_credentials("r.example", env={}, config_path=path)
 
 
 def test_credentials_never_show_in_repr():
@@ -236,6 +260,33 @@ def test_real_registry_404_is_manifest_not_found(plain_registry):
     client = RegistryClient(plain_registry.host)
     with pytest.raises(ManifestNotFound, match=f"registry {plain_registry.host}"):
         client.get_manifest("nothing/here", "sha256:" + "0" * 64)
+
+
+def test_a_200_that_is_not_json_names_the_registry_and_the_request():
+    class Garbled(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b"<html>down for maintenance</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RegistryError) as err:
+            RegistryClient(f"127.0.0.1:{port}").list_tags("team/app")
+    finally:
+        server.shutdown()
+    assert str(err.value) == (
+        f"registry 127.0.0.1:{port}: GET /v2/team/app/tags/list answered HTTP 200 with a body that is not JSON "
+        "(text/html, 33 bytes)"
+    )
 
 
 def test_compute_digest():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli import run_invoke
+from faultproxy import Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.registry import RegistryClient
@@ -91,3 +92,25 @@ def test_smoke_failure_moves_no_release_tag(tmp_path, plain_registry, sglang_dou
     assert "speedup" in (proc.stdout + proc.stderr).lower()
     tags = RegistryClient(registry).list_tags("e2e-fail/sglang")
     assert len(tags) == 1 and tags[0].startswith("candidate-e2e-"), tags
+
+
+def test_build_push_whose_promotion_fails_leaves_no_release_tag(tmp_path, plain_registry, sglang_double_image,
+                                                                ca_bundle, docker_cli):
+    """The registry refuses the third release tag: the two that moved are removed again, the candidate
+    stays, the records say `reverted`, and the error line says which tags moved and that they went back."""
+    proxy = FaultProxy(plain_registry.port)
+    try:
+        proxy.add(Fault("PUT", r"/manifests/e2e$", "status", status=400))
+        matrix = release_matrix(tmp_path, sglang_double_image, proxy.host, speedup="4", repo="e2e-revert/sglang")
+        proc = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
+    finally:
+        proxy.close()
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: stack 'e2e': registry ") and "failed at " in error and ":e2e: " in error
+    assert "0.5.9-e2e had moved and were put back" in error and "recorded as reverted" in error
+    tags = RegistryClient(plain_registry.host).list_tags("e2e-revert/sglang")
+    assert len(tags) == 1 and tags[0].startswith("candidate-e2e-"), tags
+    records = [json.loads(line) for line in (tmp_path / "build" / "publish" / "records.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in records] == ["candidate", "reverted", "reverted", "reverted"]
+    assert {r["tag"] for r in records if r["event"] == "reverted"} >= {"0.5.9-e2e", "e2e"}

@@ -1,0 +1,69 @@
+"""`invoke registry.cleanup`: remove old candidate tags, keeping every released manifest."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from ..matrix import Stack
+from ..records import utc_now
+from ..registry import RegistryClient
+from ..tags import candidate_tag_pattern
+from .promotion import target_repository
+
+
+def _created(config: dict, fallback: dt.datetime) -> dt.datetime:
+    """The image's `created` time (UTC); `fallback` (treated as new) when it has none that parses."""
+    created = config.get("created")
+    if not isinstance(created, str):
+        return fallback
+    try:
+        born = dt.datetime.fromisoformat(created.replace("Z", "+00:00")[:32])
+    except ValueError:
+        return fallback
+    return born if born.tzinfo is not None else born.replace(tzinfo=dt.UTC)
+
+
+def cleanup_candidates(
+    stacks: Iterable[Stack],
+    *,
+    registry: str | None = None,
+    older_than_days: float = 7,
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+) -> list[str]:
+    """Remove candidate tags older than `older_than_days`; return the removed references.
+
+    A candidate that was released keeps its manifest: only the candidate tag goes. One that was not
+    released is deleted with its manifest (its layers go at the registry's next garbage collection).
+    """
+    now = now or utc_now()
+    cutoff = now - dt.timedelta(days=older_than_days)
+    removed: list[str] = []
+    seen: set[str] = set()
+    for stack in stacks:
+        repo = target_repository(stack, registry)
+        if str(repo) in seen:
+            continue
+        seen.add(str(repo))
+        client = RegistryClient.from_environment(repo.registry)
+        pattern = candidate_tag_pattern(stack.publish)
+        tags = client.list_tags(repo.path)
+        candidates = [t for t in tags if pattern.fullmatch(t)]
+        if not candidates:
+            continue
+        released = {client.manifest_digest(repo.path, t) for t in tags if t not in candidates}
+        for tag in candidates:
+            digest = client.manifest_digest(repo.path, tag)
+            if digest is None:
+                continue
+            if _created(client.image_config(repo.path, digest), now) > cutoff:
+                continue
+            removed.append(repo.ref(tag))
+            if dry_run:
+                continue
+            if digest in released:
+                client.untag(repo.path, tag)
+            else:
+                client.delete_manifest(repo.path, digest)
+    return removed

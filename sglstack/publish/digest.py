@@ -1,0 +1,111 @@
+"""`invoke publish --digest`: promote a digest smoke-tested elsewhere, or roll the moving tags back to one.
+
+A digest this records file has published before is a rollback: it keeps its immutable tag and gets back
+the moving tags it had then. Any other digest is published: it gets today's (UTC) tags of its config.
+Either way the tags move all together or not at all (`promotion.promote`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from ..labels import CONFIG_HASH_LABEL
+from ..matrix import Stack
+from ..records import utc_today
+from ..registry import ManifestNotFound, RegistryClient
+from ..tags import Repository, is_digest, release_tags
+from ..ui import console
+from .history import PublishError, read_records, records_path, released_records, unresolved_partial
+from .promotion import already_published, promote_recorded, target_repository
+
+
+def _config_hash_of(
+    client: RegistryClient, repo: Repository, digest: str, records: list[dict[str, Any]]
+) -> str | None:
+    for rec in reversed(records):
+        if rec.get("digest") == digest and rec.get("repository") == str(repo) and rec.get("config_hash"):
+            return rec["config_hash"]
+    labels = (client.image_config(repo.path, digest).get("config") or {}).get("Labels") or {}
+    value = labels.get(CONFIG_HASH_LABEL)
+    return value if isinstance(value, str) else None
+
+
+def publish_digest(
+    stack: Stack,
+    digest: str,
+    *,
+    registry: str | None = None,
+    config_hash: str | None = None,
+    force: bool = False,
+    smoke_report: str | None = None,
+    build_dir: Path | None = None,
+    today: dt.date | None = None,
+) -> int:
+    """Promote `digest` (smoke-tested elsewhere) or roll back to it; 0 when the tags point to it.
+
+    `today` (UTC by default) dates a new immutable tag. A promotion left `partial` before is finished,
+    recording what the tags pointed to before that first attempt.
+    """
+    if not is_digest(digest):
+        raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
+    day = today or utc_today()
+    out = console()
+    repo = target_repository(stack, registry)
+    client = RegistryClient.from_environment(repo.registry)
+    try:
+        client.get_manifest(repo.path, digest)
+    except ManifestNotFound:
+        raise PublishError(f"registry {repo.registry}: {repo}@{digest} does not exist") from None
+    path = records_path(build_dir)
+    records = read_records(path)
+    mine = released_records(records, stack, repo, digest)
+    partial = unresolved_partial(records, stack, repo, digest)
+    immutable = next((r["tag"] for r in reversed(mine) if r.get("kind") == "immutable"), None)
+    moving = tuple(dict.fromkeys(r["tag"] for r in mine if r.get("kind") == "moving"))
+    config_hash = config_hash or _config_hash_of(client, repo, digest, records)
+    if mine:
+        event = "rollback"
+        if not moving and config_hash:
+            moving = release_tags(stack, config_hash, day).moving
+    else:
+        event = "published"
+        if not config_hash:
+            raise PublishError(
+                f"stack '{stack.name}': cannot tell the config hash of {digest} (no publish "
+                f"record, no {CONFIG_HASH_LABEL} label): pass --config-hash"
+            )
+        tags = release_tags(stack, config_hash, day)
+        found = already_published(client, repo, stack, config_hash)
+        # This config's immutable tag on an earlier date (published from elsewhere, or left by a partial
+        # promotion) is its immutable tag: a config gets one, whatever the date.
+        immutable = found[0] if found and found[1] == digest else tags.immutable
+        moving = tags.moving
+    if not moving:
+        raise PublishError(f"stack '{stack.name}': no moving tags known for {digest}: pass --config-hash")
+    if event == "rollback" and not force and not partial:
+        current = {t: client.manifest_digest(repo.path, t) for t in moving}
+        if all(d == digest for d in current.values()):
+            out.print(
+                f"{stack.name}: {repo}@{digest} is already published as "
+                + ", ".join(repo.ref(t) for t in (immutable, *moving) if t)
+                + "; nothing to do (--force to redo)"
+            )
+            return 0
+    previous = promote_recorded(
+        client,
+        repo,
+        stack,
+        digest,
+        config_hash=config_hash,
+        immutable=immutable,
+        moving=moving,
+        event=event,
+        records=path,
+        smoke_report=smoke_report,
+        previous_hint={tag: rec.get("previous") for tag, rec in partial.items()},
+    )
+    verb = "rolled back" if event == "rollback" else "published"
+    out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
+    return 0

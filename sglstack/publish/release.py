@@ -1,0 +1,197 @@
+"""The release (`invoke build --push`): push a candidate, smoke-test that digest, promote exactly it.
+
+Every step is recorded (`candidate`, `smoke-failed`, `published`, or `reverted`/`partial` when the
+promotion failed and its tags were put back). A smoke failure moves no release tag and keeps the
+candidate for inspection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+from ..dockerhost import docker_client
+from ..errors import RegistryError
+from ..matrix import Stack
+from ..records import utc_timestamp, utc_today
+from ..registry import RegistryClient
+from ..tags import ReleaseTags, Repository, release_tags
+from ..ui import console
+from .history import (
+    PublishError,
+    append_records,
+    publish_dir,
+    read_records,
+    records_path,
+    tag_record,
+    unresolved_partial,
+)
+from .promotion import already_published, check_immutable, promote_recorded, target_repository
+
+# (stack, image reference by digest, smoke options) -> (passed, report as a dict)
+SmokeRunner = Callable[[Stack, str, Sequence[str]], tuple[bool, dict[str, Any]]]
+
+
+def parse_smoke_opts(opts: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` strings -> keyword overrides; `env=K=V` accumulates a dict, repeated keys a list."""
+    out: dict[str, Any] = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise PublishError(f"smoke option '{opt}' is not KEY=VALUE")
+        if key == "env":
+            name, sep, val = value.partition("=")
+            if not sep or not name:
+                raise PublishError(f"smoke option '{opt}' must be env=NAME=VALUE")
+            out.setdefault("env", {})[name] = val
+        elif key in out:
+            prev = out[key]
+            out[key] = [*prev, value] if isinstance(prev, list) else [prev, value]
+        else:
+            out[key] = value
+    return out
+
+
+def run_real_smoke(
+    stack: Stack, image: str, smoke_opts: Sequence[str], *, docker_host: str | None = None
+) -> tuple[bool, dict[str, Any]]:
+    """The production smoke (`sglstack.smoke`) on the image by digest, on `docker_host` unless overridden."""
+    # Imported here, not at the top: the smoke package brings its chart and runner dependencies, which
+    # `invoke publish`, `registry.cleanup` and Deploy (reading `published_release`) never need.
+    from ..smoke import run_smoke, smoke_options
+
+    overrides = parse_smoke_opts(smoke_opts)
+    if docker_host and "docker_host" not in overrides:
+        overrides["docker_host"] = docker_host
+    report = run_smoke(stack, image, smoke_options(stack, **overrides))
+    return bool(report.passed), report.to_dict()
+
+
+def push_candidate(engine: Any, image_ref: str, repo: Repository, tag: str, client: RegistryClient) -> str:
+    """Tag the local image as repo:tag, push it with the Docker engine, return the pushed digest."""
+    try:
+        image = engine.images.get(image_ref)
+    except docker.errors.ImageNotFound:
+        raise PublishError(f"local image '{image_ref}' not found: build it first") from None
+    image.tag(str(repo), tag)
+    auth = client.credentials.docker_auth_config(repo.registry) if client.credentials else None
+    pushed = None
+    try:
+        for chunk in engine.api.push(str(repo), tag=tag, stream=True, decode=True, auth_config=auth):
+            if "error" in chunk:
+                detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+                raise RegistryError(
+                    f"registry {repo.registry}: push of {repo.ref(tag)} failed: {str(detail).splitlines()[0][:300]}"
+                )
+            pushed = (chunk.get("aux") or {}).get("Digest") or pushed
+    except docker.errors.APIError as exc:
+        raise RegistryError(
+            f"registry {repo.registry}: push of {repo.ref(tag)} failed: {exc.explanation or exc}"
+        ) from None
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            engine.images.remove(repo.ref(tag), noprune=True)
+    digest = client.manifest_digest(repo.path, tag)
+    if digest is None:
+        raise RegistryError(f"registry {repo.registry}: {repo.ref(tag)} missing right after the push")
+    if pushed and pushed != digest:
+        raise RegistryError(f"registry {repo.registry}: {repo.ref(tag)} is {digest}, the push reported {pushed}")
+    return digest
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    digest: str | None  # the candidate's digest (None: the config was already published, nothing pushed)
+    tags: ReleaseTags
+    published: bool
+    smoke_report: Path | None
+
+    @property
+    def exit_code(self) -> int:
+        """0: published, or already published; 1: the smoke failed (no release tag moved)."""
+        return 0 if self.published or self.digest is None else 1
+
+
+def release(
+    stack: Stack,
+    *,
+    image_ref: str,
+    config_hash: str,
+    registry: str | None = None,
+    docker_host: str | None = None,
+    smoke_opts: Sequence[str] = (),
+    force: bool = False,
+    build_dir: Path | None = None,
+    today: dt.date | None = None,
+    smoke: SmokeRunner | None = None,
+) -> ReleaseResult:
+    """Push `image_ref` as a candidate, smoke it by digest, promote on pass (all release tags or none).
+
+    A failed promotion raises `PromotionError` after putting the tags back. `smoke` replaces the production
+    smoke (tests); `today` (UTC) dates the immutable tag.
+    """
+    out = console()
+    tags = release_tags(stack, config_hash, today or utc_today())
+    repo = target_repository(stack, registry)
+    client = RegistryClient.from_environment(repo.registry)
+    records = records_path(build_dir)
+    client.ping()
+    if not force:
+        found = already_published(client, repo, stack, config_hash)
+        if found and unresolved_partial(read_records(records), stack, repo, found[1]):
+            raise PublishError(
+                f"stack '{stack.name}': the promotion of {repo.ref(found[1])} was left partial (see {records}); "
+                f"finish it with `invoke publish --stack {stack.name} --digest {found[1]}`"
+            )
+        if found:
+            out.print(
+                f"{stack.name}: config {config_hash[:12]} is already published as {repo.ref(found[0])} "
+                f"({found[1]}); nothing to do (--force publishes it again)"
+            )
+            return ReleaseResult(digest=None, tags=tags, published=False, smoke_report=None)
+
+    out.print(f"{stack.name}: pushing candidate {repo.ref(tags.candidate)}")
+    digest = push_candidate(docker_client(docker_host), image_ref, repo, tags.candidate, client)
+    append_records(
+        records,
+        [tag_record("candidate", stack, repo, tags.candidate, "candidate", digest, config_hash, image=image_ref)],
+    )
+    check_immutable(client, repo, tags.immutable, digest)  # fail before a long smoke, not after
+
+    image = repo.ref(digest)
+    out.print(f"{stack.name}: smoke-testing {image}")
+    if smoke is None:
+        passed, report = run_real_smoke(stack, image, smoke_opts, docker_host=docker_host)
+    else:
+        passed, report = smoke(stack, image, smoke_opts)
+    report_path = publish_dir(build_dir) / "smoke" / f"{stack.name}-{digest[7:19]}-{utc_timestamp()}.json"
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(json.dumps({"image": image, "passed": passed, "report": report}, indent=2, default=str))
+    if not passed:
+        append_records(
+            records,
+            [
+                tag_record("smoke-failed", stack, repo, tags.candidate, "candidate", digest, config_hash,
+                           smoke_report=str(report_path))
+            ],
+        )
+        for failure in report.get("failures") or []:
+            out.print(f"  FAIL {failure}", markup=False, highlight=False)
+        out.print(
+            f"{stack.name}: smoke FAILED ({report_path}); no release tag moved, candidate "
+            f"{repo.ref(tags.candidate)} kept for inspection"
+        )
+        return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path)
+
+    promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
+                     moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
+    out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))
+    return ReleaseResult(digest=digest, tags=tags, published=True, smoke_report=report_path)
