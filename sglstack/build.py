@@ -381,7 +381,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     if target != FINAL_TARGET:
         lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
         return lines
-    from .smoke import launch_commands, smoke_options
+    from .smoke import launch_argvs, smoke_options
     from .tags import release_tags
 
     # Without --push nothing leaves this machine, but the plan still shows what a release would do.
@@ -391,7 +391,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     if not push:
         lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
     lines.append(f"push{when}: {repo}:{tags.candidate} (candidate)")
-    for kind, cmd in launch_commands(smoke_options(stack)).items():
+    for kind, cmd in launch_argvs(smoke_options(stack)).items():
         lines.append(f"smoke {kind}{when}: {shlex.join(cmd)}")
     lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines

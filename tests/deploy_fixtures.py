@@ -16,7 +16,7 @@ TEST_MATRIX = {
             "base_image": "debian:bookworm-slim",
             "sglang": {"version": "0.5.9"},
             "patches": [],
-            "smoke": {
+            "serving": {
                 "model": "test-org/tiny-model",
                 "speculative": {
                     "algorithm": "EAGLE3",
@@ -28,7 +28,7 @@ TEST_MATRIX = {
                 "tp": 1,
                 "gpus": 1,
                 "port": 30000,
-                "timeout_s": 120,
+                "startup_timeout_s": 120,
                 "shm_size": "256m",
                 "extra_args": ["--trust-remote-code"],
                 "env": {"SGLANG_DOUBLE_STARTUP_DELAY_S": "0.5"},
