@@ -86,7 +86,7 @@ def stacks(c, stacks_file=DEFAULT_STACKS, check=False):
 @_user_errors
 def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None):
     """Render build/STACK/Dockerfile, its build context and compose file; print the paths (reads no records)."""
-    from sglstack.render import render_command
+    from sglstack.render import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
 
     render_command(stacks_file, stack, out_dir=out, image=image)
 
@@ -148,14 +148,14 @@ for _t in (stacks, render, build):
 @task(
     help={
         "image": "image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
-        "stack": "stack whose smoke settings and gates apply", "stacks-file": "the matrix file",
+        "stack": "stack whose serving settings, smoke settings and gates apply", "stacks-file": "the matrix file",
         "model": "target model path or HF repo", "draft-model": "EAGLE-3 draft model path or HF repo",
         "tp": "tensor parallel size", "gpus": "GPUs to request (0: none, for CPU test doubles)",
-        "mount": "HOST:CONTAINER bind mount, e.g. the HF cache (repeatable)",
+        "mount": "HOST:CONTAINER[:ro] bind mount of an existing host folder, e.g. the HF cache (repeatable)",
         "env": "K=V for the server container (repeatable); HF_TOKEN is passed from the environment",
         "label": "K=V label on the server containers (repeatable)",
         "docker-host": "Docker engine URL (e.g. ssh://user@gpu-node; default: DOCKER_HOST / local socket)",
-        "timeout": "seconds each server may take to answer /health_generate",
+        "timeout": "seconds each server may take to answer /health_generate (default: serving.startup_timeout_s)",
         "concurrency": "the higher concurrency measured after concurrency 1",
         "num-prompts": "prompts per phase", "max-new-tokens": "tokens generated per request",
         "min-speedup": "gate: EAGLE-3 tok/s over baseline tok/s", "min-accept-length": "gate: accept length",

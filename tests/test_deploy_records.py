@@ -7,10 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from deploy_fixtures import make_test_stack
-
 from cli import run_invoke
-from deploy_fixtures import write_test_matrix
+from deploy_fixtures import make_test_stack, write_test_matrix
 
 from sglstack import compose as cmp
 from sglstack.deploy.compose_cli import detect_compose

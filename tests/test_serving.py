@@ -175,7 +175,7 @@ def test_local_docker_host_rule(monkeypatch, option, env, local) -> None:
     else:
         monkeypatch.setenv("DOCKER_HOST", env)
     assert is_local_docker_host(option) is local
-    assert effective_docker_host(option) == option or env or "unix:///var/run/docker.sock"
+    assert effective_docker_host(option) == (option or env or "unix:///var/run/docker.sock")
     assert docker_host_address(option) == ("127.0.0.1" if local else "gpu-node" if "gpu-node" in (option or env)
                                            else "10.1.2.3")
 

@@ -181,3 +181,15 @@ def test_a_missing_mount_source_is_refused_before_anything_starts(tmp_path):
     assert "cannot be checked from here" in check_mount_sources(opts.serving, local=False)
     missing.mkdir()
     assert check_mount_sources(opts.serving, local=True) is None
+
+
+def test_smoke_refuses_a_missing_mount_source_before_docker(tmp_path):
+    from cli import run_invoke
+
+    missing = tmp_path / "does-not-exist"
+    proc = run_invoke("smoke", "--image", "sglstack-test/never-pulled:1", "--model", "m", "--draft-model", "d",
+                      "--gpus", "0", "--mount", f"{missing}:/x", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == (f"error: --mount '{missing}:/x': {missing} does not exist "
+                                   "(Docker would create it as root); create it first")
+    assert not missing.exists() and not (tmp_path / "build").exists()

@@ -73,6 +73,8 @@ def check_port(
             f"stack '{spec.stack}': --port {port}: already published on {where} by {held}; "
             "choose another --port (nothing was changed)"
         )
+    if spec.host_network and client.api.containers(filters={"label": f"{COMPOSE_PROJECT_LABEL}={project}"}):
+        return None  # host networking publishes nothing: this deployment's own server holds the port
     if not local:
         return (f"--port {port}: no container on {where} publishes it; a process outside Docker there "
                 "cannot be checked from here")

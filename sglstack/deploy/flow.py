@@ -163,7 +163,10 @@ def deploy(
             failure = _health_failure(client, dep, spec, wait_limit(spec, wait_timeout_s), local, say)
     except BaseException as exc:
         # A signal or an engine error while the new deployment comes up: bring the previous one back first.
-        why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else _describe(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else "interrupted"
+        else:
+            why = _describe(exc)
         outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
         say(f"stack '{stack.name}': {why}; {outcome}")
         raise
