@@ -320,8 +320,13 @@ def test_impossible_options_are_refused_before_anything_changes(
 def test_a_redeploy_of_a_crashing_image_restores_the_previous_one(
     deployment: Deployment, double_variants, tmp_path: Path
 ) -> None:
+    client = docker.from_env()
     options = _cpu_options(tmp_path)
-    first = deploy(deployment, double_variants["a"], options, say=lambda _: None)
+    # Served through a tag that moves on afterwards: the restore must bring back the image that ran.
+    moving = f"{double_variants['a'].split(':')[0]}:moving"
+    client.images.get(double_variants["a"]).tag(moving)
+    first = deploy(deployment, moving, options, say=lambda _: None)
+    client.images.get(double_variants["b"]).tag(moving)
 
     with pytest.raises(DeployFailed) as err:
         deploy(deployment, double_variants["crash"], options, say=lambda _: None)
@@ -332,32 +337,36 @@ def test_a_redeploy_of_a_crashing_image_restores_the_previous_one(
 
     records = read_records(deployment.build_root, "tiny")
     assert [(r.action, r.result, r.image) for r in records] == [
-        ("deploy", "healthy", double_variants["a"]),
+        ("deploy", "healthy", moving),
         ("deploy", "failed", double_variants["crash"]),
-        ("restore", "healthy", double_variants["a"]),
+        ("restore", "healthy", moving),
     ]
     assert "exited with code" in records[1].note and double_variants["crash"] in records[2].note
     assert records[2].digest == first.digest and records[2].options == first.options
     # What runs is recorded as serving: a rollback goes to the image before it (there is none here).
     with pytest.raises(DeployError, match="no earlier healthy deployment"):
         rollback(deployment, say=lambda _: None)
+    client.images.remove(moving)
 
 
-def test_a_failed_restore_says_so_plainly(deployment: Deployment, double_variants, tmp_path: Path) -> None:
+def test_a_failed_restore_says_so_plainly(
+    deployment: Deployment, double_variants, docker_cli: str, tmp_path: Path
+) -> None:
     options = _cpu_options(tmp_path)
-    deploy(deployment, double_variants["a"], options, say=lambda _: None)
     client = docker.from_env()
     # The previous image disappears (pruned) while the new one crashes: nothing can be brought back.
-    gone = f"{double_variants['a'].split(':')[0]}:gone"
-    client.images.get(double_variants["a"]).tag(gone)
+    gone = _build_child(docker_cli, double_variants["a"], f"{double_variants['a'].split(':')[0]}:gone",
+                        f'LABEL io.sglstack.test-gone="{secrets.token_hex(4)}"')
     deploy(deployment, gone, options, say=lambda _: None)
     _serving_container(deployment).remove(force=True)
-    client.images.remove(gone)
+    client.images.remove(gone, force=True)
 
     with pytest.raises(DeployFailed) as err:
         deploy(deployment, double_variants["crash"], options, say=lambda _: None)
     assert "restoring the previous deployment" in str(err.value) and "failed too" in str(err.value)
-    assert "nothing healthy is serving" in str(err.value)
+    assert "nothing healthy is serving, the failed one was taken down" in str(err.value)
+    assert "no longer points to the image that ran" in str(err.value) and "\n" not in str(err.value)
+    assert _project_containers(deployment) == []  # the crashing server does not keep restarting
     assert read_records(deployment.build_root, "tiny")[-1].action == "restore"
     assert read_records(deployment.build_root, "tiny")[-1].result == "failed"
 

@@ -19,7 +19,7 @@ import docker
 import docker.errors
 
 from .. import compose as cmp
-from ..dockerhost import docker_client, is_local_docker_host
+from ..dockerhost import docker_client, image_exists, is_local_docker_host
 from ..errors import DeployError, SglstackError
 from ..matrix import Stack
 from ..records import build_root as default_build_root
@@ -282,17 +282,20 @@ def _restore(
     prev_file = dep.out_dir / previous.compose_file
     spec: ServingSpec | None = None
     detail: str | None = None
+    started = False  # whether the previous deployment's service was brought up again
     try:
         spec = cmp.deploy_spec(dep.stack, options)
-        if not prev_file.is_file():
-            # Its file is gone (a cleaned build folder): render it again from its record.
-            cmp.write_compose(dep.stack, previous.image, dep.out_dir, options=options,
-                              smoke_report=previous.smoke_report)
+        ref = pinned_image(client, previous)
+        if ref != previous.image or not prev_file.is_file():
+            # Its tag moved, or its file is gone (a cleaned build folder): render it again from its record,
+            # serving the very image that ran.
+            cmp.write_compose(dep.stack, ref, dep.out_dir, options=options, smoke_report=previous.smoke_report)
         up = compose.run(dep.project_name, [prev_file], ["up", "-d", "--remove-orphans", "--no-build"],
                          docker_host=dep.docker_host)
         if up.returncode != 0:
             detail = f"`up` failed: {error_line(up.stderr)}"
         else:
+            started = True
             detail = _health_failure(client, dep, spec, wait_limit(spec, None),
                                      is_local_docker_host(dep.docker_host), say)
     except (SglstackError, docker.errors.DockerException, OSError) as exc:
@@ -303,14 +306,41 @@ def _restore(
         result="failed" if detail else "healthy",
         time=utc_timestamp(),
         compose_tool=compose.label,
-        note=f"after the failed {attempt.action} of {attempt.image}",
+        note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else ""),
     )
     append_record(dep.build_root, record)
-    if detail:
-        return (f"restoring the previous deployment ({shown}) failed too: {detail}; nothing healthy is serving "
-                f"(`invoke logs --stack {dep.stack.name}`)")
-    port = (spec.host_port or spec.port) if spec else "?"
-    return f"restored {shown} on port {port} (healthy)"
+    if detail is None:
+        port = (spec.host_port or spec.port) if spec else "?"
+        return f"restored {shown} on port {port} (healthy)"
+    if started:
+        # The previous server runs again but is not healthy (yet): leave it, it may still be loading.
+        left = "its container is left running, not healthy"
+    else:
+        # The failed new server must not keep crash-looping (and holding GPUs) in its place.
+        compose.run(dep.project_name, [dep.out_dir / attempt.compose_file], ["down", "-v", "--remove-orphans"],
+                    docker_host=dep.docker_host)
+        left = "the failed one was taken down"
+    return (f"restoring the previous deployment ({shown}) failed too: {detail}; nothing healthy is serving, "
+            f"{left} (`invoke logs --stack {dep.stack.name}`)")
+
+
+def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
+    """A reference to exactly the image `record` ran: a tag only while it still points to that image."""
+    if "@" in record.image:
+        return record.image
+    try:
+        current: str | None = client.images.get(record.image).id
+    except docker.errors.ImageNotFound:
+        current = None
+    if current is not None and (not record.image_id or current == record.image_id):
+        return record.image
+    if record.image_id and image_exists(client, record.image_id):
+        return record.image_id
+    if record.digest and record.digest != record.image_id:
+        name = record.image.rsplit(":", 1)[0] if ":" in record.image.rsplit("/", 1)[-1] else record.image
+        return f"{name}@{record.digest}"
+    raise DeployError(f"{record.image} no longer points to the image that ran ({record.image_id[:19]}), "
+                      "and that image is gone from the engine")
 
 
 # ---- rollback, undeploy, logs ----------------------------------------------------------------------
