@@ -6,7 +6,8 @@ Serves the CPU SGLang double (tests/doubles/sglang-double) through the productio
 reservations off and a 1 s healthcheck interval, and measures (medians of --repeat):
   1. sglstack's deploy to healthy, split into its phases (render, `compose config`, `up -d`, health wait);
   2. a bare `compose up -d` of the same rendered file plus the same health wait: the overhead ratio;
-  3. a redeploy with another image, a rollback, and an undeploy;
+  3. a redeploy with another image, a rollback, a redeploy of a crashing image that restores the previous
+     deployment (to healthy), and an undeploy;
   4. compose CLI detection, first call against cached.
 """
 
@@ -81,6 +82,7 @@ def main() -> None:
     repo = f"sglstack-bench-deploy-{secrets.token_hex(4)}"
     build(args.docker_cli, f"{repo}:a", REPO_ROOT / "tests" / "doubles" / "sglang-double")
     build(args.docker_cli, f"{repo}:b", dockerfile=f'FROM {repo}:a\nLABEL io.sglstack.bench="b"\n')
+    build(args.docker_cli, f"{repo}:crash", dockerfile=f"FROM {repo}:a\nENV SGLANG_DOUBLE_CRASH_AT_START=1\n")
     work = Path(tempfile.mkdtemp(prefix="sglstack-bench-deploy-"))
     (work / "hf").mkdir()  # a missing bind source is refused (Docker would create it as root)
     (work / "stacks.yaml").write_text(yaml.safe_dump(STACK))
@@ -129,6 +131,13 @@ def main() -> None:
             flow.rollback(dep, compose=compose, say=lambda _: None)
             rows.setdefault("rollback", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
+            try:
+                flow.deploy(dep, f"{repo}:crash", options, compose=compose, say=lambda _: None)
+                raise AssertionError("the crashing image deployed")
+            except flow.DeployFailed as exc:
+                assert "restored" in str(exc), exc
+            rows.setdefault("failed redeploy + restore to healthy", []).append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
             flow.undeploy(dep, compose=compose, say=lambda _: None)
             rows.setdefault("undeploy", []).append(time.perf_counter() - t0)
 
@@ -150,7 +159,7 @@ def main() -> None:
                     c.remove(force=True)
                 for n in client.networks.list(filters=project_filter):
                     n.remove()
-        for tag in ("b", "a"):
+        for tag in ("crash", "b", "a"):
             client.images.remove(f"{repo}:{tag}")
         shutil.rmtree(work, ignore_errors=True)
 
