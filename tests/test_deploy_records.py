@@ -56,6 +56,7 @@ def test_rollback_goes_to_the_previous_healthy_image_skipping_failures_and_redep
     assert rollback_target([a, b, bad]) == b  # the failed deploy took b down: restore b
     assert rollback_target([a, bad]) == a
     assert rollback_target([a, b, b]) == a  # redeploying the same digest twice is not a version
+    assert rollback_target([a, b, _record("other/name@" + DIGEST_B, DIGEST_B)]) == a  # nor by another name
     assert rollback_target([a]) is None
     assert rollback_target([]) is None
     back = _record("r@" + DIGEST_A, DIGEST_A, action="rollback")

@@ -283,6 +283,7 @@ def _restore(
     spec: ServingSpec | None = None
     detail: str | None = None
     started = False  # whether the previous deployment's service was brought up again
+    ref = previous.image
     try:
         spec = cmp.deploy_spec(dep.stack, options)
         ref = pinned_image(client, previous)
@@ -302,6 +303,7 @@ def _restore(
         detail = _describe(exc)
     record = replace(
         previous,
+        image=ref,
         action="restore",
         result="failed" if detail else "healthy",
         time=utc_timestamp(),

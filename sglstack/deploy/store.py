@@ -91,9 +91,14 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
         return healthy[-1]
     current = healthy[-1]
     for record in reversed(healthy[:-1]):
-        if (record.image, record.digest) != (current.image, current.digest):
+        if _identity(record) != _identity(current):
             return record
     return None
+
+
+def _identity(record: DeploymentRecord) -> str:
+    """Which image a record served: its digest (a tag or an id can name the same one), else the reference."""
+    return record.digest or record.image
 
 
 def display_path(path: Path) -> str:
