@@ -87,7 +87,6 @@ class ComposeOptions:
             nnodes=self.nnodes,
             node_rank=self.node_rank,
             dist_init_addr=self.dist_init_addr,
-            flags={"host_port": "--port", "healthcheck_start_period_s": "--start-period"},
         )
 
     def check(self, stack_name: str | None) -> None:

@@ -176,7 +176,6 @@ _MEASURE: dict[str, type] = {
     "max_new_tokens": int,
     "request_timeout": float,
 }
-_FLAGS = {"startup_timeout_s": "--timeout", "mounts": "--mount", "port": "--port"}
 
 
 def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
@@ -223,7 +222,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
         raise SmokeError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
 
     try:
-        spec = serving_spec(stack, ServingOverrides(**serving, flags=_FLAGS))
+        spec = serving_spec(stack, ServingOverrides(**serving))
     except ServingError as exc:
         raise SmokeError(str(exc)) from None
     defaults: dict[str, Any] = {
