@@ -219,7 +219,7 @@ def render_env_example(stack: Stack, *, options: ComposeOptions | None = None) -
     )
 
 
-def render_compose_files(
+def deployment_files(
     stack: Stack, image_ref: str, *, options: ComposeOptions | None = None, smoke_report: str | None = None
 ) -> dict[str, str]:
     """Every file a deployment folder holds: the compose file(s) and `compose.env.example`."""
@@ -237,7 +237,7 @@ def write_compose(
     smoke_report: str | None = None,
 ) -> list[Path]:
     """Write the compose file(s) and `compose.env.example` into `out_dir`; return the paths written."""
-    files = render_compose_files(stack, image_ref, options=options, smoke_report=smoke_report)
+    files = deployment_files(stack, image_ref, options=options, smoke_report=smoke_report)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in files.items():

@@ -260,3 +260,22 @@ def test_bad_deploy_options_are_one_line_errors_before_anything_runs(tmp_path: P
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     # Nothing was started, pulled, preflighted or written.
     assert not (tmp_path / "build").exists()
+
+
+def test_a_restore_is_not_cut_in_half_by_a_signal() -> None:
+    import os
+    import signal
+
+    from sglstack.deploy.flow import signals_deferred
+    from sglstack.signals import Interrupted
+
+    done = []
+    with pytest.raises(Interrupted) as info, signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGHUP)
+        done.append("the whole restore ran")
+    assert done == ["the whole restore ran"]
+    assert info.value.exit_code == 143  # the first signal decides the exit code
+    with signals_deferred():
+        done.append("no signal, no interruption")
+    assert len(done) == 2

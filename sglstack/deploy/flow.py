@@ -9,9 +9,11 @@ attempt and the restore are both recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from ..matrix import Stack
 from ..records import build_root as default_build_root
 from ..records import utc_timestamp
 from ..serving import ServingSpec
-from ..signals import Interrupted
+from ..signals import HANDLED, Interrupted
 from .checks import check_host, check_options
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
@@ -116,7 +118,7 @@ def deploy(
     if report is None or report == cmp.UNKNOWN:
         say(f"no passing smoke report is known for {digest or image_ref}: labelled {cmp.LABEL_SMOKE_REPORT}="
             f"{cmp.UNKNOWN} (a published digest carries the report that let it through)")
-    files = cmp.render_compose_files(stack, image_ref, options=options, smoke_report=report)
+    files = cmp.deployment_files(stack, image_ref, options=options, smoke_report=report)
     compose_file = dep.out_dir / cmp.compose_filename(options)
 
     # Until `up`, the running deployment is untouched: any failure (or signal) puts the files back.
@@ -167,11 +169,21 @@ def deploy(
             why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else "interrupted"
         else:
             why = _describe(exc)
-        outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
-        say(f"stack '{stack.name}': {why}; {outcome}")
+        outcome = "the restore did not finish"
+        try:
+            with signals_deferred():
+                outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
+        finally:
+            say(f"stack '{stack.name}': {why}; {outcome}")
         raise
     if failure is not None:
-        outcome, tail = _recover(dep, client, compose, attempt, previous, saved, failure, say, extra=extra)
+        outcome = "the restore did not finish"
+        try:
+            with signals_deferred():
+                outcome, tail = _recover(dep, client, compose, attempt, previous, saved, failure, say, extra=extra)
+        except Interrupted:  # a signal waited for the restore: say what it left, then exit 128+signal
+            say(f"stack '{stack.name}': {failure}; {outcome}")
+            raise
         raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
 
     record = replace(attempt, result="healthy", time=utc_timestamp())
@@ -232,6 +244,30 @@ def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> No
 
 
 # ---- after a failed deploy -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While the previous deployment comes back, SIGINT, SIGTERM and SIGHUP wait: cutting a restore in
+    half would leave nothing serving. The first one is raised as `Interrupted` once the block is done."""
+    pending: list[int] = []
+    previous = {}
+    try:
+        for sig in HANDLED:
+            previous[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    except ValueError:
+        # Not the main thread: signal handlers can only be set there (and are not delivered elsewhere).
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if pending:
+        raise Interrupted(pending[0])
 
 
 def _recover(
