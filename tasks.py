@@ -14,6 +14,15 @@ from pathlib import Path
 from invoke import Collection, Exit
 from invoke import task as _invoke_task
 
+# Standard library only: the deployment tasks' options, read when invoke loads this file.
+from sglstack.deploy.options import (
+    DeployOptions,
+    LogsOptions,
+    RollbackOptions,
+    StatusOptions,
+    UndeployOptions,
+    task_options,
+)
 from sglstack.errors import SglstackError
 from sglstack.signals import exit_code_of, signals_raise
 
@@ -72,13 +81,14 @@ def stacks(c, stacks_file=DEFAULT_STACKS, check=False):
 
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
-            "out": "output folder (default: build/STACK)"})
+            "out": "output folder (default: build/STACK, under SGLSTACK_BUILD_DIR if set)",
+            "image": "image reference the compose file serves (default: the moving tag REPOSITORY:STACK)"})
 @_user_errors
-def render(c, stack, stacks_file=DEFAULT_STACKS, out=None):
-    """Render build/STACK/Dockerfile, its build context and compose file; print the paths."""
-    from sglstack.render import render_command
+def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None):
+    """Render build/STACK/Dockerfile, its build context and compose file; print the paths (reads no records)."""
+    from sglstack.render import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
 
-    render_command(stacks_file, stack, out_dir=out)
+    render_command(stacks_file, stack, out_dir=out, image=image)
 
 
 # ---- build -----------------------------------------------------------------------------------------
@@ -138,14 +148,14 @@ for _t in (stacks, render, build):
 @task(
     help={
         "image": "image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
-        "stack": "stack whose smoke settings and gates apply", "stacks-file": "the matrix file",
+        "stack": "stack whose serving settings, smoke settings and gates apply", "stacks-file": "the matrix file",
         "model": "target model path or HF repo", "draft-model": "EAGLE-3 draft model path or HF repo",
         "tp": "tensor parallel size", "gpus": "GPUs to request (0: none, for CPU test doubles)",
-        "mount": "HOST:CONTAINER bind mount, e.g. the HF cache (repeatable)",
+        "mount": "HOST:CONTAINER[:ro] bind mount of an existing host folder, e.g. the HF cache (repeatable)",
         "env": "K=V for the server container (repeatable); HF_TOKEN is passed from the environment",
         "label": "K=V label on the server containers (repeatable)",
         "docker-host": "Docker engine URL (e.g. ssh://user@gpu-node; default: DOCKER_HOST / local socket)",
-        "timeout": "seconds each server may take to answer /health_generate",
+        "timeout": "seconds each server may take to answer /health_generate (default: serving.startup_timeout_s)",
         "concurrency": "the higher concurrency measured after concurrency 1",
         "num-prompts": "prompts per phase", "max-new-tokens": "tokens generated per request",
         "min-speedup": "gate: EAGLE-3 tok/s over baseline tok/s", "min-accept-length": "gate: accept length",
@@ -282,88 +292,61 @@ def patches_verify(c, root, stack=None, patch=None, stacks_file=DEFAULT_STACKS, 
 ns.add_collection(Collection("patches", patches_list, patches_check, patches_apply, patches_verify))
 
 
-# ---- deployment ------------------------------------------------------------------------------------
+# ---- deployment ----------------------------------------------------------------------------------
+# The options of these tasks are defined once, in sglstack.deploy.options: each task takes them as
+# keyword arguments and passes them straight through. The entry points are imported when a task runs:
+# they load the Docker SDK, which would slow down every `invoke` call (even `invoke --list`).
 
-def _int_or_none(value):
-    return int(value) if value not in (None, "") else None
 
-
-@task(
-    auto_shortflags=False,
-    help={
-        "stack": "stack name from the matrix",
-        "stacks-file": "the matrix file",
-        "digest": "the published digest to serve (sha256:..., or a full repo@sha256:... reference)",
-        "image": "serve this image reference instead (e.g. a local tag)",
-        "docker-host": "Docker engine URL to deploy to (default: DOCKER_HOST / local socket)",
-        "eagle3": "--no-eagle3: serve without the stack's speculative (EAGLE-3) flags",
-        "gpus": "--no-gpus: no GPU reservations and no memlock/stack ulimits (CPU hosts)",
-        "port": "host port (default: the stack's smoke.port)",
-        "hf-cache": "host folder of the Hugging Face cache (default: the stack's smoke.mounts)",
-        "start-period": "healthcheck start period in seconds (default: the stack's smoke.timeout_s)",
-        "restart": "restart policy: no, always, on-failure, unless-stopped",
-        "env-file": "env file with HF_TOKEN (default: build/STACK/compose.env)",
-        "nnodes": "number of nodes for multi-node serving",
-        "node-rank": "this node's rank (0 serves the API)",
-        "dist-init-addr": "HOST:PORT of node 0 (multi-node)",
-        "wait-timeout": "seconds to wait for /health (default: start period + healthcheck retries)",
-        "health-interval": "seconds between healthchecks (default 30)",
-        "skip-preflight": "do not run `invoke preflight` on the GPU node first",
-    },
-)
+@task(auto_shortflags=False, help=DeployOptions.task_help())
 @_user_errors
-def deploy(c, stack, stacks_file=DEFAULT_STACKS, digest=None, image=None, docker_host=None, eagle3=True,
-           gpus=True, port=None, hf_cache=None, start_period=None, restart="unless-stopped", env_file=None,
-           nnodes=1, node_rank=0, dist_init_addr=None, wait_timeout=None, health_interval=30, skip_preflight=False):
-    """Deploy a published stack with compose, wait until /health answers, record it."""
-    from sglstack.deploy import deploy_command
+@task_options(DeployOptions)
+def deploy(c, **options):
+    """Deploy a published stack with compose, wait until /health answers, record it; a failed redeploy
+    restores the previous deployment."""
+    from sglstack.deploy.commands import deploy_command
 
-    deploy_command(stacks_file, stack, digest=digest, image=image, docker_host=docker_host, eagle3=eagle3,
-                   gpus=gpus, port=_int_or_none(port), hf_cache=hf_cache,
-                   start_period=_int_or_none(start_period), restart=restart, env_file=env_file, nnodes=nnodes,
-                   node_rank=node_rank, dist_init_addr=dist_init_addr,
-                   wait_timeout=_int_or_none(wait_timeout), health_interval=health_interval,
-                   skip_preflight=skip_preflight)
+    deploy_command(DeployOptions.from_cli(options))
 
 
-@task(help={"stack": "only this stack (default: all)", "docker-host": "Docker engine URL"})
+@task(help=StatusOptions.task_help())
 @_user_errors
-def status(c, stack=None, docker_host=None):
-    """Show each deployed stack: digest, health, uptime, model and EAGLE-3 settings."""
-    from sglstack.deploy import status_command
+@task_options(StatusOptions)
+def status(c, **options):
+    """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings."""
+    from sglstack.deploy.commands import status_command
 
-    status_command(stack=stack, docker_host=docker_host)
+    status_command(StatusOptions.from_cli(options))
 
 
-@task(help={"stack": "stack name", "stacks-file": "the matrix file", "tail": "only the last N lines",
-            "docker-host": "Docker engine URL (default: the one recorded at deploy)"})
+@task(help=LogsOptions.task_help())
 @_user_errors
-def logs(c, stack, stacks_file=DEFAULT_STACKS, tail=None, docker_host=None):
+@task_options(LogsOptions)
+def logs(c, **options):
     """Print the deployed stack's server logs."""
-    from sglstack.deploy import logs_command
+    from sglstack.deploy.commands import logs_command
 
-    logs_command(stacks_file, stack, tail=_int_or_none(tail), docker_host=docker_host)
+    logs_command(LogsOptions.from_cli(options))
 
 
-@task(help={"stack": "stack name", "stacks-file": "the matrix file",
-            "docker-host": "Docker engine URL (default: the one recorded at deploy)"})
+@task(help=UndeployOptions.task_help())
 @_user_errors
-def undeploy(c, stack, stacks_file=DEFAULT_STACKS, docker_host=None):
+@task_options(UndeployOptions)
+def undeploy(c, **options):
     """Stop and remove a deployed stack (compose down -v)."""
-    from sglstack.deploy import undeploy_command
+    from sglstack.deploy.commands import undeploy_command
 
-    undeploy_command(stacks_file, stack, docker_host=docker_host)
+    undeploy_command(UndeployOptions.from_cli(options))
 
 
-@task(help={"stack": "stack name", "stacks-file": "the matrix file",
-            "docker-host": "Docker engine URL (default: the one recorded at deploy)",
-            "wait-timeout": "seconds to wait for /health"})
+@task(help=RollbackOptions.task_help())
 @_user_errors
-def rollback(c, stack, stacks_file=DEFAULT_STACKS, docker_host=None, wait_timeout=None):
+@task_options(RollbackOptions)
+def rollback(c, **options):
     """Redeploy the image recorded before the current one, with the options it ran with."""
-    from sglstack.deploy import rollback_command
+    from sglstack.deploy.commands import rollback_command
 
-    rollback_command(stacks_file, stack, docker_host=docker_host, wait_timeout=_int_or_none(wait_timeout))
+    rollback_command(RollbackOptions.from_cli(options))
 
 
 for _t in (deploy, status, logs, undeploy, rollback):

@@ -6,7 +6,8 @@ Serves the CPU SGLang double (tests/doubles/sglang-double) through the productio
 reservations off and a 1 s healthcheck interval, and measures (medians of --repeat):
   1. sglstack's deploy to healthy, split into its phases (render, `compose config`, `up -d`, health wait);
   2. a bare `compose up -d` of the same rendered file plus the same health wait: the overhead ratio;
-  3. a redeploy with another image, a rollback, and an undeploy;
+  3. a redeploy with another image, a rollback, a redeploy of a crashing image that restores the previous
+     deployment (to healthy), and an undeploy;
   4. compose CLI detection, first call against cached.
 """
 
@@ -31,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from sglstack import compose as cmp  # noqa: E402
-from sglstack import deploy as dpl  # noqa: E402
+from sglstack.deploy import compose_cli, flow, health  # noqa: E402
 from sglstack.matrix import load_matrix  # noqa: E402
 
 STACK = {
@@ -40,7 +41,7 @@ STACK = {
             "base_image": "debian:bookworm-slim",
             "sglang": {"version": "0.5.9"},
             "patches": [],
-            "smoke": {
+            "serving": {
                 "model": "bench-org/tiny-model",
                 "speculative": {
                     "draft_model": "bench-org/tiny-eagle3",
@@ -50,7 +51,7 @@ STACK = {
                 },
                 "tp": 1,
                 "gpus": 1,
-                "timeout_s": 120,
+                "startup_timeout_s": 120,
                 "shm_size": "256m",
             },
         }
@@ -81,7 +82,9 @@ def main() -> None:
     repo = f"sglstack-bench-deploy-{secrets.token_hex(4)}"
     build(args.docker_cli, f"{repo}:a", REPO_ROOT / "tests" / "doubles" / "sglang-double")
     build(args.docker_cli, f"{repo}:b", dockerfile=f'FROM {repo}:a\nLABEL io.sglstack.bench="b"\n')
+    build(args.docker_cli, f"{repo}:crash", dockerfile=f"FROM {repo}:a\nENV SGLANG_DOUBLE_CRASH_AT_START=1\n")
     work = Path(tempfile.mkdtemp(prefix="sglstack-bench-deploy-"))
+    (work / "hf").mkdir()  # a missing bind source is refused (Docker would create it as root)
     (work / "stacks.yaml").write_text(yaml.safe_dump(STACK))
     stack = load_matrix(work / "stacks.yaml", patches_dir=work / "none").get("bench")
     options = cmp.ComposeOptions(
@@ -95,24 +98,24 @@ def main() -> None:
     )
 
     t0 = time.perf_counter()
-    dpl._detect_compose.cache_clear()
-    compose = dpl.detect_compose()
+    compose_cli._detect_compose.cache_clear()
+    compose = compose_cli.detect_compose()
     detect_cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    dpl.detect_compose()
+    compose_cli.detect_compose()
     detect_warm = time.perf_counter() - t0
 
     rows: dict[str, list[float]] = {}
     try:
         for i in range(args.repeat):
-            dep = dpl.Deployment(stack=stack, build_root=work / f"build{i}", project=f"{repo}-{i}")
+            dep = flow.Deployment(stack=stack, build_root=work / f"build{i}", project=f"{repo}-{i}")
             marks: list[tuple[str, float]] = []
 
             def say(msg: str, marks=marks) -> None:
                 marks.append((msg, time.perf_counter()))
 
             t0 = time.perf_counter()
-            dpl.deploy(dep, f"{repo}:a", options, compose=compose, say=say)
+            flow.deploy(dep, f"{repo}:a", options, compose=compose, say=say)
             total = time.perf_counter() - t0
             at = {key: next(t for m, t in marks if m.startswith(key)) for key in ("rendered", "deploying")}
             healthy = next(t for m, t in marks if "is healthy" in m)
@@ -122,13 +125,20 @@ def main() -> None:
             rows.setdefault("  up -d + health wait + record", []).append(healthy - at["deploying"])
 
             t0 = time.perf_counter()
-            dpl.deploy(dep, f"{repo}:b", options, compose=compose, say=lambda _: None)
+            flow.deploy(dep, f"{repo}:b", options, compose=compose, say=lambda _: None)
             rows.setdefault("redeploy (other image)", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            dpl.rollback(dep, compose=compose, say=lambda _: None)
+            flow.rollback(dep, compose=compose, say=lambda _: None)
             rows.setdefault("rollback", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            dpl.undeploy(dep, compose=compose, say=lambda _: None)
+            try:
+                flow.deploy(dep, f"{repo}:crash", options, compose=compose, say=lambda _: None)
+                raise AssertionError("the crashing image deployed")
+            except flow.DeployFailed as exc:
+                assert "restored" in str(exc), exc
+            rows.setdefault("failed redeploy + restore to healthy", []).append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            flow.undeploy(dep, compose=compose, say=lambda _: None)
             rows.setdefault("undeploy", []).append(time.perf_counter() - t0)
 
             # The same file, bare: `up -d` and the same health poll, no validation or records.
@@ -136,19 +146,20 @@ def main() -> None:
             compose_file = dep.out_dir / cmp.COMPOSE_FILE
             t0 = time.perf_counter()
             compose.run(bare, [compose_file], ["up", "-d", "--no-build"])
-            bare_dep = dpl.Deployment(stack=stack, build_root=dep.build_root, project=bare)
-            verdict, _ = dpl._wait_healthy(client, bare_dep, 120, lambda _: None)
+            bare_dep = flow.Deployment(stack=stack, build_root=dep.build_root, project=bare)
+            verdict, _ = health.wait_healthy(client, bare_dep.project_name, cmp.SERVICE, 120, lambda _: None)
             rows.setdefault("bare compose up -d + health wait", []).append(time.perf_counter() - t0)
             assert verdict == "healthy", verdict
             compose.run(bare, [compose_file], ["down", "-v", "-t", "1"])
     finally:
         for i in range(args.repeat):
             for project in (f"{repo}-{i}", f"{repo}-bare-{i}"):
-                for c in client.containers.list(all=True, filters={"label": f"{dpl.COMPOSE_PROJECT_LABEL}={project}"}):
+                project_filter = {"label": f"{health.COMPOSE_PROJECT_LABEL}={project}"}
+                for c in client.containers.list(all=True, filters=project_filter):
                     c.remove(force=True)
-                for n in client.networks.list(filters={"label": f"{dpl.COMPOSE_PROJECT_LABEL}={project}"}):
+                for n in client.networks.list(filters=project_filter):
                     n.remove()
-        for tag in ("b", "a"):
+        for tag in ("crash", "b", "a"):
             client.images.remove(f"{repo}:{tag}")
         shutil.rmtree(work, ignore_errors=True)
 

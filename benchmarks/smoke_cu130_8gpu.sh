@@ -14,13 +14,13 @@ HF_CACHE=${HF_CACHE:-$HOME/.cache/huggingface}
 OUT=${OUT:-build/cu130}
 mkdir -p "$OUT"
 
-# Every value not given here comes from the cu130 entry of stacks.yaml (smoke: tp 8, gpus 8, 256 new tokens,
+# Every value not given here comes from the cu130 entry of stacks.yaml (serving: tp 8, gpus 8; smoke: 256 new tokens,
 # 8 prompts, concurrency 8, timeout 3600 s, gates min_speedup 1.0, min_accept_length 2.0, min_agreement 0.9,
 # max_regression 0.05). The two launches it runs, in containers with --ipc host, --shm-size 32g,
 # memlock -1, stack 64 MiB and 8 GPUs:
-#   python3 -m sglang.launch_server --host 0.0.0.0 --port 30000 --model-path moonshotai/Kimi-K2.5 --tp-size 8 \
+#   python3 -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp-size 8 --host 0.0.0.0 --port 30000 \
 #       --trust-remote-code
-#   python3 -m sglang.launch_server --host 0.0.0.0 --port 30000 --model-path moonshotai/Kimi-K2.5 --tp-size 8 \
+#   python3 -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp-size 8 --host 0.0.0.0 --port 30000 \
 #       --speculative-algorithm EAGLE3 --speculative-draft-model-path AQ-MedAI/Kimi-K25-eagle3 \
 #       --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --trust-remote-code
 python3 -m invoke smoke --stack cu130 --image "$IMAGE" \

@@ -37,7 +37,7 @@ from .publish import release, target_repository
 from .records import build_root, require_writable, utc_timestamp, utc_today
 from .registry import RegistryClient
 from .render import RenderedContext, write_build_context
-from .smoke import launch_commands, smoke_options
+from .smoke import launch_argvs, smoke_options
 from .tags import release_tags
 from .ui import console as make_console
 from .verify import pin_mismatches
@@ -487,7 +487,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     if not push:
         lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
     lines.append(f"push{when}: {repo}:{tags.candidate} (candidate)")
-    for kind, cmd in launch_commands(smoke_options(stack)).items():
+    for kind, cmd in launch_argvs(smoke_options(stack)).items():
         lines.append(f"smoke {kind}{when}: {shlex.join(cmd)}")
     lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines

@@ -7,10 +7,12 @@ through a BuildKit-capable CLI (`builder.py`), because the SDK's build API is th
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
@@ -19,6 +21,47 @@ from docker.models.containers import Container
 from .errors import DockerUnavailable
 
 OWNER_LABEL = "io.sglstack.owner"
+LOCAL_SOCKET = "unix:///var/run/docker.sock"
+
+
+# ---- which machine the engine runs on: the one rule for deploy and smoke ---------------------------
+
+
+def effective_docker_host(docker_host: str | None) -> str:
+    """The engine a command talks to: the option, else DOCKER_HOST, else the local socket (as the CLI)."""
+    return docker_host or os.environ.get("DOCKER_HOST") or LOCAL_SOCKET
+
+
+def docker_host_name(docker_host: str | None) -> str:
+    """The machine name in the effective host's tcp://host:port or ssh://user@host[:port] ('' for sockets)."""
+    host = effective_docker_host(docker_host)
+    if "://" not in host:
+        host = "tcp://" + host
+    try:
+        return urlsplit(host).hostname or ""
+    except ValueError:
+        return ""
+
+
+def is_local_docker_host(docker_host: str | None) -> bool:
+    """Whether the effective engine runs on this machine: a unix:// or npipe:// socket, or a loopback
+    tcp:// / ssh:// host. Decides what can be checked from here (paths, ports) and where a published
+    port is reached."""
+    host = effective_docker_host(docker_host)
+    if host.startswith(("unix://", "npipe://")):
+        return True
+    name = docker_host_name(host)
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def docker_host_address(docker_host: str | None) -> str:
+    """Where a port the engine publishes is reached from here: loopback for this machine, else its name."""
+    return "127.0.0.1" if is_local_docker_host(docker_host) else docker_host_name(docker_host)
 
 
 def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> docker.DockerClient:

@@ -194,6 +194,46 @@ class SpeculativeSettings(_Model):
     num_draft_tokens: int = Field(ge=1)
 
 
+def parse_bind(value: str) -> tuple[str, str, bool]:
+    """`HOST:CONTAINER[:ro|rw]` -> (host path, container path, read-only); ValueError says what is wrong."""
+    parts = str(value).split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
+        raise ValueError("expected HOST:CONTAINER[:ro] with an absolute container path")
+    if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+        raise ValueError(f"mode '{parts[2]}' is not ro or rw")
+    return parts[0], parts[1], len(parts) == 3 and parts[2] == "ro"
+
+
+def _bind_mount(value: str) -> str:
+    try:
+        parse_bind(value)
+    except ValueError as exc:
+        raise ValueError(f"mount '{value}': {exc}") from None
+    return value
+
+
+BindMount = Annotated[str, AfterValidator(_bind_mount)]
+
+
+class ServingSettings(_Model):
+    """How the stack's image is served: the one source of the server's command line, env and resources.
+
+    Smoke, compose and any later manifest render from the serving spec derived from this (`serving.py`).
+    """
+
+    model: str
+    speculative: SpeculativeSettings | None = None
+    tp: int = Field(default=1, ge=1)
+    gpus: int = Field(default=1, ge=0)
+    port: int = Field(default=30000, ge=1, le=65535)  # the server's listen port
+    # How long the server may take to load and answer /health: smoke's wait, compose's start period.
+    startup_timeout_s: float = Field(default=3600, gt=0)
+    shm_size: str = "32g"
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = Field(default_factory=dict)
+    mounts: tuple[BindMount, ...] = ()
+
+
 class Gates(_Model):
     min_speedup: float = Field(default=1.0, gt=0)
     min_accept_length: float = Field(default=2.0, ge=0)
@@ -202,20 +242,23 @@ class Gates(_Model):
 
 
 class SmokeSettings(_Model):
-    model: str
-    speculative: SpeculativeSettings | None = None
-    tp: int = Field(default=1, ge=1)
-    gpus: int = Field(default=1, ge=0)
-    port: int = Field(default=30000, ge=1, le=65535)
-    timeout_s: float = Field(default=3600, gt=0)
+    """How the smoke test measures a served image (the server itself is `serving:`)."""
+
     max_new_tokens: int = Field(default=128, ge=1)
     concurrency: int = Field(default=8, ge=1)
     num_prompts: int = Field(default=8, ge=1)
-    shm_size: str = "32g"
-    extra_args: tuple[str, ...] = ()
-    env: Mapping[str, str] = Field(default_factory=dict)
-    mounts: tuple[str, ...] = ()
     gates: Gates = Gates()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _serving_keys_moved(cls, data: Any) -> Any:
+        # stacks.yaml files written before the split kept the server's settings under `smoke:`.
+        if isinstance(data, Mapping):
+            for key in data:
+                if key in ServingSettings.model_fields or key == "timeout_s":
+                    new = "startup_timeout_s" if key == "timeout_s" else key
+                    raise _KeyedValueError((key,), f"'{key}' is a serving setting: move it to 'serving.{new}'")
+        return data
 
 
 class PublishSettings(_Model):
@@ -251,7 +294,8 @@ class Stack(_Model):
     overrides: tuple[Override, ...] = ()
     patches: tuple[str, ...] = ()
     patch_policy: PatchPolicy = PatchPolicy()
-    smoke: SmokeSettings
+    serving: ServingSettings
+    smoke: SmokeSettings = SmokeSettings()
     publish: PublishSettings = PublishSettings()
     labels: Mapping[str, str] = Field(default_factory=dict)
 
@@ -278,9 +322,9 @@ class Stack(_Model):
                     ("overrides", i, "pin"), f"'{override.pin}' contradicts the stack's own pin {req.name}=={pinned}"
                 )
         # gpus: 0 is the CPU profile used with test doubles, where tp is only passed through.
-        if self.smoke.gpus and self.smoke.tp > self.smoke.gpus:
+        if self.serving.gpus and self.serving.tp > self.serving.gpus:
             raise _KeyedValueError(
-                ("smoke", "tp"), f"smoke.tp {self.smoke.tp} needs at least as many gpus ({self.smoke.gpus})"
+                ("serving", "tp"), f"serving.tp {self.serving.tp} needs at least as many gpus ({self.serving.gpus})"
             )
         return self
 

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import jinja2
 
+from .compose import moving_tag_ref, write_compose
 from .matrix import Stack, load_matrix
 from .records import build_root
 from .resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
+from .ui import console as make_console
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
@@ -189,13 +191,15 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
 
 
 def default_out_dir(stack_name: str) -> Path:
+    """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
     return build_root() / stack_name
 
 
-def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None) -> RenderedContext:
-    from .compose import render_compose_files
-    from .ui import console as make_console
-
+def render_command(
+    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None
+) -> RenderedContext:
+    """`invoke render`: the Dockerfile, its context and the compose files. Reads no records: the compose
+    file serves `image`, by default the stack's moving tag, which `invoke deploy` replaces with a digest."""
     matrix = load_matrix(stacks_file)
     stack = matrix.get(stack_name)
     out = Path(out_dir) if out_dir else default_out_dir(stack_name)
@@ -203,6 +207,6 @@ def render_command(stacks_file: str, stack_name: str, out_dir: str | None = None
     console = make_console()
     console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
     console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-    for path in render_compose_files(stack, out):
+    for path in write_compose(stack, image or moving_tag_ref(stack), out):
         console.print(f"[bold]{stack_name}[/]: compose      {path}")
     return rendered

@@ -16,7 +16,7 @@ TEST_MATRIX = {
             "base_image": "debian:bookworm-slim",
             "sglang": {"version": "0.5.9"},
             "patches": [],
-            "smoke": {
+            "serving": {
                 "model": "test-org/tiny-model",
                 "speculative": {
                     "algorithm": "EAGLE3",
@@ -28,7 +28,7 @@ TEST_MATRIX = {
                 "tp": 1,
                 "gpus": 1,
                 "port": 30000,
-                "timeout_s": 120,
+                "startup_timeout_s": 120,
                 "shm_size": "256m",
                 "extra_args": ["--trust-remote-code"],
                 "env": {"SGLANG_DOUBLE_STARTUP_DELAY_S": "0.5"},
@@ -38,15 +38,17 @@ TEST_MATRIX = {
 }
 
 
-def write_test_matrix(tmp_path: Path) -> Path:
+def write_test_matrix(tmp_path: Path, name: str = "tiny") -> Path:
+    """The test matrix, its one stack named `name` (a unique name gives a unique compose project)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "stacks.yaml"
-    path.write_text(yaml.safe_dump(TEST_MATRIX, sort_keys=False), encoding="utf-8")
+    matrix = {"stacks": {name: TEST_MATRIX["stacks"]["tiny"]}}
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
     return path
 
 
 def make_test_stack(tmp_path: Path, name: str = "tiny") -> Stack:
-    return load_matrix(write_test_matrix(tmp_path), patches_dir=tmp_path / "no-patches").get(name)
+    return load_matrix(write_test_matrix(tmp_path, name), patches_dir=tmp_path / "no-patches").get(name)
 
 
 def free_port() -> int:

@@ -11,8 +11,8 @@ import yaml
 from deploy_fixtures import make_test_stack
 
 from sglstack import compose as cmp
-from sglstack.errors import ConfigError
 from sglstack.matrix import load_matrix
+from sglstack.serving import ServingError
 
 DIGEST_REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "ab" * 32
 SPEC_FLAGS = (
@@ -34,7 +34,7 @@ def _flag(command: list[str], flag: str) -> str:
 
 def _compose_config(folder: Path, name: str = cmp.COMPOSE_FILE) -> dict:
     """Run the real compose CLI's `config` on a rendered file; return its normalised output."""
-    from sglstack.deploy import detect_compose
+    from sglstack.deploy.compose_cli import detect_compose
 
     (folder / cmp.ENV_FILE).touch()
     cli = detect_compose()
@@ -63,12 +63,12 @@ def test_every_stack_renders_a_file_compose_accepts(stack_name: str, tmp_path: P
     assert config["image"] == DIGEST_REF
     command = config["command"]
     assert command[:3] == ["python3", "-m", "sglang.launch_server"]
-    assert _flag(command, "--model-path") == stack.smoke.model
-    assert _flag(command, "--tp-size") == str(stack.smoke.tp)
-    assert _flag(command, "--speculative-draft-model-path") == stack.smoke.speculative.draft_model
-    assert _flag(command, "--speculative-num-draft-tokens") == str(stack.smoke.speculative.num_draft_tokens)
+    assert _flag(command, "--model-path") == stack.serving.model
+    assert _flag(command, "--tp-size") == str(stack.serving.tp)
+    assert _flag(command, "--speculative-draft-model-path") == stack.serving.speculative.draft_model
+    assert _flag(command, "--speculative-num-draft-tokens") == str(stack.serving.speculative.num_draft_tokens)
     devices = config["deploy"]["resources"]["reservations"]["devices"]
-    assert devices == [{"driver": "nvidia", "count": stack.smoke.gpus, "capabilities": ["gpu"]}]
+    assert devices == [{"driver": "nvidia", "count": stack.serving.gpus, "capabilities": ["gpu"]}]
     assert config["ulimits"]["memlock"] == -1
     assert config["ipc"] == "host"
     assert config["healthcheck"]["start_period"] in ("3600s", "1h0m0s", "1h")
@@ -98,7 +98,7 @@ def test_cpu_profile_asks_for_no_gpu_and_no_memlock(tmp_path: Path) -> None:
     service = _service(text)
 
     assert "deploy" not in service
-    assert "ulimits" not in service
+    assert "memlock" not in service.get("ulimits", {})
     assert "memlock" not in text
     assert "nvidia" not in text
     assert service["ipc"] == "host"
@@ -135,21 +135,27 @@ def test_multi_node_renders_one_file_per_node(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "key"),
+    ("options", "flag"),
     [
-        (cmp.ComposeOptions(nnodes=2), "compose.dist_init_addr"),
-        (cmp.ComposeOptions(nnodes=2, dist_init_addr="no-port"), "compose.dist_init_addr"),
-        (cmp.ComposeOptions(nnodes=2, node_rank=2, dist_init_addr="h:1"), "compose.node_rank"),
-        (cmp.ComposeOptions(restart="sometimes"), "compose.restart"),
-        (cmp.ComposeOptions(port=70000), "compose.port"),
-        (cmp.ComposeOptions(start_period_s=0), "compose.start_period_s"),
+        (cmp.ComposeOptions(nnodes=2), "--dist-init-addr"),
+        (cmp.ComposeOptions(nnodes=2, dist_init_addr="no-port"), "--dist-init-addr 'no-port'"),
+        (cmp.ComposeOptions(nnodes=2, dist_init_addr="h:99999"), "--dist-init-addr 'h:99999'"),
+        (cmp.ComposeOptions(nnodes=2, node_rank=2, dist_init_addr="h:1"), "--node-rank 2"),
+        (cmp.ComposeOptions(node_rank=-1), "--node-rank -1"),
+        (cmp.ComposeOptions(nnodes=0), "--nnodes 0"),
+        (cmp.ComposeOptions(restart="sometimes"), "--restart 'sometimes'"),
+        (cmp.ComposeOptions(port=70000), "--port 70000"),
+        (cmp.ComposeOptions(port=0), "--port 0"),
+        (cmp.ComposeOptions(start_period_s=0), "--start-period 0"),
+        (cmp.ComposeOptions(healthcheck_interval_s=0), "--health-interval 0"),
+        (cmp.ComposeOptions(healthcheck_interval_s=-3), "--health-interval -3"),
     ],
 )
-def test_bad_options_are_one_line_errors_naming_stack_and_key(tmp_path, options, key) -> None:
+def test_bad_options_are_one_line_errors_naming_stack_and_option(tmp_path, options, flag) -> None:
     stack = make_test_stack(tmp_path)
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ServingError) as err:
         cmp.render_compose(stack, DIGEST_REF, options=options)
-    assert "stack 'tiny'" in str(err.value) and f"key '{key}'" in str(err.value)
+    assert str(err.value).startswith(f"stack 'tiny': {flag}:"), str(err.value)
     assert "\n" not in str(err.value)
 
 
@@ -179,7 +185,7 @@ def test_options_reach_the_file(tmp_path: Path) -> None:
 
 def test_hf_cache_replaces_the_stacks_own_cache_mount() -> None:
     stack = load_matrix().get("cu130")
-    assert any(m.endswith(":/root/.cache/huggingface") for m in stack.smoke.mounts)
+    assert any(m.endswith(":/root/.cache/huggingface") for m in stack.serving.mounts)
     service = _service(cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(hf_cache="/data/hf")))
     assert service["volumes"] == ["/data/hf:/root/.cache/huggingface"]
 
@@ -188,7 +194,7 @@ def test_hf_cache_replaces_the_stacks_own_cache_mount() -> None:
 def test_dollar_signs_survive_compose_interpolation(tmp_path: Path) -> None:
     stack = make_test_stack(tmp_path)
     stack = stack.model_copy(
-        update={"smoke": stack.smoke.model_copy(update={"extra_args": ("--served-model-name", "m$HOME")})}
+        update={"serving": stack.serving.model_copy(update={"extra_args": ("--served-model-name", "m$HOME")})}
     )
     cmp.write_compose(stack, DIGEST_REF, tmp_path)
     config = _compose_config(tmp_path)["services"][cmp.SERVICE]
@@ -219,3 +225,52 @@ def test_no_secret_in_any_rendered_file(tmp_path: Path, monkeypatch: pytest.Monk
 def test_project_names_are_valid_for_compose_v1() -> None:
     assert cmp.project_name("cu130-sglang0510") == "sglstack-cu130-sglang0510"
     assert cmp.project_name("cu13.0_x") == "sglstack-cu13-0_x"
+
+
+def test_the_service_carries_the_smoke_report_that_passed_its_image(tmp_path: Path) -> None:
+    stack = make_test_stack(tmp_path)
+    report = "sha256:" + "5e" * 32
+    labels = _service(cmp.render_compose(stack, DIGEST_REF, smoke_report=report))["labels"]
+    assert labels[cmp.LABEL_SMOKE_REPORT] == report
+    # Nothing known: said so, never invented.
+    assert _service(cmp.render_compose(stack, DIGEST_REF))["labels"][cmp.LABEL_SMOKE_REPORT] == "unknown"
+
+
+def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.publish import append_records, records_path
+    from sglstack.render import render_command
+
+    build = tmp_path / "elsewhere"
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(build))
+    monkeypatch.chdir(tmp_path)
+    matrix = write_test_matrix(tmp_path / "m")
+    published = "sha256:" + "cd" * 32
+    append_records(records_path(build), [{"event": "published", "stack": "tiny", "repository": "reg/sglang",
+                                          "tag": "tiny", "kind": "moving", "digest": published}])
+
+    render_command(str(matrix), "tiny")
+    # Under SGLSTACK_BUILD_DIR, next to the records; the moving tag, not the recorded digest.
+    service = _service((build / "tiny" / cmp.COMPOSE_FILE).read_text())
+    stack = make_test_stack(tmp_path / "n")
+    assert service["image"] == f"{stack.publish.repository}:tiny" == cmp.moving_tag_ref(stack)
+    assert published not in (build / "tiny" / cmp.COMPOSE_FILE).read_text()
+    assert not (tmp_path / "build").exists()
+
+    render_command(str(matrix), "tiny", out_dir=str(tmp_path / "out"), image=DIGEST_REF)
+    assert _service((tmp_path / "out" / cmp.COMPOSE_FILE).read_text())["image"] == DIGEST_REF
+
+
+def test_render_and_compose_import_nothing_of_deploy_or_publish(repo_root: Path) -> None:
+    """Data flows one way: rendering cannot reach records, so no compose <-> deploy cycle can come back."""
+    import sys
+
+    code = (
+        "import sys, sglstack.compose, sglstack.render, sglstack.serving; "
+        "print(sorted(m for m in sys.modules if m.startswith(('sglstack.deploy', 'sglstack.publish', "
+        "'sglstack.smoke', 'docker'))))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=repo_root, env={"PYTHONPATH": str(repo_root), "PATH": "/usr/bin:/bin"})
+    assert proc.stdout.strip() == "[]"

@@ -7,22 +7,25 @@ import shutil
 from pathlib import Path
 
 import pytest
-from deploy_fixtures import make_test_stack
+from cli import run_invoke
+from deploy_fixtures import make_test_stack, write_test_matrix
 
 from sglstack import compose as cmp
-from sglstack.deploy import (
+from sglstack.deploy.compose_cli import detect_compose
+from sglstack.deploy.health import health_verdict
+from sglstack.deploy.images import passing_smoke_report, published_image_ref, resolve_image_ref
+from sglstack.deploy.options import DeployOptions, LogsOptions
+from sglstack.deploy.status import format_duration
+from sglstack.deploy.store import (
     DeploymentRecord,
     append_record,
-    detect_compose,
-    format_duration,
-    health_verdict,
-    published_image_ref,
     read_records,
     records_path,
-    resolve_image_ref,
     rollback_target,
+    serving_now,
 )
 from sglstack.errors import DeployError, DockerUnavailable
+from sglstack.publish import PublishedRelease
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -53,6 +56,7 @@ def test_rollback_goes_to_the_previous_healthy_image_skipping_failures_and_redep
     assert rollback_target([a, b, bad]) == b  # the failed deploy took b down: restore b
     assert rollback_target([a, bad]) == a
     assert rollback_target([a, b, b]) == a  # redeploying the same digest twice is not a version
+    assert rollback_target([a, b, _record("other/name@" + DIGEST_B, DIGEST_B)]) == a  # nor by another name
     assert rollback_target([a]) is None
     assert rollback_target([]) is None
     back = _record("r@" + DIGEST_A, DIGEST_A, action="rollback")
@@ -170,3 +174,108 @@ def test_the_deploy_tasks_are_registered(repo_root: Path) -> None:
     assert {"deploy", "status", "logs", "undeploy", "rollback"} <= set(tasks.ns.task_names)
     flags = {arg.name for arg in tasks.ns["deploy"].get_arguments()}
     assert {"stack", "digest", "image", "docker_host", "eagle3", "gpus"} <= flags
+    # Every option of the one definition is a flag of the task, with its help.
+    assert {f.replace("-", "_") for f in DeployOptions.task_help()} == flags
+
+
+def test_a_restore_is_what_serves_after_a_failed_redeploy() -> None:
+    a, b = _record("r@" + DIGEST_A, DIGEST_A), _record("r@" + DIGEST_B, DIGEST_B)
+    failed = _record("r@sha256:" + "c" * 64, "sha256:" + "c" * 64, result="failed")
+    restored = _record("r@" + DIGEST_B, DIGEST_B, action="restore")
+    assert serving_now([a, b]) == b
+    assert serving_now([a, b, failed]) is None  # nothing restored it (there was nothing to restore)
+    assert serving_now([a, b, failed, restored]) == restored
+    assert serving_now([a, _record("r@" + DIGEST_A, DIGEST_A, action="undeploy", result="removed")]) is None
+    # The restore serves b again: rollback goes to a, the image before b.
+    assert rollback_target([a, b, failed, restored]) == a
+    # A restore that failed too: rollback brings back the last healthy one.
+    assert rollback_target([a, b, failed, _record("r@" + DIGEST_B, DIGEST_B, action="restore", result="failed")]) == b
+
+
+def test_records_written_before_the_smoke_report_field_still_read(tmp_path: Path) -> None:
+    row = _record("r@" + DIGEST_A, DIGEST_A).to_dict()
+    del row["smoke_report"], row["note"]
+    records_path(tmp_path, "tiny").parent.mkdir(parents=True)
+    records_path(tmp_path, "tiny").write_text(json.dumps(row) + "\n")
+    (record,) = read_records(tmp_path, "tiny")
+    assert (record.digest, record.smoke_report, record.note) == (DIGEST_A, "unknown", "")
+
+
+def test_the_smoke_report_is_known_only_for_the_released_digest() -> None:
+    report = "sha256:" + "5" * 64
+    release = PublishedRelease(stack="tiny", repository="reg/sglang", digest=DIGEST_A, smoke_report="r.json",
+                               smoke_report_sha256=report)
+    assert passing_smoke_report(release, DIGEST_A) == report
+    assert passing_smoke_report(release, DIGEST_B) is None  # --digest/--image of anything else: unknown
+    assert passing_smoke_report(None, DIGEST_A) is None
+    unrecorded = PublishedRelease(stack="tiny", repository="reg/sglang", digest=DIGEST_A, smoke_report=None,
+                                  smoke_report_sha256=None)
+    assert passing_smoke_report(unrecorded, DIGEST_A) is None
+
+
+def test_the_deploy_options_are_defined_once_and_parsed_with_one_line_errors() -> None:
+    options = DeployOptions.from_cli({"stack": "tiny", "port": "8080", "wait_timeout": "2.5", "nnodes": None})
+    assert (options.port, options.wait_timeout, options.nnodes, options.health_interval) == (8080, 2.5, 1, 30)
+    help_flags = set(DeployOptions.task_help())
+    assert {"port", "wait-timeout", "nnodes", "node-rank", "health-interval", "start-period"} <= help_flags
+    for name in ("port", "wait_timeout", "start_period", "nnodes", "node_rank", "health_interval"):
+        with pytest.raises(DeployError) as info:
+            DeployOptions.from_cli({"stack": "tiny", name: "abc"})
+        assert str(info.value).startswith(f"--{name.replace('_', '-')} 'abc': not a")
+    with pytest.raises(DeployError, match="--tail 'x': not a whole number"):
+        LogsOptions.from_cli({"stack": "tiny", "tail": "x"})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["deploy", "--port", "abc"], "error: --port 'abc': not a whole number"),
+        (["deploy", "--wait-timeout", "soon"], "error: --wait-timeout 'soon': not a number"),
+        (["deploy", "--nnodes", "two"], "error: --nnodes 'two': not a whole number"),
+        (["deploy", "--node-rank", "x"], "error: --node-rank 'x': not a whole number"),
+        (["deploy", "--start-period", "1m"], "error: --start-period '1m': not a whole number"),
+        (["deploy", "--health-interval", "fast"], "error: --health-interval 'fast': not a whole number"),
+        (["deploy", "--wait-timeout", "0"], "error: stack 'tiny': --wait-timeout 0: must be more than 0 seconds"),
+        (["deploy", "--wait-timeout", "-5"], "error: stack 'tiny': --wait-timeout -5: must be more than 0 seconds"),
+        (["deploy", "--nnodes", "0"], "error: stack 'tiny': --nnodes 0: must be at least 1"),
+        (["deploy", "--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "h:1"],
+         "error: stack 'tiny': --node-rank 2: not in 0..1"),
+        (["deploy", "--nnodes", "2", "--dist-init-addr", "node0"],
+         "error: stack 'tiny': --dist-init-addr 'node0': multi-node serving needs HOST:PORT of node 0"),
+        (["deploy", "--restart", "sometimes"], "error: stack 'tiny': --restart 'sometimes': not one of"),
+        (["deploy", "--port", "0"], "error: stack 'tiny': --port 0: not a TCP port"),
+        (["deploy", "--health-interval", "0"], "error: stack 'tiny': --health-interval 0: must be at least 1"),
+        (["logs", "--tail", "many"], "error: --tail 'many': not a whole number"),
+        (["rollback", "--wait-timeout", "x"], "error: --wait-timeout 'x': not a number"),
+    ],
+)
+def test_bad_deploy_options_are_one_line_errors_before_anything_runs(tmp_path: Path, args, message) -> None:
+    matrix = write_test_matrix(tmp_path / "m")
+    task, *rest = args
+    extra = ["--image", "sglstack-test/never-pulled:1"] if task == "deploy" else []
+    proc = run_invoke(task, "--stack", "tiny", "--stacks-file", str(matrix), *extra, *rest, cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().startswith(message), proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    # Nothing was started, pulled, preflighted or written.
+    assert not (tmp_path / "build").exists()
+
+
+def test_a_restore_is_not_cut_in_half_by_a_signal() -> None:
+    import os
+    import signal
+
+    from sglstack.deploy.flow import signals_deferred
+    from sglstack.signals import Interrupted
+
+    done = []
+    with pytest.raises(Interrupted) as info, signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGHUP)
+        done.append("the whole restore ran")
+    assert done == ["the whole restore ran"]
+    assert info.value.exit_code == 143  # the first signal decides the exit code
+    with signals_deferred():
+        done.append("no signal, no interruption")
+    assert len(done) == 2

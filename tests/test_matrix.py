@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOOD = """
 defaults:
   python: "3.12"
-  smoke:
+  serving:
     model: org/model
     tp: 1
     gpus: 1
@@ -61,12 +61,12 @@ def test_real_matrix_loads_and_pins_cu130_exactly():
     assert pins["flashinfer-python"] == pins["flashinfer-cubin"] == "0.6.4"
     assert pins["sglang"] == "0.5.9"
     assert cu130.patches == ("kimi-k25-eagle3",)
-    assert cu130.smoke.tp == 8
-    assert cu130.smoke.speculative.draft_model == "AQ-MedAI/Kimi-K25-eagle3"
+    assert cu130.serving.tp == 8
+    assert cu130.serving.speculative.draft_model == "AQ-MedAI/Kimi-K25-eagle3"
     assert (
-        cu130.smoke.speculative.num_steps,
-        cu130.smoke.speculative.eagle_topk,
-        cu130.smoke.speculative.num_draft_tokens,
+        cu130.serving.speculative.num_steps,
+        cu130.serving.speculative.eagle_topk,
+        cu130.serving.speculative.num_draft_tokens,
     ) == (3, 1, 4)
 
 
@@ -76,7 +76,7 @@ def test_inheritance_merges_and_overrides(tmp_path):
     assert child.sglang.version == "0.5.10"
     assert child.base_image == "debian:bookworm-slim"
     assert child.patches == ()
-    assert child.smoke.model == "org/model"
+    assert child.serving.model == "org/model"
 
 
 def test_stacks_are_immutable(tmp_path):
@@ -95,7 +95,7 @@ def test_unknown_key_names_stack_key_and_line(tmp_path):
 
 def test_wrong_type(tmp_path):
     err = error_for(tmp_path, GOOD.replace("    tp: 1", "    tp: eight"))
-    assert err.key == "smoke.tp" and err.line == 6
+    assert err.key == "serving.tp" and err.line == 6
 
 
 def test_missing_pin(tmp_path):
@@ -180,7 +180,7 @@ def test_cross_field_checks_name_their_key_and_line(tmp_path):
     assert err.stack == "base" and err.key == "cuda_arch_list.1" and "sm90" in str(err) and err.line == 13
 
     err = error_for(tmp_path, GOOD.replace("    tp: 1", "    tp: 4"))
-    assert err.key == "smoke.tp" and err.line == 6
+    assert err.key == "serving.tp" and err.line == 6
 
 
 def test_list_item_error_points_at_the_item_line(tmp_path):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.network
 STACKS = """
 defaults:
   base_image: nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
-  smoke: {model: moonshotai/Kimi-K2.5}
+  serving: {model: moonshotai/Kimi-K2.5}
 stacks:
   old:
     sglang: {version: "0.5.9"}

@@ -30,17 +30,18 @@ def release_matrix(tmp_path: Path, base_image: str, registry: str, speedup: str,
           python: "3.11"
           publish:
             repository: {registry}/{repo}
-          smoke:
+          serving:
             model: test-org/tiny-model
             speculative: {{draft_model: test-org/tiny-eagle3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
             tp: 1
             gpus: 0
-            timeout_s: 90
+            startup_timeout_s: 90
+            shm_size: 256m
+            env: {{SGLANG_DOUBLE_SPEC_SPEEDUP: "{speedup}"}}
+          smoke:
             max_new_tokens: 24
             concurrency: 2
             num_prompts: 3
-            shm_size: 256m
-            env: {{SGLANG_DOUBLE_SPEC_SPEEDUP: "{speedup}"}}
         stacks:
           e2e:
             base_image: {base_image}

@@ -133,7 +133,7 @@ stacks:
       git: {repo: "https://github.com/sgl-project/sglang", ref: "0123456789abcdef0123456789abcdef01234567"}
       install_deps: false
     patches: [kimi-k25-eagle3]
-    smoke: {model: org/model, tp: 1, gpus: 0}
+    serving: {model: org/model, tp: 1, gpus: 0}
 """
 
 

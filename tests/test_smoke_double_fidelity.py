@@ -15,7 +15,7 @@ import requests
 
 from sglstack.dockerhost import run_to_completion, running_container
 from sglstack.matrix import load_matrix
-from sglstack.smoke import launch_commands, smoke_options
+from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.runner import _published_port
 from sglstack.wheels import fetch_wheel
 
@@ -59,7 +59,7 @@ def double_flags_module(repo_root):
 def test_every_flag_the_smoke_passes_exists_in_sglang_059(repo_root):
     matrix = load_matrix(repo_root / "stacks.yaml")
     for name in matrix.names():
-        for command in launch_commands(smoke_options(matrix.get(name))).values():
+        for command in launch_argvs(smoke_options(matrix.get(name))).values():
             flags = [arg for arg in command if arg.startswith("--")]
             missing = [f for f in flags if f not in real_flag_groups()]
             assert not missing, f"stack {name}: launch_server 0.5.9 has no {missing}"

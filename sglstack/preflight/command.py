@@ -38,9 +38,9 @@ def requirements_for(stack: Stack, sizes: Sequence[int] | None = None) -> Requir
     return Requirements(
         stack=stack.name,
         cuda=stack.cuda,
-        tp=stack.smoke.tp,
+        tp=stack.serving.tp,
         arch_list=stack.cuda_arch_list,
-        shm_bytes=parse_size(stack.smoke.shm_size),
+        shm_bytes=parse_size(stack.serving.shm_size),
         sizes=tuple(sizes) if sizes else parse_sizes(DEFAULT_SIZES),
     )
 
@@ -56,7 +56,7 @@ def run_preflight(
     """Run every check for `stack` here, or inside `image` on `docker_host` when an image is given."""
     req = requirements_for(stack, sizes)
     if image:
-        return run_in_image(docker_host, image, req, shm_size=stack.smoke.shm_size)
+        return run_in_image(docker_host, image, req, shm_size=stack.serving.shm_size)
     if docker_host:
         raise ConfigError(
             "--docker-host needs --image: the checks run inside the stack image there", stack=stack.name, key="--image"

@@ -1,6 +1,6 @@
 """`invoke smoke`: serve an image with and without EAGLE-3 on one Docker host, measure, gate, report.
 
-plan (pure: options, launch commands) -> runner (containers, requests) -> measure + gates (pure)
+plan (pure: options, the two launches' argv) -> runner (containers, requests) -> measure + gates (pure)
 -> history (append-only JSON lines) -> report (JSON, Markdown, PNG chart).
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..matrix import load_matrix
-from .plan import SmokeOptions, launch_commands, smoke_options
+from .plan import SmokeOptions, launch_argvs, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke
 
-__all__ = ["SmokeOptions", "SmokeReport", "launch_commands", "run_smoke", "smoke_command", "smoke_options"]
+__all__ = ["SmokeOptions", "SmokeReport", "launch_argvs", "run_smoke", "smoke_command", "smoke_options"]
 
 
 def smoke_command(image: str, *, stack: str | None = None, stacks_file: str = "stacks.yaml", **overrides: Any) -> int:

@@ -1,53 +1,43 @@
-"""Pure planning: the smoke options from a stack's `SmokeSettings` + CLI overrides, and the two launches.
+"""Pure planning: the smoke options (a serving spec + measurement settings) and the two launches.
 
-Nothing here touches Docker or the network; `runner.py` turns a `ContainerPlan` into a container.
+The server is the stack's serving spec (`sglstack.serving`), the same one `deploy` renders: baseline
+= the spec without speculative decoding, EAGLE-3 = the spec with it. Nothing here touches Docker or
+the network; `runner.py` turns a `ContainerPlan` into a container.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
 
+from ..dockerhost import is_local_docker_host
 from ..errors import SmokeError
-from ..matrix import Gates, Stack
+from ..matrix import Gates, SpeculativeSettings, Stack
 from ..records import build_root
+from ..serving import (
+    SECRET_ENV,
+    Mount,
+    ServingError,
+    ServingOverrides,
+    ServingSpec,
+    serving_argv,
+    serving_spec,
+)
 
 CONTAINER_PORT = 30000
-LAUNCH = ("python3", "-m", "sglang.launch_server")
-# Upstream's docker instructions for SGLang: unlimited locked memory and a 64 MiB stack for the
-# NCCL / custom all-reduce workers.
-GPU_ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))
-# Without GPUs (the CPU test profile) no memlock: hosts with a low hard memlock limit refuse -1.
-CPU_ULIMITS = (("stack", 67108864, 67108864),)
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-
 RUN_KINDS = ("baseline", "eagle3")
 
 
 @dataclass(frozen=True)
 class SmokeOptions:
-    """Everything one smoke run needs; built by `smoke_options` from a stack and overrides."""
+    """Everything one smoke run needs: the server (`serving`) and how it is measured and gated."""
 
-    model: str
-    draft_model: str
-    speculative_algorithm: str = "EAGLE3"
-    num_steps: int = 3
-    eagle_topk: int = 1
-    num_draft_tokens: int = 4
-    tp: int = 1
-    gpus: int = 1
-    port: int = CONTAINER_PORT
-    timeout: float = 3600.0
+    serving: ServingSpec  # with speculation on: the EAGLE-3 run; `.baseline()` is the other
     concurrency: int = 8
     num_prompts: int = 8
     max_new_tokens: int = 128
-    shm_size: str = "32g"
-    extra_args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    mounts: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     docker_host: str | None = None
     request_timeout: float = 600.0
@@ -60,17 +50,58 @@ class SmokeOptions:
     # spent on a node that cannot serve.
     skip_preflight: bool = False
 
+    # Read-only views of the server, for the runner and reports.
+    @property
+    def model(self) -> str:
+        return self.serving.model
+
+    @property
+    def draft_model(self) -> str:
+        return self._speculative.draft_model
+
+    @property
+    def tp(self) -> int:
+        return self.serving.tp
+
+    @property
+    def gpus(self) -> int:
+        return self.serving.gpus
+
+    @property
+    def port(self) -> int:
+        return self.serving.port
+
+    @property
+    def timeout(self) -> float:
+        """How long each server may take to answer /health_generate: the spec's startup budget."""
+        return self.serving.startup_timeout_s
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.serving.environment
+
+    @property
+    def mounts(self) -> tuple[str, ...]:
+        return tuple(m.bind for m in self.serving.mounts)
+
+    @property
+    def _speculative(self) -> SpeculativeSettings:
+        # smoke_options refuses a server without a draft model: there would be nothing to compare.
+        assert self.serving.speculative is not None
+        return self.serving.speculative
+
     def fingerprint(self) -> dict[str, Any]:
         """What must match for two runs' tokens/s to be comparable (the image may differ: that is the point)."""
+        spec = self._speculative
         return {
             "model": self.model,
-            "draft_model": self.draft_model,
+            "draft_model": spec.draft_model,
             "tp": self.tp,
             "gpus": self.gpus,
-            "algorithm": self.speculative_algorithm,
-            "num_steps": self.num_steps,
-            "eagle_topk": self.eagle_topk,
-            "num_draft_tokens": self.num_draft_tokens,
+            "algorithm": spec.algorithm,
+            "num_steps": spec.num_steps,
+            "eagle_topk": spec.eagle_topk,
+            "num_draft_tokens": spec.num_draft_tokens,
             "max_new_tokens": self.max_new_tokens,
             "concurrency": self.concurrency,
             "num_prompts": self.num_prompts,
@@ -78,21 +109,36 @@ class SmokeOptions:
 
     def describe(self) -> dict[str, Any]:
         """A report-safe view: env values are not included (they may be credentials)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env", "gates", "labels")}
+        spec = self._speculative
+        out: dict[str, Any] = {
+            "model": self.model,
+            "draft_model": spec.draft_model,
+            "speculative_algorithm": spec.algorithm,
+            "num_steps": spec.num_steps,
+            "eagle_topk": spec.eagle_topk,
+            "num_draft_tokens": spec.num_draft_tokens,
+            "tp": self.tp,
+            "gpus": self.gpus,
+            "port": self.port,
+            "timeout": self.timeout,
+            "shm_size": self.serving.shm_size,
+        }
+        hidden = ("serving", "gates", "labels")
+        out.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden})
         out["env_keys"] = sorted(self.env)
         out["gates"] = self.gates.model_dump()
-        out["extra_args"] = redact_command(self.extra_args)
+        out["extra_args"] = redact_argv(self.serving.extra_args)
         out["mounts"] = list(self.mounts)
         return out
 
 
 @dataclass(frozen=True)
 class ContainerPlan:
-    """One server container: its command and the engine settings, as data."""
+    """One server container: its argv and the engine settings, as data (rendered from the serving spec)."""
 
     kind: str  # "baseline" or "eagle3"
     image: str
-    command: tuple[str, ...]
+    command: tuple[str, ...]  # the container's argv (Docker calls it the command)
     environment: Mapping[str, str]
     binds: tuple[str, ...]  # "HOST:CONTAINER[:MODE]"
     gpus: int
@@ -109,113 +155,116 @@ class ContainerPlan:
 
 # ---- options ---------------------------------------------------------------------------------------
 
-# CLI option name -> SmokeOptions field, for overrides that are renamed or need parsing.
 _GATE_KEYS = ("min_speedup", "min_accept_length", "min_agreement", "max_regression")
-_RENAMED = {"stacks_file": None, "stack": None, "image": None}
+_IGNORED = ("stacks_file", "stack", "image")
+# CLI-named overrides of the server -> their field in ServingOverrides, and how to read a string value.
+_SERVING: dict[str, tuple[str, type]] = {
+    "model": ("model", str),
+    "draft_model": ("draft_model", str),
+    "speculative_algorithm": ("speculative_algorithm", str),
+    "num_steps": ("num_steps", int),
+    "eagle_topk": ("eagle_topk", int),
+    "num_draft_tokens": ("num_draft_tokens", int),
+    "tp": ("tp", int),
+    "gpus": ("gpus", int),
+    "port": ("port", int),
+    "timeout": ("startup_timeout_s", float),
+    "shm_size": ("shm_size", str),
+}
+_MEASURE: dict[str, type] = {
+    "concurrency": int,
+    "num_prompts": int,
+    "max_new_tokens": int,
+    "request_timeout": float,
+}
 
 
 def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
-    """Options from `stack.smoke` (if any) with CLI-named overrides applied; None means "not given"."""
-    given = {k: v for k, v in overrides.items() if v is not None and k not in _RENAMED}
-    known = {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
+    """Options from the stack's `serving:` and `smoke:` (if any) with CLI-named overrides; None = not given."""
+    given = {k: v for k, v in overrides.items() if v is not None and k not in _IGNORED}
+    known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
+    known |= {"env", "mounts", "extra_args"}
+    known.discard("serving")
     unknown = sorted(set(given) - known)
     if unknown:
         raise SmokeError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
-    base: dict[str, Any] = {}
-    gates = Gates()
-    if stack is not None:
-        s = stack.smoke
-        base = {
-            "model": s.model,
-            "tp": s.tp,
-            "gpus": s.gpus,
-            "port": s.port,
-            "timeout": s.timeout_s,
-            "concurrency": s.concurrency,
-            "num_prompts": s.num_prompts,
-            "max_new_tokens": s.max_new_tokens,
-            "shm_size": s.shm_size,
-            "extra_args": tuple(s.extra_args),
-            "env": dict(s.env),
-            "mounts": tuple(s.mounts),
-        }
-        if s.speculative is not None:
-            spec = s.speculative
-            base.update(
-                draft_model=spec.draft_model,
-                speculative_algorithm=spec.algorithm,
-                num_steps=spec.num_steps,
-                eagle_topk=spec.eagle_topk,
-                num_draft_tokens=spec.num_draft_tokens,
-            )
-        gates = s.gates
+    where = f"stack '{stack.name}'" if stack is not None else "the options"
+    for key in ("model", "draft_model"):
+        has = given.get(key) or (stack is not None and _stack_has(stack, key))
+        if not has:
+            flag = "--" + key.replace("_", "-")
+            raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
 
-    gate_updates = {k: float(given.pop(k)) for k in _GATE_KEYS if k in given}
     try:
-        gates = Gates(**{**gates.model_dump(), **gate_updates})
+        serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
+                   if key in given}
+        measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
+        switches = ("no_history", "pull", "skip_preflight")
+        flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
+    except ValueError as exc:
+        raise SmokeError(f"invalid smoke option: {exc}") from None
+    if "env" in given:
+        serving["env"] = parse_pairs(given.pop("env"), "--env")
+    if "mounts" in given:
+        serving["mounts"] = tuple(parse_mounts(given.pop("mounts")))
+    if "extra_args" in given:
+        extra = given.pop("extra_args")
+        serving["extra_args"] = tuple(extra.split() if isinstance(extra, str) else extra)
+    labels = parse_pairs(given.pop("labels"), "--label") if "labels" in given else {}
+
+    settings = stack.smoke if stack is not None else None
+    gates = settings.gates if settings is not None else Gates()
+    gate_updates = {k: given.pop(k) for k in _GATE_KEYS if k in given}
+    try:
+        gates = Gates(**{**gates.model_dump(), **{k: float(v) for k, v in gate_updates.items()}})
     except ValueError as exc:
         first = str(exc).splitlines()
         raise SmokeError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
 
-    where = f"stack '{stack.name}'" if stack is not None else "the options"
-    if "env" in given:
-        base["env"] = {**base.get("env", {}), **parse_pairs(given.pop("env"), "--env")}
-    if "labels" in given:
-        base["labels"] = parse_pairs(given.pop("labels"), "--label")
-    if "mounts" in given:
-        extra = parse_mounts(given.pop("mounts"))
-        targets = {m.split(":")[1].rstrip("/") for m in extra}
-        # A --mount for a container path the stack already mounts replaces the stack's one.
-        kept = [m for m in base.get("mounts", ()) if m.split(":")[1].rstrip("/") not in targets]
-        base["mounts"] = (*kept, *extra)
-    if "extra_args" in given:
-        extra = given.pop("extra_args")
-        base["extra_args"] = tuple(extra.split() if isinstance(extra, str) else extra)
-    base.update(given)
-    base["gates"] = gates
-
-    for key in ("model", "draft_model"):
-        if not base.get(key):
-            flag = "--" + key.replace("_", "-")
-            raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
     try:
-        opts = SmokeOptions(**base)
-        opts = replace(
-            opts,
-            tp=int(opts.tp),
-            gpus=int(opts.gpus),
-            port=int(opts.port),
-            timeout=float(opts.timeout),
-            concurrency=int(opts.concurrency),
-            num_prompts=int(opts.num_prompts),
-            max_new_tokens=int(opts.max_new_tokens),
-            no_history=_flag(opts.no_history),
-            pull=_flag(opts.pull),
-            skip_preflight=_flag(opts.skip_preflight),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SmokeError(f"invalid smoke option: {exc}") from None
-    for name in ("tp", "concurrency", "num_prompts", "max_new_tokens", "port"):
+        spec = serving_spec(stack, ServingOverrides(**serving))
+    except ServingError as exc:
+        raise SmokeError(str(exc)) from None
+    defaults: dict[str, Any] = {
+        "concurrency": settings.concurrency if settings else 8,
+        "num_prompts": settings.num_prompts if settings else 8,
+        "max_new_tokens": settings.max_new_tokens if settings else 128,
+    }
+    settled: dict[str, Any] = {**defaults, **measure, **flags, **given}
+    opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, **settled)
+    for name in ("concurrency", "num_prompts", "max_new_tokens"):
         if getattr(opts, name) < 1:
             raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
-    if opts.gpus < 0:
-        raise SmokeError(f"smoke option gpus must be >= 0 (got {opts.gpus})")
-    if opts.gpus and opts.tp > opts.gpus:
-        raise SmokeError(f"--tp {opts.tp} needs at least {opts.tp} GPUs, but --gpus is {opts.gpus}")
-    if opts.timeout <= 0:
-        raise SmokeError(f"smoke option timeout must be > 0 (got {opts.timeout})")
+    if not opts.request_timeout > 0:
+        raise SmokeError(f"smoke option request_timeout must be > 0 (got {opts.request_timeout})")
     return opts
+
+
+def _stack_has(stack: Stack, key: str) -> bool:
+    serving = stack.serving
+    return bool(serving.model) if key == "model" else serving.speculative is not None
+
+
+def _read(value: Any, kind: type, key: str) -> Any:
+    """Overrides also arrive as strings (`--smoke-opt gpus=0`, invoke's untyped options)."""
+    if kind is str or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{key} '{value}' is not {what}") from None
 
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
 
-def redact_command(command: Iterable[str]) -> list[str]:
-    """The command with the values of secret flags replaced, for logs and reports."""
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """The argv with the values of secret flags replaced, for logs and reports."""
     out: list[str] = []
     hide_next = False
-    for arg in command:
+    for arg in argv:
         if hide_next:
             out.append("***")
             hide_next = False
@@ -259,64 +308,24 @@ def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> d
 
 
 def parse_mounts(values: Iterable[str] | str) -> list[str]:
-    if isinstance(values, str):
-        values = [values]
-    out = []
-    for item in values:
-        parts = str(item).split(":")
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
-            raise SmokeError(f"--mount '{item}': expected HOST:CONTAINER[:ro] with an absolute container path")
-        out.append(str(item))
-    return out
+    """`--mount` values as given; their syntax and host folders are checked by the serving spec."""
+    return [values] if isinstance(values, str) else [str(v) for v in values]
 
 
 # ---- the two launches ------------------------------------------------------------------------------
 
 
-def server_command(options: SmokeOptions, *, speculative: bool) -> list[str]:
-    """`python3 -m sglang.launch_server ...`; the EAGLE-3 run adds the draft model and the four flags."""
-    cmd = [
-        *LAUNCH,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(options.port),
-        "--model-path",
-        options.model,
-        "--tp-size",
-        str(options.tp),
-    ]
-    if speculative:
-        cmd += [
-            "--speculative-algorithm",
-            options.speculative_algorithm,
-            "--speculative-draft-model-path",
-            options.draft_model,
-            "--speculative-num-steps",
-            str(options.num_steps),
-            "--speculative-eagle-topk",
-            str(options.eagle_topk),
-            "--speculative-num-draft-tokens",
-            str(options.num_draft_tokens),
-        ]
-    return [*cmd, *options.extra_args]
+def run_spec(options: SmokeOptions, kind: str) -> ServingSpec:
+    """The server of one run: the spec with speculative decoding for "eagle3", without for "baseline"."""
+    return options.serving if kind == "eagle3" else options.serving.baseline()
 
 
-def launch_commands(options: SmokeOptions) -> dict[str, list[str]]:
-    return {kind: server_command(options, speculative=kind == "eagle3") for kind in RUN_KINDS}
+def server_argv(options: SmokeOptions, *, speculative: bool) -> list[str]:
+    return serving_argv(run_spec(options, "eagle3" if speculative else "baseline"))
 
 
-def is_local_docker_host(docker_host: str | None) -> bool:
-    host = docker_host or ""
-    if not host or host.startswith(("unix://", "npipe://")):
-        return True
-    hostname = docker_host_name(host)
-    return hostname in ("127.0.0.1", "localhost", "::1")
-
-
-def docker_host_name(docker_host: str) -> str:
-    """The machine name in tcp://host:port or ssh://user@host[:port]."""
-    return urlsplit(docker_host).hostname or ""
+def launch_argvs(options: SmokeOptions) -> dict[str, list[str]]:
+    return {kind: serving_argv(run_spec(options, kind)) for kind in RUN_KINDS}
 
 
 def container_plan(
@@ -324,30 +333,28 @@ def container_plan(
 ) -> ContainerPlan:
     """The container for one run. `host_env` supplies HF_TOKEN (default: this process's environment)."""
     host_env = os.environ if host_env is None else host_env
+    spec = run_spec(options, kind)
     environment = {k: host_env[k] for k in SECRET_ENV if host_env.get(k)}
-    environment.update(options.env)
-    binds = tuple(_expand_home(m) for m in options.mounts)
-    local = is_local_docker_host(options.docker_host)
+    environment.update(spec.environment)
     return ContainerPlan(
         kind=kind,
         image=image,
-        command=tuple(server_command(options, speculative=kind == "eagle3")),
+        command=tuple(serving_argv(spec)),
         environment=environment,
-        binds=binds,
-        gpus=options.gpus,
-        ipc_mode="host",
-        shm_size=options.shm_size,
-        ulimits=GPU_ULIMITS if options.gpus > 0 else CPU_ULIMITS,
+        binds=tuple(_bind(m) for m in spec.mounts),
+        gpus=spec.gpus,
+        ipc_mode=spec.ipc_mode,
+        shm_size=spec.shm_size,
+        ulimits=tuple((u.name, u.soft, u.hard) for u in spec.ulimits),
         labels={"io.sglstack.smoke": kind, **options.labels},
-        container_port=options.port,
+        container_port=spec.port,
         # A remote GPU node's loopback is not reachable from here: publish on its interfaces instead.
-        bind_address="127.0.0.1" if local else "0.0.0.0",
+        bind_address="127.0.0.1" if is_local_docker_host(options.docker_host) else "0.0.0.0",
     )
 
 
-def _expand_home(mount: str) -> str:
-    host, _, rest = mount.partition(":")
-    return f"{os.path.expanduser(host)}:{rest}"
+def _bind(mount: Mount) -> str:
+    return mount.bind_on_this_machine()
 
 
 def _is_secret(key: str) -> bool:

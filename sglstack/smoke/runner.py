@@ -18,11 +18,12 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
-from ..dockerhost import docker_client, running_container
+from ..dockerhost import docker_client, docker_host_address, is_local_docker_host, running_container
 from ..errors import SmokeError
 from ..matrix import Stack
 from ..preflight.command import require_ready
 from ..records import require_writable, utc_timestamp
+from ..serving import check_mount_sources
 from . import history as hist
 from .client import Generation, SGLangClient
 from .gates import evaluate
@@ -32,9 +33,7 @@ from .plan import (
     ContainerPlan,
     SmokeOptions,
     container_plan,
-    docker_host_name,
-    is_local_docker_host,
-    redact_command,
+    redact_argv,
 )
 from .report import SmokeReport, write_report
 from .workload import prompt_set, run_phase, warm_up
@@ -70,6 +69,9 @@ def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Pat
 def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Log | None = None) -> SmokeReport:
     """Serve `image` as a baseline and as an EAGLE-3 server, measure both, gate, record, report."""
     log = log or _stderr
+    # Before anything starts: a missing bind source would be created by Docker, as root.
+    if notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host)):
+        log(f"smoke: {notice}")
     report_path, history_file = check_outputs(options, stack)
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
@@ -87,7 +89,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
             runs[kind] = ServerRun(kind=kind, started=False)
             continue
         plan = container_plan(options, image_info["id"], kind)
-        log(f"smoke: {kind}: {' '.join(redact_command(plan.command))}")
+        log(f"smoke: {kind}: {' '.join(redact_argv(plan.command))}")
         runs[kind] = serve_and_measure(engine, plan, options, log)
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
@@ -111,7 +113,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         # The last passing run the max_regression gate compared with (None: the gate did not apply).
         "regression_reference": _reference_summary(reference),
         "options": options.describe(),
-        "commands": {k: redact_command(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
+        "commands": {k: redact_argv(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
         "history_file": None if history_file is None else str(history_file),
     }
     comparable: list[Mapping[str, Any]] = []
@@ -299,7 +301,7 @@ def _published_port(container: Container, container_port: int) -> int | None:
 
 
 def _server_host(options: SmokeOptions) -> str:
-    return "127.0.0.1" if is_local_docker_host(options.docker_host) else docker_host_name(options.docker_host or "")
+    return docker_host_address(options.docker_host)
 
 
 def _api_key(plan: ContainerPlan) -> str | None:

@@ -1,0 +1,56 @@
+"""Compose deployment of a published stack: deploy, status, logs, undeploy, rollback.
+
+One module per job: `options` (every task option, defined once), `commands` (the task entry points),
+`flow` (deploy / rollback / undeploy, with the restore of the previous deployment after a failed one),
+`checks` (what is checked before anything changes), `images` (which image, and the smoke report that
+passed it), `health`, `store` (the deployment records), `status` (the table), `compose_cli` (the
+compose CLI adapter).
+
+Names are re-exported lazily: `tasks.py` imports `sglstack.deploy.options` at start-up, and loading the
+Docker SDK there would slow down every `invoke` call, including `invoke --list`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ComposeCLI": "compose_cli",
+    "detect_compose": "compose_cli",
+    "DeploymentRecord": "store",
+    "append_record": "store",
+    "read_records": "store",
+    "records_path": "store",
+    "rollback_target": "store",
+    "serving_now": "store",
+    "published_image_ref": "images",
+    "resolve_image_ref": "images",
+    "image_identity": "images",
+    "COMPOSE_PROJECT_LABEL": "health",
+    "health_verdict": "health",
+    "DeployFailed": "flow",
+    "Deployment": "flow",
+    "deploy": "flow",
+    "rollback": "flow",
+    "undeploy": "flow",
+    "service_logs": "flow",
+    "StackStatus": "status",
+    "deployment_status": "status",
+    "format_duration": "status",
+    "DeployOptions": "options",
+    "RollbackOptions": "options",
+    "deploy_command": "commands",
+    "status_command": "commands",
+    "logs_command": "commands",
+    "undeploy_command": "commands",
+    "rollback_command": "commands",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sglstack.deploy' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,110 @@
+"""The deployment tasks' entry points: what `invoke deploy / status / logs / undeploy / rollback` call.
+
+Each takes its options dataclass (`options.py`, the one definition of every flag) and calls the flow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import compose as cmp
+from ..errors import DeployError
+from ..matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..preflight.command import require_ready
+from ..records import build_root as default_build_root
+from .checks import check_options
+from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
+from .images import resolve_image_ref
+from .options import DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
+from .status import StackStatus, deployment_status, print_status
+from .store import DeploymentRecord, read_records
+
+
+def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
+    """The deploy options that shape the served service (recorded, so a rollback serves the same)."""
+    return cmp.ComposeOptions(
+        eagle3=options.eagle3,
+        gpus=options.gpus,
+        port=options.port,
+        hf_cache=options.hf_cache,
+        start_period_s=options.start_period,
+        restart=options.restart,
+        env_file=str(Path(options.env_file).resolve()) if options.env_file else cmp.ENV_FILE,
+        nnodes=options.nnodes,
+        node_rank=options.node_rank,
+        dist_init_addr=options.dist_init_addr,
+        healthcheck_interval_s=options.health_interval,
+    )
+
+
+def _deployment(
+    stacks_file: str | None,
+    stack_name: str,
+    docker_host: str | None,
+    build_root: Path | None,
+    project: str | None,
+    *,
+    from_records: bool = False,
+) -> Deployment:
+    """The deployment to act on; for logs/undeploy/rollback, project and host default to the last record's."""
+    stack = load_matrix(stacks_file or DEFAULT_STACKS_FILE).get(stack_name)
+    dep = Deployment(
+        stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host
+    )
+    if from_records:
+        records = read_records(dep.build_root, stack_name)
+        if records:
+            dep.project = dep.project or records[-1].project
+            dep.docker_host = dep.docker_host or records[-1].docker_host or None
+    return dep
+
+
+def deploy_command(
+    options: DeployOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
+) -> DeploymentRecord:
+    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
+    served = compose_options(options)
+    # Every option is checked before the (slower) preflight and before anything on the host changes.
+    check_options(dep.stack, served, options.wait_timeout)
+    ref = resolve_image_ref(dep.stack, digest=options.digest, image=options.image, build_root=dep.build_root)
+    if options.gpus and not options.skip_preflight:
+        # The GPU node is checked before compose replaces a running deployment with one that cannot start.
+        say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")
+        require_ready(dep.stack, docker_host=options.docker_host, image=ref)
+    try:
+        return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say)
+    except DeployFailed as exc:
+        say(exc.log_tail.rstrip())
+        raise
+
+
+def status_command(options: StatusOptions, *, build_root: Path | None = None) -> list[StackStatus]:
+    rows = deployment_status(
+        build_root=build_root or default_build_root(), docker_host=options.docker_host, stack=options.stack
+    )
+    print_status(rows)
+    return rows
+
+
+def logs_command(options: LogsOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
+    if options.tail is not None and options.tail < 1:
+        raise DeployError(f"--tail {options.tail}: must be at least 1 line")
+    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+    print(service_logs(dep, tail=options.tail), end="")
+
+
+def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
+    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+    undeploy(dep)
+
+
+def rollback_command(
+    options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
+) -> DeploymentRecord:
+    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+    try:
+        # The options are checked by `deploy` before anything changes, as for a deploy.
+        return rollback(dep, wait_timeout_s=options.wait_timeout, say=say)
+    except DeployFailed as exc:
+        say(exc.log_tail.rstrip())
+        raise

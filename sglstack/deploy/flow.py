@@ -1,0 +1,466 @@
+"""Deploy, rollback, undeploy and logs of one stack's compose project.
+
+A deploy checks every option and the target host first, pulls the image, renders and validates the
+compose file, and only then runs `up`. When the new deployment does not start or get healthy, or a
+signal (SIGINT, SIGTERM, SIGHUP) arrives while it comes up, the previous deployment is brought back
+with its own compose file (same image by digest, same options) and confirmed healthy; the failed
+attempt and the restore are both recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from .. import compose as cmp
+from ..dockerhost import docker_client, image_exists, is_local_docker_host
+from ..errors import DeployError, SglstackError
+from ..matrix import Stack
+from ..records import build_root as default_build_root
+from ..records import utc_timestamp
+from ..serving import ServingSpec
+from ..signals import HANDLED, Interrupted
+from .checks import check_host, check_options
+from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
+from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
+from .images import ensure_image, image_identity, smoke_report_for
+from .store import (
+    DeploymentRecord,
+    append_record,
+    display_path,
+    read_records,
+    records_path,
+    rollback_target,
+    serving_now,
+)
+
+LOG_TAIL_LINES = 40
+Say = Callable[[str], None]
+
+
+def say_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class DeployFailed(DeployError):
+    """The service crashed or never became healthy; `log_tail` holds its last log lines."""
+
+    def __init__(self, message: str, log_tail: str) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclass
+class Deployment:
+    """Where a stack's deployment lives: its build folder, compose project and Docker host."""
+
+    stack: Stack
+    build_root: Path = field(default_factory=default_build_root)
+    project: str | None = None
+    docker_host: str | None = None
+
+    @property
+    def out_dir(self) -> Path:
+        return self.build_root / self.stack.name
+
+    @property
+    def project_name(self) -> str:
+        return self.project or cmp.project_name(self.stack.name)
+
+    def records(self) -> list[DeploymentRecord]:
+        return [r for r in read_records(self.build_root, self.stack.name) if r.project == self.project_name]
+
+
+def wait_limit(spec: ServingSpec, wait_timeout_s: float | None) -> float:
+    """How long to wait for health: the option, else the start period plus every healthcheck retry."""
+    if wait_timeout_s is not None:
+        return wait_timeout_s
+    h = spec.healthcheck
+    return h.start_period_s + h.interval_s * (h.retries + 1) + h.timeout_s + 30
+
+
+# ---- deploy ----------------------------------------------------------------------------------------
+
+
+def deploy(
+    dep: Deployment,
+    image_ref: str,
+    options: cmp.ComposeOptions,
+    *,
+    compose: ComposeCLI | None = None,
+    wait_timeout_s: float | None = None,
+    action: str = "deploy",
+    smoke_report: str | None = None,
+    say: Say = say_stderr,
+) -> DeploymentRecord:
+    """Check, render, `up -d`, wait until healthy, record. On failure the previous deployment comes back
+    (or, when there was none, the failed one is taken down) and `DeployFailed` says which."""
+    stack, project = dep.stack, dep.project_name
+    spec = check_options(stack, options, wait_timeout_s)
+    compose = compose or detect_compose()
+    say(f"compose: {compose.label}")
+    client = docker_client(dep.docker_host)
+    local = is_local_docker_host(dep.docker_host)
+    for notice in check_host(client, spec, options, project=project, local=local, docker_host=dep.docker_host):
+        say(notice)
+    previous = serving_now(dep.records())
+    ensure_image(client, image_ref, stack.name, say)
+    digest, image_id = image_identity(client, image_ref)
+    report = smoke_report or smoke_report_for(stack.name, digest, dep.build_root)
+    if report is None or report == cmp.UNKNOWN:
+        say(f"no passing smoke report is known for {digest or image_ref}: labelled {cmp.LABEL_SMOKE_REPORT}="
+            f"{cmp.UNKNOWN} (a published digest carries the report that let it through)")
+    files = cmp.deployment_files(stack, image_ref, options=options, smoke_report=report)
+    compose_file = dep.out_dir / cmp.compose_filename(options)
+
+    # Until `up`, the running deployment is untouched: any failure (or signal) puts the files back.
+    saved = _write_files(dep.out_dir, files)
+    try:
+        _ensure_env_file(dep.out_dir, options, say)
+        say(f"rendered {display_path(compose_file)} (+ {', '.join(n for n in files if n != compose_file.name)})")
+        checked = compose.run(project, [compose_file], ["config", "-q"], docker_host=dep.docker_host)
+        if checked.returncode != 0:
+            raise DeployError(f"{display_path(compose_file)}: compose rejected it: {error_line(checked.stderr)}")
+    except BaseException:
+        _restore_files(saved)
+        raise
+
+    attempt = DeploymentRecord(
+        stack=stack.name,
+        action=action,
+        result="failed",
+        image=image_ref,
+        digest=digest,
+        image_id=image_id,
+        time=utc_timestamp(),
+        host=_engine_name(client),
+        docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""),
+        project=project,
+        compose_tool=compose.label,
+        compose_file=compose_file.name,
+        options=options.to_record(),
+        smoke_report=report or cmp.UNKNOWN,
+    )
+    say(f"deploying stack '{stack.name}' as project {project}: {image_ref}")
+    failure, extra = None, ""
+    try:
+        up = compose.run(project, [compose_file], ["up", "-d", "--remove-orphans", "--no-build"],
+                         docker_host=dep.docker_host)
+        if up.returncode != 0:
+            hint = (
+                " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
+                if ("device driver" in up.stderr and spec.gpus)
+                else ""
+            )
+            failure, extra = f"`up` failed: {error_line(up.stderr)}{hint}", up.stderr
+        else:
+            failure = _health_failure(client, dep, spec, wait_limit(spec, wait_timeout_s), local, say)
+    except BaseException as exc:
+        # A signal or an engine error while the new deployment comes up: bring the previous one back first.
+        if isinstance(exc, KeyboardInterrupt):
+            why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else "interrupted"
+        else:
+            why = _describe(exc)
+        outcome = "the restore did not finish"
+        try:
+            with signals_deferred():
+                outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
+        finally:
+            say(f"stack '{stack.name}': {why}; {outcome}")
+        raise
+    if failure is not None:
+        outcome = "the restore did not finish"
+        try:
+            with signals_deferred():
+                outcome, tail = _recover(dep, client, compose, attempt, previous, saved, failure, say, extra=extra)
+        except Interrupted:  # a signal waited for the restore: say what it left, then exit 128+signal
+            say(f"stack '{stack.name}': {failure}; {outcome}")
+            raise
+        raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
+
+    record = replace(attempt, result="healthy", time=utc_timestamp())
+    append_record(dep.build_root, record)
+    say(
+        f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
+        f"{display_path(records_path(dep.build_root, stack.name))}"
+    )
+    return record
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def _health_failure(
+    client: docker.DockerClient, dep: Deployment, spec: ServingSpec, limit_s: float, local: bool, say: Say
+) -> str | None:
+    """None once the service is healthy (and, on this machine, answers /health on its host port)."""
+    verdict, detail = wait_healthy(client, dep.project_name, cmp.SERVICE, limit_s, say)
+    if verdict != "healthy":
+        return detail
+    if local and not spec.host_network:
+        port = spec.host_port or spec.port
+        if not answers_200(f"http://127.0.0.1:{port}{spec.healthcheck.path}"):
+            return f"healthy, but port {port} does not answer {spec.healthcheck.path}"
+    return None
+
+
+def _write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
+    """Write the rendered files; return what each path held before (None: it did not exist)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saved: dict[Path, str | None] = {}
+    for name, text in files.items():
+        path = out_dir / name
+        saved[path] = path.read_text(encoding="utf-8") if path.is_file() else None
+        path.write_text(text, encoding="utf-8")
+    return saved
+
+
+def _restore_files(saved: dict[Path, str | None]) -> None:
+    for path, text in saved.items():
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text, encoding="utf-8")
+
+
+def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> None:
+    path = Path(options.env_file)
+    if path.is_absolute():
+        return  # checked before anything changed
+    path = out_dir / path
+    if not path.exists():
+        # Public models need no token; compose refuses a missing env_file, so start from an empty one.
+        path.touch(mode=0o600)
+        say(f"created an empty {display_path(path)}: put HF_TOKEN there for gated models ({cmp.ENV_EXAMPLE_FILE})")
+
+
+# ---- after a failed deploy -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While the previous deployment comes back, SIGINT, SIGTERM and SIGHUP wait: cutting a restore in
+    half would leave nothing serving. The first one is raised as `Interrupted` once the block is done."""
+    pending: list[int] = []
+    previous = {}
+    try:
+        for sig in HANDLED:
+            previous[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    except ValueError:
+        # Not the main thread: signal handlers can only be set there (and are not delivered elsewhere).
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if pending:
+        raise Interrupted(pending[0])
+
+
+def _recover(
+    dep: Deployment,
+    client: docker.DockerClient,
+    compose: ComposeCLI,
+    attempt: DeploymentRecord,
+    previous: DeploymentRecord | None,
+    saved: dict[Path, str | None],
+    reason: str,
+    say: Say,
+    *,
+    extra: str = "",
+) -> tuple[str, str]:
+    """Record the failed attempt, then restore the previous deployment (or take the failed one down).
+
+    Returns (what was done, as the end of the error line; the failed service's last log lines).
+    """
+    try:
+        tail = container_log_tail(client, dep.project_name, cmp.SERVICE, LOG_TAIL_LINES)
+    except docker.errors.DockerException:
+        tail = ""
+    tail = "\n".join(filter(None, [tail, extra.strip()]))
+    append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
+    if previous is None:
+        compose.run(dep.project_name, [dep.out_dir / attempt.compose_file], ["down", "-v", "--remove-orphans"],
+                    docker_host=dep.docker_host)
+        earlier = any(r.result == "healthy" for r in dep.records())
+        hint = f"; `invoke rollback --stack {dep.stack.name}` restores the last healthy one" if earlier else ""
+        return f"took it down (its last log lines are above){hint}", tail
+    return _restore(dep, client, compose, attempt, previous, saved, say), tail
+
+
+def _restore(
+    dep: Deployment,
+    client: docker.DockerClient,
+    compose: ComposeCLI,
+    attempt: DeploymentRecord,
+    previous: DeploymentRecord,
+    saved: dict[Path, str | None],
+    say: Say,
+) -> str:
+    """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore."""
+    shown = previous.digest or previous.image
+    say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
+    _restore_files(saved)
+    options = cmp.ComposeOptions.from_record(previous.options)
+    prev_file = dep.out_dir / previous.compose_file
+    spec: ServingSpec | None = None
+    detail: str | None = None
+    started = False  # whether the previous deployment's service was brought up again
+    ref = previous.image
+    try:
+        spec = cmp.deploy_spec(dep.stack, options)
+        ref = pinned_image(client, previous)
+        if ref != previous.image or not prev_file.is_file():
+            # Its tag moved, or its file is gone (a cleaned build folder): render it again from its record,
+            # serving the very image that ran.
+            cmp.write_compose(dep.stack, ref, dep.out_dir, options=options, smoke_report=previous.smoke_report)
+        up = compose.run(dep.project_name, [prev_file], ["up", "-d", "--remove-orphans", "--no-build"],
+                         docker_host=dep.docker_host)
+        if up.returncode != 0:
+            detail = f"`up` failed: {error_line(up.stderr)}"
+        else:
+            started = True
+            detail = _health_failure(client, dep, spec, wait_limit(spec, None),
+                                     is_local_docker_host(dep.docker_host), say)
+    except (SglstackError, docker.errors.DockerException, OSError) as exc:
+        detail = _describe(exc)
+    record = replace(
+        previous,
+        image=ref,
+        action="restore",
+        result="failed" if detail else "healthy",
+        time=utc_timestamp(),
+        compose_tool=compose.label,
+        note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else ""),
+    )
+    append_record(dep.build_root, record)
+    if detail is None:
+        port = (spec.host_port or spec.port) if spec else "?"
+        return f"restored {shown} on port {port} (healthy)"
+    if started:
+        # The previous server runs again but is not healthy (yet): leave it, it may still be loading.
+        left = "its container is left running, not healthy"
+    else:
+        # The failed new server must not keep crash-looping (and holding GPUs) in its place.
+        compose.run(dep.project_name, [dep.out_dir / attempt.compose_file], ["down", "-v", "--remove-orphans"],
+                    docker_host=dep.docker_host)
+        left = "the failed one was taken down"
+    return (f"restoring the previous deployment ({shown}) failed too: {detail}; nothing healthy is serving, "
+            f"{left} (`invoke logs --stack {dep.stack.name}`)")
+
+
+def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
+    """A reference to exactly the image `record` ran: a tag only while it still points to that image."""
+    if "@" in record.image:
+        return record.image
+    try:
+        current: str | None = client.images.get(record.image).id
+    except docker.errors.ImageNotFound:
+        current = None
+    if current is not None and (not record.image_id or current == record.image_id):
+        return record.image
+    if record.image_id and image_exists(client, record.image_id):
+        return record.image_id
+    if record.digest and record.digest != record.image_id:
+        name = record.image.rsplit(":", 1)[0] if ":" in record.image.rsplit("/", 1)[-1] else record.image
+        return f"{name}@{record.digest}"
+    raise DeployError(f"{record.image} no longer points to the image that ran ({record.image_id[:19]}), "
+                      "and that image is gone from the engine")
+
+
+# ---- rollback, undeploy, logs ----------------------------------------------------------------------
+
+
+def rollback(
+    dep: Deployment,
+    *,
+    compose: ComposeCLI | None = None,
+    wait_timeout_s: float | None = None,
+    say: Say = say_stderr,
+) -> DeploymentRecord:
+    """Redeploy the healthy image recorded before the current one, with the options it ran with."""
+    target = rollback_target(dep.records())
+    if target is None:
+        raise DeployError(
+            f"stack '{dep.stack.name}': no earlier healthy deployment to roll back to in "
+            f"{display_path(records_path(dep.build_root, dep.stack.name))}"
+        )
+    say(f"rolling back stack '{dep.stack.name}' to {target.image} (deployed {target.time})")
+    options = cmp.ComposeOptions.from_record(target.options)
+    return deploy(dep, target.image, options, compose=compose, wait_timeout_s=wait_timeout_s, action="rollback",
+                  smoke_report=target.smoke_report, say=say)
+
+
+def current_compose_file(dep: Deployment) -> Path:
+    records = dep.records()
+    name = records[-1].compose_file if records else cmp.COMPOSE_FILE
+    path = dep.out_dir / name
+    if not path.is_file():
+        raise DeployError(f"stack '{dep.stack.name}': {display_path(path)} not found (deploy it first)")
+    return path
+
+
+def service_logs(
+    dep: Deployment,
+    *,
+    compose: ComposeCLI | None = None,
+    compose_file: Path | None = None,
+    tail: int | None = LOG_TAIL_LINES,
+) -> str:
+    compose = compose or detect_compose()
+    compose_file = compose_file or current_compose_file(dep)
+    args = ["logs", "--no-color"] + (["--tail", str(tail)] if tail else [])
+    proc = compose.run(dep.project_name, [compose_file], args, docker_host=dep.docker_host)
+    return proc.stdout + (proc.stderr if proc.returncode else "")
+
+
+def undeploy(dep: Deployment, *, compose: ComposeCLI | None = None, say: Say = say_stderr) -> int:
+    """`down -v` the stack's project; return how many of its containers remain (0 unless something failed)."""
+    compose = compose or detect_compose()
+    say(f"compose: {compose.label}")
+    client = docker_client(dep.docker_host)
+    path: Path | None
+    try:
+        path = current_compose_file(dep)
+    except DeployError:
+        path = None
+    if path is not None:
+        proc = compose.run(dep.project_name, [path], ["down", "-v", "--remove-orphans"], docker_host=dep.docker_host)
+        if proc.returncode != 0:
+            raise DeployError(f"project {dep.project_name}: compose down failed: {last_line(proc.stderr)}")
+    else:
+        # The build folder is gone: remove what carries the project's label.
+        for c in project_containers(client, dep.project_name):
+            c.remove(force=True, v=True)
+        for network in client.networks.list(filters={"label": f"{COMPOSE_PROJECT_LABEL}={dep.project_name}"}):
+            network.remove()
+    left = project_containers(client, dep.project_name)
+    if left:
+        raise DeployError(f"project {dep.project_name}: {len(left)} container(s) still present after down")
+    ours = dep.records()
+    if ours:
+        append_record(dep.build_root, replace(ours[-1], action="undeploy", result="removed", time=utc_timestamp(),
+                                              note=""))
+    say(f"stack '{dep.stack.name}' (project {dep.project_name}) removed")
+    return len(left)
+
+
+def _engine_name(client: docker.DockerClient) -> str:
+    try:
+        return str(client.info().get("Name", ""))
+    except docker.errors.APIError:
+        return ""
+

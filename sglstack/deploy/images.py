@@ -1,0 +1,96 @@
+"""Which image a deployment serves: the reference (the published digest by default), its identity on
+the engine, and the smoke report that passed it, read from Publish's records through `published_release`
+only (Publish owns them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from ..dockerhost import image_exists
+from ..errors import ConfigError, DeployError
+from ..matrix import Stack
+from ..publish import PublishedRelease, published_release
+from ..records import build_root as default_build_root
+from ..tags import is_digest, parse_image_reference
+from .store import display_path
+
+
+def published_image_ref(stack_name: str, build_root: Path | None = None) -> str | None:
+    """The stack's current published `repo@sha256:...`, as Publish's records say."""
+    release = published_release(stack_name, build_root)
+    return release.ref if release else None
+
+
+def resolve_image_ref(
+    stack: Stack, *, digest: str | None = None, image: str | None = None, build_root: Path | None = None
+) -> str:
+    """--image as given; --digest D as `<publish.repository>@D`; else the stack's last published digest."""
+    if image and digest:
+        raise DeployError(f"stack '{stack.name}': give --digest or --image, not both")
+    if image:
+        return image
+    if digest:
+        if "@" in digest:
+            try:
+                parse_image_reference(digest)
+            except ConfigError as exc:
+                raise DeployError(f"stack '{stack.name}': --digest {exc}") from None
+            return digest
+        if not is_digest(digest):
+            raise DeployError(f"stack '{stack.name}': --digest '{digest}' is not sha256:<64 hex>")
+        return f"{stack.publish.repository}@{digest}"
+    ref = published_image_ref(stack.name, build_root)
+    if ref is None:
+        raise DeployError(
+            f"stack '{stack.name}': no published digest in "
+            f"{display_path((build_root or default_build_root()) / 'publish')}; "
+            "publish it first, or pass --digest/--image"
+        )
+    return ref
+
+
+def ensure_image(client: docker.DockerClient, ref: str, stack_name: str, say: Callable[[str], None]) -> None:
+    """Pull `ref` unless the engine has it: an image that cannot be fetched changes nothing."""
+    if image_exists(client, ref):
+        return
+    say(f"pulling {ref}")
+    try:
+        client.images.pull(ref)
+    except docker.errors.DockerException as exc:
+        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {reason} (nothing was changed)") from None
+    if not image_exists(client, ref):
+        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: not on the engine after the pull")
+
+
+def image_identity(client: docker.DockerClient, ref: str) -> tuple[str, str]:
+    """(digest, image id) of a reference: the repo digest when there is one, else the image id."""
+    try:
+        img = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return (ref.split("@", 1)[1] if "@" in ref else "", "")
+    except docker.errors.APIError as exc:
+        raise DeployError(f"image {ref}: {str(exc).splitlines()[0]}") from None
+    if "@" in ref:
+        return ref.split("@", 1)[1], img.id
+    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    for rd in img.attrs.get("RepoDigests") or []:
+        if rd.split("@", 1)[0] == repo:
+            return rd.split("@", 1)[1], img.id
+    return img.id, img.id
+
+
+def passing_smoke_report(release: PublishedRelease | None, digest: str) -> str | None:
+    """`sha256:` of the smoke report that passed `digest` (pure): known only for the stack's current
+    release, whose record keeps the report's hash. None: no passing report is known for it."""
+    if release is None or release.digest != digest or not release.smoke_report_sha256:
+        return None
+    return release.smoke_report_sha256
+
+
+def smoke_report_for(stack_name: str, digest: str, build_root: Path | None = None) -> str | None:
+    return passing_smoke_report(published_release(stack_name, build_root), digest)

@@ -1,0 +1,166 @@
+"""`invoke status`: one row per deployed service container, found by its sglstack labels on the engine,
+plus the recorded stacks that have no container any more."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import compose as cmp
+from ..dockerhost import docker_client
+from ..errors import DeployError
+from ..records import build_root as default_build_root
+from ..records import utc_now
+from .health import COMPOSE_PROJECT_LABEL
+from .store import RECORDS_FILE, DeploymentRecord, read_records
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    stack: str
+    project: str
+    container: str
+    state: str
+    health: str
+    uptime: str
+    image: str
+    digest: str
+    model: str
+    speculative: str
+    node: str
+    smoke_report: str = ""
+
+
+def deployment_status(
+    *,
+    build_root: Path | None = None,
+    docker_host: str | None = None,
+    stack: str | None = None,
+    project: str | None = None,
+    now: dt.datetime | None = None,
+) -> list[StackStatus]:
+    """One row per deployed service container (found by its sglstack labels), plus recorded stacks that
+    have no container any more."""
+    client = docker_client(docker_host)
+    label_filter = [cmp.LABEL_STACK + (f"={stack}" if stack else "")]
+    if project:
+        label_filter.append(f"{COMPOSE_PROJECT_LABEL}={project}")
+    containers = client.containers.list(all=True, filters={"label": label_filter})
+    build_root = build_root or default_build_root()
+    now = now or utc_now()
+    rows: list[StackStatus] = []
+    seen: set[tuple[str, str]] = set()
+    for c in sorted(containers, key=lambda c: (c.labels.get(cmp.LABEL_STACK, ""), c.name)):
+        labels = c.labels
+        name, proj = labels.get(cmp.LABEL_STACK, "?"), labels.get(COMPOSE_PROJECT_LABEL, "")
+        seen.add((name, proj))
+        records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
+        image = labels.get(cmp.LABEL_IMAGE, "")
+        digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
+            image.split("@", 1)[1] if "@" in image else c.attrs.get("Image", "")
+        )
+        state = c.attrs.get("State") or {}
+        verdict = (state.get("Health") or {}).get("Status", "none")
+        rows.append(
+            StackStatus(
+                stack=name,
+                project=proj,
+                container=c.name,
+                state=state.get("Status", "?"),
+                health=verdict,
+                uptime=_uptime(state.get("StartedAt"), now) if state.get("Status") == "running" else "-",
+                image=image,
+                digest=digest,
+                model=labels.get(cmp.LABEL_MODEL, ""),
+                speculative=labels.get(cmp.LABEL_SPECULATIVE, ""),
+                node=labels.get(cmp.LABEL_NODE, ""),
+                smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
+            )
+        )
+    if build_root.is_dir() and not project:
+        for path in sorted(build_root.glob(f"{stack or '*'}/{RECORDS_FILE}")):
+            records = _safe_records(build_root, path.parent.name)
+            if not records or (records[-1].stack, records[-1].project) in seen:
+                continue
+            last = records[-1]
+            rows.append(
+                StackStatus(
+                    stack=last.stack,
+                    project=last.project,
+                    container="-",
+                    state="removed" if last.action == "undeploy" else f"not running ({last.result})",
+                    health="-",
+                    uptime="-",
+                    image=last.image,
+                    digest=last.digest,
+                    model="",
+                    speculative="",
+                    node="",
+                    smoke_report=last.smoke_report,
+                )
+            )
+    return rows
+
+
+def _safe_records(build_root: Path, stack_name: str) -> list[DeploymentRecord]:
+    try:
+        return read_records(build_root, stack_name)
+    except DeployError:
+        return []
+
+
+def _uptime(started_at: str | None, now: dt.datetime) -> str:
+    if not started_at:
+        return "-"
+    # Docker writes nanoseconds; Python parses at most microseconds.
+    trimmed = re.sub(r"(\.\d{6})\d*", r"\1", started_at).replace("Z", "+00:00")
+    try:
+        seconds = int((now - dt.datetime.fromisoformat(trimmed)).total_seconds())
+    except ValueError:
+        return "-"
+    return format_duration(max(seconds, 0))
+
+
+def format_duration(seconds: int) -> str:
+    days, rem = divmod(seconds, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else (digest or "-")
+
+
+def print_status(rows: list[StackStatus]) -> None:
+    table = Table(title="sglstack deployments")
+    columns = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.stack,
+            r.project,
+            r.state,
+            r.health,
+            r.uptime,
+            _short(r.digest),
+            _short(r.smoke_report),
+            r.model or "-",
+            r.speculative or "-",
+            r.node or "-",
+        )
+    if not rows:
+        table.caption = "nothing deployed"
+    # Piped (CI logs), rich would squeeze the table into 80 columns.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
