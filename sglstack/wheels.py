@@ -117,7 +117,7 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
     if hit:
         return hit
     remote = url or index_url
-    if remote:
+    if remote and remote.startswith(("http://", "https://")):
         why = _unreachable(remote)
         if why:
             raise WheelUnreachable(f"{remote} is unreachable from here ({why})")
