@@ -21,6 +21,7 @@ from typing import Any
 
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
 from .confighash import config_hash, read_context
+from .coverage_image import build_coverage
 from .errors import BuildError, PinMismatch, SglstackError
 from .matrix import Stack, load_matrix
 from .render import RenderedContext, write_build_context
@@ -327,8 +328,10 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                              show_progress=options.show_progress)
     with timer.phase("verify"):
         manifest, info = verify_image(client, image_id, stack, target)
+        coverage = build_coverage(client, image_id, stack, serving_image=target == FINAL_TARGET)
     with timer.phase("stamp"):
-        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), options.docker_host)
+        final_id = stamp_labels(builder, client, image_id, {**verified_labels(manifest, info), **coverage.labels},
+                                options.docker_host)
         client.images.get(final_id).tag(tag)
     record = {
         "stack": stack.name,
@@ -343,6 +346,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "patches": manifest,
         "installed": (info or {}).get("distributions", {}),
         "torch": (info or {}).get("torch"),
+        "coverage": coverage.record,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
     }
@@ -377,7 +381,8 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     except SglstackError as exc:
         lines.append(f"build:        not possible here: {exc}")
     lines.append(f"secrets:      {', '.join(_planned_secrets(options)) or 'none'} (BuildKit secrets, never layers)")
-    lines.append("verify:       patchkit verify + installed packages vs pins, in a container of the image")
+    lines.append("verify:       patchkit verify + installed packages vs pins, in a container of the image; "
+                 "kernel coverage of cuda_arch_list (cuobjdump)")
     if target != FINAL_TARGET:
         lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
         return lines
