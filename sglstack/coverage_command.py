@@ -27,10 +27,11 @@ from .coverage import (
     capabilities_of,
     device_code_wheels,
 )
+from .coverage_inspect import inspect_wheel
 from .cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, cuobjdump
 from .errors import ConfigError, SglstackError
 from .matrix import Stack, load_matrix
-from .wheels import WheelFetchError, cache_dir, fetch_binary_wheel
+from .wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 
@@ -92,15 +93,13 @@ def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None]
         try:
             wheel = fetch_source(source, stack, platform)
         except WheelFetchError as exc:
-            if source.index_url or "://" in source.requirement:
+            if isinstance(exc, WheelUnreachable):
                 unreachable[where] = str(exc)
             statuses.append(PackageStatus(source.package, source.version, where, False, str(exc)))
             continue
         if tool is None:
             tool = cuobjdump()
             listings = ListingCache(tool.release)
-        from .coverage_inspect import inspect_wheel  # imports zipfile and threads only when there is a wheel
-
         progress(f"listing the device code of {wheel.name}")
         packages.append(inspect_wheel(wheel, source.package, source.version, tool, cache=listings, jobs=jobs))
         statuses.append(PackageStatus(source.package, source.version, wheel.name, True))

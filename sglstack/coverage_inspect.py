@@ -97,10 +97,11 @@ def _extract(wheel: Path, targets: Mapping[str, Path], jobs: int | None) -> None
         with zf.open(name) as src, targets[name].open("wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
 
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
-            list(pool.map(one, sorted(targets, key=lambda n: -sizes.get(n, 0))))
+        list(pool.map(one, sorted(targets, key=lambda n: -sizes.get(n, 0))))
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # on Ctrl-C, no queued member is still unpacked
         for zf in opened:
             zf.close()
 

@@ -202,14 +202,17 @@ class ListingCache:
 def list_files(paths: Sequence[Path], tool: Cuobjdump, *, cache: ListingCache | None = None,
                jobs: int | None = None) -> dict[Path, tuple[str, DeviceCode]]:
     """Hash and list many files in parallel: {path: (sha256, DeviceCode)}; each distinct file listed once."""
-    workers = max(1, jobs or os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
+    try:
         hashes = dict(zip(paths, pool.map(sha256_file, paths), strict=True))
         todo: dict[str, Path] = {}
         for path, digest in hashes.items():
             if (cache is None or cache.get(digest) is None) and digest not in todo:
                 todo[digest] = path
         listed = dict(zip(todo, pool.map(tool.list, todo.values()), strict=True))
+    finally:
+        # On an error or Ctrl-C, the queued files are dropped: only the running listings finish.
+        pool.shutdown(wait=True, cancel_futures=True)
     if cache is not None:
         cache.add(listed)
     out: dict[Path, tuple[str, DeviceCode]] = {}

@@ -6,10 +6,15 @@ the compiled fixtures; its torch index is a closed loopback port (unreachable, l
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from cli import run_invoke
+from cli import REPO, run_invoke
 from coverage_fixtures import FAKE_SGL_KERNEL, cuobjdump_tool, make_wheel  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.network  # cuobjdump's wheel comes from PyPI (once per machine)
@@ -101,3 +106,25 @@ def test_a_bad_policy_and_a_missing_option_exit_2(tmp_path, env):
     assert proc.returncode == 2 and "key 'coverage.require'" in proc.stderr
     proc = run_invoke("coverage", cwd=tmp_path, env=env)
     assert proc.returncode == 2 and proc.stderr.strip() == "error: coverage: missing required option --stack"
+
+
+def test_sigterm_mid_listing_exits_143_and_leaves_no_scratch_files(tmp_path, env, cuobjdump_tool):
+    """A slow cuobjdump (a wrapper that sleeps before listing) is interrupted: the task exits 128+15,
+    and the unpacked wheel members are gone."""
+    slow = tmp_path / "slow-cuobjdump"
+    slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] || sleep 2\nexec "{cuobjdump_tool.binary}" "$@"\n')
+    slow.chmod(0o755)
+    path = stacks_file(tmp_path, torch=False)
+    scratch = tmp_path / "cache" / "coverage" / "tmp"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "coverage", "--stack", "fake",
+         "--stacks-file", path], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env, "SGLSTACK_CUOBJDUMP": str(slow)})
+    deadline = time.monotonic() + 60
+    while not (scratch.is_dir() and any(scratch.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert scratch.is_dir() and any(scratch.iterdir()), "the listing never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "interrupted (SIGTERM)" in err and not any(scratch.iterdir())
