@@ -128,3 +128,9 @@ def test_sigterm_mid_listing_exits_143_and_leaves_no_scratch_files(tmp_path, env
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "interrupted (SIGTERM)" in err and not any(scratch.iterdir())
+
+
+def test_help_names_the_options_and_the_exit_codes(tmp_path):
+    proc = run_invoke("coverage", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "--stack=STRING" in proc.stdout and "--json=STRING" in proc.stdout and "3 incomplete" in proc.stdout
