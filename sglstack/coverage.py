@@ -442,10 +442,15 @@ class CoverageReport:
         return 0 if self.complete else 3
 
     def summary(self) -> dict[str, Cell]:
-        """Per capability, the worst cell of every row the policy does not waive."""
+        """Per capability, the worst cell of every row the policy does not waive (of every row, when the
+        policy waives them all); no entry without rows."""
         waived = {(name, cap) for name, cap, _, _ in self.waived}
-        return {cap: worst(r.cells[cap] for r in self.rows if (r.name, cap) not in waived) for cap in self.capabilities
-                if any((r.name, cap) not in waived for r in self.rows)}
+        out: dict[str, Cell] = {}
+        for cap in self.capabilities:
+            kept = [r.cells[cap] for r in self.rows if (r.name, cap) not in waived]
+            if kept or self.rows:
+                out[cap] = worst(kept or [r.cells[cap] for r in self.rows])
+        return out
 
     def label(self) -> str | None:
         summary = self.summary()

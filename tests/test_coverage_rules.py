@@ -267,6 +267,15 @@ def test_globs_and_stale_exceptions():
     assert not any("sgl_kernel.*" in s for s in report.stale_exceptions)
 
 
+def test_a_capability_whose_every_row_is_excepted_still_shows_in_the_label():
+    policy = CoveragePolicy(exceptions=(CoverageException(extension="*", capability="10.3", reason="no B300 yet"),
+                                        CoverageException(extension="*", capability="12.0", reason="r"),
+                                        CoverageException(extension="*", capability="10.0", reason="r")))
+    # 10.0 and 12.0 keep common_ops' native cells; on 10.3 every row is excepted: the worst of them shows
+    assert _report(policy, OBJECTS).summary() == {"9.0": NATIVE, "10.0": NATIVE, "10.3": MISSING, "12.0": NATIVE}
+    assert _report(CoveragePolicy(), []).label() is None
+
+
 def test_an_unchecked_package_makes_the_report_incomplete_exit_3_unless_something_is_missing():
     unchecked = [PackageStatus("sgl-kernel", "1", "test", True),
                  PackageStatus("torch", "2.9.1", "idx", False, "https://x is unreachable from here")]
