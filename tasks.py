@@ -121,6 +121,18 @@ def build(c, stack, stacks_file=DEFAULT_STACKS, target=None, no_cache=False, for
                              docker_host=docker_host, registry=registry, smoke_opts=smoke_opt or []))
 
 
+@task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
+            "json": "also write the table and the verdict as JSON to this path"})
+@_user_errors
+def coverage(c, stack, stacks_file=DEFAULT_STACKS, json=None):
+    """Which kernels each GPU of cuda_arch_list gets from the stack's wheels (cuobjdump; no Docker, no GPU).
+
+    Exit 0 covered, 1 a required capability missing, 2 bad input, 3 incomplete (a wheel out of reach)."""
+    from sglstack.coverage_command import coverage_command
+
+    _exit_with(coverage_command(stacks_file, stack, json_path=json))
+
+
 # ---- GPU node --------------------------------------------------------------------------------------
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
@@ -139,7 +151,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, render, build):
+for _t in (stacks, render, build, coverage):
     ns.add_task(_t)
 
 

@@ -29,6 +29,7 @@ import requests
 
 from . import confighash
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
+from .coverage_image import build_coverage
 from .dockerhost import created_container, docker_client, running_container
 from .errors import BuildError, PinMismatch, RegistryError, SglstackError
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
@@ -419,8 +420,10 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                     raise
         with timer.phase("verify"):
             manifest, info = verified_facts(client, held, stack, target)
+            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET)
         with timer.phase("stamp"):
-            final_id = stamp_labels(builder, held, verified_labels(manifest, info), options.docker_host)
+            final_id = stamp_labels(builder, held, {**verified_labels(manifest, info), **coverage.labels},
+                                    options.docker_host)
             client.images.get(final_id).tag(tag)
     record = {
         "stack": stack.name,
@@ -435,6 +438,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "patches": manifest,
         "installed": (info or {}).get("distributions", {}),
         "torch": (info or {}).get("torch"),
+        "coverage": coverage.record,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
     }
@@ -474,7 +478,8 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
                  f"(BuildKit secrets, never layers; the HF token from the environment, never a file)")
     if target == FINAL_TARGET:
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
-                     "packages); read back and compared with the pins")
+                     "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "
+                     "(cuobjdump)")
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     if target != FINAL_TARGET:

@@ -274,6 +274,21 @@ class PatchPolicy(_Model):
     on_upstream: Literal["notice", "error"] = "notice"
 
 
+class CoverageException(_Model):
+    """A kernel-coverage cell this stack accepts below `require`, declared with a reason (like an override)."""
+
+    extension: str = Field(min_length=1)  # a row of `invoke coverage` (e.g. sgl_kernel.flash_ops); globs allowed
+    capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")  # e.g. "10.3"; None: every capability
+    reason: str = Field(min_length=1)
+
+
+class CoveragePolicy(_Model):
+    """What every GPU of `cuda_arch_list` must get from each CUDA extension (`invoke coverage`, the build)."""
+
+    require: Literal["native", "ptx"] = "native"  # ptx: a JIT-compiled first start is acceptable
+    exceptions: tuple[CoverageException, ...] = ()
+
+
 class Stack(_Model):
     name: str
     description: str = ""
@@ -298,6 +313,16 @@ class Stack(_Model):
     smoke: SmokeSettings = SmokeSettings()
     publish: PublishSettings = PublishSettings()
     labels: Mapping[str, str] = Field(default_factory=dict)
+    coverage: CoveragePolicy = CoveragePolicy()
+
+    @model_validator(mode="after")
+    def _coverage_capabilities(self) -> Stack:
+        arch = {a.removesuffix("+PTX").removesuffix("a") for a in self.cuda_arch_list}
+        for i, exception in enumerate(self.coverage.exceptions):
+            if exception.capability is not None and exception.capability not in arch:
+                raise _KeyedValueError(("coverage", "exceptions", i, "capability"),
+                                       f"capability {exception.capability} is not in cuda_arch_list")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> Stack:

@@ -400,3 +400,31 @@ def check_memlock(soft_limit: int) -> Check:
         "NCCL over InfiniBand/GPUDirect RDMA needs pinned memory",
         float(soft_limit),
     )
+
+
+# ---- kernel coverage of the image ------------------------------------------------------------------
+
+
+def check_kernel_coverage(gpus: Sequence[GpuInfo], coverage: Mapping[str, str] | None, problem: str = "") -> Check:
+    """The image's coverage label ({capability: native|ptx|missing}, written by `invoke build`) against the
+    node's GPUs: a capability the image does not cover natively is a warning, so is an image without a label."""
+    name, threshold = "kernel coverage", "native kernels for every GPU"
+    caps = sorted({g.compute_cap for g in gpus if g.compute_cap}, key=version_tuple)
+    if coverage is None:
+        detail = problem or "the image has no io.sglstack.coverage label: its kernel coverage is unknown"
+        return Check(name, WARN, "unknown", threshold, detail)
+    value = ", ".join(f"{c}: {coverage.get(c, 'not built for')}" for c in caps) or "no GPU"
+    ptx = [c for c in caps if coverage.get(c) == "ptx"]
+    missing = [c for c in caps if coverage.get(c) == "missing"]
+    absent = [c for c in caps if c not in coverage]
+    if not (ptx or missing or absent):
+        return Check(name, PASS, value, threshold)
+    details = []
+    if absent:
+        details.append(f"{','.join(absent)} is not among the image's capabilities ({','.join(coverage)}): "
+                       "expect 'no kernel image is available for execution on the device'")
+    if missing:
+        details.append(f"some extensions have no kernels for {','.join(missing)} (excepted in the stack's policy)")
+    if ptx:
+        details.append(f"{','.join(ptx)} runs JIT-compiled PTX: a slower first start, and the driver must JIT it")
+    return Check(name, WARN, value, threshold, "; ".join(details))

@@ -16,9 +16,10 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
 from ..dockerhost import OWNER_LABEL, docker_client, remove_container, unique_name
+from ..labels import COVERAGE_LABEL, parse_coverage_label
 from .__main__ import REPORT_BEGIN, REPORT_END
 from .allreduce import MULTICAST_OFF_ENV
-from .checks import FAIL, Check, Requirements
+from .checks import FAIL, Check, GpuInfo, Requirements, check_kernel_coverage
 from .errors import PreflightUnavailable
 from .node import NodeReport
 
@@ -115,6 +116,8 @@ def run_in_image(
         raise PreflightUnavailable(
             f"preflight in {image} exited {status.get('StatusCode')} without a report: {tail.strip()[:200]}"
         )
+    if not report.fatal:
+        report.checks.append(image_coverage_check(client.images.get(image).labels or {}, report))
     return report
 
 
@@ -122,6 +125,17 @@ def no_gpu_runtime_report(req: Requirements, reason: str) -> NodeReport:
     """The node's engine cannot hand GPUs to a container at all: the first check fails, nothing else runs."""
     check = Check(GPU_RUNTIME_CHECK, FAIL, "none", "a GPU runtime in Docker (NVIDIA Container Toolkit)", reason)
     return NodeReport(req, checks=[check], node={}, fatal=reason)
+def image_coverage_check(labels: dict[str, str], report: NodeReport) -> Check:
+    """The node's GPUs (from the report) against the image's coverage label, if it has one."""
+    gpus = [GpuInfo(index=g.get("index", i), name=g.get("name", ""), compute_cap=g.get("compute_cap", ""))
+            for i, g in enumerate(report.node.get("gpus") or [])]
+    value = labels.get(COVERAGE_LABEL)
+    if value is None:
+        return check_kernel_coverage(gpus, None)
+    try:
+        return check_kernel_coverage(gpus, parse_coverage_label(value))
+    except ValueError as exc:
+        return check_kernel_coverage(gpus, None, f"the image's {COVERAGE_LABEL} label is unreadable: {exc}")
 
 
 def _reason(exc: docker.errors.APIError) -> str:
