@@ -62,13 +62,43 @@ def _exit_with(code: int) -> None:
 # ---- the matrix and rendering ----------------------------------------------------------------------
 
 @task(help={"stacks-file": "the matrix file (default: stacks.yaml)",
-            "check": "validate, and compare pins with SGLang's own requirements"})
+            "check": "validate, and compare pins with SGLang's own requirements",
+            "resolve": "with --check: also run the real resolver (uv) and name both sides of any conflict"})
 @_user_errors
-def stacks(c, stacks_file=DEFAULT_STACKS, check=False):
+def stacks(c, stacks_file=DEFAULT_STACKS, check=False, resolve=False):
     """Print the stack matrix as a table; --check validates it and checks pin conflicts."""
     from sglstack.conflicts import stacks_command
 
-    _exit_with(stacks_command(stacks_file, check=check))
+    _exit_with(stacks_command(stacks_file, check=check, resolve=resolve))
+
+
+@task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
+            "upgrade-package": "re-resolve only this package and what depends on it (repeatable)"},
+      iterable=["upgrade_package"])
+@_user_errors
+def lock(c, stack, stacks_file=DEFAULT_STACKS, upgrade_package=None):
+    """Resolve everything the stack's image installs (uv, with hashes) into locks/STACK.txt."""
+    from sglstack.locking import lock_command
+
+    _exit_with(lock_command(stacks_file, stack, upgrade_packages=upgrade_package or []))
+
+
+# A and B are positional (`invoke diff A B`); their empty defaults keep `invoke diff --help` working (a
+# positional without a default would take `--help` as its value).
+@_invoke_task(positional=["a", "b"],
+              help={"a": "A, the first argument (before): an image (tag, id, repo@sha256:...), a build record, "
+                         "or a lock",
+                    "b": "B, the second argument (after): the same kinds", "json": "print the diff as JSON",
+                    "docker-host": "Docker engine URL to read images from (default: DOCKER_HOST / local socket)"})
+@_user_errors
+def diff(c, a="", b="", json=False, docker_host=None):
+    """invoke diff A B [--json]: what changed from A to B (base image, pins, packages, patches, SGLang, labels)."""
+    from sglstack.diffsources import diff_command
+
+    if not a or not b:
+        print("error: diff: needs two arguments: invoke diff A B (images, build records or locks)", file=sys.stderr)
+        raise Exit(code=2)
+    _exit_with(diff_command(a, b, as_json=json, docker_host=docker_host))
 
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
@@ -129,7 +159,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, render, build):
+for _t in (stacks, lock, diff, render, build):
     ns.add_task(_t)
 
 
