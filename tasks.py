@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from invoke import Collection, Exit
+from invoke import Argument, Collection, Exit, Program, Task
 from invoke import task as _invoke_task
 
 from sglstack.errors import SglstackError
@@ -83,21 +83,49 @@ def lock(c, stack, stacks_file=DEFAULT_STACKS, upgrade_package=None):
     _exit_with(lock_command(stacks_file, stack, upgrade_packages=upgrade_package or []))
 
 
-# A and B are positional (`invoke diff A B`); their empty defaults keep `invoke diff --help` working (a
-# positional without a default would take `--help` as its value).
-@_invoke_task(positional=["a", "b"],
+class _Positional(Argument):
+    """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
+
+    invoke fills pending positional arguments before it looks at flags, so without this `invoke diff --help`
+    would become A='--help' and then fail for want of B.
+    """
+
+    siblings: list[Argument]
+
+    def set_value(self, value, cast=True):
+        if value in HELP_FLAGS:
+            for arg in self.siblings:
+                Argument.set_value(arg, HELP_FLAGS[0], cast=False)
+            return
+        super().set_value(value, cast)
+
+
+class _PositionalTask(Task):
+    def get_arguments(self, ignore_unknown_help=None):
+        args = super().get_arguments(ignore_unknown_help)
+        positional = [arg for arg in args if arg.positional]
+        for arg in positional:
+            arg.__class__ = _Positional
+            arg.siblings = positional
+        return args
+
+
+HELP_FLAGS = ("--help", "-h")
+
+
+@_invoke_task(klass=_PositionalTask, positional=["a", "b"],
               help={"a": "A, the first argument (before): an image (tag, id, repo@sha256:...), a build record, "
                          "or a lock",
                     "b": "B, the second argument (after): the same kinds", "json": "print the diff as JSON",
                     "docker-host": "Docker engine URL to read images from (default: DOCKER_HOST / local socket)"})
 @_user_errors
-def diff(c, a="", b="", json=False, docker_host=None):
+def diff(c, a, b, json=False, docker_host=None):
     """invoke diff A B [--json]: what changed from A to B (base image, pins, packages, patches, SGLang, labels)."""
     from sglstack.diffsources import diff_command
 
-    if not a or not b:
-        print("error: diff: needs two arguments: invoke diff A B (images, build records or locks)", file=sys.stderr)
-        raise Exit(code=2)
+    if a in HELP_FLAGS:
+        Program(namespace=ns).run(["invoke", "--help", "diff"], exit=False)
+        return
     _exit_with(diff_command(a, b, as_json=json, docker_host=docker_host))
 
 

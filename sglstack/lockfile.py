@@ -206,6 +206,13 @@ def compare_installed(lock: Lock, distributions: Mapping[str, str]) -> Installed
     return InstalledComparison(tuple(problems), tuple(notices))
 
 
+def lock_content_sha256(lock: Lock) -> str:
+    """sha256 of what the lock installs (entries, hashes, layers), not of when or where it was resolved."""
+    text = "\n".join(f"{p.layer} {p.requirement} {p.version} {' '.join(p.hashes)} {p.unhashed or ''}"
+                     for p in lock.packages)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 # ---- the text format -------------------------------------------------------------------------------
 
 def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
