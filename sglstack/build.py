@@ -22,9 +22,10 @@ from typing import Any
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
 from .confighash import config_hash, read_context
 from .errors import BuildError, PinMismatch, SglstackError
+from .lockfile import Lock, lock_content_sha256, lock_for_build, lock_path, missing_message
 from .matrix import Stack, load_matrix
 from .render import RenderedContext, write_build_context
-from .verify import pin_mismatches
+from .verify import lock_mismatches, pin_mismatches
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -46,6 +47,7 @@ class BuildOptions:
     registry: str | None = None  # where to look for an already-built candidate (default: the stack's)
     check_registry: bool = True
     patches_dir: Path | None = None
+    lock: Lock | None = None  # the stack's current lock: layers install it exactly, verify compares with it
 
     @property
     def effective_target(self) -> str:
@@ -155,7 +157,8 @@ _PATCHED_TREE = {
 }
 
 
-def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def verify_image(client, image: str, stack: Stack, target: str,
+                 lock: Lock | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Run the patch verifier and the installed-package report in containers of the built image.
 
     Returns the image's patch manifest and, for the serving image, what is really installed.
@@ -180,6 +183,8 @@ def verify_image(client, image: str, stack: Stack, target: str) -> tuple[list[di
         raise BuildError(f"stack '{stack.name}': cannot read installed packages from the image: {err.strip()[-300:]}")
     info = json.loads(out)
     problems = pin_mismatches(stack, info)
+    if lock is not None:
+        problems += lock_mismatches(lock, info)[0]
     if problems:
         raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
     return manifest, info
@@ -284,7 +289,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
 
 def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     """Build, verify, stamp and tag one stack; skip when a verified image of this config exists."""
-    from .dockerhost import docker_client
+    from .dockerhost import docker_client, image_digest
     from .ui import console as make_console
 
     console = make_console()
@@ -292,8 +297,8 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     out_dir = options.out_dir or Path("build") / stack.name
     target = options.effective_target
     with timer.phase("render"):
-        rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
-                    else write_build_context(stack, out_dir))
+        rendered = (write_build_context(stack, out_dir, options.patches_dir, lock=options.lock) if options.patches_dir
+                    else write_build_context(stack, out_dir, lock=options.lock))
         digest = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, digest, target)
     client = docker_client(options.docker_host)
@@ -326,9 +331,15 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         image_id = run_build(builder, request, log_path=out_dir / "build.log", docker_host=options.docker_host,
                              show_progress=options.show_progress)
     with timer.phase("verify"):
-        manifest, info = verify_image(client, image_id, stack, target)
+        manifest, info = verify_image(client, image_id, stack, target, options.lock)
+    lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
+    for note in lock_notes:
+        console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
+    base_digest = image_digest(client, stack.base_image)
     with timer.phase("stamp"):
-        final_id = stamp_labels(builder, client, image_id, verified_labels(manifest, info), options.docker_host)
+        final_id = stamp_labels(builder, client, image_id, {**verified_labels(manifest, info),
+                                                            **lock_labels(options.lock, base_digest)},
+                                options.docker_host)
         client.images.get(final_id).tag(tag)
     record = {
         "stack": stack.name,
@@ -345,11 +356,36 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "torch": (info or {}).get("torch"),
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
+        "base_image": {"name": stack.base_image, "digest": base_digest},
+        "sglang": stack.sglang.model_dump(mode="json"),
+        "lock": _lock_record(options.lock, lock_notes),
+        "labels": client.images.get(final_id).labels or {},
     }
     record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
     console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
     return BuildResult(stack.name, target, digest, final_id, tag, False, record_path, builder.kind)
+
+
+def lock_labels(lock: Lock | None, base_digest: str | None) -> dict[str, str]:
+    labels = {"org.opencontainers.image.base.digest": base_digest} if base_digest else {}
+    if lock is not None:
+        labels["io.sglstack.lock-sha256"] = lock_content_sha256(lock)
+    return labels
+
+
+def _lock_record(lock: Lock | None, notes: list[str]) -> dict[str, Any] | None:
+    if lock is None:
+        return None
+    return {"stack_sha256": lock.stack_sha256, "content_sha256": lock_content_sha256(lock),
+            "resolved_at": lock.resolved_at, "packages": len(lock.packages), "hashed": lock.hashed_count,
+            "unresolved": [str(u) for u in lock.unresolved], "notices": notes}
+
+
+def _lock_summary(lock: Lock | None) -> str:
+    if lock is None:
+        return "none: not reproducible to the last package"
+    return f"{len(lock.packages)} packages, {lock.hashed_count} hash-checked, resolved {lock.resolved_at}"
 
 
 # ---- the dry run -----------------------------------------------------------------------------------
@@ -358,12 +394,13 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
-        rendered = write_build_context(stack, Path(tmp))
+        rendered = write_build_context(stack, Path(tmp), lock=options.lock)
         digest = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = options.out_dir or Path("build") / stack.name
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
              f"config hash:  {digest}",
+             f"lock:         {_lock_summary(options.lock)}",
              f"local tag:    {local_tag(stack, digest, target)} (set only after verification)"]
     try:
         builder = detect_builder(options.docker_cli)
@@ -414,8 +451,12 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     from .ui import console as make_console
 
     stack = load_matrix(stacks_file).get(stack_name)
+    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
+    if lock is None:
+        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
+        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host, registry=registry)
+                           docker_cli=docker_cli, docker_host=docker_host, registry=registry, lock=lock)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
     if dry_run:

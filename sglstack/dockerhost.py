@@ -129,3 +129,15 @@ def read_image_files(client: docker.DockerClient, image: str, paths: list[str]) 
         with contextlib.suppress(docker.errors.DockerException):
             client.containers.get(name).remove(force=True, v=True)
     return out
+
+
+def image_digest(client: docker.DockerClient, ref: str) -> str | None:
+    """The registry digest of a local image (`sha256:...` of its manifest), else its image id; None if absent."""
+    try:
+        image = client.images.get(ref)
+    except docker.errors.DockerException:
+        return None
+    for repo_digest in image.attrs.get("RepoDigests") or []:
+        if "@" in repo_digest:
+            return repo_digest.split("@", 1)[1]
+    return image.id
