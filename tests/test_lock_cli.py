@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,30 @@ def test_the_repos_locks_are_current():
         assert is_current(locked, stack), f"locks/{name}.txt is stale: run invoke lock --stack {name}"
         torch = locked.get("torch")
         assert torch is not None and torch.version == stack.torch.version
+
+
+def test_sigterm_while_resolving_leaves_no_lock_no_uv_and_no_temp_files(tmp_path):
+    """cu130 waits several seconds on PyPI and on the unreachable PyTorch index: stop it mid-way."""
+    stacks = tmp_path / "stacks.yaml"
+    shutil.copy(REPO / "stacks.yaml", stacks)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), "lock", "--stack", "cu130",
+                             "--stacks-file", str(stacks)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 60
+    while not list(scratch.glob("sglstack-resolve-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until uv runs
+    assert list(scratch.glob("sglstack-resolve-*")), "uv never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err
+    assert not (tmp_path / "locks").exists() or not list((tmp_path / "locks").iterdir())
+    assert not list(scratch.iterdir())  # every uv work dir removed
+    for link in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            assert not str(link.resolve()).startswith(str(scratch)), f"a uv process survived: {link}"
+        except OSError:
+            continue
