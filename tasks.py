@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from invoke import Collection, Exit
+from invoke import Argument, Collection, Exit, Program, Task
 from invoke import task as _invoke_task
 
 # Standard library only: the deployment tasks' options, read when invoke loads this file.
@@ -71,13 +71,71 @@ def _exit_with(code: int) -> None:
 # ---- the matrix and rendering ----------------------------------------------------------------------
 
 @task(help={"stacks-file": "the matrix file (default: stacks.yaml)",
-            "check": "validate, and compare pins with SGLang's own requirements"})
+            "check": "validate, and compare pins with SGLang's own requirements",
+            "resolve": "with --check: also run the real resolver (uv) and name both sides of any conflict"})
 @_user_errors
-def stacks(c, stacks_file=DEFAULT_STACKS, check=False):
+def stacks(c, stacks_file=DEFAULT_STACKS, check=False, resolve=False):
     """Print the stack matrix as a table; --check validates it and checks pin conflicts."""
     from sglstack.conflicts import stacks_command
 
-    _exit_with(stacks_command(stacks_file, check=check))
+    _exit_with(stacks_command(stacks_file, check=check, resolve=resolve))
+
+
+@task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
+            "upgrade-package": "re-resolve only this package and what depends on it (repeatable)"},
+      iterable=["upgrade_package"])
+@_user_errors
+def lock(c, stack, stacks_file=DEFAULT_STACKS, upgrade_package=None):
+    """Resolve everything the stack's image installs (uv, with hashes) into locks/STACK.txt."""
+    from sglstack.locking import lock_command
+
+    _exit_with(lock_command(stacks_file, stack, upgrade_packages=upgrade_package or []))
+
+
+class _Positional(Argument):
+    """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
+
+    invoke fills pending positional arguments before it looks at flags, so without this `invoke diff --help`
+    would become A='--help' and then fail for want of B.
+    """
+
+    siblings: list[Argument]
+
+    def set_value(self, value, cast=True):
+        if value in HELP_FLAGS:
+            for arg in self.siblings:
+                Argument.set_value(arg, HELP_FLAGS[0], cast=False)
+            return
+        super().set_value(value, cast)
+
+
+class _PositionalTask(Task):
+    def get_arguments(self, ignore_unknown_help=None):
+        args = super().get_arguments(ignore_unknown_help)
+        positional = [arg for arg in args if arg.positional]
+        for arg in positional:
+            arg.__class__ = _Positional
+            arg.siblings = positional
+        return args
+
+
+HELP_FLAGS = ("--help", "-h")
+
+
+@_invoke_task(klass=_PositionalTask, positional=["a", "b"],
+              help={"a": "A, the first argument (before): an image (tag, id, repo@sha256:...), a build record, "
+                         "or a lock",
+                    "b": "B, the second argument (after): the same kinds", "json": "print the diff as JSON",
+                    "docker-host": "Docker engine URL to read images from (default: DOCKER_HOST / local socket)"})
+@_user_errors
+def diff(c, a, b, json=False, docker_host=None):
+    """invoke diff A B [--json]: what changed from A to B (base image, pins, packages, patches, SGLang, labels)."""
+    from sglstack.diffsources import diff_command
+
+    if a in HELP_FLAGS:
+        Program(namespace=ns).run(["invoke", "--help", "diff"], exit=False)
+        return
+    _exit_with(diff_command(a, b, as_json=json, docker_host=docker_host))
 
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
@@ -151,7 +209,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, render, build, coverage):
+for _t in (stacks, lock, diff, render, build, coverage):
     ns.add_task(_t)
 
 

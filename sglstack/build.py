@@ -30,18 +30,20 @@ import requests
 from . import confighash
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
 from .coverage_image import build_coverage
-from .dockerhost import created_container, docker_client, running_container
+from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, PinMismatch, RegistryError, SglstackError
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
+from .lockfile import Lock, lock_content_sha256, lock_for_build, lock_path, missing_message
 from .matrix import Stack, load_matrix
 from .publish import release, target_repository
 from .records import build_root, require_writable, utc_timestamp, utc_today
 from .registry import RegistryClient
 from .render import RenderedContext, write_build_context
+from .resources import DEFAULT_PATCHES_DIR
 from .smoke import launch_argvs, smoke_options
 from .tags import release_tags
 from .ui import console as make_console
-from .verify import pin_mismatches
+from .verify import lock_mismatches, pin_mismatches
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -71,6 +73,7 @@ class BuildOptions:
     registry: str | None = None  # where to look for an already-built candidate (default: the stack's)
     check_registry: bool = True
     patches_dir: Path | None = None
+    lock: Lock | None = None  # the stack's current lock: layers install it exactly, verify compares with it
 
     @property
     def effective_target(self) -> str:
@@ -164,8 +167,11 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
     return labels
 
 
-def check_pins(stack: Stack, image_info: dict[str, Any]) -> None:
+def check_pins(stack: Stack, image_info: dict[str, Any], lock: Lock | None = None) -> None:
+    """The installed set against the stack's pins and, when it has one, its lock (exactly)."""
     problems = pin_mismatches(stack, image_info)
+    if lock is not None:
+        problems += lock_mismatches(lock, image_info)[0]
     if problems:
         raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
 
@@ -249,8 +255,8 @@ def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator
         _untag(client, ref)
 
 
-def verified_facts(client: docker.DockerClient, image: str, stack: Stack,
-                   target: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target: str,
+                   lock: Lock | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The patch manifest and, for the serving image, what is really installed in it.
 
     The runtime stage verified its installed, patched tree and wrote both files in its last RUN step (a
@@ -262,7 +268,7 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack,
     if target == FINAL_TARGET:
         files = read_image_files(client, image, (RUNTIME_MANIFEST, RUNTIME_INSTALLED), labels)
         manifest, info = (json.loads(files[p]) for p in (RUNTIME_MANIFEST, RUNTIME_INSTALLED))
-        check_pins(stack, info)
+        check_pins(stack, info, lock)
         return manifest, info
     if not stack.patches:
         return json.loads(read_image_files(client, image, (SRC_MANIFEST,), labels)[SRC_MANIFEST]), None
@@ -375,8 +381,8 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     target = options.effective_target
     require_writable(record_path_for(out_dir, target), what="build record (under the build folder)")
     with timer.phase("render"):
-        rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
-                    else write_build_context(stack, out_dir))
+        rendered = write_build_context(stack, out_dir, options.patches_dir or DEFAULT_PATCHES_DIR,
+                                       lock=options.lock)
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, config_hash, target)
     client = docker_client(options.docker_host)
@@ -419,10 +425,15 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                 if attempt:
                     raise
         with timer.phase("verify"):
-            manifest, info = verified_facts(client, held, stack, target)
+            manifest, info = verified_facts(client, held, stack, target, options.lock)
             coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET)
+        lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
+        for note in lock_notes:
+            console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
+        base_digest = image_digest(client, stack.base_image)
         with timer.phase("stamp"):
-            final_id = stamp_labels(builder, held, {**verified_labels(manifest, info), **coverage.labels},
+            final_id = stamp_labels(builder, held, {**verified_labels(manifest, info), **coverage.labels,
+                                                    **lock_labels(options.lock, base_digest)},
                                     options.docker_host)
             client.images.get(final_id).tag(tag)
     record = {
@@ -441,11 +452,36 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "coverage": coverage.record,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
+        "base_image": {"name": stack.base_image, "digest": base_digest},
+        "sglang": stack.sglang.model_dump(mode="json"),
+        "lock": _lock_record(options.lock, lock_notes),
+        "labels": client.images.get(final_id).labels or {},
     }
     record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
     console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
     return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
+
+
+def lock_labels(lock: Lock | None, base_digest: str | None) -> dict[str, str]:
+    labels = {"org.opencontainers.image.base.digest": base_digest} if base_digest else {}
+    if lock is not None:
+        labels["io.sglstack.lock-sha256"] = lock_content_sha256(lock)
+    return labels
+
+
+def _lock_record(lock: Lock | None, notes: list[str]) -> dict[str, Any] | None:
+    if lock is None:
+        return None
+    return {"stack_sha256": lock.stack_sha256, "content_sha256": lock_content_sha256(lock),
+            "resolved_at": lock.resolved_at, "packages": len(lock.packages), "hashed": lock.hashed_count,
+            "unresolved": [str(u) for u in lock.unresolved], "notices": notes}
+
+
+def _lock_summary(lock: Lock | None) -> str:
+    if lock is None:
+        return "none: not reproducible to the last package"
+    return f"{len(lock.packages)} packages, {lock.hashed_count} hash-checked, resolved {lock.resolved_at}"
 
 
 # ---- the dry run -----------------------------------------------------------------------------------
@@ -454,13 +490,14 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
-        rendered = write_build_context(stack, Path(tmp))
+        rendered = write_build_context(stack, Path(tmp), lock=options.lock)
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = out_dir_for(stack, options)
     secret_files, secret_env = _planned_secrets(options)
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
              f"config hash:  {config_hash}",
+             f"lock:         {_lock_summary(options.lock)}",
              f"local tag:    {local_tag(stack, config_hash, target)} (set only after verification)"]
     try:
         builder = detect_builder(options.docker_cli)
@@ -510,8 +547,12 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None) -> int:
     stack = load_matrix(stacks_file).get(stack_name)
+    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
+    if lock is None:
+        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
+        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host, registry=registry)
+                           docker_cli=docker_cli, docker_host=docker_host, registry=registry, lock=lock)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
     if dry_run:

@@ -16,6 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .incontainer.wheelkit import requirement_key
+from .lockfile import is_current, lock_path, missing_message, read_lock, stale_message
+from .locking import LockError, resolve_stack
 from .matrix import Matrix, Stack, load_matrix
 from .wheels import fetch_wheel, wheel_metadata
 
@@ -25,12 +27,12 @@ _MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 @dataclass(frozen=True)
 class Finding:
     stack: str
-    kind: str  # "conflict" | "stale-override" | "override" | "skipped"
+    kind: str  # "conflict" | "stale-override" | "stale-lock" | "override" | "no-lock" | "resolved" | "skipped"
     message: str
 
     @property
     def is_failure(self) -> bool:
-        return self.kind in ("conflict", "stale-override")
+        return self.kind in ("conflict", "stale-override", "stale-lock")
 
 
 def target_environment(python: str, platform: str) -> dict[str, str]:
@@ -112,7 +114,34 @@ def check_matrix(matrix: Matrix) -> list[Finding]:
     return findings
 
 
-def stacks_command(stacks_file: str, *, check: bool) -> int:
+def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
+    """Each stack's `locks/NAME.txt` against its entry: a stale lock fails, a missing one is a notice."""
+    findings = []
+    for stack in matrix.stacks.values():
+        path = lock_path(stacks_file, stack.name)
+        if not path.is_file():
+            findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
+        elif not is_current(read_lock(path), stack):
+            findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
+    return findings
+
+
+def resolve_findings(matrix: Matrix) -> list[Finding]:
+    """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
+    findings = []
+    for stack in matrix.stacks.values():
+        try:
+            lock = resolve_stack(stack)
+        except LockError as exc:
+            findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
+            continue
+        findings += [Finding(stack.name, "skipped", f"resolver: layer {u}") for u in lock.unresolved]
+        findings.append(Finding(stack.name, "resolved", f"the resolver found a consistent set of "
+                                                        f"{len(lock.packages)} packages"))
+    return findings
+
+
+def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False) -> int:
     from rich.table import Table
 
     from .ui import console as make_console
@@ -131,9 +160,10 @@ def stacks_command(stacks_file: str, *, check: bool) -> int:
     console.print(table)
     if not check:
         return 0
-    findings = check_matrix(matrix)
+    findings = check_matrix(matrix) + lock_findings(matrix, stacks_file) + (resolve_findings(matrix) if resolve else [])
     for f in findings:
-        style = {"conflict": "red", "stale-override": "red", "override": "yellow", "skipped": "dim"}[f.kind]
+        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "override": "yellow",
+                 "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
         console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
     failures = [f for f in findings if f.is_failure]
     console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"

@@ -7,9 +7,11 @@ through a BuildKit-capable CLI (`builder.py`), because the SDK's build API is th
 from __future__ import annotations
 
 import contextlib
+import io
 import ipaddress
 import os
 import secrets
+import tarfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -180,3 +182,41 @@ def run_to_completion(client: docker.DockerClient, image: str, command: list[str
         result = container.wait(timeout=timeout)
         output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
     return int(result.get("StatusCode", 1)), output
+
+
+def read_image_files(client: docker.DockerClient, image: str, paths: list[str]) -> dict[str, bytes]:
+    """The files at `paths` in `image`, read from a created (never started) container; missing ones left out.
+
+    Nothing in the image runs, so this works for any image, whatever its entrypoint or architecture.
+    """
+    out: dict[str, bytes] = {}
+    name = unique_name("sglstack-read")
+    try:
+        container = client.containers.create(image, command=["true"], entrypoint=[], name=name,
+                                             labels={OWNER_LABEL: "sglstack-read"}, network_disabled=True)
+        for path in paths:
+            try:
+                stream, _ = container.get_archive(path)
+            except docker.errors.NotFound:
+                continue
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                member = next((m for m in tar.getmembers() if m.isfile()), None)
+                handle = tar.extractfile(member) if member else None
+                if handle is not None:
+                    out[path] = handle.read()
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.containers.get(name).remove(force=True, v=True)
+    return out
+
+
+def image_digest(client: docker.DockerClient, ref: str) -> str | None:
+    """The registry digest of a local image (`sha256:...` of its manifest), else its image id; None if absent."""
+    try:
+        image = client.images.get(ref)
+    except docker.errors.DockerException:
+        return None
+    for repo_digest in image.attrs.get("RepoDigests") or []:
+        if "@" in repo_digest:
+            return repo_digest.split("@", 1)[1]
+    return image.id

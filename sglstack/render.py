@@ -6,6 +6,7 @@ config hash (`confighash.py`) of a rendered context identifies a build.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
@@ -16,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .compose import moving_tag_ref, write_compose
+from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
 from .records import build_root
 from .resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
@@ -36,10 +38,28 @@ class InstallLayer:
     constrained: bool  # freeze what is installed as constraints, so nothing earlier is replaced silently
     uses_arch: bool = False
     after_sglang: bool = False
+    lock_part: str | None = None  # installs context file lock/<name>.txt (hash-checked, no resolution)
 
 
-def install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
-    """The runtime stage's pip layers, heaviest and least often changed first."""
+LOCK_MOUNT = "/run/sglstack-lock"
+
+
+def locked_layer(layer: InstallLayer, lock: Lock | None) -> InstallLayer:
+    """The layer installing exactly its part of the lock, when the lock has all of it hashed."""
+    if lock is None or not lock.installs_layer(layer.name):
+        return layer
+    force = ("--force-reinstall",) if "--force-reinstall" in layer.args else ()
+    return dataclasses.replace(layer, args=("--no-deps", "--require-hashes", *force, "-r",
+                                            f"{LOCK_MOUNT}/{layer.name}.txt"),
+                               constrained=False, uses_arch=False, lock_part=layer.name)
+
+
+def install_layers(stack: Stack, lock: Lock | None = None) -> tuple[InstallLayer, ...]:
+    """The runtime stage's pip layers, heaviest and least often changed first (from the lock, if any)."""
+    return tuple(locked_layer(layer, lock) for layer in _install_layers(stack))
+
+
+def _install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
     layers: list[InstallLayer] = []
     constraint = ("--constraint", "/run/sglstack/installed.txt")
     if stack.torch:
@@ -146,9 +166,12 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_dockerfile(stack: Stack) -> str:
-    layers = install_layers(stack)
+def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
+    layers = install_layers(stack, lock)
     return _environment().get_template("Dockerfile.j2").render(
+        lock_mount=LOCK_MOUNT,
+        locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
+        locked_sglang=bool(lock and lock.installs_layer("sglang")),
         stack=stack,
         manylinux_minors=MANYLINUX_MINORS,
         git_archive_url=_git_archive_url(stack),
@@ -171,8 +194,9 @@ def _copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
 
 
-def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR) -> RenderedContext:
-    """Write the Dockerfile and exactly the files it COPYs into a fresh `out_dir`."""
+def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR,
+                        lock: Lock | None = None) -> RenderedContext:
+    """Write the Dockerfile and exactly the files it COPYs (or mounts) into a fresh `out_dir`."""
     context = out_dir / "context"
     if context.exists():
         shutil.rmtree(context)
@@ -184,8 +208,13 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
     for pid in stack.patches:
         _copy_tree(patches_dir / pid, context / "patches" / pid)
     (context / "stack.json").write_text(json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n")
+    # Each locked layer's part: mounted by its RUN step, and in the config hash like every context file.
+    for layer in lock.layers if lock else ():
+        if lock and lock.installs_layer(layer):
+            (context / "lock").mkdir(exist_ok=True)
+            (context / "lock" / f"{layer}.txt").write_text(lock.part_text(layer), encoding="utf-8")
     dockerfile = out_dir / "Dockerfile"
-    dockerfile.write_text(render_dockerfile(stack), encoding="utf-8")
+    dockerfile.write_text(render_dockerfile(stack, lock), encoding="utf-8")
     files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
     return RenderedContext(stack.name, dockerfile, context, files)
 
@@ -203,7 +232,7 @@ def render_command(
     matrix = load_matrix(stacks_file)
     stack = matrix.get(stack_name)
     out = Path(out_dir) if out_dir else default_out_dir(stack_name)
-    rendered = write_build_context(stack, out)
+    rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
     console = make_console()
     console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
     console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")

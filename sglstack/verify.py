@@ -6,6 +6,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from .lockfile import Lock, compare_installed
 from .matrix import Stack
 
 
@@ -34,3 +35,10 @@ def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
                 elif torch["cuda"] != want_cuda:
                     problems.append(f"torch was built for CUDA {torch['cuda']}, the stack needs CUDA {want_cuda}")
     return problems
+
+
+def lock_mismatches(lock: Lock, image_info: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The installed set against the lock, exactly: (problems naming every missing, extra or different
+    package; notices for the extras an unresolved layer's own dependencies explain)."""
+    comparison = compare_installed(lock, image_info.get("distributions", {}))
+    return list(comparison.problems), list(comparison.notices)

@@ -1,0 +1,400 @@
+"""`invoke lock`: resolve everything a stack's image installs with uv, and write `locks/NAME.txt`.
+
+What is resolved is what the image installs, layer by layer (the names are render's layers): torch and
+its family, sgl-kernel, FlashInfer, the extra layers, SGLang's requirements with the declared overrides
+applied (uv reads them from SGLang's own wheel METADATA; an override replaces that requirement wherever
+it occurs), and SGLang itself. One resolution covers them all, for the stack's Python and platform.
+
+How each kind of layer appears in the lock:
+- A `no_deps` layer (upstream's NCCL forced over torch's own, or a direct sgl-kernel wheel) installs its
+  files and nothing else, replacing whatever version an earlier layer brought. So it is hashed on its own
+  (`uv pip compile --no-deps`) and left out of the main resolution (`--excludes`): the lock holds the
+  forced version only, which is what the image ends up with.
+- A layer whose index or URL cannot be reached is "unresolved": its pins are written `# unhashed:` with
+  the reason, and the build installs that layer as it would without a lock. For a layer with its own
+  dependencies (torch from PyTorch's index) those dependencies float. The rest of the stack must still
+  agree with it, so its exact pins are stood in for by the same public versions from the default index
+  (`torch==2.9.1` for `torch==2.9.1+cu130`): what torch and the rest both need (triton, filelock, ...)
+  is locked at versions that satisfy that release, and what only the stand-ins need (PyPI's torch
+  brings CUDA 12.8 `nvidia-*` packages, not cu130's) is not locked at all. The lock says all of this.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from .diff import lock_snapshot, print_diff, snapshot_diff
+from .errors import ConfigError, SglstackError
+from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
+from .matrix import Stack, load_matrix
+from .records import utc_timestamp
+from .resolver import (
+    Resolution,
+    ResolutionConflict,
+    ResolvedPackage,
+    ResolveRequest,
+    ResolverError,
+    SourceUnreachable,
+    compile_many,
+)
+from .ui import console as make_console
+
+# The glibc baseline the lock resolves for: manylinux_2_28 wheels run on Ubuntu 24.04 (2.39) and Debian 12
+# (2.36) bases alike; a higher baseline could pick a release whose wheels an older base cannot install.
+MANYLINUX = "2_28"
+_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+SGLANG_REQUIREMENTS = "sglang-requirements"
+SGLANG = "sglang"
+
+
+# How resolutions run (the tests of the layer logic pass their own).
+CompileFn = Callable[[Sequence[ResolveRequest]], list[Resolution | ResolverError]]
+
+
+class LockError(SglstackError):
+    """The stack cannot be locked (the message names the stack and the reason)."""
+
+
+@dataclass(frozen=True)
+class PlannedLayer:
+    """One install layer of the image as the resolver sees it."""
+
+    name: str
+    requirements: tuple[str, ...]
+    index_url: str | None = None
+    exclusive_index: bool = False  # the build installs it from this index only (pip --index-url)
+    no_deps: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(canonicalize_name(Requirement(r).name) for r in self.requirements)
+
+
+def sglang_requirement(stack: Stack) -> str:
+    """SGLang as one requirement: the PyPI release, or the git commit's archive (as render fetches it)."""
+    if stack.sglang.version:
+        return f"sglang=={stack.sglang.version}"
+    git = stack.sglang.git
+    assert git is not None  # SGLangSource has exactly one of version and git
+    archive = f"{git.repo.removesuffix('.git').rstrip('/')}/archive/{git.ref}.tar.gz"
+    return f"sglang @ {archive}#subdirectory={git.subdirectory}"
+
+
+def plan_layers(stack: Stack, platform: str) -> tuple[PlannedLayer, ...]:
+    """The image's pip layers, in install order, with the names render gives them."""
+    layers: list[PlannedLayer] = []
+    if stack.torch:
+        layers.append(PlannedLayer("torch", stack.torch.requirements(), stack.torch.index_url, True))
+    if stack.sgl_kernel:
+        pin = stack.sgl_kernel
+        if pin.url:
+            url = pin.url.replace("{arch}", _ARCH[platform])
+            layers.append(PlannedLayer("sgl-kernel", (f"sgl-kernel @ {url}",), no_deps=True))
+        else:
+            layers.append(PlannedLayer("sgl-kernel", (f"sgl-kernel=={pin.version}",), pin.index_url, True))
+    if stack.flashinfer:
+        fi = stack.flashinfer
+        layers.append(PlannedLayer("flashinfer", fi.requirements(), fi.index_url, False))
+    extras = [PlannedLayer(x.name, x.requirements, x.index_url, True, x.no_deps) for x in stack.extra_layers]
+    after = {x.name for x in stack.extra_layers if x.after_sglang}
+    layers += [x for x in extras if x.name not in after]
+    if stack.sglang.install_deps:
+        layers.append(PlannedLayer(SGLANG_REQUIREMENTS, (sglang_requirement(stack),)))
+    layers += [x for x in extras if x.name in after]
+    layers.append(PlannedLayer(SGLANG, (sglang_requirement(stack),), no_deps=not stack.sglang.install_deps))
+    return tuple(layers)
+
+
+def python_platform(platform: str) -> str:
+    return f"{_ARCH[platform]}-manylinux_{MANYLINUX}"
+
+
+def _public(requirement: str) -> str | None:
+    """`torch==2.9.1+cu130` -> `torch==2.9.1`: the same release as the default index publishes it."""
+    req = Requirement(requirement)
+    specs = list(req.specifier)
+    if req.url or len(specs) != 1 or specs[0].operator != "==":
+        return None
+    return f"{req.name}=={Version(specs[0].version).public}"
+
+
+def _owner(url: str, layers: Iterable[PlannedLayer]) -> PlannedLayer | None:
+    """The layer whose index or direct URL `url` belongs to."""
+    for layer in layers:
+        if layer.index_url and url.rstrip("/").startswith(layer.index_url.rstrip("/")):
+            return layer
+        for text in layer.requirements:
+            req = Requirement(text)
+            if req.url and url.split("#")[0] == req.url.split("#")[0]:
+                return layer
+    return None
+
+
+def _reason(exc: SourceUnreachable, layer: PlannedLayer | None = None) -> str:
+    """'index URL unreachable (cause)' for a layer's index, 'URL unreachable (cause)' for a direct URL."""
+    where = exc.url
+    if layer and layer.index_url and exc.url.startswith(layer.index_url.rstrip("/")):
+        where = f"index {layer.index_url}"
+    return f"{where} unreachable: {exc.cause}" if exc.cause else f"{where} unreachable"
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What one platform's resolution found: entries by layer, and what stayed out of reach."""
+
+    packages: tuple[LockedPackage, ...]
+    unresolved: tuple[UnresolvedLayer, ...]
+    notes: tuple[str, ...]
+    indexes: tuple[str, ...]
+    uv_version: str
+
+
+def _no_deps_request(layer: PlannedLayer, python: str, target: str) -> ResolveRequest:
+    return ResolveRequest(requirements=layer.requirements, python_version=python, python_platform=target,
+                          no_deps=True, default_index=layer.index_url if layer.exclusive_index else None,
+                          indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else ())
+
+
+def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = [r for r in roots if r in allowed]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [c for c in children.get(name, ()) if c in allowed and c not in seen]
+    return seen
+
+
+def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
+                      compile_fn: CompileFn = compile_many) -> _Part:
+    plan = plan_layers(stack, platform)
+    target = python_platform(platform)
+    deps_layers = [layer for layer in plan if not layer.no_deps]
+    no_deps_layers = [layer for layer in plan if layer.no_deps]
+    preferences = tuple(p.requirement for p in (previous.packages if previous else ()) if p.hashed and not p.url)
+    unresolved: dict[str, UnresolvedLayer] = {}
+    stand_ins: dict[str, tuple[str, ...]] = {}  # layer -> public pins standing in for its own
+    notes: list[str] = []
+
+    def main_request() -> ResolveRequest:
+        requirements: list[str] = []
+        excludes = [n for layer in no_deps_layers for n in layer.names]
+        for layer in deps_layers:
+            if layer.name in stand_ins:
+                requirements += stand_ins[layer.name]
+            elif layer.name in unresolved:
+                excludes += layer.names
+            else:
+                requirements += layer.requirements
+        indexes = tuple(dict.fromkeys(layer.index_url for layer in deps_layers
+                                      if layer.index_url and layer.name not in unresolved))
+        return ResolveRequest(requirements=tuple(dict.fromkeys(requirements)), python_version=stack.python,
+                              python_platform=target, indexes=indexes,
+                              overrides=tuple(o.pin for o in stack.overrides),
+                              excludes=tuple(dict.fromkeys(excludes)), preferences=preferences,
+                              upgrade_packages=upgrade)
+
+    # The no-deps parts and the first main attempt run side by side.
+    first = compile_fn([main_request(), *(_no_deps_request(layer, stack.python, target) for layer in no_deps_layers)])
+    main: Resolution | ResolverError = first[0]
+    packages: list[LockedPackage] = []
+    indexes: list[str] = []
+    uv_version = "unknown"
+    for layer, result in zip(no_deps_layers, first[1:], strict=True):
+        if isinstance(result, SourceUnreachable):
+            unresolved[layer.name] = UnresolvedLayer(layer.name, False, _reason(result, layer))
+            packages += _unhashed(stack, layer, _reason(result, layer))
+        elif isinstance(result, ResolverError):
+            raise LockError(f"stack '{stack.name}': layer {layer.name}: {result}")
+        else:
+            uv_version = result.uv_version
+            indexes += result.indexes_used
+            packages += _hashed(stack, layer, result.packages, required_by=False)
+    for _ in range(len(plan) + 1):
+        if not isinstance(main, ResolverError):
+            break
+        if isinstance(main, SourceUnreachable):
+            owner = _owner(main.url, deps_layers)
+            if owner is None or owner.name in unresolved:
+                raise LockError(f"stack '{stack.name}': {main}")
+            layer = owner
+            unresolved[layer.name] = UnresolvedLayer(layer.name, True, _reason(main, layer))
+            public = tuple(_public(r) for r in layer.requirements)
+            if all(public):
+                stand_ins[layer.name] = tuple(p for p in public if p)
+            if layer.name == SGLANG_REQUIREMENTS:
+                unresolved[SGLANG] = UnresolvedLayer(SGLANG, False, _reason(main, layer))
+        elif stand_ins:
+            # The stand-ins themselves do not resolve (e.g. a release only the unreachable index has):
+            # leave those layers out entirely, and say so.
+            notes.append(f"no stand-in from the default index for {', '.join(stand_ins)}: {main}")
+            stand_ins.clear()
+        elif isinstance(main, ResolutionConflict):
+            sides = "; ".join(str(s) for s in main.sides) or main.explanation
+            raise LockError(f"stack '{stack.name}': the resolver found a conflict: {sides}")
+        else:
+            raise LockError(f"stack '{stack.name}': {main}")
+        main = compile_fn([main_request()])[0]
+    if isinstance(main, ResolverError):
+        raise LockError(f"stack '{stack.name}': {main}")
+    uv_version = main.uv_version
+    indexes = [*main.indexes_used, *indexes]
+
+    # Which resolved packages the image really installs from the lock.
+    stand_in_names = {canonicalize_name(Requirement(p).name) for pins in stand_ins.values() for p in pins}
+    resolved = {p.name: p for p in main.packages}
+    children: dict[str, set[str]] = {}
+    for p in main.packages:
+        for parent in p.required_by:
+            children.setdefault(parent, set()).add(p.name)
+    kept_names = set(resolved) - stand_in_names
+    roots = [n for layer in deps_layers if layer.name not in unresolved for n in layer.names]
+    kept = _closure(roots, children, kept_names)
+    dropped = len(kept_names - kept)
+    for layer_name, pins in stand_ins.items():
+        notes.append(f"layer {layer_name} was not resolved; {' '.join(pins)} from the default index stood in for "
+                     f"its pins, so that what it shares with the rest of the stack is locked at versions that "
+                     f"satisfy that release; {dropped} package(s) only the stand-ins need are not locked "
+                     f"(the layer brings its own from its index)")
+    layer_of: dict[str, str] = {}
+    for layer in plan:
+        for name in layer.names:
+            layer_of.setdefault(name, SGLANG if name == "sglang" else layer.name)
+    for layer in deps_layers:
+        if layer.name in unresolved:
+            continue
+        for name in sorted(_closure(layer.names, children, kept)):
+            layer_of.setdefault(name, layer.name)
+    fallback = SGLANG_REQUIREMENTS if stack.sglang.install_deps else deps_layers[-1].name if deps_layers else SGLANG
+    shared_note = ""
+    if stand_ins:
+        shared_note = f"also needed by the unresolved {', '.join(stand_ins)} layer: checked against its stand-ins"
+    for name in sorted(kept):
+        p = resolved[name]
+        note = shared_note if shared_note and set(p.required_by) & stand_in_names else None
+        layer = next(x for x in plan if x.name == layer_of.get(name, fallback))
+        packages += _hashed(stack, layer, (p,), note=note)
+    for layer in deps_layers:
+        if layer.name in unresolved:
+            packages += _unhashed(stack, layer, unresolved[layer.name].reason)
+    if SGLANG in unresolved and not any(p.layer == SGLANG for p in packages):
+        packages += _unhashed(stack, plan[-1], unresolved[SGLANG].reason)
+    order = {layer.name: i for i, layer in enumerate(plan)}
+    packages = list({p.name: p for p in reversed(packages)}.values())  # one entry per name: the first
+    packages.sort(key=lambda p: (order[p.layer], p.name))
+    return _Part(tuple(packages), tuple(unresolved[x.name] for x in plan if x.name in unresolved), tuple(notes),
+                 tuple(dict.fromkeys(indexes)), uv_version)
+
+
+def _pin_version(stack: Stack, name: str, requirement: str) -> str:
+    req = Requirement(requirement)
+    if not req.url:
+        return next(iter(req.specifier)).version
+    return stack.pins().get(name, "")
+
+
+def _hashed(stack: Stack, layer: PlannedLayer, resolved: Sequence[ResolvedPackage], *, required_by: bool = True,
+            note: str | None = None) -> list[LockedPackage]:
+    out = []
+    for p in resolved:
+        version = p.version or stack.pins().get(p.name, "")
+        if not version:
+            raise LockError(f"stack '{stack.name}': layer {layer.name}: {p.name} @ {p.url} has no version pinned "
+                            f"in the stack")
+        hashes = tuple(sorted(p.hashes))
+        out.append(LockedPackage(name=p.name, version=version, layer=layer.name, hashes=hashes, url=p.url,
+                                 unhashed=None if hashes else "the index serves no sha256 for its files",
+                                 required_by=p.required_by if required_by else (), note=note))
+    return out
+
+
+def _unhashed(stack: Stack, layer: PlannedLayer, reason: str) -> list[LockedPackage]:
+    out = []
+    for text in layer.requirements:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        out.append(LockedPackage(name=name, version=_pin_version(stack, name, text),
+                                 layer=SGLANG if name == "sglang" else layer.name, url=req.url, unhashed=reason))
+    return out
+
+
+def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),
+                  compile_fn: CompileFn = compile_many) -> Lock:
+    """Resolve the stack for its Python and each of its platforms; one lock (platforms must agree)."""
+    upgrade = tuple(canonicalize_name(u) for u in upgrade)
+    parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn))
+             for platform in stack.platforms]
+    first_platform, part = parts[0]
+    for platform, other in parts[1:]:
+        a = {(p.name, p.version, p.url) for p in part.packages}
+        b = {(p.name, p.version, p.url) for p in other.packages}
+        if a != b:
+            differ = sorted({x[0] for x in a ^ b})
+            raise LockError(f"stack '{stack.name}': {first_platform} and {platform} resolve differently "
+                            f"({', '.join(differ)}): one lock per platform is not supported yet")
+        hashes = {p.name: set(p.hashes) for p in other.packages}
+        part = replace(part, packages=tuple(replace(p, hashes=tuple(sorted(set(p.hashes) | hashes[p.name])))
+                                            for p in part.packages))
+    return Lock(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at=utc_timestamp(),
+                resolver=f"uv {part.uv_version} (uv pip compile --generate-hashes)", python=stack.python,
+                platforms=stack.platforms, layers=tuple(x.name for x in plan_layers(stack, stack.platforms[0])),
+                packages=part.packages, indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
+                python_platforms=tuple(python_platform(p) for p in stack.platforms))
+
+
+# ---- the task --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockResult:
+    path: Path
+    lock: Lock
+    previous: Lock | None
+    seconds: float
+
+
+def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str] = (),
+               compile_fn: CompileFn = compile_many) -> LockResult:
+    """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept)."""
+    stack = load_matrix(stacks_file).get(stack_name)
+    path = lock_path(stacks_file, stack_name)
+    previous = read_lock(path) if path.is_file() else None
+    wanted = [canonicalize_name(u) for u in upgrade_packages]
+    if wanted and previous is None:
+        raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",
+                          stack=stack_name)
+    for name in wanted:
+        entry = previous.get(name) if previous else None
+        if entry is None:
+            raise ConfigError(f"--upgrade-package {name}: not in {path}", stack=stack_name)
+        if not entry.hashed:
+            raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
+    start = time.monotonic()
+    lock = resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn)
+    write_lock(path, lock, stacks_file=Path(stacks_file).name)
+    return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
+
+
+def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = ()) -> int:
+    console = make_console()
+    result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
+    lock = result.lock
+    console.print(f"[green]{stack_name}[/]: locked {len(lock.packages)} packages ({lock.hashed_count} hashed) "
+                  f"for Python {lock.python} {' '.join(lock.platforms)} in {result.seconds:.1f} s -> {result.path}")
+    for u in lock.unresolved:
+        console.print(f"[yellow]{stack_name}[/]: not resolved: layer {u}", highlight=False)
+    for note in lock.notes:
+        console.print(f"[dim]{stack_name}: {note}[/]", highlight=False)
+    if result.previous is not None:
+        diff = snapshot_diff(lock_snapshot(result.previous, f"{result.path} (before)"),
+                             lock_snapshot(lock, f"{result.path} (now)"))
+        print_diff(diff, console)
+    return 0
