@@ -30,7 +30,7 @@ stacks:
     base_image: debian:bookworm-slim
     sglang:
       version: 0.5.9
-    smoke:
+    serving:
       model: org/model
 """
 
@@ -38,7 +38,7 @@ stacks:
 def alias_bomb(levels: int = 9, width: int = 9) -> str:
     """The billion-laughs document: each level is `width` aliases of the one below (about 1 KB)."""
     lines = ["stacks:", "  s:", "    base_image: debian:bookworm-slim", "    sglang: {version: 0.5.9}",
-             "    smoke: {model: org/model}", "x0: &x0 [" + ", ".join(["lol"] * width) + "]"]
+             "    serving: {model: org/model}", "x0: &x0 [" + ", ".join(["lol"] * width) + "]"]
     for i in range(1, levels):
         lines.append(f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * width) + "]")
     return "\n".join(lines) + "\n"
@@ -227,7 +227,7 @@ def test_defaults_times_many_stacks_stay_within_the_value_budget(tmp_path):
     packages = ", ".join(f"p{i}" for i in range(50_000))
     stacks = "".join(f"  s{i}: {{}}\n" for i in range(25))
     defaults = ("defaults:\n  base_image: debian:bookworm-slim\n  sglang: {version: 0.5.9}\n"
-                f"  smoke: {{model: org/model}}\n  system_packages: [{packages}]\n")
+                f"  serving: {{model: org/model}}\n  system_packages: [{packages}]\n")
     path = write(tmp_path, f"{defaults}stacks:\n{stacks}")
     assert path.stat().st_size < MAX_FILE_BYTES
     outcome = _load_in_child(path)["outcome"]

@@ -28,7 +28,7 @@ STACKS = """stacks:
       version: 0.0.1
       url: {url}
 {torch}    sglang: {{version: "0.5.9"}}
-    smoke: {{model: m}}
+    serving: {{model: m}}
 {coverage}"""
 UNREACHABLE_TORCH = "    torch:\n      version: 2.9.1\n      index_url: http://127.0.0.1:9/whl/cu130\n"
 WAIVE = """    coverage:

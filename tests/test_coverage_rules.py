@@ -318,7 +318,7 @@ STACK = """stacks:
     base_image: debian:bookworm-slim
     cuda_arch_list: ["9.0", "10.0"]
     sglang: {version: "0.5.9"}
-    smoke: {model: m}
+    serving: {model: m}
     coverage:
 """
 

@@ -36,7 +36,7 @@ SCALARS = st.one_of(
     st.text(max_size=12),
 )
 KEYS = st.sampled_from(["base_image", "sglang", "version", "git", "repo", "ref", "torch", "cuda", "python",
-                        "platforms", "cuda_arch_list", "smoke", "model", "tp", "gpus", "port", "speculative",
+                        "platforms", "cuda_arch_list", "serving", "smoke", "model", "tp", "gpus", "port", "speculative",
                         "draft_model", "num_steps", "gates", "min_speedup", "publish", "repository",
                         "immutable_tag", "moving_tags", "overrides", "replaces", "pin", "reason", "patches",
                         "labels", "extra_layers", "name", "requirements", "inherits", "description", "bogus",
@@ -58,9 +58,9 @@ def base_stack() -> dict[str, Any]:
                        "reason": "fixes"}],
         "flashinfer": {"version": "0.6.4"},
         "patches": ["kimi-k25-eagle3"],
-        "smoke": {"model": "org/model", "tp": 8, "gpus": 8,
-                  "speculative": {"draft_model": "org/draft", "num_steps": 3, "eagle_topk": 1,
-                                  "num_draft_tokens": 4}},
+        "serving": {"model": "org/model", "tp": 8, "gpus": 8,
+                    "speculative": {"draft_model": "org/draft", "num_steps": 3, "eagle_topk": 1,
+                                    "num_draft_tokens": 4}},
     }
 
 
