@@ -22,11 +22,16 @@ class WheelFetchError(SglstackError):
     """pip could not download the requested wheel."""
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """sglstack's cache folder: SGLSTACK_CACHE, else ~/.cache/sglstack (wheels/, git/ below it)."""
     root = os.environ.get("SGLSTACK_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglstack"
     )
-    return Path(root) / "wheels"
+    return Path(root)
+
+
+def cache_dir() -> Path:
+    return cache_root() / "wheels"
 
 
 def _cached(dest: Path, name: str, version: str) -> Path | None:
