@@ -58,6 +58,9 @@ class SmokeOptions:
     # A GPU smoke checks the node first (driver, GPUs, NCCL, shm): minutes of model loading are not
     # spent on a node that cannot serve.
     skip_preflight: bool = False
+    # The servers to start: ("baseline",) needs no draft model and runs on SGLang versions that predate
+    # EAGLE-3 (a bisect of the baseline speed).
+    kinds: tuple[str, ...] = RUN_KINDS
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for two runs' tokens/s to be comparable (the image may differ: that is the point)."""
@@ -171,10 +174,13 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     if "extra_args" in given:
         extra = given.pop("extra_args")
         base["extra_args"] = tuple(extra.split() if isinstance(extra, str) else extra)
+    if "kinds" in given:
+        base["kinds"] = parse_kinds(given.pop("kinds"))
     base.update(given)
     base["gates"] = gates
 
-    for key in ("model", "draft_model"):
+    required = ("model", "draft_model") if "eagle3" in base.get("kinds", RUN_KINDS) else ("model",)
+    for key in required:
         if not base.get(key):
             flag = "--" + key.replace("_", "-")
             raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
@@ -257,6 +263,16 @@ def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> d
     return out
 
 
+def parse_kinds(value: Iterable[str] | str) -> tuple[str, ...]:
+    """`baseline`, `eagle3` or both (comma-separated or a sequence), in the order they run."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    wanted = {str(k).strip() for k in items if str(k).strip()}
+    unknown = sorted(wanted - set(RUN_KINDS))
+    if unknown or not wanted:
+        raise SmokeError(f"smoke kinds '{','.join(map(str, items))}': choose from {', '.join(RUN_KINDS)}")
+    return tuple(k for k in RUN_KINDS if k in wanted)
+
+
 def parse_mounts(values: Iterable[str] | str) -> list[str]:
     if isinstance(values, str):
         values = [values]
@@ -302,7 +318,7 @@ def server_command(options: SmokeOptions, *, speculative: bool) -> list[str]:
 
 
 def launch_commands(options: SmokeOptions) -> dict[str, list[str]]:
-    return {kind: server_command(options, speculative=kind == "eagle3") for kind in RUN_KINDS}
+    return {kind: server_command(options, speculative=kind == "eagle3") for kind in options.kinds}
 
 
 def is_local_docker_host(docker_host: str | None) -> bool:

@@ -57,8 +57,8 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
         require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
 
-    runs: dict[str, ServerRun] = {}
-    for kind in RUN_KINDS:
+    runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
+    for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
             runs[kind] = ServerRun(kind=kind, started=False)
@@ -87,7 +87,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         "agreement": verdict.agreement,
         "gates": options.gates.model_dump(),
         "options": options.describe(),
-        "commands": {k: redact_command(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
+        "commands": {k: redact_command(container_plan(options, image, k, host_env={}).command) for k in options.kinds},
         "history_file": None if options.no_history else str(history_file),
     }
     if not options.no_history:

@@ -1,0 +1,54 @@
+"""Smoke runs for a bisect: only the baseline server (no draft model; SGLang before EAGLE-3 support),
+and several measured runs per server start with the cache flushed before each, on the CPU double."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from smoke_fixtures import LABEL, fast_options
+
+from sglstack.errors import SmokeError
+from sglstack.smoke import launch_commands, run_smoke, smoke_options
+from sglstack.smoke.plan import RUN_KINDS
+
+pytestmark = pytest.mark.usefixtures("sglang_double_image")
+
+
+@pytest.fixture
+def label(docker_client):
+    value = f"bisect-smoke-{secrets.token_hex(4)}"
+    yield value
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL}={value}"})
+    for container in left:
+        container.remove(force=True)
+    assert not left, f"smoke leaked containers: {[c.name for c in left]}"
+
+
+def test_baseline_only_needs_no_draft_model_and_launches_one_server():
+    opts = smoke_options(None, model="m", kinds="baseline", gpus=0)
+    assert opts.kinds == ("baseline",) and opts.draft_model is None
+    commands = launch_commands(opts)
+    assert list(commands) == ["baseline"]
+    assert not any(a.startswith("--speculative") for a in commands["baseline"])
+    with pytest.raises(SmokeError, match="draft model"):
+        smoke_options(None, model="m", gpus=0)
+    with pytest.raises(SmokeError, match="choose from baseline, eagle3"):
+        smoke_options(None, model="m", kinds="baseline,medusa", gpus=0)
+    assert smoke_options(None, model="m", draft_model="d", kinds=["eagle3", "baseline"]).kinds == RUN_KINDS
+
+
+def test_baseline_only_run_serves_once_even_where_eagle3_would_crash(tmp_path, sglang_double_image, label,
+                                                                     docker_client):
+    # An SGLang that predates EAGLE-3: a speculative server would die at start. The baseline-only run never
+    # starts it, so it passes.
+    opts = fast_options(tmp_path, label, env={"SGLANG_DOUBLE_CRASH_AT_START": "speculative"},
+                        draft_model=None, kinds=("baseline",), concurrency=1, no_history=True)
+    events = []
+    report = run_smoke(None, sglang_double_image, opts, log=events.append)
+    data = report.data
+    assert report.passed, report.failures
+    assert data["baseline"]["started"] and data["baseline"]["tokens_per_s"] > 0
+    assert data["eagle3"]["started"] is False and data["eagle3"]["failure"] is None
+    assert list(data["commands"]) == ["baseline"]
+    assert not any("eagle3:" in e for e in events)
