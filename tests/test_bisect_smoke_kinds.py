@@ -4,6 +4,7 @@ and several measured runs per server start with the cache flushed before each, o
 from __future__ import annotations
 
 import secrets
+import zipfile
 
 import pytest
 from smoke_fixtures import LABEL, fast_options
@@ -11,6 +12,7 @@ from smoke_fixtures import LABEL, fast_options
 from sglstack.errors import SmokeError
 from sglstack.smoke import launch_commands, run_smoke, smoke_options
 from sglstack.smoke.plan import RUN_KINDS
+from sglstack.wheels import fetch_wheel
 
 pytestmark = pytest.mark.usefixtures("sglang_double_image")
 
@@ -52,3 +54,29 @@ def test_baseline_only_run_serves_once_even_where_eagle3_would_crash(tmp_path, s
     assert data["eagle3"]["started"] is False and data["eagle3"]["failure"] is None
     assert list(data["commands"]) == ["baseline"]
     assert not any("eagle3:" in e for e in events)
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_runs_per_server_start_flush_the_radix_cache_first(tmp_path, sglang_double_image, label, flush):
+    # The double prefills a prompt it has seen 10x faster (its radix cache) until /flush_cache: flushed
+    # runs all pay the full prefill, unflushed repeats of the same prompts do not.
+    opts = fast_options(tmp_path, label, env={"SGLANG_DOUBLE_TTFT_S": "0.08"}, kinds=("baseline",),
+                        draft_model=None, concurrency=1, num_prompts=3, runs=3, flush_cache=flush,
+                        no_history=True)
+    report = run_smoke(None, sglang_double_image, opts, log=lambda _m: None)
+    runs = report.data["baseline"]["runs"]
+    assert len(runs) == 3 and all(r["tokens_per_s"] > 0 and r["completed"] == 3 for r in runs)
+    ttfts = [r["ttft_s"] for r in runs]
+    if flush:
+        assert [r["flushed"] for r in runs] == [True, True, True]
+        assert min(ttfts) > 0.06, ttfts
+    else:
+        assert [r["flushed"] for r in runs] == [None, None, None]
+        assert ttfts[0] > 0.06 and max(ttfts[1:]) < 0.04, ttfts
+    assert report.data["baseline"]["tokens_per_s"] == runs[0]["tokens_per_s"]
+
+
+def test_flush_cache_is_a_real_sglang_059_route_for_get_and_post():
+    with zipfile.ZipFile(fetch_wheel("sglang", "0.5.9")) as whl:
+        source = whl.read("sglang/srt/entrypoints/http_server.py").decode()
+    assert '@app.api_route("/flush_cache", methods=["GET", "POST"])' in source

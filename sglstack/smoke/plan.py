@@ -31,7 +31,7 @@ class SmokeOptions:
     """Everything one smoke run needs; built by `smoke_options` from a stack and overrides."""
 
     model: str
-    draft_model: str
+    draft_model: str | None = None  # required when "eagle3" is in kinds (smoke_options checks)
     speculative_algorithm: str = "EAGLE3"
     num_steps: int = 3
     eagle_topk: int = 1
@@ -61,6 +61,10 @@ class SmokeOptions:
     # The servers to start: ("baseline",) needs no draft model and runs on SGLang versions that predate
     # EAGLE-3 (a bisect of the baseline speed).
     kinds: tuple[str, ...] = RUN_KINDS
+    # Measured concurrency-1 runs per server start (one sample each), with the radix cache flushed
+    # before each one when flush_cache is set, so no run is faster for having seen the prompts.
+    runs: int = 1
+    flush_cache: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for two runs' tokens/s to be comparable (the image may differ: that is the point)."""
@@ -198,10 +202,12 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
             no_history=_flag(opts.no_history),
             pull=_flag(opts.pull),
             skip_preflight=_flag(opts.skip_preflight),
+            runs=int(opts.runs),
+            flush_cache=_flag(opts.flush_cache),
         )
     except (TypeError, ValueError) as exc:
         raise SmokeError(f"invalid smoke option: {exc}") from None
-    for name in ("tp", "concurrency", "num_prompts", "max_new_tokens", "port"):
+    for name in ("tp", "concurrency", "num_prompts", "max_new_tokens", "port", "runs"):
         if getattr(opts, name) < 1:
             raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
     if opts.gpus < 0:
@@ -306,7 +312,7 @@ def server_command(options: SmokeOptions, *, speculative: bool) -> list[str]:
             "--speculative-algorithm",
             options.speculative_algorithm,
             "--speculative-draft-model-path",
-            options.draft_model,
+            str(options.draft_model),
             "--speculative-num-steps",
             str(options.num_steps),
             "--speculative-eagle-topk",

@@ -21,7 +21,7 @@ from ..dockerhost import docker_client, running_container
 from ..errors import SmokeError
 from ..matrix import Stack
 from . import history as hist
-from .client import SGLangClient
+from .client import Generation, SGLangClient
 from .gates import evaluate
 from .measure import ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
 from .plan import (
@@ -187,12 +187,19 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
     try:
         warm_up(client, options.max_new_tokens)
         prompts = prompt_set(options.num_prompts)
-        single, single_results = run_phase(client, prompts, 1, options.max_new_tokens)
-        log(
-            f"smoke: {plan.kind}: concurrency 1: {single.tokens_per_s:.1f} tok/s per stream, "
-            f"TTFT {single.ttft_s or 0:.3f}s, {single.completed}/{single.requests} completed"
-        )
-        concurrent, results_n = None, []
+        measured = []
+        for number in range(1, options.runs + 1):
+            flushed = client.flush_cache() if options.flush_cache else None
+            phase, results = run_phase(client, prompts, 1, options.max_new_tokens)
+            measured.append((phase, results, flushed))
+            run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
+            log(
+                f"smoke: {plan.kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
+                f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
+                + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
+            )
+        single, single_results, _ = measured[0]
+        concurrent, results_n = None, list[Generation]()
         if options.concurrency > 1:
             many = prompt_set(max(options.num_prompts, options.concurrency))
             concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
@@ -217,6 +224,12 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
         outputs={r.prompt: r.text for r in single_results if r.ok},
         accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
         accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
+        runs=tuple(
+            {"tokens_per_s": phase.tokens_per_s, "ttft_s": phase.ttft_s, "completed": phase.completed,
+             "requests": phase.requests, "flushed": flushed,
+             "accept_length": accept_length_from_meta(results) if speculative else None}
+            for phase, results, flushed in measured
+        ),
     )
 
 

@@ -5,7 +5,8 @@ Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 2.0)
   SGLANG_DOUBLE_ACCEPT_LENGTH     tokens per verify step under speculation (default 3.0)
   SGLANG_DOUBLE_DIVERGE           share of prompts whose greedy text differs under speculation (default 0)
-  SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005)
+  SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005); a prompt seen
+                                  before hits the radix cache and prefills 10x faster until /flush_cache
   SGLANG_DOUBLE_BATCH_SLOWDOWN    per-stream slowdown per extra running request (default 0.02)
   SGLANG_DOUBLE_STARTUP_DELAY_S   seconds of 503 from /health* before ready (default 0.3)
   SGLANG_DOUBLE_CRASH_AT_START    exit 1 with a traceback while loading
@@ -90,6 +91,18 @@ class Engine:
         self.spec_total_steps = 0
         self.last_gen_throughput = 0.0
         self.ready = False
+        self.cached_prompts: set[str] = set()
+        self.flushes = 0
+
+    def flush_cache(self) -> bool:
+        """Like the scheduler: refused (False) while requests are running."""
+        with self.lock:
+            if self.running:
+                return False
+            self.cached_prompts.clear()
+            self.flushes += 1
+        _log(f"Cache flushed successfully! (flush #{self.flushes})")
+        return True
 
     def token(self, prompt: str, index: int) -> tuple[int, str]:
         salt = "draft-drift" if self.diverge and index >= 4 and self._diverges(prompt) else "greedy"
@@ -118,7 +131,10 @@ class Engine:
             self.running += 1
         try:
             start = time.perf_counter()
-            time.sleep(self.ttft_s)
+            with self.lock:
+                cached = prompt in self.cached_prompts
+                self.cached_prompts.add(prompt)
+            time.sleep(self.ttft_s / 10 if cached else self.ttft_s)
             ids: list[int] = []
             text = ""
             due = time.perf_counter()
@@ -201,6 +217,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200 if self.engine.ready else 503)
         elif not self._authorized():
             return
+        elif path == "/flush_cache":
+            self._flush_cache()
         elif path in ("/get_server_info", "/server_info"):
             self._send(
                 200,
@@ -230,8 +248,24 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"detail": "Not Found"})
 
+    def _flush_cache(self) -> None:
+        ok = self.engine.flush_cache()
+        payload = (
+            b"Cache flushed.\nPlease check backend logs for more details. "
+            b"(When there are running or waiting requests, the operation will not be performed.)\n"
+        )
+        self.send_response(200 if ok else 400)
+        self.send_header("content-type", "text/plain; charset=utf-8")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == "/flush_cache":
+            if self._authorized():
+                self._flush_cache()
+            return
         if path not in ("/generate", "/v1/chat/completions"):
             self._send(404, {"detail": "Not Found"})
             return
