@@ -7,6 +7,7 @@ A tag is only ever set on an image that built and verified; a failed build or ve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -22,8 +23,9 @@ from typing import Any
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
 from .confighash import config_hash, read_context
 from .errors import BuildError, PinMismatch, SglstackError
+from .gitsource import GitSource
 from .matrix import Stack, load_matrix
-from .render import RenderedContext, write_build_context
+from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .verify import pin_mismatches
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
@@ -97,6 +99,17 @@ def resolve_ca_bundle(option: str | None) -> Path | None:
 def build_labels(stack: Stack, digest: str, target: str, builder: str) -> dict[str, str]:
     """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
     return {CONFIG_HASH_LABEL: digest, "io.sglstack.target": target, "io.sglstack.builder": builder}
+
+
+def add_git_source(stack: Stack, rendered: RenderedContext) -> RenderedContext:
+    """Export a git source's tree at its commit into the context (a context file, so the config hash
+    covers it): git on this host fetches it, from any repository it can clone."""
+    git = stack.sglang.git
+    if git is None:
+        return rendered
+    GitSource(git.repo).export(git.ref, git.subdirectory, rendered.context / GIT_SOURCE_DIR)
+    files = tuple(sorted(p for p in rendered.context.rglob("*") if p.is_file()))
+    return dataclasses.replace(rendered, files=files)
 
 
 def compute_config_hash(rendered: RenderedContext, target: str, platform: str | None) -> str:
@@ -294,6 +307,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     with timer.phase("render"):
         rendered = (write_build_context(stack, out_dir, options.patches_dir) if options.patches_dir
                     else write_build_context(stack, out_dir))
+        rendered = add_git_source(stack, rendered)
         digest = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, digest, target)
     client = docker_client(options.docker_host)
@@ -358,7 +372,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
-        rendered = write_build_context(stack, Path(tmp))
+        rendered = add_git_source(stack, write_build_context(stack, Path(tmp)))
         digest = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = options.out_dir or Path("build") / stack.name
     lines = [f"stack:        {stack.name} ({stack.description})",
