@@ -74,3 +74,18 @@ def wheel_metadata(wheel: Path) -> dict[str, list[str]]:
     for key, value in msg.items():
         out.setdefault(key, []).append(value)
     return out
+
+
+def available_versions(name: str) -> list[str]:
+    """Every version of `name` on the package index pip is configured for (pre-releases included).
+
+    `pip index versions` asks the index the user's pip config, PIP_INDEX_URL or a mirror names, so no
+    index host is written here.
+    """
+    cmd = [sys.executable, "-m", "pip", "index", "versions", name, "--pre", "--disable-pip-version-check"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
+    lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if not line.startswith("WARNING")]
+    raise WheelFetchError(f"pip index versions {name}: {lines[-1] if lines else 'no versions listed'}")
