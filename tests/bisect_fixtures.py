@@ -73,10 +73,11 @@ def write_tree(repo: Path, speed: float, note: str, *, version: str, kimi: str |
 
 
 def make_history(repo: Path, speeds: Sequence[float], *, patch_breaks: Sequence[int] = (), version: str = "0.5.9",
-                 with_kimi: bool = True) -> list[str]:
+                 with_kimi: bool = True, salt: str = "") -> list[str]:
     """`repo` with len(speeds) commits on `main`; commit i serves at speeds[i] tok/s. Returns the shas.
 
     Commits in `patch_breaks` rename the class the Kimi K2.5 patch targets (it cannot apply there).
+    A `salt` makes every commit (and so every image config) unique to one test run.
     """
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -87,7 +88,7 @@ def make_history(repo: Path, speeds: Sequence[float], *, patch_breaks: Sequence[
         if kimi is not None and i in patch_breaks:
             source = kimi.replace(KIMI_CLASS, "class KimiK25Renamed(").replace(
                 "EntryClass = [KimiK25ForConditionalGeneration]", "EntryClass = [KimiK25Renamed]")
-        write_tree(repo, speed, f"commit {i}: {speed} tok/s", version=version, kimi=source)
+        write_tree(repo, speed, f"commit {i}: {speed} tok/s {salt}".rstrip(), version=version, kimi=source)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"commit {i}: serve at {speed:g} tok/s")
         shas.append(git(repo, "rev-parse", "HEAD"))
