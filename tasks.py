@@ -154,6 +154,11 @@ for _t in (stacks, render, build):
         "report": "JSON report path (a .md summary and .png chart are written next to it)",
         "no-history": "neither compare with nor append to build/STACK/smoke-history.jsonl",
         "skip-preflight": "do not run `invoke preflight` on the GPU node first",
+        "bisect-exit": "for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good commit's "
+                       "smoke report (JSON) or a number",
+        "bisect-metric": "with --bisect-exit: baseline (default), eagle3, speedup, accept_length",
+        "bisect-threshold": "with --bisect-exit: the change that counts as bad, in percent (default 5)",
+        "runs": "with --bisect-exit: measured runs, cache flushed before each (default 5)",
     },
     iterable=["mount", "env", "label"],
 )
@@ -161,10 +166,22 @@ for _t in (stacks, render, build):
 def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_model=None, tp=None, gpus=None,
           mount=None, env=None, label=None, docker_host=None, timeout=None, concurrency=None, num_prompts=None,
           max_new_tokens=None, min_speedup=None, min_accept_length=None, min_agreement=None, max_regression=None,
-          report=None, no_history=False, skip_preflight=False):
-    """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass."""
+          report=None, no_history=False, skip_preflight=False, bisect_exit=None, bisect_metric="baseline",
+          bisect_threshold="5", runs=None):
+    """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     from sglstack.smoke import smoke_command
 
+    if bisect_exit:
+        from sglstack.bisect.driver import smoke_bisect_exit
+
+        _exit_with(smoke_bisect_exit(image, bisect_exit, stack=stack, stacks_file=stacks_file, metric=bisect_metric,
+                                     threshold=bisect_threshold, runs=int(runs) if runs else None, model=model,
+                                     draft_model=draft_model, tp=tp, gpus=gpus, mounts=mount or None,
+                                     env=env or None, labels=label or None, docker_host=docker_host,
+                                     timeout=timeout, concurrency=concurrency, num_prompts=num_prompts,
+                                     max_new_tokens=max_new_tokens, report=report,
+                                     skip_preflight=skip_preflight or None))
+        return
     _exit_with(smoke_command(image, stack=stack, stacks_file=stacks_file, model=model, draft_model=draft_model,
                              tp=tp, gpus=gpus, mounts=mount or None, env=env or None, labels=label or None,
                              docker_host=docker_host, timeout=timeout, concurrency=concurrency,

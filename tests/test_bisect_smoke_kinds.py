@@ -3,10 +3,12 @@ and several measured runs per server start with the cache flushed before each, o
 
 from __future__ import annotations
 
+import json
 import secrets
 import zipfile
 
 import pytest
+from cli import run_invoke
 from smoke_fixtures import LABEL, fast_options
 
 from sglstack.errors import SmokeError
@@ -80,3 +82,29 @@ def test_flush_cache_is_a_real_sglang_059_route_for_get_and_post():
     with zipfile.ZipFile(fetch_wheel("sglang", "0.5.9")) as whl:
         source = whl.read("sglang/srt/entrypoints/http_server.py").decode()
     assert '@app.api_route("/flush_cache", methods=["GET", "POST"])' in source
+
+
+def _bisect_exit(tmp_path, image, label, baseline, speed, *extra):
+    return run_invoke("smoke", "--image", image, "--model", "m", "--gpus", "0", "--num-prompts", "3",
+                      "--max-new-tokens", "16", "--env", f"SGLANG_DOUBLE_TOKENS_PER_S={speed}", "--label",
+                      f"{LABEL}={label}", "--report", str(tmp_path / f"smoke-{speed}.json"),
+                      "--bisect-exit", str(baseline), *extra, cwd=tmp_path)
+
+
+def test_bisect_exit_codes_for_git_bisect_run(tmp_path, sglang_double_image, label):
+    good = _bisect_exit(tmp_path, sglang_double_image, label, 50, 400)  # a known-good value: far below
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "bisect-exit 0 (good): baseline median" in good.stdout
+    report = tmp_path / "smoke-400.json"
+    assert len(json.loads(report.read_text())["baseline"]["runs"]) == 5
+    assert not json.loads(report.read_text())["eagle3"]["started"]  # no draft model, one server
+    slow = _bisect_exit(tmp_path, sglang_double_image, label, report, 300)  # 25% slower than the good report
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    same = _bisect_exit(tmp_path, sglang_double_image, label, report, 400, "--runs", "6")
+    assert same.returncode == 0, same.stdout + same.stderr
+    crash = run_invoke("smoke", "--image", sglang_double_image, "--model", "m", "--gpus", "0", "--env",
+                       "SGLANG_DOUBLE_CRASH_AT_START=1", "--label", f"{LABEL}={label}", "--report",
+                       str(tmp_path / "crash.json"), "--bisect-exit", str(report), cwd=tmp_path)
+    assert crash.returncode == 125 and "did not serve" in crash.stdout, crash.stdout + crash.stderr
+    wrong = _bisect_exit(tmp_path, sglang_double_image, label, report, 400, "--bisect-metric", "latency")
+    assert wrong.returncode == 128 and "unknown metric" in wrong.stderr  # aborts `git bisect run`

@@ -452,6 +452,51 @@ def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, 
     return run_bisect(request).exit_code
 
 
+# `git bisect run` aborts on an exit of 128 or more; any other non-zero code but 125 would mark the commit bad.
+EXIT_ABORT_GIT_BISECT = 128
+
+
+def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
+                      stacks_file: str | Path = DEFAULT_STACKS_FILE, metric: str = "baseline", threshold: str = "5",
+                      runs: int | None = None, log: Log | None = None, **overrides: Any) -> int:
+    """`invoke smoke --bisect-exit BASELINE`: 0 good, 1 bad, 125 skip, for `git bisect run`.
+
+    BASELINE is the good commit's smoke report (JSON, with its runs: a statistical decision) or a number
+    (the metric's known-good value: a threshold decision). The smoke runs `runs` (default 5) measured runs
+    with the cache flushed, starting only the servers the metric needs. Bad input aborts the bisect
+    (exit 128) rather than marking a commit bad.
+    """
+    say = log or _stdout
+    try:
+        chosen = metrics_mod.metric_named(metric)
+        limit = float(threshold) / 100
+        reference: Mapping[str, Any] | None = None
+        value: float | None = None
+        try:
+            value = float(baseline)
+        except ValueError:
+            try:
+                reference = json.loads(Path(baseline).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {exc}") from None
+        stack_obj = load_matrix(stacks_file).get(stack) if stack else None
+        options = smoke_options(stack_obj, **{**{k: v for k, v in overrides.items() if v is not None},
+                                              "kinds": chosen.kinds, "runs": runs or 5, "flush_cache": True,
+                                              "no_history": True})
+        report = run_smoke(stack_obj, image, options)
+        code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
+                                            threshold=limit)
+    except (SglstackError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ABORT_GIT_BISECT
+    values = metrics_mod.samples(report.data, chosen)
+    word = {0: "good", 1: "bad", 125: "skip"}[code]
+    say(f"bisect-exit {code} ({word}): {chosen.name} "
+        + (f"median {sorted(values)[len(values) // 2]:.2f} {chosen.unit}" if values
+           else metrics_mod.why_no_samples(report.data, chosen)))
+    return code
+
+
 def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
     """The task's smoke flags plus `--smoke-opt KEY=VALUE` pairs (a named flag wins); None = not given."""
     out: dict[str, Any] = {}
@@ -469,4 +514,4 @@ def _stdout(message: str) -> None:
 
 
 __all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "bisect_command", "patch_skip",
-           "refs_between", "run_bisect", "smoke_overrides", "source_version", "stack_at"]
+           "refs_between", "run_bisect", "smoke_bisect_exit", "smoke_overrides", "source_version", "stack_at"]
