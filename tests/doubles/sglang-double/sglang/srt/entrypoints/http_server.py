@@ -2,6 +2,8 @@
 
 Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_TOKENS_PER_S      decode speed of one stream without speculation (default 1500)
+  SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION  "0.5.10.post1=270,0.5.11=270": the speed when that release of
+                                  the real sglang is installed beside the double (images built FROM it)
   SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 2.0)
   SGLANG_DOUBLE_ACCEPT_LENGTH     tokens per verify step under speculation (default 3.0)
   SGLANG_DOUBLE_DIVERGE           share of prompts whose greedy text differs under speculation (default 0)
@@ -17,6 +19,7 @@ The last two take "1" (always), "speculative" or "baseline" (only that kind of s
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -67,6 +70,14 @@ def _applies(name: str, speculative: bool) -> bool:
     return True
 
 
+def _installed_sglang() -> str | None:
+    """The version of a real sglang installed next to the double (its own package has no metadata)."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
@@ -79,6 +90,11 @@ class Engine:
         self.server_args = server_args
         self.speculative = bool(server_args.get("speculative_algorithm"))
         self.tokens_per_s = _env_float("SGLANG_DOUBLE_TOKENS_PER_S", 1500.0)
+        pairs = os.environ.get("SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION", "").split(",")
+        by_version = dict(pair.strip().split("=", 1) for pair in pairs if "=" in pair)
+        installed = _installed_sglang()
+        if installed in by_version:
+            self.tokens_per_s = float(by_version[installed])
         if self.speculative:
             self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 2.0)
         self.accept_length = max(1.0, _env_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 3.0)) if self.speculative else 1.0
