@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
     share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
     history_file = hist.history_path(options.build_dir, stack.name if stack else None)
-    records = [] if options.no_history else hist.read_history(history_file)
+    records: list[Mapping[str, Any]] = [] if options.no_history else list(hist.read_history(history_file))
     fingerprint = options.fingerprint()
     verdict = evaluate(options.gates, baseline, eagle3, share, hist.last_passing(records, fingerprint))
 
