@@ -163,7 +163,10 @@ def test_a_local_repository_builds_through_buildkit(tmp_path, cache, docker_cli,
     stack = load_matrix(matrix).get("synth")
     result = build_stack(stack, BuildOptions(target="sglang-src", ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path / "out", show_progress=False))
-    out = docker_client.containers.run(result.image_id, ["bash", "-c", "ls /src/dist; cat /out/patches.json"],
-                                       entrypoint=[], remove=True).decode()
+    try:
+        out = docker_client.containers.run(result.image_id, ["bash", "-c", "ls /src/dist; cat /out/patches.json"],
+                                           entrypoint=[], remove=True).decode()
+    finally:
+        docker_client.images.remove(result.tag, force=True)  # this test's own image
     assert "sglang-0.5.9-py3-none-any.whl" in out
     assert '"status": "applied"' in out
