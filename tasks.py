@@ -234,6 +234,11 @@ for _t in (stacks, lock, diff, render, build, coverage):
         "report": "JSON report path (a .md summary and .png chart are written next to it)",
         "no-history": "neither compare with nor append to build/STACK/smoke-history.jsonl",
         "skip-preflight": "do not run `invoke preflight` on the GPU node first",
+        "bisect-exit": "for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good commit's "
+                       "smoke report (JSON) or a number",
+        "bisect-metric": "with --bisect-exit: baseline (default), eagle3, speedup, accept_length",
+        "bisect-threshold": "with --bisect-exit: the change that counts as bad, in percent (default 5)",
+        "runs": "with --bisect-exit: measured runs, cache flushed before each (default 5)",
     },
     iterable=["mount", "env", "label"],
 )
@@ -241,10 +246,22 @@ for _t in (stacks, lock, diff, render, build, coverage):
 def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_model=None, tp=None, gpus=None,
           mount=None, env=None, label=None, docker_host=None, timeout=None, concurrency=None, num_prompts=None,
           max_new_tokens=None, min_speedup=None, min_accept_length=None, min_agreement=None, max_regression=None,
-          report=None, no_history=False, skip_preflight=False):
-    """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass."""
+          report=None, no_history=False, skip_preflight=False, bisect_exit=None, bisect_metric="baseline",
+          bisect_threshold="5", runs=None):
+    """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     from sglstack.smoke import smoke_command
 
+    if bisect_exit:
+        from sglstack.bisect.driver import smoke_bisect_exit
+
+        _exit_with(smoke_bisect_exit(image, bisect_exit, stack=stack, stacks_file=stacks_file, metric=bisect_metric,
+                                     threshold=bisect_threshold, runs=int(runs) if runs else None, model=model,
+                                     draft_model=draft_model, tp=tp, gpus=gpus, mounts=mount or None,
+                                     env=env or None, labels=label or None, docker_host=docker_host,
+                                     timeout=timeout, concurrency=concurrency, num_prompts=num_prompts,
+                                     max_new_tokens=max_new_tokens, report=report,
+                                     skip_preflight=skip_preflight or None))
+        return
     _exit_with(smoke_command(image, stack=stack, stacks_file=stacks_file, model=model, draft_model=draft_model,
                              tp=tp, gpus=gpus, mounts=mount or None, env=env or None, labels=label or None,
                              docker_host=docker_host, timeout=timeout, concurrency=concurrency,
@@ -255,6 +272,55 @@ def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_mo
 
 
 ns.add_task(smoke)
+
+
+# ---- bisect ----------------------------------------------------------------------------------------
+
+@task(
+    auto_shortflags=False,
+    help={
+        "stack": "stack name from the matrix", "stacks-file": "the matrix file",
+        "good": "the last known good SGLang ref: a release (PyPI stacks) or a commit, tag, branch (git stacks)",
+        "bad": "the first known bad SGLang ref (a newer release, or a descendant commit)",
+        "metric": "baseline (default: only the baseline server, no draft model), eagle3, speedup, accept_length",
+        "repeats": "measured runs per server start (default 5); undecided refs get more server starts",
+        "threshold": "the smallest change that matters, in percent (default 5)",
+        "max-batches": "server starts per ref at most (default 4): the bound on repeats",
+        "ca-bundle": "extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)",
+        "docker-cli": "BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)",
+        "docker-host": "Docker engine that builds and serves (default: DOCKER_HOST / local socket)",
+        "gpus": "GPUs per server (0: none, for CPU test doubles)", "tp": "tensor parallel size",
+        "model": "target model path or HF repo", "draft-model": "EAGLE-3 draft model (eagle3/speedup metrics)",
+        "mount": "HOST:CONTAINER bind mount for the servers, e.g. the HF cache (repeatable)",
+        "env": "K=V for the server containers (repeatable)",
+        "timeout": "seconds each server may take to answer /health_generate",
+        "num-prompts": "prompts per measured run", "max-new-tokens": "tokens generated per request",
+        "skip-preflight": "do not run `invoke preflight` on the GPU node first",
+        "smoke-opt": "any other smoke option, KEY=VALUE (repeatable)",
+    },
+    iterable=["mount", "env", "smoke_opt"],
+)
+@_user_errors
+def bisect(c, stack, good, bad, stacks_file=DEFAULT_STACKS, metric="baseline", repeats=5, threshold="5",
+           max_batches=4, ca_bundle=None, docker_cli=None, docker_host=None, gpus=None, tp=None, model=None,
+           draft_model=None, mount=None, env=None, timeout=None, num_prompts=None, max_new_tokens=None,
+           skip_preflight=False, smoke_opt=None):
+    """Find the SGLang commit or release that changed a serving metric: build, smoke, decide; resumable.
+
+    Exit 0 when a first bad change is named, 1 when the range can't be decided, 2 for bad input."""
+    from sglstack.bisect.driver import bisect_command, smoke_overrides
+
+    _exit_with(bisect_command(stacks_file, stack, good=good, bad=bad, metric=metric, repeats=repeats,
+                              threshold=threshold, max_batches=max_batches, ca_bundle=ca_bundle,
+                              docker_cli=docker_cli, docker_host=docker_host,
+                              smoke=smoke_overrides(smoke_opt or [], gpus=gpus, tp=tp, model=model,
+                                                    draft_model=draft_model, mounts=mount or None, env=env or None,
+                                                    timeout=timeout, num_prompts=num_prompts,
+                                                    max_new_tokens=max_new_tokens,
+                                                    skip_preflight=skip_preflight or None)))
+
+
+ns.add_task(bisect)
 
 
 # ---- publishing ------------------------------------------------------------------------------------

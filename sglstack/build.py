@@ -9,6 +9,7 @@ secret on a disk: the HF token reaches BuildKit from this process's environment,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -32,13 +33,14 @@ from .builder import Builder, BuildRequest, build_argv, build_env, detect_builde
 from .coverage_image import build_coverage
 from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, PinMismatch, RegistryError, SglstackError
+from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, lock_for_build, lock_path, missing_message
 from .matrix import Stack, load_matrix
 from .publish import release, target_repository
 from .records import build_root, require_writable, utc_timestamp, utc_today
 from .registry import RegistryClient
-from .render import RenderedContext, write_build_context
+from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
 from .smoke import launch_argvs, smoke_options
 from .tags import release_tags
@@ -145,6 +147,17 @@ def secret_sources(ca_bundle: Path | None) -> tuple[dict[str, Path], dict[str, s
 def build_labels(stack: Stack, config_hash: str, target: str, builder: str) -> dict[str, str]:
     """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
     return {CONFIG_HASH_LABEL: config_hash, TARGET_LABEL: target, BUILDER_LABEL: builder}
+
+
+def add_git_source(stack: Stack, rendered: RenderedContext) -> RenderedContext:
+    """Export a git source's tree at its commit into the context (a context file, so the config hash
+    covers it): git on this host fetches it, from any repository it can clone."""
+    git = stack.sglang.git
+    if git is None:
+        return rendered
+    GitSource(git.repo).export(git.ref, git.subdirectory, rendered.context / GIT_SOURCE_DIR)
+    files = tuple(sorted(p for p in rendered.context.rglob("*") if p.is_file()))
+    return dataclasses.replace(rendered, files=files)
 
 
 def compute_config_hash(rendered: RenderedContext, target: str, platform: str | None) -> str:
@@ -383,6 +396,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     with timer.phase("render"):
         rendered = write_build_context(stack, out_dir, options.patches_dir or DEFAULT_PATCHES_DIR,
                                        lock=options.lock)
+        rendered = add_git_source(stack, rendered)
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, config_hash, target)
     client = docker_client(options.docker_host)
@@ -490,7 +504,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
-        rendered = write_build_context(stack, Path(tmp), lock=options.lock)
+        rendered = add_git_source(stack, write_build_context(stack, Path(tmp), lock=options.lock))
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = out_dir_for(stack, options)
     secret_files, secret_env = _planned_secrets(options)

@@ -26,6 +26,9 @@ from .ui import console as make_console
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
 PYTHON_PACKAGES = ("python{v}", "python{v}-venv")
+# The context folder a git source's tree goes into. Rendering only names it; the build fills it from
+# git on the host (build.add_git_source), so rendering stays pure.
+GIT_SOURCE_DIR = "sglang-src"
 
 
 @dataclass(frozen=True)
@@ -149,13 +152,6 @@ def stack_manifest(stack: Stack) -> dict:
     }
 
 
-def _git_archive_url(stack: Stack) -> str:
-    git = stack.sglang.git
-    if git is None:
-        return ""
-    return f"{git.repo.removesuffix('.git').rstrip('/')}/archive/{git.ref}.tar.gz"
-
-
 @functools.cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
@@ -174,7 +170,7 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         locked_sglang=bool(lock and lock.installs_layer("sglang")),
         stack=stack,
         manylinux_minors=MANYLINUX_MINORS,
-        git_archive_url=_git_archive_url(stack),
+        git_source_dir=GIT_SOURCE_DIR,
         apt_packages=apt_packages(stack),
         layers_before=[x for x in layers if not x.after_sglang],
         layers_after=[x for x in layers if x.after_sglang],

@@ -37,11 +37,16 @@ class BadWheel(SglstackError):
     """A wheel file cannot be read as a wheel (not a zip, truncated, no METADATA)."""
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """sglstack's cache folder: SGLSTACK_CACHE, else ~/.cache/sglstack (wheels/, git/ below it)."""
     root = os.environ.get("SGLSTACK_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglstack"
     )
-    return Path(root) / "wheels"
+    return Path(root)
+
+
+def cache_dir() -> Path:
+    return cache_root() / "wheels"
 
 
 def file_sha256(path: Path) -> str:
@@ -201,3 +206,16 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
         last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
         raise WheelFetchError(f"pip download {requirement}: {last}")
     return got
+def available_versions(name: str) -> list[str]:
+    """Every version of `name` on the package index pip is configured for (pre-releases included).
+
+    `pip index versions` asks the index the user's pip config, PIP_INDEX_URL or a mirror names, so no
+    index host is written here.
+    """
+    cmd = [sys.executable, "-m", "pip", "index", "versions", name, "--pre", "--disable-pip-version-check"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
+    lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if not line.startswith("WARNING")]
+    raise WheelFetchError(f"pip index versions {name}: {lines[-1] if lines else 'no versions listed'}")

@@ -46,6 +46,16 @@ class SGLangClient:
         except requests.RequestException:
             return None
 
+    def flush_cache(self) -> bool:
+        """POST /flush_cache (GET on servers that only route GET): True once the radix cache is empty."""
+        try:
+            resp = self.session.post(f"{self.base_url}/flush_cache", timeout=30)
+            if resp.status_code in (404, 405):
+                resp = self.session.get(f"{self.base_url}/flush_cache", timeout=30)
+        except requests.RequestException:
+            return False
+        return resp.status_code == 200
+
     def server_info(self) -> dict[str, Any]:
         resp = self.session.get(f"{self.base_url}/get_server_info", timeout=30)
         resp.raise_for_status()

@@ -80,6 +80,8 @@ class ServerRun:
     outputs: Mapping[str, str] | None = None  # prompt -> greedy text, from the concurrency-1 phase
     accept_length_meta: float | None = None
     accept_length_server: float | None = None
+    # One entry per measured concurrency-1 run: tokens_per_s, ttft_s, accept_length (meta_info), flushed.
+    runs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
@@ -111,4 +113,5 @@ class ServerRun:
             "concurrency_n": self.concurrent.to_dict() if self.concurrent else None,
             "accept_length_meta": self.accept_length_meta,
             "accept_length_server": self.accept_length_server,
+            "runs": [dict(r) for r in self.runs],
         }

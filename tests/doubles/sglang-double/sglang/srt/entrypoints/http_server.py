@@ -2,10 +2,13 @@
 
 Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_TOKENS_PER_S      decode speed of one stream without speculation (default 1500)
+  SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION  "0.5.10.post1=270,0.5.11=270": the speed when that release of
+                                  the real sglang is installed beside the double (images built FROM it)
   SGLANG_DOUBLE_SPEC_SPEEDUP      speed factor under --speculative-algorithm (default 2.0)
   SGLANG_DOUBLE_ACCEPT_LENGTH     tokens per verify step under speculation (default 3.0)
   SGLANG_DOUBLE_DIVERGE           share of prompts whose greedy text differs under speculation (default 0)
-  SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005)
+  SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005); a prompt seen
+                                  before hits the radix cache and prefills 10x faster until /flush_cache
   SGLANG_DOUBLE_BATCH_SLOWDOWN    per-stream slowdown per extra running request (default 0.02)
   SGLANG_DOUBLE_STARTUP_DELAY_S   seconds of 503 from /health* before ready (default 0.3)
   SGLANG_DOUBLE_CRASH_AT_START    exit 1 with a traceback while loading
@@ -16,6 +19,7 @@ The last two take "1" (always), "speculative" or "baseline" (only that kind of s
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -66,6 +70,14 @@ def _applies(name: str, speculative: bool) -> bool:
     return True
 
 
+def _installed_sglang() -> str | None:
+    """The version of a real sglang installed next to the double (its own package has no metadata)."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
@@ -78,6 +90,11 @@ class Engine:
         self.server_args = server_args
         self.speculative = bool(server_args.get("speculative_algorithm"))
         self.tokens_per_s = _env_float("SGLANG_DOUBLE_TOKENS_PER_S", 1500.0)
+        pairs = os.environ.get("SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION", "").split(",")
+        by_version = dict(pair.strip().split("=", 1) for pair in pairs if "=" in pair)
+        installed = _installed_sglang()
+        if installed in by_version:
+            self.tokens_per_s = float(by_version[installed])
         if self.speculative:
             self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 2.0)
         self.accept_length = max(1.0, _env_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 3.0)) if self.speculative else 1.0
@@ -90,6 +107,18 @@ class Engine:
         self.spec_total_steps = 0
         self.last_gen_throughput = 0.0
         self.ready = False
+        self.cached_prompts: set[str] = set()
+        self.flushes = 0
+
+    def flush_cache(self) -> bool:
+        """Like the scheduler: refused (False) while requests are running."""
+        with self.lock:
+            if self.running:
+                return False
+            self.cached_prompts.clear()
+            self.flushes += 1
+        _log(f"Cache flushed successfully! (flush #{self.flushes})")
+        return True
 
     def token(self, prompt: str, index: int) -> tuple[int, str]:
         salt = "draft-drift" if self.diverge and index >= 4 and self._diverges(prompt) else "greedy"
@@ -118,7 +147,10 @@ class Engine:
             self.running += 1
         try:
             start = time.perf_counter()
-            time.sleep(self.ttft_s)
+            with self.lock:
+                cached = prompt in self.cached_prompts
+                self.cached_prompts.add(prompt)
+            time.sleep(self.ttft_s / 10 if cached else self.ttft_s)
             ids: list[int] = []
             text = ""
             due = time.perf_counter()
@@ -201,6 +233,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200 if self.engine.ready else 503)
         elif not self._authorized():
             return
+        elif path == "/flush_cache":
+            self._flush_cache()
         elif path in ("/get_server_info", "/server_info"):
             self._send(
                 200,
@@ -230,8 +264,24 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"detail": "Not Found"})
 
+    def _flush_cache(self) -> None:
+        ok = self.engine.flush_cache()
+        payload = (
+            b"Cache flushed.\nPlease check backend logs for more details. "
+            b"(When there are running or waiting requests, the operation will not be performed.)\n"
+        )
+        self.send_response(200 if ok else 400)
+        self.send_header("content-type", "text/plain; charset=utf-8")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == "/flush_cache":
+            if self._authorized():
+                self._flush_cache()
+            return
         if path not in ("/generate", "/v1/chat/completions"):
             self._send(404, {"detail": "Not Found"})
             return

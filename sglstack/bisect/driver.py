@@ -1,0 +1,517 @@
+"""The bisect loop: build the stack at the ref the planner asks for, smoke it, record, repeat.
+
+Build and Smoke are used as they are, through their public entry points only
+(`build.build_stack(stack, BuildOptions)`, `smoke.smoke_options(stack, **overrides)`,
+`smoke.run_smoke(stack, image, options)`); this module is the one place that knows them, so it is the
+one place to adapt when they change. A step whose image exists (same config hash) is not rebuilt:
+Build itself skips it, and the step records `built: false`.
+
+Per step:
+- the stack variant at the ref: a release is `sglang.version`, a commit is `sglang.git.ref`;
+- the patches are tried on the host first, on that ref's own source (the wheel of a release, the
+  exported tree of a commit), with the stack's policy: a patch that does not apply makes the step a
+  skip (git bisect's 125) before any build is spent on it;
+- one batch is one server start: warm-up, then `--repeats` measured runs with the radix cache flushed
+  before each (`SmokeOptions.runs`, `flush_cache`); `--metric baseline` starts only the baseline server
+  (`SmokeOptions.kinds`), so no draft model is needed and SGLang from before EAGLE-3 can be tested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import patchkit
+from ..build import BuildOptions, build_stack, resolve_ca_bundle
+from ..errors import BuildError, ConfigError, SglstackError, SmokeError
+from ..gitsource import GitSource, GitSourceError
+from ..matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
+from ..patches import load_specs, unpack_for_patches
+from ..records import build_root
+from ..smoke import SmokeOptions, run_smoke, smoke_options
+from ..wheels import WheelFetchError, available_versions, fetch_wheel
+from . import metrics as metrics_mod
+from .log import BisectLog, builds_by_ref, replay
+from .planner import FOUND, Measure, Outcome, Planner, PlannerConfig
+from .releases import ReleaseRangeError, releases_between
+from .report import build_report, short, write_reports
+
+MODE_GIT = "git"
+MODE_RELEASE = "release"
+EXIT_FOUND = 0
+EXIT_UNDECIDED = 1
+EXIT_BAD_INPUT = 2
+
+Log = Callable[[str], None]
+
+
+class BisectInputError(SglstackError):
+    """Bad input to `invoke bisect` (stack, refs, options): exit 2, before any build."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    stack: str
+    good: str
+    bad: str
+    stacks_file: str | Path = DEFAULT_STACKS_FILE
+    metric: str = "baseline"
+    repeats: int = 5  # measured runs per server start
+    threshold_pct: float = 5.0
+    max_batches: int = 4  # server starts per ref, at most
+    ca_bundle: str | None = None
+    docker_cli: str | None = None
+    docker_host: str | None = None
+    patches_dir: Path | None = None
+    smoke: Mapping[str, Any] = field(default_factory=dict)  # smoke option overrides (gpus, timeout, ...)
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    exit_code: int
+    outcome: Outcome | None
+    report: Path
+    data: Mapping[str, Any]
+
+
+# ---- the refs ----------------------------------------------------------------------------------
+
+
+def mode_of(stack: Stack) -> str:
+    return MODE_GIT if stack.sglang.git is not None else MODE_RELEASE
+
+
+def source_of(stack: Stack) -> str:
+    git = stack.sglang.git
+    return GitSource(git.repo).label if git is not None else "sglang on the package index"
+
+
+def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
+    """A full commit sha (git stacks) or the release as given (PyPI stacks)."""
+    if stack.sglang.git is None:
+        try:
+            patchkit.Version.parse(ref)
+        except patchkit.InvalidVersion as exc:
+            raise BisectInputError(f"--{name} {ref}: stack '{stack.name}' takes SGLang releases: {exc}") from None
+        return ref
+    try:
+        return GitSource(stack.sglang.git.repo).resolve(ref)
+    except GitSourceError as exc:
+        raise BisectInputError(f"--{name} {ref}: {exc}") from None
+
+
+def refs_between(stack: Stack, good: str, bad: str) -> list[str]:
+    """[good, ..., bad]: first-parent commits oldest first, or releases in version order."""
+    if stack.sglang.git is not None:
+        repo = GitSource(stack.sglang.git.repo)
+        if good == bad:
+            raise BisectInputError(f"--good and --bad are the same commit {good[:12]}")
+        if not repo.is_ancestor(good, bad):
+            raise BisectInputError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]} in {repo.label}")
+        return [good, *repo.first_parent_range(good, bad)]
+    try:
+        return releases_between(available_versions("sglang"), good, bad)
+    except (ReleaseRangeError, WheelFetchError) as exc:
+        raise BisectInputError(f"--good {good} --bad {bad}: {exc}") from None
+
+
+def stack_at(stack: Stack, ref: str) -> Stack:
+    """The stack with SGLang at `ref`; everything else (pins, patches, smoke) as configured."""
+    if stack.sglang.git is not None:
+        git = stack.sglang.git.model_copy(update={"ref": ref})
+        return stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"git": git})})
+    return stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"version": ref})})
+
+
+def subjects_of(stack: Stack, refs: list[str]) -> dict[str, str]:
+    if stack.sglang.git is None:
+        return {ref: f"sglang {ref}" for ref in refs}
+    try:
+        return GitSource(stack.sglang.git.repo).subjects(refs)
+    except GitSourceError:
+        return {}
+
+
+# ---- the patches, tried on the host ------------------------------------------------------------
+
+
+def source_version(tree: Path) -> str | None:
+    """The version a source tree builds: pyproject's static one, else sglang/version.py's."""
+    pyproject = tree / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project") or {}
+        except tomllib.TOMLDecodeError:
+            project = {}
+        if isinstance(project.get("version"), str):
+            return project["version"]
+    version_py = tree / "sglang" / "version.py"
+    if version_py.is_file():
+        match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", version_py.read_text(encoding="utf-8"))
+        if match:
+            return match.group(1)
+    return None
+
+
+def patch_skip(stack: Stack, ref: str, patches_dir: Path) -> tuple[str, str] | None:
+    """(kind, reason) when this ref cannot get its patches, or no source; None when they apply."""
+    git = stack.sglang.git
+    if not stack.patches and git is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="sglstack-bisect-") as tmp:
+        if git is not None:
+            try:
+                root = Path(tmp) / "tree"
+                GitSource(git.repo).export(ref, git.subdirectory, root)
+            except GitSourceError as exc:
+                return "source", str(exc)
+            if not stack.patches:
+                return None
+            version = source_version(root)
+        else:
+            wheel = fetch_wheel("sglang", ref)
+            root = unpack_for_patches(wheel, load_specs(stack.patches, patches_dir), Path(tmp))
+            version = ref
+        try:
+            patchkit.apply_patches(root, patches_dir, stack.patches, version, stack.patch_policy.on_upstream)
+        except patchkit.PatchError as exc:
+            return "patch", f"{exc.kind}: {exc}"
+    return None
+
+
+# ---- the key of a bisect -----------------------------------------------------------------------
+
+
+def stack_fingerprint(stack: Stack) -> str:
+    """Everything of the stack but the SGLang ref: another pin is another bisect."""
+    data = stack.model_dump(mode="json")
+    data["sglang"].pop("version", None)
+    (data["sglang"].get("git") or {}).pop("ref", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def bisect_key(stack: Stack, good: str, bad: str, metric: metrics_mod.Metric, config: PlannerConfig,
+               options: SmokeOptions) -> dict[str, Any]:
+    return {
+        "stack": stack.name,
+        "stack_fingerprint": stack_fingerprint(stack),
+        "mode": mode_of(stack),
+        "source": source_of(stack),
+        "good": good,
+        "bad": bad,
+        "metric": metric.name,
+        "threshold": config.threshold,
+        "runs_per_batch": config.runs_per_batch,
+        "max_batches": config.max_batches,
+        "smoke": options.fingerprint(),
+    }
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepImage:
+    tag: str
+    image_id: str
+    config_hash: str
+
+
+class Session:
+    """One run of one bisect: replays its log, then builds and smokes until the planner answers."""
+
+    def __init__(self, request: BisectRequest, stack: Stack, metric: metrics_mod.Metric, config: PlannerConfig,
+                 overrides: Mapping[str, Any], log: Log) -> None:
+        self.request, self.stack, self.metric, self.config = request, stack, metric, config
+        self.overrides = dict(overrides)
+        self.say = log
+        self.folder = build_root() / stack.name / "bisect"
+        self.log = BisectLog(self.folder)
+        self.patches_dir = request.patches_dir or DEFAULT_PATCHES_DIR
+        self.images: dict[str, StepImage | None] = {}
+        self.timing = {"build_s": 0.0, "smoke_s": 0.0}
+        self.started = time.monotonic()
+        self.preflight_done = False
+        self.key: dict[str, Any] = {}
+        self.events: list[dict[str, Any]] = []
+        self.subjects: dict[str, str] = {}
+
+    # -- records --
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.events.append(self.log.append(event))
+
+    def report(self, planner: Planner, outcome: Outcome | None, *, chart: bool) -> dict[str, Any]:
+        total = time.monotonic() - self.started
+        timing = {**self.timing, "total_s": total,
+                  "overhead_s": max(0.0, total - self.timing["build_s"] - self.timing["smoke_s"])}
+        data = build_report(planner=planner, outcome=outcome, metric=self.metric, key=self.key,
+                            builds=builds_by_ref(self.events), subjects=self.subjects, timing=timing,
+                            log_path=self.log.path)
+        write_reports(data, self.folder, chart=chart)
+        return data
+
+    # -- one step --
+
+    def image_for(self, planner: Planner, ref: str) -> StepImage | None:
+        if ref in self.images:
+            return self.images[ref]
+        variant = stack_at(self.stack, ref)
+        skipped = patch_skip(variant, ref, self.patches_dir)
+        if skipped:
+            kind, reason = skipped
+            self.say(f"bisect: {short(ref)}: skip ({reason})")
+            self.event({"event": "skip", "ref": ref, "kind": kind, "reason": reason})
+            planner.record_skip(ref, reason)
+            self.images[ref] = None
+            return None
+        options = BuildOptions(ca_bundle=self.request.ca_bundle, docker_cli=self.request.docker_cli,
+                               docker_host=self.request.docker_host, show_progress=False,
+                               out_dir=self.folder / "steps" / short(ref), patches_dir=self.request.patches_dir)
+        start = time.monotonic()
+        try:
+            result = build_stack(variant, options)
+        except BuildError as exc:
+            reason = f"the build failed: {exc}"
+            self.say(f"bisect: {short(ref)}: skip ({reason}); a new run retries it")
+            self.event({"event": "skip", "ref": ref, "kind": "build", "reason": reason})
+            planner.record_skip(ref, reason)
+            self.images[ref] = None
+            return None
+        finally:
+            self.timing["build_s"] += time.monotonic() - start
+        seconds = round(time.monotonic() - start, 3)
+        self.event({"event": "build", "ref": ref, "built": not result.skipped, "config_hash": result.config_hash,
+                    "image": result.image_id, "tag": result.tag, "seconds": seconds})
+        image = StepImage(result.tag, result.image_id, result.config_hash)
+        self.images[ref] = image
+        return image
+
+    def measure(self, planner: Planner, action: Measure) -> None:
+        ref = action.ref
+        self.say(f"bisect: ref {action.index}/{len(planner.refs) - 1} {short(ref)} "
+                 f"({self.subjects.get(ref) or ''}): {action.why}")
+        image = self.image_for(planner, ref)
+        if image is None:
+            return
+        batch = planner.batches(ref) + 1
+        report_path = self.folder / "smoke" / f"{short(ref)}-{batch}.json"
+        options = smoke_options(stack_at(self.stack, ref), **{
+            **self.overrides, "report": str(report_path), "skip_preflight": self.overrides.get("skip_preflight")
+            or self.preflight_done or None})
+        start = time.monotonic()
+        try:
+            smoke = run_smoke(stack_at(self.stack, ref), image.tag, options)
+        finally:
+            self.timing["smoke_s"] += time.monotonic() - start
+        self.preflight_done = True
+        values = metrics_mod.samples(smoke.data, self.metric)
+        if not values:
+            reason = metrics_mod.why_no_samples(smoke.data, self.metric)
+            self.say(f"bisect: {short(ref)}: skip ({reason}); a new run retries it")
+            self.event({"event": "skip", "ref": ref, "kind": "serve", "reason": reason, "report": str(report_path)})
+            planner.record_skip(ref, reason)
+            return
+        self.event({"event": "batch", "ref": ref, "batch": batch, "samples": values, "image": image.image_id,
+                    "digest": (smoke.data.get("image") or {}).get("digest"), "report": str(report_path),
+                    "seconds": round(time.monotonic() - start, 3)})
+        planner.record_batch(ref, values)
+        cls = planner.classification(ref)
+        median = sorted(values)[len(values) // 2]
+        self.say(f"bisect: {short(ref)}: batch {batch}: median {median:.2f} {self.metric.unit} -> "
+                 f"{planner.status(ref)}" + (f" (vs good p={cls.vs_good.p_value:.3g}, vs bad "
+                                             f"p={cls.vs_bad.p_value:.3g})" if cls and cls.vs_good.p_value is not None
+                                             and cls.vs_bad.p_value is not None else ""))
+
+    # -- the whole run --
+
+    def run(self, key: dict[str, Any]) -> BisectResult:
+        self.key = key
+        events = self.log.read()
+        start = events[0] if events else {}
+        if start.get("event") == "start" and start.get("key") == key:
+            refs = list(start["refs"])
+        else:
+            refs = refs_between(self.stack, key["good"], key["bad"])
+        resumed = self.log.open(key, refs)
+        self.events = list(resumed.events)
+        self.subjects = subjects_of(self.stack, refs)
+        planner = Planner(refs, self.config)
+        finished = resumed.done
+        replay(planner, self.events, lasting_only=finished is None)
+        if finished is not None:
+            outcome = planner.next()
+            final = outcome if isinstance(outcome, Outcome) else None
+            self.say(f"bisect: {self.stack.name}: finished before ({finished.get('time')}): nothing to build")
+            return self.finish(planner, final)
+        if resumed.resumed:
+            measured = sum(1 for e in self.events if e.get("event") == "batch")
+            self.say(f"bisect: {self.stack.name}: continuing ({measured} batches in {self.log.path})")
+        else:
+            kind = "commits" if key["mode"] == MODE_GIT else "releases"
+            self.say(f"bisect: {self.stack.name}: {len(refs) - 1} {kind}"
+                     f" after {short(refs[0])} up to {short(refs[-1])}; metric {self.metric.name}"
+                     + (f" (previous log kept as {resumed.archived})" if resumed.archived else ""))
+        while True:
+            action = planner.next()
+            if isinstance(action, Outcome):
+                self.event({"event": "done", "status": action.status, "first_bad": action.first_bad,
+                            "last_good": action.last_good, "reason": action.reason})
+                return self.finish(planner, action)
+            self.measure(planner, action)
+            self.report(planner, None, chart=False)
+
+    def finish(self, planner: Planner, outcome: Outcome | None) -> BisectResult:
+        data = self.report(planner, outcome, chart=True)
+        path = self.folder / "report.json"
+        if outcome is not None and outcome.found:
+            self.say(f"bisect: first bad {'commit' if self.key['mode'] == MODE_GIT else 'release'}: "
+                     f"{outcome.first_bad} ({self.subjects.get(outcome.first_bad or '', '')}); "
+                     f"last good {outcome.last_good}")
+            code = EXIT_FOUND
+        else:
+            self.say(f"bisect: undecided: {outcome.reason if outcome else 'not finished'}")
+            code = EXIT_UNDECIDED
+        for note in outcome.notes if outcome else ():
+            self.say(f"bisect: note: {note}")
+        self.say(f"bisect: report {path} ({data['builds']} builds, {data['steps_tested']} refs tested)")
+        return BisectResult(code, outcome, path, data)
+
+
+def prepare(request: BisectRequest) -> tuple[Stack, metrics_mod.Metric, PlannerConfig, dict[str, Any], SmokeOptions]:
+    """Check every input before anything long starts; BisectInputError (exit 2) names the bad one."""
+    try:
+        stack = load_matrix(request.stacks_file, patches_dir=request.patches_dir).get(request.stack)
+    except ConfigError as exc:
+        raise BisectInputError(str(exc)) from None
+    try:
+        metric = metrics_mod.metric_named(request.metric)
+    except ValueError as exc:
+        raise BisectInputError(f"--metric: {exc}") from None
+    try:
+        repeats, max_batches, threshold = int(request.repeats), int(request.max_batches), float(request.threshold_pct)
+    except (TypeError, ValueError):
+        raise BisectInputError("--repeats and --max-batches take whole numbers, --threshold a percentage") from None
+    if repeats < 1:
+        raise BisectInputError(f"--repeats {repeats}: at least 1 run per server start")
+    if not 0 < threshold < 100:
+        raise BisectInputError(f"--threshold {threshold:g}: a percentage between 0 and 100 (5 = 5%)")
+    try:
+        config = PlannerConfig(runs_per_batch=repeats, max_batches=max_batches, threshold=threshold / 100,
+                               higher_is_better=metric.higher_is_better)
+    except ValueError as exc:
+        raise BisectInputError(f"--max-batches {max_batches}: {exc}") from None
+    overrides = {
+        **{k: v for k, v in request.smoke.items() if v is not None},
+        "kinds": metric.kinds,
+        "runs": repeats,
+        "flush_cache": True,
+        # A bisect's runs at old refs must not become the stack's "last passing run" for the regression gate.
+        "no_history": True,
+        "build_dir": str(build_root()),
+    }
+    overrides.setdefault("concurrency", 1)
+    if request.docker_host:
+        overrides.setdefault("docker_host", request.docker_host)
+    try:
+        options = smoke_options(stack, **overrides)
+        resolve_ca_bundle(request.ca_bundle)
+    except (SmokeError, BuildError) as exc:
+        raise BisectInputError(str(exc)) from None
+    return stack, metric, config, overrides, options
+
+
+def run_bisect(request: BisectRequest, *, log: Log | None = None) -> BisectResult:
+    say = log or _stdout
+    stack, metric, config, overrides, options = prepare(request)
+    good = resolve_endpoint(stack, request.good, "good")
+    bad = resolve_endpoint(stack, request.bad, "bad")
+    session = Session(request, stack, metric, config, overrides, say)
+    return session.run(bisect_key(stack, good, bad, metric, config, options))
+
+
+def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, metric: str = "baseline",
+                   repeats: int = 5, threshold: float = 5.0, max_batches: int = 4, ca_bundle: str | None = None,
+                   docker_cli: str | None = None, docker_host: str | None = None,
+                   smoke: Mapping[str, Any] | None = None) -> int:
+    """`invoke bisect`: 0 when a first bad change is named, 1 when the range can't be decided, 2 bad input."""
+    request = BisectRequest(stack=stack, good=good, bad=bad, stacks_file=stacks_file, metric=metric,
+                            repeats=repeats, threshold_pct=threshold, max_batches=max_batches, ca_bundle=ca_bundle,
+                            docker_cli=docker_cli, docker_host=docker_host, smoke=dict(smoke or {}))
+    return run_bisect(request).exit_code
+
+
+# `git bisect run` aborts on an exit of 128 or more; any other non-zero code but 125 would mark the commit bad.
+EXIT_ABORT_GIT_BISECT = 128
+
+
+def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
+                      stacks_file: str | Path = DEFAULT_STACKS_FILE, metric: str = "baseline", threshold: str = "5",
+                      runs: int | None = None, log: Log | None = None, **overrides: Any) -> int:
+    """`invoke smoke --bisect-exit BASELINE`: 0 good, 1 bad, 125 skip, for `git bisect run`.
+
+    BASELINE is the good commit's smoke report (JSON, with its runs: a statistical decision) or a number
+    (the metric's known-good value: a threshold decision). The smoke runs `runs` (default 5) measured runs
+    with the cache flushed, starting only the servers the metric needs. Bad input aborts the bisect
+    (exit 128) rather than marking a commit bad.
+    """
+    say = log or _stdout
+    try:
+        chosen = metrics_mod.metric_named(metric)
+        limit = float(threshold) / 100
+        reference: Mapping[str, Any] | None = None
+        value: float | None = None
+        try:
+            value = float(baseline)
+        except ValueError:
+            try:
+                reference = json.loads(Path(baseline).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {exc}") from None
+        stack_obj = load_matrix(stacks_file).get(stack) if stack else None
+        options = smoke_options(stack_obj, **{**{k: v for k, v in overrides.items() if v is not None},
+                                              "kinds": chosen.kinds, "runs": runs or 5, "flush_cache": True,
+                                              "no_history": True})
+        report = run_smoke(stack_obj, image, options)
+        code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
+                                            threshold=limit)
+    except (SglstackError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ABORT_GIT_BISECT
+    values = metrics_mod.samples(report.data, chosen)
+    word = {0: "good", 1: "bad", 125: "skip"}[code]
+    say(f"bisect-exit {code} ({word}): {chosen.name} "
+        + (f"median {sorted(values)[len(values) // 2]:.2f} {chosen.unit}" if values
+           else metrics_mod.why_no_samples(report.data, chosen)))
+    return code
+
+
+def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
+    """The task's smoke flags plus `--smoke-opt KEY=VALUE` pairs (a named flag wins); None = not given."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key:
+            raise BisectInputError(f"--smoke-opt '{pair}': expected KEY=VALUE")
+        out[key.strip().replace("-", "_")] = value
+    out.update({k: v for k, v in named.items() if v is not None})
+    return out
+
+
+def _stdout(message: str) -> None:
+    print(message, file=sys.stdout, flush=True)
+
+
+__all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "bisect_command", "patch_skip",
+           "refs_between", "run_bisect", "smoke_bisect_exit", "smoke_overrides", "source_version", "stack_at"]

@@ -1,0 +1,115 @@
+"""The resumable bisect log: `build/NAME/bisect/log.jsonl`, one JSON object per line.
+
+The first line (`start`) names the bisect: its key (stack config, source, endpoints, metric,
+threshold, runs, smoke settings) and its ordered refs. Then one line per thing that happened, written
+only once it is complete (an interrupted step leaves nothing half-recorded):
+
+    {"event": "build", "ref", "built", "config_hash", "image", "tag", "seconds"}
+    {"event": "skip", "ref", "kind": "patch"|"source"|"build"|"serve", "reason"}
+    {"event": "batch", "ref", "samples": [...], "image", "digest", "report", "seconds"}
+    {"event": "done", "status", "first_bad", "last_good", "reason"}
+
+Running the same bisect again replays the log into the planner and continues where it stopped; a log
+that ends in `done` is answered from the log alone. A different bisect (another key) moves the old log
+aside as `log-<UTC time>.jsonl` and starts a new one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..records import append_jsonl, utc_now, utc_timestamp
+from .planner import Planner
+
+LOG_FILE = "log.jsonl"
+FORMAT = 1
+# Skips that say something about the ref itself, kept across runs. A failed build or a server that did
+# not start may be the machine's fault (network, memory): a new run of an unfinished bisect retries them.
+LASTING_SKIPS = ("patch", "source")
+
+
+class BisectLogError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Resumed:
+    events: list[dict[str, Any]]
+    resumed: bool  # True: this bisect was started before
+    archived: Path | None  # the previous bisect's log, moved aside
+
+    @property
+    def done(self) -> dict[str, Any] | None:
+        finished = [e for e in self.events if e.get("event") == "done"]
+        return finished[-1] if finished else None
+
+
+class BisectLog:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / LOG_FILE
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every event; a torn last line (the process was killed while writing it) is ignored."""
+        if not self.path.is_file():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        events = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                if n == len(lines):
+                    break
+                raise BisectLogError(f"{self.path}:{n}: not a JSON line") from None
+            if not isinstance(event, dict) or "event" not in event:
+                raise BisectLogError(f"{self.path}:{n}: not a bisect event")
+            events.append(event)
+        return events
+
+    def open(self, key: Mapping[str, Any], refs: Sequence[str]) -> Resumed:
+        """Continue the bisect of this key, or start it (moving another bisect's log aside)."""
+        events = self.read()
+        if events:
+            start = events[0]
+            if start.get("event") == "start" and start.get("key") == dict(key) and start.get("refs") == list(refs):
+                return Resumed(events, True, None)
+        archived = None
+        if self.path.exists():
+            archived = self.folder / f"log-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.jsonl"
+            self.path.replace(archived)
+        start = {"event": "start", "format": FORMAT, "key": dict(key), "refs": list(refs)}
+        self.append(start)
+        return Resumed([{**start, "time": utc_timestamp()}], False, archived)
+
+    def append(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        row = {**event, "time": utc_timestamp()}
+        append_jsonl(self.path, [row])
+        return row
+
+
+def replay(planner: Planner, events: Sequence[Mapping[str, Any]], *, lasting_only: bool = True) -> None:
+    """Feed the measured batches and the skips of `events` to the planner, in order."""
+    for event in events:
+        kind = event.get("event")
+        if kind == "batch":
+            planner.record_batch(str(event["ref"]), [float(x) for x in event["samples"]])
+        elif kind == "skip" and (not lasting_only or event.get("kind") in LASTING_SKIPS):
+            planner.record_skip(str(event["ref"]), str(event["reason"]))
+
+
+def builds_by_ref(events: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last build of each ref, with `built` true when any build of this bisect ran BuildKit for it."""
+    out: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.get("event") == "build":
+            ref = str(event["ref"])
+            built = bool(event.get("built")) or bool(out.get(ref, {}).get("built"))
+            out[ref] = {**event, "built": built}
+    return out

@@ -1,0 +1,85 @@
+"""The metrics a bisect can follow, and their samples in a smoke report (pure).
+
+A sample is one measured run of a server start (`SmokeOptions.runs`); the report lists them under each
+server's `runs`. Every metric here is better when higher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import stats
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kinds: tuple[str, ...]  # the servers a smoke of this metric starts
+    label: str
+    unit: str
+    higher_is_better: bool = True
+
+
+METRICS = {
+    # No draft model and no EAGLE-3 support needed: old commits and releases can be tested.
+    "baseline": Metric("baseline", ("baseline",), "baseline decode speed", "tok/s"),
+    "eagle3": Metric("eagle3", ("eagle3",), "EAGLE-3 decode speed", "tok/s"),
+    "speedup": Metric("speedup", ("baseline", "eagle3"), "EAGLE-3 speedup over the baseline", "x"),
+    "accept_length": Metric("accept_length", ("eagle3",), "EAGLE-3 accept length", "tokens/step"),
+}
+
+
+def metric_named(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric '{name}' (choose from {', '.join(METRICS)})") from None
+
+
+def _runs(server: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The measured runs of one server; a report without `runs` counts as its one concurrency-1 run."""
+    if not server or not server.get("started"):
+        return []
+    runs = server.get("runs")
+    if runs is None:
+        runs = [{"tokens_per_s": server.get("tokens_per_s"), "completed": server.get("completed", 1),
+                 "accept_length": server.get("accept_length_meta")}]
+    return [r for r in runs if r.get("completed") and r.get("tokens_per_s")]
+
+
+def samples(report: Mapping[str, Any], metric: Metric) -> list[float]:
+    """One value per run; [] when a server the metric needs did not start or measured nothing."""
+    if metric.name == "baseline":
+        return [float(r["tokens_per_s"]) for r in _runs(report.get("baseline"))]
+    if metric.name == "eagle3":
+        return [float(r["tokens_per_s"]) for r in _runs(report.get("eagle3"))]
+    if metric.name == "accept_length":
+        return [float(r["accept_length"]) for r in _runs(report.get("eagle3")) if r.get("accept_length")]
+    # speedup: run i of the EAGLE-3 server over run i of the baseline server, the same prompts in order
+    base, spec = _runs(report.get("baseline")), _runs(report.get("eagle3"))
+    return [float(e["tokens_per_s"]) / float(b["tokens_per_s"]) for b, e in zip(base, spec, strict=False)]
+
+
+def why_no_samples(report: Mapping[str, Any], metric: Metric) -> str:
+    for kind in metric.kinds:
+        server = report.get(kind) or {}
+        if server.get("failure"):
+            return f"the {kind} server did not serve: {server['failure']}"
+        if not server.get("started"):
+            return f"the {kind} server did not start"
+    return f"no run of {', '.join(metric.kinds)} measured {metric.name}"
+
+
+def bisect_exit_code(report: Mapping[str, Any], metric: Metric, *,
+                     baseline_report: Mapping[str, Any] | None = None, baseline: float | None = None,
+                     threshold: float = 0.05) -> int:
+    """`git bisect run`'s 0 (good), 1 (bad) or 125 (skip) for a smoke report, against the good
+    commit's smoke report (statistically) or a fixed baseline value; see stats.bisect_exit_code."""
+    measured = samples(report, metric)
+    reference = samples(baseline_report, metric) if baseline_report is not None else None
+    if baseline_report is not None and not reference:
+        raise ValueError(f"the baseline report has no {metric.name} samples")
+    return stats.bisect_exit_code(measured, reference, baseline=baseline, threshold=threshold,
+                                  higher_is_better=metric.higher_is_better)
