@@ -110,13 +110,14 @@ def stack_yaml(repo_ref: str, ref: str, *, patches: Sequence[str] = ("kimi-k25-e
               install_deps: false
             patches: [{patch_list}]
             publish: {{repository: 127.0.0.1:1/sglstack-test/bisect}}
-            smoke:
+            serving:
               model: test-org/tiny-model
               tp: 1
               gpus: 0
-              timeout_s: 60
+              startup_timeout_s: 60
+              shm_size: 256m
+            smoke:
               max_new_tokens: 24
               concurrency: 1
               num_prompts: 3
-              shm_size: 256m
         """) + extra

@@ -47,18 +47,19 @@ def release_matrix(tmp_path, base_image: str) -> str:
             sglang: {{version: 0.5.11, install_deps: false}}
             patches: [kimi-k25-eagle3]
             publish: {{repository: 127.0.0.1:1/sglstack-test/bisect-releases}}
-            smoke:
+            serving:
               model: test-org/tiny-model
               tp: 1
               gpus: 0
-              timeout_s: 60
-              max_new_tokens: 24
-              concurrency: 1
-              num_prompts: 3
+              startup_timeout_s: 60
               shm_size: 256m
               env:
                 SGLANG_DOUBLE_TOKENS_PER_S: "300"
                 SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION: "0.5.10.post1=270,0.5.11=270"
+            smoke:
+              max_new_tokens: 24
+              concurrency: 1
+              num_prompts: 3
         """))
     return str(path)
 

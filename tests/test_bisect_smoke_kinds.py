@@ -12,7 +12,7 @@ from cli import run_invoke
 from smoke_fixtures import LABEL, fast_options
 
 from sglstack.errors import SmokeError
-from sglstack.smoke import launch_commands, run_smoke, smoke_options
+from sglstack.smoke import launch_argvs, run_smoke, smoke_options
 from sglstack.smoke.plan import RUN_KINDS
 from sglstack.wheels import fetch_wheel
 
@@ -32,7 +32,7 @@ def label(docker_client):
 def test_baseline_only_needs_no_draft_model_and_launches_one_server():
     opts = smoke_options(None, model="m", kinds="baseline", gpus=0)
     assert opts.kinds == ("baseline",) and opts.draft_model is None
-    commands = launch_commands(opts)
+    commands = launch_argvs(opts)
     assert list(commands) == ["baseline"]
     assert not any(a.startswith("--speculative") for a in commands["baseline"])
     with pytest.raises(SmokeError, match="draft model"):

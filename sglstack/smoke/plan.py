@@ -49,6 +49,13 @@ class SmokeOptions:
     # A GPU smoke checks the node first (driver, GPUs, NCCL, shm): minutes of model loading are not
     # spent on a node that cannot serve.
     skip_preflight: bool = False
+    # The servers to start: ("baseline",) needs no draft model and runs on SGLang versions that predate
+    # EAGLE-3 (a bisect of the baseline speed).
+    kinds: tuple[str, ...] = RUN_KINDS
+    # Measured concurrency-1 runs per server start (one sample each), with the radix cache flushed
+    # before each one when flush_cache is set, so no run is faster for having seen the prompts.
+    runs: int = 1
+    flush_cache: bool = False
 
     # Read-only views of the server, for the runner and reports.
     @property
@@ -56,8 +63,9 @@ class SmokeOptions:
         return self.serving.model
 
     @property
-    def draft_model(self) -> str:
-        return self._speculative.draft_model
+    def draft_model(self) -> str | None:
+        spec = self.serving.speculative
+        return spec.draft_model if spec is not None else None
 
     @property
     def tp(self) -> int:
@@ -85,9 +93,8 @@ class SmokeOptions:
         return tuple(m.bind for m in self.serving.mounts)
 
     @property
-    def _speculative(self) -> SpeculativeSettings:
-        # smoke_options refuses a server without a draft model: there would be nothing to compare.
-        assert self.serving.speculative is not None
+    def _speculative(self) -> SpeculativeSettings | None:
+        # smoke_options refuses an EAGLE-3 run without a draft model; a baseline-only run needs none.
         return self.serving.speculative
 
     def fingerprint(self) -> dict[str, Any]:
@@ -95,13 +102,13 @@ class SmokeOptions:
         spec = self._speculative
         return {
             "model": self.model,
-            "draft_model": spec.draft_model,
+            "draft_model": spec.draft_model if spec else None,
             "tp": self.tp,
             "gpus": self.gpus,
-            "algorithm": spec.algorithm,
-            "num_steps": spec.num_steps,
-            "eagle_topk": spec.eagle_topk,
-            "num_draft_tokens": spec.num_draft_tokens,
+            "algorithm": spec.algorithm if spec else None,
+            "num_steps": spec.num_steps if spec else None,
+            "eagle_topk": spec.eagle_topk if spec else None,
+            "num_draft_tokens": spec.num_draft_tokens if spec else None,
             "max_new_tokens": self.max_new_tokens,
             "concurrency": self.concurrency,
             "num_prompts": self.num_prompts,
@@ -112,11 +119,11 @@ class SmokeOptions:
         spec = self._speculative
         out: dict[str, Any] = {
             "model": self.model,
-            "draft_model": spec.draft_model,
-            "speculative_algorithm": spec.algorithm,
-            "num_steps": spec.num_steps,
-            "eagle_topk": spec.eagle_topk,
-            "num_draft_tokens": spec.num_draft_tokens,
+            "draft_model": spec.draft_model if spec else None,
+            "speculative_algorithm": spec.algorithm if spec else None,
+            "num_steps": spec.num_steps if spec else None,
+            "eagle_topk": spec.eagle_topk if spec else None,
+            "num_draft_tokens": spec.num_draft_tokens if spec else None,
             "tp": self.tp,
             "gpus": self.gpus,
             "port": self.port,
@@ -176,6 +183,7 @@ _MEASURE: dict[str, type] = {
     "num_prompts": int,
     "max_new_tokens": int,
     "request_timeout": float,
+    "runs": int,
 }
 
 
@@ -183,14 +191,15 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     """Options from the stack's `serving:` and `smoke:` (if any) with CLI-named overrides; None = not given."""
     given = {k: v for k, v in overrides.items() if v is not None and k not in _IGNORED}
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
-    known |= {"env", "mounts", "extra_args"}
+    known |= {"env", "mounts", "extra_args", "kinds"}
     known.discard("serving")
     unknown = sorted(set(given) - known)
     if unknown:
         raise SmokeError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
     where = f"stack '{stack.name}'" if stack is not None else "the options"
-    for key in ("model", "draft_model"):
+    kinds = parse_kinds(given.pop("kinds")) if "kinds" in given else RUN_KINDS
+    for key in ("model", "draft_model") if "eagle3" in kinds else ("model",):
         has = given.get(key) or (stack is not None and _stack_has(stack, key))
         if not has:
             flag = "--" + key.replace("_", "-")
@@ -200,7 +209,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
         serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
                    if key in given}
         measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
-        switches = ("no_history", "pull", "skip_preflight")
+        switches = ("no_history", "pull", "skip_preflight", "flush_cache")
         flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
     except ValueError as exc:
         raise SmokeError(f"invalid smoke option: {exc}") from None
@@ -232,8 +241,8 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
         "max_new_tokens": settings.max_new_tokens if settings else 128,
     }
     settled: dict[str, Any] = {**defaults, **measure, **flags, **given}
-    opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, **settled)
-    for name in ("concurrency", "num_prompts", "max_new_tokens"):
+    opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, kinds=kinds, **settled)
+    for name in ("concurrency", "num_prompts", "max_new_tokens", "runs"):
         if getattr(opts, name) < 1:
             raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
     if not opts.request_timeout > 0:
@@ -307,6 +316,16 @@ def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> d
     return out
 
 
+def parse_kinds(value: Iterable[str] | str) -> tuple[str, ...]:
+    """`baseline`, `eagle3` or both (comma-separated or a sequence), in the order they run."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    wanted = {str(k).strip() for k in items if str(k).strip()}
+    unknown = sorted(wanted - set(RUN_KINDS))
+    if unknown or not wanted:
+        raise SmokeError(f"smoke kinds '{','.join(map(str, items))}': choose from {', '.join(RUN_KINDS)}")
+    return tuple(k for k in RUN_KINDS if k in wanted)
+
+
 def parse_mounts(values: Iterable[str] | str) -> list[str]:
     """`--mount` values as given; their syntax and host folders are checked by the serving spec."""
     return [values] if isinstance(values, str) else [str(v) for v in values]
@@ -325,7 +344,7 @@ def server_argv(options: SmokeOptions, *, speculative: bool) -> list[str]:
 
 
 def launch_argvs(options: SmokeOptions) -> dict[str, list[str]]:
-    return {kind: serving_argv(run_spec(options, kind)) for kind in RUN_KINDS}
+    return {kind: serving_argv(run_spec(options, kind)) for kind in options.kinds}
 
 
 def container_plan(

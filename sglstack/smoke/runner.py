@@ -82,8 +82,9 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
         require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
 
-    runs: dict[str, ServerRun] = {}
-    for kind in RUN_KINDS:
+    # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
+    runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
+    for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
             runs[kind] = ServerRun(kind=kind, started=False)
@@ -113,7 +114,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         # The last passing run the max_regression gate compared with (None: the gate did not apply).
         "regression_reference": _reference_summary(reference),
         "options": options.describe(),
-        "commands": {k: redact_argv(container_plan(options, image, k, host_env={}).command) for k in RUN_KINDS},
+        "commands": {k: redact_argv(container_plan(options, image, k, host_env={}).command) for k in options.kinds},
         "history_file": None if history_file is None else str(history_file),
     }
     comparable: list[Mapping[str, Any]] = []
@@ -221,11 +222,18 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
     try:
         warm_up(client, options.max_new_tokens)
         prompts = prompt_set(options.num_prompts)
-        single, single_results = run_phase(client, prompts, 1, options.max_new_tokens)
-        log(
-            f"smoke: {plan.kind}: concurrency 1: {single.tokens_per_s:.1f} tok/s per stream, "
-            f"TTFT {single.ttft_s or 0:.3f}s, {single.completed}/{single.requests} completed"
-        )
+        measured: list[tuple[PhaseStats, list[Generation], bool | None]] = []
+        for number in range(1, options.runs + 1):
+            flushed = client.flush_cache() if options.flush_cache else None
+            phase, results = run_phase(client, prompts, 1, options.max_new_tokens)
+            measured.append((phase, results, flushed))
+            run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
+            log(
+                f"smoke: {plan.kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
+                f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
+                + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
+            )
+        single, single_results, _ = measured[0]
         concurrent: PhaseStats | None = None
         results_n: list[Generation] = []
         if options.concurrency > 1:
@@ -252,6 +260,12 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
         outputs={r.prompt: r.text for r in single_results if r.ok},
         accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
         accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
+        runs=tuple(
+            {"tokens_per_s": phase.tokens_per_s, "ttft_s": phase.ttft_s, "completed": phase.completed,
+             "requests": phase.requests, "flushed": flushed,
+             "accept_length": accept_length_from_meta(results) if speculative else None}
+            for phase, results, flushed in measured
+        ),
     )
 
 
