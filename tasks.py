@@ -172,7 +172,7 @@ def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None):
 def build(c, stack, stacks_file=DEFAULT_STACKS, target=None, no_cache=False, force=False, dry_run=False,
           push=False, ca_bundle=None, docker_cli=None, docker_host=None, registry=None, smoke_opt=None):
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
-    from sglstack.build import build_command
+    from sglstack.pipeline import build_command
 
     _exit_with(build_command(stacks_file, stack, target=target, no_cache=no_cache, force=force,
                              dry_run=dry_run, push=push, ca_bundle=ca_bundle, docker_cli=docker_cli,

@@ -77,7 +77,7 @@ def main() -> int:
     stack = load_matrix(matrix_file).get("bench-heavy")
     out = tmp / "out"
     base = {"docker_cli": args.docker_cli, "ca_bundle": args.ca_bundle, "out_dir": out, "patches_dir": patches,
-            "show_progress": False, "check_registry": False}
+            "show_progress": False}
     client = docker_client()
 
     print(f"heavy layer: {args.heavy} (no deps); work dir {tmp}")

@@ -19,7 +19,7 @@ import shlex
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,18 +32,14 @@ from . import confighash
 from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
 from .coverage_image import build_coverage
 from .dockerhost import created_container, docker_client, image_digest, running_container
-from .errors import BuildError, PinMismatch, RegistryError, SglstackError
+from .errors import BuildError, PinMismatch, SglstackError
 from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
-from .lockfile import Lock, lock_content_sha256, lock_for_build, lock_path, missing_message
-from .matrix import Stack, load_matrix
-from .publish import release, target_repository
-from .records import build_root, require_writable, utc_timestamp, utc_today
-from .registry import RegistryClient
+from .lockfile import Lock, lock_content_sha256
+from .matrix import Stack
+from .records import build_root, require_writable, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
-from .smoke import launch_argvs, smoke_options
-from .tags import release_tags
 from .ui import console as make_console
 from .verify import lock_mismatches, pin_mismatches
 
@@ -62,6 +58,9 @@ SRC_TREE, SRC_MANIFEST = "/src/tree", "/out/patches.json"
 UNTAG_ATTEMPTS = 5
 
 
+RemoteLookup = Callable[[Stack, str], str | None]
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     target: str | None = None
@@ -72,8 +71,10 @@ class BuildOptions:
     docker_host: str | None = None
     out_dir: Path | None = None  # default: records.build_root() / STACK
     show_progress: bool = True
-    registry: str | None = None  # where to look for an already-built candidate (default: the stack's)
-    check_registry: bool = True
+    # Where else a verified image of this config may already be (a registry's candidate, found by
+    # Publish's tags): `(stack, config_hash) -> repo@sha256:...`. The pipeline passes it; Build knows
+    # no registry.
+    remote_lookup: RemoteLookup | None = None
     patches_dir: Path | None = None
     lock: Lock | None = None  # the stack's current lock: layers install it exactly, verify compares with it
 
@@ -326,26 +327,6 @@ def existing_verified_image(client: docker.DockerClient, tag: str, config_hash: 
     return None
 
 
-def image_in_registry(stack: Stack, config_hash: str, options: BuildOptions) -> str | None:
-    """The candidate of this config in the target registry, as `repo@sha256:...`, if it is there.
-
-    A registry that cannot be reached is not an error here: the build simply goes ahead.
-    """
-    try:
-        repo = target_repository(stack, options.registry)
-        candidate = release_tags(stack, config_hash, utc_today()).candidate
-        client = RegistryClient.from_environment(repo.registry, attempts=1, timeout_s=3.0)
-        found = client.manifest_digest(repo.path, candidate)
-        if not found:
-            return None
-        labels = (client.image_config(repo.path, found).get("config") or {}).get("Labels") or {}
-    except (RegistryError, requests.RequestException, OSError):
-        return None
-    if labels.get(CONFIG_HASH_LABEL) == config_hash and labels.get(VERIFIED_LABEL) == "true":
-        return repo.ref(found)
-    return None
-
-
 # ---- records ---------------------------------------------------------------------------------------
 
 def record_path_for(out_dir: Path, target: str) -> Path:
@@ -407,7 +388,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                           f"({found[:19]}): skipping the build (--force rebuilds)")
             record_path = record_for_reused_image(client, stack, found, tag, config_hash, target, out_dir)
             return BuildResult(stack.name, target, config_hash, found, tag, True, record_path, "none")
-        remote = image_in_registry(stack, config_hash, options) if options.check_registry and target == FINAL_TARGET \
+        remote = options.remote_lookup(stack, config_hash) if options.remote_lookup and target == FINAL_TARGET \
             else None
         if remote:
             console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
@@ -500,8 +481,9 @@ def _lock_summary(lock: Lock | None) -> str:
 
 # ---- the dry run -----------------------------------------------------------------------------------
 
-def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None) -> list[str]:
-    """What `invoke build` would do, without touching Docker (rendering goes to a temp folder)."""
+def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]:
+    """What the build would do, without touching Docker (rendering goes to a temp folder), and the
+    config hash it would build."""
     target = options.effective_target
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
         rendered = add_git_source(stack, write_build_context(stack, Path(tmp), lock=options.lock))
@@ -533,20 +515,7 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
                      "(cuobjdump)")
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
-    if target != FINAL_TARGET:
-        lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
-        return lines
-    # Without --push nothing leaves this machine, but the plan still shows what a release would do.
-    when = "" if push else " (with --push)"
-    tags = release_tags(stack, config_hash, utc_today())
-    repo = registry or stack.publish.repository
-    if not push:
-        lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
-    lines.append(f"push{when}: {repo}:{tags.candidate} (candidate)")
-    for kind, cmd in launch_argvs(smoke_options(stack)).items():
-        lines.append(f"smoke {kind}{when}: {shlex.join(cmd)}")
-    lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
-    return lines
+    return lines, config_hash
 
 
 def _planned_secrets(options: BuildOptions) -> tuple[dict[str, Path], dict[str, str]]:
@@ -554,27 +523,3 @@ def _planned_secrets(options: BuildOptions) -> tuple[dict[str, Path], dict[str, 
     files = {"ca_bundle": Path(value)} if value else {}
     env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}
     return files, env
-
-
-def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
-                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
-                  docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
-                  smoke_opts: list[str] | None = None) -> int:
-    stack = load_matrix(stacks_file).get(stack_name)
-    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
-    if lock is None:
-        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
-        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
-    options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host, registry=registry, lock=lock)
-    if push and target and target != FINAL_TARGET:
-        raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
-    if dry_run:
-        for line in describe_plan(stack, options, push=push, registry=registry):
-            make_console().print(line, highlight=False, markup=False)
-        return 0
-    result = build_stack(stack, options)
-    if not push:
-        return 0
-    return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code

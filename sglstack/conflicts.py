@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from rich.table import Table
 
 from .incontainer.wheelkit import requirement_key
 from .lockfile import is_current, lock_path, missing_message, read_lock, stale_message
 from .locking import LockError, resolve_stack
 from .matrix import Matrix, Stack, load_matrix
+from .ui import console as make_console
 from .wheels import fetch_wheel, wheel_metadata
 
 _MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
@@ -142,10 +144,6 @@ def resolve_findings(matrix: Matrix) -> list[Finding]:
 
 
 def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False) -> int:
-    from rich.table import Table
-
-    from .ui import console as make_console
-
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")

@@ -31,6 +31,7 @@ from .coverage_inspect import inspect_wheel
 from .cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, cuobjdump
 from .errors import ConfigError, SglstackError
 from .matrix import Stack, load_matrix
+from .ui import console as make_console
 from .wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -164,8 +165,6 @@ def overall_exit(reports: list[CoverageReport]) -> int:
 def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None = None,
                      console: Console | None = None) -> int:
     """The task: every input checked first, then fetch, list, print, --json; returns the exit code."""
-    from .ui import console as make_console
-
     console = console or make_console()
     try:
         stack = load_matrix(stacks_file).get(stack_name)

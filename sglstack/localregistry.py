@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import requests
 import yaml
 
+from .dockerhost import docker_client, image_exists
 from .errors import RegistryError
 
 DEFAULT_PORT = 5000
@@ -196,10 +198,6 @@ def _running_port(folder: Path) -> int | None:
 
 
 def _image_available(client: Any) -> bool:
-    import docker.errors
-
-    from .dockerhost import image_exists
-
     if image_exists(client, REGISTRY_IMAGE):
         return True
     try:
@@ -230,8 +228,6 @@ def registry_up(
     client = None
     if use_container is not False:
         try:
-            from .dockerhost import docker_client
-
             client = docker_client(docker_host)
         except Exception:  # no engine: the binary still works
             client = None
@@ -244,8 +240,6 @@ def registry_up(
 
 
 def _container_up(client: Any, port: int, folder: Path) -> str:
-    import docker.errors
-
     try:
         old = client.containers.get(CONTAINER_NAME)
         old.remove(force=True)
@@ -275,10 +269,6 @@ def registry_down(*, folder: Path | None = None, docker_host: str | None = None)
         return "no sglstack registry is running"
     state = json.loads(state_file.read_text())
     if state.get("kind") == "container":
-        import docker.errors
-
-        from .dockerhost import docker_client
-
         with contextlib.suppress(docker.errors.NotFound):
             docker_client(docker_host).containers.get(state["name"]).remove(force=True)
         message = f"stopped container {state['name']} (data kept in volume {VOLUME_NAME})"

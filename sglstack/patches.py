@@ -17,6 +17,7 @@ from rich.table import Table
 from . import patchkit
 from .errors import ConfigError, PatchCommandError
 from .matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
+from .ui import console as make_console
 from .wheels import fetch_wheel, open_wheel
 
 # What `check` shows for each way a patch can come out.
@@ -263,6 +264,4 @@ def _print_results(out, title: str, results: list[patchkit.PatchResult]) -> None
 def _console(console):
     if console is not None:
         return console
-    from .ui import console as make_console
-
     return make_console()

@@ -21,6 +21,7 @@ import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
@@ -175,8 +176,6 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
     dest.mkdir(parents=True, exist_ok=True)
     url = requirement if "://" in requirement else None
     if url:
-        from urllib.parse import unquote, urlsplit
-
         filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
     else:
         name, _, version = requirement.partition("==")

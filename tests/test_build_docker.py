@@ -23,6 +23,7 @@ from sglstack import build as build_mod
 from sglstack.build import BuildOptions, build_stack
 from sglstack.errors import BuildError, PinMismatch
 from sglstack.matrix import load_matrix
+from sglstack.pipeline import describe_plan
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
@@ -251,11 +252,11 @@ def test_installed_record_describes_the_patched_file(built, docker_client):
 
 def test_dry_run_without_push_still_shows_the_release_tags_and_smoke():
     stack = load_matrix(REPO / "stacks.yaml").get("cu130")
-    out = "\n".join(build_mod.describe_plan(stack, BuildOptions(), push=False, registry=None))
+    out = "\n".join(describe_plan(stack, BuildOptions(), push=False, registry=None))
     assert "push:         no" in out
     assert "candidate-cu130-" in out and "0.5.9-cu130-" in out
     assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
-    src = "\n".join(build_mod.describe_plan(stack, BuildOptions(target="sglang-src"), push=False, registry=None))
+    src = "\n".join(describe_plan(stack, BuildOptions(target="sglang-src"), push=False, registry=None))
     assert "candidate" not in src and "launch_server" not in src
 
 
@@ -267,8 +268,7 @@ def _temporary_tags(client, stack_name: str) -> list[str]:
 def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, docker_cli, docker_client, ca_bundle):
     """Both builds produce the same image; each holds it under its own tag and removes only that one."""
     stack = load_matrix(CPU_MATRIX).get("cpu-test").model_copy(update={"name": "cpu-test-concurrent"})
-    options = {"force": True, "ca_bundle": str(ca_bundle), "docker_cli": docker_cli, "show_progress": False,
-               "check_registry": False}
+    options = {"force": True, "ca_bundle": str(ca_bundle), "docker_cli": docker_cli, "show_progress": False}
     try:
         for round_ in range(2):
             with ThreadPoolExecutor(max_workers=2) as pool:
@@ -344,7 +344,7 @@ def test_hf_token_never_touches_a_disk_during_a_build(tmp_path, docker_cli, ca_b
     monkeypatch.setattr(build_mod, "run_build", watched)
     stack = load_matrix(CPU_MATRIX).get("cpu-test")
     build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
-                                    out_dir=tmp_path / "out", show_progress=False, check_registry=False))
+                                    out_dir=tmp_path / "out", show_progress=False))
     main_build = seen[0]
     assert "id=hf_token,env=HF_TOKEN" in main_build and not any(token in arg for arg in main_build)
     assert list(temp.iterdir()) == []
@@ -369,7 +369,7 @@ def test_an_image_removed_before_it_is_held_is_built_again(tmp_path, docker_cli,
     monkeypatch.setattr(build_mod, "run_build", counting_run_build)
     monkeypatch.setattr(build_mod, "held_image", vanished_once)
     result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
-                                             out_dir=tmp_path, show_progress=False, check_registry=False))
+                                             out_dir=tmp_path, show_progress=False))
     assert len(builds) == 3  # the main build twice, then the stamp
     assert docker_client.images.get(result.tag).labels["io.sglstack.verified"] == "true"
     assert _temporary_tags(docker_client, "cpu-test") == []
