@@ -93,21 +93,30 @@ def fetch_wheel(name: str, version: str, *, dest: Path | None = None, python_ver
     hit = _cached(dest, name, version)
     if hit:
         return hit
-    # pip writes into a private folder; the wheel enters the cache by one rename, after its sidecar,
-    # so a concurrent reader sees either no wheel or a complete one it can verify.
+    args: list[str] = []
+    if python_version:
+        args += ["--python-version", python_version]
+        for plat in platforms:
+            args += ["--platform", plat]
+    return _download(f"{name}=={version}", args, dest)
+
+
+def _download(requirement: str, args: list[str], dest: Path) -> Path:
+    """`pip download` one wheel into the cache folder `dest`, with its sha256 sidecar.
+
+    pip writes into a private folder; the wheel enters the cache by one rename, after its sidecar, so a
+    concurrent reader sees either no wheel or a complete one it can verify.
+    """
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".download-"))
     try:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--disable-pip-version-check", "-d", str(staging), f"{name}=={version}"]
-        if python_version:
-            cmd += ["--python-version", python_version]
-            for plat in platforms:
-                cmd += ["--platform", plat]
+               "--disable-pip-version-check", "-d", str(staging), *args, requirement]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         got = sorted(staging.glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
-            last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            raise WheelFetchError(f"pip download {name}=={version}: {last}")
+            # pip's own warnings (an unusable find-links folder, say) are not why it failed.
+            lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING:")]
+            raise WheelFetchError(f"pip download {requirement}: {(lines or ['no wheel downloaded'])[-1]}")
         target = dest / got[0].name
         side = staging / (got[0].name + SIDECAR_SUFFIX)
         side.write_text(f"{file_sha256(got[0])}  {got[0].name}\n", encoding="ascii")
@@ -182,7 +191,13 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
 
     def find() -> Path | None:
         if url:
-            return dest / filename if (dest / filename).is_file() else None
+            wheel = dest / filename
+            if wheel.is_file() and _is_verified(wheel):
+                return wheel
+            for stale in (wheel, sidecar(wheel)):
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
+            return None
         return _cached(dest, name, version)
 
     hit = find()
@@ -193,18 +208,14 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
         why = _unreachable(remote)
         if why:
             raise WheelUnreachable(f"{remote} is unreachable from here ({why})")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "--disable-pip-version-check", "-d", str(dest), "--python-version", python_version]
+    args = ["--python-version", python_version]
     for tag in platform_tags:
-        cmd += ["--platform", tag]
+        args += ["--platform", tag]
     if index_url:
-        cmd += ["--extra-index-url" if extra_index else "--index-url", index_url]
-    proc = subprocess.run([*cmd, requirement], capture_output=True, text=True, check=False)
-    got = find()
-    if proc.returncode != 0 or got is None:
-        last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise WheelFetchError(f"pip download {requirement}: {last}")
-    return got
+        args += ["--extra-index-url" if extra_index else "--index-url", index_url]
+    return _download(requirement, args, dest)
+
+
 def available_versions(name: str) -> list[str]:
     """Every version of `name` on the package index pip is configured for (pre-releases included).
 

@@ -49,7 +49,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
-ENV TORCH_CUDA_ARCH_LIST="9.0 10.0 10.3 12.0" \
+ENV TORCH_CUDA_ARCH_LIST="9.0 10.0 12.0" \
     CUDA_HOME=/usr/local/cuda
 # The base image is pinned; apt versions float within its release and superseded ones leave the archive.
 # hadolint ignore=DL3008
@@ -115,7 +115,7 @@ RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
 WORKDIR /sgl-workspace
 EXPOSE 30000
 LABEL io.sglstack.cuda="12.9.1" \
-      io.sglstack.cuda-arch-list="9.0 10.0 10.3 12.0" \
+      io.sglstack.cuda-arch-list="9.0 10.0 12.0" \
       io.sglstack.patches="kimi-k25-eagle3" \
       io.sglstack.pin.flashinfer-cubin="0.6.3" \
       io.sglstack.pin.flashinfer-python="0.6.3" \
