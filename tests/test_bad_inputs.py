@@ -71,6 +71,8 @@ OPTION_VALUES = {
     "stack": "s",
     "image": "example/image:1",
     "digest": "sha256:" + "0" * 64,
+    "good": "0.5.9",
+    "bad": "0.5.10",
 }
 
 

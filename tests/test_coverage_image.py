@@ -43,7 +43,7 @@ def stack(**extra) -> Stack:
         "name": "fake", "base_image": "debian:bookworm-slim", "python": "3.12",
         "cuda_arch_list": ["9.0", "10.0", "10.3"], "sgl_kernel": {"version": "0.0.1"},
         "flashinfer": {"version": "0.0.2", "packages": ["flashinfer-python", "flashinfer-cubin"]},
-        "sglang": {"version": "0.5.9"}, "smoke": {"model": "m"}, **extra})
+        "sglang": {"version": "0.5.9"}, "serving": {"model": "m"}, **extra})
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_a_pinned_cuda_package_absent_from_the_image_stops_the_build(cuda_image,
 
 def test_cpu_stacks_and_other_targets_skip_the_check(cuda_image, docker_client):
     cpu = Stack.model_validate({"name": "cpu", "base_image": "debian:bookworm-slim", "sglang": {"version": "0.5.9"},
-                                "smoke": {"model": "m"}})
+                                "serving": {"model": "m"}})
     assert build_coverage(docker_client, cuda_image, cpu).labels == {}
     assert build_coverage(docker_client, cuda_image, stack(), serving_image=False).record is None
 

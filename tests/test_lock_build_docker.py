@@ -74,11 +74,11 @@ def test_verification_names_every_missing_and_extra_package(locked_build, docker
         *(p for p in lock.packages if p.name != "idna"),
         LockedPackage("six", "1.16.0", "http-client", idna.hashes)))
     with pytest.raises(PinMismatch) as err:
-        build_mod.verify_image(docker_client, record["image_id"], stack, "runtime", wrong)
+        build_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", wrong)
     message = str(err.value)
     assert "six==1.16.0 is in the lock but not installed" in message
     assert f"installed but not in the lock: idna=={idna.version}" in message
-    build_mod.verify_image(docker_client, record["image_id"], stack, "runtime", lock)  # the real lock passes
+    build_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", lock)  # the real lock passes
 
 
 def test_diff_reads_the_image_from_the_engine(locked_build):
