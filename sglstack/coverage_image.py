@@ -31,7 +31,7 @@ from .coverage import (
 )
 from .coverage_inspect import coverage_cache_dir, inspect_files
 from .cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
-from .dockerhost import OWNER_LABEL, unique_name
+from .dockerhost import created_container
 from .errors import BuildError
 from .matrix import Stack
 
@@ -155,30 +155,6 @@ def copy_out(container: Any, site: str, units: Iterable[str], wanted: set[str], 
     return out
 
 
-@contextlib.contextmanager
-def created_container(client: Any, image: str) -> Iterator[Any]:
-    """A container that is created, never started, and always removed (also on Ctrl-C)."""
-    name = unique_name("sglstack-coverage")
-    try:
-        container = client.containers.create(image, command=["/bin/true"], entrypoint=[], name=name,
-                                             network_disabled=True, labels={OWNER_LABEL: "sglstack-coverage"})
-    except BaseException:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.containers.get(name).remove(force=True, v=True)
-        raise
-    try:
-        yield container
-    finally:
-        for _ in range(3):  # a second Ctrl-C during the removal must not leak the container
-            try:
-                container.remove(force=True, v=True)
-                break
-            except docker.errors.NotFound:
-                break
-            except KeyboardInterrupt:
-                continue
-
-
 def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = None) -> CoverageReport | None:
     """The coverage report of an image's installed CUDA packages; None when the stack pins none of them or
     lists no capability (CPU stacks)."""
@@ -195,7 +171,8 @@ def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = 
     listings: ListingCache | None = None
     scratch = coverage_cache_dir() / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
-    with created_container(client, image) as container, tempfile.TemporaryDirectory(prefix="image-",
+    with created_container(client, image, name_prefix="sglstack-coverage", command=["/bin/true"], entrypoint=[],
+                           network_disabled=True) as container, tempfile.TemporaryDirectory(prefix="image-",
                                                                                      dir=scratch) as tmp:
         for source in sources:
             dist_info = f"{source.package.replace('-', '_')}-{source.version}.dist-info"

@@ -9,11 +9,9 @@ attempt and the restore are both recorded.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -21,13 +19,14 @@ import docker
 import docker.errors
 
 from .. import compose as cmp
+from .. import signals
 from ..dockerhost import docker_client, image_exists, is_local_docker_host
 from ..errors import DeployError, SglstackError
 from ..matrix import Stack
 from ..records import build_root as default_build_root
 from ..records import utc_timestamp
 from ..serving import ServingSpec
-from ..signals import HANDLED, Interrupted
+from ..signals import Interrupted
 from .checks import check_host, check_options
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
@@ -171,7 +170,7 @@ def deploy(
             why = _describe(exc)
         outcome = "the restore did not finish"
         try:
-            with signals_deferred():
+            with signals.deferred():
                 outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
         finally:
             say(f"stack '{stack.name}': {why}; {outcome}")
@@ -179,7 +178,7 @@ def deploy(
     if failure is not None:
         outcome = "the restore did not finish"
         try:
-            with signals_deferred():
+            with signals.deferred():
                 outcome, tail = _recover(dep, client, compose, attempt, previous, saved, failure, say, extra=extra)
         except Interrupted:  # a signal waited for the restore: say what it left, then exit 128+signal
             say(f"stack '{stack.name}': {failure}; {outcome}")
@@ -244,30 +243,6 @@ def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> No
 
 
 # ---- after a failed deploy -------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """While the previous deployment comes back, SIGINT, SIGTERM and SIGHUP wait: cutting a restore in
-    half would leave nothing serving. The first one is raised as `Interrupted` once the block is done."""
-    pending: list[int] = []
-    previous = {}
-    try:
-        for sig in HANDLED:
-            previous[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
-    except ValueError:
-        # Not the main thread: signal handlers can only be set there (and are not delivered elsewhere).
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if pending:
-        raise Interrupted(pending[0])
 
 
 def _recover(
