@@ -266,16 +266,17 @@ def test_a_restore_is_not_cut_in_half_by_a_signal() -> None:
     import os
     import signal
 
-    from sglstack.deploy.flow import signals_deferred
-    from sglstack.signals import Interrupted
+    from sglstack.signals import Interrupted, signals_raise
+    from sglstack.signals import deferred as signals_deferred
 
     done = []
-    with pytest.raises(Interrupted) as info, signals_deferred():
+    # As in every task: signals raise, and the restore defers them until it is whole.
+    with pytest.raises(Interrupted) as info, signals_raise(), signals_deferred():
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGHUP)
         done.append("the whole restore ran")
     assert done == ["the whole restore ran"]
     assert info.value.exit_code == 143  # the first signal decides the exit code
-    with signals_deferred():
+    with signals_raise(), signals_deferred():
         done.append("no signal, no interruption")
     assert len(done) == 2
