@@ -127,6 +127,12 @@ def built_layers(image: str) -> tuple[list[int], list[tuple[int, str]]]:
     """(base layer sizes, [(size, step)] of the layers the Dockerfile built, bottom up)."""
     info = json.loads(_docker("image", "inspect", image))[0]
     base_name = (info["Config"].get("Labels") or {}).get("org.opencontainers.image.base.name", "")
+    repo, _, tag = image.partition(":")
+    if not base_name and tag.startswith("sglang-src-"):
+        # The src stage carries none of the serving stage's labels: its base is the stack's src_image.
+        matrix = load_matrix(DEFAULT_STACKS_FILE)
+        name = repo.removeprefix("sglstack/")
+        base_name = matrix.stacks[name].src_image if name in matrix.stacks else ""
     base_count = len(json.loads(_docker("image", "inspect", base_name))[0]["RootFS"]["Layers"]) if base_name else 0
     rows = _docker("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", image)
     history = [(int(size), step) for size, _, step in (r.partition("\t") for r in reversed(rows.splitlines()))]
