@@ -151,7 +151,8 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
                  docker_cli: str | None = None, run: bool = False) -> int:
     """`invoke bake`: write the bake file and every context it points at; print (or run) the bake."""
     matrix = load_matrix(stacks_file)
-    stacks = [matrix.get(name) for name in stack_names] if stack_names else list(matrix.stacks.values())
+    names = list(dict.fromkeys(stack_names)) or matrix.names()  # a stack named twice is baked once
+    stacks = [matrix.get(name) for name in names]
     # Everything that can refuse the run does so before anything is rendered.
     locks = {stack.name: lock_for_build(stacks_file, stack) for stack in stacks}
     secrets = secret_sources(resolve_ca_bundle(ca_bundle))

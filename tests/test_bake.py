@@ -223,7 +223,7 @@ def test_bake_without_buildx_writes_the_file_and_fails_only_when_asked_to_run(tm
 
 
 def test_bake_of_named_stacks_only(buildx_env, tmp_path):
-    assert bake_command(str(STACKS), ["cu129"]) == 0
+    assert bake_command(str(STACKS), ["cu129", "cu129"]) == 0
     bake = json.loads((tmp_path / "build" / BAKE_FILE).read_text())
     assert set(bake["target"]) == {"cu129-sglang-src", "cu129-runtime"}
     with pytest.raises(ConfigError, match="unknown stack"):
