@@ -165,18 +165,40 @@ def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None):
         "docker-host": "Docker engine URL for the build (default: DOCKER_HOST / local socket)",
         "registry": "registry repository to push to (default: the stack's publish.repository)",
         "smoke-opt": "extra option for the release smoke, KEY=VALUE (repeatable)",
+        "builder": "buildx builder instance to build on (docker buildx create --name NAME: docker-container, "
+                   "remote buildkitd, kubernetes); needs buildx",
     },
     iterable=["smoke_opt"],
 )
 @_user_errors
 def build(c, stack, stacks_file=DEFAULT_STACKS, target=None, no_cache=False, force=False, dry_run=False,
-          push=False, ca_bundle=None, docker_cli=None, docker_host=None, registry=None, smoke_opt=None):
+          push=False, ca_bundle=None, docker_cli=None, docker_host=None, registry=None, smoke_opt=None,
+          builder=None):
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
     from sglstack.pipeline import build_command
 
     _exit_with(build_command(stacks_file, stack, target=target, no_cache=no_cache, force=force,
                              dry_run=dry_run, push=push, ca_bundle=ca_bundle, docker_cli=docker_cli,
-                             docker_host=docker_host, registry=registry, smoke_opts=smoke_opt or []))
+                             docker_host=docker_host, registry=registry, smoke_opts=smoke_opt or [],
+                             builder_name=builder))
+
+
+@task(help={"stack": "only this stack (repeatable; default: the whole matrix)", "stacks-file": "the matrix file",
+            "out": "the bake file (default: build/docker-bake.json, under SGLSTACK_BUILD_DIR if set)",
+            "print": "print the bake file's JSON instead of the summary",
+            "builder": "buildx builder instance for the printed (or run) bake command",
+            "ca-bundle": "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDLE)",
+            "docker-cli": "docker client with buildx, for --run (also SGLSTACK_DOCKER_CLI)",
+            "run": "run docker buildx bake too (needs buildx)"},
+      iterable=["stack"])
+@_user_errors
+def bake(c, stack=None, stacks_file=DEFAULT_STACKS, out=None, print=False, builder=None, ca_bundle=None,
+         docker_cli=None, run=False):
+    """Write build/docker-bake.json (a target per stack and stage) and its contexts; print the bake command."""
+    from sglstack.bake import bake_command
+
+    _exit_with(bake_command(stacks_file, stack or [], out=out, print_only=print, builder_name=builder,
+                            ca_bundle=ca_bundle, docker_cli=docker_cli, run=run))
 
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
@@ -209,7 +231,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, lock, diff, render, build, coverage):
+for _t in (stacks, lock, diff, render, build, bake, coverage):
     ns.add_task(_t)
 
 

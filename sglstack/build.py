@@ -29,7 +29,15 @@ import docker.errors
 import requests
 
 from . import confighash
-from .builder import Builder, BuildRequest, build_argv, build_env, detect_builder, run_build
+from .builder import (
+    Builder,
+    BuildRequest,
+    build_argv,
+    build_env,
+    classic_cache_notice,
+    detect_builder,
+    run_build,
+)
 from .coverage_image import build_coverage
 from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, PinMismatch, SglstackError
@@ -69,6 +77,7 @@ class BuildOptions:
     ca_bundle: str | None = None
     docker_cli: str | None = None
     docker_host: str | None = None
+    builder_name: str | None = None  # a buildx builder instance (`--builder NAME`)
     out_dir: Path | None = None  # default: records.build_root() / STACK
     show_progress: bool = True
     # Where else a verified image of this config may already be (a registry's candidate, found by
@@ -148,6 +157,22 @@ def secret_sources(ca_bundle: Path | None) -> tuple[dict[str, Path], dict[str, s
 def build_labels(stack: Stack, config_hash: str, target: str, builder: str) -> dict[str, str]:
     """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
     return {CONFIG_HASH_LABEL: config_hash, TARGET_LABEL: target, BUILDER_LABEL: builder}
+
+
+def build_request(stack: Stack, *, dockerfile: Path, context: Path, config_hash: str, target: str,
+                  builder_kind: str, secrets: tuple[Mapping[str, Path], Mapping[str, str]],
+                  no_cache: bool = False) -> BuildRequest:
+    """What one build of a stack's stage passes to BuildKit: `invoke build` and `invoke bake` both use it.
+
+    Only the serving stage exports the registry cache: in `max` mode it holds every stage's layers, and a
+    second writer of the same reference (the `sglang-src` stage) would overwrite it with fewer.
+    """
+    files, env = secrets
+    return BuildRequest(dockerfile=dockerfile, context=context, target=target, no_cache=no_cache,
+                        labels=build_labels(stack, config_hash, target, builder_kind),
+                        secrets=dict(files), env_secrets=dict(env), platform=stack.build_platform,
+                        cache_ref=stack.cache_ref, cache_mode=stack.cache.mode if stack.cache else "max",
+                        cache_export=target == FINAL_TARGET)
 
 
 def add_git_source(stack: Stack, rendered: RenderedContext) -> RenderedContext:
@@ -304,8 +329,12 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target
 def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None) -> str:
     """The image `base_ref` names, with `labels` added and no layer added (a FROM-only build).
 
-    BuildKit cannot build FROM an image id, so the caller holds the image under a temporary tag.
+    BuildKit cannot build FROM an image id, so the caller holds the image under a temporary tag. That
+    tag exists only in the local engine, which a buildx builder of its own (docker-container, remote,
+    kubernetes: `--builder NAME`) cannot see: the stamp runs on the engine's own builder, `default`.
     """
+    if builder.instance is not None:
+        builder = dataclasses.replace(builder, instance="default")
     with tempfile.TemporaryDirectory(prefix="sglstack-stamp-") as tmp:
         work = Path(tmp)
         dockerfile = work / "Dockerfile"
@@ -398,14 +427,16 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
             record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
                                                   source=remote)
             return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
-    builder = detect_builder(options.docker_cli)
+    builder = detect_builder(options.docker_cli, options.builder_name)
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {config_hash[:12]}) "
                   f"with {builder.describe()}")
-    secret_files, secret_env = secret_sources(resolve_ca_bundle(options.ca_bundle))
-    request = BuildRequest(dockerfile=rendered.dockerfile, context=rendered.context, target=target,
-                           no_cache=options.no_cache, secrets=secret_files, env_secrets=secret_env,
-                           labels=build_labels(stack, config_hash, target, builder.kind),
-                           platform=stack.build_platform)
+    if builder.kind == "classic" and stack.cache_ref:
+        console.print(f"[yellow]warning[/]: stack '{stack.name}': {classic_cache_notice(stack.cache_ref)}",
+                      highlight=False)
+    request = build_request(stack, dockerfile=rendered.dockerfile, context=rendered.context,
+                            config_hash=config_hash, target=target, builder_kind=builder.kind,
+                            secrets=secret_sources(resolve_ca_bundle(options.ca_bundle)),
+                            no_cache=options.no_cache)
     with contextlib.ExitStack() as hold:
         for attempt in range(2):
             with timer.phase("build"):
@@ -496,15 +527,16 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
              f"lock:         {_lock_summary(options.lock)}",
              f"local tag:    {local_tag(stack, config_hash, target)} (set only after verification)"]
     try:
-        builder = detect_builder(options.docker_cli)
+        builder = detect_builder(options.docker_cli, options.builder_name)
         env = build_env(builder, options.docker_host)
-        fake = BuildRequest(dockerfile=out_dir / "Dockerfile", context=out_dir / "context", target=target,
-                            no_cache=options.no_cache,
-                            labels=build_labels(stack, config_hash, target, builder.kind),
-                            secrets=secret_files, env_secrets=secret_env, platform=stack.build_platform)
-        argv = build_argv(builder, fake, out_dir / ".iid")
+        planned = build_request(stack, dockerfile=out_dir / "Dockerfile", context=out_dir / "context",
+                                config_hash=config_hash, target=target, builder_kind=builder.kind,
+                                secrets=(secret_files, secret_env), no_cache=options.no_cache)
+        argv = build_argv(builder, planned, out_dir / ".iid")
         prefix = " ".join(f"{k}={v}" for k, v in env.items())
         lines.append(f"build:        {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
+        if builder.kind == "classic" and stack.cache_ref:
+            lines.append(f"cache:        warning: {classic_cache_notice(stack.cache_ref)}")
     except SglstackError as exc:
         lines.append(f"build:        not possible here: {exc}")
     lines.append(f"secrets:      {', '.join([*secret_files, *secret_env]) or 'none'} "

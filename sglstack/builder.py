@@ -34,10 +34,14 @@ class Builder:
     kind: str  # "buildx" | "classic"
     cli: str
     client_version: str
+    # A buildx builder instance (`docker buildx create --name NAME`: docker-container, remote buildkitd,
+    # kubernetes): None uses the client's current one.
+    instance: str | None = None
 
     def describe(self) -> str:
         how = "docker buildx build" if self.kind == "buildx" else "docker build with DOCKER_BUILDKIT=1"
-        return f"{how} ({self.cli}, client {self.client_version})"
+        on = f", builder {self.instance}" if self.instance else ""
+        return f"{how} ({self.cli}, client {self.client_version}{on})"
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -85,13 +89,19 @@ def candidate_clis(configured: str | None = None) -> list[str]:
     return list(seen.values())
 
 
-def detect_builder(configured: str | None = None) -> Builder:
+def detect_builder(configured: str | None = None, instance: str | None = None) -> Builder:
+    """The client to build with; with `instance` (`--builder NAME`) only a buildx client will do."""
     clis = candidate_clis(configured)
     versions = {cli: _client_version(cli) for cli in clis}
     usable = [cli for cli in clis if versions[cli]]
     for cli in usable:
         if _has_buildx(cli):
-            return Builder("buildx", cli, versions[cli] or "?")
+            return Builder("buildx", cli, versions[cli] or "?", instance)
+    if instance is not None:
+        tried = ", ".join(f"{cli} ({versions[cli] or 'not runnable'})" for cli in clis) or "no docker CLI on PATH"
+        raise DockerUnavailable(
+            f"--builder {instance} names a buildx builder, but no docker client here has buildx (tried {tried}): "
+            f"install the buildx plugin (docker-buildx), or drop --builder to build with the classic builder")
     for cli in usable:
         if _major(versions[cli] or "0") < 23:
             return Builder("classic", cli, versions[cli] or "?")
@@ -115,11 +125,35 @@ class BuildRequest:
     # a disk (`--secret id=hf_token,env=HF_TOKEN`; Debian's docker 20.10 CLI supports it with BuildKit).
     env_secrets: Mapping[str, str] = field(default_factory=dict)
     platform: str | None = None
+    # BuildKit's registry cache: imported from, and (when `cache_export`) exported to, this reference.
+    cache_ref: str | None = None
+    cache_mode: str = "max"
+    cache_export: bool = True
+
+
+def registry_cache(req: BuildRequest) -> tuple[list[str], list[str]]:
+    """(cache-from, cache-to) of a buildx build or bake target: the one spelling of both."""
+    if req.cache_ref is None:
+        return [], []
+    cache_from = [f"type=registry,ref={req.cache_ref}"]
+    cache_to = [f"type=registry,ref={req.cache_ref},mode={req.cache_mode}"] if req.cache_export else []
+    return cache_from, cache_to
+
+
+def classic_cache_notice(ref: str) -> str:
+    """Why the classic builder leaves the registry cache as it found it."""
+    return (f"the registry cache {ref} is not exported with the classic builder (docker build with "
+            f"DOCKER_BUILDKIT=1 has no --cache-to): it is only read (--cache-from); build with buildx "
+            f"(--builder NAME) to fill it")
 
 
 def build_argv(builder: Builder, req: BuildRequest, iidfile: Path) -> list[str]:
     """The exact build command line (pure). No `-t`: tags are set only after verification."""
-    argv = [builder.cli, *(("buildx", "build", "--load") if builder.kind == "buildx" else ("build",))]
+    if builder.kind == "buildx":
+        instance = ("--builder", builder.instance) if builder.instance else ()
+        argv = [builder.cli, "buildx", "build", *instance, "--load"]
+    else:
+        argv = [builder.cli, "build"]
     argv += ["--progress=plain", "--file", str(req.dockerfile), "--iidfile", str(iidfile)]
     if req.target:
         argv += ["--target", req.target]
@@ -135,6 +169,14 @@ def build_argv(builder: Builder, req: BuildRequest, iidfile: Path) -> list[str]:
         argv += ["--secret", f"id={sid},src={path}"]
     for sid, variable in sorted(req.env_secrets.items()):
         argv += ["--secret", f"id={sid},env={variable}"]
+    if builder.kind == "buildx":
+        cache_from, cache_to = registry_cache(req)
+        argv += [f"--cache-from={value}" for value in cache_from]
+        argv += [f"--cache-to={value}" for value in cache_to]
+    elif req.cache_ref is not None:
+        # dockerd's BuildKit imports a registry cache by its plain reference (its inline-cache importer
+        # falls back to the registry one); it cannot export one.
+        argv.append(f"--cache-from={req.cache_ref}")
     argv.append(str(req.context))
     return argv
 

@@ -18,6 +18,11 @@ PATH_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*")
 TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 TAG_MAX = 128
 NAME_TOTAL_MAX = 255
+# A registry host: DNS labels or an IPv6 literal, with an optional port.
+DOMAIN_RE = re.compile(
+    r"(?:(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
+    r"|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+)
 
 
 def path_component_problem(component: str) -> str | None:
@@ -49,3 +54,29 @@ def tag_problem(tag: str) -> str | None:
     if len(tag) > TAG_MAX:
         return f"is {len(tag)} characters long, over Docker's limit of {TAG_MAX}"
     return "may hold only letters, digits, '_', '.' and '-', and may not start with '.' or '-'"
+
+
+def registry_reference_problem(ref: str) -> str | None:
+    """Why `ref` (`host[:port]/path[:tag]`, no digest) cannot name a registry image; None if it can.
+
+    A first component that looks like a host (a dot, a port, `localhost`) is the registry, as Docker
+    reads it; a digest is refused, since a cache is written to its reference.
+    """
+    if "@" in ref:
+        return "may not hold a digest: a cache is written to a tag"
+    name, tag = ref, None
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, _, tag = ref.rpartition(":")
+    if tag is not None and (problem := tag_problem(tag)):
+        return f"has a tag that {problem}"
+    first, sep, rest = name.partition("/")
+    path = name
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        if not DOMAIN_RE.fullmatch(first):
+            return f"has an invalid registry host '{first}'"
+        path = rest
+    for component in path.split("/"):
+        if problem := path_component_problem(component):
+            return f"has a path component '{component}' that {problem}"
+    return name_problem(name)

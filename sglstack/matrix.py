@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .dockerref import TAG_MAX, name_problem, path_component_problem, tag_problem
+from .dockerref import TAG_MAX, name_problem, path_component_problem, registry_reference_problem, tag_problem
 from .errors import ConfigError
 from .incontainer.wheelkit import WheelKitError, split_requirement
 from .resources import DEFAULT_PATCHES_DIR
@@ -289,6 +289,29 @@ class CoveragePolicy(_Model):
     exceptions: tuple[CoverageException, ...] = ()
 
 
+STACK_PLACEHOLDER = "{stack}"
+
+
+def _cache_reference(value: str) -> str:
+    # `{stack}` lets one default serve every stack; it is checked as a name it could become.
+    problem = registry_reference_problem(value.replace(STACK_PLACEHOLDER, "x"))
+    if problem:
+        raise ValueError(f"'{value}' is not a registry reference like 'ghcr.io/team/sglstack-cache:{{stack}}': "
+                         f"it {problem}")
+    return value
+
+
+class RegistryCache(_Model):
+    """BuildKit's registry cache of a stack's layers: `cache-from` on every build, `cache-to` where the
+    builder can export one (buildx; not the classic builder)."""
+
+    registry: Annotated[str, AfterValidator(_cache_reference)]
+    mode: Literal["min", "max"] = "max"  # max: every stage's layers, so a cold runner rebuilds none
+
+    def ref_for(self, stack_name: str) -> str:
+        return self.registry.replace(STACK_PLACEHOLDER, stack_name)
+
+
 class Stack(_Model):
     name: str
     description: str = ""
@@ -314,6 +337,7 @@ class Stack(_Model):
     publish: PublishSettings = PublishSettings()
     labels: Mapping[str, str] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
+    cache: RegistryCache | None = None
 
     @model_validator(mode="after")
     def _coverage_capabilities(self) -> Stack:
@@ -385,6 +409,11 @@ class Stack(_Model):
     def build_platform(self) -> str | None:
         """The platform to pass to a single-platform build; None lets the builder use its own."""
         return self.platforms[0] if len(self.platforms) == 1 else None
+
+    @property
+    def cache_ref(self) -> str | None:
+        """The registry reference of this stack's build cache, if it has one."""
+        return self.cache.ref_for(self.name) if self.cache else None
 
 
 class Matrix(_Model):
@@ -587,7 +616,24 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
                                   line=_line_for(lines, [("stacks", name, "patches", i),
                                                          ("defaults", "patches", i)]))
         stacks[name] = stack
+    _check_cache_refs(stacks, file, lines)
     return Matrix(file=file, stacks=stacks)
+
+
+def _check_cache_refs(stacks: Mapping[str, Stack], file: str, lines: dict[KeyPath, int]) -> None:
+    """Two stacks exporting one cache reference would overwrite each other's cache on every build."""
+    owner: dict[str, str] = {}
+    for name, stack in stacks.items():
+        ref = stack.cache_ref
+        if ref is None:
+            continue
+        if ref in owner:
+            raise ConfigError(f"cache reference '{ref}' is also stack '{owner[ref]}''s: each build would overwrite "
+                              f"the other's cache (put '{STACK_PLACEHOLDER}' in the reference)",
+                              file=file, stack=name, key="cache.registry",
+                              line=_line_for(lines, [("stacks", name, "cache", "registry"),
+                                                     ("defaults", "cache", "registry")]))
+        owner[ref] = name
 
 
 def _pydantic_message(err: Mapping[str, Any]) -> str:

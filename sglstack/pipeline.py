@@ -12,6 +12,7 @@ import shlex
 import requests
 
 from .build import FINAL_TARGET, BuildOptions, build_stack, describe_build
+from .builder import detect_builder
 from .errors import BuildError, RegistryError
 from .labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from .lockfile import lock_for_build, lock_path, missing_message
@@ -65,16 +66,18 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
-                  smoke_opts: list[str] | None = None) -> int:
+                  smoke_opts: list[str] | None = None, builder_name: str | None = None) -> int:
     stack = load_matrix(stacks_file).get(stack_name)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
+    if builder_name is not None:
+        detect_builder(docker_cli, builder_name)  # a client without buildx stops here, before any work
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     if lock is None:
         missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
         make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host, lock=lock,
+                           docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                            remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     if dry_run:
         for line in describe_plan(stack, options, push=push, registry=registry):

@@ -12,7 +12,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from .dockerref import PATH_COMPONENT_RE, TAG_RE
+from .dockerref import DOMAIN_RE, PATH_COMPONENT_RE, TAG_RE
 from .errors import ConfigError
 from .matrix import PublishSettings, Stack
 
@@ -20,12 +20,7 @@ PLACEHOLDERS = ("sglang", "stack", "date", "confighash8", "confighash12")
 _TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _PATH_COMPONENT = PATH_COMPONENT_RE
 _CONFIG_HASH = re.compile(r"[0-9a-f]{12,}")
-# Docker's reference grammar (distribution/reference): a registry host is DNS labels or an IPv6 literal,
-# with an optional port; a whole name is at most 255 characters.
-_DOMAIN = re.compile(
-    r"(?:(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
-    r"|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
-)
+_DOMAIN = DOMAIN_RE
 NAME_MAX = 255
 # A registry digest: what `is_digest` accepts and every record, reference and API call uses.
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
