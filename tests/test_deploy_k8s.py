@@ -142,3 +142,28 @@ def test_an_unknown_target_is_one_line(cluster: dict[str, str], tmp_path: Path) 
     proc = run_invoke("deploy", "--stack", STACK, "--target", "helm", "--digest", A, cwd=tmp_path, env=cluster)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: --target 'helm': not one of compose, k8s"
+
+
+def test_sigterm_while_waiting_rolls_back_then_exits_143(cluster: dict[str, str], tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    assert deploy(cluster, tmp_path, A).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "deploy", "--stack", STACK, "--target", "k8s",
+         "--digest", B, "--nnodes", "2", "--wait-timeout", "120"],
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **cluster, "KUBECTL_DOUBLE_UNREADY": B},
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("waiting for leaderworkerset/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM, "".join(seen) + rest
+    assert "interrupted (SIGTERM); rolled back to" in rest
+    assert applied_image(cluster) == f"{REPOSITORY}@{A}"
+    assert [r["action"] for r in records(cluster)][-2:] == ["deploy", "restore"]
