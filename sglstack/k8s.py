@@ -298,7 +298,7 @@ def _kv(module: Any, obj: dict[str, Any], version: str, where: str) -> None:
         raise ServingError(f"{where}: {path}: {exc.message.splitlines()[0][:200]}") from None
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # libyaml when built
     def ignore_aliases(self, data: Any) -> bool:
         return True  # the same probe target three times reads better than an anchor and two aliases
 
