@@ -167,3 +167,24 @@ def test_sigterm_while_waiting_rolls_back_then_exits_143(cluster: dict[str, str]
     assert "interrupted (SIGTERM); rolled back to" in rest
     assert applied_image(cluster) == f"{REPOSITORY}@{A}"
     assert [r["action"] for r in records(cluster)][-2:] == ["deploy", "restore"]
+
+
+def _lws(generation: int = 2, observed: int = 2, updated: int = 1, ready: int = 1, available: str = "True") -> dict:
+    return {"metadata": {"generation": generation}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": observed, "updatedReplicas": updated, "readyReplicas": ready,
+                       "conditions": [{"type": "Available", "status": available, "message": "m"}]}}
+
+
+@pytest.mark.parametrize(("obj", "ready", "says"), [
+    (_lws(), True, "available"),
+    (None, False, "does not exist"),
+    (_lws(observed=1), False, "generation 2 not yet observed"),  # the status still describes the old template
+    (_lws(updated=0), False, "0/1 groups updated"),
+    (_lws(ready=0), False, "0/1 groups ready"),
+    (_lws(available="False"), False, "Available is not True"),
+])
+def test_rollout_state_reads_the_status_the_lws_controller_writes(obj: dict | None, ready: bool, says: str) -> None:
+    from sglstack.deploy.k8s_flow import rollout_state
+
+    assert rollout_state(obj)[0] is ready
+    assert says in rollout_state(obj)[1]

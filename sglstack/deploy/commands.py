@@ -55,7 +55,8 @@ def _deployment(
         stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host
     )
     if from_records:
-        records = read_records(dep.build_root, stack_name)
+        # The stack's compose records only: a k8s deployment of it is kubectl's, not a compose project.
+        records = [r for r in read_records(dep.build_root, stack_name) if r.target == "compose"]
         if records:
             dep.project = dep.project or records[-1].project
             dep.docker_host = dep.docker_host or records[-1].docker_host or None
