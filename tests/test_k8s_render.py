@@ -175,3 +175,11 @@ def test_invoke_render_writes_k8s_for_a_digest_and_notes_a_tag(tmp_path: Path,
     render_command(str(REPO / "stacks.yaml"), name, out_dir=str(out))  # the moving tag
     assert not lws_path.exists() and not svc_path.exists()
     assert "not written: the manifests serve an image by digest" in capsys.readouterr().out
+
+
+def test_invoke_render_with_a_bad_k8s_option_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(ServingError, match="--rdma"):
+        render_command(str(REPO / "stacks.yaml"), STACK_NAMES[0], out_dir=str(out),
+                       k8s_options=k8s.K8sOptions(rdma="not a resource"))
+    assert not out.exists()
