@@ -177,8 +177,20 @@ def _probes(spec: ServingSpec) -> dict[str, Any]:
     }
 
 
+def _literal(text: str) -> str:
+    """Kubernetes expands `$(VAR)` in command and env values; `$$(` keeps a stack's own text as written."""
+    return text.replace("$(", "$$(")
+
+
+def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
+    """The smoke-tested argv, with only the LWS placement values left for Kubernetes to expand."""
+    node = node_args(options)
+    placement = {node.nnodes, node.node_rank, node.dist_init_addr}
+    return [t if t in placement else _literal(t) for t in serving_argv(spec, node=node)]
+
+
 def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in spec.env]
+    env: list[dict[str, Any]] = [{"name": k, "value": _literal(v)} for k, v in spec.env]
     env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
                                                           "optional": True}}}
             for name in SECRET_ENV if name not in spec.environment]
@@ -193,7 +205,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         "name": CONTAINER,
         "image": image_ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": serving_argv(spec, node=node_args(options)),
+        "command": pod_command(spec, options),
         "env": env,
         "resources": {"limits": limits} if limits else {},
         "volumeMounts": mounts,

@@ -183,3 +183,14 @@ def test_invoke_render_with_a_bad_k8s_option_writes_nothing(tmp_path: Path) -> N
         render_command(str(REPO / "stacks.yaml"), STACK_NAMES[0], out_dir=str(out),
                        k8s_options=k8s.K8sOptions(rdma="not a resource"))
     assert not out.exists()
+
+
+def test_only_the_lws_placement_is_left_for_kubernetes_to_expand() -> None:
+    stack = STACKS.get(STACK_NAMES[0])
+    serving = stack.serving.model_copy(update={"extra_args": ("--chat-template", "$(HOME)/t.jinja"),
+                                               "env": {"GREETING": "$(USER)"}})
+    stack = stack.model_copy(update={"serving": serving})
+    obj = k8s.manifests(stack, REF, k8s.K8sOptions(nnodes=2))[k8s.LWS_FILE]
+    (c,) = _containers(obj, "workerTemplate")
+    assert "$$(HOME)/t.jinja" in c["command"] and "$(LWS_WORKER_INDEX)" in c["command"]
+    assert {"name": "GREETING", "value": "$$(USER)"} in c["env"]
