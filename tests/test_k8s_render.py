@@ -194,3 +194,13 @@ def test_only_the_lws_placement_is_left_for_kubernetes_to_expand() -> None:
     (c,) = _containers(obj, "workerTemplate")
     assert "$$(HOME)/t.jinja" in c["command"] and "$(LWS_WORKER_INDEX)" in c["command"]
     assert {"name": "GREETING", "value": "$$(USER)"} in c["env"]
+
+
+def test_tp_spans_the_nodes_of_a_group() -> None:
+    stack = STACKS.get(STACK_NAMES[0])
+    wide = stack.model_copy(update={"serving": stack.serving.model_copy(update={"tp": 16, "gpus": 8})})
+    (c,) = _containers(k8s.manifests(wide, REF, k8s.K8sOptions(nnodes=2))[k8s.LWS_FILE], "leaderTemplate")
+    assert c["command"][c["command"].index("--tp-size") + 1] == "16"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
+    with pytest.raises(ServingError, match="needs at least 16 GPUs"):
+        k8s.manifests(wide, REF, k8s.K8sOptions(nnodes=1))
