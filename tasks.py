@@ -140,13 +140,28 @@ def diff(c, a, b, json=False, docker_host=None):
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
             "out": "output folder (default: build/STACK, under SGLSTACK_BUILD_DIR if set)",
-            "image": "image reference the compose file serves (default: the moving tag REPOSITORY:STACK)"})
+            "image": "image reference the compose file serves (default: the moving tag REPOSITORY:STACK); "
+                     "REPO@sha256:... also writes the Kubernetes manifests (k8s/)",
+            "nnodes": "k8s: pods (nodes) per LeaderWorkerSet group (default 1)",
+            "host-network": "k8s: pods use the node's network (NCCL over the host's NICs)",
+            "rdma": "k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)"})
 @_user_errors
-def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None):
-    """Render build/STACK/Dockerfile, its build context and compose file; print the paths (reads no records)."""
-    from sglstack.render import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
+def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None, nnodes=None, host_network=False, rdma=None):
+    """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
+    from sglstack.k8s import K8sOptions  # at call time: pydantic and jinja2 would slow `invoke --list`
+    from sglstack.render import render_command
 
-    render_command(stacks_file, stack, out_dir=out, image=image)
+    options = K8sOptions(nnodes=_whole_number(nnodes, "--nnodes", 1), host_network=host_network, rdma=rdma)
+    render_command(stacks_file, stack, out_dir=out, image=image, k8s_options=options)
+
+
+def _whole_number(raw, flag, default):
+    if raw is None:
+        return default
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise SglstackError(f"{flag} '{raw}': not a whole number") from None
 
 
 # ---- build -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .compose import moving_tag_ref, write_compose
+from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s, write_k8s
 from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
 from .records import build_root
@@ -221,17 +222,32 @@ def default_out_dir(stack_name: str) -> Path:
 
 
 def render_command(
-    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None
+    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
+    k8s_options: K8sOptions | None = None,
 ) -> RenderedContext:
-    """`invoke render`: the Dockerfile, its context and the compose files. Reads no records: the compose
-    file serves `image`, by default the stack's moving tag, which `invoke deploy` replaces with a digest."""
+    """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
+    Kubernetes manifests. Reads no records: the compose file serves `image`, by default the stack's moving
+    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest."""
     matrix = load_matrix(stacks_file)
     stack = matrix.get(stack_name)
     out = Path(out_dir) if out_dir else default_out_dir(stack_name)
+    ref = image or moving_tag_ref(stack)
+    # Checked (schemas included) before anything is written: bad k8s options change no file.
+    k8s_files = render_k8s(stack, ref, k8s_options) if DIGEST_REF.match(ref) else None
+    if k8s_files is None:
+        k8s_spec(stack, k8s_options or K8sOptions())
     rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
     console = make_console()
     console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
     console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-    for path in write_compose(stack, image or moving_tag_ref(stack), out):
+    for path in write_compose(stack, ref, out):
         console.print(f"[bold]{stack_name}[/]: compose      {path}")
+    if k8s_files is None:
+        console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
+                      "(--image REPO@sha256:...), not the tag " + ref)
+        for name in (LWS_FILE, SERVICE_FILE):  # an earlier render's, which would serve another image
+            (out / K8S_DIR / name).unlink(missing_ok=True)
+    else:
+        for path in write_k8s(out / K8S_DIR, k8s_files):
+            console.print(f"[bold]{stack_name}[/]: k8s          {path}")
     return rendered

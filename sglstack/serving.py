@@ -280,9 +280,11 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
     speculative = _speculative(base.speculative, o, bad)
     tp = _whole(o.tp, base.tp, o.flag("tp"), bad, minimum=1)
     gpus = _whole(o.gpus, base.gpus, o.flag("gpus"), bad, minimum=0)
-    if gpus and tp > gpus:
-        raise bad(f"{o.flag('tp')} {tp} needs at least {tp} GPUs, but {o.flag('gpus')} is {gpus}")
     nodes = _nodes(o, bad)
+    # Tensor parallelism spans the nodes: 2 nodes of 8 GPUs serve --tp-size 16.
+    if gpus and tp > gpus * nodes.nnodes:
+        across = f" on each of {nodes.nnodes} nodes" if nodes.multi else ""
+        raise bad(f"{o.flag('tp')} {tp} needs at least {tp} GPUs, but {o.flag('gpus')} is {gpus}{across}")
     port = _tcp_port(o.port, base.port, o.flag("port"), bad)
     host_port: int | None = None
     if o.host_port is not None:

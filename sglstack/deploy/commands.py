@@ -9,13 +9,16 @@ from pathlib import Path
 
 from .. import compose as cmp
 from ..errors import DeployError
+from ..k8s import K8sOptions, k8s_spec
 from ..matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..preflight.command import require_ready
 from ..records import build_root as default_build_root
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
-from .images import resolve_image_ref
-from .options import DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
+from .images import resolve_image_ref, smoke_report_for
+from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
+from .kubectl import find_kubectl
+from .options import TARGETS, DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
 from .status import StackStatus, deployment_status, print_status
 from .store import DeploymentRecord, read_records
 
@@ -52,16 +55,75 @@ def _deployment(
         stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host
     )
     if from_records:
-        records = read_records(dep.build_root, stack_name)
+        # The stack's compose records only: a k8s deployment of it is kubectl's, not a compose project.
+        records = [r for r in read_records(dep.build_root, stack_name) if r.target == "compose"]
         if records:
             dep.project = dep.project or records[-1].project
             dep.docker_host = dep.docker_host or records[-1].docker_host or None
     return dep
 
 
+def k8s_options(options: DeployOptions) -> K8sOptions:
+    """The deploy options that shape the LeaderWorkerSet (recorded, so a rollback applies the same)."""
+    return K8sOptions(
+        eagle3=options.eagle3,
+        gpus=options.gpus,
+        nnodes=options.nnodes,
+        replicas=options.replicas,
+        namespace=options.namespace,
+        host_network=options.host_network,
+        rdma=options.rdma,
+        hf_cache=options.hf_cache,
+        hf_token_secret=options.hf_token_secret,
+        start_period_s=options.start_period,
+    )
+
+
+def _target(target: str) -> str:
+    if target not in TARGETS:
+        raise DeployError(f"--target '{target}': not one of {', '.join(TARGETS)}")
+    return target
+
+
+def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path | None, context: str | None,
+                    namespace: str | None) -> K8sDeployment:
+    stack = load_matrix(stacks_file or DEFAULT_STACKS_FILE).get(stack_name)
+    return K8sDeployment(stack=stack, build_root=build_root or default_build_root(),
+                         kubectl=find_kubectl(context, namespace))
+
+
+def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None, say: Say = say_stderr
+                       ) -> DeploymentRecord:
+    compose_only = [flag for flag, given in (("--docker-host", options.docker_host), ("--env-file", options.env_file),
+                                             ("--port", options.port), ("--node-rank", options.node_rank),
+                                             ("--dist-init-addr", options.dist_init_addr)) if given]
+    if compose_only:
+        raise DeployError(f"--target k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
+    served = k8s_options(options)
+    stack = load_matrix(options.stacks_file or DEFAULT_STACKS_FILE).get(options.stack)
+    spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
+    if options.wait_timeout is not None and not options.wait_timeout > 0:
+        raise DeployError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 seconds")
+    root = build_root or default_build_root()
+    ref = resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root)
+    dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
+    if spec.gpus and not options.skip_preflight:
+        say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
+            f"up to {spec.healthcheck.start_period_s}s for /health")
+    try:
+        return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
+                          smoke_report=smoke_report_for(stack.name, ref.split("@", 1)[-1], root), say=say)
+    except DeployFailed as exc:
+        if exc.log_tail:
+            say(exc.log_tail.rstrip())
+        raise
+
+
 def deploy_command(
     options: DeployOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
+    if _target(options.target) == "k8s":
+        return deploy_k8s_command(options, build_root=build_root, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
     served = compose_options(options)
     # Every option is checked before the (slower) preflight and before anything on the host changes.
@@ -101,6 +163,14 @@ def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None
 def rollback_command(
     options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
+    if _target(options.target) == "k8s":
+        root = build_root or default_build_root()
+        namespace = options.namespace
+        if namespace is None:  # the namespace the last k8s deployment of the stack went to
+            k8s_rows = [r for r in read_records(root, options.stack) if r.target == "k8s"]
+            namespace = k8s_rows[-1].options.get("namespace") if k8s_rows else None  # type: ignore[assignment]
+        k8s_dep = _k8s_deployment(options.stacks_file, options.stack, root, options.context, namespace)
+        return rollback_k8s(k8s_dep, wait_timeout_s=options.wait_timeout, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
     try:
         # The options are checked by `deploy` before anything changes, as for a deploy.

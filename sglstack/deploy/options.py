@@ -98,6 +98,7 @@ STACK_HELP = "stack name from the matrix"
 STACKS_FILE_HELP = "the matrix file (default: stacks.yaml)"
 RECORDED_HOST_HELP = "Docker engine URL (default: the one recorded at deploy)"
 WAIT_HELP = "seconds to wait for /health (default: start period + healthcheck retries)"
+TARGETS = ("compose", "k8s")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,13 @@ class DeployOptions(TaskOptions):
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
     health_interval: int = option("seconds between healthchecks (default 30)", 30, kind=int)
     skip_preflight: bool = option("do not run `invoke preflight` on the GPU node first", False, kind=bool)
+    target: str = option("compose (default) or k8s: a LeaderWorkerSet applied with kubectl", "compose")
+    context: str | None = option("k8s: the kubectl context (default: the current one)")
+    namespace: str | None = option("k8s: the namespace (default: the context's)")
+    replicas: int = option("k8s: LeaderWorkerSet groups, each serving the whole model (default 1)", 1, kind=int)
+    host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
+    rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")
+    hf_token_secret: str = option("k8s: the Secret whose key HF_TOKEN the pods read (default hf-token)", "hf-token")
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,9 @@ class RollbackOptions(TaskOptions):
     stacks_file: str | None = option(STACKS_FILE_HELP)
     docker_host: str | None = option(RECORDED_HOST_HELP)
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
+    target: str = option("compose (default) or k8s", "compose")
+    context: str | None = option("k8s: the kubectl context (default: the current one)")
+    namespace: str | None = option("k8s: the namespace (default: the one recorded at deploy)")
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,10 @@ def deployment_status(
                     stack=last.stack,
                     project=last.project,
                     container="-",
-                    state="removed" if last.action == "undeploy" else f"not running ({last.result})",
+                    state=("removed" if last.action == "undeploy" else
+                           # status asks Docker only: a LeaderWorkerSet's state is the cluster's
+                           f"k8s, {last.result} when recorded" if last.target == "k8s" else
+                           f"not running ({last.result})"),
                     health="-",
                     uptime="-",
                     image=last.image,

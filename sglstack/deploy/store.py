@@ -34,6 +34,7 @@ class DeploymentRecord:
     options: Mapping[str, object] = field(default_factory=dict)
     smoke_report: str = "unknown"  # sha256 of the smoke report that passed the image, or "unknown"
     note: str = ""  # why an attempt failed, what a restore followed
+    target: str = "compose"  # compose | k8s (a LeaderWorkerSet applied with kubectl)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self) | {"options": dict(self.options)}

@@ -1,0 +1,220 @@
+"""Deploy and rollback of a stack as a LeaderWorkerSet: render, server-side apply, wait, record.
+
+Every option and the manifests (schemas included) are checked, and kubectl and its context found, before
+anything on the cluster changes. The wait reads the LWS status the controller writes: the new generation
+observed, every group updated and ready, condition Available. When that does not come, or a signal
+arrives meanwhile, the previous healthy deployment's manifests (its digest, its options) are rendered
+and applied again and waited for; without one, what was applied is deleted. Both are recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .. import k8s, signals
+from .. import k8s_lws as lws
+from ..errors import DeployError, SglstackError
+from ..matrix import Stack
+from ..records import utc_timestamp
+from ..serving import ServingSpec
+from ..signals import Interrupted
+from .flow import DeployFailed, Say, say_stderr
+from .kubectl import Kubectl
+from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
+
+TARGET = "k8s"
+POLL_S = 5.0
+
+
+@dataclass
+class K8sDeployment:
+    stack: Stack
+    build_root: Path
+    kubectl: Kubectl
+
+    @property
+    def out_dir(self) -> Path:
+        return self.build_root / self.stack.name / k8s.K8S_DIR
+
+    @property
+    def name(self) -> str:
+        return k8s.object_name(self.stack.name)
+
+    @property
+    def project(self) -> str:
+        """Where it runs, as the records key it: context, namespace, LWS name."""
+        return f"k8s:{self.kubectl.context}/{self.kubectl.namespace or '-'}/{self.name}"
+
+    def records(self) -> list[DeploymentRecord]:
+        return [r for r in read_records(self.build_root, self.stack.name)
+                if r.target == TARGET and r.project == self.project]
+
+
+def wait_limit(spec: ServingSpec, wait_timeout_s: float | None) -> float:
+    """The option, else the startup probe's whole budget plus image pulls and scheduling."""
+    if wait_timeout_s is not None:
+        return wait_timeout_s
+    h = spec.healthcheck
+    return h.start_period_s + h.interval_s * (h.retries + 1) + 300
+
+
+def rollout_state(obj: dict[str, Any] | None) -> tuple[bool, str]:
+    """(ready, what is missing) of a LeaderWorkerSet as `kubectl get -o json` shows it (pure)."""
+    if obj is None:
+        return False, "the LeaderWorkerSet does not exist (is the LWS controller installed?)"
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
+    if status.get("observedGeneration", 0) < meta.get("generation", 1):
+        return False, f"generation {meta.get('generation')} not yet observed by the LWS controller"
+    want = spec.get("replicas", 1)
+    if status.get("updatedReplicas", 0) < want:
+        return False, f"{status.get('updatedReplicas', 0)}/{want} groups updated"
+    if status.get("readyReplicas", 0) < want:
+        return False, f"{status.get('readyReplicas', 0)}/{want} groups ready (leader /health)"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    available = conditions.get(lws.CONDITION_AVAILABLE, {})
+    if available.get("status") != "True":
+        return False, f"condition Available is not True ({available.get('message') or 'not set'})"
+    return True, "available"
+
+
+def wait_ready(dep: K8sDeployment, limit_s: float, say: Say) -> str | None:
+    """None once the LWS is available at its new generation; else what was missing at the deadline."""
+    deadline = time.monotonic() + limit_s
+    last = ""
+    while True:
+        ready, detail = rollout_state(dep.kubectl.get_json("leaderworkerset", dep.name))
+        if ready:
+            return None
+        if detail != last:
+            say(f"waiting for leaderworkerset/{dep.name}: {detail}")
+            last = detail
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"not ready within {limit_s:g}s: {detail}"
+        time.sleep(min(POLL_S, left))
+
+
+def _write(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saved: dict[Path, str | None] = {}
+    for name, text in files.items():
+        path = out_dir / name
+        saved[path] = path.read_text(encoding="utf-8") if path.is_file() else None
+        path.write_text(text, encoding="utf-8")
+    return saved
+
+
+def deploy_k8s(
+    dep: K8sDeployment,
+    image_ref: str,
+    options: k8s.K8sOptions,
+    *,
+    wait_timeout_s: float | None = None,
+    action: str = "deploy",
+    smoke_report: str | None = None,
+    say: Say = say_stderr,
+) -> DeploymentRecord:
+    spec = k8s.k8s_spec(dep.stack, options)
+    files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report)  # validated here
+    tool = dep.kubectl.label()
+    say(f"k8s: {tool}")
+    previous = _serving_now(dep.records())
+    saved = _write(dep.out_dir, files)
+    say(f"rendered {display_path(dep.out_dir)}/ ({', '.join(files)})")
+    attempt = DeploymentRecord(
+        stack=dep.stack.name, action=action, result="failed", image=image_ref,
+        digest=image_ref.split("@", 1)[1], image_id="", time=utc_timestamp(), host=dep.kubectl.context,
+        docker_host="", project=dep.project, compose_tool=tool, compose_file=f"{k8s.K8S_DIR}/{k8s.LWS_FILE}",
+        options=options.to_record(), smoke_report=smoke_report or "unknown", target=TARGET,
+    )
+    say(f"applying leaderworkerset/{dep.name} (size {options.nnodes}, replicas {options.replicas}): {image_ref}")
+    failure: str | None = None
+    applied = False
+    try:
+        dep.kubectl.apply(dep.out_dir, f"stack '{dep.stack.name}'")
+        applied = True
+        failure = wait_ready(dep, wait_limit(spec, wait_timeout_s), say)
+    except BaseException as exc:
+        if not applied and isinstance(exc, DeployError):
+            # The API server refused the objects: nothing changed there, so nothing changes here.
+            _put_back(saved)
+            append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
+            raise
+        why = (f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else
+               "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0][:300])
+        outcome = "the rollback did not finish"
+        try:
+            with signals.deferred():
+                outcome = _recover(dep, attempt, previous, why, say)
+        finally:
+            say(f"stack '{dep.stack.name}': {why}; {outcome}")
+        raise
+    if failure is not None:
+        outcome = "the rollback did not finish"
+        try:
+            with signals.deferred():
+                outcome = _recover(dep, attempt, previous, failure, say)
+        except Interrupted:
+            say(f"stack '{dep.stack.name}': {failure}; {outcome}")
+            raise
+        raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {failure}; {outcome}", "")
+    record = replace(attempt, result="healthy", time=utc_timestamp())
+    append_record(dep.build_root, record)
+    say(f"stack '{dep.stack.name}' is ready on {dep.kubectl.context} ({record.digest}); recorded in "
+        f"{display_path(records_path(dep.build_root, dep.stack.name))}")
+    return record
+
+
+def _put_back(saved: dict[Path, str | None]) -> None:
+    for path, text in saved.items():
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text, encoding="utf-8")
+
+
+def _serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
+    served = [r for r in records if r.action in ("deploy", "rollback", "restore", "undeploy")]
+    if not served or served[-1].result != "healthy" or served[-1].action == "undeploy":
+        return None
+    return served[-1]
+
+
+def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: DeploymentRecord | None,
+             reason: str, say: Say) -> str:
+    """Record the failed attempt; apply the previous digest's manifests again (or delete the new ones)."""
+    append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
+    if previous is None:
+        dep.kubectl.delete(dep.out_dir)
+        return "no earlier deployment to roll back to: deleted what was applied"
+    say(f"rolling back leaderworkerset/{dep.name} to {previous.digest} (its manifests re-applied)")
+    detail: str | None = None
+    try:
+        options = k8s.K8sOptions.from_record(previous.options)
+        spec = k8s.k8s_spec(dep.stack, options)
+        _write(dep.out_dir, k8s.render_k8s(dep.stack, previous.image, options, smoke_report=previous.smoke_report))
+        dep.kubectl.apply(dep.out_dir, f"stack '{dep.stack.name}'")
+        detail = wait_ready(dep, wait_limit(spec, None), say)
+    except (SglstackError, OSError) as exc:
+        detail = str(exc).splitlines()[0][:300]
+    append_record(dep.build_root, replace(
+        previous, action="restore", result="failed" if detail else "healthy", time=utc_timestamp(),
+        note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else "")))
+    if detail is None:
+        return f"rolled back to {previous.digest} (ready)"
+    return f"rolling back to {previous.digest} failed too: {detail}"
+
+
+def rollback_k8s(dep: K8sDeployment, *, wait_timeout_s: float | None = None, say: Say = say_stderr
+                 ) -> DeploymentRecord:
+    """Apply the healthy digest recorded before the current one, with the options it ran with."""
+    target = rollback_target(dep.records())
+    if target is None:
+        raise DeployError(f"stack '{dep.stack.name}': no earlier healthy k8s deployment ({dep.project}) to roll "
+                          f"back to in {display_path(records_path(dep.build_root, dep.stack.name))}")
+    say(f"rolling back stack '{dep.stack.name}' to {target.image} (deployed {target.time})")
+    return deploy_k8s(dep, target.image, k8s.K8sOptions.from_record(target.options), wait_timeout_s=wait_timeout_s,
+                      action="rollback", smoke_report=target.smoke_report, say=say)

@@ -1,0 +1,95 @@
+"""The kubectl adapter: the only place that runs kubectl (found on PATH, as a user runs it).
+
+Every call names the context explicitly, so a `kubectl config use-context` elsewhere during a deploy
+cannot send the rollback to another cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import DeployError
+
+FIELD_MANAGER = "sglstack"
+TIMEOUT_S = 120
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    binary: str
+    context: str
+    namespace: str | None = None
+
+    def run(self, args: list[str], *, check: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`kubectl --context C [--namespace N] ARGS`; with `check`, a non-zero exit is a DeployError."""
+        argv = [self.binary, "--context", self.context]
+        if self.namespace:
+            argv += ["--namespace", self.namespace]
+        try:
+            proc = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"kubectl {' '.join(args[:2])}: no answer within {TIMEOUT_S}s") from None
+        if check and proc.returncode != 0:
+            raise DeployError(f"{check}: kubectl {' '.join(args[:2])} failed: {_first_line(proc.stderr)}")
+        return proc
+
+    def label(self) -> str:
+        proc = self.run(["version", "--client", "-o", "json"])
+        try:
+            version = json.loads(proc.stdout)["clientVersion"]["gitVersion"]
+        except (ValueError, KeyError, TypeError):
+            version = "?"
+        return f"kubectl {version} (context {self.context})"
+
+    def apply(self, folder: Path, what: str) -> str:
+        # Server-side apply with our own field manager; --force-conflicts takes back the fields a hand
+        # edit took (`kubectl set image`), so that a rollback really serves the recorded digest.
+        proc = self.run(["apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts",
+                         "-f", str(folder)], check=what)
+        return proc.stdout
+
+    def delete(self, folder: Path) -> None:
+        self.run(["delete", "--ignore-not-found", "--wait=false", "-f", str(folder)])
+
+    def get_json(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The object as `kubectl get KIND NAME -o json` shows it; None when it does not exist."""
+        proc = self.run(["get", kind, name, "-o", "json"])
+        if proc.returncode != 0:
+            if "NotFound" in proc.stderr or "not found" in proc.stderr:
+                return None
+            raise DeployError(f"kubectl get {kind} {name} failed: {_first_line(proc.stderr)}")
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            raise DeployError(f"kubectl get {kind} {name}: not JSON") from None
+        return data if isinstance(data, dict) else None
+
+
+def find_kubectl(context: str | None, namespace: str | None) -> Kubectl:
+    """kubectl on PATH and a context to use (the given one, which must exist, else the current one)."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        raise DeployError("--target k8s: kubectl not found on PATH (nothing was changed)")
+    if context is None:
+        proc = subprocess.run([binary, "config", "current-context"], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, check=False)
+        current = proc.stdout.strip()
+        if proc.returncode != 0 or not current:
+            raise DeployError("--target k8s: no current kubectl context "
+                              f"({_first_line(proc.stderr)}); pass --context or run `kubectl config use-context`")
+        return Kubectl(binary, current, namespace)
+    proc = subprocess.run([binary, "config", "get-contexts", "-o", "name"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)
+    if context not in proc.stdout.split():
+        raise DeployError(f"--context {context}: not a context of your kubeconfig (kubectl config get-contexts)")
+    return Kubectl(binary, context, namespace)
