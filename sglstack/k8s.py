@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from . import k8s_lws as lws
 from .matrix import Stack
@@ -281,7 +282,6 @@ def validate_manifests(objects: Mapping[str, Mapping[str, Any]], *, version: str
     """The LWS against our model of its API, the Service and both pod templates against Kubernetes'
     schemas (strict: no unknown field). Raises ServingError naming the file and the field."""
     import kubernetes_validate  # at call time: it loads JSON schemas, which `invoke --list` must not wait for
-    from pydantic import ValidationError
 
     for file, obj in objects.items():
         try:

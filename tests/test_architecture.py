@@ -120,7 +120,8 @@ def test_deploy_never_builds():
 def test_render_calls_no_engine_and_reads_no_records():
     """Pure text from a Stack, a serving spec and an image reference; the build root is a path, not a read."""
     engines = {"dockerhost", "registry", "registry_transport", "publish", "deploy", "smoke", "builder", "build"}
-    for module in ("sglstack.render", "sglstack.compose", "sglstack.confighash", "sglstack.serving"):
+    for module in ("sglstack.render", "sglstack.compose", "sglstack.confighash", "sglstack.serving", "sglstack.k8s",
+                   "sglstack.k8s_lws"):
         assert not {_part(t) for t in _reach(module)} & engines, (module, _reach(module))
         for node, target in _imports(module):
             if target == "sglstack.records" or target.startswith("sglstack.records."):
