@@ -10,13 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from bisect_fixtures import git
 
 from sglstack.build import check_pins
 from sglstack.errors import PinMismatch
 from sglstack.lockfile import is_current, parse_lock, source_mismatches
 from sglstack.locking import LockError, lock_stack, sglang_requirement
 from sglstack.matrix import load_matrix
-from tests.bisect_fixtures import git
 
 PYPROJECT = """\
 [build-system]
