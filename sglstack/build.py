@@ -43,7 +43,7 @@ from .dockerhost import created_container, docker_client, image_digest, running_
 from .errors import BuildError, PinMismatch, SglstackError
 from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
-from .lockfile import Lock, lock_content_sha256
+from .lockfile import Lock, lock_content_sha256, source_mismatches
 from .matrix import Stack
 from .records import build_root, require_writable, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
@@ -210,7 +210,7 @@ def check_pins(stack: Stack, image_info: dict[str, Any], lock: Lock | None = Non
     """The installed set against the stack's pins and, when it has one, its lock (exactly)."""
     problems = pin_mismatches(stack, image_info)
     if lock is not None:
-        problems += lock_mismatches(lock, image_info)[0]
+        problems += source_mismatches(lock, stack) + lock_mismatches(lock, image_info)[0]
     if problems:
         raise PinMismatch(f"stack '{stack.name}': the image does not match its pins: {'; '.join(problems)}")
 

@@ -268,6 +268,30 @@ def print_diff(diff: StackDiff, console: Console) -> None:
         console.print(f"[dim]{line}[/]", highlight=False)
 
 
+def diff_summary(diff: StackDiff, *, limit: int = 10) -> dict[str, Any]:
+    """The short form a smoke report carries: what changed in packages, patches and SGLang."""
+
+    def line(c: Change) -> str:
+        return f"{c.name} {c.before or '(none)'} -> {c.after or '(none)'}"
+
+    counts = {k: sum(1 for c in diff.packages if c.kind == k) for k in ("added", "removed", "changed")}
+    return {
+        "identical": diff.identical,
+        "packages": {**counts, "first": [line(c) for c in diff.packages[:limit]]},
+        "patches": [line(c) for c in diff.patches],
+        "sglang": line(diff.sglang) if diff.sglang else None,
+        "sglang_commits": diff.sglang_commits,
+        "base": [line(c) for c in diff.base],
+        "unknown": list(diff.unknown),
+    }
+
+
+def image_name_for_diff(image: Mapping[str, Any]) -> str:
+    """How `invoke diff` can find a smoked image later: a registry digest, else its id, else its ref."""
+    digests = [d for d in image.get("repo_digests") or () if "@sha256:" in str(d)]
+    return str(digests[0] if digests else image.get("id") or image.get("ref") or "")
+
+
 def diff_command_for(current_image: str, last_passing_image: str) -> str:
     """The command a failed regression gate prints: what changed since the last image that passed."""
     return f"invoke diff {shlex.quote(last_passing_image)} {shlex.quote(current_image)}"

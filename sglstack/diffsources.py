@@ -131,18 +131,24 @@ def _registry_snapshot(ref: str) -> Snapshot:
     return image_snapshot(ref, labels, files)
 
 
-def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
-    """Whatever `spec` names, as a snapshot; a one-line error when it names nothing diff can read."""
+def local_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot | None:
+    """What this host alone can tell about `spec` (a file, an engine image, a build record naming an id):
+    never a registry. None when nothing here names it."""
     path = Path(spec)
     if path.exists():
         return snapshot_from_file(path, spec)
     found = _engine_snapshot(spec, docker_host)
     if found is not None:
         return found
+    return _record_naming(spec) if spec.startswith("sha256:") else None
+
+
+def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
+    """Whatever `spec` names, as a snapshot; a one-line error when it names nothing diff can read."""
+    found = local_snapshot(spec, docker_host=docker_host)
+    if found is not None:
+        return found
     if spec.startswith("sha256:"):
-        record = _record_naming(spec)
-        if record is not None:
-            return record
         raise ConfigError(f"'{spec}': no local image and no build record under {build_root()} has this id; "
                           f"name a registry image as host:port/path@{spec}")
     return _registry_snapshot(spec)

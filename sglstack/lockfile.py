@@ -86,6 +86,7 @@ class Lock:
     unresolved: tuple[UnresolvedLayer, ...] = ()
     notes: tuple[str, ...] = ()
     python_platforms: tuple[str, ...] = field(default=(), compare=False)  # the uv targets resolved for
+    sglang_commit: str | None = None  # a git-sourced SGLang: the full sha the image builds from
 
     @property
     def pins(self) -> dict[str, str]:
@@ -137,7 +138,20 @@ def stack_input_hash(stack: Stack) -> str:
 
 
 def is_current(lock: Lock, stack: Stack) -> bool:
-    return lock.stack == stack.name and lock.stack_sha256 == stack_input_hash(stack)
+    return (lock.stack == stack.name and lock.stack_sha256 == stack_input_hash(stack)
+            and not source_mismatches(lock, stack))
+
+
+def source_mismatches(lock: Lock, stack: Stack) -> list[str]:
+    """Where SGLang comes from, lock against stack: a git commit is the whole identity of a git source."""
+    git = stack.sglang.git
+    if git is None:
+        return [] if lock.sglang_commit is None else [
+            f"sglang: locked git commit {lock.sglang_commit}, the stack installs sglang=={stack.sglang.version}"]
+    if lock.sglang_commit != git.ref:
+        return [f"sglang: locked {f'git commit {lock.sglang_commit}' if lock.sglang_commit else 'a PyPI release'}, "
+                f"the stack builds git commit {git.ref}"]
+    return []
 
 
 def stale_message(stack_name: str, path: Path) -> str:
@@ -233,6 +247,8 @@ def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
     ]
     if lock.python_platforms:
         head.append(f"# resolved-for: {' '.join(lock.python_platforms)}")
+    if lock.sglang_commit:
+        head.append(f"# sglang-git-commit: {lock.sglang_commit}")
     head += [f"# index: {index}" for index in lock.indexes]
     head.append(f"# packages: {len(lock.packages)} ({hashed} hashed, {unhashed} unhashed)")
     head.append(f"# layers: {' '.join(lock.layers)}")
@@ -346,7 +362,16 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
                 resolver=one("resolver"), python=one("python"), platforms=tuple(one("platforms").split()),
                 layers=tuple(one("layers").split()), packages=tuple(out), indexes=tuple(header.get("index", [])),
                 unresolved=tuple(unresolved), notes=tuple(header.get("note", [])),
-                python_platforms=tuple(" ".join(header.get("resolved-for", [])).split()))
+                python_platforms=tuple(" ".join(header.get("resolved-for", [])).split()),
+                sglang_commit=_commit(header.get("sglang-git-commit"), file))
+
+
+def _commit(values: list[str] | None, file: str) -> str | None:
+    if not values:
+        return None
+    if not re.fullmatch(r"[0-9a-f]{40}", values[0]):
+        raise ConfigError(f"'sglang-git-commit: {values[0]}' is not a full commit sha", file=file)
+    return values[0]
 
 
 def _split_spec(spec: str) -> tuple[str, str | None, str]:

@@ -17,12 +17,20 @@ How each kind of layer appears in the lock:
   (`torch==2.9.1` for `torch==2.9.1+cu130`): what torch and the rest both need (triton, filelock, ...)
   is locked at versions that satisfy that release, and what only the stand-ins need (PyPI's torch
   brings CUDA 12.8 `nvidia-*` packages, not cu130's) is not locked at all. The lock says all of this.
+- A git-sourced SGLang is exported at its commit (as the build exports it) and uv reads the
+  requirements of that commit's pyproject, so its dependencies are locked exactly as a PyPI SGLang's.
+  SGLang itself is the wheel the image builds from that commit: its entry is `# unhashed: sglang==V`
+  (V from that pyproject), and `# sglang-git-commit: SHA` names the commit. The exported folder is
+  temporary and never appears in the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +40,7 @@ from packaging.version import Version
 
 from .diff import lock_snapshot, print_diff, snapshot_diff
 from .errors import ConfigError, SglstackError
+from .gitsource import GitSource, GitSourceError
 from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
 from .matrix import Stack, load_matrix
 from .records import utc_timestamp
@@ -77,18 +86,59 @@ class PlannedLayer:
         return tuple(canonicalize_name(Requirement(r).name) for r in self.requirements)
 
 
-def sglang_requirement(stack: Stack) -> str:
-    """SGLang as one requirement: the PyPI release, or the git commit's archive (as render fetches it)."""
+@dataclass(frozen=True)
+class GitTree:
+    """A git-sourced SGLang's package folder at its commit, exported the way the build exports it."""
+
+    path: Path  # a temporary folder: uv reads the pyproject there; it never reaches the lock
+    commit: str  # full sha
+    version: str  # `[project] version` of that pyproject
+
+    @property
+    def reason(self) -> str:
+        """Why the lock has no hash for SGLang itself: the image builds the wheel from this commit."""
+        return f"built in the image from git commit {self.commit}"
+
+
+@contextlib.contextmanager
+def git_tree(stack: Stack) -> Iterator[GitTree | None]:
+    """The stack's git source at its commit, exported for the resolver while the block runs (None for PyPI)."""
+    git = stack.sglang.git
+    if git is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="sglstack-lock-") as tmp:
+        dest = Path(tmp) / "sglang-src"
+        try:
+            GitSource(git.repo).export(git.ref, git.subdirectory, dest)
+        except GitSourceError as exc:
+            raise LockError(f"stack '{stack.name}': {exc}") from None
+        yield GitTree(dest, git.ref, _static_version(stack, dest / "pyproject.toml"))
+
+
+def _static_version(stack: Stack, pyproject: Path) -> str:
+    where = f"stack '{stack.name}': sglang.git {pyproject.parent.name}/pyproject.toml at {stack.sglang.git.ref[:12]}"  # type: ignore[union-attr]
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LockError(f"{where}: cannot read it ({exc})") from None
+    version = project.get("version")
+    if not isinstance(version, str) or not version:
+        raise LockError(f"{where}: no static [project] version (the lock pins the version the image installs)")
+    return version
+
+
+def sglang_requirement(stack: Stack, tree: GitTree | None = None) -> str:
+    """SGLang as one requirement: the PyPI release, or the exported tree of its git commit."""
     if stack.sglang.version:
         return f"sglang=={stack.sglang.version}"
-    git = stack.sglang.git
-    assert git is not None  # SGLangSource has exactly one of version and git
-    archive = f"{git.repo.removesuffix('.git').rstrip('/')}/archive/{git.ref}.tar.gz"
-    return f"sglang @ {archive}#subdirectory={git.subdirectory}"
+    if tree is None:
+        raise LockError(f"stack '{stack.name}': a git-sourced SGLang is resolved from its exported tree")
+    return f"sglang @ {tree.path.resolve().as_uri()}"
 
 
-def plan_layers(stack: Stack, platform: str) -> tuple[PlannedLayer, ...]:
-    """The image's pip layers, in install order, with the names render gives them."""
+def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tuple[PlannedLayer, ...]:
+    """The image's pip layers, in install order, with the names render gives them (`tree`: a git SGLang's)."""
     layers: list[PlannedLayer] = []
     if stack.torch:
         layers.append(PlannedLayer("torch", stack.torch.requirements(), stack.torch.index_url, True))
@@ -106,9 +156,9 @@ def plan_layers(stack: Stack, platform: str) -> tuple[PlannedLayer, ...]:
     after = {x.name for x in stack.extra_layers if x.after_sglang}
     layers += [x for x in extras if x.name not in after]
     if stack.sglang.install_deps:
-        layers.append(PlannedLayer(SGLANG_REQUIREMENTS, (sglang_requirement(stack),)))
+        layers.append(PlannedLayer(SGLANG_REQUIREMENTS, (sglang_requirement(stack, tree),)))
     layers += [x for x in extras if x.name in after]
-    layers.append(PlannedLayer(SGLANG, (sglang_requirement(stack),), no_deps=not stack.sglang.install_deps))
+    layers.append(PlannedLayer(SGLANG, (sglang_requirement(stack, tree),), no_deps=not stack.sglang.install_deps))
     return tuple(layers)
 
 
@@ -175,11 +225,12 @@ def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[s
 
 
 def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
-                      compile_fn: CompileFn = compile_many) -> _Part:
-    plan = plan_layers(stack, platform)
+                      compile_fn: CompileFn = compile_many, tree: GitTree | None = None) -> _Part:
+    plan = plan_layers(stack, platform, tree)
     target = python_platform(platform)
     deps_layers = [layer for layer in plan if not layer.no_deps]
-    no_deps_layers = [layer for layer in plan if layer.no_deps]
+    # A git SGLang's own wheel is built in the image, so there is nothing to hash for it alone.
+    no_deps_layers = [layer for layer in plan if layer.no_deps and not (tree and layer.name == SGLANG)]
     preferences = tuple(p.requirement for p in (previous.packages if previous else ()) if p.hashed and not p.url)
     unresolved: dict[str, UnresolvedLayer] = {}
     stand_ins: dict[str, tuple[str, ...]] = {}  # layer -> public pins standing in for its own
@@ -258,8 +309,8 @@ def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrad
             children.setdefault(parent, set()).add(p.name)
     kept_names = set(resolved) - stand_in_names
     roots = [n for layer in deps_layers if layer.name not in unresolved for n in layer.names]
-    kept = _closure(roots, children, kept_names)
-    dropped = len(kept_names - kept)
+    kept = _closure(roots, children, kept_names) - ({SGLANG} if tree else set())  # a git SGLang: added below
+    dropped = len(kept_names - kept - {SGLANG})
     for layer_name, pins in stand_ins.items():
         notes.append(f"layer {layer_name} was not resolved; {' '.join(pins)} from the default index stood in for "
                      f"its pins, so that what it shares with the rest of the stack is locked at versions that "
@@ -285,9 +336,12 @@ def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrad
         packages += _hashed(stack, layer, (p,), note=note)
     for layer in deps_layers:
         if layer.name in unresolved:
-            packages += _unhashed(stack, layer, unresolved[layer.name].reason)
+            packages += _unhashed(stack, layer, unresolved[layer.name].reason, tree)
     if SGLANG in unresolved and not any(p.layer == SGLANG for p in packages):
-        packages += _unhashed(stack, plan[-1], unresolved[SGLANG].reason)
+        packages += _unhashed(stack, plan[-1], unresolved[SGLANG].reason, tree)
+    if tree and not any(p.layer == SGLANG for p in packages):
+        # What the image installs: the wheel it builds from the commit, at that pyproject's version.
+        packages.append(LockedPackage(name=SGLANG, version=tree.version, layer=SGLANG, unhashed=tree.reason))
     order = {layer.name: i for i, layer in enumerate(plan)}
     packages = list({p.name: p for p in reversed(packages)}.values())  # one entry per name: the first
     packages.sort(key=lambda p: (order[p.layer], p.name))
@@ -317,11 +371,15 @@ def _hashed(stack: Stack, layer: PlannedLayer, resolved: Sequence[ResolvedPackag
     return out
 
 
-def _unhashed(stack: Stack, layer: PlannedLayer, reason: str) -> list[LockedPackage]:
+def _unhashed(stack: Stack, layer: PlannedLayer, reason: str, tree: GitTree | None = None) -> list[LockedPackage]:
     out = []
     for text in layer.requirements:
         req = Requirement(text)
         name = canonicalize_name(req.name)
+        if tree and name == SGLANG:  # never the exported tree's temporary path
+            out.append(LockedPackage(name=name, version=tree.version, layer=SGLANG,
+                                     unhashed=f"{tree.reason}; {reason}"))
+            continue
         out.append(LockedPackage(name=name, version=_pin_version(stack, name, text),
                                  layer=SGLANG if name == "sglang" else layer.name, url=req.url, unhashed=reason))
     return out
@@ -331,8 +389,10 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                   compile_fn: CompileFn = compile_many) -> Lock:
     """Resolve the stack for its Python and each of its platforms; one lock (platforms must agree)."""
     upgrade = tuple(canonicalize_name(u) for u in upgrade)
-    parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn))
-             for platform in stack.platforms]
+    with git_tree(stack) as tree:
+        parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn, tree))
+                 for platform in stack.platforms]
+        layers = tuple(x.name for x in plan_layers(stack, stack.platforms[0], tree))
     first_platform, part = parts[0]
     for platform, other in parts[1:]:
         a = {(p.name, p.version, p.url) for p in part.packages}
@@ -346,7 +406,8 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                                             for p in part.packages))
     return Lock(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at=utc_timestamp(),
                 resolver=f"uv {part.uv_version} (uv pip compile --generate-hashes)", python=stack.python,
-                platforms=stack.platforms, layers=tuple(x.name for x in plan_layers(stack, stack.platforms[0])),
+                platforms=stack.platforms, layers=layers,
+                sglang_commit=stack.sglang.git.ref if stack.sglang.git else None,
                 packages=part.packages, indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
                 python_platforms=tuple(python_platform(p) for p in stack.platforms))
 

@@ -64,3 +64,54 @@ def sglang_double_image(docker_cli: str, repo_root: Path) -> str:
     )
     assert proc.returncode == 0, f"building the SGLang double failed:\n{proc.stderr[-3000:]}"
     return SGLANG_DOUBLE_IMAGE
+
+
+# ---- references left on the shared engine (see engine_refs.py) ------------------------------------
+
+_SESSION_START_REFS: set[str] | None = None
+
+
+def _engine_references() -> set[str] | None:
+    from engine_refs import references
+
+    try:
+        return references(make_client())
+    except Exception:  # no engine here: the Docker-free tests still run, and there is nothing to check
+        return None
+
+
+def pytest_sessionstart(session) -> None:
+    global _SESSION_START_REFS
+    _SESSION_START_REFS = _engine_references()
+
+
+@pytest.fixture(autouse=True)
+def _no_registry_references_left():
+    """After each test, untag what it left under this session's registries (a pulled candidate, a tag)."""
+    yield
+    from engine_refs import CLAIMED_HOSTS, claimed, remove_references
+
+    if not CLAIMED_HOSTS:
+        return
+    refs = _engine_references()
+    if refs:
+        remove_references(make_client(), claimed(refs))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    from engine_refs import claimed, test_references
+
+    if _SESSION_START_REFS is None:
+        return
+    now = _engine_references() or set()
+    new = now - _SESSION_START_REFS
+    ours, others = claimed(new), [r for r in test_references(new) if r not in claimed(new)]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if others and reporter is not None:
+        reporter.write_line(f"warning: tests left {len(others)} image reference(s) on the engine (this session's, "
+                            f"or a concurrent one's): {', '.join(others)}", yellow=True)
+    if ours:
+        if reporter is not None:
+            reporter.write_line(f"error: tests left {len(ours)} reference(s) under this session's registries: "
+                                f"{', '.join(ours)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

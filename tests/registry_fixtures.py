@@ -19,14 +19,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from engine_refs import free_port
 
 from sglstack.localregistry import TokenAuth, registry_config, start_binary, stop_process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -61,7 +61,9 @@ def double_variants(sglang_double_image: str, docker_cli: str):
         "never": _build_child(docker_cli, sglang_double_image, f"{repo}:never", "ENV SGLANG_DOUBLE_NEVER_HEALTHY=1"),
     }
     yield refs
-    for ref in refs.values():
+    # Every tag of this repository, the ones tests add (`:moving`) included.
+    tags = {t for image in client.images.list(name=repo) for t in image.tags if t.startswith(f"{repo}:")}
+    for ref in sorted(tags | set(refs.values())):
         with contextlib.suppress(docker.errors.APIError):
             client.images.remove(ref)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from sglstack.locking import LockError, plan_layers, resolve_stack, sglang_requirement
-from sglstack.matrix import GitSource, SGLangSource, load_matrix
+from sglstack.locking import LockError, plan_layers, resolve_stack
+from sglstack.matrix import load_matrix
 from sglstack.render import install_layers
 from sglstack.resolver import (
     Resolution,
@@ -98,13 +98,6 @@ def test_layers_are_named_as_render_names_them(cu130):
     assert [n for n in planned if n not in ("sglang-requirements", "sglang")] == rendered
     assert planned.index("sglang-requirements") < planned.index("cu13-runtime-libs")  # after_sglang
     assert planned[-1] == "sglang"
-
-
-def test_git_sglang_is_fetched_from_the_archive_render_builds(cu130):
-    source = SGLangSource(git=GitSource(repo="https://github.com/sgl-project/sglang", ref="a" * 40))
-    git = cu130.model_copy(update={"sglang": source})
-    archive = f"https://github.com/sgl-project/sglang/archive/{'a' * 40}.tar.gz"
-    assert sglang_requirement(git) == f"sglang @ {archive}#subdirectory=python"
 
 
 def test_the_main_request_is_for_the_stacks_python_and_platform_with_its_overrides(locked, cu130):

@@ -184,6 +184,39 @@ def test_regression_against_the_last_passing_run(sglang_double_image, smoke_labe
     lines = (tmp_path / "build" / "_no-stack" / "smoke-history.jsonl").read_text().splitlines()
     assert [json.loads(line)["verdict"] for line in lines] == ["pass", "fail"]
     assert "History of this stack" in (tmp_path / "report.md").read_text()
+    assert second.data["since_last_pass"] is None  # the same image: nothing to diff
+
+
+@pytest.fixture
+def relabelled_double(sglang_double_image, docker_cli, docker_client):
+    """The double under another image id (one more label), tagged for this test and untagged after it."""
+    tag = f"sglstack-test-since-{secrets.token_hex(4)}:dev"
+    proc = subprocess.run([docker_cli, "build", "-q", "-t", tag, "-"], input=f"FROM {sglang_double_image}\n"
+                          f"LABEL io.sglstack.test-rebuild={tag}\n", capture_output=True, text=True, check=False,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    try:
+        yield tag
+    finally:
+        docker_client.images.remove(tag, noprune=False)
+
+
+def test_a_regression_on_another_image_names_the_diff(sglang_double_image, relabelled_double, smoke_label, tmp_path):
+    env = {"SGLANG_DOUBLE_TOKENS_PER_S": "89"}
+    first = run_smoke(None, sglang_double_image, fast_options(tmp_path, smoke_label, env=env, max_new_tokens=48))
+    assert first.passed, first.failures
+    slower = {"SGLANG_DOUBLE_TOKENS_PER_S": "60"}
+    second = run_smoke(None, relabelled_double, fast_options(tmp_path, smoke_label, env=slower, max_new_tokens=48))
+    assert any(f.startswith("max_regression: baseline") for f in second.failures)
+    since = json.loads((tmp_path / "report.json").read_text())["since_last_pass"]
+    old_id, new_id = first.data["image"]["id"], second.data["image"]["id"]
+    assert old_id != new_id and since["command"] == f"invoke diff {old_id} {new_id}"
+    # both images are on the engine: read there, labels and all (the double carries no /opt/sglstack facts)
+    summary = since["summary"]
+    assert summary is not None and not summary["identical"] and since["unreadable"] is None
+    assert "packages: not known for" in " ".join(summary["unknown"])
+    md = (tmp_path / "report.md").read_text().split("## Since the last passing run", 1)[1]
+    assert f"`invoke diff {old_id} {new_id}`" in md
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .chart import smoke_chart
+from .since import summary_lines
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
     ]
     if data["failures"]:
         lines += ["## Failures", "", *[f"- {f}" for f in data["failures"]], ""]
+    if data.get("since_last_pass"):
+        lines += ["## Since the last passing run", "", *summary_lines(data["since_last_pass"])]
     if history:
         lines += [
             "## History of this stack",

@@ -18,6 +18,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
+from ..diffsources import local_snapshot
 from ..dockerhost import docker_client, docker_host_address, is_local_docker_host, running_container
 from ..errors import SmokeError
 from ..matrix import Stack
@@ -36,6 +37,7 @@ from .plan import (
     redact_argv,
 )
 from .report import SmokeReport, write_report
+from .since import since_last_pass
 from .workload import prompt_set, run_phase, warm_up
 
 NAME_PREFIX = "sglstack-smoke"
@@ -113,6 +115,9 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         "gates": options.gates.model_dump(),
         # The last passing run the max_regression gate compared with (None: the gate did not apply).
         "regression_reference": _reference_summary(reference),
+        # When that run smoked another image: `invoke diff OLD NEW`, and what changed if both are readable here.
+        "since_last_pass": since_last_pass(reference, image_info,
+                                           lambda spec: local_snapshot(spec, docker_host=options.docker_host)),
         "options": options.describe(),
         "commands": {k: redact_argv(container_plan(options, image, k, host_env={}).command) for k in options.kinds},
         "history_file": None if history_file is None else str(history_file),
@@ -123,6 +128,8 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         hist.append_record(history_file, line)
         comparable = [*hist.comparable(records, fingerprint), line]
     report = SmokeReport(data=data, history=tuple(comparable))
+    if data["since_last_pass"] and any(f.startswith("max_regression") for f in verdict.failures):
+        log(f"smoke: what changed since the last passing image: {data['since_last_pass']['command']}")
     paths = write_report(report, report_path)
     log(f"smoke: report {paths['json']} ({paths['markdown'].name}, {paths['chart'].name})")
     return report
