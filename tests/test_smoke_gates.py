@@ -102,6 +102,21 @@ def test_history_is_append_only_and_compares_like_with_like(tmp_path):
     assert last_passing(records, {"model": "other"}) is None
 
 
+def test_the_regression_gate_compares_with_the_newest_passing_run_not_the_first(tmp_path):
+    """Two passing runs with the same settings: the reference is the later one (a slow drift of many
+    small regressions must not hide behind an old, fast first run), and a newer failing run is skipped."""
+    path = tmp_path / "smoke-history.jsonl"
+    fp = {"model": "m", "tp": 8}
+    for verdict, tok_s in (("pass", 80), ("pass", 89), ("fail", 70)):
+        append_record(path, {"verdict": verdict, "fingerprint": fp, "baseline": {"tokens_per_s": tok_s}})
+    append_record(path, {"verdict": "pass", "fingerprint": {"model": "m", "tp": 4}, "baseline": {"tokens_per_s": 50}})
+    records = read_history(path)
+    assert last_passing(records, fp)["baseline"]["tokens_per_s"] == 89
+    # a fingerprint passed as any mapping (not only a dict) still selects the same runs
+    assert last_passing(records, {"tp": 8, "model": "m"})["baseline"]["tokens_per_s"] == 89
+    assert last_passing([], fp) is None
+
+
 CHART_GATES = {"min_speedup": 1.2, "min_accept_length": 1.5, "min_agreement": 0.8, "max_regression": 0.05}
 
 
