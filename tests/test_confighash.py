@@ -83,3 +83,22 @@ def test_read_context_names_files_relative_to_the_context(tmp_path):
     (tmp_path / "patches" / "p" / "methods.py").write_bytes(b"x = 1\n")
     assert confighash.read_context(tmp_path, [tmp_path / "patches" / "p" / "methods.py"]) == {
         "patches/p/methods.py": b"x = 1\n"}
+
+
+def test_the_hash_of_a_config_does_not_change_between_sglstack_versions():
+    """Pinned values: a change of the hash's framing would make every built and published image look
+    new (the local "already built" check and the registry's config-hash tags would both miss)."""
+    assert confighash.config_hash(
+        "FROM debian:bookworm-slim\n",
+        {"patches/p/methods.py": b"def f(self):\n    return 1\n", "stack.json": b"{}\n"},
+        build_args={"A": "1"}, target="runtime", platform="linux/amd64",
+    ) == "71d67918f6d36b4acf0c4c2b9e90c4213c5983064176dc91023e962594ddd7cd"
+    assert confighash.config_hash("", {}) == "a836fabf6f90c580a0d1296ec1fd5be0d6c58ac22995a03c834cbcbcee12bd6f"
+
+
+def test_bytes_cannot_move_from_one_file_into_another_with_the_same_hash():
+    """Each part carries its length: a file whose bytes end with what would frame the next file is not
+    the same config as the two files."""
+    two = {"a": b"x", "b": b"y"}
+    for frame in (b"file:b\0" + b"1\0", b"file:b\0None\0", b"file:b\0\0"):
+        assert confighash.config_hash("F", {"a": b"x" + frame + b"y"}) != confighash.config_hash("F", two)
