@@ -8,6 +8,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -146,6 +147,32 @@ def test_unchanged_config_is_not_rebuilt(built, monkeypatch, docker_cli):
     monkeypatch.setattr(build_mod, "detect_builder", no_buildkit)
     again = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, show_progress=False))
     assert again.skipped and again.image_id == result.image_id and again.tag == result.tag
+
+
+class BuildKitCalled(Exception):
+    """Raised by a stand-in for `detect_builder`: the build went past the "already built" check."""
+
+
+def test_a_patch_edit_is_built_again_not_skipped(built, tmp_path, monkeypatch, docker_cli):
+    """The verified image of the unedited config is in dockerd; an edit of the patch's methods.py must
+    not find it ("already built, skipping" would ship the old patch). The build is stopped where
+    BuildKit would start: what this checks is the decision, against the real image store."""
+    stack, result, out = built
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+    def buildkit_called(*_a, **_k):
+        raise BuildKitCalled
+
+    monkeypatch.setattr(build_mod, "detect_builder", buildkit_called)
+    unedited = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
+                                               show_progress=False))
+    assert unedited.skipped and unedited.image_id == result.image_id
+    methods = patches / "kimi-k25-eagle3" / "methods.py"
+    methods.write_text(methods.read_text() + "\n# edited after the image was built\n")
+    with pytest.raises(BuildKitCalled):
+        build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
+                                        show_progress=False))
 
 
 def test_patch_that_cannot_apply_fails_the_build_and_tags_nothing(tmp_path, docker_cli, docker_client, ca_bundle):

@@ -6,13 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import docker.errors
 import pytest
 from cli import run_invoke
 from deploy_fixtures import make_test_stack, write_test_matrix
 
 from sglstack import compose as cmp
+from sglstack.deploy import health as health_mod
 from sglstack.deploy.compose_cli import detect_compose
-from sglstack.deploy.health import health_verdict
+from sglstack.deploy.health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, health_verdict, wait_healthy
 from sglstack.deploy.images import passing_smoke_report, published_image_ref, resolve_image_ref
 from sglstack.deploy.options import DeployOptions, LogsOptions
 from sglstack.deploy.status import format_duration
@@ -98,6 +100,104 @@ def test_a_corrupt_record_is_a_one_line_error_naming_the_file_and_line(tmp_path:
 )
 def test_health_verdict(attrs: dict, verdict: str) -> None:
     assert health_verdict(attrs)[0] == verdict
+
+
+def test_health_verdict_details_and_the_less_common_states() -> None:
+    assert health_verdict({"State": {"Status": "dead", "ExitCode": 137}}) == (
+        "crashed", "exited with code 137 (restarts: 0)")
+    assert health_verdict({"State": {"Status": "running", "Restarting": True}})[0] == "crashed"
+    assert health_verdict({"State": {"Status": "running"}}) == ("starting", "running (no healthcheck)")
+    assert health_verdict({"State": {"Status": "created"}}) == ("starting", "created")
+    # healthy by its check but not running (paused, say) is not healthy yet
+    assert health_verdict({"State": {"Status": "paused", "Health": {"Status": "healthy"}}}) == ("starting", "healthy")
+    assert health_verdict({"State": {"Status": "running", "Health": {"Status": "unhealthy"}}})[1] == (
+        "its healthcheck on /health failed")
+    assert health_verdict({})[0] == "starting"
+
+
+class _Containers:
+    def __init__(self, client: _EngineDouble) -> None:
+        self.client = client
+
+    def list(self, *, all: bool, filters: dict) -> list:  # the docker SDK's keyword arguments
+        assert all is True
+        self.client.filters.append(filters)
+        return [type("Container", (), {"id": cid})() for cid in self.client.ids]
+
+
+class _Api:
+    def __init__(self, client: _EngineDouble) -> None:
+        self.client = client
+
+    def inspect_container(self, cid: str) -> dict:
+        states = self.client.states[cid]
+        state = states.pop(0) if len(states) > 1 else states[0]
+        if state is None:
+            raise docker.errors.NotFound(f"No such container: {cid}")
+        return state
+
+
+class _EngineDouble:
+    """The two calls `wait_healthy` makes of docker.DockerClient, answering from scripted inspect data."""
+
+    def __init__(self, states: dict[str, list]) -> None:
+        self.ids, self.states, self.filters = list(states), states, []
+        self.containers, self.api = _Containers(self), _Api(self)
+
+
+def _state(status: str, health: str | None = None, restarts: int = 0) -> dict:
+    state: dict = {"Status": status, "ExitCode": 0 if status == "running" else 3}
+    if health:
+        state["Health"] = {"Status": health}
+    return {"State": state, "RestartCount": restarts}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that moves only when wait_healthy sleeps: the verdicts do not depend on this machine's speed."""
+    now = {"t": 1000.0, "sleeps": 0}
+
+    def sleep(seconds: float) -> None:
+        now["t"] += seconds
+        now["sleeps"] += 1
+
+    monkeypatch.setattr(health_mod.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(health_mod.time, "sleep", sleep)
+    return now
+
+
+def test_wait_healthy_waits_for_every_container_and_says_each_new_state_once(clock) -> None:
+    engine = _EngineDouble({
+        "a": [_state("running", "starting")] * 3 + [_state("running", "healthy")],
+        "b": [_state("running", "starting")] * 2 + [_state("running", "healthy")],
+    })
+    said: list[str] = []
+    assert wait_healthy(engine, "proj", "sglang", 60, said.append) == ("healthy", "healthy")  # type: ignore[arg-type]
+    assert said == ["waiting for /health: starting, starting", "waiting for /health: starting, healthy"]
+    assert clock["sleeps"] == 3
+    assert engine.filters[0] == {"label": [f"{COMPOSE_PROJECT_LABEL}=proj", f"{COMPOSE_SERVICE_LABEL}=sglang"]}
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ({}, ("crashed", "no container is running for the service")),
+        ({"c0ffee0123456789": [None]}, ("crashed", "container c0ffee012345 disappeared")),
+        ({"a": [_state("running", "starting"), _state("exited")]}, ("crashed", "exited with code 3 (restarts: 0)")),
+        ({"a": [_state("running", "healthy")], "b": [_state("running", "unhealthy")]},
+         ("unhealthy", "its healthcheck on /health failed")),
+    ],
+)
+def test_wait_healthy_stops_at_the_first_crash_or_failed_check(clock, states, expected) -> None:
+    assert wait_healthy(_EngineDouble(states), "p", "s", 60, lambda _m: None) == expected  # type: ignore[arg-type]
+
+
+def test_wait_healthy_gives_up_after_the_limit_with_the_last_state(clock) -> None:
+    engine = _EngineDouble({"a": [_state("running", "starting")]})
+    verdict, detail = wait_healthy(engine, "p", "s", 5, lambda _m: None)  # type: ignore[arg-type]
+    assert (verdict, detail) == ("unhealthy", "not healthy after 5 s (starting)")
+    # polled once a second until past the limit: 1000 -> 1006 (six sleeps), not one poll more
+    assert clock["sleeps"] == 6
 
 
 def test_image_reference_resolution(tmp_path: Path) -> None:

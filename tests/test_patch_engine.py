@@ -299,6 +299,25 @@ def test_missing_import_is_caught_before_writing(tmp_path):
     assert "uses Tuple" in _one_line(err.value)
 
 
+def test_verify_of_an_unpatched_tree_names_the_missing_class_member(tmp_path):
+    """`verify` on a tree nobody patched: the first declared method is not in the class, so it fails
+    (a verify that skipped the class-member check would pass this tree)."""
+    root = make_tree(tmp_path, pristine("0.5.9"))
+    with pytest.raises(PatchVerifyError) as info:
+        verify_patches(root, PATCHES_DIR, [KIMI])
+    assert _one_line(info.value).endswith(f"method '{KIMI_METHODS[0]}' is not a member of the class")
+    # one method missing of three is still a failure, and it is the missing one that is named
+    _apply(root)
+    path = root / KIMI_FILE
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == KIMI_CLASS)
+    last = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == KIMI_METHODS[-1])
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: last.lineno - 1] + lines[last.end_lineno :]))
+    with pytest.raises(PatchVerifyError, match=f"method '{KIMI_METHODS[-1]}' is not a member of the class"):
+        verify_patches(root, PATCHES_DIR, [KIMI])
+
+
 def test_verify_requires_entryclass_registration(tmp_path):
     root = make_tree(tmp_path, pristine("0.5.9"))
     _apply(root)

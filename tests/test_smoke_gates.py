@@ -9,9 +9,10 @@ import pytest
 from sglstack.matrix import Gates
 from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
-from sglstack.smoke.gates import evaluate
-from sglstack.smoke.history import append_record, history_path, last_passing, read_history
+from sglstack.smoke.gates import evaluate, regressions, speedup_of
+from sglstack.smoke.history import append_record, history_path, history_record, last_passing, read_history
 from sglstack.smoke.measure import (
+    PhaseStats,
     ServerRun,
     accept_length_from_meta,
     accept_length_from_server_info,
@@ -100,6 +101,21 @@ def test_history_is_append_only_and_compares_like_with_like(tmp_path):
     assert len(records) == 3
     assert last_passing(records, fp)["baseline"]["tokens_per_s"] == 89
     assert last_passing(records, {"model": "other"}) is None
+
+
+def test_the_regression_gate_compares_with_the_newest_passing_run_not_the_first(tmp_path):
+    """Two passing runs with the same settings: the reference is the later one (a slow drift of many
+    small regressions must not hide behind an old, fast first run), and a newer failing run is skipped."""
+    path = tmp_path / "smoke-history.jsonl"
+    fp = {"model": "m", "tp": 8}
+    for verdict, tok_s in (("pass", 80), ("pass", 89), ("fail", 70)):
+        append_record(path, {"verdict": verdict, "fingerprint": fp, "baseline": {"tokens_per_s": tok_s}})
+    append_record(path, {"verdict": "pass", "fingerprint": {"model": "m", "tp": 4}, "baseline": {"tokens_per_s": 50}})
+    records = read_history(path)
+    assert last_passing(records, fp)["baseline"]["tokens_per_s"] == 89
+    # a fingerprint passed as any mapping (not only a dict) still selects the same runs
+    assert last_passing(records, {"tp": 8, "model": "m"})["baseline"]["tokens_per_s"] == 89
+    assert last_passing([], fp) is None
 
 
 CHART_GATES = {"min_speedup": 1.2, "min_accept_length": 1.5, "min_agreement": 0.8, "max_regression": 0.05}
@@ -213,3 +229,119 @@ def test_chart_of_a_long_history_keeps_the_tick_labels_readable():
     labels = [t.get_text() for t in axis.get_xticklabels()]
     assert 1 < len(labels) <= 12 and labels[-1].startswith("29bbbbb")  # the newest run is always labelled
     assert len(axis.lines[0].get_ydata()) == 30
+
+
+# ---- exact gate edges and messages (what the mutation run showed unchecked) ------------------------
+
+
+def stats(tok_s: float, *, requests: int = 4, completed: int = 4, errors: tuple[str, ...] = ()) -> PhaseStats:
+    return PhaseStats(concurrency=1, requests=requests, completed=completed, tokens_per_s=tok_s,
+                      aggregate_tokens_per_s=tok_s * 2, ttft_s=0.05, wall_s=1.0, errors=errors)
+
+
+def server(kind: str, tok_s: float, *, accept: float | None = 3.0, **kw) -> ServerRun:
+    return ServerRun(kind=kind, started=True, single=stats(tok_s, **kw), accept_length_meta=accept)
+
+
+def test_a_gate_met_exactly_passes():
+    edge = Gates(min_speedup=1.25, min_accept_length=2.5, min_agreement=0.75, max_regression=0.25)
+    last = {"time": "t0", "baseline": {"tokens_per_s": 80.0}, "eagle3": {"tokens_per_s": 100.0}}
+    v = evaluate(edge, server("baseline", 60.0), server("eagle3", 75.0, accept=2.5), 0.75, last)
+    assert v.failures == () and v.speedup == 1.25 and v.accept_length == 2.5 and v.agreement == 0.75
+
+
+def test_each_failed_gate_reads_exactly():
+    last = {"baseline": {"tokens_per_s": 100.0}, "eagle3": {"tokens_per_s": 100.0}}  # no time recorded
+    v = evaluate(GATES, server("baseline", 80.0, requests=4, completed=3),
+                 server("eagle3", 40.0, accept=None), None, last)
+    assert v.failures == (
+        "baseline: 1/4 requests failed",
+        "min_speedup: EAGLE-3 40.0 tok/s vs baseline 80.0 tok/s is 0.50x, below 1.00x",
+        "min_accept_length: the EAGLE-3 server reported no accept length "
+        "(no meta_info spec_verify_ct, no avg_spec_accept_length)",
+        "min_agreement: no greedy outputs to compare",
+        "max_regression: baseline 80.0 tok/s is 20.0% below the last passing run's 100.0 tok/s (?), more than 5%",
+        "max_regression: EAGLE-3 40.0 tok/s is 60.0% below the last passing run's 100.0 tok/s (?), more than 5%",
+    )
+    assert v.accept_length is None and v.agreement is None and v.speedup == 0.5
+    low = evaluate(GATES, server("baseline", 80.0), server("eagle3", 90.0, accept=1.5), 0.5)
+    assert low.failures == ("min_accept_length: accept length 1.50 is below 2.00",
+                            "min_agreement: 50% of greedy outputs match the baseline, below 90%")
+    assert low.accept_length == 1.5 and low.agreement == 0.5
+
+
+def test_no_speedup_without_two_measured_runs_and_no_gates_when_one_did_not_run():
+    assert speedup_of(server("baseline", 80.0), ServerRun(kind="eagle3", started=False)) is None
+    assert speedup_of(ServerRun(kind="baseline", started=False), server("eagle3", 80.0)) is None
+    assert speedup_of(server("baseline", 0.0), server("eagle3", 80.0)) is None
+    assert speedup_of(server("baseline", 0.5), server("eagle3", 1.0)) == 2.0
+    zero = evaluate(GATES, server("baseline", 0.0), server("eagle3", 80.0), 1.0)
+    assert zero.failures == ("min_speedup: EAGLE-3 80.0 tok/s vs baseline 0.0 tok/s is 0.00x, below 1.00x",)
+    # EAGLE-3 never started: its failure is the only one, the comparing gates do not apply
+    v = evaluate(GATES, server("baseline", 80.0), ServerRun(kind="eagle3", started=False, failure="timed out"), 1.0)
+    assert v.failures == ("eagle3: timed out",)
+
+
+def test_the_regression_gate_skips_a_run_without_a_reference_and_checks_the_other():
+    only_eagle3 = {"time": "t0", "eagle3": {"tokens_per_s": 100.0}}
+    assert regressions(0.05, server("baseline", 10.0), server("eagle3", 50.0), only_eagle3) == [
+        "max_regression: EAGLE-3 50.0 tok/s is 50.0% below the last passing run's 100.0 tok/s (t0), more than 5%"]
+    both = {"time": "t0", "baseline": {"tokens_per_s": 100.0}, "eagle3": {"tokens_per_s": 1.0}}
+    # a run that measured nothing is not compared (its own gates failed it); a slow one is
+    assert regressions(0.05, server("baseline", 0.0), server("eagle3", 0.5), both) == [
+        "max_regression: EAGLE-3 0.5 tok/s is 50.0% below the last passing run's 1.0 tok/s (t0), more than 5%"]
+    assert regressions(0.05, server("baseline", 10.0), server("eagle3", 10.0), None) == []
+
+
+def test_phase_stats_count_what_finished_and_leave_out_what_cannot_be_divided():
+    gens = [Generation("a", text="x", completion_tokens=100, ttft_s=0.1, latency_s=1.0),
+            Generation("b", text="x", completion_tokens=300, ttft_s=0.3, latency_s=2.0),
+            Generation("c", text="x", completion_tokens=50, ttft_s=None, latency_s=0.0),
+            Generation("d", error="HTTP 500: boom"), Generation("e", error="HTTP 500: boom")]
+    p = phase_stats(gens, 4, 2.0)
+    assert p == PhaseStats(concurrency=4, requests=5, completed=3, tokens_per_s=125.0, aggregate_tokens_per_s=225.0,
+                           ttft_s=0.2, wall_s=2.0, errors=("HTTP 500: boom",))
+    assert phase_stats([], 1, 0.0) == PhaseStats(concurrency=1, requests=0, completed=0, tokens_per_s=0.0,
+                                                 aggregate_tokens_per_s=0.0, ttft_s=None, wall_s=0.0)
+    assert p.to_dict() == {"concurrency": 4, "requests": 5, "completed": 3, "tokens_per_s": 125.0,
+                           "aggregate_tokens_per_s": 225.0, "ttft_s": 0.2, "wall_s": 2.0,
+                           "errors": ["HTTP 500: boom"]}
+
+
+def test_accept_length_and_agreement_edges():
+    gens = [Generation("a", text="x", completion_tokens=30, spec_verify_ct=10),
+            Generation("b", text="x", completion_tokens=10, spec_verify_ct=None),
+            Generation("c", error="HTTP 500", completion_tokens=90, spec_verify_ct=10)]
+    assert accept_length_from_meta(gens) == 3.0
+    assert accept_length_from_meta(gens[1:]) is None and accept_length_from_meta([]) is None
+    assert accept_length_from_server_info({"internal_states": [["not", "a", "mapping"]]}) is None
+    assert accept_length_from_server_info({"internal_states": [{"avg_spec_accept_length": 2}]}) == 2.0
+    assert agreement({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "2", "c": "x", "d": "4"}) == 2 / 3
+    assert agreement({"a": "1"}, {"b": "1"}) is None
+
+
+def test_a_server_run_and_a_history_line_keep_every_headline_figure():
+    single, concurrent = stats(80.0), stats(60.0, requests=8, completed=8)
+    r = ServerRun(kind="eagle3", started=True, startup_s=12.5, single=single, concurrent=concurrent,
+                  accept_length_meta=3.0, accept_length_server=2.9,
+                  runs=({"tokens_per_s": 80.0, "flushed": True},))
+    assert r.to_dict() == {
+        "started": True, "failure": None, "startup_s": 12.5, "tokens_per_s": 80.0, "aggregate_tokens_per_s": 120.0,
+        "ttft_s": 0.05, "completed": 12, "requests": 12, "concurrency_1": single.to_dict(),
+        "concurrency_n": concurrent.to_dict(), "accept_length_meta": 3.0, "accept_length_server": 2.9,
+        "runs": [{"tokens_per_s": 80.0, "flushed": True}]}
+    down = ServerRun(kind="baseline", started=False, failure="exited").to_dict()
+    assert (down["tokens_per_s"], down["aggregate_tokens_per_s"], down["ttft_s"], down["concurrency_1"],
+            down["concurrency_n"], down["completed"], down["requests"], down["runs"]) == (
+        0.0, None, None, None, None, 0, 0, [])
+    report = {"time": "t1", "verdict": "pass", "image": "img@sha256:x", "speedup": 1.5, "accept_length": 3.0,
+              "agreement": 1.0, "failures": [], "per_request": ["not kept"],
+              "baseline": {"tokens_per_s": 50.0, "aggregate_tokens_per_s": 90.0, "ttft_s": 0.1, "completed": 4,
+                           "startup_s": 9.0},
+              "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4}}
+    fp = {"model": "m", "tp": 1}
+    assert history_record(report, fp) == {
+        "time": "t1", "verdict": "pass", "image": "img@sha256:x",
+        "baseline": {"tokens_per_s": 50.0, "aggregate_tokens_per_s": 90.0, "ttft_s": 0.1, "completed": 4},
+        "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4},
+        "speedup": 1.5, "accept_length": 3.0, "agreement": 1.0, "failures": [], "fingerprint": fp}

@@ -23,7 +23,7 @@ def history_path(build_dir: str | Path, stack: str | None) -> Path:
 
 def _row(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise TypeError("not a JSON object")
+        raise TypeError  # read_jsonl turns it into the one-line error naming the file and line
     return value
 
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Mutation score of the pure core, module by module, with mutmut (a benchmark, not a CI job).
+#
+#   benchmarks/mutation.sh                 # every module below
+#   benchmarks/mutation.sh confighash tags # only these
+#   MUTATION_JOBS=4 benchmarks/mutation.sh # more parallel mutants (default 2)
+#
+# Each module runs in its own scratch copy of the checkout (build/mutation/<module>/, git-ignored):
+# mutmut 3 reads its settings from the pyproject.toml of the folder it runs in and writes mutants/
+# there, so the per-module settings (which files to mutate, which tests to run) go into the copy's
+# pyproject.toml; the checkout's own [tool.mutmut] holds what all modules share. Only the fast pure
+# tests run (no Docker, nothing slow; the patch engine's tests read SGLang wheels from the local
+# wheel cache, filled once from PyPI). Prints killed / total and the time per module, and leaves
+# `mutmut results` / `mutmut show NAME` usable in each copy to read the survivors.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${MUTATION_WORKDIR:-$ROOT/build/mutation}
+JOBS=${MUTATION_JOBS:-2}
+PY=${PYTHON:-python3}
+
+# name | files to mutate (globs) | test files. Tests that start a child Python (an `invoke` task, the
+# patch engine as the in-image tool runs it under `python -S`) are deselected: the child cannot import
+# mutmut's trampolines, and what they check of the pure core the in-process tests check too.
+MODULES=(
+  "patchkit|sglstack/patchkit/engine.py sglstack/patchkit/spec.py sglstack/patchkit/source.py sglstack/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py"
+  "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py|tests/test_smoke_gates.py"
+  "confighash|sglstack/confighash.py|tests/test_confighash.py"
+  "tags|sglstack/tags.py|tests/test_publish_tags.py"
+  "matrix|sglstack/matrix.py|tests/test_matrix.py"
+  "conflicts|sglstack/conflicts.py|tests/test_conflicts.py"
+  "coverage|sglstack/coverage.py|tests/test_coverage_rules.py"
+  "lock|sglstack/lockfile.py sglstack/diff.py|tests/test_lock_file.py tests/test_diff.py"
+  "bisect-stats|sglstack/bisect/stats.py|tests/test_bisect_stats.py"
+)
+
+if ! "$PY" -c "import mutmut" 2>/dev/null; then
+  echo "installing mutmut (the 'mutation' extra)" >&2
+  "$PY" -m pip install -q "mutmut>=3.8,<4"
+fi
+
+selected=("$@")
+wanted() {
+  [ ${#selected[@]} -eq 0 ] && return 0
+  local s
+  for s in "${selected[@]}"; do [ "$s" = "$1" ] && return 0; done
+  return 1
+}
+
+printf '%-14s %8s %8s %8s %8s %8s\n' module killed survived no_tests total seconds
+for spec in "${MODULES[@]}"; do
+  IFS='|' read -r name files tests <<<"${spec//$'\n'/ }"
+  wanted "$name" || continue
+  dest="$WORK/$name"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  # The checkout as git sees it (tracked and new, not ignored files), links kept as links.
+  (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$dest"
+  deselect=()
+  for f in $tests; do
+    while read -r t; do deselect+=("--deselect=$f::$t"); done < <(awk '
+      /^(async )?def / { name = ($1 == "def" ? $2 : $3); if (name !~ /^test_/) name = ""; sub(/\(.*/, "", name) }
+      /run_invoke\(|subprocess\.|sys\.executable|_patchkit_as_user\(/ { if (name) print name }' "$ROOT/$f" | sort -u)
+  done
+  "$PY" - "$dest/pyproject.toml" "$files" "$tests ${deselect[*]}" <<'EOF'
+import json, sys, tomllib
+path, files, tests = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+text = open(path, encoding="utf-8").read()
+shared = tomllib.loads(text)["tool"]["mutmut"]
+head, _, rest = text.partition("[tool.mutmut]")
+# drop the shared section (up to the next table) and write it back with this module's keys
+tail = rest[rest.find("\n[") + 1:] if "\n[" in rest else ""
+settings = dict(shared, only_mutate=files, pytest_add_cli_args_test_selection=tests,
+                use_git_change_detection=False)
+section = "[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+open(path, "w", encoding="utf-8").write(head + section + "\n" + tail)
+EOF
+  start=$(date +%s)
+  (cd "$dest" && "$PY" -m mutmut run --max-children "$JOBS" >"$dest/mutmut-run.log" 2>&1) || {
+    echo "$name: mutmut run failed, see $dest/mutmut-run.log" >&2; tail -20 "$dest/mutmut-run.log" >&2; continue; }
+  seconds=$(( $(date +%s) - start ))
+  (cd "$dest" && "$PY" -m mutmut export-cicd-stats >/dev/null)
+  "$PY" - "$dest/mutants/mutmut-cicd-stats.json" "$name" "$seconds" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]:<14} {s['killed'] + s['timeout']:>8} {s['survived']:>8} {s['no_tests']:>8} {s['total']:>8} "
+      f"{sys.argv[3]:>8}")
+EOF
+done
