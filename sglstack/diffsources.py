@@ -13,80 +13,20 @@ import gzip
 import io
 import json
 import tarfile
-from pathlib import Path
 from typing import Any
 
-from .diff import Snapshot, diff_to_json, image_snapshot, lock_snapshot, print_diff, record_snapshot, snapshot_diff
-from .errors import ConfigError, DockerUnavailable, RegistryError
-from .lockfile import parse_lock
+from .diff import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
+from .errors import ConfigError, RegistryError
+from .localsnapshots import IMAGE_FACTS, local_snapshot
 from .records import build_root
 from .registry import RegistryClient
 from .tags import DOCKER_HUB, parse_image_reference
 from .ui import console as make_console
 
-# The facts the build leaves in the image (see images/Dockerfile.j2), by the name diff.py reads them under.
-IMAGE_FACTS = {"installed.json": "/opt/sglstack/installed.json", "patches.json": "/opt/sglstack/patches.json",
-               "stack.json": "/opt/sglstack/stack.json"}
 # Registry layers are read top-down looking for those facts; the serving image's last layers are small,
 # and a layer this large is torch or CUDA, which holds none of them.
 MAX_LAYER_BYTES = 64 * 1024 * 1024
 MAX_LAYERS_READ = 12
-LOCK_MAGIC = "# sglstack lock"
-
-
-def snapshot_from_file(path: Path, ref: str) -> Snapshot:
-    if path.is_dir():
-        path = path / "record.json"
-        if not path.is_file():
-            raise ConfigError("a folder given to diff must hold a build record (record.json)", file=str(path.parent))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read it: {exc}", file=str(path)) from None
-    if text.startswith(LOCK_MAGIC):
-        return lock_snapshot(parse_lock(text, file=str(path)), ref)
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"neither a build record (JSON: {exc}) nor a lock ('{LOCK_MAGIC} ...')",
-                          file=str(path)) from None
-    if not isinstance(record, dict) or "config_hash" not in record:
-        raise ConfigError("not a build record (no 'config_hash')", file=str(path))
-    return record_snapshot(record, ref)
-
-
-def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
-    # The Docker SDK is slow to import, and a diff of two files never needs it.
-    import docker.errors
-
-    from .dockerhost import docker_client, read_image_files
-
-    try:
-        client = docker_client(docker_host)
-    except DockerUnavailable:
-        return None
-    try:
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError:
-        return None
-    files = read_image_files(client, image.id, list(IMAGE_FACTS.values()))
-    by_name = {name: files[path] for name, path in IMAGE_FACTS.items() if path in files}
-    return image_snapshot(ref, image.labels or {}, by_name)
-
-
-def _record_naming(image_id: str) -> Snapshot | None:
-    """A build record under the build root whose image is `image_id` (a bare `sha256:...`)."""
-    root = build_root()
-    for path in sorted(root.glob("*/record*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("image_id") == image_id:
-            return record_snapshot(record, image_id)
-    return None
 
 
 def _facts_in_layer(blob: bytes) -> dict[str, bytes]:
@@ -129,18 +69,6 @@ def _registry_snapshot(ref: str) -> Snapshot:
         if len(files) == len(IMAGE_FACTS):
             break
     return image_snapshot(ref, labels, files)
-
-
-def local_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot | None:
-    """What this host alone can tell about `spec` (a file, an engine image, a build record naming an id):
-    never a registry. None when nothing here names it."""
-    path = Path(spec)
-    if path.exists():
-        return snapshot_from_file(path, spec)
-    found = _engine_snapshot(spec, docker_host)
-    if found is not None:
-        return found
-    return _record_naming(spec) if spec.startswith("sha256:") else None
 
 
 def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:

@@ -18,9 +18,9 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
-from ..diffsources import local_snapshot
 from ..dockerhost import docker_client, docker_host_address, is_local_docker_host, running_container
 from ..errors import SmokeError
+from ..localsnapshots import local_snapshot
 from ..matrix import Stack
 from ..preflight.command import require_ready
 from ..records import require_writable, utc_timestamp
