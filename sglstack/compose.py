@@ -10,8 +10,7 @@ engine: the caller passes the image reference (and the smoke report it passed, w
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -19,6 +18,7 @@ import jinja2
 from .matrix import Stack
 from .resources import COMPOSE_DIR
 from .serving import (
+    RecordedOptions,
     ServingError,
     ServingOverrides,
     ServingSpec,
@@ -47,7 +47,7 @@ UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
-class ComposeOptions:
+class ComposeOptions(RecordedOptions):
     """How `deploy` serves a stack: recorded with every deployment, so that a rollback or a restore
     serves the same. None means "the stack's serving value"."""
 
@@ -65,14 +65,6 @@ class ComposeOptions:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None  # HOST:PORT of node 0, required when nnodes > 1
-
-    def to_record(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, object]) -> ComposeOptions:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})  # type: ignore[arg-type]
 
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(

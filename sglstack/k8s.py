@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from .matrix import Stack
 from .serving import (
     SECRET_ENV,
     NodeArgs,
+    RecordedOptions,
     ServingError,
     ServingOverrides,
     ServingSpec,
@@ -48,7 +49,7 @@ ANNOTATION_PREFIX = "io.sglstack/"
 
 
 @dataclass(frozen=True)
-class K8sOptions:
+class K8sOptions(RecordedOptions):
     """How a stack is served on Kubernetes: recorded with every k8s deployment, so that a rollback
     applies the same objects with the previous digest. None means "the stack's serving value"."""
 
@@ -63,14 +64,6 @@ class K8sOptions:
     hf_token_secret: str = HF_TOKEN_SECRET  # a Secret holding key HF_TOKEN (optional: public models need none)
     dist_init_port: int = DIST_INIT_PORT
     start_period_s: int | None = None  # startup probe budget; default: the stack's serving.startup_timeout_s
-
-    def to_record(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, object]) -> K8sOptions:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})  # type: ignore[arg-type]
 
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Self
 
 from pydantic import ValidationError
 
@@ -28,6 +29,19 @@ HF_CACHE_TARGET = "/root/.cache/huggingface"
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 UNLIMITED = -1
 STACK_BYTES = 67108864
+
+
+class RecordedOptions:
+    """A deployment's options as its record holds them, read back by field name: keys a newer or older
+    sglstack wrote that this one has no field for are left out, so old records stay readable."""
+
+    def to_record(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, object]) -> Self:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 class ServingError(SglstackError):

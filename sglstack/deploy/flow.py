@@ -121,7 +121,7 @@ def deploy(
     compose_file = dep.out_dir / cmp.compose_filename(options)
 
     # Until `up`, the running deployment is untouched: any failure (or signal) puts the files back.
-    saved = _write_files(dep.out_dir, files)
+    saved = write_files(dep.out_dir, files)
     try:
         _ensure_env_file(dep.out_dir, options, say)
         say(f"rendered {display_path(compose_file)} (+ {', '.join(n for n in files if n != compose_file.name)})")
@@ -129,7 +129,7 @@ def deploy(
         if checked.returncode != 0:
             raise DeployError(f"{display_path(compose_file)}: compose rejected it: {error_line(checked.stderr)}")
     except BaseException:
-        _restore_files(saved)
+        restore_files(saved)
         raise
 
     attempt = DeploymentRecord(
@@ -212,7 +212,7 @@ def _health_failure(
     return None
 
 
-def _write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
+def write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
     """Write the rendered files; return what each path held before (None: it did not exist)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     saved: dict[Path, str | None] = {}
@@ -223,7 +223,7 @@ def _write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]
     return saved
 
 
-def _restore_files(saved: dict[Path, str | None]) -> None:
+def restore_files(saved: dict[Path, str | None]) -> None:
     for path, text in saved.items():
         if text is None:
             path.unlink(missing_ok=True)
@@ -288,7 +288,7 @@ def _restore(
     """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore."""
     shown = previous.digest or previous.image
     say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
-    _restore_files(saved)
+    restore_files(saved)
     options = cmp.ComposeOptions.from_record(previous.options)
     prev_file = dep.out_dir / previous.compose_file
     spec: ServingSpec | None = None

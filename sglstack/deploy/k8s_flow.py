@@ -21,7 +21,7 @@ from ..matrix import Stack
 from ..records import utc_timestamp
 from ..serving import ServingSpec
 from ..signals import Interrupted
-from .flow import DeployFailed, Say, say_stderr
+from .flow import DeployFailed, Say, say_stderr, write_files
 from .kubectl import Kubectl
 from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
 
@@ -97,16 +97,6 @@ def wait_ready(dep: K8sDeployment, limit_s: float, say: Say) -> str | None:
         time.sleep(min(POLL_S, left))
 
 
-def _write(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    saved: dict[Path, str | None] = {}
-    for name, text in files.items():
-        path = out_dir / name
-        saved[path] = path.read_text(encoding="utf-8") if path.is_file() else None
-        path.write_text(text, encoding="utf-8")
-    return saved
-
-
 def deploy_k8s(
     dep: K8sDeployment,
     image_ref: str,
@@ -122,7 +112,7 @@ def deploy_k8s(
     tool = dep.kubectl.label()
     say(f"k8s: {tool}")
     previous = _serving_now(dep.records())
-    saved = _write(dep.out_dir, files)
+    saved = write_files(dep.out_dir, files)
     say(f"rendered {display_path(dep.out_dir)}/ ({', '.join(files)})")
     attempt = DeploymentRecord(
         stack=dep.stack.name, action=action, result="failed", image=image_ref,
@@ -195,7 +185,7 @@ def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: Deployment
     try:
         options = k8s.K8sOptions.from_record(previous.options)
         spec = k8s.k8s_spec(dep.stack, options)
-        _write(dep.out_dir, k8s.render_k8s(dep.stack, previous.image, options, smoke_report=previous.smoke_report))
+        write_files(dep.out_dir, k8s.render_k8s(dep.stack, previous.image, options, smoke_report=previous.smoke_report))
         dep.kubectl.apply(dep.out_dir, f"stack '{dep.stack.name}'")
         detail = wait_ready(dep, wait_limit(spec, None), say)
     except (SglstackError, OSError) as exc:
