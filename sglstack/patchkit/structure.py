@@ -204,6 +204,8 @@ def free_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
             local.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
             local.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:  # `case {**rest}` binds rest
+            local.add(node.rest)
     return loaded - local
 
 
