@@ -262,6 +262,36 @@ def test_apply_to_a_cr_file_without_a_final_newline_keeps_cr(tmp_path):
         b"class Demo:\r    x = 1\r\r    def added(self):\r        return 2\r")
 
 
+def test_apply_to_a_cr_file_with_lines_after_the_class(tmp_path):
+    root, patches = _setup(tmp_path, "class Demo:\r    x = 1\r\r\rEntry = Demo\r")
+    apply_patches(root, patches, ["demo"])
+    assert (root / "sglang/demo.py").read_bytes() == (
+        b"class Demo:\r    x = 1\r\r    def added(self):\r        return 2\r\r\rEntry = Demo\r")
+
+
+def test_whitespace_only_lines_of_a_method_become_empty_lines(tmp_path):
+    methods = "class Demo:\n  def added(self):\n    x = 1\n    \n    return x\n"
+    root, patches = _setup(tmp_path, "class Demo:\n    x = 1\n", methods)
+    apply_patches(root, patches, ["demo"])
+    assert _patched(root) == "class Demo:\n    x = 1\n\n    def added(self):\n        x = 1\n\n        return x\n"
+
+
+def test_two_patches_on_one_file_see_each_other(tmp_path):
+    original = "# coding: latin-1\nclass Demo:\n    x = '\u00e9'\n".encode("latin-1")
+    root, patches = _setup(tmp_path)
+    (root / "sglang/demo.py").write_bytes(original)
+    make_patch(patches, "more", file="sglang/demo.py", class_name="Demo", methods=("more",),
+               source="class Demo:\n    def more(self):\n        return self.added()\n")
+    first, second = apply_patches(root, patches, ["demo", "more"])
+    data = (root / "sglang/demo.py").read_bytes()
+    assert data == (b"# coding: latin-1\nclass Demo:\n    x = '\xe9'\n\n    def added(self):\n        return 2\n"
+                    b"\n    def more(self):\n        return self.added()\n")
+    # both results carry the file's hashes at the start and at the end of the run
+    assert first.sha256_before == second.sha256_before == _sha(original)
+    assert first.sha256_after == second.sha256_after == _sha(data)
+    assert (first.inserted, second.inserted) == (("added",), ("more",))
+
+
 def test_a_class_body_on_the_class_line(tmp_path):
     root, patches = _setup(tmp_path, "class Demo: x = 1\n")
     assert _refused(PatchDrift, root, patches) == (
