@@ -388,7 +388,7 @@ def test_record_hash_reads_only_the_row_of_the_file(tmp_path):
     (dist / "RECORD").write_text(
         f"sglang/demo.pyc,sha256={b64(b'pyc')},1\nx/sglang/demo.py,sha256={b64(b'x')},1\n"
         "sglang/demo.py,md5=abc,1\nsglang/demo.py\n"
-        f'"sglang/demo.py",sha256={b64(b"demo")},4\nsglang/demo.py,sha256={b64(b"later")},5\n')
+        f'"sglang/demo.py",sha256={b64(b"demo")}\nsglang/demo.py,sha256={b64(b"later")},5\n')
     assert files.record_hash(tmp_path, "sglang/demo.py") == (
         hashlib.sha256(b"demo").hexdigest(), "sglang-0.5.9.dist-info/RECORD")
     assert files.record_hash(tmp_path, "sglang/other.py") is None
@@ -440,6 +440,7 @@ def test_source_files_that_cannot_be_read(tmp_path):
     (b"\xef\xbb\xbf# coding: latin-1\nx = 1\n", "bad encoding declaration: encoding problem: utf-8"),
     (b"# caf\xe9\nx = 1\n", "line 1 is not valid utf-8 (byte 0xe9)"),
     (b"x = 1\n\n# caf\xe9\n", "line 3 is not valid utf-8 (byte 0xe9)"),
+    (b"\n# caf\xe9\n", "line 2 is not valid utf-8 (byte 0xe9)"),
     (b"# coding: ascii\nx = 1\n# \xc3\xa9\n", "line 3 is not valid ascii (byte 0xc3)"),
 ])
 def test_source_bytes_that_are_not_their_encoding(data, message):
@@ -475,6 +476,9 @@ def test_source_parse_runs_the_compiler_checks():
 
     tree = SourceFile.from_bytes(b"def f():\n    return 1\n").parse("demo.py")
     assert [type(n).__name__ for n in tree.body] == ["FunctionDef"]
+    with pytest.raises(SyntaxError) as info:
+        SourceFile.from_bytes(b"x = (\n").parse("demo.py")
+    assert (info.value.msg, info.value.filename, info.value.lineno) == ("'(' was never closed", "demo.py", 1)
     with pytest.raises(SyntaxError) as info:  # a symbol-table error: ast.parse alone accepts it
         SourceFile.from_bytes(b"def f():\n    nonlocal x\n").parse("demo.py")
     assert (info.value.msg, info.value.filename) == ("no binding for nonlocal 'x' found", "demo.py")

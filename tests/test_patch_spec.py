@@ -119,14 +119,15 @@ def test_methods_keep_their_decorators_and_the_stub_indentation(tmp_path):
     source = (
         "import functools\n\n\nclass Demo:\n"
         "\tx = 1\n\n"
-        "\t@functools.cache\n\t@staticmethod\n\tdef helper():\n\t\treturn '''a\nb'''\n\n"
-        "\tasync def added(self):\n\t\treturn 2\n"
+        "\t@functools.cache\n\t@staticmethod\n\tdef helper():\n\t\tx = '''a\nb'''\n\t\treturn x\n\n"
+        "\tasync def added(self):  \n\t\treturn self.X\n"
     )
     spec = load_patch(_write(tmp_path, {"methods": '["added", "helper"]'}, source=source), "demo")
     added, helper = spec.methods
-    assert added.lines == ("\tasync def added(self):", "\t\treturn 2") and added.indent_unit == "\t"
-    assert helper.lines == ("\t@functools.cache", "\t@staticmethod", "\tdef helper():", "\t\treturn '''a", "b'''")
-    assert helper.in_string == (False, False, False, False, True)
+    assert added.lines == ("\tasync def added(self):  ", "\t\treturn self.X") and added.indent_unit == "\t"
+    assert helper.lines == ("\t@functools.cache", "\t@staticmethod", "\tdef helper():", "\t\tx = '''a", "b'''",
+                            "\t\treturn x")
+    assert helper.in_string == (False, False, False, False, True, False)
 
 
 def test_patch_ids_lists_the_folders_with_a_patch_toml(tmp_path):
@@ -257,7 +258,7 @@ def test_a_hash_table_that_is_neither_a_digest_nor_a_table(tmp_path, key):
         f"key '{key}' must be a hex digest or a table of version = digest")
 
 
-@pytest.mark.parametrize("digest", ["AB" * 32, "ab" * 31 + "a", "ab" * 32 + "a", "gg" * 32, "1"])
+@pytest.mark.parametrize("digest", ["XX" * 32, "AB" * 32, "ab" * 31 + "a", "ab" * 32 + "a", "gg" * 32, "1"])
 def test_a_digest_that_is_not_lowercase_sha256_hex(tmp_path, digest):
     patches = _write(tmp_path, {}, tables=f'[sha256_after]\n"0.5.9" = "{digest}"\n')
     assert _refusal(patches) == _prefix(patches) + "sha256_after.0.5.9: not a lowercase sha256 hex digest"

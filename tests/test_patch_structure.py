@@ -86,6 +86,11 @@ def _verify_refused(root, patches, manifest=None) -> str:
     ("@functools.cache\ndef f(self): pass", "def f(self): pass", True),  # not a kind decorator
     ("@x.setter\ndef f(self, v): pass", "def f(self, v): pass", False),
     ("@x.getter\ndef f(self): pass", "@x.getter\ndef f(self): pass", True),
+    ("@x.getter\ndef f(self): pass", "def f(self): pass", False),
+    ("@x.deleter\ndef f(self): pass", "def f(self): pass", False),
+    ("@x.setter\ndef f(self, v): pass", "@x.setter\ndef f(self, v): pass", True),
+    ("@property\ndef f(self): pass", "def f(self): pass", False),
+    ("@classmethod\ndef f(cls): pass", "@classmethod\ndef f(cls): pass", True),
     ("@abc.abstractmethod\ndef f(self): pass", "def f(self): pass", False),
     ("@x.deleter\ndef f(self): pass", "@x.setter\ndef f(self): pass", False),
     # positional parameters
@@ -95,6 +100,8 @@ def _verify_refused(root, patches, manifest=None) -> str:
     ("def f(self, b): pass", "def f(self, a): pass", False),
     ("def f(x, /, a): pass", "def f(self, a): pass", True),  # a positional-only name is nobody's business
     ("def f(x, y, /): pass", "def f(self, a): pass", True),
+    ("def f(x, /, b): pass", "def f(self, a): pass", False),  # the first name that is not positional-only
+    ("def f(this, a): pass", "def f(self, a): pass", False),
     ("def f(self, a): pass", "def f(self, a=1): pass", False),
     ("def f(self, a=1): pass", "def f(self, a): pass", True),
     ("def f(self, a, b): pass", "def f(self, a): pass", False),
@@ -181,7 +188,7 @@ def test_module_statements_walk_into_blocks_but_not_into_functions():
 def test_free_names():
     func = _fn(
         "def f(self, a, *args, k, **kw):\n"
-        "    import os.path as osp, json\n"
+        "    import os.path as osp, json, xml.dom\n"
         "    from typing import cast\n"
         "    local = a + b\n"
         "    def inner(): return c\n"
@@ -191,14 +198,16 @@ def test_free_names():
         "        case q: pass\n"
         "    total = [x for x in d]\n"
         "    return osp, json, cast, local, inner, Inner, args, k, kw, self, total, first, others, rest, q, "
-        "__class__, e\n"
+        "__class__, e, xml\n"
     )
     assert structure.free_names(func) == {"b", "c", "Exc", "d", "e", "__class__"}
 
 
 def test_registered():
     def reg(code: str) -> bool:
-        return structure.registered(ast.parse(code), "EntryClass", "Demo")
+        found = structure.registered(ast.parse(code), "EntryClass", "Demo")
+        assert isinstance(found, bool)
+        return found
 
     assert reg("EntryClass = [Demo]")
     assert reg("EntryClass = (Other, Demo)")
@@ -394,6 +403,16 @@ def test_identical_methods_outside_the_range_are_upstream(tmp_path):
     root, patches = _setup(tmp_path, target, applies_to="<0.5")
     (result,) = apply_patches(root, patches, ["demo"], "0.5.9")
     assert (result.status, result.upstream_methods) == (patchkit.ALREADY_UPSTREAM, ("added",))
+
+
+def test_outside_the_range_identical_and_differing_methods_are_all_upstream(tmp_path):
+    methods = "class Demo:\n    def added(self):\n        return 2\n\n    def more(self):\n        return 3\n"
+    target = "class Demo:\n    def added(self):\n        return 2\n\n    def more(self, a=1):\n        return a\n"
+    root, patches = _setup(tmp_path, target, methods, names=("added", "more"), applies_to="<0.5")
+    (result,) = apply_patches(root, patches, ["demo"], "0.5.9")
+    assert (result.status, result.upstream_methods) == (patchkit.ALREADY_UPSTREAM, ("more", "added"))
+    assert result.notice == ("patch 'demo': sglang 0.5.9 already has more, added upstream; skipped them, the patch "
+                             "can be retired")
 
 
 def test_out_of_range(tmp_path):

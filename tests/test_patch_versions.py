@@ -39,6 +39,8 @@ VERSIONS = [
     "1.0.0.0",
     "1!0.0.1",
     "0.5",
+    "1",
+    "0.5.9+0",
 ]
 # Spellings PEP 440 normalizes; ours must read them as `packaging` does.
 SPELLINGS = ["V0.5.9", " 0.5.9 ", "0.5.9-1", "0.5.9.r2", "0.5.9rev3", "0.5.9preview3", "0.5.9c1", "0.5.9pre2",
@@ -127,6 +129,12 @@ def test_arbitrary_equality_compares_the_text():
     assert SpecifierSet.parse("===0.5.9+CU130").contains("0.5.9+cu130")  # case-insensitive, as packaging
     assert not SpecifierSet.parse("===0.5.9").contains("0.5.9.0")
     assert SpecifierSet.parse("===foo").contains(Version(0, (1,), None, None, None, (), "FOO"))
+
+
+def test_a_prefix_match_with_a_pre_release():
+    spec = SpecifierSet.parse("==0.5.9rc1.*")
+    assert spec.contains("0.5.9rc1") and spec.contains("0.5.9rc1.post1")
+    assert not spec.contains("0.5.9rc2") and not spec.contains("0.5.9")
 
 
 def test_a_specifier_set_keeps_its_text():

@@ -142,9 +142,7 @@ class Specifier:
             # what `cand` is a post-release of: 1.0.post1 -> 1.0, 1.0a1.post0 -> 1.0a1
             post_of = Version(cand.epoch, cand.release, cand.pre, None, None, ())
             return spec.post is not None or not (cand.post is not None and post_of == spec)
-        if op == "~=":
-            if len(spec.release) < 2:
-                raise InvalidVersion(f"'~={text}' needs at least two release segments")
+        if op == "~=":  # SpecifierSet.parse refused fewer than two release segments
             head = spec.release[:-1]
             return cand >= spec and cand.epoch == spec.epoch and _padded(cand.release, len(head))[: len(head)] == head
         raise InvalidVersion(f"unknown operator '{op}'")
