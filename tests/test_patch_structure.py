@@ -301,6 +301,19 @@ def test_two_patches_on_one_file_see_each_other(tmp_path):
     assert (first.inserted, second.inserted) == (("added",), ("more",))
 
 
+def test_the_line_ending_is_the_class_last_lines(tmp_path):
+    root, patches = _setup(tmp_path, "class Demo:\r\n    x = 1\n")
+    apply_patches(root, patches, ["demo"])
+    assert (root / "sglang/demo.py").read_bytes() == (
+        b"class Demo:\r\n    x = 1\n\n    def added(self):\n        return 2\n")
+
+
+def test_a_longer_class_without_a_final_newline(tmp_path):
+    root, patches = _setup(tmp_path, "class Demo:\n    x = 1\n    y = 2")
+    apply_patches(root, patches, ["demo"])
+    assert _patched(root) == "class Demo:\n    x = 1\n    y = 2\n\n    def added(self):\n        return 2\n"
+
+
 def test_a_class_body_on_the_class_line(tmp_path):
     root, patches = _setup(tmp_path, "class Demo: x = 1\n")
     assert _refused(PatchDrift, root, patches) == (
@@ -539,6 +552,14 @@ def test_verify_without_and_with_a_manifest(tmp_path):
     (bare,) = verify_patches(root, patches, ["demo"], [{"id": "demo", "file": "sglang/demo.py", "sha256_after": sha}])
     assert (bare.status, bare.sha256_before, bare.sglang_version, bare.inserted, bare.upstream_methods) == (
         patchkit.VERIFIED, sha, None, (), ())
+
+
+def test_verify_reads_the_upstream_methods_from_the_manifest(tmp_path):
+    root, patches = _setup(tmp_path, "class Demo:\n    def added(self, a=1):\n        return a\n")
+    manifest = [r.to_manifest() for r in apply_patches(root, patches, ["demo"], "0.5.9")]
+    assert manifest[0]["upstream_methods"] == ["added"] and manifest[0]["status"] == patchkit.ALREADY_UPSTREAM
+    (result,) = verify_patches(root, patches, ["demo"], manifest)
+    assert (result.status, result.upstream_methods, result.inserted) == (patchkit.ALREADY_UPSTREAM, ("added",), ())
 
 
 def test_verify_checks_an_inserted_method_is_ours(tmp_path):
