@@ -252,6 +252,26 @@ def test_write_all_writes_every_file_with_its_mode(tmp_path):
     assert sorted(p.name for p in existing.parent.iterdir()) == ["demo.py"]  # no temporary file left
 
 
+def test_each_file_is_staged_as_a_hidden_file_beside_it(tmp_path, monkeypatch):
+    """Beside it, so the rename stays in one file system; hidden and named after it, so a file left by a
+    SIGKILL between the two steps says what it was and is not imported."""
+    from sglstack.patchkit import files
+
+    existing, new, writes = _writes(tmp_path)
+    real, staged = os.replace, []
+
+    def replace(src, dst):
+        staged.append((Path(src), Path(dst), Path(src).read_bytes()))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    files.write_all(writes)
+    assert [(dst, data) for _, dst, data in staged] == [(existing, b"patched\n"), (new, b"[]\n")]
+    for src, dst, _ in staged:
+        assert src.parent == dst.parent
+        assert src.name.startswith(f".{dst.name}.") and src.name.endswith(".tmp") and len(src.name) > len(dst.name) + 5
+
+
 @pytest.mark.parametrize(("fault", "message"), [
     (PermissionError(13, "Permission denied"), "cannot replace the file: Permission denied"),
     (OSError("no strerror"), "cannot replace the file: no strerror"),
