@@ -298,6 +298,29 @@ def test_a_failed_rename_puts_back_what_was_renamed(tmp_path, monkeypatch, fault
     assert _snapshot(tmp_path / "tree") == before
 
 
+def test_an_apply_whose_second_file_cannot_be_renamed_restores_the_first(tmp_path, monkeypatch):
+    """In process, what the read-only-folder test checks as a child: the first file, already renamed into
+    place, is put back with its original bytes, and the error names the patch of the second."""
+    patches = make_patch(tmp_path / "patches", "one", file="sglang/a/one.py", class_name="Demo",
+                         methods=("added",), source=METHODS)
+    make_patch(patches, "two", file="sglang/b/two.py", class_name="Demo", methods=("added",), source=METHODS)
+    root = _tree(_tree(tmp_path / "tree", "sglang/a/one.py"), "sglang/b/two.py")
+    before = _snapshot(root)
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "two.py":
+            raise PermissionError(13, "Permission denied")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(PatchWriteError) as info:
+        apply_patches(root, patches, ["one", "two"], "0.5.9")
+    assert str(info.value) == ("patch 'two': sglang/b/two.py: class Demo: cannot replace the file: Permission "
+                               "denied: nothing was changed")
+    assert _snapshot(root) == before
+
+
 def test_a_failed_rename_of_an_existing_file_restores_its_bytes(tmp_path, monkeypatch):
     from sglstack.patchkit import files
 

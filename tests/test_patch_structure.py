@@ -185,6 +185,12 @@ def test_module_statements_walk_into_blocks_but_not_into_functions():
     assert names == ["b", "d", "e", "f", "h", "i", "g", "j", "m", "n", "o"]
 
 
+def test_module_statements_walk_into_except_star():
+    tree = ast.parse("try:\n    a = 1\nexcept* ValueError:\n    b = 1\n")
+    names = [s.targets[0].id for s in structure.module_statements(tree.body) if isinstance(s, ast.Assign)]
+    assert names == ["a", "b"]
+
+
 def test_free_names():
     func = _fn(
         "def f(self, a, *args, k, **kw):\n"
@@ -437,6 +443,32 @@ def test_out_of_range(tmp_path):
         "sglang 0.5.9 is outside applies_to '<0.5' and has no such file")
     # in range, a missing file is drift, not out of range
     assert _refused(PatchDrift, root, patches, "0.4") == HEAD + f"file is missing under {root}"
+
+
+def test_out_of_range_names_every_missing_method(tmp_path):
+    methods = "class Demo:\n    def added(self):\n        return 2\n\n    def more(self):\n        return 3\n"
+    root, patches = _setup(tmp_path, TARGET, methods, names=("added", "more"), applies_to="<0.5")
+    assert _refused(PatchOutOfRange, root, patches, "0.5.9") == HEAD + (
+        "sglang 0.5.9 is outside applies_to '<0.5' and the class lacks added, more")
+
+
+def test_policy_error_names_every_upstream_method(tmp_path):
+    methods = "class Demo:\n    def added(self):\n        return 2\n\n    def more(self):\n        return 3\n"
+    target = "class Demo:\n    def added(self, a=1):\n        return a\n\n    def more(self, b=1):\n        return b\n"
+    root, patches = _setup(tmp_path, target, methods, names=("added", "more"))
+    assert _refused(PatchAlreadyUpstream, root, patches, "0.5.9", "error") == HEAD + (
+        "sglang 0.5.9 already has added, more: retire this patch from the stack (policy on_upstream=error)")
+
+
+def test_a_declared_after_hash_for_the_version(tmp_path):
+    root, patches = _setup(tmp_path)
+    before = _sha(TARGET.encode())
+    toml = patches / "demo" / "patch.toml"
+    toml.write_text(toml.read_text() + f'[sha256_before]\n"0.5.9" = "{before}"\n'
+                    f'[sha256_after]\n"0.5.9" = "{"0" * 64}"\n')
+    applied = TARGET.replace("return 1\n", "return 1\n\n    def added(self):\n        return 2\n")
+    assert _refused(PatchVerifyError, root, patches, "0.5.9") == HEAD + (
+        f"sha256 after patching {_sha(applied.encode())} is not the declared {'0' * 64}")
 
 
 def test_unbound_names(tmp_path):
