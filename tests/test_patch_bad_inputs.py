@@ -484,6 +484,8 @@ def test_source_files_that_cannot_be_read(tmp_path):
     (b"# caf\xe9\nx = 1\n", "line 1 is not valid utf-8 (byte 0xe9)"),
     (b"x = 1\n\n# caf\xe9\n", "line 3 is not valid utf-8 (byte 0xe9)"),
     (b"\n# caf\xe9\n", "line 2 is not valid utf-8 (byte 0xe9)"),
+    # an unknown codec is named as such, even where the bytes are not UTF-8 either
+    (b"# coding: no-such-codec\n# caf\xe9\n", "bad encoding declaration: unknown encoding: no-such-codec"),
     (b"# coding: ascii\nx = 1\n# \xc3\xa9\n", "line 3 is not valid ascii (byte 0xc3)"),
 ])
 def test_source_bytes_that_are_not_their_encoding(data, message):
