@@ -23,7 +23,7 @@ PY=${PYTHON:-python3}
 # patch engine as the in-image tool runs it under `python -S`) are deselected: the child cannot import
 # mutmut's trampolines, and what they check of the pure core the in-process tests check too.
 MODULES=(
-  "patchkit|sglstack/patchkit/engine.py sglstack/patchkit/structure.py sglstack/patchkit/files.py sglstack/patchkit/spec.py sglstack/patchkit/source.py sglstack/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py"
+  "patchkit|sglstack/patchkit/engine.py sglstack/patchkit/structure.py sglstack/patchkit/files.py sglstack/patchkit/spec.py sglstack/patchkit/source.py sglstack/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py tests/test_patch_spec.py tests/test_patch_structure.py"
   "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/test_smoke_gates.py tests/test_smoke_since.py"
   "confighash|sglstack/confighash.py|tests/test_confighash.py"
   "tags|sglstack/tags.py|tests/test_publish_tags.py"

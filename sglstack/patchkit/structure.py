@@ -161,10 +161,9 @@ def compatible(existing: ast.FunctionDef | ast.AsyncFunctionDef, ours: ast.Funct
     for name, required in e_kw.items():
         if required and not o_kw.get(name, False):
             return False
-    for name, required in o_kw.items():
+    # (one of ours that is optional but required by the existing method failed the loop above)
+    for name in o_kw:
         if name not in e_kw and ea.kwarg is None:
-            return False
-        if not required and e_kw.get(name, False):
             return False
     return not (oa.kwarg is not None and ea.kwarg is None)
 
@@ -204,6 +203,8 @@ def free_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
             local.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
             local.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:  # `case {**rest}` binds rest
+            local.add(node.rest)
     return loaded - local
 
 

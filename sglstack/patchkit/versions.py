@@ -71,10 +71,6 @@ class Version:
     def public(self) -> Version:
         return Version(self.epoch, self.release, self.pre, self.post, self.dev, ())
 
-    @property
-    def base(self) -> Version:
-        return Version(self.epoch, self.release, None, None, None, ())
-
     def _key(self) -> tuple:
         release = list(self.release)
         while len(release) > 1 and release[-1] == 0:
@@ -137,14 +133,16 @@ class Specifier:
         if op == "<":
             if not cand < spec:
                 return False
-            return spec.is_prerelease or not (cand.is_prerelease and cand.base == spec.base)
+            # V's earliest pre-release is V.dev0 (1.2 -> 1.2.dev0, 1.2.post1 -> 1.2.post1.dev0)
+            earliest = Version(spec.epoch, spec.release, spec.pre, spec.post, 0, ())
+            return spec.is_prerelease or not (cand.is_prerelease and cand >= earliest)
         if op == ">":
             if not cand > spec:
                 return False
-            return spec.post is not None or not (cand.post is not None and cand.base == spec.base)
-        if op == "~=":
-            if len(spec.release) < 2:
-                raise InvalidVersion(f"'~={text}' needs at least two release segments")
+            # what `cand` is a post-release of: 1.0.post1 -> 1.0, 1.0a1.post0 -> 1.0a1
+            post_of = Version(cand.epoch, cand.release, cand.pre, None, None, ())
+            return spec.post is not None or not (cand.post is not None and post_of == spec)
+        if op == "~=":  # SpecifierSet.parse refused fewer than two release segments
             head = spec.release[:-1]
             return cand >= spec and cand.epoch == spec.epoch and _padded(cand.release, len(head))[: len(head)] == head
         raise InvalidVersion(f"unknown operator '{op}'")
