@@ -10,7 +10,9 @@ from cli import run_invoke
 from rich.console import Console
 
 from sglstack.diff import (
+    Change,
     Snapshot,
+    StackDiff,
     diff_command_for,
     diff_summary,
     diff_table,
@@ -355,3 +357,30 @@ def test_json_output_of_single_changes_carries_their_kind():
     assert data["pins"] == [{"name": "sglang", "before": "0.5.9", "after": "0.5.10", "kind": "changed"}]
     same = diff_to_json(snapshot_diff(record_snapshot(record(), "a"), record_snapshot(record(), "b")))
     assert (same["config_hash"], same["sglang"], same["identical"]) == (None, None, True)
+
+
+def test_the_whole_diff_of_a_record_against_a_lock():
+    diff = snapshot_diff(lock_snapshot(lock(idna="3.7", sglang="0.5.9"), "l"), record_snapshot(record(), "r"))
+    assert diff == StackDiff(
+        a="l (lock)", b="r (record)",
+        packages=(Change("chardet", None, "5.2.0"), Change("flashinfer-python", None, "0.6.4"),
+                  Change("pip", None, "24.0"), Change("torch", None, "2.9.1+cu130")),
+        unknown=("base image: not known for l", "stack pins: not known for l", "patches: not known for l",
+                 "labels: not known for l"))
+    nothing = Snapshot(ref="x", kind="image")
+    assert snapshot_diff(nothing, nothing).unknown == tuple(
+        f"{s}: not known for x and x" for s in ("base image", "stack pins", "packages", "patches", "sglang", "labels"))
+
+
+def test_a_base_known_by_name_only_and_a_source_that_moved_from_pypi_to_git():
+    a = Snapshot(ref="a", kind="image", base_image="debian:12", sglang="0.5.9", config_hash=SHA["1"])
+    b = Snapshot(ref="b", kind="image", base_image="debian:13", sglang="git-" + "1" * 12,
+                 sglang_git=("r", "1" * 40), config_hash=SHA["1"])
+    diff = snapshot_diff(a, b)
+    assert (diff.base, diff.config_hash, diff.sglang, diff.sglang_commits) == (
+        (Change("name", "debian:12", "debian:13"),), None, Change("sglang", "0.5.9", "git-" + "1" * 12), None)
+    assert snapshot_diff(b, replace(b, sglang="git-" + "2" * 12, sglang_git=("other", "2" * 40))).sglang_commits is None
+    digest_only = snapshot_diff(replace(a, base_image=None, base_digest="sha256:1"),
+                                replace(a, base_image=None, base_digest="sha256:2"))
+    assert digest_only.base == (Change("digest", "sha256:1", "sha256:2"),)
+    assert "base image: not known for a" not in digest_only.unknown
