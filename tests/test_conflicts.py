@@ -10,6 +10,7 @@ import pytest
 from cli import run_invoke
 from packaging.markers import default_environment
 
+from sglstack import conflicts
 from sglstack.conflicts import (
     Finding,
     check_matrix,
@@ -391,3 +392,22 @@ def test_stacks_check_passes_with_notices_only(stacks_copy, capsys):
         "2 stacks, 0 problem(s): matrix OK",
     ]
     assert code == 0
+
+
+def test_the_marker_environment_is_linux_cpython_on_any_host(monkeypatch):
+    # run on a Mac with PyPy, the check still evaluates markers as the Linux CPython image will
+    mac = {"implementation_name": "pypy", "implementation_version": "7.3.17", "os_name": "nt",
+           "platform_machine": "arm64", "platform_release": "24.1.0", "platform_system": "Darwin",
+           "platform_version": "Darwin Kernel", "python_full_version": "3.10.14",
+           "platform_python_implementation": "PyPy", "python_version": "3.10", "sys_platform": "darwin"}
+    monkeypatch.setattr(conflicts, "default_environment", lambda: mac)
+    assert target_environment("3.12", "linux/amd64") == {
+        "python_version": "3.12", "python_full_version": "3.12.0", "implementation_version": "3.12.0",
+        "implementation_name": "cpython", "platform_python_implementation": "CPython", "sys_platform": "linux",
+        "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64", "extra": "",
+        "platform_release": "24.1.0", "platform_version": "Darwin Kernel"}
+
+
+def test_an_sglang_wheel_without_requirements_requires_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(conflicts, "fetch_wheel", lambda name, version: _fake_sglang_wheel(tmp_path, []))
+    assert sglang_requires_dist("9.9.9") == []
