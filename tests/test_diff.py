@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from dataclasses import replace
 
 from cli import run_invoke
@@ -384,3 +385,31 @@ def test_a_base_known_by_name_only_and_a_source_that_moved_from_pypi_to_git():
                                 replace(a, base_image=None, base_digest="sha256:2"))
     assert digest_only.base == (Change("digest", "sha256:1", "sha256:2"),)
     assert "base image: not known for a" not in digest_only.unknown
+
+
+def test_packages_known_on_one_side_only_are_not_all_added():
+    image = image_snapshot("img", IMAGE_LABELS, {})  # no installed.json: its packages are unknown
+    diff = snapshot_diff(record_snapshot(record(), "r"), image)
+    assert diff.packages == () and "packages: not known for img" in diff.unknown
+
+
+def test_a_narrow_terminal_folds_long_values_instead_of_cutting_them():
+    def letters(width: int) -> Counter:
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        console.print(diff_table(_a_bumped_diff()))
+        return Counter(c for c in console.file.getvalue() if c.isalnum())
+
+    assert letters(60) == letters(240)  # every digit of a digest is printed, over several lines of its cell
+
+
+def test_the_diff_prints_plain_words_in_a_colour_terminal():
+    def printed(diff) -> list[str]:
+        console = Console(file=io.StringIO(), width=240, force_terminal=True, color_system="standard")
+        print_diff(diff, console)
+        return console.file.getvalue().splitlines()
+
+    locked = lock_snapshot(lock(**record()["installed"]), "locks/cu130.txt")
+    same = snapshot_diff(record_snapshot(record(), "build/cu130/record.json"), locked)
+    assert printed(same)[:2] == ["no difference between build/cu130/record.json (record) and locks/cu130.txt (lock)",
+                                 "\x1b[2mbase image: not known for locks/cu130.txt\x1b[0m"]
+    assert printed(_a_bumped_diff())[-1] == "packages: 1 added, 1 removed, 2 changed"
