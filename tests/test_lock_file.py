@@ -354,3 +354,13 @@ def test_extras_and_versions_are_listed_in_full(stack):
     complete = make_lock(stack, unresolved=(), packages=(LockedPackage("idna", "3.7", "x", (H1,)),))
     assert compare_installed(complete, {"idna": "3.7.0", "b": "1", "a": "2"}).problems == (
         "installed but not in the lock: a==2, b==1",)
+
+
+def test_every_uv_target_resolved_for_is_kept_and_an_unnamed_text_is_the_lock(stack):
+    targets = ("x86_64-manylinux_2_28", "aarch64-manylinux_2_28")
+    text = render_lock(make_lock(stack, python_platforms=targets))
+    assert f"# resolved-for: {' '.join(targets)}\n" in text
+    assert parse_lock(text).python_platforms == targets
+    with pytest.raises(ConfigError) as err:
+        parse_lock("# lock-format: 1\n")
+    assert str(err.value) == "lock: lock header has no 'stack:' line"
