@@ -9,6 +9,7 @@ function the build stage applies overrides with, so this check and the build agr
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.markers import default_environment
@@ -17,7 +18,7 @@ from packaging.utils import canonicalize_name
 from rich.table import Table
 
 from .incontainer.wheelkit import requirement_key
-from .lockfile import is_current, lock_path, missing_message, read_lock, stale_message
+from .lockfile import Lock, is_current, lock_path, missing_message, read_lock, stale_message
 from .locking import LockError, resolve_stack
 from .matrix import Matrix, Stack, load_matrix
 from .ui import console as make_console
@@ -40,8 +41,10 @@ class Finding:
 def target_environment(python: str, platform: str) -> dict[str, str]:
     """The marker environment of the image: its Python on Linux, on `platform`."""
     env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
-    env.update(python_version=python, python_full_version=f"{python}.0", sys_platform="linux",
-               platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
+    # The image's CPython is not this one: every version key is the stack's (`python_full_version` at .0:
+    # a stack names its Python as X.Y); only the kernel keys (platform_release, _version) stay the host's.
+    env.update(python_version=python, python_full_version=f"{python}.0", implementation_version=f"{python}.0",
+               sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
                implementation_name="cpython", platform_python_implementation="CPython", extra="")
     return env
 
@@ -78,9 +81,8 @@ def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) 
         if key in overrides:
             used.add(key)
             override = overrides[key]
-            override_pin = Requirement(override.pin)
-            if canonicalize_name(override_pin.name) != name or not override_pin.specifier.contains(
-                    pinned, prereleases=True):
+            override_pin = Requirement(override.pin)  # `==X` (the matrix refuses ranges): admits X if a pre-release
+            if canonicalize_name(override_pin.name) != name or not override_pin.specifier.contains(pinned):
                 findings.append(Finding(stack.name, "conflict",
                                         f"override '{override.pin}' disagrees with the stack's pin {name}=={pinned}"))
             else:
@@ -101,7 +103,12 @@ def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) 
     return findings
 
 
-def check_matrix(matrix: Matrix) -> list[Finding]:
+def sglang_requires_dist(version: str) -> list[str]:
+    """The Requires-Dist lines of SGLang `version`'s wheel (the shell: a pip download, cached)."""
+    return wheel_metadata(fetch_wheel("sglang", version)).get("Requires-Dist", [])
+
+
+def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sglang_requires_dist) -> list[Finding]:
     findings: list[Finding] = []
     requires_of: dict[str, list[str]] = {}  # per SGLang version: stacks often share one
     for stack in matrix.stacks.values():
@@ -111,7 +118,7 @@ def check_matrix(matrix: Matrix) -> list[Finding]:
                                     "SGLang from git: its requirements are checked in the build (wheelkit)"))
             continue
         if version not in requires_of:
-            requires_of[version] = wheel_metadata(fetch_wheel("sglang", version)).get("Requires-Dist", [])
+            requires_of[version] = requires_dist(version)
         findings += check_stack_pins(stack, requires_of[version], version)
     return findings
 
@@ -128,12 +135,12 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     return findings
 
 
-def resolve_findings(matrix: Matrix) -> list[Finding]:
+def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_stack) -> list[Finding]:
     """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
     findings = []
     for stack in matrix.stacks.values():
         try:
-            lock = resolve_stack(stack)
+            lock = resolve(stack)
         except LockError as exc:
             findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
             continue
@@ -143,7 +150,9 @@ def resolve_findings(matrix: Matrix) -> list[Finding]:
     return findings
 
 
-def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False) -> int:
+def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
+                   requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
+                   resolver: Callable[[Stack], Lock] = resolve_stack) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")
@@ -158,7 +167,8 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False) -> i
     console.print(table)
     if not check:
         return 0
-    findings = check_matrix(matrix) + lock_findings(matrix, stacks_file) + (resolve_findings(matrix) if resolve else [])
+    findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
+                + (resolve_findings(matrix, resolver) if resolve else []))
     for f in findings:
         style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "override": "yellow",
                  "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]

@@ -132,7 +132,7 @@ def lock_path(stacks_file: str | Path, stack_name: str) -> Path:
 def stack_input_hash(stack: Stack) -> str:
     """sha256 of the stack's resolution inputs (RESOLUTION_KEYS; an override's reason is prose, not input)."""
     data = stack.model_dump(mode="json", include=set(RESOLUTION_KEYS))
-    data["overrides"] = [{"replaces": o["replaces"], "pin": o["pin"]} for o in data.get("overrides", [])]
+    data["overrides"] = [{"replaces": o["replaces"], "pin": o["pin"]} for o in data["overrides"]]
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -310,13 +310,13 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
             spec = unhashed.group("spec")
             name, url, version = _split_spec(spec)
             packages.append({"name": name, "version": version, "url": url, "layer": layer, "hashes": [],
-                             "unhashed": unhashed.group("reason"), "via": (), "note": None, "line": n})
+                             "unhashed": unhashed.group("reason"), "via": (), "note": None})
             continue
         if raw[:1].isspace() or line.startswith("#"):
             if not packages:
                 continue
             entry = packages[-1]
-            body = line.lstrip("#").strip() if line.startswith("#") else line
+            body = line.lstrip("#").strip()  # "# version: ..." and "version: ..." alike
             if line.startswith("--hash="):
                 value = line.removeprefix("--hash=").removesuffix("\\").strip()
                 if not _HASH.fullmatch(value):
