@@ -179,6 +179,7 @@ def test_high_threshold_edges_of_magnitude_and_sample_size():
 def test_quartiles_and_relative_change_edges():
     assert stats.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)  # inclusive quartiles
     assert stats.quartiles([3]) == (3.0, 3.0)
+    assert stats.quartiles([1.0, 5.0]) == (2.0, 4.0)
     assert all(math.isnan(q) for q in stats.quartiles([]))
     assert stats.relative_change([100.0], [92.0]) == pytest.approx(-0.08)
     assert stats.relative_change([0.0], [5.0]) == math.inf
@@ -197,6 +198,8 @@ def test_level_noise_from_batches_of_several_refs():
     floor = math.pi / 2 * 1.0 / 3  # within-batch SD 1, three runs a batch
     assert level_noise([[[1.0, 2.0, 3.0]]]) == LevelNoise(pytest.approx(floor), 0)
     assert level_noise([[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]]) == LevelNoise(pytest.approx(floor), 1)
+    wide = math.pi / 2 * 4.0 / 3  # within-batch SD 2
+    assert level_noise([[[2.0, 4.0, 6.0]]]) == LevelNoise(pytest.approx(wide), 0)
     from scipy import stats as scipy_stats
 
     two = level_noise([[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], [[10.0, 11.0, 12.0], [10.0, 11.0, 12.0]], []])
@@ -212,7 +215,7 @@ def test_level_noise_standard_errors_and_distance():
 
 
 GOOD_RUNS = [float(x) for x in range(100, 110)]  # median 104.5
-BAD_RUNS = [float(x) for x in range(76, 86)]  # median 80.5: 24 below, the rank tests call it different
+BAD_RUNS = [78.25 + 0.5 * i for i in range(10)]  # median 80.5: 24 below and tighter; the rank tests: different
 
 
 def test_check_endpoints_needs_the_batch_levels_apart_by_exactly_level_z():
@@ -231,17 +234,19 @@ def test_check_endpoints_needs_the_batch_levels_apart_by_exactly_level_z():
 
 
 def _classify(monkeypatch, x: float, vs_good: str, vs_bad: str, variance: float, bad: float = 100.0) -> StepClass:
-    """A step at level x between a good endpoint at 0 and a bad one at `bad`, with fixed comparisons."""
-    results = {0.0: vs_good, bad: vs_bad}
+    """A step at level G + x between a good endpoint at G and a bad one at G + `bad`, with fixed comparisons."""
+    g = 1000.0
+    good_runs, bad_runs = [g - 1, g, g + 1], [g + bad - 2, g + bad, g + bad + 2]  # two different spreads
+    results = {g: vs_good, g + bad: vs_bad}
     seen = []
 
     def fixed(s, other, magnitude):
         seen.append(magnitude)
-        return Comparison(results[other[0]], 0.5, 0.01, 0.2)
+        return Comparison(results[stats.median(other)], 0.5, 0.01, 0.2)
 
     monkeypatch.setattr(stats, "compare", fixed)
-    step = classify([[x]], [[0.0]], [[bad]], LevelNoise(variance, 1))
-    assert seen == [pytest.approx(bad / stats.noise_sd([0.0], [bad]))] * 2
+    step = classify([[g + x]], [good_runs], [bad_runs], LevelNoise(variance, 1))
+    assert seen == [pytest.approx(bad / stats.noise_sd(good_runs, bad_runs))] * 2
     return step
 
 
@@ -288,6 +293,7 @@ def test_a_step_class_records_its_position_and_distances(monkeypatch):
 def test_bisect_exit_code_edges_against_a_fixed_baseline():
     assert bisect_exit_code([80.0, 90.0, 100.0], baseline=100.0, threshold=0.15) == EXIT_SKIP  # limit = q1
     assert bisect_exit_code([80.0, 90.0, 100.0], baseline=100.0, threshold=0.05) == EXIT_SKIP  # limit = q3
+    assert bisect_exit_code([80.0, 100.0], baseline=100.0, threshold=0.125) == EXIT_SKIP  # two runs have an IQR
     assert bisect_exit_code([84.0], baseline=100.0, threshold=0.16) == EXIT_GOOD  # one run: at the limit is good
     assert bisect_exit_code([94.0], baseline=100.0) == EXIT_BAD  # the default threshold is 5%
     assert bisect_exit_code([96.0], baseline=100.0) == EXIT_GOOD
