@@ -378,6 +378,7 @@ def test_worst_of_nothing_is_missing():
     ("nvidia/lib64/cudnn.so", "nvidia/lib64/cudnn.so"),  # a library folder: a shared library, by its path
     ("nvidia/lib/cudnn.so", "nvidia/lib/cudnn.so"),
     ("libnccl.so.2", "libnccl.so"),
+    ("nvidia/nccl/libnccl.so", "nvidia/nccl/libnccl.so"),  # `lib...` outside a lib folder: still a library
     ("pkg/sub/libops.cpython-312-x86_64-linux-gnu.so", "pkg.sub.libops"),  # an extension tag wins over `lib`
 ])
 def test_extension_names_of_libraries_and_nested_modules(path, name):
