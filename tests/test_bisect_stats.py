@@ -171,6 +171,7 @@ def test_high_threshold_edges_of_magnitude_and_sample_size():
     assert high_threshold(-2.0, 20, 20) == 1.0
     assert high_threshold(25.0, 5, 6) == high_threshold(20.0, 6, 5)  # clipped at MAX_MAGNITUDE
     assert high_threshold(1.0, 0, 5) == high_threshold(1.0, 5, 0) == 1.0
+    assert high_threshold(1.0, 40, 40) < 0.1  # a magnitude of one SD is simulated like any other
     # one run against many, far apart: every simulated p-value is the smallest U allows (2 / 41), not 1
     assert high_threshold(20.0, 1, 40) == pytest.approx(2 / 41) == high_threshold(20.0, 40, 1)
     assert stats._grid(0.3) == 0.3 and stats._grid(0.19) == 0.1  # 0.3 / 0.1 is 2.9999...: still 0.3
@@ -229,7 +230,15 @@ def test_check_endpoints_needs_the_batch_levels_apart_by_exactly_level_z():
     exact = check_endpoints([GOOD_RUNS], [BAD_RUNS], 1 - 80.5 / 104.5, LevelNoise(32.0, 1))
     assert (exact.decided, exact.differ) == (True, True)
     unknown = check_endpoints([GOOD_RUNS[:2]], [BAD_RUNS[:2]], 0.05, LevelNoise(32.0, 1))
-    assert unknown.comparison.result == UNKNOWN and (unknown.decided, unknown.differ) == (False, False)
+    g2, b2 = GOOD_RUNS[:2], BAD_RUNS[:2]
+    m2 = 0.05 * stats.median(g2) / stats.noise_sd(g2, b2)
+    assert unknown == EndpointCheck(compare(g2, b2, m2), stats.relative_change(g2, b2), m2, 22 / 8,
+                                    False, False)
+    assert unknown.comparison.result == UNKNOWN
+    # different, but by less than the threshold: decided, nothing to bisect, every figure kept
+    small = check_endpoints([GOOD_RUNS], [BAD_RUNS], 0.5, LevelNoise(32.0, 1))
+    assert small == EndpointCheck(at.comparison, 80.5 / 104.5 - 1, 0.5 * 104.5 / stats.noise_sd(GOOD_RUNS, BAD_RUNS),
+                                  3.0, True, False)
     assert EndpointCheck(unknown.comparison, 0.0, 1.0, 0.0, False, False).direction == "higher"
 
 
