@@ -237,8 +237,9 @@ def test_check_endpoints_needs_the_batch_levels_apart_by_exactly_level_z():
     assert unknown.comparison.result == UNKNOWN
     # different, but by less than the threshold: decided, nothing to bisect, every figure kept
     small = check_endpoints([GOOD_RUNS], [BAD_RUNS], 0.5, LevelNoise(32.0, 1))
-    assert small == EndpointCheck(at.comparison, 80.5 / 104.5 - 1, 0.5 * 104.5 / stats.noise_sd(GOOD_RUNS, BAD_RUNS),
-                                  3.0, True, False)
+    m_small = 0.5 * 104.5 / stats.noise_sd(GOOD_RUNS, BAD_RUNS)
+    assert small == EndpointCheck(compare(GOOD_RUNS, BAD_RUNS, m_small), 80.5 / 104.5 - 1, m_small, 3.0, True, False)
+    assert small.comparison.result == DIFFERENT
     assert EndpointCheck(unknown.comparison, 0.0, 1.0, 0.0, False, False).direction == "higher"
 
 
