@@ -345,3 +345,158 @@ def test_coverage_policy_defaults_to_native_without_exceptions(tmp_path):
     path = tmp_path / "stacks.yaml"
     path.write_text(STACK.replace("    coverage:\n", ""))
     assert load_matrix(path).get("s").coverage == CoveragePolicy(require="native", exceptions=())
+
+
+# ---- exact rows, details, names and records (what the mutation run showed unchecked) ---------------
+
+
+def test_parse_errors_name_the_bad_text_exactly():
+    with pytest.raises(ValueError) as cap:
+        Capability.parse("nine")
+    assert str(cap.value) == "'nine' is not a compute capability like '9.0' or '10.3'"
+    with pytest.raises(ValueError) as target:
+        Target.parse("sm90", "sass")
+    assert str(target.value) == "'sm90' is not a CUDA target like sm_90a or compute_100f"
+
+
+def test_targets_print_as_cuobjdump_names_them_and_describe_sorts_sass_before_ptx():
+    assert [str(Target.parse(n, k)) for n, k in (("sm_90a", "sass"), ("sm_100f", "ptx"), ("sm_120", "sass"))] == [
+        "sm_90a", "compute_100f", "sm_120"]
+    both = DeviceObject("x.so", "h", ("sm_100a", "sm_90"), ("sm_90",), 3)
+    assert both.describe() == "sm_90, sm_100a, compute_90"
+    assert DeviceObject("y.so", "h").describe() == "no device code"
+
+
+def test_worst_of_nothing_is_missing():
+    from sglstack.coverage import worst
+
+    assert worst([]) == MISSING and worst([NATIVE, PTX]) == PTX
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    ("Foo/Bar_ops.abi3.so", "Foo.Bar_ops"),  # import names may start upper case
+    ("nvidia/lib64/cudnn.so", "nvidia/lib64/cudnn.so"),  # a library folder: a shared library, by its path
+    ("nvidia/lib/cudnn.so", "nvidia/lib/cudnn.so"),
+    ("libnccl.so.2", "libnccl.so"),
+    ("nvidia/nccl/libnccl.so", "nvidia/nccl/libnccl.so"),  # `lib...` outside a lib folder: still a library
+    ("pkg/sub/libops.cpython-312-x86_64-linux-gnu.so", "pkg.sub.libops"),  # an extension tag wins over `lib`
+])
+def test_extension_names_of_libraries_and_nested_modules(path, name):
+    assert extension_name(path) == name
+
+
+def test_a_generic_row_is_exact_with_its_package_details_and_aliases():
+    from sglstack.coverage import Extension
+
+    objects = (obj("pkg/ops.abi3.so", ["sm_100a", "sm_90"], ["sm_90"], sha="s"),
+               obj("pkg/ops_copy.abi3.so", ["sm_90"], sha="s"), obj("pkg/host.abi3.so"))
+    rows = extensions(PackageObjects("torch", "1", "test", objects), capabilities_of(["9.0", "10.0", "10.3"]))
+    assert rows == [Extension("torch", "pkg.ops", {"9.0": NATIVE, "10.0": NATIVE, "10.3": PTX}, {
+        "9.0": "pkg/ops.abi3.so: sm_90, compute_90",
+        "10.0": "pkg/ops.abi3.so: sm_100a, compute_90",
+        "10.3": "pkg/ops.abi3.so: compute_90"}, ("pkg/ops_copy.abi3.so",))]
+    none = extensions(PackageObjects("torch", "1", "t", (obj("a.so", ["sm_80"]),)), capabilities_of(["9.0"]))
+    assert none[0].detail == {"9.0": "a.so: none of sm_80"}
+
+
+def test_sgl_kernel_rows_are_common_ops_first_then_the_rest_all_of_sgl_kernel():
+    caps = capabilities_of(["9.0", "10.0"])
+    rows = extensions(PackageObjects("sgl-kernel", "1", "t", (
+        obj("sgl_kernel/a_ops.abi3.so", ["sm_90a"]), obj("sgl_kernel/sm90/common_ops.abi3.so", ["sm_90a"]),
+        obj("sgl_kernel/sm100/common_ops.abi3.so", ["sm_100a"]))), caps)
+    assert [(r.package, r.name) for r in rows] == [("sgl-kernel", "sgl_kernel.common_ops"),
+                                                   ("sgl-kernel", "sgl_kernel.a_ops")]
+    assert dict(rows[0].detail) == {"9.0": "sgl_kernel/sm90/common_ops.abi3.so: sm_90a",
+                                    "10.0": "sgl_kernel/sm100/common_ops.abi3.so: sm_100a"}
+
+
+def test_a_cubin_is_taken_by_the_tag_in_its_file_name_not_in_its_folders():
+    assert flashinfer_cubin_takes("flashinfer_cubin/cubins/h/fmha_Sm100a/kernel.cubin", Capability(9, 0))
+    assert flashinfer_cubin_takes("a/Sm100a/b/kernel_Sm90a.cubin", Capability(9, 0))
+
+
+def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
+    from sglstack.coverage import Extension
+
+    base = "flashinfer_cubin/cubins/0123abc"
+    caps = capabilities_of(["9.0", "10.0"])
+    rows = extensions(PackageObjects("flashinfer-cubin", "1", "t", (
+        obj(f"{base}/gemm/gemm_Sm100a.cubin", ["sm_100a"]),
+        obj(f"{base}/gemm/gemm_Sm100a_ptx.cubin", (), ["sm_100a"]),
+        obj(f"{base}/gemm/gemm_Sm90a_ptx.cubin", (), ["sm_90a"]),
+        obj(f"{base}/-0123abc/loose.cubin", ["sm_90"]),  # its group name is only a hash: "cubins"
+        obj(f"{base}/gemm/libhelper.so", ["sm_90"]),  # in the cubin folder but not a cubin
+        obj("flashinfer_cubin/cubins/flat.cubin", ["sm_90"]),  # too shallow for a group
+    )), caps)
+    assert [(r.package, r.name) for r in rows] == [
+        ("flashinfer-cubin", "flashinfer_cubin/cubins"), ("flashinfer-cubin", "flashinfer_cubin/gemm"),
+        ("flashinfer-cubin", f"{base}/gemm/libhelper.so"), ("flashinfer-cubin", "flashinfer_cubin/cubins/flat.cubin")]
+    gemm = rows[1]
+    assert gemm == Extension("flashinfer-cubin", "flashinfer_cubin/gemm", {"9.0": PTX, "10.0": PTX}, {
+        "9.0": "1 of 3 cubins (no SASS), 1 without native code",
+        "10.0": "2 of 3 cubins (sm_100a), 1 without native code"})
+    only_100 = extensions(PackageObjects("flashinfer-cubin", "1", "t", (
+        obj(f"{base}/g/a_Sm100a.cubin", ["sm_100a"]), obj(f"{base}/g/b_Sm100f.cubin", ["sm_100f", "sm_103a"]))), caps)
+    assert dict(only_100[0].detail) == {"9.0": "none of 2 cubins is named for 9.0",
+                                        "10.0": "2 of 2 cubins (sm_100a, sm_100f, sm_103a)"}
+    assert rows[2].detail == {"9.0": f"{base}/gemm/libhelper.so: sm_90", "10.0": f"{base}/gemm/libhelper.so: none of "
+                              "sm_90"}
+
+
+def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_platform():
+    from sglstack.coverage import WheelSource
+    from sglstack.matrix import WheelPin
+
+    matrix = load_matrix(REPO / "stacks.yaml")
+    cu129 = matrix.get("cu129")
+    indexed = cu129.model_copy(update={"sgl_kernel": WheelPin(version="0.3.21", index_url="https://idx/simple")})
+    torch = cu129.torch
+    assert device_code_wheels(indexed, "linux/amd64") == [
+        WheelSource("sgl-kernel", "0.3.21", "sgl-kernel==0.3.21", "https://idx/simple"),
+        WheelSource("flashinfer-cubin", "0.6.3", "flashinfer-cubin==0.6.3", cu129.flashinfer.index_url, True),
+        WheelSource("torch", "2.9.1+cu129", "torch==2.9.1+cu129", torch.index_url),
+        WheelSource("torchvision", "0.24.1+cu129", "torchvision==0.24.1+cu129", torch.index_url),
+        WheelSource("torchaudio", "2.9.1+cu129", "torchaudio==2.9.1+cu129", torch.index_url)]
+    flashinfer = cu129.flashinfer.model_copy(update={"index_url": "https://fi/whl"})
+    url = cu129.model_copy(update={"flashinfer": flashinfer, "sgl_kernel": WheelPin(
+        version="0.3.21", url="https://x/sgl_kernel-{arch}.whl", index_url="https://ignored")})
+    wheels = device_code_wheels(url, "linux/s390x")
+    assert wheels[0] == WheelSource("sgl-kernel", "0.3.21", "https://x/sgl_kernel-x86_64.whl", None)
+    assert wheels[1] == WheelSource("flashinfer-cubin", "0.6.3", "flashinfer-cubin==0.6.3", "https://fi/whl", True)
+
+
+def test_the_report_of_several_packages_keeps_every_row_and_note_and_serialises_exactly():
+    caps = capabilities_of(["9.0"])
+    kernel = PackageObjects("sgl-kernel", "1", "k.whl", (obj("sgl_kernel/sm90/common_ops.abi3.so", ["sm_90a"]),))
+    torch = PackageObjects("torch", "2", "t.whl", (obj("torch/lib/libc.so", ["sm_80"]),))
+    statuses = [PackageStatus("sgl-kernel", "1", "k.whl", True), PackageStatus("torch", "2", "t.whl", True)]
+    report = build_report("cu", "linux/arm64", caps, CoveragePolicy(), [kernel, torch], statuses)
+    assert [r.name for r in report.rows] == ["sgl_kernel.common_ops", "torch/lib/libc.so"]
+    assert report.notes == ("sgl-kernel has no sgl_kernel/load_utils.py: the 0.3.x variant rule (9.0 -> sm90, else "
+                            "sm100) is assumed",)
+    assert [str(v) for v in report.violations] == ["torch/lib/libc.so on 9.0: missing (requires native)"]
+    assert report.to_dict() == {
+        "schema": "sglstack.coverage/1", "stack": "cu", "platform": "linux/arm64", "capabilities": ["9.0"],
+        "require": "native", "complete": True, "exit_code": 1, "label": "9.0:missing",
+        "packages": [{"package": "sgl-kernel", "version": "1", "source": "k.whl", "checked": True, "reason": ""},
+                     {"package": "torch", "version": "2", "source": "t.whl", "checked": True, "reason": ""}],
+        "extensions": [
+            {"package": "sgl-kernel", "name": "sgl_kernel.common_ops", "cells": {"9.0": "native"},
+             "detail": {"9.0": "sgl_kernel/sm90/common_ops.abi3.so: sm_90a"}, "aliases": []},
+            {"package": "torch", "name": "torch/lib/libc.so", "cells": {"9.0": "missing"},
+             "detail": {"9.0": "torch/lib/libc.so: none of sm_80"}, "aliases": []}],
+        "violations": [{"extension": "torch/lib/libc.so", "capability": "9.0", "cell": "missing",
+                        "require": "native"}],
+        "waived": [], "stale_exceptions": [], "notes": list(report.notes)}
+    waived = build_report("cu", "linux/arm64", caps, CoveragePolicy(require="ptx", exceptions=(
+        CoverageException(extension="torch/*", reason="old GPUs only"),)), [torch], statuses[1:]).to_dict()
+    assert (waived["waived"], waived["violations"], waived["exit_code"]) == (
+        [{"extension": "torch/lib/libc.so", "capability": "9.0", "cell": "missing", "reason": "old GPUs only"}], [], 0)
+    assert build_report("cu", "p", caps, CoveragePolicy(), [], []).labels() == {}
+
+
+def test_a_device_object_round_trips_through_its_record():
+    o = DeviceObject("sgl_kernel/x.so", "ab" * 32, ("sm_90a",), ("sm_90",), 2)
+    assert o.to_dict() == {"path": "sgl_kernel/x.so", "sha256": "ab" * 32, "sass": ["sm_90a"], "ptx": ["sm_90"],
+                           "images": 2}
+    assert DeviceObject.from_dict({**o.to_dict(), "images": "2"}) == o

@@ -84,3 +84,61 @@ def test_the_markdown_report_carries_the_command_and_the_summary():
     assert "- SGLang: sglang git-dddddddddddd -> git-eeeeeeeeeeee (https://git.example/sglang:" in section
     assert "- patches: kimi-k25-eagle3 applied" in section
     assert "## Since the last passing run" not in markdown({**data, "since_last_pass": None}, [], "r.png")
+
+
+# ---- exact identities and lines (what the mutation run showed unchecked) ---------------------------
+
+
+def test_same_image_trusts_ids_when_both_have_one_else_a_shared_digest():
+    from sglstack.smoke.since import same_image
+
+    assert same_image({"id": "1", "digest": "d"}, {"id": "2", "digest": "d"}) is False  # ids decide
+    assert same_image({"id": "1", "digest": "d1"}, {"id": "1", "digest": "d2"}) is True
+    assert same_image({"id": "1", "digest": "d"}, {"digest": "d"}) is True  # one id only: the digest decides
+    assert same_image({"digest": "d"}, {"id": "1", "digest": "d"}) is True
+    assert same_image({"digest": "d"}, {"digest": "e"}) is False
+    assert same_image({}, {}) is False  # nothing names either: not known to be the same
+
+
+def test_an_image_is_read_by_its_ref_when_neither_its_id_nor_its_registry_digest_is_here():
+    old = {"ref": "reg:5000/x:rc1", "digest": "sha256:" + "a" * 64, "repo_digests": OLD["repo_digests"]}
+    local = {"reg:5000/x:rc1": SNAPSHOTS[OLD_ID], NEW_ID: SNAPSHOTS[NEW_ID]}
+    since = since_last_pass({**REFERENCE, "image": old}, NEW, local.get)
+    assert since is not None and since["unreadable"] is None and since["summary"]["packages"]["changed"] == 2
+
+
+def test_a_reference_without_an_image_record_has_nothing_to_diff():
+    assert since_last_pass({**REFERENCE, "image": "reg:5000/x:rc1"}, NEW, SNAPSHOTS.get) is None
+    assert since_last_pass({**REFERENCE, "image": {}}, NEW, SNAPSHOTS.get) is None
+
+
+def test_an_unreadable_side_gives_the_exact_record_and_lines():
+    since = since_last_pass(REFERENCE, NEW, {}.get)
+    command = f"invoke diff {OLD['repo_digests'][0]} {NEW_ID}"
+    gone = f"{OLD['repo_digests'][0]} is no longer on this host (no local image, no build record)"
+    assert since == {"last_pass_time": REFERENCE["time"], "last_pass_image": OLD["repo_digests"][0],
+                     "command": command, "summary": None, "unreadable": gone}
+    head = (f"The last passing run ({REFERENCE['time']}) smoked `{OLD['repo_digests'][0]}`; "
+            f"see what changed with `{command}`.")
+    assert summary_lines(since) == [head, "", f"No summary: {gone}.", ""]
+    identical = {**since, "summary": {"identical": True}}
+    assert summary_lines(identical) == [head, "", "Both images hold the same packages, patches and SGLang.", ""]
+
+
+def test_summary_lines_show_the_first_packages_and_say_when_there_are_more():
+    summary = {"identical": False, "packages": {"added": 1, "removed": 1, "changed": 1, "first": ["a 1 -> 2", "b"]},
+               "patches": ["p1 a -> b", "p2 (none) -> c"], "sglang": None, "sglang_commits": None,
+               "base": ["base x -> y", "label z -> w"],
+               "unknown": ["stack.json: unreadable"]}
+    since = {"last_pass_time": "t0", "last_pass_image": "old", "command": "invoke diff old new", "summary": summary}
+    assert summary_lines(since)[2:] == ["- packages: 1 added, 1 removed, 1 changed (a 1 -> 2; b; ...)",
+                                        "- patches: p1 a -> b; p2 (none) -> c", "- SGLang: unchanged",
+                                        "- base image: base x -> y; label z -> w",
+                                        "- stack.json: unreadable", ""]
+    every = {**summary, "packages": {"added": 0, "removed": 1, "changed": 1, "first": ["a 1 -> 2", "b"]},
+             "patches": [], "base": [], "unknown": [], "sglang": "sglang 1 -> 2", "sglang_commits": "repo: x..y"}
+    assert summary_lines({**since, "summary": every})[2:] == [
+        "- packages: 0 added, 1 removed, 1 changed (a 1 -> 2; b)", "- patches: unchanged",
+        "- SGLang: sglang 1 -> 2 (repo: x..y)", ""]
+    none = {**every, "packages": {"added": 0, "removed": 0, "changed": 0, "first": []}}
+    assert summary_lines({**since, "summary": none})[2] == "- packages: 0 added, 0 removed, 0 changed"
