@@ -27,7 +27,7 @@ MODULES=(
   "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/test_smoke_gates.py tests/test_smoke_since.py"
   "confighash|sglstack/confighash.py|tests/test_confighash.py"
   "tags|sglstack/tags.py|tests/test_publish_tags.py"
-  "matrix|sglstack/matrix.py|tests/test_matrix.py"
+  "matrix|sglstack/matrix.py|tests/test_matrix.py tests/test_bad_inputs.py"
   "conflicts|sglstack/conflicts.py|tests/test_conflicts.py"
   "coverage|sglstack/coverage.py|tests/test_coverage_rules.py"
   "lock|sglstack/lockfile.py sglstack/diff.py|tests/test_lock_file.py tests/test_diff.py"
@@ -57,10 +57,18 @@ for spec in "${MODULES[@]}"; do
   # The checkout as git sees it (tracked and new, not ignored files), links kept as links.
   (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$dest"
   deselect=()
+  CHILD='run_invoke\\(|subprocess\\.|sys\\.executable|_patchkit_as_user\\('
   for f in $tests; do
-    while read -r t; do deselect+=("--deselect=$f::$t"); done < <(awk '
-      /^(async )?def / { name = ($1 == "def" ? $2 : $3); if (name !~ /^test_/) name = ""; sub(/\(.*/, "", name) }
-      /run_invoke\(|subprocess\.|sys\.executable|_patchkit_as_user\(/ { if (name) print name }' "$ROOT/$f" | sort -u)
+    # Two passes over the file: the first finds the helpers that start a child, the second the tests
+    # that start one themselves or through such a helper.
+    while read -r t; do deselect+=("--deselect=$f::$t"); done < <(awk -v CHILD="$CHILD" '
+      /^(async )?def / { n = split($0, w, /[ (]+/); name = (w[1] == "def" ? w[2] : w[3]) }
+      /^[^ \t#@]/ && !/^(async )?def / { name = "" }
+      FNR == NR { if (name != "" && name !~ /^test_/ && $0 ~ CHILD) helper[name] = 1; next }
+      name ~ /^test_/ {
+        if ($0 ~ CHILD) { print name; next }
+        for (h in helper) if (index($0, h "(")) { print name; next }
+      }' "$ROOT/$f" "$ROOT/$f" | sort -u)
   done
   "$PY" - "$dest/pyproject.toml" "$files" "$tests ${deselect[*]}" <<'EOF'
 import json, sys, tomllib

@@ -205,7 +205,9 @@ def candidate_tag_pattern(settings: PublishSettings) -> re.Pattern[str]:
 
 
 def _is_host(component: str) -> bool:
-    return "." in component or ":" in component or component == "localhost" or component.startswith("[")
+    # Docker's own rule (splitDockerDomain). An IPv6 literal holds a colon, so brackets need no case:
+    # `[ab]/x` is a (bad) path, not a host.
+    return "." in component or ":" in component or component == "localhost"
 
 
 def parse_repository(repository: str, *, stack: str | None = None, key: str = "repository") -> Repository:

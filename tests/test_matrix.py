@@ -212,3 +212,51 @@ def test_override_pin_must_agree_with_the_stacks_own_pin(tmp_path):
     assert "flashinfer-python==0.6.5" in str(err) and "0.6.4" in str(err)
     agreed = load_matrix(write(tmp_path, text.replace("flashinfer-python==0.6.5", "flashinfer-python==0.6.4")))
     assert agreed.get("base").pins()["flashinfer-python"] == "0.6.4"
+
+
+# ---- the exact one-line errors of the loader: file, line, stack and key ----------------------------
+
+PINS = "    base_image: debian:bookworm-slim\n    sglang: {version: 0.5.9}\n    serving: {model: m}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("- a\n", ": the top level must be a mapping with 'defaults' and 'stacks'"),
+        ("stacks:\n  s:\n" + PINS + "bogus: 1\n",
+         ":6: key 'bogus': unknown top-level key (expected 'defaults', 'stacks')"),
+        ("defaults: [1]\nstacks:\n  s:\n" + PINS, ":1: key 'defaults': must be a mapping"),
+        ("stacks: {}\n", ":1: key 'stacks': must be a non-empty mapping of stack name to settings"),
+        ("defaults: {}\n", ": key 'stacks': must be a non-empty mapping of stack name to settings"),
+        ("stacks:\n  s: 1\n", ":2: stack 's': must be a mapping"),
+        ("stacks:\n  s:\n    inherits: [a]\n" + PINS,
+         ":3: stack 's': key 'inherits': must be the name of another stack"),
+        ("stacks:\n  s:\n    inherits: nope\n" + PINS, ":3: stack 's': key 'inherits': unknown parent stack 'nope'"),
+        ("stacks:\n  a:\n    inherits: b\n  b:\n    inherits: a\n",
+         ":5: stack 'b': key 'inherits': inheritance cycle a -> b -> a"),
+        ("stacks:\n  s:\n" + PINS + "    patches: [kimi-k25-eagle3, nope]\n",
+         ":6: stack 's': key 'patches[1]': unknown patch id 'nope' (no patches/nope/patch.toml)"),
+        ("defaults:\n  patches: [nope]\nstacks:\n  s:\n" + PINS,
+         ":2: stack 's': key 'patches[0]': unknown patch id 'nope' (no patches/nope/patch.toml)"),
+        ("defaults:\n  cache: {registry: ghcr.io/t/c}\nstacks:\n  a:\n" + PINS + "  b:\n" + PINS,
+         ":2: stack 'b': key 'cache.registry': cache reference 'ghcr.io/t/c' is also stack 'a''s: each build would "
+         "overwrite the other's cache (put '{stack}' in the reference)"),
+        ("defaults:\n  serving: {model: m, tp: x}\nstacks:\n  s:\n    base_image: debian:bookworm-slim\n"
+         "    sglang: {version: 0.5.9}\n",
+         ":2: stack 's': key 'serving.tp': Input should be a valid integer, unable to parse string as an integer"),
+        ("stacks:\n  s:\n    sglang: {version: 0.5.9}\n    serving: {model: m}\n",
+         ":2: stack 's': key 'base_image': missing required key"),
+    ],
+)
+def test_loader_errors_are_exact_lines(tmp_path, text, line):
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    assert str(info.value) == f"{path}{line}"
+
+
+def test_an_unknown_stack_names_the_known_ones():
+    with pytest.raises(ConfigError) as info:
+        load_matrix(REPO / "stacks.yaml").get("zz")
+    assert str(info.value).endswith("stacks.yaml: stack 'zz': unknown stack (known: cu129, cu130)")

@@ -176,3 +176,154 @@ def test_smoke_opts_are_accepted_by_the_smoke_options(stacks):
 
     opts = smoke_options(stacks.get("cu130"), **parse_smoke_opts(["gpus=0", "tp=1", "env=K=V", "min_speedup=1.5"]))
     assert opts.gpus == 0 and opts.tp == 1 and opts.env["K"] == "V" and opts.gates.min_speedup == 1.5
+
+
+# ---- the exact one-line errors: every message names its stack and key ------------------------------
+
+KNOWN = "(known: {sglang}, {stack}, {date}, {confighash8}, {confighash12})"
+CHARS = "(allowed: letters, digits, '_', '.', '-')"
+NEEDS_HASH = "must contain {confighash8} or {confighash12}: otherwise two configs could claim the same tag"
+
+
+def config_error(call, *args, **kwargs) -> str:
+    with pytest.raises(ConfigError) as err:
+        call(*args, **kwargs)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("template", "require_hash", "reason"),
+    [
+        ("{branch}", False, f"tag template '{{branch}}' has unknown placeholder '{{branch}}' {KNOWN}"),
+        # `{{` is a literal brace: the placeholder after it is still checked, and named first.
+        ("x{{{branch}-{confighash8}", False,
+         f"tag template 'x{{{{{{branch}}-{{confighash8}}' has unknown placeholder '{{branch}}' {KNOWN}"),
+        ("{stack!r}", False, "tag template '{stack!r}' uses a format spec; write plain '{stack}'"),
+        ("{stack", False, "tag template '{stack' is malformed: expected '}' before end of string"),
+        ("", False, "tag template is empty"),
+        ("a b{confighash8}", False,
+         f"tag template 'a b{{confighash8}}' has characters a docker tag cannot hold {CHARS}"),
+        ("{stack}", True, f"tag template '{{stack}}' {NEEDS_HASH}"),
+    ],
+)
+def test_template_errors_are_exact_lines(template, require_hash, reason):
+    message = config_error(validate_template, template, stack="cu130", key="publish.moving_tags[0]",
+                           require_hash=require_hash)
+    assert message == f"stack 'cu130': key 'publish.moving_tags[0]': {reason}"
+
+
+def test_a_template_without_a_hash_is_fine_where_none_is_required():
+    validate_template("{sglang}-{stack}", key="publish.moving_tags[0]")
+    validate_template("{stack}-{confighash12}", key="publish.candidate_tag", require_hash=True)
+
+
+def with_publish(stack, **update):
+    return stack.model_copy(update={"publish": stack.publish.model_copy(update=update)})
+
+
+LONG = "x" * 120 + "-{confighash12}"  # passes the template check, renders to 133 characters
+LONG_TAG = "x" * 120 + "-1a2b3c4d5e6f"
+
+
+@pytest.mark.parametrize(
+    ("update", "line"),
+    [
+        ({"repository": "Bad/x"}, "key 'publish.repository': 'Bad/x' is not a valid repository "
+                                  "(lowercase path components like 'host:port/team/name')"),
+        ({"immutable_tag": "{stack}"}, f"key 'publish.immutable_tag': tag template '{{stack}}' {NEEDS_HASH}"),
+        ({"candidate_tag": "{stack}"}, f"key 'publish.candidate_tag': tag template '{{stack}}' {NEEDS_HASH}"),
+        ({"moving_tags": ("ok", "a b")},
+         f"key 'publish.moving_tags[1]': tag template 'a b' has characters a docker tag cannot hold {CHARS}"),
+        ({"moving_tags": ("{stack}", "{stack}")},
+         "key 'publish': candidate, immutable and moving tag templates must all differ"),
+        ({"immutable_tag": "candidate-{stack}-{confighash12}"},
+         "key 'publish': candidate, immutable and moving tag templates must all differ"),
+        ({"candidate_tag": LONG}, f"key 'publish.candidate_tag': tag '{LONG_TAG}' from template '{LONG}' is not a "
+                                  "valid docker tag (at most 128 characters, not starting with '.' or '-')"),
+        ({"immutable_tag": LONG}, f"key 'publish.immutable_tag': tag '{LONG_TAG}' from template '{LONG}' is not a "
+                                  "valid docker tag (at most 128 characters, not starting with '.' or '-')"),
+        ({"moving_tags": ("ok", "y" * 129)},
+         f"key 'publish.moving_tags[1]': tag '{'y' * 129}' from template '{'y' * 129}' is not a valid docker tag "
+         "(at most 128 characters, not starting with '.' or '-')"),
+    ],
+)
+def test_release_tags_errors_are_exact_lines(stacks, update, line):
+    message = config_error(release_tags, with_publish(stacks.get("cu130"), **update), HASH, DAY)
+    assert message == f"stack 'cu130': {line}"
+
+
+def test_a_bad_config_hash_is_an_exact_line(stacks):
+    assert config_error(release_tags, stacks.get("cu130"), "xyz", DAY) == (
+        "stack 'cu130': config hash 'xyz' is not a hex digest of at least 12 characters")
+
+
+def test_characters_a_tag_cannot_hold_become_one_dash(stacks):
+    from sglstack.matrix import SGLangSource
+
+    stack = stacks.get("cu130").model_copy(update={"sglang": SGLangSource(version="0.5.9+Local")})
+    tags = release_tags(stack, HASH, DAY)
+    assert tags.immutable == "0.5.9-Local-cu130-20261202-1a2b3c4d"
+    assert tags.moving == ("0.5.9-Local-cu130", "cu130")
+
+
+def test_the_candidate_pattern_matches_every_candidate_release_tags_makes(stacks):
+    from sglstack.matrix import SGLangSource
+
+    every = "c-{sglang}-{stack}-{date}-{confighash8}-{confighash12}"
+    base = with_publish(stacks.get("cu130"), candidate_tag=every)
+    pattern = candidate_tag_pattern(base.publish)
+    for version in ("0.5.9", "0.5.9+Local", "0.5.10rc1"):
+        stack = base.model_copy(update={"sglang": SGLangSource(version=version)})
+        assert pattern.fullmatch(release_tags(stack, HASH, DAY).candidate)
+    assert pattern.fullmatch("c-0.5.9-cu130-20261202-1a2b3c4d-1a2b3c4d5e6f")
+    assert not pattern.fullmatch("c-0.5.9-cu130-2026120-1a2b3c4d-1a2b3c4d5e6f")  # a 7-digit date
+    assert not pattern.fullmatch("c-0.5.9-cu130-20261202-1A2B3C4D-1a2b3c4d5e6f")  # upper-case hex
+    assert not pattern.fullmatch("c-0.5.9-cu130-20261202-1a2b3c4d-1a2b3c4d5e6")  # 11 hex digits
+
+
+def test_repository_refs_use_a_colon_for_tags_and_an_at_for_digests():
+    repo = parse_repository("127.0.0.1:5000/sglstack/sglang")
+    assert repo.ref("cu130") == "127.0.0.1:5000/sglstack/sglang:cu130"
+    assert repo.ref("sha256:" + "c" * 64) == "127.0.0.1:5000/sglstack/sglang@sha256:" + "c" * 64
+
+
+REPOSITORY = "is not a valid repository (lowercase path components like 'host:port/team/name')"
+
+
+@pytest.mark.parametrize(
+    ("repository", "reason"),
+    [
+        ("ghcr.io/Team/Image", f"'ghcr.io/Team/Image' {REPOSITORY}"),
+        ("a..b/x", "'a..b/x' has an invalid registry host 'a..b'"),
+        ("r.example/" + "a" * 246, f"'r.example/{'a' * 30}...' is longer than 255 characters"),
+        # brackets without a colon are no IPv6 literal, so no host: a path component Docker refuses
+        ("[ab]/x", f"'[ab]/x' {REPOSITORY}"),
+    ],
+)
+def test_repository_errors_are_exact_lines(repository, reason):
+    assert config_error(parse_repository, repository) == f"key 'repository': {reason}"
+    assert config_error(parse_repository, repository, stack="cu130", key="publish.repository") == (
+        f"stack 'cu130': key 'publish.repository': {reason}")
+
+
+def test_a_repository_of_255_characters_is_the_longest():
+    assert parse_repository("r.example/" + "a" * 245).path == "a" * 245
+
+
+@pytest.mark.parametrize(
+    ("ref", "reason"),
+    [
+        ("r/a@sha256:x", "'r/a@sha256:x' has an invalid digest (expected sha256:<64 hex>)"),
+        ("r.example/a:-x", "'r.example/a:-x' has an invalid tag '-x' (letters, digits, '_', '.', '-'; at most 128)"),
+        ("r.example/a:t]", "'r.example/a:t]' has an invalid tag 't]' (letters, digits, '_', '.', '-'; at most 128)"),
+        ("r.example/A:x", f"'r.example/A' {REPOSITORY}"),
+        # only the last path component can hold the tag: a colon before it is a bad component
+        ("r.example/a:b/c", f"'r.example/a:b/c' {REPOSITORY}"),
+        # a bracketed IPv6 host alone: no tag in it, and no repository either
+        ("[::1]", f"'[::1]' {REPOSITORY}"),
+    ],
+)
+def test_image_reference_errors_are_exact_lines(ref, reason):
+    assert config_error(parse_image_reference, ref) == f"key 'image': {reason}"
+    assert config_error(parse_image_reference, ref, stack="cu130", key="--image") == (
+        f"stack 'cu130': key '--image': {reason}")
