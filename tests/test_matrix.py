@@ -260,3 +260,119 @@ def test_an_unknown_stack_names_the_known_ones():
     with pytest.raises(ConfigError) as info:
         load_matrix(REPO / "stacks.yaml").get("zz")
     assert str(info.value).endswith("stacks.yaml: stack 'zz': unknown stack (known: cu129, cu130)")
+
+
+# ---- the pure value checks, each with its exact message ---------------------------------------------
+
+from sglstack import matrix as matrix_module  # noqa: E402
+from sglstack.matrix import (  # noqa: E402
+    RegistryCache,
+    _bind_mount,
+    _cache_reference,
+    _exact_requirement,
+    _exact_version,
+    _pinned_image,
+    _pydantic_message,
+    _requirement,
+    _ValueBudget,
+    parse_bind,
+)
+
+
+def value_error(check, value) -> str:
+    with pytest.raises(ValueError) as info:
+        check(value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (5, "must be a version string (quote it in YAML)"),
+        *((word, f"'{word}' is not an exact version") for word in ("latest", "main", "master", "nightly", "*", "")),
+        (" LATEST ", "' LATEST ' is not an exact version"),
+        ("1.0,2", "'1.0,2' is a range, not an exact version"),
+        ("1.0X", "'1.0X' is not a valid PEP 440 version"),
+    ],
+)
+def test_exact_version_messages(value, message):
+    assert value_error(_exact_version, value) == message
+
+
+def test_exact_requirements():
+    assert _exact_requirement("six===1.16.0") == "six===1.16.0"
+    assert _exact_requirement("six==1.16.0") == "six==1.16.0"
+    assert value_error(_exact_requirement, "six==1.*") == "'six==1.*' must pin exactly one version with '==' (no ranges)"
+    assert value_error(_exact_requirement, "six>=1") == "'six>=1' must pin exactly one version with '==' (no ranges)"
+    assert value_error(_exact_requirement, "???").startswith("'???' is not a valid requirement: Expected package name")
+    assert value_error(_requirement, "???").startswith("'???' is not a valid requirement: Expected package name")
+
+
+def test_pinned_images():
+    assert _pinned_image("localhost:5000/img:1.0") == "localhost:5000/img:1.0"
+    for value in ("debian", "localhost:5000/img", "debian:"):
+        assert value_error(_pinned_image, value) == f"image '{value}' has no tag: pin a version tag or a digest"
+    assert value_error(_pinned_image, "debian:latest") == "image 'debian:latest' uses 'latest': pin a version tag or a digest"
+
+
+def test_bind_mounts():
+    assert parse_bind("/h:/c") == ("/h", "/c", False)
+    assert parse_bind("/h:/c:ro") == ("/h", "/c", True)
+    assert parse_bind("/h:/c:rw") == ("/h", "/c", False)
+    expected = "expected HOST:CONTAINER[:ro] with an absolute container path"
+    for value in ("/h", ":/c", "/h:c", "/h:/c:ro:x"):
+        assert value_error(parse_bind, value) == expected, value
+    assert value_error(parse_bind, "/h:/c:RO") == "mode 'RO' is not ro or rw"
+    assert value_error(_bind_mount, "/h:c") == f"mount '/h:c': {expected}"
+    assert _bind_mount("/h:/c:ro") == "/h:/c:ro"
+
+
+def test_cache_references():
+    assert _cache_reference("ghcr.io/t/{stack}-cache:c") == "ghcr.io/t/{stack}-cache:c"
+    assert RegistryCache(registry="ghcr.io/t/c:{stack}").ref_for("cu130") == "ghcr.io/t/c:cu130"
+    assert RegistryCache(registry="ghcr.io/t/c:{stack}").mode == "max"
+    assert value_error(_cache_reference, "Bad Ref") == (
+        "'Bad Ref' is not a registry reference like 'ghcr.io/team/sglstack-cache:{stack}': it has a path component "
+        "'Bad Ref' that has uppercase letters")
+
+
+def test_pydantic_messages():
+    assert _pydantic_message({"type": "extra_forbidden", "msg": "x"}) == "unknown key"
+    assert _pydantic_message({"type": "missing", "msg": "x"}) == "missing required key"
+    assert _pydantic_message({}) == "invalid value"
+    assert _pydantic_message({"type": "value_error", "msg": "Value error, boom"}) == "boom"
+    assert _pydantic_message({"type": "t", "msg": "boom Value error, "}) == "boom Value error, "
+
+
+def test_value_budget_counts_every_value_once():
+    budget = _ValueBudget(100)
+    assert budget.size(5) == 1
+    assert budget.size({"a": None}) == 3
+    assert budget.size([1, 2, 3]) == 4
+    assert budget.size(None) == 1
+    assert budget.size({"a": 1, "b": [1, 2]}) == 7
+    assert budget.size((1, {"k": "v"})) == 5
+    shared = [1]
+    assert budget.size(shared) == 2
+    assert budget.sizes[id(shared)] == (shared, 2)
+    remembered = ["a"]
+    budget.sizes[id(remembered)] = (remembered, 99)
+    assert budget.size(remembered) == 99  # a remembered size is not counted again
+
+
+def test_value_budget_refuses_only_past_the_limit():
+    budget = _ValueBudget(6)
+    budget.spend({"a": 1}, file="f.yaml", name="a")
+    assert budget.left == 3
+    budget.spend({"b": 1}, file="f.yaml", name="b")
+    assert budget.left == 0
+    with pytest.raises(ConfigError) as info:
+        budget.spend({"c": 1}, file="f.yaml", name="c")
+    assert str(info.value) == ("f.yaml: stack 'c': the stacks hold more than 1,000,000 values once defaults and "
+                               "parents are merged in")
+
+
+def test_an_empty_matrix_knows_no_stacks():
+    with pytest.raises(ConfigError) as info:
+        matrix_module.Matrix(file="f.yaml", stacks={}).get("a")
+    assert str(info.value) == "f.yaml: stack 'a': unknown stack (known: none)"
