@@ -377,3 +377,86 @@ def test_an_empty_matrix_knows_no_stacks():
     with pytest.raises(ConfigError) as info:
         matrix_module.Matrix(file="f.yaml", stacks={}).get("a")
     assert str(info.value) == "f.yaml: stack 'a': unknown stack (known: none)"
+
+
+# ---- the loader's edges: limits, the patches folder, where each error points ------------------------
+
+def load_error(path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    return str(info.value)
+
+
+def stacks_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_bad_stack_name_points_at_its_line(tmp_path):
+    path = stacks_file(tmp_path, "stacks:\n  ok:\n" + PINS + "  Bad:\n" + PINS)
+    assert load_error(path) == (
+        f"{path}:6: stack 'Bad': stack name has uppercase letters: it names the image sglstack/Bad (Docker's "
+        "reference grammar: lowercase letters and digits, separated by one '.', '_', '__' or dashes)")
+
+
+def test_yaml_errors_name_the_file_as_shown(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = stacks_file(tmp_path, "stacks:\n  s: [unclosed\n")
+    assert load_error(path).startswith("stacks.yaml:")
+
+
+def test_the_stack_limit_is_inclusive(tmp_path, monkeypatch):
+    monkeypatch.setattr(matrix_module, "MAX_STACKS", 2)
+    assert load_matrix(stacks_file(tmp_path, "stacks:\n  a:\n" + PINS + "  b:\n" + PINS)).names() == ["a", "b"]
+    path = stacks_file(tmp_path, "stacks:\n  a:\n" + PINS + "  b:\n" + PINS + "  c:\n" + PINS)
+    assert load_error(path) == f"{path}:1: key 'stacks': has 3 stacks, over the limit of 2 for one matrix"
+
+
+def test_the_value_budget_counts_each_merged_stack(tmp_path, monkeypatch):
+    monkeypatch.setattr(matrix_module, "MAX_VALUES", 21)  # each stack holds 11
+    path = stacks_file(tmp_path, "stacks:\n  a:\n" + PINS + "  b:\n" + PINS)
+    assert load_error(path) == (f"{path}: stack 'b': the stacks hold more than 21 values once defaults and parents "
+                                "are merged in")
+
+
+def test_a_given_patches_folder_is_the_one_used(tmp_path):
+    (tmp_path / "patches" / "mine").mkdir(parents=True)
+    (tmp_path / "patches" / "mine" / "patch.toml").write_text("")
+    path = stacks_file(tmp_path, "stacks:\n  s:\n" + PINS + "    patches: [mine]\n")
+    assert load_matrix(path, tmp_path / "patches").get("s").patches == ("mine",)
+
+
+def test_a_child_does_not_inherit_the_parents_description(tmp_path):
+    path = stacks_file(tmp_path, "stacks:\n  a:\n    description: the parent\n" + PINS + "  b:\n    inherits: a\n")
+    matrix = load_matrix(path)
+    assert (matrix.get("a").description, matrix.get("b").description) == ("the parent", "")
+    assert matrix.get("b").inherits == "a"
+
+
+def test_a_shared_cache_reference_points_at_the_stacks_own_key(tmp_path):
+    cache = "    cache: {registry: ghcr.io/t/c}\n"
+    path = stacks_file(tmp_path, "stacks:\n  a:\n" + PINS + "  b:\n" + PINS + cache + "  c:\n" + PINS + cache)
+    assert load_error(path) == (
+        f"{path}:15: stack 'c': key 'cache.registry': cache reference 'ghcr.io/t/c' is also stack 'b''s: each "
+        "build would overwrite the other's cache (put '{stack}' in the reference)")
+
+
+def test_a_publish_tag_too_long_for_docker_names_its_key(tmp_path):
+    # candidate-{stack}-{confighash12} is 23 + len(name) long, {sglang}-{stack}-{date}-{confighash8} 30 + len(name)
+    # with the sglang label 0.5.9-Cu130 (its '+' made a tag character)
+    pins = PINS.replace("0.5.9", "0.5.9+Cu130")
+    name = "s" * 100
+    immutable = f"0.5.9-Cu130-{name}-20000101-00000000"
+    says = f"the tag '{immutable}' built from the stack name is 130 characters long, over Docker's limit of 128: use a "
+    says += "shorter stack name"
+    for publish in ("", "    publish: {candidate_tag: fixed}\n", "    publish: {candidate_tag: '{stack}{nope}'}\n"):
+        path = stacks_file(tmp_path, f"stacks:\n  {name}:\n" + pins + publish)
+        assert load_error(path) == f"{path}:2: stack '{name}': key 'publish.immutable_tag': {says}", publish
+    name = "s" * 106
+    path = stacks_file(tmp_path, f"stacks:\n  {name}:\n" + pins)
+    assert load_error(path) == (f"{path}:2: stack '{name}': key 'publish.candidate_tag': the tag "
+                                f"'candidate-{name}-{'0' * 12}' built from the stack name is 129 characters long, "
+                                "over Docker's limit of 128: use a shorter stack name")
+    name = "s" * 98
+    assert load_matrix(stacks_file(tmp_path, f"stacks:\n  {name}:\n" + pins)).names() == [name]
