@@ -460,3 +460,11 @@ def test_a_publish_tag_too_long_for_docker_names_its_key(tmp_path):
                                 "over Docker's limit of 128: use a shorter stack name")
     name = "s" * 98
     assert load_matrix(stacks_file(tmp_path, f"stacks:\n  {name}:\n" + pins)).names() == [name]
+
+
+def test_a_shared_cache_reference_points_at_the_registry_line(tmp_path):
+    cache = "    cache:\n      registry: ghcr.io/t/c\n"
+    path = stacks_file(tmp_path, "stacks:\n  a:\n" + PINS + "  b:\n" + PINS + cache + "  c:\n" + PINS + cache)
+    assert load_error(path) == (
+        f"{path}:17: stack 'c': key 'cache.registry': cache reference 'ghcr.io/t/c' is also stack 'b''s: each "
+        "build would overwrite the other's cache (put '{stack}' in the reference)")
