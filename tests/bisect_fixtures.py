@@ -95,7 +95,8 @@ def make_history(repo: Path, speeds: Sequence[float], *, patch_breaks: Sequence[
     return shas
 
 
-def stack_yaml(repo_ref: str, ref: str, *, patches: Sequence[str] = ("kimi-k25-eagle3",), extra: str = "") -> str:
+def stack_yaml(repo_ref: str, ref: str, *, patches: Sequence[str] = ("kimi-k25-eagle3",), extra: str = "",
+               max_new_tokens: int = 24) -> str:
     """A CPU stack building SGLang from `repo_ref` at `ref` on debian:bookworm-slim, served as the double."""
     patch_list = ", ".join(patches)
     return textwrap.dedent(f"""
@@ -117,7 +118,7 @@ def stack_yaml(repo_ref: str, ref: str, *, patches: Sequence[str] = ("kimi-k25-e
               startup_timeout_s: 60
               shm_size: 256m
             smoke:
-              max_new_tokens: 24
+              max_new_tokens: {max_new_tokens}
               concurrency: 1
               num_prompts: 3
         """) + extra

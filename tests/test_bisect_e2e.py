@@ -20,7 +20,11 @@ pytestmark = pytest.mark.docker
 N = 8
 BAD_FROM = 5  # serves 10% slower from this commit on
 PATCH_BREAK = 6  # the first midpoint after the first step: the patch cannot apply, the search steps around it
-SPEEDS = [300.0 if i < BAD_FROM else 270.0 for i in range(N + 1)]
+# Paced well under what a loaded 2-core host can serve (300 tok/s measured 240 there, for good and bad
+# commits alike), with requests of about half a second, so HTTP overhead is about 1% of each and CPU
+# load cannot blur a 10% step (see test_bisect_smoke_kinds for the figures).
+SPEEDS = [100.0 if i < BAD_FROM else 90.0 for i in range(N + 1)]
+TOKENS = 48
 
 
 @pytest.fixture
@@ -28,7 +32,7 @@ def synthetic(tmp_path, docker_client):
     repo = tmp_path / "sglang"
     shas = make_history(repo, SPEEDS, patch_breaks=(PATCH_BREAK,), salt=secrets.token_hex(4))
     matrix = tmp_path / "stacks.yaml"
-    matrix.write_text(stack_yaml(f"file://{repo}", shas[-1]))
+    matrix.write_text(stack_yaml(f"file://{repo}", shas[-1], max_new_tokens=TOKENS))
     yield shas, matrix
     # the images this test built (unique to it through the salt)
     report = tmp_path / "build" / "synth" / "bisect" / "report.json"
