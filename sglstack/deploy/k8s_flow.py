@@ -21,7 +21,7 @@ from ..matrix import Stack
 from ..records import utc_timestamp
 from ..serving import ServingSpec
 from ..signals import Interrupted
-from .flow import DeployFailed, Say, say_stderr, write_files
+from .flow import DeployFailed, Say, restore_files, say_stderr, write_files
 from .kubectl import Kubectl
 from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
 
@@ -130,7 +130,7 @@ def deploy_k8s(
     except BaseException as exc:
         if not applied and isinstance(exc, DeployError):
             # The API server refused the objects: nothing changed there, so nothing changes here.
-            _put_back(saved)
+            restore_files(saved)
             append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
             raise
         why = (f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else
@@ -156,14 +156,6 @@ def deploy_k8s(
     say(f"stack '{dep.stack.name}' is ready on {dep.kubectl.context} ({record.digest}); recorded in "
         f"{display_path(records_path(dep.build_root, dep.stack.name))}")
     return record
-
-
-def _put_back(saved: dict[Path, str | None]) -> None:
-    for path, text in saved.items():
-        if text is None:
-            path.unlink(missing_ok=True)
-        else:
-            path.write_text(text, encoding="utf-8")
 
 
 def _serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
