@@ -9,13 +9,14 @@ engine: the caller passes the image reference (and the smoke report it passed, w
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
 
 from .matrix import Stack
+from .names import compose_project
+from .quoting import compose_string
 from .resources import COMPOSE_DIR
 from .serving import (
     RecordedOptions,
@@ -101,8 +102,8 @@ def deploy_spec(stack: Stack, options: ComposeOptions) -> ServingSpec:
 
 
 def project_name(stack_name: str) -> str:
-    """The compose project of a stack: compose v1 drops characters other than [a-z0-9_-]."""
-    return "sglstack-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in stack_name.lower())
+    """The compose project of a stack (`names.py`: the matrix refuses two stacks that share one)."""
+    return compose_project(stack_name)
 
 
 def compose_filename(options: ComposeOptions) -> str:
@@ -114,11 +115,6 @@ def moving_tag_ref(stack: Stack) -> str:
     return f"{stack.publish.repository}:{stack.name}"
 
 
-def _quote(value: object) -> str:
-    """A YAML double-quoted scalar; `$` doubled because compose interpolates `$VAR` in every value."""
-    return json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
-
-
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -128,7 +124,7 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters["q"] = _quote
+    env.filters["q"] = compose_string
     return env
 
 

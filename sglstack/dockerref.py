@@ -56,6 +56,19 @@ def tag_problem(tag: str) -> str | None:
     return "may hold only letters, digits, '_', '.' and '-', and may not start with '.' or '-'"
 
 
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def image_reference_problem(ref: str) -> str | None:
+    """Why `ref` (`name[:tag][@sha256:...]`, as after FROM) is not an image reference; None if it is."""
+    name, at, digest = ref.partition("@")
+    if at and not DIGEST_RE.fullmatch(digest):
+        return f"has a digest '{digest}' that is not sha256: and 64 lowercase hex digits"
+    if not name:
+        return "has no name"
+    return registry_reference_problem(name)
+
+
 def registry_reference_problem(ref: str) -> str | None:
     """Why `ref` (`host[:port]/path[:tag]`, no digest) cannot name a registry image; None if it can.
 

@@ -20,7 +20,10 @@ import yaml
 from pydantic import ValidationError
 
 from . import k8s_lws as lws
+from .errors import one_line
 from .matrix import Stack
+from .names import k8s_object_name, k8s_service_name
+from .quoting import k8s_literal, one_line_problem
 from .serving import (
     SECRET_ENV,
     NodeArgs,
@@ -45,6 +48,12 @@ SCHEMA_VERSION = "1.32.0"
 STARTUP_PERIOD_S = 10
 DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+RESOURCE_NAME_MAX = 63  # the name part of a qualified name; its prefix is a DNS subdomain
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123: namespaces
+DNS_LABEL_MAX = 63
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # Secrets
+DNS_SUBDOMAIN_MAX = 253
+INT32_MAX = 2**31 - 1  # replicas, size and extended-resource counts are int32 fields of the API
 ANNOTATION_PREFIX = "io.sglstack/"
 
 
@@ -79,10 +88,23 @@ class K8sOptions(RecordedOptions):
         )
 
     def rdma_resource(self) -> tuple[str, int] | None:
+        """(resource, count) of `rdma` (checked by `k8s_spec`: see `rdma_problem`)."""
         if not self.rdma:
             return None
         name, _, count = self.rdma.partition("=")
         return name, int(count) if count else 1
+
+
+def rdma_problem(rdma: str) -> str | None:
+    """Why `--rdma` is not RESOURCE[=COUNT] with a count a pod can ask for; None if it is."""
+    res, sep, count = rdma.partition("=")
+    prefix, _, name = res.rpartition("/")
+    if (not RESOURCE_NAME.fullmatch(res) or len(name) > RESOURCE_NAME_MAX or len(prefix) > DNS_SUBDOMAIN_MAX
+            or (sep and not re.fullmatch(r"[0-9]+", count))):
+        return "not RESOURCE[=COUNT] (e.g. rdma/ib or rdma/ib=1)"
+    if sep and not 1 <= int(count) <= INT32_MAX:
+        return f"the count must be from 1 to {INT32_MAX}"
+    return None
 
 
 def node_args(options: K8sOptions) -> NodeArgs:
@@ -95,14 +117,12 @@ def node_args(options: K8sOptions) -> NodeArgs:
 
 
 def object_name(stack_name: str) -> str:
-    """The LWS name (a DNS label: its pods are NAME-GROUP and NAME-GROUP-INDEX)."""
-    text = "".join(ch if ch.isalnum() else "-" for ch in stack_name.lower()).strip("-")
-    return ("sglstack-" + re.sub("-+", "-", text))[:40].rstrip("-")
+    """The LWS name (`names.py`: the matrix refuses two stacks that share one)."""
+    return k8s_object_name(stack_name)
 
 
 def service_name(stack_name: str) -> str:
-    # Not the LWS name: the controller creates a headless Service of that name for the pods' hostnames.
-    return object_name(stack_name) + "-api"
+    return k8s_service_name(stack_name)
 
 
 def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
@@ -112,22 +132,28 @@ def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
     def bad(message: str) -> ServingError:
         return ServingError(message, stack=name)
 
-    for flag, value, low in (("--nnodes", options.nnodes, 1), ("--replicas", options.replicas, 1),
-                             ("--dist-init-port", options.dist_init_port, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise bad(f"{flag} {value}: must be a whole number of at least {low}")
-    if options.dist_init_port > 65535:
-        raise bad(f"--dist-init-port {options.dist_init_port}: not a TCP port (1..65535)")
-    if options.hf_cache is not None and not options.hf_cache.startswith("/"):
-        raise bad(f"--hf-cache '{options.hf_cache}': on Kubernetes, an absolute folder on every node (hostPath)")
+    # Every number written into a manifest, within what its field can hold (int32 counts, TCP ports).
+    for flag, value, low, high in (("--nnodes", options.nnodes, 1, INT32_MAX),
+                                   ("--replicas", options.replicas, 1, INT32_MAX),
+                                   ("--dist-init-port", options.dist_init_port, 1, 65535)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise bad(f"{flag} {value}: must be a whole number from {low} to {high}")
+    if options.namespace is not None and not (DNS_LABEL.fullmatch(options.namespace)
+                                              and len(options.namespace) <= DNS_LABEL_MAX):
+        raise bad(f"--namespace '{one_line(options.namespace)}': not a namespace name (a DNS label: at most "
+                  f"{DNS_LABEL_MAX} lowercase letters, digits and '-', starting and ending with a letter or digit)")
+    if options.hf_cache is not None and (not options.hf_cache.startswith("/") or one_line_problem(options.hf_cache)):
+        raise bad(f"--hf-cache '{one_line(options.hf_cache)}': on Kubernetes, an absolute folder on every node "
+                  "(hostPath), on one line")
     if options.rdma is not None:
-        res, _, count = options.rdma.partition("=")
-        if not RESOURCE_NAME.match(res) or (count and (not count.isdigit() or int(count) < 1)):
-            raise bad(f"--rdma '{options.rdma}': not RESOURCE[=COUNT] (e.g. rdma/ib or rdma/ib=1)")
+        if rdma_problem(options.rdma):
+            raise bad(f"--rdma '{one_line(options.rdma)}': {rdma_problem(options.rdma)}")
         if not options.gpus:
             raise bad("--rdma: needs GPUs (it was given with --no-gpus)")
-    if not RESOURCE_NAME.match(options.hf_token_secret) or "/" in options.hf_token_secret:
-        raise bad(f"--hf-token-secret '{options.hf_token_secret}': not a Secret name")
+    secret = options.hf_token_secret
+    if not (DNS_SUBDOMAIN.fullmatch(secret) and len(secret) <= DNS_SUBDOMAIN_MAX):
+        raise bad(f"--hf-token-secret '{one_line(secret)}': not a Secret name (a DNS subdomain: lowercase letters, "
+                  "digits, '-' and '.')")
     spec = serving_spec(stack, options.serving_overrides())
     if options.dist_init_port == spec.port:
         raise bad(f"--dist-init-port {options.dist_init_port}: the serving port; torch.distributed needs another")
@@ -171,20 +197,18 @@ def _probes(spec: ServingSpec) -> dict[str, Any]:
     }
 
 
-def _literal(text: str) -> str:
-    """Kubernetes expands `$(VAR)` in command and env values; `$$(` keeps a stack's own text as written."""
-    return text.replace("$(", "$$(")
-
-
 def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
     """The smoke-tested argv, with only the LWS placement values left for Kubernetes to expand."""
     node = node_args(options)
-    placement = {node.nnodes, node.node_rank, node.dist_init_addr}
-    return [t if t in placement else _literal(t) for t in serving_argv(spec, node=node)]
+    # Placeholders no argument can hold (a NUL ends an argv string): where they land is where LWS's
+    # values go, unescaped; every other word, the stack's own text included, is escaped whatever it says.
+    marks = NodeArgs("\x00nnodes", "\x00node-rank", "\x00dist-init-addr")
+    real = {marks.nnodes: node.nnodes, marks.node_rank: node.node_rank, marks.dist_init_addr: node.dist_init_addr}
+    return [real[t] if t in real else k8s_literal(t) for t in serving_argv(spec, node=marks)]
 
 
 def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [{"name": k, "value": _literal(v)} for k, v in spec.env]
+    env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in spec.env]
     env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
                                                           "optional": True}}}
             for name in SECRET_ENV if name not in spec.environment]

@@ -17,15 +17,23 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .dockerref import TAG_MAX, name_problem, path_component_problem, registry_reference_problem, tag_problem
+from .dockerref import (
+    TAG_MAX,
+    image_reference_problem,
+    name_problem,
+    path_component_problem,
+    registry_reference_problem,
+    tag_problem,
+)
 from .errors import ConfigError
 from .incontainer.wheelkit import WheelKitError, split_requirement
+from .names import LOCAL_REPOSITORY, collisions
+from .quoting import APT_PACKAGE_RE, ENV_NAME_RE, LABEL_KEY_RE, PATCH_ID_RE, control_character, one_line_problem
 from .resources import DEFAULT_PATCHES_DIR
 from .yamlsrc import MAX_VALUES, KeyPath, load_yaml_with_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
-LOCAL_REPOSITORY = "sglstack"  # local images are `sglstack/<stack>:<config hash>`
 # Every command validates every stack, and `stacks` prints them all (rich takes about 1 ms a row): a
 # hand-kept matrix of more is a generated one gone wrong. Today's has 2.
 MAX_STACKS = 1000
@@ -72,15 +80,61 @@ def _requirement(value: str) -> str:
 
 
 def _pinned_image(value: str) -> str:
-    if "@sha256:" in value:
-        return value
-    name, _, tag = value.rpartition(":")
-    if not name or "/" in tag or not tag:
-        raise ValueError(f"image '{value}' has no tag: pin a version tag or a digest")
-    if tag == "latest":
-        raise ValueError(f"image '{value}' uses 'latest': pin a version tag or a digest")
+    if "@sha256:" not in value:
+        name, _, tag = value.rpartition(":")
+        if not name or "/" in tag or not tag:
+            raise ValueError(f"image '{value}' has no tag: pin a version tag or a digest")
+        if tag == "latest":
+            raise ValueError(f"image '{value}' uses 'latest': pin a version tag or a digest")
+    # It is the word after FROM: only what Docker's reference grammar allows may reach the Dockerfile.
+    if problem := image_reference_problem(value):
+        raise ValueError(f"image '{value}' is not an image reference: it {problem}")
     return value
 
+
+# ---- values that reach another language (Dockerfile, shell, compose, k8s): see quoting.py -----------
+
+def _one_line(value: str) -> str:
+    """Text rendered into a line of a Dockerfile, a label or an annotation: a line break has no business in it."""
+    if problem := one_line_problem(value):
+        raise ValueError(f"'{value}' {problem}")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    """An argument or environment value: any text a process can receive (a NUL ends it early)."""
+    if "\x00" in value:
+        raise ValueError(f"'{value}' holds a NUL character, which no argument or environment value can")
+    return value
+
+
+def _url(value: str) -> str:
+    """A URL is one word of a pip command line: whitespace in one is percent-encoded (%20)."""
+    if any(ch.isspace() for ch in value) or control_character(value):
+        raise ValueError(f"URL '{value}' holds whitespace or a control character (percent-encode it)")
+    return value
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"'{value}' is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+OneLine = Annotated[str, AfterValidator(_one_line)]
+ArgText = Annotated[str, AfterValidator(_no_nul)]
+Url = Annotated[str, AfterValidator(_url)]
+LabelKey = Annotated[str, _matching(LABEL_KEY_RE, "a label key like 'org.example.key' (letters, digits, "
+                                                  "'.', '_', '/', '-'; starting with a letter or digit)")]
+EnvName = Annotated[str, _matching(ENV_NAME_RE, "an environment variable name (letters, digits and '_', "
+                                               "not starting with a digit)")]
+AptPackage = Annotated[str, _matching(APT_PACKAGE_RE, "a Debian package name (lowercase letters, digits, "
+                                                     "'+', '-', '.'; optional :arch and =version)")]
+PatchId = Annotated[str, _matching(PATCH_ID_RE, "a patch id (a folder name of lowercase letters, digits, "
+                                               "'.', '_', '-')")]
 
 ExactVersion = Annotated[str, AfterValidator(_exact_version)]
 ExactRequirement = Annotated[str, AfterValidator(_exact_requirement)]
@@ -114,7 +168,7 @@ class _Model(BaseModel):
 
 class TorchPin(_Model):
     version: ExactVersion
-    index_url: str | None = None
+    index_url: Url | None = None
     packages: tuple[ExactRequirement, ...] = ()  # torchvision/torchaudio pinned alongside, if any
 
     def requirements(self) -> tuple[str, ...]:
@@ -125,15 +179,15 @@ class WheelPin(_Model):
     """A package pinned to one version, from an index or from a direct wheel URL."""
 
     version: ExactVersion
-    url: str | None = None
+    url: Url | None = None
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    index_url: str | None = None
+    index_url: Url | None = None
 
 
 class FlashInferPin(_Model):
     version: ExactVersion
     packages: tuple[str, ...] = ("flashinfer-python", "flashinfer-cubin")
-    index_url: str | None = None
+    index_url: Url | None = None
 
     def requirements(self) -> tuple[str, ...]:
         return tuple(f"{p}=={self.version}" for p in self.packages)
@@ -144,7 +198,7 @@ class PipLayer(_Model):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
     requirements: tuple[ExactRequirement, ...]
-    index_url: str | None = None
+    index_url: Url | None = None
     no_deps: bool = False
     force_reinstall: bool = False
     # Layers that replace something SGLang's requirements pinned (upstream's NCCL force-install) must run
@@ -155,7 +209,7 @@ class PipLayer(_Model):
 class GitSource(_Model):
     repo: str
     ref: str = Field(pattern=r"^[0-9a-f]{40}$", description="a full commit sha: branches and tags move")
-    subdirectory: str = "python"
+    subdirectory: OneLine = "python"
 
 
 class SGLangSource(_Model):
@@ -188,7 +242,7 @@ class Override(_Model):
 
 class SpeculativeSettings(_Model):
     algorithm: Literal["EAGLE3", "EAGLE", "NEXTN"] = "EAGLE3"
-    draft_model: str
+    draft_model: OneLine
     num_steps: int = Field(ge=1)
     eagle_topk: int = Field(ge=1)
     num_draft_tokens: int = Field(ge=1)
@@ -196,6 +250,8 @@ class SpeculativeSettings(_Model):
 
 def parse_bind(value: str) -> tuple[str, str, bool]:
     """`HOST:CONTAINER[:ro|rw]` -> (host path, container path, read-only); ValueError says what is wrong."""
+    if problem := one_line_problem(str(value)):
+        raise ValueError(f"the paths {problem}")
     parts = str(value).split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
         raise ValueError("expected HOST:CONTAINER[:ro] with an absolute container path")
@@ -221,7 +277,7 @@ class ServingSettings(_Model):
     Smoke, compose and any later manifest render from the serving spec derived from this (`serving.py`).
     """
 
-    model: str
+    model: OneLine
     speculative: SpeculativeSettings | None = None
     tp: int = Field(default=1, ge=1)
     gpus: int = Field(default=1, ge=0)
@@ -229,8 +285,8 @@ class ServingSettings(_Model):
     # How long the server may take to load and answer /health: smoke's wait, compose's start period.
     startup_timeout_s: float = Field(default=3600, gt=0)
     shm_size: str = "32g"
-    extra_args: tuple[str, ...] = ()
-    env: Mapping[str, str] = Field(default_factory=dict)
+    extra_args: tuple[ArgText, ...] = ()
+    env: Mapping[EnvName, ArgText] = Field(default_factory=dict)
     mounts: tuple[BindMount, ...] = ()
 
 
@@ -314,28 +370,28 @@ class RegistryCache(_Model):
 
 class Stack(_Model):
     name: str
-    description: str = ""
+    description: OneLine = ""
     inherits: str | None = None
     base_image: PinnedImage
     src_image: PinnedImage = "debian:bookworm-slim"
     cuda: ExactVersion | None = None
     python: str = Field(default="3.12", pattern=r"^3\.\d+$")
-    python_packages: tuple[str, ...] | None = None  # apt packages providing `python`; None = derived
+    python_packages: tuple[AptPackage, ...] | None = None  # apt packages providing `python`; None = derived
     platforms: tuple[Literal["linux/amd64", "linux/arm64"], ...] = ("linux/amd64",)
     cuda_arch_list: tuple[str, ...] = ()
-    system_packages: tuple[str, ...] = ()
+    system_packages: tuple[AptPackage, ...] = ()
     torch: TorchPin | None = None
     sgl_kernel: WheelPin | None = None
     flashinfer: FlashInferPin | None = None
     extra_layers: tuple[PipLayer, ...] = ()
     sglang: SGLangSource
     overrides: tuple[Override, ...] = ()
-    patches: tuple[str, ...] = ()
+    patches: tuple[PatchId, ...] = ()
     patch_policy: PatchPolicy = PatchPolicy()
     serving: ServingSettings
     smoke: SmokeSettings = SmokeSettings()
     publish: PublishSettings = PublishSettings()
-    labels: Mapping[str, str] = Field(default_factory=dict)
+    labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     cache: RegistryCache | None = None
 
@@ -617,7 +673,16 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
                                                          ("defaults", "patches", i)]))
         stacks[name] = stack
     _check_cache_refs(stacks, file, lines)
+    _check_name_collisions(stacks, file, lines)
     return Matrix(file=file, stacks=stacks)
+
+
+def _check_name_collisions(stacks: Mapping[str, Stack], file: str, lines: dict[KeyPath, int]) -> None:
+    """Two stacks that Compose or Kubernetes would call the same would deploy over, and remove, each other."""
+    for name, other, what, shared in collisions(stacks):
+        raise ConfigError(f"stack name '{name}' becomes the {what} '{shared}', as stack '{other}' does: one would "
+                          "deploy over or remove the other; rename one of them", file=file, stack=name,
+                          line=lines.get(("stacks", name)))
 
 
 def _check_cache_refs(stacks: Mapping[str, Stack], file: str, lines: dict[KeyPath, int]) -> None:

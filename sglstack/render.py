@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,18 @@ from pathlib import Path
 import jinja2
 
 from .compose import moving_tag_ref, write_compose
+from .dockerref import image_reference_problem
 from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s, write_k8s
 from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
+from .quoting import (
+    QuotingError,
+    dockerfile_comment,
+    dockerfile_label_key,
+    dockerfile_string,
+    shell_word,
+    shell_word_with,
+)
 from .records import build_root
 from .resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
 from .ui import console as make_console
@@ -67,28 +75,27 @@ def _install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
     layers: list[InstallLayer] = []
     constraint = ("--constraint", "/run/sglstack/installed.txt")
     if stack.torch:
-        index = ("--index-url", shlex.quote(stack.torch.index_url)) if stack.torch.index_url else ()
+        index = ("--index-url", shell_word(stack.torch.index_url)) if stack.torch.index_url else ()
         layers.append(InstallLayer(
             "torch", f"torch {stack.torch.version}: the heaviest layer, first, so later changes keep it",
-            (*constraint, *index, *map(shlex.quote, stack.torch.requirements())), True))
+            (*constraint, *index, *map(shell_word, stack.torch.requirements())), True))
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
         if pin.url:
-            url = pin.url.replace("{arch}", "${arch}")
-            if pin.sha256:
-                url += f"#sha256={pin.sha256}"
+            url = pin.url + (f"#sha256={pin.sha256}" if pin.sha256 else "")
             layers.append(InstallLayer(
                 "sgl-kernel", f"sgl-kernel {pin.version}: the release wheel, as upstream installs it",
-                ("--no-deps", "--force-reinstall", f'"{url}"'), False, uses_arch="{arch}" in pin.url))
+                ("--no-deps", "--force-reinstall", shell_word_with(url, {"{arch}": "${arch}"})), False,
+                uses_arch="{arch}" in pin.url))
         else:
-            index = ("--index-url", shlex.quote(pin.index_url)) if pin.index_url else ()
+            index = ("--index-url", shell_word(pin.index_url)) if pin.index_url else ()
             layers.append(InstallLayer("sgl-kernel", f"sgl-kernel {pin.version}",
-                                       (*constraint, *index, shlex.quote(f"sgl-kernel=={pin.version}")), True))
+                                       (*constraint, *index, shell_word(f"sgl-kernel=={pin.version}")), True))
     if stack.flashinfer:
         fi = stack.flashinfer
-        index = ("--extra-index-url", shlex.quote(fi.index_url)) if fi.index_url else ()
+        index = ("--extra-index-url", shell_word(fi.index_url)) if fi.index_url else ()
         layers.append(InstallLayer("flashinfer", f"FlashInfer {fi.version}",
-                                   (*constraint, *index, *map(shlex.quote, fi.requirements())), True))
+                                   (*constraint, *index, *map(shell_word, fi.requirements())), True))
     for extra in stack.extra_layers:
         flags: list[str] = []
         if extra.no_deps:
@@ -99,9 +106,9 @@ def _install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
         if constrained:
             flags += constraint
         if extra.index_url:
-            flags += ["--index-url", shlex.quote(extra.index_url)]
+            flags += ["--index-url", shell_word(extra.index_url)]
         layers.append(InstallLayer(extra.name, f"{extra.name}: {' '.join(extra.requirements)}",
-                                   (*flags, *map(shlex.quote, extra.requirements)), constrained,
+                                   (*flags, *map(shell_word, extra.requirements)), constrained,
                                    after_sglang=extra.after_sglang))
     return tuple(layers)
 
@@ -153,14 +160,24 @@ def stack_manifest(stack: Stack) -> dict:
     }
 
 
+def _from_image(ref: str) -> str:
+    if problem := image_reference_problem(ref):
+        raise QuotingError(f"image '{dockerfile_comment(ref)}' {problem}")
+    return ref
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(IMAGES_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    # Every value the template writes goes through the rule of the language it lands in (quoting.py).
+    env.filters.update(comment=dockerfile_comment, dq=dockerfile_string, label_key=dockerfile_label_key,
+                       shell=shell_word, image=_from_image)
+    return env
 
 
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
