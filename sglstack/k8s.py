@@ -285,7 +285,9 @@ def manifests(
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {**meta, "name": service_name(stack.name), "labels": labels},
+        # The exact stack name: the deploy checks it before applying over a Service of this (derived) name.
+        "metadata": {**meta, "name": service_name(stack.name), "labels": labels,
+                     "annotations": {ANNOTATION_PREFIX + "stack": stack.name}},
         "spec": {
             "type": "ClusterIP",
             "selector": {lws.SET_NAME_LABEL: name, lws.WORKER_INDEX_LABEL: "0"},

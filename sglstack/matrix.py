@@ -251,7 +251,7 @@ class SpeculativeSettings(_Model):
 def parse_bind(value: str) -> tuple[str, str, bool]:
     """`HOST:CONTAINER[:ro|rw]` -> (host path, container path, read-only); ValueError says what is wrong."""
     if problem := one_line_problem(str(value)):
-        raise ValueError(f"the paths {problem}")
+        raise ValueError(f"it {problem}")
     parts = str(value).split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
         raise ValueError("expected HOST:CONTAINER[:ro] with an absolute container path")
@@ -654,6 +654,8 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+            if loc[-1:] == ("[key]",):  # a mapping's key is wrong (the message names it): the mapping's key path
+                loc = loc[:-2]
             cause = (err.get("ctx") or {}).get("error")
             if isinstance(cause, _KeyedValueError):
                 loc = (*loc, *cause.key)

@@ -18,7 +18,7 @@ from ..dockerhost import docker_host_name
 from ..errors import DeployError
 from ..matrix import Stack
 from ..serving import ServingSpec, check_mount_sources
-from .health import COMPOSE_PROJECT_LABEL
+from .health import COMPOSE_PROJECT_LABEL, project_containers
 
 
 def check_options(stack: Stack, options: cmp.ComposeOptions, wait_timeout_s: float | None) -> ServingSpec:
@@ -40,6 +40,7 @@ def check_host(
 ) -> list[str]:
     """The checks against the target host; returns the notices of what cannot be checked from here."""
     notices = []
+    check_project_owner(client, project=project, stack=spec.stack or "")
     if notice := check_mount_sources(spec, local=local):
         notices.append(notice)
     env_file = Path(options.env_file)
@@ -50,6 +51,27 @@ def check_host(
     if notice := check_port(client, spec, project=project, local=local, docker_host=docker_host):
         notices.append(notice)
     return notices
+
+
+def project_owner_problem(project: str, stack: str, containers: list[tuple[str, str | None]]) -> str | None:
+    """Why `stack` may not replace or remove compose project `project`, whose containers are given as
+    (name, their io.sglstack.stack label); None when every one is this stack's (pure).
+
+    A project is found by a name derived from the stack's (`names.py`); the matrix refuses two stacks
+    that share one, but another matrix file, a renamed stack or a project of someone else's may not.
+    """
+    for name, owner in sorted(containers):
+        if owner != stack:
+            whose = f"stack '{owner}'" if owner else "no sglstack stack (it has no io.sglstack.stack label)"
+            return (f"compose project {project} holds container {name} of {whose}, not of stack '{stack}': "
+                    "it is not this stack's to replace or remove (nothing was changed)")
+    return None
+
+
+def check_project_owner(client: docker.DockerClient, *, project: str, stack: str) -> None:
+    found = [(c.name, c.labels.get(cmp.LABEL_STACK)) for c in project_containers(client, project)]
+    if problem := project_owner_problem(project, stack, found):
+        raise DeployError(f"stack '{stack}': {problem}")
 
 
 def check_port(

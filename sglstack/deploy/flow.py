@@ -27,7 +27,7 @@ from ..records import build_root as default_build_root
 from ..records import utc_timestamp
 from ..serving import ServingSpec
 from ..signals import Interrupted
-from .checks import check_host, check_options
+from .checks import check_host, check_options, check_project_owner
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for
@@ -407,6 +407,8 @@ def undeploy(dep: Deployment, *, compose: ComposeCLI | None = None, say: Say = s
     compose = compose or detect_compose()
     say(f"compose: {compose.label}")
     client = docker_client(dep.docker_host)
+    # Found by a derived name: another stack's containers there are not this stack's to remove.
+    check_project_owner(client, project=dep.project_name, stack=dep.stack.name)
     path: Path | None
     try:
         path = current_compose_file(dep)

@@ -26,6 +26,7 @@ from .kubectl import Kubectl
 from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
 
 TARGET = "k8s"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 POLL_S = 5.0
 
 
@@ -111,6 +112,7 @@ def deploy_k8s(
     files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report)  # validated here
     tool = dep.kubectl.label()
     say(f"k8s: {tool}")
+    check_owner(dep)
     previous = _serving_now(dep.records())
     saved = write_files(dep.out_dir, files)
     say(f"rendered {display_path(dep.out_dir)}/ ({', '.join(files)})")
@@ -156,6 +158,30 @@ def deploy_k8s(
     say(f"stack '{dep.stack.name}' is ready on {dep.kubectl.context} ({record.digest}); recorded in "
         f"{display_path(records_path(dep.build_root, dep.stack.name))}")
     return record
+
+
+def owner_problem(stack: str, kind: str, obj: dict[str, Any] | None) -> str | None:
+    """Why `stack` may not apply over, or delete, `obj` (as `kubectl get -o json` shows it); None when it
+    does not exist or is this stack's (pure). Its name is derived from the stack's (`names.py`), which
+    another matrix file, a renamed stack or someone else's object may share."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") or {}
+    owner = (meta.get("annotations") or {}).get(k8s.ANNOTATION_PREFIX + "stack")
+    if owner == stack:
+        return None
+    if owner is None and kind == "service" and (meta.get("labels") or {}).get(MANAGED_BY) == "sglstack":
+        return None  # applied by an sglstack whose Services had no stack annotation: its LWS decides
+    whose = f"stack '{owner}'" if owner else f"no sglstack stack (no {k8s.ANNOTATION_PREFIX}stack annotation)"
+    return (f"{kind}/{meta.get('name')} exists and is {whose}'s, not stack '{stack}''s: it is not this stack's "
+            "to replace or delete (nothing was changed)")
+
+
+def check_owner(dep: K8sDeployment) -> None:
+    """Refuse before anything is applied when the LWS or Service of this name belongs to another stack."""
+    for kind, name in (("leaderworkerset", dep.name), ("service", k8s.service_name(dep.stack.name))):
+        if problem := owner_problem(dep.stack.name, kind, dep.kubectl.get_json(kind, name)):
+            raise DeployError(f"stack '{dep.stack.name}': {problem}")
 
 
 def _serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
