@@ -17,8 +17,9 @@ from typing import Self
 
 from pydantic import ValidationError
 
-from .errors import SglstackError
+from .errors import SglstackError, one_line
 from .matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
+from .quoting import ENV_NAME_RE, one_line_problem
 
 LAUNCH = ("python3", "-m", "sglang.launch_server")
 # SGLang listens on 127.0.0.1 by default: unreachable through a port mapping or from other nodes.
@@ -49,7 +50,8 @@ class ServingError(SglstackError):
 
     def __init__(self, message: str, *, stack: str | None = None) -> None:
         self.stack, self.reason = stack, message
-        super().__init__(f"stack '{stack}': {message}" if stack else message)
+        # Messages quote what the user typed: a line break in it must not make the one line two.
+        super().__init__(one_line(f"stack '{stack}': {message}" if stack else message))
 
 
 Bad = Callable[[str], ServingError]
@@ -314,6 +316,13 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
         raise bad(f"{o.flag('startup_timeout_s')} {startup:g}: must be more than 0 seconds")
     health = _healthcheck(o, int(startup), bad)
 
+    for key, value in o.env.items():
+        # The same rules as stacks.yaml's serving.env (quoting.py): a key Compose and Kubernetes take as it is.
+        if not ENV_NAME_RE.fullmatch(str(key)):
+            raise bad(f"{o.flag('env')} '{one_line(str(key))}': not an environment variable name (letters, digits "
+                      "and '_', not starting with a digit)")
+        if "\x00" in str(value):
+            raise bad(f"{o.flag('env')} {key}: the value holds a NUL character, which no environment value can")
     env = {**base.env, **o.env}
     mounts = _mounts(base.mounts, o, bad)
     extra = tuple(base.extra_args if o.extra_args is None else o.extra_args)
@@ -423,6 +432,9 @@ def _mounts(stack_mounts: tuple[str, ...], o: ServingOverrides, bad: Bad) -> tup
     if o.hf_cache is not None:
         if not o.hf_cache:
             raise bad(f"{o.flag('hf_cache')}: needs a host folder")
+        if ":" in o.hf_cache or one_line_problem(o.hf_cache):
+            # It becomes SOURCE:TARGET of a bind and a line of a compose file.
+            raise bad(f"{o.flag('hf_cache')} '{one_line(o.hf_cache)}': a host folder without ':' or control characters")
         given.append(Mount(source=o.hf_cache, target=HF_CACHE_TARGET, origin=o.flag("hf_cache")))
     # A mount given on the command line for a container path the stack already mounts replaces it.
     targets = {m.target for m in given}

@@ -24,6 +24,7 @@ from sglstack import k8s
 from sglstack.errors import ConfigError, SglstackError
 from sglstack.matrix import load_matrix
 from sglstack.render import image_labels, render_dockerfile
+from sglstack.serving import ServingOverrides, serving_spec
 
 BASE = """\
     base_image: debian:bookworm-slim
@@ -292,3 +293,17 @@ def test_a_bad_namespace_stops_the_deploy_before_kubectl_changes_anything(cluste
         "error: stack 's': --namespace 'Team_A': not a namespace name (a DNS label: at most 63 lowercase letters, "
         "digits and '-', starting and ending with a letter or digit)"]
     assert not (Path(cluster["KUBECTL_DOUBLE_STATE"]) / "objects").exists()
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"env": {"A B": "x"}}, "--env 'A B': not an environment variable name"),
+    ({"env": {"A": "x\0"}}, "--env A: the value holds a NUL character"),
+    ({"hf_cache": "/models:/etc"}, "--hf-cache '/models:/etc': a host folder without ':' or control characters"),
+    ({"hf_cache": "/models\n"}, "--hf-cache '/models\\n': a host folder without ':'"),
+    ({"mounts": ("/data\nx:/models",)}, "--mount '/data\\nx:/models': it holds a control character (\\n)"),
+])
+def test_command_line_values_follow_the_schema_rules(tmp_path, overrides, expected):
+    stack = load_matrix(matrix(tmp_path, {"s": ""})).get("s")
+    with pytest.raises(SglstackError) as info:
+        serving_spec(stack, ServingOverrides(**overrides))
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
