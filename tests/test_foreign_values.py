@@ -19,8 +19,12 @@ import docker.errors
 import pytest
 import yaml
 from cli import REPO, run_invoke
+from deploy_fixtures import free_port
 
 from sglstack import k8s
+from sglstack.compose import ComposeOptions
+from sglstack.deploy.compose_cli import detect_compose
+from sglstack.deploy.flow import Deployment, deploy, undeploy
 from sglstack.errors import ConfigError, SglstackError
 from sglstack.matrix import load_matrix
 from sglstack.render import image_labels, render_dockerfile
@@ -120,9 +124,6 @@ def test_a_k8s_deploy_never_applies_over_or_deletes_another_stacks_lws(cluster, 
 
 @pytest.mark.docker
 def test_undeploy_never_removes_another_stacks_compose_project(tmp_path):
-    from sglstack.deploy.compose_cli import detect_compose  # docker-marked: compose is looked for here only
-    from sglstack.deploy.flow import Deployment, undeploy
-
     tag = secrets.token_hex(4)
     owner, other = f"audit-{tag}", f"audit.{tag}"
     project = f"sglstack-audit-{tag}"
@@ -140,6 +141,12 @@ def test_undeploy_never_removes_another_stacks_compose_project(tmp_path):
         assert str(info.value) == (
             f"stack '{other}': compose project {project} holds container {project}_sglang_1 of stack '{owner}', "
             f"not of stack '{other}': it is not this stack's to replace or remove (nothing was changed)")
+        # A deploy of audit.TAG would `up` its service in that project: refused before anything changes.
+        with pytest.raises(SglstackError) as info:
+            deploy(Deployment(stack=stack, build_root=tmp_path / "build"), "debian:bookworm-slim",
+                   ComposeOptions(gpus=False, port=free_port()), compose=detect_compose(), say=lambda _: None)
+        assert f"compose project {project} holds container {project}_sglang_1 of stack '{owner}'" in str(info.value)
+        assert not (tmp_path / "build" / other).exists()
         container.reload()
         assert container.status == "running"
     finally:
