@@ -23,8 +23,10 @@ from deploy_fixtures import free_port
 
 from sglstack import k8s
 from sglstack.compose import ComposeOptions
+from sglstack.deploy.checks import project_owner_problem
 from sglstack.deploy.compose_cli import detect_compose
 from sglstack.deploy.flow import Deployment, deploy, undeploy
+from sglstack.deploy.k8s_flow import owner_problem
 from sglstack.errors import ConfigError, SglstackError
 from sglstack.matrix import load_matrix
 from sglstack.render import image_labels, render_dockerfile
@@ -151,6 +153,24 @@ def test_undeploy_never_removes_another_stacks_compose_project(tmp_path):
         assert container.status == "running"
     finally:
         container.remove(force=True)
+
+
+def test_what_a_derived_name_finds_is_a_stacks_only_when_it_names_that_stack():
+    assert project_owner_problem("sglstack-s", "s", [("c1", "s"), ("c2", "s")]) is None
+    assert "container c1 of stack 't', not of stack 's'" in project_owner_problem("sglstack-s", "s", [("c1", "t")])
+    assert "of no sglstack stack" in project_owner_problem("sglstack-s", "s", [("c1", None)])
+    managed = {"app.kubernetes.io/managed-by": "sglstack"}
+    assert owner_problem("s", "leaderworkerset", None) is None
+    assert owner_problem("s", "leaderworkerset", {"metadata": {"name": "n", "annotations": {"io.sglstack/stack": "s"}}}
+                         ) is None
+    assert "is stack 't''s" in owner_problem(
+        "s", "leaderworkerset", {"metadata": {"name": "n", "annotations": {"io.sglstack/stack": "t"}}})
+    assert "no sglstack stack" in owner_problem("s", "leaderworkerset", {"metadata": {"name": "n", "labels": managed}})
+    # A Service an earlier sglstack applied carries no annotation: its LeaderWorkerSet decides.
+    assert owner_problem("s", "service", {"metadata": {"name": "n-api", "labels": managed}}) is None
+    assert owner_problem("s", "service", {"metadata": {"name": "n-api"}}) is not None
+    assert owner_problem("s", "service", {"metadata": {"name": "n-api", "labels": managed,
+                                                       "annotations": {"io.sglstack/stack": "t"}}}) is not None
 
 
 # ---- values: quoted for their language, or refused by the schema ------------------------------------
