@@ -46,6 +46,8 @@ def _exact_version(value: str) -> str:
         raise ValueError("must be a version string (quote it in YAML)")
     if value.strip().lower() in {"latest", "main", "master", "nightly", "*", ""}:
         raise ValueError(f"'{value}' is not an exact version")
+    if value != value.strip() or one_line_problem(value):  # Version() would strip it; a Dockerfile would not
+        raise ValueError(f"'{value}' is not an exact version: it has surrounding whitespace or a control character")
     if any(ch in value for ch in "<>=!~*, "):
         raise ValueError(f"'{value}' is a range, not an exact version")
     try:
@@ -56,6 +58,7 @@ def _exact_version(value: str) -> str:
 
 
 def _exact_requirement(value: str) -> str:
+    _one_line(value)  # packaging accepts a trailing line break; a requirements file or RUN line would not
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
@@ -71,6 +74,7 @@ def _exact_requirement(value: str) -> str:
 
 def _requirement(value: str) -> str:
     """Any requirement, as pip and the build stage's wheelkit both parse it."""
+    _one_line(value)
     try:
         Requirement(value)
         split_requirement(value)

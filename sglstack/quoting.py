@@ -21,7 +21,7 @@ import re
 import shlex
 from collections.abc import Mapping
 
-from .errors import one_line
+from .errors import SglstackError, one_line
 
 # Label keys: reverse-DNS like Docker's and OCI's own (`org.opencontainers.image.title`), and nothing a
 # Dockerfile's `LABEL key=value` would read as another word, quote, variable or line.
@@ -48,8 +48,9 @@ def one_line_problem(text: str) -> str | None:
     return f"holds a control character ({ch}): it must be one line of printable text" if ch else None
 
 
-class QuotingError(ValueError):
-    """A value that no quoting of the language can carry (the schema refuses it first, with its key)."""
+class QuotingError(SglstackError, ValueError):
+    """A value that no quoting of the language can carry (the schema refuses it first, with its key; this
+    is the renderer's own guard, one line too)."""
 
 
 def _refuse_control(text: str, where: str) -> str:

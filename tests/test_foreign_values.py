@@ -334,3 +334,13 @@ def test_command_line_values_follow_the_schema_rules(tmp_path, overrides, expect
     with pytest.raises(SglstackError) as info:
         serving_spec(stack, ServingOverrides(**overrides))
     assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("extra", "key"), [
+    ('sglang: {version: "0.5.9\\n"}\n', "sglang.version"),
+    ('torch: {version: "2.9.1", packages: ["torchvision==0.24.1 ; python_version > \\"3\\"\\n"]}\n',
+     "torch.packages.0"),
+])
+def test_a_trailing_line_break_packaging_would_strip_is_refused(tmp_path, extra, key):
+    message = refusal(matrix(tmp_path, {"s": extra}))
+    assert f"key '{key}'" in message and "control character" in message, message
