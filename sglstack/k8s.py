@@ -21,6 +21,8 @@ from pydantic import ValidationError
 
 from . import k8s_lws as lws
 from .matrix import Stack
+from .records import build_root
+from .safefiles import containing_root, write_text
 from .serving import (
     SECRET_ENV,
     NodeArgs,
@@ -323,10 +325,5 @@ def render_k8s(
 
 def write_k8s(out_dir: Path, files: Mapping[str, str]) -> list[Path]:
     """Write the manifests into `out_dir` (build/STACK/k8s); return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        path = out_dir / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    root = containing_root(out_dir, build_root())
+    return [write_text(root, out_dir / name, text) for name, text in files.items()]
