@@ -21,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -46,6 +47,11 @@ class StackBusy(SglstackError):
 
 
 def _reason(exc: OSError) -> str:
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        # copytree gathers each file's failure as (src, dst, "[Errno 28] No space left on device: ...").
+        why = str(exc.args[0][0][-1])
+        found = re.match(r"\[Errno \d+\] ([^:]+)", why)
+        return found.group(1) if found else why
     return exc.strerror or type(exc).__name__
 
 
