@@ -32,7 +32,7 @@ from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
 from .records import build_root, require_writable
 from .render import write_build_context
-from .safefiles import containing_root, write_text
+from .safefiles import containing_root, folder_lock, write_text
 from .ui import console as make_console
 
 BAKE_FILE = "docker-bake.json"
@@ -117,7 +117,9 @@ def bake_argv(cli: str, bake_file: Path, *, builder_name: str | None = None,
 def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
                          secrets: tuple[Mapping[str, Path], Mapping[str, str]]) -> list[tuple[str, str, BuildRequest]]:
     """Render the stack's context where its targets point, and its request for every stage."""
-    rendered = add_git_source(stack, write_build_context(stack, out_dir, lock=lock))
+    # Under the stack's folder lock: a build of the stack may be hashing this very context.
+    with folder_lock(out_dir, "bake", root=containing_root(out_dir, build_root()), stack=stack.name):
+        rendered = add_git_source(stack, write_build_context(stack, out_dir, lock=lock))
     dockerfile, context = rendered.dockerfile.resolve(), rendered.context.resolve()
     return [(stack.name, stage, build_request(
         stack, dockerfile=dockerfile, context=context, target=stage, builder_kind="buildx", secrets=secrets,

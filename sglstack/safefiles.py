@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import SglstackError, one_line
+from .signals import deferred
 
 LOCK_NAME = ".lock"
 # EX_TEMPFAIL (sysexits.h): "try again later". Distinct from every task's own codes (bisect's 1 is
@@ -154,11 +155,12 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
         new = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
         os.chmod(new, 0o755)  # mkdtemp's 0700 is for secrets; a context folder is read by the engine
         fill(Path(new))
-        if folder.exists():
-            aside = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old")
-            os.replace(folder, aside)  # an empty folder is replaced by a rename
-        os.replace(new, folder)
-        new = None
+        with deferred():  # a signal between the two renames would leave no context at all
+            if folder.exists():
+                aside = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old")
+                os.replace(folder, aside)  # an empty folder is replaced by a rename
+            os.replace(new, folder)
+            new = None
     except OSError as exc:
         if aside is not None and not folder.exists():
             with contextlib.suppress(OSError):
