@@ -152,6 +152,19 @@ def test_a_full_disk_leaves_the_store_whole_and_the_next_append_works(tmp_path, 
         assert store.read() == [1, 3]
 
 
+@pytest.mark.parametrize("kind", STORES)
+def test_a_store_linked_out_of_the_build_folder_is_not_appended_to(tmp_path, kind, monkeypatch):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    store = Store(kind, tmp_path / "build")
+    theirs = tmp_path / "elsewhere.jsonl"
+    theirs.write_text("theirs\n")
+    store.path.parent.mkdir(parents=True)
+    store.path.symlink_to(theirs)
+    with pytest.raises(OutputNotWritable, match=r"a link to .*elsewhere\.jsonl, outside .*: not followed"):
+        store.append(1)
+    assert theirs.read_text() == "theirs\n"
+
+
 def _append_rows(path: str, worker: int, rows: int) -> None:
     for n in range(rows):
         append_jsonl(Path(path), [{"worker": worker, "n": n, "pad": "y" * 3000}])
