@@ -10,7 +10,6 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -33,6 +32,7 @@ from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
 from .records import build_root, require_writable
 from .render import write_build_context
+from .safefiles import containing_root, folder_lock, write_text
 from .ui import console as make_console
 
 BAKE_FILE = "docker-bake.json"
@@ -117,7 +117,9 @@ def bake_argv(cli: str, bake_file: Path, *, builder_name: str | None = None,
 def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
                          secrets: tuple[Mapping[str, Path], Mapping[str, str]]) -> list[tuple[str, str, BuildRequest]]:
     """Render the stack's context where its targets point, and its request for every stage."""
-    rendered = add_git_source(stack, write_build_context(stack, out_dir, lock=lock))
+    # Under the stack's folder lock: a build of the stack may be hashing this very context.
+    with folder_lock(out_dir, "bake", root=containing_root(out_dir, build_root()), stack=stack.name):
+        rendered = add_git_source(stack, write_build_context(stack, out_dir, lock=lock))
     dockerfile, context = rendered.dockerfile.resolve(), rendered.context.resolve()
     return [(stack.name, stage, build_request(
         stack, dockerfile=dockerfile, context=context, target=stage, builder_kind="buildx", secrets=secrets,
@@ -126,13 +128,7 @@ def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
 
 def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
     """Whole or not at all: a temp file beside it, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(definition, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text(containing_root(path.parent, build_root()), path, json.dumps(definition, indent=2) + "\n")
 
 
 def _buildx_client(docker_cli: str | None) -> str | None:

@@ -45,9 +45,10 @@ from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, source_mismatches
 from .matrix import Stack
-from .records import build_root, require_writable, utc_timestamp
+from .records import build_root, require_writable, stack_lock, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
+from .safefiles import containing_root, write_text
 from .ui import console as make_console
 from .verify import lock_mismatches, pin_mismatches
 
@@ -385,24 +386,32 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Write the record whole or not at all (a temp file next to it, then an atomic rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text(containing_root(path.parent, build_root()), path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 # ---- the build -------------------------------------------------------------------------------------
 
 def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
-    """Build, verify, stamp and tag one stack; skip when a verified image of this config exists."""
+    """Build, verify, stamp and tag one stack; skip when a verified image of this config exists.
+
+    Under the stack's lock: two builds of one stack would render into one context and hash it half
+    written; the second is refused at once with one line."""
+    check_build_folder(stack, options)
+    with stack_lock(stack.name, "build"):
+        return _build_stack(stack, options)
+
+
+def check_build_folder(stack: Stack, options: BuildOptions) -> None:
+    """A build folder that cannot be written is one line before anything (its lock included) is made."""
+    require_writable(record_path_for(out_dir_for(stack, options), options.effective_target),
+                     what="build record (under the build folder)")
+
+
+def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     console = make_console()
     timer = PhaseTimer()
     out_dir = out_dir_for(stack, options)
     target = options.effective_target
-    require_writable(record_path_for(out_dir, target), what="build record (under the build folder)")
     with timer.phase("render"):
         rendered = write_build_context(stack, out_dir, options.patches_dir or DEFAULT_PATCHES_DIR,
                                        lock=options.lock)

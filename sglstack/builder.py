@@ -275,7 +275,11 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     parser = ProgressParser()
     started = time.monotonic()
     current: StepState | None = None
-    with open(log_path, "w", encoding="utf-8") as log:
+    try:  # never through a link (a build.log linked elsewhere would be overwritten)
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise BuildError(f"{log_path}: cannot be written ({exc.strerror}); a link there is not followed") from None
+    with open(log_fd, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                 env={**os.environ, **build_env(builder, docker_host)},

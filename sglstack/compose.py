@@ -17,7 +17,9 @@ import jinja2
 from .matrix import Stack
 from .names import compose_project
 from .quoting import compose_string
+from .records import build_root
 from .resources import COMPOSE_DIR
+from .safefiles import containing_root, write_text
 from .serving import (
     RecordedOptions,
     ServingError,
@@ -227,10 +229,5 @@ def write_compose(
 ) -> list[Path]:
     """Write the compose file(s) and `compose.env.example` into `out_dir`; return the paths written."""
     files = deployment_files(stack, image_ref, options=options, smoke_report=smoke_report)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        path = out_dir / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    root = containing_root(out_dir, build_root())
+    return [write_text(root, out_dir / name, text) for name, text in files.items()]

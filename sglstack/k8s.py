@@ -24,6 +24,8 @@ from .errors import one_line
 from .matrix import Stack
 from .names import k8s_object_name, k8s_service_name
 from .quoting import k8s_literal, one_line_problem
+from .records import build_root
+from .safefiles import containing_root, write_text
 from .serving import (
     SECRET_ENV,
     NodeArgs,
@@ -349,10 +351,5 @@ def render_k8s(
 
 def write_k8s(out_dir: Path, files: Mapping[str, str]) -> list[Path]:
     """Write the manifests into `out_dir` (build/STACK/k8s); return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        path = out_dir / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    root = containing_root(out_dir, build_root())
+    return [write_text(root, out_dir / name, text) for name, text in files.items()]

@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
 from .matrix import Stack
+from .safefiles import write_text
 
 LOCK_FORMAT = "1"
 LOCKS_DIR = "locks"
@@ -392,11 +393,6 @@ def read_lock(path: Path) -> Lock:
 
 
 def write_lock(path: Path, lock: Lock, *, stacks_file: str | None = None) -> None:
-    """Write atomically: an interrupted `invoke lock` leaves the old lock, never half a new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(render_lock(lock, stacks_file=stacks_file), encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write atomically: an interrupted or failed `invoke lock` (a full disk, a read-only folder: one
+    line) leaves the old lock, never half a new one, and no temp file."""
+    write_text(path.parent, path, render_lock(lock, stacks_file=stacks_file))

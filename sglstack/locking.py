@@ -43,7 +43,7 @@ from .errors import ConfigError, SglstackError
 from .gitsource import GitSource, GitSourceError
 from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
 from .matrix import Stack, load_matrix
-from .records import utc_timestamp
+from .records import require_writable, utc_timestamp
 from .resolver import (
     Resolution,
     ResolutionConflict,
@@ -427,6 +427,8 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
     """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept)."""
     stack = load_matrix(stacks_file).get(stack_name)
     path = lock_path(stacks_file, stack_name)
+    # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
+    require_writable(path, what="lock")
     previous = read_lock(path) if path.is_file() else None
     wanted = [canonicalize_name(u) for u in upgrade_packages]
     if wanted and previous is None:

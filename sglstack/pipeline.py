@@ -11,14 +11,14 @@ import shlex
 
 import requests
 
-from .build import FINAL_TARGET, BuildOptions, build_stack, describe_build
+from .build import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
 from .builder import detect_builder
 from .errors import BuildError, RegistryError
 from .labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from .lockfile import lock_for_build, lock_path, missing_message
 from .matrix import Stack, load_matrix
 from .publish import release, target_repository
-from .records import utc_today
+from .records import stack_lock, utc_today
 from .registry import RegistryClient
 from .serving import serving_argv, serving_spec
 from .tags import release_tags
@@ -83,8 +83,10 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         for line in describe_plan(stack, options, push=push, registry=registry):
             make_console().print(line, highlight=False, markup=False)
         return 0
-    result = build_stack(stack, options)
-    if not push:
-        return 0
-    return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                   docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code
+    check_build_folder(stack, options)
+    with stack_lock(stack.name, "build"):  # the release too: its smoke and records belong to this build
+        result = build_stack(stack, options)
+        if not push:
+            return 0
+        return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
+                       docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code

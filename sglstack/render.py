@@ -9,15 +9,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from .compose import moving_tag_ref, write_compose
+from .compose import deployment_files, moving_tag_ref
 from .dockerref import image_reference_problem
-from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s, write_k8s
+from .errors import one_line
+from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
 from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
 from .quoting import (
@@ -30,6 +32,15 @@ from .quoting import (
 )
 from .records import build_root
 from .resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
+from .safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    folder_lock,
+    remove_file,
+    replace_folder,
+    write_text,
+)
 from .ui import console as make_console
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
@@ -210,25 +221,33 @@ def _copy_tree(src: Path, dst: Path) -> None:
 
 def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR,
                         lock: Lock | None = None) -> RenderedContext:
-    """Write the Dockerfile and exactly the files it COPYs (or mounts) into a fresh `out_dir`."""
+    """Write the Dockerfile and exactly the files it COPYs (or mounts) into `out_dir`.
+
+    The context is filled in a new folder beside the old one and swapped in whole (`safefiles`): a
+    failure (a full disk, a signal) leaves the previous context as it was, and a `context` or
+    `Dockerfile` that is a link out of the folder is refused, never written through or deleted.
+    """
+    root = containing_root(out_dir, build_root())
     context = out_dir / "context"
-    if context.exists():
-        shutil.rmtree(context)
-    (context / "tools").mkdir(parents=True)
-    (context / "patches").mkdir()
-    for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py"):
-        shutil.copy2(TOOLS_DIR / name, context / "tools" / name)
-    _copy_tree(PATCHKIT_DIR, context / "tools" / "patchkit")
-    for pid in stack.patches:
-        _copy_tree(patches_dir / pid, context / "patches" / pid)
-    (context / "stack.json").write_text(json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n")
-    # Each locked layer's part: mounted by its RUN step, and in the config hash like every context file.
-    for layer in lock.layers if lock else ():
-        if lock and lock.installs_layer(layer):
-            (context / "lock").mkdir(exist_ok=True)
-            (context / "lock" / f"{layer}.txt").write_text(lock.part_text(layer), encoding="utf-8")
-    dockerfile = out_dir / "Dockerfile"
-    dockerfile.write_text(render_dockerfile(stack, lock), encoding="utf-8")
+
+    def fill(folder: Path) -> None:
+        (folder / "tools").mkdir(parents=True)
+        (folder / "patches").mkdir()
+        for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py"):
+            shutil.copy2(TOOLS_DIR / name, folder / "tools" / name)
+        _copy_tree(PATCHKIT_DIR, folder / "tools" / "patchkit")
+        for pid in stack.patches:
+            _copy_tree(patches_dir / pid, folder / "patches" / pid)
+        (folder / "stack.json").write_text(json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n")
+        # Each locked layer's part: mounted by its RUN step, and in the config hash like every context file.
+        for layer in lock.layers if lock else ():
+            if lock and lock.installs_layer(layer):
+                (folder / "lock").mkdir(exist_ok=True)
+                (folder / "lock" / f"{layer}.txt").write_text(lock.part_text(layer), encoding="utf-8")
+
+    check_inside(root, out_dir / "Dockerfile")  # refused before the context is swapped, not after
+    replace_folder(root, context, fill)
+    dockerfile = write_text(root, out_dir / "Dockerfile", render_dockerfile(stack, lock))
     files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
     return RenderedContext(stack.name, dockerfile, context, files)
 
@@ -238,33 +257,76 @@ def default_out_dir(stack_name: str) -> Path:
     return build_root() / stack_name
 
 
+# What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
+RENDER_MANIFEST = ".sglstack-render.json"
+CONTEXT_ENTRY = "context/"
+
+
+def _written_before(out: Path) -> set[str]:
+    try:
+        data = json.loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
+        return {str(name) for name in data["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list[str]:
+    """The planned names that exist in `out` and that render did not write (`owned` None: every name is
+    ours, the stack's own folder under the build root, which build and deploy write too)."""
+    if owned is None:
+        return []
+    return [name for name in planned
+            if name not in owned and os.path.lexists(out / name.rstrip("/"))]
+
+
 def render_command(
     stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
     k8s_options: K8sOptions | None = None,
 ) -> RenderedContext:
     """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
     Kubernetes manifests. Reads no records: the compose file serves `image`, by default the stack's moving
-    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest."""
+    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest.
+
+    An `--out DIR` of the user's keeps a list of what render wrote there (`.sglstack-render.json`): a
+    file render did not write is never replaced or removed (a one-line refusal before anything is
+    written). The stack's own folder under the build root is sglstack's, written by build and deploy too.
+    """
     matrix = load_matrix(stacks_file)
     stack = matrix.get(stack_name)
     out = Path(out_dir) if out_dir else default_out_dir(stack_name)
+    own_folder = os.path.abspath(out) == os.path.abspath(default_out_dir(stack_name))
     ref = image or moving_tag_ref(stack)
     # Checked (schemas included) before anything is written: bad k8s options change no file.
     k8s_files = render_k8s(stack, ref, k8s_options) if DIGEST_REF.match(ref) else None
     if k8s_files is None:
         k8s_spec(stack, k8s_options or K8sOptions())
-    rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
-    console = make_console()
-    console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
-    console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-    for path in write_compose(stack, ref, out):
-        console.print(f"[bold]{stack_name}[/]: compose      {path}")
-    if k8s_files is None:
-        console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
-                      "(--image REPO@sha256:...), not the tag " + ref)
-        for name in (LWS_FILE, SERVICE_FILE):  # an earlier render's, which would serve another image
-            (out / K8S_DIR / name).unlink(missing_ok=True)
-    else:
-        for path in write_k8s(out / K8S_DIR, k8s_files):
-            console.print(f"[bold]{stack_name}[/]: k8s          {path}")
+    compose_files = deployment_files(stack, ref)
+    k8s_names = [f"{K8S_DIR}/{name}" for name in (LWS_FILE, SERVICE_FILE)]
+    planned = ["Dockerfile", CONTEXT_ENTRY, *compose_files, *(k8s_names if k8s_files is not None else [])]
+    owned = None if own_folder else _written_before(out)
+    foreign = foreign_files(out, planned, owned)
+    if foreign:
+        raise OutputNotWritable(one_line(
+            f"render --out {out}: {', '.join(foreign)} already there and not written by sglstack render: "
+            "not replaced (move it away, or render into another folder)"))
+    root = containing_root(out, build_root())
+    with folder_lock(out, "render", root=root, stack=stack_name):
+        rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
+        console = make_console()
+        console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
+        console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
+        for name, text in compose_files.items():
+            console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
+        written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
+        if k8s_files is None:
+            console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
+                          "(--image REPO@sha256:...), not the tag " + ref)
+            for name in k8s_names:  # an earlier render's, which would serve another image
+                if owned is None or name in owned:
+                    remove_file(root, out / name)
+        else:
+            for name, text in k8s_files.items():
+                console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
+            written += k8s_names
+        write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
     return rendered

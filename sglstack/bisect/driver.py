@@ -36,7 +36,7 @@ from ..errors import BuildError, ConfigError, SglstackError, SmokeError
 from ..gitsource import GitSource, GitSourceError
 from ..matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
 from ..patches import load_specs, unpack_for_patches
-from ..records import build_root
+from ..records import build_root, stack_lock
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..wheels import WheelFetchError, available_versions, fetch_wheel
 from . import metrics as metrics_mod
@@ -437,8 +437,11 @@ def run_bisect(request: BisectRequest, *, log: Log | None = None) -> BisectResul
     stack, metric, config, overrides, options = prepare(request)
     good = resolve_endpoint(stack, request.good, "good")
     bad = resolve_endpoint(stack, request.bad, "bad")
-    session = Session(request, stack, metric, config, overrides, say)
-    return session.run(bisect_key(stack, good, bad, metric, config, options))
+    # One bisect of a stack at a time, and no build or deploy of it meanwhile: a second bisect would move
+    # this one's log aside and both would write one build folder. Refused with one line, before the log.
+    with stack_lock(stack.name, "bisect"):
+        session = Session(request, stack, metric, config, overrides, say)
+        return session.run(bisect_key(stack, good, bad, metric, config, options))
 
 
 def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, metric: str = "baseline",

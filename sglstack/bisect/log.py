@@ -16,13 +16,12 @@ aside as `log-<UTC time>.jsonl` and starts a new one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import append_jsonl, utc_now, utc_timestamp
+from ..records import append_jsonl, read_jsonl, utc_now, utc_timestamp
 from .planner import Planner
 
 LOG_FILE = "log.jsonl"
@@ -54,24 +53,14 @@ class BisectLog:
         self.path = folder / LOG_FILE
 
     def read(self) -> list[dict[str, Any]]:
-        """Every event; a torn last line (the process was killed while writing it) is ignored."""
-        if not self.path.is_file():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        events = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                if n == len(lines):
-                    break
-                raise BisectLogError(f"{self.path}:{n}: not a JSON line") from None
-            if not isinstance(event, dict) or "event" not in event:
-                raise BisectLogError(f"{self.path}:{n}: not a bisect event")
-            events.append(event)
-        return events
+        """Every event; a torn last line (the process was killed while writing it) is skipped."""
+
+        def event(row: Any) -> dict[str, Any]:
+            if not isinstance(row, dict) or "event" not in row:
+                raise TypeError("not a bisect event")
+            return row
+
+        return read_jsonl(self.path, event, lambda n: BisectLogError(f"{self.path}:{n}: not a bisect event"))
 
     def open(self, key: Mapping[str, Any], refs: Sequence[str]) -> Resumed:
         """Continue the bisect of this key, or start it (moving another bisect's log aside)."""

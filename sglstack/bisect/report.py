@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..records import utc_timestamp
+from ..records import build_root, utc_timestamp
+from ..safefiles import containing_root, write_bytes
 from . import stats
 from .metrics import Metric
 from .planner import Outcome, Planner
@@ -103,9 +104,7 @@ def write_reports(data: Mapping[str, Any], folder: Path, *, chart: bool = True) 
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_bytes(containing_root(path.parent, build_root()), path, data)
 
 
 def short(ref: str) -> str:

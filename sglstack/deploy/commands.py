@@ -5,6 +5,7 @@ Each takes its options dataclass (`options.py`, the one definition of every flag
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from .. import compose as cmp
@@ -13,6 +14,7 @@ from ..k8s import K8sOptions, k8s_spec
 from ..matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..preflight.command import require_ready
 from ..records import build_root as default_build_root
+from ..safefiles import folder_lock
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
 from .images import resolve_image_ref, smoke_report_for
@@ -111,8 +113,9 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
         say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
     try:
-        return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
-                          smoke_report=smoke_report_for(stack.name, ref.split("@", 1)[-1], root), say=say)
+        with _stack_lock(root, stack.name, "deploy"):
+            return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
+                              smoke_report=smoke_report_for(stack.name, ref.split("@", 1)[-1], root), say=say)
     except DeployFailed as exc:
         if exc.log_tail:
             say(exc.log_tail.rstrip())
@@ -134,7 +137,8 @@ def deploy_command(
         say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")
         require_ready(dep.stack, docker_host=options.docker_host, image=ref)
     try:
-        return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say)
+        with _stack_lock(dep.build_root, dep.stack.name, "deploy"):
+            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise
@@ -157,7 +161,8 @@ def logs_command(options: LogsOptions, *, build_root: Path | None = None, projec
 
 def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
-    undeploy(dep)
+    with _stack_lock(dep.build_root, dep.stack.name, "undeploy"):
+        undeploy(dep)
 
 
 def rollback_command(
@@ -170,11 +175,23 @@ def rollback_command(
             k8s_rows = [r for r in read_records(root, options.stack) if r.target == "k8s"]
             namespace = k8s_rows[-1].options.get("namespace") if k8s_rows else None  # type: ignore[assignment]
         k8s_dep = _k8s_deployment(options.stacks_file, options.stack, root, options.context, namespace)
-        return rollback_k8s(k8s_dep, wait_timeout_s=options.wait_timeout, say=say)
+        with _stack_lock(root, options.stack, "rollback"):
+            return rollback_k8s(k8s_dep, wait_timeout_s=options.wait_timeout, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
     try:
         # The options are checked by `deploy` before anything changes, as for a deploy.
-        return rollback(dep, wait_timeout_s=options.wait_timeout, say=say)
+        with _stack_lock(dep.build_root, dep.stack.name, "rollback"):
+            return rollback(dep, wait_timeout_s=options.wait_timeout, say=say)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise
+
+
+# One deploy, rollback or undeploy of a stack at a time, and none while it builds or bisects: two would
+# replace each other's containers and interleave their records. The second is refused with one line,
+# after its options were checked (bad input writes nothing, not even the lock).
+def _stack_lock(build_root: Path | None, stack: str, task: str) -> contextlib.AbstractContextManager[None]:
+    if not stack or Path(stack).name != stack or stack in (".", ".."):
+        return contextlib.nullcontext()  # not a stack name: the matrix says so, in its own one line
+    root = build_root or default_build_root()
+    return folder_lock(root / stack, task, root=root, stack=stack)

@@ -25,6 +25,7 @@ from ..errors import DeployError, SglstackError
 from ..matrix import Stack
 from ..records import build_root as default_build_root
 from ..records import utc_timestamp
+from ..safefiles import check_inside, containing_root, remove_file, write_text
 from ..serving import ServingSpec
 from ..signals import Interrupted
 from .checks import check_host, check_options, check_project_owner
@@ -213,22 +214,25 @@ def _health_failure(
 
 
 def write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
-    """Write the rendered files; return what each path held before (None: it did not exist)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write the rendered files (each whole, never through a link out of the build folder); return what
+    each path held before (None: it did not exist)."""
+    root = containing_root(out_dir, default_build_root())
     saved: dict[Path, str | None] = {}
     for name, text in files.items():
         path = out_dir / name
+        check_inside(root, path)
         saved[path] = path.read_text(encoding="utf-8") if path.is_file() else None
-        path.write_text(text, encoding="utf-8")
+        write_text(root, path, text)
     return saved
 
 
 def restore_files(saved: dict[Path, str | None]) -> None:
     for path, text in saved.items():
+        root = containing_root(path.parent, default_build_root())
         if text is None:
-            path.unlink(missing_ok=True)
+            remove_file(root, path)
         else:
-            path.write_text(text, encoding="utf-8")
+            write_text(root, path, text)
 
 
 def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> None:

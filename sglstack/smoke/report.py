@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..records import build_root
+from ..safefiles import containing_root, write_bytes
 from .chart import smoke_chart
 from .since import summary_lines
 
@@ -52,12 +53,7 @@ def write_report(report: SmokeReport, json_path: Path) -> dict[str, Path]:
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes(containing_root(path.parent, build_root()), path, data)
 
 
 def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
