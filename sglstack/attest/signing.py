@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -134,7 +134,7 @@ def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = 
         key = serialization.load_pem_private_key(pem, password=None)
     except TypeError:
         raise BadInput(f"{source}: the key is encrypted; give an unencrypted ed25519 PEM key") from None
-    except (ValueError, serialization.UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm):
         raise BadInput(f"{source}: not a PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise BadInput(f"{source}: a {type(key).__name__.removeprefix('_')} key, not ed25519")
@@ -146,7 +146,7 @@ def load_public_key(path: str, *, what: str = "--key") -> Ed25519PublicKey:
     pem = _read_key_file(path, what)
     try:
         key = serialization.load_pem_public_key(pem)
-    except (ValueError, serialization.UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm):
         hint = " (that is a private key: give its public half)" if b"PRIVATE KEY" in pem else ""
         raise BadInput(f"{what} {path}: not a PEM public key{hint}") from None
     if not isinstance(key, Ed25519PublicKey):
