@@ -232,7 +232,7 @@ def test_with_the_referrers_api_attestations_are_found_by_subject_without_tags(r
         verify_image(client, ref, Ed25519PrivateKey.generate().public_key())
     sbom = next(a for a in found if a.kind == "sbom")
     client.delete_manifest("team/img", sbom.manifest_digest)
-    with pytest.raises(NotVerified, match="the sbom the signature names .* is not attached"):
+    with pytest.raises(NotVerified, match=r"the sbom the signature names .* is not attached"):
         verify_image(client, ref, key.public_key())
 
 
