@@ -214,3 +214,23 @@ def test_cleanup_removes_a_dropped_candidate_with_its_attestations(published, st
                                  now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
     assert removed == [repo.ref(candidate)]
     assert client.list_tags(repo.path) == []  # the image and its three attestations went together
+
+
+def test_render_and_deploy_take_only_an_image_that_verifies(published, keys, images, docker_client, repo_root,
+                                                            tmp_path):
+    client, repo, digest = published
+    stacks = str(repo_root / "tests" / "fixtures" / "stacks-cpu.yaml")
+    out = tmp_path / "out"
+    ok = run_invoke("render", "--stack", "cpu-test", "--stacks-file", stacks, "--out", str(out),
+                    "--image", repo.ref("rel"), "--verify-key", str(keys["release"][1]), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert f"image: {repo.ref(digest)}" in (out / "k8s" / "leaderworkerset.yaml").read_text()  # the verified digest
+    unsigned = push_candidate(docker_client, images["b"], repo, "unsigned", client)
+    refused_out = tmp_path / "refused"
+    refused = run_invoke("render", "--stack", "cpu-test", "--stacks-file", stacks, "--out", str(refused_out),
+                         "--image", repo.ref(unsigned), "--verify-key", str(keys["release"][1]), cwd=tmp_path)
+    assert refused.returncode == 1 and "no signature attached" in refused.stderr and not refused_out.exists()
+    deploy = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", stacks, "--image", repo.ref("rel"),
+                        "--no-gpus", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
+    assert deploy.returncode == 1 and "no signature by key" in deploy.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "build").exists()  # refused before anything was written or started
