@@ -23,8 +23,8 @@ def python_distributions() -> list[dict]:
         if not name:
             continue
         location = str(getattr(dist, "_path", "") or "")
-        out.append({"name": name, "version": dist.version, "license": dist.metadata.get("License-Expression")
-                    or None, "location": location.rsplit("/", 1)[0] if location else None})
+        out.append({"name": name, "version": dist.version,
+                    "location": location.rsplit("/", 1)[0] if location else None})
     return sorted(out, key=lambda d: (d["name"].lower(), d["version"], d["location"] or ""))
 
 
