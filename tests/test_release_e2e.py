@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultproxy import Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
+from sglstack.attest.sbom import read_sbom
 from sglstack.registry import RegistryClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,7 +99,11 @@ def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry
                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
     verified = run_invoke("verify-image", f"{registry}/{REPO_PASS}:e2e", "--key", str(public), cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert tested in verified.stdout and record["sbom"]["python"] > 0
+    assert tested in verified.stdout
+    sbom_path = tmp_path / "sbom.json"
+    listed = run_invoke("sbom", f"{registry}/{REPO_PASS}:e2e", "--json", str(sbom_path), cwd=tmp_path)
+    assert listed.returncode == 0 and "attached to" in listed.stderr, listed.stderr
+    assert read_sbom(sbom_path.read_bytes()).python["sglang"] == "0.5.9"  # listed inside the built image
     assert sorted(t.rsplit(".", 1)[1] for t in tags if attestation_tag(t)) == ["provenance", "sbom", "signature"]
     # a second release of the same config does nothing and says so
     again = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
