@@ -238,3 +238,20 @@ def test_with_the_referrers_api_attestations_are_found_by_subject_without_tags(r
 
 def test_the_tag_scheme_names_each_kind_after_the_digest():
     assert fallback_tag("sha256:" + "a" * 64, "sbom") == "sha256-" + "a" * 64 + ".sbom"
+
+
+# ---- the release asks for its key before any work -------------------------------------------------------
+
+def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
+    from cli import run_invoke  # the CLI helper starts a process: only these two tests need it
+
+    stacks = str(repo_root / "tests" / "fixtures" / "stacks-cpu.yaml")
+    env = {"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == ("error: no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or "
+                                   "the PEM itself)")
+    assert not (tmp_path / "build").exists()  # nothing rendered, nothing built
+    both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
+                      "--unsigned", cwd=tmp_path, env=env)
+    assert both.returncode == 1 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"

@@ -234,3 +234,11 @@ def test_render_and_deploy_take_only_an_image_that_verifies(published, keys, ima
                         "--no-gpus", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
     assert deploy.returncode == 1 and "no signature by key" in deploy.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "build").exists()  # refused before anything was written or started
+
+
+def test_sbom_of_a_local_image_is_listed_from_the_image_itself(images, tmp_path):
+    proc = run_invoke("sbom", images["a"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bomFormat"] == "CycloneDX" and "pkg:pypi/six@1.16.0" in {c.get("purl") for c in doc["components"]}
+    assert "listed from image sha256:" in proc.stderr and "1 Python" in proc.stderr
