@@ -75,6 +75,11 @@ def test_the_sbom_lists_python_and_debian_packages_deterministically():
     assert summary.image_id == IMAGE_ID and summary.python == {"pip": "23.0.1", "setuptools": "66.1.1",
                                                                 "six": "1.16.0"}
     assert summary.debian == 2 and summary.components == 5
+    locked = json.loads(sbom_document(inventory, image_name="x", image_id=IMAGE_ID, created=WHEN,
+                                      lock=_lock(("six", "1.16.0"))))
+    roles = {c["name"]: c["description"] for c in locked["components"]}
+    assert roles["six"] == "python package (in the lock)" and "bootstrap" in roles["pip"]
+    assert roles["libc6"] == "debian package"
     other = sbom_document(inventory, image_name="sglstack/cpu-test:abc", image_id="sha256:" + "cd" * 32, created=WHEN)
     assert json.loads(other)["serialNumber"] != doc["serialNumber"]
 

@@ -70,6 +70,15 @@ def _purl_deb(name: str, version: str, arch: str) -> PackageURL:
                       qualifiers={"arch": arch} if arch else None)
 
 
+def _python_role(name: str, lock: Lock | None) -> str:
+    """What the SBOM says of a Python distribution: in the lock, the venv's own bootstrap, or (no lock) neither."""
+    if name in VENV_BOOTSTRAP and (lock is None or lock.get(name) is None):
+        return "python package (the venv's bootstrap: not compared with the lock)"
+    if lock is None:
+        return "python package"
+    return "python package (in the lock)" if lock.get(name) else "python package (not in the lock)"
+
+
 def sbom_document(inventory: Inventory, *, image_name: str, image_id: str, created: dt.datetime,
                   lock: Lock | None = None) -> bytes:
     """The CycloneDX 1.6 JSON bytes naming the image by its image id (the config digest, which its
@@ -81,9 +90,8 @@ def sbom_document(inventory: Inventory, *, image_name: str, image_id: str, creat
     components = []
     for name, version in inventory.python.items():
         purl = _purl_pypi(name, version)
-        outside = "bootstrap" if name in VENV_BOOTSTRAP else ("locked" if lock and lock.get(name) else "unlocked")
         components.append(Component(name=name, version=version, type=ComponentType.LIBRARY, purl=purl,
-                                    bom_ref=purl.to_string(), group=None, description=f"python ({outside})"))
+                                    bom_ref=purl.to_string(), description=_python_role(name, lock)))
     for name, version, arch in inventory.debian:
         purl = _purl_deb(name, version, arch)
         components.append(Component(name=name, version=version, type=ComponentType.LIBRARY, purl=purl,
