@@ -144,13 +144,20 @@ def diff(c, a, b, json=False, docker_host=None):
                      "REPO@sha256:... also writes the Kubernetes manifests (k8s/)",
             "nnodes": "k8s: pods (nodes) per LeaderWorkerSet group (default 1)",
             "host-network": "k8s: pods use the node's network (NCCL over the host's NICs)",
-            "rdma": "k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)"})
+            "rdma": "k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)",
+            "verify-key": "refuse --image unless it verifies against this ed25519 public key (PEM); "
+                          "the manifests then name the verified digest"})
 @_user_errors
-def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None, nnodes=None, host_network=False, rdma=None):
+def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None, nnodes=None, host_network=False, rdma=None,
+           verify_key=None):
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
     from sglstack.k8s import K8sOptions  # at call time: pydantic and jinja2 would slow `invoke --list`
     from sglstack.render import render_command
 
+    if verify_key:
+        from sglstack.attest.commands import verified_for_render  # at call time: only with --verify-key
+
+        image = verified_for_render(image, verify_key)
     options = K8sOptions(nnodes=_whole_number(nnodes, "--nnodes", 1), host_network=host_network, rdma=rdma)
     render_command(stacks_file, stack, out_dir=out, image=image, k8s_options=options)
 
@@ -182,20 +189,57 @@ def _whole_number(raw, flag, default):
         "smoke-opt": "extra option for the release smoke, KEY=VALUE (repeatable)",
         "builder": "buildx builder instance to build on (docker buildx create --name NAME: docker-container, "
                    "remote buildkitd, kubernetes); needs buildx",
+        "key": "--push: the ed25519 private key (PEM) that signs the release's attestations "
+               "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)",
+        "unsigned": "--push without a signature (SBOM and provenance are still attached)",
     },
     iterable=["smoke_opt"],
 )
 @_user_errors
 def build(c, stack, stacks_file=DEFAULT_STACKS, target=None, no_cache=False, force=False, dry_run=False,
           push=False, ca_bundle=None, docker_cli=None, docker_host=None, registry=None, smoke_opt=None,
-          builder=None):
+          builder=None, key=None, unsigned=False):
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
     from sglstack.pipeline import build_command
 
     _exit_with(build_command(stacks_file, stack, target=target, no_cache=no_cache, force=force,
                              dry_run=dry_run, push=push, ca_bundle=ca_bundle, docker_cli=docker_cli,
                              docker_host=docker_host, registry=registry, smoke_opts=smoke_opt or [],
-                             builder_name=builder))
+                             builder_name=builder, key=key, unsigned=unsigned))
+
+
+# ---- attestations ----------------------------------------------------------------------------------
+
+@_invoke_task(klass=_PositionalTask, positional=["ref"],
+              help={"ref": "the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)",
+                    "json": "write the CycloneDX JSON to PATH instead of printing it",
+                    "generate": "list the image itself even when the registry has an SBOM attached",
+                    "docker-host": "Docker engine URL to list images on (default: DOCKER_HOST / local socket)"})
+@_user_errors
+def sbom(c, ref, json=None, generate=False, docker_host=None):
+    """invoke sbom REF [--json PATH]: the image's SBOM (the attached one, else listed from the image)."""
+    from sglstack.attest.commands import sbom_command  # at call time: cyclonedx is slow to import
+
+    if ref in HELP_FLAGS:
+        Program(namespace=ns).run(["invoke", "--help", "sbom"], exit=False)
+        return
+    _exit_with(sbom_command(ref, json_path=json, docker_host=docker_host, generate=generate))
+
+
+@_invoke_task(klass=_PositionalTask, positional=["ref"], name="verify-image",
+              help={"ref": "the image in its registry: REPO:TAG or REPO@sha256:...",
+                    "key": "the signer's ed25519 public key (PEM)",
+                    "json": "write what was checked (or why it was refused) to PATH as JSON"})
+@_user_errors
+def verify_image(c, ref, key=None, json=None):
+    """invoke verify-image REF --key PUB: exit 0 only when a signature by that key covers exactly REF's digest
+    and the SBOM and provenance it names (1: refused, 2: bad input)."""
+    from sglstack.attest.commands import verify_image_command  # at call time: cryptography and the registry
+
+    if ref in HELP_FLAGS:
+        Program(namespace=ns).run(["invoke", "--help", "verify-image"], exit=False)
+        return
+    _exit_with(verify_image_command(ref, key=key, json_path=json))
 
 
 @task(help={"stack": "only this stack (repeatable; default: the whole matrix)", "stacks-file": "the matrix file",
@@ -246,7 +290,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, lock, diff, render, build, bake, coverage):
+for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage):
     ns.add_task(_t)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import io
 import json
@@ -29,6 +30,10 @@ import docker.errors
 import requests
 
 from . import confighash
+from .attest.identity import sglstack_identity
+from .attest.image import image_inventory
+from .attest.provenance import tree_sha256
+from .attest.sbom import SBOM_FILE, Inventory, lock_problems, sbom_document
 from .builder import (
     Builder,
     BuildRequest,
@@ -45,7 +50,7 @@ from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, source_mismatches
 from .matrix import Stack
-from .records import build_root, require_writable, stack_lock, utc_timestamp
+from .records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
 from .safefiles import containing_root, write_text
@@ -437,6 +442,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                                                   source=remote)
             return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
     builder = detect_builder(options.docker_cli, options.builder_name)
+    started_at = utc_timestamp()
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {config_hash[:12]}) "
                   f"with {builder.describe()}")
     if builder.kind == "classic" and stack.cache_ref:
@@ -462,6 +468,10 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         with timer.phase("verify"):
             manifest, info = verified_facts(client, held, stack, target, options.lock)
             coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET)
+        inventory = None
+        if target == FINAL_TARGET:
+            with timer.phase("sbom"):
+                inventory = sbom_inventory(client, held, stack, options.lock)
         lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
         for note in lock_notes:
             console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
@@ -471,13 +481,14 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                                                     **lock_labels(options.lock, base_digest)},
                                     options.docker_host)
             client.images.get(final_id).tag(tag)
+    built_at = utc_now()
     record = {
         "stack": stack.name,
         "target": target,
         "image_id": final_id,
         "tag": tag,
         "config_hash": config_hash,
-        "built_at": utc_timestamp(),
+        "built_at": utc_timestamp(built_at),
         "builder": {"kind": builder.kind, "cli": builder.cli, "client_version": builder.client_version},
         "pins": stack.pins(),
         "overrides": [o.model_dump(mode="json") for o in stack.overrides],
@@ -491,11 +502,43 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "sglang": stack.sglang.model_dump(mode="json"),
         "lock": _lock_record(options.lock, lock_notes),
         "labels": client.images.get(final_id).labels or {},
+        "provenance": {"patches": {pid: tree_sha256(rendered.context / "patches" / pid) for pid in stack.patches},
+                       "sglstack": sglstack_identity(), "started_at": started_at,
+                       "lock_sglang_commit": options.lock.sglang_commit if options.lock else None},
     }
+    if inventory is not None:
+        record["sbom"] = write_sbom(out_dir, inventory, tag=tag, image_id=final_id, built_at=built_at,
+                                    lock=options.lock)
     record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
     console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
     return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
+
+
+def sbom_inventory(client: docker.DockerClient, image: str, stack: Stack, lock: Lock | None) -> Inventory:
+    """The image's packages as listed inside it for its SBOM; a Python distribution in the image and not
+    in the lock, or the reverse, fails the build (Debian packages are listed, not compared)."""
+    inventory = image_inventory(client, image, labels=_container_labels(stack))
+    problems = lock_problems(inventory, lock) if lock is not None else []
+    if problems:
+        raise PinMismatch(f"stack '{stack.name}': the image's SBOM does not match its lock: {'; '.join(problems)}")
+    return inventory
+
+
+def write_sbom(out_dir: Path, inventory: Inventory, *, tag: str, image_id: str, built_at: dt.datetime,
+               lock: Lock | None) -> dict[str, Any]:
+    """Write `sbom.cdx.json` beside the record (whole or not at all); what the record says of it."""
+    body = sbom_document(inventory, image_name=tag, image_id=image_id, created=built_at, lock=lock)
+    path = out_dir / SBOM_FILE
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(body)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"path": str(path), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body),
+            "python": len(inventory.python), "debian": len(inventory.debian),
+            "compared_with_lock": lock is not None}
 
 
 def lock_labels(lock: Lock | None, base_digest: str | None) -> dict[str, str]:

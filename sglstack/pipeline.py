@@ -11,6 +11,8 @@ import shlex
 
 import requests
 
+from .attest.release import AttestPlan
+from .attest.signing import load_signing_key
 from .build import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
 from .builder import detect_builder
 from .errors import BuildError, RegistryError
@@ -59,6 +61,8 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     spec = serving_spec(stack)
     for kind, server in (("baseline", spec.baseline()), ("eagle3", spec.with_speculation())):
         lines.append(f"smoke {kind}{when}: {shlex.join(serving_argv(server))}")
+    lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), ed25519 signature -> "
+                 f"{repo}@<tested digest> (referrers API or sha256-<hex>.<kind> tags)")
     lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines
 
@@ -66,10 +70,15 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
-                  smoke_opts: list[str] | None = None, builder_name: str | None = None) -> int:
+                  smoke_opts: list[str] | None = None, builder_name: str | None = None,
+                  key: str | None = None, unsigned: bool = False) -> int:
     stack = load_matrix(stacks_file).get(stack_name)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
+    if key and unsigned:
+        raise BuildError(f"stack '{stack_name}': give --key or --unsigned, not both")
+    # The signing key is read before any work, and held in memory only: a release is signed or says why not.
+    signing_key = load_signing_key(key) if push and not unsigned and not dry_run else None
     if builder_name is not None:
         detect_builder(docker_cli, builder_name)  # a client without buildx stops here, before any work
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
@@ -88,5 +97,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         result = build_stack(stack, options)
         if not push:
             return 0
+        attest = AttestPlan(result.record_path, signing_key, docker_host) if result.record_path else None
         return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                       docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force).exit_code
+                       docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force,
+                       attest=attest).exit_code

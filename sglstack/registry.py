@@ -341,6 +341,65 @@ class RegistryClient:
             raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
         return digest
 
+    def put_artifact(self, repo: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
+        """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
+        for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
+        what = f"PUT manifest {repo}{_sep(reference)}{reference}"
+        resp = self.request("PUT", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull,push",
+                            what=what, headers={"Content-Type": media_type}, data=body)
+        if resp.status_code not in (200, 201, 202):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        digest = compute_digest(body)
+        reported = resp.headers.get("Docker-Content-Digest")
+        if reported and reported != digest:
+            raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
+        subject = (json.loads(body).get("subject") or {}).get("digest")
+        return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
+        """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None
+        when the registry has no such API (it answers 404, as distribution 2.x does)."""
+        what = f"GET referrers {repo}@{digest}"
+        resp = self.request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull", what=what,
+                            headers={"Accept": OCI_INDEX})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        data = self._json(resp, what)
+        found = data.get("manifests") if isinstance(data, dict) else None
+        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
+            raise self._fail(f"{what} answered JSON without a list of manifests")
+        return found
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        what = f"HEAD blob {repo}@{digest}"
+        resp = self.request("HEAD", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        if resp.status_code not in (200, 404):
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
+        return resp.status_code == 200
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload a small blob in one piece (POST an upload, PUT its bytes); return its digest.
+        A blob the repository already has is not sent again."""
+        digest = compute_digest(data)
+        if self.blob_exists(repo, digest):
+            return digest
+        scope = f"repository:{repo}:pull,push"
+        what = f"POST blob upload {repo}"
+        resp = self.request("POST", f"{repo}/blobs/uploads/", scope=scope, what=what, allow_redirects=False)
+        location = resp.headers.get("Location", "")
+        if resp.status_code != 202 or not location:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        path = location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
+        path += ("&" if "?" in path else "?") + f"digest={digest}"
+        what = f"PUT blob {repo}@{digest}"
+        resp = self.request("PUT", path, scope=scope, what=what, data=data,
+                            headers={"Content-Type": "application/octet-stream"})
+        if resp.status_code not in (201, 204):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        return digest
+
     def list_tags(self, repo: str) -> list[str]:
         """Every tag of `repo` (following pagination); empty when the repository does not exist yet."""
         tags: list[str] = []

@@ -5,6 +5,7 @@ compares the installed set with the lock, and `invoke diff` reads images from th
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -14,6 +15,8 @@ from cli import run_invoke
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack import build as build_mod
+from sglstack.attest.provenance import tree_sha256
+from sglstack.attest.sbom import SBOM_FILE, read_sbom
 from sglstack.diff import snapshot_diff
 from sglstack.diffsources import load_snapshot
 from sglstack.errors import PinMismatch
@@ -53,6 +56,19 @@ def test_the_image_installs_exactly_the_lock(locked_build):
     assert record["lock"]["hashed"] == len(lock.packages) and not record["lock"]["unresolved"]
     assert record["labels"]["io.sglstack.lock-sha256"] == lock_content_sha256(lock)
     assert record["base_image"]["name"] == "debian:bookworm-slim" and record["base_image"]["digest"]
+
+
+def test_the_sbom_lists_the_image_and_agrees_with_the_lock(locked_build):
+    """Listed inside the built image (not from the build's own installed.json), checked against the lock."""
+    work, _, lock, record = locked_build
+    body = (work / "build" / "cpu-lock" / SBOM_FILE).read_bytes()
+    assert record["sbom"]["sha256"] == hashlib.sha256(body).hexdigest() and record["sbom"]["compared_with_lock"]
+    sbom = read_sbom(body)
+    assert sbom.image_id == record["image_id"]
+    assert {k: v for k, v in sbom.python.items() if k not in VENV_BOOTSTRAP} == lock.pins
+    assert sbom.debian == record["sbom"]["debian"] > 50  # base and apt layer: listed, not compared
+    assert record["provenance"]["patches"] == {"kimi-k25-eagle3": tree_sha256(REPO / "patches" / "kimi-k25-eagle3")}
+    assert record["provenance"]["sglstack"]["version"]
 
 
 def test_each_layer_installs_its_part_hash_checked_without_resolving(locked_build):

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 from cli import run_invoke
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultproxy import Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
+from sglstack.attest.sbom import read_sbom
 from sglstack.registry import RegistryClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,9 +54,20 @@ def release_matrix(tmp_path: Path, base_image: str, registry: str, speedup: str,
     return path
 
 
+SIGNING_KEY = Ed25519PrivateKey.generate()
+
+
 def run_build_push(matrix: Path, cwd: Path, ca_bundle: Path, docker_cli: str) -> subprocess.CompletedProcess:
+    """The release, signed with a key the environment holds as PEM (SGLSTACK_SIGNING_KEY)."""
+    pem = SIGNING_KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()).decode()
     return run_invoke("build", "--stack", "e2e", "--stacks-file", str(matrix), "--push",
-                      "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli, cwd=cwd)
+                      "--ca-bundle", str(ca_bundle), "--docker-cli", docker_cli, cwd=cwd,
+                      env={"SGLSTACK_SIGNING_KEY": pem})
+
+
+def attestation_tag(tag: str) -> bool:
+    return tag.startswith("sha256-")
 
 
 def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry, sglang_double_image, ca_bundle,
@@ -79,6 +93,18 @@ def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry
     assert tested in smoke_report["image"]
     record = json.loads((tmp_path / "build" / "e2e" / "record.json").read_text())
     assert record["config_hash"].startswith(candidate.removeprefix("candidate-e2e-"))
+    # signed, with the SBOM of the built image and its provenance: verifiable by the published tag
+    public = tmp_path / "release.pub"
+    public.write_bytes(SIGNING_KEY.public_key().public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo))
+    verified = run_invoke("verify-image", f"{registry}/{REPO_PASS}:e2e", "--key", str(public), cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert tested in verified.stdout
+    sbom_path = tmp_path / "sbom.json"
+    listed = run_invoke("sbom", f"{registry}/{REPO_PASS}:e2e", "--json", str(sbom_path), cwd=tmp_path)
+    assert listed.returncode == 0 and "attached to" in listed.stderr, listed.stderr
+    assert read_sbom(sbom_path.read_bytes()).python["sglang"] == "0.5.9"  # listed inside the built image
+    assert sorted(t.rsplit(".", 1)[1] for t in tags if attestation_tag(t)) == ["provenance", "sbom", "signature"]
     # a second release of the same config does nothing and says so
     again = run_build_push(matrix, tmp_path, ca_bundle, docker_cli)
     assert again.returncode == 0
@@ -110,8 +136,8 @@ def test_build_push_whose_promotion_fails_leaves_no_release_tag(tmp_path, plain_
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("error: stack 'e2e': registry ") and "failed at " in error and ":e2e: " in error
     assert "0.5.9-e2e had moved and were put back" in error and "recorded as reverted" in error
-    tags = RegistryClient(plain_registry.host).list_tags("e2e-revert/sglang")
+    tags = [t for t in RegistryClient(plain_registry.host).list_tags("e2e-revert/sglang") if not attestation_tag(t)]
     assert len(tags) == 1 and tags[0].startswith("candidate-e2e-"), tags
     records = [json.loads(line) for line in (tmp_path / "build" / "publish" / "records.jsonl").read_text().splitlines()]
-    assert [r["event"] for r in records] == ["candidate", "reverted", "reverted", "reverted"]
+    assert [r["event"] for r in records] == ["candidate", "attested", "reverted", "reverted", "reverted"]
     assert {r["tag"] for r in records if r["event"] == "reverted"} >= {"0.5.9-e2e", "e2e"}

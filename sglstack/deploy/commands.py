@@ -9,6 +9,7 @@ import contextlib
 from pathlib import Path
 
 from .. import compose as cmp
+from ..attest.commands import verified_reference
 from ..errors import DeployError
 from ..k8s import K8sOptions, k8s_spec
 from ..matrix import DEFAULT_STACKS_FILE, load_matrix
@@ -94,6 +95,16 @@ def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path |
                          kubectl=find_kubectl(context, namespace))
 
 
+def verified_ref(ref: str, verify_key: str | None, say: Say) -> str:
+    """With --verify-key: the image by the digest that verified (a tag is not trusted twice), or a one-line
+    refusal before anything changes; without it: `ref` as it is."""
+    if not verify_key:
+        return ref
+    verified, result = verified_reference(ref, verify_key)
+    say(f"verified: {ref} is {result.digest}, signed by key {result.key_id[:16]} with its SBOM and provenance")
+    return verified
+
+
 def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None, say: Say = say_stderr
                        ) -> DeploymentRecord:
     compose_only = [flag for flag, given in (("--docker-host", options.docker_host), ("--env-file", options.env_file),
@@ -107,7 +118,8 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
     if options.wait_timeout is not None and not options.wait_timeout > 0:
         raise DeployError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 seconds")
     root = build_root or default_build_root()
-    ref = resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root)
+    ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
+                       options.verify_key, say)
     dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
     if spec.gpus and not options.skip_preflight:
         say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
@@ -131,7 +143,8 @@ def deploy_command(
     served = compose_options(options)
     # Every option is checked before the (slower) preflight and before anything on the host changes.
     check_options(dep.stack, served, options.wait_timeout)
-    ref = resolve_image_ref(dep.stack, digest=options.digest, image=options.image, build_root=dep.build_root)
+    ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
+                                         build_root=dep.build_root), options.verify_key, say)
     if options.gpus and not options.skip_preflight:
         # The GPU node is checked before compose replaces a running deployment with one that cannot start.
         say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
+from ..attest.store import remove_attestations
 from ..matrix import Stack
 from ..records import utc_now
 from ..registry import RegistryClient
@@ -34,8 +35,9 @@ def cleanup_candidates(
 ) -> list[str]:
     """Remove candidate tags older than `older_than_days`; return the removed references.
 
-    A candidate that was released keeps its manifest: only the candidate tag goes. One that was not
-    released is deleted with its manifest (its layers go at the registry's next garbage collection).
+    A candidate that was released keeps its manifest (and its attestations): only the candidate tag goes.
+    One that was not released is deleted with its manifest and its attestation artifacts (its layers go at
+    the registry's next garbage collection).
     """
     now = now or utc_now()
     cutoff = now - dt.timedelta(days=older_than_days)
@@ -64,6 +66,7 @@ def cleanup_candidates(
                 continue
             if digest in released:
                 client.untag(repo.path, tag)
-            else:
+            else:  # its attestations go with it (they name it as their subject: nothing else can use them)
+                remove_attestations(client, repo.path, digest)
                 client.delete_manifest(repo.path, digest)
     return removed

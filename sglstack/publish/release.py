@@ -37,6 +37,9 @@ from .promotion import already_published, check_immutable, promote_recorded, tar
 
 # (stack, image reference by digest, smoke options) -> (passed, report as a dict)
 SmokeRunner = Callable[[Stack, str, Sequence[str]], tuple[bool, dict[str, Any]]]
+# (client, repository, tested digest) -> a one-line summary: attaches SBOM, provenance and signature
+# (`attest.release.AttestPlan`; the pipeline passes it, Publish knows no build record)
+Attester = Callable[[RegistryClient, Repository, str], str]
 
 
 def parse_smoke_opts(opts: Sequence[str]) -> dict[str, Any]:
@@ -132,11 +135,13 @@ def release(
     build_dir: Path | None = None,
     today: dt.date | None = None,
     smoke: SmokeRunner | None = None,
+    attest: Attester | None = None,
 ) -> ReleaseResult:
     """Push `image_ref` as a candidate, smoke it by digest, promote on pass (all release tags or none).
 
     A failed promotion raises `PromotionError` after putting the tags back. `smoke` replaces the production
-    smoke (tests); `today` (UTC) dates the immutable tag.
+    smoke (tests); `today` (UTC) dates the immutable tag. `attest` attaches the attestations to the tested
+    digest before any release tag moves: when it fails (it removes what it pushed), no tag moves.
     """
     out = console()
     tags = release_tags(stack, config_hash, today or utc_today())
@@ -191,6 +196,20 @@ def release(
         )
         return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path)
 
+    if attest is not None:
+        try:
+            summary = attest(client, repo, digest)
+        except BaseException as exc:
+            append_records(records, [tag_record("attest-failed", stack, repo, tags.candidate, "candidate", digest,
+                                                config_hash, cause=str(exc).splitlines()[0] if str(exc) else
+                                                type(exc).__name__)])
+            if isinstance(exc, Exception):
+                raise PublishError(f"stack '{stack.name}': attaching the attestations to {image} failed, no release "
+                                   f"tag moved (candidate {repo.ref(tags.candidate)} kept): {exc}") from None
+            raise
+        append_records(records, [tag_record("attested", stack, repo, tags.candidate, "candidate", digest,
+                                            config_hash, summary=summary)])
+        out.print(f"{stack.name}: {summary}", markup=False, highlight=False)
     promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
                      moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
     out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))

@@ -1,0 +1,13 @@
+"""Attest: every published image's SBOM, provenance and signature, stored by digest beside it.
+
+- `sbom` (pure): the image's inventory -> CycloneDX 1.6 JSON; its check against the lock;
+- `provenance` (pure): a build record -> an in-toto statement with an SLSA v1 provenance predicate;
+- `signing` (pure): what the signature covers (the image digest and each document's digest), DSSE
+  ed25519 envelopes, keys from `--key` / SGLSTACK_SIGNING_KEY (read, never written);
+- `image`: the lister run inside an image (the engine adapter); `store`: OCI artifacts with a `subject`,
+  referrers API or the `sha256-<hex>.<kind>` tag scheme (the registry adapter);
+- `release`: what `build --push` attaches before any release tag moves; `verify`: `invoke verify-image`;
+  `commands`: the task entry points.
+
+This package imports no submodule here: Build uses `sbom` and `image` without loading the registry side.
+"""

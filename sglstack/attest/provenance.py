@@ -1,0 +1,97 @@
+"""Provenance: an in-toto Statement v1 with an SLSA provenance v1 predicate, from a build record (pure).
+
+The subject is the image as the registry knows it (its manifest digest, known only once pushed); the
+predicate says from what and by whom it was built: the stack's config hash, the lock's content sha256,
+the base image digest, each patch's sha256, the SGLang source (a PyPI version or a git commit),
+sglstack's own version and commit, the builder and the build time. BuildKit's own provenance
+(`--attest type=provenance`, buildx only) is not attached: the classic builder cannot make it, and
+buildx's `--load` exporter drops attestations; ours records what BuildKit could not know anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import AttestationError
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
+PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
+BUILD_TYPE = "https://sglstack.dev/build/stack-image/v1"  # an identifier of our build's shape, not a URL to fetch
+
+
+def tree_sha256(folder: Path) -> str:
+    """sha256 over a folder's files (relative path and content hash, sorted): a patch's identity."""
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        lines.append(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def _sglang_dependency(sglang: Mapping[str, Any], lock_commit: str | None) -> dict[str, Any]:
+    git = sglang.get("git") or None
+    if git:
+        commit = str(git.get("ref") or lock_commit or "")
+        return {"name": "sglang", "uri": f"git+{git.get('repo')}@{commit}", "digest": {"gitCommit": commit}}
+    version = sglang.get("version")
+    return {"name": "sglang", "uri": f"pkg:pypi/sglang@{version}"}
+
+
+def provenance_statement(record: Mapping[str, Any], *, repository: str, digest: str) -> bytes:
+    """The statement's canonical JSON bytes for the image `repository@digest` built as `record` says."""
+    if not digest.startswith("sha256:"):
+        raise AttestationError(f"provenance: '{digest}' is not a sha256 digest")
+    try:
+        facts = record["provenance"]
+        base = record["base_image"]
+        deps: list[dict[str, Any]] = []
+        if base.get("digest"):
+            deps.append({"name": "base-image", "uri": f"pkg:docker/{base['name']}",
+                         "digest": {"sha256": str(base["digest"]).removeprefix("sha256:")}})
+        if (record.get("lock") or {}).get("content_sha256"):
+            deps.append({"name": "lock", "digest": {"sha256": record["lock"]["content_sha256"]}})
+        for pid, sha in sorted((facts.get("patches") or {}).items()):
+            deps.append({"name": f"patch:{pid}", "digest": {"sha256": sha}})
+        deps.append(_sglang_dependency(record.get("sglang") or {}, facts.get("lock_sglang_commit")))
+        builder = record.get("builder") or {}
+        own = facts.get("sglstack") or {}
+        predicate = {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"stack": record["stack"], "target": record["target"],
+                                       "config_hash": record["config_hash"]},
+                "internalParameters": {"pins": record.get("pins") or {}, "image_id": record["image_id"]},
+                "resolvedDependencies": deps,
+            },
+            "runDetails": {
+                "builder": {"id": f"https://sglstack.dev/builder/{builder.get('kind', 'unknown')}",
+                            "version": {"sglstack": str(own.get("version")),
+                                        "sglstack-commit": str(own.get("commit")),
+                                        "buildkit-client": str(builder.get("client_version"))}},
+                "metadata": {"invocationId": f"{record['stack']}-{record['config_hash'][:12]}",
+                             "startedOn": facts.get("started_at") or record["built_at"],
+                             "finishedOn": record["built_at"]},
+            },
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AttestationError(f"the build record has no provenance facts ({exc}): rebuild with this "
+                               f"sglstack to attest it") from None
+    statement = {"_type": STATEMENT_TYPE, "predicateType": SLSA_PROVENANCE_V1,
+                 "subject": [{"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}}],
+                 "predicate": predicate}
+    return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+
+
+def statement_subjects(body: bytes) -> list[str]:
+    """The `sha256:` digests a statement's subjects name (what `verify-image` compares)."""
+    try:
+        doc = json.loads(body)
+        if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != SLSA_PROVENANCE_V1:
+            raise ValueError("not an in-toto SLSA provenance statement")
+        return [f"sha256:{s['digest']['sha256']}" for s in doc["subject"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({exc})") from None

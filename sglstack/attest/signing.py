@@ -1,0 +1,159 @@
+"""The signature: what it covers, and ed25519 signing and checking in a DSSE envelope (pure, no I/O
+beyond reading the key file the user names).
+
+The signed payload names the image manifest digest and, for each attestation, its kind, media type,
+digest and size: a signature over it vouches for exactly that image and exactly those documents, and
+for nothing else (no tag, no repository: the image verifies by digest wherever it is copied). The
+envelope is DSSE (the in-toto/Sigstore envelope): the signature covers PAE(payloadType, payload).
+
+The private key comes from `--key PATH` or SGLSTACK_SIGNING_KEY (a path, or the PEM itself) and is
+only ever held in memory. Keyless signing (Sigstore: an OIDC identity and the Rekor log) needs
+services these machines cannot reach; it would be a second envelope signer, not a change of payload.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import BadInput, NotVerified
+
+KEY_ENV = "SGLSTACK_SIGNING_KEY"
+PAYLOAD_TYPE = "application/vnd.sglstack.attestations.v1+json"
+SIGNATURE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+PAYLOAD_KIND = "https://sglstack.dev/signed-attestations/v1"
+
+
+@dataclass(frozen=True)
+class Attached:
+    """One attestation document as stored: the signature names it by these."""
+
+    kind: str  # "sbom" or "provenance"
+    media_type: str
+    digest: str
+    size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what the signature really covers."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def signed_payload(image_digest: str, attached: Sequence[Attached]) -> bytes:
+    return json.dumps({"_type": PAYLOAD_KIND, "image": {"digest": image_digest},
+                       "attestations": [a.as_dict() for a in sorted(attached, key=lambda a: a.kind)]},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def sign_envelope(key: Ed25519PrivateKey, payload: bytes) -> bytes:
+    sig = key.sign(pae(PAYLOAD_TYPE, payload))
+    envelope = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
+                "signatures": [{"keyid": key_id(key.public_key()), "sig": base64.b64encode(sig).decode()}]}
+    return json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
+
+
+def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
+    """The payload of an envelope one of whose signatures `public` made; NotVerified otherwise."""
+    try:
+        envelope = json.loads(body)
+        if envelope.get("payloadType") != PAYLOAD_TYPE:
+            raise ValueError(f"payload type {envelope.get('payloadType')!r}")
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        signatures = [base64.b64decode(s["sig"], validate=True) for s in envelope["signatures"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise NotVerified(f"the signature is not a DSSE envelope this tool wrote ({exc})") from None
+    for sig in signatures:
+        try:
+            public.verify(sig, pae(PAYLOAD_TYPE, payload))
+        except InvalidSignature:
+            continue
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise NotVerified("the signed payload is not JSON") from None
+        if not isinstance(data, dict) or data.get("_type") != PAYLOAD_KIND:
+            raise NotVerified("the signed payload is not an sglstack attestation list")
+        return data
+    raise NotVerified(f"no signature by key {key_id(public)[:16]} (it was signed by "
+                      f"{', '.join(str(s.get('keyid', '?'))[:16] for s in envelope['signatures']) or 'nobody'})")
+
+
+def signed_attestations(data: Mapping[str, Any]) -> tuple[str, list[Attached]]:
+    """(image digest, attestations) a verified payload names."""
+    try:
+        return str(data["image"]["digest"]), [Attached(str(a["kind"]), str(a["mediaType"]), str(a["digest"]),
+                                                       int(a["size"])) for a in data["attestations"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NotVerified(f"the signed payload is incomplete ({exc})") from None
+
+
+# ---- keys ----------------------------------------------------------------------------------------------
+
+def _pem_source(option: str | None, env: Mapping[str, str]) -> tuple[bytes, str]:
+    """The PEM bytes and where they came from (a path, or the variable: never the value)."""
+    if option:
+        return _read_key_file(option, "--key"), f"--key {option}"
+    value = env.get(KEY_ENV, "")
+    if not value:
+        raise BadInput(f"no signing key: pass --key PATH or set {KEY_ENV} (a path, or the PEM itself)")
+    if value.lstrip().startswith("-----BEGIN"):
+        return value.encode(), KEY_ENV
+    return _read_key_file(value, KEY_ENV), f"{KEY_ENV} ({value})"
+
+
+def _read_key_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{what}: cannot read key file '{path}' ({exc.strerror or exc})") from None
+
+
+def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = None) -> Ed25519PrivateKey:
+    """The ed25519 private key (PEM, PKCS#8, unencrypted) from `--key` or SGLSTACK_SIGNING_KEY."""
+    pem, source = _pem_source(option, os.environ if env is None else env)
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except TypeError:
+        raise BadInput(f"{source}: the key is encrypted; give an unencrypted ed25519 PEM key") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise BadInput(f"{source}: not a PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BadInput(f"{source}: a {type(key).__name__.removeprefix('_')} key, not ed25519")
+    return key
+
+
+def load_public_key(path: str, *, what: str = "--key") -> Ed25519PublicKey:
+    """The ed25519 public key (PEM SubjectPublicKeyInfo) a verifier trusts."""
+    pem = _read_key_file(path, what)
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, UnsupportedAlgorithm):
+        hint = " (that is a private key: give its public half)" if b"PRIVATE KEY" in pem else ""
+        raise BadInput(f"{what} {path}: not a PEM public key{hint}") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise BadInput(f"{what} {path}: not an ed25519 public key")
+    return key
+
+
+def public_pem(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+

@@ -1,0 +1,156 @@
+"""Attestations in a registry: OCI artifacts whose `subject` is the image manifest (the registry adapter).
+
+Each document (SBOM, provenance, signature envelope) is one blob under an OCI 1.1 artifact manifest:
+`artifactType` says what it is, its one layer is the document, its config is the empty descriptor and
+its `subject` is the image manifest. Pushed by digest, a registry with the referrers API indexes it
+(and says so with an `OCI-Subject` header); one without it (distribution 2.x, the embedded registry)
+gets the tag scheme instead: `sha256-<hex>.<kind>` points at the artifact. Discovery reads both.
+Everything is by digest inside one repository, so promotion (new tags on the same manifest) carries
+the attestations along without copying anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import RegistryError
+from ..registry import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
+from ..signals import deferred
+from .errors import AttestationError
+from .provenance import PROVENANCE_MEDIA_TYPE
+from .sbom import SBOM_MEDIA_TYPE
+from .signing import SIGNATURE_MEDIA_TYPE, Attached
+
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB = b"{}"
+EMPTY_DIGEST = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+KIND_ANNOTATION = "io.sglstack.attestation"
+# kind -> the artifact type (and document media type) it is stored as
+KINDS = {"sbom": SBOM_MEDIA_TYPE, "provenance": PROVENANCE_MEDIA_TYPE, "signature": SIGNATURE_MEDIA_TYPE}
+KIND_OF = {media: kind for kind, media in KINDS.items()}
+
+
+def fallback_tag(image_digest: str, kind: str) -> str:
+    """The tag-scheme name of an image's `kind` artifact: `sha256-<hex>.<kind>`."""
+    algorithm, _, hexpart = image_digest.partition(":")
+    return f"{algorithm}-{hexpart}.{kind}"
+
+
+def artifact_manifest(kind: str, document: Attached, subject_media_type: str, subject_digest: str,
+                      subject_size: int) -> bytes:
+    """The OCI 1.1 artifact manifest of one document (pure, deterministic: no timestamps)."""
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": KINDS[kind],
+        "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
+        "layers": [{"mediaType": document.media_type, "digest": document.digest, "size": document.size}],
+        "subject": {"mediaType": subject_media_type, "digest": subject_digest, "size": subject_size},
+        "annotations": {KIND_ANNOTATION: kind},
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One attestation artifact found for an image."""
+
+    kind: str
+    manifest_digest: str
+    document_digest: str
+    document_size: int
+    subject: str | None
+    via: str  # "referrers" or "tag"
+
+
+@dataclass
+class PushedAttestations:
+    """What one `attach` put into the registry: the artifact manifests and the tags naming them."""
+
+    manifests: list[str]
+    tags: list[str]
+    referrers_api: bool
+
+
+def attach(client: RegistryClient, repo: str, image_digest: str, documents: Iterable[tuple[str, bytes]]
+           ) -> PushedAttestations:
+    """Push each (kind, document) as an artifact of `image_digest`; on any failure (a signal too), remove
+    what this call pushed and re-raise: an image never keeps half of its attestations from one call."""
+    image = client.get_manifest(repo, image_digest)
+    pushed = PushedAttestations([], [], referrers_api=True)
+    try:
+        client.put_blob(repo, EMPTY_BLOB)
+        for kind, body in documents:
+            doc = Attached(kind, KINDS[kind], client.put_blob(repo, body), len(body))
+            manifest = artifact_manifest(kind, doc, image.media_type, image.digest, len(image.body))
+            existed = client.manifest_digest(repo, compute_digest(manifest)) is not None
+            digest, indexed = client.put_artifact(repo, compute_digest(manifest), manifest, OCI_MANIFEST)
+            if not existed:  # an earlier release's identical artifact is not ours to remove on failure
+                pushed.manifests.append(digest)
+            if not indexed:  # no referrers API: the tag scheme is how it is found
+                pushed.referrers_api = False
+                tag = fallback_tag(image_digest, kind)
+                client.put_artifact(repo, tag, manifest, OCI_MANIFEST)
+                pushed.tags.append(tag)
+    except BaseException:
+        with deferred():
+            remove_manifests(client, repo, pushed.manifests)
+        raise
+    return pushed
+
+
+def remove_manifests(client: RegistryClient, repo: str, digests: Iterable[str]) -> list[str]:
+    """Delete artifact manifests (and so every tag naming them), within one deadline; what went."""
+    removed = []
+    with client.budget(client.timeout_s):
+        for digest in dict.fromkeys(digests):
+            with contextlib.suppress(ManifestNotFound):
+                client.delete_manifest(repo, digest)
+                removed.append(digest)
+    return removed
+
+
+def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str) -> Artifact | None:
+    try:
+        manifest = client.get_manifest(repo, manifest_digest)
+    except ManifestNotFound:
+        return None
+    data = manifest.json()
+    kind = KIND_OF.get(str(data.get("artifactType")))
+    layers = data.get("layers") or []
+    if kind is None or len(layers) != 1 or not isinstance(layers[0], dict):
+        return None
+    subject = (data.get("subject") or {}).get("digest")
+    return Artifact(kind, manifest.digest, str(layers[0].get("digest")), int(layers[0].get("size") or 0),
+                    subject if isinstance(subject, str) else None, via)
+
+
+def find_attestations(client: RegistryClient, repo: str, image_digest: str) -> list[Artifact]:
+    """Every sglstack attestation artifact of `image_digest`: through the referrers API where the
+    registry has one, and through the tag scheme always (an image copied by tag keeps them that way)."""
+    found: dict[str, Artifact] = {}
+    descriptors = client.referrers(repo, image_digest)
+    for desc in descriptors or []:
+        if desc.get("artifactType") in KIND_OF and isinstance(desc.get("digest"), str):
+            art = _artifact(client, repo, desc["digest"], "referrers")
+            if art is not None:
+                found[art.manifest_digest] = art
+    for kind in KINDS:
+        digest = client.manifest_digest(repo, fallback_tag(image_digest, kind))
+        if digest and digest not in found:
+            art = _artifact(client, repo, digest, "tag")
+            if art is not None and art.kind == kind:
+                found[digest] = art
+    return sorted(found.values(), key=lambda a: (a.kind, a.via, a.manifest_digest))
+
+
+def remove_attestations(client: RegistryClient, repo: str, image_digest: str) -> list[str]:
+    """Delete every attestation artifact of an image (cleanup removes them with it)."""
+    try:
+        artifacts = find_attestations(client, repo, image_digest)
+    except RegistryError as exc:
+        raise AttestationError(f"attestations of {repo}@{image_digest} could not be listed: {exc}") from None
+    return remove_manifests(client, repo, [a.manifest_digest for a in artifacts])

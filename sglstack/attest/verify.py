@@ -1,0 +1,128 @@
+"""`invoke verify-image`: does a signature by this key cover exactly this digest and the attestations it
+names? The registry is read through `store`; every judgement here is on bytes already fetched.
+
+Refusals (exit 1, one line): no signature; no signature by this key; a signature over another digest
+(a tag moved to another image, or a signature copied onto one); an attestation the signature names that
+is missing, or whose bytes changed; an SBOM naming another image config; a provenance naming another
+subject. The SBOM and the provenance must both be named: a signature without them vouches for less
+than a release attaches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ..errors import RegistryError
+from ..registry import ManifestNotFound, RegistryClient
+from ..tags import ImageReference
+from .errors import NotVerified
+from .provenance import statement_subjects
+from .sbom import read_sbom
+from .signing import Attached, key_id, open_envelope, signed_attestations
+from .store import Artifact, find_attestations
+
+REQUIRED = ("provenance", "sbom")
+
+
+@dataclass
+class Verification:
+    """What was checked, for the report (`--json`) and the summary line."""
+
+    image: str
+    digest: str
+    key_id: str
+    checked: list[str] = field(default_factory=list)
+    attestations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "verified": True, "key_id": self.key_id,
+                "checked": self.checked, "attestations": self.attestations}
+
+
+def resolve_digest(client: RegistryClient, ref: ImageReference) -> str:
+    """The manifest digest REF names now (a digest is checked to exist; a tag is read)."""
+    repo = ref.repository.path
+    if ref.digest:
+        try:
+            return client.get_manifest(repo, ref.digest).digest
+        except ManifestNotFound:
+            raise NotVerified(f"{ref}: no such manifest in the registry") from None
+    digest = client.manifest_digest(repo, ref.tag or "latest")
+    if digest is None:
+        raise NotVerified(f"{ref}: no such tag in the registry")
+    return digest
+
+
+def _open_signature(client: RegistryClient, repo: str, signatures: list[Artifact], public: Ed25519PublicKey
+                    ) -> dict[str, Any]:
+    last: NotVerified | None = None
+    for art in signatures:
+        try:
+            return open_envelope(client.get_blob(repo, art.document_digest), public)
+        except NotVerified as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _document(client: RegistryClient, repo: str, want: Attached, found: list[Artifact], digest: str) -> bytes:
+    mine = [a for a in found if a.kind == want.kind and a.subject == digest]
+    if not any(a.document_digest == want.digest for a in mine):
+        if mine:
+            raise NotVerified(f"the {want.kind} attached is {mine[0].document_digest[:19]}, the signature names "
+                              f"{want.digest[:19]}: it was changed after signing")
+        raise NotVerified(f"the {want.kind} the signature names ({want.digest[:19]}) is not attached: "
+                          f"deleted or never pushed")
+    try:
+        body = client.get_blob(repo, want.digest)  # checks the bytes hash to the signed digest
+    except ManifestNotFound:
+        raise NotVerified(f"the {want.kind} document {want.digest[:19]} is gone from the registry") from None
+    except RegistryError as exc:
+        raise NotVerified(f"the {want.kind} document {want.digest[:19]}: {exc}") from None
+    if len(body) != want.size:
+        raise NotVerified(f"the {want.kind} is {len(body)} bytes, the signature names {want.size}")
+    return body
+
+
+def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519PublicKey) -> Verification:
+    """Verification of REF against `public`; NotVerified (one line) for every refusal."""
+    repo = ref.repository.path
+    digest = resolve_digest(client, ref)
+    result = Verification(image=str(ref), digest=digest, key_id=key_id(public))
+    found = find_attestations(client, repo, digest)
+    signatures = [a for a in found if a.kind == "signature" and a.subject == digest]
+    if not signatures:
+        raise NotVerified(f"{ref.repository.ref(digest)}: no signature attached (unsigned, or its signature "
+                          f"was deleted)")
+    payload = _open_signature(client, repo, signatures, public)
+    signed_digest, attached = signed_attestations(payload)
+    if signed_digest != digest:
+        raise NotVerified(f"{ref}: resolves to {digest[:19]}, but the signature covers {signed_digest[:19]}")
+    result.checked.append(f"signature by key {result.key_id[:16]} covers {digest}")
+    kinds = {a.kind for a in attached}
+    missing = [k for k in REQUIRED if k not in kinds]
+    if missing:
+        raise NotVerified(f"{ref.repository.ref(digest)}: the signature names no {' and no '.join(missing)}")
+    manifest = client.get_manifest(repo, digest)
+    config = None if manifest.is_index else manifest.blobs()[0]
+    for want in sorted(attached, key=lambda a: a.kind):
+        body = _document(client, repo, want, found, digest)
+        if want.kind == "sbom":
+            sbom = read_sbom(body)
+            if config is not None and sbom.image_id != config:
+                raise NotVerified(f"the SBOM describes image {str(sbom.image_id)[:19]}, this manifest's config "
+                                  f"is {config[:19]}")
+            result.attestations["sbom"] = {"digest": want.digest, "components": sbom.components,
+                                           "python": len(sbom.python), "debian": sbom.debian}
+        elif want.kind == "provenance":
+            subjects = statement_subjects(body)
+            if digest not in subjects:
+                raise NotVerified(f"the provenance names {', '.join(s[:19] for s in subjects)}, not {digest[:19]}")
+            result.attestations["provenance"] = {"digest": want.digest, "subjects": subjects}
+        else:
+            result.attestations[want.kind] = {"digest": want.digest}
+        result.checked.append(f"{want.kind} {want.digest} ({want.size} bytes) attached and unchanged")
+    return result
