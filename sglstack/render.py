@@ -78,12 +78,12 @@ def _install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
             if pin.sha256:
                 url += f"#sha256={pin.sha256}"
             layers.append(InstallLayer(
-                "sgl-kernel", f"sgl-kernel {pin.version}: the release wheel, as upstream installs it",
+                pin.package, f"{pin.package} {pin.version}: the release wheel, as upstream installs it",
                 ("--no-deps", "--force-reinstall", f'"{url}"'), False, uses_arch="{arch}" in pin.url))
         else:
             index = ("--index-url", shlex.quote(pin.index_url)) if pin.index_url else ()
-            layers.append(InstallLayer("sgl-kernel", f"sgl-kernel {pin.version}",
-                                       (*constraint, *index, shlex.quote(f"sgl-kernel=={pin.version}")), True))
+            layers.append(InstallLayer(pin.package, f"{pin.package} {pin.version}",
+                                       (*constraint, *index, shlex.quote(f"{pin.package}=={pin.version}")), True))
     if stack.flashinfer:
         fi = stack.flashinfer
         index = ("--extra-index-url", shlex.quote(fi.index_url)) if fi.index_url else ()
