@@ -188,7 +188,7 @@ def test_a_new_conflict_is_found_by_the_conflicts_engine(stacks_file):
                           "      - name: grammar\n        requirements: [\"xgrammar==0.1.27\"]\n")
     stacks_file.write_text(text)
     stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
-    _, d = _derive(stack, REQUIRES_0510 + [], "0.5.10")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
     _, new = _upgraded(stacks_file, d)
     conflicts = [f.message for f in check_stack_pins(new, REQUIRES_0510, "0.5.10") if f.kind == "conflict"]
     assert conflicts == ["pins xgrammar==0.1.27 but sglang 0.5.10 requires 'xgrammar==0.1.32': declare it under "

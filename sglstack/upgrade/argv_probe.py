@@ -2,13 +2,14 @@
 
     python -I -S argv_probe.py SGLANG_ROOT LIB_DIR ABSENT ARG...
 
-SGLANG_ROOT is an unpacked SGLang wheel; LIB_DIR holds the few real pure-Python packages the import needs
-to take its real branches (`packaging`, whose version comparisons pick code paths). `sglang.srt.server_args` imports torch, triton, transformers and
-more at module level, and none of them shapes the parser: every package that is neither the standard
-library nor SGLang is stood in for by an inert stub module, so the parser that runs is SGLang's own
-(`ServerArgs.add_cli_args`), its flags, choices and types exactly as the release defines them, without a
-GPU and without installing SGLang's 200 dependencies. The import names in ABSENT (comma-separated: the
-optional back ends nobody installs on a CUDA server, torch_npu, habana_frameworks...) stay missing, so
+SGLANG_ROOT is an unpacked SGLang wheel; LIB_DIR holds the real wheels of the few packages the parser is
+built with (`packaging`, whose version comparisons pick code paths at import time; `msgspec`, whose structs
+hold 0.5.2x's ServerArgs fields). `sglang.srt.server_args` imports torch, triton, transformers and more at
+module level, and none of them shapes the parser: every other package that is not the standard library is
+stood in for by an inert stub module, so the parser that runs is SGLang's own (`ServerArgs.add_cli_args`),
+its flags, choices and types exactly as the release defines them, without a GPU and without installing
+SGLang's 200 dependencies. The import names in ABSENT (comma-separated: the optional back ends nobody
+installs on a CUDA server, torch_npu, habana_frameworks...) stay missing, so
 SGLang's own "is this installed?" probes answer as they do on one. Prints one JSON object on stdout:
 {"flags": [every option string], "unknown": [argv flags the parser lacks], "errors": [argparse's complaints]}.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -182,10 +184,8 @@ def main(argv: list[str]) -> int:
     ServerArgs.add_cli_args(parser)
     flags = sorted(parser._option_string_actions)  # argparse keeps no public list of its option strings
     unknown = sorted({a.split("=", 1)[0] for a in args if a.startswith("--")} - set(flags))
-    try:
+    with contextlib.suppress(SystemExit):  # Parser.error recorded the complaint
         parser.parse_known_args(args)
-    except SystemExit:
-        pass
     print(json.dumps({"flags": flags, "unknown": unknown, "errors": errors}))
     return 0
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 from rich.markdown import Markdown
 
 from ..conflicts import check_stack_pins
-from ..coverage_command import UBUNTU_GLIBC, check_wheels, fetch_source, pip_platform_tags, wheel_dir
+from ..coverage_command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
 from ..cuobjdump import CuobjdumpError
 from ..diff import lock_snapshot, snapshot_diff
 from ..errors import ConfigError, SglstackError
@@ -102,8 +103,6 @@ def torch_family(stack: Stack, target: ReleasePins, glibc: str) -> dict[str, str
     """The versions of torch's family the resolver picks with the release's torch (public versions)."""
     if not stack.torch or not target.torch:
         return {}
-    from packaging.requirements import Requirement  # only a stack with a torch family gets here
-
     names = [Requirement(p).name for p in stack.torch.packages]
     reqs = (f"torch=={target.torch}",
             *(f"{n}=={target.exact[n.lower()]}" if n.lower() in target.exact else n for n in names))

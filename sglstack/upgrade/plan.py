@@ -241,14 +241,20 @@ def _cells(report: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     return out
 
 
+def _cell_order(key: tuple[str, str]) -> tuple[str, tuple[int, ...]]:
+    """By extension, then capability as numbers (9.0 before 10.0)."""
+    return key[0], tuple(int(x) for x in key[1].split(".") if x.isdigit())
+
+
 def coverage_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> dict[str, Any]:
     """Per extension and capability, what moved between two `CoverageReport.to_dict()` documents."""
     if before is None or after is None:
         return {"checked": False, "changes": [], "lost": [], "new_violations": [], "complete": False}
     a, b = _cells(before), _cells(after)
     changes = [CellChange(ext, cap, a.get((ext, cap)), b.get((ext, cap)))
-               for ext, cap in sorted(set(a) | set(b)) if a.get((ext, cap)) != b.get((ext, cap))]
+               for ext, cap in sorted(set(a) | set(b), key=_cell_order) if a.get((ext, cap)) != b.get((ext, cap))]
     old_violations = {(v["extension"], v["capability"]) for v in before.get("violations", [])}
+    old_unchecked = {(p["package"], p["version"]) for p in before.get("packages", []) if not p.get("checked")}
     new_violations = [v for v in after.get("violations", []) if (v["extension"], v["capability"]) not in old_violations]
     return {"checked": True,
             "changes": [{"extension": c.extension, "capability": c.capability, "before": c.before, "after": c.after}
@@ -258,7 +264,10 @@ def coverage_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] |
             "new_violations": new_violations,
             "complete": bool(after.get("complete")), "was_complete": bool(before.get("complete")),
             "label_before": before.get("label"), "label_after": after.get("label"),
-            "unchecked": [p["package"] for p in after.get("packages", []) if not p.get("checked")]}
+            "unchecked": [p["package"] for p in after.get("packages", []) if not p.get("checked")],
+            # a package the upgrade moved and nobody could look into: its kernels are unknown, not unchanged
+            "unchecked_changed": [f"{p['package']} {p['version']}" for p in after.get("packages", [])
+                                  if not p.get("checked") and (p["package"], p["version"]) not in old_unchecked]}
 
 
 # ---- the verdict -----------------------------------------------------------------------------------
@@ -307,8 +316,9 @@ def review_reasons(derivation: Derivation, conflicts: Sequence[str], coverage: M
         if not any(c["extension"] == v["extension"] and c["capability"] == v["capability"]
                    for c in coverage.get("lost", [])):
             reasons.append(f"kernel coverage below the policy: {v['extension']} on {v['capability']} ({v['cell']})")
-    if coverage.get("checked") and coverage.get("was_complete") and not coverage.get("complete"):
-        reasons.append(f"kernel coverage could not be checked for: {', '.join(coverage.get('unchecked', []))}")
+    if coverage.get("unchecked_changed"):
+        reasons.append("kernel coverage could not be checked for what changed: "
+                       + ", ".join(coverage["unchecked_changed"]))
     for flag, hint in sorted(argv.get("unknown", {}).items()):
         reasons.append(f"serving flag {flag} is not accepted by sglang's parser" + (f" (renamed to {hint}?)"
                                                                                      if hint else " (removed)"))
