@@ -147,12 +147,14 @@ def test_releases_cli_writes_json(repo_copy, tmp_path):
 
 
 def test_the_parser_from_the_wheel_names_flags_a_release_lacks_and_bad_values():
-    """0.5.23's --weight-cache-mode does not exist in 0.5.9; --tp-size takes an int."""
+    """0.5.23's --weight-cache-mode does not exist in 0.5.9; --tp-size takes an int; a renamed flag."""
     wheel = fetch_wheel("sglang", "0.5.9")
     versions = {"packaging": "26.4", "msgspec": "0.23.0"}
     out = check_argv(wheel, ["--model-path", "m", "--tp-size", "8", "--weight-cache-mode", "x"], versions.__getitem__)
     assert out["checked"] and out["unknown"] == {"--weight-cache-mode": None} and not out["accepted"]
     bad = check_argv(wheel, ["--model-path", "m", "--tp-size", "eight"], versions.__getitem__)
     assert bad["unknown"] == {} and bad["errors"] == ["argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'"]
-    renamed = check_argv(wheel, ["--model-path", "m", "--speculative-draft-model", "d"], versions.__getitem__)
-    assert renamed["unknown"] == {"--speculative-draft-model": "--speculative-draft-model-path"}
+    # 0.5.9's --nsa-decode-backend is --dsa-decode-backend in 0.5.23 (a msgspec-built parser)
+    renamed = check_argv(fetch_wheel("sglang", "0.5.23"), ["--model-path", "m", "--nsa-decode-backend", "x"],
+                         versions.__getitem__)
+    assert renamed["unknown"] == {"--nsa-decode-backend": "--dsa-decode-backend"}
