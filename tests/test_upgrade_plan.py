@@ -11,6 +11,7 @@ from sglstack.conflicts import check_stack_pins
 from sglstack.matrix import load_matrix
 from sglstack.upgrade import plan as planner
 from sglstack.upgrade.argv import judge_probe
+from sglstack.upgrade.command import UpgradeInputError, check_inputs
 from sglstack.upgrade.releases import newer_releases, release_pins
 from sglstack.upgrade.report import to_json, to_markdown
 from sglstack.upgrade.stacksfile import upgraded_text
@@ -250,3 +251,31 @@ def test_report_markdown_and_json_shape(stacks_file):
     assert "| sgl-kernel | 0.3.21+cu130 | - * |" in md and "| sglang-kernel | - | 0.4.1+cu130 * |" in md
     assert "`invoke bisect --stack cu130 --good 0.5.9 --bad 0.5.10`" in md
     assert "| xgrammar | 0.1.27 | 0.1.32 |" in md
+
+
+# ---- bad input: one line, exit 2, decided before any fetch ---------------------------------------------
+
+def _inputs(stacks_file, stack="cu130", version="0.5.10", as_name=None, json_path=None):
+    return check_inputs(str(stacks_file), stack, version, as_name, False, json_path,
+                        lambda _name: ["0.5.9", "0.5.10", "0.5.11rc0"])
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"stack": "nope"}, "stack 'nope': unknown stack (known: cu130)"),
+    ({"version": "0.5.99"}, "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"),
+    ({"version": "banana"}, "--sglang banana: not a version"),
+    ({"version": "0.5.9"}, "stack 'cu130': key 'sglang': --sglang 0.5.9: the stack already pins it"),
+    ({"as_name": "cu130"}, "--as cu130: the stack already exists"),
+    ({"as_name": "Bad Name"}, "--as Bad Name: stack name"),
+    ({"json_path": "/nonexistent-folder/x.json"}, "--json /nonexistent-folder/x.json: its folder does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(stacks_file, kwargs, message):
+    with pytest.raises(UpgradeInputError) as err:
+        _inputs(stacks_file, **kwargs)
+    assert err.value.exit_code == 2
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_good_input_passes(stacks_file):
+    inputs = _inputs(stacks_file, as_name="cu130-next")
+    assert (inputs.stack.name, inputs.version, inputs.new_name) == ("cu130", "0.5.10", "cu130-next")
