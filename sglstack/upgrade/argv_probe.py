@@ -66,6 +66,8 @@ class _Stub(str):
     """Anything: callable, indexable, iterable (empty), a base class, a decorator, a context manager, and a
     string (module-level code passes such values to getattr and os.environ.get)."""
 
+    _name: str
+
     def __new__(cls, name: str = "stub") -> _Stub:
         self = super().__new__(cls, "stub")
         self._name = name
@@ -103,8 +105,8 @@ class _Stub(str):
     def __enter__(self) -> _Stub:
         return self
 
-    def __exit__(self, *exc) -> bool:
-        return False
+    def __exit__(self, *exc) -> None:
+        return None
 
     def __or__(self, other):
         return self
@@ -160,7 +162,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = _StubModule(spec.name)
         module.__path__ = []
         # Version gates at import time take their newest branch, the one a current install takes.
-        module.__version__ = "99.0.0"
+        module.__version__ = "99.0.0"  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module) -> None:

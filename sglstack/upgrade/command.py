@@ -17,7 +17,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,30 +54,12 @@ class UpgradeInputError(ConfigError):
     exit_code = EXIT_BAD_INPUT
 
 
-@dataclass
-class Engines:
-    """The outside world, one callable each (tests pass doubles for the slow ones)."""
-
-    available: Callable[[str], list[str]] = available_versions
-    sglang_wheel: Callable[[str], Path] = lambda v: fetch_wheel("sglang", v)
-    platform_wheel: Callable[[Stack, str], Path | None] = field(default=None)  # type: ignore[assignment]
-    patches: Callable[[str, Stack], dict[str, tuple[str, str]]] = field(default=None)  # type: ignore[assignment]
-    family: Callable[[Stack, ReleasePins, str], dict[str, str]] = field(default=None)  # type: ignore[assignment]
-    base_glibc: Callable[[Stack], str | None] = field(default=None)  # type: ignore[assignment]
-    resolve: Callable[[Stack, Lock | None, str | None], Lock] = field(default=None)  # type: ignore[assignment]
-    coverage: Callable[[Stack], dict[str, Any] | None] = field(default=None)  # type: ignore[assignment]
-    argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        self.platform_wheel = self.platform_wheel or platform_wheel
-        self.patches = self.patches or patch_statuses
-        self.family = self.family or torch_family
-        self.base_glibc = self.base_glibc or known_base_glibc
-        self.resolve = self.resolve or (lambda s, prev, glibc: resolve_stack(s, previous=prev, base_glibc=glibc))
-        self.coverage = self.coverage or coverage_document
-
-
 # ---- the default engines ---------------------------------------------------------------------------
+
+def sglang_host_wheel(version: str) -> Path:
+    """SGLang `version`'s wheel for this machine's Python: its METADATA, patches and parser are read from it."""
+    return fetch_wheel("sglang", version)
+
 
 def platform_wheel(stack: Stack, version: str) -> Path | None:
     """SGLang `version`'s wheel for the stack's Python and first platform, on its base image's glibc."""
@@ -132,6 +114,26 @@ def coverage_document(stack: Stack) -> dict[str, Any] | None:
         return check_wheels(stack, stack.platforms[0]).to_dict()
     except CuobjdumpError:
         return None
+
+
+def resolve_lock(stack: Stack, previous: Lock | None, base_glibc: str | None) -> Lock:
+    """The project's lock resolution, the earlier lock as the starting point (unrelated pins stay put)."""
+    return resolve_stack(stack, previous=previous, base_glibc=base_glibc)
+
+
+@dataclass
+class Engines:
+    """The outside world, one callable each (tests pass doubles for the slow ones)."""
+
+    available: Callable[[str], list[str]] = available_versions
+    sglang_wheel: Callable[[str], Path] = sglang_host_wheel
+    platform_wheel: Callable[[Stack, str], Path | None] = platform_wheel
+    patches: Callable[[str, Stack], dict[str, tuple[str, str]]] = patch_statuses
+    family: Callable[[Stack, ReleasePins, str], dict[str, str]] = torch_family
+    base_glibc: Callable[[Stack], str | None] = known_base_glibc
+    resolve: Callable[[Stack, Lock | None, str | None], Lock] = resolve_lock
+    coverage: Callable[[Stack], dict[str, Any] | None] = coverage_document
+    argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv
 
 
 # ---- the command -----------------------------------------------------------------------------------

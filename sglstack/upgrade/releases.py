@@ -73,7 +73,7 @@ def release_pins(version: str, metadata: dict[str, list[str]], python: str, plat
         if pinned is not None:
             exact[str(canonicalize_name(req.name))] = pinned
     kernel = next((k for k in KERNEL_PACKAGES if k in exact), None)
-    requires_python = (metadata.get("Requires-Python") or [None])[0]
+    requires_python = next(iter(metadata.get("Requires-Python", [])), None)
     return ReleasePins(sglang=version, torch=exact.get("torch"), kernel_package=kernel,
                        kernel=exact.get(kernel) if kernel else None, flashinfer=exact.get(FLASHINFER),
                        requires_python=requires_python, exact=exact)
