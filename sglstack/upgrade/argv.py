@@ -30,9 +30,11 @@ ABSENT = ("torch_npu", "habana_frameworks", "intel_extension_for_pytorch", "torc
 PROBE_TIMEOUT_S = 120
 
 
-def _unpack(wheel: Path, dest: Path) -> None:
+def _unpack(wheel: Path, dest: Path, *, python_only: bool = False) -> None:
+    """The wheel's files under `dest`; `python_only`: its .py files alone (SGLang's wheel is 40 MB of
+    which the parser's import reads only Python source; its compiled parts would be stubbed anyway)."""
     with open_wheel(wheel) as zf:
-        zf.extractall(dest)
+        zf.extractall(dest, members=[n for n in zf.namelist() if not python_only or n.endswith(".py")])
 
 
 def judge_probe(output: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any]:
@@ -50,7 +52,7 @@ def check_argv(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[st
     with tempfile.TemporaryDirectory(prefix="sglstack-argv-") as tmp:
         root, lib = Path(tmp) / "sglang", Path(tmp) / "lib"
         try:
-            _unpack(sglang_wheel, root)
+            _unpack(sglang_wheel, root, python_only=True)
             for name in REAL_PACKAGES:
                 _unpack(fetch(name, version_of(name)), lib)
         except (OSError, zipfile.BadZipFile) as exc:

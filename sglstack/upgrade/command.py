@@ -321,7 +321,15 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
     console = make_console()
     inputs = check_inputs(stacks_file, stack_name, version, as_name, write, json_path, engines.available)
     start = time.monotonic()
-    plan, text, lock = plan_upgrade(inputs, engines, progress=lambda m: console.print(f"[dim]upgrade: {m}[/]"))
+    phases: list[tuple[str, float]] = []  # (what started, when): the report says where the time went
+
+    def progress(message: str) -> None:
+        phases.append((message, time.monotonic()))
+        console.print(f"[dim]upgrade: {message}[/]")
+
+    plan, text, lock = plan_upgrade(inputs, engines, progress=progress)
+    ends = [t for _, t in phases[1:]] + [time.monotonic()]
+    seconds_per_phase = {m: round(end - t, 1) for (m, t), end in zip(phases, ends, strict=True)}
     writable = lock is not None and not plan.conflicts
     if inputs.write and not writable:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
@@ -332,7 +340,7 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
         (out_dir / "lock.txt").write_text(render_lock(lock), encoding="utf-8")
     markdown = to_markdown(plan)
     (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-    document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1)}
+    document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
     (out_dir / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if inputs.json_path:
         inputs.json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
