@@ -153,7 +153,8 @@ def test_the_parser_from_the_wheel_names_flags_a_release_lacks_and_bad_values():
     out = check_argv(wheel, ["--model-path", "m", "--tp-size", "8", "--weight-cache-mode", "x"], versions.__getitem__)
     assert out["checked"] and out["unknown"] == {"--weight-cache-mode": None} and not out["accepted"]
     bad = check_argv(wheel, ["--model-path", "m", "--tp-size", "eight"], versions.__getitem__)
-    assert bad["unknown"] == {} and bad["errors"] == ["argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'"]
+    assert bad["unknown"] == {}
+    assert bad["errors"] == ["argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'"]
     # 0.5.9's --nsa-decode-backend is --dsa-decode-backend in 0.5.23 (a msgspec-built parser)
     renamed = check_argv(fetch_wheel("sglang", "0.5.23"), ["--model-path", "m", "--nsa-decode-backend", "x"],
                          versions.__getitem__)
