@@ -92,7 +92,7 @@ def test_0_5_9_to_0_5_23_renames_the_kernel_and_moves_the_platform_tag(repo_copy
     # nothing written without --write: the file and its locks are as they were
     assert "cu130-next" not in repo_copy.read_text() and not lock_path(repo_copy, "cu130-next").exists()
     assert (tmp_path / "build" / "cu130-next" / "upgrade" / "lock.txt").is_file()
-    assert code == (1 if doc["reasons"] else 0)
+    assert code == 0 and doc["verdict"] == "ready", doc["reasons"]  # coverage is the double's: no change
     # the PyTorch index and the GitHub kernel asset are unreachable here: the lock leaves them unresolved
     # and says so; what the rest resolved is the release's
     assert doc["lock_error"] is None and doc["closure"]["after_count"] > 150
@@ -159,3 +159,19 @@ def test_the_parser_from_the_wheel_names_flags_a_release_lacks_and_bad_values():
     renamed = check_argv(fetch_wheel("sglang", "0.5.23"), ["--model-path", "m", "--nsa-decode-backend", "x"],
                          versions.__getitem__)
     assert renamed["unknown"] == {"--nsa-decode-backend": "--dsa-decode-backend"}
+
+
+def test_an_interrupt_leaves_the_stacks_file_and_its_folder_as_they_were(repo_copy):
+    """Ctrl-C (or SIGTERM, which the tasks turn into the same) while the lock resolves, with --write."""
+    before = sorted(p.name for p in repo_copy.parent.iterdir()), repo_copy.read_bytes()
+    lock_before = lock_path(repo_copy, "cu130").read_bytes()
+
+    def interrupted(stack, previous, glibc):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+                                engines=command.Engines(coverage=coverage_double, resolve=interrupted))
+    after = sorted(p.name for p in repo_copy.parent.iterdir() if p.name != "build"), repo_copy.read_bytes()
+    assert after == before  # no temporary stacks file left beside it, the file unchanged
+    assert lock_path(repo_copy, "cu130").read_bytes() == lock_before
