@@ -144,7 +144,8 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
             packages.append(f"{req.name}=={with_label(new, local_label(old))}")
         if packages != list(stack.torch.packages):
             torch_edit["packages"] = packages
-        edits["torch"] = torch_edit
+        if torch_edit != {"version": stack.torch.version}:  # an unchanged torch is not an edit
+            edits["torch"] = torch_edit
     elif stack.torch and "torch" in overridden:
         notes.append(f"torch stays {stack.torch.version}: an override the release still needs pins it")
 
