@@ -92,6 +92,31 @@ def lock(c, stack, stacks_file=DEFAULT_STACKS, upgrade_package=None):
     _exit_with(lock_command(stacks_file, stack, upgrade_packages=upgrade_package or []))
 
 
+@task(help={"stack": "only this stack (default: every stack with a release pin)", "stacks-file": "the matrix file",
+            "json": "also write the releases and their requirements as JSON to PATH"})
+@_user_errors
+def releases(c, stack=None, stacks_file=DEFAULT_STACKS, json=None):
+    """SGLang releases on the index newer than each stack's pin, with the torch, kernel package and FlashInfer
+    each requires."""
+    from sglstack.upgrade.releases import releases_command
+
+    _exit_with(releases_command(stacks_file, stack_name=stack, json_path=json))
+
+
+@task(help={"stack": "stack name from the matrix", "sglang": "the SGLang release to move to",
+            "as": "write the upgraded entry as a new stack NEW (inherits NAME; default: NAME in place)",
+            "write": "edit the stacks file (comments kept) and write locks/NEW.txt, when the entry would pass "
+                     "`invoke stacks --check`",
+            "json": "also write the report as JSON to PATH", "stacks-file": "the matrix file"})
+@_user_errors
+def upgrade(c, stack, sglang, as_=None, write=False, json=None, stacks_file=DEFAULT_STACKS):
+    """Move a stack to an SGLang release: derived pins, overrides, patches, lock, coverage, argv; a review
+    report. Exit 0 ready, 1 review, 2 bad input."""
+    from sglstack.upgrade.command import upgrade_command
+
+    _exit_with(upgrade_command(stacks_file, stack, sglang, as_name=as_, write=write, json_path=json))
+
+
 class _Positional(Argument):
     """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
 
@@ -290,7 +315,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage):
+for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage, releases, upgrade):
     ns.add_task(_t)
 
 

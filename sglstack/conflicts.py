@@ -156,12 +156,12 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")
-    for col in ("stack", "base image", "CUDA", "python", "torch", "sgl-kernel", "flashinfer", "sglang",
+    for col in ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang",
                 "patches", "overrides"):
         table.add_column(col)
     for s in matrix.stacks.values():
         table.add_row(s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
-                      s.sgl_kernel.version if s.sgl_kernel else "-",
+                      f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",
                       s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
                       ", ".join(s.patches) or "-", str(len(s.overrides)))
     console.print(table)

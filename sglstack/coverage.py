@@ -155,7 +155,7 @@ class DeviceObject:
 class PackageObjects:
     """The device-code-bearing files of one installed distribution, and the loader sources the models read."""
 
-    package: str  # canonical name, e.g. "sgl-kernel"
+    package: str  # canonical name, e.g. "sglang-kernel"
     version: str
     source: str  # the wheel's file name, or "image:<path>"
     objects: tuple[DeviceObject, ...]
@@ -218,9 +218,20 @@ def _served(obj: DeviceObject, cap: Capability) -> str:
 # major*10+minor == 90 loads sgl_kernel/sm90/common_ops.* (the fast-math Hopper build), every other GPU
 # loads sgl_kernel/sm100/common_ops.* ("precise math for compatibility"); when that file is missing it
 # falls back to sgl_kernel/common_ops.*, then to `import common_ops`. Compiled files (.so) come first.
+# The distribution is renamed now and then (sgl-kernel to 0.3.x, sglang-kernel from 0.4, still with
+# this loader in 0.4.10); the import package stays `sgl_kernel`. So the model applies to whichever
+# package ships `sgl_kernel/`, whatever the stack names it.
 SGL_KERNEL_LOADER = "sgl_kernel/load_utils.py"
+SGL_KERNEL_IMPORT = "sgl_kernel/"
 _SGL_KERNEL_LOADER_MARKS = ("compute_capability == 90", 'ops_subdir = "sm90"', 'ops_subdir = "sm100"')
-LOADER_SOURCES = {"sgl-kernel": (SGL_KERNEL_LOADER,)}
+# The loader sources the models read, by their path in site-packages: read from any package that has them.
+LOADER_PATHS = (SGL_KERNEL_LOADER,)
+
+
+def is_kernel_package(package: PackageObjects) -> bool:
+    """Whether `package` is SGLang's kernel package (it ships the `sgl_kernel` import package)."""
+    return (any(o.path.startswith(SGL_KERNEL_IMPORT) for o in package.objects)
+            or SGL_KERNEL_LOADER in package.loader_sources)
 
 
 def sgl_kernel_variant(cap: Capability) -> str:
@@ -233,7 +244,7 @@ def _common_ops(path: str) -> str | None:
     return (m.group(1) or "") if m else None
 
 
-def _sgl_kernel(objects: Sequence[DeviceObject], caps: Sequence[Capability]) -> list[Extension]:
+def _sgl_kernel(package: str, objects: Sequence[DeviceObject], caps: Sequence[Capability]) -> list[Extension]:
     variants: dict[str, DeviceObject] = {}
     rest = []
     for obj in sorted(objects, key=lambda o: o.path):
@@ -242,7 +253,7 @@ def _sgl_kernel(objects: Sequence[DeviceObject], caps: Sequence[Capability]) -> 
             rest.append(obj)
         else:
             variants.setdefault(where, obj)
-    rows = _generic("sgl-kernel", rest, caps)
+    rows = _generic(package, rest, caps)
     if variants:
         cells: dict[str, Cell] = {}
         detail: dict[str, str] = {}
@@ -252,19 +263,20 @@ def _sgl_kernel(objects: Sequence[DeviceObject], caps: Sequence[Capability]) -> 
                 cells[str(cap)], detail[str(cap)] = MISSING, f"no {sgl_kernel_variant(cap)}/common_ops to load"
             else:
                 cells[str(cap)], detail[str(cap)] = cell(loaded.targets, cap), _served(loaded, cap)
-        rows.insert(0, Extension("sgl-kernel", "sgl_kernel.common_ops", cells, detail))
+        rows.insert(0, Extension(package, "sgl_kernel.common_ops", cells, detail))
     return rows
 
 
-def loader_notes(package: str, sources: Mapping[str, str]) -> list[str]:
+def loader_notes(package: PackageObjects) -> list[str]:
     """A note when a package's loader no longer reads as the one modelled here."""
-    if package != "sgl-kernel":
+    if not is_kernel_package(package):
         return []
-    text = sources.get(SGL_KERNEL_LOADER)
+    name = package.package
+    text = package.loader_sources.get(SGL_KERNEL_LOADER)
     if text is None:
-        return [f"sgl-kernel has no {SGL_KERNEL_LOADER}: the 0.3.x variant rule (9.0 -> sm90, else sm100) is assumed"]
+        return [f"{name} has no {SGL_KERNEL_LOADER}: the 0.3.x variant rule (9.0 -> sm90, else sm100) is assumed"]
     if not all(mark in text for mark in _SGL_KERNEL_LOADER_MARKS):
-        return [f"sgl-kernel's {SGL_KERNEL_LOADER} changed: the 0.3.x variant rule (9.0 -> sm90, else sm100) "
+        return [f"{name}'s {SGL_KERNEL_LOADER} changed: the 0.3.x variant rule (9.0 -> sm90, else sm100) "
                 f"is assumed; check it against the new loader"]
     return []
 
@@ -327,8 +339,8 @@ def _flashinfer_cubin(objects: Sequence[DeviceObject], caps: Sequence[Capability
 
 def extensions(package: PackageObjects, caps: Sequence[Capability]) -> list[Extension]:
     """The rows of one package: its own loader model where it has one, else one row per object."""
-    if package.package == "sgl-kernel":
-        return _sgl_kernel(package.objects, caps)
+    if is_kernel_package(package):
+        return _sgl_kernel(package.package, package.objects, caps)
     if package.package == "flashinfer-cubin":
         return _flashinfer_cubin(package.objects, caps)
     return _generic(package.package, package.objects, caps)
@@ -363,8 +375,8 @@ def device_code_wheels(stack: Stack, platform: str) -> list[WheelSource]:
     out: list[WheelSource] = []
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
-        req = pin.url.replace("{arch}", MACHINE.get(platform, "x86_64")) if pin.url else f"sgl-kernel=={pin.version}"
-        out.append(WheelSource("sgl-kernel", pin.version, req, None if pin.url else pin.index_url))
+        req = pin.url.replace("{arch}", MACHINE.get(platform, "x86_64")) if pin.url else f"{pin.package}=={pin.version}"
+        out.append(WheelSource(pin.package, pin.version, req, None if pin.url else pin.index_url))
     if stack.flashinfer:
         for name in stack.flashinfer.packages:
             if canonicalize_name(name) in FLASHINFER_DEVICE_CODE:
@@ -479,7 +491,7 @@ def build_report(stack: str, platform: str, caps: Sequence[Capability], policy: 
     notes: list[str] = []
     for package in packages:
         rows += extensions(package, caps)
-        notes += loader_notes(package.package, package.loader_sources)
+        notes += loader_notes(package)
     violations: list[Violation] = []
     waived: list[tuple[str, str, Cell, str]] = []
     used: set[int] = set()  # exceptions that match some cell

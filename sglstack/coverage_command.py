@@ -53,14 +53,17 @@ class CoverageIncomplete(SglstackError):
     exit_code = EXIT_INCOMPLETE
 
 
-def pip_platform_tags(platform: str, base_image: str) -> tuple[str, ...]:
+def pip_platform_tags(platform: str, base_image: str, glibc: str | None = None) -> tuple[str, ...]:
     """linux/amd64 on an Ubuntu 24.04 base -> manylinux_2_39_x86_64 ... manylinux_2_17_x86_64, manylinux2014.
 
     pip 23's --platform takes exact tags only, so every manylinux tag the image's glibc accepts is listed.
+    The stack's declared `glibc` wins over what the base image's name suggests.
     """
     machine = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[platform]
     m = re.search(r"ubuntu(\d+\.\d+)", base_image)
     newest = UBUNTU_GLIBC.get(m.group(1), DEFAULT_GLIBC_MINOR) if m else DEFAULT_GLIBC_MINOR
+    if glibc:
+        newest = int(glibc.split(".")[1])
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(newest, 16, -1)]
     return (*tags, f"manylinux2014_{machine}")
 
@@ -72,7 +75,7 @@ def wheel_dir(stack: Stack, platform: str) -> Path:
 
 def fetch_source(source: WheelSource, stack: Stack, platform: str) -> Path:
     return fetch_binary_wheel(source.requirement, dest=wheel_dir(stack, platform), python_version=stack.python,
-                              platform_tags=pip_platform_tags(platform, stack.base_image),
+                              platform_tags=pip_platform_tags(platform, stack.base_image, stack.glibc),
                               index_url=source.index_url, extra_index=source.extra_index)
 
 

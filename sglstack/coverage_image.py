@@ -21,7 +21,7 @@ from typing import Any
 import docker.errors
 
 from .coverage import (
-    LOADER_SOURCES,
+    LOADER_PATHS,
     CoverageReport,
     PackageObjects,
     PackageStatus,
@@ -185,7 +185,7 @@ def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = 
             site, record = found
             files = record_files(record.decode("utf-8", "replace"))
             wanted = {p for p in files if is_device_object_name(p)}
-            loaders = {p for p in LOADER_SOURCES.get(source.package, ()) if p in files}
+            loaders = {p for p in LOADER_PATHS if p in files}
             dest = Path(tmp) / source.package
             dest.mkdir()
             copied = copy_out(container, site, archive_units(files, wanted | loaders), wanted | loaders, dest)

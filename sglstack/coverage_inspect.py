@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .coverage import LOADER_SOURCES, DeviceObject, PackageObjects
+from .coverage import LOADER_PATHS, DeviceObject, PackageObjects
 from .cuobjdump import Cuobjdump, ListingCache, cache_root, is_device_object_name, list_files, sha256_file
 
 WHEEL_CACHE_VERSION = 1  # bump when what is stored per wheel changes
@@ -65,8 +65,8 @@ def inspect_wheel(wheel: Path, package: str, version: str, tool: Cuobjdump, *, c
             site = _site_path(name)
             if site and not name.endswith("/") and is_device_object_name(site):
                 members[site] = name
-        wanted = LOADER_SOURCES.get(package, ())
-        sources = {p: zf.read(p).decode("utf-8", "replace") for p in wanted if p in zf.namelist()}
+        names = set(zf.namelist())
+        sources = {p: zf.read(p).decode("utf-8", "replace") for p in LOADER_PATHS if p in names}
     scratch = coverage_cache_dir() / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wheel-", dir=scratch) as tmp:

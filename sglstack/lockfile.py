@@ -23,13 +23,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
-from .matrix import Stack
+from .matrix import DEFAULT_KERNEL_PACKAGE, Stack
 from .safefiles import write_text
 
 LOCK_FORMAT = "1"
 LOCKS_DIR = "locks"
 # The stack sections that decide what a resolution gets (descriptions, smoke and publish settings don't).
-RESOLUTION_KEYS = ("python", "platforms", "torch", "sgl_kernel", "flashinfer", "extra_layers", "sglang", "overrides")
+RESOLUTION_KEYS = ("python", "platforms", "torch", "sgl_kernel", "flashinfer", "extra_layers", "sglang", "overrides",
+                   "glibc")
 # Installed by `python -m venv` itself, not by a lock layer: not an "extra" unless the lock pins them.
 VENV_BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
 _SECTION = re.compile(r"^# ---- layer (?P<name>[a-z0-9][a-z0-9_-]*)(?: \((?P<note>.*)\))?$")
@@ -133,6 +134,11 @@ def lock_path(stacks_file: str | Path, stack_name: str) -> Path:
 def stack_input_hash(stack: Stack) -> str:
     """sha256 of the stack's resolution inputs (RESOLUTION_KEYS; an override's reason is prose, not input)."""
     data = stack.model_dump(mode="json", include=set(RESOLUTION_KEYS))
+    # Keys added to the schema later count only when set, so the locks written before them stay current.
+    if data.get("glibc") is None:
+        data.pop("glibc", None)
+    if data.get("sgl_kernel") and data["sgl_kernel"].get("package") == DEFAULT_KERNEL_PACKAGE:
+        del data["sgl_kernel"]["package"]
     data["overrides"] = [{"replaces": o["replaces"], "pin": o["pin"]} for o in data["overrides"]]
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

@@ -27,6 +27,7 @@ How each kind of layer appears in the lock:
 from __future__ import annotations
 
 import contextlib
+import re
 import tempfile
 import time
 import tomllib
@@ -34,12 +35,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import docker.errors
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .diff import lock_snapshot, print_diff, snapshot_diff
-from .errors import ConfigError, SglstackError
+from .dockerhost import docker_client, image_exists, read_image_files
+from .errors import ConfigError, DockerUnavailable, SglstackError
 from .gitsource import GitSource, GitSourceError
 from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
 from .matrix import Stack, load_matrix
@@ -55,8 +58,9 @@ from .resolver import (
 )
 from .ui import console as make_console
 
-# The glibc baseline the lock resolves for: manylinux_2_28 wheels run on Ubuntu 24.04 (2.39) and Debian 12
-# (2.36) bases alike; a higher baseline could pick a release whose wheels an older base cannot install.
+# The glibc baseline a lock resolves for when neither the stack (`glibc:`) nor its base image says more:
+# manylinux_2_28 wheels run on Ubuntu 24.04 (2.39) and Debian 12 (2.36) bases alike. A stack whose base
+# has a newer glibc resolves for that one (SGLang 0.5.23 ships manylinux_2_34 wheels only).
 MANYLINUX = "2_28"
 _ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 SGLANG_REQUIREMENTS = "sglang-requirements"
@@ -146,9 +150,9 @@ def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tup
         pin = stack.sgl_kernel
         if pin.url:
             url = pin.url.replace("{arch}", _ARCH[platform])
-            layers.append(PlannedLayer("sgl-kernel", (f"sgl-kernel @ {url}",), no_deps=True))
+            layers.append(PlannedLayer(pin.package, (f"{pin.package} @ {url}",), no_deps=True))
         else:
-            layers.append(PlannedLayer("sgl-kernel", (f"sgl-kernel=={pin.version}",), pin.index_url, True))
+            layers.append(PlannedLayer(pin.package, (f"{pin.package}=={pin.version}",), pin.index_url, True))
     if stack.flashinfer:
         fi = stack.flashinfer
         layers.append(PlannedLayer("flashinfer", fi.requirements(), fi.index_url, False))
@@ -162,8 +166,10 @@ def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tup
     return tuple(layers)
 
 
-def python_platform(platform: str) -> str:
-    return f"{_ARCH[platform]}-manylinux_{MANYLINUX}"
+def python_platform(platform: str, glibc: str | None = None) -> str:
+    """uv's target for `platform` on a base image with `glibc` ("2.36"; None: the 2.28 baseline)."""
+    tag = glibc.replace(".", "_") if glibc else MANYLINUX
+    return f"{_ARCH[platform]}-manylinux_{tag}"
 
 
 def _public(requirement: str) -> str | None:
@@ -225,9 +231,10 @@ def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[s
 
 
 def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
-                      compile_fn: CompileFn = compile_many, tree: GitTree | None = None) -> _Part:
+                      compile_fn: CompileFn = compile_many, tree: GitTree | None = None,
+                      glibc: str | None = None) -> _Part:
     plan = plan_layers(stack, platform, tree)
-    target = python_platform(platform)
+    target = python_platform(platform, glibc)
     deps_layers = [layer for layer in plan if not layer.no_deps]
     # A git SGLang's own wheel is built in the image, so there is nothing to hash for it alone.
     no_deps_layers = [layer for layer in plan if layer.no_deps and not (tree and layer.name == SGLANG)]
@@ -290,8 +297,8 @@ def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrad
             notes.append(f"no stand-in from the default index for {', '.join(stand_ins)}: {main}")
             stand_ins.clear()
         elif isinstance(main, ResolutionConflict):
-            sides = "; ".join(str(s) for s in main.sides) or main.explanation
-            raise LockError(f"stack '{stack.name}': the resolver found a conflict: {sides}")
+            raise LockError(f"stack '{stack.name}': the resolver found a conflict for {target}: "
+                            f"{conflict_message(main)}")
         else:
             raise LockError(f"stack '{stack.name}': {main}")
         main = compile_fn([main_request()])[0]
@@ -385,12 +392,50 @@ def _unhashed(stack: Stack, layer: PlannedLayer, reason: str, tree: GitTree | No
     return out
 
 
+def conflict_message(conflict: ResolutionConflict) -> str:
+    """Both sides of the conflict, then uv's own reason: the sides alone hide a cause that is no requirement
+    of anyone ("sglang==0.5.23 has no wheels with a matching platform tag ... available for manylinux_2_34")."""
+    sides = "; ".join(str(s) for s in conflict.sides)
+    reason = " ".join(conflict.explanation.split())
+    return f"{sides} (uv: {reason})" if sides and reason else sides or reason
+
+
+# Where glibc lives in the base images stacks use (Debian/Ubuntu multiarch, then RHEL-likes' lib64).
+LIBC_PATHS = {"linux/amd64": ("/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6",
+                              "/usr/lib64/libc.so.6"),
+              "linux/arm64": ("/usr/lib/aarch64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
+                              "/usr/lib64/libc.so.6")}
+_GLIBC_BANNER = re.compile(rb"GNU C Library [^\n]*? release version (\d+\.\d+)")
+
+
+def glibc_version(libc: bytes) -> str | None:
+    """'2.36' from the bytes of libc.so.6 (its banner: '... stable release version 2.36.'), else None."""
+    m = _GLIBC_BANNER.search(libc)
+    return m.group(1).decode() if m else None
+
+
+def base_image_glibc(stack: Stack, docker_host: str | None = None) -> str | None:
+    """The glibc of the stack's base image when the engine has it (read, never run, never pulled); else None."""
+    try:
+        client = docker_client(docker_host)
+        if not image_exists(client, stack.base_image):
+            return None
+        files = read_image_files(client, stack.base_image, list(LIBC_PATHS[stack.platforms[0]]))
+    except (DockerUnavailable, docker.errors.DockerException):
+        return None
+    return next((v for data in files.values() if (v := glibc_version(data))), None)
+
+
 def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),
-                  compile_fn: CompileFn = compile_many) -> Lock:
-    """Resolve the stack for its Python and each of its platforms; one lock (platforms must agree)."""
+                  compile_fn: CompileFn = compile_many, base_glibc: str | None = None) -> Lock:
+    """Resolve the stack for its Python and each of its platforms; one lock (platforms must agree).
+
+    The manylinux tag follows the stack's `glibc`, else `base_glibc` (read from its base image), else the
+    2.28 baseline."""
     upgrade = tuple(canonicalize_name(u) for u in upgrade)
+    glibc = stack.glibc or base_glibc
     with git_tree(stack) as tree:
-        parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn, tree))
+        parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn, tree, glibc))
                  for platform in stack.platforms]
         layers = tuple(x.name for x in plan_layers(stack, stack.platforms[0], tree))
     first_platform, part = parts[0]
@@ -409,7 +454,7 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                 platforms=stack.platforms, layers=layers,
                 sglang_commit=stack.sglang.git.ref if stack.sglang.git else None,
                 packages=part.packages, indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
-                python_platforms=tuple(python_platform(p) for p in stack.platforms))
+                python_platforms=tuple(python_platform(p, glibc) for p in stack.platforms))
 
 
 # ---- the task --------------------------------------------------------------------------------------
@@ -441,7 +486,8 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
         if not entry.hashed:
             raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
     start = time.monotonic()
-    lock = resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn)
+    base_glibc = None if stack.glibc else base_image_glibc(stack)
+    lock = resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn, base_glibc=base_glibc)
     write_lock(path, lock, stacks_file=Path(stacks_file).name)
     return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
 

@@ -188,6 +188,23 @@ class WheelPin(_Model):
     index_url: Url | None = None
 
 
+# The kernel package's name moves with SGLang (`sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4): the stack
+# names it, and every part (lock, render, conflicts, coverage, labels) takes the name from here.
+DEFAULT_KERNEL_PACKAGE = "sgl-kernel"
+
+
+def _package_name(value: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
+        raise ValueError(f"'{value}' is not a package name")
+    return str(canonicalize_name(value))
+
+
+class KernelPin(WheelPin):
+    """SGLang's kernel package: `package` is its distribution name (the import name stays `sgl_kernel`)."""
+
+    package: Annotated[str, AfterValidator(_package_name)] = DEFAULT_KERNEL_PACKAGE
+
+
 class FlashInferPin(_Model):
     version: ExactVersion
     packages: tuple[str, ...] = ("flashinfer-python", "flashinfer-cubin")
@@ -383,9 +400,15 @@ class Stack(_Model):
     python_packages: tuple[AptPackage, ...] | None = None  # apt packages providing `python`; None = derived
     platforms: tuple[Literal["linux/amd64", "linux/arm64"], ...] = ("linux/amd64",)
     cuda_arch_list: tuple[str, ...] = ()
+    # Where the CUDA toolkit (nvcc, headers) lives for the JIT compilers: a CUDA base image's, or the
+    # `nvidia-cuda-nvcc` wheel's folder in the venv for a stack whose CUDA comes from PyPI.
+    cuda_home: str = Field(default="/usr/local/cuda", pattern=r"^/[A-Za-z0-9._/-]*$")
+    # The base image's glibc ("2.36"): the manylinux tag the lock resolves for (None: read from the base
+    # image when it is present, else the 2.28 baseline). A release with only manylinux_2_34 wheels needs it.
+    glibc: str | None = Field(default=None, pattern=r"^2\.\d+$")
     system_packages: tuple[AptPackage, ...] = ()
     torch: TorchPin | None = None
-    sgl_kernel: WheelPin | None = None
+    sgl_kernel: KernelPin | None = None
     flashinfer: FlashInferPin | None = None
     extra_layers: tuple[PipLayer, ...] = ()
     sglang: SGLangSource
@@ -445,7 +468,7 @@ class Stack(_Model):
         """The stack's pins from its own sections (torch, FlashInfer, layers, sgl-kernel, SGLang)."""
         out = _exact_pins(self.all_pinned_requirements())
         if self.sgl_kernel:
-            out["sgl-kernel"] = self.sgl_kernel.version
+            out[self.sgl_kernel.package] = self.sgl_kernel.version
         if self.sglang.version:
             out["sglang"] = self.sglang.version
         return out
@@ -459,6 +482,11 @@ class Stack(_Model):
         for layer in self.extra_layers:
             reqs += layer.requirements
         return tuple(reqs)
+
+    @property
+    def kernel_package(self) -> str | None:
+        """The canonical name of SGLang's kernel package in this stack (None: it pins none)."""
+        return self.sgl_kernel.package if self.sgl_kernel else None
 
     @property
     def local_image(self) -> str:

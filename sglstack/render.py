@@ -95,13 +95,13 @@ def _install_layers(stack: Stack) -> tuple[InstallLayer, ...]:
         if pin.url:
             url = pin.url + (f"#sha256={pin.sha256}" if pin.sha256 else "")
             layers.append(InstallLayer(
-                "sgl-kernel", f"sgl-kernel {pin.version}: the release wheel, as upstream installs it",
+                pin.package, f"{pin.package} {pin.version}: the release wheel, as upstream installs it",
                 ("--no-deps", "--force-reinstall", shell_word_with(url, {"{arch}": "${arch}"})), False,
                 uses_arch="{arch}" in pin.url))
         else:
             index = ("--index-url", shell_word(pin.index_url)) if pin.index_url else ()
-            layers.append(InstallLayer("sgl-kernel", f"sgl-kernel {pin.version}",
-                                       (*constraint, *index, shell_word(f"sgl-kernel=={pin.version}")), True))
+            layers.append(InstallLayer(pin.package, f"{pin.package} {pin.version}",
+                                       (*constraint, *index, shell_word(f"{pin.package}=={pin.version}")), True))
     if stack.flashinfer:
         fi = stack.flashinfer
         index = ("--extra-index-url", shell_word(fi.index_url)) if fi.index_url else ()

@@ -73,6 +73,7 @@ OPTION_VALUES = {
     "digest": "sha256:" + "0" * 64,
     "good": "0.5.9",
     "bad": "0.5.10",
+    "sglang": "0.5.10",
 }
 
 

@@ -174,12 +174,28 @@ def test_sgl_kernel_falls_back_to_the_flat_common_ops_and_is_missing_without_any
     assert "no sm100/common_ops" in only90["sgl_kernel.common_ops"].detail["10.0"]
 
 
+def _kernel_package(name: str, sources: dict[str, str]) -> PackageObjects:
+    return PackageObjects(name, "1", "t", (obj("sgl_kernel/sm90/common_ops.abi3.so", ["sm_90a"]),), sources)
+
+
 def test_sgl_kernel_loader_notes():
     modelled = 'if compute_capability == 90:\n    ops_subdir = "sm90"\nelse:\n    ops_subdir = "sm100"\n'
-    assert loader_notes("sgl-kernel", {"sgl_kernel/load_utils.py": modelled}) == []
-    assert "changed" in loader_notes("sgl-kernel", {"sgl_kernel/load_utils.py": "ops_subdir = 'sm120'"})[0]
-    assert "no sgl_kernel/load_utils.py" in loader_notes("sgl-kernel", {})[0]
-    assert loader_notes("torch", {}) == []
+    assert loader_notes(_kernel_package("sgl-kernel", {"sgl_kernel/load_utils.py": modelled})) == []
+    assert "changed" in loader_notes(_kernel_package("sgl-kernel", {"sgl_kernel/load_utils.py": "x = 'sm120'"}))[0]
+    assert "no sgl_kernel/load_utils.py" in loader_notes(_kernel_package("sgl-kernel", {}))[0]
+    assert loader_notes(PackageObjects("torch", "1", "t", (obj("torch/lib/libc10_cuda.so", ["sm_90"]),))) == []
+
+
+def test_the_kernel_packages_model_follows_the_sgl_kernel_files_not_the_distribution_name():
+    """sglang-kernel 0.4.x is sgl-kernel renamed: same `sgl_kernel/` files, same loader, rows under its name."""
+    caps = capabilities_of(["9.0", "10.0"])
+    files = (obj("sgl_kernel/sm90/common_ops.abi3.so", ["sm_90a"]), obj("sgl_kernel/sm100/common_ops.abi3.so",
+                                                                         ["sm_100a"]))
+    rows = extensions(PackageObjects("sglang-kernel", "0.4.10", "t", files), caps)
+    assert [(r.package, r.name) for r in rows] == [("sglang-kernel", "sgl_kernel.common_ops")]
+    assert dict(rows[0].cells) == {"9.0": "native", "10.0": "native"}
+    assert "sglang-kernel has no sgl_kernel/load_utils.py" in loader_notes(
+        PackageObjects("sglang-kernel", "0.4.10", "t", files))[0]
 
 
 def test_identical_files_are_one_row_with_aliases():
@@ -445,11 +461,11 @@ def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
 
 def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_platform():
     from sglstack.coverage import WheelSource
-    from sglstack.matrix import WheelPin
+    from sglstack.matrix import KernelPin
 
     matrix = load_matrix(REPO / "stacks.yaml")
     cu129 = matrix.get("cu129")
-    indexed = cu129.model_copy(update={"sgl_kernel": WheelPin(version="0.3.21", index_url="https://idx/simple")})
+    indexed = cu129.model_copy(update={"sgl_kernel": KernelPin(version="0.3.21", index_url="https://idx/simple")})
     torch = cu129.torch
     assert device_code_wheels(indexed, "linux/amd64") == [
         WheelSource("sgl-kernel", "0.3.21", "sgl-kernel==0.3.21", "https://idx/simple"),
@@ -458,7 +474,7 @@ def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_p
         WheelSource("torchvision", "0.24.1+cu129", "torchvision==0.24.1+cu129", torch.index_url),
         WheelSource("torchaudio", "2.9.1+cu129", "torchaudio==2.9.1+cu129", torch.index_url)]
     flashinfer = cu129.flashinfer.model_copy(update={"index_url": "https://fi/whl"})
-    url = cu129.model_copy(update={"flashinfer": flashinfer, "sgl_kernel": WheelPin(
+    url = cu129.model_copy(update={"flashinfer": flashinfer, "sgl_kernel": KernelPin(
         version="0.3.21", url="https://x/sgl_kernel-{arch}.whl", index_url="https://ignored")})
     wheels = device_code_wheels(url, "linux/s390x")
     assert wheels[0] == WheelSource("sgl-kernel", "0.3.21", "https://x/sgl_kernel-x86_64.whl", None)

@@ -14,6 +14,7 @@ import pytest
 from cli import run_invoke
 
 from sglstack.lockfile import is_current, lock_path, read_lock
+from sglstack.locking import base_image_glibc
 from sglstack.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,14 +45,17 @@ def test_the_lock_holds_the_whole_closure_with_hashes_and_pip_accepts_it(stacks,
     assert [p.name for p in locked.part("sglang")] == ["sglang"] and locked.get("sglang").version == "0.5.9"
     assert locked.get("requests").version == "2.32.3"
     assert all(p.hashed and p.hashes for p in locked.packages)
-    assert locked.python == "3.11" and locked.python_platforms == ("x86_64-manylinux_2_28",)
+    # the platform tag follows the base image's glibc: debian:bookworm-slim's 2.36 when the engine has it
+    glibc = base_image_glibc(load_matrix(stacks).get("cpu-lock"))
+    tag = f"manylinux_{(glibc or '2.28').replace('.', '_')}_x86_64"
+    assert locked.python == "3.11" and locked.python_platforms == (f"x86_64-{tag.removesuffix('_x86_64')}",)
     assert locked.indexes and not locked.unresolved
     text = path.read_text()
     assert "/work/" not in text and str(tmp_path) not in text  # no path of this machine in a lock
     # pip itself accepts the file and checks every downloaded file against its hashes
     dest = tmp_path / "dl"
     pip = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                          "--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+                          "--only-binary=:all:", "--python-version", "3.11", "--platform", tag,
                           "--platform", "any", "-d", str(dest), "-r", str(path)],
                          capture_output=True, text=True, check=False)
     assert pip.returncode == 0, pip.stderr[-2000:]

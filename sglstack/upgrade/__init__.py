@@ -1,0 +1,9 @@
+"""Move a stack to a new SGLang release in one reviewed step (`invoke releases`, `invoke upgrade`).
+
+- `releases`: which releases are newer than a stack's pin, and what each one requires (pure + one shell).
+- `plan`: the new entry derived from the old one and the release's METADATA, and the verdict (pure).
+- `report`: the Markdown review report and the JSON document (pure).
+- `stacksfile`: the stacks file edited in place, comments and layout kept (ruamel.yaml round trip).
+- `argv`, `argv_probe`: the stack's serving argv through the release's own server argument parser.
+- `command`: the shell that fetches, resolves, checks and writes, calling the project's engines.
+"""

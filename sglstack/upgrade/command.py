@@ -1,0 +1,354 @@
+"""`invoke upgrade`: the shell around the planner. Every input is checked before any long work; then the
+release's wheel and METADATA, the patch engine, the resolver, the lock, coverage and SGLang's own parser
+run, each through the project's engine for it; the report is printed and written under
+build/NEW/upgrade/; `--write` replaces the stacks file and writes locks/NEW.txt last, together.
+
+Nothing half-done is left: the edited stacks file is a temporary file beside the real one until the
+end (removed whatever stops the run), and the lock is written beside it and renamed into place in the
+same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
+from rich.markdown import Markdown
+
+from ..conflicts import check_stack_pins
+from ..coverage_command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
+from ..cuobjdump import CuobjdumpError
+from ..diff import lock_snapshot, snapshot_diff
+from ..errors import ConfigError, SglstackError
+from ..lockfile import Lock, lock_path, read_lock, render_lock
+from ..locking import LockError, base_image_glibc, python_platform, resolve_stack
+from ..matrix import Matrix, Stack, load_matrix, stack_name_problem
+from ..patches import check_version
+from ..records import build_root
+from ..resolver import ResolveRequest, ResolverError, compile_requirements
+from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
+from ..ui import console as make_console
+from ..wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
+from . import plan as planner
+from .argv import check_argv
+from .releases import ReleasePins, release_pins
+from .report import to_json, to_markdown
+from .stacksfile import read_text, upgraded_text
+
+EXIT_BAD_INPUT = 2
+
+
+class UpgradeInputError(ConfigError):
+    """Bad input to `invoke upgrade` (exit 2, apart from a `review` verdict's 1)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+# ---- the default engines ---------------------------------------------------------------------------
+
+def sglang_host_wheel(version: str) -> Path:
+    """SGLang `version`'s wheel for this machine's Python: its METADATA, patches and parser are read from it."""
+    return fetch_wheel("sglang", version)
+
+
+def platform_wheel(stack: Stack, version: str) -> Path | None:
+    """SGLang `version`'s wheel for the stack's Python and first platform, on its base image's glibc."""
+    platform = stack.platforms[0]
+    try:
+        return fetch_binary_wheel(f"sglang=={version}", dest=wheel_dir(stack, platform), python_version=stack.python,
+                                  platform_tags=pip_platform_tags(platform, stack.base_image, stack.glibc))
+    except WheelFetchError:
+        return None
+
+
+def patch_statuses(version: str, stack: Stack) -> dict[str, tuple[str, str]]:
+    """Each patch of the stack judged against `version` by the patch engine: (status, detail)."""
+    out = {}
+    for row in check_version(version, stack.patches, policy=stack.patch_policy.on_upstream):
+        status = (planner.UPSTREAM if row.outcome == "already upstream" else
+                  planner.APPLIES if row.ok else planner.DRIFTED)
+        out[row.patch] = (status, row.detail if row.ok else f"{row.outcome}: {row.detail}")
+    return out
+
+
+def torch_family(stack: Stack, target: ReleasePins, glibc: str) -> dict[str, str]:
+    """The versions of torch's family the resolver picks with the release's torch (public versions)."""
+    if not stack.torch or not target.torch:
+        return {}
+    names = [Requirement(p).name for p in stack.torch.packages]
+    reqs = (f"torch=={target.torch}",
+            *(f"{n}=={target.exact[n.lower()]}" if n.lower() in target.exact else n for n in names))
+    request = ResolveRequest(reqs, stack.python, python_platform(stack.platforms[0], glibc))
+    try:
+        resolution = compile_requirements(request)
+    except ResolverError:
+        return {}  # the planner says which member has no version, and the lock names the conflict
+    return {p.name: p.version for p in resolution.packages if p.name in {"torch", *(n.lower() for n in names)}}
+
+
+def known_base_glibc(stack: Stack) -> str | None:
+    """The base image's glibc: declared, read from the local image, or known for an Ubuntu CUDA base."""
+    if stack.glibc:
+        return stack.glibc
+    found = base_image_glibc(stack)
+    if found:
+        return found
+    m = re.search(r"ubuntu(\d+\.\d+)", stack.base_image)
+    return f"2.{UBUNTU_GLIBC[m.group(1)]}" if m and m.group(1) in UBUNTU_GLIBC else None
+
+
+def coverage_document(stack: Stack) -> dict[str, Any] | None:
+    if not stack.cuda_arch_list:
+        return None
+    try:
+        return check_wheels(stack, stack.platforms[0]).to_dict()
+    except CuobjdumpError:
+        return None
+
+
+def resolve_lock(stack: Stack, previous: Lock | None, base_glibc: str | None) -> Lock:
+    """The project's lock resolution, the earlier lock as the starting point (unrelated pins stay put)."""
+    return resolve_stack(stack, previous=previous, base_glibc=base_glibc)
+
+
+@dataclass
+class Engines:
+    """The outside world, one callable each (tests pass doubles for the slow ones)."""
+
+    available: Callable[[str], list[str]] = available_versions
+    sglang_wheel: Callable[[str], Path] = sglang_host_wheel
+    platform_wheel: Callable[[Stack, str], Path | None] = platform_wheel
+    patches: Callable[[str, Stack], dict[str, tuple[str, str]]] = patch_statuses
+    family: Callable[[Stack, ReleasePins, str], dict[str, str]] = torch_family
+    base_glibc: Callable[[Stack], str | None] = known_base_glibc
+    resolve: Callable[[Stack, Lock | None, str | None], Lock] = resolve_lock
+    coverage: Callable[[Stack], dict[str, Any] | None] = coverage_document
+    argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv
+
+
+# ---- the command -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Inputs:
+    stacks_file: Path
+    matrix: Matrix
+    stack: Stack
+    version: str
+    new_name: str
+    write: bool
+    json_path: Path | None
+
+
+def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
+                 json_path: str | None, available: Callable[[str], list[str]]) -> Inputs:
+    """Every bad input as one line, exit 2, before anything is fetched beyond the index's release list."""
+    try:
+        matrix = load_matrix(stacks_file)
+        stack = matrix.get(stack_name)
+    except ConfigError as exc:
+        raise UpgradeInputError(exc.reason, file=exc.file, stack=exc.stack, key=exc.key, line=exc.line) from None
+    if stack.sglang.version is None:
+        raise UpgradeInputError("builds SGLang from git: `invoke upgrade` moves a release pin", stack=stack_name,
+                                key="sglang")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UpgradeInputError(f"--sglang {version}: not a version") from None
+    if as_name is not None:
+        problem = stack_name_problem(as_name)
+        if problem:
+            raise UpgradeInputError(f"--as {as_name}: {problem}")
+        if as_name in matrix.stacks:
+            raise UpgradeInputError(f"--as {as_name}: the stack already exists (choose another name, or "
+                                    f"leave --as out to upgrade {stack_name} in place)", file=str(stacks_file))
+    if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
+        raise UpgradeInputError(f"--json {json_path}: its folder does not exist")
+    if Version(version) == Version(stack.sglang.version):
+        raise UpgradeInputError(f"--sglang {version}: the stack already pins it", stack=stack_name, key="sglang")
+    try:
+        releases = available("sglang")
+    except WheelFetchError as exc:
+        raise UpgradeInputError(f"cannot list SGLang's releases: {exc}") from None
+    if version not in releases:
+        newest = max((v for v in releases if not Version(v).is_prerelease), key=Version, default=None)
+        raise UpgradeInputError(f"--sglang {version}: no such release of sglang on the package index"
+                                + (f" (newest: {newest})" if newest else ""))
+    return Inputs(Path(stacks_file), matrix, stack, version, as_name or stack_name, write,
+                  Path(json_path).expanduser() if json_path else None)
+
+
+def _closure(old: Lock | None, new: Lock | None, where: str) -> dict[str, Any]:
+    if new is None:
+        return {}
+    if old is None:
+        return {"before_count": None, "after_count": len(new.packages), "packages": [], "lock_path": where,
+                "counts": {}, "note": "no earlier lock to compare with"}
+    diff = snapshot_diff(lock_snapshot(old, "before"), lock_snapshot(new, "after"))
+    rows = [{"name": c.name, "before": c.before, "after": c.after, "kind": c.kind} for c in diff.packages]
+    counts = {k: sum(1 for r in rows if r["kind"] == k) for k in ("added", "removed", "changed")}
+    return {"before_count": len(old.packages), "after_count": len(new.packages), "packages": rows,
+            "counts": counts, "lock_path": where}
+
+
+def _version_of(lock: Lock | None, target: ReleasePins, available: Callable[[str], list[str]]) -> Callable[[str], str]:
+    def version_of(name: str) -> str:
+        entry = lock.get(name) if lock else None
+        if entry and entry.version:
+            return entry.version
+        if name in target.exact:
+            return target.exact[name]
+        return max((v for v in available(name) if not Version(v).is_prerelease), key=Version)
+    return version_of
+
+
+def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], None] = lambda _m: None
+                 ) -> tuple[planner.Plan, str, Lock | None]:
+    """The plan, the upgraded stacks file's text and the new lock (nothing written yet)."""
+    stack, version = inputs.stack, inputs.version
+    progress(f"reading sglang {version}'s METADATA")
+    wheel = engines.sglang_wheel(version)
+    metadata = wheel_metadata(wheel)
+    requires = metadata.get("Requires-Dist", [])
+    target = release_pins(version, metadata, stack.python, stack.platforms)
+    progress("judging the patches")
+    patches = engines.patches(version, stack) if stack.patches else {}
+    base_glibc = engines.base_glibc(stack)
+    progress(f"finding sglang {version}'s wheel for Python {stack.python}")
+    pw = engines.platform_wheel(stack, version)
+    progress("resolving torch's family")
+    family = engines.family(stack, target, base_glibc or planner.BASELINE_GLIBC)
+    derivation = planner.derive(stack, target, requires, family=family, wheel_filename=pw.name if pw else None,
+                                base_glibc=base_glibc, patch_status={k: v[0] for k, v in patches.items()})
+    file = str(inputs.stacks_file)
+    text = upgraded_text(read_text(inputs.stacks_file, file), file=file, stack=stack.name, edits=derivation.edits,
+                         as_name=None if inputs.new_name == stack.name else inputs.new_name)
+    new_stack = _load_upgraded(inputs.stacks_file, text, inputs.new_name)
+    conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
+    old_lock_file = lock_path(inputs.stacks_file, stack.name)
+    old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None
+    progress("resolving the new lock")
+    lock_error, new_lock = None, None
+    try:
+        new_lock = engines.resolve(new_stack, old_lock, base_glibc)
+    except LockError as exc:
+        lock_error = str(exc).removeprefix(f"stack '{new_stack.name}': ")
+    where = str(lock_path(inputs.stacks_file, new_stack.name)) if inputs.write else \
+        str(build_root() / new_stack.name / "upgrade" / "lock.txt")
+    progress("kernel coverage before and after")
+    before_cov, after_cov = engines.coverage(stack), engines.coverage(new_stack)
+    coverage = planner.coverage_change(before_cov, after_cov)
+    if not coverage["checked"]:
+        coverage["why"] = "the stack lists no cuda_arch_list, or cuobjdump is not available"
+    progress(f"the serving argv through sglang {version}'s parser")
+    try:
+        argv = serving_argv(serving_spec(new_stack))[len(LAUNCH):]
+        argv_result = engines.argv(wheel, argv, _version_of(new_lock, target, engines.available))
+    except ServingError as exc:
+        argv_result = {"checked": False, "argv": [], "skipped": str(exc)}
+    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error)
+    plan = planner.Plan(
+        stack=stack.name, new_stack=new_stack.name, from_version=stack.sglang.version or "", to_version=version,
+        pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
+        patches={k: v[0] for k, v in patches.items()}, patch_details={k: v[1] for k, v in patches.items()},
+        conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
+        lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
+                                                                     version),
+        reasons=reasons)
+    return plan, text, new_lock
+
+
+def _load_upgraded(stacks_file: Path, text: str, name: str) -> Stack:
+    """The upgraded entry as the matrix loader reads it, from a temporary file beside the real one (its
+    `locks/` and relative paths are the same)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{stacks_file.stem}.upgrade-", suffix=".yaml", dir=stacks_file.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        try:
+            return load_matrix(tmp).get(name)
+        except ConfigError as exc:
+            raise SglstackError(f"the upgraded entry of stack '{name}' does not validate ({exc.reason}); "
+                                f"{stacks_file} is unchanged") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _write_atomically(path: Path, text: str) -> Path:
+    """`text` in a temporary file beside `path`, ready for one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return Path(tmp)
+
+
+def write_upgrade(stacks_file: Path, text: str, lock_file: Path, lock: Lock) -> None:
+    """The stacks file and its lock, each by one rename: the lock first, then the stacks file; if the
+    second rename fails the first is undone, so the pair never disagrees."""
+    staged = [_write_atomically(stacks_file, text),
+              _write_atomically(lock_file, render_lock(lock, stacks_file=stacks_file.name))]
+    old_lock = lock_file.read_bytes() if lock_file.is_file() else None
+    try:
+        os.replace(staged[1], lock_file)
+        try:
+            os.replace(staged[0], stacks_file)
+        except BaseException:
+            if old_lock is None:
+                lock_file.unlink()
+            else:
+                lock_file.write_bytes(old_lock)
+            raise
+    finally:
+        for tmp in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
+                    write: bool = False, json_path: str | None = None, engines: Engines | None = None) -> int:
+    engines = engines or Engines()
+    console = make_console()
+    inputs = check_inputs(stacks_file, stack_name, version, as_name, write, json_path, engines.available)
+    start = time.monotonic()
+    phases: list[tuple[str, float]] = []  # (what started, when): the report says where the time went
+
+    def progress(message: str) -> None:
+        phases.append((message, time.monotonic()))
+        console.print(f"[dim]upgrade: {message}[/]")
+
+    plan, text, lock = plan_upgrade(inputs, engines, progress=progress)
+    ends = [t for _, t in phases[1:]] + [time.monotonic()]
+    seconds_per_phase = {m: round(end - t, 1) for (m, t), end in zip(phases, ends, strict=True)}
+    writable = lock is not None and not plan.conflicts
+    if inputs.write and not writable:
+        plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
+                                                 f"`invoke stacks --check` ({stacks_file} is unchanged)"))
+    out_dir = build_root() / plan.new_stack / "upgrade"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if lock is not None and not inputs.write:
+        (out_dir / "lock.txt").write_text(render_lock(lock), encoding="utf-8")
+    markdown = to_markdown(plan)
+    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+    document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
+    (out_dir / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if inputs.json_path:
+        inputs.json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if inputs.write and writable and lock is not None:
+        write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
+    console.print(Markdown(markdown))
+    written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"
+               if inputs.write and writable else "")
+    console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "
+                  f"report {out_dir / 'report.md'}{written}", highlight=False)
+    return plan.exit_code

@@ -1,0 +1,157 @@
+"""The SGLang releases newer than a stack's pin, and the torch, kernel package and FlashInfer each requires.
+
+Pure, apart from `releases_command`: the index is asked once (`wheels.available_versions`, the pip
+configuration's index), each release's METADATA comes from its wheel in the cache (`wheels.fetch_wheel`,
+as `invoke stacks --check` reads it), and the release order is the bisect's (`releases_between`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from rich.table import Table
+
+from ..bisect.releases import ReleaseRangeError, releases_between
+from ..conflicts import target_environment
+from ..errors import ConfigError
+from ..matrix import Stack, load_matrix
+from ..ui import console as make_console
+from ..wheels import available_versions, fetch_wheel, wheel_metadata
+
+# SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
+# (SGLang 0.5.10 on). A release requires exactly one of them; the stack names the one it installs.
+KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel")
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+FLASHINFER = "flashinfer-python"
+
+
+@dataclass(frozen=True)
+class ReleasePins:
+    """What one SGLang release requires of the pieces a stack pins (None: it does not require it)."""
+
+    sglang: str
+    torch: str | None
+    kernel_package: str | None
+    kernel: str | None
+    flashinfer: str | None
+    requires_python: str | None
+    exact: dict[str, str]  # every `name==version` requirement that applies on the stack's target
+
+    def summary(self) -> dict[str, str | None]:
+        return {"sglang": self.sglang, "torch": self.torch, "kernel_package": self.kernel_package,
+                "kernel": self.kernel, "flashinfer": self.flashinfer, "requires_python": self.requires_python}
+
+
+def applicable_requirements(requires_dist: Sequence[str], python: str,
+                            platforms: Sequence[str]) -> list[tuple[str, Requirement]]:
+    """(line, parsed) for the Requires-Dist lines a plain install applies (no extras) on one of `platforms`."""
+    envs = [target_environment(python, p) for p in platforms]
+    out = []
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            out.append((line, req))
+    return out
+
+
+def _exact(req: Requirement) -> str | None:
+    specs = list(req.specifier)
+    return specs[0].version if len(specs) == 1 and specs[0].operator in ("==", "===") else None
+
+
+def release_pins(version: str, metadata: dict[str, list[str]], python: str, platforms: Sequence[str]) -> ReleasePins:
+    """Pure: the pins SGLang `version`'s METADATA asks for on the stack's Python and platforms."""
+    exact: dict[str, str] = {}
+    for _line, req in applicable_requirements(metadata.get("Requires-Dist", []), python, platforms):
+        pinned = _exact(req)
+        if pinned is not None:
+            exact[str(canonicalize_name(req.name))] = pinned
+    kernel = next((k for k in KERNEL_PACKAGES if k in exact), None)
+    requires_python = next(iter(metadata.get("Requires-Python", [])), None)
+    return ReleasePins(sglang=version, torch=exact.get("torch"), kernel_package=kernel,
+                       kernel=exact.get(kernel) if kernel else None, flashinfer=exact.get(FLASHINFER),
+                       requires_python=requires_python, exact=exact)
+
+
+def newer_releases(available: Sequence[str], pinned: str) -> list[str]:
+    """Every release on the index after `pinned`, oldest first (the bisect's order and its pre-release rule)."""
+    stable = [v for v in available if not _is_pre(v)]
+    if not stable:
+        return []
+    newest = max(stable, key=_key)
+    if _key(newest) <= _key(pinned):
+        return []
+    return releases_between([*available, pinned], pinned, newest)[1:]
+
+
+def _key(version: str) -> Version:
+    return Version(version)
+
+
+def _is_pre(version: str) -> bool:
+    try:
+        return Version(version).is_prerelease
+    except InvalidVersion:
+        return True
+
+
+# ---- the task --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StackReleases:
+    stack: str
+    pinned: str | None
+    releases: tuple[ReleasePins, ...]
+
+
+def stack_releases(stack: Stack, available: Sequence[str],
+                   metadata_of: Callable[[str], dict[str, list[str]]]) -> StackReleases:
+    if stack.sglang.version is None:
+        return StackReleases(stack.name, None, ())
+    try:
+        newer = newer_releases(available, stack.sglang.version)
+    except ReleaseRangeError:
+        newer = []
+    return StackReleases(stack.name, stack.sglang.version,
+                         tuple(release_pins(v, metadata_of(v), stack.python, stack.platforms) for v in newer))
+
+
+def releases_command(stacks_file: str, *, stack_name: str | None = None, json_path: str | None = None) -> int:
+    matrix = load_matrix(stacks_file)
+    stacks = [matrix.get(stack_name)] if stack_name else list(matrix.stacks.values())
+    if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
+        raise ConfigError(f"the folder of '{json_path}' does not exist", key="--json")
+    console = make_console()
+    available = available_versions("sglang")
+    metadata: dict[str, dict[str, list[str]]] = {}
+
+    def metadata_of(version: str) -> dict[str, list[str]]:
+        if version not in metadata:
+            console.print(f"[dim]releases: reading sglang {version}'s METADATA[/]")
+            metadata[version] = wheel_metadata(fetch_wheel("sglang", version))
+        return metadata[version]
+
+    results = [stack_releases(s, available, metadata_of) for s in stacks]
+    for result in results:
+        if result.pinned is None:
+            console.print(f"{result.stack}: SGLang from git: no release to compare with")
+            continue
+        table = Table(title=f"{result.stack}: releases newer than sglang {result.pinned}")
+        for col in ("sglang", "torch", "kernel package", "flashinfer-python", "python"):
+            table.add_column(col)
+        for r in result.releases:
+            table.add_row(r.sglang, r.torch or "-", f"{r.kernel_package}=={r.kernel}" if r.kernel else "-",
+                          r.flashinfer or "-", r.requires_python or "-")
+        console.print(table if result.releases else f"{result.stack}: sglang {result.pinned} is the newest release")
+    if json_path:
+        doc = {r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
+               for r in results}
+        Path(json_path).expanduser().write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 0
+

@@ -1,0 +1,102 @@
+"""The upgrade's review report: Markdown for a reviewer, JSON for a machine (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import Plan
+
+MAX_PACKAGE_ROWS = 400  # a closure diff is ~200 packages; a file this long is still one a reviewer reads
+
+
+def to_json(plan: Plan) -> dict[str, Any]:
+    d = plan.derivation
+    return {
+        "from": {"stack": plan.stack, "sglang": plan.from_version, "pins": plan.pins_before},
+        "to": {"stack": plan.new_stack, "sglang": plan.to_version, "edits": d.edits},
+        "pins": plan.pins,
+        "patches": plan.patches,
+        "patch_details": plan.patch_details,
+        "overrides": {o.replaces: o.to_dict() for o in d.overrides},
+        "platform": {"wheel": d.wheel_tag, "glibc": d.glibc},
+        "coverage": plan.coverage,
+        "closure": plan.closure,
+        "argv": plan.argv,
+        "conflicts": list(plan.conflicts),
+        "lock_error": plan.lock_error,
+        "bisect": plan.bisect_command,
+        "notes": [*d.notes, *plan.notes],
+        "reasons": list(plan.reasons),
+        "verdict": plan.verdict,
+    }
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(plan: Plan) -> str:
+    d = plan.derivation
+    out = [f"# Upgrade {plan.stack}: SGLang {plan.from_version} -> {plan.to_version}"
+           + (f" (as `{plan.new_stack}`)" if plan.new_stack != plan.stack else ""), "",
+           f"**Verdict: {plan.verdict}**" + ("" if plan.reasons else " (nothing needs a reviewer's decision)"), ""]
+    if plan.reasons:
+        out += ["Needs review:", *[f"- {_cell(r)}" for r in plan.reasons], ""]
+    out += ["## Pins", "", "| package | before | after |", "| --- | --- | --- |"]
+    for name in sorted(set(plan.pins_before) | set(plan.pins)):
+        before, after = plan.pins_before.get(name, "-"), plan.pins.get(name, "-")
+        mark = "" if before == after else " *"
+        out.append(f"| {name} | {before} | {after}{mark} |")
+    out += ["", f"Platform: the release's wheel is `{d.wheel_tag or 'none'}`; the lock resolves for glibc "
+                f"{d.glibc}.", ""]
+    out += ["## Overrides", ""]
+    out += [f"- `{o.replaces}` -> `{o.pin}`: **{o.status}** ({_cell(o.why)})" for o in d.overrides] or ["- none"]
+    if plan.conflicts:
+        out += ["", "Conflicts with the release's requirements:", *[f"- {_cell(c)}" for c in plan.conflicts]]
+    out += ["", "## Patches", ""]
+    out += [f"- `{p}`: **{s}**: {_cell(plan.patch_details.get(p, ''))}"
+            + (" (retired from `patches:`)" if p in d.retired_patches else "")
+            for p, s in sorted(plan.patches.items())] or ["- none"]
+    out += ["", "## Serving argv", ""]
+    a = plan.argv
+    if a.get("checked"):
+        out.append(f"`{' '.join(a['argv'])}` against sglang {plan.to_version}'s own parser ({a['flags']} flags): "
+                   + ("accepted." if a.get("accepted") else "**not accepted**."))
+        out += [f"- `{flag}`: " + (f"renamed to `{hint}`?" if hint else "removed")
+                for flag, hint in sorted(a.get("unknown", {}).items())]
+        out += [f"- {_cell(e)}" for e in a.get("errors", [])]
+    else:
+        out.append(f"not checked: {_cell(a.get('skipped', 'unknown'))}")
+    out += ["", "## Kernel coverage", ""]
+    c = plan.coverage
+    if not c.get("checked"):
+        out.append(f"not checked: {_cell(c.get('why', 'no report'))}")
+    else:
+        out.append(f"label: `{c.get('label_before')}` -> `{c.get('label_after')}`"
+                   + ("" if c.get("complete") else f"; not checked: {', '.join(c.get('unchecked', []))}"))
+        if c["changes"]:
+            out += ["", "| extension | capability | before | after |", "| --- | --- | --- | --- |"]
+            out += [f"| {x['extension']} | {x['capability']} | {x['before'] or '-'} | {x['after'] or '-'} |"
+                    for x in c["changes"]]
+        else:
+            out.append("no cell changed.")
+    out += ["", "## Closure (the lock)", ""]
+    cl = plan.closure
+    if plan.lock_error:
+        out.append(f"not resolved: {_cell(plan.lock_error)}")
+    elif cl.get("packages") is not None:
+        counts = cl.get("counts", {})
+        out.append(f"{cl.get('before_count')} -> {cl.get('after_count')} packages: {counts.get('added', 0)} added, "
+                   f"{counts.get('removed', 0)} removed, {counts.get('changed', 0)} moved; lock: "
+                   f"`{cl.get('lock_path')}`.")
+        rows = cl["packages"][:MAX_PACKAGE_ROWS]
+        if rows:
+            out += ["", "| package | before | after |", "| --- | --- | --- |"]
+            out += [f"| {r['name']} | {r['before'] or '-'} | {r['after'] or '-'} |" for r in rows]
+    notes = [*d.notes, *plan.notes]
+    if notes:
+        out += ["", "## Notes", "", *[f"- {_cell(n)}" for n in notes]]
+    out += ["", "## If the new image is slower", "",
+            f"Search the release range with `{plan.bisect_command}` (every release between the two is built and "
+            f"smoke-tested until the first slower one is named).", ""]
+    return "\n".join(out)

@@ -1,0 +1,126 @@
+"""Today's SGLang in the matrix: the kernel package is named by the stack, the lock's platform tag follows
+the base image's glibc, and a resolver conflict shows uv's own reason.
+
+sglang 0.5.23 renamed its kernel package (`sgl-kernel` -> `sglang-kernel`) and ships manylinux_2_34 wheels
+only; the repo's `pypi-cu130` stack is that release, `cu130` / `cu129` keep the old name and must not move.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sglstack.conflicts import check_stack_pins
+from sglstack.coverage import device_code_wheels
+from sglstack.errors import ConfigError
+from sglstack.lockfile import is_current, lock_path, read_lock, stack_input_hash
+from sglstack.locking import LockError, glibc_version, plan_layers, python_platform, resolve_stack
+from sglstack.matrix import load_matrix
+from sglstack.render import image_labels, install_layers
+from sglstack.resolver import Resolution, ResolvedPackage
+
+REPO = Path(__file__).resolve().parent.parent
+HASH = "sha256:" + "a" * 64
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "stacks.yaml")
+
+
+def test_the_kernel_package_is_the_stacks_name_in_pins_labels_layers_and_coverage(matrix):
+    new = matrix.get("pypi-cu130")
+    assert new.kernel_package == "sglang-kernel"
+    assert new.pins()["sglang-kernel"] == "0.4.10" and "sgl-kernel" not in new.pins()
+    assert ("io.sglstack.pin.sglang-kernel", "0.4.10") in image_labels(new)
+    assert [x.name for x in plan_layers(new, "linux/amd64")][:2] == ["torch", "sglang-kernel"]
+    kernel = next(x for x in install_layers(new) if x.name == "sglang-kernel")
+    assert "sglang-kernel==0.4.10" in kernel.args
+    assert next((w.package, w.requirement) for w in device_code_wheels(new, "linux/amd64")) == \
+        ("sglang-kernel", "sglang-kernel==0.4.10")
+    # the stacks that do not name it keep sgl-kernel, and their locks stay current (same input hash)
+    for name in ("cu130", "cu129"):
+        old = matrix.get(name)
+        assert old.kernel_package == "sgl-kernel" and "sgl-kernel" in old.pins()
+        assert is_current(read_lock(lock_path(REPO / "stacks.yaml", name)), old), name
+
+
+def test_a_renamed_kernel_package_is_checked_against_sglangs_metadata_under_its_own_name(matrix):
+    new = matrix.get("pypi-cu130")
+    requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
+    assert [f for f in check_stack_pins(new, requires, "0.5.23") if f.is_failure] == []
+    moved = ["sglang-kernel==0.4.11", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
+    [conflict] = [f for f in check_stack_pins(new, moved, "0.5.23") if f.is_failure]
+    assert "pins sglang-kernel==0.4.10 but sglang 0.5.23 requires 'sglang-kernel==0.4.11'" in conflict.message
+
+
+def test_a_bad_kernel_package_name_is_one_line_naming_the_key(tmp_path):
+    text = (REPO / "stacks.yaml").read_text()
+    bad = tmp_path / "stacks.yaml"
+    bad.write_text(text.replace("package: sglang-kernel ", "package: 'sglang kernel' "))
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    with pytest.raises(ConfigError) as err:
+        load_matrix(bad, patches_dir=tmp_path / "patches")
+    assert "stack 'pypi-cu130'" in str(err.value) and "sgl_kernel.package" in str(err.value)
+    assert "'sglang kernel' is not a package name" in str(err.value)
+
+
+def test_the_default_kernel_name_and_an_unset_glibc_leave_the_input_hash_of_older_stacks_alone(matrix):
+    old = matrix.get("cu129")
+    named = old.model_copy(update={"sgl_kernel": old.sgl_kernel.model_copy(update={"package": "sglang-kernel"})})
+    assert stack_input_hash(named) != stack_input_hash(old)
+    assert stack_input_hash(old.model_copy(update={"glibc": "2.39"})) != stack_input_hash(old)
+
+
+# ---- the platform tag ------------------------------------------------------------------------------
+
+def test_the_platform_tag_follows_glibc():
+    assert python_platform("linux/amd64") == "x86_64-manylinux_2_28"
+    assert python_platform("linux/amd64", "2.36") == "x86_64-manylinux_2_36"
+    assert python_platform("linux/arm64", "2.39") == "aarch64-manylinux_2_39"
+
+
+def test_glibc_is_read_from_libcs_banner():
+    banner = b"\x00GNU C Library (Debian GLIBC 2.36-9+deb12u10) stable release version 2.36.\n\x00"
+    assert glibc_version(b"\x7fELF...." + banner) == "2.36"
+    assert glibc_version(b"\x7fELF no banner here") is None
+
+
+def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
+    stack = matrix.get("pypi-cu130")
+    seen = []
+
+    def uv(requests):
+        seen.extend(requests)
+        return [Resolution(tuple(ResolvedPackage(n.split("==")[0], n.split("==")[1], hashes=(HASH,))
+                                 for n in r.requirements), "0.13.9", 0.1) for r in requests]
+
+    lock = resolve_stack(stack, compile_fn=uv, base_glibc="2.31")  # declared 2.36 wins over the image's
+    assert {r.python_platform for r in seen} == {"x86_64-manylinux_2_36"}
+    assert lock.python_platforms == ("x86_64-manylinux_2_36",)
+    seen.clear()
+    unset = stack.model_copy(update={"glibc": None})
+    resolve_stack(unset, compile_fn=uv, base_glibc="2.39")
+    assert {r.python_platform for r in seen} == {"x86_64-manylinux_2_39"}
+
+
+@pytest.mark.docker
+def test_glibc_is_read_from_the_base_image_without_running_it(matrix):
+    from sglstack.locking import base_image_glibc  # the Docker part: only this test needs an engine
+
+    stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
+    assert base_image_glibc(stack) == "2.36"
+    assert base_image_glibc(stack.model_copy(update={"base_image": "sglstack-test/absent:never"})) is None
+
+
+def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(matrix):
+    """Real uv against the package index: 0.5.23 has manylinux_2_34 wheels only; at 2.28 the lock must say so."""
+    stack = matrix.get("pypi-cu130").model_copy(update={"glibc": "2.28", "torch": None, "flashinfer": None,
+                                                         "sgl_kernel": None})
+    with pytest.raises(LockError) as err:
+        resolve_stack(stack)
+    message = str(err.value)
+    assert "x86_64-manylinux_2_28" in message and "the stack requires sglang==0.5.23" in message
+    assert "manylinux_2_34_x86_64" in message  # uv's hint: where the wheels are

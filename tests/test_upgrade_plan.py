@@ -1,0 +1,281 @@
+"""The upgrade planner, report and stacks-file editor, in process (pure: fixtures, no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglstack.conflicts import check_stack_pins
+from sglstack.matrix import load_matrix
+from sglstack.upgrade import plan as planner
+from sglstack.upgrade.argv import judge_probe
+from sglstack.upgrade.command import UpgradeInputError, check_inputs
+from sglstack.upgrade.releases import newer_releases, release_pins
+from sglstack.upgrade.report import to_json, to_markdown
+from sglstack.upgrade.stacksfile import upgraded_text
+
+STACKS = """\
+# the matrix (a comment that must survive)
+defaults:
+  python: "3.12"
+  platforms: [linux/amd64]
+  serving:
+    model: moonshotai/Kimi-K2.5
+    tp: 8
+    gpus: 8
+
+stacks:
+  cu130:
+    description: CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, FlashInfer 0.6.4, SGLang 0.5.9
+    base_image: nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04   # devel: the JIT compilers need nvcc
+    cuda: "13.0.1"
+    cuda_arch_list: ["9.0", "10.0"]
+    torch:
+      version: 2.9.1+cu130
+      index_url: https://download.pytorch.org/whl/cu130
+      packages: ["torchvision==0.24.1+cu130", "torchaudio==2.9.1+cu130"]
+    sgl_kernel:
+      version: 0.3.21+cu130
+      url: https://github.com/sgl-project/whl/releases/download/v0.3.21/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_{arch}.whl
+    flashinfer:
+      version: 0.6.4
+      packages: [flashinfer-python, flashinfer-cubin]
+    sglang:
+      version: 0.5.9
+    overrides:
+      - replaces: flashinfer_python==0.6.3
+        pin: flashinfer-python==0.6.4
+        reason: CUDA 13 fixes
+      - replaces: flashinfer_cubin==0.6.3
+        pin: flashinfer-cubin==0.6.4
+        reason: must match flashinfer-python
+      - replaces: cuda-python==12.9
+        pin: cuda-python==13.0.3
+        reason: CUDA 13 bindings
+    patches: [kimi-k25-eagle3]
+"""
+
+# The lines of sglang 0.5.10's and 0.5.23's METADATA that matter here (read from the real wheels).
+REQUIRES_0510 = ["cuda-python==12.9", "flashinfer_python==0.6.7.post2", "flashinfer_cubin==0.6.7.post2",
+                 "sglang-kernel==0.4.1", "torch==2.9.1", "torchaudio==2.9.1", "torchvision",
+                 "transformers==5.3.0", "xgrammar==0.1.32",
+                 'sglang[test]; extra == "dev"']
+REQUIRES_0523 = ["cuda-python>=13.0", "flashinfer_python[cu13]==0.7.2", "sglang-kernel==0.4.10", "torch==2.14.1",
+                 "torchaudio==2.11.0", "torchvision", "transformers==5.19.0"]
+
+
+@pytest.fixture()
+def stacks_file(tmp_path: Path) -> Path:
+    path = tmp_path / "stacks.yaml"
+    path.write_text(STACKS, encoding="utf-8")
+    return path
+
+
+def _derive(stack, requires, version, **kw):
+    target = release_pins(version, {"Requires-Dist": requires}, stack.python, stack.platforms)
+    args = {"family": {"torch": target.torch, "torchvision": "0.24.1", "torchaudio": "2.9.1"},
+            "wheel_filename": f"sglang-{version}-py3-none-any.whl", "base_glibc": "2.39",
+            "patch_status": {"kimi-k25-eagle3": planner.UPSTREAM}}
+    args.update(kw)
+    return target, planner.derive(stack, target, requires, **args)
+
+
+def _upgraded(stacks_file: Path, derivation, as_name=None, name="cu130"):
+    text = upgraded_text(stacks_file.read_text(), file=str(stacks_file), stack=name, edits=derivation.edits,
+                         as_name=as_name)
+    out = stacks_file.with_name("upgraded.yaml")
+    out.write_text(text)
+    return text, load_matrix(out, patches_dir=Path("patches")).get(as_name or name)
+
+
+def test_release_pins_reads_the_kernel_under_its_new_name():
+    pins = release_pins("0.5.10", {"Requires-Dist": REQUIRES_0510, "Requires-Python": [">=3.10"]}, "3.12",
+                        ("linux/amd64",))
+    assert (pins.torch, pins.kernel_package, pins.kernel, pins.flashinfer) == ("2.9.1", "sglang-kernel", "0.4.1",
+                                                                              "0.6.7.post2")
+    assert "sglang" not in pins.exact  # an extra's requirement is not a plain install's
+
+
+def test_newer_releases_leave_out_pre_releases_and_keep_posts():
+    available = ["0.5.11", "0.5.10rc0", "0.5.10.post1", "0.5.10", "0.5.9", "0.5.8"]
+    assert newer_releases(available, "0.5.9") == ["0.5.10", "0.5.10.post1", "0.5.11"]
+    assert newer_releases(available, "0.5.11") == []
+
+
+def test_derive_0510_keeps_labels_renames_the_kernel_and_rechecks_overrides(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    assert "torch" not in d.edits  # 0.5.10 keeps torch 2.9.1 and its family: nothing to write
+    assert d.edits["sgl_kernel"]["package"] == "sglang-kernel"
+    assert d.edits["sgl_kernel"]["version"] == "0.4.1+cu130"
+    assert d.edits["sgl_kernel"]["url"] == ("https://github.com/sgl-project/whl/releases/download/v0.4.1/"
+                                            "sglang_kernel-0.4.1+cu130-cp310-abi3-manylinux2014_{arch}.whl")
+    assert d.edits["flashinfer"] == {"version": "0.6.7.post2"}  # 0.5.10 still requires the cubin package
+    status = {o.replaces: o.status for o in d.overrides}
+    assert status == {"flashinfer_python==0.6.3": "dropped", "flashinfer_cubin==0.6.3": "dropped",
+                      "cuda-python==12.9": "kept"}
+    assert d.edits["overrides"] == [{"replaces": "cuda-python==12.9", "pin": "cuda-python==13.0.3",
+                                     "reason": "CUDA 13 bindings"}]
+    assert d.edits["patches"] == [] and d.retired_patches == ("kimi-k25-eagle3",)
+    assert d.edits["description"] == ("CUDA 13.0.1, PyTorch 2.9.1+cu130, sglang-kernel 0.4.1+cu130, "
+                                      "FlashInfer 0.6.7.post2, SGLang 0.5.10")
+    assert "glibc" not in d.edits and d.review == ()
+
+
+def test_derive_0523_moves_the_torch_family_drops_the_cubin_and_declares_glibc(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", family={"torch": "2.14.1", "torchvision": "0.29.2"},
+                   wheel_filename="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")
+    assert d.edits["torch"] == {"version": "2.14.1+cu130",
+                                "packages": ["torchvision==0.29.2+cu130", "torchaudio==2.11.0+cu130"]}
+    assert d.edits["flashinfer"] == {"version": "0.7.2", "packages": ["flashinfer-python"]}
+    assert {o.replaces: o.status for o in d.overrides}["cuda-python==12.9"] == "dropped"
+    assert d.edits["overrides"] == []
+    assert (d.wheel_tag, d.edits["glibc"], d.glibc) == ("manylinux_2_34_x86_64", "2.39", "2.39")
+
+
+def test_derive_without_a_known_base_glibc_asks_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", base_glibc=None,
+                   wheel_filename="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")
+    assert "glibc" not in d.edits
+    assert d.review == ("sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image is not "
+                        "known: declare `glibc:`",)
+    _, none = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=None)
+    assert none.review == ("sglang 0.5.23 has no wheel for Python 3.12 on linux/amd64 with glibc 2.39",)
+
+
+def test_a_drifted_patch_stays_and_asks_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10", patch_status={"kimi-k25-eagle3": planner.DRIFTED})
+    assert "patches" not in d.edits
+    assert d.review == ("patch(es) drifted against sglang 0.5.10: kimi-k25-eagle3",)
+
+
+def test_the_edited_file_keeps_comments_and_validates_in_place(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    text, new = _upgraded(stacks_file, d)
+    assert "# the matrix (a comment that must survive)" in text
+    assert "base_image: nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04   # devel: the JIT compilers need nvcc" in text
+    assert 'cuda_arch_list: ["9.0", "10.0"]' in text  # untouched lines keep their quoting and flow style
+    assert new.pins()["sglang-kernel"] == "0.4.1+cu130" and new.pins()["sglang"] == "0.5.10"
+    assert new.patches == () and [o.replaces for o in new.overrides] == ["cuda-python==12.9"]
+    # only the derived lines changed
+    changed = [line for line in text.splitlines() if line not in STACKS.splitlines()]
+    assert len(changed) <= 8, changed
+    findings = check_stack_pins(new, REQUIRES_0510, "0.5.10")
+    assert [f.kind for f in findings if f.is_failure] == []
+
+
+def test_the_edited_file_as_a_new_entry_inherits_the_old_one(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", family={"torch": "2.14.1", "torchvision": "0.29.2"},
+                   wheel_filename="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")
+    text, new = _upgraded(stacks_file, d, as_name="cu130-next")
+    assert text.startswith(STACKS)  # the old entry is untouched, byte for byte
+    entry = yaml.safe_load(text)["stacks"]["cu130-next"]
+    assert entry["inherits"] == "cu130" and entry["glibc"] == "2.39"
+    assert new.base_image == stack.base_image and new.cuda_arch_list == stack.cuda_arch_list
+    assert new.pins()["torch"] == "2.14.1+cu130" and new.flashinfer.packages == ("flashinfer-python",)
+    assert new.overrides == () and new.glibc == "2.39"
+
+
+def test_a_new_conflict_is_found_by_the_conflicts_engine(stacks_file):
+    """A stack that pins xgrammar 0.1.27 itself: sglang 0.5.10 requires 0.1.32, so it needs an override."""
+    text = STACKS.replace("    patches: [kimi-k25-eagle3]\n", "    patches: [kimi-k25-eagle3]\n    extra_layers:\n"
+                          "      - name: grammar\n        requirements: [\"xgrammar==0.1.27\"]\n")
+    stacks_file.write_text(text)
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    _, new = _upgraded(stacks_file, d)
+    conflicts = [f.message for f in check_stack_pins(new, REQUIRES_0510, "0.5.10") if f.kind == "conflict"]
+    assert conflicts == ["pins xgrammar==0.1.27 but sglang 0.5.10 requires 'xgrammar==0.1.32': declare it under "
+                         "'overrides' (replaces: xgrammar==0.1.32) or change the pin"]
+    reasons = planner.review_reasons(d, conflicts, {}, {}, None)
+    assert reasons == (f"needs an override: {conflicts[0]}",)
+
+
+def test_coverage_change_names_lost_cells_and_ignores_rows_that_left():
+    before = {"complete": True, "label": "a", "violations": [], "extensions": [
+        {"name": "sgl_kernel.common_ops", "cells": {"9.0": "native", "10.3": "native"}},
+        {"name": "gone.so", "cells": {"9.0": "native", "10.3": "ptx"}}]}
+    after = {"complete": True, "label": "b", "packages": [], "extensions": [
+        {"name": "sgl_kernel.common_ops", "cells": {"9.0": "native", "10.3": "missing"}},
+        {"name": "new.so", "cells": {"9.0": "native", "10.3": "native"}}],
+        "violations": [{"extension": "sgl_kernel.common_ops", "capability": "10.3", "cell": "missing"}]}
+    change = planner.coverage_change(before, after)
+    assert change["lost"] == [{"extension": "sgl_kernel.common_ops", "capability": "10.3", "before": "native",
+                               "after": "missing"}]
+    assert len(change["changes"]) == 5  # common_ops 10.3, gone.so x2 (removed), new.so x2 (added)
+    reasons = planner.review_reasons(planner.Derivation({}, (), (), None, "2.39"), (), change, {}, None)
+    assert reasons == ("kernel coverage lost: sgl_kernel.common_ops on 10.3 (native -> missing)",)
+
+
+def test_judge_probe_names_a_renamed_flag():
+    out = judge_probe({"flags": ["--model-path", "--speculative-draft-model-path", "--tp-size"],
+                       "unknown": ["--speculative-draft-model"], "errors": []},
+                      ["--model-path", "m", "--speculative-draft-model", "d"])
+    assert out["unknown"] == {"--speculative-draft-model": "--speculative-draft-model-path"}
+    assert out["accepted"] is False
+    reasons = planner.review_reasons(planner.Derivation({}, (), (), None, "2.39"), (), {}, out, None)
+    assert reasons == ("serving flag --speculative-draft-model is not accepted by sglang's parser (renamed to "
+                       "--speculative-draft-model-path?)",)
+
+
+def test_report_markdown_and_json_shape(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    _, new = _upgraded(stacks_file, d)
+    p = planner.Plan(stack="cu130", new_stack="cu130", from_version="0.5.9", to_version="0.5.10",
+                     pins_before=stack.pins(), pins=new.pins(), derivation=d,
+                     patches={"kimi-k25-eagle3": "upstream"}, patch_details={"kimi-k25-eagle3": "upstream has it"},
+                     conflicts=(), closure={"before_count": 2, "after_count": 2, "counts": {"changed": 1},
+                                            "packages": [{"name": "xgrammar", "before": "0.1.27",
+                                                          "after": "0.1.32", "kind": "changed"}],
+                                            "lock_path": "locks/cu130.txt"},
+                     coverage={"checked": False, "why": "test"}, argv={"checked": True, "argv": ["--tp-size", "8"],
+                                                                       "accepted": True, "unknown": {}, "errors": [],
+                                                                       "flags": 300},
+                     lock_error=None, bisect_command=planner.bisect_command("cu130", "0.5.9", "0.5.10"))
+    doc = to_json(p)
+    assert doc["verdict"] == "ready" and p.exit_code == 0
+    assert doc["patches"] == {"kimi-k25-eagle3": "upstream"}
+    assert {k: doc["pins"][k] for k in ("sglang", "torch", "sglang-kernel", "flashinfer-python")} == {
+        "sglang": "0.5.10", "torch": "2.9.1+cu130", "sglang-kernel": "0.4.1+cu130", "flashinfer-python": "0.6.7.post2"}
+    assert set(doc) >= {"from", "to", "pins", "patches", "overrides", "coverage", "closure", "argv", "verdict"}
+    md = to_markdown(p)
+    assert "**Verdict: ready**" in md
+    assert "| sgl-kernel | 0.3.21+cu130 | - * |" in md and "| sglang-kernel | - | 0.4.1+cu130 * |" in md
+    assert "`invoke bisect --stack cu130 --good 0.5.9 --bad 0.5.10`" in md
+    assert "| xgrammar | 0.1.27 | 0.1.32 |" in md
+
+
+# ---- bad input: one line, exit 2, decided before any fetch ---------------------------------------------
+
+def _inputs(stacks_file, stack="cu130", version="0.5.10", as_name=None, json_path=None):
+    return check_inputs(str(stacks_file), stack, version, as_name, False, json_path,
+                        lambda _name: ["0.5.9", "0.5.10", "0.5.11rc0"])
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"stack": "nope"}, "stack 'nope': unknown stack (known: cu130)"),
+    ({"version": "0.5.99"}, "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"),
+    ({"version": "banana"}, "--sglang banana: not a version"),
+    ({"version": "0.5.9"}, "stack 'cu130': key 'sglang': --sglang 0.5.9: the stack already pins it"),
+    ({"as_name": "cu130"}, "--as cu130: the stack already exists"),
+    ({"as_name": "Bad Name"}, "--as Bad Name: stack name"),
+    ({"json_path": "/nonexistent-folder/x.json"}, "--json /nonexistent-folder/x.json: its folder does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(stacks_file, kwargs, message):
+    with pytest.raises(UpgradeInputError) as err:
+        _inputs(stacks_file, **kwargs)
+    assert err.value.exit_code == 2
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_good_input_passes(stacks_file):
+    inputs = _inputs(stacks_file, as_name="cu130-next")
+    assert (inputs.stack.name, inputs.version, inputs.new_name) == ("cu130", "0.5.10", "cu130-next")
