@@ -106,7 +106,7 @@ def test_smoke_knows_no_registry():
 
 
 def test_input_knows_nothing_downstream():
-    allowed = {"errors", "yamlsrc", "dockerref", "resources", "incontainer", "patchkit", "matrix"}
+    allowed = {"errors", "yamlsrc", "dockerref", "resources", "incontainer", "patchkit", "matrix", "credentials"}
     for module in ("sglstack.matrix", "sglstack.yamlsrc"):
         assert {_part(t) for t in _reach(module)} <= allowed, (module, _reach(module))
 
