@@ -8,9 +8,13 @@ so a test can tell "the tool got the credentials" from "the tool never asked".
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import io
+import ipaddress
+import ssl
 import subprocess
+import tempfile
 import threading
 import zipfile
 from dataclasses import dataclass, field
@@ -47,16 +51,18 @@ class AuthIndex:
     password: str = field(repr=False)
     wheels: dict[str, bytes] = field(default_factory=dict, repr=False)  # file name -> bytes
     git_root: Path | None = None  # a bare repository served at /git/<name>.git (dumb HTTP)
+    tls: bool = False  # https with a certificate for `host` from a CA of its own (`ca_pem`)
+    ca_pem: str = ""
     requests: list[tuple[str, bool]] = field(default_factory=list)  # (path, authorised)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
 
     @property
-    def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     def url(self, path: str, *, credentials: bool = True) -> str:
         auth = f"{self.user}:{self.password}@" if credentials else ""
-        return f"http://{auth}{self.host}:{self.port}{path}"
+        return f"{self.scheme}://{auth}{self.host}:{self.port}{path}"
 
     def authorised(self) -> list[str]:
         return [p for p, ok in self.requests if ok]
@@ -118,6 +124,9 @@ class AuthIndex:
 
         self.port = self.port or free_port()
         self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        if self.tls:
+            self.ca_pem, context = _tls_context(self.host)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -125,6 +134,36 @@ class AuthIndex:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def _tls_context(host: str) -> tuple[str, ssl.SSLContext]:
+    """(CA certificate PEM, server context) for `host`: a CA that signs one certificate for it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sglstack test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+          .not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as tmp:
+        chain, key_file = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+        chain.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        context.load_cert_chain(chain, key_file)
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), context
 
 
 def bare_repo_with_commit(root: Path, name: str = "sglang.git") -> tuple[Path, str]:
