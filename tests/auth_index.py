@@ -52,6 +52,7 @@ class AuthIndex:
     wheels: dict[str, bytes] = field(default_factory=dict, repr=False)  # file name -> bytes
     git_root: Path | None = None  # a bare repository served at /git/<name>.git (dumb HTTP)
     tls: bool = False  # https with a certificate for `host` from a CA of its own (`ca_pem`)
+    require_auth: bool = True  # False: a public index (what uv's default index stands for in a test)
     ca_pem: str = ""
     requests: list[tuple[str, bool]] = field(default_factory=list)  # (path, authorised)
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
@@ -93,7 +94,7 @@ class AuthIndex:
                 path = self.path.split("?")[0]
                 ok = self.headers.get("Authorization") == expected
                 index.requests.append((path, ok))
-                if not ok:
+                if not ok and index.require_auth:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="private"')
                     self.send_header("Content-Length", "0")

@@ -55,9 +55,19 @@ def files_holding(root: Path, needle: str) -> list[str]:
 @pytest.fixture
 def index(password):
     served = AuthIndex("127.0.0.1", 0, USER, password)
-    for name, version in (("sglstack-probe", "1.0"), ("sglang", "0.5.9")):
-        file, data = make_wheel(name, version)
-        served.wheels[file] = data
+    file, data = make_wheel("sglstack-probe", "1.0")
+    served.wheels[file] = data
+    served.start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def public_index():
+    """What uv's default index (PyPI) is to a stack: SGLang, without credentials."""
+    served = AuthIndex("127.0.0.1", 0, "nobody", "-", require_auth=False)
+    file, data = make_wheel("sglang", "0.5.9")
+    served.wheels[file] = data
     served.start()
     yield served
     served.stop()
@@ -65,18 +75,17 @@ def index(password):
 
 # ---- uv (invoke lock) ------------------------------------------------------------------------------
 
-def lock(tmp_path: Path, index: AuthIndex, private_index: str) -> tuple[subprocess.CompletedProcess, Path]:
+def lock(tmp_path: Path, default: AuthIndex, private_index: str) -> tuple[subprocess.CompletedProcess, Path]:
     matrix = write_matrix(tmp_path / "stacks.yaml", extra_layers=[
         {"name": "private", "requirements": ["sglstack-probe==1.0"], "index_url": private_index}])
-    # uv's default index is the same private host (its public URL): no public index is needed here.
     proc = run_invoke("lock", "--stack", "cpu-test", "--stacks-file", str(matrix), cwd=tmp_path,
-                      env={"UV_DEFAULT_INDEX": index.url("/simple", credentials=False),
+                      env={"UV_DEFAULT_INDEX": default.url("/simple", credentials=False),
                            "UV_CACHE_DIR": str(tmp_path / "uv-cache")}, timeout=300)
     return proc, tmp_path / "locks" / "cpu-test.txt"
 
 
-def test_uv_gets_the_index_credentials_and_the_lock_holds_none(tmp_path, index, password):
-    proc, path = lock(tmp_path, index, index.url("/simple"))
+def test_uv_gets_the_index_credentials_and_the_lock_holds_none(tmp_path, index, public_index, password):
+    proc, path = lock(tmp_path, public_index, index.url("/simple"))
     assert proc.returncode == 0, proc.stderr
     text = path.read_text()
     assert "sglstack-probe==1.0" in text and "--hash=sha256:" in text
@@ -86,9 +95,10 @@ def test_uv_gets_the_index_credentials_and_the_lock_holds_none(tmp_path, index, 
     assert files_holding(tmp_path, password) == [str(tmp_path / "stacks.yaml")]
 
 
-def test_an_unreachable_index_with_credentials_is_an_unresolved_layer_like_a_public_one(tmp_path, index, password):
+def test_an_unreachable_index_with_credentials_is_an_unresolved_layer_like_a_public_one(tmp_path, public_index,
+                                                                                        password):
     closed = f"http://{USER}:{password}@127.0.0.1:{free_port()}/simple"
-    proc, path = lock(tmp_path, index, closed)
+    proc, path = lock(tmp_path, public_index, closed)
     assert proc.returncode == 0, proc.stderr  # before: "cannot reach ...", the whole lock failed
     text = path.read_text()
     public = closed.replace(f"{USER}:{password}@", "")
