@@ -19,7 +19,8 @@ from sglstack.errors import ConfigError
 from sglstack.k8s import K8sOptions, render_k8s
 from sglstack.matrix import load_matrix
 from sglstack.render import render_dockerfile, stack_manifest
-from sglstack.smoke.plan import container_plan, smoke_options
+from sglstack.serving import ServingError
+from sglstack.smoke.plan import check_secret_references, container_plan, smoke_options
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 PASSWORD = "pw-9f3c1e7d"  # what every test looks for in what was written
@@ -236,5 +237,8 @@ def test_a_secret_reference_reaches_compose_k8s_and_smoke_as_a_reference(tmp_pat
     plan = container_plan(smoke_options(stack), "img", "baseline", host_env={"OPENAI_KEY": PASSWORD})
     assert plan.environment["OPENAI_API_KEY"] == PASSWORD
     assert plan.redacted_environment()["OPENAI_API_KEY"] == "***"
-    with pytest.raises(Exception, match=r"serving.env.OPENAI_API_KEY refers to \$\{OPENAI_KEY\}, which is not set"):
-        container_plan(smoke_options(stack), "img", "baseline", host_env={})
+    shown = container_plan(smoke_options(stack), "img", "baseline", host_env={})  # the report's command
+    assert "OPENAI_API_KEY" not in shown.environment
+    check_secret_references(smoke_options(stack).serving, {"OPENAI_KEY": PASSWORD})
+    with pytest.raises(ServingError, match=r"serving.env.OPENAI_API_KEY refers to \$\{OPENAI_KEY\}, which is not set"):
+        check_secret_references(smoke_options(stack).serving, {})

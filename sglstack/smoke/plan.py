@@ -358,11 +358,9 @@ def container_plan(
     spec = run_spec(options, kind)
     environment = {k: host_env[k] for k in SECRET_ENV if host_env.get(k)}
     environment.update(spec.plain_env)
-    for key, name in spec.secret_references:  # serving.env's `${NAME}`: this process's own NAME
-        if name not in host_env:
-            raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
-                               stack=spec.stack)
-        environment[key] = host_env[name]
+    # serving.env's `${NAME}`: this process's own NAME (`check_secret_references` refused a missing one
+    # before anything started; a plan made only to show the command has none).
+    environment.update({key: host_env[name] for key, name in spec.secret_references if name in host_env})
     return ContainerPlan(
         kind=kind,
         image=image,
@@ -379,6 +377,15 @@ def container_plan(
         bind_address="127.0.0.1" if is_local_docker_host(options.docker_host) else "0.0.0.0",
         referenced=frozenset(k for k, _ in spec.secret_references),
     )
+
+
+def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
+    """Each `${NAME}` of serving.env must be set where the smoke runs: one line naming the first that is not."""
+    host_env = os.environ if host_env is None else host_env
+    for key, name in spec.secret_references:
+        if name not in host_env:
+            raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)
 
 
 def _bind(mount: Mount) -> str:
