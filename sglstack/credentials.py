@@ -126,14 +126,16 @@ def netrc_text(logins: Iterable[HostLogin]) -> str:
 
 
 def secret_values(logins: Iterable[HostLogin]) -> tuple[str, ...]:
-    """What must never appear in anything written: each password, and each login used as a token."""
-    return tuple(v for x in logins for v in (x.password, x.login) if v)
+    """What must never appear in anything written: each password, and each login used as a token (one
+    with no password); a plain login name (`alice`) is not hidden, which would blank the word everywhere."""
+    return tuple(x.password or x.login for x in logins)
 
 
 def netrc_secrets(text: str) -> tuple[str, ...]:
-    """The logins and passwords of a netrc text `netrc_text` wrote (what a log must not show)."""
-    words = text.split()
-    return tuple(words[i + 1] for i, w in enumerate(words[:-1]) if w in ("login", "password"))
+    """`secret_values` of the logins a netrc text (as `netrc_text` writes it) holds: what a log must not show."""
+    lines = text.splitlines()
+    return tuple(secret_values(HostLogin(m.partition(" ")[2], u.partition(" ")[2], p.partition(" ")[2])
+                               for m, u, p in zip(lines[0::3], lines[1::3], lines[2::3], strict=False)))
 
 
 # ---- handing credentials to a host-side process -----------------------------------------------------

@@ -94,6 +94,7 @@ def test_the_netrc_holds_one_login_per_host_and_never_shows_it():
     text = credentials.netrc_text(credentials.merge_logins([b, a, a]))
     assert text == (f"machine h.example\nlogin alice\npassword {PASSWORD}\n"
                     f"machine other.example\nlogin {TOKEN}\npassword \n")
+    assert credentials.netrc_secrets(text) == (PASSWORD, TOKEN)  # what build.log redacts
     with pytest.raises(credentials.CredentialError, match="different credentials") as info:
         credentials.merge_logins([a, credentials.host_login("https://bob:other@h.example/x")])
     assert PASSWORD not in str(info.value)
