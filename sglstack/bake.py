@@ -10,6 +10,7 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 from .build import (
     FINAL_TARGET,
+    INDEX_NETRC_ENV,
     add_git_source,
     build_request,
     compute_config_hash,
@@ -27,6 +29,7 @@ from .build import (
     secret_sources,
 )
 from .builder import BuildRequest, candidate_clis, registry_cache
+from .credentials import CredentialError, merge_logins, netrc_text
 from .errors import BuildError, DockerUnavailable
 from .lockfile import Lock, lock_for_build
 from .matrix import Stack, load_matrix
@@ -152,6 +155,10 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     # Everything that can refuse the run does so before anything is rendered.
     locks = {stack.name: lock_for_build(stacks_file, stack) for stack in stacks}
     secrets = secret_sources(resolve_ca_bundle(ca_bundle))
+    try:  # one bake run, one client environment: the stacks' netrc entries must agree per host
+        logins = merge_logins(login for stack in stacks for login in stack.credentials)
+    except CredentialError as exc:
+        raise BuildError(f"bake of {', '.join(names)}: {exc}") from None
     bake_file = Path(out) if out else build_root() / BAKE_FILE
     require_writable(bake_file, what="bake file")
     requests = [target for stack in stacks
@@ -166,6 +173,10 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
                       f"group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)
     cli = _buildx_client(docker_cli) if run else None
     argv = bake_argv(cli or "docker", bake_file, builder_name=builder_name)
+    if logins and not print_only:
+        console.print(f"credentials: the targets read the netrc of {', '.join(x.host for x in logins)} from "
+                      f"{INDEX_NETRC_ENV} (a BuildKit secret): set it to that netrc before running bake "
+                      "yourself (--run sets it from stacks.yaml)", highlight=False, markup=False)
     if not print_only:
         console.print(f"run: {shlex.join(argv)}", highlight=False, markup=False)
         console.print("then: invoke build --stack STACK [--builder NAME] [--push] verifies, tags and releases "
@@ -175,4 +186,5 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     if cli is None:
         raise DockerUnavailable("bake not run: no docker client here has buildx (docker buildx version failed); "
                                 "the bake file is written, run the command above where buildx is installed")
-    return subprocess.run(argv, check=False).returncode
+    netrc_env = {INDEX_NETRC_ENV: netrc_text(logins)} if logins else {}
+    return subprocess.run(argv, check=False, env={**os.environ, **netrc_env}).returncode

@@ -44,6 +44,7 @@ from .builder import (
     run_build,
 )
 from .coverage_image import build_coverage
+from .credentials import netrc_text
 from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, PinMismatch, SglstackError
 from .gitsource import GitSource
@@ -51,7 +52,7 @@ from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET
 from .lockfile import Lock, lock_content_sha256, source_mismatches
 from .matrix import Stack
 from .records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
-from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
+from .render import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
 from .safefiles import containing_root, write_text
 from .ui import console as make_console
@@ -59,6 +60,8 @@ from .verify import lock_mismatches, pin_mismatches
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
+# The client's variable holding the stack's netrc (`invoke bake` users set it themselves; see README).
+INDEX_NETRC_ENV = "SGLSTACK_INDEX_NETRC"
 FINAL_TARGET = "runtime"
 # The build's own short-lived tags live in a repository of their own, named after the stack and config
 # hash, and end with a random part: a tag is only ever removed by the build that set it.
@@ -160,6 +163,17 @@ def secret_sources(ca_bundle: Path | None) -> tuple[dict[str, Path], dict[str, s
     return files, env
 
 
+def index_netrc_secret(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
+    """({secret id: variable}, {variable: netrc}) for a stack whose URLs had credentials; empty otherwise.
+
+    The netrc reaches the BuildKit client only through its environment (`--secret id=index_netrc,env=...`),
+    so the Dockerfile, the context, the command line and the log name the URLs without credentials.
+    """
+    if not stack.credentials:
+        return {}, {}
+    return {INDEX_NETRC_SECRET: INDEX_NETRC_ENV}, {INDEX_NETRC_ENV: netrc_text(stack.credentials)}
+
+
 def build_labels(stack: Stack, config_hash: str, target: str, builder: str) -> dict[str, str]:
     """Labels known before the build (the Dockerfile's own labels carry the pins and patch ids)."""
     return {CONFIG_HASH_LABEL: config_hash, TARGET_LABEL: target, BUILDER_LABEL: builder}
@@ -174,9 +188,11 @@ def build_request(stack: Stack, *, dockerfile: Path, context: Path, config_hash:
     second writer of the same reference (the `sglang-src` stage) would overwrite it with fewer.
     """
     files, env = secrets
+    netrc_ids, netrc_values = index_netrc_secret(stack)
     return BuildRequest(dockerfile=dockerfile, context=context, target=target, no_cache=no_cache,
                         labels=build_labels(stack, config_hash, target, builder_kind),
-                        secrets=dict(files), env_secrets=dict(env), platform=stack.build_platform,
+                        secrets=dict(files), env_secrets={**env, **netrc_ids}, secret_env_values=netrc_values,
+                        platform=stack.build_platform,
                         cache_ref=stack.cache_ref, cache_mode=stack.cache.mode if stack.cache else "max",
                         cache_export=target == FINAL_TARGET)
 
@@ -187,7 +203,7 @@ def add_git_source(stack: Stack, rendered: RenderedContext) -> RenderedContext:
     git = stack.sglang.git
     if git is None:
         return rendered
-    GitSource(git.repo).export(git.ref, git.subdirectory, rendered.context / GIT_SOURCE_DIR)
+    GitSource(git.repo, logins=stack.credentials).export(git.ref, git.subdirectory, rendered.context / GIT_SOURCE_DIR)
     files = tuple(sorted(p for p in rendered.context.rglob("*") if p.is_file()))
     return dataclasses.replace(rendered, files=files)
 
@@ -573,6 +589,7 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     out_dir = out_dir_for(stack, options)
     secret_files, secret_env = _planned_secrets(options)
+    shown_secrets = [*secret_files, *secret_env, *index_netrc_secret(stack)[0]]
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
              f"config hash:  {config_hash}",
@@ -591,8 +608,8 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
             lines.append(f"cache:        warning: {classic_cache_notice(stack.cache_ref)}")
     except SglstackError as exc:
         lines.append(f"build:        not possible here: {exc}")
-    lines.append(f"secrets:      {', '.join([*secret_files, *secret_env]) or 'none'} "
-                 f"(BuildKit secrets, never layers; the HF token from the environment, never a file)")
+    lines.append(f"secrets:      {', '.join(shown_secrets) or 'none'} (BuildKit secrets, never layers; the HF "
+                 f"token and the index credentials from the environment, never a file)")
     if target == FINAL_TARGET:
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
                      "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.live import Live
 from rich.text import Text
 
+from .credentials import netrc_secrets, redact_text
 from .errors import BuildError, DockerUnavailable
 from .ui import console as make_console
 
@@ -124,6 +125,9 @@ class BuildRequest:
     # id -> name of an environment variable of the client holding the value: a secret that never touches
     # a disk (`--secret id=hf_token,env=HF_TOKEN`; Debian's docker 20.10 CLI supports it with BuildKit).
     env_secrets: Mapping[str, str] = field(default_factory=dict)
+    # variable -> value: set only in the client's environment, for an `env_secrets` entry that names a
+    # variable sglstack fills itself (the stack's netrc); never on the command line, in a log or a repr.
+    secret_env_values: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     platform: str | None = None
     # BuildKit's registry cache: imported from, and (when `cache_export`) exported to, this reference.
     cache_ref: str | None = None
@@ -272,6 +276,7 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     iidfile = log_path.parent / ".iid"
     iidfile.unlink(missing_ok=True)
     argv = build_argv(builder, req, iidfile)
+    hidden = tuple(v for text in req.secret_env_values.values() for v in netrc_secrets(text))
     parser = ProgressParser()
     started = time.monotonic()
     current: StepState | None = None
@@ -282,7 +287,7 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     with open(log_fd, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env={**os.environ, **build_env(builder, docker_host)},
+                                env={**os.environ, **build_env(builder, docker_host), **req.secret_env_values},
                                 start_new_session=True)
         try:
             live_view = (Live(Text(""), console=console, transient=True, refresh_per_second=4)
@@ -290,6 +295,8 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
             with live_view as live:
                 assert proc.stdout is not None
                 for line in proc.stdout:
+                    # A tool in a step may echo a URL with what it was given: the log keeps none of it.
+                    line = redact_text(line, hidden)
                     log.write(line)
                     now = time.monotonic()
                     step = parser.feed(line, now)

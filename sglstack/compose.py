@@ -9,6 +9,7 @@ engine: the caller passes the image reference (and the smoke report it passed, w
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -130,6 +131,15 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def environment_entries(spec: ServingSpec) -> list[tuple[str, str]]:
+    """(quoted key, quoted value) of the service's `environment:`. A `${NAME}` secret reference stays a
+    reference, which compose interpolates from the environment of `invoke deploy` (and refuses to start
+    without, `:?`); every other value is written as it is, `$` doubled."""
+    refs = dict(spec.secret_references)
+    return [(compose_string(k), json.dumps(f"${{{refs[k]}:?set {refs[k]} in the environment of invoke deploy}}")
+             if k in refs else compose_string(v)) for k, v in spec.env]
+
+
 def compose_text(
     spec: ServingSpec, image_ref: str, options: ComposeOptions, *, smoke_report: str | None = None
 ) -> str:
@@ -163,7 +173,7 @@ def compose_text(
             gpu_count=spec.gpus,
             ulimits=[(u.name, u.soft, u.hard) for u in spec.ulimits],
             env_file=options.env_file,
-            environment=list(spec.env),
+            environment=environment_entries(spec),
             volumes=[m.bind for m in spec.mounts],
             healthcheck=["CMD", "python3", "-c", probe],
             healthcheck_interval=f"{health.interval_s}s",
@@ -206,7 +216,8 @@ def render_env_example(stack: Stack, *, options: ComposeOptions | None = None) -
     return (
         _environment()
         .get_template(ENV_EXAMPLE_TEMPLATE)
-        .render(stack_name=stack.name, env_file=Path(options.env_file).name, models=", ".join(models))
+        .render(stack_name=stack.name, env_file=Path(options.env_file).name, models=", ".join(models),
+                references=sorted({name for _, name in deploy_spec(stack, options).secret_references}))
     )
 
 

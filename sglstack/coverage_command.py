@@ -76,7 +76,7 @@ def wheel_dir(stack: Stack, platform: str) -> Path:
 def fetch_source(source: WheelSource, stack: Stack, platform: str) -> Path:
     return fetch_binary_wheel(source.requirement, dest=wheel_dir(stack, platform), python_version=stack.python,
                               platform_tags=pip_platform_tags(platform, stack.base_image, stack.glibc),
-                              index_url=source.index_url, extra_index=source.extra_index)
+                              index_url=source.index_url, extra_index=source.extra_index, logins=stack.credentials)
 
 
 def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None] = lambda _m: None,

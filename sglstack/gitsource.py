@@ -18,9 +18,19 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from .credentials import (
+    HostLogin,
+    git_auth_environment,
+    host_login,
+    login_for,
+    public_url,
+    redact_text,
+    redact_url,
+    secret_values,
+)
 from .errors import SglstackError
 from .wheels import cache_root
 
@@ -41,8 +51,8 @@ def git_cache_dir() -> Path:
 
 
 def display_url(url: str) -> str:
-    """The source as it may be printed: credentials in a URL (`https://user:token@host/...`) removed."""
-    return _redact(url)
+    """The source as it may be printed: credentials in a URL (`https://user:token@host/...`) redacted."""
+    return redact_url(url)
 
 
 def normalize_source(url: str) -> str:
@@ -55,8 +65,13 @@ def normalize_source(url: str) -> str:
 class GitSource:
     """One repository's bare cache. Construction only names it; `fetch()` is the only network step."""
 
-    def __init__(self, url: str, *, cache: Path | None = None) -> None:
-        self.url = normalize_source(url)
+    def __init__(self, url: str, *, cache: Path | None = None, logins: Iterable[HostLogin] = ()) -> None:
+        # Credentials never stay in the URL git is given (it would show them in messages and `ps`): git
+        # gets the URL without them and an Authorization header through its environment. The cache is
+        # keyed by that URL, so a rotated token keeps the cache.
+        logins = (*logins, *filter(None, [host_login(url)]))
+        self.url = normalize_source(public_url(url))
+        self._login = login_for(self.url, logins)
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         tail = re.sub(r"[^A-Za-z0-9._-]+", "-", self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
         self.git_dir = (cache or git_cache_dir()) / f"{tail[:40] or 'repo'}-{key}.git"
@@ -167,7 +182,8 @@ class GitSource:
              text: bool = True) -> subprocess.CompletedProcess:
         cmd = ["git", *(("--git-dir", str(self.git_dir)) if git_dir else ()), *args]
         # No interactive password prompt: a long bisect must fail with a message, not hang on one.
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C",
+               **(git_auth_environment(self.url, self._login) if network else {})}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=text, check=False, env=env,
                                   timeout=3600 if network else 600)
@@ -179,10 +195,6 @@ class GitSource:
             err = proc.stderr if text else proc.stderr.decode("utf-8", "replace")
             lines = [line for line in err.strip().splitlines() if line.strip()]
             last = lines[-1] if lines else f"exit {proc.returncode}"
-            raise GitSourceError(f"git source {self.label}: git {args[0]} failed: {_redact(last)}")
+            hidden = secret_values([self._login] if self._login else [])
+            raise GitSourceError(f"git source {self.label}: git {args[0]} failed: {redact_text(last, hidden)}")
         return proc
-
-
-def _redact(text: str) -> str:
-    """Credentials inside any URL of a git message (`https://user:token@host`) replaced."""
-    return re.sub(r"([A-Za-z][\w+.-]*://)[^/\s@]+@", r"\1***@", text)

@@ -72,7 +72,9 @@ class K8sOptions(RecordedOptions):
     host_network: bool = False  # NCCL over the node's own interfaces (RoCE/IB without a CNI for RDMA)
     rdma: str | None = None  # RESOURCE[=COUNT] of an RDMA device plugin, e.g. rdma/ib or rdma/hca_shared_devices_a=1
     hf_cache: str | None = None  # an absolute folder on every node (hostPath); default: the pod's own emptyDir
-    hf_token_secret: str = HF_TOKEN_SECRET  # a Secret holding key HF_TOKEN (optional: public models need none)
+    # The Secret holding key HF_TOKEN (optional: public models need none) and the key of every `${NAME}`
+    # reference of serving.env (required).
+    hf_token_secret: str = HF_TOKEN_SECRET
     dist_init_port: int = DIST_INIT_PORT
     start_period_s: int | None = None  # startup probe budget; default: the stack's serving.startup_timeout_s
 
@@ -210,7 +212,11 @@ def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
 
 
 def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in spec.env]
+    env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in spec.plain_env]
+    # A `${NAME}` reference of serving.env is key NAME of the same Secret as the HF token; it is required
+    # (the stack asked for it), where the HF token is optional (public models need none).
+    env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": name}}}
+            for k, name in spec.secret_references]
     env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
                                                           "optional": True}}}
             for name in SECRET_ENV if name not in spec.environment]

@@ -114,7 +114,7 @@ def git_tree(stack: Stack) -> Iterator[GitTree | None]:
     with tempfile.TemporaryDirectory(prefix="sglstack-lock-") as tmp:
         dest = Path(tmp) / "sglang-src"
         try:
-            GitSource(git.repo).export(git.ref, git.subdirectory, dest)
+            GitSource(git.repo, logins=stack.credentials).export(git.ref, git.subdirectory, dest)
         except GitSourceError as exc:
             raise LockError(f"stack '{stack.name}': {exc}") from None
         yield GitTree(dest, git.ref, _static_version(stack, dest / "pyproject.toml"))
@@ -212,10 +212,11 @@ class _Part:
     uv_version: str
 
 
-def _no_deps_request(layer: PlannedLayer, python: str, target: str) -> ResolveRequest:
-    return ResolveRequest(requirements=layer.requirements, python_version=python, python_platform=target,
+def _no_deps_request(stack: Stack, layer: PlannedLayer, target: str) -> ResolveRequest:
+    return ResolveRequest(requirements=layer.requirements, python_version=stack.python, python_platform=target,
                           no_deps=True, default_index=layer.index_url if layer.exclusive_index else None,
-                          indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else ())
+                          indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else (),
+                          logins=stack.credentials)
 
 
 def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[str]) -> set[str]:
@@ -259,10 +260,10 @@ def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrad
                               python_platform=target, indexes=indexes,
                               overrides=tuple(o.pin for o in stack.overrides),
                               excludes=tuple(dict.fromkeys(excludes)), preferences=preferences,
-                              upgrade_packages=upgrade)
+                              upgrade_packages=upgrade, logins=stack.credentials)
 
     # The no-deps parts and the first main attempt run side by side.
-    first = compile_fn([main_request(), *(_no_deps_request(layer, stack.python, target) for layer in no_deps_layers)])
+    first = compile_fn([main_request(), *(_no_deps_request(stack, layer, target) for layer in no_deps_layers)])
     main: Resolution | ResolverError = first[0]
     packages: list[LockedPackage] = []
     indexes: list[str] = []

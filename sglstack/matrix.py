@@ -17,6 +17,16 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .credentials import (
+    CredentialError,
+    HostLogin,
+    has_credentials,
+    host_login,
+    merge_logins,
+    plain_secret_problem,
+    public_url,
+    redact_url,
+)
 from .dockerref import (
     TAG_MAX,
     image_reference_problem,
@@ -307,8 +317,16 @@ class ServingSettings(_Model):
     startup_timeout_s: float = Field(default=3600, gt=0)
     shm_size: str = "32g"
     extra_args: tuple[ArgText, ...] = ()
-    env: Mapping[EnvName, ArgText] = Field(default_factory=dict)
+    env: Mapping[EnvName, ArgText] = Field(default_factory=dict)  # a secret-named key takes only a `${NAME}` reference
     mounts: tuple[BindMount, ...] = ()
+
+    @model_validator(mode="after")
+    def _no_plain_secret(self) -> ServingSettings:
+        for key, value in self.env.items():
+            problem = plain_secret_problem(str(key), str(value))
+            if problem:
+                raise _KeyedValueError(("env", key), problem)
+        return self
 
 
 class Gates(_Model):
@@ -389,6 +407,67 @@ class RegistryCache(_Model):
         return self.registry.replace(STACK_PLACEHOLDER, stack_name)
 
 
+# Where a URL may carry credentials: sglstack hands them to pip, uv and git as a netrc (`credentials.py`).
+# `int` stands for any list index.
+_CREDENTIAL_URLS: tuple[tuple[object, ...], ...] = (
+    ("sglang", "git", "repo"), ("torch", "index_url"), ("sgl_kernel", "url"), ("sgl_kernel", "index_url"),
+    ("flashinfer", "index_url"), ("extra_layers", int, "index_url"))
+# Requirement strings, whose `name @ URL` may carry them too.
+_CREDENTIAL_REQUIREMENTS: tuple[tuple[object, ...], ...] = (
+    ("torch", "packages", int), ("extra_layers", int, "requirements", int), ("overrides", int, "pin"),
+    ("overrides", int, "replaces"))
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s;,'\"]+")
+CREDENTIAL_PLACES = "index_url, url, sglang.git.repo and requirement URLs"
+
+
+def _matches(path: KeyPath, patterns: tuple[tuple[object, ...], ...]) -> bool:
+    return any(len(p) == len(path)
+               and all((w is int and isinstance(k, int)) or w == k for w, k in zip(p, path, strict=True))
+               for p in patterns)
+
+
+def split_credentials(data: Any, path: KeyPath = ()) -> tuple[Any, list[tuple[KeyPath, HostLogin]]]:
+    """`data` with the credentials of every URL removed, and those credentials with the key of each URL.
+
+    Where no tool is handed credentials (a description, a label, serving settings), a URL carrying them
+    is refused: sglstack would have to write it somewhere as it is.
+    """
+    if isinstance(data, Mapping):
+        out: dict[Any, Any] = {}
+        found: list[tuple[KeyPath, HostLogin]] = []
+        for key, value in data.items():
+            out[key], more = split_credentials(value, (*path, key))
+            found += more
+        return out, found
+    if isinstance(data, list | tuple):
+        items = [split_credentials(v, (*path, i)) for i, v in enumerate(data)]
+        return type(data)(v for v, _ in items), [x for _, more in items for x in more]
+    if not isinstance(data, str) or "@" not in data or "://" not in data:
+        return data, []
+    urls = [u for u in _URL_IN_TEXT.findall(data) if has_credentials(u)]
+    if not urls:
+        return data, []
+    if not (_matches(path, _CREDENTIAL_URLS) or _matches(path, _CREDENTIAL_REQUIREMENTS)):
+        raise _KeyedValueError(path, f"'{redact_url(urls[0])}' carries credentials, which only {CREDENTIAL_PLACES} "
+                                     "may (sglstack hands those to pip, uv and git as a netrc, never in a file)")
+    logins: list[tuple[KeyPath, HostLogin]] = []
+    for url in urls:
+        try:
+            login = host_login(url)
+        except CredentialError as exc:
+            raise _KeyedValueError(path, str(exc)) from None
+        if login is not None:
+            logins.append((path, login))
+        data = data.replace(url, public_url(url))
+    return data, logins
+
+
+def _url_at(data: Any, key: KeyPath) -> str:
+    for part in key:
+        data = data[part]
+    return str(data)
+
+
 class Stack(_Model):
     name: str
     description: OneLine = ""
@@ -421,6 +500,27 @@ class Stack(_Model):
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     cache: RegistryCache | None = None
+    # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
+    credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_credentials(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        given = data.get("credentials", ())
+        if not isinstance(given, tuple) or not all(isinstance(x, HostLogin) for x in given):
+            raise _KeyedValueError(("credentials",), "unknown key (credentials go inside the URLs that need them)")
+        public, found = split_credentials({k: v for k, v in data.items() if k != "credentials"})
+        logins = list(given)
+        for key, login in found:
+            logins.append(login)
+            try:
+                merge_logins(logins)
+            except CredentialError as exc:
+                raise _KeyedValueError(key, f"'{redact_url(_url_at(public, key))}': {exc}") from None
+        public["credentials"] = merge_logins(logins)
+        return public
 
     @model_validator(mode="after")
     def _coverage_capabilities(self) -> Stack:

@@ -65,6 +65,9 @@ class InstallLayer:
 
 
 LOCK_MOUNT = "/run/sglstack-lock"
+# The BuildKit secret that carries the netrc of a stack whose URLs had credentials (`credentials.py`);
+# pip-env.sh points NETRC at /run/secrets/<this id>. Mounted only by stacks that have credentials.
+INDEX_NETRC_SECRET = "index_netrc"
 
 
 def locked_layer(layer: InstallLayer, lock: Lock | None) -> InstallLayer:
@@ -204,6 +207,7 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         layers_before=[x for x in layers if not x.after_sglang],
         layers_after=[x for x in layers if x.after_sglang],
         labels=image_labels(stack),
+        index_auth=INDEX_NETRC_SECRET if stack.credentials else None,
     )
 
 

@@ -20,10 +20,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from packaging.utils import canonicalize_name
 
+from .credentials import HostLogin, netrc_environment, public_url, redact_text, secret_values
 from .errors import SglstackError
 
 # The names of the files uv reads; its `# via` annotations point at them, which is how roots are told apart.
@@ -109,6 +109,9 @@ class ResolveRequest:
     no_deps: bool = False
     preferences: tuple[str, ...] = ()  # `name==version` pins of an earlier resolution, kept where possible
     upgrade_packages: tuple[str, ...] = ()  # freed from `preferences`
+    # Credentials for the indexes and URLs above (which carry none): uv reads them as a netrc named in
+    # its environment, never from its command line or a file on a disk.
+    logins: tuple[HostLogin, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -215,15 +218,16 @@ def compile_many(requests: Sequence[ResolveRequest]) -> list[Resolution | Resolv
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sglstack-resolve-")))
                 write_inputs(request, workdir)
                 argv = compile_argv(request, workdir)
+                netrc_env, fds = stack.enter_context(netrc_environment(request.logins))
                 proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env={**os.environ, "NO_COLOR": "1"})
+                                        text=True, env={**os.environ, "NO_COLOR": "1", **netrc_env}, pass_fds=fds)
                 started.append((proc, workdir, argv, time.monotonic()))
             results: list[Resolution | ResolverError] = []
             for proc, workdir, argv, start in started:
                 out, err = proc.communicate()
                 seconds = round(time.monotonic() - start, 3)
                 if proc.returncode != 0:
-                    results.append(classify_failure(err or out))
+                    results.append(classify_failure(redact_text(err or out, secret_values(request.logins))))
                     continue
                 packages = parse_compiled((workdir / OUTPUT).read_text(encoding="utf-8"))
                 results.append(Resolution(packages=packages, uv_version=uv_version(), seconds=seconds,
@@ -237,16 +241,6 @@ def compile_many(requests: Sequence[ResolveRequest]) -> list[Resolution | Resolv
 
 
 # ---- uv's output -----------------------------------------------------------------------------------
-
-def redact_url(url: str) -> str:
-    """An index URL without user:password (locks and logs must never carry credentials)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
 
 def parse_compiled(text: str) -> tuple[ResolvedPackage, ...]:
     """uv's requirements.txt output (with hashes and split annotations) as packages, in file order."""
@@ -279,7 +273,7 @@ def parse_compiled(text: str) -> tuple[ResolvedPackage, ...]:
             if rest:
                 entry["via"].append(rest)
         elif line.startswith("# from "):
-            entry["index"] = redact_url(line.removeprefix("# from ").strip())
+            entry["index"] = public_url(line.removeprefix("# from ").strip())  # locks never carry credentials
             in_via = False
         elif in_via and line.startswith("#"):
             entry["via"].append(line.lstrip("#").strip())

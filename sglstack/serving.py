@@ -17,6 +17,7 @@ from typing import Self
 
 from pydantic import ValidationError
 
+from .credentials import reference_map, secret_reference
 from .errors import SglstackError, one_line
 from .matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
 from .quoting import ENV_NAME_RE, one_line_problem
@@ -27,6 +28,7 @@ LISTEN_HOST = "0.0.0.0"
 HEALTH_PATH = "/health"
 HF_CACHE_TARGET = "/root/.cache/huggingface"
 # Passed from the caller's environment (smoke) or an env file (compose); never rendered into a file.
+# Any other secret is a `${NAME}` reference in serving.env (`ServingSpec.secret_references`).
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 UNLIMITED = -1
 STACK_BYTES = 67108864
@@ -159,6 +161,17 @@ class ServingSpec:
     @property
     def environment(self) -> dict[str, str]:
         return dict(self.env)
+
+    @property
+    def plain_env(self) -> tuple[tuple[str, str], ...]:
+        """The env entries whose values are written as they are (no secret reference among them)."""
+        return tuple((k, v) for k, v in self.env if secret_reference(v) is None)
+
+    @property
+    def secret_references(self) -> tuple[tuple[str, str], ...]:
+        """(env key, variable) for each `${NAME}` value: the secret the deployment's secret source holds
+        (compose: the environment of the deploy; Kubernetes: key NAME of the Secret; smoke: its own env)."""
+        return tuple(sorted(reference_map(self.environment).items()))
 
     def baseline(self) -> ServingSpec:
         """The same server without speculative decoding (what EAGLE-3 is measured against)."""
@@ -323,6 +336,8 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
                       "and '_', not starting with a digit)")
         if "\x00" in str(value):
             raise bad(f"{o.flag('env')} {key}: the value holds a NUL character, which no environment value can")
+    # Smoke's `--env K=V` reaches only its own containers (reports show secret-named values as ***); the
+    # stack's serving.env, written into compose files and manifests, takes secrets only as references.
     env = {**base.env, **o.env}
     mounts = _mounts(base.mounts, o, bad)
     extra = tuple(base.extra_args if o.extra_args is None else o.extra_args)

@@ -19,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from email.parser import Parser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
+from .credentials import HostLogin, netrc_environment, redact_text, secret_values
 from .errors import SglstackError
 
 SIDECAR_SUFFIX = ".sha256"
@@ -101,7 +103,7 @@ def fetch_wheel(name: str, version: str, *, dest: Path | None = None, python_ver
     return _download(f"{name}=={version}", args, dest)
 
 
-def _download(requirement: str, args: list[str], dest: Path) -> Path:
+def _download(requirement: str, args: list[str], dest: Path, logins: Iterable[HostLogin] = ()) -> Path:
     """`pip download` one wheel into the cache folder `dest`, with its sha256 sidecar.
 
     pip writes into a private folder; the wheel enters the cache by one rename, after its sidecar, so a
@@ -111,12 +113,16 @@ def _download(requirement: str, args: list[str], dest: Path) -> Path:
     try:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
                "--disable-pip-version-check", "-d", str(staging), *args, requirement]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # The URLs carry no credentials; pip reads them as a netrc named in its environment (in memory).
+        with netrc_environment(logins) as (netrc_env, fds):
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **netrc_env},
+                                  pass_fds=fds)
         got = sorted(staging.glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
             # pip's own warnings (an unusable find-links folder, say) are not why it failed.
             lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING:")]
-            raise WheelFetchError(f"pip download {requirement}: {(lines or ['no wheel downloaded'])[-1]}")
+            last = redact_text((lines or ["no wheel downloaded"])[-1], secret_values(logins))
+            raise WheelFetchError(f"pip download {requirement}: {last}")
         target = dest / got[0].name
         side = staging / (got[0].name + SIDECAR_SUFFIX)
         side.write_text(f"{file_sha256(got[0])}  {got[0].name}\n", encoding="ascii")
@@ -176,7 +182,8 @@ def _unreachable(url: str) -> str | None:
 
 
 def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, platform_tags: tuple[str, ...],
-                       index_url: str | None = None, extra_index: bool = False) -> Path:
+                       index_url: str | None = None, extra_index: bool = False,
+                       logins: Iterable[HostLogin] = ()) -> Path:
     """One wheel of `name==version` (or a direct wheel URL) for another interpreter and platform, once.
 
     `dest` should be specific to the python version and platform (the cache is keyed by name and version).
@@ -213,7 +220,7 @@ def fetch_binary_wheel(requirement: str, *, dest: Path, python_version: str, pla
         args += ["--platform", tag]
     if index_url:
         args += ["--extra-index-url" if extra_index else "--index-url", index_url]
-    return _download(requirement, args, dest)
+    return _download(requirement, args, dest, logins)
 
 
 def available_versions(name: str) -> list[str]:

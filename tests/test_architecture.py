@@ -108,7 +108,8 @@ def test_smoke_knows_no_registry():
 def test_input_knows_nothing_downstream():
     # names and quoting: the pure rules of what a stack's name and values become in Compose, Kubernetes,
     # Dockerfiles and shells, which the schema checks and every renderer applies (one home each).
-    allowed = {"errors", "yamlsrc", "dockerref", "resources", "incontainer", "patchkit", "matrix", "names", "quoting"}
+    allowed = {"errors", "yamlsrc", "dockerref", "resources", "incontainer", "patchkit", "matrix", "names", "quoting",
+               "credentials"}
     for module in ("sglstack.matrix", "sglstack.yamlsrc"):
         assert {_part(t) for t in _reach(module)} <= allowed, (module, _reach(module))
 

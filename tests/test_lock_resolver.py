@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sglstack.credentials import public_url
 from sglstack.resolver import (
     ResolutionConflict,
     ResolveRequest,
@@ -14,7 +15,6 @@ from sglstack.resolver import (
     compile_requirements,
     conflict_sides,
     parse_compiled,
-    redact_url,
     uv_version,
 )
 
@@ -46,9 +46,9 @@ def test_uv_output_becomes_typed_packages():
     assert kernel.url.endswith("x86_64.whl") and kernel.version == "" and kernel.direct
 
 
-def test_redact_url_keeps_everything_but_credentials():
-    assert redact_url("https://u:p@host:8443/simple") == "https://host:8443/simple"
-    assert redact_url("https://pypi.org/simple") == "https://pypi.org/simple"
+def test_public_url_keeps_everything_but_credentials():
+    assert public_url("https://u:p@host:8443/simple") == "https://host:8443/simple"
+    assert public_url("https://pypi.org/simple") == "https://pypi.org/simple"
 
 
 def test_an_unreachable_index_is_told_apart_from_a_missing_pin():

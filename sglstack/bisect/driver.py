@@ -94,7 +94,7 @@ def mode_of(stack: Stack) -> str:
 
 def source_of(stack: Stack) -> str:
     git = stack.sglang.git
-    return GitSource(git.repo).label if git is not None else "sglang on the package index"
+    return GitSource(git.repo, logins=stack.credentials).label if git is not None else "sglang on the package index"
 
 
 def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
@@ -106,7 +106,7 @@ def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
             raise BisectInputError(f"--{name} {ref}: stack '{stack.name}' takes SGLang releases: {exc}") from None
         return ref
     try:
-        return GitSource(stack.sglang.git.repo).resolve(ref)
+        return GitSource(stack.sglang.git.repo, logins=stack.credentials).resolve(ref)
     except GitSourceError as exc:
         raise BisectInputError(f"--{name} {ref}: {exc}") from None
 
@@ -114,7 +114,7 @@ def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
 def refs_between(stack: Stack, good: str, bad: str) -> list[str]:
     """[good, ..., bad]: first-parent commits oldest first, or releases in version order."""
     if stack.sglang.git is not None:
-        repo = GitSource(stack.sglang.git.repo)
+        repo = GitSource(stack.sglang.git.repo, logins=stack.credentials)
         if good == bad:
             raise BisectInputError(f"--good and --bad are the same commit {good[:12]}")
         if not repo.is_ancestor(good, bad):
@@ -138,7 +138,7 @@ def subjects_of(stack: Stack, refs: list[str]) -> dict[str, str]:
     if stack.sglang.git is None:
         return {ref: f"sglang {ref}" for ref in refs}
     try:
-        return GitSource(stack.sglang.git.repo).subjects(refs)
+        return GitSource(stack.sglang.git.repo, logins=stack.credentials).subjects(refs)
     except GitSourceError:
         return {}
 
@@ -173,7 +173,7 @@ def patch_skip(stack: Stack, ref: str, patches_dir: Path) -> tuple[str, str] | N
         if git is not None:
             try:
                 root = Path(tmp) / "tree"
-                GitSource(git.repo).export(ref, git.subdirectory, root)
+                GitSource(git.repo, logins=stack.credentials).export(ref, git.subdirectory, root)
             except GitSourceError as exc:
                 return "source", str(exc)
             if not stack.patches:

@@ -9,6 +9,11 @@ if [ -s /run/secrets/ca_bundle ]; then
   fi
   export PIP_CERT=/run/sglstack/ca.pem SSL_CERT_FILE=/run/sglstack/ca.pem REQUESTS_CA_BUNDLE=/run/sglstack/ca.pem
 fi
+# Credentials of the stack's private indexes and wheel URLs: a netrc that arrives as a BuildKit secret, so
+# the Dockerfile names only URLs without them, and no layer, RUN line or build log holds one.
+if [ -s /run/secrets/index_netrc ]; then
+  export NETRC=/run/secrets/index_netrc
+fi
 if [ -s /run/secrets/hf_token ]; then
   HF_TOKEN="$(cat /run/secrets/hf_token)"
   export HF_TOKEN

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..credentials import names_secret
 from ..dockerhost import is_local_docker_host
 from ..errors import SmokeError
 from ..matrix import Gates, SpeculativeSettings, Stack
@@ -155,9 +156,11 @@ class ContainerPlan:
     labels: Mapping[str, str]
     container_port: int
     bind_address: str  # host address the container port is published on
+    referenced: frozenset[str] = frozenset()  # env keys whose values came from `${NAME}` references
 
     def redacted_environment(self) -> dict[str, str]:
-        return {k: ("***" if _is_secret(k) else v) for k, v in self.environment.items()}
+        return {k: ("***" if k in SECRET_ENV or names_secret(k) or k in self.referenced else v)
+                for k, v in self.environment.items()}
 
 
 # ---- options ---------------------------------------------------------------------------------------
@@ -354,7 +357,10 @@ def container_plan(
     host_env = os.environ if host_env is None else host_env
     spec = run_spec(options, kind)
     environment = {k: host_env[k] for k in SECRET_ENV if host_env.get(k)}
-    environment.update(spec.environment)
+    environment.update(spec.plain_env)
+    # serving.env's `${NAME}`: this process's own NAME (`check_secret_references` refused a missing one
+    # before anything started; a plan made only to show the command has none).
+    environment.update({key: host_env[name] for key, name in spec.secret_references if name in host_env})
     return ContainerPlan(
         kind=kind,
         image=image,
@@ -369,13 +375,20 @@ def container_plan(
         container_port=spec.port,
         # A remote GPU node's loopback is not reachable from here: publish on its interfaces instead.
         bind_address="127.0.0.1" if is_local_docker_host(options.docker_host) else "0.0.0.0",
+        referenced=frozenset(k for k, _ in spec.secret_references),
     )
+
+
+def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
+    """Each `${NAME}` of serving.env must be set where the smoke runs: one line naming the first that is not."""
+    host_env = os.environ if host_env is None else host_env
+    for key, name in spec.secret_references:
+        if name not in host_env:
+            raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)
 
 
 def _bind(mount: Mount) -> str:
     return mount.bind_on_this_machine()
 
 
-def _is_secret(key: str) -> bool:
-    upper = key.upper()
-    return key in SECRET_ENV or any(word in upper for word in ("TOKEN", "SECRET", "PASSWORD", "KEY"))

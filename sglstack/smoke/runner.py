@@ -33,6 +33,7 @@ from .plan import (
     RUN_KINDS,
     ContainerPlan,
     SmokeOptions,
+    check_secret_references,
     container_plan,
     redact_argv,
 )
@@ -74,6 +75,7 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
     # Before anything starts: a missing bind source would be created by Docker, as root.
     if notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host)):
         log(f"smoke: {notice}")
+    check_secret_references(options.serving)
     report_path, history_file = check_outputs(options, stack)
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
