@@ -272,7 +272,7 @@ def k8s_expand(text: str, env: dict[str, str]) -> str:
 
 def test_k8s_passes_every_dollar_of_the_stack_as_written(tmp_path):
     extra = 'serving: {model: m, gpus: 0, extra_args: ["--api-key", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"],' \
-            ' env: {PASSWORD: "pa$$word", NOTE: "$(HF_TOKEN) $$(HF_TOKEN)"}}\n'
+            ' env: {MOTTO: "pa$$word", NOTE: "$(HF_TOKEN) $$(HF_TOKEN)"}}\n'
     stack = load_matrix(matrix(tmp_path, {"s": extra})).get("s")
     files = k8s.render_k8s(stack, f"127.0.0.1:5000/sglstack/sglang@{DIGEST}", k8s.K8sOptions(gpus=False, nnodes=2))
     container = yaml.safe_load(files[k8s.LWS_FILE])["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"][
@@ -286,7 +286,7 @@ def test_k8s_passes_every_dollar_of_the_stack_as_written(tmp_path):
     assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == "1"
     assert argv[argv.index("--dist-init-addr") + 1] == f"leader.svc:{k8s.DIST_INIT_PORT}"
     env = {e["name"]: k8s_expand(e["value"], pod_env) for e in container["env"] if "value" in e}
-    assert env["PASSWORD"] == "pa$$word" and env["NOTE"] == "$(HF_TOKEN) $$(HF_TOKEN)"
+    assert env["MOTTO"] == "pa$$word" and env["NOTE"] == "$(HF_TOKEN) $$(HF_TOKEN)"
 
 
 # ---- option values written into manifests ----------------------------------------------------------
