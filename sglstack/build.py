@@ -49,7 +49,7 @@ from .records import build_root, require_writable, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
 from .ui import console as make_console
-from .verify import lock_mismatches, pin_mismatches
+from .verify import lock_mismatches, pin_mismatches, pip_check_problems
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -208,7 +208,7 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
 
 def check_pins(stack: Stack, image_info: dict[str, Any], lock: Lock | None = None) -> None:
     """The installed set against the stack's pins and, when it has one, its lock (exactly)."""
-    problems = pin_mismatches(stack, image_info)
+    problems = pin_mismatches(stack, image_info) + pip_check_problems(stack, image_info)
     if lock is not None:
         problems += source_mismatches(lock, stack) + lock_mismatches(lock, image_info)[0]
     if problems:

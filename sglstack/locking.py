@@ -41,7 +41,16 @@ from packaging.version import Version
 from .diff import lock_snapshot, print_diff, snapshot_diff
 from .errors import ConfigError, SglstackError
 from .gitsource import GitSource, GitSourceError
-from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
+from .lockfile import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    lock_path,
+    read_lock,
+    stack_input_hash,
+    with_edges,
+    write_lock,
+)
 from .matrix import Stack, load_matrix
 from .records import utc_timestamp
 from .resolver import (
@@ -408,7 +417,7 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                 resolver=f"uv {part.uv_version} (uv pip compile --generate-hashes)", python=stack.python,
                 platforms=stack.platforms, layers=layers,
                 sglang_commit=stack.sglang.git.ref if stack.sglang.git else None,
-                packages=part.packages, indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
+                packages=with_edges(part.packages), indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
                 python_platforms=tuple(python_platform(p) for p in stack.platforms))
 
 
@@ -427,7 +436,7 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
     """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept)."""
     stack = load_matrix(stacks_file).get(stack_name)
     path = lock_path(stacks_file, stack_name)
-    previous = read_lock(path) if path.is_file() else None
+    previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line
     wanted = [canonicalize_name(u) for u in upgrade_packages]
     if wanted and previous is None:
         raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",
