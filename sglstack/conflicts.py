@@ -177,8 +177,8 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
                 + (resolve_findings(matrix, resolver) if resolve else []))
     for f in findings:
-        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red", "override": "yellow",
-                 "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
+        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
+                 "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
         console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
     failures = [f for f in findings if f.is_failure]
     console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"

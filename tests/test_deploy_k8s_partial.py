@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_deploy_k8s import A, B, NAME, REPOSITORY, applied_image, calls, cluster, deploy, records  # noqa: F401
+from tests.test_deploy_k8s import NAME, REPOSITORY, A, B, applied_image, calls, cluster, deploy, records  # noqa: F401
 
 OBJECTS = "objects"
 

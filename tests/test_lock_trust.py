@@ -7,6 +7,7 @@ check, a lock with `urllib3` removed built "verified" and the image failed `impo
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -86,7 +87,7 @@ def test_a_hand_edited_lock_is_refused_naming_file_stack_and_package(work, edit,
 
 
 def test_another_stacks_lock_is_refused_as_such(work):
-    stacks, path, text = work
+    stacks, _, text = work
     stacks.write_text(stacks.read_text().replace("  cpu-lock:", "  cpu-other:\n    inherits: cpu-lock\n  cpu-lock:"))
     other = lock_path(stacks, "cpu-other")
     other.write_text(text)  # copied over from cpu-lock
@@ -150,7 +151,6 @@ def broken_env(tmp_path_factory):
     tools = REPO / "sglstack" / "incontainer"
     proc = subprocess.run([str(python), str(tools / "imageinfo.py")], check=True, capture_output=True, text=True,
                           timeout=300)
-    import json  # noqa: PLC0415 - only this fixture reads the report
     return json.loads(proc.stdout)
 
 

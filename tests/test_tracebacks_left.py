@@ -203,5 +203,5 @@ def test_coverage_json_that_cannot_be_written_is_refused_before_the_work(tmp_pat
 # ---- diff --docker-host to an engine that is down --------------------------------------------------------
 
 def test_diff_with_an_engine_that_is_down_says_so():
-    with pytest.raises(DockerUnavailable, match="^cannot reach the Docker engine at tcp://127.0.0.1:9: "):
+    with pytest.raises(DockerUnavailable, match=r"^cannot reach the Docker engine at tcp://127\.0\.0\.1:9: "):
         load_snapshot("sglstack/cu130:abc", docker_host="tcp://127.0.0.1:9")
