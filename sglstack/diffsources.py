@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from .diff import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
-from .errors import ConfigError, RegistryError
+from .errors import ConfigError, DockerUnavailable, RegistryError
 from .localsnapshots import IMAGE_FACTS, local_snapshot
 from .records import build_root
 from .registry import RegistryClient
@@ -141,7 +141,15 @@ def _registry_snapshot(ref: str) -> Snapshot:
 
 def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
     """Whatever `spec` names, as a snapshot; a one-line error when it names nothing diff can read."""
-    found = local_snapshot(spec, docker_host=docker_host)
+    try:
+        found = local_snapshot(spec, docker_host=docker_host)
+    except DockerUnavailable as down:
+        # The engine asked for is down: a registry image is still read through the registry API; for
+        # anything else (a tag only an engine could hold) the engine being down is the answer.
+        try:
+            return _registry_snapshot(spec)
+        except (ConfigError, RegistryError):
+            raise down from None
     if found is not None:
         return found
     if spec.startswith("sha256:"):

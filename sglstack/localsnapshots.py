@@ -82,11 +82,17 @@ def _record_naming(image_id: str) -> Snapshot | None:
 
 def local_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot | None:
     """What this host alone can tell about `spec` (a file, an engine image, a build record naming an id):
-    never a registry. None when nothing here names it."""
+    never a registry. None when nothing here names it; `DockerUnavailable` when `docker_host` names an
+    engine that is down and nothing else here answers."""
     path = Path(spec)
     if path.exists():
         return snapshot_from_file(path, spec)
-    found = _engine_snapshot(spec, docker_host)
+    try:
+        found = _engine_snapshot(spec, docker_host)
+    except DockerUnavailable:  # the engine named is down: a build record may still know the id
+        found = _record_naming(spec) if spec.startswith("sha256:") else None
+        if found is None:
+            raise
     if found is not None:
         return found
     return _record_naming(spec) if spec.startswith("sha256:") else None

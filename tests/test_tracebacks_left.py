@@ -205,3 +205,10 @@ def test_coverage_json_that_cannot_be_written_is_refused_before_the_work(tmp_pat
 def test_diff_with_an_engine_that_is_down_says_so():
     with pytest.raises(DockerUnavailable, match=r"^cannot reach the Docker engine at tcp://127\.0\.0\.1:9: "):
         load_snapshot("sglstack/cu130:abc", docker_host="tcp://127.0.0.1:9")
+
+
+def test_a_registry_image_is_still_read_when_the_engine_is_down(monkeypatch):
+    stub = StubRegistry(_manifest(GOOD_CONFIG, (FACTS_LAYER, GZ, len(FACTS_LAYER))), [GOOD_CONFIG, FACTS_LAYER])
+    monkeypatch.setattr(diffsources.RegistryClient, "from_environment", lambda registry: stub)
+    snap = load_snapshot("registry.test:5000/sglstack/sglang:cu130", docker_host="tcp://127.0.0.1:9")
+    assert snap.kind == "image" and snap.packages == {"torch": "2.9.1"}
