@@ -361,7 +361,7 @@ def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_mo
         from sglstack.bisect.driver import smoke_bisect_exit
 
         _exit_with(smoke_bisect_exit(image, bisect_exit, stack=stack, stacks_file=stacks_file, metric=bisect_metric,
-                                     threshold=bisect_threshold, runs=int(runs) if runs else None, model=model,
+                                     threshold=bisect_threshold, runs=runs, model=model,
                                      draft_model=draft_model, tp=tp, gpus=gpus, mounts=mount or None,
                                      env=env or None, labels=label or None, docker_host=docker_host,
                                      timeout=timeout, concurrency=concurrency, num_prompts=num_prompts,

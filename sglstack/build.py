@@ -56,7 +56,7 @@ from .render import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_b
 from .resources import DEFAULT_PATCHES_DIR
 from .safefiles import containing_root, write_text
 from .ui import console as make_console
-from .verify import lock_mismatches, pin_mismatches
+from .verify import lock_mismatches, pin_mismatches, pip_check_problems
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -230,7 +230,7 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
 
 def check_pins(stack: Stack, image_info: dict[str, Any], lock: Lock | None = None) -> None:
     """The installed set against the stack's pins and, when it has one, its lock (exactly)."""
-    problems = pin_mismatches(stack, image_info)
+    problems = pin_mismatches(stack, image_info) + pip_check_problems(stack, image_info)
     if lock is not None:
         problems += source_mismatches(lock, stack) + lock_mismatches(lock, image_info)[0]
     if problems:

@@ -17,8 +17,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from rich.table import Table
 
+from .errors import ConfigError
 from .incontainer.wheelkit import requirement_key
-from .lockfile import Lock, is_current, lock_path, missing_message, read_lock, stale_message
+from .lockfile import Lock, StaleLock, lock_for_build, lock_path, missing_message, stale_message
 from .locking import LockError, resolve_stack
 from .matrix import Matrix, Stack, load_matrix
 from .ui import console as make_console
@@ -30,12 +31,13 @@ _MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 @dataclass(frozen=True)
 class Finding:
     stack: str
-    kind: str  # "conflict" | "stale-override" | "stale-lock" | "override" | "no-lock" | "resolved" | "skipped"
+    # "conflict" | "stale-override" | "stale-lock" | "bad-lock" | "override" | "no-lock" | "resolved" | "skipped"
+    kind: str
     message: str
 
     @property
     def is_failure(self) -> bool:
-        return self.kind in ("conflict", "stale-override", "stale-lock")
+        return self.kind in ("conflict", "stale-override", "stale-lock", "bad-lock")
 
 
 def target_environment(python: str, platform: str) -> dict[str, str]:
@@ -128,10 +130,15 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     findings = []
     for stack in matrix.stacks.values():
         path = lock_path(stacks_file, stack.name)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
-        elif not is_current(read_lock(path), stack):
+            continue
+        try:
+            lock_for_build(stacks_file, stack)  # the build's own check: stale, another stack's, edited
+        except StaleLock:
             findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
+        except ConfigError as exc:  # unreadable or edited by hand: a lock the build would refuse
+            findings.append(Finding(stack.name, "bad-lock", f"{path}: {exc.reason}"))
     return findings
 
 
@@ -170,8 +177,8 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
                 + (resolve_findings(matrix, resolver) if resolve else []))
     for f in findings:
-        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "override": "yellow",
-                 "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
+        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
+                 "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
         console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
     failures = [f for f in findings if f.is_failure]
     console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -176,8 +177,8 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
     if not stack.cuda_arch_list:
         raise CoverageInputError("cuda_arch_list is empty: there is no capability to check", stack=stack.name,
                                  key="cuda_arch_list")
-    if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
-        raise CoverageInputError(f"the folder of '{json_path}' does not exist", key="--json")
+    if json_path:
+        writable_json_path(json_path)  # before any wheel is fetched: the report must have somewhere to go
     reports = []
     try:
         for platform in stack.platforms:
@@ -188,5 +189,36 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
         render_report(report, console)
     if json_path:
         data = reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]}
-        Path(json_path).expanduser().write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        target = Path(json_path).expanduser()
+        tmp = target.with_name(f".{target.name}.tmp")
+        try:  # whole or not at all: a full disk leaves the earlier report, never half of this one
+            tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            tmp.replace(target)
+        except OSError as exc:
+            raise CoverageInputError(f"cannot write '{json_path}': {exc.strerror or exc}", key="--json") from None
+        finally:
+            tmp.unlink(missing_ok=True)
     return overall_exit(reports)
+
+
+def writable_json_path(json_path: str) -> Path:
+    """`--json PATH` checked by writing: a folder, a missing folder, a read-only one or file is one line.
+
+    A probe file is created and removed in the folder (permission bits alone say nothing for root, and
+    nothing of a read-only mount), and an existing report is opened for writing without truncating it.
+    """
+    path = Path(json_path).expanduser()
+    folder = path.resolve().parent
+    if path.is_dir():
+        raise CoverageInputError(f"'{json_path}' is a folder, not a file to write the report to", key="--json")
+    if not folder.is_dir():
+        raise CoverageInputError(f"the folder of '{json_path}' does not exist", key="--json")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sglstack-probe-"):
+            pass
+        if path.exists():
+            with open(path, "r+b"):
+                pass
+    except OSError as exc:
+        raise CoverageInputError(f"cannot write '{json_path}': {exc.strerror or exc}", key="--json") from None
+    return path

@@ -117,10 +117,50 @@ def _sglang_source(source: Any) -> tuple[str | None, tuple[str, str] | None]:
     return None, None
 
 
+_SCALAR = (str, int, float)
+
+
+def _flat(value: Any) -> bool:
+    """A mapping of names to plain values (pins, installed packages, labels)."""
+    return isinstance(value, Mapping) and all(isinstance(v, _SCALAR) and not isinstance(v, bool)
+                                              for v in value.values())
+
+
+def record_problem(record: Any) -> tuple[str, str] | None:
+    """(key, what is wrong) for a build record diff cannot read as `build.py` writes it; None when it can.
+
+    Each key is checked for the type diff reads it as, so a hand-edited or damaged record is one line
+    naming its key instead of a traceback (or a diff of half-read values)."""
+    if not isinstance(record, Mapping):
+        return "(record)", f"a JSON {type(record).__name__}, not an object"
+    for key in ("stack", "config_hash"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return key, "not text"
+    for key in ("pins", "installed", "labels"):
+        if record.get(key) is not None and not _flat(record[key]):
+            return key, "not an object of names to versions or values"
+    base = record.get("base_image")
+    if base is not None and not (isinstance(base, Mapping) and all(
+            isinstance(base.get(k), str | None) for k in ("name", "digest"))):
+        return "base_image", "not an object with text 'name' and 'digest'"
+    patches = record.get("patches")
+    if patches is not None and not (_flat(patches) or (isinstance(patches, list)
+                                                        and all(isinstance(e, Mapping) for e in patches))):
+        return "patches", "not a list of patch entries"
+    sglang = record.get("sglang")
+    if sglang is not None:
+        git = sglang.get("git") if isinstance(sglang, Mapping) else None
+        if not isinstance(sglang, Mapping) or not isinstance(sglang.get("version"), str | None) or not (
+                git is None or (isinstance(git, Mapping) and all(isinstance(git.get(k), str | None)
+                                                                 for k in ("repo", "ref")))):
+            return "sglang", "not {version} or {git: {repo, ref}}"
+    return None
+
+
 def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
     """A build record (`build/NAME/record.json`, as `build.py` writes it)."""
     labels = record.get("labels")
-    labels = dict(labels) if isinstance(labels, Mapping) else None
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else None
     base: Mapping[str, Any] = record["base_image"] if isinstance(record.get("base_image"), Mapping) else {}
     sglang, git = _sglang_source(record.get("sglang"))
     pins = record.get("pins")
@@ -156,12 +196,15 @@ def image_snapshot(ref: str, labels: Mapping[str, str], files: Mapping[str, byte
     installed = load("installed.json")
     manifest = load("patches.json")
     stack = load("stack.json")
+    stack = stack if isinstance(stack, dict) else None  # an unreadable fact: known by the labels instead
+    labels = {str(k): v for k, v in labels.items() if isinstance(v, str)}
     patches = _patches_from_manifest(manifest)
     if patches is None:
         patches = {k.removeprefix(PATCH_LABEL_PREFIX): v for k, v in sorted(labels.items())
                    if k.startswith(PATCH_LABEL_PREFIX)}
     sglang, git = _sglang_source((stack or {}).get("sglang"))
     distributions = (installed or {}).get("distributions") if isinstance(installed, dict) else None
+    distributions = distributions if _flat(distributions) else None
     return Snapshot(
         ref=ref, kind="image", stack=labels.get(PREFIX + "stack"), config_hash=labels.get(CONFIG_HASH_LABEL),
         base_image=labels.get(BASE_NAME_LABEL), base_digest=labels.get(BASE_DIGEST_LABEL),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .diff import Snapshot, image_snapshot, lock_snapshot, record_snapshot
+from .diff import Snapshot, image_snapshot, lock_snapshot, record_problem, record_snapshot
 from .errors import ConfigError, DockerUnavailable
 from .lockfile import parse_lock
 from .records import build_root
@@ -38,6 +38,9 @@ def snapshot_from_file(path: Path, ref: str) -> Snapshot:
                           file=str(path)) from None
     if not isinstance(record, dict) or "config_hash" not in record:
         raise ConfigError("not a build record (no 'config_hash')", file=str(path))
+    problem = record_problem(record)
+    if problem:
+        raise ConfigError(f"not a build record diff can read: {problem[1]}", file=str(path), key=problem[0])
     return record_snapshot(record, ref)
 
 
@@ -50,6 +53,8 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
     try:
         client = docker_client(docker_host)
     except DockerUnavailable:
+        if docker_host:  # the engine asked for is down: say so, rather than look elsewhere and blame the name
+            raise
         return None
     try:
         image = client.images.get(ref)
@@ -70,18 +75,24 @@ def _record_naming(image_id: str) -> Snapshot | None:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and record.get("image_id") == image_id:
+        if isinstance(record, dict) and record.get("image_id") == image_id and record_problem(record) is None:
             return record_snapshot(record, image_id)
     return None
 
 
 def local_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot | None:
     """What this host alone can tell about `spec` (a file, an engine image, a build record naming an id):
-    never a registry. None when nothing here names it."""
+    never a registry. None when nothing here names it; `DockerUnavailable` when `docker_host` names an
+    engine that is down and nothing else here answers."""
     path = Path(spec)
     if path.exists():
         return snapshot_from_file(path, spec)
-    found = _engine_snapshot(spec, docker_host)
+    try:
+        found = _engine_snapshot(spec, docker_host)
+    except DockerUnavailable:  # the engine named is down: a build record may still know the id
+        found = _record_naming(spec) if spec.startswith("sha256:") else None
+        if found is None:
+            raise
     if found is not None:
         return found
     return _record_naming(spec) if spec.startswith("sha256:") else None

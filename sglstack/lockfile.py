@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -51,6 +51,10 @@ class LockedPackage:
     unhashed: str | None = None  # why there is no hash; the pin is then installed as without a lock
     required_by: tuple[str, ...] = ()
     note: str | None = None
+    # What this package itself requires inside the lock (the resolver's edges for the target markers);
+    # None for a lock written before these lines existed. With `required_by`, both ends of every edge
+    # are written, so removing any entry by hand leaves a name that points at nothing.
+    requires: tuple[str, ...] | None = None
 
     @property
     def requirement(self) -> str:
@@ -89,6 +93,8 @@ class Lock:
     notes: tuple[str, ...] = ()
     python_platforms: tuple[str, ...] = field(default=(), compare=False)  # the uv targets resolved for
     sglang_commit: str | None = None  # a git-sourced SGLang: the full sha the image builds from
+    # The `# packages: N (H hashed, U unhashed)` header as read from a file (None for a lock made in memory).
+    declared_counts: tuple[int, int, int] | None = field(default=None, compare=False)
 
     @property
     def pins(self) -> dict[str, str]:
@@ -175,15 +181,62 @@ class StaleLock(ConfigError):
     """The stack entry changed since its lock was resolved."""
 
 
+class UntrustedLock(ConfigError):
+    """The lock is not what `invoke lock` would have written for this stack (edited by hand, or copied)."""
+
+
 def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
-    """The stack's current lock; None when it has none; `StaleLock` (one line) when the entry moved on."""
+    """The stack's current, trustworthy lock; None when it has none; a one-line `ConfigError` otherwise:
+    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack."""
     path = lock_path(stacks_file, stack.name)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     lock = read_lock(path)
+    if lock.stack != stack.name:
+        raise UntrustedLock(f"this is the lock of stack '{lock.stack}', not of '{stack.name}': "
+                            f"run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
     if not is_current(lock, stack):
         raise StaleLock(stale_message(stack.name, path), stack=stack.name)
+    problem = untrusted_reason(lock, stack)
+    if problem:
+        raise UntrustedLock(f"{problem}: the lock was edited by hand; run invoke lock --stack {stack.name}",
+                            file=str(path), stack=stack.name)
     return lock
+
+
+def untrusted_reason(lock: Lock, stack: Stack) -> str | None:
+    """Why the lock is not what would be derived for `stack` (the first reason, naming the package), or None.
+
+    Trustworthy means: its header agrees with its body (count, layers), every pin of the stack is locked
+    at its version, and the closure is complete: every edge the resolver wrote (`via` on the child,
+    `requires` on the parent) ends at an entry of the lock. A changed version of a transitive package
+    is caught by its hashes when pip installs it.
+    """
+    if lock.declared_counts is not None:
+        counts = (len(lock.packages), lock.hashed_count, len(lock.packages) - lock.hashed_count)
+        if counts != lock.declared_counts:
+            n, h, u = lock.declared_counts
+            return (f"the header says {n} packages ({h} hashed, {u} unhashed), the body has {counts[0]} "
+                    f"({counts[1]} hashed, {counts[2]} unhashed)")
+    layers = set(lock.layers)
+    for p in lock.packages:
+        if p.layer not in layers:
+            return f"{p.name} is in layer '{p.layer}', which the header's layers ({' '.join(lock.layers)}) lack"
+    for name, want in sorted(stack.pins().items()):
+        entry = lock.get(name)
+        if entry is None:
+            return f"the stack pins {name}=={want}, the lock has no {name}"
+        if entry.version and not _same_version(entry.version, want):
+            return f"the stack pins {name}=={want}, the lock has {name}=={entry.version}"
+    names = set(lock.pins)
+    for p in lock.packages:
+        for parent in p.required_by:
+            if parent not in names:
+                return f"{p.name} is required by {parent}, which is not in the lock"
+        for child in p.requires or ():
+            if child not in names:
+                return f"{p.name} requires {child}, which is not in the lock"
+    return None
 
 
 # ---- the installed set against the lock --------------------------------------------------------------
@@ -225,6 +278,18 @@ def compare_installed(lock: Lock, distributions: Mapping[str, str]) -> Installed
         else:
             problems.append(f"installed but not in the lock: {listed}")
     return InstalledComparison(tuple(problems), tuple(notices))
+
+
+def with_edges(packages: tuple[LockedPackage, ...]) -> tuple[LockedPackage, ...]:
+    """The entries with both ends of each resolver edge inside the lock: `required_by` keeps only parents
+    the lock holds (a stand-in's own dependency is not installed from it), `requires` is its inverse."""
+    names = {p.name for p in packages}
+    children: dict[str, set[str]] = {}
+    for p in packages:
+        for parent in p.required_by:
+            children.setdefault(parent, set()).add(p.name)
+    return tuple(replace(p, required_by=tuple(x for x in p.required_by if x in names),
+                         requires=tuple(sorted(children.get(p.name, ()))) or None) for p in packages)
 
 
 def lock_content_sha256(lock: Lock) -> str:
@@ -275,12 +340,16 @@ def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
                 body.append(f"# unhashed: {p.requirement} ({p.unhashed or 'no hash'})")
                 if p.url and p.version:
                     body.append(f"#     version: {p.version}")
+                if p.requires:
+                    body.append(f"#     requires: {', '.join(p.requires)}")
                 continue
             body.append(" \\\n    ".join([p.requirement, *(f"--hash={h}" for h in p.hashes)]))
             if p.url:
                 body.append(f"    # version: {p.version}")
             if p.required_by:
                 body.append(f"    # via {', '.join(p.required_by)}")
+            if p.requires:
+                body.append(f"    # requires: {', '.join(p.requires)}")
             if p.note:
                 body.append(f"    # note: {p.note}")
     return "\n".join(head + body) + "\n"
@@ -317,7 +386,8 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
             spec = unhashed.group("spec")
             name, url, version = _split_spec(spec)
             packages.append({"name": name, "version": version, "url": url, "layer": layer, "hashes": [],
-                             "unhashed": unhashed.group("reason"), "via": (), "note": None})
+                             "unhashed": unhashed.group("reason"), "via": (), "note": None, "requires": None,
+                             "line": n})
             continue
         if raw[:1].isspace() or line.startswith("#"):
             if not packages:
@@ -335,13 +405,16 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
                 entry["via"] = tuple(v.strip() for v in body.removeprefix("via ").split(","))
             elif body.startswith("note:"):
                 entry["note"] = body.removeprefix("note:").strip()
+            elif body.startswith("requires:"):
+                entry["requires"] = tuple(canonicalize_name(v.strip())
+                                          for v in body.removeprefix("requires:").split(",") if v.strip())
             continue
         spec = line.removesuffix("\\").strip()
         name, url, version = _split_spec(spec)
         if not url and not version:
             raise fail(n, f"'{spec}' is not 'name==version' or 'name @ url'")
         packages.append({"name": name, "version": version, "url": url, "layer": layer, "hashes": [],
-                         "unhashed": None, "via": (), "note": None, "line": n})
+                         "unhashed": None, "via": (), "note": None, "requires": None, "line": n})
 
     def one(key: str) -> str:
         values = header.get(key)
@@ -358,19 +431,32 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
             raise ConfigError(f"unreadable 'unresolved-layer: {value}'", file=file)
         unresolved.append(UnresolvedLayer(m.group("layer"), m.group("deps") == "with", m.group("reason")))
     out = []
+    seen: dict[str, int] = {}
     for p in packages:
+        if p["name"] in seen:
+            raise fail(p["line"], f"{p['name']} is listed twice (first on line {seen[p['name']]})")
+        seen[p["name"]] = p["line"]
         if p["unhashed"] is None and not p["hashes"]:
             raise fail(p["line"], f"{p['name']} has no --hash (an unhashable pin is written '# unhashed: ...')")
         if not p["version"] and p["unhashed"] is None:
             raise fail(p["line"], f"{p['name']} @ url has no '# version:' line")
         out.append(LockedPackage(name=p["name"], version=p["version"], layer=p["layer"], hashes=tuple(p["hashes"]),
-                                 url=p["url"], unhashed=p["unhashed"], required_by=p["via"], note=p["note"]))
+                                 url=p["url"], unhashed=p["unhashed"], required_by=p["via"], note=p["note"],
+                                 requires=p["requires"]))
     return Lock(stack=one("stack"), stack_sha256=one("stack-sha256"), resolved_at=one("resolved-at"),
                 resolver=one("resolver"), python=one("python"), platforms=tuple(one("platforms").split()),
                 layers=tuple(one("layers").split()), packages=tuple(out), indexes=tuple(header.get("index", [])),
                 unresolved=tuple(unresolved), notes=tuple(header.get("note", [])),
                 python_platforms=tuple(" ".join(header.get("resolved-for", [])).split()),
-                sglang_commit=_commit(header.get("sglang-git-commit"), file))
+                sglang_commit=_commit(header.get("sglang-git-commit"), file),
+                declared_counts=_counts(one("packages"), file))
+
+
+def _counts(value: str, file: str) -> tuple[int, int, int]:
+    m = re.fullmatch(r"(\d+) \((\d+) hashed, (\d+) unhashed\)", value)
+    if not m:
+        raise ConfigError(f"'packages: {value}' is not 'N (H hashed, U unhashed)'", file=file)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def _commit(values: list[str] | None, file: str) -> str | None:
@@ -393,8 +479,12 @@ def _split_spec(spec: str) -> tuple[str, str | None, str]:
 def read_lock(path: Path) -> Lock:
     try:
         text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigError("the lock path is a folder, not a lock file", file=str(path)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the lock: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the lock is not UTF-8 text (byte {exc.start})", file=str(path)) from None
     return parse_lock(text, file=str(path))
 
 

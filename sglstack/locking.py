@@ -44,7 +44,16 @@ from .diff import lock_snapshot, print_diff, snapshot_diff
 from .dockerhost import docker_client, image_exists, read_image_files
 from .errors import ConfigError, DockerUnavailable, SglstackError
 from .gitsource import GitSource, GitSourceError
-from .lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, write_lock
+from .lockfile import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    lock_path,
+    read_lock,
+    stack_input_hash,
+    with_edges,
+    write_lock,
+)
 from .matrix import Stack, load_matrix
 from .records import require_writable, utc_timestamp
 from .resolver import (
@@ -454,8 +463,8 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                 resolver=f"uv {part.uv_version} (uv pip compile --generate-hashes)", python=stack.python,
                 platforms=stack.platforms, layers=layers,
                 sglang_commit=stack.sglang.git.ref if stack.sglang.git else None,
-                packages=part.packages, indexes=part.indexes, unresolved=part.unresolved, notes=part.notes,
-                python_platforms=tuple(python_platform(p, glibc) for p in stack.platforms))
+                packages=with_edges(part.packages), indexes=part.indexes, unresolved=part.unresolved,
+                notes=part.notes, python_platforms=tuple(python_platform(p, glibc) for p in stack.platforms))
 
 
 # ---- the task --------------------------------------------------------------------------------------
@@ -475,7 +484,7 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
     path = lock_path(stacks_file, stack_name)
     # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
     require_writable(path, what="lock")
-    previous = read_lock(path) if path.is_file() else None
+    previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line
     wanted = [canonicalize_name(u) for u in upgrade_packages]
     if wanted and previous is None:
         raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",

@@ -270,10 +270,16 @@ def test_check_matrix_reads_each_sglang_version_once_and_skips_git_sources(cu130
     assert asked == ["0.5.9"]
 
 
+IDNA = LockedPackage("idna", "3.7", "deps", ("sha256:" + "a" * 64,))
+
+
 def _lock_of(stack, **changes) -> Lock:
+    """A lock the build trusts: every pin of the stack locked at its version, and one dependency."""
+    pinned = tuple(LockedPackage(name, version, "deps", ("sha256:" + "b" * 64,))
+                   for name, version in sorted(stack.pins().items()))
     fields = dict(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at="2026-12-02T18:00:00Z",
                   resolver="uv 0.13.9", python=stack.python, platforms=stack.platforms, layers=("deps",),
-                  packages=(LockedPackage("idna", "3.7", "deps", ("sha256:" + "a" * 64,)),))
+                  packages=(*pinned, IDNA))
     fields.update(changes)
     return Lock(**fields)
 
@@ -283,13 +289,15 @@ def test_lock_findings_name_the_missing_and_the_stale_lock(cu130, tmp_path):
     current, stale, missing = (cu130.model_copy(update={"name": n}) for n in ("current", "stale", "missing"))
     write_lock(lock_path(stacks_file, "current"), _lock_of(current))
     write_lock(lock_path(stacks_file, "stale"), _lock_of(stale, stack_sha256="0" * 64))
-    lock_path(stacks_file, "missing").parent.joinpath("missing.txt").mkdir()  # a folder is not a lock
+    folder = current.model_copy(update={"name": "folder"})
+    lock_path(stacks_file, "folder").parent.joinpath("folder.txt").mkdir()  # a folder is not a lock: bad input
     locks = tmp_path / "locks"
-    assert lock_findings(_matrix(current, stale, missing), stacks_file) == [
+    assert lock_findings(_matrix(current, stale, missing, folder), stacks_file) == [
         Finding("stale", "stale-lock", f"{locks}/stale.txt is older than the stack entry it locks: "
                                        "run invoke lock --stack stale"),
         Finding("missing", "no-lock", f"no lock ({locks}/missing.txt): the image is not reproducible to the last "
                                       "package; run invoke lock --stack missing"),
+        Finding("folder", "bad-lock", f"{locks}/folder.txt: the lock path is a folder, not a lock file"),
     ]
 
 
@@ -297,7 +305,7 @@ def _resolver(cu130):
     def resolve(stack) -> Lock:
         if stack.name == "unsolvable":
             raise LockError(f"stack '{stack.name}': uv found no solution: torch==2.9.0 and torch==2.9.1")
-        return _lock_of(stack, packages=_lock_of(stack).packages * 3, unresolved=(
+        return _lock_of(stack, packages=(IDNA,) * 3, unresolved=(
             UnresolvedLayer("torch", True, "index https://download.pytorch.org/whl/cu130 unreachable"),))
     return resolve
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from ..records import build_root, stack_lock
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..wheels import WheelFetchError, available_versions, fetch_wheel
 from . import metrics as metrics_mod
-from .log import BisectLog, builds_by_ref, replay
+from .log import BisectLog, builds_by_ref, check_events, replay
 from .planner import FOUND, Measure, Outcome, Planner, PlannerConfig
 from .releases import ReleaseRangeError, releases_between
 from .report import build_report, short, write_reports
@@ -339,6 +340,7 @@ class Session:
     def run(self, key: dict[str, Any]) -> BisectResult:
         self.key = key
         events = self.log.read()
+        check_events(self.log.path, events)  # a sample that is not a number is refused, not replayed
         start = events[0] if events else {}
         if start.get("event") == "start" and start.get("key") == key:
             refs = list(start["refs"])
@@ -461,7 +463,7 @@ EXIT_ABORT_GIT_BISECT = 128
 
 def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
                       stacks_file: str | Path = DEFAULT_STACKS_FILE, metric: str = "baseline", threshold: str = "5",
-                      runs: int | None = None, log: Log | None = None, **overrides: Any) -> int:
+                      runs: int | str | None = None, log: Log | None = None, **overrides: Any) -> int:
     """`invoke smoke --bisect-exit BASELINE`: 0 good, 1 bad, 125 skip, for `git bisect run`.
 
     BASELINE is the good commit's smoke report (JSON, with its runs: a statistical decision) or a number
@@ -471,20 +473,15 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
     """
     say = log or _stdout
     try:
+        # Everything the verdict compares against is checked before the smoke: a value that cannot be
+        # judged against must abort the bisect (128), never come out as "bad" (1) after minutes of serving.
         chosen = metrics_mod.metric_named(metric)
-        limit = float(threshold) / 100
-        reference: Mapping[str, Any] | None = None
-        value: float | None = None
-        try:
-            value = float(baseline)
-        except ValueError:
-            try:
-                reference = json.loads(Path(baseline).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {exc}") from None
+        limit = bisect_exit_threshold(threshold)
+        count = bisect_exit_runs(runs)
+        reference, value = bisect_exit_baseline(baseline, chosen)
         stack_obj = load_matrix(stacks_file).get(stack) if stack else None
         options = smoke_options(stack_obj, **{**{k: v for k, v in overrides.items() if v is not None},
-                                              "kinds": chosen.kinds, "runs": runs or 5, "flush_cache": True,
+                                              "kinds": chosen.kinds, "runs": count, "flush_cache": True,
                                               "no_history": True})
         report = run_smoke(stack_obj, image, options)
         code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
@@ -498,6 +495,53 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
         + (f"median {sorted(values)[len(values) // 2]:.2f} {chosen.unit}" if values
            else metrics_mod.why_no_samples(report.data, chosen)))
     return code
+
+
+def bisect_exit_threshold(text: str | float) -> float:
+    """`--bisect-threshold PCT` as a fraction: finite, above 0 and below 100 (a drop of 100% or more can't be)."""
+    try:
+        pct = float(text)
+    except (TypeError, ValueError):
+        raise BisectInputError(f"--bisect-threshold '{text}': not a number (a percentage, 5 = 5%)") from None
+    if not math.isfinite(pct) or not 0 < pct < 100:
+        raise BisectInputError(f"--bisect-threshold '{text}': a percentage above 0 and below 100 (5 = 5%)")
+    return pct / 100
+
+
+def bisect_exit_runs(runs: int | str | None) -> int:
+    if runs is None or runs == "":
+        return 5
+    try:
+        count = int(runs)
+    except (TypeError, ValueError):
+        raise BisectInputError(f"--runs '{runs}': not a whole number") from None
+    if not 1 <= count <= 1000:
+        raise BisectInputError(f"--runs {count}: between 1 and 1000 measured runs")
+    return count
+
+
+def bisect_exit_baseline(baseline: str, metric: metrics_mod.Metric) -> tuple[Mapping[str, Any] | None, float | None]:
+    """(the good commit's smoke report, None) or (None, a known-good value); bad input raises, naming it."""
+    try:
+        value = float(baseline)
+    except ValueError:
+        value = None
+    if value is not None:
+        if not math.isfinite(value) or value <= 0:
+            raise BisectInputError(f"--bisect-exit '{baseline}': a known-good {metric.name} value must be a finite "
+                                   f"positive number")
+        return None, value
+    try:
+        reference = json.loads(Path(baseline).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {why}") from None
+    try:
+        if not metrics_mod.samples(reference, metric):
+            raise BisectInputError(f"--bisect-exit {baseline}: the baseline report has no {metric.name} samples")
+    except metrics_mod.MalformedReport as exc:
+        raise BisectInputError(f"--bisect-exit {baseline}: not a smoke report: {exc}") from None
+    return reference, None
 
 
 def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:

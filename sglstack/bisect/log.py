@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import SglstackError
 from ..records import append_jsonl, read_jsonl, utc_now, utc_timestamp
+from .metrics import MalformedReport, measured_value
 from .planner import Planner
 
 LOG_FILE = "log.jsonl"
@@ -31,8 +33,46 @@ FORMAT = 1
 LASTING_SKIPS = ("patch", "source")
 
 
-class BisectLogError(ValueError):
-    pass
+class BisectLogError(SglstackError, ValueError):
+    """The log cannot be replayed (bad input, exit 2, before any build); the message names file and event."""
+
+    exit_code = 2
+
+
+def event_problem(event: Mapping[str, Any]) -> str | None:
+    """What is wrong with one event's content for replaying it (None: nothing): a line that parsed as JSON
+    can still hold a sample that is not a number, or lack the ref it is about."""
+    kind = event.get("event")
+    if kind == "start":
+        refs = event.get("refs")
+        if not isinstance(event.get("key"), dict):
+            return "'key' is not an object"
+        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r for r in refs):
+            return "'refs' is not a list of refs"
+        return None
+    if kind in ("batch", "skip", "build") and not (isinstance(event.get("ref"), str) and event["ref"]):
+        return "'ref' is not a ref"
+    if kind == "batch":
+        samples = event.get("samples")
+        if not isinstance(samples, list) or not samples:
+            return "'samples' is not a list of numbers"
+        try:
+            for i, value in enumerate(samples):
+                measured_value(value, f"'samples[{i}]'")
+        except MalformedReport as exc:
+            return str(exc)
+    if kind == "skip" and not isinstance(event.get("reason"), str):
+        return "'reason' is not text"
+    return None
+
+
+def check_events(path: Path, events: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse, in one line, a log whose events cannot be replayed (rather than a traceback mid-replay)."""
+    for n, event in enumerate(events, 1):
+        problem = event_problem(event)
+        if problem:
+            raise BisectLogError(f"{path}: event {n} ({event.get('event')}): {problem}: remove that line, or move "
+                                 f"the log aside to start the bisect over")
 
 
 @dataclass(frozen=True)

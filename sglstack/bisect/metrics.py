@@ -6,6 +6,7 @@ server's `runs`. Every metric here is better when higher.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,27 +39,57 @@ def metric_named(name: str) -> Metric:
         raise ValueError(f"unknown metric '{name}' (choose from {', '.join(METRICS)})") from None
 
 
-def _runs(server: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+class MalformedReport(ValueError):
+    """A smoke report whose shape or values are not what smoke writes (a hand edit, a truncated file)."""
+
+
+def measured_value(value: Any, where: str) -> float:
+    """A sample as a finite, positive number: anything else is a malformed report, never a verdict."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedReport(f"{where}: {value!r} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise MalformedReport(f"{where}: {value!r} is not a finite positive number")
+    return number
+
+
+def _runs(server: Any, kind: str = "server") -> list[Mapping[str, Any]]:
     """The measured runs of one server; a report without `runs` counts as its one concurrency-1 run."""
-    if not server or not server.get("started"):
+    if server is None:
+        return []
+    if not isinstance(server, Mapping):
+        raise MalformedReport(f"'{kind}' is {type(server).__name__}, not an object")
+    if not server.get("started"):
         return []
     runs = server.get("runs")
     if runs is None:
         runs = [{"tokens_per_s": server.get("tokens_per_s"), "completed": server.get("completed", 1),
                  "accept_length": server.get("accept_length_meta")}]
-    return [r for r in runs if r.get("completed") and r.get("tokens_per_s")]
+    if not isinstance(runs, list) or not all(isinstance(r, Mapping) for r in runs):
+        raise MalformedReport(f"'{kind}.runs' is not a list of objects")
+    kept = [r for r in runs if r.get("completed") and r.get("tokens_per_s") is not None]
+    for i, r in enumerate(kept):
+        measured_value(r["tokens_per_s"], f"'{kind}.runs[{i}].tokens_per_s'")
+        if r.get("accept_length") is not None:
+            measured_value(r["accept_length"], f"'{kind}.runs[{i}].accept_length'")
+    return kept
 
 
 def samples(report: Mapping[str, Any], metric: Metric) -> list[float]:
-    """One value per run; [] when a server the metric needs did not start or measured nothing."""
+    """One value per run; [] when a server the metric needs did not start or measured nothing.
+
+    `MalformedReport` (a ValueError) when the report is not shaped as smoke writes it, or a sample is not
+    a finite positive number: a caller must not read that as a measurement."""
+    if not isinstance(report, Mapping):
+        raise MalformedReport(f"the report is {type(report).__name__}, not an object")
     if metric.name == "baseline":
-        return [float(r["tokens_per_s"]) for r in _runs(report.get("baseline"))]
+        return [float(r["tokens_per_s"]) for r in _runs(report.get("baseline"), "baseline")]
     if metric.name == "eagle3":
-        return [float(r["tokens_per_s"]) for r in _runs(report.get("eagle3"))]
+        return [float(r["tokens_per_s"]) for r in _runs(report.get("eagle3"), "eagle3")]
     if metric.name == "accept_length":
-        return [float(r["accept_length"]) for r in _runs(report.get("eagle3")) if r.get("accept_length")]
+        return [float(r["accept_length"]) for r in _runs(report.get("eagle3"), "eagle3") if r.get("accept_length")]
     # speedup: run i of the EAGLE-3 server over run i of the baseline server, the same prompts in order
-    base, spec = _runs(report.get("baseline")), _runs(report.get("eagle3"))
+    base, spec = _runs(report.get("baseline"), "baseline"), _runs(report.get("eagle3"), "eagle3")
     return [float(e["tokens_per_s"]) / float(b["tokens_per_s"]) for b, e in zip(base, spec, strict=False)]
 
 

@@ -130,8 +130,9 @@ def deploy_k8s(
         applied = True
         failure = wait_ready(dep, wait_limit(spec, wait_timeout_s), say)
     except BaseException as exc:
-        if not applied and isinstance(exc, DeployError):
-            # The API server refused the objects: nothing changed there, so nothing changes here.
+        if not applied and isinstance(exc, DeployError) and not getattr(exc, "applied", ()):
+            # The API server refused every object: nothing changed there, so nothing changes here. (A
+            # partial apply, the LeaderWorkerSet applied and the Service refused, is a change: recovered.)
             restore_files(saved)
             append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
             raise
@@ -142,7 +143,10 @@ def deploy_k8s(
             with signals.deferred():
                 outcome = _recover(dep, attempt, previous, why, say)
         finally:
-            say(f"stack '{dep.stack.name}': {why}; {outcome}")
+            say(f"{why}; {outcome}" if why.startswith(f"stack '{dep.stack.name}'") else
+                f"stack '{dep.stack.name}': {why}; {outcome}")
+        if isinstance(exc, DeployError):  # the error line says what was undone, like a failed wait's
+            raise DeployFailed(f"{str(exc).splitlines()[0][:300]}; {outcome}", "") from None
         raise
     if failure is not None:
         outcome = "the rollback did not finish"
@@ -196,7 +200,10 @@ def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: Deployment
     """Record the failed attempt; apply the previous digest's manifests again (or delete the new ones)."""
     append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
     if previous is None:
-        dep.kubectl.delete(dep.out_dir)
+        try:
+            dep.kubectl.delete(dep.out_dir)
+        except (SglstackError, OSError) as exc:
+            return f"no earlier deployment to roll back to, and {str(exc).splitlines()[0][:300]}"
         return "no earlier deployment to roll back to: deleted what was applied"
     say(f"rolling back leaderworkerset/{dep.name} to {previous.digest} (its manifests re-applied)")
     detail: str | None = None

@@ -19,6 +19,14 @@ FIELD_MANAGER = "sglstack"
 TIMEOUT_S = 120
 
 
+class ApplyFailed(DeployError):
+    """`kubectl apply` failed; `applied` names the objects it applied before (a partial apply is a change)."""
+
+    def __init__(self, message: str, applied: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.applied = applied
+
+
 def _first_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
@@ -54,12 +62,22 @@ class Kubectl:
     def apply(self, folder: Path, what: str) -> str:
         # Server-side apply with our own field manager; --force-conflicts takes back the fields a hand
         # edit took (`kubectl set image`), so that a rollback really serves the recorded digest.
+        # kubectl applies the files' objects one by one and goes on past a refused one: what it printed as
+        # applied before failing is on the cluster now.
         proc = self.run(["apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts",
-                         "-f", str(folder)], check=what)
+                         "-f", str(folder)])
+        if proc.returncode != 0:
+            applied = tuple(line.split()[0] for line in proc.stdout.splitlines()
+                            if line.strip().endswith(("serverside-applied", "configured", "created", "unchanged")))
+            partly = f" (after applying {', '.join(applied)})" if applied else ""
+            raise ApplyFailed(f"{what}: kubectl apply --server-side failed{partly}: {_first_line(proc.stderr)}",
+                              applied)
         return proc.stdout
 
     def delete(self, folder: Path) -> None:
-        self.run(["delete", "--ignore-not-found", "--wait=false", "-f", str(folder)])
+        """Delete the folder's objects (absent ones are fine); a refusal is a DeployError, never 'done'."""
+        self.run(["delete", "--ignore-not-found", "--wait=false", "-f", str(folder)],
+                 check="deleting what was applied")
 
     def get_json(self, kind: str, name: str) -> dict[str, Any] | None:
         """The object as `kubectl get KIND NAME -o json` shows it; None when it does not exist."""
