@@ -93,6 +93,9 @@ def test_process_runner_measures_gates_and_records_the_runner(double_env, marker
     # The stack's exact serving argv, with the environment's interpreter in place of `python3`.
     eagle = data["commands"]["eagle3"]
     assert eagle[0] == str(double_env / "bin" / "python3") and eagle[1:3] == ["-m", "sglang.launch_server"]
+    # The port each server was really started on (a free one per run), as the server itself logged it.
+    port = eagle[eagle.index("--port") + 1]
+    assert f"'port': {port}" in server_log_path(tmp_path / "report.json", "eagle3").read_text()
     assert "--speculative-algorithm" in eagle and "--speculative-algorithm" not in data["commands"]["baseline"]
     # Each server's output is kept beside the report: the double logged its workers and its readiness.
     log = server_log_path(tmp_path / "report.json", "eagle3").read_text()
@@ -183,4 +186,13 @@ def test_signal_ends_the_whole_server_process_group(signum, double_env, marker, 
     assert proc.returncode == 128 + signum, out + err
     assert f"interrupted ({signum.name})" in err and "Traceback" not in err
     assert _processes_with(marker) == []
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_each_runner_refuses_the_other_runners_input_before_anything_starts(double_env, tmp_path, marker):
+    with pytest.raises(SmokeError, match="smoke runner 'process' serves --python-env, not an image"):
+        run_smoke(None, "some/image:tag", _options(tmp_path, double_env, marker), log=lambda _: None)
+    docker_options = smoke_options(None, **FAST, report=str(tmp_path / "report.json"))
+    with pytest.raises(SmokeError, match="smoke runner 'docker': pass --image"):
+        run_smoke(None, None, docker_options, log=lambda _: None)
     assert not (tmp_path / "report.json").exists()

@@ -112,6 +112,8 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
 
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
     runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
+    # The argv each server was started with (the process runner's port is the free one it picked).
+    commands = {kind: launch_command(options, image, kind) for kind in options.kinds}
     for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
@@ -119,7 +121,8 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
             continue
         if engine is None:
             pplan = process_plan(options, kind, free_tcp_port())
-            log(f"smoke: {kind}: {' '.join(redact_argv(pplan.argv))}")
+            commands[kind] = redact_argv(pplan.argv)
+            log(f"smoke: {kind}: {' '.join(commands[kind])}")
             runs[kind] = serve_process_and_measure(pplan, options, server_log_path(report_path, kind), log)
         else:
             plan = container_plan(options, image_info["id"], kind)
@@ -152,7 +155,7 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
             reference, image_info, lambda spec: local_snapshot(spec, docker_host=options.docker_host)),
         "options": options.describe(),
         "runner": runner_summary(options, report_path),
-        "commands": {k: launch_command(options, image, k) for k in options.kinds},
+        "commands": commands,
         "history_file": None if history_file is None else str(history_file),
     }
     comparable: list[Mapping[str, Any]] = []
@@ -180,7 +183,7 @@ def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | Non
 
 
 def launch_command(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
-    """The argv as the report shows it (secrets hidden; the process runner's port is the one it picks)."""
+    """The argv as the report shows it, secrets hidden (a process run replaces it with the one it started)."""
     if options.runner == "process":
         return redact_argv(process_plan(options, kind, options.port, host_env={}).argv)
     return redact_argv(container_plan(options, image or "", kind, host_env={}).command)
