@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.smoke import run_smoke, smoke_options  # noqa: E402  (the checkout's sglstack, not an installed one)
+from sglstack.signals import exit_code_of, signals_raise  # noqa: E402  (the checkout's sglstack)
+from sglstack.smoke import run_smoke, smoke_options  # noqa: E402
 
 PROBES = {
     "imports": (
@@ -100,4 +101,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # As `invoke smoke` does: SIGTERM and SIGHUP unwind like Ctrl-C, so the servers' process groups are ended.
+    try:
+        with signals_raise():
+            code = main(sys.argv[1:])
+    except KeyboardInterrupt as exc:
+        code = exit_code_of(exc)
+        print(f"field: interrupted (exit {code}): cleaned up", flush=True)
+    sys.exit(code)
