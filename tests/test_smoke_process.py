@@ -13,13 +13,11 @@ import secrets
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
-import venv
 from pathlib import Path
 
 import pytest
-from smoke_fixtures import DOUBLE_ENV, FAST
+from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 
 from sglstack.errors import SmokeError
 from sglstack.smoke import run_smoke, smoke_options
@@ -31,12 +29,7 @@ MARKER = "SGLSTACK_TEST_PROCESS_MARKER"
 
 @pytest.fixture(scope="session")
 def double_env(tmp_path_factory, repo_root) -> Path:
-    """A venv (no pip: seconds) whose site-packages points at the double's `sglang` package."""
-    root = tmp_path_factory.mktemp("double-env") / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
-    purelib = sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)})
-    Path(purelib, "sglang_double.pth").write_text(str(repo_root / "tests" / "doubles" / "sglang-double") + "\n")
-    return root
+    return make_double_env(tmp_path_factory.mktemp("double-env") / "venv", repo_root)
 
 
 @pytest.fixture
