@@ -345,15 +345,17 @@ for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage
         "bisect-metric": "with --bisect-exit: baseline (default), eagle3, speedup, accept_length",
         "bisect-threshold": "with --bisect-exit: the change that counts as bad, in percent (default 5)",
         "runs": "with --bisect-exit: measured runs, cache flushed before each (default 5)",
+        "runner": "docker (default: a container from --image) or process (local processes from --python-env)",
+        "python-env": "with --runner process: a venv or prefix whose bin/python3 runs the serving argv",
     },
     iterable=["mount", "env", "label"],
 )
 @_user_errors
-def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_model=None, tp=None, gpus=None,
+def smoke(c, image=None, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_model=None, tp=None, gpus=None,
           mount=None, env=None, label=None, docker_host=None, timeout=None, concurrency=None, num_prompts=None,
           max_new_tokens=None, min_speedup=None, min_accept_length=None, min_agreement=None, max_regression=None,
           report=None, no_history=False, skip_preflight=False, bisect_exit=None, bisect_metric="baseline",
-          bisect_threshold="5", runs=None):
+          bisect_threshold="5", runs=None, runner=None, python_env=None):
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     from sglstack.smoke import smoke_command
 
@@ -374,7 +376,7 @@ def smoke(c, image, stack=None, stacks_file=DEFAULT_STACKS, model=None, draft_mo
                              num_prompts=num_prompts, max_new_tokens=max_new_tokens, min_speedup=min_speedup,
                              min_accept_length=min_accept_length, min_agreement=min_agreement,
                              max_regression=max_regression, report=report, no_history=no_history or None,
-                             skip_preflight=skip_preflight or None))
+                             skip_preflight=skip_preflight or None, runner=runner, python_env=python_env))
 
 
 ns.add_task(smoke)

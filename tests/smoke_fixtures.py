@@ -6,7 +6,9 @@ import contextlib
 import os
 import re
 import socket
+import sysconfig
 import threading
+import venv
 from pathlib import Path
 
 from sglstack.smoke import smoke_options
@@ -40,6 +42,15 @@ def fast_options(tmp_path: Path, label: str, env: dict[str, str] | None = None, 
         report=str(tmp_path / "report.json"),
         **settings,
     )
+
+
+def make_double_env(root: Path, repo_root: Path) -> Path:
+    """A venv (no pip: seconds) whose site-packages points at the double's `sglang` package: a Python
+    environment for `smoke --runner process`."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    purelib = sysconfig.get_path("purelib", vars={"base": str(root), "platbase": str(root)})
+    Path(purelib, "sglang_double.pth").write_text(str(repo_root / "tests" / "doubles" / "sglang-double") + "\n")
+    return root
 
 
 def default_docker_socket() -> str:

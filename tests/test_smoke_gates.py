@@ -344,4 +344,5 @@ def test_a_server_run_and_a_history_line_keep_every_headline_figure():
         "time": "t1", "verdict": "pass", "image": "img@sha256:x",
         "baseline": {"tokens_per_s": 50.0, "aggregate_tokens_per_s": 90.0, "ttft_s": 0.1, "completed": 4},
         "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4},
-        "speedup": 1.5, "accept_length": 3.0, "agreement": 1.0, "failures": [], "fingerprint": fp}
+        "speedup": 1.5, "accept_length": 3.0, "agreement": 1.0, "failures": [], "fingerprint": fp,
+        "runner": "docker"}

@@ -1,4 +1,5 @@
-"""`invoke smoke`: serve an image with and without EAGLE-3 on one Docker host, measure, gate, report.
+"""`invoke smoke`: serve an image with and without EAGLE-3 on one Docker host (or, with the process runner,
+a Python environment as local processes), measure, gate, report.
 
 plan (pure: options, the two launches' argv) -> runner (containers, requests) -> measure + gates (pure)
 -> history (append-only JSON lines) -> report (JSON, Markdown, PNG chart).
@@ -16,13 +17,17 @@ from .runner import run_smoke
 __all__ = ["SmokeOptions", "SmokeReport", "launch_argvs", "run_smoke", "smoke_command", "smoke_options"]
 
 
-def smoke_command(image: str, *, stack: str | None = None, stacks_file: str = "stacks.yaml", **overrides: Any) -> int:
+def smoke_command(
+    image: str | None, *, stack: str | None = None, stacks_file: str = "stacks.yaml", **overrides: Any
+) -> int:
     """The `invoke smoke` task: 0 only when every gate passed."""
     stack_obj = load_matrix(stacks_file).get(stack) if stack else None
     options = smoke_options(stack_obj, **overrides)
     report = run_smoke(stack_obj, image, options)
     data = report.data
-    print(f"smoke {report.verdict.upper()}: {image} ({data['image']['digest']})")
+    runner = (data.get("runner") or {}).get("kind", "docker")
+    served = image or data["image"]["ref"]
+    print(f"smoke {report.verdict.upper()}: {served} ({data['image']['digest']}, {runner} runner)")
     b, e = data["baseline"], data["eagle3"]
     speedup = f"{data['speedup']:.2f}x" if data["speedup"] is not None else "n/a"
     accept = f"{data['accept_length']:.2f}" if data["accept_length"] is not None else "n/a"

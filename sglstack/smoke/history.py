@@ -67,4 +67,6 @@ def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) ->
         "agreement": report["agreement"],
         "failures": report["failures"],
         "fingerprint": dict(fingerprint),
+        # Which runner measured it ("docker" for the records written before there was a choice).
+        "runner": (report.get("runner") or {}).get("kind", "docker"),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..credentials import names_secret
@@ -18,6 +18,7 @@ from ..errors import SmokeError
 from ..matrix import Gates, SpeculativeSettings, Stack
 from ..records import build_root
 from ..serving import (
+    LAUNCH,
     SECRET_ENV,
     Mount,
     ServingError,
@@ -29,6 +30,9 @@ from ..serving import (
 
 CONTAINER_PORT = 30000
 RUN_KINDS = ("baseline", "eagle3")
+# Where the servers run: "docker" (a container from an image, the default) or "process" (a local process
+# group from a Python environment, for GPU nodes with no Docker daemon: Slurm, enroot, plain environments).
+RUNNERS = ("docker", "process")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class SmokeOptions:
     # before each one when flush_cache is set, so no run is faster for having seen the prompts.
     runs: int = 1
     flush_cache: bool = False
+    runner: str = "docker"
+    # With runner "process": the Python environment (a venv or prefix) whose bin/python3 runs the argv.
+    python_env: str | None = None
 
     # Read-only views of the server, for the runner and reports.
     @property
@@ -113,6 +120,8 @@ class SmokeOptions:
             "max_new_tokens": self.max_new_tokens,
             "concurrency": self.concurrency,
             "num_prompts": self.num_prompts,
+            # Only a non-default runner is named, so that the history of Docker runs stays comparable.
+            **({"runner": self.runner} if self.runner != "docker" else {}),
         }
 
     def describe(self) -> dict[str, Any]:
@@ -250,7 +259,18 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
             raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
     if not opts.request_timeout > 0:
         raise SmokeError(f"smoke option request_timeout must be > 0 (got {opts.request_timeout})")
+    check_runner(opts.runner, opts.python_env)
     return opts
+
+
+def check_runner(runner: str, python_env: str | None) -> None:
+    """The runner is one we have, and a Python environment is named exactly when the process runner runs."""
+    if runner not in RUNNERS:
+        raise SmokeError(f"smoke runner '{runner}': choose from {', '.join(RUNNERS)}")
+    if runner == "process" and not python_env:
+        raise SmokeError("smoke runner 'process': pass --python-env PATH (a venv or prefix holding bin/python3)")
+    if runner != "process" and python_env:
+        raise SmokeError(f"--python-env '{python_env}' is for --runner process (the {runner} runner serves an image)")
 
 
 def _stack_has(stack: Stack, key: str) -> bool:
@@ -350,17 +370,24 @@ def launch_argvs(options: SmokeOptions) -> dict[str, list[str]]:
     return {kind: serving_argv(run_spec(options, kind)) for kind in options.kinds}
 
 
+def server_environment(spec: ServingSpec, host_env: Mapping[str, str]) -> dict[str, str]:
+    """What one server gets on top of its own environment, whichever runner starts it: the HF token of this
+    process, serving.env's plain values, and each `${NAME}` reference as this process's own NAME
+    (`check_secret_references` refused a missing one before anything started; a plan made only to show
+    the command has none)."""
+    environment = {k: host_env[k] for k in SECRET_ENV if host_env.get(k)}
+    environment.update(spec.plain_env)
+    environment.update({key: host_env[name] for key, name in spec.secret_references if name in host_env})
+    return environment
+
+
 def container_plan(
     options: SmokeOptions, image: str, kind: str, *, host_env: Mapping[str, str] | None = None
 ) -> ContainerPlan:
     """The container for one run. `host_env` supplies HF_TOKEN (default: this process's environment)."""
     host_env = os.environ if host_env is None else host_env
     spec = run_spec(options, kind)
-    environment = {k: host_env[k] for k in SECRET_ENV if host_env.get(k)}
-    environment.update(spec.plain_env)
-    # serving.env's `${NAME}`: this process's own NAME (`check_secret_references` refused a missing one
-    # before anything started; a plan made only to show the command has none).
-    environment.update({key: host_env[name] for key, name in spec.secret_references if name in host_env})
+    environment = server_environment(spec, host_env)
     return ContainerPlan(
         kind=kind,
         image=image,
@@ -392,3 +419,42 @@ def _bind(mount: Mount) -> str:
     return mount.bind_on_this_machine()
 
 
+# ---- the process runner ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """One server as a local process: the serving argv run by the environment's interpreter, as data."""
+
+    kind: str
+    argv: tuple[str, ...]
+    environment: Mapping[str, str]  # what the server gets on top of the caller's environment
+    port: int  # the listen port (no port mapping: the process binds it on this machine)
+    python: str
+
+
+def env_interpreter(python_env: str) -> str:
+    """`PATH/bin/python3`: the interpreter of a venv or an installation prefix."""
+    return os.path.join(python_env, "bin", "python3")
+
+
+def process_plan(
+    options: SmokeOptions, kind: str, port: int, *, host_env: Mapping[str, str] | None = None
+) -> ProcessPlan:
+    """The process for one run: the spec's exact argv on `port`, with `python3` the environment's.
+
+    The environment's bin folder goes first on PATH, as `activate` would put it, so the tools SGLang
+    starts by name (ninja, nvcc wrappers of JIT compilers) are the environment's own.
+    """
+    if options.python_env is None:
+        raise SmokeError("smoke runner 'process': no --python-env")
+    host_env = os.environ if host_env is None else host_env
+    spec = replace(run_spec(options, kind), port=port)
+    argv = serving_argv(spec)
+    python = env_interpreter(options.python_env)
+    assert argv[0] == LAUNCH[0]
+    environment = server_environment(spec, host_env)
+    bin_dir = os.path.dirname(python)
+    path = environment.get("PATH", host_env.get("PATH", ""))
+    environment["PATH"] = bin_dir + (os.pathsep + path if path else "")
+    return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python)

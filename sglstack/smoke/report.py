@@ -56,6 +56,12 @@ def _write_whole(path: Path, data: bytes) -> None:
     write_bytes(containing_root(path.parent, build_root()), path, data)
 
 
+def _runner_line(runner: Mapping[str, Any] | None) -> str:
+    if not runner or runner.get("kind") in (None, "docker"):
+        return ""
+    return f" Served by the {runner['kind']} runner from `{runner.get('python_env')}`."
+
+
 def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
@@ -66,7 +72,8 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
     lines = [
         f"# Smoke {data['verdict'].upper()}: {data.get('stack') or 'no stack'}",
         "",
-        f"Image `{image['ref']}` (digest `{image.get('digest') or 'unknown'}`), {data['time']}.",
+        f"Image `{image['ref']}` (digest `{image.get('digest') or 'unknown'}`), {data['time']}."
+        + _runner_line(data.get("runner")),
         "",
         f"![baseline (grey) vs EAGLE-3 (blue) output tokens/s at concurrency 1, and the history]({chart_name})",
         "",

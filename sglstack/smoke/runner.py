@@ -7,11 +7,15 @@ for writability before the first server starts, not found unwritable after an ho
 
 from __future__ import annotations
 
+import hashlib
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 import docker.errors
@@ -20,6 +24,8 @@ from docker.types import DeviceRequest, Ulimit
 
 from ..dockerhost import docker_client, docker_host_address, is_local_docker_host, running_container
 from ..errors import SmokeError
+from ..localprocess import free_tcp_port, running_process
+from ..localprocess import log_tail as file_log_tail
 from ..localsnapshots import local_snapshot
 from ..matrix import Stack
 from ..preflight.command import require_ready
@@ -32,9 +38,12 @@ from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_leng
 from .plan import (
     RUN_KINDS,
     ContainerPlan,
+    ProcessPlan,
     SmokeOptions,
     check_secret_references,
     container_plan,
+    env_interpreter,
+    process_plan,
     redact_argv,
 )
 from .report import SmokeReport, write_report
@@ -69,33 +78,58 @@ def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Pat
     return report_path, history_file
 
 
-def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Log | None = None) -> SmokeReport:
-    """Serve `image` as a baseline and as an EAGLE-3 server, measure both, gate, record, report."""
+def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, log: Log | None = None) -> SmokeReport:
+    """Serve `image` (or, with the process runner, the Python environment) as a baseline and as an EAGLE-3
+    server, measure both, gate, record, report."""
     log = log or _stderr
+    process = options.runner == "process"
+    if process:
+        # Decided before anything starts: a wrong path is one line, not a server that never comes up.
+        interpreter = require_interpreter(options)
+        if image:
+            raise SmokeError(f"smoke runner 'process' serves --python-env, not an image (got image '{image}')")
+    elif not image:
+        raise SmokeError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
     # Before anything starts: a missing bind source would be created by Docker, as root.
-    if notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host)):
+    if not process and (
+        notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host))
+    ):
         log(f"smoke: {notice}")
     check_secret_references(options.serving)
     report_path, history_file = check_outputs(options, stack)
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
-    engine = docker_client(options.docker_host)
-    image_info = resolve_image(engine, image, pull=options.pull)
-    log(f"smoke: image {image} ({image_info['digest']})")
-    if stack is not None and options.gpus > 0 and not options.skip_preflight:
-        log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
-        require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
+    engine: docker.DockerClient | None = None
+    if process:
+        image_info = environment_info(options, interpreter)
+        log(f"smoke: process runner, Python environment {options.python_env} ({image_info['digest']})")
+    else:
+        assert image is not None
+        engine = docker_client(options.docker_host)
+        image_info = resolve_image(engine, image, pull=options.pull)
+        log(f"smoke: image {image} ({image_info['digest']})")
+        if stack is not None and options.gpus > 0 and not options.skip_preflight:
+            log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
+            require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
 
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
     runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
+    # The argv each server was started with (the process runner's port is the free one it picked).
+    commands = {kind: launch_command(options, image, kind) for kind in options.kinds}
     for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
             runs[kind] = ServerRun(kind=kind, started=False)
             continue
-        plan = container_plan(options, image_info["id"], kind)
-        log(f"smoke: {kind}: {' '.join(redact_argv(plan.command))}")
-        runs[kind] = serve_and_measure(engine, plan, options, log)
+        if engine is None:
+            pplan = process_plan(options, kind, free_tcp_port())
+            commands[kind] = redact_argv(pplan.argv)
+            log(f"smoke: {kind}: {' '.join(commands[kind])}")
+            runs[kind] = serve_process_and_measure(pplan, options, server_log_path(report_path, kind), log)
+        else:
+            plan = container_plan(options, image_info["id"], kind)
+            log(f"smoke: {kind}: {' '.join(redact_argv(plan.command))}")
+            runs[kind] = serve_and_measure(engine, plan, options, log)
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
     share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
@@ -118,10 +152,12 @@ def run_smoke(stack: Stack | None, image: str, options: SmokeOptions, *, log: Lo
         # The last passing run the max_regression gate compared with (None: the gate did not apply).
         "regression_reference": _reference_summary(reference),
         # When that run smoked another image: `invoke diff OLD NEW`, and what changed if both are readable here.
-        "since_last_pass": since_last_pass(reference, image_info,
-                                           lambda spec: local_snapshot(spec, docker_host=options.docker_host)),
+        # Another image's packages can be read back from this host; an environment's folder has no snapshot.
+        "since_last_pass": None if process else since_last_pass(
+            reference, image_info, lambda spec: local_snapshot(spec, docker_host=options.docker_host)),
         "options": options.describe(),
-        "commands": {k: redact_argv(container_plan(options, image, k, host_env={}).command) for k in options.kinds},
+        "runner": runner_summary(options, report_path),
+        "commands": commands,
         "history_file": None if history_file is None else str(history_file),
     }
     comparable: list[Mapping[str, Any]] = []
@@ -146,6 +182,59 @@ def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | Non
         "baseline": {"tokens_per_s": (record.get("baseline") or {}).get("tokens_per_s")},
         "eagle3": {"tokens_per_s": (record.get("eagle3") or {}).get("tokens_per_s")},
     }
+
+
+def launch_command(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
+    """The argv as the report shows it, secrets hidden (a process run replaces it with the one it started)."""
+    if options.runner == "process":
+        return redact_argv(process_plan(options, kind, options.port, host_env={}).argv)
+    return redact_argv(container_plan(options, image or "", kind, host_env={}).command)
+
+
+def runner_summary(options: SmokeOptions, report_path: Path) -> dict[str, Any]:
+    """Which runner measured the servers, and where the process runner kept each server's log."""
+    if options.runner != "process":
+        return {"kind": options.runner, "docker_host": options.docker_host or "local engine"}
+    return {"kind": "process", "python_env": options.python_env,
+            "logs": {kind: str(server_log_path(report_path, kind)) for kind in options.kinds}}
+
+
+# ---- the Python environment (process runner) -------------------------------------------------------
+
+
+def require_interpreter(options: SmokeOptions) -> str:
+    """The environment's bin/python3, or a one-line error naming --python-env and the path."""
+    assert options.python_env is not None
+    python = env_interpreter(options.python_env)
+    if not os.path.isdir(options.python_env):
+        raise SmokeError(f"--python-env '{options.python_env}': no such folder")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise SmokeError(f"--python-env '{options.python_env}': no executable bin/python3 in it (a venv or prefix)")
+    return python
+
+
+def environment_info(options: SmokeOptions, python: str) -> dict[str, Any]:
+    """The environment in the report's `image` slot: its path, and a digest of the distributions it and the
+    server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment compare
+    equal and an upgraded package shows as another digest."""
+    assert options.python_env is not None
+    roots = [Path(options.python_env)]
+    roots += [Path(p) for p in options.serving.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    names = sorted({d.name for root in roots for d in _dist_infos(root)})
+    digest = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
+    return {"ref": f"python-env:{options.python_env}", "digest": digest, "id": None, "repo_digests": [],
+            "runner": "process", "python": python, "distributions": len(names)}
+
+
+def _dist_infos(root: Path) -> list[Path]:
+    patterns = ("*.dist-info", "lib/python3*/site-packages/*.dist-info", "lib64/python3*/site-packages/*.dist-info",
+                "local/lib/python3*/dist-packages/*.dist-info")
+    return [d for pattern in patterns for d in root.glob(pattern)]
+
+
+def server_log_path(report_path: Path, kind: str) -> Path:
+    """report.json -> report.baseline.log: the process runner keeps each server's output beside the report."""
+    return report_path.with_suffix(f".{kind}.log")
 
 
 # ---- the image -------------------------------------------------------------------------------------
@@ -198,6 +287,67 @@ def docker_run_kwargs(plan: ContainerPlan) -> dict[str, Any]:
     return kwargs
 
 
+class Server(Protocol):
+    """A server that was started, seen the same way whatever runs it: everything after "it is listening"
+    (the health wait, measurement, gates, report) goes through this one code path."""
+
+    kind: str
+
+    def exit_failure(self) -> str | None:
+        """Why the server is gone (exit code, OOM kill), or None while it runs."""
+
+    def base_url(self) -> str | None:
+        """Where its HTTP API answers, once known."""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        """Its last log lines, for a failure message."""
+
+
+class ContainerServer:
+    def __init__(self, container: Container, plan: ContainerPlan, options: SmokeOptions) -> None:
+        self.container, self.plan, self.options, self.kind = container, plan, options, plan.kind
+
+    def exit_failure(self) -> str | None:
+        self.container.reload()
+        state = self.container.attrs.get("State") or {}
+        if state.get("Status") in ("exited", "dead"):
+            why = " (OOM-killed)" if state.get("OOMKilled") else ""
+            return f"the server exited with code {state.get('ExitCode')}{why} before it was healthy"
+        return None
+
+    def base_url(self) -> str | None:
+        port = _published_port(self.container, self.plan.container_port)
+        return f"http://{_server_host(self.options)}:{port}" if port else None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        return log_tail(self.container, lines)
+
+
+class ProcessServer:
+    def __init__(self, proc: subprocess.Popen[bytes], plan: ProcessPlan, log_path: Path) -> None:
+        self.proc, self.plan, self.log_path, self.kind = proc, plan, log_path, plan.kind
+
+    def exit_failure(self) -> str | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        why = f" (killed by {_signal_name(-code)})" if code < 0 else ""
+        return f"the server exited with code {code}{why} before it was healthy"
+
+    def base_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.plan.port}"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        return file_log_tail(self.log_path, lines)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
     try:
         cm = running_container(
@@ -209,25 +359,36 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
             **docker_run_kwargs(plan),
         )
         with cm as container:
-            return _measure_in(container, plan, options, log)
+            return measure_server(ContainerServer(container, plan, options), _api_key(plan.command), options, log)
     except docker.errors.APIError as exc:
         reason = (exc.explanation or str(exc)).splitlines()[0][:300]
         return ServerRun(kind=plan.kind, started=False, failure=f"the container could not start: {reason}")
 
 
-def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
+def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
+    """The server as a local process group, ended (all of it) however this returns."""
+    try:
+        cm = running_process(plan.argv, env={**os.environ, **plan.environment}, log_path=log_path)
+        with cm as proc:
+            return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
+    except OSError as exc:
+        return ServerRun(kind=plan.kind, started=False, failure=f"the server process could not start: {exc}")
+
+
+def measure_server(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
     start = time.monotonic()
-    client, failure = wait_until_healthy(container, plan, options)
+    client, failure = wait_until_healthy(server, api_key, options)
     if failure:
-        log(f"smoke: {plan.kind}: {failure.splitlines()[0]}")
-        tail = log_tail(container)
+        log(f"smoke: {server.kind}: {failure.splitlines()[0]}")
+        tail = server.log_tail()
         for line in tail:
             log(f"  | {line}")
         one_line = failure + ("; last log lines: " + " | ".join(tail[-5:]) if tail else "")
-        return ServerRun(kind=plan.kind, started=False, failure=one_line)
+        return ServerRun(kind=server.kind, started=False, failure=one_line)
     assert client is not None
     startup = time.monotonic() - start
-    log(f"smoke: {plan.kind}: healthy after {startup:.1f}s; warming up")
+    log(f"smoke: {server.kind}: healthy after {startup:.1f}s; warming up")
+    kind = server.kind
     try:
         warm_up(client, options.max_new_tokens)
         prompts = prompt_set(options.num_prompts)
@@ -238,7 +399,7 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
             measured.append((phase, results, flushed))
             run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
             log(
-                f"smoke: {plan.kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
+                f"smoke: {kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
                 f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
                 + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
             )
@@ -249,7 +410,7 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
             many = prompt_set(max(options.num_prompts, options.concurrency))
             concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
             log(
-                f"smoke: {plan.kind}: concurrency {options.concurrency}: "
+                f"smoke: {kind}: concurrency {options.concurrency}: "
                 f"{concurrent.aggregate_tokens_per_s:.1f} tok/s aggregate, "
                 f"{concurrent.tokens_per_s:.1f} tok/s per stream"
             )
@@ -259,9 +420,9 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
             server_info = None
     finally:
         client.close()
-    speculative = plan.kind == "eagle3"
+    speculative = kind == "eagle3"
     return ServerRun(
-        kind=plan.kind,
+        kind=kind,
         started=True,
         startup_s=startup,
         single=single,
@@ -279,28 +440,20 @@ def _measure_in(container: Container, plan: ContainerPlan, options: SmokeOptions
 
 
 def wait_until_healthy(
-    container: Container, plan: ContainerPlan, options: SmokeOptions
+    server: Server, api_key: str | None, options: SmokeOptions
 ) -> tuple[SGLangClient | None, str | None]:
-    """Poll /health_generate until 200; stop at once if the container exits (crash, OOM kill)."""
+    """Poll /health_generate until 200; stop at once if the server exits (crash, OOM kill)."""
     deadline = time.monotonic() + options.timeout
     client: SGLangClient | None = None
     last_status: int | None = None
     interval = 0.2
     while True:
-        container.reload()
-        state = container.attrs.get("State") or {}
-        if state.get("Status") in ("exited", "dead"):
-            code = state.get("ExitCode")
-            why = " (OOM-killed)" if state.get("OOMKilled") else ""
+        if failure := server.exit_failure():
             if client:
                 client.close()
-            return None, f"the server exited with code {code}{why} before it was healthy"
-        if client is None:
-            port = _published_port(container, plan.container_port)
-            if port:
-                client = SGLangClient(
-                    f"http://{_server_host(options)}:{port}", timeout=options.request_timeout, api_key=_api_key(plan)
-                )
+            return None, failure
+        if client is None and (url := server.base_url()):
+            client = SGLangClient(url, timeout=options.request_timeout, api_key=api_key)
         if client is not None:
             remaining = deadline - time.monotonic()
             last_status = client.health_generate(timeout=max(1.0, min(30.0, remaining)))
@@ -327,8 +480,8 @@ def _server_host(options: SmokeOptions) -> str:
     return docker_host_address(options.docker_host)
 
 
-def _api_key(plan: ContainerPlan) -> str | None:
-    command = list(plan.command)
+def _api_key(argv: tuple[str, ...]) -> str | None:
+    command = list(argv)
     return command[command.index("--api-key") + 1] if "--api-key" in command[:-1] else None
 
 

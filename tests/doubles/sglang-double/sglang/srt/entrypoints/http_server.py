@@ -13,6 +13,9 @@ Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_STARTUP_DELAY_S   seconds of 503 from /health* before ready (default 0.3)
   SGLANG_DOUBLE_CRASH_AT_START    exit 1 with a traceback while loading
   SGLANG_DOUBLE_NEVER_HEALTHY     stay in the starting state (503) forever
+  SGLANG_DOUBLE_WORKERS           start this many child processes at launch, as SGLang starts its scheduler
+                                  and detokenizer (default 0); they outlive a server stopped by SIGTERM
+                                  unless their whole process group is ended
 The last two take "1" (always), "speculative" or "baseline" (only that kind of server).
 """
 
@@ -23,6 +26,7 @@ import importlib.metadata
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -410,6 +414,10 @@ def launch_server(server_args: dict) -> None:
     engine = Engine(server_args)
     speculative = engine.speculative
     _log(f"server_args={server_args}")
+    for _ in range(int(os.environ.get("SGLANG_DOUBLE_WORKERS", "0"))):
+        # Like SGLang's scheduler and detokenizer: children that do not exit when the server's own process does.
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        _log(f"started worker process {worker.pid}")
     httpd = ThreadingHTTPServer((server_args["host"], server_args["port"]), type("H", (Handler,), {"engine": engine}))
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

@@ -1,0 +1,71 @@
+"""Turn one field run's output folder (what benchmarks/field_go.sh wrote under $OUT) into the checked-in recording.
+
+    python3 benchmarks/field_record.py RUN_DIR tests/data/field/h200-eagle3.json
+
+The recording keeps the smoke report as the smoke wrote it, the steps, each gate's verdict and the server
+log's milestones, with the device's own folders replaced by placeholders (no machine's paths in the repo).
+tests/test_field_recording.py re-derives the verdicts from the recorded figures with the gates' own code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# The device's folders -> placeholders (longest first).
+PLACEHOLDERS = (("/root/g28/run/model/", "<field-model>/"), ("/root/site", "<carried-site>"), ("/root/out", "<out>"))
+MILESTONES = re.compile(r"Load weight end|KV Cache is allocated|CUDA graph end|max_total_num_tokens|fired up")
+GATE_NAMES = ("min_speedup", "min_accept_length", "min_agreement", "max_regression")
+
+
+def scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        for old, new in PLACEHOLDERS:
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    return value
+
+
+def gate_verdicts(report: dict[str, Any]) -> dict[str, str]:
+    """pass / fail per gate; max_regression is 'not applied' without an earlier passing run to compare with."""
+    failed = {f.split(":", 1)[0] for f in report["failures"]}
+    out = {name: "fail" if name in failed else "pass" for name in GATE_NAMES}
+    if report.get("regression_reference") is None:
+        out["max_regression"] = "not applied (no earlier passing run)"
+    return out
+
+
+def main(run_dir: Path, target: Path) -> int:
+    report = json.loads((run_dir / "report.json").read_text())
+    steps = json.loads((run_dir / "steps.json").read_text())
+    logs = {kind: run_dir / f"report.{kind}.log" for kind in ("baseline", "eagle3")}
+    milestones = {
+        kind: [line[:160] for line in log.read_text().splitlines() if MILESTONES.search(line)]
+        for kind, log in logs.items() if log.exists()
+    }
+    go = (run_dir / "go.log").read_text().splitlines() if (run_dir / "go.log").exists() else []
+    device = next((line for line in go if line.startswith("NVIDIA ")), None)
+    recording = {
+        "what": "benchmarks/field_go.sh on one nvidia-h200 machine: SGLang 0.5.17 from the node's Python 3.12 "
+                "and torch 2.11.0+cu130 plus the carried packages, served by `smoke --runner process`",
+        "device": device,
+        "steps": steps,
+        "gate_verdicts": gate_verdicts(report),
+        "server_milestones": milestones,
+        "report": report,
+    }
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(scrub(recording), indent=1, sort_keys=True) + "\n")
+    print(f"field_record: {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))

@@ -1,0 +1,111 @@
+"""The field run: SGLang served as local processes by `smoke --runner process`, baseline and EAGLE-3, on a GPU node.
+
+    python3 benchmarks/field_run.py --python-env ENV --site DIR --model TARGET --draft DRAFT --out OUT
+                                    [--timeout S] [--extra-args "..."]
+
+Before the smoke, each step a server needs is tried on its own in ENV's interpreter with DIR on PYTHONPATH
+(the carried packages), so a failure says how far it got: `imports` (sglang's server, scheduler and model
+runner modules), `kernel_load` (sgl_kernel's sm90 library and one of its ops on the GPU). `model_load` and
+`first_token` are read off the smoke itself (the server answered /health_generate; a request streamed a
+token). The smoke is sglstack's own (`run_smoke`, the process runner, the production measuring code), with
+its report, server logs and history under OUT; OUT/steps.json holds the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sglstack.signals import exit_code_of, signals_raise  # noqa: E402  (the checkout's sglstack)
+from sglstack.smoke import run_smoke, smoke_options  # noqa: E402
+
+PROBES = {
+    "imports": (
+        "import sglang, sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler, "
+        "sglang.srt.model_executor.model_runner, sglang.srt.models.llama, sglang.srt.models.llama_eagle3; "
+        "print('sglang', sglang.__version__)"
+    ),
+    "kernel_load": (
+        "import torch, sgl_kernel; x = torch.randn(4, 128, device='cuda', dtype=torch.float16); "
+        "w = torch.ones(128, device='cuda', dtype=torch.float16); y = sgl_kernel.rmsnorm(x, w, 1e-5); "
+        "torch.cuda.synchronize(); print('sgl_kernel', sgl_kernel.__version__, torch.cuda.get_device_name(), "
+        "'max abs err', float((y - x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)).abs().max()))"
+    ),
+}
+
+
+def probe(python: str, env: dict[str, str], code: str, timeout: float) -> dict[str, object]:
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "seconds": timeout, "output": f"timed out after {timeout:g}s"}
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    return {"ok": proc.returncode == 0, "seconds": round(time.monotonic() - started, 1), "output": lines[-3:]}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python-env", required=True)
+    parser.add_argument("--site", default="", help="carried packages, put first on the server's PYTHONPATH")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--draft", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--extra-args", default="--attention-backend triton --cuda-graph-max-bs 8 "
+                                                "--mem-fraction-static 0.3")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    server_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if args.site:
+        server_env["PYTHONPATH"] = os.pathsep.join(p for p in (args.site, os.environ.get("PYTHONPATH")) if p)
+    python = os.path.join(args.python_env, "bin", "python3")
+    steps: dict[str, object] = {}
+    for name, code in PROBES.items():
+        steps[name] = result = probe(python, {**os.environ, **server_env}, code, 240)
+        print(f"field: {name}: {'ok' if result['ok'] else 'FAILED'} {result['output']}", flush=True)
+    (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+
+    options = smoke_options(
+        None, runner="process", python_env=args.python_env, model=args.model, draft_model=args.draft,
+        speculative_algorithm="EAGLE3", num_steps=3, eagle_topk=1, num_draft_tokens=4, tp=1, gpus=args.gpus,
+        timeout=args.timeout, env=server_env, extra_args=shlex.split(args.extra_args),
+        max_new_tokens=args.max_new_tokens, num_prompts=args.num_prompts, concurrency=args.concurrency,
+        report=str(args.out / "report.json"), build_dir=str(args.out / "build"),
+    )
+    report = run_smoke(None, None, options, log=lambda line: print(line, flush=True))
+    data = report.data
+    for kind in ("baseline", "eagle3"):
+        run = data[kind]
+        steps[f"{kind}_model_load"] = {"ok": bool(run["started"]), "seconds": run["startup_s"],
+                                       "output": [run["failure"]] if run["failure"] else []}
+        steps[f"{kind}_first_token"] = {"ok": bool(run["ttft_s"]), "seconds": run["ttft_s"], "output": []}
+    (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
+    print(f"field: verdict {data['verdict']}; failures {data['failures']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    # As `invoke smoke` does: SIGTERM and SIGHUP unwind like Ctrl-C, so the servers' process groups are ended.
+    try:
+        with signals_raise():
+            code = main(sys.argv[1:])
+    except KeyboardInterrupt as exc:
+        code = exit_code_of(exc)
+        print(f"field: interrupted (exit {code}): cleaned up", flush=True)
+    sys.exit(code)

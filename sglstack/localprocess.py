@@ -1,0 +1,125 @@
+"""The local-process adapter: start a server as a process group on this machine, and end the whole group.
+
+SGLang's launch_server forks a scheduler, a detokenizer and (with TP) one worker per GPU; ending only the
+process we started leaves those holding the GPUs. The server therefore runs in its own session (so its own
+process group, which signals sent to the caller's terminal group do not reach), and on every exit (success,
+error, Ctrl-C, SIGTERM, SIGHUP turned into `Interrupted`) the whole group gets SIGTERM, then SIGKILL after a
+grace period, and we wait until no process of the group is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+TERM_GRACE_S = 10.0
+GONE_WAIT_S = 10.0
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the kernel's pick). The server binds it a moment later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_process(
+    argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `argv` in a new session with stdout and stderr in `log_path`; end its process group on exit."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=cwd,
+        )
+    try:
+        yield proc
+    finally:
+        # Shield the clean-up from a second Ctrl-C, as running_container does for its removal.
+        for _ in range(3):
+            try:
+                end_process_group(proc)
+                break
+            except KeyboardInterrupt:
+                continue
+
+
+def end_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM to the group, SIGKILL after `grace_s`, then wait until the group is empty."""
+    pgid = proc.pid  # start_new_session: the leader's pid is the group id, even after the leader exits
+    if not _signal_group(pgid, signal.SIGTERM):
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid, proc):
+        time.sleep(0.1)
+    if _group_alive(pgid, proc):
+        _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GONE_WAIT_S)
+    deadline = time.monotonic() + GONE_WAIT_S
+    while time.monotonic() < deadline and _group_alive(pgid, proc):
+        _signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """False when the group has no process left."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a member changed its user: it still exists
+    return True
+
+
+def _group_alive(pgid: int, proc: subprocess.Popen[bytes]) -> bool:
+    proc.poll()  # reap the leader, or it stays a zombie member of the group
+    members = _group_members(pgid)
+    if members is not None:
+        return bool(members)
+    return _signal_group(pgid, 0)
+
+
+def _group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) pids of the group from /proc; None where /proc cannot be read (not Linux).
+
+    A grandchild that died while its parent was killed stays a zombie until init reaps it; it holds no
+    GPU and no port, so it does not count as left over."""
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():
+        return None
+    members = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def log_tail(path: Path, lines: int) -> list[str]:
+    """The last non-empty lines of a server log (nothing if it was never written)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
