@@ -40,7 +40,7 @@ from .builder import (
 )
 from .coverage_image import build_coverage
 from .dockerhost import created_container, docker_client, image_digest, running_container
-from .errors import BuildError, PinMismatch, SglstackError
+from .errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError
 from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, source_mismatches
@@ -48,8 +48,9 @@ from .matrix import Stack
 from .records import build_root, require_writable, utc_timestamp
 from .render import GIT_SOURCE_DIR, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
+from .serving import LAUNCH, serving_argv, serving_spec
 from .ui import console as make_console
-from .verify import lock_mismatches, pin_mismatches
+from .verify import image_check_problems, lock_mismatches, pin_mismatches, waived_libraries
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -326,6 +327,52 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target
     return json.loads(out), None
 
 
+IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
+IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded 2-core machine takes minutes
+
+
+def serving_argvs(stack: Stack) -> list[list[str]]:
+    """The server argv of each way the stack is served (with speculation, and the smoke's baseline), after
+    `python3 -m sglang.launch_server`: what smoke, compose and the manifests run."""
+    spec = serving_spec(stack)
+    argvs = [serving_argv(spec)[len(LAUNCH):]]
+    if spec.speculative_on:
+        argvs.append(serving_argv(spec.baseline())[len(LAUNCH):])
+    return argvs
+
+
+def image_check_command(stack: Stack) -> list[str]:
+    """`imagecheck.py`'s command line: shared libraries always; pip check, the server's --help and the
+    serving argv where SGLang is installed with its requirements (a `install_deps: false` test stack's
+    SGLang cannot import, by design)."""
+    command = ["python", IMAGECHECK]
+    if stack.sglang.install_deps:
+        command += ["--pip-check", "--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
+    return command
+
+
+def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
+    """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
+    with running_container(client, image, command=image_check_command(stack), name_prefix="sglstack-check",
+                           labels=_container_labels(stack), entrypoint=[], network_disabled=True) as container:
+        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    try:
+        report = json.loads(out) if code == 0 else None
+    except ValueError:
+        report = None
+    if report is None:
+        last = (err or out).strip().splitlines()
+        raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
+                               f"{last[-1] if last else f'exit {code}'}")
+    problems = image_check_problems(report, stack.shared_libraries)
+    if problems:
+        raise ImageCheckFailed(f"stack '{stack.name}': the image fails its in-image checks: {'; '.join(problems)}")
+    _, waived, stale = waived_libraries(report, stack.shared_libraries)
+    return {**report, "waived_libraries": waived, "notes": stale}
+
+
 def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None) -> str:
     """The image `base_ref` names, with `labels` added and no layer added (a FROM-only build).
 
@@ -452,7 +499,9 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                     raise
         with timer.phase("verify"):
             manifest, info = verified_facts(client, held, stack, target, options.lock)
-            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET)
+            checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
+            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
+                                      installed=(info or {}).get("distributions"))
         lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
         for note in lock_notes:
             console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
@@ -476,6 +525,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "installed": (info or {}).get("distributions", {}),
         "torch": (info or {}).get("torch"),
         "coverage": coverage.record,
+        "image_checks": checks,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
         "base_image": {"name": stack.base_image, "digest": base_digest},

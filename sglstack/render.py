@@ -199,7 +199,7 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
         shutil.rmtree(context)
     (context / "tools").mkdir(parents=True)
     (context / "patches").mkdir()
-    for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py"):
+    for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py", "imagecheck.py", "elfdeps.py"):
         shutil.copy2(TOOLS_DIR / name, context / "tools" / name)
     _copy_tree(PATCHKIT_DIR, context / "tools" / "patchkit")
     for pid in stack.patches:

@@ -124,3 +124,37 @@ def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(mat
     message = str(err.value)
     assert "x86_64-manylinux_2_28" in message and "the stack requires sglang==0.5.23" in message
     assert "manylinux_2_34_x86_64" in message  # uv's hint: where the wheels are
+
+
+# ---- verifying the PyPI stack's image --------------------------------------------------------------
+
+def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
+    from sglstack.verify import pin_mismatches  # the verify half of this file's story
+
+    stack = matrix.get("pypi-cu130")
+    info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
+    assert pin_mismatches(stack, info) == []
+    older = {**info, "torch": {"version": "2.14.0+cu130", "cuda": "13.0"}}
+    assert pin_mismatches(stack, older) == ["torch reports 2.14.0+cu130, pinned 2.14.1"]
+    cu130 = matrix.get("cu130")  # a pin with a label must be met exactly
+    plain = {"distributions": cu130.pins(), "torch": {"version": "2.9.1", "cuda": "13.0"}}
+    assert pin_mismatches(cu130, plain) == ["torch reports 2.9.1, pinned 2.9.1+cu130"]
+
+
+def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matrix):
+    stack = matrix.get("pypi-cu130")
+    sources = {w.package: w for w in device_code_wheels(stack, "linux/amd64", {"sgl-deep-ep": "0.1.2.post1"})}
+    assert sources["sgl-deep-ep"].requirement == "sgl-deep-ep==0.1.2.post1"
+    assert sources["nvidia-cudnn-cu13"].version == ""  # not given: reported as not checked
+    assert list(sources)[:4] == ["sglang-kernel", "torch", "torchvision", "triton"]  # pins first, once each
+
+
+def test_a_package_without_device_code_is_a_note_not_a_row():
+    from sglstack.coverage import DeviceObject, PackageObjects, build_report, capabilities_of
+    from sglstack.matrix import CoveragePolicy
+
+    jit = PackageObjects("quack-kernels", "0.6.5", "t", (DeviceObject("quack/_host.so", "0" * 64, (), (), 0),))
+    report = build_report("s", "linux/amd64", capabilities_of(["9.0"]), CoveragePolicy(), [jit], [])
+    assert report.rows == () and report.violations == ()
+    assert report.notes == ("quack-kernels 0.6.5 ships no compiled device code: what it runs on the GPU is "
+                            "compiled at run time (JIT), for the GPU it finds",)
