@@ -19,6 +19,7 @@ import stat
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 ELF_MAGIC = b"\x7fELF"
 # Only code for the image's own CPU is loaded by ld.so; cubins are ELF too (EM_CUDA = 190), and are not.
@@ -79,7 +80,7 @@ def read_dynamic(path: str) -> ElfDynamic | None:
     return ElfDynamic(machine, needed, rpath, runpath, soname)
 
 
-def _read(fh, offset: int, size: int) -> bytes:  # type: ignore[no-untyped-def]
+def _read(fh: BinaryIO, offset: int, size: int) -> bytes:
     fh.seek(offset)
     data = fh.read(size)
     if len(data) != size:
@@ -97,7 +98,7 @@ def _entries(data: bytes, end: str, is64: bool) -> list[tuple[int, int]]:
     return out
 
 
-def _dynamic_from_sections(fh, end: str, is64: bool, shoff: int, shentsize: int,  # type: ignore[no-untyped-def]
+def _dynamic_from_sections(fh: BinaryIO, end: str, is64: bool, shoff: int, shentsize: int,
                            shnum: int) -> tuple[list[tuple[int, int]] | None, bytes | None]:
     if not shoff or not shnum or shentsize < (64 if is64 else 40):
         return None, None
@@ -105,7 +106,8 @@ def _dynamic_from_sections(fh, end: str, is64: bool, shoff: int, shentsize: int,
     fmt = end + ("4xI8x8xQQI4x8x8x" if is64 else "4xI4x4xIII4x4x4x")
 
     def section(i: int) -> tuple[int, int, int, int]:
-        return struct.unpack_from(fmt, table, i * shentsize)  # type: ignore[return-value]
+        kind, offset, size, link = struct.unpack_from(fmt, table, i * shentsize)
+        return kind, offset, size, link
 
     for i in range(shnum):
         kind, offset, size, link = section(i)
@@ -118,7 +120,7 @@ def _dynamic_from_sections(fh, end: str, is64: bool, shoff: int, shentsize: int,
     return None, None
 
 
-def _dynamic_from_segments(fh, end: str, is64: bool, phoff: int, phentsize: int,  # type: ignore[no-untyped-def]
+def _dynamic_from_segments(fh: BinaryIO, end: str, is64: bool, phoff: int, phentsize: int,
                            phnum: int) -> tuple[list[tuple[int, int]] | None, bytes | None]:
     """Objects stripped of section headers: PT_DYNAMIC, and DT_STRTAB's address mapped through PT_LOAD."""
     if not phoff or not phnum:
