@@ -66,9 +66,28 @@ def _applicable(requires_dist: tuple[str, ...], python: str, platforms: tuple[st
     return tuple(out)
 
 
+# The names SGLang's kernel package has had (sgl-kernel to 0.3.x, sglang-kernel from 0.4). A release that
+# renames it again adds its name here; `invoke stacks --check` then tells each stack which one to pin.
+KERNEL_PACKAGE_NAMES = ("sgl-kernel", "sglang-kernel")
+
+
+def required_kernel_package(requires_dist: list[str]) -> str | None:
+    """The kernel package an SGLang release requires, by its METADATA (None: it requires none)."""
+    for line in requires_dist:
+        name = canonicalize_name(Requirement(line).name)
+        if name in KERNEL_PACKAGE_NAMES and Requirement(line).marker is None:
+            return name
+    return None
+
+
 def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
     """Pure: findings for one stack against SGLang's Requires-Dist lines."""
     findings: list[Finding] = []
+    wanted = required_kernel_package(requires_dist)
+    if stack.kernel_package and wanted and wanted != stack.kernel_package:
+        findings.append(Finding(stack.name, "conflict",
+                                f"pins the kernel package {stack.kernel_package}, but sglang {sglang_label} requires "
+                                f"{wanted}: set sgl_kernel.package: {wanted} (and its version)"))
     pins = stack.pins()
     overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()

@@ -158,3 +158,17 @@ def test_a_package_without_device_code_is_a_note_not_a_row():
     assert report.rows == () and report.violations == ()
     assert report.notes == ("quack-kernels 0.6.5 ships no compiled device code: what it runs on the GPU is "
                             "compiled at run time (JIT), for the GPU it finds",)
+
+
+def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_is_told_which_to_pin(matrix):
+    from sglstack.conflicts import required_kernel_package  # the METADATA side of the rename
+
+    requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
+    assert required_kernel_package(requires) == "sglang-kernel"
+    assert required_kernel_package(["sgl-kernel==0.3.21", "torch==2.9.1"]) == "sgl-kernel"
+    assert required_kernel_package(["torch==2.9.1"]) is None
+    stale = matrix.get("pypi-cu130")
+    stale = stale.model_copy(update={"sgl_kernel": stale.sgl_kernel.model_copy(update={"package": "sgl-kernel"})})
+    [conflict] = [f for f in check_stack_pins(stale, requires, "0.5.23") if f.is_failure]
+    assert conflict.message == ("pins the kernel package sgl-kernel, but sglang 0.5.23 requires sglang-kernel: "
+                                "set sgl_kernel.package: sglang-kernel (and its version)")
