@@ -331,6 +331,20 @@ IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
 IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded 2-core machine takes minutes
 
 
+def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
+    """A stack that pins its base by image id builds only on that image (one line otherwise)."""
+    if not stack.base_image_id:
+        return
+    try:
+        found = str(client.images.get(stack.base_image).id)
+    except docker.errors.ImageNotFound:
+        raise BuildError(f"stack '{stack.name}': base_image {stack.base_image} is not on this engine (the stack "
+                         f"pins image {stack.base_image_id}: make or load that image and tag it so)") from None
+    if found != stack.base_image_id:
+        raise BuildError(f"stack '{stack.name}': base_image {stack.base_image} is image {found}, but the stack pins "
+                         f"base_image_id {stack.base_image_id}")
+
+
 def serving_argvs(stack: Stack) -> list[list[str]]:
     """The server argv of each way the stack is served (with speculation, and the smoke's baseline), after
     `python3 -m sglang.launch_server`: what smoke, compose and the manifests run."""
@@ -457,6 +471,7 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, config_hash, target)
     client = docker_client(options.docker_host)
+    check_base_image(client, stack)
     if not options.force and not options.no_cache:
         found = existing_verified_image(client, tag, config_hash)
         if found:

@@ -354,6 +354,9 @@ class Stack(_Model):
     description: str = ""
     inherits: str | None = None
     base_image: PinnedImage
+    # The base's image id, for a base no registry holds (a locally made one has no manifest digest to pin
+    # with `@sha256:`): the build refuses a base_image whose id differs, before it builds anything.
+    base_image_id: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     src_image: PinnedImage = "debian:bookworm-slim"
     cuda: ExactVersion | None = None
     python: str = Field(default="3.12", pattern=r"^3\.\d+$")

@@ -172,3 +172,23 @@ def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_i
     [conflict] = [f for f in check_stack_pins(stale, requires, "0.5.23") if f.is_failure]
     assert conflict.message == ("pins the kernel package sgl-kernel, but sglang 0.5.23 requires sglang-kernel: "
                                 "set sgl_kernel.package: sglang-kernel (and its version)")
+
+
+@pytest.mark.docker
+def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
+    from sglstack.build import check_base_image  # the engine side: only the docker tests need it
+    from sglstack.dockerhost import docker_client
+    from sglstack.errors import BuildError
+
+    client = docker_client()
+    bookworm = client.images.get("debian:bookworm-slim").id
+    stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim",
+                                                        "base_image_id": bookworm})
+    check_base_image(client, stack)  # the same image: nothing to say
+    other = stack.model_copy(update={"base_image_id": "sha256:" + "0" * 64})
+    with pytest.raises(BuildError) as err:
+        check_base_image(client, other)
+    assert str(err.value) == (f"stack 'pypi-cu130': base_image debian:bookworm-slim is image {bookworm}, but the "
+                              f"stack pins base_image_id sha256:{'0' * 64}")
+    with pytest.raises(BuildError, match="is not on this engine"):
+        check_base_image(client, other.model_copy(update={"base_image": "sglstack-test/absent:never"}))
