@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .incontainer.wheelkit import requirement_key
 from .lockfile import Lock, is_current, lock_path, missing_message, read_lock, stale_message
-from .locking import LockError, resolve_stack
+from .locking import LockError, resolve_for_base
 from .matrix import Matrix, Stack, load_matrix
 from .ui import console as make_console
 from .wheels import fetch_wheel, wheel_metadata
@@ -154,7 +154,7 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     return findings
 
 
-def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_stack) -> list[Finding]:
+def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_for_base) -> list[Finding]:
     """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
     findings = []
     for stack in matrix.stacks.values():
@@ -171,7 +171,7 @@ def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_
 
 def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
-                   resolver: Callable[[Stack], Lock] = resolve_stack) -> int:
+                   resolver: Callable[[Stack], Lock] = resolve_for_base) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")
