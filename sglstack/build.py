@@ -46,7 +46,7 @@ from .builder import (
 from .coverage_image import build_coverage
 from .credentials import netrc_text
 from .dockerhost import created_container, docker_client, image_digest, running_container
-from .errors import BuildError, PinMismatch, SglstackError
+from .errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError
 from .gitsource import GitSource
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, source_mismatches
@@ -55,8 +55,9 @@ from .records import build_root, require_writable, stack_lock, utc_now, utc_time
 from .render import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
 from .resources import DEFAULT_PATCHES_DIR
 from .safefiles import containing_root, write_text
+from .serving import LAUNCH, serving_argv, serving_spec
 from .ui import console as make_console
-from .verify import lock_mismatches, pin_mismatches, pip_check_problems
+from .verify import image_check_problems, lock_mismatches, pin_mismatches, pip_check_problems, waived_libraries
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -348,6 +349,66 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target
     return json.loads(out), None
 
 
+IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
+IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded 2-core machine takes minutes
+
+
+def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
+    """A stack that pins its base by image id builds only on that image (one line otherwise)."""
+    if not stack.base_image_id:
+        return
+    try:
+        found = str(client.images.get(stack.base_image).id)
+    except docker.errors.ImageNotFound:
+        raise BuildError(f"stack '{stack.name}': base_image {stack.base_image} is not on this engine (the stack "
+                         f"pins image {stack.base_image_id}: make or load that image and tag it so)") from None
+    if found != stack.base_image_id:
+        raise BuildError(f"stack '{stack.name}': base_image {stack.base_image} is image {found}, but the stack pins "
+                         f"base_image_id {stack.base_image_id}")
+
+
+def serving_argvs(stack: Stack) -> list[list[str]]:
+    """The server argv of each way the stack is served (with speculation, and the smoke's baseline), after
+    `python3 -m sglang.launch_server`: what smoke, compose and the manifests run."""
+    spec = serving_spec(stack)
+    argvs = [serving_argv(spec)[len(LAUNCH):]]
+    if spec.speculative_on:
+        argvs.append(serving_argv(spec.baseline())[len(LAUNCH):])
+    return argvs
+
+
+def image_check_command(stack: Stack) -> list[str]:
+    """`imagecheck.py`'s command line: shared libraries always; the server's --help and the serving argv
+    where SGLang is installed with its requirements (a `install_deps: false` test stack's
+    SGLang cannot import, by design)."""
+    command = ["python", IMAGECHECK]
+    if stack.sglang.install_deps:
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
+    return command
+
+
+def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
+    """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
+    with running_container(client, image, command=image_check_command(stack), name_prefix="sglstack-check",
+                           labels=_container_labels(stack), entrypoint=[], network_disabled=True) as container:
+        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    try:
+        report = json.loads(out) if code == 0 else None
+    except ValueError:
+        report = None
+    if report is None:
+        last = (err or out).strip().splitlines()
+        raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
+                               f"{last[-1] if last else f'exit {code}'}")
+    problems = image_check_problems(report, stack.shared_libraries)
+    if problems:
+        raise ImageCheckFailed(f"stack '{stack.name}': the image fails its in-image checks: {'; '.join(problems)}")
+    _, waived, stale = waived_libraries(report, stack.shared_libraries)
+    return {**report, "waived_libraries": waived, "notes": stale}
+
+
 def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None) -> str:
     """The image `base_ref` names, with `labels` added and no layer added (a FROM-only build).
 
@@ -440,6 +501,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
     tag = local_tag(stack, config_hash, target)
     client = docker_client(options.docker_host)
+    check_base_image(client, stack)
     if not options.force and not options.no_cache:
         found = existing_verified_image(client, tag, config_hash)
         if found:
@@ -483,7 +545,9 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                     raise
         with timer.phase("verify"):
             manifest, info = verified_facts(client, held, stack, target, options.lock)
-            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET)
+            checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
+            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
+                                      installed=(info or {}).get("distributions"))
         inventory = None
         if target == FINAL_TARGET:
             with timer.phase("sbom"):
@@ -512,6 +576,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "installed": (info or {}).get("distributions", {}),
         "torch": (info or {}).get("torch"),
         "coverage": coverage.record,
+        "image_checks": checks,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
         "base_image": {"name": stack.base_image, "digest": base_digest},

@@ -20,7 +20,7 @@ from rich.table import Table
 from .errors import ConfigError
 from .incontainer.wheelkit import requirement_key
 from .lockfile import Lock, StaleLock, lock_for_build, lock_path, missing_message, stale_message
-from .locking import LockError, resolve_stack
+from .locking import LockError, resolve_for_base
 from .matrix import Matrix, Stack, load_matrix
 from .ui import console as make_console
 from .wheels import fetch_wheel, wheel_metadata
@@ -68,9 +68,28 @@ def _applicable(requires_dist: tuple[str, ...], python: str, platforms: tuple[st
     return tuple(out)
 
 
+# The names SGLang's kernel package has had (sgl-kernel to 0.3.x, sglang-kernel from 0.4). A release that
+# renames it again adds its name here; `invoke stacks --check` then tells each stack which one to pin.
+KERNEL_PACKAGE_NAMES = ("sgl-kernel", "sglang-kernel")
+
+
+def required_kernel_package(requires_dist: list[str]) -> str | None:
+    """The kernel package an SGLang release requires, by its METADATA (None: it requires none)."""
+    for line in requires_dist:
+        name = canonicalize_name(Requirement(line).name)
+        if name in KERNEL_PACKAGE_NAMES and Requirement(line).marker is None:
+            return name
+    return None
+
+
 def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
     """Pure: findings for one stack against SGLang's Requires-Dist lines."""
     findings: list[Finding] = []
+    wanted = required_kernel_package(requires_dist)
+    if stack.kernel_package and wanted and wanted != stack.kernel_package:
+        findings.append(Finding(stack.name, "conflict",
+                                f"pins the kernel package {stack.kernel_package}, but sglang {sglang_label} requires "
+                                f"{wanted}: set sgl_kernel.package: {wanted} (and its version)"))
     pins = stack.pins()
     overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()
@@ -142,7 +161,7 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     return findings
 
 
-def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_stack) -> list[Finding]:
+def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_for_base) -> list[Finding]:
     """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
     findings = []
     for stack in matrix.stacks.values():
@@ -159,7 +178,7 @@ def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_
 
 def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
-                   resolver: Callable[[Stack], Lock] = resolve_stack) -> int:
+                   resolver: Callable[[Stack], Lock] = resolve_for_base) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")

@@ -369,9 +369,11 @@ class WheelSource:
         return f"{self.package} {self.version}"
 
 
-def device_code_wheels(stack: Stack, platform: str) -> list[WheelSource]:
-    """sgl-kernel (with the deep_gemm and other objects inside it), FlashInfer's cubin/JIT-cache wheels, and
-    torch with its companions, as the stack pins them (the same indexes and URLs the Dockerfile uses)."""
+def device_code_wheels(stack: Stack, platform: str, versions: Mapping[str, str] | None = None) -> list[WheelSource]:
+    """The kernel package (with the deep_gemm and other objects inside it), FlashInfer's cubin/JIT-cache
+    wheels, and torch with its companions, as the stack pins them (the same indexes and URLs the Dockerfile
+    uses); then the stack's `coverage.packages` at the version `versions` (the lock's or the image's) gives
+    each, or at version "" when it gives none (the caller reports that package as not checked)."""
     out: list[WheelSource] = []
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
@@ -387,6 +389,11 @@ def device_code_wheels(stack: Stack, platform: str) -> list[WheelSource]:
             parsed = Requirement(text)
             version = next(iter(parsed.specifier)).version
             out.append(WheelSource(canonicalize_name(parsed.name), version, text, stack.torch.index_url))
+    seen = {w.package for w in out}
+    for name in stack.coverage.packages:
+        if name not in seen:
+            version = (versions or {}).get(name, "")
+            out.append(WheelSource(name, version, f"{name}=={version}" if version else name))
     return out
 
 
@@ -490,8 +497,12 @@ def build_report(stack: str, platform: str, caps: Sequence[Capability], policy: 
     rows: list[Extension] = []
     notes: list[str] = []
     for package in packages:
-        rows += extensions(package, caps)
+        found = extensions(package, caps)
+        rows += found
         notes += loader_notes(package)
+        if not found:
+            notes.append(f"{package.package} {package.version} ships no compiled device code: what it runs on the "
+                         f"GPU is compiled at run time (JIT), for the GPU it finds")
     violations: list[Violation] = []
     waived: list[tuple[str, str, Cell, str]] = []
     used: set[int] = set()  # exceptions that match some cell

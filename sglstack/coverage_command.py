@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -31,6 +31,7 @@ from .coverage import (
 from .coverage_inspect import inspect_wheel
 from .cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, cuobjdump
 from .errors import ConfigError, SglstackError
+from .lockfile import lock_path, read_lock
 from .matrix import Stack, load_matrix
 from .ui import console as make_console
 from .wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
@@ -81,15 +82,20 @@ def fetch_source(source: WheelSource, stack: Stack, platform: str) -> Path:
 
 
 def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None] = lambda _m: None,
-                 jobs: int | None = None) -> CoverageReport:
-    """The report for one platform of a stack, from its wheels (each fetched once into the cache)."""
+                 jobs: int | None = None, versions: Mapping[str, str] | None = None) -> CoverageReport:
+    """The report for one platform of a stack, from its wheels (each fetched once into the cache);
+    `versions` ({name: version}, the lock's) pins the stack's `coverage.packages`."""
     caps = capabilities_of(stack.cuda_arch_list)
     statuses: list[PackageStatus] = []
     packages: list[PackageObjects] = []
     tool: Cuobjdump | None = None
     listings: ListingCache | None = None
     unreachable: dict[str, str] = {}  # an index or URL found unreachable once is not probed again
-    for source in device_code_wheels(stack, platform):
+    for source in device_code_wheels(stack, platform, versions):
+        if not source.version:
+            statuses.append(PackageStatus(source.package, "", "lock", False,
+                                          f"{source.package} has no version in the stack's lock (invoke lock)"))
+            continue
         where = source.index_url or source.requirement
         if where in unreachable:
             statuses.append(PackageStatus(source.package, source.version, where, False, unreachable[where]))
@@ -180,9 +186,12 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
     if json_path:
         writable_json_path(json_path)  # before any wheel is fetched: the report must have somewhere to go
     reports = []
+    path = lock_path(stacks_file, stack.name)
+    versions = {p.name: p.version for p in read_lock(path).packages} if path.is_file() else None
     try:
         for platform in stack.platforms:
-            reports.append(check_wheels(stack, platform, progress=lambda m: console.print(f"[dim]coverage: {m}[/]")))
+            reports.append(check_wheels(stack, platform, versions=versions,
+                                        progress=lambda m: console.print(f"[dim]coverage: {m}[/]")))
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None
     for report in reports:

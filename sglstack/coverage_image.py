@@ -155,13 +155,14 @@ def copy_out(container: Any, site: str, units: Iterable[str], wanted: set[str], 
     return out
 
 
-def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = None) -> CoverageReport | None:
-    """The coverage report of an image's installed CUDA packages; None when the stack pins none of them or
-    lists no capability (CPU stacks)."""
+def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = None,
+                   installed: Mapping[str, str] | None = None) -> CoverageReport | None:
+    """The coverage report of an image's installed CUDA packages (`installed`: the image's {name: version},
+    for the stack's `coverage.packages`); None when the stack pins none of them or lists no capability."""
     caps = capabilities_of(stack.cuda_arch_list)
     attrs = client.images.get(image).attrs
     platform = PLATFORM_OF_ARCH.get(attrs.get("Architecture", ""), "linux/amd64")
-    sources = device_code_wheels(stack, platform)
+    sources = device_code_wheels(stack, platform, installed)
     if not caps or not sources:
         return None
     sites = site_dirs((attrs.get("Config") or {}).get("Env") or [], stack.python)
@@ -175,6 +176,10 @@ def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = 
                            network_disabled=True) as container, tempfile.TemporaryDirectory(prefix="image-",
                                                                                      dir=scratch) as tmp:
         for source in sources:
+            if not source.version:
+                statuses.append(PackageStatus(source.package, "", "image", False,
+                                              f"{source.package} is not installed in the image"))
+                continue
             dist_info = f"{source.package.replace('-', '_')}-{source.version}.dist-info"
             found = next(((site, text) for site in sites
                           if (text := read_file(container, f"{site}/{dist_info}/RECORD")) is not None), None)
@@ -205,9 +210,10 @@ class BuildCoverage:
     record: Mapping[str, Any] | None  # the table, for record.json
 
 
-def build_coverage(client: Any, image_id: str, stack: Stack, *, serving_image: bool = True) -> BuildCoverage:
+def build_coverage(client: Any, image_id: str, stack: Stack, *, serving_image: bool = True,
+                   installed: Mapping[str, str] | None = None) -> BuildCoverage:
     """The build's check: raise KernelCoverageMissing like a pin mismatch; else the label and the table."""
-    report = image_coverage(client, image_id, stack) if serving_image else None
+    report = image_coverage(client, image_id, stack, installed=installed) if serving_image else None
     if report is None:
         return BuildCoverage({}, None)
     if report.violations:

@@ -59,6 +59,10 @@ class PinMismatch(BuildError):
     """What got installed in the image is not what the stack pinned."""
 
 
+class ImageCheckFailed(BuildError):
+    """The built image fails a check run inside it (pip check, shared libraries, the server's argv)."""
+
+
 class PatchCommandError(SglstackError):
     """A patch command (list, check, apply, verify) failed; the message names patch, file and class.
 

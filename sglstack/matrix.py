@@ -382,6 +382,26 @@ class CoveragePolicy(_Model):
 
     require: Literal["native", "ptx"] = "native"  # ptx: a JIT-compiled first start is acceptable
     exceptions: tuple[CoverageException, ...] = ()
+    # More distributions whose device code is checked, beyond the kernel package, FlashInfer's and torch's:
+    # the CUDA packages the stack's SGLang brings (DeepEP, FlashMLA, NVIDIA's libraries, ...), at the
+    # versions the image installs (the lock's, for `invoke coverage`).
+    packages: tuple[Annotated[str, AfterValidator(_package_name)], ...] = ()
+
+
+class LibraryException(_Model):
+    """Compiled files whose missing shared libraries this stack accepts, with the reason (like an override):
+    plugins and alternative builds a package loads only for a feature, a fabric or a library version that
+    the serving image does not use."""
+
+    file: str = Field(min_length=1)  # a glob on the path under site-packages, e.g. "torchcodec/libtorchcodec_*"
+    reason: str = Field(min_length=1)
+
+
+class SharedLibrariesPolicy(_Model):
+    """The build's shared-library check: every DT_NEEDED of every compiled file resolves in the image,
+    except the driver's (the host provides them) and the files declared here."""
+
+    exceptions: tuple[LibraryException, ...] = ()
 
 
 STACK_PLACEHOLDER = "{stack}"
@@ -473,6 +493,9 @@ class Stack(_Model):
     description: OneLine = ""
     inherits: str | None = None
     base_image: PinnedImage
+    # The base's image id, for a base no registry holds (a locally made one has no manifest digest to pin
+    # with `@sha256:`): the build refuses a base_image whose id differs, before it builds anything.
+    base_image_id: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     src_image: PinnedImage = "debian:bookworm-slim"
     cuda: ExactVersion | None = None
     python: str = Field(default="3.12", pattern=r"^3\.\d+$")
@@ -499,6 +522,7 @@ class Stack(_Model):
     publish: PublishSettings = PublishSettings()
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
+    shared_libraries: SharedLibrariesPolicy = SharedLibrariesPolicy()
     cache: RegistryCache | None = None
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
     credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)

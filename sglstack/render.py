@@ -237,7 +237,7 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
     def fill(folder: Path) -> None:
         (folder / "tools").mkdir(parents=True)
         (folder / "patches").mkdir()
-        for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py"):
+        for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py", "imagecheck.py", "elfdeps.py"):
             shutil.copy2(TOOLS_DIR / name, folder / "tools" / name)
         _copy_tree(PATCHKIT_DIR, folder / "tools" / "patchkit")
         for pid in stack.patches:

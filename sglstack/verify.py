@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from .lockfile import Lock, compare_installed
-from .matrix import Stack
+from .matrix import SharedLibrariesPolicy, Stack
+
+
+def torch_version_matches(reported: str, pinned: str) -> bool:
+    """`torch.__version__` against the pin: PyPI's CUDA builds report a local label the distribution's own
+    version lacks (torch 2.14.1 from PyPI says `2.14.1+cu130`), so a pin without one matches any label."""
+    if reported == pinned:
+        return True
+    try:
+        want = Version(pinned)
+        return not want.local and Version(reported).public == want.public
+    except InvalidVersion:
+        return False
 
 
 def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
@@ -28,7 +43,7 @@ def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
             problems.append(f"torch: pinned {stack.torch.version}, but 'import torch' failed: "
                             f"{(torch or {}).get('import_error', 'not importable')}")
         else:
-            if torch["version"] != stack.torch.version:
+            if not torch_version_matches(torch["version"], stack.torch.version):
                 problems.append(f"torch reports {torch['version']}, pinned {stack.torch.version}")
             if stack.cuda:
                 want_cuda = ".".join(stack.cuda.split(".")[:2])
@@ -91,4 +106,61 @@ def pip_check_problems(stack: Stack, image_info: dict[str, Any]) -> list[str]:
             if (have is not None and have == pin) or (have is None and canonicalize_name(override.name) != name):
                 continue
         problems.append(f"pip check: {line.rstrip('.')}")
+def site_relative(path: str, folders: Sequence[str]) -> str:
+    """`/opt/venv/.../site-packages/a/b.so` -> `a/b.so` (the path as a stack's exceptions name it)."""
+    for folder in folders:
+        if path.startswith(folder.rstrip("/") + "/"):
+            return path[len(folder.rstrip("/")) + 1:]
+    return path
+
+
+def waived_libraries(report: dict[str, Any], policy: SharedLibrariesPolicy) -> tuple[dict[str, list[str]],
+                                                                                   dict[str, str], list[str]]:
+    """(unresolved files no exception covers, {covered file: reason}, stale exceptions matching nothing)."""
+    libs = report.get("shared_libraries") or {}
+    folders = libs.get("folders") or []
+    left: dict[str, list[str]] = {}
+    waived: dict[str, str] = {}
+    used: set[int] = set()
+    for path, needs in sorted((libs.get("unresolved") or {}).items()):
+        rel = site_relative(path, folders)
+        exc = next((i for i, e in enumerate(policy.exceptions) if fnmatch.fnmatchcase(rel, e.file)), None)
+        if exc is None:
+            left[path] = needs
+        else:
+            used.add(exc)
+            waived[rel] = policy.exceptions[exc].reason
+    stale = [f"shared_libraries exception '{e.file}' matches no file with a missing library: remove it"
+             for i, e in enumerate(policy.exceptions) if i not in used]
+    return left, waived, stale
+
+
+NO_LIBRARY_EXCEPTIONS = SharedLibrariesPolicy()
+
+
+def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy = NO_LIBRARY_EXCEPTIONS) -> list[str]:
+    """One message per failure of the in-image checks (`incontainer/imagecheck.py`'s report); empty when clean."""
+    problems: list[str] = []
+    libs = report.get("shared_libraries") or {}
+    unresolved, _, _ = waived_libraries(report, policy)
+    if unresolved:
+        first, needs = next(iter(sorted(unresolved.items())))
+        more = f" (and {len(unresolved) - 1} more file(s))" if len(unresolved) > 1 else ""
+        problems.append(f"shared libraries: {first} needs {', '.join(needs)}, which the image does not have{more}; "
+                        "declare an exception under 'shared_libraries' with its reason, or add the library")
+    for path, why in sorted((libs.get("unreadable") or {}).items())[:1]:
+        problems.append(f"shared libraries: cannot read {path}: {why}")
+    helped = report.get("server_help")
+    if helped is not None and (helped.get("returncode") != 0 or not helped.get("lists_model_path")):
+        last = (helped.get("error") or "").strip().splitlines()
+        problems.append(f"python -m sglang.launch_server --help failed (exit {helped.get('returncode')}): "
+                        f"{last[-1] if last else 'no --model-path in its help'}")
+    parsed = report.get("serving_argv")
+    if parsed is not None:
+        if parsed.get("error"):
+            problems.append(f"serving argv: {parsed['error']}")
+        for result in parsed.get("results") or []:
+            if not result.get("ok"):
+                problems.append(f"serving argv refused by the image's SGLang: {result.get('error')} "
+                                f"(argv: {' '.join(result.get('argv') or [])})")
     return problems

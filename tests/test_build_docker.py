@@ -105,6 +105,10 @@ def test_record_and_labels_describe_the_verified_image(built, docker_client):
     assert patch["id"] == "kimi-k25-eagle3" and patch["status"] == "applied"
     assert patch["sha256_before"] != patch["sha256_after"]
     assert set(record["durations_s"]) >= {"render", "build", "verify", "stamp"}
+    # the in-image checks ran in the image (install_deps: false here: shared libraries only)
+    checks = record["image_checks"]
+    assert checks["shared_libraries"]["unresolved"] == {} and checks["python"].startswith("3.11.")
+    assert "pip_check" not in checks and "serving_argv" not in checks
     labels = docker_client.images.get(result.tag).labels
     assert labels["io.sglstack.config-hash"] == result.config_hash
     assert labels["io.sglstack.verified"] == "true"

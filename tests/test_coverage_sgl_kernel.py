@@ -40,7 +40,7 @@ def test_the_wheel_is_the_stacks_platform_not_this_machines(cu129_sgl_kernel):
 def test_the_loader_of_the_real_wheel_is_the_one_modelled(cu129_sgl_kernel):
     _, _, objects = cu129_sgl_kernel
     assert "def _load_architecture_specific_ops" in objects.loader_sources["sgl_kernel/load_utils.py"]
-    assert loader_notes("sgl-kernel", objects.loader_sources) == []
+    assert loader_notes(objects) == []
 
 
 def test_what_each_gpu_of_cu129_loads(cu129_sgl_kernel):

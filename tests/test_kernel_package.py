@@ -124,3 +124,71 @@ def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(mat
     message = str(err.value)
     assert "x86_64-manylinux_2_28" in message and "the stack requires sglang==0.5.23" in message
     assert "manylinux_2_34_x86_64" in message  # uv's hint: where the wheels are
+
+
+# ---- verifying the PyPI stack's image --------------------------------------------------------------
+
+def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
+    from sglstack.verify import pin_mismatches  # the verify half of this file's story
+
+    stack = matrix.get("pypi-cu130")
+    info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
+    assert pin_mismatches(stack, info) == []
+    older = {**info, "torch": {"version": "2.14.0+cu130", "cuda": "13.0"}}
+    assert pin_mismatches(stack, older) == ["torch reports 2.14.0+cu130, pinned 2.14.1"]
+    cu130 = matrix.get("cu130")  # a pin with a label must be met exactly
+    plain = {"distributions": cu130.pins(), "torch": {"version": "2.9.1", "cuda": "13.0"}}
+    assert pin_mismatches(cu130, plain) == ["torch reports 2.9.1, pinned 2.9.1+cu130"]
+
+
+def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matrix):
+    stack = matrix.get("pypi-cu130")
+    sources = {w.package: w for w in device_code_wheels(stack, "linux/amd64", {"sgl-deep-ep": "0.1.2.post1"})}
+    assert sources["sgl-deep-ep"].requirement == "sgl-deep-ep==0.1.2.post1"
+    assert sources["nvidia-cudnn-cu13"].version == ""  # not given: reported as not checked
+    assert list(sources)[:4] == ["sglang-kernel", "torch", "torchvision", "triton"]  # pins first, once each
+
+
+def test_a_package_without_device_code_is_a_note_not_a_row():
+    from sglstack.coverage import DeviceObject, PackageObjects, build_report, capabilities_of
+    from sglstack.matrix import CoveragePolicy
+
+    jit = PackageObjects("quack-kernels", "0.6.5", "t", (DeviceObject("quack/_host.so", "0" * 64, (), (), 0),))
+    report = build_report("s", "linux/amd64", capabilities_of(["9.0"]), CoveragePolicy(), [jit], [])
+    assert report.rows == () and report.violations == ()
+    assert report.notes == ("quack-kernels 0.6.5 ships no compiled device code: what it runs on the GPU is "
+                            "compiled at run time (JIT), for the GPU it finds",)
+
+
+def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_is_told_which_to_pin(matrix):
+    from sglstack.conflicts import required_kernel_package  # the METADATA side of the rename
+
+    requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
+    assert required_kernel_package(requires) == "sglang-kernel"
+    assert required_kernel_package(["sgl-kernel==0.3.21", "torch==2.9.1"]) == "sgl-kernel"
+    assert required_kernel_package(["torch==2.9.1"]) is None
+    stale = matrix.get("pypi-cu130")
+    stale = stale.model_copy(update={"sgl_kernel": stale.sgl_kernel.model_copy(update={"package": "sgl-kernel"})})
+    [conflict] = [f for f in check_stack_pins(stale, requires, "0.5.23") if f.is_failure]
+    assert conflict.message == ("pins the kernel package sgl-kernel, but sglang 0.5.23 requires sglang-kernel: "
+                                "set sgl_kernel.package: sglang-kernel (and its version)")
+
+
+@pytest.mark.docker
+def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
+    from sglstack.build import check_base_image  # the engine side: only the docker tests need it
+    from sglstack.dockerhost import docker_client
+    from sglstack.errors import BuildError
+
+    client = docker_client()
+    bookworm = client.images.get("debian:bookworm-slim").id
+    stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim",
+                                                        "base_image_id": bookworm})
+    check_base_image(client, stack)  # the same image: nothing to say
+    other = stack.model_copy(update={"base_image_id": "sha256:" + "0" * 64})
+    with pytest.raises(BuildError) as err:
+        check_base_image(client, other)
+    assert str(err.value) == (f"stack 'pypi-cu130': base_image debian:bookworm-slim is image {bookworm}, but the "
+                              f"stack pins base_image_id sha256:{'0' * 64}")
+    with pytest.raises(BuildError, match="is not on this engine"):
+        check_base_image(client, other.model_copy(update={"base_image": "sglstack-test/absent:never"}))

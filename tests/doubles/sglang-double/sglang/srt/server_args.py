@@ -68,10 +68,19 @@ def all_flags() -> set[str]:
     return {flag for flags, _, _ in FLAGS for flag in flags}
 
 
+class ServerArgs:
+    """The real entry point's shape: `ServerArgs.add_cli_args(parser)` declares every flag on a parser
+    (what `invoke build` parses a stack's serving argv with, inside the image)."""
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        for flags, kwargs, dest in FLAGS:
+            parser.add_argument(*flags, dest=dest, **kwargs)
+
+
 def parse_server_args(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="launch_server")
-    for flags, kwargs, dest in FLAGS:
-        parser.add_argument(*flags, dest=dest, **kwargs)
+    ServerArgs.add_cli_args(parser)
     args = vars(parser.parse_args(argv))
     if args["speculative_algorithm"] in ("EAGLE", "EAGLE3") and not args["speculative_draft_model_path"]:
         parser.error("--speculative-draft-model-path is required for EAGLE speculative decoding")
