@@ -488,9 +488,9 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
     """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept)."""
     stack = load_matrix(stacks_file).get(stack_name)
     path = lock_path(stacks_file, stack_name)
+    previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line
     # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
     require_writable(path, what="lock")
-    previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line
     wanted = [canonicalize_name(u) for u in upgrade_packages]
     if wanted and previous is None:
         raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",

@@ -106,6 +106,9 @@ def pip_check_problems(stack: Stack, image_info: dict[str, Any]) -> list[str]:
             if (have is not None and have == pin) or (have is None and canonicalize_name(override.name) != name):
                 continue
         problems.append(f"pip check: {line.rstrip('.')}")
+    return problems
+
+
 def site_relative(path: str, folders: Sequence[str]) -> str:
     """`/opt/venv/.../site-packages/a/b.so` -> `a/b.so` (the path as a stack's exceptions name it)."""
     for folder in folders:
