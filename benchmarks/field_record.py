@@ -56,6 +56,7 @@ def main(run_dir: Path, target: Path) -> int:
         "what": "benchmarks/field_go.sh on one nvidia-h200 machine: SGLang 0.5.17 from the node's Python 3.12 "
                 "and torch 2.11.0+cu130 plus the carried packages, served by `smoke --runner process`",
         "device": device,
+        "stack": report.get("stack"),  # the stacks.yaml entry whose serving settings were served (field_run.py --stack)
         "steps": steps,
         "gate_verdicts": gate_verdicts(report),
         "server_milestones": milestones,

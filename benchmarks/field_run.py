@@ -1,7 +1,12 @@
 """The field run: SGLang served as local processes by `smoke --runner process`, baseline and EAGLE-3, on a GPU node.
 
     python3 benchmarks/field_run.py --python-env ENV --site DIR --model TARGET --draft DRAFT --out OUT
-                                    [--timeout S] [--extra-args "..."]
+                                    [--stack h200-field] [--timeout S] [--extra-args "..."]
+
+The server is the stack's (`h200-field` of stacks.yaml: its serving argv, env, gates and smoke sizes), with
+only the node's folders given here: the model and draft paths (the stack names where a container mounts
+them; the process runner mounts nothing), the Python environment, and the carried packages on PYTHONPATH.
+The report, and so the recording, names the stack.
 
 Before the smoke, each step a server needs is tried on its own in ENV's interpreter with DIR on PYTHONPATH
 (the carried packages), so a failure says how far it got: `imports` (sglang's server, scheduler and model
@@ -25,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.signals import exit_code_of, signals_raise  # noqa: E402  (the checkout's sglstack)
+from sglstack.matrix import load_matrix  # noqa: E402  (the checkout's sglstack)
+from sglstack.signals import exit_code_of, signals_raise  # noqa: E402
 from sglstack.smoke import run_smoke, smoke_options  # noqa: E402
 
 PROBES = {
@@ -61,13 +67,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--draft", required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--gpus", type=int, default=1)
-    parser.add_argument("--extra-args", default="--attention-backend triton --cuda-graph-max-bs 8 "
-                                                "--mem-fraction-static 0.3")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--num-prompts", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--stack", default="h200-field", help="the stack whose serving settings are served")
+    parser.add_argument("--stacks-file", default=str(REPO / "stacks.yaml"))
+    parser.add_argument("--timeout", type=float, default=None, help="default: the stack's startup_timeout_s")
+    # Each default None: the stack's own value (serving.gpus, serving.extra_args, smoke.*).
+    parser.add_argument("--gpus", type=int, default=None)
+    parser.add_argument("--extra-args", default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--num-prompts", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=None)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -81,14 +89,15 @@ def main(argv: list[str]) -> int:
         print(f"field: {name}: {'ok' if result['ok'] else 'FAILED'} {result['output']}", flush=True)
     (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
 
+    stack = load_matrix(args.stacks_file).get(args.stack)
     options = smoke_options(
-        None, runner="process", python_env=args.python_env, model=args.model, draft_model=args.draft,
-        speculative_algorithm="EAGLE3", num_steps=3, eagle_topk=1, num_draft_tokens=4, tp=1, gpus=args.gpus,
-        timeout=args.timeout, env=server_env, extra_args=shlex.split(args.extra_args),
+        stack, runner="process", python_env=args.python_env, model=args.model, draft_model=args.draft,
+        gpus=args.gpus, timeout=args.timeout, env=server_env,
+        extra_args=shlex.split(args.extra_args) if args.extra_args is not None else None,
         max_new_tokens=args.max_new_tokens, num_prompts=args.num_prompts, concurrency=args.concurrency,
         report=str(args.out / "report.json"), build_dir=str(args.out / "build"),
     )
-    report = run_smoke(None, None, options, log=lambda line: print(line, flush=True))
+    report = run_smoke(stack, None, options, log=lambda line: print(line, flush=True))
     data = report.data
     for kind in ("baseline", "eagle3"):
         run = data[kind]

@@ -350,6 +350,8 @@ def test_stacks_table_lists_every_stack(whole_matrix, capsys):
          "0.6.3", "0.5.9", "kimi-k25-eagle3", "0"],
         ["pypi-cu130", "sglstack/base:debian12-slim-5ebdceea6080", "13.0", "3.11", "2.14.1", "sglang-kernel 0.4.10",
          "0.7.2", "0.5.23", "kimi-k25-eagle3", "0"],
+        ["h200-field", "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", "13.0", "3.12", "2.11.0", "sglang-kernel 0.4.5",
+         "0.6.15.post1", "0.5.17", "-", "0"],
     ]
 
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from smoke_fixtures import DOUBLE_ENV, make_double_env
 
-from sglstack.matrix import Gates
+from sglstack.matrix import Gates, load_matrix
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.measure import PhaseStats, ServerRun
+from sglstack.smoke.plan import process_plan, smoke_options
 
 REPO = Path(__file__).resolve().parent.parent
 # Two runs on two machine starts (the second after the SIGTERM check of benchmarks/field_sigterm.sh).
@@ -89,6 +90,27 @@ def test_every_step_got_through_and_the_process_runner_measured_it(recording):
     assert "H200" in rec["device"]
 
 
+def test_the_field_run_served_what_the_h200_field_stack_declares(recording):
+    """The recorded launch commands are, flag for flag, the process runner's plan for stacks.yaml's `h200-field`
+    given only the node's folders (its Python environment; the model and draft, recorded as `<field-model>/`,
+    which the stack names where a container mounts them); its smoke sizes, startup budget and gates too."""
+    report = recording["report"]
+    stack = load_matrix(REPO / "stacks.yaml").get("h200-field")
+    options = smoke_options(stack, runner="process", python_env=report["runner"]["python_env"],
+                            model="<field-model>/target", draft_model="<field-model>/draft")
+    for kind in ("baseline", "eagle3"):
+        command = report["commands"][kind]
+        port = int(command[command.index("--port") + 1])  # the process runner serves on a free port it picks
+        assert list(process_plan(options, kind, port, host_env={}).argv) == command
+    recorded = report["options"]
+    assert (recorded["max_new_tokens"], recorded["num_prompts"], recorded["concurrency"]) == (
+        stack.smoke.max_new_tokens, stack.smoke.num_prompts, stack.smoke.concurrency)
+    assert (recorded["timeout"], recorded["gpus"], recorded["tp"]) == (
+        stack.serving.startup_timeout_s, stack.serving.gpus, stack.serving.tp)
+    assert report["gates"] == stack.smoke.gates.model_dump()
+    assert set(stack.serving.env) <= set(recorded["env_keys"])
+
+
 def test_the_driver_and_the_recorder_make_a_recording_these_tests_accept(tmp_path, repo_root):
     """benchmarks/field_run.py (served by the double here) and field_record.py, end to end: the recording
     holds every step, and the gates re-derive its verdict (the double's EAGLE-3 is 2x faster: it passes)."""
@@ -107,6 +129,7 @@ def test_the_driver_and_the_recorder_make_a_recording_these_tests_accept(tmp_pat
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "field_record.py"), str(out), str(tmp_path / "r.json")],
                    check=True, capture_output=True)
     made = json.loads((tmp_path / "r.json").read_text())
+    assert made["stack"] == made["report"]["stack"] == "h200-field"  # the driver serves the stack's settings
     assert made["report"]["verdict"] == "pass" and made["gate_verdicts"]["min_speedup"] == "pass"
     # No torch beside the double: the probes say how far they got, and the servers' steps still count.
     assert made["steps"]["imports"]["ok"] is False and made["steps"]["baseline_first_token"]["ok"] is True

@@ -1,0 +1,122 @@
+# Rendered by sglstack for stack 'h200-field' from images/Dockerfile.j2: do not edit by hand.
+# The field run of issue 28 - SGLang 0.5.17 on PyTorch 2.11.0 (PyPI, CUDA 13.0), sglang-kernel 0.4.5, FlashInfer 0.6.15.post1, one H200
+#
+# No `# syntax=` line on purpose: BuildKit's built-in Dockerfile frontend is used, so that a build needs
+# no registry to fetch a frontend image from.
+
+# ---- stage 1: fetch the pinned SGLang, apply and verify this stack's patches -----------------------
+FROM debian:bookworm-slim AS sglang-src
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG TARGETARCH
+# The src stage only runs stdlib Python to fetch and patch a wheel; its apt packages are not shipped,
+# and Debian drops superseded versions from its archive, so exact apt pins would only break rebuilds.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-pip ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY tools/pip-env.sh tools/wheelkit.py /opt/sglstack/tools/
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=hf_token,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-src \
+    . /opt/sglstack/tools/pip-env.sh \
+ && case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac \
+ && set -- --platform "manylinux2014_${arch}" --platform any \
+ && for v in 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39; do set -- "$@" --platform "manylinux_2_${v}_${arch}"; done \
+ && python3 -m pip download --no-deps --only-binary=:all: --dest /src/dist \
+      --python-version 3.12 --implementation cp \
+      --abi cp312 --abi abi3 --abi none "$@" \
+      "sglang==0.5.17"
+COPY stack.json /opt/sglstack/stack.json
+RUN python3 /opt/sglstack/tools/wheelkit.py unpack /src/dist/sglang-*.whl /src/tree \
+ && mkdir -p /out \
+ && python3 /opt/sglstack/tools/wheelkit.py requirements /src/dist/sglang-*.whl /opt/sglstack/stack.json /out/sglang-requirements.txt
+# Patches come last in this stage: editing one re-runs only the steps below.
+COPY tools/patchkit /opt/sglstack/tools/patchkit
+COPY patches/ /opt/sglstack/patches/
+ENV PYTHONPATH=/opt/sglstack/tools
+RUN echo '[]' > /out/patches.json \
+ && python3 /opt/sglstack/tools/wheelkit.py overlay /src/tree /src/dist/sglang-*.whl /out/overlay
+
+# ---- stage 2: the serving image --------------------------------------------------------------------
+FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH}
+ENV TORCH_CUDA_ARCH_LIST="9.0" \
+    CUDA_HOME=/usr/local/cuda
+# The base image is pinned; apt versions float within its release and superseded ones leave the archive.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev build-essential ca-certificates libnuma1 numactl \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.12 -m venv /opt/venv
+COPY tools/pip-env.sh /opt/sglstack/tools/pip-env.sh
+# torch 2.11.0: the heaviest layer, first, so later changes keep it
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0
+# sglang-kernel 0.4.5
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt sglang-kernel==0.4.5
+# FlashInfer 0.6.15.post1
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt flashinfer-python==0.6.15.post1
+# SGLang's own requirements, with this stack's declared overrides applied in the open (see the file).
+COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt -r /opt/sglstack/sglang-requirements.txt
+# The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
+# the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
+RUN --mount=type=bind,from=sglang-src,source=/src/dist,target=/run/sglang-dist \
+    pip install --no-deps --no-cache-dir /run/sglang-dist/sglang-*.whl
+COPY --from=sglang-src /out/patches.json /opt/sglstack/patches.json
+COPY stack.json /opt/sglstack/stack.json
+COPY tools/ /opt/sglstack/tools/
+COPY patches/ /opt/sglstack/patches/
+COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.12/site-packages/
+# RECORD is brought up to date for the patched files (pip uninstall and `pip show -f` stay truthful),
+# only the changed modules are recompiled, the patches are verified where they will run (the installed
+# tree), and what is really installed is written down once: `invoke build` reads patches.json and
+# installed.json back from the image and compares them with the stack's pins, without running it again.
+RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && python /opt/sglstack/tools/wheelkit.py refresh-record "$site" sglang \
+ && python -m compileall -q "$site/sglang" \
+ && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
+WORKDIR /sgl-workspace
+EXPOSE 30000
+LABEL io.sglstack.cuda="13.0" \
+      io.sglstack.cuda-arch-list="9.0" \
+      io.sglstack.patches="" \
+      io.sglstack.pin.flashinfer-python="0.6.15.post1" \
+      io.sglstack.pin.sglang="0.5.17" \
+      io.sglstack.pin.sglang-kernel="0.4.5" \
+      io.sglstack.pin.torch="2.11.0" \
+      io.sglstack.pin.torchaudio="2.11.0" \
+      io.sglstack.pin.torchvision="0.26.0" \
+      io.sglstack.python="3.12" \
+      io.sglstack.sglang="0.5.17" \
+      io.sglstack.stack="h200-field" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04" \
+      org.opencontainers.image.description="The field run of issue 28 - SGLang 0.5.17 on PyTorch 2.11.0 (PyPI, CUDA 13.0), sglang-kernel 0.4.5, FlashInfer 0.6.15.post1, one H200" \
+      org.opencontainers.image.title="sglstack h200-field" \
+      org.opencontainers.image.vendor="sglstack" \
+      org.opencontainers.image.version="0.5.17"
