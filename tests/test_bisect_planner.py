@@ -41,8 +41,10 @@ class Simulation:
         start = self.level(index) * (1 + self.rng.gauss(0, self.start_sd))
         return [start * (1 + self.rng.gauss(0, self.run_sd)) for _ in range(self.planner.config.runs_per_batch)]
 
-    def run(self) -> Outcome:
-        while True:
+    def run(self, max_steps: int = 400) -> Outcome:
+        # A step bound on every turn of the loop, skips included: a planner that asks for a skipped ref
+        # again (a skip taken for good) must fail the test, not spin until CI's own limit.
+        for _ in range(max_steps):
             action = self.planner.next()
             if isinstance(action, Outcome):
                 return action
@@ -54,6 +56,7 @@ class Simulation:
             self.batches += 1
             self.planner.record_batch(action.ref, self.batch(action.index))
             assert self.batches < 200, "the planner must stop"
+        raise AssertionError(f"the planner did not stop within {max_steps} steps")
 
 
 def step(k: int, drop: float = 0.10) -> Callable[[int], float]:
