@@ -191,3 +191,199 @@ def test_a_lock_only_change_changes_the_config_hash(index: int, field: str, salt
     changed = dataclasses.replace(LOCK, packages=tuple(packages))
     with tempfile.TemporaryDirectory() as tmp:
         assert _hash(Path(tmp) / "a", changed) != _hash(Path(tmp) / "b"), f"{field} of {packages[index].name}"
+
+
+# ---- `invoke diff` reports every difference ---------------------------------------------------------
+
+from sglstack.diff import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff  # noqa: E402
+from sglstack.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX  # noqa: E402
+
+SHA = {c: c * 64 for c in "0123456789abcdef"}
+RECORD = {  # a build record as build.py writes it
+    "stack": "cu130", "target": "runtime", "image_id": "sha256:" + SHA["1"], "tag": "sglstack/cu130:111111111111",
+    "config_hash": SHA["1"], "built_at": "2026-12-01T10:00:00Z",
+    "pins": {"torch": "2.9.1+cu130", "flashinfer-python": "0.6.4", "sglang": "0.5.9"},
+    "overrides": [],
+    "patches": [{"id": "kimi-k25-eagle3", "status": "applied", "sha256_before": SHA["a"], "sha256_after": SHA["b"],
+                 "file": "sglang/srt/models/kimi_k25.py"}],
+    "installed": {"torch": "2.9.1+cu130", "flashinfer-python": "0.6.4", "sglang": "0.5.9", "idna": "3.7"},
+    "torch": {"version": "2.9.1+cu130", "cuda": "13.0"},
+    "base_image": {"name": "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", "digest": "sha256:" + SHA["c"]},
+    "sglang": {"version": None, "git": {"repo": "https://git.example/sglang.git", "ref": "1" * 40},
+               "install_deps": True},
+    "labels": {"io.sglstack.stack": "cu130", "io.sglstack.config-hash": SHA["1"],
+               PIN_LABEL_PREFIX + "sglang": "0.5.9", "org.opencontainers.image.version": "0.5.9"},
+}
+# Snapshot fields that say which thing a side is, not what it holds (the diff's header names both sides),
+# and the one carried by another: a git source's commit is also its `sglang` value (git-<commit12>).
+SNAPSHOT_IDENTITY = {"ref": "named in the header", "kind": "named in the header",
+                     "stack": "which stack, not what it holds", "sglang_git": "varies with sglang"}
+_value = st.text(alphabet="0123456789abcdefz.+-", min_size=1, max_size=10)
+
+
+def _printed(diff) -> str:
+    console = Console(file=io.StringIO(), width=240, color_system=None)
+    print_diff(diff, console)
+    return console.file.getvalue()
+
+
+@st.composite
+def _varied(draw, value, prefixes: tuple[str, ...] = ()):
+    """A different value of the same shape: a text changed, or a mapping with one entry changed, added
+    or removed (never a key the section leaves to another one)."""
+    if not isinstance(value, dict):
+        return draw(_value.filter(lambda v: v != value))
+    keys = sorted(k for k in value if not k.startswith(prefixes))
+    how = draw(st.sampled_from(["change", "add", "remove"] if keys else ["add"]))
+    out = dict(value)
+    if how == "add":
+        key = draw(st.sampled_from(["six", "io.sglstack.extra", "zlib-ng", "a"]).filter(lambda k: k not in value))
+        out[key] = draw(_value)
+    else:
+        key = draw(st.sampled_from(keys))
+        if how == "remove":
+            del out[key]
+        else:
+            out[key] = draw(_value.filter(lambda v: v != value[key]))
+    return out
+
+
+def test_the_diff_properties_know_every_field_of_a_snapshot() -> None:
+    compared = {f.name for f in dataclasses.fields(Snapshot)} - set(SNAPSHOT_IDENTITY)
+    assert compared == {"config_hash", "base_image", "base_digest", "pins", "packages", "patches", "sglang",
+                        "labels"}
+
+
+@BOUNDED
+@given(data=st.data(), field=st.sampled_from(sorted({f.name for f in dataclasses.fields(Snapshot)}
+                                                    - set(SNAPSHOT_IDENTITY))))
+def test_diff_reports_a_difference_in_any_one_field(data, field: str) -> None:
+    """Two snapshots that differ in one field (pins only, labels only...): never "no difference"."""
+    a = record_snapshot(RECORD, "a.json")
+    prefixes = (PIN_LABEL_PREFIX, PATCH_LABEL_PREFIX) if field == "labels" else ()
+    b = dataclasses.replace(a, ref="b.json", **{field: data.draw(_varied(getattr(a, field), prefixes))})
+    diff = snapshot_diff(a, b)
+    assert not diff.identical and diff_to_json(diff)["identical"] is False
+    out = _printed(diff)
+    assert "no difference" not in out
+    old, new = getattr(a, field), getattr(b, field)
+    if isinstance(old, dict):  # the entry that differs is named
+        for key in set(old) ^ set(new) | {k for k in old if k in new and old[k] != new[k]}:
+            assert key in out, f"{field}: {key} not shown\n{out}"
+    else:
+        assert new[:12] in out or new in out
+
+
+def _paths(value, prefix=()):
+    """Every leaf of a record, as a path of keys and list indices."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _paths(item, (*prefix, key))
+    elif isinstance(value, list) and value:
+        for i, item in enumerate(value):
+            yield from _paths(item, (*prefix, i))
+    else:
+        yield prefix
+
+
+def _with(record, path, new):
+    if not path:
+        return new
+    copy = list(record) if isinstance(record, list) else dict(record)
+    copy[path[0]] = _with(record[path[0]], path[1:], new)
+    return copy
+
+
+def _leaf(record, path):
+    for key in path:
+        record = record[key]
+    return record
+
+
+LEAVES = sorted(_paths(RECORD), key=repr)
+
+
+@BOUNDED
+@given(path=st.sampled_from(LEAVES), new=_value)
+def test_whatever_of_a_record_the_diff_reads_it_reports(path, new: str) -> None:
+    """Each leaf of a record, varied: when the snapshot diff reads from it changes, the diff is not empty."""
+    old = _leaf(RECORD, path)
+    if new == old:
+        return
+    a = record_snapshot(RECORD, "a.json")
+    b = record_snapshot(_with(RECORD, path, new), "a.json")
+    if a == b or path[0] in ("stack",) or path[:2] == ("labels", PIN_LABEL_PREFIX + "sglang"):
+        return  # not read by the diff (e.g. the record's own path), or said by another section
+    assert not snapshot_diff(a, b).identical, path
+
+
+def test_the_record_fields_the_diff_reads_include_every_section() -> None:
+    """The record fields whose change changes the snapshot: derived by varying each, so a section the
+    reader stopped reading (pins, patches...) fails here, not in a user's terminal."""
+    read = set()
+    for path in LEAVES:
+        if record_snapshot(_with(RECORD, path, "zz-changed"), "a") != record_snapshot(RECORD, "a"):
+            read.add(path[0])
+    assert read >= {"config_hash", "pins", "installed", "patches", "base_image", "sglang", "labels"}
+
+
+# ---- the immutable tag's date is UTC, whatever this machine's time zone ----------------------------
+
+from contextlib import contextmanager  # noqa: E402
+
+from sglstack.build import BuildOptions  # noqa: E402
+from sglstack.pipeline import describe_plan  # noqa: E402
+from sglstack.records import utc_timestamp, utc_today  # noqa: E402
+from sglstack.tags import release_tags  # noqa: E402
+
+
+@contextmanager
+def _time_zone(offset_minutes: int):
+    """This process's local time zone at UTC+offset (a POSIX TZ, no tz database needed), put back after."""
+    sign = "-" if offset_minutes >= 0 else "+"  # POSIX counts west of Greenwich as positive
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = f"LOC{sign}{hours:02d}:{minutes:02d}"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
+
+
+def _utc_dates() -> set[dt.date]:
+    return {dt.date(*time.gmtime()[:3])}
+
+
+# UTC+14 and UTC-12 are a day apart from UTC at every moment between them: one of the two is always on
+# another date than UTC, so a local date fails this test at any time of day, not only near midnight.
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(offset=st.integers(-12 * 60, 14 * 60).map(lambda m: m - m % 15))
+@example(offset=14 * 60)
+@example(offset=-12 * 60)
+def test_tags_and_timestamps_are_utc_in_any_time_zone(offset: int) -> None:
+    with _time_zone(offset):
+        before = _utc_dates()
+        today = utc_today()
+        stamp = utc_timestamp()
+        tag = release_tags(CPU_STACK, "ab" * 32, today).immutable
+        after = _utc_dates()
+    assert today in before | after, f"UTC{offset / 60:+g}: {today} is not the UTC date"
+    assert stamp.endswith("Z") and dt.date.fromisoformat(stamp[:10]) in before | after
+    assert any(day.strftime("%Y%m%d") in tag for day in before | after), tag
+
+
+def test_the_plan_of_a_release_dates_its_tag_in_utc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The production path a user reads (`invoke build --dry-run`): its immutable tag, under UTC+14 and UTC-12."""
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
+    for offset in (14 * 60, -12 * 60):
+        with _time_zone(offset):
+            before = _utc_dates()
+            lines = describe_plan(CPU_STACK, BuildOptions(), push=True, registry=None)
+            after = _utc_dates()
+        promote = next(line for line in lines if line.startswith("promote"))
+        assert any(f"-{day.strftime('%Y%m%d')}-" in promote for day in before | after), (offset, promote)
