@@ -11,7 +11,9 @@ import dataclasses
 import datetime as dt
 import io
 import os
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,17 @@ from rich.console import Console
 
 from sglstack import compose as cmp
 from sglstack import k8s
+from sglstack.build import BuildOptions, compute_config_hash
+from sglstack.diff import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
+from sglstack.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
+from sglstack.lockfile import LockedPackage, lock_for_build
 from sglstack.matrix import ServingSettings, SpeculativeSettings, load_matrix
-from sglstack.serving import serving_argv
+from sglstack.pipeline import describe_plan
+from sglstack.records import utc_timestamp, utc_today
+from sglstack.render import write_build_context
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
+from sglstack.tags import release_tags
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_STACK = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml").get("cpu-test")
@@ -115,14 +124,10 @@ def test_smoke_measures_the_argv_compose_and_kubernetes_serve(serving: ServingSe
                         ("--speculative-num-draft-tokens", spec.num_draft_tokens),
                         ("--speculative-draft-model-path", spec.draft_model)):
         assert argv[argv.index(flag) + 1] == str(value)
-    assert serving_argv  # the one renderer all three go through (imported so a rename fails here)
 
 
 # ---- the config hash covers every input of the image -----------------------------------------------
 
-from sglstack.build import compute_config_hash  # noqa: E402
-from sglstack.lockfile import LockedPackage, lock_for_build  # noqa: E402
-from sglstack.render import write_build_context  # noqa: E402
 
 LOCK_MATRIX = REPO / "tests" / "fixtures" / "stacks-lock.yaml"
 LOCK_STACK = load_matrix(LOCK_MATRIX).get("cpu-lock")
@@ -183,8 +188,6 @@ def _changed(package: LockedPackage, field: str, salt: str) -> LockedPackage:
        field=st.sampled_from(PACKAGE_FIELDS_IN_THE_IMAGE), salt=st.sampled_from(["a", "b7", "c0ffee"]))
 def test_a_lock_only_change_changes_the_config_hash(index: int, field: str, salt: str) -> None:
     """The stack unchanged, one pin of its lock changed (a version, a hash, a layer...): a new config."""
-    import tempfile  # here: hypothesis runs many examples per call, each in its own folder
-
     assert LOCK is not None
     packages = list(LOCK.packages)
     packages[index] = _changed(packages[index], field, salt)
@@ -195,8 +198,6 @@ def test_a_lock_only_change_changes_the_config_hash(index: int, field: str, salt
 
 # ---- `invoke diff` reports every difference ---------------------------------------------------------
 
-from sglstack.diff import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff  # noqa: E402
-from sglstack.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX  # noqa: E402
 
 SHA = {c: c * 64 for c in "0123456789abcdef"}
 RECORD = {  # a build record as build.py writes it
@@ -328,13 +329,6 @@ def test_the_record_fields_the_diff_reads_include_every_section() -> None:
 
 
 # ---- the immutable tag's date is UTC, whatever this machine's time zone ----------------------------
-
-from contextlib import contextmanager  # noqa: E402
-
-from sglstack.build import BuildOptions  # noqa: E402
-from sglstack.pipeline import describe_plan  # noqa: E402
-from sglstack.records import utc_timestamp, utc_today  # noqa: E402
-from sglstack.tags import release_tags  # noqa: E402
 
 
 @contextmanager
