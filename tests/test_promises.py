@@ -26,6 +26,7 @@ from sglstack import compose as cmp
 from sglstack import k8s
 from sglstack.build import BuildOptions, compute_config_hash
 from sglstack.diff import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
+from sglstack.errors import SmokeError
 from sglstack.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.lockfile import LockedPackage, lock_for_build
 from sglstack.matrix import ServingSettings, SpeculativeSettings, load_matrix
@@ -124,6 +125,42 @@ def test_smoke_measures_the_argv_compose_and_kubernetes_serve(serving: ServingSe
                         ("--speculative-num-draft-tokens", spec.num_draft_tokens),
                         ("--speculative-draft-model-path", spec.draft_model)):
         assert argv[argv.index(flag) + 1] == str(value)
+
+
+
+# smoke's CLI names of the speculative settings, and the server flag each one sets
+SPECULATIVE_OVERRIDES = {
+    "speculative_algorithm": ("algorithm", "--speculative-algorithm"),
+    "draft_model": ("draft_model", "--speculative-draft-model-path"),
+    "num_steps": ("num_steps", "--speculative-num-steps"),
+    "eagle_topk": ("eagle_topk", "--speculative-eagle-topk"),
+    "num_draft_tokens": ("num_draft_tokens", "--speculative-num-draft-tokens"),
+}
+
+
+@BOUNDED
+@given(serving=_serving_settings(), given_=st.fixed_dictionaries(
+    {}, optional={name: SPECULATIVE_FIELDS[field] for name, (field, _) in SPECULATIVE_OVERRIDES.items()}))
+def test_a_speculative_setting_given_to_smoke_wins_and_the_others_stay_the_stacks(serving, given_) -> None:
+    """`invoke smoke --num-steps 5` (or any subset of the five): those flags take the given values, every
+    other one keeps the stack's value, never a built-in default."""
+    assert {field for field, _ in SPECULATIVE_OVERRIDES.values()} == set(SpeculativeSettings.model_fields)
+    stack = CPU_STACK.model_copy(update={"serving": serving})
+    argv = launch_argvs(smoke_options(stack, **given_))["eagle3"]
+    assert serving.speculative is not None
+    for name, (field, flag) in SPECULATIVE_OVERRIDES.items():
+        want = given_.get(name, getattr(serving.speculative, field))
+        assert argv[argv.index(flag) + 1] == str(want), (name, given_)
+
+
+@pytest.mark.parametrize(("name", "value"), [("speculative_algorithm", "MEDUSA"), ("num_steps", 0),
+                                              ("eagle_topk", -1), ("num_draft_tokens", 0)])
+def test_a_bad_speculative_value_is_one_line_naming_its_flag_and_value(name: str, value: object) -> None:
+    with pytest.raises(SmokeError) as err:
+        smoke_options(CPU_STACK, **{name: value})
+    flag = "--" + name.replace("_", "-")
+    assert str(err.value).startswith(f"stack 'cpu-test': {flag} '{value}': Input should be "), str(err.value)
+    assert "\n" not in str(err.value)
 
 
 # ---- the config hash covers every input of the image -----------------------------------------------
