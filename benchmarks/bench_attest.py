@@ -3,7 +3,8 @@ to list IMAGE's packages inside it and write its SBOM (a build phase), and the t
 SBOM, provenance and signature to the pushed digest (a release step), next to the promotion's own, and
 the time `verify-image` takes.
 
-Usage: python3 benchmarks/bench_attest.py [IMAGE]   (default: the SGLang double, sglstack-test/sglang-double:latest-test)
+Usage: python3 benchmarks/bench_attest.py [IMAGE]
+(default: the SGLang double, sglstack-test/sglang-double:latest-test)
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ MODULES=(
   "coverage|sglstack/coverage.py|tests/test_coverage_rules.py"
   "lock|sglstack/lockfile.py sglstack/diff.py|tests/test_lock_file.py tests/test_diff.py"
   "bisect-stats|sglstack/bisect/stats.py|tests/test_bisect_stats.py"
+  "serving|sglstack/serving.py|tests/test_serving.py tests/test_promises.py tests/test_smoke_plan.py tests/test_compose_render.py tests/test_k8s_render.py"
+  "bisect-planner|sglstack/bisect/planner.py|tests/test_bisect_planner.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then

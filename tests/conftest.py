@@ -14,6 +14,24 @@ from sglstack.dockerhost import docker_client as make_client
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# ---- per-test time limits (pytest-timeout; the default of 120 s is in pyproject.toml) -------------
+
+# A test that builds an image or serves one on the shared engine: minutes on a loaded 2-core CI machine
+# (the slowest measured 127 s there), a cold BuildKit cache included, so five times that still ends a hang.
+LONG_TIMEOUT_S = 600
+_ENGINE_MARKS = ("docker", "network", "slow")
+_ENGINE_FIXTURES = ("docker_client", "docker_cli", "sglang_double_image", "ca_bundle")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue  # the test chose its own limit
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if any(item.get_closest_marker(m) for m in _ENGINE_MARKS) or fixtures & set(_ENGINE_FIXTURES):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

@@ -92,8 +92,14 @@ def events(folder: Path) -> list[dict]:
 
 def test_names_the_first_slow_commit_and_writes_the_report(history):
     shas, matrix, fakes, folder = history
-    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    lines: list[str] = []
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
     assert result.exit_code == 0 and result.outcome.first_bad == shas[BAD_FROM]
+    # the lines a user reads: the skip with its reason, the answer with both refs, where the report is
+    assert f"bisect: {shas[6][:10]}: skip (drift: patch 'kimi-k25-eagle3': " in "\n".join(lines)
+    subject = f"commit {BAD_FROM}: serve at {SPEEDS[BAD_FROM]:g} tok/s"
+    assert lines[-2] == f"bisect: first bad commit: {shas[BAD_FROM]} ({subject}); last good {shas[BAD_FROM - 1]}"
+    assert lines[-1].startswith(f"bisect: report {folder / 'report.json'} (")
     data = json.loads((folder / "report.json").read_text())
     assert data["status"] == "found" and data["first_bad"] == shas[BAD_FROM] and data["last_good"] == shas[BAD_FROM - 1]
     assert data["metric"]["name"] == "baseline" and data["mode"] == "git" and data["refs_in_range"] == N
@@ -160,9 +166,12 @@ def test_another_bisect_starts_a_new_log_and_keeps_the_old_one(history):
 def test_a_failed_build_is_a_skip_for_this_run_and_retried_by_the_next(history):
     shas, matrix, fakes, folder = history
     fakes.fail_build = {shas[-1]}
-    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    lines: list[str] = []
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
     assert result.exit_code == 1
     assert "the bad endpoint" in result.outcome.reason and "BuildKit failed" in result.outcome.reason
+    assert f"bisect: undecided: {result.outcome.reason}" in lines  # the verdict line names why
+    assert not any("first bad" in line for line in lines)
     # a finished bisect is answered from its log; an unfinished one retries: drop the 'done' line
     log = BisectLog(folder)
     kept = [line for line in log.path.read_text().splitlines() if '"event": "done"' not in line]

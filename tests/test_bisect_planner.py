@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglstack.bisect.planner import (
     BAD,
@@ -42,7 +44,11 @@ class Simulation:
         return [start * (1 + self.rng.gauss(0, self.run_sd)) for _ in range(self.planner.config.runs_per_batch)]
 
     def run(self) -> Outcome:
-        while True:
+        # A step bound on every turn of the loop, skips included: a planner that asks for a skipped ref
+        # again (a skip taken for good) must fail the test, not spin until CI's own limit. At most 200
+        # batches (below) and one skip per ref.
+        max_steps = 200 + len(self.refs)
+        for _ in range(max_steps):
             action = self.planner.next()
             if isinstance(action, Outcome):
                 return action
@@ -54,6 +60,7 @@ class Simulation:
             self.batches += 1
             self.planner.record_batch(action.ref, self.batch(action.index))
             assert self.batches < 200, "the planner must stop"
+        raise AssertionError(f"the planner did not stop within {max_steps} steps")
 
 
 def step(k: int, drop: float = 0.10) -> Callable[[int], float]:
@@ -187,3 +194,28 @@ def test_an_undecided_ref_is_left_out_after_the_bound_on_repeats():
     assert sim.planner.status("c08") == UNDECIDED
     assert outcome.status == NOT_FOUND and set(outcome.candidates) == {"c08", "c09"}
     assert "differs from both endpoints" in outcome.reason
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(data=st.data(), n=st.integers(2, 24), seed=st.integers(0, 10_000))
+def test_a_skip_is_never_taken_for_good_or_bad_whatever_the_skip_pattern(data, n, seed):
+    """Any set of untestable refs between the endpoints, anywhere around the change: a skipped ref is
+    never good, bad, the first bad or the last good; the answer is the changed ref or a range holding it."""
+    k = data.draw(st.integers(1, n), label="first bad")
+    skips = tuple(sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1), label="skipped")))
+    sim = Simulation(n, step(k), seed=seed, run_sd=0.005, start_sd=0.001, skips=skips)
+    outcome = sim.run()  # bounded: a planner that keeps asking for a skipped ref fails here
+    skipped = {sim.refs[i] for i in skips}
+    assert all(sim.planner.status(ref) == SKIP for ref in skipped & set(sim.planner.results))
+    assert not skipped & sim.built, "a skipped ref costs no build"
+    assert outcome.first_bad not in skipped and outcome.last_good not in skipped
+    if outcome.found:
+        assert (outcome.first_bad, outcome.last_good) == (sim.refs[k], sim.refs[k - 1]), outcome
+    else:
+        assert sim.refs[k] in outcome.candidates, outcome
+        # the range is the untestable refs after the last good, up to the first ref measured bad
+        measured = [c for c in outcome.candidates if c not in skipped]
+        assert measured == [outcome.candidates[-1]] and sim.refs.index(measured[0]) >= k, outcome
+        assert outcome.last_good == sim.refs[sim.refs.index(outcome.candidates[0]) - 1]
+    if k not in skips and k - 1 not in skips:
+        assert outcome.found, f"{sim.refs[k]} and {sim.refs[k - 1]} were testable: {outcome}"

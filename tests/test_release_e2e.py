@@ -121,6 +121,7 @@ def test_smoke_failure_moves_no_release_tag(tmp_path, plain_registry, sglang_dou
     assert len(tags) == 1 and tags[0].startswith("candidate-e2e-"), tags
 
 
+@pytest.mark.timeout(900)  # a real build, smoke and push (67 s on a loaded CI machine)
 def test_build_push_whose_promotion_fails_leaves_no_release_tag(tmp_path, plain_registry, sglang_double_image,
                                                                 ca_bundle, docker_cli):
     """The registry refuses the third release tag: the two that moved are removed again, the candidate

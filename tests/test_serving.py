@@ -186,3 +186,33 @@ def test_smoke_publishes_by_the_same_rule(monkeypatch) -> None:
     assert container_plan(smoke_options(stack), "img", "baseline", host_env={}).bind_address == "0.0.0.0"
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
     assert container_plan(smoke_options(stack), "img", "baseline", host_env={}).bind_address == "127.0.0.1"
+
+
+CPU_TEST = load_matrix(MATRICES["stacks-cpu.yaml"]).get("cpu-test")
+
+
+@pytest.mark.parametrize(("stack", "overrides", "line"), [
+    (None, ServingOverrides(), "no model to serve: pass --model or --stack"),
+    (CPU_TEST, ServingOverrides(gpus=2, tp=4), "stack 'cpu-test': --tp 4 needs at least 4 GPUs, but --gpus is 2"),
+    (CPU_TEST, ServingOverrides(gpus=2, tp=8, nnodes=2, dist_init_addr="10.0.0.1:5000"),
+     "stack 'cpu-test': --tp 8 needs at least 8 GPUs, but --gpus is 2 on each of 2 nodes"),
+    (CPU_TEST, ServingOverrides(env={"1BAD": "x"}), "stack 'cpu-test': --env '1BAD': not an environment variable "
+     "name (letters, digits and '_', not starting with a digit)"),
+    (CPU_TEST, ServingOverrides(env={"GOOD": "a\x00b"}),
+     "stack 'cpu-test': --env GOOD: the value holds a NUL character, which no environment value can"),
+    (CPU_TEST, ServingOverrides(gpus=-1), "stack 'cpu-test': --gpus -1: must be at least 0"),
+    (CPU_TEST, ServingOverrides(tp=0), "stack 'cpu-test': --tp 0: must be at least 1"),
+    (CPU_TEST, ServingOverrides(port=70000), "stack 'cpu-test': --port 70000: not a TCP port (1..65535)"),
+])
+def test_each_bad_serving_value_is_its_exact_error_line(stack, overrides, line) -> None:
+    """The line a user reads, word for word: the stack, the option as typed, the value, what is wrong."""
+    with pytest.raises(ServingError) as err:
+        serving_spec(stack, overrides)
+    assert str(err.value) == line
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 8])
+def test_every_server_with_a_gpu_gets_unlimited_locked_memory(gpus: int) -> None:
+    spec = serving_spec(CPU_TEST, ServingOverrides(gpus=gpus, tp=1))
+    assert spec.ulimits == (GPU_ULIMITS if gpus else CPU_ULIMITS)
+    assert spec.gpus == gpus

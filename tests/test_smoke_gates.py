@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+import sglstack.smoke as smoke
 from sglstack.matrix import Gates
 from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
@@ -19,7 +20,7 @@ from sglstack.smoke.measure import (
     agreement,
     phase_stats,
 )
-from sglstack.smoke.report import markdown
+from sglstack.smoke.report import SmokeReport, markdown
 
 
 def run(kind: str, tok_s: float, *, accept: float | None = None, completed: int = 4) -> ServerRun:
@@ -346,3 +347,38 @@ def test_a_server_run_and_a_history_line_keep_every_headline_figure():
         "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4},
         "speedup": 1.5, "accept_length": 3.0, "agreement": 1.0, "failures": [], "fingerprint": fp,
         "runner": "docker"}
+
+
+# ---- the verdict lines `invoke smoke` prints (what a user reads, and CI logs keep) -----------------
+
+def _smoked(gates: Gates, baseline: ServerRun, eagle3: ServerRun, share: float | None):
+    """A stand-in for run_smoke (no Docker): the report it builds from the real gates' verdict."""
+    def fake_run_smoke(stack, image, options):
+        verdict = evaluate(gates, baseline, eagle3, share)
+        return SmokeReport({"verdict": "pass" if verdict.passed else "fail", "failures": list(verdict.failures),
+                            "image": {"digest": "sha256:" + "ab" * 32}, "baseline": baseline.to_dict(),
+                            "eagle3": eagle3.to_dict(), "speedup": verdict.speedup,
+                            "accept_length": verdict.accept_length, "agreement": verdict.agreement})
+    return fake_run_smoke
+
+
+@pytest.mark.parametrize(("eagle3", "share", "code", "expected"), [
+    (run("eagle3", 95, accept=3.1), 1.0, 0, [
+        "smoke PASS: img:1 (sha256:" + "ab" * 32 + ")",
+        "  baseline 82.0 tok/s, EAGLE-3 95.0 tok/s, speedup 1.16x, accept length 3.10, agreement 100%"]),
+    (run("eagle3", 59, accept=1.5), 0.5, 1, [
+        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ")",
+        "  baseline 82.0 tok/s, EAGLE-3 59.0 tok/s, speedup 0.72x, accept length 1.50, agreement 50%",
+        "  FAIL min_speedup: EAGLE-3 59.0 tok/s vs baseline 82.0 tok/s is 0.72x, below 1.00x",
+        "  FAIL min_accept_length: accept length 1.50 is below 2.00",
+        "  FAIL min_agreement: 50% of greedy outputs match the baseline, below 90%"]),
+    (ServerRun(kind="eagle3", started=False, failure="the server exited with code 1"), None, 1, [
+        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ")",
+        "  baseline 82.0 tok/s, EAGLE-3 0.0 tok/s, speedup n/a, accept length n/a, agreement n/a",
+        "  FAIL eagle3: the server exited with code 1"]),
+])
+def test_smoke_prints_its_verdict_the_measures_and_every_failure(monkeypatch, capsys, eagle3, share, code,
+                                                                   expected):
+    monkeypatch.setattr(smoke, "run_smoke", _smoked(GATES, run("baseline", 82), eagle3, share))
+    exit_code = smoke.smoke_command("img:1", model="o/m", draft_model="o/d")
+    assert (exit_code, capsys.readouterr().out.splitlines()) == (code, expected)
