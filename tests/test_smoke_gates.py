@@ -364,16 +364,16 @@ def _smoked(gates: Gates, baseline: ServerRun, eagle3: ServerRun, share: float |
 
 @pytest.mark.parametrize(("eagle3", "share", "code", "expected"), [
     (run("eagle3", 95, accept=3.1), 1.0, 0, [
-        "smoke PASS: img:1 (sha256:" + "ab" * 32 + ")",
+        "smoke PASS: img:1 (sha256:" + "ab" * 32 + ", docker runner)",
         "  baseline 82.0 tok/s, EAGLE-3 95.0 tok/s, speedup 1.16x, accept length 3.10, agreement 100%"]),
     (run("eagle3", 59, accept=1.5), 0.5, 1, [
-        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ")",
+        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ", docker runner)",
         "  baseline 82.0 tok/s, EAGLE-3 59.0 tok/s, speedup 0.72x, accept length 1.50, agreement 50%",
         "  FAIL min_speedup: EAGLE-3 59.0 tok/s vs baseline 82.0 tok/s is 0.72x, below 1.00x",
         "  FAIL min_accept_length: accept length 1.50 is below 2.00",
         "  FAIL min_agreement: 50% of greedy outputs match the baseline, below 90%"]),
     (ServerRun(kind="eagle3", started=False, failure="the server exited with code 1"), None, 1, [
-        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ")",
+        "smoke FAIL: img:1 (sha256:" + "ab" * 32 + ", docker runner)",
         "  baseline 82.0 tok/s, EAGLE-3 0.0 tok/s, speedup n/a, accept length n/a, agreement n/a",
         "  FAIL eagle3: the server exited with code 1"]),
 ])
