@@ -200,8 +200,8 @@ def test_every_file_of_the_build_context_is_in_the_config_hash(tmp_path: Path) -
 
 # The fields of a locked package that decide what the image installs, and those that do not (and why).
 PACKAGE_FIELDS_IN_THE_IMAGE = ("name", "version", "layer", "hashes", "url", "unhashed")
-PACKAGE_FIELDS_NOT_IN_THE_IMAGE = {"required_by": "why the resolver chose it", "requires": "the same edges from the parent",
-                                   "note": "a remark for people"}
+PACKAGE_FIELDS_NOT_IN_THE_IMAGE = {"required_by": "why the resolver chose it",
+                                   "requires": "the same edges, from the parent", "note": "a remark for people"}
 
 
 def test_the_lock_properties_know_every_field_of_a_locked_package() -> None:
