@@ -25,7 +25,10 @@ class SglstackError(Exception):
 
 
 class ConfigError(SglstackError):
-    """stacks.yaml (or another input file) is invalid."""
+    """stacks.yaml (or another input file) is invalid: bad input, exit 2 as every task's bad input (coverage,
+    bisect, upgrade, attest), apart from a check that ran and failed (exit 1)."""
+
+    exit_code = 2
 
     def __init__(
         self,

@@ -274,7 +274,7 @@ def test_bad_names_stop_check_and_build_before_any_work(tmp_path):
     path = write(tmp_path, VALID.format(name="a..b"))
     for args in (["stacks", "--check"], ["build", "--stack", "a..b", "--dry-run"]):
         proc = run_invoke(*args, "--stacks-file", str(path), cwd=tmp_path, timeout=120)
-        assert proc.returncode == 1
+        assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [
             "error: stacks.yaml:3: stack 'a..b': stack name has a separator Docker refuses ('..', '._', '___' "
             "and the like): it names the image sglstack/a..b (Docker's reference grammar: lowercase letters "

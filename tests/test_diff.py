@@ -152,10 +152,10 @@ def test_diff_task_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     proc = run_invoke("diff", str(bad), str(bad), cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {bad}: not a build record (no 'config_hash')"
     nothing = run_invoke("diff", "no-such-thing:1", str(bad), cwd=tmp_path, env={"DOCKER_HOST": "unix:///nonexistent"})
-    assert nothing.returncode == 1 and len(nothing.stderr.strip().splitlines()) == 1
+    assert nothing.returncode == 2 and len(nothing.stderr.strip().splitlines()) == 1
     assert "no-such-thing:1" in nothing.stderr
 
 

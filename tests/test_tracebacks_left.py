@@ -47,12 +47,12 @@ def test_a_damaged_record_is_one_line_naming_its_key(tmp_path, change, key, why)
     assert str(caught.value).startswith(f"{path}: key '{key}': not a build record diff can read: {why}")
 
 
-def test_diff_task_on_a_damaged_record_exits_1_without_a_traceback(tmp_path):
+def test_diff_task_on_a_damaged_record_exits_2_without_a_traceback(tmp_path):
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(RECORD))
     bad.write_text(json.dumps({**RECORD, "sglang": {"git": "x"}}))
     proc = run_invoke("diff", str(good), str(bad), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {bad}: key 'sglang': not a build record diff can read: "
                                                 "not {version} or {git: {repo, ref}}"]
 
