@@ -72,7 +72,7 @@ def test_a_stale_lock_fails_stacks_check_and_build_in_one_line(stacks):
     assert "stale-lock" in check.stdout and "run invoke lock --stack cpu-lock" in check.stdout
     build = run_invoke("build", "--stack", "cpu-lock", "--stacks-file", str(stacks), cwd=stacks.parent,
                        env={"DOCKER_HOST": "unix:///nonexistent.sock"})  # decided before any Docker work
-    assert build.returncode == 1
+    assert build.returncode == 2
     [line] = build.stderr.strip().splitlines()
     assert line.startswith("error: ") and line.endswith("run invoke lock --stack cpu-lock")
 
@@ -119,11 +119,11 @@ def test_upgrade_package_moves_only_that_package_from_an_old_lock(stacks):
 
 def test_upgrade_package_errors_before_resolving(stacks):
     missing = lock(stacks, "--upgrade-package", "idna")
-    assert missing.returncode == 1 and "needs an existing lock" in missing.stderr
+    assert missing.returncode == 2 and "needs an existing lock" in missing.stderr
     assert lock(stacks).returncode == 0
     text = lock_path(stacks, "cpu-lock").read_text()
     unknown = lock(stacks, "--upgrade-package", "nope")
-    assert unknown.returncode == 1
+    assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines() == [f"error: stack 'cpu-lock': --upgrade-package nope: not in "
                                                    f"{lock_path(stacks, 'cpu-lock')}"]
     assert lock_path(stacks, "cpu-lock").read_text() == text
