@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -176,8 +177,17 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
 # ---- one task per stack folder ---------------------------------------------------------------------
 
 # Held locks of this process, by lock path: a bisect builds with `build_stack`, which takes the same
-# stack's lock; an flock on a second descriptor would refuse its own process.
-_HELD: dict[str, list[int]] = {}
+# stack's lock; an flock on a second descriptor would refuse its own process. Re-entry is per thread: the
+# thread holding a lock takes it again; another thread of this process waits for it (`_THREAD_LOCKS`), as
+# two builds in one process (a thread pool) would otherwise share, and release, one flock.
+_HELD: dict[tuple[str, int], list[int]] = {}
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(key: str) -> threading.Lock:
+    with _THREAD_LOCKS_GUARD:
+        return _THREAD_LOCKS.setdefault(key, threading.Lock())
 
 
 def _holder(fd: int) -> str:
@@ -194,7 +204,7 @@ def folder_lock(folder: Path, task: str, *, root: Path | None = None, stack: str
     make_folder(root or folder, folder)
     path = folder / LOCK_NAME
     check_inside(root or folder, path)
-    key = os.path.realpath(path)
+    key = (os.path.realpath(path), threading.get_ident())
     if key in _HELD:
         _HELD[key][1] += 1
         try:
@@ -202,6 +212,12 @@ def folder_lock(folder: Path, task: str, *, root: Path | None = None, stack: str
         finally:
             _HELD[key][1] -= 1
         return
+    with _thread_lock(key[0]), _flocked(path, key, task, folder, stack):
+        yield
+
+
+@contextlib.contextmanager
+def _flocked(path: Path, key: tuple[str, int], task: str, folder: Path, stack: str | None) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
