@@ -52,7 +52,7 @@ def target_environment(python: str, platform: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _applicable(requires_dist: tuple[str, ...], python: str, platforms: tuple[str, ...]) -> tuple[
+def applicable_requirements(requires_dist: tuple[str, ...], python: str, platforms: tuple[str, ...]) -> tuple[
         tuple[str, Requirement], ...]:
     """(line, parsed) for the Requires-Dist lines a plain install applies on one of `platforms`.
 
@@ -93,7 +93,7 @@ def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) 
     pins = stack.pins()
     overrides = {requirement_key(o.replaces): o for o in stack.overrides}
     used: set[tuple[str, str]] = set()
-    for line, req in _applicable(tuple(requires_dist), stack.python, stack.platforms):
+    for line, req in applicable_requirements(tuple(requires_dist), stack.python, stack.platforms):
         name = canonicalize_name(req.name)
         if name == "sglang" or name not in pins:
             continue

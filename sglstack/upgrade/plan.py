@@ -87,7 +87,7 @@ def wheel_platform_tag(filename: str) -> str:
 
 
 def _override_decisions(stack: Stack, target: ReleasePins, requires_dist: Sequence[str]) -> list[OverrideDecision]:
-    applicable = applicable_requirements(requires_dist, stack.python, stack.platforms)
+    applicable = applicable_requirements(tuple(requires_dist), stack.python, tuple(stack.platforms))
     keys = {requirement_key(line): line for line, _ in applicable}
     by_name = {canonicalize_name(req.name): line for line, req in applicable}
     out = []

@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from rich.table import Table
 
 from ..bisect.releases import ReleaseRangeError, releases_between
-from ..conflicts import target_environment
+from ..conflicts import applicable_requirements
 from ..errors import ConfigError
 from ..matrix import Stack, load_matrix
 from ..ui import console as make_console
@@ -48,18 +48,6 @@ class ReleasePins:
                 "kernel": self.kernel, "flashinfer": self.flashinfer, "requires_python": self.requires_python}
 
 
-def applicable_requirements(requires_dist: Sequence[str], python: str,
-                            platforms: Sequence[str]) -> list[tuple[str, Requirement]]:
-    """(line, parsed) for the Requires-Dist lines a plain install applies (no extras) on one of `platforms`."""
-    envs = [target_environment(python, p) for p in platforms]
-    out = []
-    for line in requires_dist:
-        req = Requirement(line)
-        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
-            out.append((line, req))
-    return out
-
-
 def _exact(req: Requirement) -> str | None:
     specs = list(req.specifier)
     return specs[0].version if len(specs) == 1 and specs[0].operator in ("==", "===") else None
@@ -68,7 +56,7 @@ def _exact(req: Requirement) -> str | None:
 def release_pins(version: str, metadata: dict[str, list[str]], python: str, platforms: Sequence[str]) -> ReleasePins:
     """Pure: the pins SGLang `version`'s METADATA asks for on the stack's Python and platforms."""
     exact: dict[str, str] = {}
-    for _line, req in applicable_requirements(metadata.get("Requires-Dist", []), python, platforms):
+    for _line, req in applicable_requirements(tuple(metadata.get("Requires-Dist", [])), python, tuple(platforms)):
         pinned = _exact(req)
         if pinned is not None:
             exact[str(canonicalize_name(req.name))] = pinned
