@@ -322,6 +322,17 @@ class RegistryClient:
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         """Store manifest bytes under a tag (or their digest); return the digest the registry reports."""
+        return self._put_manifest(repo, reference, body, media_type)[0]
+
+    def put_artifact(self, repo: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
+        """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
+        for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
+        digest, resp = self._put_manifest(repo, reference, body, media_type)
+        subject = (json.loads(body).get("subject") or {}).get("digest")
+        return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
+
+    def _put_manifest(self, repo: str, reference: str, body: bytes,
+                      media_type: str) -> tuple[str, requests.Response]:
         what = f"PUT manifest {repo}{_sep(reference)}{reference}"
         resp = self.request(
             "PUT",
@@ -339,22 +350,7 @@ class RegistryClient:
         reported = resp.headers.get("Docker-Content-Digest")
         if reported and reported != digest:
             raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
-        return digest
-
-    def put_artifact(self, repo: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
-        """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
-        for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
-        what = f"PUT manifest {repo}{_sep(reference)}{reference}"
-        resp = self.request("PUT", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull,push",
-                            what=what, headers={"Content-Type": media_type}, data=body)
-        if resp.status_code not in (200, 201, 202):
-            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        digest = compute_digest(body)
-        reported = resp.headers.get("Docker-Content-Digest")
-        if reported and reported != digest:
-            raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
-        subject = (json.loads(body).get("subject") or {}).get("digest")
-        return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
+        return digest, resp
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
         """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None

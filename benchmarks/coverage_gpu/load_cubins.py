@@ -16,35 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-cuda = ctypes.CDLL("libcuda.so.1")
-
-
-def error_name(code: int) -> str:
-    name = ctypes.c_char_p()
-    cuda.cuGetErrorName(code, ctypes.byref(name))
-    return name.value.decode() if name.value else str(code)
-
-
-def check(code: int, what: str) -> None:
-    if code != 0:
-        raise RuntimeError(f"{what}: {error_name(code)}")
+from cudriver import cuda, error_name, open_device
 
 
 def main(folder: Path, out_json: Path) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
-    check(cuda.cuInit(0), "cuInit")
-    device = ctypes.c_int()
-    check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    check(cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device), "major")  # COMPUTE_CAPABILITY_MAJOR
-    check(cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device), "minor")  # COMPUTE_CAPABILITY_MINOR
-    name = ctypes.create_string_buffer(256)
-    cuda.cuDeviceGetName(name, 256, device)
-    version = ctypes.c_int()
-    cuda.cuDriverGetVersion(ctypes.byref(version))
-    context = ctypes.c_void_p()
-    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
-    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    device = open_device()
     rows = []
     start = time.monotonic()
     for entry in manifest["cubins"]:
@@ -55,8 +32,8 @@ def main(folder: Path, out_json: Path) -> None:
             cuda.cuModuleUnload(module)
         rows.append({k: entry[k] for k in ("package", "extension", "object", "name", "target")}
                     | {"bytes": len(data), "load": error_name(code)})
-    report = {"device": name.value.decode(), "capability": f"{major.value}.{minor.value}",
-              "driver_api": f"{version.value // 1000}.{version.value % 1000 // 10}", "stack": manifest["stack"],
+    report = {"device": device.name, "capability": device.capability, "driver_api": device.driver_api,
+              "stack": manifest["stack"],
               "sampling": {"per_object": manifest["per_object"], "others": manifest["others"],
                            "max_cubin": manifest["max_cubin"]},
               "objects": manifest["objects"], "seconds": round(time.monotonic() - start, 2), "cubins": rows}

@@ -15,34 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-cuda = ctypes.CDLL("libcuda.so.1")
-
-
-def error_name(code: int) -> str:
-    name = ctypes.c_char_p()
-    cuda.cuGetErrorName(code, ctypes.byref(name))
-    return name.value.decode() if name.value else str(code)
-
-
-def check(code: int, what: str) -> None:
-    if code != 0:
-        raise RuntimeError(f"{what}: {error_name(code)}")
+from cudriver import check, cuda, error_name, open_device
 
 
 def main(images: Path, out_json: Path) -> None:
-    check(cuda.cuInit(0), "cuInit")
-    device = ctypes.c_int()
-    check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    check(cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device), "major")  # COMPUTE_CAPABILITY_MAJOR
-    check(cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device), "minor")  # COMPUTE_CAPABILITY_MINOR
-    name = ctypes.create_string_buffer(256)
-    cuda.cuDeviceGetName(name, 256, device)
-    version = ctypes.c_int()
-    cuda.cuDriverGetVersion(ctypes.byref(version))
-    context = ctypes.c_void_p()
-    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
-    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    device = open_device()
     out = ctypes.c_uint64()
     check(cuda.cuMemAlloc_v2(ctypes.byref(out), 4), "cuMemAlloc")
     rows = []
@@ -68,8 +45,7 @@ def main(images: Path, out_json: Path) -> None:
         rows.append({"target": path.stem, "kind": "sass" if path.suffix == ".cubin" else "ptx",
                      "load": error_name(code), "ran": ran})
         print(f"{path.name:18} {rows[-1]['load']:32} ran={ran}")
-    report = {"device": name.value.decode(), "capability": f"{major.value}.{minor.value}",
-              "driver_api": f"{version.value // 1000}.{version.value % 1000 // 10}", "images": rows}
+    report = {"device": device.name, "capability": device.capability, "driver_api": device.driver_api, "images": rows}
     out_json.write_text(json.dumps(report, indent=2) + "\n")
 
 
