@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,3 +20,23 @@ def run_invoke(*args: str, cwd: Path, env: dict[str, str] | None = None,
         cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
+
+
+def interrupt_when(proc: subprocess.Popen, ready: Callable[[], bool], signum: int, *, what: str,
+                   settle_s: float = 0.0, timeout: float = 60) -> tuple[str, str]:
+    """Send `signum` to `proc` once `ready()` holds (after `settle_s` more), and return its output.
+
+    A `proc` that exits first, or a `ready` that never comes within `timeout`, fails the test; `proc` is
+    killed whatever happens, so a failing test leaves no process behind."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"{what} never started"
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        proc.send_signal(signum)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -11,9 +11,9 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from cli import interrupt_when
 from smoke_fixtures import DOUBLE_ENV, LABEL, UnixSocketProxy, default_docker_socket, fast_options
 
 from sglstack.smoke import run_smoke
@@ -228,18 +228,10 @@ def test_signal_removes_the_container(signum, sglang_double_image, smoke_label, 
     temp = tmp_path / "tmp"
     temp.mkdir()
     proc = _invoke(repo_root, tmp_path, *args, env={"TMPDIR": str(temp)})
-    try:
-        deadline = time.monotonic() + 60
-        while not docker_client.containers.list(filters={"label": f"{LABEL}={smoke_label}", "status": "running"}):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the smoke container never started"
-            time.sleep(0.2)
-        time.sleep(0.5)
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = interrupt_when(
+        proc, lambda: bool(docker_client.containers.list(filters={"label": f"{LABEL}={smoke_label}",
+                                                                   "status": "running"})),
+        signum, what="the smoke container", settle_s=0.5)
     assert proc.returncode == 128 + signum, out + err
     assert f"interrupted ({signum.name})" in err and "Traceback" not in err
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL}={smoke_label}"}) == []

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli import interrupt_when
 from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 
 from sglstack.errors import SmokeError
@@ -164,18 +165,8 @@ def test_signal_ends_the_whole_server_process_group(signum, double_env, marker, 
         env={**os.environ, "SGLSTACK_BUILD_DIR": str(tmp_path / "build")},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        # The server and its two workers.
-        while len(_processes_with(marker)) < 3:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server and its workers never started"
-            time.sleep(0.2)
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = interrupt_when(proc, lambda: len(_processes_with(marker)) >= 3, signum,
+                              what="the server and its two workers")
     assert proc.returncode == 128 + signum, out + err
     assert f"interrupted ({signum.name})" in err and "Traceback" not in err
     assert _processes_with(marker) == []
