@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 
 from .credentials import HostLogin, netrc_environment, public_url, redact_text, secret_values
 from .errors import SglstackError
+from .signals import deferred
 
 # The names of the files uv reads; its `# via` annotations point at them, which is how roots are told apart.
 REQUIREMENTS_IN = "requirements.in"
@@ -212,18 +213,21 @@ def compile_many(requests: Sequence[ResolveRequest]) -> list[Resolution | Resolv
     once. Every uv process still running when this returns or is interrupted is killed.
     """
     with contextlib.ExitStack() as stack:
-        started: list[tuple[subprocess.Popen[str], Path, list[str], float]] = []
+        started: list[tuple[subprocess.Popen[str], ResolveRequest, Path, list[str], float]] = []
         try:
             for request in requests:
-                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sglstack-resolve-")))
-                write_inputs(request, workdir)
-                argv = compile_argv(request, workdir)
-                netrc_env, fds = stack.enter_context(netrc_environment(request.logins))
-                proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env={**os.environ, "NO_COLOR": "1", **netrc_env}, pass_fds=fds)
-                started.append((proc, workdir, argv, time.monotonic()))
+                # A signal landing between Popen and the append would leave a uv nobody kills.
+                with deferred():
+                    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sglstack-resolve-")))
+                    write_inputs(request, workdir)
+                    argv = compile_argv(request, workdir)
+                    netrc_env, fds = stack.enter_context(netrc_environment(request.logins))
+                    proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True, env={**os.environ, "NO_COLOR": "1", **netrc_env},
+                                            pass_fds=fds)
+                    started.append((proc, request, workdir, argv, time.monotonic()))
             results: list[Resolution | ResolverError] = []
-            for proc, workdir, argv, start in started:
+            for proc, request, workdir, argv, start in started:
                 out, err = proc.communicate()
                 seconds = round(time.monotonic() - start, 3)
                 if proc.returncode != 0:

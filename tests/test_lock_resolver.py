@@ -117,3 +117,26 @@ def test_real_uv_conflict_is_typed_with_both_sides():
                                             python_version="3.11", python_platform="x86_64-manylinux_2_28"))
     assert [str(s) for s in err.value.sides] == ["typing-inspection==0.4.0 requires typing-extensions>=4.12.0",
                                                  "the stack requires typing-extensions==4.0.0"]
+
+
+def test_each_failed_resolution_is_redacted_with_its_own_logins(monkeypatch):
+    # uv echoing a request's password in its error: the first request's must be cut with the first's logins,
+    # not with those of the last request started (the bug: the loop variable of the start loop was reused).
+    import sys
+
+    from sglstack import resolver
+    from sglstack.credentials import HostLogin
+
+    def failing_argv(request, workdir):
+        secret = request.logins[0].password
+        return [sys.executable, "-c", f"import sys; sys.stderr.write('error: login refused, password {secret}\\n'); "
+                                      "sys.exit(1)"]
+
+    monkeypatch.setattr(resolver, "compile_argv", failing_argv)
+    base = {"requirements": ("idna",), "python_version": "3.11", "python_platform": "x86_64-manylinux_2_28"}
+    first = ResolveRequest(**base, logins=(HostLogin("a.example", "u", "first-secret-1"),))
+    second = ResolveRequest(**base, logins=(HostLogin("b.example", "u", "second-secret-2"),))
+    results = compile_many([first, second])
+    assert all(isinstance(r, ResolverError) for r in results)
+    texts = [str(r) for r in results]
+    assert "first-secret-1" not in texts[0] and "second-secret-2" not in texts[1]
