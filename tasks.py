@@ -14,6 +14,9 @@ from pathlib import Path
 from invoke import Argument, Collection, Exit, Program, Task
 from invoke import task as _invoke_task
 
+from sglstack.core.errors import SglstackError
+from sglstack.core.signals import exit_code_of, signals_raise
+
 # Standard library only: the deployment tasks' options, read when invoke loads this file.
 from sglstack.deploy.options import (
     DeployOptions,
@@ -23,8 +26,6 @@ from sglstack.deploy.options import (
     UndeployOptions,
     task_options,
 )
-from sglstack.errors import SglstackError
-from sglstack.signals import exit_code_of, signals_raise
 
 # The repo root's matrix, wherever invoke runs from (`invoke --search-root REPO ...` from another folder).
 DEFAULT_STACKS = str(Path(__file__).resolve().parent / "stacks.yaml")
@@ -76,7 +77,7 @@ def _exit_with(code: int) -> None:
 @_user_errors
 def stacks(c, stacks_file=DEFAULT_STACKS, check=False, resolve=False):
     """Print the stack matrix as a table; --check validates it and checks pin conflicts."""
-    from sglstack.conflicts import stacks_command
+    from sglstack.lock.conflicts import stacks_command
 
     _exit_with(stacks_command(stacks_file, check=check, resolve=resolve))
 
@@ -87,7 +88,7 @@ def stacks(c, stacks_file=DEFAULT_STACKS, check=False, resolve=False):
 @_user_errors
 def lock(c, stack, stacks_file=DEFAULT_STACKS, upgrade_package=None):
     """Resolve everything the stack's image installs (uv, with hashes) into locks/STACK.txt."""
-    from sglstack.locking import lock_command
+    from sglstack.lock.flow import lock_command
 
     _exit_with(lock_command(stacks_file, stack, upgrade_packages=upgrade_package or []))
 
@@ -155,7 +156,7 @@ HELP_FLAGS = ("--help", "-h")
 @_user_errors
 def diff(c, a, b, json=False, docker_host=None):
     """invoke diff A B [--json]: what changed from A to B (base image, pins, packages, patches, SGLang, labels)."""
-    from sglstack.diffsources import diff_command
+    from sglstack.diff.sources import diff_command
 
     if a in HELP_FLAGS:
         Program(namespace=ns).run(["invoke", "--help", "diff"], exit=False)
@@ -176,8 +177,8 @@ def diff(c, a, b, json=False, docker_host=None):
 def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None, nnodes=None, host_network=False, rdma=None,
            verify_key=None):
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
-    from sglstack.k8s import K8sOptions  # at call time: pydantic and jinja2 would slow `invoke --list`
-    from sglstack.render import render_command
+    from sglstack.render.dockerfile import render_command
+    from sglstack.render.k8s import K8sOptions  # at call time: pydantic and jinja2 would slow `invoke --list`
 
     if verify_key:
         from sglstack.attest.commands import verified_for_render  # at call time: only with --verify-key
@@ -225,7 +226,7 @@ def build(c, stack, stacks_file=DEFAULT_STACKS, target=None, no_cache=False, for
           push=False, ca_bundle=None, docker_cli=None, docker_host=None, registry=None, smoke_opt=None,
           builder=None, key=None, unsigned=False):
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
-    from sglstack.pipeline import build_command
+    from sglstack.build.pipeline import build_command
 
     _exit_with(build_command(stacks_file, stack, target=target, no_cache=no_cache, force=force,
                              dry_run=dry_run, push=push, ca_bundle=ca_bundle, docker_cli=docker_cli,
@@ -279,7 +280,7 @@ def verify_image(c, ref, key=None, json=None):
 def bake(c, stack=None, stacks_file=DEFAULT_STACKS, out=None, print=False, builder=None, ca_bundle=None,
          docker_cli=None, run=False):
     """Write build/docker-bake.json (a target per stack and stage) and its contexts; print the bake command."""
-    from sglstack.bake import bake_command
+    from sglstack.build.bake import bake_command
 
     _exit_with(bake_command(stacks_file, stack or [], out=out, print_only=print, builder_name=builder,
                             ca_bundle=ca_bundle, docker_cli=docker_cli, run=run))
@@ -292,7 +293,7 @@ def coverage(c, stack, stacks_file=DEFAULT_STACKS, json=None):
     """Which kernels each GPU of cuda_arch_list gets from the stack's wheels (cuobjdump; no Docker, no GPU).
 
     Exit 0 covered, 1 a required capability missing, 2 bad input, 3 incomplete (a wheel out of reach)."""
-    from sglstack.coverage_command import coverage_command
+    from sglstack.coverage.command import coverage_command
 
     _exit_with(coverage_command(stacks_file, stack, json_path=json))
 
@@ -453,7 +454,7 @@ def publish(c, stack, digest, stacks_file=DEFAULT_STACKS, registry=None, config_
 @_user_errors
 def registry_up(c, port=None):
     """Start the local registry on 127.0.0.1:PORT (registry:2 container, else docker-registry binary)."""
-    from sglstack.localregistry import registry_up as up
+    from sglstack.registry.local import registry_up as up
 
     print(up(port=port))
 
@@ -462,7 +463,7 @@ def registry_up(c, port=None):
 @_user_errors
 def registry_down(c):
     """Stop the local registry; its data stays for the next `registry.up`."""
-    from sglstack.localregistry import registry_down as down
+    from sglstack.registry.local import registry_down as down
 
     print(down())
 
@@ -491,7 +492,7 @@ ns.add_collection(Collection("registry", registry_up, registry_down, registry_cl
 @_user_errors
 def patches_list(c, stacks_file=DEFAULT_STACKS):
     """List the patches, their SGLang version ranges, targets, and the stacks that use them."""
-    from sglstack.patches import list_command
+    from sglstack.build.patches import list_command
 
     _exit_with(list_command(stacks_file))
 
@@ -502,7 +503,7 @@ def patches_list(c, stacks_file=DEFAULT_STACKS):
 @_user_errors
 def patches_check(c, sglang=None, stack=None, stacks_file=DEFAULT_STACKS):
     """Apply patches to a temporary copy of an SGLang wheel (pip download, cached); no Docker needed."""
-    from sglstack.patches import check_command
+    from sglstack.build.patches import check_command
 
     _exit_with(check_command(sglang=sglang, stack=stack, stacks_file=stacks_file))
 
@@ -516,7 +517,7 @@ def patches_check(c, sglang=None, stack=None, stacks_file=DEFAULT_STACKS):
 def patches_apply(c, root, stack=None, patch=None, stacks_file=DEFAULT_STACKS, sglang_version=None,
                   manifest=None):
     """Insert patch methods into their classes under ROOT, then verify them."""
-    from sglstack.patches import apply_command
+    from sglstack.build.patches import apply_command
 
     _exit_with(apply_command(root, stack=stack, patch=patch, stacks_file=stacks_file,
                              sglang_version=sglang_version, manifest=manifest))
@@ -528,7 +529,7 @@ def patches_apply(c, root, stack=None, patch=None, stacks_file=DEFAULT_STACKS, s
 @_user_errors
 def patches_verify(c, root, stack=None, patch=None, stacks_file=DEFAULT_STACKS, manifest=None):
     """Verify that patches are in place under ROOT (class members, compiles, EntryClass); change nothing."""
-    from sglstack.patches import verify_command
+    from sglstack.build.patches import verify_command
 
     _exit_with(verify_command(root, stack=stack, patch=patch, stacks_file=stacks_file, manifest=manifest))
 

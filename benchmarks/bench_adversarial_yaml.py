@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.matrix import MAX_STACKS  # noqa: E402
-from sglstack.yamlsrc import MAX_DEPTH, MAX_FILE_BYTES  # noqa: E402
+from sglstack.config.matrix import MAX_STACKS  # noqa: E402
+from sglstack.config.yamlsrc import MAX_DEPTH, MAX_FILE_BYTES  # noqa: E402
 
 STACK = "    base_image: debian:bookworm-slim\n    sglang: {version: 0.5.9}\n    smoke: {model: org/model}\n"
 

@@ -21,15 +21,15 @@ from pathlib import Path
 from bench_publish_promotion import Counter, free_port  # the byte-counting proxy beside this script
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sglstack.adapters.docker import docker_client
 from sglstack.attest.image import image_inventory
 from sglstack.attest.release import AttestPlan
 from sglstack.attest.sbom import SBOM_FILE, sbom_document
 from sglstack.attest.verify import verify_image
-from sglstack.dockerhost import docker_client
-from sglstack.localregistry import registry_config, start_binary, stop_process
+from sglstack.config.imageref import parse_image_reference, parse_repository
 from sglstack.publish import promote, push_candidate
-from sglstack.registry import RegistryClient
-from sglstack.tags import parse_image_reference, parse_repository
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.local import registry_config, start_binary, stop_process
 
 RUNS = 5
 

@@ -141,7 +141,7 @@ def real_bisect(commits: int, docker_cli: str, ca_bundle: str | None) -> None:
     print(f"| one build: median | {statistics.median(builds):.1f} |")
     print(f"| one server start (warm-up + {data['runs_per_batch']} runs): median | {statistics.median(batches):.1f} |")
     # the images and the folder are this run's own (unique commits): leave nothing behind
-    from sglstack.dockerhost import docker_client
+    from sglstack.adapters.docker import docker_client
 
     client = docker_client()
     for step in data["steps"]:

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.matrix import load_matrix  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402
 
 
 def run(stack: str, stacks_file: str, cache: Path, json_path: Path) -> tuple[float, int]:

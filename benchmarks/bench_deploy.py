@@ -31,9 +31,13 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from sglstack import compose as cmp  # noqa: E402
-from sglstack.deploy import compose_cli, flow, health  # noqa: E402
-from sglstack.matrix import load_matrix  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402
+from sglstack.deploy import (  # noqa: E402
+    compose_cli,
+    flow,
+    health,
+)
+from sglstack.render import compose as cmp  # noqa: E402
 
 STACK = {
     "stacks": {

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglstack import k8s
-from sglstack.matrix import DEFAULT_STACKS_FILE, load_matrix
+from sglstack.config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from sglstack.render import k8s
 
 REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "0" * 64
 SHAPES = {"1 node": k8s.K8sOptions(), "2 nodes, hostNetwork, rdma/ib": k8s.K8sOptions(

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.patchkit import MAX_SOURCE_BYTES  # noqa: E402
+from sglstack.inimage.patchkit import MAX_SOURCE_BYTES  # noqa: E402
 
 METHODS = "class Demo:\n    def added(self):\n        return 2\n"
 CHILD = """
@@ -64,7 +64,7 @@ def run(tmp: Path, size: int) -> dict:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sglstack-bench-patch-") as tmp_name:
         tmp = Path(tmp_name)
-        shutil.copytree(REPO / "sglstack" / "patchkit", tmp / "tools" / "patchkit",
+        shutil.copytree(REPO / "sglstack" / "inimage" / "patchkit", tmp / "tools" / "patchkit",
                         ignore=shutil.ignore_patterns("__pycache__"))
         cases = {"326 KB (SGLang's largest file)": 326_167, "at the limit": MAX_SOURCE_BYTES - 64,
                  "50 MB": 50 * 1024 * 1024}

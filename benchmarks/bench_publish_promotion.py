@@ -13,11 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-from sglstack.dockerhost import docker_client
-from sglstack.localregistry import registry_config, start_binary, stop_process
+from sglstack.adapters.docker import docker_client
+from sglstack.config.imageref import parse_repository
 from sglstack.publish import promote, push_candidate
-from sglstack.registry import RegistryClient
-from sglstack.tags import parse_repository
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.local import registry_config, start_binary, stop_process
 
 
 def free_port() -> int:

@@ -28,11 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.build import BuildOptions, build_stack  # noqa: E402
-from sglstack.dockerhost import docker_client, run_to_completion  # noqa: E402
-from sglstack.lockfile import lock_for_build, lock_path, read_lock, write_lock  # noqa: E402
-from sglstack.matrix import load_matrix  # noqa: E402
-from sglstack.resolver import ResolveRequest, compile_requirements  # noqa: E402
+from sglstack.adapters.docker import docker_client, run_to_completion  # noqa: E402
+from sglstack.adapters.uv import ResolveRequest, compile_requirements  # noqa: E402
+from sglstack.build.flow import BuildOptions, build_stack  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402
+from sglstack.lock.file import lock_for_build, lock_path, read_lock, write_lock  # noqa: E402
 
 STACK = "pypi-cu130"
 _STEP = re.compile(r"^#(?P<n>\d+) \[(?P<stage>[^\]]+)\] (?P<what>.*)$")

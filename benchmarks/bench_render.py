@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglstack.matrix import DEFAULT_STACKS_FILE, load_matrix
-from sglstack.render import render_dockerfile, write_build_context
+from sglstack.config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from sglstack.render.dockerfile import render_dockerfile, write_build_context
 
 
 def main() -> int:

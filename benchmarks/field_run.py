@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglstack.matrix import load_matrix  # noqa: E402  (the checkout's sglstack)
-from sglstack.signals import exit_code_of, signals_raise  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402  (the checkout's sglstack)
+from sglstack.core.signals import exit_code_of, signals_raise  # noqa: E402
 from sglstack.smoke import run_smoke, smoke_options  # noqa: E402
 
 PROBES = {

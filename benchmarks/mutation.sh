@@ -23,14 +23,14 @@ PY=${PYTHON:-python3}
 # patch engine as the in-image tool runs it under `python -S`) are deselected: the child cannot import
 # mutmut's trampolines, and what they check of the pure core the in-process tests check too.
 MODULES=(
-  "patchkit|sglstack/patchkit/engine.py sglstack/patchkit/structure.py sglstack/patchkit/files.py sglstack/patchkit/spec.py sglstack/patchkit/source.py sglstack/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py tests/test_patch_spec.py tests/test_patch_structure.py"
+  "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py tests/test_patch_spec.py tests/test_patch_structure.py"
   "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/test_smoke_gates.py tests/test_smoke_since.py"
-  "confighash|sglstack/confighash.py|tests/test_confighash.py"
-  "tags|sglstack/tags.py|tests/test_publish_tags.py"
-  "matrix|sglstack/matrix.py|tests/test_matrix.py tests/test_bad_inputs.py"
-  "conflicts|sglstack/conflicts.py|tests/test_conflicts.py"
-  "coverage|sglstack/coverage.py|tests/test_coverage_rules.py"
-  "lock|sglstack/lockfile.py sglstack/diff.py|tests/test_lock_file.py tests/test_diff.py"
+  "confighash|sglstack/render/confighash.py|tests/test_confighash.py"
+  "tags|sglstack/publish/tags.py|tests/test_publish_tags.py"
+  "matrix|sglstack/config/matrix.py|tests/test_matrix.py tests/test_bad_inputs.py"
+  "conflicts|sglstack/lock/conflicts.py|tests/test_conflicts.py"
+  "coverage|sglstack/coverage/rules.py|tests/test_coverage_rules.py"
+  "lock|sglstack/lock/file.py sglstack/diff/compare.py|tests/test_lock_file.py tests/test_diff.py"
   "bisect-stats|sglstack/bisect/stats.py|tests/test_bisect_stats.py"
   "serving|sglstack/serving.py|tests/test_serving.py tests/test_promises.py tests/test_smoke_plan.py tests/test_compose_render.py tests/test_k8s_render.py"
   "bisect-planner|sglstack/bisect/planner.py|tests/test_bisect_planner.py"

@@ -17,10 +17,10 @@ from typing import Self
 
 from pydantic import ValidationError
 
-from .credentials import reference_map, secret_reference
-from .errors import SglstackError, one_line
-from .matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
-from .quoting import ENV_NAME_RE, one_line_problem
+from .config.matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
+from .core.credentials import reference_map, secret_reference
+from .core.errors import SglstackError, one_line
+from .core.quoting import ENV_NAME_RE, one_line_problem
 
 LAUNCH = ("python3", "-m", "sglang.launch_server")
 # SGLang listens on 127.0.0.1 by default: unreachable through a port mapping or from other nodes.

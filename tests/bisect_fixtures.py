@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglstack.wheels import fetch_wheel
+from sglstack.adapters.wheels import fetch_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 DOUBLE = REPO / "tests" / "doubles" / "sglang-double" / "sglang"

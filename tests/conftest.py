@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.dockerhost import docker_client as make_client
+from sglstack.adapters.docker import docker_client as make_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -79,6 +79,6 @@ def make_wheel(dest: Path, name: str, version: str, files: dict[str, str | bytes
 @pytest.fixture(scope="session")
 def cuobjdump_tool():
     """NVIDIA's cuobjdump from the nvidia-cuda-cuobjdump wheel (PyPI, once per machine)."""
-    from sglstack.cuobjdump import cuobjdump
+    from sglstack.adapters.cuobjdump import cuobjdump
 
     return cuobjdump()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from sglstack.matrix import Stack, load_matrix
+from sglstack.config.matrix import Stack, load_matrix
 
 TEST_MATRIX = {
     "stacks": {

@@ -9,8 +9,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from sglstack.matrix import DEFAULT_PATCHES_DIR
-from sglstack.wheels import fetch_wheel
+from sglstack.adapters.wheels import fetch_wheel
+from sglstack.config.matrix import DEFAULT_PATCHES_DIR
 
 KIMI = "kimi-k25-eagle3"
 KIMI_FILE = "sglang/srt/models/kimi_k25.py"

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from engine_refs import free_port
 
-from sglstack.localregistry import TokenAuth, registry_config, start_binary, stop_process
+from sglstack.registry.local import TokenAuth, registry_config, start_binary, stop_process
 
 
 @dataclass

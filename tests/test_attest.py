@@ -27,9 +27,9 @@ from sglstack.attest.signing import (
 )
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
-from sglstack.lockfile import Lock, LockedPackage
-from sglstack.registry import OCI_MANIFEST, RegistryClient, compute_digest
-from sglstack.tags import parse_image_reference
+from sglstack.config.imageref import parse_image_reference
+from sglstack.lock.file import Lock, LockedPackage
+from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
 
 WHEN = dt.datetime(2026, 12, 3, 19, 0, tzinfo=dt.UTC)
 IMAGE_ID = "sha256:" + "ab" * 32

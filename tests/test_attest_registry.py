@@ -23,13 +23,14 @@ from sglstack.attest.release import AttestPlan
 from sglstack.attest.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
-from sglstack.build import sbom_inventory
-from sglstack.errors import PinMismatch
-from sglstack.lockfile import Lock, LockedPackage
-from sglstack.matrix import load_matrix
+from sglstack.build.flow import sbom_inventory
+from sglstack.config.imageref import parse_image_reference
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import PinMismatch
+from sglstack.lock.file import Lock, LockedPackage
 from sglstack.publish import cleanup_candidates, push_candidate, read_records, records_path, release, target_repository
-from sglstack.registry import RegistryClient
-from sglstack.tags import parse_image_reference, release_tags
+from sglstack.publish.tags import release_tags
+from sglstack.registry.client import RegistryClient
 
 pytestmark = pytest.mark.docker
 DAY = dt.date(2026, 12, 3)

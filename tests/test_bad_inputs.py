@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from cli import REPO, run_invoke
 
-from sglstack import yamlsrc
-from sglstack.errors import ConfigError
-from sglstack.matrix import MAX_STACKS, load_matrix
-from sglstack.yamlsrc import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, load_yaml_with_lines
+from sglstack.config import yamlsrc
+from sglstack.config.matrix import MAX_STACKS, load_matrix
+from sglstack.config.yamlsrc import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, load_yaml_with_lines
+from sglstack.core.errors import ConfigError
 
 VALID = """
 stacks:
@@ -176,8 +176,8 @@ def test_newlines_in_quoted_values_stay_escaped(tmp_path):
 _CHILD = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
-from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.config.matrix import load_matrix
 try:
     load_matrix(sys.argv[1])
     outcome = "loaded"

@@ -14,13 +14,13 @@ from cli import run_invoke
 from pydantic import BaseModel, ConfigDict, Field
 from test_builder import fake_cli
 
-from sglstack.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
-from sglstack.build import FINAL_TARGET, BuildOptions, describe_build
-from sglstack.builder import Builder, BuildRequest, build_argv
-from sglstack.errors import BuildError, ConfigError, DockerUnavailable
-from sglstack.lockfile import lock_for_build
-from sglstack.matrix import load_matrix
-from sglstack.pipeline import build_command
+from sglstack.adapters.buildkit import Builder, BuildRequest, build_argv
+from sglstack.build.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
+from sglstack.build.flow import FINAL_TARGET, BuildOptions, describe_build
+from sglstack.build.pipeline import build_command
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable
+from sglstack.lock.file import lock_for_build
 
 REPO = Path(__file__).resolve().parent.parent
 STACKS = REPO / "stacks.yaml"
@@ -270,7 +270,7 @@ def test_cache_inherits_and_a_stack_may_set_its_own(tmp_path):
 def test_classic_build_with_a_registry_cache_reads_it_warns_and_still_builds(tmp_path, docker_cli, ca_bundle, capsys):
     """A real build on this engine's classic builder, with `cache:` set: the command reads the cache
     (an unreachable one: BuildKit goes on without it), writes none, and says so in one line."""
-    from sglstack.build import build_stack
+    from sglstack.build.flow import build_stack
 
     text = (REPO / "tests" / "fixtures" / "stacks-cpu.yaml").read_text()
     assert "\ndefaults:\n" in text

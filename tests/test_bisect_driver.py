@@ -18,8 +18,8 @@ from cli import run_invoke
 from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
 from sglstack.bisect.log import BisectLog
-from sglstack.build import BuildResult
-from sglstack.errors import BuildError
+from sglstack.build.flow import BuildResult
+from sglstack.core.errors import BuildError
 from sglstack.smoke import SmokeReport
 
 N = 12

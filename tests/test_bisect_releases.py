@@ -14,8 +14,8 @@ import docker.errors
 import pytest
 from cli import run_invoke
 
+from sglstack.adapters.wheels import available_versions
 from sglstack.bisect.releases import ReleaseRangeError, releases_between
-from sglstack.wheels import available_versions
 
 PYPI_LIKE = ["0.5.11", "0.5.10.post1", "0.5.10", "0.5.10rc0", "0.5.9", "0.5.8.post1", "0.5.8", "not-a-version"]
 

@@ -11,10 +11,10 @@ import pytest
 from cli import run_invoke
 from smoke_fixtures import LABEL, fast_options
 
-from sglstack.errors import SmokeError
+from sglstack.adapters.wheels import fetch_wheel
+from sglstack.core.errors import SmokeError
 from sglstack.smoke import launch_argvs, run_smoke, smoke_options
 from sglstack.smoke.plan import RUN_KINDS
-from sglstack.wheels import fetch_wheel
 
 pytestmark = pytest.mark.usefixtures("sglang_double_image")
 

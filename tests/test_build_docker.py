@@ -20,11 +20,11 @@ import pytest
 from cli import run_invoke
 from docker import errors as docker_errors
 
-from sglstack import build as build_mod
-from sglstack.build import BuildOptions, build_stack
-from sglstack.errors import BuildError, PinMismatch
-from sglstack.matrix import load_matrix
-from sglstack.pipeline import describe_plan
+from sglstack.build import flow as build_mod
+from sglstack.build.flow import BuildOptions, build_stack
+from sglstack.build.pipeline import describe_plan
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import BuildError, PinMismatch
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from docker.errors import ImageNotFound
 
-from sglstack import build as build_mod
-from sglstack.build import BUILD_CONTAINER_LABEL, TEMP_REPOSITORY, BuildOptions, build_stack
-from sglstack.matrix import load_matrix
-from sglstack.signals import Interrupted
+from sglstack.build import flow as build_mod
+from sglstack.build.flow import BUILD_CONTAINER_LABEL, TEMP_REPOSITORY, BuildOptions, build_stack
+from sglstack.config.matrix import load_matrix
+from sglstack.core.signals import Interrupted
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

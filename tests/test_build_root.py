@@ -10,7 +10,7 @@ import pytest
 from cli import run_invoke
 from smoke_fixtures import DOUBLE_ENV, LABEL
 
-from sglstack.records import OutputNotWritable, build_root, require_writable
+from sglstack.core.records import OutputNotWritable, build_root, require_writable
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

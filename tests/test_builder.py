@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.builder import Builder, BuildRequest, ProgressParser, build_argv, build_env, detect_builder
-from sglstack.errors import DockerUnavailable
+from sglstack.adapters.buildkit import Builder, BuildRequest, ProgressParser, build_argv, build_env, detect_builder
+from sglstack.core.errors import DockerUnavailable
 
 
 def fake_cli(folder: Path, version: str, *, buildx: bool) -> Path:
@@ -29,7 +29,7 @@ def fake_cli(folder: Path, version: str, *, buildx: bool) -> Path:
 def isolated_path(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("SGLSTACK_DOCKER_CLI", raising=False)
-    monkeypatch.setattr("sglstack.builder._FALLBACK_CLIS", ())
+    monkeypatch.setattr("sglstack.adapters.buildkit._FALLBACK_CLIS", ())
     return tmp_path
 
 

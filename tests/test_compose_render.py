@@ -11,8 +11,8 @@ import pytest
 import yaml
 from deploy_fixtures import make_test_stack
 
-from sglstack import compose as cmp
-from sglstack.matrix import load_matrix, parse_bind
+from sglstack.config.matrix import load_matrix, parse_bind
+from sglstack.render import compose as cmp
 from sglstack.serving import ServingError
 
 DIGEST_REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "ab" * 32
@@ -248,7 +248,7 @@ def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monk
     from deploy_fixtures import write_test_matrix
 
     from sglstack.publish import append_records, records_path
-    from sglstack.render import render_command
+    from sglstack.render.dockerfile import render_command
 
     build = tmp_path / "elsewhere"
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(build))
@@ -275,7 +275,7 @@ def test_render_and_compose_import_nothing_of_deploy_or_publish(repo_root: Path)
     import sys
 
     code = (
-        "import sys, sglstack.compose, sglstack.render, sglstack.serving; "
+        "import sys, sglstack.render.compose, sglstack.render.dockerfile, sglstack.serving; "
         "print(sorted(m for m in sys.modules if m.startswith(('sglstack.deploy', 'sglstack.publish', "
         "'sglstack.smoke', 'docker'))))"
     )

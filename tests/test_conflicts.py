@@ -10,8 +10,12 @@ import pytest
 from cli import run_invoke
 from packaging.markers import default_environment
 
-from sglstack import conflicts
-from sglstack.conflicts import (
+from sglstack.adapters.wheels import fetch_wheel, wheel_metadata
+from sglstack.config.matrix import GitSource, Matrix, Override, SGLangSource, load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.inimage.incontainer import wheelkit
+from sglstack.lock import conflicts
+from sglstack.lock.conflicts import (
     Finding,
     check_matrix,
     check_stack_pins,
@@ -21,12 +25,8 @@ from sglstack.conflicts import (
     stacks_command,
     target_environment,
 )
-from sglstack.errors import ConfigError
-from sglstack.incontainer import wheelkit
-from sglstack.lockfile import Lock, LockedPackage, UnresolvedLayer, lock_path, stack_input_hash, write_lock
-from sglstack.locking import LockError
-from sglstack.matrix import GitSource, Matrix, Override, SGLangSource, load_matrix
-from sglstack.wheels import fetch_wheel, wheel_metadata
+from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, stack_input_hash, write_lock
+from sglstack.lock.flow import LockError
 
 REPO = Path(__file__).resolve().parent.parent
 

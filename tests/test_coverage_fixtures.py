@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from coverage_fixtures import FAKE_SGL_KERNEL, FIXTURES, cuobjdump_tool, make_wheel  # noqa: F401 - fixtures
 
-from sglstack.coverage import MISSING, NATIVE, PTX, Capability, DeviceObject, capabilities_of, cell, extensions
-from sglstack.coverage_inspect import inspect_wheel
-from sglstack.cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, list_files
+from sglstack.adapters.cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, list_files
+from sglstack.coverage.devicecode import inspect_wheel
+from sglstack.coverage.rules import MISSING, NATIVE, PTX, Capability, DeviceObject, capabilities_of, cell, extensions
 
 pytestmark = pytest.mark.network  # the cuobjdump wheel comes from PyPI (once per machine)
 

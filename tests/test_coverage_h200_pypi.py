@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.coverage import Capability, Target, runs_on
+from sglstack.coverage.rules import Capability, Target, runs_on
 
 DATA = Path(__file__).parent / "data" / "coverage"
 OBSERVED = json.loads((DATA / "h200-pypi-cu130-observed.json").read_text())

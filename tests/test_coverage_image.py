@@ -11,7 +11,10 @@ import subprocess
 import pytest
 from coverage_fixtures import FAKE_SGL_KERNEL, cuobjdump_tool, write_site_packages  # noqa: F401 - fixtures
 
-from sglstack.coverage_image import (
+from sglstack.adapters.docker import OWNER_LABEL
+from sglstack.config.matrix import Stack
+from sglstack.core.labels import COVERAGE_LABEL
+from sglstack.coverage.image import (
     KernelCoverageMissing,
     archive_units,
     build_coverage,
@@ -19,9 +22,6 @@ from sglstack.coverage_image import (
     record_files,
     site_dirs,
 )
-from sglstack.dockerhost import OWNER_LABEL
-from sglstack.labels import COVERAGE_LABEL
-from sglstack.matrix import Stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 

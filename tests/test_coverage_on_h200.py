@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.coverage import Capability, Target, runs_on
+from sglstack.coverage.rules import Capability, Target, runs_on
 
 OBSERVED = json.loads((Path(__file__).parent / "data" / "coverage" / "h200-observed.json").read_text())
 

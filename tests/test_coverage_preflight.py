@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglstack.labels import COVERAGE_LABEL
+from sglstack.core.labels import COVERAGE_LABEL
 from sglstack.preflight.checks import PASS, WARN, GpuInfo, Requirements, check_kernel_coverage
 from sglstack.preflight.node import NodeReport
 from sglstack.preflight.remote import image_coverage_check

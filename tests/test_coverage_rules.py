@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.coverage import (
+from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
+from sglstack.config.matrix import CoverageException, CoveragePolicy, load_matrix
+from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
+from sglstack.coverage.command import overall_exit, pip_platform_tags
+from sglstack.coverage.rules import (
     MISSING,
     NATIVE,
     PTX,
@@ -26,10 +30,6 @@ from sglstack.coverage import (
     runs_on,
     sgl_kernel_variant,
 )
-from sglstack.coverage_command import overall_exit, pip_platform_tags
-from sglstack.cuobjdump import is_device_object_name, parse_listing
-from sglstack.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
-from sglstack.matrix import CoverageException, CoveragePolicy, load_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -348,7 +348,7 @@ STACK = """stacks:
     ("      strict: true\n", "coverage.strict", "unknown key"),
 ])
 def test_coverage_policy_is_validated_with_file_key_and_line(tmp_path, block, key, message):
-    from sglstack.errors import ConfigError
+    from sglstack.core.errors import ConfigError
 
     path = tmp_path / "stacks.yaml"
     path.write_text(STACK + block)
@@ -384,7 +384,7 @@ def test_targets_print_as_cuobjdump_names_them_and_describe_sorts_sass_before_pt
 
 
 def test_worst_of_nothing_is_missing():
-    from sglstack.coverage import worst
+    from sglstack.coverage.rules import worst
 
     assert worst([]) == MISSING and worst([NATIVE, PTX]) == PTX
 
@@ -402,7 +402,7 @@ def test_extension_names_of_libraries_and_nested_modules(path, name):
 
 
 def test_a_generic_row_is_exact_with_its_package_details_and_aliases():
-    from sglstack.coverage import Extension
+    from sglstack.coverage.rules import Extension
 
     objects = (obj("pkg/ops.abi3.so", ["sm_100a", "sm_90"], ["sm_90"], sha="s"),
                obj("pkg/ops_copy.abi3.so", ["sm_90"], sha="s"), obj("pkg/host.abi3.so"))
@@ -432,7 +432,7 @@ def test_a_cubin_is_taken_by_the_tag_in_its_file_name_not_in_its_folders():
 
 
 def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
-    from sglstack.coverage import Extension
+    from sglstack.coverage.rules import Extension
 
     base = "flashinfer_cubin/cubins/0123abc"
     caps = capabilities_of(["9.0", "10.0"])
@@ -460,8 +460,8 @@ def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
 
 
 def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_platform():
-    from sglstack.coverage import WheelSource
-    from sglstack.matrix import KernelPin
+    from sglstack.config.matrix import KernelPin
+    from sglstack.coverage.rules import WheelSource
 
     matrix = load_matrix(REPO / "stacks.yaml")
     cu129 = matrix.get("cu129")
@@ -492,7 +492,7 @@ def test_the_report_of_several_packages_keeps_every_row_and_note_and_serialises_
                             "sm100) is assumed",)
     assert [str(v) for v in report.violations] == ["torch/lib/libc.so on 9.0: missing (requires native)"]
     assert report.to_dict() == {
-        "schema": "sglstack.coverage/1", "stack": "cu", "platform": "linux/arm64", "capabilities": ["9.0"],
+        "schema": "sglstack.coverage.rules/1", "stack": "cu", "platform": "linux/arm64", "capabilities": ["9.0"],
         "require": "native", "complete": True, "exit_code": 1, "label": "9.0:missing",
         "packages": [{"package": "sgl-kernel", "version": "1", "source": "k.whl", "checked": True, "reason": ""},
                      {"package": "torch", "version": "2", "source": "t.whl", "checked": True, "reason": ""}],

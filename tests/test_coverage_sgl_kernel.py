@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from coverage_fixtures import cuobjdump_tool  # noqa: F401 - fixtures
 
-from sglstack.coverage import capabilities_of, device_code_wheels, extensions, loader_notes
-from sglstack.coverage_command import fetch_source
-from sglstack.coverage_inspect import inspect_wheel
-from sglstack.cuobjdump import ListingCache
-from sglstack.matrix import load_matrix
+from sglstack.adapters.cuobjdump import ListingCache
+from sglstack.config.matrix import load_matrix
+from sglstack.coverage.command import fetch_source
+from sglstack.coverage.devicecode import inspect_wheel
+from sglstack.coverage.rules import capabilities_of, device_code_wheels, extensions, loader_notes
 
 pytestmark = pytest.mark.network
 

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from cli import REPO, run_invoke
 
-from sglstack import credentials
-from sglstack.compose import render_compose, render_env_example
-from sglstack.errors import ConfigError
-from sglstack.k8s import K8sOptions, render_k8s
-from sglstack.matrix import load_matrix
-from sglstack.render import render_dockerfile, stack_manifest
+from sglstack.config.matrix import load_matrix
+from sglstack.core import credentials
+from sglstack.core.errors import ConfigError
+from sglstack.render.compose import render_compose, render_env_example
+from sglstack.render.dockerfile import render_dockerfile, stack_manifest
+from sglstack.render.k8s import K8sOptions, render_k8s
 from sglstack.serving import ServingError
 from sglstack.smoke.plan import check_secret_references, container_plan, smoke_options
 
@@ -149,8 +149,8 @@ def test_render_build_plan_and_bake_write_no_credential_anywhere(tmp_path):
 
 
 def test_bake_file_and_build_request_carry_the_netrc_as_an_env_secret(tmp_path):
-    from sglstack.bake import bake_target
-    from sglstack.build import INDEX_NETRC_ENV, build_request
+    from sglstack.build.bake import bake_target
+    from sglstack.build.flow import INDEX_NETRC_ENV, build_request
 
     stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
     req = build_request(stack, dockerfile=tmp_path / "Dockerfile", context=tmp_path, config_hash="0" * 64,

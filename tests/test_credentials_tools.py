@@ -28,8 +28,8 @@ from auth_index import AuthIndex, bare_repo_with_commit, make_wheel
 from cli import REPO, run_invoke
 from engine_refs import free_port
 
-from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 USER = "alice"
@@ -111,8 +111,8 @@ def test_an_unreachable_index_with_credentials_is_an_unresolved_layer_like_a_pub
 
 def test_coverage_downloads_through_the_credentials_and_reports_without_them(tmp_path, index, password,
                                                                            monkeypatch):
-    from sglstack.coverage import device_code_wheels
-    from sglstack.coverage_command import fetch_source
+    from sglstack.coverage.command import fetch_source
+    from sglstack.coverage.rules import device_code_wheels
 
     file, data = make_wheel("sgl-kernel", "0.3.21")
     index.wheels[file] = data
@@ -138,7 +138,7 @@ def test_coverage_downloads_through_the_credentials_and_reports_without_them(tmp
 # ---- git (a git-sourced SGLang) --------------------------------------------------------------------
 
 def test_git_fetches_with_the_credentials_and_keeps_none(tmp_path, index, password, monkeypatch):
-    from sglstack.gitsource import GitSource, GitSourceError
+    from sglstack.adapters.git import GitSource, GitSourceError
 
     bare, sha = bare_repo_with_commit(tmp_path / "served")
     index.git_root = bare.parent
@@ -179,7 +179,7 @@ def bridge_index(docker_client, password):
 @pytest.mark.docker
 def test_a_real_build_installs_from_the_private_index_and_keeps_the_password_out_of_everything(
         tmp_path, bridge_index, password, docker_cli, docker_client, ca_bundle):
-    from sglstack.build import BuildOptions, build_stack
+    from sglstack.build.flow import BuildOptions, build_stack
 
     bundle = tmp_path / "ca.pem"  # the proxy's CA (PyPI, for the sglang-src stage) and the index's own
     bundle.write_text(ca_bundle.read_text() + "\n" + bridge_index.ca_pem)

@@ -21,14 +21,14 @@ import pytest
 import requests
 from deploy_fixtures import free_port, make_test_stack, write_test_matrix
 
-from sglstack import compose as cmp
+from sglstack.adapters.docker import running_container
+from sglstack.core.errors import DeployError
 from sglstack.deploy.compose_cli import detect_compose
 from sglstack.deploy.flow import DeployFailed, Deployment, deploy, rollback, undeploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
 from sglstack.deploy.status import deployment_status
 from sglstack.deploy.store import read_records
-from sglstack.dockerhost import running_container
-from sglstack.errors import DeployError
+from sglstack.render import compose as cmp
 from sglstack.serving import ServingError
 
 pytestmark = pytest.mark.docker

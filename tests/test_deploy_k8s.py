@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglstack import k8s
+from sglstack.render import k8s
 from tests.cli import REPO, run_invoke
 
 STACK = "cu130"

@@ -11,7 +11,7 @@ import pytest
 from cli import run_invoke
 from deploy_fixtures import make_test_stack, write_test_matrix
 
-from sglstack import compose as cmp
+from sglstack.core.errors import DeployError, DockerUnavailable
 from sglstack.deploy import health as health_mod
 from sglstack.deploy.compose_cli import detect_compose
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, health_verdict, wait_healthy
@@ -26,8 +26,8 @@ from sglstack.deploy.store import (
     rollback_target,
     serving_now,
 )
-from sglstack.errors import DeployError, DockerUnavailable
 from sglstack.publish import PublishedRelease
+from sglstack.render import compose as cmp
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -366,8 +366,8 @@ def test_a_restore_is_not_cut_in_half_by_a_signal() -> None:
     import os
     import signal
 
-    from sglstack.signals import Interrupted, signals_raise
-    from sglstack.signals import deferred as signals_deferred
+    from sglstack.core.signals import Interrupted, signals_raise
+    from sglstack.core.signals import deferred as signals_deferred
 
     done = []
     # As in every task: signals raise, and the restore defers them until it is whole.

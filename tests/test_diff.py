@@ -10,7 +10,7 @@ from dataclasses import replace
 from cli import run_invoke
 from rich.console import Console
 
-from sglstack.diff import (
+from sglstack.diff.compare import (
     Change,
     Snapshot,
     StackDiff,
@@ -25,7 +25,7 @@ from sglstack.diff import (
     record_snapshot,
     snapshot_diff,
 )
-from sglstack.lockfile import Lock, LockedPackage, render_lock
+from sglstack.lock.file import Lock, LockedPackage, render_lock
 
 SHA = {c: c * 64 for c in "0123456789abcdef"}
 

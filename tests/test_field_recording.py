@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from smoke_fixtures import DOUBLE_ENV, make_double_env
 
-from sglstack.matrix import Gates, load_matrix
+from sglstack.config.matrix import Gates, load_matrix
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.measure import PhaseStats, ServerRun
 from sglstack.smoke.plan import process_plan, smoke_options

@@ -24,14 +24,14 @@ from bisect_fixtures import make_history, stack_yaml
 from cli import REPO, run_invoke
 
 from sglstack.bisect.log import BisectLog
+from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock
+from sglstack.core.safefiles import BUSY_EXIT, replace_folder
+from sglstack.core.signals import signals_raise
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path
-from sglstack.lockfile import parse_lock, render_lock, write_lock
-from sglstack.locking import lock_stack
+from sglstack.lock.file import parse_lock, render_lock, write_lock
+from sglstack.lock.flow import lock_stack
 from sglstack.publish.history import append_records as append_publish
 from sglstack.publish.history import read_records as read_publish
-from sglstack.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock
-from sglstack.safefiles import BUSY_EXIT, replace_folder
-from sglstack.signals import signals_raise
 from sglstack.smoke.history import append_record as append_smoke
 from sglstack.smoke.history import read_history
 
@@ -327,8 +327,8 @@ def test_ctrl_c_while_a_context_is_filled_leaves_no_temp_folder_and_the_old_cont
     context.mkdir(parents=True)
     (context / "old.txt").write_text("old\n")
     script = (
-        "import sys, time\nfrom pathlib import Path\nfrom sglstack.safefiles import replace_folder\n"
-        "from sglstack.signals import signals_raise\n"
+        "import sys, time\nfrom pathlib import Path\nfrom sglstack.core.safefiles import replace_folder\n"
+        "from sglstack.core.signals import signals_raise\n"
         "def fill(folder):\n    (folder / 'half.txt').write_text('half')\n    print('filling', flush=True)\n"
         "    time.sleep(60)\n"
         "with signals_raise():\n"
@@ -348,7 +348,7 @@ def test_ctrl_c_while_a_context_is_filled_leaves_no_temp_folder_and_the_old_cont
 # ---- one task per stack ---------------------------------------------------------------------------
 
 HOLDER = (
-    "import sys\nfrom sglstack.records import stack_lock\n"
+    "import sys\nfrom sglstack.core.records import stack_lock\n"
     "with stack_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True)\n    sys.stdin.read()\n"
 )
 

@@ -21,15 +21,15 @@ import yaml
 from cli import REPO, run_invoke
 from deploy_fixtures import free_port
 
-from sglstack import k8s
-from sglstack.compose import ComposeOptions
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError, SglstackError
 from sglstack.deploy.checks import project_owner_problem
 from sglstack.deploy.compose_cli import detect_compose
 from sglstack.deploy.flow import Deployment, deploy, undeploy
 from sglstack.deploy.k8s_flow import owner_problem
-from sglstack.errors import ConfigError, SglstackError
-from sglstack.matrix import load_matrix
-from sglstack.render import image_labels, render_dockerfile
+from sglstack.render import k8s
+from sglstack.render.compose import ComposeOptions
+from sglstack.render.dockerfile import image_labels, render_dockerfile
 from sglstack.serving import ServingOverrides, serving_spec
 
 BASE = """\

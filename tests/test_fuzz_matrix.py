@@ -18,8 +18,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sglstack.errors import ConfigError
-from sglstack.matrix import Stack, load_matrix
+from sglstack.config.matrix import Stack, load_matrix
+from sglstack.core.errors import ConfigError
 
 EXAMPLES = 150
 SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from patch_fixtures import make_patch
 
-from sglstack import patchkit
-from sglstack.patchkit import PatchError, apply_patches, verify_patches
+from sglstack.inimage import patchkit
+from sglstack.inimage.patchkit import PatchError, apply_patches, verify_patches
 
 CLASS = "Target"
 FILE = "sglang/srt/models/target.py"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import git, make_history, stack_yaml
 
-from sglstack.build import BuildOptions, add_git_source, build_stack, compute_config_hash
-from sglstack.gitsource import GitSource, GitSourceError, display_url
-from sglstack.matrix import load_matrix
-from sglstack.render import GIT_SOURCE_DIR, write_build_context
+from sglstack.adapters.git import GitSource, GitSourceError, display_url
+from sglstack.build.flow import BuildOptions, add_git_source, build_stack, compute_config_hash
+from sglstack.config.matrix import load_matrix
+from sglstack.render.dockerfile import GIT_SOURCE_DIR, write_build_context
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The in-image checks of a build (`sglstack/incontainer/imagecheck.py`, `elfdeps.py`) on small real packages.
+"""The in-image checks of a build (`sglstack/inimage/incontainer/imagecheck.py`, `elfdeps.py`) on small real packages.
 
 - ELF: the compiled files of scipy and numpy (runtime dependencies of sglstack, so present wherever the
   tests run): DT_NEEDED and RUNPATH as the loader reads them, resolved inside a folder standing for an
@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import scipy
 
-from sglstack.build import image_check_command, serving_argvs
-from sglstack.incontainer.elfdeps import check_needs, read_dynamic
-from sglstack.matrix import LibraryException, SharedLibrariesPolicy, load_matrix
-from sglstack.verify import image_check_problems, waived_libraries
+from sglstack.build.flow import image_check_command, serving_argvs
+from sglstack.build.verify import image_check_problems, waived_libraries
+from sglstack.config.matrix import LibraryException, SharedLibrariesPolicy, load_matrix
+from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = REPO / "sglstack" / "incontainer"
+TOOLS = REPO / "sglstack" / "inimage" / "incontainer"
 DOUBLE = REPO / "tests" / "doubles" / "sglang-double"
 SCIPY = Path(scipy.__file__).parent
 SITE = "/opt/venv/lib/python3.11/site-packages"

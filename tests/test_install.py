@@ -19,9 +19,9 @@ RENDER = """
 import json, sys
 from pathlib import Path
 import sglstack
-from sglstack.matrix import load_matrix
-from sglstack.render import write_build_context
-from sglstack.resources import COMPOSE_DIR
+from sglstack.config.matrix import load_matrix
+from sglstack.render.dockerfile import write_build_context
+from sglstack.core.resources import COMPOSE_DIR
 
 stacks_file, out = sys.argv[1], Path(sys.argv[2])
 rendered = write_build_context(load_matrix(stacks_file).get("cu130"), out)

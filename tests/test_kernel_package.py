@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.conflicts import check_stack_pins
-from sglstack.coverage import device_code_wheels
-from sglstack.errors import ConfigError
-from sglstack.lockfile import is_current, lock_path, read_lock, stack_input_hash
-from sglstack.locking import LockError, glibc_version, plan_layers, python_platform, resolve_stack
-from sglstack.matrix import load_matrix
-from sglstack.render import image_labels, install_layers
-from sglstack.resolver import Resolution, ResolvedPackage
+from sglstack.adapters.uv import Resolution, ResolvedPackage
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.coverage.rules import device_code_wheels
+from sglstack.lock.conflicts import check_stack_pins
+from sglstack.lock.file import is_current, lock_path, read_lock, stack_input_hash
+from sglstack.lock.flow import LockError, glibc_version, plan_layers, python_platform, resolve_stack
+from sglstack.render.dockerfile import image_labels, install_layers
 
 REPO = Path(__file__).resolve().parent.parent
 HASH = "sha256:" + "a" * 64
@@ -108,7 +108,7 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 
 @pytest.mark.docker
 def test_glibc_is_read_from_the_base_image_without_running_it(matrix):
-    from sglstack.locking import base_image_glibc  # the Docker part: only this test needs an engine
+    from sglstack.lock.flow import base_image_glibc  # the Docker part: only this test needs an engine
 
     stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
     assert base_image_glibc(stack) == "2.36"
@@ -129,7 +129,7 @@ def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(mat
 # ---- verifying the PyPI stack's image --------------------------------------------------------------
 
 def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
-    from sglstack.verify import pin_mismatches  # the verify half of this file's story
+    from sglstack.build.verify import pin_mismatches  # the verify half of this file's story
 
     stack = matrix.get("pypi-cu130")
     info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
@@ -150,8 +150,8 @@ def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matr
 
 
 def test_a_package_without_device_code_is_a_note_not_a_row():
-    from sglstack.coverage import DeviceObject, PackageObjects, build_report, capabilities_of
-    from sglstack.matrix import CoveragePolicy
+    from sglstack.config.matrix import CoveragePolicy
+    from sglstack.coverage.rules import DeviceObject, PackageObjects, build_report, capabilities_of
 
     jit = PackageObjects("quack-kernels", "0.6.5", "t", (DeviceObject("quack/_host.so", "0" * 64, (), (), 0),))
     report = build_report("s", "linux/amd64", capabilities_of(["9.0"]), CoveragePolicy(), [jit], [])
@@ -161,7 +161,7 @@ def test_a_package_without_device_code_is_a_note_not_a_row():
 
 
 def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_is_told_which_to_pin(matrix):
-    from sglstack.conflicts import required_kernel_package  # the METADATA side of the rename
+    from sglstack.lock.conflicts import required_kernel_package  # the METADATA side of the rename
 
     requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
     assert required_kernel_package(requires) == "sglang-kernel"
@@ -176,9 +176,9 @@ def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_i
 
 @pytest.mark.docker
 def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
-    from sglstack.build import check_base_image  # the engine side: only the docker tests need it
-    from sglstack.dockerhost import docker_client
-    from sglstack.errors import BuildError
+    from sglstack.adapters.docker import docker_client
+    from sglstack.build.flow import check_base_image  # the engine side: only the docker tests need it
+    from sglstack.core.errors import BuildError
 
     client = docker_client()
     bookworm = client.images.get("debian:bookworm-slim").id

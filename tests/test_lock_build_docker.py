@@ -14,17 +14,17 @@ import pytest
 from cli import run_invoke
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
-from sglstack import build as build_mod
 from sglstack.attest.provenance import tree_sha256
 from sglstack.attest.sbom import SBOM_FILE, read_sbom
-from sglstack.diff import snapshot_diff
-from sglstack.diffsources import load_snapshot
-from sglstack.errors import PinMismatch
-from sglstack.lockfile import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path, read_lock
-from sglstack.matrix import load_matrix
+from sglstack.build import flow as build_mod
+from sglstack.config.imageref import Repository
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import PinMismatch
+from sglstack.diff.compare import snapshot_diff
+from sglstack.diff.sources import load_snapshot
+from sglstack.lock.file import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path, read_lock
 from sglstack.publish import push_candidate
-from sglstack.registry import RegistryClient
-from sglstack.tags import Repository
+from sglstack.registry.client import RegistryClient
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.lockfile import is_current, lock_path, read_lock
-from sglstack.locking import base_image_glibc
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.lock.file import is_current, lock_path, read_lock
+from sglstack.lock.flow import base_image_glibc
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

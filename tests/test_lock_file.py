@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.errors import ConfigError
-from sglstack.lockfile import (
+from sglstack.config.matrix import GitSource, SGLangSource, load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.lock.file import (
     Lock,
     LockedPackage,
     StaleLock,
@@ -24,7 +25,6 @@ from sglstack.lockfile import (
     stack_input_hash,
     write_lock,
 )
-from sglstack.matrix import GitSource, SGLangSource, load_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK_MATRIX = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import git
 
-from sglstack.build import check_pins
-from sglstack.errors import PinMismatch
-from sglstack.lockfile import is_current, parse_lock, source_mismatches
-from sglstack.locking import LockError, lock_stack, sglang_requirement
-from sglstack.matrix import load_matrix
+from sglstack.build.flow import check_pins
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import PinMismatch
+from sglstack.lock.file import is_current, parse_lock, source_mismatches
+from sglstack.lock.flow import LockError, lock_stack, sglang_requirement
 
 PYPROJECT = """\
 [build-system]

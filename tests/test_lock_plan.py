@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from sglstack.locking import LockError, plan_layers, resolve_stack
-from sglstack.matrix import load_matrix
-from sglstack.render import install_layers
-from sglstack.resolver import (
+from sglstack.adapters.uv import (
     Resolution,
     ResolutionConflict,
     ResolvedPackage,
@@ -22,6 +19,9 @@ from sglstack.resolver import (
     ResolverError,
     SourceUnreachable,
 )
+from sglstack.config.matrix import load_matrix
+from sglstack.lock.flow import LockError, plan_layers, resolve_stack
+from sglstack.render.dockerfile import install_layers
 
 REPO = Path(__file__).resolve().parent.parent
 HASH = "sha256:" + "e" * 64
@@ -148,7 +148,7 @@ def test_each_package_belongs_to_the_first_layer_that_installs_it(locked):
 
 
 def test_the_lock_renders_the_unreachable_layers_as_without_a_lock(locked, cu130):
-    from sglstack.render import render_dockerfile
+    from sglstack.render.dockerfile import render_dockerfile
 
     lock, _ = locked
     text = render_dockerfile(cu130, lock)

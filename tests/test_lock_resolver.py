@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglstack.credentials import public_url
-from sglstack.resolver import (
+from sglstack.adapters.uv import (
     ResolutionConflict,
     ResolveRequest,
     ResolverError,
@@ -17,6 +16,7 @@ from sglstack.resolver import (
     parse_compiled,
     uv_version,
 )
+from sglstack.core.credentials import public_url
 
 # uv 0.13's output with --generate-hashes --emit-index-annotation (split annotations), abridged hashes.
 UV_OUTPUT = """\
@@ -124,8 +124,8 @@ def test_each_failed_resolution_is_redacted_with_its_own_logins(monkeypatch):
     # not with those of the last request started (the bug: the loop variable of the start loop was reused).
     import sys
 
-    from sglstack import resolver
-    from sglstack.credentials import HostLogin
+    from sglstack.adapters import uv as resolver
+    from sglstack.core.credentials import HostLogin
 
     def failing_argv(request, workdir):
         secret = request.logins[0].password

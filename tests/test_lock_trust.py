@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.errors import ConfigError
-from sglstack.lockfile import StaleLock, UntrustedLock, lock_for_build, lock_path
-from sglstack.matrix import load_matrix
-from sglstack.verify import pip_check_problems
+from sglstack.build.verify import pip_check_problems
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.lock.file import StaleLock, UntrustedLock, lock_for_build, lock_path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -148,7 +148,7 @@ def broken_env(tmp_path_factory):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: needs-missing\nVersion: 1.0\n"
                                    "Requires-Dist: not-installed-dep>=2\n")
     (info / "RECORD").write_text("")
-    tools = REPO / "sglstack" / "incontainer"
+    tools = REPO / "sglstack" / "inimage" / "incontainer"
     proc = subprocess.run([str(python), str(tools / "imageinfo.py")], check=True, capture_output=True, text=True,
                           timeout=300)
     return json.loads(proc.stdout)

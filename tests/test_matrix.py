@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -265,8 +265,8 @@ def test_an_unknown_stack_names_the_known_ones():
 
 # ---- the pure value checks, each with its exact message ---------------------------------------------
 
-from sglstack import matrix as matrix_module  # noqa: E402
-from sglstack.matrix import (  # noqa: E402
+from sglstack.config import matrix as matrix_module  # noqa: E402
+from sglstack.config.matrix import (  # noqa: E402
     RegistryCache,
     _bind_mount,
     _cache_reference,

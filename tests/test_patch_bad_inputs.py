@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from patch_fixtures import class_members, make_patch
 
-from sglstack.patchkit import (
+from sglstack.inimage.patchkit import (
     MAX_SOURCE_BYTES,
     PatchDefinitionError,
     PatchUnreadable,
@@ -28,7 +28,7 @@ from sglstack.patchkit import (
     apply_patches,
 )
 
-PATCHKIT_SRC = Path(__file__).resolve().parent.parent / "sglstack" / "patchkit"
+PATCHKIT_SRC = Path(__file__).resolve().parent.parent / "sglstack" / "inimage" / "patchkit"
 
 TARGET = b'"""A module."""\n\n\nclass Demo:\n    x = 1\n\n    def first(self):\n        return 1\n\n\nEntry = Demo\n'
 METHODS = "class Demo:\n    def added(self):\n        return 2\n"
@@ -229,7 +229,7 @@ def test_a_manifest_that_cannot_be_written_leaves_the_tree_unchanged(tmp_path):
 
 def _writes(tmp_path: Path) -> tuple[Path, Path, list]:
     """An existing file (mode 0o600, owned by a patch) and a new one (the manifest), as one step."""
-    from sglstack.patchkit import files, load_patch
+    from sglstack.inimage.patchkit import files, load_patch
 
     patches = make_patch(tmp_path / "patches", "demo", file="sglang/demo.py", class_name="Demo",
                          methods=("added",), source=METHODS)
@@ -242,7 +242,7 @@ def _writes(tmp_path: Path) -> tuple[Path, Path, list]:
 
 
 def test_write_all_writes_every_file_with_its_mode(tmp_path):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     existing, new, writes = _writes(tmp_path)
     files.write_all(writes)
@@ -255,7 +255,7 @@ def test_write_all_writes_every_file_with_its_mode(tmp_path):
 def test_each_file_is_staged_as_a_hidden_file_beside_it(tmp_path, monkeypatch):
     """Beside it, so the rename stays in one file system; hidden and named after it, so a file left by a
     SIGKILL between the two steps says what it was and is not imported."""
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     existing, new, writes = _writes(tmp_path)
     real, staged = os.replace, []
@@ -277,7 +277,7 @@ def test_each_file_is_staged_as_a_hidden_file_beside_it(tmp_path, monkeypatch):
     (OSError("no strerror"), "cannot replace the file: no strerror"),
 ])
 def test_a_failed_rename_puts_back_what_was_renamed(tmp_path, monkeypatch, fault, message):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     existing, new, writes = _writes(tmp_path)
     before = _snapshot(tmp_path / "tree")
@@ -322,7 +322,7 @@ def test_an_apply_whose_second_file_cannot_be_renamed_restores_the_first(tmp_pat
 
 
 def test_a_failed_rename_of_an_existing_file_restores_its_bytes(tmp_path, monkeypatch):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     existing, new, writes = _writes(tmp_path)
     before = _snapshot(tmp_path / "tree")
@@ -342,7 +342,7 @@ def test_a_failed_rename_of_an_existing_file_restores_its_bytes(tmp_path, monkey
 
 
 def test_a_signal_while_renaming_puts_back_and_is_not_a_write_error(tmp_path, monkeypatch):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     _existing, new, writes = _writes(tmp_path)
     before = _snapshot(tmp_path / "tree")
@@ -362,7 +362,7 @@ def test_a_signal_while_renaming_puts_back_and_is_not_a_write_error(tmp_path, mo
 @pytest.mark.parametrize(("fault", "kind"), [(OSError(28, "No space left on device"), PatchWriteError),
                                              (KeyboardInterrupt(), KeyboardInterrupt)])
 def test_a_failed_staging_write_leaves_no_temporary_file(tmp_path, monkeypatch, fault, kind):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     _existing, _new, writes = _writes(tmp_path)
     before = _snapshot(tmp_path / "tree")
@@ -394,7 +394,7 @@ def test_a_failed_staging_write_leaves_no_temporary_file(tmp_path, monkeypatch, 
 
 
 def test_put_back_is_best_effort(tmp_path, monkeypatch):
-    from sglstack.patchkit import files
+    from sglstack.inimage.patchkit import files
 
     existing, new, writes = _writes(tmp_path)
     files.put_back(writes[1])  # a new file that is not there (any more): nothing to do
@@ -419,8 +419,8 @@ def test_record_hash_reads_only_the_row_of_the_file(tmp_path):
     import base64
     import hashlib
 
-    from sglstack.patchkit import files
-    from sglstack.patchkit.source import SourceFile
+    from sglstack.inimage.patchkit import files
+    from sglstack.inimage.patchkit.source import SourceFile
 
     def b64(data: bytes) -> str:
         return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -448,7 +448,7 @@ def test_record_hash_reads_only_the_row_of_the_file(tmp_path):
 # ---- reading a source file -------------------------------------------------------------------------
 
 def test_source_files_at_and_over_the_size_limit(tmp_path):
-    from sglstack.patchkit.source import SourceError, SourceFile
+    from sglstack.inimage.patchkit.source import SourceError, SourceFile
 
     path = tmp_path / "demo.py"
     path.write_bytes(b"#" * (MAX_SOURCE_BYTES - 1) + b"\n")
@@ -469,7 +469,7 @@ def test_source_files_at_and_over_the_size_limit(tmp_path):
 
 
 def test_source_files_that_cannot_be_read(tmp_path):
-    from sglstack.patchkit.source import SourceError, SourceFile
+    from sglstack.inimage.patchkit.source import SourceError, SourceFile
 
     with pytest.raises(SourceError) as info:
         SourceFile.read(tmp_path / "missing.py")
@@ -489,7 +489,7 @@ def test_source_files_that_cannot_be_read(tmp_path):
     (b"# coding: ascii\nx = 1\n# \xc3\xa9\n", "line 3 is not valid ascii (byte 0xc3)"),
 ])
 def test_source_bytes_that_are_not_their_encoding(data, message):
-    from sglstack.patchkit.source import SourceError, SourceFile
+    from sglstack.inimage.patchkit.source import SourceError, SourceFile
 
     with pytest.raises(SourceError) as info:
         SourceFile.from_bytes(data)
@@ -499,7 +499,7 @@ def test_source_bytes_that_are_not_their_encoding(data, message):
 def test_source_encodings_line_endings_and_hashes():
     import hashlib
 
-    from sglstack.patchkit.source import SourceFile, split_lines
+    from sglstack.inimage.patchkit.source import SourceFile, split_lines
 
     latin = SourceFile.from_bytes(b"# coding: latin-1\nx = '\xe9'\n")
     assert (latin.encoding, latin.text) == ("iso-8859-1", "# coding: latin-1\nx = '\u00e9'\n")
@@ -517,7 +517,7 @@ def test_source_encodings_line_endings_and_hashes():
 
 
 def test_source_parse_runs_the_compiler_checks():
-    from sglstack.patchkit.source import SourceFile
+    from sglstack.inimage.patchkit.source import SourceFile
 
     tree = SourceFile.from_bytes(b"def f():\n    return 1\n").parse("demo.py")
     assert [type(n).__name__ for n in tree.body] == ["FunctionDef"]

@@ -23,7 +23,7 @@ from patch_fixtures import (
     target,
 )
 
-PATCHKIT_SRC = Path(__file__).resolve().parent.parent / "sglstack" / "patchkit"
+PATCHKIT_SRC = Path(__file__).resolve().parent.parent / "sglstack" / "inimage" / "patchkit"
 
 pytestmark = pytest.mark.network
 

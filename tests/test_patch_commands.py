@@ -11,8 +11,8 @@ import pytest
 from patch_fixtures import KIMI, KIMI_FILE, KIMI_METHODS, PATCHES_DIR, class_members, make_tree, pristine, target
 from rich.console import Console
 
-from sglstack.errors import PatchCommandError, SglstackError
-from sglstack.patches import apply_command, check_command, check_version, list_command, verify_command
+from sglstack.build.patches import apply_command, check_command, check_version, list_command, verify_command
+from sglstack.core.errors import PatchCommandError, SglstackError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -24,8 +24,8 @@ from patch_fixtures import (
     without_methods,
 )
 
-from sglstack import patchkit
-from sglstack.patchkit import (
+from sglstack.inimage import patchkit
+from sglstack.inimage.patchkit import (
     PatchAlreadyUpstream,
     PatchConflict,
     PatchDrift,

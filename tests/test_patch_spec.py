@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.patchkit import PatchDefinitionError, PatchUsageError, load_patch
-from sglstack.patchkit.spec import bound_names, patch_ids
+from sglstack.inimage.patchkit import PatchDefinitionError, PatchUsageError, load_patch
+from sglstack.inimage.patchkit.spec import bound_names, patch_ids
 
 METHODS = "class Demo:\n    def added(self):\n        return 2\n"
 BASE = {

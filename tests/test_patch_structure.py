@@ -1,4 +1,4 @@
-"""The ast rules apply and verify share (sglstack/patchkit/structure.py), and apply/verify on small trees,
+"""The ast rules apply and verify share (sglstack/inimage/patchkit/structure.py), and apply/verify on small trees,
 each refusal as its exact one-line message.
 
 Pure: our own small patches (tests/patch_fixtures.make_patch) on small trees under tmp_path.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from patch_fixtures import make_patch
 
-from sglstack import patchkit
-from sglstack.patchkit import (
+from sglstack.inimage import patchkit
+from sglstack.inimage.patchkit import (
     PatchAlreadyUpstream,
     PatchConflict,
     PatchDrift,

@@ -6,7 +6,7 @@ import pytest
 from packaging.specifiers import SpecifierSet as RefSet
 from packaging.version import Version as RefVersion
 
-from sglstack.patchkit.versions import InvalidVersion, SpecifierSet, Version
+from sglstack.inimage.patchkit.versions import InvalidVersion, SpecifierSet, Version
 
 VERSIONS = [
     "0.5.8",

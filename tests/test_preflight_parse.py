@@ -156,7 +156,7 @@ def test_inspect_node_without_a_driver(monkeypatch):
 
 def test_require_ready_raises_on_a_failed_check(monkeypatch):
     """What smoke and deploy call first: the recorded 1-GPU H200 fails the cu130 stack's tp 8."""
-    from sglstack.matrix import load_matrix
+    from sglstack.config.matrix import load_matrix
     from sglstack.preflight import command
     from sglstack.preflight.errors import PreflightFailed
 

@@ -22,20 +22,20 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sglstack import compose as cmp
-from sglstack import k8s
-from sglstack.build import BuildOptions, compute_config_hash
-from sglstack.diff import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
-from sglstack.errors import SmokeError
-from sglstack.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
-from sglstack.lockfile import LockedPackage, lock_for_build
-from sglstack.matrix import ServingSettings, SpeculativeSettings, load_matrix
-from sglstack.pipeline import describe_plan
-from sglstack.records import utc_timestamp, utc_today
-from sglstack.render import write_build_context
+from sglstack.build.flow import BuildOptions, compute_config_hash
+from sglstack.build.pipeline import describe_plan
+from sglstack.config.matrix import ServingSettings, SpeculativeSettings, load_matrix
+from sglstack.core.errors import SmokeError
+from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
+from sglstack.core.records import utc_timestamp, utc_today
+from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
+from sglstack.lock.file import LockedPackage, lock_for_build
+from sglstack.publish.tags import release_tags
+from sglstack.render import compose as cmp
+from sglstack.render import k8s
+from sglstack.render.dockerfile import write_build_context
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
-from sglstack.tags import release_tags
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_STACK = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml").get("cpu-test")

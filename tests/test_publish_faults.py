@@ -18,8 +18,8 @@ import pytest
 from faultproxy import BlackHole, Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
-from sglstack.errors import RegistryError
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import RegistryError
 from sglstack.publish import (
     PromotionError,
     PublishError,
@@ -31,8 +31,8 @@ from sglstack.publish import (
     release,
     target_repository,
 )
-from sglstack.registry import RegistryClient
-from sglstack.tags import release_tags
+from sglstack.publish.tags import release_tags
+from sglstack.registry.client import RegistryClient
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parent.parent

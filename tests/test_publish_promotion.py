@@ -10,11 +10,11 @@ import signal
 
 import pytest
 
-from sglstack.errors import RegistryError
+from sglstack.config.imageref import parse_repository
+from sglstack.core.errors import RegistryError
+from sglstack.core.signals import Interrupted, signals_raise
 from sglstack.publish import PromotionError, promote
-from sglstack.registry import DOCKER_MANIFEST, Manifest, ManifestNotFound, compute_digest
-from sglstack.signals import Interrupted, signals_raise
-from sglstack.tags import parse_repository
+from sglstack.registry.client import DOCKER_MANIFEST, Manifest, ManifestNotFound, compute_digest
 
 REPO = parse_repository("127.0.0.1:5000/team/app")
 IMMUTABLE, MOVING = "0.5.9-app-20261202-1a2b3c4d", ("0.5.9-app", "app")

@@ -14,7 +14,7 @@ import threading
 import pytest
 from registry_fixtures import counting_proxy, plain_registry  # noqa: F401 - fixtures
 
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
 from sglstack.publish import (
     ImmutableTagCollision,
     cleanup_candidates,
@@ -25,8 +25,8 @@ from sglstack.publish import (
     release,
     target_repository,
 )
-from sglstack.registry import OCI_INDEX, RegistryClient
-from sglstack.tags import release_tags
+from sglstack.publish.tags import release_tags
+from sglstack.registry.client import OCI_INDEX, RegistryClient
 
 pytestmark = pytest.mark.docker
 DAY = dt.date(2026, 12, 2)

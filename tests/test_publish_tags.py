@@ -6,18 +6,11 @@ import datetime as dt
 
 import pytest
 
-from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.config.imageref import is_digest, parse_image_reference, parse_repository
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
 from sglstack.publish import PublishError, parse_smoke_opts, target_repository
-from sglstack.tags import (
-    candidate_tag_pattern,
-    immutable_tag_pattern,
-    is_digest,
-    parse_image_reference,
-    parse_repository,
-    release_tags,
-    validate_template,
-)
+from sglstack.publish.tags import candidate_tag_pattern, immutable_tag_pattern, release_tags, validate_template
 
 HASH = "1a2b3c4d5e6f77889900aabbccddeeff00112233445566778899aabbccddeeff"
 DAY = dt.date(2026, 12, 2)
@@ -51,7 +44,7 @@ def test_per_stack_templates_override_defaults(stacks):
 
 def test_git_sources_give_valid_tags(stacks):
     base = stacks.get("cu130")
-    from sglstack.matrix import SGLangSource
+    from sglstack.config.matrix import SGLangSource
 
     git = SGLangSource(git={"repo": "https://example.invalid/sglang", "ref": "ab" * 20})
     stack = base.model_copy(update={"sglang": git})
@@ -258,7 +251,7 @@ def test_a_bad_config_hash_is_an_exact_line(stacks):
 
 
 def test_characters_a_tag_cannot_hold_become_one_dash(stacks):
-    from sglstack.matrix import SGLangSource
+    from sglstack.config.matrix import SGLangSource
 
     stack = stacks.get("cu130").model_copy(update={"sglang": SGLangSource(version="0.5.9+Local")})
     tags = release_tags(stack, HASH, DAY)
@@ -267,7 +260,7 @@ def test_characters_a_tag_cannot_hold_become_one_dash(stacks):
 
 
 def test_the_candidate_pattern_matches_every_candidate_release_tags_makes(stacks):
-    from sglstack.matrix import SGLangSource
+    from sglstack.config.matrix import SGLangSource
 
     every = "c-{sglang}-{stack}-{date}-{confighash8}-{confighash12}"
     base = with_publish(stacks.get("cu130"), candidate_tag=every)

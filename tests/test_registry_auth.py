@@ -13,12 +13,12 @@ import sys
 import pytest
 from registry_fixtures import htpasswd_registry, tiny_image, token_registry  # noqa: F401 - fixtures
 
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.core.records import utc_today
 from sglstack.publish import publish_digest, push_candidate, target_repository
-from sglstack.records import utc_today
-from sglstack.registry import RegistryAuthError, RegistryClient
-from sglstack.registry_auth import Credentials
-from sglstack.tags import release_tags
+from sglstack.publish.tags import release_tags
+from sglstack.registry.auth import Credentials
+from sglstack.registry.client import RegistryAuthError, RegistryClient
 
 pytestmark = pytest.mark.docker
 

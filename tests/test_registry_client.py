@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from registry_fixtures import free_port, plain_registry  # noqa: F401 - fixture
 
-from sglstack.errors import RegistryError
-from sglstack.registry import ManifestNotFound, RegistryAuthError, RegistryClient, compute_digest
-from sglstack.registry_auth import Credentials, resolve_credentials
+from sglstack.core.errors import RegistryError
+from sglstack.registry.auth import Credentials, resolve_credentials
+from sglstack.registry.client import ManifestNotFound, RegistryAuthError, RegistryClient, compute_digest
 
 
 def _config(tmp_path, data):

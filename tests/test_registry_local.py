@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from registry_fixtures import free_port, tiny_image  # noqa: F401 - fixture
 
-from sglstack.errors import RegistryError
-from sglstack.localregistry import answers, registry_down, registry_up
+from sglstack.config.imageref import parse_repository
+from sglstack.core.errors import RegistryError
 from sglstack.publish import push_candidate
-from sglstack.registry import RegistryClient
-from sglstack.tags import parse_repository
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.local import answers, registry_down, registry_up
 
 pytestmark = pytest.mark.docker
 

@@ -17,7 +17,7 @@ from faultproxy import Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.attest.sbom import read_sbom
-from sglstack.registry import RegistryClient
+from sglstack.registry.client import RegistryClient
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.docker

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.confighash import config_hash, read_context
-from sglstack.lint_dockerfiles import hadolint_problems
-from sglstack.matrix import load_matrix
-from sglstack.render import install_layers, render_dockerfile, write_build_context
+from sglstack.config.matrix import load_matrix
+from sglstack.render.confighash import config_hash, read_context
+from sglstack.render.dockerfile import install_layers, render_dockerfile, write_build_context
+from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
@@ -151,7 +151,7 @@ def test_sglang_from_a_git_commit_renders_a_wheel_build(tmp_path):
 
 
 def test_git_ref_must_be_a_commit(tmp_path):
-    from sglstack.errors import ConfigError
+    from sglstack.core.errors import ConfigError
 
     path = tmp_path / "stacks.yaml"
     path.write_text(GIT_STACK.replace("0123456789abcdef0123456789abcdef01234567", "main"))

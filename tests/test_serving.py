@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglstack import compose as cmp
-from sglstack.dockerhost import docker_host_address, effective_docker_host, is_local_docker_host
-from sglstack.errors import ConfigError
-from sglstack.matrix import load_matrix
+from sglstack.adapters.docker import docker_host_address, effective_docker_host, is_local_docker_host
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.render import compose as cmp
 from sglstack.serving import (
     CPU_ULIMITS,
     GPU_ULIMITS,

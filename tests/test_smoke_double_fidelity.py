@@ -13,11 +13,11 @@ import zipfile
 import pytest
 import requests
 
-from sglstack.dockerhost import run_to_completion, running_container
-from sglstack.matrix import load_matrix
+from sglstack.adapters.docker import run_to_completion, running_container
+from sglstack.adapters.wheels import fetch_wheel
+from sglstack.config.matrix import load_matrix
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.runner import _published_port
-from sglstack.wheels import fetch_wheel
 
 pytestmark = pytest.mark.network
 SOURCES = (

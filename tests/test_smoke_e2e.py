@@ -300,7 +300,7 @@ def test_unreachable_docker_host_is_one_line_error(tmp_path, repo_root):
 
 def test_missing_image_is_one_line_error(smoke_label, tmp_path):
     opts = fast_options(tmp_path, smoke_label)
-    from sglstack.errors import SmokeError
+    from sglstack.core.errors import SmokeError
 
     with pytest.raises(SmokeError, match=r"^image sglstack-test/no-such-image:1: not on the Docker host"):
         run_smoke(None, "sglstack-test/no-such-image:1", opts)

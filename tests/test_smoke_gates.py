@@ -7,7 +7,7 @@ import io
 import pytest
 
 import sglstack.smoke as smoke
-from sglstack.matrix import Gates
+from sglstack.config.matrix import Gates
 from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
 from sglstack.smoke.gates import evaluate, regressions, speedup_of
@@ -211,7 +211,7 @@ def test_markdown_summary_lists_failures_and_history():
 
 
 def test_history_shares_the_records_store_rules(tmp_path):
-    from sglstack.errors import SmokeError
+    from sglstack.core.errors import SmokeError
 
     path = tmp_path / "smoke-history.jsonl"
     path.write_text('{"verdict": "pass"}\n\n[1, 2]\n')

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglstack.errors import SmokeError
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import SmokeError
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
 from sglstack.smoke.runner import docker_run_kwargs

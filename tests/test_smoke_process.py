@@ -20,7 +20,7 @@ import pytest
 from cli import interrupt_when
 from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 
-from sglstack.errors import SmokeError
+from sglstack.core.errors import SmokeError
 from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke.plan import process_plan
 from sglstack.smoke.runner import server_log_path

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from sglstack.diff import image_name_for_diff, image_snapshot
-from sglstack.errors import ConfigError
+from sglstack.core.errors import ConfigError
+from sglstack.diff.compare import image_name_for_diff, image_snapshot
 from sglstack.smoke.report import markdown
 from sglstack.smoke.since import since_last_pass, summary_lines
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack import coverage_command as coverage_mod
-from sglstack import diffsources
-from sglstack.coverage_command import CoverageInputError, coverage_command
-from sglstack.diffsources import _facts_in_layer, load_snapshot
-from sglstack.errors import ConfigError, DockerUnavailable, RegistryError
-from sglstack.registry import Manifest
+from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
+from sglstack.coverage import command as coverage_mod
+from sglstack.coverage.command import CoverageInputError, coverage_command
+from sglstack.diff import sources as diffsources
+from sglstack.diff.sources import _facts_in_layer, load_snapshot
+from sglstack.registry.client import Manifest
 
 RECORD = {"stack": "cu130", "config_hash": "a" * 64, "pins": {"torch": "2.9.1"}, "installed": {"torch": "2.9.1"},
           "labels": {"io.sglstack.stack": "cu130"}, "base_image": {"name": "debian", "digest": None},

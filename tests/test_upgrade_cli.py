@@ -17,13 +17,13 @@ import pytest
 import yaml
 from cli import run_invoke
 
-from sglstack.conflicts import check_matrix, lock_findings
-from sglstack.lockfile import is_current, lock_path, read_lock
-from sglstack.matrix import load_matrix
+from sglstack.adapters.wheels import available_versions, fetch_wheel, wheel_metadata
+from sglstack.config.matrix import load_matrix
+from sglstack.lock.conflicts import check_matrix, lock_findings
+from sglstack.lock.file import is_current, lock_path, read_lock
 from sglstack.upgrade import command
 from sglstack.upgrade.argv import check_argv
 from sglstack.upgrade.releases import stack_releases
-from sglstack.wheels import available_versions, fetch_wheel, wheel_metadata
 
 REPO = Path(__file__).resolve().parent.parent
 

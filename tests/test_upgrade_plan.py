@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglstack.conflicts import check_stack_pins
-from sglstack.matrix import load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.lock.conflicts import check_stack_pins
 from sglstack.upgrade import plan as planner
 from sglstack.upgrade.argv import judge_probe
 from sglstack.upgrade.command import UpgradeInputError, check_inputs

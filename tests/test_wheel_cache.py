@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
-from sglstack.patches import unpack_for_patches
-from sglstack.wheels import BadWheel, fetch_wheel, sidecar, wheel_metadata
+from sglstack.adapters.wheels import BadWheel, fetch_wheel, sidecar, wheel_metadata
+from sglstack.build.patches import unpack_for_patches
 
 pytestmark = pytest.mark.network
 

@@ -30,11 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sglstack.coverage import device_code_wheels, extension_name  # noqa: E402
-from sglstack.coverage_image import archive_units, copy_out, read_file, record_files, site_dirs  # noqa: E402
-from sglstack.cuobjdump import cuobjdump, is_device_object_name  # noqa: E402
-from sglstack.dockerhost import created_container, docker_client  # noqa: E402
-from sglstack.matrix import load_matrix  # noqa: E402
+from sglstack.adapters.cuobjdump import cuobjdump, is_device_object_name  # noqa: E402
+from sglstack.adapters.docker import created_container, docker_client  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402
+from sglstack.coverage.image import archive_units, copy_out, read_file, record_files, site_dirs  # noqa: E402
+from sglstack.coverage.rules import device_code_wheels, extension_name  # noqa: E402
 
 PER_OBJECT = 12
 OTHERS = 2

@@ -11,12 +11,12 @@ from typing import Any
 
 import docker.errors
 
-from ..dockerhost import docker_client
-from ..errors import ConfigError
-from ..records import utc_now
-from ..registry import RegistryClient
-from ..tags import ImageReference, parse_image_reference
-from ..ui import console
+from ..adapters.docker import docker_client
+from ..config.imageref import ImageReference, parse_image_reference
+from ..core.console import console
+from ..core.errors import ConfigError
+from ..core.records import utc_now
+from ..registry.client import RegistryClient
 from .errors import AttestationError, BadInput, NotVerified
 from .image import image_inventory
 from .sbom import read_sbom, sbom_document

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import SglstackError
+from ..core.errors import SglstackError
 
 
 class AttestationError(SglstackError):

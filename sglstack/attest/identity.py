@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from .. import __version__
-from ..resources import CHECKOUT_DIR
+from ..core.resources import CHECKOUT_DIR
 
 
 def sglstack_identity() -> dict[str, str | None]:

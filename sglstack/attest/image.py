@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import docker
 import docker.errors
 
-from ..dockerhost import running_container
-from ..resources import TOOLS_DIR
+from ..adapters.docker import running_container
+from ..core.resources import TOOLS_DIR
 from .errors import AttestationError
 from .sbom import Inventory
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..dockerhost import docker_client
-from ..registry import RegistryClient, compute_digest
-from ..tags import Repository
+from ..adapters.docker import docker_client
+from ..config.imageref import Repository
+from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError
 from .image import image_inventory
 from .provenance import PROVENANCE_MEDIA_TYPE, provenance_statement

@@ -26,7 +26,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
-from ..lockfile import VENV_BOOTSTRAP, Lock, compare_installed
+from ..lock.file import VENV_BOOTSTRAP, Lock, compare_installed
 from .errors import AttestationError
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"

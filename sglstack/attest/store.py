@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import RegistryError
-from ..registry import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
-from ..signals import deferred
+from ..core.errors import RegistryError
+from ..core.signals import deferred
+from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
 from .errors import AttestationError
 from .provenance import PROVENANCE_MEDIA_TYPE
 from .sbom import SBOM_MEDIA_TYPE

@@ -15,9 +15,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import RegistryError
-from ..registry import ManifestNotFound, RegistryClient
-from ..tags import ImageReference
+from ..config.imageref import ImageReference
+from ..core.errors import RegistryError
+from ..registry.client import ManifestNotFound, RegistryClient
 from .errors import NotVerified
 from .provenance import statement_subjects
 from .sbom import read_sbom

@@ -31,15 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import patchkit
-from ..build import BuildOptions, build_stack, resolve_ca_bundle
-from ..errors import BuildError, ConfigError, SglstackError, SmokeError
-from ..gitsource import GitSource, GitSourceError
-from ..matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
-from ..patches import load_specs, unpack_for_patches
-from ..records import build_root, stack_lock
+from ..adapters.git import GitSource, GitSourceError
+from ..adapters.wheels import WheelFetchError, available_versions, fetch_wheel
+from ..build.flow import BuildOptions, build_stack, resolve_ca_bundle
+from ..build.patches import load_specs, unpack_for_patches
+from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
+from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
+from ..core.records import build_root, stack_lock
+from ..inimage import patchkit
 from ..smoke import SmokeOptions, run_smoke, smoke_options
-from ..wheels import WheelFetchError, available_versions, fetch_wheel
 from . import metrics as metrics_mod
 from .log import BisectLog, builds_by_ref, check_events, replay
 from .planner import FOUND, Measure, Outcome, Planner, PlannerConfig

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SglstackError
-from ..records import append_jsonl, read_jsonl, utc_now, utc_timestamp
+from ..core.errors import SglstackError
+from ..core.records import append_jsonl, read_jsonl, utc_now, utc_timestamp
 from .metrics import MalformedReport, measured_value
 from .planner import Planner
 

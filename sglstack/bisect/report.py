@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..records import build_root, utc_timestamp
-from ..safefiles import containing_root, write_bytes
+from ..core.records import build_root, utc_timestamp
+from ..core.safefiles import containing_root, write_bytes
 from . import stats
 from .metrics import Metric
 from .planner import Outcome, Planner

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import docker
 
-from .. import compose as cmp
-from ..dockerhost import docker_host_name
-from ..errors import DeployError
-from ..matrix import Stack
+from ..adapters.docker import docker_host_name
+from ..config.matrix import Stack
+from ..core.errors import DeployError
+from ..render import compose as cmp
 from ..serving import ServingSpec, check_mount_sources
 from .health import COMPOSE_PROJECT_LABEL, project_containers
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from .. import compose as cmp
 from ..attest.commands import verified_reference
-from ..errors import DeployError
-from ..k8s import K8sOptions, k8s_spec
-from ..matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..core.errors import DeployError
+from ..core.records import build_root as default_build_root
+from ..core.safefiles import folder_lock
 from ..preflight.command import require_ready
-from ..records import build_root as default_build_root
-from ..safefiles import folder_lock
+from ..render import compose as cmp
+from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
 from .images import resolve_image_ref, smoke_report_for

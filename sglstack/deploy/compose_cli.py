@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DeployError, DockerUnavailable
+from ..core.errors import DeployError, DockerUnavailable
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,16 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .. import compose as cmp
-from .. import signals
-from ..dockerhost import docker_client, image_exists, is_local_docker_host
-from ..errors import DeployError, SglstackError
-from ..matrix import Stack
-from ..records import build_root as default_build_root
-from ..records import utc_timestamp
-from ..safefiles import check_inside, containing_root, remove_file, write_text
+from ..adapters.docker import docker_client, image_exists, is_local_docker_host
+from ..config.matrix import Stack
+from ..core import signals
+from ..core.errors import DeployError, SglstackError
+from ..core.records import build_root as default_build_root
+from ..core.records import utc_timestamp
+from ..core.safefiles import check_inside, containing_root, remove_file, write_text
+from ..core.signals import Interrupted
+from ..render import compose as cmp
 from ..serving import ServingSpec
-from ..signals import Interrupted
 from .checks import check_host, check_options, check_project_owner
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy

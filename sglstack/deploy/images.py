@@ -10,12 +10,12 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from ..dockerhost import image_exists
-from ..errors import ConfigError, DeployError
-from ..matrix import Stack
+from ..adapters.docker import image_exists
+from ..config.imageref import is_digest, parse_image_reference
+from ..config.matrix import Stack
+from ..core.errors import ConfigError, DeployError
+from ..core.records import build_root as default_build_root
 from ..publish import PublishedRelease, published_release
-from ..records import build_root as default_build_root
-from ..tags import is_digest, parse_image_reference
 from .store import display_path
 
 

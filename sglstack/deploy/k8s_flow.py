@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import k8s, signals
-from .. import k8s_lws as lws
-from ..errors import DeployError, SglstackError
-from ..matrix import Stack
-from ..records import utc_timestamp
+from ..config.matrix import Stack
+from ..core import signals
+from ..core.errors import DeployError, SglstackError
+from ..core.records import utc_timestamp
+from ..core.signals import Interrupted
+from ..render import k8s
+from ..render import k8s_lws as lws
 from ..serving import ServingSpec
-from ..signals import Interrupted
 from .flow import DeployFailed, Say, restore_files, say_stderr, write_files
 from .kubectl import Kubectl
 from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DeployError
+from ..core.errors import DeployError
 
 FIELD_MANAGER = "sglstack"
 TIMEOUT_S = 120

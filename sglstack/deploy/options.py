@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import DeployError
+from ..core.errors import DeployError
 
 T = TypeVar("T", bound="TaskOptions")
 F = TypeVar("F", bound=Callable[..., Any])

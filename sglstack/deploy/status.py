@@ -12,11 +12,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import compose as cmp
-from ..dockerhost import docker_client
-from ..errors import DeployError
-from ..records import build_root as default_build_root
-from ..records import utc_now
+from ..adapters.docker import docker_client
+from ..core.errors import DeployError
+from ..core.records import build_root as default_build_root
+from ..core.records import utc_now
+from ..render import compose as cmp
 from .health import COMPOSE_PROJECT_LABEL
 from .store import RECORDS_FILE, DeploymentRecord, read_records
 

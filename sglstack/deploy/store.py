@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..errors import DeployError
-from ..records import append_jsonl, read_jsonl
+from ..core.errors import DeployError
+from ..core.records import append_jsonl, read_jsonl
 
 RECORDS_FILE = "deployments.jsonl"
 # Actions that leave a service serving (when their result is healthy).

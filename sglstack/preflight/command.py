@@ -12,9 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..errors import ConfigError
-from ..matrix import Stack, load_matrix
-from ..records import require_writable
+from ..config.matrix import Stack, load_matrix
+from ..core.errors import ConfigError
+from ..core.records import require_writable
 from .checks import FAIL, Requirements, parse_size
 from .errors import PreflightFailed, PreflightUnavailable
 from .node import NodeReport, inspect_node

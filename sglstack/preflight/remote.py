@@ -15,8 +15,8 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
-from ..dockerhost import OWNER_LABEL, docker_client, remove_container, unique_name
-from ..labels import COVERAGE_LABEL, parse_coverage_label
+from ..adapters.docker import OWNER_LABEL, docker_client, remove_container, unique_name
+from ..core.labels import COVERAGE_LABEL, parse_coverage_label
 from .__main__ import REPORT_BEGIN, REPORT_END
 from .allreduce import MULTICAST_OFF_ENV
 from .checks import FAIL, Check, GpuInfo, Requirements, check_kernel_coverage

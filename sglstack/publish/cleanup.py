@@ -6,11 +6,11 @@ import datetime as dt
 from collections.abc import Iterable
 
 from ..attest.store import remove_attestations
-from ..matrix import Stack
-from ..records import utc_now
-from ..registry import RegistryClient
-from ..tags import candidate_tag_pattern
+from ..config.matrix import Stack
+from ..core.records import utc_now
+from ..registry.client import RegistryClient
 from .promotion import target_repository
+from .tags import candidate_tag_pattern
 
 
 def _created(config: dict, fallback: dt.datetime) -> dt.datetime:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..matrix import load_matrix
-from ..ui import console
+from ..config.matrix import load_matrix
+from ..core.console import console
 from .cleanup import cleanup_candidates
 from .digest import publish_digest
 from .history import PublishError

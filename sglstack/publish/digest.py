@@ -11,14 +11,15 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from ..labels import CONFIG_HASH_LABEL
-from ..matrix import Stack
-from ..records import utc_today
-from ..registry import ManifestNotFound, RegistryClient
-from ..tags import Repository, is_digest, release_tags
-from ..ui import console
+from ..config.imageref import Repository, is_digest
+from ..config.matrix import Stack
+from ..core.console import console
+from ..core.labels import CONFIG_HASH_LABEL
+from ..core.records import utc_today
+from ..registry.client import ManifestNotFound, RegistryClient
 from .history import PublishError, read_records, records_path, released_records, unresolved_partial
 from .promotion import already_published, promote_recorded, target_repository
+from .tags import release_tags
 
 
 def _config_hash_of(

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SglstackError
-from ..matrix import Stack
-from ..records import append_jsonl, build_root, read_jsonl, utc_timestamp
-from ..tags import Repository, is_digest
+from ..config.imageref import Repository, is_digest
+from ..config.matrix import Stack
+from ..core.errors import SglstackError
+from ..core.records import append_jsonl, build_root, read_jsonl, utc_timestamp
 
 RECORDS_NAME = "records.jsonl"
 RELEASE_EVENTS = ("published", "rollback")  # the events that say "the moving tags point here now"

@@ -20,13 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RegistryError
-from ..matrix import Stack
-from ..registry import Manifest, RegistryClient
-from ..signals import Interrupted, deferred
-from ..tags import Repository, immutable_tag_pattern, parse_repository
-from ..ui import console
+from ..config.imageref import Repository, parse_repository
+from ..config.matrix import Stack
+from ..core.console import console
+from ..core.errors import RegistryError
+from ..core.signals import Interrupted, deferred
+from ..registry.client import Manifest, RegistryClient
 from .history import PublishError, append_records, file_sha256, tag_record
+from .tags import immutable_tag_pattern
 
 
 class ImmutableTagCollision(PublishError):

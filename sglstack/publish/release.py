@@ -17,13 +17,13 @@ from typing import Any
 
 import docker.errors
 
-from ..dockerhost import docker_client
-from ..errors import RegistryError
-from ..matrix import Stack
-from ..records import utc_timestamp, utc_today
-from ..registry import RegistryClient
-from ..tags import ReleaseTags, Repository, release_tags
-from ..ui import console
+from ..adapters.docker import docker_client
+from ..config.imageref import Repository
+from ..config.matrix import Stack
+from ..core.console import console
+from ..core.errors import RegistryError
+from ..core.records import utc_timestamp, utc_today
+from ..registry.client import RegistryClient
 from .history import (
     PublishError,
     append_records,
@@ -34,6 +34,7 @@ from .history import (
     unresolved_partial,
 )
 from .promotion import already_published, check_immutable, promote_recorded, target_repository
+from .tags import ReleaseTags, release_tags
 
 # (stack, image reference by digest, smoke options) -> (passed, report as a dict)
 SmokeRunner = Callable[[Stack, str, Sequence[str]], tuple[bool, dict[str, Any]]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..matrix import load_matrix
+from ..config.matrix import load_matrix
 from .plan import SmokeOptions, launch_argvs, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke

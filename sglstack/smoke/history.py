@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import SmokeError
-from ..records import append_jsonl, read_jsonl
+from ..core.errors import SmokeError
+from ..core.records import append_jsonl, read_jsonl
 
 FILE_NAME = "smoke-history.jsonl"
 NO_STACK = "_no-stack"

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..credentials import names_secret
-from ..dockerhost import is_local_docker_host
-from ..errors import SmokeError
-from ..matrix import Gates, SpeculativeSettings, Stack
-from ..records import build_root
+from ..adapters.docker import is_local_docker_host
+from ..config.matrix import Gates, SpeculativeSettings, Stack
+from ..core.credentials import names_secret
+from ..core.errors import SmokeError
+from ..core.records import build_root
 from ..serving import (
     LAUNCH,
     SECRET_ENV,

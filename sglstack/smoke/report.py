@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..records import build_root
-from ..safefiles import containing_root, write_bytes
+from ..core.records import build_root
+from ..core.safefiles import containing_root, write_bytes
 from .chart import smoke_chart
 from .since import summary_lines
 

@@ -22,14 +22,14 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
-from ..dockerhost import docker_client, docker_host_address, is_local_docker_host, running_container
-from ..errors import SmokeError
-from ..localprocess import free_tcp_port, running_process
-from ..localprocess import log_tail as file_log_tail
-from ..localsnapshots import local_snapshot
-from ..matrix import Stack
+from ..adapters.docker import docker_client, docker_host_address, is_local_docker_host, running_container
+from ..adapters.process import free_tcp_port, running_process
+from ..adapters.process import log_tail as file_log_tail
+from ..config.matrix import Stack
+from ..core.errors import SmokeError
+from ..core.records import require_writable, utc_timestamp
+from ..diff.snapshots import local_snapshot
 from ..preflight.command import require_ready
-from ..records import require_writable, utc_timestamp
 from ..serving import check_mount_sources
 from . import history as hist
 from .client import Generation, SGLangClient

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..diff import Snapshot, diff_command_for, diff_summary, image_name_for_diff, snapshot_diff
-from ..errors import SglstackError
+from ..core.errors import SglstackError
+from ..diff.compare import Snapshot, diff_command_for, diff_summary, image_name_for_diff, snapshot_diff
 
 # Reads one image by name from this host only; None when nothing here names it.
 ReadLocal = Callable[[str], Snapshot | None]

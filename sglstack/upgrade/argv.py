@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..wheels import fetch_wheel, open_wheel
+from ..adapters.wheels import fetch_wheel, open_wheel
 
 PROBE = Path(__file__).with_name("argv_probe.py")
 # What the parser needs for real: `packaging` picks version branches at import time; from 0.5.2x

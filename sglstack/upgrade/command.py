@@ -25,20 +25,20 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 from rich.markdown import Markdown
 
-from ..conflicts import check_stack_pins
-from ..coverage_command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
-from ..cuobjdump import CuobjdumpError
-from ..diff import lock_snapshot, snapshot_diff
-from ..errors import ConfigError, SglstackError
-from ..lockfile import Lock, lock_path, read_lock, render_lock
-from ..locking import LockError, base_image_glibc, python_platform, resolve_stack
-from ..matrix import Matrix, Stack, load_matrix, stack_name_problem
-from ..patches import check_version
-from ..records import build_root
-from ..resolver import ResolveRequest, ResolverError, compile_requirements
+from ..adapters.cuobjdump import CuobjdumpError
+from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
+from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
+from ..build.patches import check_version
+from ..config.matrix import Matrix, Stack, load_matrix, stack_name_problem
+from ..core.console import console as make_console
+from ..core.errors import ConfigError, SglstackError
+from ..core.records import build_root
+from ..coverage.command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
+from ..diff.compare import lock_snapshot, snapshot_diff
+from ..lock.conflicts import check_stack_pins
+from ..lock.file import Lock, lock_path, read_lock, render_lock
+from ..lock.flow import LockError, base_image_glibc, python_platform, resolve_stack
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
-from ..ui import console as make_console
-from ..wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
 from . import plan as planner
 from .argv import check_argv
 from .releases import ReleasePins, release_pins

@@ -27,8 +27,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..incontainer.wheelkit import requirement_key
-from ..matrix import Stack
+from ..config.matrix import Stack
+from ..inimage.incontainer.wheelkit import requirement_key
 from .releases import FLASHINFER, ReleasePins, applicable_requirements
 
 FLASHINFER_CUBIN = "flashinfer-cubin"

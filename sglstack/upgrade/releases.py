@@ -17,12 +17,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from rich.table import Table
 
+from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import ReleaseRangeError, releases_between
-from ..conflicts import applicable_requirements
-from ..errors import ConfigError
-from ..matrix import Stack, load_matrix
-from ..ui import console as make_console
-from ..wheels import available_versions, fetch_wheel, wheel_metadata
+from ..config.matrix import Stack, load_matrix
+from ..core.console import console as make_console
+from ..core.errors import ConfigError
+from ..lock.conflicts import applicable_requirements
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
 # (SGLang 0.5.10 on). A release requires exactly one of them; the stack names the one it installs.

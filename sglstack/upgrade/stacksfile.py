@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def _yaml() -> YAML:

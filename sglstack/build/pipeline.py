@@ -1,0 +1,103 @@
+"""`invoke build`: the one place Build and Publish meet.
+
+Build knows no registry and no smoke; Publish never builds. The pipeline renders the plan of a dry run,
+builds (reusing a verified candidate a registry already has), and with `--push` hands the verified image
+to Publish's release (candidate push, smoke by digest, promotion).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import requests
+
+from ..adapters.buildkit import detect_builder
+from ..attest.release import AttestPlan
+from ..attest.signing import load_signing_key
+from ..config.matrix import Stack, load_matrix
+from ..core.console import console as make_console
+from ..core.errors import BuildError, RegistryError
+from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
+from ..core.records import stack_lock, utc_today
+from ..lock.file import lock_for_build, lock_path, missing_message
+from ..publish import release, target_repository
+from ..publish.tags import release_tags
+from ..registry.client import RegistryClient
+from ..serving import serving_argv, serving_spec
+from .flow import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
+
+
+def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) -> str | None:
+    """The candidate of this config in the target registry, as `repo@sha256:...`, if it is there and
+    was verified. A registry that cannot be reached is not an error here: the build simply goes ahead."""
+    try:
+        repo = target_repository(stack, registry)
+        candidate = release_tags(stack, config_hash, utc_today()).candidate
+        client = RegistryClient.from_environment(repo.registry, attempts=1, timeout_s=3.0)
+        found = client.manifest_digest(repo.path, candidate)
+        if not found:
+            return None
+        labels = (client.image_config(repo.path, found).get("config") or {}).get("Labels") or {}
+    except (RegistryError, requests.RequestException, OSError):
+        return None
+    if labels.get(CONFIG_HASH_LABEL) == config_hash and labels.get(VERIFIED_LABEL) == "true":
+        return repo.ref(found)
+    return None
+
+
+def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None) -> list[str]:
+    """What `invoke build [--push]` would do: the build, then what a release would push, serve and tag."""
+    lines, config_hash = describe_build(stack, options)
+    if options.effective_target != FINAL_TARGET:
+        lines.append(f"push:         no (only the '{FINAL_TARGET}' target is released)")
+        return lines
+    # Without --push nothing leaves this machine, but the plan still shows what a release would do.
+    when = "" if push else " (with --push)"
+    tags = release_tags(stack, config_hash, utc_today())
+    repo = registry or stack.publish.repository
+    if not push:
+        lines.append("push:         no (add --push to release: candidate push, smoke by digest, promote)")
+    lines.append(f"push{when}: {repo}:{tags.candidate} (candidate)")
+    spec = serving_spec(stack)
+    for kind, server in (("baseline", spec.baseline()), ("eagle3", spec.with_speculation())):
+        lines.append(f"smoke {kind}{when}: {shlex.join(serving_argv(server))}")
+    lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), ed25519 signature -> "
+                 f"{repo}@<tested digest> (referrers API or sha256-<hex>.<kind> tags)")
+    lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
+    return lines
+
+
+def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
+                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+                  docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
+                  smoke_opts: list[str] | None = None, builder_name: str | None = None,
+                  key: str | None = None, unsigned: bool = False) -> int:
+    stack = load_matrix(stacks_file).get(stack_name)
+    if push and target and target != FINAL_TARGET:
+        raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
+    if key and unsigned:
+        raise BuildError(f"stack '{stack_name}': give --key or --unsigned, not both")
+    # The signing key is read before any work, and held in memory only: a release is signed or says why not.
+    signing_key = load_signing_key(key) if push and not unsigned and not dry_run else None
+    if builder_name is not None:
+        detect_builder(docker_cli, builder_name)  # a client without buildx stops here, before any work
+    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
+    if lock is None:
+        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
+        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
+    options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
+                           docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
+                           remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
+    if dry_run:
+        for line in describe_plan(stack, options, push=push, registry=registry):
+            make_console().print(line, highlight=False, markup=False)
+        return 0
+    check_build_folder(stack, options)
+    with stack_lock(stack.name, "build"):  # the release too: its smoke and records belong to this build
+        result = build_stack(stack, options)
+        if not push:
+            return 0
+        attest = AttestPlan(result.record_path, signing_key, docker_host) if result.record_path else None
+        return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
+                       docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force,
+                       attest=attest).exit_code

@@ -1,0 +1,1 @@
+"""The core: errors, consoles, records, signals, labels, shipped resources, safe files, quoting, credentials. Imports nothing of ours outside core."""

@@ -1,0 +1,90 @@
+"""Every failure sglstack reports to a user, as one typed exception family.
+
+Each error renders as one line that names where the problem is (file, stack, key, patch, registry),
+so that `invoke` can print it and exit non-zero without a traceback.
+"""
+
+from __future__ import annotations
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks and other control characters written as escapes.
+
+    Messages quote user input (a value from YAML, a file name); a newline in it must not turn the one
+    line into two. (patchkit has its own copy: it runs in images without the rest of sglstack.)
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+class SglstackError(Exception):
+    """Base class: `str(err)` is the one-line message shown to the user."""
+
+    exit_code = 1
+
+
+class ConfigError(SglstackError):
+    """stacks.yaml (or another input file) is invalid: bad input, exit 2 as every task's bad input (coverage,
+    bisect, upgrade, attest), apart from a check that ran and failed (exit 1)."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        stack: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.file, self.stack, self.key, self.line, self.reason = file, stack, key, line, message
+        where = []
+        if file:
+            where.append(f"{file}:{line}" if line else file)
+        if stack:
+            where.append(f"stack '{stack}'")
+        if key:
+            where.append(f"key '{key}'")
+        super().__init__(one_line(": ".join([*where, message])))
+
+
+class PinConflict(ConfigError):
+    """A stack pin contradicts a requirement of the pinned SGLang and is not declared as an override."""
+
+
+class BuildError(SglstackError):
+    """An image build, or the verification of a built image, failed."""
+
+
+class PinMismatch(BuildError):
+    """What got installed in the image is not what the stack pinned."""
+
+
+class ImageCheckFailed(BuildError):
+    """The built image fails a check run inside it (pip check, shared libraries, the server's argv)."""
+
+
+class PatchCommandError(SglstackError):
+    """A patch command (list, check, apply, verify) failed; the message names patch, file and class.
+
+    The patch engine's own failures are `sglstack.inimage.patchkit.PatchError` (standard library only, it runs
+    inside images); the host commands report them as this error so that every task prints one line.
+    """
+
+
+class DockerUnavailable(SglstackError):
+    """No Docker engine, or no BuildKit-capable client, could be found."""
+
+
+class SmokeError(SglstackError):
+    """The smoke test could not run (as opposed to running and failing its gates)."""
+
+
+class RegistryError(SglstackError):
+    """A registry call failed; the message names the registry, never the credentials."""
+
+
+class DeployError(SglstackError):
+    """A compose deployment failed or could not be found."""

@@ -1,0 +1,1 @@
+"""Kernel coverage: cuobjdump listings of wheels and images, judged by pure rules."""

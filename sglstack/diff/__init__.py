@@ -1,0 +1,1 @@
+"""Diff: snapshots of records, locks and images, and their pure comparison."""

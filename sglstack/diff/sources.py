@@ -1,0 +1,168 @@
+"""`invoke diff A B`, the shell: turn each argument into a snapshot, then print the pure diff.
+
+An argument is, in this order: a file (a build record `record.json`, or a lock `locks/NAME.txt`), a build
+folder holding `record.json`, an image the Docker engine has (tag, id, or `repo@sha256:...`; its labels,
+and the facts the build left in `/opt/sglstack/`, read from a created container that never starts), a
+bare image id that a build record under the build root names, or an image in a registry (its config
+labels, and the same facts read from its top layers through the registry API, without pulling it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+import zlib
+from typing import Any
+
+from ..config.imageref import DOCKER_HUB, parse_image_reference
+from ..core.console import console as make_console
+from ..core.errors import ConfigError, DockerUnavailable, RegistryError
+from ..core.records import build_root
+from ..registry.client import RegistryClient
+from .compare import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
+from .snapshots import IMAGE_FACTS, local_snapshot
+
+# Registry layers are read top-down looking for those facts; the serving image's last layers are small,
+# and a layer this large is torch or CUDA, which holds none of them.
+MAX_LAYER_BYTES = 64 * 1024 * 1024
+MAX_LAYERS_READ = 12
+# A layer is read as a stream (never decompressed whole): memory stays at a block plus the facts kept. A
+# small gzip can expand to gigabytes (2 MB of zeros is 2 GB); past this much the rest of it is not read.
+MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024
+MAX_FACT_BYTES = 16 * 1024 * 1024  # one facts file (installed.json of a full image is ~20 KB)
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class _LayerTooLarge(Exception):
+    pass
+
+
+class _CappedReader(io.RawIOBase):
+    """Reads from `inner`, counting; past `limit` bytes it stops the read (memory is the caller's block)."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self.inner, self.left = inner, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.inner.read(min(len(buffer), self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise _LayerTooLarge
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _facts_in_layer(blob: bytes, *, limit: int = MAX_UNCOMPRESSED_BYTES) -> dict[str, bytes]:
+    """The facts files a layer holds. A layer this stdlib cannot read (zstd), or that is not a tar, or that
+    expands past `limit`, gives what was found before: diff then knows the image by its labels."""
+    wanted = {path.lstrip("/"): name for name, path in IMAGE_FACTS.items()}
+    found: dict[str, bytes] = {}
+    if blob[:4] == ZSTD_MAGIC:
+        return found
+    source: Any = io.BytesIO(blob)
+    if blob[:2] == GZIP_MAGIC:
+        source = gzip.GzipFile(fileobj=source, mode="rb")
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(_CappedReader(source, limit)), mode="r|") as tar:
+            for member in tar:
+                name = member.name.lstrip("./")
+                if name in wanted and member.isfile() and member.size <= MAX_FACT_BYTES:
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        found[wanted[name]] = handle.read()
+    except (tarfile.TarError, OSError, EOFError, zlib.error, _LayerTooLarge):
+        pass
+    return found
+
+
+def _config_labels(client: RegistryClient, repo: str, ref: str, manifest: dict[str, Any]) -> dict[str, str]:
+    where = f"registry {client.registry}: {ref}"
+    descriptor = manifest.get("config")
+    if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str):
+        raise RegistryError(f"{where}: the manifest has no config descriptor (not an image manifest)")
+    try:
+        config = json.loads(client.get_blob(repo, descriptor["digest"]))
+    except ValueError:
+        raise RegistryError(f"{where}: the image config {descriptor['digest']} is not JSON") from None
+    if not isinstance(config, dict):
+        raise RegistryError(f"{where}: the image config {descriptor['digest']} is a JSON "
+                            f"{type(config).__name__}, not an object")
+    inner = config.get("config")
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in labels.items()}
+
+
+def _layer_size(client: RegistryClient, ref: str, layer: dict[str, Any]) -> int:
+    size = layer.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise RegistryError(f"registry {client.registry}: {ref}: layer {layer.get('digest')} has size {size!r}, "
+                            f"not a number of bytes")
+    return size
+
+
+def _registry_snapshot(ref: str) -> Snapshot:
+    parsed = parse_image_reference(ref)
+    repo = parsed.repository
+    if repo.registry == DOCKER_HUB and not ref.startswith(DOCKER_HUB):
+        raise ConfigError(f"'{ref}' is not a file, a local image or a build record's image; name a registry "
+                          f"image with its host (host:port/path:tag or ...@sha256:...)")
+    reference = parsed.digest or parsed.tag or "latest"
+    client = RegistryClient.from_environment(repo.registry)
+    manifest = client.get_manifest(repo.path, reference)
+    if manifest.is_index:
+        children = manifest.children()
+        if not children:
+            raise RegistryError(f"registry {repo.registry}: index {ref} lists no manifests")
+        manifest = client.get_manifest(repo.path, children[0])
+    data = manifest.json()
+    labels = _config_labels(client, repo.path, ref, data)
+    files: dict[str, bytes] = {}
+    layers = data.get("layers")
+    layers = [x for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
+    for layer in list(reversed(layers))[:MAX_LAYERS_READ]:
+        if _layer_size(client, ref, layer) > MAX_LAYER_BYTES or not isinstance(layer.get("digest"), str):
+            continue
+        if "zstd" in str(layer.get("mediaType", "")):
+            continue  # the standard library has no zstd before Python 3.14: known by its labels alone
+        for name, blob in _facts_in_layer(client.get_blob(repo.path, layer["digest"])).items():
+            files.setdefault(name, blob)  # the top-most layer's copy is the one the image shows
+        if len(files) == len(IMAGE_FACTS):
+            break
+    return image_snapshot(ref, labels, files)
+
+
+def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
+    """Whatever `spec` names, as a snapshot; a one-line error when it names nothing diff can read."""
+    try:
+        found = local_snapshot(spec, docker_host=docker_host)
+    except DockerUnavailable as down:
+        # The engine asked for is down: a registry image is still read through the registry API; for
+        # anything else (a tag only an engine could hold) the engine being down is the answer.
+        try:
+            return _registry_snapshot(spec)
+        except (ConfigError, RegistryError):
+            raise down from None
+    if found is not None:
+        return found
+    if spec.startswith("sha256:"):
+        raise ConfigError(f"'{spec}': no local image and no build record under {build_root()} has this id; "
+                          f"name a registry image as host:port/path@{spec}")
+    return _registry_snapshot(spec)
+
+
+def diff_command(a: str, b: str, *, as_json: bool = False, docker_host: str | None = None) -> int:
+    """Print what changed from A to B (a table, or JSON); exit 0 either way: a difference is an answer."""
+    diff = snapshot_diff(load_snapshot(a, docker_host=docker_host), load_snapshot(b, docker_host=docker_host))
+    if as_json:
+        print(json.dumps(diff_to_json(diff), indent=2, sort_keys=True))
+        return 0
+    print_diff(diff, make_console())
+    return 0

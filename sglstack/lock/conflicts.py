@@ -1,0 +1,205 @@
+"""Compare a stack's pins with the pinned SGLang's own requirements (its wheel METADATA).
+
+A pin that contradicts SGLang is allowed only when the stack declares it as an override; an override
+that no longer matches SGLang's requirement is stale and also fails, so overrides retire visibly.
+Whether an override's `replaces` is a given requirement is decided by `wheelkit.requirement_key`, the
+function the build stage applies overrides with, so this check and the build agree.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from rich.table import Table
+
+from ..adapters.wheels import fetch_wheel, wheel_metadata
+from ..config.matrix import Matrix, Stack, load_matrix
+from ..core.console import console as make_console
+from ..core.errors import ConfigError
+from ..inimage.incontainer.wheelkit import requirement_key
+from .file import Lock, StaleLock, lock_for_build, lock_path, missing_message, stale_message
+from .flow import LockError, resolve_for_base
+
+_MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    stack: str
+    # "conflict" | "stale-override" | "stale-lock" | "bad-lock" | "override" | "no-lock" | "resolved" | "skipped"
+    kind: str
+    message: str
+
+    @property
+    def is_failure(self) -> bool:
+        return self.kind in ("conflict", "stale-override", "stale-lock", "bad-lock")
+
+
+def target_environment(python: str, platform: str) -> dict[str, str]:
+    """The marker environment of the image: its Python on Linux, on `platform`."""
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    # The image's CPython is not this one: every version key is the stack's (`python_full_version` at .0:
+    # a stack names its Python as X.Y); only the kernel keys (platform_release, _version) stay the host's.
+    env.update(python_version=python, python_full_version=f"{python}.0", implementation_version=f"{python}.0",
+               sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
+               implementation_name="cpython", platform_python_implementation="CPython", extra="")
+    return env
+
+
+@functools.lru_cache(maxsize=64)
+def applicable_requirements(requires_dist: tuple[str, ...], python: str, platforms: tuple[str, ...]) -> tuple[
+        tuple[str, Requirement], ...]:
+    """(line, parsed) for the Requires-Dist lines a plain install applies on one of `platforms`.
+
+    Stacks of a matrix share SGLang versions and targets, so this runs once per combination, not per
+    stack (a long matrix would otherwise re-parse and re-evaluate every marker for each stack).
+    """
+    envs = [target_environment(python, p) for p in platforms]
+    out = []
+    for line in requires_dist:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            out.append((line, req))
+    return tuple(out)
+
+
+# The names SGLang's kernel package has had (sgl-kernel to 0.3.x, sglang-kernel from 0.4). A release that
+# renames it again adds its name here; `invoke stacks --check` then tells each stack which one to pin.
+KERNEL_PACKAGE_NAMES = ("sgl-kernel", "sglang-kernel")
+
+
+def required_kernel_package(requires_dist: list[str]) -> str | None:
+    """The kernel package an SGLang release requires, by its METADATA (None: it requires none)."""
+    for line in requires_dist:
+        name = canonicalize_name(Requirement(line).name)
+        if name in KERNEL_PACKAGE_NAMES and Requirement(line).marker is None:
+            return name
+    return None
+
+
+def check_stack_pins(stack: Stack, requires_dist: list[str], sglang_label: str) -> list[Finding]:
+    """Pure: findings for one stack against SGLang's Requires-Dist lines."""
+    findings: list[Finding] = []
+    wanted = required_kernel_package(requires_dist)
+    if stack.kernel_package and wanted and wanted != stack.kernel_package:
+        findings.append(Finding(stack.name, "conflict",
+                                f"pins the kernel package {stack.kernel_package}, but sglang {sglang_label} requires "
+                                f"{wanted}: set sgl_kernel.package: {wanted} (and its version)"))
+    pins = stack.pins()
+    overrides = {requirement_key(o.replaces): o for o in stack.overrides}
+    used: set[tuple[str, str]] = set()
+    for line, req in applicable_requirements(tuple(requires_dist), stack.python, stack.platforms):
+        name = canonicalize_name(req.name)
+        if name == "sglang" or name not in pins:
+            continue
+        pinned = pins[name]
+        key = requirement_key(line)
+        if key in overrides:
+            used.add(key)
+            override = overrides[key]
+            override_pin = Requirement(override.pin)  # `==X` (the matrix refuses ranges): admits X if a pre-release
+            if canonicalize_name(override_pin.name) != name or not override_pin.specifier.contains(pinned):
+                findings.append(Finding(stack.name, "conflict",
+                                        f"override '{override.pin}' disagrees with the stack's pin {name}=={pinned}"))
+            else:
+                findings.append(Finding(stack.name, "override",
+                                        f"{name}=={pinned} overrides sglang {sglang_label}'s '{line}': "
+                                        f"{override.reason}"))
+            continue
+        if not req.specifier.contains(pinned, prereleases=True):
+            findings.append(Finding(
+                stack.name, "conflict",
+                f"pins {name}=={pinned} but sglang {sglang_label} requires '{req.name}{req.specifier}': "
+                f"declare it under 'overrides' (replaces: {req.name}{req.specifier}) or change the pin"))
+    for key, override in overrides.items():
+        if key not in used:
+            findings.append(Finding(stack.name, "stale-override",
+                                    f"override replaces '{override.replaces}', which sglang {sglang_label} "
+                                    f"does not require: remove or update it"))
+    return findings
+
+
+def sglang_requires_dist(version: str) -> list[str]:
+    """The Requires-Dist lines of SGLang `version`'s wheel (the shell: a pip download, cached)."""
+    return wheel_metadata(fetch_wheel("sglang", version)).get("Requires-Dist", [])
+
+
+def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sglang_requires_dist) -> list[Finding]:
+    findings: list[Finding] = []
+    requires_of: dict[str, list[str]] = {}  # per SGLang version: stacks often share one
+    for stack in matrix.stacks.values():
+        version = stack.sglang.version
+        if version is None:
+            findings.append(Finding(stack.name, "skipped",
+                                    "SGLang from git: its requirements are checked in the build (wheelkit)"))
+            continue
+        if version not in requires_of:
+            requires_of[version] = requires_dist(version)
+        findings += check_stack_pins(stack, requires_of[version], version)
+    return findings
+
+
+def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
+    """Each stack's `locks/NAME.txt` against its entry: a stale lock fails, a missing one is a notice."""
+    findings = []
+    for stack in matrix.stacks.values():
+        path = lock_path(stacks_file, stack.name)
+        if not path.exists() and not path.is_symlink():
+            findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
+            continue
+        try:
+            lock_for_build(stacks_file, stack)  # the build's own check: stale, another stack's, edited
+        except StaleLock:
+            findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
+        except ConfigError as exc:  # unreadable or edited by hand: a lock the build would refuse
+            findings.append(Finding(stack.name, "bad-lock", f"{path}: {exc.reason}"))
+    return findings
+
+
+def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_for_base) -> list[Finding]:
+    """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
+    findings = []
+    for stack in matrix.stacks.values():
+        try:
+            lock = resolve(stack)
+        except LockError as exc:
+            findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
+            continue
+        findings += [Finding(stack.name, "skipped", f"resolver: layer {u}") for u in lock.unresolved]
+        findings.append(Finding(stack.name, "resolved", f"the resolver found a consistent set of "
+                                                        f"{len(lock.packages)} packages"))
+    return findings
+
+
+def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
+                   requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
+                   resolver: Callable[[Stack], Lock] = resolve_for_base) -> int:
+    matrix = load_matrix(stacks_file)
+    console = make_console()
+    table = Table(title=f"stacks in {matrix.file}")
+    for col in ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang",
+                "patches", "overrides"):
+        table.add_column(col)
+    for s in matrix.stacks.values():
+        table.add_row(s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
+                      f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",
+                      s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
+                      ", ".join(s.patches) or "-", str(len(s.overrides)))
+    console.print(table)
+    if not check:
+        return 0
+    findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
+                + (resolve_findings(matrix, resolver) if resolve else []))
+    for f in findings:
+        style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
+                 "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
+        console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
+    failures = [f for f in findings if f.is_failure]
+    console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"
+                  + ("" if failures else ": matrix OK"))
+    return 1 if failures else 0

@@ -1,0 +1,494 @@
+"""The lock file: `locks/NAME.txt` beside the stacks file, the exact Python set a stack's image installs.
+
+It is a pip requirements file: every hashed entry is `name==version` (or `name @ url`) with one
+`--hash=sha256:...` per file, so `pip install --no-deps --require-hashes -r locks/NAME.txt` works outside
+sglstack too. Pins that could not be hashed (their index or URL was out of reach when the lock was made)
+are comment lines `# unhashed: SPEC (reason)`: they are installed by version or URL, as without a lock,
+and a hash is never invented for them. Comment headers say what was resolved, for which Python and
+platform, from which indexes, when (UTC), with which uv, and from which stack entry (`stack-sha256`, a
+hash of the stack's resolution inputs: a lock whose hash differs from its stack entry's is stale).
+`# ---- layer NAME` sections say which install layer of the image installs each entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ..config.matrix import DEFAULT_KERNEL_PACKAGE, Stack
+from ..core.errors import ConfigError
+from ..core.safefiles import write_text
+
+LOCK_FORMAT = "1"
+LOCKS_DIR = "locks"
+# The stack sections that decide what a resolution gets (descriptions, smoke and publish settings don't).
+RESOLUTION_KEYS = ("python", "platforms", "torch", "sgl_kernel", "flashinfer", "extra_layers", "sglang", "overrides",
+                   "glibc")
+# Installed by `python -m venv` itself, not by a lock layer: not an "extra" unless the lock pins them.
+VENV_BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
+_SECTION = re.compile(r"^# ---- layer (?P<name>[a-z0-9][a-z0-9_-]*)(?: \((?P<note>.*)\))?$")
+_UNHASHED = re.compile(r"^# unhashed: (?P<spec>\S+(?: @ \S+)?) \((?P<reason>.*)\)$")
+_UNRESOLVED = re.compile(r"^(?P<layer>[a-z0-9][a-z0-9_-]*) \((?P<deps>with|no) dependencies\): (?P<reason>.+)$")
+_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One pinned distribution and the layer that installs it."""
+
+    name: str  # canonical
+    version: str
+    layer: str
+    hashes: tuple[str, ...] = ()  # "sha256:<hex>", one per file of that release
+    url: str | None = None  # a direct wheel URL instead of an index
+    unhashed: str | None = None  # why there is no hash; the pin is then installed as without a lock
+    required_by: tuple[str, ...] = ()
+    note: str | None = None
+    # What this package itself requires inside the lock (the resolver's edges for the target markers);
+    # None for a lock written before these lines existed. With `required_by`, both ends of every edge
+    # are written, so removing any entry by hand leaves a name that points at nothing.
+    requires: tuple[str, ...] | None = None
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name} @ {self.url}" if self.url else f"{self.name}=={self.version}"
+
+    @property
+    def hashed(self) -> bool:
+        return bool(self.hashes) and self.unhashed is None
+
+
+@dataclass(frozen=True)
+class UnresolvedLayer:
+    """A layer the resolver could not see: it installs as it would without a lock."""
+
+    layer: str
+    with_dependencies: bool  # its own dependencies come with it, unlocked (e.g. torch from its index)
+    reason: str
+
+    def __str__(self) -> str:
+        deps = "with" if self.with_dependencies else "no"
+        return f"{self.layer} ({deps} dependencies): {self.reason}"
+
+
+@dataclass(frozen=True)
+class Lock:
+    stack: str
+    stack_sha256: str
+    resolved_at: str  # UTC, `2026-12-02T18:48:09Z`
+    resolver: str  # "uv 0.13.9"
+    python: str
+    platforms: tuple[str, ...]
+    layers: tuple[str, ...]  # install order
+    packages: tuple[LockedPackage, ...]
+    indexes: tuple[str, ...] = ()
+    unresolved: tuple[UnresolvedLayer, ...] = ()
+    notes: tuple[str, ...] = ()
+    python_platforms: tuple[str, ...] = field(default=(), compare=False)  # the uv targets resolved for
+    sglang_commit: str | None = None  # a git-sourced SGLang: the full sha the image builds from
+    # The `# packages: N (H hashed, U unhashed)` header as read from a file (None for a lock made in memory).
+    declared_counts: tuple[int, int, int] | None = field(default=None, compare=False)
+
+    @property
+    def pins(self) -> dict[str, str]:
+        return {p.name: p.version for p in self.packages}
+
+    def get(self, name: str) -> LockedPackage | None:
+        want = canonicalize_name(name)
+        return next((p for p in self.packages if p.name == want), None)
+
+    def part(self, layer: str) -> tuple[LockedPackage, ...]:
+        return tuple(p for p in self.packages if p.layer == layer)
+
+    def installs_layer(self, layer: str) -> bool:
+        """True when the layer installs its part of the lock (all hashed) instead of resolving."""
+        part = self.part(layer)
+        return bool(part) and all(p.hashed for p in part) and layer not in {u.layer for u in self.unresolved}
+
+    def part_text(self, layer: str) -> str:
+        """The layer's part as a requirements file for `pip install --no-deps --require-hashes -r`."""
+        lines = [f"# {self.stack}: layer {layer} of the lock (generated by sglstack)"]
+        for p in self.part(layer):
+            if p.hashed:
+                lines.append(" \\\n    ".join([p.requirement, *(f"--hash={h}" for h in p.hashes)]))
+        return "\n".join(lines) + "\n"
+
+    @property
+    def hashed_count(self) -> int:
+        return sum(1 for p in self.packages if p.hashed)
+
+    @property
+    def floating(self) -> bool:
+        """Some layer installs with its own, unlocked dependencies: the image holds more than the lock."""
+        return any(u.with_dependencies for u in self.unresolved)
+
+
+# ---- where locks live, and when they are current ---------------------------------------------------
+
+def lock_path(stacks_file: str | Path, stack_name: str) -> Path:
+    """`locks/NAME.txt` in the folder of the stacks file."""
+    return Path(stacks_file).parent / LOCKS_DIR / f"{stack_name}.txt"
+
+
+def stack_input_hash(stack: Stack) -> str:
+    """sha256 of the stack's resolution inputs (RESOLUTION_KEYS; an override's reason is prose, not input)."""
+    data = stack.model_dump(mode="json", include=set(RESOLUTION_KEYS))
+    # Keys added to the schema later count only when set, so the locks written before them stay current.
+    if data.get("glibc") is None:
+        data.pop("glibc", None)
+    if data.get("sgl_kernel") and data["sgl_kernel"].get("package") == DEFAULT_KERNEL_PACKAGE:
+        del data["sgl_kernel"]["package"]
+    data["overrides"] = [{"replaces": o["replaces"], "pin": o["pin"]} for o in data["overrides"]]
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_current(lock: Lock, stack: Stack) -> bool:
+    return (lock.stack == stack.name and lock.stack_sha256 == stack_input_hash(stack)
+            and not source_mismatches(lock, stack))
+
+
+def source_mismatches(lock: Lock, stack: Stack) -> list[str]:
+    """Where SGLang comes from, lock against stack: a git commit is the whole identity of a git source."""
+    git = stack.sglang.git
+    if git is None:
+        return [] if lock.sglang_commit is None else [
+            f"sglang: locked git commit {lock.sglang_commit}, the stack installs sglang=={stack.sglang.version}"]
+    if lock.sglang_commit != git.ref:
+        return [f"sglang: locked {f'git commit {lock.sglang_commit}' if lock.sglang_commit else 'a PyPI release'}, "
+                f"the stack builds git commit {git.ref}"]
+    return []
+
+
+def stale_message(stack_name: str, path: Path) -> str:
+    """The one line a stale lock fails `stacks --check` and `build` with."""
+    return f"{path} is older than the stack entry it locks: run invoke lock --stack {stack_name}"
+
+
+def missing_message(stack_name: str, path: Path) -> str:
+    return (f"no lock ({path}): the image is not reproducible to the last package; "
+            f"run invoke lock --stack {stack_name}")
+
+
+class StaleLock(ConfigError):
+    """The stack entry changed since its lock was resolved."""
+
+
+class UntrustedLock(ConfigError):
+    """The lock is not what `invoke lock` would have written for this stack (edited by hand, or copied)."""
+
+
+def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
+    """The stack's current, trustworthy lock; None when it has none; a one-line `ConfigError` otherwise:
+    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack."""
+    path = lock_path(stacks_file, stack.name)
+    if not path.exists() and not path.is_symlink():
+        return None
+    lock = read_lock(path)
+    if lock.stack != stack.name:
+        raise UntrustedLock(f"this is the lock of stack '{lock.stack}', not of '{stack.name}': "
+                            f"run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
+    if not is_current(lock, stack):
+        raise StaleLock(stale_message(stack.name, path), stack=stack.name)
+    problem = untrusted_reason(lock, stack)
+    if problem:
+        raise UntrustedLock(f"{problem}: the lock was edited by hand; run invoke lock --stack {stack.name}",
+                            file=str(path), stack=stack.name)
+    return lock
+
+
+def untrusted_reason(lock: Lock, stack: Stack) -> str | None:
+    """Why the lock is not what would be derived for `stack` (the first reason, naming the package), or None.
+
+    Trustworthy means: its header agrees with its body (count, layers), every pin of the stack is locked
+    at its version, and the closure is complete: every edge the resolver wrote (`via` on the child,
+    `requires` on the parent) ends at an entry of the lock. A changed version of a transitive package
+    is caught by its hashes when pip installs it.
+    """
+    if lock.declared_counts is not None:
+        counts = (len(lock.packages), lock.hashed_count, len(lock.packages) - lock.hashed_count)
+        if counts != lock.declared_counts:
+            n, h, u = lock.declared_counts
+            return (f"the header says {n} packages ({h} hashed, {u} unhashed), the body has {counts[0]} "
+                    f"({counts[1]} hashed, {counts[2]} unhashed)")
+    layers = set(lock.layers)
+    for p in lock.packages:
+        if p.layer not in layers:
+            return f"{p.name} is in layer '{p.layer}', which the header's layers ({' '.join(lock.layers)}) lack"
+    for name, want in sorted(stack.pins().items()):
+        entry = lock.get(name)
+        if entry is None:
+            return f"the stack pins {name}=={want}, the lock has no {name}"
+        if entry.version and not _same_version(entry.version, want):
+            return f"the stack pins {name}=={want}, the lock has {name}=={entry.version}"
+    names = set(lock.pins)
+    for p in lock.packages:
+        for parent in p.required_by:
+            if parent not in names:
+                return f"{p.name} is required by {parent}, which is not in the lock"
+        for child in p.requires or ():
+            if child not in names:
+                return f"{p.name} requires {child}, which is not in the lock"
+    return None
+
+
+# ---- the installed set against the lock --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InstalledComparison:
+    problems: tuple[str, ...]  # missing, different, or (for a complete lock) extra packages
+    notices: tuple[str, ...]  # extras that an unresolved layer's own dependencies explain
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def compare_installed(lock: Lock, distributions: Mapping[str, str]) -> InstalledComparison:
+    """What an image has installed ({name: version}) against the lock, every difference by name."""
+    installed: dict[str, str] = {str(canonicalize_name(k)): v for k, v in distributions.items()}
+    problems: list[str] = []
+    for p in lock.packages:
+        got = installed.get(p.name)
+        if got is None:
+            problems.append(f"{p.name}=={p.version} is in the lock but not installed")
+        elif p.version and not _same_version(got, p.version):
+            problems.append(f"{p.name}: locked {p.version}, installed {got}")
+    extras = sorted(set(installed) - set(lock.pins) - VENV_BOOTSTRAP)
+    notices: list[str] = []
+    if extras:
+        listed = ", ".join(f"{n}=={installed[n]}" for n in extras)
+        if lock.floating:
+            layers = ", ".join(u.layer for u in lock.unresolved if u.with_dependencies)
+            notices.append(f"not in the lock (dependencies of the unresolved {layers} layer): {listed}")
+        else:
+            problems.append(f"installed but not in the lock: {listed}")
+    return InstalledComparison(tuple(problems), tuple(notices))
+
+
+def with_edges(packages: tuple[LockedPackage, ...]) -> tuple[LockedPackage, ...]:
+    """The entries with both ends of each resolver edge inside the lock: `required_by` keeps only parents
+    the lock holds (a stand-in's own dependency is not installed from it), `requires` is its inverse."""
+    names = {p.name for p in packages}
+    children: dict[str, set[str]] = {}
+    for p in packages:
+        for parent in p.required_by:
+            children.setdefault(parent, set()).add(p.name)
+    return tuple(replace(p, required_by=tuple(x for x in p.required_by if x in names),
+                         requires=tuple(sorted(children.get(p.name, ()))) or None) for p in packages)
+
+
+def lock_content_sha256(lock: Lock) -> str:
+    """sha256 of what the lock installs (entries, hashes, layers), not of when or where it was resolved."""
+    text = "\n".join(f"{p.layer} {p.requirement} {p.version} {' '.join(p.hashes)} {p.unhashed or ''}"
+                     for p in lock.packages)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---- the text format -------------------------------------------------------------------------------
+
+def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
+    hashed, unhashed = lock.hashed_count, len(lock.packages) - lock.hashed_count
+    source = f" ({stacks_file})" if stacks_file else ""
+    head = [
+        f"# sglstack lock for stack '{lock.stack}'{source}: the exact Python packages its image installs.",
+        f"# Written by `invoke lock --stack {lock.stack}`; `--upgrade-package NAME` moves one package. Do not edit.",
+        "# Outside sglstack: pip install --no-deps --require-hashes -r THIS_FILE (hashed entries only).",
+        "#",
+        f"# lock-format: {LOCK_FORMAT}",
+        f"# stack: {lock.stack}",
+        f"# stack-sha256: {lock.stack_sha256}",
+        f"# resolved-at: {lock.resolved_at}",
+        f"# resolver: {lock.resolver}",
+        f"# python: {lock.python}",
+        f"# platforms: {' '.join(lock.platforms)}",
+    ]
+    if lock.python_platforms:
+        head.append(f"# resolved-for: {' '.join(lock.python_platforms)}")
+    if lock.sglang_commit:
+        head.append(f"# sglang-git-commit: {lock.sglang_commit}")
+    head += [f"# index: {index}" for index in lock.indexes]
+    head.append(f"# packages: {len(lock.packages)} ({hashed} hashed, {unhashed} unhashed)")
+    head.append(f"# layers: {' '.join(lock.layers)}")
+    head += [f"# unresolved-layer: {u}" for u in lock.unresolved]
+    head += [f"# note: {n}" for n in lock.notes]
+    body: list[str] = []
+    unresolved = {u.layer: u for u in lock.unresolved}
+    for layer in lock.layers:
+        part = lock.part(layer)
+        if not part:
+            continue
+        u = unresolved.get(layer)
+        body.append("")
+        body.append(f"# ---- layer {layer}" + (" (not resolved: installed as without a lock)" if u else ""))
+        for p in part:
+            if not p.hashed:
+                body.append(f"# unhashed: {p.requirement} ({p.unhashed or 'no hash'})")
+                if p.url and p.version:
+                    body.append(f"#     version: {p.version}")
+                if p.requires:
+                    body.append(f"#     requires: {', '.join(p.requires)}")
+                continue
+            body.append(" \\\n    ".join([p.requirement, *(f"--hash={h}" for h in p.hashes)]))
+            if p.url:
+                body.append(f"    # version: {p.version}")
+            if p.required_by:
+                body.append(f"    # via {', '.join(p.required_by)}")
+            if p.requires:
+                body.append(f"    # requires: {', '.join(p.requires)}")
+            if p.note:
+                body.append(f"    # note: {p.note}")
+    return "\n".join(head + body) + "\n"
+
+
+def parse_lock(text: str, *, file: str = "lock") -> Lock:
+    """The lock file's text as a `Lock`; a `ConfigError` naming file and line for anything malformed."""
+    header: dict[str, list[str]] = {}
+    packages: list[dict] = []
+    layer: str | None = None
+
+    def fail(n: int, message: str) -> ConfigError:
+        return ConfigError(message, file=file, line=n)
+
+    lines = text.splitlines()
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        section = _SECTION.match(line)
+        if section:
+            layer = section.group("name")
+            continue
+        if layer is None:
+            if line.startswith("# ") and ":" in line:
+                key, _, value = line[2:].partition(":")
+                if re.fullmatch(r"[a-z0-9-]+", key):
+                    header.setdefault(key, []).append(value.strip())
+            elif not line.startswith("#"):
+                raise fail(n, "a package entry before the first '# ---- layer NAME' line")
+            continue
+        unhashed = _UNHASHED.match(line)
+        if unhashed:
+            spec = unhashed.group("spec")
+            name, url, version = _split_spec(spec)
+            packages.append({"name": name, "version": version, "url": url, "layer": layer, "hashes": [],
+                             "unhashed": unhashed.group("reason"), "via": (), "note": None, "requires": None,
+                             "line": n})
+            continue
+        if raw[:1].isspace() or line.startswith("#"):
+            if not packages:
+                continue
+            entry = packages[-1]
+            body = line.lstrip("#").strip()  # "# version: ..." and "version: ..." alike
+            if line.startswith("--hash="):
+                value = line.removeprefix("--hash=").removesuffix("\\").strip()
+                if not _HASH.fullmatch(value):
+                    raise fail(n, f"'{value}' is not a sha256 hash (sha256:<64 hex digits>)")
+                entry["hashes"].append(value)
+            elif body.startswith("version:"):
+                entry["version"] = body.removeprefix("version:").strip()
+            elif body.startswith("via "):
+                entry["via"] = tuple(v.strip() for v in body.removeprefix("via ").split(","))
+            elif body.startswith("note:"):
+                entry["note"] = body.removeprefix("note:").strip()
+            elif body.startswith("requires:"):
+                entry["requires"] = tuple(canonicalize_name(v.strip())
+                                          for v in body.removeprefix("requires:").split(",") if v.strip())
+            continue
+        spec = line.removesuffix("\\").strip()
+        name, url, version = _split_spec(spec)
+        if not url and not version:
+            raise fail(n, f"'{spec}' is not 'name==version' or 'name @ url'")
+        packages.append({"name": name, "version": version, "url": url, "layer": layer, "hashes": [],
+                         "unhashed": None, "via": (), "note": None, "requires": None, "line": n})
+
+    def one(key: str) -> str:
+        values = header.get(key)
+        if not values:
+            raise ConfigError(f"lock header has no '{key}:' line", file=file)
+        return values[0]
+
+    if one("lock-format") != LOCK_FORMAT:
+        raise ConfigError(f"lock-format {one('lock-format')} is not {LOCK_FORMAT}: run invoke lock again", file=file)
+    unresolved = []
+    for value in header.get("unresolved-layer", []):
+        m = _UNRESOLVED.match(value)
+        if not m:
+            raise ConfigError(f"unreadable 'unresolved-layer: {value}'", file=file)
+        unresolved.append(UnresolvedLayer(m.group("layer"), m.group("deps") == "with", m.group("reason")))
+    out = []
+    seen: dict[str, int] = {}
+    for p in packages:
+        if p["name"] in seen:
+            raise fail(p["line"], f"{p['name']} is listed twice (first on line {seen[p['name']]})")
+        seen[p["name"]] = p["line"]
+        if p["unhashed"] is None and not p["hashes"]:
+            raise fail(p["line"], f"{p['name']} has no --hash (an unhashable pin is written '# unhashed: ...')")
+        if not p["version"] and p["unhashed"] is None:
+            raise fail(p["line"], f"{p['name']} @ url has no '# version:' line")
+        out.append(LockedPackage(name=p["name"], version=p["version"], layer=p["layer"], hashes=tuple(p["hashes"]),
+                                 url=p["url"], unhashed=p["unhashed"], required_by=p["via"], note=p["note"],
+                                 requires=p["requires"]))
+    return Lock(stack=one("stack"), stack_sha256=one("stack-sha256"), resolved_at=one("resolved-at"),
+                resolver=one("resolver"), python=one("python"), platforms=tuple(one("platforms").split()),
+                layers=tuple(one("layers").split()), packages=tuple(out), indexes=tuple(header.get("index", [])),
+                unresolved=tuple(unresolved), notes=tuple(header.get("note", [])),
+                python_platforms=tuple(" ".join(header.get("resolved-for", [])).split()),
+                sglang_commit=_commit(header.get("sglang-git-commit"), file),
+                declared_counts=_counts(one("packages"), file))
+
+
+def _counts(value: str, file: str) -> tuple[int, int, int]:
+    m = re.fullmatch(r"(\d+) \((\d+) hashed, (\d+) unhashed\)", value)
+    if not m:
+        raise ConfigError(f"'packages: {value}' is not 'N (H hashed, U unhashed)'", file=file)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def _commit(values: list[str] | None, file: str) -> str | None:
+    if not values:
+        return None
+    if not re.fullmatch(r"[0-9a-f]{40}", values[0]):
+        raise ConfigError(f"'sglang-git-commit: {values[0]}' is not a full commit sha", file=file)
+    return values[0]
+
+
+def _split_spec(spec: str) -> tuple[str, str | None, str]:
+    """'torch==2.9.1+cu130' -> ('torch', None, '2.9.1+cu130'); 'x @ https://...' -> ('x', url, '')."""
+    if " @ " in spec:
+        name, _, url = spec.partition(" @ ")
+        return canonicalize_name(name.strip()), url.strip(), ""
+    name, _, version = spec.partition("==")
+    return canonicalize_name(name.strip()), None, version.strip()
+
+
+def read_lock(path: Path) -> Lock:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigError("the lock path is a folder, not a lock file", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the lock: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the lock is not UTF-8 text (byte {exc.start})", file=str(path)) from None
+    return parse_lock(text, file=str(path))
+
+
+def write_lock(path: Path, lock: Lock, *, stacks_file: str | None = None) -> None:
+    """Write atomically: an interrupted or failed `invoke lock` (a full disk, a read-only folder: one
+    line) leaves the old lock, never half a new one, and no temp file."""
+    write_text(path.parent, path, render_lock(lock, stacks_file=stacks_file))

@@ -1,0 +1,497 @@
+"""A registry HTTP API v2 client: manifests, tags, deletes, with auth.
+
+Both the Basic and the Bearer-token challenge are answered, with credentials from `registry_auth`.
+Requests go through `registry_transport` (one retry policy, one deadline per operation, wait notices);
+401/403/404 fail at once. Every error is one line naming the registry and the request, never a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from ..config.imageref import DOCKER_HUB, is_digest
+from ..core.errors import RegistryError
+from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
+from .transport import Transport, error_detail
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
+INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused our credentials (401) or our access (403)."""
+
+
+class ManifestNotFound(RegistryError):
+    """The repository has no manifest under that tag or digest."""
+
+
+def compute_digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+# ---- manifests -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    media_type: str
+    body: bytes = field(repr=False)
+    digest: str
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_MEDIA_TYPES
+
+    def children(self) -> list[str]:
+        """The manifests an index refers to (empty for an image manifest)."""
+        return [m["digest"] for m in self.json().get("manifests", [])] if self.is_index else []
+
+    def blobs(self) -> list[str]:
+        """Config and layer digests of an image manifest (empty for an index)."""
+        if self.is_index:
+            return []
+        data = self.json()
+        return [data["config"]["digest"], *(layer["digest"] for layer in data.get("layers", []))]
+
+
+def _media_type(resp: requests.Response, body: bytes) -> str:
+    header = (resp.headers.get("Content-Type") or "").split(";")[0].strip()
+    if header in MANIFEST_MEDIA_TYPES:
+        return header
+    try:
+        declared = json.loads(body).get("mediaType")
+    except (ValueError, AttributeError):
+        declared = None
+    return declared or header
+
+
+def _is_loopback(registry: str) -> bool:
+    host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
+    return host.strip("[]") in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+# ---- the client ------------------------------------------------------------------------------------
+
+
+class RegistryClient:
+    """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.
+
+    The keyword options after `session` configure its `Transport`: attempts and backoff of the retry
+    policy, the deadline of one operation (`timeout_s`, default $SGLSTACK_REGISTRY_TIMEOUT or 60 s), the
+    notices while waiting.
+    """
+
+    def __init__(
+        self,
+        registry: str,
+        *,
+        credentials: Credentials | None = None,
+        scheme: str | None = None,
+        session: requests.Session | None = None,
+        **transport: Any,
+    ) -> None:
+        self.registry = registry
+        self.api_host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
+        self.scheme = (
+            scheme or os.environ.get("SGLSTACK_REGISTRY_SCHEME") or ("http" if _is_loopback(self.api_host) else "https")
+        )
+        self.credentials = credentials
+        self.transport = Transport(registry, session=session, **transport)
+        self._basic = False
+        self._tokens: dict[str, str] = {}
+
+    @classmethod
+    def from_environment(cls, registry: str, **kwargs: Any) -> RegistryClient:
+        return cls(registry, credentials=resolve_credentials(registry), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"RegistryClient({self.registry!r})"
+
+    @property
+    def timeout_s(self) -> float:
+        """The deadline of one operation, in seconds."""
+        return self.transport.timeout_s
+
+    def budget(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Every operation inside ends within `seconds` from now (see `Transport.budget`)."""
+        return self.transport.budget(seconds)
+
+    def _fail(self, what: str) -> RegistryError:
+        return RegistryError(f"registry {self.registry}: {what}")
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        return self.transport.send(method, url, **kwargs)
+
+    def _auth_header(self, scope: str) -> dict[str, str]:
+        if scope in self._tokens:
+            return {"Authorization": f"Bearer {self._tokens[scope]}"}
+        return {}
+
+    def _basic_auth(self) -> tuple[str, str] | None:
+        if self._basic and self.credentials is not None:
+            return (self.credentials.username, self.credentials.password)
+        return None
+
+    def _fetch_token(self, params: dict[str, str], scope: str) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise self._fail("Bearer challenge without a realm")
+        query: dict[str, str] = {}
+        if params.get("service"):
+            query["service"] = params["service"]
+        scope = params.get("scope") or scope
+        creds = self.credentials
+        try:
+            if creds is not None and creds.identity_token:
+                form = {
+                    "grant_type": "refresh_token",
+                    "refresh_token": creds.password,
+                    "client_id": "sglstack",
+                    "scope": scope,
+                    **query,
+                }
+                resp = self._send("POST", realm, data=form)
+            else:
+                if scope:
+                    query["scope"] = scope
+                auth = (creds.username, creds.password) if creds is not None else None
+                resp = self._send("GET", realm, params=query, auth=auth)
+        except RegistryError as exc:
+            raise self._fail(f"token service {realm.split('?')[0]}: {str(exc).split(': ', 1)[-1]}") from None
+        if resp.status_code in (401, 403):
+            raise self._auth_failed("the token service")
+        if resp.status_code != 200:
+            raise self._fail(f"token service answered HTTP {resp.status_code}")
+        try:
+            body = resp.json()
+            return body.get("token") or body["access_token"]
+        except (ValueError, KeyError, AttributeError):
+            raise self._fail("token service answered without a token") from None
+
+    def _auth_failed(self, by: str) -> RegistryAuthError:
+        if self.credentials is None:
+            return RegistryAuthError(
+                f"registry {self.registry}: authentication required and no credentials found (set "
+                f"{ENV_USER}/{ENV_PASSWORD} or run `docker login {self.registry}`)"
+            )
+        return RegistryAuthError(
+            f"registry {self.registry}: {by} rejected the credentials from "
+            f"{self.credentials.source} (wrong user or password?)"
+        )
+
+    def _send_authorized(
+        self,
+        method: str,
+        url: str,
+        scope: str,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        allow_redirects: bool,
+    ) -> requests.Response:
+        # Credentials are read at send time, not captured once: answering a challenge in `request`
+        # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
+        return self._send(
+            method,
+            url,
+            headers={**headers, **self._auth_header(scope)},
+            data=data,
+            auth=self._basic_auth(),
+            allow_redirects=allow_redirects,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        scope: str,
+        what: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        allow_redirects: bool = True,
+    ) -> requests.Response:
+        """A /v2 request as one operation, answering one auth challenge.
+
+        Returns any non-transient, non-auth response; `what` names it in waits and errors.
+        """
+        url = f"{self.scheme}://{self.api_host}/v2/{path}"
+        base_headers = dict(headers or {})
+        with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
+            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+            if resp.status_code == 401:
+                challenge = resp.headers.get("WWW-Authenticate", "")
+                kind, params = _parse_challenge(challenge)
+                if kind == "bearer":
+                    self._tokens[scope] = self._fetch_token(params, scope)
+                elif kind == "basic" and self.credentials is not None and not self._basic:
+                    self._basic = True
+                else:
+                    raise self._auth_failed("the registry")
+                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+                if resp.status_code == 401:
+                    raise self._auth_failed("the registry")
+        if resp.status_code == 403:
+            raise RegistryAuthError(
+                f"registry {self.registry}: access denied to {path.split('/manifests')[0]} ({error_detail(resp)})"
+            )
+        return resp
+
+    def _json(self, resp: requests.Response, what: str) -> Any:
+        """The body as JSON, or one line saying which request answered something else."""
+        try:
+            return json.loads(resp.content)
+        except ValueError:
+            kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
+            raise self._fail(
+                f"{what} answered HTTP {resp.status_code} with a body that is not JSON "
+                f"({kind}, {len(resp.content)} bytes)"
+            ) from None
+
+    # -- API ---------------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """GET /v2/: the registry is up and our credentials (if it wants any) are accepted."""
+        resp = self.request("GET", "", scope="", what="GET /v2/")
+        if resp.status_code != 200:
+            raise self._fail(f"GET /v2/ answered HTTP {resp.status_code}")
+
+    def get_manifest(self, repo: str, reference: str) -> Manifest:
+        """The manifest (image manifest or index) under a tag or digest, with its exact bytes."""
+        what = f"GET manifest {repo}{_sep(reference)}{reference}"
+        resp = self.request(
+            "GET",
+            f"{repo}/manifests/{reference}",
+            scope=f"repository:{repo}:pull",
+            what=what,
+            headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+        )
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        body = resp.content
+        digest = compute_digest(body)
+        claimed = resp.headers.get("Docker-Content-Digest")
+        if is_digest(reference) and digest != reference:
+            raise self._fail(f"manifest {repo}@{reference} has content with digest {digest}")
+        if claimed and claimed != digest:
+            raise self._fail(f"manifest {repo}:{reference} digest header {claimed} != content {digest}")
+        if not isinstance(self._json(resp, what), dict):
+            raise self._fail(f"{what} answered a manifest that is not a JSON object")
+        return Manifest(media_type=_media_type(resp, body), body=body, digest=digest)
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        """The digest a tag points to, or None when there is no such tag (HEAD, no body)."""
+        what = f"HEAD manifest {repo}{_sep(reference)}{reference}"
+        resp = self.request(
+            "HEAD",
+            f"{repo}/manifests/{reference}",
+            scope=f"repository:{repo}:pull",
+            what=what,
+            headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+        )
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
+        digest = resp.headers.get("Docker-Content-Digest")
+        return digest if digest and is_digest(digest) else self.get_manifest(repo, reference).digest
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
+        """Store manifest bytes under a tag (or their digest); return the digest the registry reports."""
+        return self._put_manifest(repo, reference, body, media_type)[0]
+
+    def put_artifact(self, repo: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
+        """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
+        for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
+        digest, resp = self._put_manifest(repo, reference, body, media_type)
+        subject = (json.loads(body).get("subject") or {}).get("digest")
+        return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
+
+    def _put_manifest(self, repo: str, reference: str, body: bytes,
+                      media_type: str) -> tuple[str, requests.Response]:
+        what = f"PUT manifest {repo}{_sep(reference)}{reference}"
+        resp = self.request(
+            "PUT",
+            f"{repo}/manifests/{reference}",
+            scope=f"repository:{repo}:pull,push",
+            what=what,
+            headers={"Content-Type": media_type},
+            data=body,
+        )
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: {what}: {error_detail(resp)}")
+        if resp.status_code not in (200, 201, 202):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        digest = compute_digest(body)
+        reported = resp.headers.get("Docker-Content-Digest")
+        if reported and reported != digest:
+            raise self._fail(f"{what}: registry stored {reported}, expected {digest}")
+        return digest, resp
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
+        """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None
+        when the registry has no such API (it answers 404, as distribution 2.x does)."""
+        what = f"GET referrers {repo}@{digest}"
+        resp = self.request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull", what=what,
+                            headers={"Accept": OCI_INDEX})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        data = self._json(resp, what)
+        found = data.get("manifests") if isinstance(data, dict) else None
+        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
+            raise self._fail(f"{what} answered JSON without a list of manifests")
+        return found
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        what = f"HEAD blob {repo}@{digest}"
+        resp = self.request("HEAD", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        if resp.status_code not in (200, 404):
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
+        return resp.status_code == 200
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload a small blob in one piece (POST an upload, PUT its bytes); return its digest.
+        A blob the repository already has is not sent again."""
+        digest = compute_digest(data)
+        if self.blob_exists(repo, digest):
+            return digest
+        scope = f"repository:{repo}:pull,push"
+        what = f"POST blob upload {repo}"
+        resp = self.request("POST", f"{repo}/blobs/uploads/", scope=scope, what=what, allow_redirects=False)
+        location = resp.headers.get("Location", "")
+        if resp.status_code != 202 or not location:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        path = location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
+        path += ("&" if "?" in path else "?") + f"digest={digest}"
+        what = f"PUT blob {repo}@{digest}"
+        resp = self.request("PUT", path, scope=scope, what=what, data=data,
+                            headers={"Content-Type": "application/octet-stream"})
+        if resp.status_code not in (201, 204):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        return digest
+
+    def list_tags(self, repo: str) -> list[str]:
+        """Every tag of `repo` (following pagination); empty when the repository does not exist yet."""
+        tags: list[str] = []
+        path = f"{repo}/tags/list?n=1000"
+        while path:
+            what = f"GET /v2/{path.split('?')[0]}"
+            resp = self.request("GET", path, scope=f"repository:{repo}:pull", what=what)
+            if resp.status_code == 404:
+                return tags
+            if resp.status_code != 200:
+                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+            data = self._json(resp, what)
+            page = data.get("tags") if isinstance(data, dict) else None
+            if page is not None and not (isinstance(page, list) and all(isinstance(t, str) for t in page)):
+                raise self._fail(f"{what} answered JSON without a list of tags")
+            tags += page or []
+            match = re.search(r"<([^>]+)>;\s*rel=\"?next\"?", resp.headers.get("Link", ""))
+            path = match.group(1).split("/v2/", 1)[-1] if match else ""
+        return tags
+
+    def get_blob(self, repo: str, digest: str) -> bytes:
+        what = f"GET blob {repo}@{digest}"
+        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: blob {repo}@{digest} not found")
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
+        if compute_digest(resp.content) != digest:
+            raise self._fail(f"blob {repo}@{digest} content does not match its digest")
+        return resp.content
+
+    def image_config(self, repo: str, reference: str) -> dict[str, Any]:
+        """The image config JSON (labels, created) of an image manifest, or of an index's first child."""
+        manifest = self.get_manifest(repo, reference)
+        if manifest.is_index:
+            children = manifest.children()
+            if not children:
+                raise self._fail(f"index {repo}@{manifest.digest} lists no manifests")
+            manifest = self.get_manifest(repo, children[0])
+        blob = manifest.blobs()[0]
+        try:
+            config = json.loads(self.get_blob(repo, blob))
+        except ValueError:
+            raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
+        if not isinstance(config, dict):
+            raise self._fail(f"the image config {repo}@{blob} is not a JSON object")
+        return config
+
+    def untag(self, repo: str, tag: str) -> None:
+        """Remove one tag, keeping its manifest and every other tag of it.
+
+        Registries of the OCI distribution spec 1.1 delete a tag by name. Older ones (distribution 2.x)
+        answer 400 to that: then move the tag onto a throwaway manifest (the image's own config and no
+        layers, so nothing is uploaded) and delete that manifest, which only this tag points to.
+        A registry with deletes disabled answers 405 and keeps the tag (nothing is changed then).
+        """
+        what = f"DELETE manifest {repo}:{tag}"
+        resp = self.request("DELETE", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:delete", what=what)
+        if resp.status_code in (200, 202):
+            return
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: {repo}:{tag} not found")
+        if resp.status_code == 405:
+            raise self._fail(f"{what}: deleting is disabled on this registry (enable storage.delete)")
+        manifest = self.get_manifest(repo, tag)
+        marker = {"io.sglstack.untag": tag}
+        if manifest.is_index:
+            data: dict[str, Any] = {
+                "schemaVersion": 2,
+                "mediaType": manifest.media_type,
+                "manifests": [],
+                "annotations": marker,
+            }
+        else:
+            data = {
+                "schemaVersion": 2,
+                "mediaType": manifest.media_type,
+                "config": manifest.json()["config"],
+                "layers": [],
+                "annotations": marker,
+            }
+        body = json.dumps(data, sort_keys=True).encode()
+        throwaway = self.put_manifest(repo, tag, body, manifest.media_type)
+        self.delete_manifest(repo, throwaway)
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        """Delete a manifest by digest (removes every tag that points to it)."""
+        what = f"DELETE manifest {repo}@{digest}"
+        resp = self.request("DELETE", f"{repo}/manifests/{digest}", scope=f"repository:{repo}:delete", what=what)
+        if resp.status_code == 404:
+            raise ManifestNotFound(f"registry {self.registry}: {repo}@{digest} not found")
+        if resp.status_code == 405:
+            raise self._fail(f"{what}: deleting manifests is disabled (enable storage.delete in its config)")
+        if resp.status_code not in (200, 202):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+
+
+def _sep(reference: str) -> str:
+    return "@" if is_digest(reference) else ":"

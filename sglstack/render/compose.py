@@ -1,0 +1,237 @@
+"""Serving spec + image reference -> Compose file text (pure), and the writer of those files.
+
+One service serves the image with the serving spec's argv, env, mounts, shm, ulimits, GPUs and
+healthcheck (`serving.py`: the same spec the smoke test serves). Rendering is deterministic: the same
+stack, image and options give the same bytes. Multi-node serving renders one file per node, differing
+only in `--node-rank`. Only `write_compose` touches the disk; nothing here reads records or calls an
+engine: the caller passes the image reference (and the smoke report it passed, when one is known).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jinja2
+
+from ..config.matrix import Stack
+from ..config.names import compose_project
+from ..core.quoting import compose_string
+from ..core.records import build_root
+from ..core.resources import COMPOSE_DIR
+from ..core.safefiles import containing_root, write_text
+from ..serving import RecordedOptions, ServingError, ServingOverrides, ServingSpec, serving_argv, serving_spec
+
+TEMPLATES_DIR = COMPOSE_DIR
+COMPOSE_TEMPLATE = "compose.yaml.j2"
+ENV_EXAMPLE_TEMPLATE = "compose.env.example.j2"
+COMPOSE_FILE = "compose.yaml"
+ENV_FILE = "compose.env"
+ENV_EXAMPLE_FILE = "compose.env.example"
+SERVICE = "sglang"
+RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
+
+# Labels on the service container: `status` finds deployments on any Docker host through them.
+LABEL_STACK = "io.sglstack.stack"
+LABEL_IMAGE = "io.sglstack.image"
+LABEL_MODEL = "io.sglstack.model"
+LABEL_SPECULATIVE = "io.sglstack.speculative"
+LABEL_NODE = "io.sglstack.node"
+# `sha256:` of the smoke report that passed this image (from Publish's records), or UNKNOWN.
+LABEL_SMOKE_REPORT = "io.sglstack.smoke-report"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ComposeOptions(RecordedOptions):
+    """How `deploy` serves a stack: recorded with every deployment, so that a rollback or a restore
+    serves the same. None means "the stack's serving value"."""
+
+    eagle3: bool = True  # serve with the stack's speculative settings (if it has any)
+    gpus: bool = True  # GPU reservations + memlock ulimit; off for CPU hosts
+    port: int | None = None  # host port; default: the stack's serving.port
+    hf_cache: str | None = None  # host path of the HF cache; default: the stack's serving.mounts
+    start_period_s: int | None = None  # healthcheck grace; default: the stack's serving.startup_timeout_s
+    healthcheck_interval_s: int = 30
+    healthcheck_timeout_s: int = 10
+    healthcheck_retries: int = 3
+    restart: str = "unless-stopped"
+    stop_grace_period_s: int = 30  # SIGTERM, then SIGKILL: time for the server to drain requests
+    env_file: str = ENV_FILE  # relative to the compose file's folder, or absolute
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None  # HOST:PORT of node 0, required when nnodes > 1
+
+    def serving_overrides(self) -> ServingOverrides:
+        return ServingOverrides(
+            eagle3=self.eagle3,
+            gpus=None if self.gpus else 0,
+            host_port=self.port,
+            publish_port=True,
+            hf_cache=self.hf_cache,
+            healthcheck_start_period_s=self.start_period_s,
+            healthcheck_interval_s=self.healthcheck_interval_s,
+            healthcheck_timeout_s=self.healthcheck_timeout_s,
+            healthcheck_retries=self.healthcheck_retries,
+            nnodes=self.nnodes,
+            node_rank=self.node_rank,
+            dist_init_addr=self.dist_init_addr,
+        )
+
+    def check(self, stack_name: str | None) -> None:
+        """The compose-only options (the serving ones are checked by `serving_spec`)."""
+        if self.restart not in RESTART_POLICIES:
+            raise ServingError(f"--restart '{self.restart}': not one of {', '.join(RESTART_POLICIES)}",
+                               stack=stack_name)
+        grace = self.stop_grace_period_s
+        if isinstance(grace, bool) or not isinstance(grace, int) or grace < 1:
+            raise ServingError(f"--stop-grace-period {grace}: must be at least 1 second", stack=stack_name)
+        if not self.env_file:
+            raise ServingError("--env-file: needs a path", stack=stack_name)
+
+
+def deploy_spec(stack: Stack, options: ComposeOptions) -> ServingSpec:
+    """The serving spec a deployment with `options` serves (every option checked, one line each)."""
+    options.check(stack.name)
+    return serving_spec(stack, options.serving_overrides())
+
+
+def project_name(stack_name: str) -> str:
+    """The compose project of a stack (`names.py`: the matrix refuses two stacks that share one)."""
+    return compose_project(stack_name)
+
+
+def compose_filename(options: ComposeOptions) -> str:
+    return COMPOSE_FILE if options.nnodes == 1 else f"compose.node{options.node_rank}.yaml"
+
+
+def moving_tag_ref(stack: Stack) -> str:
+    """`<publish.repository>:<stack>`: what a file rendered before any deploy serves (deploy pins a digest)."""
+    return f"{stack.publish.repository}:{stack.name}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = compose_string
+    return env
+
+
+def environment_entries(spec: ServingSpec) -> list[tuple[str, str]]:
+    """(quoted key, quoted value) of the service's `environment:`. A `${NAME}` secret reference stays a
+    reference, which compose interpolates from the environment of `invoke deploy` (and refuses to start
+    without, `:?`); every other value is written as it is, `$` doubled."""
+    refs = dict(spec.secret_references)
+    return [(compose_string(k), json.dumps(f"${{{refs[k]}:?set {refs[k]} in the environment of invoke deploy}}")
+             if k in refs else compose_string(v)) for k, v in spec.env]
+
+
+def compose_text(
+    spec: ServingSpec, image_ref: str, options: ComposeOptions, *, smoke_report: str | None = None
+) -> str:
+    """The Compose file of one node serving `image_ref` (by digest, for a published stack) as `spec` says."""
+    health = spec.healthcheck
+    health_url = f"http://127.0.0.1:{spec.port}{health.path}"
+    # python3, not curl: it is in every SGLang image, since it runs the server.
+    probe = f"import urllib.request; urllib.request.urlopen('{health_url}', timeout={health.timeout_s})"
+    nodes = spec.nodes
+    labels = {
+        LABEL_STACK: spec.stack or "",
+        LABEL_IMAGE: image_ref,
+        LABEL_MODEL: spec.model,
+        LABEL_SPECULATIVE: spec.speculative_summary(),
+        LABEL_NODE: f"{nodes.node_rank}/{nodes.nnodes}",
+        LABEL_SMOKE_REPORT: smoke_report or UNKNOWN,
+    }
+    return (
+        _environment()
+        .get_template(COMPOSE_TEMPLATE)
+        .render(
+            stack_name=spec.stack,
+            image=image_ref,
+            command=serving_argv(spec),
+            restart=options.restart,
+            stop_grace_period=f"{options.stop_grace_period_s}s",
+            ipc_mode=spec.ipc_mode,
+            shm_size=spec.shm_size,
+            network_host=spec.host_network,
+            port_mapping=f"{spec.host_port or spec.port}:{spec.port}",
+            gpu_count=spec.gpus,
+            ulimits=[(u.name, u.soft, u.hard) for u in spec.ulimits],
+            env_file=options.env_file,
+            environment=environment_entries(spec),
+            volumes=[m.bind for m in spec.mounts],
+            healthcheck=["CMD", "python3", "-c", probe],
+            healthcheck_interval=f"{health.interval_s}s",
+            # The probe's own timeout plus the interpreter's start.
+            healthcheck_timeout=f"{health.timeout_s + 2}s",
+            healthcheck_retries=health.retries,
+            start_period=f"{health.start_period_s}s",
+            nnodes=nodes.nnodes,
+            node_rank=nodes.node_rank,
+            labels=sorted(labels.items()),
+        )
+    )
+
+
+def render_compose(
+    stack: Stack, image_ref: str, *, options: ComposeOptions | None = None, smoke_report: str | None = None
+) -> str:
+    """The Compose file serving `image_ref` for one node (the spec derived from `stack` and `options`)."""
+    options = options or ComposeOptions()
+    return compose_text(deploy_spec(stack, options), image_ref, options, smoke_report=smoke_report)
+
+
+def render_compose_nodes(
+    stack: Stack, image_ref: str, *, options: ComposeOptions | None = None, smoke_report: str | None = None
+) -> dict[str, str]:
+    """{file name: text}: `compose.yaml` for one node, `compose.node<R>.yaml` for each of several."""
+    options = options or ComposeOptions()
+    deploy_spec(stack, options)  # the options as given, before ranks are substituted
+    out: dict[str, str] = {}
+    for rank in range(options.nnodes):
+        node = replace(options, node_rank=rank)
+        out[compose_filename(node)] = render_compose(stack, image_ref, options=node, smoke_report=smoke_report)
+    return out
+
+
+def render_env_example(stack: Stack, *, options: ComposeOptions | None = None) -> str:
+    """The example env file: the names of the secrets, never their values."""
+    options = options or ComposeOptions()
+    models = deploy_spec(stack, options).models()
+    return (
+        _environment()
+        .get_template(ENV_EXAMPLE_TEMPLATE)
+        .render(stack_name=stack.name, env_file=Path(options.env_file).name, models=", ".join(models),
+                references=sorted({name for _, name in deploy_spec(stack, options).secret_references}))
+    )
+
+
+def deployment_files(
+    stack: Stack, image_ref: str, *, options: ComposeOptions | None = None, smoke_report: str | None = None
+) -> dict[str, str]:
+    """Every file a deployment folder holds: the compose file(s) and `compose.env.example`."""
+    files = render_compose_nodes(stack, image_ref, options=options, smoke_report=smoke_report)
+    files[ENV_EXAMPLE_FILE] = render_env_example(stack, options=options)
+    return files
+
+
+def write_compose(
+    stack: Stack,
+    image_ref: str,
+    out_dir: Path,
+    *,
+    options: ComposeOptions | None = None,
+    smoke_report: str | None = None,
+) -> list[Path]:
+    """Write the compose file(s) and `compose.env.example` into `out_dir`; return the paths written."""
+    files = deployment_files(stack, image_ref, options=options, smoke_report=smoke_report)
+    root = containing_root(out_dir, build_root())
+    return [write_text(root, out_dir / name, text) for name, text in files.items()]
