@@ -1,1 +1,3 @@
-"""Build: render, BuildKit, verify in the image, record; bake and build-and-push (pipeline); host-side patch commands."""
+"""Build: render, BuildKit, verify in the image, record; bake and build-and-push (pipeline); host-side patch
+commands.
+"""

@@ -1,1 +1,3 @@
-"""Input: stacks.yaml to validated, immutable Stack objects, and the image-reference grammar. Knows nothing downstream."""
+"""Input: stacks.yaml to validated, immutable Stack objects, and the image-reference grammar. Knows nothing
+downstream.
+"""
