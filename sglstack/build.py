@@ -48,6 +48,7 @@ from .credentials import netrc_text
 from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError
 from .gitsource import GitSource
+from .imagesize_engine import measure_and_gate
 from .labels import BUILDER_LABEL, CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, TARGET_LABEL, VERIFIED_LABEL
 from .lockfile import Lock, lock_content_sha256, source_mismatches
 from .matrix import Stack
@@ -548,6 +549,14 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
             checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
             coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
                                       installed=(info or {}).get("distributions"))
+        size = None
+        if target == FINAL_TARGET:
+            # After verification, before the image is stamped and tagged: an image over budget is not released.
+            with timer.phase("size"):
+                size = measure_and_gate(client, held, stack.name, stack.size.max_gb if stack.size else None,
+                                        record_path_for(out_dir, target),
+                                        lambda table: console.print(table, markup=False, highlight=False,
+                                                                    soft_wrap=True))
         inventory = None
         if target == FINAL_TARGET:
             with timer.phase("sbom"):
@@ -577,6 +586,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "torch": (info or {}).get("torch"),
         "coverage": coverage.record,
         "image_checks": checks,
+        "size": size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
         "base_image": {"name": stack.base_image, "digest": base_digest},

@@ -196,8 +196,16 @@ def growth_table(rows: Sequence[Growth]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class OverBudget:
+    """A build over its stack's size budget: the one-line error, and the table that says what grew."""
+
+    headline: str
+    table: str
+
+
 def over_budget(stack: str, summary: Mapping[str, Any], max_gb: float,
-                previous: Mapping[str, Any] | None) -> str | None:
+                previous: Mapping[str, Any] | None) -> OverBudget | None:
     """None within the budget; else the failure: the image's size against `size.max_gb`, and what grew
     since the stack's last recorded build (or, with none, the largest layers and packages)."""
     size = int(summary["bytes"])
@@ -206,11 +214,21 @@ def over_budget(stack: str, summary: Mapping[str, Any], max_gb: float,
     head = (f"stack '{stack}': image is {size / GB:.3f} GB, over its size budget (size.max_gb: {max_gb:g}) "
             f"by {(size - max_gb * GB) / MB:.1f} MB")
     if previous is not None:
-        return f"{head}; what grew since the last recorded build:\n{growth_table(size_changes(previous, summary))}"
+        return OverBudget(f"{head}; see what grew since the last recorded build above",
+                          growth_table(size_changes(previous, summary)))
     largest = [Growth(f"layer: {step}", None, b) for step, b in _by_step(summary).items()]
     largest += [Growth(f"package: {n}", None, b) for n, b in (summary.get("packages") or {}).items()]
     largest.sort(key=lambda r: (-(r.after or 0), r.what))
-    return f"{head}; no earlier build of the stack is recorded, its largest parts:\n{growth_table(largest[:15])}"
+    return OverBudget(f"{head}; no earlier build of the stack is recorded: its largest parts are above",
+                      growth_table(largest[:15]))
+
+
+def recorded_size(record: Any, stack: str) -> Mapping[str, Any] | None:
+    """The size summary of a build record of `stack`, if it holds one (older records do not)."""
+    if not isinstance(record, Mapping) or record.get("stack") != stack:
+        return None
+    size = record.get("size")
+    return size if isinstance(size, Mapping) and isinstance(size.get("bytes"), int) else None
 
 
 def pull_bytes(have: Sequence[str], layers: Sequence[Layer]) -> tuple[int, list[Layer]]:

@@ -7,13 +7,29 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 
 from .errors import BuildError
-from .imagesize import Layer, SizeReport, layers_from_history, report_from
+from .imagesize import (
+    Layer,
+    SizeReport,
+    layers_from_history,
+    over_budget,
+    recorded_size,
+    report_from,
+    size_summary,
+)
 from .resources import TOOLS_DIR
+
+
+class SizeOverBudget(BuildError):
+    """The verified image weighs more than its stack's `size.max_gb`."""
+
 
 IMAGEFILES = TOOLS_DIR / "imagefiles.py"
 IMAGEFILES_TIMEOUT_S = 900  # one walk of a 10 GB image took 9 s here; a loaded 2-core machine is far slower
@@ -56,3 +72,21 @@ def measure(client: docker.DockerClient, ref: str) -> SizeReport:
         raise BuildError(f"image {ref}: not in the Docker engine") from None
     files = image_files(client, image_id)
     return report_from(ref, image_id, size, layers, files, seconds=round(time.monotonic() - start, 1))
+
+
+def measure_and_gate(client: docker.DockerClient, image: str, stack: str, max_gb: float | None,
+                     last_record: Path, show: Callable[[str], None]) -> dict[str, Any]:
+    """The size summary a build records; over `max_gb` the build fails, after `show`ing what grew since
+    the record the stack's last build left at `last_record` (read before this build replaces it)."""
+    summary = size_summary(measure(client, image))
+    if max_gb is None:
+        return summary
+    try:
+        previous = recorded_size(json.loads(last_record.read_text(encoding="utf-8")), stack)
+    except (OSError, ValueError):
+        previous = None  # no earlier build, or a record this build will replace anyway
+    verdict = over_budget(stack, summary, max_gb, previous)
+    if verdict is not None:
+        show(verdict.table)
+        raise SizeOverBudget(verdict.headline)
+    return summary

@@ -388,6 +388,13 @@ class CoveragePolicy(_Model):
     packages: tuple[Annotated[str, AfterValidator(_package_name)], ...] = ()
 
 
+class SizeBudget(_Model):
+    """The most the serving image may weigh (uncompressed, as the engine counts it, in GB of 10^9 bytes):
+    a build over it fails after verification, with what grew since the stack's last recorded build."""
+
+    max_gb: float = Field(gt=0, allow_inf_nan=False)
+
+
 class LibraryException(_Model):
     """Compiled files whose missing shared libraries this stack accepts, with the reason (like an override):
     plugins and alternative builds a package loads only for a feature, a fabric or a library version that
@@ -523,6 +530,7 @@ class Stack(_Model):
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     shared_libraries: SharedLibrariesPolicy = SharedLibrariesPolicy()
+    size: SizeBudget | None = None
     cache: RegistryCache | None = None
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
     credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)

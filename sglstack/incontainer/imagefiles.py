@@ -54,10 +54,10 @@ def sha256_of(path: str) -> str | None:
     return digest.hexdigest()
 
 
-def owners() -> tuple[dict[str, str], list[list]]:
-    """(path -> distribution, [[name, version, installed bytes, files], ...]) from every RECORD."""
+def owners() -> tuple[dict[str, str], list[tuple[str, str, int, int]]]:
+    """(path -> distribution, [(name, version, installed bytes, files), ...]) from every RECORD."""
     by_path: dict[str, str] = {}
-    rows = []
+    rows: list[tuple[str, str, int, int]] = []
     for dist in md.distributions():
         name = dist.metadata["Name"] or "?"
         size = count = 0
@@ -69,7 +69,7 @@ def owners() -> tuple[dict[str, str], list[list]]:
                 count += 1
             except OSError:
                 pass
-        rows.append([name, dist.version, size, count])
+        rows.append((name, dist.version, size, count))
     rows.sort(key=lambda r: (-r[2], r[0]))
     return by_path, rows
 

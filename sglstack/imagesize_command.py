@@ -1,0 +1,65 @@
+"""`invoke size --stack NAME [--image REF] [--json]`: the size report of a stack's image, and its budget.
+
+The image is the one the stack's last build recorded (`build/NAME/record.json`), or `--image`. Exit 0,
+1 when the image is over the stack's `size.max_gb` (with what grew since the recorded build), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .dockerhost import docker_client
+from .errors import ConfigError
+from .imagesize import over_budget, recorded_size, report_text, report_to_json, size_summary
+from .imagesize_engine import measure
+from .matrix import load_matrix
+from .records import build_root
+from .ui import console as make_console
+
+
+def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
+    path = build_root() / stack / "record.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return path, None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"the build record cannot be read ({exc})", file=str(path), stack=stack) from None
+    return path, record if isinstance(record, dict) else None
+
+
+def size_command(stacks_file: str, stack_name: str, *, image: str | None = None, as_json: bool = False,
+                 docker_host: str | None = None) -> int:
+    stack = load_matrix(stacks_file).get(stack_name)
+    path, record = recorded_build(stack.name)
+    if image is None:
+        if record is None or not record.get("image_id"):
+            raise ConfigError("no image to measure: build the stack first, or name one with --image",
+                              file=str(path), stack=stack.name)
+        image = str(record["image_id"])
+    report = measure(docker_client(docker_host), image)
+    summary = size_summary(report)
+    # Against the recorded build, unless that build is the image measured: then nothing can have grown.
+    previous = recorded_size(record, stack.name) if record and record.get("image_id") != report.image_id else None
+    verdict = over_budget(stack.name, summary, stack.size.max_gb, previous) if stack.size else None
+    if as_json:
+        data = report_to_json(report)
+        data["stack"] = stack.name
+        data["max_gb"] = stack.size.max_gb if stack.size else None
+        data["over_budget"] = verdict.headline if verdict else None
+        sys.stdout.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    else:
+        console = make_console()
+        console.print(report_text(report), markup=False, highlight=False, soft_wrap=True)
+        if stack.size and verdict is None:
+            console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {stack.size.max_gb:g}",
+                          markup=False, highlight=False)
+        elif verdict is not None:
+            console.print(verdict.table, markup=False, highlight=False, soft_wrap=True)
+    if verdict is not None:
+        print(f"error: {verdict.headline}", file=sys.stderr)
+        return 1
+    return 0
