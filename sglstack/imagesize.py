@@ -91,6 +91,8 @@ def layer_step(created_by: str) -> str:
         return "base image"
     if m := _LOCK_PART.search(text):
         return f"pip: lock part {m[1]}"
+    if "#(nop)" in text:  # the classic builder's way of writing a non-RUN instruction
+        return text.split("#(nop)", 1)[1].strip()[:100]
     text = _SHELL_PREFIX.sub("RUN ", text)
     if text.startswith("RUN ") and "apt-get install" in text:
         packages = text.split("apt-get install", 1)[1].split("&&", 1)[0].split()

@@ -74,8 +74,9 @@ def owners() -> tuple[dict[str, str], list[tuple[str, str, int, int]]]:
     return by_path, rows
 
 
-def main() -> int:
-    files = regular_files()
+def scan(top: str = "/") -> dict:
+    """The report of the files under `top` (the whole image, in a container)."""
+    files = regular_files(top)
     by_path, packages = owners()
     by_size: dict[int, list[str]] = collections.defaultdict(list)
     for path, size in files.items():
@@ -99,12 +100,18 @@ def main() -> int:
         name = os.path.basename(path)
         if SHARED_LIBRARY.match(name):
             libraries[name].append(path)
+    copy_of = {p: d["sha256"] for d in duplicates for p, _ in d["paths"]}
     same_name = []
     for name, paths in libraries.items():
-        if len(paths) > 1:
+        # Copies of one content are the duplicates table's; here only one name with different builds.
+        if len({copy_of.get(p, p) for p in paths}) > 1:
             same_name.append({"name": name, "paths": [[p, by_path.get(p), files[p]] for p in sorted(paths)]})
-    json.dump({"files": len(files), "bytes": sum(files.values()), "packages": packages,
-               "duplicates": duplicates, "same_name": same_name}, sys.stdout, sort_keys=True)
+    return {"files": len(files), "bytes": sum(files.values()), "packages": packages,
+            "duplicates": duplicates, "same_name": same_name}
+
+
+def main() -> int:
+    json.dump(scan(), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 
