@@ -10,7 +10,6 @@ import pytest
 from sglstack.diff import diff_to_json, record_snapshot, snapshot_diff
 from sglstack.errors import ConfigError
 from sglstack.imagesize import (
-    GB,
     MB,
     Layer,
     layer_step,
@@ -139,7 +138,7 @@ def test_recorded_size_only_from_a_record_of_that_stack():
 
 def test_pull_bytes_counts_only_layers_the_node_lacks():
     old = layers_from_history(HISTORY, DIFF_IDS)
-    new = old[:4] + (Layer(4, 140_000, "RUN refresh-record", "sha256:" + "f" * 64), old[5])
+    new = (*old[:4], Layer(4, 140_000, "RUN refresh-record", "sha256:" + "f" * 64), old[5])
     fetched, which = pull_bytes([la.diff_id for la in old if la.diff_id], new)
     assert fetched == 140_000 and [la.index for la in which] == [4]
 
