@@ -6,6 +6,7 @@ The image is the one the stack's last build recorded (`build/NAME/record.json`),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -39,8 +40,10 @@ def size_command(stacks_file: str, stack_name: str, *, image: str | None = None,
         if record is None or not record.get("image_id"):
             raise ConfigError("no image to measure: build the stack first, or name one with --image",
                               file=str(path), stack=stack.name)
-        image = str(record["image_id"])
+        image = str(record["image_id"])  # the recorded image itself, even if its tag has moved since
     report = measure(docker_client(docker_host), image)
+    if record and image == record.get("image_id") and record.get("tag"):
+        report = dataclasses.replace(report, image=str(record["tag"]))
     summary = size_summary(report)
     # Against the recorded build, unless that build is the image measured: then nothing can have grown.
     previous = recorded_size(record, stack.name) if record and record.get("image_id") != report.image_id else None
