@@ -689,6 +689,8 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
                      "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "
                      "(cuobjdump)")
+        budget = f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size else "no size.max_gb budget"
+        lines.append(f"size:         measured after verification (layers, packages, duplicates), recorded; {budget}")
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     return lines, config_hash
