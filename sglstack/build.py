@@ -45,6 +45,7 @@ from .builder import (
 )
 from .coverage_image import build_coverage
 from .credentials import netrc_text
+from .cudacopies import copies_line, cuda_copies, lock_parts
 from .dockerhost import created_container, docker_client, image_digest, running_container
 from .errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError
 from .gitsource import GitSource
@@ -662,6 +663,7 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
         rendered = add_git_source(stack, write_build_context(stack, Path(tmp), lock=options.lock))
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
+        copies = cuda_copies(rendered.dockerfile.read_text(encoding="utf-8"), lock_parts(options.lock))
     out_dir = out_dir_for(stack, options)
     secret_files, secret_env = _planned_secrets(options)
     shown_secrets = [*secret_files, *secret_env, *index_netrc_secret(stack)[0]]
@@ -691,6 +693,7 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
                      "(cuobjdump)")
         budget = f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size else "no size.max_gb budget"
         lines.append(f"size:         measured after verification (layers, packages, duplicates), recorded; {budget}")
+        lines.append(f"cuda copies:  {copies_line(copies)}")
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     return lines, config_hash

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 _RUNTIME = ("cudart", "cublas", "cufft", "curand", "cusolver", "cusparse", "nvrtc", "nvjitlink", "nvtx", "npp", "nccl")
 _DEVEL = (*_RUNTIME, "nvcc", "cupti", "nvml")
@@ -111,3 +112,16 @@ def cuda_copies(dockerfile: str, lock_parts: Mapping[str, Iterable[str]]) -> lis
     held = set(base_libraries(base))
     wheels = stage_wheels(stage, lock_parts)
     return [CudaCopy(lib, base, tuple(wheels[lib])) for lib in sorted(held & set(wheels))]
+
+
+def lock_parts(lock: Any) -> dict[str, list[str]]:
+    """The names each layer of a lock installs (no lock: none known, every step read from its arguments)."""
+    return {layer: [p.name for p in lock.part(layer)] for layer in lock.layers} if lock is not None else {}
+
+
+def copies_line(copies: list[CudaCopy]) -> str:
+    """One line for `invoke build --dry-run`."""
+    if not copies:
+        return "each CUDA library once in the serving stage (its base holds none that a pip step installs again)"
+    return (f"{len(copies)} CUDA libraries twice in the serving stage: in {copies[0].base_image} and again as "
+            f"NVIDIA wheels ({', '.join(c.library for c in copies)})")
