@@ -82,7 +82,8 @@ def scan(top: str = "/") -> dict:
     for path, size in files.items():
         if size >= MIN_DUPLICATE_BYTES:
             by_size[size].append(path)
-    duplicates = []
+    duplicates: list[dict] = []
+    copy_of: dict[str, str] = {}  # path -> sha256, for files with a copy
     for size, paths in by_size.items():
         if len(paths) < 2:
             continue
@@ -93,6 +94,7 @@ def scan(top: str = "/") -> dict:
                 by_hash[digest].append(path)
         for digest, same in by_hash.items():
             if len(same) > 1:
+                copy_of.update((p, digest) for p in same)
                 duplicates.append({"sha256": digest, "bytes": size,
                                    "paths": [[p, by_path.get(p)] for p in sorted(same)]})
     libraries: dict[str, list[str]] = collections.defaultdict(list)
@@ -100,7 +102,6 @@ def scan(top: str = "/") -> dict:
         name = os.path.basename(path)
         if SHARED_LIBRARY.match(name):
             libraries[name].append(path)
-    copy_of = {p: d["sha256"] for d in duplicates for p, _ in d["paths"]}
     same_name = []
     for name, paths in libraries.items():
         # Copies of one content are the duplicates table's; here only one name with different builds.
