@@ -306,7 +306,8 @@ def diff_table(diff: StackDiff) -> Table:
     rows("patch", diff.patches)
     rows("label", diff.labels)
     for g in diff.size:
-        table.add_row("size", g.what, f"{g.delta / MB:+,.1f} MB",
+        change = f"{g.delta / MB:+,.1f} MB" if abs(g.delta) >= MB // 10 else f"{g.delta:+,} B"
+        table.add_row("size", g.what, change,
                       "-" if g.before is None else f"{g.before / GB:.3f} GB",
                       "-" if g.after is None else f"{g.after / GB:.3f} GB")
     return table
