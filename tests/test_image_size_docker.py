@@ -111,3 +111,23 @@ def test_a_build_over_its_budget_fails_after_verification_and_tags_nothing(tmp_p
     temporary = f"{TEMP_REPOSITORY}/cpu-test:"
     tags = [t for image in docker_client.images.list() for t in image.tags if t.startswith(temporary)]
     assert tags == []  # the held temporary reference went with the failure
+
+
+def test_a_build_over_budget_compares_with_the_last_recorded_build(tmp_path, docker_cli, ca_bundle, capsys):
+    text = CPU_MATRIX.read_text()
+    matrix = tmp_path / "stacks.yaml"
+    options = BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path / "out",
+                           show_progress=False)
+    matrix.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: 5}\n", 1))
+    result = build_stack(load_matrix(matrix).get("cpu-test"), options)
+    recorded = json.loads(result.record_path.read_text())["size"]
+    assert recorded["bytes"] > 0 and recorded["layers"][0]["step"] == "base image" and "sglang" in recorded["packages"]
+    capsys.readouterr()
+    matrix.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: 0.01}\n", 1))
+    with pytest.raises(SizeOverBudget) as err:
+        build_stack(load_matrix(matrix).get("cpu-test"), options)
+    assert "since the last recorded build" in str(err.value)
+    table = capsys.readouterr().out
+    image_row = next(line for line in table.splitlines() if line.startswith("image "))
+    assert image_row.split()[-1] == "+0.0"  # the same image again: nothing grew
+    assert json.loads(result.record_path.read_text())["size"] == recorded  # the failed build replaced no record
