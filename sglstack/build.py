@@ -554,7 +554,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         if target == FINAL_TARGET:
             # After verification, before the image is stamped and tagged: an image over budget is not released.
             with timer.phase("size"):
-                size = measure_and_gate(client, held, stack.name, stack.size.max_gb if stack.size else None,
+                size = measure_and_gate(client, held, stack.name, stack.size,
                                         record_path_for(out_dir, target),
                                         lambda table: console.print(table, markup=False, highlight=False,
                                                                     soft_wrap=True))
@@ -691,7 +691,11 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
                      "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "
                      "(cuobjdump)")
-        budget = f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size else "no size.max_gb budget"
+        budget = (f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size and stack.size.max_gb
+                  else "no size.max_gb budget")
+        if stack.size:
+            budget += (f"; a CUDA library in two builds fails it ({len(stack.size.library_copies)} copies "
+                       f"declared)")
         lines.append(f"size:         measured after verification (layers, packages, duplicates), recorded; {budget}")
         lines.append(f"cuda copies:  {copies_line(copies)}")
     else:

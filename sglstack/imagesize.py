@@ -9,6 +9,7 @@ two paths). Nothing here talks to Docker, so the report, the budget and the grow
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,36 @@ def recorded_size(record: Any, stack: str) -> Mapping[str, Any] | None:
         return None
     size = record.get("size")
     return size if isinstance(size, Mapping) and isinstance(size.get("bytes"), int) else None
+
+
+# A CUDA library by its file name: cuBLAS, cuDNN, cuFFT, CUPTI, NVRTC, nvJitLink, NVPERF, NCCL, CuTe DSL ...
+CUDA_LIBRARY = re.compile(r"^lib(?:cu|nv|nccl|cute)", re.IGNORECASE)
+
+
+def site_relative(path: str) -> str:
+    """A path as the stack's declarations name it: under site-packages when it is there."""
+    return path.split("/site-packages/", 1)[1] if "/site-packages/" in path else path.lstrip("/")
+
+
+def undeclared_copies(same_name: Sequence[SameName], declared: Sequence[str]) -> list[SameName]:
+    """The CUDA libraries present in more than one build once the declared copies (globs on the path under
+    site-packages) are set aside: each must exist once in the image."""
+    out = []
+    for group in same_name:
+        if not CUDA_LIBRARY.match(group.name):
+            continue
+        left = tuple(p for p in group.paths if not any(fnmatch.fnmatchcase(site_relative(p[0]), g) for g in declared))
+        if len(left) > 1:
+            out.append(SameName(group.name, left))
+    return out
+
+
+def copies_message(stack: str, copies: Sequence[SameName], *, limit: int = 4) -> str:
+    shown = "; ".join(f"{c.name} at {', '.join(site_relative(p) for p, _, _ in c.paths)}" for c in copies[:limit])
+    more = f"; and {len(copies) - limit} more" if len(copies) > limit else ""
+    return (f"stack '{stack}': {len(copies)} CUDA librar{'y is' if len(copies) == 1 else 'ies are'} in the image "
+            f"in more than one build: {shown}{more} (declare an accepted copy under size.library_copies with its "
+            f"reason)")
 
 
 def pull_bytes(have: Sequence[str], layers: Sequence[Layer]) -> tuple[int, list[Layer]]:

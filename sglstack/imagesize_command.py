@@ -14,7 +14,15 @@ from typing import Any
 
 from .dockerhost import docker_client
 from .errors import ConfigError
-from .imagesize import over_budget, recorded_size, report_text, report_to_json, size_summary
+from .imagesize import (
+    copies_message,
+    over_budget,
+    recorded_size,
+    report_text,
+    report_to_json,
+    size_summary,
+    undeclared_copies,
+)
 from .imagesize_engine import measure
 from .matrix import load_matrix
 from .records import build_root
@@ -47,22 +55,28 @@ def size_command(stacks_file: str, stack_name: str, *, image: str | None = None,
     summary = size_summary(report)
     # Against the recorded build, unless that build is the image measured: then nothing can have grown.
     previous = recorded_size(record, stack.name) if record and record.get("image_id") != report.image_id else None
-    verdict = over_budget(stack.name, summary, stack.size.max_gb, previous) if stack.size else None
+    max_gb = stack.size.max_gb if stack.size else None
+    verdict = over_budget(stack.name, summary, max_gb, previous) if max_gb else None
+    copies = undeclared_copies(report.same_name, [c.file for c in stack.size.library_copies]) if stack.size else []
+    problems = [*([verdict.headline] if verdict else []), *([copies_message(stack.name, copies)] if copies else [])]
     if as_json:
         data = report_to_json(report)
         data["stack"] = stack.name
-        data["max_gb"] = stack.size.max_gb if stack.size else None
+        data["max_gb"] = max_gb
         data["over_budget"] = verdict.headline if verdict else None
+        data["undeclared_library_copies"] = [c.name for c in copies]
         sys.stdout.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
     else:
         console = make_console()
         console.print(report_text(report), markup=False, highlight=False, soft_wrap=True)
-        if stack.size and verdict is None:
-            console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {stack.size.max_gb:g}",
+        if max_gb and verdict is None:
+            console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {max_gb:g}",
                           markup=False, highlight=False)
         elif verdict is not None:
             console.print(verdict.table, markup=False, highlight=False, soft_wrap=True)
-    if verdict is not None:
-        print(f"error: {verdict.headline}", file=sys.stderr)
-        return 1
-    return 0
+        if stack.size and not copies:
+            console.print("each CUDA library once, beside the copies size.library_copies declares",
+                          markup=False, highlight=False)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0

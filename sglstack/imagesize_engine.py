@@ -18,17 +18,24 @@ from .errors import BuildError
 from .imagesize import (
     Layer,
     SizeReport,
+    copies_message,
     layers_from_history,
     over_budget,
     recorded_size,
     report_from,
     size_summary,
+    undeclared_copies,
 )
+from .matrix import SizePolicy
 from .resources import TOOLS_DIR
 
 
 class SizeOverBudget(BuildError):
     """The verified image weighs more than its stack's `size.max_gb`."""
+
+
+class LibraryCopies(BuildError):
+    """The verified image holds a CUDA library in two builds that its stack does not declare."""
 
 
 IMAGEFILES = TOOLS_DIR / "imagefiles.py"
@@ -74,18 +81,25 @@ def measure(client: docker.DockerClient, ref: str) -> SizeReport:
     return report_from(ref, image_id, size, layers, files, seconds=round(time.monotonic() - start, 1))
 
 
-def measure_and_gate(client: docker.DockerClient, image: str, stack: str, max_gb: float | None,
+def measure_and_gate(client: docker.DockerClient, image: str, stack: str, policy: SizePolicy | None,
                      last_record: Path, show: Callable[[str], None]) -> dict[str, Any]:
-    """The size summary a build records; over `max_gb` the build fails, after `show`ing what grew since
-    the record the stack's last build left at `last_record` (read before this build replaces it)."""
-    summary = size_summary(measure(client, image))
-    if max_gb is None:
+    """The size summary a build records. With a size policy, the build fails over `max_gb` (after `show`ing
+    what grew since the record the stack's last build left at `last_record`, read before this build
+    replaces it), and on a CUDA library present in two builds that the policy does not declare."""
+    report = measure(client, image)
+    summary = size_summary(report)
+    if policy is None:
+        return summary
+    copies = undeclared_copies(report.same_name, [c.file for c in policy.library_copies])
+    if copies:
+        raise LibraryCopies(copies_message(stack, copies))
+    if policy.max_gb is None:
         return summary
     try:
         previous = recorded_size(json.loads(last_record.read_text(encoding="utf-8")), stack)
     except (OSError, ValueError):
         previous = None  # no earlier build, or a record this build will replace anyway
-    verdict = over_budget(stack, summary, max_gb, previous)
+    verdict = over_budget(stack, summary, policy.max_gb, previous)
     if verdict is not None:
         show(verdict.table)
         raise SizeOverBudget(verdict.headline)

@@ -388,13 +388,6 @@ class CoveragePolicy(_Model):
     packages: tuple[Annotated[str, AfterValidator(_package_name)], ...] = ()
 
 
-class SizeBudget(_Model):
-    """The most the serving image may weigh (uncompressed, as the engine counts it, in GB of 10^9 bytes):
-    a build over it fails after verification, with what grew since the stack's last recorded build."""
-
-    max_gb: float = Field(gt=0, allow_inf_nan=False)
-
-
 class LibraryException(_Model):
     """Compiled files whose missing shared libraries this stack accepts, with the reason (like an override):
     plugins and alternative builds a package loads only for a feature, a fabric or a library version that
@@ -402,6 +395,16 @@ class LibraryException(_Model):
 
     file: str = Field(min_length=1)  # a glob on the path under site-packages, e.g. "torchcodec/libtorchcodec_*"
     reason: str = Field(min_length=1)
+
+
+class SizePolicy(_Model):
+    """The serving image's size policy, checked after verification. `max_gb`: the most it may weigh
+    (uncompressed, as the engine counts it, in GB of 10^9 bytes); over it the build fails with what grew
+    since the stack's last recorded build. `library_copies`: the second builds of a CUDA library (one file
+    name at two paths) this stack accepts, each with its reason; any other fails the build."""
+
+    max_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    library_copies: tuple[LibraryException, ...] = ()
 
 
 class SharedLibrariesPolicy(_Model):
@@ -530,7 +533,7 @@ class Stack(_Model):
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     shared_libraries: SharedLibrariesPolicy = SharedLibrariesPolicy()
-    size: SizeBudget | None = None
+    size: SizePolicy | None = None
     cache: RegistryCache | None = None
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
     credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)

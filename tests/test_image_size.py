@@ -12,6 +12,7 @@ from sglstack.errors import ConfigError
 from sglstack.imagesize import (
     MB,
     Layer,
+    copies_message,
     layer_step,
     layers_from_history,
     over_budget,
@@ -22,6 +23,7 @@ from sglstack.imagesize import (
     report_to_json,
     size_changes,
     size_summary,
+    undeclared_copies,
 )
 from sglstack.incontainer import imagefiles
 from sglstack.matrix import load_matrix
@@ -185,3 +187,39 @@ def test_imagefiles_finds_copies_by_content_and_one_library_name_twice(tmp_path)
         [str(tmp_path / "a" / "libfoo.so"), str(tmp_path / "b" / "copy.bin")]]
     assert [s["name"] for s in data["same_name"]] == ["libfoo.so"]
     assert [p[2] for p in data["same_name"][0]["paths"]] == [len(payload), len(payload) + 1]
+
+
+def test_each_cuda_library_once_beside_the_declared_copies():
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    files = files_fact(same_name=[
+        {"name": "libnccl_m2n.so", "paths": [[site + "nccl/m2n/lib/cu12/libnccl_m2n.so", "nccl-extensions", 30],
+                                             [site + "nccl/m2n/lib/cu13/libnccl_m2n.so", "nccl-extensions", 31]]},
+        {"name": "libcublas.so.13", "paths": [["/usr/local/cuda/lib64/libcublas.so.13", None, 500],
+                                              [site + "nvidia/cu13/lib/libcublas.so.13", "nvidia-cublas", 600]]},
+        {"name": "libgfortran.so.5", "paths": [[site + "numpy.libs/libgfortran.so.5", "numpy", 3],
+                                               [site + "scipy.libs/libgfortran.so.5", "scipy", 4]]},  # not CUDA
+    ])
+    rep = report_from("i", "sha256:" + "b" * 64, 1, (), files)
+    assert [c.name for c in undeclared_copies(rep.same_name, [])] == ["libcublas.so.13", "libnccl_m2n.so"]
+    left = undeclared_copies(rep.same_name, ["nccl/*/lib/cu12/*"])
+    assert [c.name for c in left] == ["libcublas.so.13"]  # a devel base's cuBLAS beside the wheel's: no glob fits
+    message = copies_message("cu130", left)
+    assert message == ("stack 'cu130': 1 CUDA library is in the image in more than one build: libcublas.so.13 at "
+                       "usr/local/cuda/lib64/libcublas.so.13, nvidia/cu13/lib/libcublas.so.13 (declare an accepted "
+                       "copy under size.library_copies with its reason)")
+    assert undeclared_copies(rep.same_name, ["nccl/*/lib/cu12/*", "nvidia/cu13/lib/libcublas*"]) == []
+
+
+def test_library_copies_in_the_schema_need_a_reason(tmp_path):
+    text = CPU_MATRIX.read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size:\n      library_copies:\n"
+                                 "        - {file: 'nccl/*/lib/cu12/*', reason: 'one wheel, both CUDAs'}\n", 1))
+    policy = load_matrix(good).get("cpu-test").size
+    assert policy.max_gb is None and [c.file for c in policy.library_copies] == ["nccl/*/lib/cu12/*"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size:\n      library_copies:\n"
+                                "        - {file: 'nccl/*'}\n", 1))
+    with pytest.raises(ConfigError) as err:
+        load_matrix(bad)
+    assert "reason" in str(err.value) and "cpu-test" in str(err.value)

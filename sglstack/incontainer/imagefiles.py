@@ -21,7 +21,8 @@ import sys
 
 MIN_DUPLICATE_BYTES = 64 * 1024  # below this a duplicate is noise (license files, __init__.py, stubs)
 SKIP = ("/proc", "/sys", "/dev", "/run", "/tmp")  # kernel and runtime mounts: not the image's files
-SHARED_LIBRARY = re.compile(r"^lib[^/]*\.so(\.[0-9.]+)?$")
+# A shared library by its file name; Python extension modules (`lib.cpython-311-...so`) are modules, not libraries.
+SHARED_LIBRARY = re.compile(r"^lib(?![^/]*\.(?:cpython-|abi3\.))[^/]*\.so(\.[0-9.]+)?$")
 
 
 def regular_files(top: str = "/") -> dict[str, int]:
