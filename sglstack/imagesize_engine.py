@@ -34,6 +34,12 @@ class SizeOverBudget(BuildError):
     """The verified image weighs more than its stack's `size.max_gb`."""
 
 
+class ImageNotInEngine(BuildError):
+    """The image named is not in the engine: bad input."""
+
+    exit_code = 2
+
+
 class LibraryCopies(BuildError):
     """The verified image holds a CUDA library in two builds that its stack does not declare."""
 
@@ -50,24 +56,29 @@ def image_layers(client: docker.DockerClient, ref: str) -> tuple[str, int, tuple
     return str(image.id), int(image.attrs.get("Size") or 0), layers_from_history(history, diff_ids)
 
 
-def image_files(client: docker.DockerClient, ref: str) -> dict:
+def image_files(client: docker.DockerClient, ref: str, shown: str | None = None) -> dict:
     """What `incontainer/imagefiles.py` says of the image, run as `python3 -c` with the network off.
 
     Given as a program text rather than copied into the image, so it reads images built before it existed."""
+    shown = shown or ref
     # Imported here: dockerhost imports the docker SDK's container helpers, which `imagesize` does not need.
     from .dockerhost import run_to_completion
 
-    code, out = run_to_completion(client, ref, ["python3", "-c", IMAGEFILES.read_text(encoding="utf-8")],
-                                  name_prefix="sglstack-size", timeout=IMAGEFILES_TIMEOUT_S, entrypoint=[],
-                                  network_disabled=True)
+    try:
+        code, out = run_to_completion(client, ref, ["python3", "-c", IMAGEFILES.read_text(encoding="utf-8")],
+                                      name_prefix="sglstack-size", timeout=IMAGEFILES_TIMEOUT_S, entrypoint=[],
+                                      network_disabled=True)
+    except docker.errors.APIError as exc:  # an image without python3 (a bare base) cannot list its files
+        raise BuildError(f"image {shown}: its files cannot be listed in a container: "
+                         f"{exc.explanation or exc}") from None
     lines = out.strip().splitlines()
     if code != 0 or not lines:
-        raise BuildError(f"image {ref}: listing its files failed (exit {code}): "
+        raise BuildError(f"image {shown}: listing its files failed (exit {code}): "
                          f"{lines[-1] if lines else 'no output'}")
     try:
         return json.loads(lines[-1])
     except ValueError as exc:
-        raise BuildError(f"image {ref}: its file listing is not JSON ({exc})") from None
+        raise BuildError(f"image {shown}: its file listing is not JSON ({exc})") from None
 
 
 def measure(client: docker.DockerClient, ref: str) -> SizeReport:
@@ -76,8 +87,8 @@ def measure(client: docker.DockerClient, ref: str) -> SizeReport:
     try:
         image_id, size, layers = image_layers(client, ref)
     except docker.errors.ImageNotFound:
-        raise BuildError(f"image {ref}: not in the Docker engine") from None
-    files = image_files(client, image_id)
+        raise ImageNotInEngine(f"image {ref}: not in the Docker engine") from None
+    files = image_files(client, image_id, shown=ref)
     return report_from(ref, image_id, size, layers, files, seconds=round(time.monotonic() - start, 1))
 
 

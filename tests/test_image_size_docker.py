@@ -131,3 +131,13 @@ def test_a_build_over_budget_compares_with_the_last_recorded_build(tmp_path, doc
     image_row = next(line for line in table.splitlines() if line.startswith("image "))
     assert image_row.split()[-1] == "+0.0"  # the same image again: nothing grew
     assert json.loads(result.record_path.read_text())["size"] == recorded  # the failed build replaced no record
+
+
+def test_invoke_size_on_an_absent_image_or_one_without_python(tmp_path):
+    env = {"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    args = ("size", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--image")
+    proc = run_invoke(*args, f"sglstack-test/absent-{secrets.token_hex(4)}:x", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not in the Docker engine" in proc.stderr
+    proc = run_invoke(*args, "debian:bookworm-slim", cwd=tmp_path, env=env)  # a bare base: no python3 in it
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: image debian:bookworm-slim: its files cannot be listed in a container")
