@@ -316,6 +316,8 @@ def diff_table(diff: StackDiff) -> Table:
 def print_diff(diff: StackDiff, console: Console) -> None:
     if diff.identical:
         console.print(f"no difference between {diff.a} and {diff.b}", highlight=False)
+        for g in diff.size[:1]:  # the same contents built again can still differ by a few bytes: say so
+            console.print(f"size: {g.before} -> {g.after} bytes ({g.delta:+,})", highlight=False)
     else:
         console.print(diff_table(diff))
         counts = {k: sum(1 for c in diff.packages if c.kind == k) for k in ("added", "removed", "changed")}

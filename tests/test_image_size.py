@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from sglstack.diff import diff_to_json, record_snapshot, snapshot_diff
+from sglstack.diff import diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.errors import ConfigError
 from sglstack.imagesize import (
     MB,
@@ -223,3 +225,14 @@ def test_library_copies_in_the_schema_need_a_reason(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_matrix(bad)
     assert "reason" in str(err.value) and "cpu-test" in str(err.value)
+
+
+def test_diff_of_otherwise_identical_records_still_says_the_size_change():
+    a = {"stack": "s", "config_hash": "1" * 64, "size": size_summary(report())}
+    b = {**a, "size": {**a["size"], "bytes": a["size"]["bytes"] + 29}}
+    diff = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(b, "b.json"))
+    assert diff.identical  # size is a consequence of what diff compares, never a difference by itself
+    out = io.StringIO()
+    print_diff(diff, Console(file=out, width=200, color_system=None))
+    printed = out.getvalue()
+    assert "no difference" in printed and f"size: {6_618 * MB} -> {6_618 * MB + 29} bytes (+29)" in printed
