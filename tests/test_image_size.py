@@ -183,8 +183,11 @@ def test_imagefiles_finds_copies_by_content_and_one_library_name_twice(tmp_path)
     (tmp_path / "b" / "small").write_bytes(b"x" * 10)
     (tmp_path / "b" / "small2").write_bytes(b"x" * 10)  # a copy below the threshold: not reported
     (tmp_path / "a" / "hard").hardlink_to(tmp_path / "a" / "libfoo.so")  # one file on disk, not a copy
+    # Python extension modules share names across packages (pandas' and pyarrow's `lib`): not libraries
+    (tmp_path / "a" / "lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"pandas")
+    (tmp_path / "b" / "lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"pyarrow")
     data = json.loads(json.dumps(imagefiles.scan(str(tmp_path))))
-    assert data["files"] == 5
+    assert data["files"] == 7
     assert [[p for p, _ in d["paths"]] for d in data["duplicates"]] == [
         [str(tmp_path / "a" / "libfoo.so"), str(tmp_path / "b" / "copy.bin")]]
     assert [s["name"] for s in data["same_name"]] == ["libfoo.so"]
