@@ -6,6 +6,7 @@ Not a CI step: it reads (and for `patch-pull` rebuilds) the full `pypi-cu130` im
     python3 benchmarks/bench_image_size.py report [STACK]                 # figures + seconds of the report
     python3 benchmarks/bench_image_size.py compressed REF --registry H:P  # push REF, sum its gzip'd layers
     python3 benchmarks/bench_image_size.py patch-pull [--registry H:P]    # a patch edit, rebuilt; bytes re-pulled
+    python3 benchmarks/bench_image_size.py pull OLD NEW                   # NEW's layers a node holding OLD lacks
 
 `report`: the image (uncompressed, the engine's), its installed distributions, its base layer, the floor
 (installed environment + base) and the ratio, duplicates, and the seconds `invoke size` took.
@@ -103,10 +104,20 @@ def patch_pull(registry: str | None) -> dict:
     return out
 
 
+def pull(old: str, new: str) -> dict:
+    client = docker_client()
+    _, _, held = image_layers(client, old)
+    _, _, layers = image_layers(client, new)
+    fetched, which = pull_bytes([la.diff_id for la in held if la.diff_id], layers)
+    return {"old": old, "new": new, "uncompressed_pull_bytes": fetched, "layers": len(layers),
+            "layers_fetched": [(la.step, la.bytes) for la in which]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["report", "compressed", "patch-pull"])
+    ap.add_argument("what", choices=["report", "compressed", "patch-pull", "pull"])
     ap.add_argument("arg", nargs="?")
+    ap.add_argument("arg2", nargs="?")
     ap.add_argument("--registry", help="HOST:PORT of a registry on loopback to push to")
     opts = ap.parse_args()
     if opts.what == "report":
@@ -115,6 +126,10 @@ def main() -> int:
         if not (opts.arg and opts.registry):
             ap.error("compressed needs REF and --registry")
         out = push(opts.arg, opts.registry, "measured")
+    elif opts.what == "pull":
+        if not (opts.arg and opts.arg2):
+            ap.error("pull needs OLD and NEW")
+        out = pull(opts.arg, opts.arg2)
     else:
         out = patch_pull(opts.registry)
     print(json.dumps(out, indent=1))
