@@ -298,6 +298,18 @@ def coverage(c, stack, stacks_file=DEFAULT_STACKS, json=None):
     _exit_with(coverage_command(stacks_file, stack, json_path=json))
 
 
+@task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
+            "image": "the image to measure (default: the one the stack's last build recorded)",
+            "json": "print the report as JSON",
+            "docker-host": "Docker engine URL the image is on (default: DOCKER_HOST / local socket)"})
+@_user_errors
+def size(c, stack, stacks_file=DEFAULT_STACKS, image=None, json=False, docker_host=None):
+    """The image's size by layer, its 20 largest packages, files present twice; exit 1 over size.max_gb."""
+    from sglstack.size.command import size_command  # at call time: the docker SDK is slow to import
+
+    _exit_with(size_command(stacks_file, stack, image=image, as_json=json, docker_host=docker_host))
+
+
 # ---- GPU node --------------------------------------------------------------------------------------
 
 @task(help={"stack": "stack name from the matrix", "stacks-file": "the matrix file",
@@ -316,7 +328,7 @@ def preflight(c, stack, stacks_file=DEFAULT_STACKS, json=None, docker_host=None,
 
 ns = Collection()
 ns.add_task(preflight)
-for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage, releases, upgrade):
+for _t in (stacks, lock, diff, render, build, sbom, verify_image, bake, coverage, size, releases, upgrade):
     ns.add_task(_t)
 
 

@@ -57,6 +57,8 @@ from ..lock.file import Lock, lock_content_sha256, source_mismatches
 from ..render import confighash
 from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
 from ..serving import LAUNCH, serving_argv, serving_spec
+from ..size.cudacopies import copies_line, cuda_copies, lock_parts
+from ..size.measure import measure_and_gate
 from .verify import image_check_problems, lock_mismatches, pin_mismatches, pip_check_problems, waived_libraries
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
@@ -548,6 +550,14 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
             checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
             coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
                                       installed=(info or {}).get("distributions"))
+        size = None
+        if target == FINAL_TARGET:
+            # After verification, before the image is stamped and tagged: an image over budget is not released.
+            with timer.phase("size"):
+                size = measure_and_gate(client, held, stack.name, stack.size,
+                                        record_path_for(out_dir, target),
+                                        lambda table: console.print(table, markup=False, highlight=False,
+                                                                    soft_wrap=True))
         inventory = None
         if target == FINAL_TARGET:
             with timer.phase("sbom"):
@@ -577,6 +587,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "torch": (info or {}).get("torch"),
         "coverage": coverage.record,
         "image_checks": checks,
+        "size": size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
         "base_image": {"name": stack.base_image, "digest": base_digest},
@@ -652,6 +663,7 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
     with tempfile.TemporaryDirectory(prefix="sglstack-plan-") as tmp:
         rendered = add_git_source(stack, write_build_context(stack, Path(tmp), lock=options.lock))
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
+        copies = cuda_copies(rendered.dockerfile.read_text(encoding="utf-8"), lock_parts(options.lock))
     out_dir = out_dir_for(stack, options)
     secret_files, secret_env = _planned_secrets(options)
     shown_secrets = [*secret_files, *secret_env, *index_netrc_secret(stack)[0]]
@@ -679,6 +691,13 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
                      "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "
                      "(cuobjdump)")
+        budget = (f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size and stack.size.max_gb
+                  else "no size.max_gb budget")
+        if stack.size:
+            budget += (f"; a CUDA library in two builds fails it ({len(stack.size.library_copies)} copies "
+                       f"declared)")
+        lines.append(f"size:         measured after verification (layers, packages, duplicates), recorded; {budget}")
+        lines.append(f"cuda copies:  {copies_line(copies)}")
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     return lines, config_hash

@@ -397,6 +397,16 @@ class LibraryException(_Model):
     reason: str = Field(min_length=1)
 
 
+class SizePolicy(_Model):
+    """The serving image's size policy, checked after verification. `max_gb`: the most it may weigh
+    (uncompressed, as the engine counts it, in GB of 10^9 bytes); over it the build fails with what grew
+    since the stack's last recorded build. `library_copies`: the second builds of a CUDA library (one file
+    name at two paths) this stack accepts, each with its reason; any other fails the build."""
+
+    max_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    library_copies: tuple[LibraryException, ...] = ()
+
+
 class SharedLibrariesPolicy(_Model):
     """The build's shared-library check: every DT_NEEDED of every compiled file resolves in the image,
     except the driver's (the host provides them) and the files declared here."""
@@ -523,6 +533,7 @@ class Stack(_Model):
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     shared_libraries: SharedLibrariesPolicy = SharedLibrariesPolicy()
+    size: SizePolicy | None = None
     cache: RegistryCache | None = None
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
     credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)

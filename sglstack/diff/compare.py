@@ -21,6 +21,7 @@ from rich.table import Table
 
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
+from ..size.report import GB, MB, Growth, size_changes
 
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
@@ -43,6 +44,7 @@ class Snapshot:
     sglang: str | None = None  # "0.5.9" or "git-<ref12>"
     sglang_git: tuple[str, str] | None = None  # (repo, full commit) for a git source
     labels: Mapping[str, str] | None = None
+    size: Mapping[str, Any] | None = None  # a record's size summary; for an image, {"bytes": N} from the engine
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class StackDiff:
     sglang_commits: str | None = None  # "repo: a..b" for two commits of one repository
     labels: tuple[Change, ...] = ()
     unknown: tuple[str, ...] = field(default=())  # sections one side cannot tell
+    size: tuple[Growth, ...] = ()  # the image, then the layers and packages that moved (a result, not a cause)
 
     @property
     def identical(self) -> bool:
@@ -169,13 +172,15 @@ def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
     if sglang is None and labels:
         sglang = labels.get(SGLANG_LABEL)
     installed = record.get("installed")
+    size = record.get("size")
     return Snapshot(
         ref=ref, kind="record", stack=record.get("stack"), config_hash=record.get("config_hash"),
         base_image=base.get("name") or (labels or {}).get(BASE_NAME_LABEL),
         base_digest=base.get("digest") or (labels or {}).get(BASE_DIGEST_LABEL),
         pins=_canonical(pins) if isinstance(pins, Mapping) else None,
         packages=_canonical(installed) if isinstance(installed, Mapping) and installed else None,
-        patches=_patches_from_manifest(record.get("patches")), sglang=sglang, sglang_git=git, labels=labels)
+        patches=_patches_from_manifest(record.get("patches")), sglang=sglang, sglang_git=git, labels=labels,
+        size=size if isinstance(size, Mapping) and isinstance(size.get("bytes"), int) else None)
 
 
 def lock_snapshot(lock: Lock, ref: str) -> Snapshot:
@@ -254,9 +259,12 @@ def snapshot_diff(a: Snapshot, b: Snapshot) -> StackDiff:
     if both("labels", a.labels, b.labels):
         labels = tuple(c for c in _changes(a.labels or {}, b.labels or {})
                        if not c.name.startswith(_LABELS_SHOWN_ELSEWHERE))
+    size: tuple[Growth, ...] = ()
+    if a.size and b.size and a.size["bytes"] != b.size["bytes"]:
+        size = tuple(size_changes(a.size, b.size))
     return StackDiff(a=f"{a.ref} ({a.kind})", b=f"{b.ref} ({b.kind})", base=tuple(base), config_hash=config,
                      pins=pins, packages=packages, patches=patches, sglang=sglang, sglang_commits=commits,
-                     labels=labels, unknown=tuple(unknown))
+                     labels=labels, unknown=tuple(unknown), size=size)
 
 
 # ---- output ----------------------------------------------------------------------------------------
@@ -272,6 +280,7 @@ def diff_to_json(diff: StackDiff) -> dict[str, Any]:
     for key in ("config_hash", "sglang"):
         if data[key]:
             data[key] = with_kind([data[key]])[0]
+    data["size"] = [{**asdict(g), "delta": g.delta} for g in diff.size]
     data["identical"] = diff.identical
     return data
 
@@ -296,12 +305,19 @@ def diff_table(diff: StackDiff) -> Table:
     rows("package", diff.packages)
     rows("patch", diff.patches)
     rows("label", diff.labels)
+    for g in diff.size:
+        change = f"{g.delta / MB:+,.1f} MB" if abs(g.delta) >= MB // 10 else f"{g.delta:+,} B"
+        table.add_row("size", g.what, change,
+                      "-" if g.before is None else f"{g.before / GB:.3f} GB",
+                      "-" if g.after is None else f"{g.after / GB:.3f} GB")
     return table
 
 
 def print_diff(diff: StackDiff, console: Console) -> None:
     if diff.identical:
         console.print(f"no difference between {diff.a} and {diff.b}", highlight=False)
+        for g in diff.size[:1]:  # the same contents built again can still differ by a few bytes: say so
+            console.print(f"size: {g.before} -> {g.after} bytes ({g.delta:+,})", highlight=False)
     else:
         console.print(diff_table(diff))
         counts = {k: sum(1 for c in diff.packages if c.kind == k) for k in ("added", "removed", "changed")}

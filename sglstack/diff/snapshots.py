@@ -6,6 +6,7 @@ this, and smoke knows no registry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -64,7 +65,9 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
         return None
     files = read_image_files(client, image.id, list(IMAGE_FACTS.values()))
     by_name = {name: files[path] for name, path in IMAGE_FACTS.items() if path in files}
-    return image_snapshot(ref, image.labels or {}, by_name)
+    # The engine's own size of the image (uncompressed): what `invoke diff` compares of two images.
+    return dataclasses.replace(image_snapshot(ref, image.labels or {}, by_name),
+                               size={"bytes": int(image.attrs.get("Size") or 0)})
 
 
 def _record_naming(image_id: str) -> Snapshot | None:
