@@ -1,4 +1,4 @@
-"""The README's promises, each tested across every input it covers, not at one point (hypothesis).
+"""The promises of the README and docs/ guides, each tested across every input it covers, not at one point (hypothesis).
 
 The inputs are derived from the code (a schema's fields, a dataclass's fields, the files a build context
 holds), and each test first checks that it knows every one of them: a new field fails here until it is

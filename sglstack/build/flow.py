@@ -63,7 +63,7 @@ from .verify import image_check_problems, lock_mismatches, pin_mismatches, pip_c
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"
 HF_TOKEN_ENV = "HF_TOKEN"
-# The client's variable holding the stack's netrc (`invoke bake` users set it themselves; see README).
+# The client variable holding the stack netrc (`invoke bake` users set it; see docs/stacks-and-settings.md).
 INDEX_NETRC_ENV = "SGLSTACK_INDEX_NETRC"
 FINAL_TARGET = "runtime"
 # The build's own short-lived tags live in a repository of their own, named after the stack and config
