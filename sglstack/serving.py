@@ -17,7 +17,8 @@ from typing import Self
 
 from pydantic import ValidationError
 
-from .config.matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
+from .config.fields import parse_bind
+from .config.schema import ServingSettings, SpeculativeSettings, Stack
 from .core.credentials import reference_map, secret_reference
 from .core.errors import SglstackError, one_line
 from .core.quoting import ENV_NAME_RE, one_line_problem

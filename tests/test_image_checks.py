@@ -23,7 +23,8 @@ import scipy
 
 from sglstack.build.flow import image_check_command, serving_argvs
 from sglstack.build.verify import image_check_problems, waived_libraries
-from sglstack.config.matrix import LibraryException, SharedLibrariesPolicy, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
 from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parent.parent

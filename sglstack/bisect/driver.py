@@ -35,7 +35,8 @@ from ..adapters.git import GitSource, GitSourceError
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_wheel
 from ..build.flow import BuildOptions, build_stack, resolve_ca_bundle
 from ..build.patches import load_specs, unpack_for_patches
-from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
+from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
+from ..config.schema import Stack
 from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
 from ..core.records import build_root, stack_lock
 from ..inimage import patchkit

@@ -44,7 +44,7 @@ from ..attest.identity import sglstack_identity
 from ..attest.image import image_inventory
 from ..attest.provenance import tree_sha256
 from ..attest.sbom import SBOM_FILE, Inventory, lock_problems, sbom_document
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.credentials import netrc_text
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError

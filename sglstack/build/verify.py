@@ -11,7 +11,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..config.matrix import SharedLibrariesPolicy, Stack
+from ..config.schema import SharedLibrariesPolicy, Stack
 from ..lock.file import Lock, compare_installed
 
 

@@ -19,7 +19,8 @@ from rich.table import Table
 
 from ..adapters.cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, cuobjdump
 from ..adapters.wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..lock.file import lock_path, read_lock

@@ -22,7 +22,7 @@ import docker.errors
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
 from ..adapters.docker import created_container
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import BuildError
 from .devicecode import coverage_cache_dir, inspect_files
 from .rules import (

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..config.matrix import CoverageException, CoveragePolicy, Stack
+from ..config.schema import CoverageException, CoveragePolicy, Stack
 from ..core.labels import COVERAGE_LABEL, format_coverage_label
 
 Cell = Literal["native", "ptx", "missing"]

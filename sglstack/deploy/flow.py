@@ -19,7 +19,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
 from ..core.records import build_root as default_build_root

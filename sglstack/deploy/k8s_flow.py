@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
 from ..core.records import utc_timestamp

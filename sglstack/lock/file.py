@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..config.matrix import DEFAULT_KERNEL_PACKAGE, Stack
+from ..config.schema import DEFAULT_KERNEL_PACKAGE, Stack
 from ..core.errors import ConfigError
 from ..core.safefiles import write_text
 

@@ -51,7 +51,8 @@ from ..adapters.uv import (
     SourceUnreachable,
     compile_many,
 )
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, DockerUnavailable, SglstackError
 from ..core.records import require_writable, utc_timestamp

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.imageref import Repository, is_digest
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console
 from ..core.labels import CONFIG_HASH_LABEL
 from ..core.records import utc_today

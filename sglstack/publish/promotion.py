@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.imageref import Repository, parse_repository
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError
 from ..core.signals import Interrupted, deferred

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..adapters.docker import is_local_docker_host
-from ..config.matrix import Gates, SpeculativeSettings, Stack
+from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core.credentials import names_secret
 from ..core.errors import SmokeError
 from ..core.records import build_root

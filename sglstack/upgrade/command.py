@@ -29,7 +29,8 @@ from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
 from ..build.patches import check_version
-from ..config.matrix import Matrix, Stack, load_matrix, stack_name_problem
+from ..config.matrix import load_matrix, stack_name_problem
+from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root

@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..inimage.incontainer.wheelkit import requirement_key
 from .releases import FLASHINFER, ReleasePins, applicable_requirements
 
