@@ -23,6 +23,7 @@ from docker import errors as docker_errors
 from sglstack.build import flow as build_mod
 from sglstack.build.flow import BuildOptions, build_stack
 from sglstack.build.pipeline import describe_plan
+from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 
@@ -311,7 +312,7 @@ def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, do
             labels = docker_client.images.get(results[0].tag).labels
             assert labels["io.sglstack.verified"] == "true"
             assert docker_client.containers.list(
-                all=True, filters={"label": f"{build_mod.BUILD_CONTAINER_LABEL}={stack.name}"}) == []
+                all=True, filters={"label": f"{BUILD_CONTAINER_LABEL}={stack.name}"}) == []
     finally:
         for tag in tags_of(docker_client, stack.name):
             docker_client.images.remove(tag, noprune=True)

@@ -177,7 +177,7 @@ def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_i
 @pytest.mark.docker
 def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
     from sglstack.adapters.docker import docker_client
-    from sglstack.build.flow import check_base_image  # the engine side: only the docker tests need it
+    from sglstack.build.verify import check_base_image  # the engine side: only the docker tests need it
     from sglstack.core.errors import BuildError
 
     client = docker_client()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import git
 
-from sglstack.build.flow import check_pins
+from sglstack.build.verify import check_pins
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.lock.file import is_current, parse_lock, source_mismatches
