@@ -11,6 +11,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import CoverageException, CoveragePolicy
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
 from sglstack.coverage.command import overall_exit, pip_platform_tags
+from sglstack.coverage.report import PackageStatus, build_report
 from sglstack.coverage.rules import (
     MISSING,
     NATIVE,
@@ -18,9 +19,7 @@ from sglstack.coverage.rules import (
     Capability,
     DeviceObject,
     PackageObjects,
-    PackageStatus,
     Target,
-    build_report,
     capabilities_of,
     cell,
     device_code_wheels,

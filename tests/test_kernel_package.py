@@ -151,7 +151,8 @@ def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matr
 
 def test_a_package_without_device_code_is_a_note_not_a_row():
     from sglstack.config.schema import CoveragePolicy
-    from sglstack.coverage.rules import DeviceObject, PackageObjects, build_report, capabilities_of
+    from sglstack.coverage.report import build_report
+    from sglstack.coverage.rules import DeviceObject, PackageObjects, capabilities_of
 
     jit = PackageObjects("quack-kernels", "0.6.5", "t", (DeviceObject("quack/_host.so", "0" * 64, (), (), 0),))
     report = build_report("s", "linux/amd64", capabilities_of(["9.0"]), CoveragePolicy(), [jit], [])

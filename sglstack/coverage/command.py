@@ -25,17 +25,8 @@ from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..lock.file import lock_path, read_lock
 from .devicecode import inspect_wheel
-from .rules import (
-    MISSING,
-    NATIVE,
-    CoverageReport,
-    PackageObjects,
-    PackageStatus,
-    WheelSource,
-    build_report,
-    capabilities_of,
-    device_code_wheels,
-)
+from .report import CoverageReport, PackageStatus, build_report
+from .rules import MISSING, NATIVE, PackageObjects, WheelSource, capabilities_of, device_code_wheels
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 

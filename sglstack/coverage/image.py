@@ -25,15 +25,8 @@ from ..adapters.docker import created_container
 from ..config.schema import Stack
 from ..core.errors import BuildError
 from .devicecode import coverage_cache_dir, inspect_files
-from .rules import (
-    LOADER_PATHS,
-    CoverageReport,
-    PackageObjects,
-    PackageStatus,
-    build_report,
-    capabilities_of,
-    device_code_wheels,
-)
+from .report import CoverageReport, PackageStatus, build_report
+from .rules import LOADER_PATHS, PackageObjects, capabilities_of, device_code_wheels
 
 # A folder is copied whole when the files in it that are not wanted add up to at most this much.
 WASTE_LIMIT_BYTES = 64 << 20
