@@ -18,7 +18,8 @@ from sglstack.core.errors import ConfigError
 from sglstack.coverage.rules import device_code_wheels
 from sglstack.lock.conflicts import check_stack_pins
 from sglstack.lock.file import is_current, lock_path, read_lock, stack_input_hash
-from sglstack.lock.flow import LockError, glibc_version, plan_layers, python_platform, resolve_stack
+from sglstack.lock.flow import LockError, resolve_stack
+from sglstack.lock.plan import glibc_version, plan_layers, python_platform
 from sglstack.render.dockerfile import image_labels, install_layers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +109,7 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 
 @pytest.mark.docker
 def test_glibc_is_read_from_the_base_image_without_running_it(matrix):
-    from sglstack.lock.flow import base_image_glibc  # the Docker part: only this test needs an engine
+    from sglstack.lock.plan import base_image_glibc  # the Docker part: only this test needs an engine
 
     stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
     assert base_image_glibc(stack) == "2.36"

@@ -38,7 +38,8 @@ from ..coverage.command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wh
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
-from ..lock.flow import LockError, base_image_glibc, python_platform, resolve_stack
+from ..lock.flow import LockError, resolve_stack
+from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv
