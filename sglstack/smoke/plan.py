@@ -362,10 +362,6 @@ def run_spec(options: SmokeOptions, kind: str) -> ServingSpec:
     return options.serving if kind == "eagle3" else options.serving.baseline()
 
 
-def server_argv(options: SmokeOptions, *, speculative: bool) -> list[str]:
-    return serving_argv(run_spec(options, "eagle3" if speculative else "baseline"))
-
-
 def launch_argvs(options: SmokeOptions) -> dict[str, list[str]]:
     return {kind: serving_argv(run_spec(options, kind)) for kind in options.kinds}
 
