@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import os
 import secrets as pysecrets
 import shlex
@@ -18,8 +19,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import docker
+from rich.console import Console
 
 from ..adapters.buildkit import (
+    Builder,
     BuildRequest,
     build_argv,
     build_env,
@@ -31,6 +37,7 @@ from ..adapters.docker import docker_client, image_digest
 from ..adapters.git import GitSource
 from ..attest.identity import sglstack_identity
 from ..attest.provenance import tree_sha256
+from ..attest.sbom import Inventory
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.credentials import netrc_text
@@ -38,7 +45,7 @@ from ..core.errors import BuildError, SglstackError
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
 from ..core.records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
-from ..coverage.image import build_coverage
+from ..coverage.image import BuildCoverage, build_coverage
 from ..lock.file import Lock
 from ..render import confighash
 from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
@@ -244,22 +251,9 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     client = docker_client(options.docker_host)
     check_base_image(client, stack)
     if not options.force and not options.no_cache:
-        found = existing_verified_image(client, tag, config_hash)
-        if found:
-            console.print(f"[green]{stack.name}[/]: {tag} already built from config {config_hash[:12]} "
-                          f"({found[:19]}): skipping the build (--force rebuilds)")
-            record_path = record_for_reused_image(client, stack, found, tag, config_hash, target, out_dir)
-            return BuildResult(stack.name, target, config_hash, found, tag, True, record_path, "none")
-        remote = options.remote_lookup(stack, config_hash) if options.remote_lookup and target == FINAL_TARGET \
-            else None
-        if remote:
-            console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
-                          f"pulling it instead of rebuilding (--force rebuilds)")
-            image = client.images.pull(remote)
-            image.tag(tag)
-            record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
-                                                  source=remote)
-            return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
+        reused = _reused_image(client, stack, options, config_hash, tag, out_dir)
+        if reused:
+            return reused
     builder = detect_builder(options.docker_cli, options.builder_name)
     started_at = utc_timestamp()
     console.print(f"[bold]{stack.name}[/]: building target '{target}' (config {config_hash[:12]}) "
@@ -272,78 +266,138 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                             secrets=secret_sources(resolve_ca_bundle(options.ca_bundle)),
                             no_cache=options.no_cache)
     with contextlib.ExitStack() as hold:
-        for attempt in range(2):
-            with timer.phase("build"):
-                image_id = run_build(builder, request, log_path=out_dir / "build.log",
-                                     docker_host=options.docker_host, show_progress=options.show_progress)
-            try:
-                held = hold.enter_context(held_image(client, image_id, temporary_ref(stack, config_hash)))
-                break
-            except ImageVanished:
-                # A concurrent build of this config removed its own hold on the same image between our
-                # export and our hold: the image went with it. BuildKit's cache makes it again at once.
-                if attempt:
-                    raise
-        with timer.phase("verify"):
-            manifest, info = verified_facts(client, held, stack, target, options.lock)
-            checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
-            coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
-                                      installed=(info or {}).get("distributions"))
-        size = None
-        if target == FINAL_TARGET:
-            # After verification, before the image is stamped and tagged: an image over budget is not released.
-            with timer.phase("size"):
-                size = measure_and_gate(client, held, stack.name, stack.size,
-                                        record_path_for(out_dir, target),
-                                        lambda table: console.print(table, markup=False, highlight=False,
-                                                                    soft_wrap=True))
-        inventory = None
-        if target == FINAL_TARGET:
-            with timer.phase("sbom"):
-                inventory = sbom_inventory(client, held, stack, options.lock)
-        lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
-        for note in lock_notes:
-            console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
-        base_digest = image_digest(client, stack.base_image)
+        held = _build_and_hold(hold, client, builder, request, stack, options, config_hash, timer, out_dir)
+        facts = _verify(client, held, stack, options, timer, out_dir, console)
         with timer.phase("stamp"):
-            final_id = stamp_labels(builder, held, {**verified_labels(manifest, info), **coverage.labels,
-                                                    **lock_labels(options.lock, base_digest)},
+            final_id = stamp_labels(builder, held, {**verified_labels(facts.manifest, facts.info),
+                                                    **facts.coverage.labels,
+                                                    **lock_labels(options.lock, facts.base_digest)},
                                     options.docker_host)
             client.images.get(final_id).tag(tag)
     built_at = utc_now()
-    record = {
+    record = _build_record(stack, options, facts, rendered, builder, timer,
+                           image_id=final_id, tag=tag, config_hash=config_hash, built_at=built_at,
+                           started_at=started_at, labels=client.images.get(final_id).labels or {})
+    if facts.inventory is not None:
+        record["sbom"] = write_sbom(out_dir, facts.inventory, tag=tag, image_id=final_id, built_at=built_at,
+                                    lock=options.lock)
+    record_path = record_path_for(out_dir, target)
+    write_record(record_path, record)
+    console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
+    return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
+
+
+def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildOptions, config_hash: str, tag: str,
+                  out_dir: Path) -> BuildResult | None:
+    """The result of a verified image of this config, here or (the serving target) in the registry; None if none."""
+    console = make_console()
+    target = options.effective_target
+    found = existing_verified_image(client, tag, config_hash)
+    if found:
+        console.print(f"[green]{stack.name}[/]: {tag} already built from config {config_hash[:12]} "
+                      f"({found[:19]}): skipping the build (--force rebuilds)")
+        record_path = record_for_reused_image(client, stack, found, tag, config_hash, target, out_dir)
+        return BuildResult(stack.name, target, config_hash, found, tag, True, record_path, "none")
+    remote = options.remote_lookup(stack, config_hash) if options.remote_lookup and target == FINAL_TARGET \
+        else None
+    if not remote:
+        return None
+    console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
+                  f"pulling it instead of rebuilding (--force rebuilds)")
+    image = client.images.pull(remote)
+    image.tag(tag)
+    record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
+                                          source=remote)
+    return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
+
+
+def _build_and_hold(hold: contextlib.ExitStack, client: docker.DockerClient, builder: Builder, request: BuildRequest,
+                    stack: Stack, options: BuildOptions, config_hash: str, timer: PhaseTimer, out_dir: Path) -> str:
+    """Run BuildKit and hold its image under a temporary tag of this build's (released when `hold` closes)."""
+    for attempt in range(2):
+        with timer.phase("build"):
+            image_id = run_build(builder, request, log_path=out_dir / "build.log",
+                                 docker_host=options.docker_host, show_progress=options.show_progress)
+        try:
+            return hold.enter_context(held_image(client, image_id, temporary_ref(stack, config_hash)))
+        except ImageVanished:
+            # A concurrent build of this config removed its own hold on the same image between our
+            # export and our hold: the image went with it. BuildKit's cache makes it again at once.
+            if attempt:
+                raise
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the built image verified about itself, and what the build measured of it."""
+
+    manifest: list[dict[str, Any]]
+    info: dict[str, Any] | None
+    checks: dict[str, Any] | None
+    coverage: BuildCoverage
+    size: dict[str, Any] | None
+    inventory: Inventory | None
+    lock_notes: list[str]
+    base_digest: str | None
+
+
+def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildOptions, timer: PhaseTimer,
+            out_dir: Path, console: Console) -> _Facts:
+    target = options.effective_target
+    with timer.phase("verify"):
+        manifest, info = verified_facts(client, held, stack, target, options.lock)
+        checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
+        coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
+                                  installed=(info or {}).get("distributions"))
+    size = None
+    if target == FINAL_TARGET:
+        # After verification, before the image is stamped and tagged: an image over budget is not released.
+        with timer.phase("size"):
+            size = measure_and_gate(client, held, stack.name, stack.size,
+                                    record_path_for(out_dir, target),
+                                    lambda table: console.print(table, markup=False, highlight=False,
+                                                                soft_wrap=True))
+    inventory = None
+    if target == FINAL_TARGET:
+        with timer.phase("sbom"):
+            inventory = sbom_inventory(client, held, stack, options.lock)
+    lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
+    for note in lock_notes:
+        console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
+    return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, image_digest(client, stack.base_image))
+
+
+def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: RenderedContext, builder: Builder,
+                  timer: PhaseTimer, *, image_id: str, tag: str, config_hash: str, built_at: dt.datetime,
+                  started_at: str, labels: dict[str, str]) -> dict[str, Any]:
+    info = facts.info or {}
+    return {
         "stack": stack.name,
-        "target": target,
-        "image_id": final_id,
+        "target": options.effective_target,
+        "image_id": image_id,
         "tag": tag,
         "config_hash": config_hash,
         "built_at": utc_timestamp(built_at),
         "builder": {"kind": builder.kind, "cli": builder.cli, "client_version": builder.client_version},
         "pins": stack.pins(),
         "overrides": [o.model_dump(mode="json") for o in stack.overrides],
-        "patches": manifest,
-        "installed": (info or {}).get("distributions", {}),
-        "torch": (info or {}).get("torch"),
-        "coverage": coverage.record,
-        "image_checks": checks,
-        "size": size,
+        "patches": facts.manifest,
+        "installed": info.get("distributions", {}),
+        "torch": info.get("torch"),
+        "coverage": facts.coverage.record,
+        "image_checks": facts.checks,
+        "size": facts.size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
-        "base_image": {"name": stack.base_image, "digest": base_digest},
+        "base_image": {"name": stack.base_image, "digest": facts.base_digest},
         "sglang": stack.sglang.model_dump(mode="json"),
-        "lock": lock_record(options.lock, lock_notes),
-        "labels": client.images.get(final_id).labels or {},
+        "lock": lock_record(options.lock, facts.lock_notes),
+        "labels": labels,
         "provenance": {"patches": {pid: tree_sha256(rendered.context / "patches" / pid) for pid in stack.patches},
                        "sglstack": sglstack_identity(), "started_at": started_at,
                        "lock_sglang_commit": options.lock.sglang_commit if options.lock else None},
     }
-    if inventory is not None:
-        record["sbom"] = write_sbom(out_dir, inventory, tag=tag, image_id=final_id, built_at=built_at,
-                                    lock=options.lock)
-    record_path = record_path_for(out_dir, target)
-    write_record(record_path, record)
-    console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
-    return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
 
 
 # ---- the dry run -----------------------------------------------------------------------------------
