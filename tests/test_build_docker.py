@@ -21,6 +21,7 @@ from cli import run_invoke
 from docker import errors as docker_errors
 
 from sglstack.build import flow as build_mod
+from sglstack.build import images as images_mod
 from sglstack.build.flow import BuildOptions, build_stack
 from sglstack.build.pipeline import describe_plan
 from sglstack.build.verify import BUILD_CONTAINER_LABEL
@@ -399,6 +400,7 @@ def test_an_image_removed_before_it_is_held_is_built_again(tmp_path, docker_cli,
         return real_held(client, image_id, ref)
 
     monkeypatch.setattr(build_mod, "run_build", counting_run_build)
+    monkeypatch.setattr(images_mod, "run_build", counting_run_build)  # the stamp is a FROM-only build
     monkeypatch.setattr(build_mod, "held_image", vanished_once)
     result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path, show_progress=False))
