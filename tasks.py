@@ -373,7 +373,7 @@ def smoke(c, image=None, stack=None, stacks_file=DEFAULT_STACKS, model=None, dra
     from sglstack.smoke import smoke_command
 
     if bisect_exit:
-        from sglstack.bisect.driver import smoke_bisect_exit
+        from sglstack.bisect.gitexit import smoke_bisect_exit
 
         _exit_with(smoke_bisect_exit(image, bisect_exit, stack=stack, stacks_file=stacks_file, metric=bisect_metric,
                                      threshold=bisect_threshold, runs=runs, model=model,

@@ -17,7 +17,8 @@ from typing import Self
 
 from pydantic import ValidationError
 
-from .config.matrix import ServingSettings, SpeculativeSettings, Stack, parse_bind
+from .config.fields import parse_bind
+from .config.schema import ServingSettings, SpeculativeSettings, Stack
 from .core.credentials import reference_map, secret_reference
 from .core.errors import SglstackError, one_line
 from .core.quoting import ENV_NAME_RE, one_line_problem
@@ -329,6 +330,20 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
         raise bad(f"{o.flag('startup_timeout_s')} {startup:g}: must be more than 0 seconds")
     health = _healthcheck(o, int(startup), bad)
 
+    _check_env(o, bad)
+    # Smoke's `--env K=V` reaches only its own containers (reports show secret-named values as ***); the
+    # stack's serving.env, written into compose files and manifests, takes secrets only as references.
+    env = {**base.env, **o.env}
+    mounts = _mounts(base.mounts, o, bad)
+    extra = tuple(base.extra_args if o.extra_args is None else o.extra_args)
+    return ServingSpec(stack=name, model=o.model or base.model, speculative=speculative, eagle3=o.eagle3, tp=tp,
+                       gpus=gpus, port=port, host_port=host_port, startup_timeout_s=float(startup),
+                       shm_size=o.shm_size or base.shm_size, extra_args=extra,
+                       env=tuple(sorted((str(k), str(v)) for k, v in env.items())), mounts=mounts,
+                       ulimits=GPU_ULIMITS if gpus > 0 else CPU_ULIMITS, healthcheck=health, nodes=nodes)
+
+
+def _check_env(o: ServingOverrides, bad: Bad) -> None:
     for key, value in o.env.items():
         # The same rules as stacks.yaml's serving.env (quoting.py): a key Compose and Kubernetes take as it is.
         if not ENV_NAME_RE.fullmatch(str(key)):
@@ -336,29 +351,6 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
                       "and '_', not starting with a digit)")
         if "\x00" in str(value):
             raise bad(f"{o.flag('env')} {key}: the value holds a NUL character, which no environment value can")
-    # Smoke's `--env K=V` reaches only its own containers (reports show secret-named values as ***); the
-    # stack's serving.env, written into compose files and manifests, takes secrets only as references.
-    env = {**base.env, **o.env}
-    mounts = _mounts(base.mounts, o, bad)
-    extra = tuple(base.extra_args if o.extra_args is None else o.extra_args)
-    return ServingSpec(
-        stack=name,
-        model=o.model or base.model,
-        speculative=speculative,
-        eagle3=o.eagle3,
-        tp=tp,
-        gpus=gpus,
-        port=port,
-        host_port=host_port,
-        startup_timeout_s=float(startup),
-        shm_size=o.shm_size or base.shm_size,
-        extra_args=extra,
-        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
-        mounts=mounts,
-        ulimits=GPU_ULIMITS if gpus > 0 else CPU_ULIMITS,
-        healthcheck=health,
-        nodes=nodes,
-    )
 
 
 def _whole(value: int | None, default: int, flag: str, bad: Bad, *, minimum: int) -> int:

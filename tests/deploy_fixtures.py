@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from sglstack.config.matrix import Stack, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import Stack
 
 TEST_MATRIX = {
     "stacks": {

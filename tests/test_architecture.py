@@ -211,3 +211,60 @@ def test_a_function_level_import_says_why():
                            if isinstance(node, ast.Import | ast.ImportFrom)
                            and not _explained(lines, func.lineno, node.lineno)]
     assert not silent, silent
+
+
+# ---- size: a module a reader can hold, a function a reader can follow ------------------------------
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+# Long functions in modules another change of issue 22 is rewriting at the same time (the smoke-opt parsing and
+# digest rules); each is broken up, or marked `# long: why`, when that change lands. A test fails if one stays
+# listed once it is short or marked.
+LONG_DEBTS = {"sglstack.smoke.runner:run_smoke", "sglstack.smoke.runner:measure_server",
+              "sglstack.publish.release:release", "sglstack.smoke.plan:smoke_options"}
+
+
+def _functions(source: str) -> list[tuple[str, int, bool]]:
+    """(qualified name, length in lines from def to last line, marked) of each function and method in
+    `source`; marked: the line above its def (or its first decorator) says `# long: why`."""
+    lines = source.splitlines()
+    out: list[tuple[str, int, bool]] = []
+    todo: list[tuple[ast.AST, str]] = [(ast.parse(source), "")]
+    while todo:
+        node, prefix = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                marked = first >= 2 and lines[first - 2].strip().startswith("# long:")
+                out.append((prefix + child.name, (child.end_lineno or child.lineno) - child.lineno + 1, marked))
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                todo.append((child, f"{prefix}{child.name}."))
+    return out
+
+
+def _long_functions() -> dict[str, int]:
+    """`module:qualified.name` -> length, of each function over the limit and not marked `# long: why`."""
+    return {f"{module}:{name}": length for module, path in MODULES.items()
+            for name, length, marked in _functions(path.read_text(encoding="utf-8"))
+            if length > MAX_FUNCTION_LINES and not marked}
+
+
+def test_no_module_is_over_500_lines():
+    """sglstack/data (templates, SGLang's patch sources) is not ours and is not in MODULES."""
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+    long = {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not long, f"split these modules (at most {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_no_function_is_over_60_lines_without_a_reason():
+    long = _long_functions()
+    unlisted = {f: n for f, n in long.items() if f not in LONG_DEBTS}
+    assert not unlisted, (f"break these into named steps, or say why one reads best whole with a `# long: why` "
+                          f"comment on the line above its def: {unlisted}")
+    assert not LONG_DEBTS - set(long), f"remove the paid debts from LONG_DEBTS: {sorted(LONG_DEBTS - set(long))}"
+
+
+def test_the_size_check_measures_methods_and_honours_the_mark():
+    body = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    source = f"class A:\n    def f(self):\n{body}\n    # long: a table\n    @staticmethod\n    def g():\n{body}"
+    assert sorted(_functions(source)) == [("A.f", MAX_FUNCTION_LINES + 1, False), ("A.g", MAX_FUNCTION_LINES + 1, True)]

@@ -23,7 +23,7 @@ from sglstack.attest.release import AttestPlan
 from sglstack.attest.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
-from sglstack.build.flow import sbom_inventory
+from sglstack.build.verify import sbom_inventory
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch

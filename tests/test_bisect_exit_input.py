@@ -14,8 +14,9 @@ import pytest
 from test_bisect_driver import history  # noqa: F401 - the fixture: a synthetic SGLang history, fast fakes
 from test_bisect_driver import request as bisect_request
 
-from sglstack.bisect import driver
-from sglstack.bisect.driver import EXIT_ABORT_GIT_BISECT, run_bisect, smoke_bisect_exit
+from sglstack.bisect import gitexit
+from sglstack.bisect.driver import run_bisect
+from sglstack.bisect.gitexit import EXIT_ABORT_GIT_BISECT, smoke_bisect_exit
 from sglstack.bisect.log import BisectLog, BisectLogError
 
 
@@ -32,7 +33,7 @@ def served(monkeypatch):
         calls.append(image)
         return SimpleNamespace(data=_report(89.0, 89.2, 88.9, 89.1, 89.0))
 
-    monkeypatch.setattr(driver, "run_smoke", run_smoke)
+    monkeypatch.setattr(gitexit, "run_smoke", run_smoke)
     return calls
 
 

@@ -21,8 +21,10 @@ from cli import run_invoke
 from docker import errors as docker_errors
 
 from sglstack.build import flow as build_mod
+from sglstack.build import images as images_mod
 from sglstack.build.flow import BuildOptions, build_stack
 from sglstack.build.pipeline import describe_plan
+from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 
@@ -311,7 +313,7 @@ def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, do
             labels = docker_client.images.get(results[0].tag).labels
             assert labels["io.sglstack.verified"] == "true"
             assert docker_client.containers.list(
-                all=True, filters={"label": f"{build_mod.BUILD_CONTAINER_LABEL}={stack.name}"}) == []
+                all=True, filters={"label": f"{BUILD_CONTAINER_LABEL}={stack.name}"}) == []
     finally:
         for tag in tags_of(docker_client, stack.name):
             docker_client.images.remove(tag, noprune=True)
@@ -398,6 +400,7 @@ def test_an_image_removed_before_it_is_held_is_built_again(tmp_path, docker_cli,
         return real_held(client, image_id, ref)
 
     monkeypatch.setattr(build_mod, "run_build", counting_run_build)
+    monkeypatch.setattr(images_mod, "run_build", counting_run_build)  # the stamp is a FROM-only build
     monkeypatch.setattr(build_mod, "held_image", vanished_once)
     result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path, show_progress=False))

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from deploy_fixtures import make_test_stack
 
-from sglstack.config.matrix import load_matrix, parse_bind
+from sglstack.config.fields import parse_bind
+from sglstack.config.matrix import load_matrix
 from sglstack.render import compose as cmp
 from sglstack.serving import ServingError
 

@@ -11,7 +11,8 @@ from cli import run_invoke
 from packaging.markers import default_environment
 
 from sglstack.adapters.wheels import fetch_wheel, wheel_metadata
-from sglstack.config.matrix import GitSource, Matrix, Override, SGLangSource, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import GitSource, Matrix, Override, SGLangSource
 from sglstack.core.errors import ConfigError
 from sglstack.inimage.incontainer import wheelkit
 from sglstack.lock import conflicts

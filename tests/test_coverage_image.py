@@ -12,7 +12,7 @@ import pytest
 from coverage_fixtures import FAKE_SGL_KERNEL, cuobjdump_tool, write_site_packages  # noqa: F401 - fixtures
 
 from sglstack.adapters.docker import OWNER_LABEL
-from sglstack.config.matrix import Stack
+from sglstack.config.schema import Stack
 from sglstack.core.labels import COVERAGE_LABEL
 from sglstack.coverage.image import (
     KernelCoverageMissing,

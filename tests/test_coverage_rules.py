@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
-from sglstack.config.matrix import CoverageException, CoveragePolicy, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import CoverageException, CoveragePolicy
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
 from sglstack.coverage.command import overall_exit, pip_platform_tags
+from sglstack.coverage.report import PackageStatus, build_report
 from sglstack.coverage.rules import (
     MISSING,
     NATIVE,
@@ -17,9 +19,7 @@ from sglstack.coverage.rules import (
     Capability,
     DeviceObject,
     PackageObjects,
-    PackageStatus,
     Target,
-    build_report,
     capabilities_of,
     cell,
     device_code_wheels,
@@ -460,7 +460,7 @@ def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
 
 
 def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_platform():
-    from sglstack.config.matrix import KernelPin
+    from sglstack.config.schema import KernelPin
     from sglstack.coverage.rules import WheelSource
 
     matrix = load_matrix(REPO / "stacks.yaml")

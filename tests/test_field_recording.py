@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from smoke_fixtures import DOUBLE_ENV, make_double_env
 
-from sglstack.config.matrix import Gates, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import Gates
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.measure import PhaseStats, ServerRun
 from sglstack.smoke.plan import process_plan, smoke_options

@@ -18,7 +18,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sglstack.config.matrix import Stack, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import Stack
 from sglstack.core.errors import ConfigError
 
 EXAMPLES = 150

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import scipy
 
-from sglstack.build.flow import image_check_command, serving_argvs
-from sglstack.build.verify import image_check_problems, waived_libraries
-from sglstack.config.matrix import LibraryException, SharedLibrariesPolicy, load_matrix
+from sglstack.build.verify import image_check_command, image_check_problems, serving_argvs, waived_libraries
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
 from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parent.parent

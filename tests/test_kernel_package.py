@@ -18,7 +18,8 @@ from sglstack.core.errors import ConfigError
 from sglstack.coverage.rules import device_code_wheels
 from sglstack.lock.conflicts import check_stack_pins
 from sglstack.lock.file import is_current, lock_path, read_lock, stack_input_hash
-from sglstack.lock.flow import LockError, glibc_version, plan_layers, python_platform, resolve_stack
+from sglstack.lock.flow import LockError, resolve_stack
+from sglstack.lock.plan import glibc_version, plan_layers, python_platform
 from sglstack.render.dockerfile import image_labels, install_layers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +109,7 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 
 @pytest.mark.docker
 def test_glibc_is_read_from_the_base_image_without_running_it(matrix):
-    from sglstack.lock.flow import base_image_glibc  # the Docker part: only this test needs an engine
+    from sglstack.lock.plan import base_image_glibc  # the Docker part: only this test needs an engine
 
     stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
     assert base_image_glibc(stack) == "2.36"
@@ -150,8 +151,9 @@ def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matr
 
 
 def test_a_package_without_device_code_is_a_note_not_a_row():
-    from sglstack.config.matrix import CoveragePolicy
-    from sglstack.coverage.rules import DeviceObject, PackageObjects, build_report, capabilities_of
+    from sglstack.config.schema import CoveragePolicy
+    from sglstack.coverage.report import build_report
+    from sglstack.coverage.rules import DeviceObject, PackageObjects, capabilities_of
 
     jit = PackageObjects("quack-kernels", "0.6.5", "t", (DeviceObject("quack/_host.so", "0" * 64, (), (), 0),))
     report = build_report("s", "linux/amd64", capabilities_of(["9.0"]), CoveragePolicy(), [jit], [])
@@ -177,7 +179,7 @@ def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_i
 @pytest.mark.docker
 def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
     from sglstack.adapters.docker import docker_client
-    from sglstack.build.flow import check_base_image  # the engine side: only the docker tests need it
+    from sglstack.build.verify import check_base_image  # the engine side: only the docker tests need it
     from sglstack.core.errors import BuildError
 
     client = docker_client()

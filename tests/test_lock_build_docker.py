@@ -16,7 +16,7 @@ from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.attest.provenance import tree_sha256
 from sglstack.attest.sbom import SBOM_FILE, read_sbom
-from sglstack.build import flow as build_mod
+from sglstack.build import verify as verify_mod
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
@@ -90,11 +90,11 @@ def test_verification_names_every_missing_and_extra_package(locked_build, docker
         *(p for p in lock.packages if p.name != "idna"),
         LockedPackage("six", "1.16.0", "http-client", idna.hashes)))
     with pytest.raises(PinMismatch) as err:
-        build_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", wrong)
+        verify_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", wrong)
     message = str(err.value)
     assert "six==1.16.0 is in the lock but not installed" in message
     assert f"installed but not in the lock: idna=={idna.version}" in message
-    build_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", lock)  # the real lock passes
+    verify_mod.verified_facts(docker_client, record["image_id"], stack, "runtime", lock)  # the real lock passes
 
 
 def test_diff_reads_the_image_from_the_engine(locked_build):

@@ -15,7 +15,7 @@ from cli import run_invoke
 
 from sglstack.config.matrix import load_matrix
 from sglstack.lock.file import is_current, lock_path, read_lock
-from sglstack.lock.flow import base_image_glibc
+from sglstack.lock.plan import base_image_glibc
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

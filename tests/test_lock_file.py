@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.config.matrix import GitSource, SGLangSource, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import GitSource, SGLangSource
 from sglstack.core.errors import ConfigError
 from sglstack.lock.file import (
     Lock,

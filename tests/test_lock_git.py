@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import git
 
-from sglstack.build.flow import check_pins
+from sglstack.build.verify import check_pins
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.lock.file import is_current, parse_lock, source_mismatches
-from sglstack.lock.flow import LockError, lock_stack, sglang_requirement
+from sglstack.lock.flow import LockError, lock_stack
+from sglstack.lock.plan import sglang_requirement
 
 PYPROJECT = """\
 [build-system]

@@ -20,7 +20,8 @@ from sglstack.adapters.uv import (
     SourceUnreachable,
 )
 from sglstack.config.matrix import load_matrix
-from sglstack.lock.flow import LockError, plan_layers, resolve_stack
+from sglstack.lock.flow import LockError, resolve_stack
+from sglstack.lock.plan import plan_layers
 from sglstack.render.dockerfile import install_layers
 
 REPO = Path(__file__).resolve().parent.parent

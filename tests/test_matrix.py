@@ -266,18 +266,17 @@ def test_an_unknown_stack_names_the_known_ones():
 # ---- the pure value checks, each with its exact message ---------------------------------------------
 
 from sglstack.config import matrix as matrix_module  # noqa: E402
-from sglstack.config.matrix import (  # noqa: E402
-    RegistryCache,
+from sglstack.config.fields import (  # noqa: E402
     _bind_mount,
-    _cache_reference,
     _exact_requirement,
     _exact_version,
     _pinned_image,
-    _pydantic_message,
     _requirement,
-    _ValueBudget,
+    cache_reference,
     parse_bind,
 )
+from sglstack.config.matrix import _pydantic_message, _ValueBudget  # noqa: E402
+from sglstack.config.schema import Matrix, RegistryCache  # noqa: E402
 
 
 def value_error(check, value) -> str:
@@ -330,10 +329,10 @@ def test_bind_mounts():
 
 
 def test_cache_references():
-    assert _cache_reference("ghcr.io/t/{stack}-cache:c") == "ghcr.io/t/{stack}-cache:c"
+    assert cache_reference("ghcr.io/t/{stack}-cache:c") == "ghcr.io/t/{stack}-cache:c"
     assert RegistryCache(registry="ghcr.io/t/c:{stack}").ref_for("cu130") == "ghcr.io/t/c:cu130"
     assert RegistryCache(registry="ghcr.io/t/c:{stack}").mode == "max"
-    assert value_error(_cache_reference, "Bad Ref") == (
+    assert value_error(cache_reference, "Bad Ref") == (
         "'Bad Ref' is not a registry reference like 'ghcr.io/team/sglstack-cache:{stack}': it has a path component "
         "'Bad Ref' that has uppercase letters")
 
@@ -376,7 +375,7 @@ def test_value_budget_refuses_only_past_the_limit():
 
 def test_an_empty_matrix_knows_no_stacks():
     with pytest.raises(ConfigError) as info:
-        matrix_module.Matrix(file="f.yaml", stacks={}).get("a")
+        Matrix(file="f.yaml", stacks={}).get("a")
     assert str(info.value) == "f.yaml: stack 'a': unknown stack (known: none)"
 
 

@@ -24,7 +24,8 @@ from rich.console import Console
 
 from sglstack.build.flow import BuildOptions, compute_config_hash
 from sglstack.build.pipeline import describe_plan
-from sglstack.config.matrix import ServingSettings, SpeculativeSettings, load_matrix
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import ServingSettings, SpeculativeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today

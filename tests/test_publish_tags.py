@@ -44,7 +44,7 @@ def test_per_stack_templates_override_defaults(stacks):
 
 def test_git_sources_give_valid_tags(stacks):
     base = stacks.get("cu130")
-    from sglstack.config.matrix import SGLangSource
+    from sglstack.config.schema import SGLangSource
 
     git = SGLangSource(git={"repo": "https://example.invalid/sglang", "ref": "ab" * 20})
     stack = base.model_copy(update={"sglang": git})
@@ -251,7 +251,7 @@ def test_a_bad_config_hash_is_an_exact_line(stacks):
 
 
 def test_characters_a_tag_cannot_hold_become_one_dash(stacks):
-    from sglstack.config.matrix import SGLangSource
+    from sglstack.config.schema import SGLangSource
 
     stack = stacks.get("cu130").model_copy(update={"sglang": SGLangSource(version="0.5.9+Local")})
     tags = release_tags(stack, HASH, DAY)
@@ -260,7 +260,7 @@ def test_characters_a_tag_cannot_hold_become_one_dash(stacks):
 
 
 def test_the_candidate_pattern_matches_every_candidate_release_tags_makes(stacks):
-    from sglstack.config.matrix import SGLangSource
+    from sglstack.config.schema import SGLangSource
 
     every = "c-{sglang}-{stack}-{date}-{confighash8}-{confighash12}"
     base = with_publish(stacks.get("cu130"), candidate_tag=every)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,7 +230,3 @@ def is_device_object_name(name: str) -> bool:
     """
     base = name.rsplit("/", 1)[-1]
     return bool(re.search(r"\.so(\.\d+)*$", base)) or base.endswith((".cubin", ".fatbin"))
-
-
-def iter_device_object_names(names: Iterable[str]) -> list[str]:
-    return sorted(n for n in names if is_device_object_name(n))

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.credentials import CredentialError, merge_logins, netrc_text
 from ..core.errors import BuildError, DockerUnavailable

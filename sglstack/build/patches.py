@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.table import Table
 
 from ..adapters.wheels import fetch_wheel, open_wheel
-from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, Stack, load_matrix
+from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, PatchCommandError
 from ..inimage import patchkit

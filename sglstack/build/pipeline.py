@@ -14,7 +14,8 @@ import requests
 from ..adapters.buildkit import detect_builder
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import BuildError, RegistryError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL

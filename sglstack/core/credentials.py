@@ -49,11 +49,6 @@ class CredentialError(ValueError):
     """A URL's credentials cannot be handed to the tools safely (the message holds no secret)."""
 
 
-def _userinfo(url: str) -> tuple[str | None, str | None]:
-    parts = urlsplit(url)
-    return parts.username, parts.password
-
-
 def has_credentials(url: str) -> bool:
     """True when `url` carries a secret: a password, or a user part of a non-ssh URL (a token as user)."""
     parts = urlsplit(url)

@@ -50,10 +50,6 @@ class ConfigError(SglstackError):
         super().__init__(one_line(": ".join([*where, message])))
 
 
-class PinConflict(ConfigError):
-    """A stack pin contradicts a requirement of the pinned SGLang and is not declared as an override."""
-
-
 class BuildError(SglstackError):
     """An image build, or the verification of a built image, failed."""
 

@@ -19,22 +19,14 @@ from rich.table import Table
 
 from ..adapters.cuobjdump import Cuobjdump, CuobjdumpError, ListingCache, cuobjdump
 from ..adapters.wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..lock.file import lock_path, read_lock
 from .devicecode import inspect_wheel
-from .rules import (
-    MISSING,
-    NATIVE,
-    CoverageReport,
-    PackageObjects,
-    PackageStatus,
-    WheelSource,
-    build_report,
-    capabilities_of,
-    device_code_wheels,
-)
+from .report import CoverageReport, PackageStatus, build_report
+from .rules import MISSING, NATIVE, PackageObjects, WheelSource, capabilities_of, device_code_wheels
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 

@@ -22,18 +22,11 @@ import docker.errors
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
 from ..adapters.docker import created_container
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import BuildError
 from .devicecode import coverage_cache_dir, inspect_files
-from .rules import (
-    LOADER_PATHS,
-    CoverageReport,
-    PackageObjects,
-    PackageStatus,
-    build_report,
-    capabilities_of,
-    device_code_wheels,
-)
+from .report import CoverageReport, PackageStatus, build_report
+from .rules import LOADER_PATHS, PackageObjects, capabilities_of, device_code_wheels
 
 # A folder is copied whole when the files in it that are not wanted add up to at most this much.
 WASTE_LIMIT_BYTES = 64 << 20

@@ -14,7 +14,7 @@ from pathlib import Path
 import docker
 
 from ..adapters.docker import docker_host_name
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import DeployError
 from ..render import compose as cmp
 from ..serving import ServingSpec, check_mount_sources

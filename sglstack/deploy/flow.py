@@ -19,7 +19,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
 from ..core.records import build_root as default_build_root
@@ -120,61 +120,20 @@ def deploy(
             f"{cmp.UNKNOWN} (a published digest carries the report that let it through)")
     files = cmp.deployment_files(stack, image_ref, options=options, smoke_report=report)
     compose_file = dep.out_dir / cmp.compose_filename(options)
+    saved = _write_checked_files(dep, compose, options, files, compose_file, say)
 
-    # Until `up`, the running deployment is untouched: any failure (or signal) puts the files back.
-    saved = write_files(dep.out_dir, files)
-    try:
-        _ensure_env_file(dep.out_dir, options, say)
-        say(f"rendered {display_path(compose_file)} (+ {', '.join(n for n in files if n != compose_file.name)})")
-        checked = compose.run(project, [compose_file], ["config", "-q"], docker_host=dep.docker_host)
-        if checked.returncode != 0:
-            raise DeployError(f"{display_path(compose_file)}: compose rejected it: {error_line(checked.stderr)}")
-    except BaseException:
-        restore_files(saved)
-        raise
-
-    attempt = DeploymentRecord(
-        stack=stack.name,
-        action=action,
-        result="failed",
-        image=image_ref,
-        digest=digest,
-        image_id=image_id,
-        time=utc_timestamp(),
-        host=_engine_name(client),
-        docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""),
-        project=project,
-        compose_tool=compose.label,
-        compose_file=compose_file.name,
-        options=options.to_record(),
-        smoke_report=report or cmp.UNKNOWN,
-    )
+    attempt = DeploymentRecord(stack=stack.name, action=action, result="failed", image=image_ref, digest=digest,
+                               image_id=image_id, time=utc_timestamp(), host=_engine_name(client),
+                               docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""), project=project,
+                               compose_tool=compose.label, compose_file=compose_file.name,
+                               options=options.to_record(), smoke_report=report or cmp.UNKNOWN)
     say(f"deploying stack '{stack.name}' as project {project}: {image_ref}")
-    failure, extra = None, ""
     try:
-        up = compose.run(project, [compose_file], ["up", "-d", "--remove-orphans", "--no-build"],
-                         docker_host=dep.docker_host)
-        if up.returncode != 0:
-            hint = (
-                " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
-                if ("device driver" in up.stderr and spec.gpus)
-                else ""
-            )
-            failure, extra = f"`up` failed: {error_line(up.stderr)}{hint}", up.stderr
-        else:
-            failure = _health_failure(client, dep, spec, wait_limit(spec, wait_timeout_s), local, say)
+        failure, extra = _come_up(dep, client, compose, compose_file, spec, wait_limit(spec, wait_timeout_s),
+                                  local, say)
     except BaseException as exc:
         # A signal or an engine error while the new deployment comes up: bring the previous one back first.
-        if isinstance(exc, KeyboardInterrupt):
-            why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else "interrupted"
-        else:
-            why = _describe(exc)
-        outcome = "the restore did not finish"
-        try:
-            with signals.deferred():
-                outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
-        finally:
-            say(f"stack '{stack.name}': {why}; {outcome}")
+        _recover_from(exc, dep, client, compose, attempt, previous, saved, say)
         raise
     if failure is not None:
         outcome = "the restore did not finish"
@@ -188,11 +147,58 @@ def deploy(
 
     record = replace(attempt, result="healthy", time=utc_timestamp())
     append_record(dep.build_root, record)
-    say(
-        f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
-        f"{display_path(records_path(dep.build_root, stack.name))}"
-    )
+    say(f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
+        f"{display_path(records_path(dep.build_root, stack.name))}")
     return record
+
+
+def _recover_from(exc: BaseException, dep: Deployment, client: docker.DockerClient, compose: ComposeCLI,
+                  attempt: DeploymentRecord, previous: DeploymentRecord | None, saved: dict[Path, str | None],
+                  say: Say) -> None:
+    """Put the previous deployment back after `exc` (the caller raises it again), signals deferred meanwhile."""
+    if isinstance(exc, KeyboardInterrupt):
+        why = f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else "interrupted"
+    else:
+        why = _describe(exc)
+    outcome = "the restore did not finish"
+    try:
+        with signals.deferred():
+            outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
+    finally:
+        say(f"stack '{dep.stack.name}': {why}; {outcome}")
+
+
+def _write_checked_files(dep: Deployment, compose: ComposeCLI, options: cmp.ComposeOptions, files: dict[str, str],
+                         compose_file: Path, say: Say) -> dict[Path, str | None]:
+    """Write the deployment's files and have compose check them; the saved files of the running deployment.
+
+    Until `up`, the running deployment is untouched: any failure (or signal) puts the files back."""
+    saved = write_files(dep.out_dir, files)
+    try:
+        _ensure_env_file(dep.out_dir, options, say)
+        say(f"rendered {display_path(compose_file)} (+ {', '.join(n for n in files if n != compose_file.name)})")
+        checked = compose.run(dep.project_name, [compose_file], ["config", "-q"], docker_host=dep.docker_host)
+        if checked.returncode != 0:
+            raise DeployError(f"{display_path(compose_file)}: compose rejected it: {error_line(checked.stderr)}")
+    except BaseException:
+        restore_files(saved)
+        raise
+    return saved
+
+
+def _come_up(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, compose_file: Path, spec: ServingSpec,
+             wait_s: float, local: bool, say: Say) -> tuple[str | None, str]:
+    """`up -d`, then wait for health: (why it failed, compose's stderr), or (None, "") when healthy."""
+    up = compose.run(dep.project_name, [compose_file], ["up", "-d", "--remove-orphans", "--no-build"],
+                     docker_host=dep.docker_host)
+    if up.returncode != 0:
+        hint = (
+            " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
+            if ("device driver" in up.stderr and spec.gpus)
+            else ""
+        )
+        return f"`up` failed: {error_line(up.stderr)}{hint}", up.stderr
+    return _health_failure(client, dep, spec, wait_s, local, say), ""
 
 
 def _describe(exc: BaseException) -> str:

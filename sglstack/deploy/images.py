@@ -12,7 +12,7 @@ import docker.errors
 
 from ..adapters.docker import image_exists
 from ..config.imageref import is_digest, parse_image_reference
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import ConfigError, DeployError
 from ..core.records import build_root as default_build_root
 from ..publish import PublishedRelease, published_release

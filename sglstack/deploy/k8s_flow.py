@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
 from ..core.records import utc_timestamp
@@ -99,16 +99,9 @@ def wait_ready(dep: K8sDeployment, limit_s: float, say: Say) -> str | None:
         time.sleep(min(POLL_S, left))
 
 
-def deploy_k8s(
-    dep: K8sDeployment,
-    image_ref: str,
-    options: k8s.K8sOptions,
-    *,
-    wait_timeout_s: float | None = None,
-    action: str = "deploy",
-    smoke_report: str | None = None,
-    say: Say = say_stderr,
-) -> DeploymentRecord:
+def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, wait_timeout_s: float | None = None,
+               action: str = "deploy", smoke_report: str | None = None, say: Say = say_stderr) -> DeploymentRecord:
+    """Render, apply, wait until ready, record; on failure the previous deployment comes back."""
     spec = k8s.k8s_spec(dep.stack, options)
     files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report)  # validated here
     tool = dep.kubectl.label()

@@ -8,6 +8,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -54,60 +55,67 @@ def deployment_status(
     containers = client.containers.list(all=True, filters={"label": label_filter})
     build_root = build_root or default_build_root()
     now = now or utc_now()
+    rows = [_container_row(c, build_root, now)
+            for c in sorted(containers, key=lambda c: (c.labels.get(cmp.LABEL_STACK, ""), c.name))]
+    if build_root.is_dir() and not project:
+        rows += _recorded_rows(build_root, stack, {(r.stack, r.project) for r in rows})
+    return rows
+
+
+def _container_row(c: Any, build_root: Path, now: dt.datetime) -> StackStatus:
+    """A deployed service container's row, its digest from the records of its stack where they know it."""
+    labels = c.labels
+    name, proj = labels.get(cmp.LABEL_STACK, "?"), labels.get(COMPOSE_PROJECT_LABEL, "")
+    records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
+    image = labels.get(cmp.LABEL_IMAGE, "")
+    digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
+        image.split("@", 1)[1] if "@" in image else c.attrs.get("Image", "")
+    )
+    state = c.attrs.get("State") or {}
+    verdict = (state.get("Health") or {}).get("Status", "none")
+    return StackStatus(
+        stack=name,
+        project=proj,
+        container=c.name,
+        state=state.get("Status", "?"),
+        health=verdict,
+        uptime=_uptime(state.get("StartedAt"), now) if state.get("Status") == "running" else "-",
+        image=image,
+        digest=digest,
+        model=labels.get(cmp.LABEL_MODEL, ""),
+        speculative=labels.get(cmp.LABEL_SPECULATIVE, ""),
+        node=labels.get(cmp.LABEL_NODE, ""),
+        smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
+    )
+
+
+def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str]]) -> list[StackStatus]:
+    """The recorded stacks that have no container any more."""
     rows: list[StackStatus] = []
-    seen: set[tuple[str, str]] = set()
-    for c in sorted(containers, key=lambda c: (c.labels.get(cmp.LABEL_STACK, ""), c.name)):
-        labels = c.labels
-        name, proj = labels.get(cmp.LABEL_STACK, "?"), labels.get(COMPOSE_PROJECT_LABEL, "")
-        seen.add((name, proj))
-        records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
-        image = labels.get(cmp.LABEL_IMAGE, "")
-        digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
-            image.split("@", 1)[1] if "@" in image else c.attrs.get("Image", "")
-        )
-        state = c.attrs.get("State") or {}
-        verdict = (state.get("Health") or {}).get("Status", "none")
+    for path in sorted(build_root.glob(f"{stack or '*'}/{RECORDS_FILE}")):
+        records = _safe_records(build_root, path.parent.name)
+        if not records or (records[-1].stack, records[-1].project) in seen:
+            continue
+        last = records[-1]
         rows.append(
             StackStatus(
-                stack=name,
-                project=proj,
-                container=c.name,
-                state=state.get("Status", "?"),
-                health=verdict,
-                uptime=_uptime(state.get("StartedAt"), now) if state.get("Status") == "running" else "-",
-                image=image,
-                digest=digest,
-                model=labels.get(cmp.LABEL_MODEL, ""),
-                speculative=labels.get(cmp.LABEL_SPECULATIVE, ""),
-                node=labels.get(cmp.LABEL_NODE, ""),
-                smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
+                stack=last.stack,
+                project=last.project,
+                container="-",
+                state=("removed" if last.action == "undeploy" else
+                       # status asks Docker only: a LeaderWorkerSet's state is the cluster's
+                       f"k8s, {last.result} when recorded" if last.target == "k8s" else
+                       f"not running ({last.result})"),
+                health="-",
+                uptime="-",
+                image=last.image,
+                digest=last.digest,
+                model="",
+                speculative="",
+                node="",
+                smoke_report=last.smoke_report,
             )
         )
-    if build_root.is_dir() and not project:
-        for path in sorted(build_root.glob(f"{stack or '*'}/{RECORDS_FILE}")):
-            records = _safe_records(build_root, path.parent.name)
-            if not records or (records[-1].stack, records[-1].project) in seen:
-                continue
-            last = records[-1]
-            rows.append(
-                StackStatus(
-                    stack=last.stack,
-                    project=last.project,
-                    container="-",
-                    state=("removed" if last.action == "undeploy" else
-                           # status asks Docker only: a LeaderWorkerSet's state is the cluster's
-                           f"k8s, {last.result} when recorded" if last.target == "k8s" else
-                           f"not running ({last.result})"),
-                    health="-",
-                    uptime="-",
-                    image=last.image,
-                    digest=last.digest,
-                    model="",
-                    speculative="",
-                    node="",
-                    smoke_report=last.smoke_report,
-                )
-            )
     return rows
 
 

@@ -18,7 +18,8 @@ from packaging.utils import canonicalize_name
 from rich.table import Table
 
 from ..adapters.wheels import fetch_wheel, wheel_metadata
-from ..config.matrix import Matrix, Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key

@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..config.matrix import DEFAULT_KERNEL_PACKAGE, Stack
+from ..config.schema import DEFAULT_KERNEL_PACKAGE, Stack
 from ..core.errors import ConfigError
 from ..core.safefiles import write_text
 
@@ -355,6 +355,7 @@ def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
     return "\n".join(head + body) + "\n"
 
 
+# long: a line parser of the lock format, one branch per kind of line, read top to bottom
 def parse_lock(text: str, *, file: str = "lock") -> Lock:
     """The lock file's text as a `Lock`; a `ConfigError` naming file and line for anything malformed."""
     header: dict[str, list[str]] = {}

@@ -26,22 +26,15 @@ How each kind of layer appears in the lock:
 
 from __future__ import annotations
 
-import contextlib
-import re
-import tempfile
 import time
-import tomllib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import docker.errors
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..adapters.docker import docker_client, image_exists, read_image_files
-from ..adapters.git import GitSource, GitSourceError
 from ..adapters.uv import (
     Resolution,
     ResolutionConflict,
@@ -51,125 +44,27 @@ from ..adapters.uv import (
     SourceUnreachable,
     compile_many,
 )
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.errors import ConfigError, DockerUnavailable, SglstackError
+from ..core.errors import ConfigError
 from ..core.records import require_writable, utc_timestamp
 from ..diff.compare import lock_snapshot, print_diff, snapshot_diff
 from .file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, with_edges, write_lock
-
-# The glibc baseline a lock resolves for when neither the stack (`glibc:`) nor its base image says more:
-# manylinux_2_28 wheels run on Ubuntu 24.04 (2.39) and Debian 12 (2.36) bases alike. A stack whose base
-# has a newer glibc resolves for that one (SGLang 0.5.23 ships manylinux_2_34 wheels only).
-MANYLINUX = "2_28"
-_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
-SGLANG_REQUIREMENTS = "sglang-requirements"
-SGLANG = "sglang"
-
+from .plan import (
+    SGLANG,
+    SGLANG_REQUIREMENTS,
+    GitTree,
+    LockError,
+    PlannedLayer,
+    base_image_glibc,
+    git_tree,
+    plan_layers,
+    python_platform,
+)
 
 # How resolutions run (the tests of the layer logic pass their own).
 CompileFn = Callable[[Sequence[ResolveRequest]], list[Resolution | ResolverError]]
-
-
-class LockError(SglstackError):
-    """The stack cannot be locked (the message names the stack and the reason)."""
-
-
-@dataclass(frozen=True)
-class PlannedLayer:
-    """One install layer of the image as the resolver sees it."""
-
-    name: str
-    requirements: tuple[str, ...]
-    index_url: str | None = None
-    exclusive_index: bool = False  # the build installs it from this index only (pip --index-url)
-    no_deps: bool = False
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(canonicalize_name(Requirement(r).name) for r in self.requirements)
-
-
-@dataclass(frozen=True)
-class GitTree:
-    """A git-sourced SGLang's package folder at its commit, exported the way the build exports it."""
-
-    path: Path  # a temporary folder: uv reads the pyproject there; it never reaches the lock
-    commit: str  # full sha
-    version: str  # `[project] version` of that pyproject
-
-    @property
-    def reason(self) -> str:
-        """Why the lock has no hash for SGLang itself: the image builds the wheel from this commit."""
-        return f"built in the image from git commit {self.commit}"
-
-
-@contextlib.contextmanager
-def git_tree(stack: Stack) -> Iterator[GitTree | None]:
-    """The stack's git source at its commit, exported for the resolver while the block runs (None for PyPI)."""
-    git = stack.sglang.git
-    if git is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="sglstack-lock-") as tmp:
-        dest = Path(tmp) / "sglang-src"
-        try:
-            GitSource(git.repo, logins=stack.credentials).export(git.ref, git.subdirectory, dest)
-        except GitSourceError as exc:
-            raise LockError(f"stack '{stack.name}': {exc}") from None
-        yield GitTree(dest, git.ref, _static_version(stack, dest / "pyproject.toml"))
-
-
-def _static_version(stack: Stack, pyproject: Path) -> str:
-    where = f"stack '{stack.name}': sglang.git {pyproject.parent.name}/pyproject.toml at {stack.sglang.git.ref[:12]}"  # type: ignore[union-attr]
-    try:
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise LockError(f"{where}: cannot read it ({exc})") from None
-    version = project.get("version")
-    if not isinstance(version, str) or not version:
-        raise LockError(f"{where}: no static [project] version (the lock pins the version the image installs)")
-    return version
-
-
-def sglang_requirement(stack: Stack, tree: GitTree | None = None) -> str:
-    """SGLang as one requirement: the PyPI release, or the exported tree of its git commit."""
-    if stack.sglang.version:
-        return f"sglang=={stack.sglang.version}"
-    if tree is None:
-        raise LockError(f"stack '{stack.name}': a git-sourced SGLang is resolved from its exported tree")
-    return f"sglang @ {tree.path.resolve().as_uri()}"
-
-
-def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tuple[PlannedLayer, ...]:
-    """The image's pip layers, in install order, with the names render gives them (`tree`: a git SGLang's)."""
-    layers: list[PlannedLayer] = []
-    if stack.torch:
-        layers.append(PlannedLayer("torch", stack.torch.requirements(), stack.torch.index_url, True))
-    if stack.sgl_kernel:
-        pin = stack.sgl_kernel
-        if pin.url:
-            url = pin.url.replace("{arch}", _ARCH[platform])
-            layers.append(PlannedLayer(pin.package, (f"{pin.package} @ {url}",), no_deps=True))
-        else:
-            layers.append(PlannedLayer(pin.package, (f"{pin.package}=={pin.version}",), pin.index_url, True))
-    if stack.flashinfer:
-        fi = stack.flashinfer
-        layers.append(PlannedLayer("flashinfer", fi.requirements(), fi.index_url, False))
-    extras = [PlannedLayer(x.name, x.requirements, x.index_url, True, x.no_deps) for x in stack.extra_layers]
-    after = {x.name for x in stack.extra_layers if x.after_sglang}
-    layers += [x for x in extras if x.name not in after]
-    if stack.sglang.install_deps:
-        layers.append(PlannedLayer(SGLANG_REQUIREMENTS, (sglang_requirement(stack, tree),)))
-    layers += [x for x in extras if x.name in after]
-    layers.append(PlannedLayer(SGLANG, (sglang_requirement(stack, tree),), no_deps=not stack.sglang.install_deps))
-    return tuple(layers)
-
-
-def python_platform(platform: str, glibc: str | None = None) -> str:
-    """uv's target for `platform` on a base image with `glibc` ("2.36"; None: the 2.28 baseline)."""
-    tag = glibc.replace(".", "_") if glibc else MANYLINUX
-    return f"{_ARCH[platform]}-manylinux_{tag}"
 
 
 def _public(requirement: str) -> str | None:
@@ -234,127 +129,160 @@ def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[s
 def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
                       compile_fn: CompileFn = compile_many, tree: GitTree | None = None,
                       glibc: str | None = None) -> _Part:
-    plan = plan_layers(stack, platform, tree)
-    target = python_platform(platform, glibc)
-    deps_layers = [layer for layer in plan if not layer.no_deps]
-    # A git SGLang's own wheel is built in the image, so there is nothing to hash for it alone.
-    no_deps_layers = [layer for layer in plan if layer.no_deps and not (tree and layer.name == SGLANG)]
-    preferences = tuple(p.requirement for p in (previous.packages if previous else ()) if p.hashed and not p.url)
-    unresolved: dict[str, UnresolvedLayer] = {}
-    stand_ins: dict[str, tuple[str, ...]] = {}  # layer -> public pins standing in for its own
-    notes: list[str] = []
+    run = _PlatformResolution(stack, platform, previous, upgrade, tree, glibc)
+    # The no-deps parts and the first main attempt run side by side.
+    first = compile_fn([run.main_request(), *(_no_deps_request(stack, layer, run.target)
+                                              for layer in run.no_deps_layers)])
+    packages, indexes = run.no_deps_results(first[1:])
+    main = run.main_resolution(first[0], compile_fn)
+    packages += run.placed(main)
+    packages += run.unhashed_layers(packages)
+    order = {layer.name: i for i, layer in enumerate(run.plan)}
+    packages = list({p.name: p for p in reversed(packages)}.values())  # one entry per name: the first
+    packages.sort(key=lambda p: (order[p.layer], p.name))
+    return _Part(tuple(packages), tuple(run.unresolved[x.name] for x in run.plan if x.name in run.unresolved),
+                 tuple(run.notes), tuple(dict.fromkeys([*main.indexes_used, *indexes])), main.uv_version)
 
-    def main_request() -> ResolveRequest:
+
+class _PlatformResolution:
+    """One platform's resolution as it goes: the layers, those out of reach, and the public pins standing in."""
+
+    def __init__(self, stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
+                 tree: GitTree | None, glibc: str | None) -> None:
+        self.stack, self.upgrade, self.tree = stack, upgrade, tree
+        self.plan = plan_layers(stack, platform, tree)
+        self.target = python_platform(platform, glibc)
+        self.deps_layers = [layer for layer in self.plan if not layer.no_deps]
+        # A git SGLang's own wheel is built in the image, so there is nothing to hash for it alone.
+        self.no_deps_layers = [layer for layer in self.plan if layer.no_deps and not (tree and layer.name == SGLANG)]
+        self.preferences = tuple(p.requirement for p in (previous.packages if previous else ())
+                                 if p.hashed and not p.url)
+        self.unresolved: dict[str, UnresolvedLayer] = {}
+        self.stand_ins: dict[str, tuple[str, ...]] = {}  # layer -> public pins standing in for its own
+        self.notes: list[str] = []
+
+    def main_request(self) -> ResolveRequest:
         requirements: list[str] = []
-        excludes = [n for layer in no_deps_layers for n in layer.names]
-        for layer in deps_layers:
-            if layer.name in stand_ins:
-                requirements += stand_ins[layer.name]
-            elif layer.name in unresolved:
+        excludes = [n for layer in self.no_deps_layers for n in layer.names]
+        for layer in self.deps_layers:
+            if layer.name in self.stand_ins:
+                requirements += self.stand_ins[layer.name]
+            elif layer.name in self.unresolved:
                 excludes += layer.names
             else:
                 requirements += layer.requirements
-        indexes = tuple(dict.fromkeys(layer.index_url for layer in deps_layers
-                                      if layer.index_url and layer.name not in unresolved))
-        return ResolveRequest(requirements=tuple(dict.fromkeys(requirements)), python_version=stack.python,
-                              python_platform=target, indexes=indexes,
-                              overrides=tuple(o.pin for o in stack.overrides),
-                              excludes=tuple(dict.fromkeys(excludes)), preferences=preferences,
-                              upgrade_packages=upgrade, logins=stack.credentials)
+        indexes = tuple(dict.fromkeys(layer.index_url for layer in self.deps_layers
+                                      if layer.index_url and layer.name not in self.unresolved))
+        return ResolveRequest(requirements=tuple(dict.fromkeys(requirements)), python_version=self.stack.python,
+                              python_platform=self.target, indexes=indexes,
+                              overrides=tuple(o.pin for o in self.stack.overrides),
+                              excludes=tuple(dict.fromkeys(excludes)), preferences=self.preferences,
+                              upgrade_packages=self.upgrade, logins=self.stack.credentials)
 
-    # The no-deps parts and the first main attempt run side by side.
-    first = compile_fn([main_request(), *(_no_deps_request(stack, layer, target) for layer in no_deps_layers)])
-    main: Resolution | ResolverError = first[0]
-    packages: list[LockedPackage] = []
-    indexes: list[str] = []
-    uv_version = "unknown"
-    for layer, result in zip(no_deps_layers, first[1:], strict=True):
-        if isinstance(result, SourceUnreachable):
-            unresolved[layer.name] = UnresolvedLayer(layer.name, False, _reason(result, layer))
-            packages += _unhashed(stack, layer, _reason(result, layer))
-        elif isinstance(result, ResolverError):
-            raise LockError(f"stack '{stack.name}': layer {layer.name}: {result}")
-        else:
-            uv_version = result.uv_version
-            indexes += result.indexes_used
-            packages += _hashed(stack, layer, result.packages, required_by=False)
-    for _ in range(len(plan) + 1):
-        if not isinstance(main, ResolverError):
-            break
-        if isinstance(main, SourceUnreachable):
-            owner = _owner(main.url, deps_layers)
-            if owner is None or owner.name in unresolved:
-                raise LockError(f"stack '{stack.name}': {main}")
-            layer = owner
-            unresolved[layer.name] = UnresolvedLayer(layer.name, True, _reason(main, layer))
-            public = tuple(_public(r) for r in layer.requirements)
-            if all(public):
-                stand_ins[layer.name] = tuple(p for p in public if p)
-            if layer.name == SGLANG_REQUIREMENTS:
-                unresolved[SGLANG] = UnresolvedLayer(SGLANG, False, _reason(main, layer))
-        elif stand_ins:
-            # The stand-ins themselves do not resolve (e.g. a release only the unreachable index has):
-            # leave those layers out entirely, and say so.
-            notes.append(f"no stand-in from the default index for {', '.join(stand_ins)}: {main}")
-            stand_ins.clear()
-        elif isinstance(main, ResolutionConflict):
-            raise LockError(f"stack '{stack.name}': the resolver found a conflict for {target}: "
-                            f"{conflict_message(main)}")
-        else:
-            raise LockError(f"stack '{stack.name}': {main}")
-        main = compile_fn([main_request()])[0]
-    if isinstance(main, ResolverError):
-        raise LockError(f"stack '{stack.name}': {main}")
-    uv_version = main.uv_version
-    indexes = [*main.indexes_used, *indexes]
+    def no_deps_results(self, results: Sequence[Resolution | ResolverError]) -> tuple[list[LockedPackage], list[str]]:
+        """(entries, indexes used) of the no-deps layers; one out of reach is kept unhashed."""
+        packages: list[LockedPackage] = []
+        indexes: list[str] = []
+        for layer, result in zip(self.no_deps_layers, results, strict=True):
+            if isinstance(result, SourceUnreachable):
+                self.unresolved[layer.name] = UnresolvedLayer(layer.name, False, _reason(result, layer))
+                packages += _unhashed(self.stack, layer, _reason(result, layer))
+            elif isinstance(result, ResolverError):
+                raise LockError(f"stack '{self.stack.name}': layer {layer.name}: {result}")
+            else:
+                indexes += result.indexes_used
+                packages += _hashed(self.stack, layer, result.packages, required_by=False)
+        return packages, indexes
 
-    # Which resolved packages the image really installs from the lock.
-    stand_in_names = {canonicalize_name(Requirement(p).name) for pins in stand_ins.values() for p in pins}
-    resolved = {p.name: p for p in main.packages}
-    children: dict[str, set[str]] = {}
-    for p in main.packages:
-        for parent in p.required_by:
-            children.setdefault(parent, set()).add(p.name)
-    kept_names = set(resolved) - stand_in_names
-    roots = [n for layer in deps_layers if layer.name not in unresolved for n in layer.names]
-    kept = _closure(roots, children, kept_names) - ({SGLANG} if tree else set())  # a git SGLang: added below
-    dropped = len(kept_names - kept - {SGLANG})
-    for layer_name, pins in stand_ins.items():
-        notes.append(f"layer {layer_name} was not resolved; {' '.join(pins)} from the default index stood in for "
-                     f"its pins, so that what it shares with the rest of the stack is locked at versions that "
-                     f"satisfy that release; {dropped} package(s) only the stand-ins need are not locked "
-                     f"(the layer brings its own from its index)")
-    layer_of: dict[str, str] = {}
-    for layer in plan:
-        for name in layer.names:
-            layer_of.setdefault(name, SGLANG if name == "sglang" else layer.name)
-    for layer in deps_layers:
-        if layer.name in unresolved:
-            continue
-        for name in sorted(_closure(layer.names, children, kept)):
-            layer_of.setdefault(name, layer.name)
-    fallback = SGLANG_REQUIREMENTS if stack.sglang.install_deps else deps_layers[-1].name if deps_layers else SGLANG
-    shared_note = ""
-    if stand_ins:
-        shared_note = f"also needed by the unresolved {', '.join(stand_ins)} layer: checked against its stand-ins"
-    for name in sorted(kept):
-        p = resolved[name]
-        note = shared_note if shared_note and set(p.required_by) & stand_in_names else None
-        layer = next(x for x in plan if x.name == layer_of.get(name, fallback))
-        packages += _hashed(stack, layer, (p,), note=note)
-    for layer in deps_layers:
-        if layer.name in unresolved:
-            packages += _unhashed(stack, layer, unresolved[layer.name].reason, tree)
-    if SGLANG in unresolved and not any(p.layer == SGLANG for p in packages):
-        packages += _unhashed(stack, plan[-1], unresolved[SGLANG].reason, tree)
-    if tree and not any(p.layer == SGLANG for p in packages):
-        # What the image installs: the wheel it builds from the commit, at that pyproject's version.
-        packages.append(LockedPackage(name=SGLANG, version=tree.version, layer=SGLANG, unhashed=tree.reason))
-    order = {layer.name: i for i, layer in enumerate(plan)}
-    packages = list({p.name: p for p in reversed(packages)}.values())  # one entry per name: the first
-    packages.sort(key=lambda p: (order[p.layer], p.name))
-    return _Part(tuple(packages), tuple(unresolved[x.name] for x in plan if x.name in unresolved), tuple(notes),
-                 tuple(dict.fromkeys(indexes)), uv_version)
+    def main_resolution(self, main: Resolution | ResolverError, compile_fn: CompileFn) -> Resolution:
+        """The main resolution, retried with each layer whose index is out of reach left out (or stood in for)."""
+        name = self.stack.name
+        for _ in range(len(self.plan) + 1):
+            if not isinstance(main, ResolverError):
+                break
+            if isinstance(main, SourceUnreachable):
+                owner = _owner(main.url, self.deps_layers)
+                if owner is None or owner.name in self.unresolved:
+                    raise LockError(f"stack '{name}': {main}")
+                self.unresolved[owner.name] = UnresolvedLayer(owner.name, True, _reason(main, owner))
+                public = tuple(_public(r) for r in owner.requirements)
+                if all(public):
+                    self.stand_ins[owner.name] = tuple(p for p in public if p)
+                if owner.name == SGLANG_REQUIREMENTS:
+                    self.unresolved[SGLANG] = UnresolvedLayer(SGLANG, False, _reason(main, owner))
+            elif self.stand_ins:
+                # The stand-ins themselves do not resolve (e.g. a release only the unreachable index has):
+                # leave those layers out entirely, and say so.
+                self.notes.append(f"no stand-in from the default index for {', '.join(self.stand_ins)}: {main}")
+                self.stand_ins.clear()
+            elif isinstance(main, ResolutionConflict):
+                raise LockError(f"stack '{name}': the resolver found a conflict for {self.target}: "
+                                f"{conflict_message(main)}")
+            else:
+                raise LockError(f"stack '{name}': {main}")
+            main = compile_fn([self.main_request()])[0]
+        if isinstance(main, ResolverError):
+            raise LockError(f"stack '{name}': {main}")
+        return main
+
+    def placed(self, main: Resolution) -> list[LockedPackage]:
+        """Which resolved packages the image really installs from the lock, each in the layer that installs it."""
+        stand_in_names = {canonicalize_name(Requirement(p).name) for pins in self.stand_ins.values() for p in pins}
+        resolved = {p.name: p for p in main.packages}
+        children: dict[str, set[str]] = {}
+        for p in main.packages:
+            for parent in p.required_by:
+                children.setdefault(parent, set()).add(p.name)
+        kept_names = set(resolved) - stand_in_names
+        roots = [n for layer in self.deps_layers if layer.name not in self.unresolved for n in layer.names]
+        kept = _closure(roots, children, kept_names) - ({SGLANG} if self.tree else set())  # a git SGLang: below
+        dropped = len(kept_names - kept - {SGLANG})
+        for layer_name, pins in self.stand_ins.items():
+            self.notes.append(f"layer {layer_name} was not resolved; {' '.join(pins)} from the default index stood in "
+                              f"for its pins, so that what it shares with the rest of the stack is locked at versions "
+                              f"that satisfy that release; {dropped} package(s) only the stand-ins need are not "
+                              f"locked (the layer brings its own from its index)")
+        layer_of = self._layer_of(children, kept)
+        deps_layers = self.deps_layers
+        fallback = (SGLANG_REQUIREMENTS if self.stack.sglang.install_deps
+                    else deps_layers[-1].name if deps_layers else SGLANG)
+        shared_note = ""
+        if self.stand_ins:
+            shared_note = (f"also needed by the unresolved {', '.join(self.stand_ins)} layer: checked against its "
+                           "stand-ins")
+        packages: list[LockedPackage] = []
+        for name in sorted(kept):
+            p = resolved[name]
+            note = shared_note if shared_note and set(p.required_by) & stand_in_names else None
+            layer = next(x for x in self.plan if x.name == layer_of.get(name, fallback))
+            packages += _hashed(self.stack, layer, (p,), note=note)
+        return packages
+
+    def _layer_of(self, children: dict[str, set[str]], kept: set[str]) -> dict[str, str]:
+        layer_of: dict[str, str] = {}
+        for layer in self.plan:
+            for name in layer.names:
+                layer_of.setdefault(name, SGLANG if name == "sglang" else layer.name)
+        for layer in self.deps_layers:
+            if layer.name in self.unresolved:
+                continue
+            for name in sorted(_closure(layer.names, children, kept)):
+                layer_of.setdefault(name, layer.name)
+        return layer_of
+
+    def unhashed_layers(self, so_far: list[LockedPackage]) -> list[LockedPackage]:
+        """The entries of the layers out of reach, and a git SGLang's own wheel (built in the image)."""
+        out: list[LockedPackage] = []
+        for layer in self.deps_layers:
+            if layer.name in self.unresolved:
+                out += _unhashed(self.stack, layer, self.unresolved[layer.name].reason, self.tree)
+        if SGLANG in self.unresolved and not any(p.layer == SGLANG for p in [*so_far, *out]):
+            out += _unhashed(self.stack, self.plan[-1], self.unresolved[SGLANG].reason, self.tree)
+        if self.tree and not any(p.layer == SGLANG for p in [*so_far, *out]):
+            # What the image installs: the wheel it builds from the commit, at that pyproject's version.
+            out.append(LockedPackage(name=SGLANG, version=self.tree.version, layer=SGLANG,
+                                     unhashed=self.tree.reason))
+        return out
 
 
 def _pin_version(stack: Stack, name: str, requirement: str) -> str:
@@ -399,32 +327,6 @@ def conflict_message(conflict: ResolutionConflict) -> str:
     sides = "; ".join(str(s) for s in conflict.sides)
     reason = " ".join(conflict.explanation.split())
     return f"{sides} (uv: {reason})" if sides and reason else sides or reason
-
-
-# Where glibc lives in the base images stacks use (Debian/Ubuntu multiarch, then RHEL-likes' lib64).
-LIBC_PATHS = {"linux/amd64": ("/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6",
-                              "/usr/lib64/libc.so.6"),
-              "linux/arm64": ("/usr/lib/aarch64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
-                              "/usr/lib64/libc.so.6")}
-_GLIBC_BANNER = re.compile(rb"GNU C Library [^\n]*? release version (\d+\.\d+)")
-
-
-def glibc_version(libc: bytes) -> str | None:
-    """'2.36' from the bytes of libc.so.6 (its banner: '... stable release version 2.36.'), else None."""
-    m = _GLIBC_BANNER.search(libc)
-    return m.group(1).decode() if m else None
-
-
-def base_image_glibc(stack: Stack, docker_host: str | None = None) -> str | None:
-    """The glibc of the stack's base image when the engine has it (read, never run, never pulled); else None."""
-    try:
-        client = docker_client(docker_host)
-        if not image_exists(client, stack.base_image):
-            return None
-        files = read_image_files(client, stack.base_image, list(LIBC_PATHS[stack.platforms[0]]))
-    except (DockerUnavailable, docker.errors.DockerException):
-        return None
-    return next((v for data in files.values() if (v := glibc_version(data))), None)
 
 
 def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),

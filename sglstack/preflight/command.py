@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.errors import ConfigError
 from ..core.records import require_writable
 from .checks import FAIL, Requirements, parse_size

@@ -96,6 +96,7 @@ def inspect_node(
             "no NVIDIA driver on this node: nvidia-smi is missing or failing and NVML (libnvidia-ml.so.1) did not load"
         )
         return report
+
     report.checks.append(C.check_driver(driver, req.cuda))
     if not gpus:
         report.checks.append(C.check_gpu_count(0, req.tp))
@@ -105,6 +106,17 @@ def inspect_node(
     report.checks.append(C.check_compute_capability(gpus, req.arch_list))
     report.checks.extend(C.check_free_memory(g) for g in gpus)
 
+    links = _topology(report, gpus, smi, snapshot)
+    _measured(report, gpus, links, progress)
+
+    report.checks.append(C.check_shm(probe.shm_bytes(), req.shm_bytes))
+    report.checks.append(C.check_memlock(probe.memlock_soft_limit()))
+    return report
+
+
+def _topology(report: NodeReport, gpus: list[parse.GpuInfo], smi: dict[str, str | None], snapshot: dict[str, Any] | None
+              ) -> dict[tuple[int, int], str]:
+    """The GPUs' links (recorded and checked), for the all-reduce check's expectations."""
     # Topology from `nvidia-smi topo -m`, the matrix operators know; NVML's links when it is missing.
     count, links = parse.parse_topo_matrix(smi["nvidia-smi-topo-m.txt"] or "")
     nvml_links, nvml_p2p = parse.nvml_links(snapshot or {})
@@ -116,7 +128,13 @@ def inspect_node(
         p2p={f"{i}-{j}": v for (i, j), v in sorted(p2p.items())},
     )
     report.checks.append(C.check_topology(len(gpus), links, p2p))
+    return links
 
+
+def _measured(report: NodeReport, gpus: list[parse.GpuInfo], links: dict[tuple[int, int], str],
+              progress: Callable[[str], None]) -> None:
+    """What torch measures: each card's copy bandwidth and an NCCL all-reduce over all of them."""
+    req = report.requirements
     torch, why = probe.torch_cuda()
     if torch is not None:
         report.node.update(
@@ -134,10 +152,6 @@ def inspect_node(
     result = run_allreduce(len(gpus), req.sizes) if torch else C.AllReduceResult(len(gpus), False, error=why)
     report.node["allreduce"] = asdict(result)
     report.checks.extend(C.check_allreduce(result, C.min_nvlinks(len(gpus), links)))
-
-    report.checks.append(C.check_shm(probe.shm_bytes(), req.shm_bytes))
-    report.checks.append(C.check_memlock(probe.memlock_soft_limit()))
-    return report
 
 
 def format_table(report: NodeReport) -> str:

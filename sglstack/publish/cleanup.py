@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterable
 
 from ..attest.store import remove_attestations
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
 from .promotion import target_repository

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.imageref import Repository, is_digest
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console
 from ..core.labels import CONFIG_HASH_LABEL
 from ..core.records import utc_today
@@ -33,17 +33,9 @@ def _config_hash_of(
     return value if isinstance(value, str) else None
 
 
-def publish_digest(
-    stack: Stack,
-    digest: str,
-    *,
-    registry: str | None = None,
-    config_hash: str | None = None,
-    force: bool = False,
-    smoke_report: str | None = None,
-    build_dir: Path | None = None,
-    today: dt.date | None = None,
-) -> int:
+def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, config_hash: str | None = None,
+                   force: bool = False, smoke_report: str | None = None, build_dir: Path | None = None,
+                   today: dt.date | None = None) -> int:
     """Promote `digest` (smoke-tested elsewhere) or roll back to it; 0 when the tags point to it.
 
     `today` (UTC by default) dates a new immutable tag. A promotion left `partial` before is finished,
@@ -94,19 +86,9 @@ def publish_digest(
                 + "; nothing to do (--force to redo)"
             )
             return 0
-    previous = promote_recorded(
-        client,
-        repo,
-        stack,
-        digest,
-        config_hash=config_hash,
-        immutable=immutable,
-        moving=moving,
-        event=event,
-        records=path,
-        smoke_report=smoke_report,
-        previous_hint={tag: rec.get("previous") for tag, rec in partial.items()},
-    )
+    previous = promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=immutable,
+                                moving=moving, event=event, records=path, smoke_report=smoke_report,
+                                previous_hint={tag: rec.get("previous") for tag, rec in partial.items()})
     verb = "rolled back" if event == "rollback" else "published"
     out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.imageref import Repository, is_digest
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import SglstackError
 from ..core.records import append_jsonl, build_root, read_jsonl, utc_timestamp
 

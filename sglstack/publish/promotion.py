@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.imageref import Repository, parse_repository
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError
 from ..core.signals import Interrupted, deferred
@@ -189,17 +189,10 @@ def _put_back(
     return [states.get(tag) or TagState(tag, kinds[tag], before[tag], before[tag], moved=False) for tag in order]
 
 
-def promote(
-    client: RegistryClient,
-    repo: Repository,
-    digest: str,
-    *,
-    immutable: str | None,
-    moving: Sequence[str],
-    on_promoted: Callable[[dict[str, str | None]], None] | None = None,
-    on_failed: Callable[[PromotionError], None] | None = None,
-    stack: str | None = None,
-) -> dict[str, str | None]:
+def promote(client: RegistryClient, repo: Repository, digest: str, *, immutable: str | None, moving: Sequence[str],
+            on_promoted: Callable[[dict[str, str | None]], None] | None = None,
+            on_failed: Callable[[PromotionError], None] | None = None, stack: str | None = None,
+            ) -> dict[str, str | None]:
     """Point the release tags at `digest`, all or none; return tag -> the digest it had before.
 
     `on_promoted(previous)` runs once every tag points to `digest` (signals held: a signal then ends the
@@ -211,11 +204,8 @@ def promote(
     _check_complete(client, repo, manifest)
     order = [*([immutable] if immutable else []), *(t for t in moving if t != immutable)]
     kinds = {tag: "immutable" if tag == immutable else "moving" for tag in order}
-    before: dict[str, str | None] = {}
-    for tag in order:
-        before[tag] = (
-            check_immutable(client, repo, tag, digest) if tag == immutable else client.manifest_digest(repo.path, tag)
-        )
+    before: dict[str, str | None] = {tag: check_immutable(client, repo, tag, digest) if tag == immutable
+                                     else client.manifest_digest(repo.path, tag) for tag in order}
     # The manifests to put back, read before anything moves: putting back then needs only PUTs.
     manifests = {d: client.get_manifest(repo.path, d) for d in dict.fromkeys(before.values()) if d and d != digest}
 
@@ -247,12 +237,8 @@ def promote(
         cause = _cause(exc, repo.registry)
         with deferred():
             states = _put_back(client, repo, digest, order, kinds, before, touched, manifests)
-            error = PromotionError(
-                describe_failure(repo, digest, failed_at, cause, states, stack=stack),
-                digest=digest,
-                cause=cause,
-                states=states,
-            )
+            error = PromotionError(describe_failure(repo, digest, failed_at, cause, states, stack=stack),
+                                   digest=digest, cause=cause, states=states)
             if on_failed is not None:
                 on_failed(error)
             if not isinstance(exc, Exception):

@@ -19,7 +19,7 @@ import docker.errors
 
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError
 from ..core.records import utc_timestamp, utc_today

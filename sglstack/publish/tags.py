@@ -13,7 +13,7 @@ import string
 from dataclasses import dataclass
 
 from ..config.imageref import TAG_RE, parse_repository
-from ..config.matrix import PublishSettings, Stack
+from ..config.schema import PublishSettings, Stack
 from ..core.errors import ConfigError
 
 PLACEHOLDERS = ("sglang", "stack", "date", "confighash8", "confighash12")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import jinja2
 
-from ..config.matrix import Stack
 from ..config.names import compose_project
+from ..config.schema import Stack
 from ..core.quoting import compose_string
 from ..core.records import build_root
 from ..core.resources import COMPOSE_DIR

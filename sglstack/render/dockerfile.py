@@ -17,7 +17,8 @@ from pathlib import Path
 import jinja2
 
 from ..config.imageref import image_reference_problem
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import one_line
 from ..core.quoting import (

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..config.matrix import Stack
 from ..config.names import k8s_object_name, k8s_service_name
+from ..config.schema import Stack
 from ..core.errors import one_line
 from ..core.quoting import k8s_literal, one_line_problem
 from ..core.records import build_root

@@ -14,7 +14,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..config.matrix import SizePolicy
+from ..config.schema import SizePolicy
 from ..core.errors import BuildError
 from ..core.resources import TOOLS_DIR
 from .report import (

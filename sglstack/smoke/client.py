@@ -61,11 +61,6 @@ class SGLangClient:
         resp.raise_for_status()
         return resp.json()
 
-    def model_info(self) -> dict[str, Any]:
-        resp = self.session.get(f"{self.base_url}/get_model_info", timeout=30)
-        resp.raise_for_status()
-        return resp.json()
-
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         """A greedy, streamed /generate: TTFT is the arrival of the first chunk that carries text."""
         body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}, "stream": True}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..adapters.docker import is_local_docker_host
-from ..config.matrix import Gates, SpeculativeSettings, Stack
+from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core.credentials import names_secret
 from ..core.errors import SmokeError
 from ..core.records import build_root
@@ -360,10 +360,6 @@ def parse_mounts(values: Iterable[str] | str) -> list[str]:
 def run_spec(options: SmokeOptions, kind: str) -> ServingSpec:
     """The server of one run: the spec with speculative decoding for "eagle3", without for "baseline"."""
     return options.serving if kind == "eagle3" else options.serving.baseline()
-
-
-def server_argv(options: SmokeOptions, *, speculative: bool) -> list[str]:
-    return serving_argv(run_spec(options, "eagle3" if speculative else "baseline"))
 
 
 def launch_argvs(options: SmokeOptions) -> dict[str, list[str]]:

@@ -25,7 +25,7 @@ from docker.types import DeviceRequest, Ulimit
 from ..adapters.docker import docker_client, docker_host_address, is_local_docker_host, running_container
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..core.errors import SmokeError
 from ..core.records import require_writable, utc_timestamp
 from ..diff.snapshots import local_snapshot

@@ -29,7 +29,8 @@ from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
 from ..build.patches import check_version
-from ..config.matrix import Matrix, Stack, load_matrix, stack_name_problem
+from ..config.matrix import load_matrix, stack_name_problem
+from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root
@@ -37,7 +38,8 @@ from ..coverage.command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wh
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
-from ..lock.flow import LockError, base_image_glibc, python_platform, resolve_stack
+from ..lock.flow import LockError, resolve_stack
+from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..config.matrix import Stack
+from ..config.schema import Stack
 from ..inimage.incontainer.wheelkit import requirement_key
 from .releases import FLASHINFER, ReleasePins, applicable_requirements
 
@@ -126,6 +127,29 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
         edits["overrides"] = [{"replaces": d.replaces, "pin": d.pin, "reason": d.reason} for d in kept]
     replaced: list[tuple[str, str]] = []  # (old text, new text) for the description
 
+    _torch_edit(stack, target, family, overridden, edits, notes, review, replaced)
+    _kernel_edit(stack, target, overridden, edits, notes, review, replaced)
+    _flashinfer_edit(stack, target, overridden, edits, notes, replaced)
+
+    retired = tuple(p for p in stack.patches if patch_status.get(p) == UPSTREAM)
+    if retired:
+        edits["patches"] = [p for p in stack.patches if p not in retired]
+    drifted = [p for p in stack.patches if patch_status.get(p) == DRIFTED]
+    if drifted:
+        review.append(f"patch(es) drifted against sglang {target.sglang}: {', '.join(drifted)}")
+
+    wheel_tag, glibc = _glibc_edit(stack, target, wheel_filename, base_glibc, edits, notes, review)
+    if stack.description:
+        replaced.append((f"SGLang {stack.sglang.version}", f"SGLang {target.sglang}"))
+        text = stack.description
+        for old, new in replaced:
+            text = text.replace(old, new)
+        edits["description"] = text
+    return Derivation(edits, tuple(decisions), retired, wheel_tag, glibc, tuple(notes), tuple(review))
+
+
+def _torch_edit(stack: Stack, target: ReleasePins, family: Mapping[str, str], overridden: AbstractSet[str],
+                edits: dict[str, Any], notes: list[str], review: list[str], replaced: list[tuple[str, str]]) -> None:
     if stack.torch and target.torch and "torch" not in overridden:
         label = local_label(stack.torch.version)
         torch_edit: dict[str, Any] = {"version": with_label(target.torch, label)}
@@ -149,6 +173,9 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
     elif stack.torch and "torch" in overridden:
         notes.append(f"torch stays {stack.torch.version}: an override the release still needs pins it")
 
+
+def _kernel_edit(stack: Stack, target: ReleasePins, overridden: AbstractSet[str],
+                 edits: dict[str, Any], notes: list[str], review: list[str], replaced: list[tuple[str, str]]) -> None:
     if stack.sgl_kernel and target.kernel and target.kernel_package and target.kernel_package not in overridden:
         old_pkg, old_version = stack.sgl_kernel.package, stack.sgl_kernel.version
         new_version = with_label(target.kernel, local_label(old_version))
@@ -168,6 +195,9 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
         review.append(f"sglang {target.sglang} requires no kernel package the stack knows; the stack pins "
                       f"{stack.sgl_kernel.package}=={stack.sgl_kernel.version}")
 
+
+def _flashinfer_edit(stack: Stack, target: ReleasePins, overridden: AbstractSet[str], edits: dict[str, Any],
+                     notes: list[str], replaced: list[tuple[str, str]]) -> None:
     if stack.flashinfer and target.flashinfer and FLASHINFER not in overridden:
         fi_edit: dict[str, Any] = {"version": target.flashinfer}
         packages = [p for p in stack.flashinfer.packages
@@ -179,13 +209,10 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
         replaced.append((f"FlashInfer {stack.flashinfer.version}", f"FlashInfer {target.flashinfer}"))
         edits["flashinfer"] = fi_edit
 
-    retired = tuple(p for p in stack.patches if patch_status.get(p) == UPSTREAM)
-    if retired:
-        edits["patches"] = [p for p in stack.patches if p not in retired]
-    drifted = [p for p in stack.patches if patch_status.get(p) == DRIFTED]
-    if drifted:
-        review.append(f"patch(es) drifted against sglang {target.sglang}: {', '.join(drifted)}")
 
+def _glibc_edit(stack: Stack, target: ReleasePins, wheel_filename: str | None, base_glibc: str | None,
+                edits: dict[str, Any], notes: list[str], review: list[str]) -> tuple[str | None, str]:
+    """(the release wheel's platform tag, the glibc the lock resolves for), declaring `glibc:` where needed."""
     # What the lock resolves for when nothing is declared is the 2.28 baseline (or the local base image's,
     # which other machines may not have): a release that needs more gets `glibc:` declared, so every
     # machine resolves the same lock.
@@ -205,13 +232,7 @@ def derive(stack: Stack, target: ReleasePins, requires_dist: Sequence[str], *, f
         else:
             review.append(f"sglang {target.sglang}'s wheels need glibc {need} ({wheel_tag}); the base image "
                           + (f"has {base_glibc}" if base_glibc else "is not known: declare `glibc:`"))
-    if stack.description:
-        replaced.append((f"SGLang {stack.sglang.version}", f"SGLang {target.sglang}"))
-        text = stack.description
-        for old, new in replaced:
-            text = text.replace(old, new)
-        edits["description"] = text
-    return Derivation(edits, tuple(decisions), retired, wheel_tag, glibc, tuple(notes), tuple(review))
+    return wheel_tag, glibc
 
 
 # ---- coverage change -------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from rich.table import Table
 
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import ReleaseRangeError, releases_between
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
+from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
 from ..lock.conflicts import applicable_requirements

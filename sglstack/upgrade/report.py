@@ -35,6 +35,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+# long: the report's text, one section after another, in the order it reads
 def to_markdown(plan: Plan) -> str:
     d = plan.derivation
     out = [f"# Upgrade {plan.stack}: SGLang {plan.from_version} -> {plan.to_version}"

@@ -225,6 +225,7 @@ def _manifest_bytes(results: list[PatchResult]) -> bytes:
 # ---- applying one patch ----------------------------------------------------------------------------
 
 
+# long: one patch's apply, step by step over shared state (tree, class, insertions); split, each step would take it all
 def _apply_one(spec: PatchSpec, run: _Run, version: str | None, policy: str) -> PatchResult:
     in_range = version is None or spec.applies(version)
     if not in_range and not (run.root / spec.file).is_file():

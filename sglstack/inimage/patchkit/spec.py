@@ -68,6 +68,7 @@ def patch_ids(patches_dir: Path) -> list[str]:
     return sorted(p.parent.name for p in patches_dir.glob(f"*/{PATCH_FILE}"))
 
 
+# long: the patch.toml parser, one check per key in the order the format documents them
 def load_patch(patches_dir: Path, patch_id: str) -> PatchSpec:
     folder = Path(patches_dir) / patch_id
     toml_path = folder / PATCH_FILE
