@@ -6,14 +6,24 @@
 
 from __future__ import annotations
 
+import docker.errors
 import pytest
 from bisect_fixtures import stack_yaml
+from deploy_fixtures import make_test_stack
 
+from sglstack.adapters.docker import local_image, local_image_id
 from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectInputError, BisectRequest
+from sglstack.config.imageref import parse_image_reference, pinned_digest, registry_digest
+from sglstack.config.matrix import _pinned_image
+from sglstack.deploy.images import image_identity
 from sglstack.publish import PublishError, parse_smoke_opts
+from sglstack.render import k8s
+from sglstack.serving import ServingError
 from sglstack.smoke.options import SmokeOptionError
 from sglstack.smoke.options import parse_smoke_opts as smoke_opts_parser
+from sglstack.smoke.report import _identity
+from sglstack.smoke.runner import resolve_image
 
 # ---- --smoke-opt: one parser for bisect and publish ------------------------------------------------
 
@@ -62,3 +72,97 @@ def test_a_named_flag_wins_over_a_smoke_opt_and_lists_add_up():
     got = driver.smoke_overrides(["gpus=1", "env=A=1", "mount=/x:/x", "extra-args=--a 1"],
                                  gpus=0, env=["A=2"], mounts=["/y:/y"], model=None)
     assert got == {"gpus": 0, "env": {"A": "2"}, "mounts": ["/x:/x", "/y:/y"], "extra_args": ["--a", "1"]}
+
+
+# ---- image references: config.imageref parses them all ---------------------------------------------
+
+DIGEST = "sha256:" + "ab" * 32
+OTHER = "sha256:" + "cd" * 32
+
+
+@pytest.mark.parametrize(("ref", "name", "tag", "digest", "registry"), [
+    (f"host:5000/a/b:tag@{DIGEST}", "host:5000/a/b", "tag", DIGEST, "host:5000"),
+    (f"host:5000/a/b@{DIGEST}", "host:5000/a/b", None, DIGEST, "host:5000"),
+    ("host:5000/a/b", "host:5000/a/b", None, None, "host:5000"),
+    ("ubuntu", "ubuntu", None, None, "docker.io"),
+    ("ubuntu:22.04", "ubuntu", "22.04", None, "docker.io"),
+])
+def test_one_parser_reads_ports_digests_and_missing_tags(ref, name, tag, digest, registry):
+    parsed = parse_image_reference(ref)
+    assert (parsed.name, parsed.tag, parsed.digest, parsed.repository.registry) == (name, tag, digest, registry)
+    assert pinned_digest(ref) == digest
+
+
+def test_k8s_render_takes_a_registry_with_a_port_and_refuses_a_tag(tmp_path):
+    """The third parser (a regex in render/k8s) is gone: k8s serves what the one parser says pins a digest."""
+
+    stack = make_test_stack(tmp_path)
+    files = k8s.manifests(stack, f"host:5000/a/b:tag@{DIGEST}", k8s.K8sOptions())
+    assert f"host:5000/a/b:tag@{DIGEST}" in str(files[k8s.LWS_FILE])
+    for tagged in ("host:5000/a/b:tag", "host:5000/a/b", f"Bad/Name@{DIGEST}"):
+        with pytest.raises(ServingError, match="by digest"):
+            k8s.manifests(stack, tagged, k8s.K8sOptions())
+
+
+def test_a_stack_image_on_a_registry_port_needs_a_tag(tmp_path):
+    assert _pinned_image("host:5000/a/b:1.0") == "host:5000/a/b:1.0"
+    assert _pinned_image(f"host:5000/a/b@{DIGEST}") == f"host:5000/a/b@{DIGEST}"
+    for untagged in ("host:5000/a/b", "ubuntu", "ubuntu:"):
+        with pytest.raises(ValueError, match="has no tag"):
+            _pinned_image(untagged)
+
+
+# ---- "digest" is a registry manifest digest; an image id is an id -----------------------------------
+
+@pytest.mark.parametrize(("ref", "repo_digests", "expected"), [
+    (f"host:5000/a/b@{DIGEST}", [f"host:5000/a/b@{OTHER}"], DIGEST),  # a pinned ref is its own digest
+    ("host:5000/a/b:tag", [f"other/repo@{OTHER}", f"host:5000/a/b@{DIGEST}"], DIGEST),  # its repository's
+    ("ubuntu:22.04", [f"ubuntu@{DIGEST}"], DIGEST),  # Docker Hub's short names compare as the long ones
+    ("host:5000/a/b:tag", [f"other/repo@{OTHER}"], None),  # another repository's digest is not this one's
+    ("sglstack/local:abc", [], None),  # a local build has no registry digest (it used to get its image id)
+    ("sha256:" + "ee" * 32, [], None),  # an image id names no repository
+])
+def test_the_registry_digest_of_a_local_image_is_never_its_image_id(ref, repo_digests, expected):
+    assert registry_digest(ref, repo_digests) == expected
+
+
+class _Image:
+    def __init__(self, image_id: str, repo_digests: list[str]) -> None:
+        self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
+
+
+class _Engine:
+    """The images part of a Docker client: one local build, never pushed."""
+    def __init__(self, images: dict[str, _Image]) -> None:
+        self.images = self
+        self._images = images
+
+    def get(self, ref: str) -> _Image:
+        if ref not in self._images:
+            raise docker.errors.ImageNotFound(ref)
+        return self._images[ref]
+
+
+IMAGE_ID = "sha256:" + "11" * 32
+
+
+def test_deploy_smoke_and_build_name_a_local_build_alike():
+    """Three policies answered image -> "digest" with the image id; now one answers the id, one the digest."""
+    engine = _Engine({"sglstack/local:abc": _Image(IMAGE_ID, []),
+                      "host:5000/a/b:1": _Image(IMAGE_ID, [f"host:5000/a/b@{DIGEST}"])})
+    assert local_image_id(engine, "sglstack/local:abc") == IMAGE_ID  # type: ignore[arg-type]
+    assert local_image_id(engine, "missing:1") is None  # type: ignore[arg-type]
+    assert image_identity(engine, "sglstack/local:abc") == ("", IMAGE_ID)  # type: ignore[arg-type]
+    info = resolve_image(engine, "sglstack/local:abc", pull=False)  # type: ignore[arg-type]
+    assert (info["digest"], info["id"]) == (None, IMAGE_ID)
+    assert image_identity(engine, "host:5000/a/b:1") == (DIGEST, IMAGE_ID)  # type: ignore[arg-type]
+    info = resolve_image(engine, "host:5000/a/b:1", pull=False)  # type: ignore[arg-type]
+    assert (info["digest"], info["id"]) == (DIGEST, IMAGE_ID)
+    found = local_image(engine, "host:5000/a/b:1")  # type: ignore[arg-type]
+    assert found is not None and found.repo_digests == (f"host:5000/a/b@{DIGEST}",)
+
+
+def test_a_smoke_report_names_a_local_build_by_its_image_id():
+    assert _identity({"ref": "x:1", "digest": None, "id": IMAGE_ID}) == f"image id `{IMAGE_ID}`"
+    assert _identity({"ref": "x:1", "digest": DIGEST, "id": IMAGE_ID}) == f"digest `{DIGEST}`"
+    assert _identity({"ref": "x:1", "digest": IMAGE_ID, "id": IMAGE_ID}) == f"digest `{IMAGE_ID}`"  # an old report

@@ -38,12 +38,13 @@ from ..adapters.buildkit import (
     detect_builder,
     run_build,
 )
-from ..adapters.docker import created_container, docker_client, image_digest, running_container
+from ..adapters.docker import created_container, docker_client, local_image, running_container
 from ..adapters.git import GitSource
 from ..attest.identity import sglstack_identity
 from ..attest.image import image_inventory
 from ..attest.provenance import tree_sha256
 from ..attest.sbom import SBOM_FILE, Inventory, lock_problems, sbom_document
+from ..config.imageref import parse_image_reference, registry_digest
 from ..config.matrix import Stack
 from ..core.console import console as make_console
 from ..core.credentials import netrc_text
@@ -306,7 +307,8 @@ def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator
     The hold keeps the image alive while this build reads and stamps it: a concurrent build of the same
     config, which produced the same image and removes its own tag, cannot make it vanish in between.
     """
-    repo, _, tag = ref.rpartition(":")
+    held = parse_image_reference(ref)
+    repo, tag = held.name, held.tag
     try:
         try:
             client.api.tag(image_id, repo, tag)
@@ -565,7 +567,8 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
         for note in lock_notes:
             console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
-        base_digest = image_digest(client, stack.base_image)
+        base = local_image(client, stack.base_image)
+        base_digest = registry_digest(stack.base_image, base.repo_digests) if base else None
         with timer.phase("stamp"):
             final_id = stamp_labels(builder, held, {**verified_labels(manifest, info), **coverage.labels,
                                                     **lock_labels(options.lock, base_digest)},
@@ -590,7 +593,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         "size": size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
-        "base_image": {"name": stack.base_image, "digest": base_digest},
+        "base_image": {"name": stack.base_image, "digest": base_digest, "image_id": base.id if base else None},
         "sglang": stack.sglang.model_dump(mode="json"),
         "lock": _lock_record(options.lock, lock_notes),
         "labels": client.images.get(final_id).labels or {},

@@ -33,8 +33,10 @@ from ..core.resources import DEFAULT_PATCHES_DIR
 from ..inimage.incontainer.wheelkit import WheelKitError, split_requirement
 from .imageref import (
     TAG_MAX,
+    ImageReference,
     image_reference_problem,
     name_problem,
+    parse_image_reference,
     path_component_problem,
     registry_reference_problem,
     tag_problem,
@@ -94,11 +96,14 @@ def _requirement(value: str) -> str:
 
 
 def _pinned_image(value: str) -> str:
-    if "@sha256:" not in value:
-        name, _, tag = value.rpartition(":")
-        if not name or "/" in tag or not tag:
+    try:
+        ref: ImageReference | None = parse_image_reference(value)
+    except ConfigError:
+        ref = None  # the grammar check below names what is wrong
+    if (ref is not None and ref.digest is None) or value.endswith(":"):  # `name:` has an empty tag: no tag
+        if ref is None or ref.tag is None:
             raise ValueError(f"image '{value}' has no tag: pin a version tag or a digest")
-        if tag == "latest":
+        if ref.tag == "latest":
             raise ValueError(f"image '{value}' uses 'latest': pin a version tag or a digest")
     # It is the word after FROM: only what Docker's reference grammar allows may reach the Dockerfile.
     if problem := image_reference_problem(value):

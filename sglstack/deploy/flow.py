@@ -9,6 +9,7 @@ attempt and the restore are both recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -19,9 +20,10 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
+from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.matrix import Stack
 from ..core import signals
-from ..core.errors import DeployError, SglstackError
+from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_timestamp
 from ..core.safefiles import check_inside, containing_root, remove_file, write_text
@@ -343,7 +345,7 @@ def _restore(
 
 def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
     """A reference to exactly the image `record` ran: a tag only while it still points to that image."""
-    if "@" in record.image:
+    if pinned_digest(record.image):
         return record.image
     try:
         current: str | None = client.images.get(record.image).id
@@ -353,9 +355,10 @@ def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
         return record.image
     if record.image_id and image_exists(client, record.image_id):
         return record.image_id
+    # An older record may hold the image id as its digest: only a registry digest can be pulled.
     if record.digest and record.digest != record.image_id:
-        name = record.image.rsplit(":", 1)[0] if ":" in record.image.rsplit("/", 1)[-1] else record.image
-        return f"{name}@{record.digest}"
+        with contextlib.suppress(ConfigError):
+            return f"{parse_image_reference(record.image).name}@{record.digest}"
     raise DeployError(f"{record.image} no longer points to the image that ran ({record.image_id[:19]}), "
                       "and that image is gone from the engine")
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..adapters.docker import docker_client
+from ..config.imageref import pinned_digest
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_now
@@ -63,7 +64,7 @@ def deployment_status(
         records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
         image = labels.get(cmp.LABEL_IMAGE, "")
         digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
-            image.split("@", 1)[1] if "@" in image else c.attrs.get("Image", "")
+            pinned_digest(image) or c.attrs.get("Image", "")
         )
         state = c.attrs.get("State") or {}
         verdict = (state.get("Health") or {}).get("Status", "none")
@@ -167,3 +168,4 @@ def print_status(rows: list[StackStatus]) -> None:
         table.caption = "nothing deployed"
     # Piped (CI logs), rich would squeeze the table into 80 columns.
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+

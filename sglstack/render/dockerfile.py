@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..config.imageref import image_reference_problem
+from ..config.imageref import image_reference_problem, names_a_digest
 from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.errors import one_line
@@ -41,7 +41,7 @@ from ..core.safefiles import (
 )
 from ..lock.file import Lock, lock_for_build
 from .compose import deployment_files, moving_tag_ref
-from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
+from .k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
@@ -301,7 +301,7 @@ def render_command(
     own_folder = os.path.abspath(out) == os.path.abspath(default_out_dir(stack_name))
     ref = image or moving_tag_ref(stack)
     # Checked (schemas included) before anything is written: bad k8s options change no file.
-    k8s_files = render_k8s(stack, ref, k8s_options) if DIGEST_REF.match(ref) else None
+    k8s_files = render_k8s(stack, ref, k8s_options) if names_a_digest(ref) else None
     if k8s_files is None:
         k8s_spec(stack, k8s_options or K8sOptions())
     compose_files = deployment_files(stack, ref)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..config.imageref import names_a_digest
 from ..config.matrix import Stack
 from ..config.names import k8s_object_name, k8s_service_name
 from ..core.errors import one_line
@@ -48,7 +49,6 @@ HF_TOKEN_KEY = "HF_TOKEN"
 # The schema version kubernetes-validate checks the core objects against (LWS needs Kubernetes >= 1.26).
 SCHEMA_VERSION = "1.32.0"
 STARTUP_PERIOD_S = 10
-DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 RESOURCE_NAME_MAX = 63  # the name part of a qualified name; its prefix is a DNS subdomain
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123: namespaces
@@ -255,7 +255,7 @@ def manifests(
 ) -> dict[str, dict[str, Any]]:
     """{file name: object}: the LeaderWorkerSet and the Service serving `image_ref` (a digest)."""
     spec = k8s_spec(stack, options)
-    if not DIGEST_REF.match(image_ref):
+    if not names_a_digest(image_ref):
         raise ServingError(f"k8s manifests serve an image by digest (REPO@sha256:...), not '{image_ref}': "
                            "a tag can move under a running group", stack=stack.name)
     name = object_name(stack.name)
