@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import docker.errors
 import pytest
 from bisect_fixtures import stack_yaml
@@ -16,9 +19,11 @@ from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectInputError, BisectRequest
 from sglstack.config.imageref import parse_image_reference, pinned_digest, registry_digest
 from sglstack.config.matrix import _pinned_image
+from sglstack.core import labels as lb
 from sglstack.deploy.images import image_identity
 from sglstack.publish import PublishError, parse_smoke_opts
 from sglstack.render import k8s
+from sglstack.render.dockerfile import image_labels
 from sglstack.serving import ServingError
 from sglstack.smoke.options import SmokeOptionError
 from sglstack.smoke.options import parse_smoke_opts as smoke_opts_parser
@@ -133,6 +138,7 @@ class _Image:
 
 class _Engine:
     """The images part of a Docker client: one local build, never pushed."""
+
     def __init__(self, images: dict[str, _Image]) -> None:
         self.images = self
         self._images = images
@@ -166,3 +172,26 @@ def test_a_smoke_report_names_a_local_build_by_its_image_id():
     assert _identity({"ref": "x:1", "digest": None, "id": IMAGE_ID}) == f"image id `{IMAGE_ID}`"
     assert _identity({"ref": "x:1", "digest": DIGEST, "id": IMAGE_ID}) == f"digest `{DIGEST}`"
     assert _identity({"ref": "x:1", "digest": IMAGE_ID, "id": IMAGE_ID}) == f"digest `{IMAGE_ID}`"  # an old report
+
+
+# ---- label keys: core.labels spells each one -------------------------------------------------------
+
+LABEL_KEY = re.compile(r"""["'](?:io\.sglstack[./]|org\.opencontainers\.image\.)""")
+
+
+def test_every_label_key_is_spelled_in_core_labels_only():
+    """render/dockerfile and registry/local wrote theirs literally beside core/labels; a reader that spells
+    a key again can drift from the writer."""
+    package = Path(__file__).resolve().parents[1] / "sglstack"
+    literal = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py"))
+               if path.relative_to(package).parts[0] != "data" and path.name != "labels.py"
+               for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+               if LABEL_KEY.search(line)]
+    assert not literal, literal
+    assert LABEL_KEY.search('"io.sglstack.stack"') and LABEL_KEY.search("'org.opencontainers.image.title'")
+
+
+def test_the_dockerfile_labels_are_the_keys_core_labels_names(tmp_path):
+    keys = dict(image_labels(make_test_stack(tmp_path)))
+    assert {lb.STACK_LABEL, lb.SGLANG_LABEL, lb.BASE_NAME_LABEL, lb.OCI_TITLE_LABEL} <= set(keys)
+    assert keys[lb.STACK_LABEL] == "tiny"

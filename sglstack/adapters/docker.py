@@ -21,9 +21,10 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from ..core import labels as lb
 from ..core.errors import DockerUnavailable
 
-OWNER_LABEL = "io.sglstack.owner"
+OWNER_LABEL = lb.OWNER_LABEL
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
 
 

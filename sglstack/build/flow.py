@@ -46,6 +46,7 @@ from ..attest.provenance import tree_sha256
 from ..attest.sbom import SBOM_FILE, Inventory, lock_problems, sbom_document
 from ..config.imageref import parse_image_reference, registry_digest
 from ..config.matrix import Stack
+from ..core import labels as lb
 from ..core.console import console as make_console
 from ..core.credentials import netrc_text
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch, SglstackError
@@ -71,7 +72,7 @@ FINAL_TARGET = "runtime"
 # hash, and end with a random part: a tag is only ever removed by the build that set it.
 TEMP_REPOSITORY = "sglstack-unverified"
 # Containers a build starts carry the stack's name here (and OWNER_LABEL), so that they can be found.
-BUILD_CONTAINER_LABEL = "io.sglstack.build"
+BUILD_CONTAINER_LABEL = lb.BUILD_CONTAINER_LABEL
 # What the runtime stage's last RUN step verified and measured, inside the image (see Dockerfile.j2).
 RUNTIME_MANIFEST = "/opt/sglstack/patches.json"
 RUNTIME_INSTALLED = "/opt/sglstack/installed.json"
@@ -226,9 +227,9 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
             f"{entry.get('sha256_after', '')[:16]}")
     if image_info is not None:
         freeze = "\n".join(f"{k}=={v}" for k, v in sorted(image_info.get("distributions", {}).items()))
-        labels["io.sglstack.freeze-sha256"] = hashlib.sha256(freeze.encode()).hexdigest()
+        labels[lb.FREEZE_LABEL] = hashlib.sha256(freeze.encode()).hexdigest()
         if image_info.get("torch") and image_info["torch"].get("version"):
-            labels["io.sglstack.torch"] = f"{image_info['torch']['version']} cuda {image_info['torch'].get('cuda')}"
+            labels[lb.TORCH_LABEL] = f"{image_info['torch']['version']} cuda {image_info['torch'].get('cuda')}"
     return labels
 
 
@@ -637,9 +638,9 @@ def write_sbom(out_dir: Path, inventory: Inventory, *, tag: str, image_id: str, 
 
 
 def lock_labels(lock: Lock | None, base_digest: str | None) -> dict[str, str]:
-    labels = {"org.opencontainers.image.base.digest": base_digest} if base_digest else {}
+    labels = {lb.BASE_DIGEST_LABEL: base_digest} if base_digest else {}
     if lock is not None:
-        labels["io.sglstack.lock-sha256"] = lock_content_sha256(lock)
+        labels[lb.LOCK_LABEL] = lock_content_sha256(lock)
     return labels
 
 

@@ -19,12 +19,13 @@ from packaging.utils import canonicalize_name
 from rich.console import Console
 from rich.table import Table
 
+from ..core import labels as lb
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
 from ..size.report import GB, MB, Growth, size_changes
 
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+BASE_NAME_LABEL = lb.BASE_NAME_LABEL
+BASE_DIGEST_LABEL = lb.BASE_DIGEST_LABEL
 SGLANG_LABEL = PREFIX + "sglang"
 
 

@@ -17,6 +17,7 @@ import jinja2
 
 from ..config.matrix import Stack
 from ..config.names import compose_project
+from ..core import labels as lb
 from ..core.quoting import compose_string
 from ..core.records import build_root
 from ..core.resources import COMPOSE_DIR
@@ -33,13 +34,13 @@ SERVICE = "sglang"
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
 
 # Labels on the service container: `status` finds deployments on any Docker host through them.
-LABEL_STACK = "io.sglstack.stack"
-LABEL_IMAGE = "io.sglstack.image"
-LABEL_MODEL = "io.sglstack.model"
-LABEL_SPECULATIVE = "io.sglstack.speculative"
-LABEL_NODE = "io.sglstack.node"
+LABEL_STACK = lb.STACK_LABEL
+LABEL_IMAGE = lb.IMAGE_LABEL
+LABEL_MODEL = lb.MODEL_LABEL
+LABEL_SPECULATIVE = lb.SPECULATIVE_LABEL
+LABEL_NODE = lb.NODE_LABEL
 # `sha256:` of the smoke report that passed this image (from Publish's records), or UNKNOWN.
-LABEL_SMOKE_REPORT = "io.sglstack.smoke-report"
+LABEL_SMOKE_REPORT = lb.SMOKE_REPORT_LABEL
 UNKNOWN = "unknown"
 
 

@@ -18,6 +18,7 @@ import jinja2
 
 from ..config.imageref import image_reference_problem, names_a_digest
 from ..config.matrix import Stack, load_matrix
+from ..core import labels as lb
 from ..core.console import console as make_console
 from ..core.errors import one_line
 from ..core.quoting import (
@@ -139,23 +140,23 @@ def apt_packages(stack: Stack) -> tuple[str, ...]:
 def image_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
     """OCI labels plus one label per pin, override and patch: what a registry UI shows of the image."""
     labels = {
-        "org.opencontainers.image.title": f"sglstack {stack.name}",
-        "org.opencontainers.image.description": stack.description or f"SGLang {stack.sglang.label}",
-        "org.opencontainers.image.version": stack.sglang.label,
-        "org.opencontainers.image.base.name": stack.base_image,
-        "org.opencontainers.image.vendor": "sglstack",
-        "io.sglstack.stack": stack.name,
-        "io.sglstack.sglang": stack.sglang.label,
-        "io.sglstack.python": stack.python,
-        "io.sglstack.patches": ",".join(stack.patches),
+        lb.OCI_TITLE_LABEL: f"sglstack {stack.name}",
+        lb.OCI_DESCRIPTION_LABEL: stack.description or f"SGLang {stack.sglang.label}",
+        lb.OCI_VERSION_LABEL: stack.sglang.label,
+        lb.BASE_NAME_LABEL: stack.base_image,
+        lb.OCI_VENDOR_LABEL: "sglstack",
+        lb.STACK_LABEL: stack.name,
+        lb.SGLANG_LABEL: stack.sglang.label,
+        lb.PYTHON_LABEL: stack.python,
+        lb.PATCHES_LABEL: ",".join(stack.patches),
     }
     if stack.cuda:
-        labels["io.sglstack.cuda"] = stack.cuda
-        labels["io.sglstack.cuda-arch-list"] = " ".join(stack.cuda_arch_list)
+        labels[lb.CUDA_LABEL] = stack.cuda
+        labels[lb.CUDA_ARCH_LIST_LABEL] = " ".join(stack.cuda_arch_list)
     for name, version in stack.pins().items():
-        labels[f"io.sglstack.pin.{name}"] = version
+        labels[lb.PIN_LABEL_PREFIX + name] = version
     for override in stack.overrides:
-        labels[f"io.sglstack.override.{override.package}"] = f"{override.pin} (replaces {override.replaces})"
+        labels[lb.OVERRIDE_LABEL_PREFIX + override.package] = f"{override.pin} (replaces {override.replaces})"
     labels.update(stack.labels)
     return tuple(sorted(labels.items()))
 

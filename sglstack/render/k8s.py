@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from ..config.imageref import names_a_digest
 from ..config.matrix import Stack
 from ..config.names import k8s_object_name, k8s_service_name
+from ..core import labels as lb
 from ..core.errors import one_line
 from ..core.quoting import k8s_literal, one_line_problem
 from ..core.records import build_root
@@ -56,7 +57,7 @@ DNS_LABEL_MAX = 63
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # Secrets
 DNS_SUBDOMAIN_MAX = 253
 INT32_MAX = 2**31 - 1  # replicas, size and extended-resource counts are int32 fields of the API
-ANNOTATION_PREFIX = "io.sglstack/"
+ANNOTATION_PREFIX = lb.K8S_PREFIX
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # cluster DNS still resolves the leader's address
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": {"app.kubernetes.io/name": "sglang", "io.sglstack/role": role}}, "spec": pod}
+    return {"metadata": {"labels": {"app.kubernetes.io/name": "sglang", lb.K8S_ROLE_LABEL: role}}, "spec": pod}
 
 
 def manifests(
@@ -263,7 +264,7 @@ def manifests(
     if options.namespace:
         meta["namespace"] = options.namespace
     labels = {"app.kubernetes.io/name": "sglang", "app.kubernetes.io/instance": name,
-              "app.kubernetes.io/managed-by": "sglstack", "io.sglstack/stack": object_name(stack.name)[9:]}
+              "app.kubernetes.io/managed-by": "sglstack", lb.K8S_STACK_LABEL: object_name(stack.name)[9:]}
     annotations = {
         ANNOTATION_PREFIX + "stack": stack.name,
         ANNOTATION_PREFIX + "image": image_ref,
