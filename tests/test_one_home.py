@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from sglstack.adapters.docker import local_image, local_image_id
 from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectInputError, BisectRequest
 from sglstack.config.imageref import parse_image_reference, pinned_digest, registry_digest
-from sglstack.config.matrix import _pinned_image
+from sglstack.config.matrix import _pinned_image, load_matrix
 from sglstack.core import labels as lb
 from sglstack.deploy.images import image_identity
 from sglstack.publish import PublishError, parse_smoke_opts
@@ -195,3 +196,85 @@ def test_the_dockerfile_labels_are_the_keys_core_labels_names(tmp_path):
     keys = dict(image_labels(make_test_stack(tmp_path)))
     assert {lb.STACK_LABEL, lb.SGLANG_LABEL, lb.BASE_NAME_LABEL, lb.OCI_TITLE_LABEL} <= set(keys)
     assert keys[lb.STACK_LABEL] == "tiny"
+
+
+# ---- render writes nothing: build.context writes what it returns -----------------------------------
+
+RENDER = Path(__file__).resolve().parents[1] / "sglstack" / "render"
+WRITING_MODULES = {"tempfile", "sglstack.core.safefiles"}  # shutil: `which` only, its writers are calls below
+WRITING_CALLS = {"write_text", "write_bytes", "mkdir", "makedirs", "unlink", "rmdir", "rmtree", "rename",
+                 "touch", "chmod", "move", "copy", "copy2", "copyfile", "copytree", "symlink_to", "mkstemp", "mkdtemp"}
+
+
+def test_render_modules_import_no_file_writer_and_call_none():
+    found = []
+    for path in sorted(RENDER.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names if a.name in WRITING_MODULES]
+            elif isinstance(node, ast.ImportFrom):
+                module = "sglstack." + (node.module or "").lstrip(".") if node.level else node.module or ""
+                if module in WRITING_MODULES or module.endswith("safefiles"):
+                    found.append(f"{path.name}: from {module}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in WRITING_CALLS:
+                    found.append(f"{path.name}:{node.lineno} .{node.func.attr}()")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                found.append(f"{path.name}:{node.lineno} open()")
+    assert not found, found
+
+
+@pytest.fixture
+def no_writes(monkeypatch):
+    """Any attempt to create, change or remove a file fails the test."""
+    import builtins
+    import os
+    import shutil
+
+    real_open = builtins.open
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        assert not set(str(mode)) & set("wax+"), f"opened {file} for writing"
+        return real_open(file, mode, *args, **kwargs)
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            raise AssertionError(f"{name}{args}: render wrote to the disk")
+        return call
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    for name in ("mkdir", "makedirs", "replace", "rename", "unlink", "remove", "rmdir", "chmod", "symlink"):
+        monkeypatch.setattr(os, name, refuse(f"os.{name}"))
+    monkeypatch.setattr(shutil, "rmtree", refuse("shutil.rmtree"))
+    monkeypatch.setattr(Path, "write_bytes", refuse("Path.write_bytes"))
+    monkeypatch.setattr(Path, "write_text", refuse("Path.write_text"))
+
+
+def test_rendering_a_stack_touches_no_file(tmp_path, no_writes):
+    from sglstack.render import compose as cmp
+    from sglstack.render.dockerfile import build_context, render_dockerfile
+
+    stack = load_matrix(Path(__file__).resolve().parents[1] / "stacks.yaml").get("cu130")
+    rendered = build_context(stack)
+    assert rendered.dockerfile == render_dockerfile(stack) and "stack.json" in rendered.files
+    assert rendered.modes["tools/pip-env.sh"] & 0o700 and "tools/patchkit/__init__.py" in rendered.files
+    assert cmp.deployment_files(stack, f"host:5000/a/b@{DIGEST}")
+    assert k8s.render_k8s(stack, f"host:5000/a/b@{DIGEST}", k8s.K8sOptions())
+
+
+def test_build_writes_the_context_render_returns(tmp_path, monkeypatch):
+    """Byte for byte and mode for mode: the folder build.context writes is the content render returned."""
+    from sglstack.build.context import write_build_context
+    from sglstack.render.dockerfile import build_context
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
+    stack = load_matrix(Path(__file__).resolve().parents[1] / "stacks.yaml").get("cu130")
+    written = write_build_context(stack, tmp_path / "out")
+    content = build_context(stack)
+    on_disk = {p.relative_to(written.context).as_posix(): p for p in written.files}
+    assert set(on_disk) == set(content.files)
+    assert all(on_disk[rel].read_bytes() == data for rel, data in content.files.items())
+    assert all(on_disk[rel].stat().st_mode & 0o777 == content.modes[rel] for rel in content.files)
+    assert written.dockerfile.read_text(encoding="utf-8") == content.dockerfile
+    assert (written.context / "patches").is_dir()

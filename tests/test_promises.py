@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from sglstack.build.context import write_build_context
 from sglstack.build.flow import BuildOptions, compute_config_hash
 from sglstack.build.pipeline import describe_plan
 from sglstack.config.matrix import ServingSettings, SpeculativeSettings, load_matrix
@@ -33,7 +34,6 @@ from sglstack.lock.file import LockedPackage, lock_for_build
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
-from sglstack.render.dockerfile import write_build_context
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
 

@@ -57,10 +57,11 @@ from ..core.safefiles import containing_root, write_text
 from ..coverage.image import build_coverage
 from ..lock.file import Lock, lock_content_sha256, source_mismatches
 from ..render import confighash
-from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
+from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET
 from ..serving import LAUNCH, serving_argv, serving_spec
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts
 from ..size.measure import measure_and_gate
+from .context import RenderedContext, write_build_context
 from .verify import image_check_problems, lock_mismatches, pin_mismatches, pip_check_problems, waived_libraries
 
 CA_BUNDLE_ENV = "SGLSTACK_CA_BUNDLE"

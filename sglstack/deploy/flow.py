@@ -307,7 +307,8 @@ def _restore(
         if ref != previous.image or not prev_file.is_file():
             # Its tag moved, or its file is gone (a cleaned build folder): render it again from its record,
             # serving the very image that ran.
-            cmp.write_compose(dep.stack, ref, dep.out_dir, options=options, smoke_report=previous.smoke_report)
+            write_files(dep.out_dir, cmp.deployment_files(dep.stack, ref, options=options,
+                                                          smoke_report=previous.smoke_report))
         up = compose.run(dep.project_name, [prev_file], ["up", "-d", "--remove-orphans", "--no-build"],
                          docker_host=dep.docker_host)
         if up.returncode != 0:

@@ -4,7 +4,7 @@ The LWS controller (kubernetes-sigs/lws) runs one group of `size` pods per repli
 index 0) serves the API, the others join it through torch.distributed. Every pod runs the very argv the
 smoke gate tested (`serving.serving_argv`), with the node values taken from the variables LWS injects
 into each container; Kubernetes expands `$(VAR)` in `command` from the container's environment.
-Nothing here reads records or calls kubectl; `write_k8s` is the only function that touches the disk.
+Nothing here reads records, calls kubectl or writes a file (deploy and `build.context` write them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -25,8 +24,6 @@ from ..config.names import k8s_object_name, k8s_service_name
 from ..core import labels as lb
 from ..core.errors import one_line
 from ..core.quoting import k8s_literal, one_line_problem
-from ..core.records import build_root
-from ..core.safefiles import containing_root, write_text
 from ..serving import (
     SECRET_ENV,
     NodeArgs,
@@ -354,9 +351,3 @@ def render_k8s(
     objects = manifests(stack, image_ref, options or K8sOptions(), smoke_report=smoke_report)
     validate_manifests(objects)
     return {name: dump(obj) for name, obj in objects.items()}
-
-
-def write_k8s(out_dir: Path, files: Mapping[str, str]) -> list[Path]:
-    """Write the manifests into `out_dir` (build/STACK/k8s); return the paths written."""
-    root = containing_root(out_dir, build_root())
-    return [write_text(root, out_dir / name, text) for name, text in files.items()]
