@@ -18,7 +18,7 @@ from deploy_fixtures import make_test_stack
 from sglstack.adapters.docker import local_image, local_image_id
 from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectInputError, BisectRequest
-from sglstack.config.imageref import parse_image_reference, pinned_digest, registry_digest
+from sglstack.config.imageref import names_its_registry, parse_image_reference, pinned_digest, registry_digest
 from sglstack.config.matrix import _pinned_image, load_matrix
 from sglstack.core import labels as lb
 from sglstack.deploy.images import image_identity
@@ -97,6 +97,7 @@ def test_one_parser_reads_ports_digests_and_missing_tags(ref, name, tag, digest,
     parsed = parse_image_reference(ref)
     assert (parsed.name, parsed.tag, parsed.digest, parsed.repository.registry) == (name, tag, digest, registry)
     assert pinned_digest(ref) == digest
+    assert names_its_registry(ref) == (registry != "docker.io")
 
 
 def test_k8s_render_takes_a_registry_with_a_port_and_refuses_a_tag(tmp_path):
@@ -278,3 +279,32 @@ def test_build_writes_the_context_render_returns(tmp_path, monkeypatch):
     assert all(on_disk[rel].stat().st_mode & 0o777 == content.modes[rel] for rel in content.files)
     assert written.dockerfile.read_text(encoding="utf-8") == content.dockerfile
     assert (written.context / "patches").is_dir()
+
+
+# ---- deploy records: `digest` is read as a registry digest only, old records included ---------------
+
+def _record(image: str, digest: str, image_id: str, time: str):
+    from sglstack.deploy.store import DeploymentRecord
+
+    return DeploymentRecord(stack="s", action="deploy", result="healthy", image=image, digest=digest,
+                            image_id=image_id, time=time, host="h", docker_host="", project="p",
+                            compose_tool="docker compose", compose_file="compose.yaml")
+
+
+def test_an_old_record_with_the_image_id_as_its_digest_reads_as_no_digest():
+    old = _record("sglstack/local:a", IMAGE_ID, IMAGE_ID, "2026-01-01T00:00:00Z")  # written before the rename
+    new = _record("sglstack/local:a", "", IMAGE_ID, "2026-01-02T00:00:00Z")
+    pushed = _record(f"host:5000/a/b@{DIGEST}", DIGEST, IMAGE_ID, "2026-01-03T00:00:00Z")
+    assert (old.registry_digest, new.registry_digest, pushed.registry_digest) == ("", "", DIGEST)
+
+
+def test_a_moved_tag_still_has_a_rollback_target_without_a_registry_digest():
+    """A local build has no registry digest now; its image id tells two images under one tag apart."""
+    from sglstack.deploy.store import rollback_target
+
+    other = "sha256:" + "22" * 32
+    first = _record("sglstack/local:a", IMAGE_ID, IMAGE_ID, "2026-01-01T00:00:00Z")  # an old record
+    second = _record("sglstack/local:a", "", other, "2026-01-02T00:00:00Z")
+    assert rollback_target([first, second]) == first
+    same = _record("sglstack/local:a", "", IMAGE_ID, "2026-01-02T00:00:00Z")
+    assert rollback_target([first, same]) is None  # old and new records of one image are one image

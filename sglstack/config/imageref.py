@@ -145,6 +145,13 @@ def _is_host(component: str) -> bool:
     return "." in component or ":" in component or component == "localhost"
 
 
+def names_its_registry(ref: str) -> bool:
+    """`ref` names its registry host (`host.domain/...`, `host:port/...`, `localhost/...`), as a published
+    image's reference does; `team/name` and `name` are Docker Hub's by default, not named."""
+    first, slash, _ = ref.partition("/")
+    return bool(slash) and _is_host(first)
+
+
 def parse_repository(repository: str, *, stack: str | None = None, key: str = "repository") -> Repository:
     """`127.0.0.1:5000/sglstack/sglang` -> Repository('127.0.0.1:5000', 'sglstack/sglang').
 

@@ -31,11 +31,12 @@ class StackStatus:
     health: str
     uptime: str
     image: str
-    digest: str
+    digest: str  # the registry digest; "" for a local build, which only has its image id
     model: str
     speculative: str
     node: str
     smoke_report: str = ""
+    image_id: str = ""
 
 
 def deployment_status(
@@ -63,8 +64,8 @@ def deployment_status(
         seen.add((name, proj))
         records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
         image = labels.get(cmp.LABEL_IMAGE, "")
-        digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
-            pinned_digest(image) or c.attrs.get("Image", "")
+        digest = next((r.registry_digest for r in reversed(records) if r.image == image), "") or (
+            pinned_digest(image) or ""
         )
         state = c.attrs.get("State") or {}
         verdict = (state.get("Health") or {}).get("Status", "none")
@@ -82,6 +83,7 @@ def deployment_status(
                 speculative=labels.get(cmp.LABEL_SPECULATIVE, ""),
                 node=labels.get(cmp.LABEL_NODE, ""),
                 smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
+                image_id=c.attrs.get("Image", ""),
             )
         )
     if build_root.is_dir() and not project:
@@ -102,11 +104,12 @@ def deployment_status(
                     health="-",
                     uptime="-",
                     image=last.image,
-                    digest=last.digest,
+                    digest=last.registry_digest,
                     model="",
                     speculative="",
                     node="",
                     smoke_report=last.smoke_report,
+                    image_id=last.image_id,
                 )
             )
     return rows
@@ -158,7 +161,7 @@ def print_status(rows: list[StackStatus]) -> None:
             r.state,
             r.health,
             r.uptime,
-            _short(r.digest),
+            _short(r.digest) if r.digest or not r.image_id else f"id {_short(r.image_id)}",
             _short(r.smoke_report),
             r.model or "-",
             r.speculative or "-",
