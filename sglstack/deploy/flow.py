@@ -292,7 +292,9 @@ def _restore(
     say: Say,
 ) -> str:
     """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore."""
-    shown = previous.digest or previous.image
+    # The image that ran, not where its tag points now: a local build has an image id and no registry digest.
+    shown = previous.registry_digest or (f"{previous.image} (image id {previous.image_id[:19]})"
+                                         if previous.image_id else previous.image)
     say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
     restore_files(saved)
     options = cmp.ComposeOptions.from_record(previous.options)
