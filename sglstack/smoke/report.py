@@ -117,4 +117,6 @@ def _identity(image: Mapping[str, Any]) -> str:
     """The registry digest; a local build has none, so its image id (an older report kept it as the digest)."""
     if image.get("digest"):
         return f"digest `{image['digest']}`"
+    if image.get("runner") == "process" and image.get("id"):
+        return f"environment id `{image['id']}`"
     return f"image id `{image['id']}`" if image.get("id") else "digest `unknown`"

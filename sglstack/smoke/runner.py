@@ -222,15 +222,16 @@ def require_interpreter(options: SmokeOptions) -> str:
 
 
 def environment_info(options: SmokeOptions, python: str) -> dict[str, Any]:
-    """The environment in the report's `image` slot: its path, and a digest of the distributions it and the
-    server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment compare
-    equal and an upgraded package shows as another digest."""
+    """The environment in the report's `image` slot: its path, and as its id a hash of the distributions it
+    and the server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment
+    compare equal and an upgraded package shows as another id. It has no registry digest (reports before
+    digests meant registry digests only kept this hash as `digest`)."""
     assert options.python_env is not None
     roots = [Path(options.python_env)]
     roots += [Path(p) for p in options.serving.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
     names = sorted({d.name for root in roots for d in _dist_infos(root)})
-    digest = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
-    return {"ref": f"python-env:{options.python_env}", "digest": digest, "id": None, "repo_digests": [],
+    env_id = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
+    return {"ref": f"python-env:{options.python_env}", "digest": None, "id": env_id, "repo_digests": [],
             "runner": "process", "python": python, "distributions": len(names)}
 
 
