@@ -177,7 +177,7 @@ def diff(c, a, b, json=False, docker_host=None):
 def render(c, stack, stacks_file=DEFAULT_STACKS, out=None, image=None, nnodes=None, host_network=False, rdma=None,
            verify_key=None):
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
-    from sglstack.render.dockerfile import render_command
+    from sglstack.build.context import render_command
     from sglstack.render.k8s import K8sOptions  # at call time: pydantic and jinja2 would slow `invoke --list`
 
     if verify_key:

@@ -57,7 +57,7 @@ def _part(module: str) -> str:
 
 def test_the_graph_is_read():
     assert len(MODULES) > 60
-    assert "sglstack.config.matrix" in GRAPH["sglstack.render.dockerfile"]
+    assert "sglstack.config.schema" in GRAPH["sglstack.render.dockerfile"]
     assert _part("sglstack.adapters.docker") == "adapters" and _part("sglstack.serving") == "serving"
     assert "smoke" in {_part(t) for t in GRAPH["sglstack.publish.release"]}
 

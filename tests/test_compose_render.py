@@ -11,6 +11,7 @@ import pytest
 import yaml
 from deploy_fixtures import make_test_stack
 
+from sglstack.build.context import write_compose
 from sglstack.config.fields import parse_bind
 from sglstack.config.matrix import load_matrix
 from sglstack.render import compose as cmp
@@ -59,7 +60,7 @@ needs_compose = pytest.mark.skipif(
 @pytest.mark.parametrize("stack_name", load_matrix().names())
 def test_every_stack_renders_a_file_compose_accepts(stack_name: str, tmp_path: Path) -> None:
     stack = load_matrix().get(stack_name)
-    cmp.write_compose(stack, DIGEST_REF, tmp_path)
+    write_compose(stack, DIGEST_REF, tmp_path)
     config = _compose_config(tmp_path)["services"][cmp.SERVICE]
 
     assert config["image"] == DIGEST_REF
@@ -118,7 +119,7 @@ def test_cpu_profile_asks_for_no_gpu_and_no_memlock(tmp_path: Path) -> None:
 def test_multi_node_renders_one_file_per_node(tmp_path: Path) -> None:
     stack = make_test_stack(tmp_path)
     options = cmp.ComposeOptions(nnodes=3, dist_init_addr="10.0.0.1:5000")
-    cmp.write_compose(stack, DIGEST_REF, tmp_path, options=options)
+    write_compose(stack, DIGEST_REF, tmp_path, options=options)
 
     names = sorted(p.name for p in tmp_path.glob("compose*.yaml"))
     assert names == ["compose.node0.yaml", "compose.node1.yaml", "compose.node2.yaml"]
@@ -205,7 +206,7 @@ def test_dollar_signs_survive_compose_interpolation(tmp_path: Path) -> None:
     stack = stack.model_copy(
         update={"serving": stack.serving.model_copy(update={"extra_args": ("--served-model-name", "m$HOME")})}
     )
-    cmp.write_compose(stack, DIGEST_REF, tmp_path)
+    write_compose(stack, DIGEST_REF, tmp_path)
     config = _compose_config(tmp_path)["services"][cmp.SERVICE]
     # `config` prints a compose file again, so the literal `$` stays escaped instead of becoming $HOME's value.
     assert config["command"][-2:] == ["--served-model-name", "m$$HOME"]
@@ -216,8 +217,8 @@ def test_no_secret_in_any_rendered_file(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HF_TOKEN", secret)
     stack = make_test_stack(tmp_path)
     out = tmp_path / "build"
-    written = cmp.write_compose(stack, DIGEST_REF, out, options=cmp.ComposeOptions(gpus=False))
-    written += cmp.write_compose(
+    written = write_compose(stack, DIGEST_REF, out, options=cmp.ComposeOptions(gpus=False))
+    written += write_compose(
         stack, DIGEST_REF, out / "multi", options=cmp.ComposeOptions(nnodes=2, dist_init_addr="h:1")
     )
 
@@ -248,8 +249,8 @@ def test_the_service_carries_the_smoke_report_that_passed_its_image(tmp_path: Pa
 def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from deploy_fixtures import write_test_matrix
 
+    from sglstack.build.context import render_command
     from sglstack.publish import append_records, records_path
-    from sglstack.render.dockerfile import render_command
 
     build = tmp_path / "elsewhere"
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(build))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from sglstack.build.context import write_build_context
 from sglstack.build.flow import compute_config_hash
 from sglstack.config.matrix import load_matrix
 from sglstack.core.resources import DEFAULT_PATCHES_DIR
 from sglstack.render import confighash
-from sglstack.render.dockerfile import write_build_context
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

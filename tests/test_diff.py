@@ -71,6 +71,20 @@ def test_diff_between_two_records_names_every_changed_package():
     assert not diff.pins and diff.sglang is None and not diff.unknown and not diff.identical
 
 
+def test_two_local_bases_without_a_registry_digest_differ_by_image_id():
+    # A base built here (debootstrap) has no registry digest; the record keeps the engine's id, so two
+    # different local bases are still a difference (not "no difference").
+    base = {"name": "sglstack/base:debian12-slim", "digest": None}
+    a = record(base_image={**base, "image_id": "sha256:" + SHA["c"]})
+    b = record(base_image={**base, "image_id": "sha256:" + SHA["d"]})
+    diff = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(b, "b.json"))
+    assert [(c.name, c.before, c.after) for c in diff.base] == [("image id", "sha256:" + SHA["c"],
+                                                                  "sha256:" + SHA["d"])]
+    assert not diff.identical
+    same = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(record(base_image=dict(a["base_image"])), "c"))
+    assert not same.base
+
+
 def test_sglang_versions_and_git_commit_ranges():
     a = record(sglang={"version": None, "git": {"repo": "https://github.com/sgl-project/sglang", "ref": "1" * 40}},
                pins={})

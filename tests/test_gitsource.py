@@ -13,9 +13,10 @@ import pytest
 from bisect_fixtures import git, make_history, stack_yaml
 
 from sglstack.adapters.git import GitSource, GitSourceError, display_url
+from sglstack.build.context import write_build_context
 from sglstack.build.flow import BuildOptions, add_git_source, build_stack, compute_config_hash
 from sglstack.config.matrix import load_matrix
-from sglstack.render.dockerfile import GIT_SOURCE_DIR, write_build_context
+from sglstack.render.dockerfile import GIT_SOURCE_DIR
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import json, sys
 from pathlib import Path
 import sglstack
 from sglstack.config.matrix import load_matrix
-from sglstack.render.dockerfile import write_build_context
+from sglstack.build.context import write_build_context
 from sglstack.core.resources import COMPOSE_DIR
 
 stacks_file, out = sys.argv[1], Path(sys.argv[2])

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from sglstack.build.context import render_command
 from sglstack.config.matrix import load_matrix
 from sglstack.render import k8s
 from sglstack.render import k8s_lws as lws
 from sglstack.render.compose import ComposeOptions, deploy_spec
-from sglstack.render.dockerfile import render_command
 from sglstack.serving import ServingError, serving_argv
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from sglstack.build.context import write_build_context
 from sglstack.build.flow import BuildOptions, compute_config_hash
 from sglstack.build.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
@@ -34,7 +35,6 @@ from sglstack.lock.file import LockedPackage, lock_for_build
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
-from sglstack.render.dockerfile import write_build_context
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
 
@@ -248,7 +248,8 @@ RECORD = {  # a build record as build.py writes it
                  "file": "sglang/srt/models/kimi_k25.py"}],
     "installed": {"torch": "2.9.1+cu130", "flashinfer-python": "0.6.4", "sglang": "0.5.9", "idna": "3.7"},
     "torch": {"version": "2.9.1+cu130", "cuda": "13.0"},
-    "base_image": {"name": "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", "digest": "sha256:" + SHA["c"]},
+    "base_image": {"name": "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", "digest": "sha256:" + SHA["c"],
+                   "image_id": "sha256:" + SHA["d"]},
     "sglang": {"version": None, "git": {"repo": "https://git.example/sglang.git", "ref": "1" * 40},
                "install_deps": True},
     "labels": {"io.sglstack.stack": "cu130", "io.sglstack.config-hash": SHA["1"],
@@ -291,8 +292,8 @@ def _varied(draw, value, prefixes: tuple[str, ...] = ()):
 
 def test_the_diff_properties_know_every_field_of_a_snapshot() -> None:
     compared = {f.name for f in dataclasses.fields(Snapshot)} - set(SNAPSHOT_IDENTITY)
-    assert compared == {"config_hash", "base_image", "base_digest", "pins", "packages", "patches", "sglang",
-                        "labels"}
+    assert compared == {"config_hash", "base_image", "base_digest", "base_image_id", "pins", "packages", "patches",
+                        "sglang", "labels"}
 
 
 @BOUNDED

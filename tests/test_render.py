@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
+from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
 from sglstack.render.confighash import config_hash, read_context
-from sglstack.render.dockerfile import install_layers, render_dockerfile, write_build_context
+from sglstack.render.dockerfile import install_layers, render_dockerfile
 from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parent.parent

@@ -82,7 +82,8 @@ def test_process_runner_measures_gates_and_records_the_runner(double_env, marker
     assert report.passed, data["failures"]
     assert data["baseline"]["tokens_per_s"] > 0 and data["eagle3"]["tokens_per_s"] > 0
     assert data["agreement"] == 1.0 and data["accept_length"] > 2
-    assert data["image"]["runner"] == "process" and data["image"]["digest"].startswith("env-sha256:")
+    assert data["image"]["runner"] == "process" and data["image"]["id"].startswith("env-sha256:")
+    assert data["image"]["digest"] is None  # an environment has no registry digest
     assert data["runner"]["kind"] == "process" and data["runner"]["python_env"] == str(double_env)
     # The stack's exact serving argv, with the environment's interpreter in place of `python3`.
     eagle = data["commands"]["eagle3"]

@@ -13,6 +13,7 @@ import os
 import secrets
 import tarfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,9 +21,10 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from ..core import labels as lb
 from ..core.errors import DockerUnavailable
 
-OWNER_LABEL = "io.sglstack.owner"
+OWNER_LABEL = lb.OWNER_LABEL
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
 
 
@@ -210,13 +212,26 @@ def read_image_files(client: docker.DockerClient, image: str, paths: list[str]) 
     return out
 
 
-def image_digest(client: docker.DockerClient, ref: str) -> str | None:
-    """The registry digest of a local image (`sha256:...` of its manifest), else its image id; None if absent."""
+@dataclass(frozen=True)
+class LocalImage:
+    """An image on the engine: its image id (`sha256:` of its config, what the engine names it by) and the
+    registry digests (`repo@sha256:...` of a manifest) it was pushed or pulled as; a local build has none."""
+
+    id: str
+    repo_digests: tuple[str, ...]
+
+
+def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
+    """The local image `ref` names (a tag, `repo@digest` or an image id); None if the engine has none.
+    An engine that fails otherwise raises docker.errors.APIError (each caller names it in its own words)."""
     try:
         image = client.images.get(ref)
-    except docker.errors.DockerException:
+    except docker.errors.ImageNotFound:
         return None
-    for repo_digest in image.attrs.get("RepoDigests") or []:
-        if "@" in repo_digest:
-            return repo_digest.split("@", 1)[1]
-    return image.id
+    return LocalImage(id=str(image.id), repo_digests=tuple(image.attrs.get("RepoDigests") or ()))
+
+
+def local_image_id(client: docker.DockerClient, ref: str) -> str | None:
+    """The image id of the local image `ref` names (never a registry digest); None if the engine has none."""
+    found = local_image(client, ref)
+    return found.id if found is not None else None

@@ -12,7 +12,7 @@ from typing import Any
 import docker.errors
 
 from ..adapters.docker import docker_client
-from ..config.imageref import ImageReference, parse_image_reference
+from ..config.imageref import ImageReference, names_its_registry, parse_image_reference
 from ..core.console import console
 from ..core.errors import ConfigError
 from ..core.records import utc_now
@@ -93,7 +93,7 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
     listed from the image itself (pulled into the engine when it is not there)."""
     body: bytes | None = None
     source = ""
-    parsed = parse_ref(ref) if _names_registry(ref) else None
+    parsed = parse_ref(ref) if names_its_registry(ref) else None
     if parsed is not None and not generate:
         try:
             found = _attached_sbom(parsed)
@@ -135,9 +135,3 @@ def _created(value: Any) -> dt.datetime:
         return dt.datetime.strptime(str(value)[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
     except ValueError:
         return utc_now()
-
-
-def _names_registry(ref: str) -> bool:
-    """REF names its registry (`host.domain/...`, `host:port/...`, `localhost/...`), as a published one does."""
-    first, slash, _ = ref.partition("/")
-    return bool(slash) and ("." in first or ":" in first or first == "localhost")

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository
+from ..core import labels as lb
 from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError
 from .image import image_inventory
@@ -85,9 +86,9 @@ class AttestPlan:
 def reused_facts(record: dict[str, Any]) -> dict[str, Any]:
     """Provenance facts of an image this build reused rather than built: what its labels recorded."""
     labels = record.get("labels") or {}
-    record.setdefault("base_image", {"name": "unknown", "digest": labels.get("org.opencontainers.image.base.digest")})
+    record.setdefault("base_image", {"name": "unknown", "digest": labels.get(lb.BASE_DIGEST_LABEL)})
     record.setdefault("built_at", record.get("built_at") or "1970-01-01T00:00:00Z")
-    record.setdefault("builder", {"kind": labels.get("io.sglstack.builder", "unknown")})
-    if labels.get("io.sglstack.lock-sha256"):
-        record.setdefault("lock", {"content_sha256": labels["io.sglstack.lock-sha256"]})
+    record.setdefault("builder", {"kind": labels.get(lb.BUILDER_LABEL, "unknown")})
+    if labels.get(lb.LOCK_LABEL):
+        record.setdefault("lock", {"content_sha256": labels[lb.LOCK_LABEL]})
     return {"patches": {}, "sglstack": {}, "reused": record.get("reused")}

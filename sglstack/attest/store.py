@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
@@ -27,7 +28,7 @@ from .signing import SIGNATURE_MEDIA_TYPE, Attached
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB = b"{}"
 EMPTY_DIGEST = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-KIND_ANNOTATION = "io.sglstack.attestation"
+KIND_ANNOTATION = lb.ATTESTATION_ANNOTATION
 # kind -> the artifact type (and document media type) it is stored as
 KINDS = {"sbom": SBOM_MEDIA_TYPE, "provenance": PROVENANCE_MEDIA_TYPE, "signature": SIGNATURE_MEDIA_TYPE}
 KIND_OF = {media: kind for kind, media in KINDS.items()}

@@ -40,6 +40,8 @@ from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
 from ..core.records import build_root, stack_lock
 from ..inimage import patchkit
 from ..smoke import SmokeOptions, run_smoke, smoke_options
+from ..smoke.options import SmokeOptionError
+from ..smoke.options import smoke_overrides as smoke_option_overrides
 from . import metrics as metrics_mod
 from .log import BisectLog, builds_by_ref, check_events, replay
 from .planner import FOUND, Measure, Outcome, Planner, PlannerConfig
@@ -458,15 +460,11 @@ def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, 
 
 
 def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
-    """The task's smoke flags plus `--smoke-opt KEY=VALUE` pairs (a named flag wins); None = not given."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = str(pair).partition("=")
-        if not sep or not key:
-            raise BisectInputError(f"--smoke-opt '{pair}': expected KEY=VALUE")
-        out[key.strip().replace("-", "_")] = value
-    out.update({k: v for k, v in named.items() if v is not None})
-    return out
+    """The task's smoke flags plus `--smoke-opt KEY=VALUE` pairs, read by smoke's one parser; None = not given."""
+    try:
+        return smoke_option_overrides(pairs, **named)
+    except SmokeOptionError as exc:
+        raise BisectInputError(str(exc)) from None
 
 
 def _stdout(message: str) -> None:

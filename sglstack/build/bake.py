@@ -28,7 +28,7 @@ from ..core.errors import BuildError, DockerUnavailable
 from ..core.records import build_root, require_writable
 from ..core.safefiles import containing_root, folder_lock, write_text
 from ..lock.file import Lock, lock_for_build
-from ..render.dockerfile import write_build_context
+from .context import write_build_context
 from .flow import (
     FINAL_TARGET,
     INDEX_NETRC_ENV,

@@ -33,11 +33,12 @@ from ..adapters.buildkit import (
     detect_builder,
     run_build,
 )
-from ..adapters.docker import docker_client, image_digest
+from ..adapters.docker import docker_client, local_image
 from ..adapters.git import GitSource
 from ..attest.identity import sglstack_identity
 from ..attest.provenance import tree_sha256
 from ..attest.sbom import Inventory
+from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.credentials import netrc_text
@@ -48,9 +49,10 @@ from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage, build_coverage
 from ..lock.file import Lock
 from ..render import confighash
-from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, RenderedContext, write_build_context
+from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts
 from ..size.measure import measure_and_gate
+from .context import RenderedContext, write_build_context
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
 from .record import (
     lock_labels,
@@ -340,6 +342,7 @@ class _Facts:
     inventory: Inventory | None
     lock_notes: list[str]
     base_digest: str | None
+    base_image_id: str | None
 
 
 def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildOptions, timer: PhaseTimer,
@@ -365,7 +368,9 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
     lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
     for note in lock_notes:
         console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
-    return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, image_digest(client, stack.base_image))
+    base = local_image(client, stack.base_image)
+    base_digest = registry_digest(stack.base_image, base.repo_digests) if base else None
+    return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None)
 
 
 def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: RenderedContext, builder: Builder,
@@ -390,7 +395,7 @@ def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: 
         "size": facts.size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),
-        "base_image": {"name": stack.base_image, "digest": facts.base_digest},
+        "base_image": {"name": stack.base_image, "digest": facts.base_digest, "image_id": facts.base_image_id},
         "sglang": stack.sglang.model_dump(mode="json"),
         "lock": lock_record(options.lock, facts.lock_notes),
         "labels": labels,

@@ -19,6 +19,7 @@ from ..adapters.buildkit import (
     BuildRequest,
     run_build,
 )
+from ..config.imageref import parse_image_reference
 from ..core.errors import BuildError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 
@@ -65,7 +66,8 @@ def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator
     The hold keeps the image alive while this build reads and stamps it: a concurrent build of the same
     config, which produced the same image and removes its own tag, cannot make it vanish in between.
     """
-    repo, _, tag = ref.rpartition(":")
+    held = parse_image_reference(ref)
+    repo, tag = held.name, held.tag
     try:
         try:
             client.api.tag(image_id, repo, tag)

@@ -15,6 +15,7 @@ import docker.errors
 
 from ..attest.sbom import SBOM_FILE, Inventory, sbom_document
 from ..config.schema import Stack
+from ..core import labels as lb
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_text
@@ -71,9 +72,9 @@ def write_sbom(out_dir: Path, inventory: Inventory, *, tag: str, image_id: str, 
 
 
 def lock_labels(lock: Lock | None, base_digest: str | None) -> dict[str, str]:
-    labels = {"org.opencontainers.image.base.digest": base_digest} if base_digest else {}
+    labels = {lb.BASE_DIGEST_LABEL: base_digest} if base_digest else {}
     if lock is not None:
-        labels["io.sglstack.lock-sha256"] = lock_content_sha256(lock)
+        labels[lb.LOCK_LABEL] = lock_content_sha256(lock)
     return labels
 
 

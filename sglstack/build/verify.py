@@ -24,6 +24,7 @@ from ..adapters.docker import created_container, running_container
 from ..attest.image import image_inventory
 from ..attest.sbom import Inventory, lock_problems
 from ..config.schema import SharedLibrariesPolicy, Stack
+from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
 from ..lock.file import Lock, compare_installed, source_mismatches
@@ -190,7 +191,7 @@ FINAL_TARGET = "runtime"
 SRC_TREE, SRC_MANIFEST = "/src/tree", "/out/patches.json"
 
 # Containers a build starts carry the stack's name here (and OWNER_LABEL), so that they can be found.
-BUILD_CONTAINER_LABEL = "io.sglstack.build"
+BUILD_CONTAINER_LABEL = lb.BUILD_CONTAINER_LABEL
 
 
 # What the runtime stage's last RUN step verified and measured, inside the image (see Dockerfile.j2).
@@ -208,9 +209,9 @@ def verified_labels(manifest: list[dict[str, Any]], image_info: dict[str, Any] |
             f"{entry.get('sha256_after', '')[:16]}")
     if image_info is not None:
         freeze = "\n".join(f"{k}=={v}" for k, v in sorted(image_info.get("distributions", {}).items()))
-        labels["io.sglstack.freeze-sha256"] = hashlib.sha256(freeze.encode()).hexdigest()
+        labels[lb.FREEZE_LABEL] = hashlib.sha256(freeze.encode()).hexdigest()
         if image_info.get("torch") and image_info["torch"].get("version"):
-            labels["io.sglstack.torch"] = f"{image_info['torch']['version']} cuda {image_info['torch'].get('cuda')}"
+            labels[lb.TORCH_LABEL] = f"{image_info['torch']['version']} cuda {image_info['torch'].get('cuda')}"
     return labels
 
 

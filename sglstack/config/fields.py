@@ -20,10 +20,13 @@ from ..core.credentials import (
     public_url,
     redact_url,
 )
+from ..core.errors import ConfigError
 from ..core.quoting import APT_PACKAGE_RE, ENV_NAME_RE, LABEL_KEY_RE, PATCH_ID_RE, control_character, one_line_problem
 from ..inimage.incontainer.wheelkit import WheelKitError, split_requirement
 from .imageref import (
+    ImageReference,
     image_reference_problem,
+    parse_image_reference,
     registry_reference_problem,
 )
 from .yamlsrc import KeyPath
@@ -73,11 +76,14 @@ def _requirement(value: str) -> str:
 
 
 def _pinned_image(value: str) -> str:
-    if "@sha256:" not in value:
-        name, _, tag = value.rpartition(":")
-        if not name or "/" in tag or not tag:
+    try:
+        ref: ImageReference | None = parse_image_reference(value)
+    except ConfigError:
+        ref = None  # the grammar check below names what is wrong
+    if (ref is not None and ref.digest is None) or value.endswith(":"):  # `name:` has an empty tag: no tag
+        if ref is None or ref.tag is None:
             raise ValueError(f"image '{value}' has no tag: pin a version tag or a digest")
-        if tag == "latest":
+        if ref.tag == "latest":
             raise ValueError(f"image '{value}' uses 'latest': pin a version tag or a digest")
     # It is the word after FROM: only what Docker's reference grammar allows may reach the Dockerfile.
     if problem := image_reference_problem(value):

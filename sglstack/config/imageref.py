@@ -12,8 +12,10 @@ checked against this grammar when it is loaded, before anything is built.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from ..core.errors import ConfigError
 
@@ -125,6 +127,8 @@ class ImageReference:
     repository: Repository
     tag: str | None = None
     digest: str | None = None
+    # the repository as written (`ubuntu`, `host:5000/a/b`): what Docker's API and a `name@digest` take back
+    name: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         text = str(self.repository)
@@ -139,6 +143,13 @@ def _is_host(component: str) -> bool:
     # Docker's own rule (splitDockerDomain). An IPv6 literal holds a colon, so brackets need no case:
     # `[ab]/x` is a (bad) path, not a host.
     return "." in component or ":" in component or component == "localhost"
+
+
+def names_its_registry(ref: str) -> bool:
+    """`ref` names its registry host (`host.domain/...`, `host:port/...`, `localhost/...`), as a published
+    image's reference does; `team/name` and `name` are Docker Hub's by default, not named."""
+    first, slash, _ = ref.partition("/")
+    return bool(slash) and _is_host(first)
 
 
 def parse_repository(repository: str, *, stack: str | None = None, key: str = "repository") -> Repository:
@@ -182,7 +193,37 @@ def parse_image_reference(ref: str, *, stack: str | None = None, key: str = "ima
                 stack=stack,
                 key=key,
             )
-    return ImageReference(parse_repository(name, stack=stack, key=key), tag=tag, digest=digest or None)
+    return ImageReference(parse_repository(name, stack=stack, key=key), tag=tag, digest=digest or None, name=name)
+
+
+def pinned_digest(ref: str) -> str | None:
+    """The digest `ref` pins (`repo[:tag]@sha256:...`); None for a tag, an image id or no reference at all."""
+    try:
+        return parse_image_reference(ref).digest
+    except ConfigError:
+        return None
+
+
+def names_a_digest(ref: str) -> bool:
+    """`ref` is a valid reference that pins a digest: what a tag cannot move under a running server."""
+    return pinned_digest(ref) is not None
+
+
+def registry_digest(ref: str, repo_digests: Iterable[str]) -> str | None:
+    """The registry (manifest) digest of the local image `ref` names, given the engine's `RepoDigests` for
+    it: the digest `ref` pins; else the one it was pushed to or pulled from its own repository as; else
+    None (a local build, or one known only under another repository's name): never an image id."""
+    wanted = None
+    with contextlib.suppress(ConfigError):  # an image id or a short id: no repository to match
+        wanted = parse_image_reference(ref)
+    if wanted is None or wanted.digest:
+        return wanted.digest if wanted else None
+    for entry in repo_digests:
+        with contextlib.suppress(ConfigError):
+            known = parse_image_reference(entry)
+            if known.digest and known.repository == wanted.repository:
+                return known.digest
+    return None
 
 
 def is_digest(value: str) -> bool:

@@ -8,6 +8,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 PREFIX = "io.sglstack."
+OCI = "org.opencontainers.image."
+
+# ---- on the image (render writes the static ones into the Dockerfile; build stamps the verified ones) ----
+OCI_TITLE_LABEL = OCI + "title"
+OCI_DESCRIPTION_LABEL = OCI + "description"
+OCI_VERSION_LABEL = OCI + "version"
+OCI_VENDOR_LABEL = OCI + "vendor"
+BASE_NAME_LABEL = OCI + "base.name"
+BASE_DIGEST_LABEL = OCI + "base.digest"  # the base image's registry digest (never written as an image id)
+STACK_LABEL = PREFIX + "stack"  # the image's stack; compose's containers carry it too
+SGLANG_LABEL = PREFIX + "sglang"
+PYTHON_LABEL = PREFIX + "python"
+PATCHES_LABEL = PREFIX + "patches"
+CUDA_LABEL = PREFIX + "cuda"
+CUDA_ARCH_LIST_LABEL = PREFIX + "cuda-arch-list"
+OVERRIDE_LABEL_PREFIX = PREFIX + "override."
+FREEZE_LABEL = PREFIX + "freeze-sha256"
+TORCH_LABEL = PREFIX + "torch"
+LOCK_LABEL = PREFIX + "lock-sha256"
 CONFIG_HASH_LABEL = PREFIX + "config-hash"  # our content hash of the build inputs (not a registry digest)
 VERIFIED_LABEL = PREFIX + "verified"  # "true" once in-image verification passed
 TARGET_LABEL = PREFIX + "target"
@@ -18,6 +37,22 @@ PIN_LABEL_PREFIX = PREFIX + "pin."
 # preflight reads it to warn when a node's GPU is not covered by the image).
 COVERAGE_LABEL = PREFIX + "coverage"
 COVERAGE_CELLS = ("native", "ptx", "missing")
+
+# ---- on containers and other things sglstack starts, so it finds (and removes) only its own -------------
+OWNER_LABEL = PREFIX + "owner"
+BUILD_CONTAINER_LABEL = PREFIX + "build"
+SMOKE_CONTAINER_LABEL = PREFIX + "smoke"  # the run kind: baseline or eagle3
+IMAGE_LABEL = PREFIX + "image"  # compose: the reference the service runs
+MODEL_LABEL = PREFIX + "model"
+SPECULATIVE_LABEL = PREFIX + "speculative"
+NODE_LABEL = PREFIX + "node"
+SMOKE_REPORT_LABEL = PREFIX + "smoke-report"  # `sha256:` of the smoke report that passed the image
+UNTAG_LABEL = PREFIX + "untag"  # the config of the marker image a registry tag is moved to before deletion
+ATTESTATION_ANNOTATION = PREFIX + "attestation"
+# Kubernetes label keys take a `prefix/name` form
+K8S_PREFIX = "io.sglstack/"
+K8S_STACK_LABEL = K8S_PREFIX + "stack"
+K8S_ROLE_LABEL = K8S_PREFIX + "role"
 
 
 def format_coverage_label(cells: Mapping[str, str]) -> str:

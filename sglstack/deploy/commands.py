@@ -9,6 +9,7 @@ import contextlib
 from pathlib import Path
 
 from ..attest.commands import verified_reference
+from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
@@ -125,9 +126,10 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
         say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
     try:
+        digest = pinned_digest(ref) or ""
         with _stack_lock(root, stack.name, "deploy"):
             return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
-                              smoke_report=smoke_report_for(stack.name, ref.split("@", 1)[-1], root), say=say)
+                              smoke_report=smoke_report_for(stack.name, digest, root), say=say)
     except DeployFailed as exc:
         if exc.log_tail:
             say(exc.log_tail.rstrip())

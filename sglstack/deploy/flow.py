@@ -9,6 +9,7 @@ attempt and the restore are both recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -19,9 +20,10 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
+from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
 from ..core import signals
-from ..core.errors import DeployError, SglstackError
+from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_timestamp
 from ..core.safefiles import check_inside, containing_root, remove_file, write_text
@@ -286,17 +288,12 @@ def _recover(
     return _restore(dep, client, compose, attempt, previous, saved, say), tail
 
 
-def _restore(
-    dep: Deployment,
-    client: docker.DockerClient,
-    compose: ComposeCLI,
-    attempt: DeploymentRecord,
-    previous: DeploymentRecord,
-    saved: dict[Path, str | None],
-    say: Say,
-) -> str:
+def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, attempt: DeploymentRecord,
+             previous: DeploymentRecord, saved: dict[Path, str | None], say: Say) -> str:
     """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore."""
-    shown = previous.digest or previous.image
+    # The image that ran, not where its tag points now: a local build has an image id and no registry digest.
+    shown = previous.registry_digest or (f"{previous.image} (image id {previous.image_id[:19]})"
+                                         if previous.image_id else previous.image)
     say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
     restore_files(saved)
     options = cmp.ComposeOptions.from_record(previous.options)
@@ -311,7 +308,8 @@ def _restore(
         if ref != previous.image or not prev_file.is_file():
             # Its tag moved, or its file is gone (a cleaned build folder): render it again from its record,
             # serving the very image that ran.
-            cmp.write_compose(dep.stack, ref, dep.out_dir, options=options, smoke_report=previous.smoke_report)
+            write_files(dep.out_dir, cmp.deployment_files(dep.stack, ref, options=options,
+                                                          smoke_report=previous.smoke_report))
         up = compose.run(dep.project_name, [prev_file], ["up", "-d", "--remove-orphans", "--no-build"],
                          docker_host=dep.docker_host)
         if up.returncode != 0:
@@ -349,7 +347,7 @@ def _restore(
 
 def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
     """A reference to exactly the image `record` ran: a tag only while it still points to that image."""
-    if "@" in record.image:
+    if pinned_digest(record.image):
         return record.image
     try:
         current: str | None = client.images.get(record.image).id
@@ -359,9 +357,10 @@ def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
         return record.image
     if record.image_id and image_exists(client, record.image_id):
         return record.image_id
+    # An older record may hold the image id as its digest: only a registry digest can be pulled.
     if record.digest and record.digest != record.image_id:
-        name = record.image.rsplit(":", 1)[0] if ":" in record.image.rsplit("/", 1)[-1] else record.image
-        return f"{name}@{record.digest}"
+        with contextlib.suppress(ConfigError):
+            return f"{parse_image_reference(record.image).name}@{record.digest}"
     raise DeployError(f"{record.image} no longer points to the image that ran ({record.image_id[:19]}), "
                       "and that image is gone from the engine")
 

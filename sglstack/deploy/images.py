@@ -10,8 +10,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from ..adapters.docker import image_exists
-from ..config.imageref import is_digest, parse_image_reference
+from ..adapters.docker import image_exists, local_image
+from ..config.imageref import is_digest, parse_image_reference, registry_digest
 from ..config.schema import Stack
 from ..core.errors import ConfigError, DeployError
 from ..core.records import build_root as default_build_root
@@ -68,20 +68,14 @@ def ensure_image(client: docker.DockerClient, ref: str, stack_name: str, say: Ca
 
 
 def image_identity(client: docker.DockerClient, ref: str) -> tuple[str, str]:
-    """(digest, image id) of a reference: the repo digest when there is one, else the image id."""
+    """(registry digest, image id) of a reference: the digest it pins, else the one the engine knows for its
+    repository ("" when it was never pushed or pulled); the image id "" when the engine does not hold it."""
     try:
-        img = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return (ref.split("@", 1)[1] if "@" in ref else "", "")
+        found = local_image(client, ref)
     except docker.errors.APIError as exc:
         raise DeployError(f"image {ref}: {str(exc).splitlines()[0]}") from None
-    if "@" in ref:
-        return ref.split("@", 1)[1], img.id
-    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
-    for rd in img.attrs.get("RepoDigests") or []:
-        if rd.split("@", 1)[0] == repo:
-            return rd.split("@", 1)[1], img.id
-    return img.id, img.id
+    repo_digests = found.repo_digests if found is not None else ()
+    return registry_digest(ref, repo_digests) or "", found.id if found is not None else ""
 
 
 def passing_smoke_report(release: PublishedRelease | None, digest: str) -> str | None:

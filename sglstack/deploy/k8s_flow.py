@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..config.imageref import pinned_digest
 from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
@@ -112,7 +113,8 @@ def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, w
     say(f"rendered {display_path(dep.out_dir)}/ ({', '.join(files)})")
     attempt = DeploymentRecord(
         stack=dep.stack.name, action=action, result="failed", image=image_ref,
-        digest=image_ref.split("@", 1)[1], image_id="", time=utc_timestamp(), host=dep.kubectl.context,
+        digest=pinned_digest(image_ref) or "", image_id="", time=utc_timestamp(),
+        host=dep.kubectl.context,
         docker_host="", project=dep.project, compose_tool=tool, compose_file=f"{k8s.K8S_DIR}/{k8s.LWS_FILE}",
         options=options.to_record(), smoke_report=smoke_report or "unknown", target=TARGET,
     )

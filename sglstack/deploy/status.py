@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..adapters.docker import docker_client
+from ..config.imageref import pinned_digest
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_now
@@ -31,11 +32,12 @@ class StackStatus:
     health: str
     uptime: str
     image: str
-    digest: str
+    digest: str  # the registry digest; "" for a local build, which only has its image id
     model: str
     speculative: str
     node: str
     smoke_report: str = ""
+    image_id: str = ""
 
 
 def deployment_status(
@@ -68,8 +70,8 @@ def _container_row(c: Any, build_root: Path, now: dt.datetime) -> StackStatus:
     name, proj = labels.get(cmp.LABEL_STACK, "?"), labels.get(COMPOSE_PROJECT_LABEL, "")
     records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
     image = labels.get(cmp.LABEL_IMAGE, "")
-    digest = next((r.digest for r in reversed(records) if r.image == image), "") or (
-        image.split("@", 1)[1] if "@" in image else c.attrs.get("Image", "")
+    digest = next((r.registry_digest for r in reversed(records) if r.image == image), "") or (
+        pinned_digest(image) or ""
     )
     state = c.attrs.get("State") or {}
     verdict = (state.get("Health") or {}).get("Status", "none")
@@ -86,6 +88,7 @@ def _container_row(c: Any, build_root: Path, now: dt.datetime) -> StackStatus:
         speculative=labels.get(cmp.LABEL_SPECULATIVE, ""),
         node=labels.get(cmp.LABEL_NODE, ""),
         smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
+        image_id=c.attrs.get("Image", ""),
     )
 
 
@@ -109,11 +112,12 @@ def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str
                 health="-",
                 uptime="-",
                 image=last.image,
-                digest=last.digest,
+                digest=last.registry_digest,
                 model="",
                 speculative="",
                 node="",
                 smoke_report=last.smoke_report,
+                image_id=last.image_id,
             )
         )
     return rows
@@ -165,7 +169,7 @@ def print_status(rows: list[StackStatus]) -> None:
             r.state,
             r.health,
             r.uptime,
-            _short(r.digest),
+            _short(r.digest) if r.digest or not r.image_id else f"id {_short(r.image_id)}",
             _short(r.smoke_report),
             r.model or "-",
             r.speculative or "-",
@@ -175,3 +179,4 @@ def print_status(rows: list[StackStatus]) -> None:
         table.caption = "nothing deployed"
     # Piped (CI logs), rich would squeeze the table into 80 columns.
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+

@@ -36,6 +36,12 @@ class DeploymentRecord:
     note: str = ""  # why an attempt failed, what a restore followed
     target: str = "compose"  # compose | k8s (a LeaderWorkerSet applied with kubectl)
 
+    @property
+    def registry_digest(self) -> str:
+        """The registry digest of the image it served; "" when it has none (a local build). A record written
+        before digests meant registry digests only holds the image id in `digest`: that is not one."""
+        return "" if self.digest == self.image_id else self.digest
+
     def to_dict(self) -> dict[str, object]:
         return asdict(self) | {"options": dict(self.options)}
 
@@ -98,8 +104,8 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 
 
 def _identity(record: DeploymentRecord) -> str:
-    """Which image a record served: its digest (a tag or an id can name the same one), else the reference."""
-    return record.digest or record.image
+    """Which image a record served: its registry digest, else its image id (a tag can move), else the reference."""
+    return record.digest or record.image_id or record.image
 
 
 def display_path(path: Path) -> str:

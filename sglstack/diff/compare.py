@@ -19,12 +19,13 @@ from packaging.utils import canonicalize_name
 from rich.console import Console
 from rich.table import Table
 
+from ..core import labels as lb
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
 from ..size.report import GB, MB, Growth, size_changes
 
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+BASE_NAME_LABEL = lb.BASE_NAME_LABEL
+BASE_DIGEST_LABEL = lb.BASE_DIGEST_LABEL
 SGLANG_LABEL = PREFIX + "sglang"
 
 
@@ -38,6 +39,7 @@ class Snapshot:
     config_hash: str | None = None
     base_image: str | None = None
     base_digest: str | None = None
+    base_image_id: str | None = None  # the engine's id of a base no registry digest names (a local base)
     pins: Mapping[str, str] | None = None  # the stack's own pins
     packages: Mapping[str, str] | None = None  # every installed (or locked) distribution
     patches: Mapping[str, str] | None = None  # id -> "status sha256:<before16>-><after16>"
@@ -144,7 +146,7 @@ def record_problem(record: Any) -> tuple[str, str] | None:
             return key, "not an object of names to versions or values"
     base = record.get("base_image")
     if base is not None and not (isinstance(base, Mapping) and all(
-            isinstance(base.get(k), str | None) for k in ("name", "digest"))):
+            isinstance(base.get(k), str | None) for k in ("name", "digest", "image_id"))):
         return "base_image", "not an object with text 'name' and 'digest'"
     patches = record.get("patches")
     if patches is not None and not (_flat(patches) or (isinstance(patches, list)
@@ -177,6 +179,7 @@ def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
         ref=ref, kind="record", stack=record.get("stack"), config_hash=record.get("config_hash"),
         base_image=base.get("name") or (labels or {}).get(BASE_NAME_LABEL),
         base_digest=base.get("digest") or (labels or {}).get(BASE_DIGEST_LABEL),
+        base_image_id=base.get("image_id"),
         pins=_canonical(pins) if isinstance(pins, Mapping) else None,
         packages=_canonical(installed) if isinstance(installed, Mapping) and installed else None,
         patches=_patches_from_manifest(record.get("patches")), sglang=sglang, sglang_git=git, labels=labels,
@@ -244,6 +247,9 @@ def snapshot_diff(a: Snapshot, b: Snapshot) -> StackDiff:
             base.append(Change("name", a.base_image, b.base_image))
         if a.base_digest != b.base_digest:
             base.append(Change("digest", a.base_digest, b.base_digest))
+        elif a.base_image_id and b.base_image_id and a.base_image_id != b.base_image_id:  # both known
+            # Two local bases with no registry digest: the engine's ids still tell them apart.
+            base.append(Change("image id", a.base_image_id, b.base_image_id))
     config = None
     if a.config_hash and b.config_hash and a.config_hash != b.config_hash:
         config = Change("config hash", a.config_hash, b.config_hash)

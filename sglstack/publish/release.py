@@ -44,24 +44,15 @@ Attester = Callable[[RegistryClient, Repository, str], str]
 
 
 def parse_smoke_opts(opts: Sequence[str]) -> dict[str, Any]:
-    """`KEY=VALUE` strings -> keyword overrides; `env=K=V` accumulates a dict, repeated keys a list."""
-    out: dict[str, Any] = {}
-    for opt in opts:
-        key, sep, value = opt.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise PublishError(f"smoke option '{opt}' is not KEY=VALUE")
-        if key == "env":
-            name, sep, val = value.partition("=")
-            if not sep or not name:
-                raise PublishError(f"smoke option '{opt}' must be env=NAME=VALUE")
-            out.setdefault("env", {})[name] = val
-        elif key in out:
-            prev = out[key]
-            out[key] = [*prev, value] if isinstance(prev, list) else [prev, value]
-        else:
-            out[key] = value
-    return out
+    """`KEY=VALUE` strings -> smoke overrides, read by smoke's one parser (`smoke.options`)."""
+    # smoke's package (docker, charts) loads only when a release smoke's options are read
+    from ..smoke.options import SmokeOptionError
+    from ..smoke.options import parse_smoke_opts as smoke_option_pairs
+
+    try:
+        return smoke_option_pairs(opts)
+    except SmokeOptionError as exc:
+        raise PublishError(str(exc)) from None
 
 
 def run_real_smoke(

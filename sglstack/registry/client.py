@@ -19,6 +19,7 @@ from typing import Any
 import requests
 
 from ..config.imageref import DOCKER_HUB, is_digest
+from ..core import labels as lb
 from ..core.errors import RegistryError
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
 from .transport import Transport, error_detail
@@ -461,7 +462,7 @@ class RegistryClient:
         if resp.status_code == 405:
             raise self._fail(f"{what}: deleting is disabled on this registry (enable storage.delete)")
         manifest = self.get_manifest(repo, tag)
-        marker = {"io.sglstack.untag": tag}
+        marker = {lb.UNTAG_LABEL: tag}
         if manifest.is_index:
             data: dict[str, Any] = {
                 "schemaVersion": 2,

@@ -26,6 +26,7 @@ import yaml
 
 from ..adapters.docker import docker_client, image_exists
 from ..core.errors import RegistryError
+from ..core.labels import OWNER_LABEL
 
 DEFAULT_PORT = 5000
 CONTAINER_NAME = "sglstack-registry"
@@ -253,7 +254,7 @@ def _container_up(client: Any, port: int, folder: Path) -> str:
         ports={"5000/tcp": ("127.0.0.1", port)},
         volumes={VOLUME_NAME: {"bind": "/var/lib/registry", "mode": "rw"}},
         environment={"REGISTRY_STORAGE_DELETE_ENABLED": "true"},
-        labels={"io.sglstack.owner": CONTAINER_NAME},
+        labels={OWNER_LABEL: CONTAINER_NAME},
     )
     folder.mkdir(parents=True, exist_ok=True)
     _state_path(folder).write_text(json.dumps({"kind": "container", "name": CONTAINER_NAME, "port": port}))

@@ -3,8 +3,9 @@
 One service serves the image with the serving spec's argv, env, mounts, shm, ulimits, GPUs and
 healthcheck (`serving.py`: the same spec the smoke test serves). Rendering is deterministic: the same
 stack, image and options give the same bytes. Multi-node serving renders one file per node, differing
-only in `--node-rank`. Only `write_compose` touches the disk; nothing here reads records or calls an
-engine: the caller passes the image reference (and the smoke report it passed, when one is known).
+only in `--node-rank`. Nothing here writes a file (deploy and `build.context` write what it returns),
+reads records or calls an engine: the caller passes the image reference (and the smoke report it
+passed, when one is known).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import jinja2
 
 from ..config.names import compose_project
 from ..config.schema import Stack
+from ..core import labels as lb
 from ..core.quoting import compose_string
-from ..core.records import build_root
 from ..core.resources import COMPOSE_DIR
-from ..core.safefiles import containing_root, write_text
 from ..serving import RecordedOptions, ServingError, ServingOverrides, ServingSpec, serving_argv, serving_spec
 
 TEMPLATES_DIR = COMPOSE_DIR
@@ -33,13 +33,13 @@ SERVICE = "sglang"
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
 
 # Labels on the service container: `status` finds deployments on any Docker host through them.
-LABEL_STACK = "io.sglstack.stack"
-LABEL_IMAGE = "io.sglstack.image"
-LABEL_MODEL = "io.sglstack.model"
-LABEL_SPECULATIVE = "io.sglstack.speculative"
-LABEL_NODE = "io.sglstack.node"
+LABEL_STACK = lb.STACK_LABEL
+LABEL_IMAGE = lb.IMAGE_LABEL
+LABEL_MODEL = lb.MODEL_LABEL
+LABEL_SPECULATIVE = lb.SPECULATIVE_LABEL
+LABEL_NODE = lb.NODE_LABEL
 # `sha256:` of the smoke report that passed this image (from Publish's records), or UNKNOWN.
-LABEL_SMOKE_REPORT = "io.sglstack.smoke-report"
+LABEL_SMOKE_REPORT = lb.SMOKE_REPORT_LABEL
 UNKNOWN = "unknown"
 
 
@@ -221,17 +221,3 @@ def deployment_files(
     files = render_compose_nodes(stack, image_ref, options=options, smoke_report=smoke_report)
     files[ENV_EXAMPLE_FILE] = render_env_example(stack, options=options)
     return files
-
-
-def write_compose(
-    stack: Stack,
-    image_ref: str,
-    out_dir: Path,
-    *,
-    options: ComposeOptions | None = None,
-    smoke_report: str | None = None,
-) -> list[Path]:
-    """Write the compose file(s) and `compose.env.example` into `out_dir`; return the paths written."""
-    files = deployment_files(stack, image_ref, options=options, smoke_report=smoke_report)
-    root = containing_root(out_dir, build_root())
-    return [write_text(root, out_dir / name, text) for name, text in files.items()]

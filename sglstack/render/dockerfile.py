@@ -10,17 +10,14 @@ import dataclasses
 import functools
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from ..config.imageref import image_reference_problem
-from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.console import console as make_console
-from ..core.errors import one_line
+from ..core import labels as lb
 from ..core.quoting import (
     QuotingError,
     dockerfile_comment,
@@ -29,20 +26,8 @@ from ..core.quoting import (
     shell_word,
     shell_word_with,
 )
-from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
-from ..core.safefiles import (
-    OutputNotWritable,
-    check_inside,
-    containing_root,
-    folder_lock,
-    remove_file,
-    replace_folder,
-    write_text,
-)
-from ..lock.file import Lock, lock_for_build
-from .compose import deployment_files, moving_tag_ref
-from .k8s import DIGEST_REF, K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
+from ..lock.file import Lock
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
@@ -140,23 +125,23 @@ def apt_packages(stack: Stack) -> tuple[str, ...]:
 def image_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
     """OCI labels plus one label per pin, override and patch: what a registry UI shows of the image."""
     labels = {
-        "org.opencontainers.image.title": f"sglstack {stack.name}",
-        "org.opencontainers.image.description": stack.description or f"SGLang {stack.sglang.label}",
-        "org.opencontainers.image.version": stack.sglang.label,
-        "org.opencontainers.image.base.name": stack.base_image,
-        "org.opencontainers.image.vendor": "sglstack",
-        "io.sglstack.stack": stack.name,
-        "io.sglstack.sglang": stack.sglang.label,
-        "io.sglstack.python": stack.python,
-        "io.sglstack.patches": ",".join(stack.patches),
+        lb.OCI_TITLE_LABEL: f"sglstack {stack.name}",
+        lb.OCI_DESCRIPTION_LABEL: stack.description or f"SGLang {stack.sglang.label}",
+        lb.OCI_VERSION_LABEL: stack.sglang.label,
+        lb.BASE_NAME_LABEL: stack.base_image,
+        lb.OCI_VENDOR_LABEL: "sglstack",
+        lb.STACK_LABEL: stack.name,
+        lb.SGLANG_LABEL: stack.sglang.label,
+        lb.PYTHON_LABEL: stack.python,
+        lb.PATCHES_LABEL: ",".join(stack.patches),
     }
     if stack.cuda:
-        labels["io.sglstack.cuda"] = stack.cuda
-        labels["io.sglstack.cuda-arch-list"] = " ".join(stack.cuda_arch_list)
+        labels[lb.CUDA_LABEL] = stack.cuda
+        labels[lb.CUDA_ARCH_LIST_LABEL] = " ".join(stack.cuda_arch_list)
     for name, version in stack.pins().items():
-        labels[f"io.sglstack.pin.{name}"] = version
+        labels[lb.PIN_LABEL_PREFIX + name] = version
     for override in stack.overrides:
-        labels[f"io.sglstack.override.{override.package}"] = f"{override.pin} (replaces {override.replaces})"
+        labels[lb.OVERRIDE_LABEL_PREFIX + override.package] = f"{override.pin} (replaces {override.replaces})"
     labels.update(stack.labels)
     return tuple(sorted(labels.items()))
 
@@ -212,126 +197,49 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
     )
 
 
+# The tools every build stage COPYs from the context (tools/...), beside the patch engine.
+CONTEXT_TOOLS = ("pip-env.sh", "wheelkit.py", "imageinfo.py", "imagecheck.py", "elfdeps.py")
+# Folders the Dockerfile COPYs even when nothing is in them (a stack without patches).
+CONTEXT_FOLDERS = ("tools", "patches")
+_SKIPPED = (".pyc",)
+
+
 @dataclass(frozen=True)
-class RenderedContext:
-    stack: str
-    dockerfile: Path
-    context: Path
-    files: tuple[Path, ...]
+class BuildContext:
+    """The rendered Dockerfile and exactly the context files it COPYs (or mounts), as content: the
+    relative path of each file -> its bytes and mode. Writing them is build's (`build.context`)."""
+
+    dockerfile: str
+    files: dict[str, bytes]
+    modes: dict[str, int]  # the permission bits, as the source file had them (tools stay executable)
+    folders: tuple[str, ...] = CONTEXT_FOLDERS
 
 
-def _copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+def _tree_files(src: Path, prefix: str) -> dict[str, Path]:
+    """Every file under `src` (links followed, as a copy would), by its path under `prefix`."""
+    out: dict[str, Path] = {}
+    for folder, dirs, names in os.walk(src, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = Path(folder).relative_to(src)
+        for name in sorted(names):
+            if not name.endswith(_SKIPPED):
+                out[(Path(prefix) / rel / name).as_posix()] = Path(folder) / name
+    return out
 
 
-def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR,
-                        lock: Lock | None = None) -> RenderedContext:
-    """Write the Dockerfile and exactly the files it COPYs (or mounts) into `out_dir`.
-
-    The context is filled in a new folder beside the old one and swapped in whole (`safefiles`): a
-    failure (a full disk, a signal) leaves the previous context as it was, and a `context` or
-    `Dockerfile` that is a link out of the folder is refused, never written through or deleted.
-    """
-    root = containing_root(out_dir, build_root())
-    context = out_dir / "context"
-
-    def fill(folder: Path) -> None:
-        (folder / "tools").mkdir(parents=True)
-        (folder / "patches").mkdir()
-        for name in ("pip-env.sh", "wheelkit.py", "imageinfo.py", "imagecheck.py", "elfdeps.py"):
-            shutil.copy2(TOOLS_DIR / name, folder / "tools" / name)
-        _copy_tree(PATCHKIT_DIR, folder / "tools" / "patchkit")
-        for pid in stack.patches:
-            _copy_tree(patches_dir / pid, folder / "patches" / pid)
-        (folder / "stack.json").write_text(json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n")
-        # Each locked layer's part: mounted by its RUN step, and in the config hash like every context file.
-        for layer in lock.layers if lock else ():
-            if lock and lock.installs_layer(layer):
-                (folder / "lock").mkdir(exist_ok=True)
-                (folder / "lock" / f"{layer}.txt").write_text(lock.part_text(layer), encoding="utf-8")
-
-    check_inside(root, out_dir / "Dockerfile")  # refused before the context is swapped, not after
-    replace_folder(root, context, fill)
-    dockerfile = write_text(root, out_dir / "Dockerfile", render_dockerfile(stack, lock))
-    files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
-    return RenderedContext(stack.name, dockerfile, context, files)
-
-
-def default_out_dir(stack_name: str) -> Path:
-    """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
-    return build_root() / stack_name
-
-
-# What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
-RENDER_MANIFEST = ".sglstack-render.json"
-CONTEXT_ENTRY = "context/"
-
-
-def _written_before(out: Path) -> set[str]:
-    try:
-        data = json.loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
-        return {str(name) for name in data["files"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-
-
-def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list[str]:
-    """The planned names that exist in `out` and that render did not write (`owned` None: every name is
-    ours, the stack's own folder under the build root, which build and deploy write too)."""
-    if owned is None:
-        return []
-    return [name for name in planned
-            if name not in owned and os.path.lexists(out / name.rstrip("/"))]
-
-
-def render_command(
-    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
-    k8s_options: K8sOptions | None = None,
-) -> RenderedContext:
-    """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
-    Kubernetes manifests. Reads no records: the compose file serves `image`, by default the stack's moving
-    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest.
-
-    An `--out DIR` of the user's keeps a list of what render wrote there (`.sglstack-render.json`): a
-    file render did not write is never replaced or removed (a one-line refusal before anything is
-    written). The stack's own folder under the build root is sglstack's, written by build and deploy too.
-    """
-    matrix = load_matrix(stacks_file)
-    stack = matrix.get(stack_name)
-    out = Path(out_dir) if out_dir else default_out_dir(stack_name)
-    own_folder = os.path.abspath(out) == os.path.abspath(default_out_dir(stack_name))
-    ref = image or moving_tag_ref(stack)
-    # Checked (schemas included) before anything is written: bad k8s options change no file.
-    k8s_files = render_k8s(stack, ref, k8s_options) if DIGEST_REF.match(ref) else None
-    if k8s_files is None:
-        k8s_spec(stack, k8s_options or K8sOptions())
-    compose_files = deployment_files(stack, ref)
-    k8s_names = [f"{K8S_DIR}/{name}" for name in (LWS_FILE, SERVICE_FILE)]
-    planned = ["Dockerfile", CONTEXT_ENTRY, *compose_files, *(k8s_names if k8s_files is not None else [])]
-    owned = None if own_folder else _written_before(out)
-    foreign = foreign_files(out, planned, owned)
-    if foreign:
-        raise OutputNotWritable(one_line(
-            f"render --out {out}: {', '.join(foreign)} already there and not written by sglstack render: "
-            "not replaced (move it away, or render into another folder)"))
-    root = containing_root(out, build_root())
-    with folder_lock(out, "render", root=root, stack=stack_name):
-        rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
-        console = make_console()
-        console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
-        console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-        for name, text in compose_files.items():
-            console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
-        written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
-        if k8s_files is None:
-            console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
-                          "(--image REPO@sha256:...), not the tag " + ref)
-            for name in k8s_names:  # an earlier render's, which would serve another image
-                if owned is None or name in owned:
-                    remove_file(root, out / name)
-        else:
-            for name, text in k8s_files.items():
-                console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
-            written += k8s_names
-        write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
-    return rendered
+def build_context(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR, lock: Lock | None = None) -> BuildContext:
+    """The Dockerfile and its context for `stack` (pure: reads the tools and patches, writes nothing)."""
+    sources = {f"tools/{name}": TOOLS_DIR / name for name in CONTEXT_TOOLS}
+    sources.update(_tree_files(PATCHKIT_DIR, "tools/patchkit"))
+    for pid in stack.patches:
+        sources.update(_tree_files(patches_dir / pid, f"patches/{pid}"))
+    files = {rel: path.read_bytes() for rel, path in sources.items()}
+    modes = {rel: path.stat().st_mode & 0o777 for rel, path in sources.items()}
+    files["stack.json"] = (json.dumps(stack_manifest(stack), indent=2, sort_keys=True) + "\n").encode()
+    # Each locked layer's part: mounted by its RUN step, and in the config hash like every context file.
+    for layer in lock.layers if lock else ():
+        if lock and lock.installs_layer(layer):
+            files[f"lock/{layer}.txt"] = lock.part_text(layer).encode("utf-8")
+    for rel in files:
+        modes.setdefault(rel, 0o644)
+    return BuildContext(render_dockerfile(stack, lock), files, modes)

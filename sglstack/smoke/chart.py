@@ -150,6 +150,7 @@ def _draw_history(ax: Any, report: Mapping[str, Any], history: Sequence[Mapping[
 
 
 def _tick_label(record: Mapping[str, Any]) -> str:
-    digest = str((record.get("image") or {}).get("digest") or "?").removeprefix("sha256:")[:7]
+    image = record.get("image") or {}
+    digest = str(image.get("digest") or image.get("id") or "?").removeprefix("sha256:")[:7]
     when = _when(record.get("time"))
     return f"{digest}\n{when:%m-%d %H:%M}" if when else digest

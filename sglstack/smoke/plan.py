@@ -14,6 +14,7 @@ from typing import Any
 
 from ..adapters.docker import is_local_docker_host
 from ..config.schema import Gates, SpeculativeSettings, Stack
+from ..core import labels as lb
 from ..core.credentials import names_secret
 from ..core.errors import SmokeError
 from ..core.records import build_root
@@ -394,7 +395,7 @@ def container_plan(
         ipc_mode=spec.ipc_mode,
         shm_size=spec.shm_size,
         ulimits=tuple((u.name, u.soft, u.hard) for u in spec.ulimits),
-        labels={"io.sglstack.smoke": kind, **options.labels},
+        labels={lb.SMOKE_CONTAINER_LABEL: kind, **options.labels},
         container_port=spec.port,
         # A remote GPU node's loopback is not reachable from here: publish on its interfaces instead.
         bind_address="127.0.0.1" if is_local_docker_host(options.docker_host) else "0.0.0.0",

@@ -72,7 +72,7 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
     lines = [
         f"# Smoke {data['verdict'].upper()}: {data.get('stack') or 'no stack'}",
         "",
-        f"Image `{image['ref']}` (digest `{image.get('digest') or 'unknown'}`), {data['time']}."
+        f"Image `{image['ref']}` ({_identity(image)}), {data['time']}."
         + _runner_line(data.get("runner")),
         "",
         f"![baseline (grey) vs EAGLE-3 (blue) output tokens/s at concurrency 1, and the history]({chart_name})",
@@ -111,3 +111,12 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _identity(image: Mapping[str, Any]) -> str:
+    """The registry digest; a local build has none, so its image id (an older report kept it as the digest)."""
+    if image.get("digest"):
+        return f"digest `{image['digest']}`"
+    if image.get("runner") == "process" and image.get("id"):
+        return f"environment id `{image['id']}`"
+    return f"image id `{image['id']}`" if image.get("id") else "digest `unknown`"

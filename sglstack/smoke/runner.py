@@ -22,9 +22,16 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
-from ..adapters.docker import docker_client, docker_host_address, is_local_docker_host, running_container
+from ..adapters.docker import (
+    docker_client,
+    docker_host_address,
+    is_local_docker_host,
+    local_image,
+    running_container,
+)
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
+from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.errors import SmokeError
 from ..core.records import require_writable, utc_timestamp
@@ -102,12 +109,12 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     engine: docker.DockerClient | None = None
     if process:
         image_info = environment_info(options, interpreter)
-        log(f"smoke: process runner, Python environment {options.python_env} ({image_info['digest']})")
+        log(f"smoke: process runner, Python environment {options.python_env} ({image_label(image_info)})")
     else:
         assert image is not None
         engine = docker_client(options.docker_host)
         image_info = resolve_image(engine, image, pull=options.pull)
-        log(f"smoke: image {image} ({image_info['digest']})")
+        log(f"smoke: image {image} ({image_label(image_info)})")
         if stack is not None and options.gpus > 0 and not options.skip_preflight:
             log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
             require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
@@ -179,6 +186,7 @@ def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | Non
     return {
         "time": record.get("time"),
         "image": (record.get("image") or {}).get("digest"),
+        "image_id": (record.get("image") or {}).get("id"),
         "baseline": {"tokens_per_s": (record.get("baseline") or {}).get("tokens_per_s")},
         "eagle3": {"tokens_per_s": (record.get("eagle3") or {}).get("tokens_per_s")},
     }
@@ -214,15 +222,16 @@ def require_interpreter(options: SmokeOptions) -> str:
 
 
 def environment_info(options: SmokeOptions, python: str) -> dict[str, Any]:
-    """The environment in the report's `image` slot: its path, and a digest of the distributions it and the
-    server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment compare
-    equal and an upgraded package shows as another digest."""
+    """The environment in the report's `image` slot: its path, and as its id a hash of the distributions it
+    and the server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment
+    compare equal and an upgraded package shows as another id. It has no registry digest (reports before
+    digests meant registry digests only kept this hash as `digest`)."""
     assert options.python_env is not None
     roots = [Path(options.python_env)]
     roots += [Path(p) for p in options.serving.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
     names = sorted({d.name for root in roots for d in _dist_infos(root)})
-    digest = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
-    return {"ref": f"python-env:{options.python_env}", "digest": digest, "id": None, "repo_digests": [],
+    env_id = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
+    return {"ref": f"python-env:{options.python_env}", "digest": None, "id": env_id, "repo_digests": [],
             "runner": "process", "python": python, "distributions": len(names)}
 
 
@@ -241,33 +250,30 @@ def server_log_path(report_path: Path, kind: str) -> Path:
 
 
 def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -> dict[str, Any]:
-    """Find (or pull) `ref` on the engine; return its ref, digest and id. A digest ref is its own digest."""
+    """Find (or pull) `ref` on the engine; return its ref, registry digest (None for a local build), image id
+    and repo digests. A digest ref is its own digest."""
     try:
-        img = engine.images.get(ref)
-    except docker.errors.ImageNotFound:
-        if not pull:
-            raise SmokeError(f"image {ref}: not found on the Docker host") from None
-        try:
-            img = engine.images.pull(ref)
-        except docker.errors.APIError as exc:
-            reason = (exc.explanation or str(exc)).splitlines()[0][:200]
-            raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+        found = local_image(engine, ref)
+        if found is None:
+            if not pull:
+                raise SmokeError(f"image {ref}: not found on the Docker host")
+            try:
+                engine.images.pull(ref)
+            except docker.errors.APIError as exc:
+                reason = (exc.explanation or str(exc)).splitlines()[0][:200]
+                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+            found = local_image(engine, ref)
+            if found is None:
+                raise SmokeError(f"image {ref}: not on the Docker host after the pull")
     except docker.errors.APIError as exc:
         raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
-    repo_digests = list(img.attrs.get("RepoDigests") or [])
-    if "@sha256:" in ref:
-        digest = ref.split("@", 1)[1]
-    else:
-        repo = _repository(ref)
-        match = [d for d in repo_digests if d.split("@", 1)[0] == repo]
-        digest = (match or repo_digests or [f"@{img.id}"])[0].split("@", 1)[1]
-    return {"ref": ref, "digest": digest, "id": img.id, "repo_digests": repo_digests}
+    return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
+            "repo_digests": list(found.repo_digests)}
 
 
-def _repository(ref: str) -> str:
-    name = ref.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return name.rsplit(":", 1)[0] if ":" in last else name
+def image_label(image_info: Mapping[str, Any]) -> str:
+    """How a log line names the image: its registry digest, else its image id."""
+    return str(image_info.get("digest") or image_info.get("id") or "?")
 
 
 # ---- one server --------------------------------------------------------------------------------------

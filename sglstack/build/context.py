@@ -1,0 +1,155 @@
+"""Writing what render made: the build context folder (`write_build_context`) and `invoke render`'s
+output folder (`render_command`). render/ returns content and writes nothing; this module owns the
+temp folder, the swap and the removal of what an earlier render left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config.imageref import names_a_digest
+from ..config.matrix import Stack, load_matrix
+from ..core.console import console as make_console
+from ..core.errors import one_line
+from ..core.records import build_root
+from ..core.resources import DEFAULT_PATCHES_DIR
+from ..core.safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    folder_lock,
+    remove_file,
+    replace_folder,
+    write_text,
+)
+from ..lock.file import Lock, lock_for_build
+from ..render.compose import ComposeOptions, deployment_files, moving_tag_ref
+from ..render.dockerfile import build_context
+from ..render.k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    stack: str
+    dockerfile: Path
+    context: Path
+    files: tuple[Path, ...]
+
+
+def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT_PATCHES_DIR,
+                        lock: Lock | None = None) -> RenderedContext:
+    """Write the Dockerfile and exactly the files it COPYs (or mounts) into `out_dir`, as render made them.
+
+    The context is filled in a new folder beside the old one and swapped in whole (`safefiles`): a
+    failure (a full disk, a signal) leaves the previous context as it was, and a `context` or
+    `Dockerfile` that is a link out of the folder is refused, never written through or deleted.
+    """
+    rendered = build_context(stack, patches_dir, lock)
+    root = containing_root(out_dir, build_root())
+    context = out_dir / "context"
+
+    def fill(folder: Path) -> None:
+        for name in rendered.folders:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+        for rel, data in rendered.files.items():
+            path = folder / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(rendered.modes[rel])
+
+    check_inside(root, out_dir / "Dockerfile")  # refused before the context is swapped, not after
+    replace_folder(root, context, fill)
+    dockerfile = write_text(root, out_dir / "Dockerfile", rendered.dockerfile)
+    files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
+    return RenderedContext(stack.name, dockerfile, context, files)
+
+
+def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: ComposeOptions | None = None,
+                  smoke_report: str | None = None) -> list[Path]:
+    """Write the compose file(s) and `compose.env.example` into `out_dir`; return the paths written."""
+    files = deployment_files(stack, image_ref, options=options, smoke_report=smoke_report)
+    root = containing_root(out_dir, build_root())
+    return [write_text(root, out_dir / name, text) for name, text in files.items()]
+
+
+def default_out_dir(stack_name: str) -> Path:
+    """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
+    return build_root() / stack_name
+
+
+# What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
+RENDER_MANIFEST = ".sglstack-render.json"
+CONTEXT_ENTRY = "context/"
+
+
+def _written_before(out: Path) -> set[str]:
+    try:
+        data = json.loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
+        return {str(name) for name in data["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list[str]:
+    """The planned names that exist in `out` and that render did not write (`owned` None: every name is
+    ours, the stack's own folder under the build root, which build and deploy write too)."""
+    if owned is None:
+        return []
+    return [name for name in planned
+            if name not in owned and os.path.lexists(out / name.rstrip("/"))]
+
+
+def render_command(
+    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
+    k8s_options: K8sOptions | None = None,
+) -> RenderedContext:
+    """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
+    Kubernetes manifests. Reads no records: the compose file serves `image`, by default the stack's moving
+    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest.
+
+    An `--out DIR` of the user's keeps a list of what render wrote there (`.sglstack-render.json`): a
+    file render did not write is never replaced or removed (a one-line refusal before anything is
+    written). The stack's own folder under the build root is sglstack's, written by build and deploy too.
+    """
+    matrix = load_matrix(stacks_file)
+    stack = matrix.get(stack_name)
+    out = Path(out_dir) if out_dir else default_out_dir(stack_name)
+    own_folder = os.path.abspath(out) == os.path.abspath(default_out_dir(stack_name))
+    ref = image or moving_tag_ref(stack)
+    # Checked (schemas included) before anything is written: bad k8s options change no file.
+    k8s_files = render_k8s(stack, ref, k8s_options) if names_a_digest(ref) else None
+    if k8s_files is None:
+        k8s_spec(stack, k8s_options or K8sOptions())
+    compose_files = deployment_files(stack, ref)
+    k8s_names = [f"{K8S_DIR}/{name}" for name in (LWS_FILE, SERVICE_FILE)]
+    planned = ["Dockerfile", CONTEXT_ENTRY, *compose_files, *(k8s_names if k8s_files is not None else [])]
+    owned = None if own_folder else _written_before(out)
+    foreign = foreign_files(out, planned, owned)
+    if foreign:
+        raise OutputNotWritable(one_line(
+            f"render --out {out}: {', '.join(foreign)} already there and not written by sglstack render: "
+            "not replaced (move it away, or render into another folder)"))
+    root = containing_root(out, build_root())
+    with folder_lock(out, "render", root=root, stack=stack_name):
+        rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
+        console = make_console()
+        console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
+        console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
+        for name, text in compose_files.items():
+            console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
+        written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
+        if k8s_files is None:
+            console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
+                          "(--image REPO@sha256:...), not the tag " + ref)
+            for name in k8s_names:  # an earlier render's, which would serve another image
+                if owned is None or name in owned:
+                    remove_file(root, out / name)
+        else:
+            for name, text in k8s_files.items():
+                console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
+            written += k8s_names
+        write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
+    return rendered

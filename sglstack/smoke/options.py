@@ -1,0 +1,76 @@
+"""`--smoke-opt KEY=VALUE`: the one reading of smoke's free-form options, for every task that passes them on
+(publish's release smoke, bisect's smoke; `smoke_options` then checks keys and values).
+
+Repeatable keys keep every value: `env=A=1 env=B=2` is two variables, `mount=/a:/a mount=/b:/b` two mounts.
+Any other key given twice is refused rather than silently keeping one of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..core.errors import SmokeError
+
+# The spelling on the command line (`--mount`, `--label`) -> the key smoke_options reads.
+ALIASES = {"mount": "mounts", "label": "labels"}
+# NAME=VALUE pairs, one mapping
+PAIR_KEYS = ("env", "labels")
+# values in the order given, one list (extra_args split on white space, as a flag's value is)
+LIST_KEYS = ("mounts", "extra_args", "kinds")
+
+
+class SmokeOptionError(SmokeError):
+    """A `--smoke-opt` value that is not KEY=VALUE (or not NAME=VALUE for env/label)."""
+
+
+def parse_smoke_opts(opts: Iterable[str]) -> dict[str, Any]:
+    """`KEY=VALUE` strings -> keyword overrides for `smoke_options`: `env`/`label` a dict, `mount`,
+    `extra_args`, `kinds` a list, anything else its string; `-` in a key reads as `_`."""
+    out: dict[str, Any] = {}
+    for opt in opts:
+        raw_key, sep, value = str(opt).partition("=")
+        key = raw_key.strip().replace("-", "_")
+        key = ALIASES.get(key, key)
+        if not sep or not key.isidentifier():
+            raise SmokeOptionError(f"--smoke-opt '{opt}': expected KEY=VALUE")
+        if key in PAIR_KEYS:
+            name, sep, val = value.partition("=")
+            if not sep or not name:
+                raise SmokeOptionError(f"--smoke-opt '{opt}': expected {raw_key.strip()}=NAME=VALUE")
+            out.setdefault(key, {})[name] = val
+        elif key in LIST_KEYS:
+            out.setdefault(key, []).extend(value.split() if key == "extra_args" else [value])
+        elif key in out:
+            raise SmokeOptionError(f"--smoke-opt '{opt}': {key} is given twice (give it once)")
+        else:
+            out[key] = value
+    return out
+
+
+def smoke_overrides(opts: Iterable[str], **named: Any) -> dict[str, Any]:
+    """`--smoke-opt` pairs plus a task's own smoke flags (None = not given). A named flag wins for a single
+    value; `env`/`labels` merge by name (the named flag's value wins) and `mounts` add up."""
+    out = parse_smoke_opts(opts)
+    for key, value in named.items():
+        if value is None:
+            continue
+        if key in PAIR_KEYS and key in out:
+            out[key] = {**out[key], **_pairs(value, key)}
+        elif key in LIST_KEYS and key in out:
+            out[key] = [*out[key], *([value] if isinstance(value, str) else value)]
+        else:
+            out[key] = value
+    return out
+
+
+def _pairs(value: Mapping[str, str] | Iterable[str] | str, key: str) -> dict[str, str]:
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    out: dict[str, str] = {}
+    for item in [value] if isinstance(value, str) else value:
+        name, sep, val = str(item).partition("=")
+        if not sep or not name:
+            raise SmokeOptionError(f"--{key.removesuffix('s')} '{item}': expected NAME=VALUE")
+        out[name] = val
+    return out
