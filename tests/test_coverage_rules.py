@@ -9,7 +9,7 @@ import pytest
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
 from sglstack.config.matrix import CoverageException, CoveragePolicy, load_matrix
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
-from sglstack.coverage.command import overall_exit, pip_platform_tags
+from sglstack.coverage.command import overall_exit
 from sglstack.coverage.rules import (
     MISSING,
     NATIVE,
@@ -30,6 +30,7 @@ from sglstack.coverage.rules import (
     runs_on,
     sgl_kernel_variant,
 )
+from sglstack.coverage.wheels import pip_platform_tags
 
 REPO = Path(__file__).resolve().parent.parent
 

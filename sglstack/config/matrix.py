@@ -31,6 +31,7 @@ from ..core.errors import ConfigError
 from ..core.quoting import APT_PACKAGE_RE, ENV_NAME_RE, LABEL_KEY_RE, PATCH_ID_RE, control_character, one_line_problem
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..inimage.incontainer.wheelkit import WheelKitError, split_requirement
+from .defaults import DEFAULT_STACKS_FILE
 from .imageref import (
     TAG_MAX,
     image_reference_problem,
@@ -42,8 +43,6 @@ from .imageref import (
 from .names import LOCAL_REPOSITORY, collisions
 from .yamlsrc import MAX_VALUES, KeyPath, load_yaml_with_lines
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
 # Every command validates every stack, and `stacks` prints them all (rich takes about 1 ms a row): a
 # hand-kept matrix of more is a generated one gone wrong. Today's has 2.
 MAX_STACKS = 1000

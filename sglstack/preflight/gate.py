@@ -1,4 +1,4 @@
-"""`invoke preflight`: the stack's requirements -> checks on this node or in the image on a Docker host.
+"""The preflight gate: the stack's requirements -> checks on this node or in the image on a Docker host.
 
 `run_preflight` is what `smoke` and `deploy` call before they spend many minutes loading a model;
 `require_ready` raises when the node fails.
