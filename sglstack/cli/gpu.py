@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core.options import (
@@ -34,10 +36,29 @@ class PreflightOptions(TaskOptions):
 @command(PreflightOptions)
 def preflight(o: PreflightOptions) -> int:
     """Check a GPU node before the expensive run: driver, GPUs, topology, copy and NCCL bandwidth, limits."""
-    from ..preflight.gate import preflight_command  # at call time: rich and the matrix are slow to import
+    # at call time: rich and the matrix are slow to import
+    from rich.console import Console
 
-    return preflight_command(o.stacks_file, o.stack, json_path=o.json, docker_host=o.docker_host, image=o.image,
-                             sizes=o.sizes)
+    from ..config.matrix import load_matrix
+    from ..core.records import require_writable
+    from ..preflight.errors import PreflightUnavailable
+    from ..preflight.gate import parse_sizes, run_preflight
+    from ..preflight.report import render_report
+
+    console = Console()
+    stack = load_matrix(o.stacks_file).get(o.stack)
+    if o.json:
+        require_writable(Path(o.json), what="preflight report (--json)")
+    report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
+                           sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
+    if o.json:
+        Path(o.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    if report.fatal:
+        where = f" in {o.image}" if o.image else ""
+        raise PreflightUnavailable(f"preflight for stack '{o.stack}'{where}: {report.fatal}")
+    render_report(report, console, where=f"{o.image} on {o.docker_host or 'the local engine'}" if o.image
+                  else report.node.get("hostname") or "this node")
+    return report.exit_code
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,13 @@ class PublishOptions(TaskOptions):
 @command(PublishOptions)
 def publish(o: PublishOptions) -> int:
     """Promote a tested digest to the stack's release tags, or roll the moving tags back to it."""
-    from ..publish import publish_command  # at call time: the registry client and the matrix
+    # at call time: the registry client and the matrix are slow to import
+    from ..config.matrix import load_matrix
+    from ..publish.digest import publish_digest
 
-    return publish_command(o.stacks_file, o.stack, digest=o.digest, registry=o.registry, config_hash=o.config_hash,
-                           force=o.force, smoke_report=o.smoke_report)
+    stack = load_matrix(o.stacks_file).get(o.stack)
+    return publish_digest(stack, o.digest, registry=o.registry, config_hash=o.config_hash, force=o.force,
+                          smoke_report=o.smoke_report)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,18 @@ class CleanupOptions(TaskOptions):
 @command(CleanupOptions, name="cleanup")
 def registry_cleanup(o: CleanupOptions) -> int:
     """Remove old candidate tags (and the manifests of candidates that were never released)."""
-    from ..publish import cleanup_command  # at call time: the registry client and the matrix
+    # at call time: the registry client and the matrix are slow to import
+    from ..config.matrix import load_matrix
+    from ..core.console import console
+    from ..publish.cleanup import cleanup_candidates, parse_days
 
-    return cleanup_command(o.stacks_file, stack_name=o.stack, registry=o.registry,
-                           older_than_days=o.older_than_days, dry_run=o.dry_run)
+    days = parse_days(o.older_than_days)
+    matrix = load_matrix(o.stacks_file)
+    stacks = [matrix.get(o.stack)] if o.stack else [matrix.get(n) for n in matrix.names()]
+    removed = cleanup_candidates(stacks, registry=o.registry, older_than_days=days, dry_run=o.dry_run)
+    out = console()
+    verb = "would remove" if o.dry_run else "removed"
+    for ref in removed:
+        out.print(f"{verb} {ref}")
+    out.print(f"{len(removed)} candidate(s) {verb}")
+    return 0

@@ -6,7 +6,7 @@ One module per job: `options` (every task option, defined once), `commands` (the
 passed it), `health`, `store` (the deployment records), `status` (the table), `compose_cli` (the
 compose CLI adapter).
 
-Names are re-exported lazily: `tasks.py` imports `sglstack.deploy.options` at start-up, and loading the
+Names are re-exported lazily: `sglstack.cli.deploy` imports `sglstack.deploy.options` at start-up, and loading the
 Docker SDK there would slow down every `invoke` call, including `invoke --list`.
 """
 
