@@ -124,10 +124,7 @@ MAY_USE: dict[str, set[str]] = {
             "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters", "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
-DEBTS: set[tuple[str, str]] = {
-    ("build", "publish"),  # build.pipeline, the build-and-push task, is the face's work
-    ("build", "registry"),
-}
+DEBTS: set[tuple[str, str]] = set()
 
 
 def test_each_part_imports_only_what_the_design_allows():

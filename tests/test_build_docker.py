@@ -22,7 +22,7 @@ from docker import errors as docker_errors
 
 from sglstack.build import flow as build_mod
 from sglstack.build.flow import BuildOptions, build_stack
-from sglstack.build.pipeline import describe_plan
+from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from sglstack.build.flow import BuildOptions, compute_config_hash
-from sglstack.build.pipeline import describe_plan
+from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import ServingSettings, SpeculativeSettings, load_matrix
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX

@@ -36,7 +36,7 @@ class BuildOptions(TaskOptions):
 @command(BuildOptions)
 def build(o: BuildOptions) -> int:
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
-    from ..build.pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
+    from .pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
 
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
