@@ -13,7 +13,7 @@ from .options import command
 def deploy(o: DeployOptions) -> None:
     """Deploy a published stack with compose, wait until /health answers, record it; a failed redeploy
     restores the previous deployment."""
-    from ..deploy.commands import deploy_command  # at call time: see above
+    from ..deploy.actions import deploy_command  # at call time: see above
 
     deploy_command(o)
 
@@ -21,7 +21,7 @@ def deploy(o: DeployOptions) -> None:
 @command(StatusOptions)
 def status(o: StatusOptions) -> None:
     """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings."""
-    from ..deploy.commands import status_command  # at call time: see above
+    from ..deploy.actions import status_command  # at call time: see above
 
     status_command(o)
 
@@ -29,7 +29,7 @@ def status(o: StatusOptions) -> None:
 @command(LogsOptions)
 def logs(o: LogsOptions) -> None:
     """Print the deployed stack's server logs."""
-    from ..deploy.commands import logs_command  # at call time: see above
+    from ..deploy.actions import logs_command  # at call time: see above
 
     logs_command(o)
 
@@ -37,7 +37,7 @@ def logs(o: LogsOptions) -> None:
 @command(UndeployOptions)
 def undeploy(o: UndeployOptions) -> None:
     """Stop and remove a deployed stack (compose down -v)."""
-    from ..deploy.commands import undeploy_command  # at call time: see above
+    from ..deploy.actions import undeploy_command  # at call time: see above
 
     undeploy_command(o)
 
@@ -45,6 +45,6 @@ def undeploy(o: UndeployOptions) -> None:
 @command(RollbackOptions)
 def rollback(o: RollbackOptions) -> None:
     """Redeploy the image recorded before the current one, with the options it ran with."""
-    from ..deploy.commands import rollback_command  # at call time: see above
+    from ..deploy.actions import rollback_command  # at call time: see above
 
     rollback_command(o)

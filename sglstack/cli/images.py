@@ -46,7 +46,7 @@ class SizeOptions(TaskOptions):
 @command(SizeOptions)
 def size(o: SizeOptions) -> int:
     """The image's size by layer, its 20 largest packages, files present twice; exit 1 over size.max_gb."""
-    from ..size.command import size_command  # at call time: the docker SDK is slow to import
+    from .size import size_command  # at call time: the docker SDK is slow to import
 
     return size_command(o.stacks_file, o.stack, image=o.image, as_json=o.json, docker_host=o.docker_host)
 
@@ -80,7 +80,7 @@ class SbomOptions(TaskOptions):
 @command(SbomOptions, positional=("ref",))
 def sbom(o: SbomOptions) -> int:
     """invoke sbom REF [--json PATH]: the image's SBOM (the attached one, else listed from the image)."""
-    from ..attest.commands import sbom_command  # at call time: cyclonedx is slow to import
+    from .attest import sbom_command  # at call time: cyclonedx is slow to import
 
     return sbom_command(o.ref, json_path=o.json, docker_host=o.docker_host, generate=o.generate)
 
@@ -96,6 +96,6 @@ class VerifyImageOptions(TaskOptions):
 def verify_image(o: VerifyImageOptions) -> int:
     """invoke verify-image REF --key PUB: exit 0 only when a signature by that key covers exactly REF's digest
     and the SBOM and provenance it names (1: refused, 2: bad input)."""
-    from ..attest.commands import verify_image_command  # at call time: cryptography and the registry
+    from .attest import verify_image_command  # at call time: cryptography and the registry
 
     return verify_image_command(o.ref, key=o.key, json_path=o.json)

@@ -1,4 +1,4 @@
-"""The deployment tasks' entry points: what `invoke deploy / status / logs / undeploy / rollback` call.
+"""The deployment actions: what `invoke deploy / status / logs / undeploy / rollback` do.
 
 Each takes its options dataclass (`options.py`, the one definition of every flag) and calls the flow.
 """

@@ -1,5 +1,5 @@
-"""The entry points of `invoke sbom` and `invoke verify-image`, and the check `deploy --verify-key` and
-`render --verify-key` run before anything is written or changed."""
+"""`invoke sbom` and `invoke verify-image`: find or list the SBOM, verify a signature, print or write JSON.
+The check itself (and the one `deploy --verify-key` and `render --verify-key` run) is `attest.verify`'s."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 import docker.errors
 
 from ..adapters.docker import docker_client
+from ..attest.errors import AttestationError, BadInput, NotVerified
+from ..attest.image import image_inventory
+from ..attest.sbom import read_sbom, sbom_document
+from ..attest.store import find_attestations
+from ..attest.verify import parse_ref, resolve_digest, verified_reference
 from ..config.imageref import ImageReference
 from ..core.console import console
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
-from .errors import AttestationError, BadInput, NotVerified
-from .image import image_inventory
-from .sbom import read_sbom, sbom_document
-from .store import find_attestations
-from .verify import parse_ref, resolve_digest, verified_reference
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
