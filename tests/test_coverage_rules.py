@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
+from sglstack.cli.coverage import overall_exit
 from sglstack.config.matrix import CoverageException, CoveragePolicy, load_matrix
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
-from sglstack.coverage.command import overall_exit
 from sglstack.coverage.rules import (
     MISSING,
     NATIVE,

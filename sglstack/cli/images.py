@@ -28,7 +28,7 @@ def coverage(o: CoverageOptions) -> int:
     """Which kernels each GPU of cuda_arch_list gets from the stack's wheels (cuobjdump; no Docker, no GPU).
 
     Exit 0 covered, 1 a required capability missing, 2 bad input, 3 incomplete (a wheel out of reach)."""
-    from ..coverage.command import coverage_command  # at call time: rich and the matrix are slow to import
+    from .coverage import coverage_command  # at call time: rich and the matrix are slow to import
 
     return coverage_command(o.stacks_file, o.stack, json_path=o.json)
 

@@ -19,9 +19,9 @@ from ..adapters.cuobjdump import CuobjdumpError
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
+from ..coverage.rules import MISSING, NATIVE, CoverageReport
+from ..coverage.wheels import check_wheels
 from ..lock.file import lock_path, read_lock
-from .rules import MISSING, NATIVE, CoverageReport
-from .wheels import check_wheels
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 
