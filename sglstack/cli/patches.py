@@ -16,7 +16,7 @@ class ListOptions(TaskOptions):
 @command(ListOptions, name="list")
 def patches_list(o: ListOptions) -> int:
     """List the patches, their SGLang version ranges, targets, and the stacks that use them."""
-    from ..build.patches import list_command  # at call time: the matrix is slow to import
+    from .patch_commands import list_command  # at call time: the matrix is slow to import
 
     return list_command(o.stacks_file)
 
@@ -31,7 +31,7 @@ class CheckOptions(TaskOptions):
 @command(CheckOptions, name="check")
 def patches_check(o: CheckOptions) -> int:
     """Apply patches to a temporary copy of an SGLang wheel (pip download, cached); no Docker needed."""
-    from ..build.patches import check_command  # at call time: the matrix is slow to import
+    from .patch_commands import check_command  # at call time: the matrix is slow to import
 
     return check_command(sglang=o.sglang, stack=o.stack, stacks_file=o.stacks_file)
 
@@ -49,7 +49,7 @@ class ApplyOptions(TaskOptions):
 @command(ApplyOptions, name="apply")
 def patches_apply(o: ApplyOptions) -> int:
     """Insert patch methods into their classes under ROOT, then verify them."""
-    from ..build.patches import apply_command  # at call time: the matrix is slow to import
+    from .patch_commands import apply_command  # at call time: the matrix is slow to import
 
     return apply_command(o.root, stack=o.stack, patch=o.patch, stacks_file=o.stacks_file,
                          sglang_version=o.sglang_version, manifest=o.manifest)
@@ -67,6 +67,6 @@ class VerifyOptions(TaskOptions):
 @command(VerifyOptions, name="verify")
 def patches_verify(o: VerifyOptions) -> int:
     """Verify that patches are in place under ROOT (class members, compiles, EntryClass); change nothing."""
-    from ..build.patches import verify_command  # at call time: the matrix is slow to import
+    from .patch_commands import verify_command  # at call time: the matrix is slow to import
 
     return verify_command(o.root, stack=o.stack, patch=o.patch, stacks_file=o.stacks_file, manifest=o.manifest)
