@@ -21,7 +21,7 @@ class StacksOptions(TaskOptions):
 @command(StacksOptions)
 def stacks(o: StacksOptions) -> int:
     """Print the stack matrix as a table; --check validates it and checks pin conflicts."""
-    from ..lock.conflicts import stacks_command  # at call time: pydantic and uv would slow `invoke --list`
+    from .stacks_table import stacks_command  # at call time: pydantic and uv would slow `invoke --list`
 
     return stacks_command(o.stacks_file, check=o.check, resolve=o.resolve)
 
