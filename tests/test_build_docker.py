@@ -23,8 +23,8 @@ from docker import errors as docker_errors
 from sglstack.build import flow as build_mod
 from sglstack.build import images as images_mod
 from sglstack.build.flow import BuildOptions, build_stack
-from sglstack.build.pipeline import describe_plan
 from sglstack.build.verify import BUILD_CONTAINER_LABEL
+from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 

@@ -11,6 +11,7 @@ from cli import run_invoke
 from packaging.markers import default_environment
 
 from sglstack.adapters.wheels import fetch_wheel, wheel_metadata
+from sglstack.cli.stacks_table import stacks_command
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import GitSource, Matrix, Override, SGLangSource
 from sglstack.core.errors import ConfigError
@@ -23,7 +24,6 @@ from sglstack.lock.conflicts import (
     lock_findings,
     resolve_findings,
     sglang_requires_dist,
-    stacks_command,
     target_environment,
 )
 from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, stack_input_hash, write_lock

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
+from sglstack.cli.coverage import overall_exit
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import CoverageException, CoveragePolicy
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
-from sglstack.coverage.command import overall_exit, pip_platform_tags
 from sglstack.coverage.report import PackageStatus, build_report
 from sglstack.coverage.rules import (
     MISSING,
@@ -30,6 +30,7 @@ from sglstack.coverage.rules import (
     runs_on,
     sgl_kernel_variant,
 )
+from sglstack.coverage.wheels import pip_platform_tags
 
 REPO = Path(__file__).resolve().parent.parent
 

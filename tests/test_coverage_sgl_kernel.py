@@ -11,9 +11,9 @@ from coverage_fixtures import cuobjdump_tool  # noqa: F401 - fixtures
 
 from sglstack.adapters.cuobjdump import ListingCache
 from sglstack.config.matrix import load_matrix
-from sglstack.coverage.command import fetch_source
 from sglstack.coverage.devicecode import inspect_wheel
 from sglstack.coverage.rules import capabilities_of, device_code_wheels, extensions, loader_notes
+from sglstack.coverage.wheels import fetch_source
 
 pytestmark = pytest.mark.network
 

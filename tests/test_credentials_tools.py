@@ -111,8 +111,8 @@ def test_an_unreachable_index_with_credentials_is_an_unresolved_layer_like_a_pub
 
 def test_coverage_downloads_through_the_credentials_and_reports_without_them(tmp_path, index, password,
                                                                            monkeypatch):
-    from sglstack.coverage.command import fetch_source
     from sglstack.coverage.rules import device_code_wheels
+    from sglstack.coverage.wheels import fetch_source
 
     file, data = make_wheel("sgl-kernel", "0.3.21")
     index.wheels[file] = data

@@ -157,7 +157,7 @@ def test_inspect_node_without_a_driver(monkeypatch):
 def test_require_ready_raises_on_a_failed_check(monkeypatch):
     """What smoke and deploy call first: the recorded 1-GPU H200 fails the cu130 stack's tp 8."""
     from sglstack.config.matrix import load_matrix
-    from sglstack.preflight import command
+    from sglstack.preflight import gate
     from sglstack.preflight.errors import PreflightFailed
 
     recorded = node.NodeReport.from_dict(json.loads(_read("report-cu130-tp8.json")))
@@ -167,10 +167,10 @@ def test_require_ready_raises_on_a_failed_check(monkeypatch):
         seen["req"] = req
         return recorded
 
-    monkeypatch.setattr(command, "inspect_node", fake_inspect)
+    monkeypatch.setattr(gate, "inspect_node", fake_inspect)
     stack = load_matrix().get("cu130")
     failed = r"^preflight for stack 'cu130': check 'gpu count' failed: 1 \(needs >= 8 \(tp\)\)$"
     with pytest.raises(PreflightFailed, match=failed):
-        command.require_ready(stack)
+        gate.require_ready(stack)
     assert seen["req"].tp == 8 and seen["req"].sizes == (C.MiB, 64 * C.MiB, C.GiB)
     assert seen["req"].shm_bytes == 32 * C.GiB and seen["req"].cuda == "13.0.1"

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from sglstack.build.context import write_build_context
 from sglstack.build.flow import BuildOptions, compute_config_hash
-from sglstack.build.pipeline import describe_plan
+from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import ServingSettings, SpeculativeSettings
 from sglstack.core.errors import SmokeError

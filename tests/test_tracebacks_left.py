@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from cli import run_invoke
 
+from sglstack.cli import coverage as coverage_mod
+from sglstack.cli.coverage import CoverageInputError, coverage_command
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
-from sglstack.coverage import command as coverage_mod
-from sglstack.coverage.command import CoverageInputError, coverage_command
 from sglstack.diff import sources as diffsources
 from sglstack.diff.sources import _facts_in_layer, load_snapshot
 from sglstack.registry.client import Manifest

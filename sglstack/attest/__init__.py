@@ -6,8 +6,8 @@
   ed25519 envelopes, keys from `--key` / SGLSTACK_SIGNING_KEY (read, never written);
 - `image`: the lister run inside an image (the engine adapter); `store`: OCI artifacts with a `subject`,
   referrers API or the `sha256-<hex>.<kind>` tag scheme (the registry adapter);
-- `release`: what `build --push` attaches before any release tag moves; `verify`: `invoke verify-image`;
-  `commands`: the task entry points.
+- `release`: what `build --push` attaches before any release tag moves; `verify`: the check of
+  `invoke verify-image`, `deploy --verify-key` and `render --verify-key` (the tasks: `sglstack.cli.attest`).
 
 This package imports no submodule here: Build uses `sbom` and `image` without loading the registry side.
 """

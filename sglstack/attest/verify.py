@@ -15,13 +15,14 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..config.imageref import ImageReference
-from ..core.errors import RegistryError
+from ..config.imageref import ImageReference, parse_image_reference
+from ..core.console import console
+from ..core.errors import ConfigError, RegistryError
 from ..registry.client import ManifestNotFound, RegistryClient
-from .errors import NotVerified
+from .errors import BadInput, NotVerified
 from .provenance import statement_subjects
 from .sbom import read_sbom
-from .signing import Attached, key_id, open_envelope, signed_attestations
+from .signing import Attached, key_id, load_public_key, open_envelope, signed_attestations
 from .store import Artifact, find_attestations
 
 REQUIRED = ("provenance", "sbom")
@@ -126,3 +127,28 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
             result.attestations[want.kind] = {"digest": want.digest}
         result.checked.append(f"{want.kind} {want.digest} ({want.size} bytes) attached and unchanged")
     return result
+
+
+def parse_ref(ref: str, *, what: str = "REF") -> ImageReference:
+    try:
+        return parse_image_reference(ref, key=what)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def verified_reference(ref: str, key_path: str, *, what: str = "--verify-key") -> tuple[str, Verification]:
+    """`repo@digest` of REF when it verifies against the public key, else NotVerified (one line)."""
+    public = load_public_key(key_path, what=what)  # bad input first, before the registry is asked
+    parsed = parse_ref(ref, what="image")
+    result = verify_image(RegistryClient.from_environment(parsed.repository.registry), parsed, public)
+    return parsed.repository.ref(result.digest), result
+
+
+def verified_for_render(image: str | None, key_path: str) -> str:
+    """`render --verify-key`: the image by its verified digest, or one line and nothing written."""
+    if not image:
+        raise BadInput("--verify-key needs --image REPO@sha256:... (or REPO:TAG) of a published image")
+    ref, result = verified_reference(image, key_path)
+    console(stderr=True).print(f"verified: {image} is {result.digest}, signed by key {result.key_id[:16]}",
+                               markup=False, highlight=False)
+    return ref

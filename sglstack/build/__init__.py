@@ -1,3 +1,3 @@
-"""Build: render, BuildKit, verify in the image, record; bake and build-and-push (pipeline); host-side patch
-commands.
+"""Build: render, BuildKit, verify in the image, record; bake; host-side patch commands. Build and push,
+where Build meets Publish, is the face's (`sglstack.cli.pipeline`): Build knows no registry.
 """

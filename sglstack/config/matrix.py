@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..core.errors import ConfigError
 from ..core.resources import DEFAULT_PATCHES_DIR
+from .defaults import DEFAULT_STACKS_FILE
 from .fields import STACK_PLACEHOLDER, KeyedValueError
 from .imageref import (
     TAG_MAX,
@@ -27,8 +28,6 @@ from .names import LOCAL_REPOSITORY, collisions
 from .schema import Matrix, Stack
 from .yamlsrc import MAX_VALUES, KeyPath, load_yaml_with_lines
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_STACKS_FILE = REPO_ROOT / "stacks.yaml"
 # Every command validates every stack, and `stacks` prints them all (rich takes about 1 ms a row): a
 # hand-kept matrix of more is a generated one gone wrong. Today's has 2.
 MAX_STACKS = 1000

@@ -1,12 +1,12 @@
 """Compose deployment of a published stack: deploy, status, logs, undeploy, rollback.
 
-One module per job: `options` (every task option, defined once), `commands` (the task entry points),
+One module per job: `options` (every task option, defined once), `actions` (what each task does),
 `flow` (deploy / rollback / undeploy, with the restore of the previous deployment after a failed one),
 `checks` (what is checked before anything changes), `images` (which image, and the smoke report that
 passed it), `health`, `store` (the deployment records), `status` (the table), `compose_cli` (the
 compose CLI adapter).
 
-Names are re-exported lazily: `tasks.py` imports `sglstack.deploy.options` at start-up, and loading the
+Names are re-exported lazily: `sglstack.cli.deploy` imports `sglstack.deploy.options` at start-up, and loading the
 Docker SDK there would slow down every `invoke` call, including `invoke --list`.
 """
 
@@ -40,11 +40,11 @@ _EXPORTS = {
     "format_duration": "status",
     "DeployOptions": "options",
     "RollbackOptions": "options",
-    "deploy_command": "commands",
-    "status_command": "commands",
-    "logs_command": "commands",
-    "undeploy_command": "commands",
-    "rollback_command": "commands",
+    "deploy_command": "actions",
+    "status_command": "actions",
+    "logs_command": "actions",
+    "undeploy_command": "actions",
+    "rollback_command": "actions",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,95 +1,19 @@
-"""The options of the deployment tasks, each defined once: `tasks.py` builds its invoke tasks from these.
-
-Each dataclass is one task's options: its fields give the flag names, the help text and the types, and
-`from_cli` turns what invoke parsed into typed values, with a one-line error naming the option for a
-value that is not a number. Numbers reach invoke untyped on purpose: invoke's own conversion would end
-in a traceback. `tasks.py` imports this module at start-up, so it uses the standard library only.
+"""The options of the deployment tasks, each defined once (`sglstack.core.options`): `sglstack.cli.deploy`
+builds its invoke tasks from these, and the deploy flow takes them typed. The task definitions import this
+module when invoke loads `tasks.py`, so it uses the standard library only.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..core.errors import DeployError
-
-T = TypeVar("T", bound="TaskOptions")
-F = TypeVar("F", bound=Callable[..., Any])
+from ..core.errors import DeployError, SglstackError
+from ..core.options import TaskOptions, docker_host_option, option, required, stacks_file_option
 
 
-def option(help: str, default: Any = None, *, kind: type = str) -> Any:
-    """A task option: its help line, default and type (str, int, float or bool)."""
-    return field(default=default, metadata={"help": help, "kind": kind})
-
-
-def required(help: str) -> Any:
-    return field(metadata={"help": help, "kind": str})
-
-
-def flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-class TaskOptions:
-    """Base of the option dataclasses: the task's signature, help and parsing, from the fields."""
-
-    @classmethod
-    def task_help(cls) -> dict[str, str]:
-        return {f.name.replace("_", "-"): f.metadata["help"] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-
-    @classmethod
-    def task_signature(cls) -> inspect.Signature:
-        """`(c, <one parameter per option>)`: flags keep their defaults, numbers arrive as text."""
-        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            kind = f.metadata["kind"]
-            if f.default is dataclasses.MISSING:
-                default: Any = inspect.Parameter.empty
-            else:
-                default = f.default if kind in (bool, str) else None
-            params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
-        return inspect.Signature(params)
-
-    @classmethod
-    def from_cli(cls: type[T], values: Mapping[str, Any]) -> T:
-        """Typed options from invoke's values (None: not given); DeployError names a malformed one."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            raw = values.get(f.name)
-            if raw is None:
-                continue
-            out[f.name] = _parse(raw, f.metadata["kind"], f.name)
-        return cls(**out)
-
-
-def _parse(raw: Any, kind: type, name: str) -> Any:
-    if kind is bool:
-        return bool(raw)
-    if kind is str:
-        return str(raw)
-    text = str(raw).strip()
-    try:
-        value = int(text) if kind is int else float(text)
-    except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise DeployError(f"{flag_of(name)} '{raw}': not {what}") from None
-    if kind is float and not math.isfinite(value):
-        raise DeployError(f"{flag_of(name)} '{raw}': not a finite number")
-    return value
-
-
-def task_options(cls: type[TaskOptions]) -> Callable[[F], F]:
-    """Give a task body `def body(c, **options)` the signature invoke reads its flags from."""
-
-    def decorate(fn: F) -> F:
-        fn.__signature__ = cls.task_signature()  # type: ignore[attr-defined]
-        return fn
-
-    return decorate
+class DeployTaskOptions(TaskOptions):
+    bad_value: ClassVar[type[SglstackError]] = DeployError
 
 
 # ---- the options, once -----------------------------------------------------------------------------
@@ -102,12 +26,12 @@ TARGETS = ("compose", "k8s")
 
 
 @dataclass(frozen=True)
-class DeployOptions(TaskOptions):
+class DeployOptions(DeployTaskOptions):
     stack: str = required(STACK_HELP)
-    stacks_file: str | None = option(STACKS_FILE_HELP)
+    stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     digest: str | None = option("the published digest to serve (sha256:..., or a full repo@sha256:... reference)")
     image: str | None = option("serve this image reference instead (e.g. a local tag)")
-    docker_host: str | None = option("Docker engine URL to deploy to (default: DOCKER_HOST / local socket)")
+    docker_host: str | None = docker_host_option("Docker engine URL to deploy to (default: DOCKER_HOST / local socket)")
     eagle3: bool = option("--no-eagle3: serve without the stack's speculative (EAGLE-3) flags", True, kind=bool)
     gpus: bool = option("--no-gpus: no GPU reservations and no memlock ulimit (CPU hosts)", True, kind=bool)
     port: int | None = option("host port (default: the stack's serving.port)", kind=int)
@@ -136,10 +60,10 @@ class DeployOptions(TaskOptions):
 
 
 @dataclass(frozen=True)
-class RollbackOptions(TaskOptions):
+class RollbackOptions(DeployTaskOptions):
     stack: str = required(STACK_HELP)
-    stacks_file: str | None = option(STACKS_FILE_HELP)
-    docker_host: str | None = option(RECORDED_HOST_HELP)
+    stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
+    docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
     target: str = option("compose (default) or k8s", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
@@ -147,21 +71,21 @@ class RollbackOptions(TaskOptions):
 
 
 @dataclass(frozen=True)
-class LogsOptions(TaskOptions):
+class LogsOptions(DeployTaskOptions):
     stack: str = required(STACK_HELP)
-    stacks_file: str | None = option(STACKS_FILE_HELP)
+    stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     tail: int | None = option("only the last N lines", kind=int)
-    docker_host: str | None = option(RECORDED_HOST_HELP)
+    docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)
 
 
 @dataclass(frozen=True)
-class UndeployOptions(TaskOptions):
+class UndeployOptions(DeployTaskOptions):
     stack: str = required(STACK_HELP)
-    stacks_file: str | None = option(STACKS_FILE_HELP)
-    docker_host: str | None = option(RECORDED_HOST_HELP)
+    stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
+    docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)
 
 
 @dataclass(frozen=True)
-class StatusOptions(TaskOptions):
+class StatusOptions(DeployTaskOptions):
     stack: str | None = option("only this stack (default: all)")
-    docker_host: str | None = option("Docker engine URL")
+    docker_host: str | None = docker_host_option("Docker engine URL")

@@ -11,7 +11,6 @@ Promotion moves every release tag or none (`promotion`); `history` is the record
 from __future__ import annotations
 
 from .cleanup import cleanup_candidates
-from .commands import cleanup_command, publish_command
 from .digest import publish_digest
 from .history import (
     PublishedRelease,
@@ -43,10 +42,8 @@ __all__ = [
     "append_records",
     "check_immutable",
     "cleanup_candidates",
-    "cleanup_command",
     "parse_smoke_opts",
     "promote",
-    "publish_command",
     "publish_digest",
     "published_release",
     "push_candidate",

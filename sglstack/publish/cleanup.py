@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable
 
 from ..attest.store import remove_attestations
 from ..config.schema import Stack
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
+from .history import PublishError
 from .promotion import target_repository
 from .tags import candidate_tag_pattern
 
@@ -70,3 +72,16 @@ def cleanup_candidates(
                 remove_attestations(client, repo.path, digest)
                 client.delete_manifest(repo.path, digest)
     return removed
+
+
+def parse_days(value: float | str | None, *, option: str = "--older-than-days", default: float = 7) -> float:
+    """A number of days >= 0 from the command line; anything else is a one-line error naming the option."""
+    if value is None or value == "":
+        return default
+    try:
+        days = float(value)
+    except (TypeError, ValueError):
+        days = math.nan
+    if not (days >= 0 and math.isfinite(days)):
+        raise PublishError(f"{option} '{value}' is not a number of days (0 or more)")
+    return days

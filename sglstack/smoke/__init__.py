@@ -7,9 +7,10 @@ plan (pure: options, the two launches' argv) -> runner (containers, requests) ->
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from ..config.matrix import load_matrix
+from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from .plan import SmokeOptions, launch_argvs, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke
@@ -18,7 +19,7 @@ __all__ = ["SmokeOptions", "SmokeReport", "launch_argvs", "run_smoke", "smoke_co
 
 
 def smoke_command(
-    image: str | None, *, stack: str | None = None, stacks_file: str = "stacks.yaml", **overrides: Any
+    image: str | None, *, stack: str | None = None, stacks_file: str | Path = DEFAULT_STACKS_FILE, **overrides: Any
 ) -> int:
     """The `invoke smoke` task: 0 only when every gate passed."""
     stack_obj = load_matrix(stacks_file).get(stack) if stack else None

@@ -36,7 +36,7 @@ from ..config.schema import Stack
 from ..core.errors import SmokeError
 from ..core.records import require_writable, utc_timestamp
 from ..diff.snapshots import local_snapshot
-from ..preflight.command import require_ready
+from ..preflight.gate import require_ready
 from ..serving import check_mount_sources
 from . import history as hist
 from .client import Generation, SGLangClient

@@ -34,7 +34,7 @@ from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root
-from ..coverage.command import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
+from ..coverage.wheels import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock

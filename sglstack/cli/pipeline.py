@@ -1,4 +1,4 @@
-"""`invoke build`: the one place Build and Publish meet.
+"""`invoke build`: the one place Build and Publish meet, so it is the face's, above both.
 
 Build knows no registry and no smoke; Publish never builds. The pipeline renders the plan of a dry run,
 builds (reusing a verified candidate a registry already has), and with `--push` hands the verified image
@@ -14,6 +14,7 @@ import requests
 from ..adapters.buildkit import detect_builder
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
+from ..build.flow import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -25,7 +26,6 @@ from ..publish import release, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
 from ..serving import serving_argv, serving_spec
-from .flow import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
 
 
 def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) -> str | None:

@@ -1,26 +1,21 @@
-"""`invoke preflight`: the stack's requirements -> checks on this node or in the image on a Docker host.
+"""The preflight gate: the stack's requirements -> checks on this node or in the image on a Docker host.
 
-`run_preflight` is what `smoke` and `deploy` call before they spend many minutes loading a model;
-`require_ready` raises when the node fails.
+`run_preflight` is what `invoke preflight` prints, and what `smoke` and `deploy` call before they spend
+many minutes loading a model; `require_ready` raises when the node fails.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.console import Console
 
-from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.errors import ConfigError
-from ..core.records import require_writable
 from .checks import FAIL, Requirements, parse_size
 from .errors import PreflightFailed, PreflightUnavailable
 from .node import NodeReport, inspect_node
 from .remote import run_in_image
-from .report import render_report
 
 DEFAULT_SIZES = "1M,64M,1G"
 
@@ -83,36 +78,3 @@ def require_ready(stack: Stack, **kwargs) -> NodeReport:
             f"(needs {first.threshold}){f'; {len(failed) - 1} more failed' if len(failed) > 1 else ''}"
         )
     return report
-
-
-def preflight_command(
-    stacks_file: str,
-    stack_name: str,
-    *,
-    json_path: str | None = None,
-    docker_host: str | None = None,
-    image: str | None = None,
-    sizes: str | None = None,
-    console: Console | None = None,
-) -> int:
-    """The task: print the table (or one failure line), write --json, return the exit code."""
-    console = console or Console()
-    stack = load_matrix(stacks_file).get(stack_name)
-    if json_path:
-        require_writable(Path(json_path), what="preflight report (--json)")
-    report = run_preflight(
-        stack, docker_host=docker_host, image=image, sizes=parse_sizes(sizes) if sizes else None, console=console
-    )
-    if json_path:
-        Path(json_path).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    if report.fatal:
-        where = f" in {image}" if image else ""
-        raise PreflightUnavailable(f"preflight for stack '{stack_name}'{where}: {report.fatal}")
-    render_report(
-        report,
-        console,
-        where=f"{image} on {docker_host or 'the local engine'}"
-        if image
-        else report.node.get("hostname") or "this node",
-    )
-    return report.exit_code

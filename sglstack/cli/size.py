@@ -17,8 +17,8 @@ from ..config.matrix import load_matrix
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
 from ..core.records import build_root
-from .measure import measure
-from .report import (
+from ..size.measure import measure
+from ..size.report import (
     copies_message,
     over_budget,
     recorded_size,

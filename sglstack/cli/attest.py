@@ -1,5 +1,5 @@
-"""The entry points of `invoke sbom` and `invoke verify-image`, and the check `deploy --verify-key` and
-`render --verify-key` run before anything is written or changed."""
+"""`invoke sbom` and `invoke verify-image`: find or list the SBOM, verify a signature, print or write JSON.
+The check itself (and the one `deploy --verify-key` and `render --verify-key` run) is `attest.verify`'s."""
 
 from __future__ import annotations
 
@@ -12,24 +12,15 @@ from typing import Any
 import docker.errors
 
 from ..adapters.docker import docker_client
-from ..config.imageref import ImageReference, names_its_registry, parse_image_reference
+from ..attest.errors import AttestationError, BadInput, NotVerified
+from ..attest.image import image_inventory
+from ..attest.sbom import read_sbom, sbom_document
+from ..attest.store import find_attestations
+from ..attest.verify import parse_ref, resolve_digest, verified_reference
+from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
-from ..core.errors import ConfigError
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
-from .errors import AttestationError, BadInput, NotVerified
-from .image import image_inventory
-from .sbom import read_sbom, sbom_document
-from .signing import load_public_key
-from .store import find_attestations
-from .verify import Verification, resolve_digest, verify_image
-
-
-def parse_ref(ref: str, *, what: str = "REF") -> ImageReference:
-    try:
-        return parse_image_reference(ref, key=what)
-    except ConfigError as exc:
-        raise BadInput(str(exc)) from None
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -37,24 +28,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
         Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--json {path}: cannot write ({exc.strerror or exc})") from None
-
-
-def verified_reference(ref: str, key_path: str, *, what: str = "--verify-key") -> tuple[str, Verification]:
-    """`repo@digest` of REF when it verifies against the public key, else NotVerified (one line)."""
-    public = load_public_key(key_path, what=what)  # bad input first, before the registry is asked
-    parsed = parse_ref(ref, what="image")
-    result = verify_image(RegistryClient.from_environment(parsed.repository.registry), parsed, public)
-    return parsed.repository.ref(result.digest), result
-
-
-def verified_for_render(image: str | None, key_path: str) -> str:
-    """`render --verify-key`: the image by its verified digest, or one line and nothing written."""
-    if not image:
-        raise BadInput("--verify-key needs --image REPO@sha256:... (or REPO:TAG) of a published image")
-    ref, result = verified_reference(image, key_path)
-    console(stderr=True).print(f"verified: {image} is {result.digest}, signed by key {result.key_id[:16]}",
-                               markup=False, highlight=False)
-    return ref
 
 
 def verify_image_command(ref: str, *, key: str | None, json_path: str | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The deployment tasks' entry points: what `invoke deploy / status / logs / undeploy / rollback` call.
+"""The deployment actions: what `invoke deploy / status / logs / undeploy / rollback` do.
 
 Each takes its options dataclass (`options.py`, the one definition of every flag) and calls the flow.
 """
@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ..attest.commands import verified_reference
+from ..attest.verify import verified_reference
 from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
-from ..preflight.command import require_ready
+from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options

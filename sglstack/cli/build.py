@@ -1,0 +1,65 @@
+"""Building: `invoke build` (and its release, --push), `invoke bake`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.options import TaskOptions, docker_host_option, option, repeatable, required, stacks_file_option
+from .options import command
+
+CA_BUNDLE = "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDLE)"
+
+
+@dataclass(frozen=True)
+class BuildOptions(TaskOptions):
+    stack: str = required("stack name from the matrix")
+    stacks_file: str = stacks_file_option()
+    target: str | None = option("build one stage only (e.g. sglang-src)")
+    no_cache: bool = option("build without BuildKit's cache", False, kind=bool)
+    force: bool = option("rebuild even when an image of this config hash exists", False, kind=bool)
+    dry_run: bool = option("print the plan (render, build command, tags, smoke) without touching Docker", False,
+                           kind=bool)
+    push: bool = option("release: push a candidate, smoke it by digest, promote the tested digest", False, kind=bool)
+    ca_bundle: str | None = option(CA_BUNDLE)
+    docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
+    docker_host: str | None = docker_host_option(
+        "Docker engine URL for the build (default: DOCKER_HOST / local socket)")
+    registry: str | None = option("registry repository to push to (default: the stack's publish.repository)")
+    smoke_opt: tuple[str, ...] = repeatable("extra option for the release smoke, KEY=VALUE (repeatable)")
+    builder: str | None = option("buildx builder instance to build on (docker buildx create --name NAME: "
+                                 "docker-container, remote buildkitd, kubernetes); needs buildx")
+    key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
+                             "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
+    unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
+
+
+@command(BuildOptions)
+def build(o: BuildOptions) -> int:
+    """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
+    from .pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
+
+    return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
+                         dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
+                         docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
+                         builder_name=o.builder, key=o.key, unsigned=o.unsigned)
+
+
+@dataclass(frozen=True)
+class BakeOptions(TaskOptions):
+    stack: tuple[str, ...] = repeatable("only this stack (repeatable; default: the whole matrix)")
+    stacks_file: str = stacks_file_option()
+    out: str | None = option("the bake file (default: build/docker-bake.json, under SGLSTACK_BUILD_DIR if set)")
+    print: bool = option("print the bake file's JSON instead of the summary", False, kind=bool)
+    builder: str | None = option("buildx builder instance for the printed (or run) bake command")
+    ca_bundle: str | None = option(CA_BUNDLE)
+    docker_cli: str | None = option("docker client with buildx, for --run (also SGLSTACK_DOCKER_CLI)")
+    run: bool = option("run docker buildx bake too (needs buildx)", False, kind=bool)
+
+
+@command(BakeOptions)
+def bake(o: BakeOptions) -> int:
+    """Write build/docker-bake.json (a target per stack and stage) and its contexts; print the bake command."""
+    from ..build.bake import bake_command  # at call time: the matrix and the renderer are slow to import
+
+    return bake_command(o.stacks_file, list(o.stack), out=o.out, print_only=o.print, builder_name=o.builder,
+                        ca_bundle=o.ca_bundle, docker_cli=o.docker_cli, run=o.run)

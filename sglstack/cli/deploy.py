@@ -1,0 +1,50 @@
+"""Deploying: `invoke deploy`, `status`, `logs`, `undeploy`, `rollback` (options: `sglstack.deploy.options`)."""
+
+from __future__ import annotations
+
+from ..deploy.options import DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
+from .options import command
+
+# The entry points are imported when a task runs: they load the Docker SDK, which would slow down every
+# `invoke` call (even `invoke --list`).
+
+
+@command(DeployOptions, auto_shortflags=False)
+def deploy(o: DeployOptions) -> None:
+    """Deploy a published stack with compose, wait until /health answers, record it; a failed redeploy
+    restores the previous deployment."""
+    from ..deploy.actions import deploy_command  # at call time: see above
+
+    deploy_command(o)
+
+
+@command(StatusOptions)
+def status(o: StatusOptions) -> None:
+    """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings."""
+    from ..deploy.actions import status_command  # at call time: see above
+
+    status_command(o)
+
+
+@command(LogsOptions)
+def logs(o: LogsOptions) -> None:
+    """Print the deployed stack's server logs."""
+    from ..deploy.actions import logs_command  # at call time: see above
+
+    logs_command(o)
+
+
+@command(UndeployOptions)
+def undeploy(o: UndeployOptions) -> None:
+    """Stop and remove a deployed stack (compose down -v)."""
+    from ..deploy.actions import undeploy_command  # at call time: see above
+
+    undeploy_command(o)
+
+
+@command(RollbackOptions)
+def rollback(o: RollbackOptions) -> None:
+    """Redeploy the image recorded before the current one, with the options it ran with."""
+    from ..deploy.actions import rollback_command  # at call time: see above
+
+    rollback_command(o)

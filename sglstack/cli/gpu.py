@@ -1,0 +1,169 @@
+"""On the GPU node: `invoke preflight`, `smoke`, `bisect`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.options import (
+    RAW,
+    TaskOptions,
+    docker_host_option,
+    json_path_option,
+    option,
+    repeatable,
+    required,
+    stacks_file_option,
+)
+from .options import command
+
+SKIP_PREFLIGHT = "do not run `invoke preflight` on the GPU node first"
+
+
+@dataclass(frozen=True)
+class PreflightOptions(TaskOptions):
+    stack: str = required("stack name from the matrix")
+    stacks_file: str = stacks_file_option()
+    json: str | None = json_path_option("also write the report as JSON to this path")
+    docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
+                                                 "tcp://, unix://)")
+    image: str | None = option("the stack image to run the checks in (with every GPU requested)")
+    sizes: str | None = option("all-reduce message sizes (default: 1M,64M,1G)")
+
+
+@command(PreflightOptions)
+def preflight(o: PreflightOptions) -> int:
+    """Check a GPU node before the expensive run: driver, GPUs, topology, copy and NCCL bandwidth, limits."""
+    # at call time: rich and the matrix are slow to import
+    from rich.console import Console
+
+    from ..config.matrix import load_matrix
+    from ..core.records import require_writable
+    from ..preflight.errors import PreflightUnavailable
+    from ..preflight.gate import parse_sizes, run_preflight
+    from ..preflight.report import render_report
+
+    console = Console()
+    stack = load_matrix(o.stacks_file).get(o.stack)
+    if o.json:
+        require_writable(Path(o.json), what="preflight report (--json)")
+    report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
+                           sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
+    if o.json:
+        Path(o.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    if report.fatal:
+        where = f" in {o.image}" if o.image else ""
+        raise PreflightUnavailable(f"preflight for stack '{o.stack}'{where}: {report.fatal}")
+    render_report(report, console, where=f"{o.image} on {o.docker_host or 'the local engine'}" if o.image
+                  else report.node.get("hostname") or "this node")
+    return report.exit_code
+
+
+@dataclass(frozen=True)
+class SmokeOptions(TaskOptions):
+    image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)")
+    stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
+    stacks_file: str = stacks_file_option()
+    model: str | None = option("target model path or HF repo")
+    draft_model: str | None = option("EAGLE-3 draft model path or HF repo")
+    tp: str | None = option("tensor parallel size")
+    gpus: str | None = option("GPUs to request (0: none, for CPU test doubles)")
+    mount: tuple[str, ...] = repeatable("HOST:CONTAINER[:ro] bind mount of an existing host folder, e.g. the HF cache "
+                              "(repeatable)")
+    env: tuple[str, ...] = repeatable(
+        "K=V for the server container (repeatable); HF_TOKEN is passed from the environment")
+    label: tuple[str, ...] = repeatable("K=V label on the server containers (repeatable)")
+    docker_host: str | None = docker_host_option("Docker engine URL (e.g. ssh://user@gpu-node; default: "
+                                                 "DOCKER_HOST / local socket)")
+    timeout: str | None = option("seconds each server may take to answer /health_generate (default: "
+                                 "serving.startup_timeout_s)")
+    concurrency: str | None = option("the higher concurrency measured after concurrency 1")
+    num_prompts: str | None = option("prompts per phase")
+    max_new_tokens: str | None = option("tokens generated per request")
+    min_speedup: str | None = option("gate: EAGLE-3 tok/s over baseline tok/s")
+    min_accept_length: str | None = option("gate: accept length")
+    min_agreement: str | None = option("gate: share of identical greedy outputs")
+    max_regression: str | None = option("gate: allowed tok/s drop against the stack's last passing run (0.05 = 5%)")
+    report: str | None = option("JSON report path (a .md summary and .png chart are written next to it)")
+    no_history: bool = option("neither compare with nor append to build/STACK/smoke-history.jsonl", False, kind=bool)
+    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
+    bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
+                                     "commit's smoke report (JSON) or a number")
+    bisect_metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
+    bisect_threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
+    runs: str | None = option("with --bisect-exit: measured runs, cache flushed before each (default 5)")
+    runner: str | None = option("docker (default: a container from --image) or process (local processes from "
+                                "--python-env)")
+    python_env: str | None = option("with --runner process: a venv or prefix whose bin/python3 runs the serving argv")
+
+
+@command(SmokeOptions)
+def smoke(o: SmokeOptions) -> int:
+    """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
+    serving: dict[str, Any] = dict(
+        model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,
+        env=list(o.env) or None, labels=list(o.label) or None, docker_host=o.docker_host, timeout=o.timeout,
+        concurrency=o.concurrency, num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens, report=o.report,
+        skip_preflight=o.skip_preflight or None)
+    if o.bisect_exit:
+        from ..bisect.gitexit import smoke_bisect_exit  # at call time: the smoke runner loads the Docker SDK
+
+        # No --image is the smoke's to refuse, in its own one line (as before the face moved here).
+        return smoke_bisect_exit(o.image, o.bisect_exit,  # type: ignore[arg-type]
+                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.bisect_metric,
+                                 threshold=o.bisect_threshold, runs=o.runs, **serving)
+    from ..smoke import smoke_command  # at call time: the smoke runner loads the Docker SDK
+
+    return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,
+                         min_accept_length=o.min_accept_length, min_agreement=o.min_agreement,
+                         max_regression=o.max_regression, no_history=o.no_history or None, runner=o.runner,
+                         python_env=o.python_env, **serving)
+
+
+@dataclass(frozen=True)
+class BisectOptions(TaskOptions):
+    stack: str = required("stack name from the matrix")
+    good: str = required("the last known good SGLang ref: a release (PyPI stacks) or a commit, tag, branch "
+                         "(git stacks)")
+    bad: str = required("the first known bad SGLang ref (a newer release, or a descendant commit)")
+    stacks_file: str = stacks_file_option()
+    metric: str = option("baseline (default: only the baseline server, no draft model), eagle3, speedup, "
+                         "accept_length", "baseline")
+    repeats: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
+                          kind=RAW)
+    threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
+    max_batches: int = option("server starts per ref at most (default 4): the bound on repeats", 4, kind=RAW)
+    ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
+    docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
+    docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "
+                                                 "local socket)")
+    gpus: str | None = option("GPUs per server (0: none, for CPU test doubles)")
+    tp: str | None = option("tensor parallel size")
+    model: str | None = option("target model path or HF repo")
+    draft_model: str | None = option("EAGLE-3 draft model (eagle3/speedup metrics)")
+    mount: tuple[str, ...] = repeatable("HOST:CONTAINER bind mount for the servers, e.g. the HF cache (repeatable)")
+    env: tuple[str, ...] = repeatable("K=V for the server containers (repeatable)")
+    timeout: str | None = option("seconds each server may take to answer /health_generate")
+    num_prompts: str | None = option("prompts per measured run")
+    max_new_tokens: str | None = option("tokens generated per request")
+    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
+    smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
+
+
+@command(BisectOptions, auto_shortflags=False)
+def bisect(o: BisectOptions) -> int:
+    """Find the SGLang commit or release that changed a serving metric: build, smoke, decide; resumable.
+
+    Exit 0 when a first bad change is named, 1 when the range can't be decided, 2 for bad input."""
+    from ..bisect.driver import bisect_command, smoke_overrides  # at call time: builds and smokes load Docker
+
+    smoke = smoke_overrides(list(o.smoke_opt), gpus=o.gpus, tp=o.tp, model=o.model, draft_model=o.draft_model,
+                            mounts=list(o.mount) or None, env=list(o.env) or None, timeout=o.timeout,
+                            num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens,
+                            skip_preflight=o.skip_preflight or None)
+    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.repeats,
+                          threshold=o.threshold,  # type: ignore[arg-type]  # the text, parsed by the request
+                          max_batches=o.max_batches, ca_bundle=o.ca_bundle,
+                          docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke)

@@ -1,0 +1,112 @@
+"""The invoke glue, written once: a task from an options dataclass and one function.
+
+`@command(Options)` turns `def task(o: Options) -> int | None` into an invoke task whose flags, help and
+repeatable options come from the dataclass (`sglstack.core.options`), and whose errors are the house's:
+a missing required option or an sglstack error is one line on stderr and its exit code (2 for bad input),
+SIGTERM and SIGHUP unwind like Ctrl-C so every task's cleanup runs, and the exit code is then 128+N.
+Standard library and invoke only: invoke imports this when it loads `tasks.py`, for every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from invoke import Argument, Collection, Exit, Program, Task
+from invoke import task as invoke_task
+
+from ..config.defaults import DEFAULT_STACKS_FILE
+from ..core.errors import SglstackError
+from ..core.options import TaskOptions
+from ..core.signals import exit_code_of, signals_raise
+
+Opts = TypeVar("Opts", bound=TaskOptions)
+HELP_FLAGS = ("--help", "-h")
+
+
+class _Positional(Argument):
+    """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
+
+    invoke fills pending positional arguments before it looks at flags, so without this `invoke diff --help`
+    would become A='--help' and then fail for want of B.
+    """
+
+    siblings: list[Argument]
+
+    def set_value(self, value, cast=True):
+        if value in HELP_FLAGS:
+            for arg in self.siblings:
+                Argument.set_value(arg, HELP_FLAGS[0], cast=False)
+            return
+        super().set_value(value, cast)
+
+
+class _PositionalTask(Task):
+    def get_arguments(self, ignore_unknown_help=None):
+        args = super().get_arguments(ignore_unknown_help)
+        positional = [arg for arg in args if arg.positional]
+        for arg in positional:
+            arg.__class__ = _Positional
+            arg.siblings = positional  # type: ignore[attr-defined]  # the class is _Positional now
+        return args
+
+
+def _missing(options: type[TaskOptions], values: dict[str, Any]) -> list[str]:
+    return [f.name for f in dataclasses.fields(options)  # type: ignore[arg-type]
+            if f.default is dataclasses.MISSING and values.get(f.name) is None]
+
+
+def _typed(options: type[Opts], values: dict[str, Any]) -> Opts:
+    parsed = options.from_cli(values)
+    if getattr(parsed, "stacks_file", "") is None:
+        parsed = dataclasses.replace(parsed, stacks_file=str(DEFAULT_STACKS_FILE))  # type: ignore[type-var]
+    return parsed
+
+
+def _run(what: str, call: Callable[[], int | None]) -> None:
+    try:
+        # SIGTERM and SIGHUP unwind like Ctrl-C, so every task's cleanup runs for all three.
+        with signals_raise():
+            code = call()
+    except SglstackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise Exit(code=exc.exit_code) from None
+    except KeyboardInterrupt as exc:
+        code = exit_code_of(exc)
+        print(f"interrupted ({signal.Signals(code - 128).name}): cleaned up", file=sys.stderr)
+        raise Exit(code=code) from None
+    if code:
+        raise Exit(code=code)
+
+
+def command(options: type[Opts], *, name: str | None = None, positional: Sequence[str] = (),
+            auto_shortflags: bool = True) -> Callable[[Callable[[Opts], int | None]], Task]:
+    """The invoke task of `fn(options) -> exit code`: every flag from `options`, none positional but
+    `positional` (a required option left positional would swallow `invoke TASK --help` as its value)."""
+
+    def decorate(fn: Callable[[Opts], int | None]) -> Task:
+        what = fn.__name__.replace("_", ".")  # patches_apply: the task patches.apply
+
+        def body(c, *args, **values):
+            values.update(zip([f.name for f in dataclasses.fields(options)], args, strict=False))  # type: ignore[arg-type]
+            missing = _missing(options, values)
+            if missing:
+                flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+                print(f"error: {what}: missing required option {flags}", file=sys.stderr)
+                raise Exit(code=2)
+            if any(values.get(p) in HELP_FLAGS for p in positional):
+                Program(namespace=Collection(made)).run(["invoke", "--help", made.name], exit=False)
+                return
+            _run(what, lambda: fn(_typed(options, values)))
+
+        body.__name__, body.__doc__ = fn.__name__, fn.__doc__
+        body.__signature__ = options.task_signature()  # type: ignore[attr-defined]
+        made = invoke_task(klass=_PositionalTask if positional else Task, name=name, positional=list(positional),
+                           help=options.task_help(), iterable=options.repeatable_names(),
+                           auto_shortflags=auto_shortflags)(body)
+        return made
+
+    return decorate

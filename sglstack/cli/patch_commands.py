@@ -1,0 +1,177 @@
+"""Host-side patch commands: list, check against a real SGLang wheel, apply to a tree, verify a tree.
+
+The engine is `sglstack.inimage.patchkit` (the same code the image build runs); these pick the patches and
+the version from the matrix, print tables and turn engine failures into the one-line
+`sglstack.core.errors.PatchCommandError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
+from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
+from ..core.console import console as make_console
+from ..core.errors import PatchCommandError
+from ..inimage import patchkit
+
+# ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------
+
+
+def list_command(
+    stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR, console=None
+) -> int:
+    """Print every patch, its version range, its target and the stacks that use it."""
+    matrix = load_matrix(stacks_file, patches_dir=patches_dir)
+    specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
+    table = Table(title=f"patches ({patches_dir.name}/)")
+    for col in ("patch", "applies to", "fixed in", "target", "methods", "stacks"):
+        table.add_column(col)
+    for spec in specs:
+        users = [name for name, stack in matrix.stacks.items() if spec.id in stack.patches]
+        table.add_row(
+            spec.id,
+            str(spec.applies_to),
+            spec.fixed_in or "-",
+            f"{spec.file}\n{spec.class_name}",
+            "\n".join(spec.method_names),
+            ", ".join(users) or "-",
+        )
+    _console(console).print(table)
+    return 0
+
+
+def check_command(
+    sglang: str | None = None,
+    stack: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    console=None,
+) -> int:
+    """`--sglang V`: every patch against that release; `--stack NAME`: the stack's patches and policy."""
+    if stack is not None and sglang is None:
+        chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
+        rows = check_stack_patches(chosen, patches_dir)
+        title = f"stack '{stack}': sglang {chosen.sglang.label}"
+    elif sglang is not None and stack is None:
+        try:
+            patchkit.Version.parse(sglang)
+        except patchkit.InvalidVersion as exc:
+            raise PatchCommandError(f"patches.check --sglang: {exc}") from None
+        rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
+        title = f"sglang {sglang}: every patch in {patches_dir.name}/"
+    else:
+        raise PatchCommandError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
+    out = _console(console)
+    if not rows:
+        out.print(f"{title}: no patches to check")
+        return 0
+    out.print(_rows_table(title, rows))
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        out.print(f"[red]{len(failed)} of {len(rows)} patch(es) would fail[/red]")
+    return 1 if failed else 0
+
+
+def apply_command(
+    root: str | Path,
+    stack: str | None = None,
+    patch: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    sglang_version: str | None = None,
+    manifest: str | Path | None = None,
+    console=None,
+) -> int:
+    """Apply (then verify) a stack's patches, or one patch, to ROOT, the folder holding `sglang/`."""
+    root = _tree(root)
+    ids, version, policy = _selection(stack, patch, stacks_file, patches_dir, sglang_version)
+    try:
+        version = patchkit.resolve_version(root, version)
+        if version is None:
+            _console(console).print(
+                f"[yellow]notice:[/yellow] no sglang-*.dist-info under {root} and no "
+                "--sglang-version: the version range and per-version hashes are not checked"
+            )
+        results = patchkit.apply_patches(root, patches_dir, ids, version, policy, manifest or None)
+    except patchkit.PatchError as exc:
+        raise PatchCommandError(str(exc)) from None
+    _print_results(_console(console), f"applied to {root}", results)
+    return 0
+
+
+def verify_command(
+    root: str | Path,
+    stack: str | None = None,
+    patch: str | None = None,
+    stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    manifest: str | Path | None = None,
+    console=None,
+) -> int:
+    """Verify that a stack's patches, or one patch, are in place under ROOT; change nothing."""
+    root = _tree(root)
+    ids, _, _ = _selection(stack, patch, stacks_file, patches_dir, None)
+    try:
+        recorded = patchkit.read_manifest(manifest) if manifest else None
+        results = patchkit.verify_patches(root, patches_dir, ids, recorded)
+    except patchkit.PatchError as exc:
+        raise PatchCommandError(str(exc)) from None
+    _print_results(_console(console), f"verified under {root}", results)
+    return 0
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def _selection(
+    stack: str | None, patch: str | None, stacks_file, patches_dir: Path, sglang_version: str | None
+) -> tuple[list[str], str | None, str]:
+    if patch is not None and stack is None:
+        load_specs([patch], patches_dir)
+        return [patch], sglang_version, "notice"
+    if stack is None or patch is not None:
+        raise PatchCommandError("give exactly one of --stack NAME or --patch ID")
+    chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
+    if not chosen.patches:
+        raise PatchCommandError(f"stack '{stack}' has no patches")
+    if sglang_version and chosen.sglang.version and sglang_version != chosen.sglang.version:
+        raise PatchCommandError(f"stack '{stack}' pins sglang {chosen.sglang.version}, not {sglang_version}")
+    return list(chosen.patches), sglang_version or chosen.sglang.version, chosen.patch_policy.on_upstream
+
+
+def _tree(root: str | Path) -> Path:
+    root = Path(root)
+    if not (root / "sglang").is_dir():
+        raise PatchCommandError(f"{root} holds no sglang/ package (pass the folder that contains it)")
+    return root
+
+
+def _rows_table(title: str, rows: list[CheckRow]) -> Table:
+    table = Table(title=title)
+    for col in ("patch", "sglang", "target", "result", "detail"):
+        table.add_column(col)
+    for r in rows:
+        style = "green" if r.ok and r.outcome == "applied" else "yellow" if r.ok else "red"
+        table.add_row(r.patch, r.sglang, f"{r.file}\n{r.class_name}", f"[{style}]{r.outcome}[/{style}]", r.detail)
+    return table
+
+
+def _print_results(out, title: str, results: list[patchkit.PatchResult]) -> None:
+    table = Table(title=title)
+    for col in ("patch", "target", "status", "sha256 after"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.id, f"{r.file}\n{r.class_name}", OUTCOMES.get(r.status, r.status), r.sha256_after[:16])
+    out.print(table)
+    for r in results:
+        if r.notice:
+            out.print(f"[yellow]notice:[/yellow] {r.notice}")
+
+
+def _console(console):
+    if console is not None:
+        return console
+    return make_console()

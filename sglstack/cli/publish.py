@@ -1,0 +1,88 @@
+"""Releases and the registry: `invoke publish`, `registry.up`, `registry.down`, `registry.cleanup`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.options import TaskOptions, option, required, stacks_file_option
+from .options import command
+
+REGISTRY = "registry host or repository (default: the stack's publish.repository)"
+
+
+@dataclass(frozen=True)
+class PublishOptions(TaskOptions):
+    stack: str = required("stack name from the matrix")
+    digest: str = required("the smoke-tested manifest digest (sha256:...) to promote, or an older one to roll back to")
+    stacks_file: str = stacks_file_option()
+    registry: str | None = option(REGISTRY)
+    config_hash: str | None = option("config hash of the image, when no publish record or label has it")
+    smoke_report: str | None = option("path of the smoke report that passed this digest (kept in the record)")
+    force: bool = option("re-point the tags even when they already point to this digest", False, kind=bool)
+
+
+@command(PublishOptions)
+def publish(o: PublishOptions) -> int:
+    """Promote a tested digest to the stack's release tags, or roll the moving tags back to it."""
+    # at call time: the registry client and the matrix are slow to import
+    from ..config.matrix import load_matrix
+    from ..publish.digest import publish_digest
+
+    stack = load_matrix(o.stacks_file).get(o.stack)
+    return publish_digest(stack, o.digest, registry=o.registry, config_hash=o.config_hash, force=o.force,
+                          smoke_report=o.smoke_report)
+
+
+@dataclass(frozen=True)
+class RegistryUpOptions(TaskOptions):
+    port: str | None = option("loopback port (default 5000)")
+
+
+@command(RegistryUpOptions, name="up")
+def registry_up(o: RegistryUpOptions) -> None:
+    """Start the local registry on 127.0.0.1:PORT (registry:2 container, else docker-registry binary)."""
+    from ..registry.local import registry_up as up  # at call time: the Docker SDK is slow to import
+
+    print(up(port=o.port))
+
+
+@dataclass(frozen=True)
+class RegistryDownOptions(TaskOptions):
+    pass
+
+
+@command(RegistryDownOptions, name="down")
+def registry_down(o: RegistryDownOptions) -> None:
+    """Stop the local registry; its data stays for the next `registry.up`."""
+    from ..registry.local import registry_down as down  # at call time: the Docker SDK is slow to import
+
+    print(down())
+
+
+@dataclass(frozen=True)
+class CleanupOptions(TaskOptions):
+    stack: str | None = option("only this stack (default: all)")
+    stacks_file: str = stacks_file_option()
+    registry: str | None = option("registry host or repository (default: each stack's repository)")
+    older_than_days: str | None = option("remove candidates older than this (default 7)")
+    dry_run: bool = option("list what would be removed", False, kind=bool)
+
+
+@command(CleanupOptions, name="cleanup")
+def registry_cleanup(o: CleanupOptions) -> int:
+    """Remove old candidate tags (and the manifests of candidates that were never released)."""
+    # at call time: the registry client and the matrix are slow to import
+    from ..config.matrix import load_matrix
+    from ..core.console import console
+    from ..publish.cleanup import cleanup_candidates, parse_days
+
+    days = parse_days(o.older_than_days)
+    matrix = load_matrix(o.stacks_file)
+    stacks = [matrix.get(o.stack)] if o.stack else [matrix.get(n) for n in matrix.names()]
+    removed = cleanup_candidates(stacks, registry=o.registry, older_than_days=days, dry_run=o.dry_run)
+    out = console()
+    verb = "would remove" if o.dry_run else "removed"
+    for ref in removed:
+        out.print(f"{verb} {ref}")
+    out.print(f"{len(removed)} candidate(s) {verb}")
+    return 0

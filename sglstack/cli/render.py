@@ -1,0 +1,37 @@
+"""`invoke render`: the Dockerfile, build context, compose file and (by digest) Kubernetes manifests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.options import TaskOptions, option, required, stacks_file_option
+from .options import command
+
+
+@dataclass(frozen=True)
+class RenderOptions(TaskOptions):
+    stack: str = required("stack name from the matrix")
+    stacks_file: str = stacks_file_option()
+    out: str | None = option("output folder (default: build/STACK, under SGLSTACK_BUILD_DIR if set)")
+    image: str | None = option("image reference the compose file serves (default: the moving tag REPOSITORY:STACK); "
+                               "REPO@sha256:... also writes the Kubernetes manifests (k8s/)")
+    nnodes: int = option("k8s: pods (nodes) per LeaderWorkerSet group (default 1)", 1, kind=int)
+    host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
+    rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")
+    verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM); "
+                                    "the manifests then name the verified digest")
+
+
+@command(RenderOptions)
+def render(o: RenderOptions) -> None:
+    """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
+    from ..build.context import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
+    from ..render.k8s import K8sOptions  # at call time: as above
+
+    image = o.image
+    if o.verify_key:
+        from ..attest.verify import verified_for_render  # at call time: only with --verify-key
+
+        image = verified_for_render(image, o.verify_key)
+    options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
+    render_command(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

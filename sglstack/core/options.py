@@ -1,0 +1,128 @@
+"""Typed task options, each declared once as a dataclass field: its flag, help line, default and kind.
+
+A dataclass of these fields is one task's options: `task_help` and `task_signature` give invoke its
+flags, `from_cli` turns what invoke parsed into typed values, with a one-line error naming the option for
+a value that is not a number. Numbers reach invoke untyped on purpose (invoke's own conversion would end
+in a traceback). Standard library only: the task definitions import it when invoke loads `tasks.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any, ClassVar, TypeVar
+
+from .errors import SglstackError
+
+T = TypeVar("T", bound="TaskOptions")
+
+# The kinds of option: parsed by `from_cli`. RAW: passed on as invoke gives it (invoke types it by its
+# default, e.g. an int default makes an =INT flag); LIST: a repeatable option.
+RAW = object
+LIST = list
+
+
+def option(help: str, default: Any = None, *, kind: type = str) -> Any:
+    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW)."""
+    return field(default=default, metadata={"help": help, "kind": kind})
+
+
+def repeatable(help: str) -> Any:
+    """A repeatable option (`--mount A --mount B`): a tuple of its values, empty when not given."""
+    return field(default=(), metadata={"help": help, "kind": LIST})
+
+
+def required(help: str) -> Any:
+    return field(metadata={"help": help, "kind": str})
+
+
+# ---- the options every part shares, declared once -----------------------------------------------------
+
+def stacks_file_option(help: str = "the matrix file") -> Any:
+    """--stacks-file: not given (None) means the repository's stacks.yaml (`sglstack.config.defaults`)."""
+    return option(help)
+
+
+DOCKER_HOST_HELP = "Docker engine URL (default: DOCKER_HOST / local socket)"
+
+
+def docker_host_option(help: str = DOCKER_HOST_HELP) -> Any:
+    return option(help)
+
+
+def json_path_option(help: str) -> Any:
+    """--json PATH: also write the result as JSON there."""
+    return option(help)
+
+
+def json_flag_option(help: str) -> Any:
+    """--json: print the result as JSON instead of a table."""
+    return option(help, False, kind=bool)
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class TaskOptions:
+    """Base of the option dataclasses: the task's signature, help and parsing, from the fields."""
+
+    # The error a malformed number raises (a part's own error class, for its exit code and its catchers).
+    bad_value: ClassVar[type[SglstackError]] = SglstackError
+
+    @classmethod
+    def task_help(cls) -> dict[str, str]:
+        # invoke names a flag by its parameter, less a trailing "_" (`as_` is --as)
+        return {f.name.rstrip("_").replace("_", "-"): f.metadata["help"]
+                for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+    @classmethod
+    def repeatable_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.metadata["kind"] is LIST]  # type: ignore[arg-type]
+
+    @classmethod
+    def task_signature(cls) -> inspect.Signature:
+        """`(c, <one parameter per option>)`: flags keep their defaults, numbers arrive as text."""
+        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            kind = f.metadata["kind"]
+            if f.default is dataclasses.MISSING:
+                default: Any = inspect.Parameter.empty
+            else:
+                default = f.default if kind in (bool, str, RAW) else None
+            params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+        return inspect.Signature(params)
+
+    @classmethod
+    def from_cli(cls: type[T], values: Mapping[str, Any]) -> T:
+        """Typed options from invoke's values (None: not given); `bad_value` names a malformed one."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            raw = values.get(f.name)
+            if raw is None:
+                continue
+            out[f.name] = _parse(raw, f.metadata["kind"], f.name, cls.bad_value)
+        return cls(**out)
+
+
+def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> Any:
+    if kind is RAW:
+        return raw
+    if kind is LIST:
+        return tuple(raw)
+    if kind is bool:
+        return bool(raw)
+    if kind is str:
+        return str(raw)
+    text = str(raw).strip()
+    try:
+        value = int(text) if kind is int else float(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise bad_value(f"{flag_of(name)} '{raw}': not {what}") from None
+    if kind is float and not math.isfinite(value):
+        raise bad_value(f"{flag_of(name)} '{raw}': not a finite number")
+    return value

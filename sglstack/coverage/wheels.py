@@ -1,0 +1,88 @@
+"""A stack's CUDA wheels and their device code: fetch each wheel for the stack's python and platform (once,
+into the cache), list its device code with cuobjdump, and build the coverage report. `invoke coverage`
+prints it; `invoke upgrade` checks a release's wheels with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump
+from ..adapters.wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
+from ..config.matrix import Stack
+from .devicecode import inspect_wheel
+from .report import CoverageReport, PackageStatus, build_report
+from .rules import (
+    PackageObjects,
+    WheelSource,
+    capabilities_of,
+    device_code_wheels,
+)
+
+# glibc of the base image's Ubuntu (the CUDA images name it in their tag): the newest manylinux tag it runs.
+UBUNTU_GLIBC = {"24.04": 39, "22.04": 35, "20.04": 31}
+DEFAULT_GLIBC_MINOR = 39
+
+
+def pip_platform_tags(platform: str, base_image: str, glibc: str | None = None) -> tuple[str, ...]:
+    """linux/amd64 on an Ubuntu 24.04 base -> manylinux_2_39_x86_64 ... manylinux_2_17_x86_64, manylinux2014.
+
+    pip 23's --platform takes exact tags only, so every manylinux tag the image's glibc accepts is listed.
+    The stack's declared `glibc` wins over what the base image's name suggests.
+    """
+    machine = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[platform]
+    m = re.search(r"ubuntu(\d+\.\d+)", base_image)
+    newest = UBUNTU_GLIBC.get(m.group(1), DEFAULT_GLIBC_MINOR) if m else DEFAULT_GLIBC_MINOR
+    if glibc:
+        newest = int(glibc.split(".")[1])
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(newest, 16, -1)]
+    return (*tags, f"manylinux2014_{machine}")
+
+
+def wheel_dir(stack: Stack, platform: str) -> Path:
+    """Wheels for another interpreter and platform live apart from the ones for this machine."""
+    return cache_dir() / f"cp{stack.python.replace('.', '')}-{platform.replace('/', '-')}"
+
+
+def fetch_source(source: WheelSource, stack: Stack, platform: str) -> Path:
+    return fetch_binary_wheel(source.requirement, dest=wheel_dir(stack, platform), python_version=stack.python,
+                              platform_tags=pip_platform_tags(platform, stack.base_image, stack.glibc),
+                              index_url=source.index_url, extra_index=source.extra_index, logins=stack.credentials)
+
+
+def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None] = lambda _m: None,
+                 jobs: int | None = None, versions: Mapping[str, str] | None = None) -> CoverageReport:
+    """The report for one platform of a stack, from its wheels (each fetched once into the cache);
+    `versions` ({name: version}, the lock's) pins the stack's `coverage.packages`."""
+    caps = capabilities_of(stack.cuda_arch_list)
+    statuses: list[PackageStatus] = []
+    packages: list[PackageObjects] = []
+    tool: Cuobjdump | None = None
+    listings: ListingCache | None = None
+    unreachable: dict[str, str] = {}  # an index or URL found unreachable once is not probed again
+    for source in device_code_wheels(stack, platform, versions):
+        if not source.version:
+            statuses.append(PackageStatus(source.package, "", "lock", False,
+                                          f"{source.package} has no version in the stack's lock (invoke lock)"))
+            continue
+        where = source.index_url or source.requirement
+        if where in unreachable:
+            statuses.append(PackageStatus(source.package, source.version, where, False, unreachable[where]))
+            continue
+        progress(f"fetching {source.label}")
+        try:
+            wheel = fetch_source(source, stack, platform)
+        except WheelFetchError as exc:
+            if isinstance(exc, WheelUnreachable):
+                unreachable[where] = str(exc)
+            statuses.append(PackageStatus(source.package, source.version, where, False, str(exc)))
+            continue
+        if tool is None:
+            tool = cuobjdump()
+            listings = ListingCache(tool.release)
+        progress(f"listing the device code of {wheel.name}")
+        packages.append(inspect_wheel(wheel, source.package, source.version, tool, cache=listings, jobs=jobs))
+        statuses.append(PackageStatus(source.package, source.version, wheel.name, True))
+    return build_report(stack.name, platform, caps, stack.coverage, packages, statuses)
