@@ -187,3 +187,39 @@ def test_redact_argv_hides_only_the_values_of_secret_flags() -> None:
                         "--api-keys", "d"]) == ["--api-key", "***", "--admin-api-key", "***", "--port", "1",
                                                 "--api-key=***", "--api-keys", "d"]
     assert redact_argv(["--admin-api-key=x=y", "--api-key"]) == ["--admin-api-key=***", "--api-key"]
+
+
+# What makes two runs' tokens/s comparable (the history's and bisect's key), and what does not.
+FINGERPRINTED = {"model": "o/other", "draft_model": "o/d2", "speculative_algorithm": "EAGLE", "num_steps": "2",
+                 "eagle_topk": "2", "num_draft_tokens": "8", "tp": "2", "gpus": "2", "max_new_tokens": "64",
+                 "concurrency": "4", "num_prompts": "16"}
+NOT_FINGERPRINTED = {"port": "30002", "timeout": "99", "shm_size": "4g", "request_timeout": "5", "runs": "3",
+                     "labels": {"a": "b"}, "no_history": "true", "report": "r.json", "min_speedup": "2"}
+
+
+def test_the_fingerprint_moves_with_each_measured_setting_and_no_other() -> None:
+    base = smoke_options(None, **BASE, gpus="4")
+    want = {"model": "o/m", "draft_model": "o/d", "tp": 1, "gpus": 4, "algorithm": "EAGLE3", "num_steps": 3,
+            "eagle_topk": 1, "num_draft_tokens": 4, "max_new_tokens": 128, "concurrency": 8, "num_prompts": 8}
+    defaults = smoke_options(None, **BASE, gpus="4", num_steps="3", eagle_topk="1", num_draft_tokens="4")
+    assert defaults.fingerprint() == want
+    for key, value in FINGERPRINTED.items():
+        changed = smoke_options(None, **{**BASE, "gpus": "4", key: value}).fingerprint()
+        assert changed != base.fingerprint(), key
+        assert {k for k in changed if changed[k] != base.fingerprint()[k]} != set(), key
+    for key, value in NOT_FINGERPRINTED.items():
+        assert smoke_options(None, **{**BASE, "gpus": "4", key: value}).fingerprint() == base.fingerprint(), key
+    process = smoke_options(None, **BASE, runner="process", python_env="/venv").fingerprint()
+    assert process["runner"] == "process" and "runner" not in base.fingerprint()
+    baseline = smoke_options(None, model="o/m", kinds="baseline").fingerprint()
+    assert {k: baseline[k] for k in ("draft_model", "algorithm", "num_steps", "eagle_topk",
+                                     "num_draft_tokens")} == dict.fromkeys(
+        ("draft_model", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens"))
+
+
+def test_the_read_only_views_are_the_specs() -> None:
+    options = smoke_options(None, **BASE, tp="2", gpus="2", port="30003", timeout="42", env={"A": "1"})
+    assert (options.model, options.draft_model, options.tp, options.gpus, options.port, options.timeout) == (
+        "o/m", "o/d", 2, 2, 30003, 42.0)
+    assert options.env == {"A": "1"} and options.mounts == ()
+    assert smoke_options(None, model="o/m", kinds="baseline").draft_model is None
