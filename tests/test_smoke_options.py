@@ -8,10 +8,11 @@ refusal is its exact one line. (These guard the logic the CLI tests check throug
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from sglstack.config.matrix import Gates
+from sglstack.config.matrix import Gates, SmokeSettings, load_matrix
 from sglstack.core.errors import SmokeError
 from sglstack.smoke import plan
 from sglstack.smoke.plan import container_plan, launch_argvs, redact_argv, smoke_options
@@ -223,3 +224,59 @@ def test_the_read_only_views_are_the_specs() -> None:
         "o/m", "o/d", 2, 2, 30003, 42.0)
     assert options.env == {"A": "1"} and options.mounts == ()
     assert smoke_options(None, model="o/m", kinds="baseline").draft_model is None
+
+
+# ---- with a stack: its `smoke:` section and what it lacks ------------------------------------------
+
+CPU_STACK = load_matrix(Path(__file__).resolve().parent / "fixtures" / "stacks-cpu.yaml").get("cpu-test")
+
+
+def test_the_stacks_smoke_section_is_the_default_and_a_given_option_wins() -> None:
+    smoke = SmokeSettings(concurrency=3, num_prompts=5, max_new_tokens=17, gates=Gates(min_speedup=1.5))
+    stack = CPU_STACK.model_copy(update={"smoke": smoke})
+    options = smoke_options(stack)
+    assert (options.concurrency, options.num_prompts, options.max_new_tokens) == (3, 5, 17)
+    assert options.gates == Gates(min_speedup=1.5)
+    options = smoke_options(stack, concurrency="2", min_agreement="0.5")
+    assert (options.concurrency, options.num_prompts) == (2, 5)
+    assert options.gates == Gates(min_speedup=1.5, min_agreement=0.5)
+
+
+def test_a_stack_without_speculative_settings_smokes_its_baseline_only() -> None:
+    stack = CPU_STACK.model_copy(update={"serving": CPU_STACK.serving.model_copy(update={"speculative": None})})
+    with pytest.raises(SmokeError) as err:
+        smoke_options(stack)
+    assert str(err.value) == "no draft model for the smoke in stack 'cpu-test': pass --draft-model or --stack"
+    assert smoke_options(stack, kinds="baseline").model == CPU_STACK.serving.model
+    assert smoke_options(CPU_STACK).draft_model == "test-org/tiny-eagle3"  # the stack's, none given
+
+
+@pytest.mark.parametrize(("given", "line"), [
+    ({"serving": "x"}, "unknown smoke option(s): serving (known: "),
+    ({"min_agreement": "2"}, "invalid gate override: min_agreement   Input should be less than or equal to 1 "
+                             "[type=less_than_equal, input_value=2.0, input_type=float]"),
+    ({"min_speedup": "x"}, "invalid gate override: could not convert string to float: 'x'"),
+])
+def test_more_refusals_exactly(given: dict, line: str) -> None:
+    with pytest.raises(SmokeError) as err:
+        smoke_options(None, **BASE, **given)
+    text = str(err.value)
+    assert text.startswith(line) if line.endswith("(known: ") else text == line, text
+    if "(known: " in text:
+        known = text.split("(known: ")[1].rstrip(")").split(", ")
+        assert known == sorted(known) and {"concurrency", "env", "kinds", "num_steps", "timeout"} <= set(known)
+        assert "serving" not in known
+
+
+def test_a_request_timeout_under_a_second_is_accepted() -> None:
+    assert smoke_options(None, **BASE, request_timeout="0.5").request_timeout == 0.5
+
+
+def test_a_reference_on_a_plain_name_is_redacted_too_and_the_token_comes_from_this_process(monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf-from-env")
+    monkeypatch.setenv("ENDPOINT", "https://x")
+    options = smoke_options(None, **BASE, env={"SERVICE_URL": "${ENDPOINT}"})
+    container = container_plan(options, "img", "baseline")  # host_env: this process's environment
+    assert container.environment["HF_TOKEN"] == "hf-from-env"
+    assert container.environment["SERVICE_URL"] == "https://x"
+    assert container.redacted_environment() == {"HF_TOKEN": "***", "SERVICE_URL": "***"}
