@@ -8,14 +8,25 @@ refusal is its exact one line. (These guard the logic the CLI tests check throug
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 from sglstack.config.matrix import Gates, SmokeSettings, load_matrix
 from sglstack.core.errors import SmokeError
+from sglstack.serving import ServingError
 from sglstack.smoke import plan
-from sglstack.smoke.plan import container_plan, launch_argvs, redact_argv, smoke_options
+from sglstack.smoke.plan import (
+    check_secret_references,
+    container_plan,
+    env_interpreter,
+    launch_argvs,
+    process_plan,
+    redact_argv,
+    server_argv,
+    smoke_options,
+)
 
 BASE = {"model": "o/m", "draft_model": "o/d"}
 # A value of each served option (as a CLI string), and the flag of the launch argv that carries it.
@@ -280,3 +291,49 @@ def test_a_reference_on_a_plain_name_is_redacted_too_and_the_token_comes_from_th
     assert container.environment["HF_TOKEN"] == "hf-from-env"
     assert container.environment["SERVICE_URL"] == "https://x"
     assert container.redacted_environment() == {"HF_TOKEN": "***", "SERVICE_URL": "***"}
+
+
+# ---- the process runner's plan and the secret references, in process -------------------------------
+
+
+def test_the_process_plan_runs_the_served_argv_with_the_environments_python_first_on_path(monkeypatch) -> None:
+    options = smoke_options(None, **BASE, runner="process", python_env="/venv", env={"A": "1"})
+    plan = process_plan(options, "eagle3", 41000, host_env={"PATH": "/usr/bin", "HF_TOKEN": "t"})
+    served = launch_argvs(dataclasses.replace(options, serving=dataclasses.replace(options.serving, port=41000)))
+    assert plan.python == "/venv/bin/python3" == env_interpreter("/venv")
+    assert list(plan.argv) == ["/venv/bin/python3", *served["eagle3"][1:]]
+    assert plan.argv[plan.argv.index("--port") + 1] == "41000" and plan.port == 41000 and plan.kind == "eagle3"
+    assert dict(plan.environment) == {"A": "1", "HF_TOKEN": "t", "PATH": "/venv/bin" + os.pathsep + "/usr/bin"}
+    assert "--speculative-algorithm" not in process_plan(options, "baseline", 41001, host_env={}).argv
+    assert process_plan(options, "baseline", 41001, host_env={}).environment["PATH"] == "/venv/bin"
+    # the stack's own PATH wins over this process's, behind the environment's bin folder
+    with_path = smoke_options(None, **BASE, runner="process", python_env="/venv", env={"PATH": "/opt/bin"})
+    assert process_plan(with_path, "baseline", 1, host_env={"PATH": "/usr/bin"}).environment["PATH"] == (
+        "/venv/bin" + os.pathsep + "/opt/bin")
+    monkeypatch.setenv("PATH", "/from/here")
+    assert process_plan(options, "baseline", 1).environment["PATH"] == "/venv/bin" + os.pathsep + "/from/here"
+
+
+def test_the_process_plan_needs_an_environment() -> None:
+    with pytest.raises(SmokeError) as err:
+        process_plan(smoke_options(None, **BASE), "baseline", 1, host_env={})
+    assert str(err.value) == "smoke runner 'process': no --python-env"
+
+
+def test_server_argv_is_the_launch_argv_of_each_kind() -> None:
+    options = smoke_options(None, **BASE)
+    assert server_argv(options, speculative=True) == launch_argvs(options)["eagle3"]
+    assert server_argv(options, speculative=False) == launch_argvs(options)["baseline"]
+    assert launch_argvs(smoke_options(None, model="o/m", kinds="baseline")).keys() == {"baseline"}
+
+
+def test_a_secret_reference_missing_here_is_one_line_naming_it(monkeypatch) -> None:
+    spec = smoke_options(CPU_STACK, env={"B_KEY": "${VAULT_B}", "A_KEY": "${VAULT_A}"}).serving
+    check_secret_references(spec, {"VAULT_A": "a", "VAULT_B": "b"})
+    with pytest.raises(ServingError) as err:
+        check_secret_references(spec, {"VAULT_B": "b"})
+    assert str(err.value) == ("stack 'cpu-test': serving.env.A_KEY refers to ${VAULT_A}, which is not set in "
+                              "this environment")
+    monkeypatch.setenv("VAULT_A", "a")
+    monkeypatch.setenv("VAULT_B", "b")
+    check_secret_references(spec)  # this process's environment
