@@ -337,3 +337,14 @@ def test_a_secret_reference_missing_here_is_one_line_naming_it(monkeypatch) -> N
     monkeypatch.setenv("VAULT_A", "a")
     monkeypatch.setenv("VAULT_B", "b")
     check_secret_references(spec)  # this process's environment
+
+
+def test_empty_items_of_a_kinds_list_are_ignored_and_a_bad_list_is_quoted_as_given() -> None:
+    assert smoke_options(None, model="o/m", kinds="baseline,").kinds == ("baseline",)
+    assert smoke_options(None, **BASE, kinds=" , eagle3,,baseline ").kinds == ("baseline", "eagle3")
+    with pytest.raises(SmokeError) as err:
+        smoke_options(None, **BASE, kinds="eagle3,fast")
+    assert str(err.value) == "smoke kinds 'eagle3,fast': choose from baseline, eagle3"
+    with pytest.raises(SmokeError) as err:
+        smoke_options(None, **BASE, kinds=" , ")
+    assert str(err.value) == "smoke kinds ' , ': choose from baseline, eagle3"
