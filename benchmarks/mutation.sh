@@ -35,7 +35,7 @@ MODULES=(
   "serving|sglstack/serving.py|tests/test_serving.py tests/test_promises.py tests/test_smoke_plan.py tests/test_compose_render.py tests/test_k8s_render.py"
   "bisect-planner|sglstack/bisect/planner.py|tests/test_bisect_planner.py"
   "smoke-plan|sglstack/smoke/plan.py|tests/test_smoke_plan.py tests/test_smoke_options.py tests/test_promises.py tests/test_serving.py"
-  "upgrade-plan|sglstack/upgrade/plan.py|tests/test_upgrade_plan.py"
+  "upgrade-plan|sglstack/upgrade/plan.py|tests/test_upgrade_plan.py tests/test_upgrade_coverage.py"
   "size-report|sglstack/size/report.py|tests/test_image_size.py"
   "records|sglstack/core/records.py|tests/test_files_and_records.py tests/test_promises.py"
   "compose|sglstack/render/compose.py|tests/test_compose_render.py tests/test_promises.py tests/test_serving.py"
