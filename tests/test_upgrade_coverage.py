@@ -92,3 +92,11 @@ def test_every_review_reason_in_order_and_exact() -> None:
 def test_the_bisect_command_names_the_two_releases() -> None:
     assert planner.bisect_command("cu130", "v0.5.9", "v0.5.10") == (
         "invoke bisect --stack cu130 --good v0.5.9 --bad v0.5.10")
+
+
+def test_a_package_checked_before_and_unchecked_now_is_a_changed_unknown() -> None:
+    before = {"complete": True, "packages": [{"package": "torch", "version": "2.9.1", "checked": True}]}
+    after = {"complete": False, "packages": [{"package": "torch", "version": "2.9.1", "checked": False}]}
+    change = planner.coverage_change(before, after)  # neither has an `extensions` list: no cell moved
+    assert change["changes"] == [] and change["unchecked_changed"] == ["torch 2.9.1"]
+    assert (change["complete"], change["was_complete"]) == (False, True)
