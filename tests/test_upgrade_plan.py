@@ -279,3 +279,54 @@ def test_bad_input_is_one_line_and_exit_2(stacks_file, kwargs, message):
 def test_good_input_passes(stacks_file):
     inputs = _inputs(stacks_file, as_name="cu130-next")
     assert (inputs.stack.name, inputs.version, inputs.new_name) == ("cu130", "0.5.10", "cu130-next")
+
+
+# ---- each decision's words, and the paths the two releases above do not take (issue 27) ----------
+
+
+def test_each_override_decision_says_why_in_full(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    assert [o.to_dict() for o in d.overrides] == [
+        {"replaces": "flashinfer_python==0.6.3", "pin": "flashinfer-python==0.6.4", "status": "dropped",
+         "why": "sglang 0.5.10 now requires 'flashinfer_python==0.6.7.post2'"},
+        {"replaces": "flashinfer_cubin==0.6.3", "pin": "flashinfer-cubin==0.6.4", "status": "dropped",
+         "why": "sglang 0.5.10 now requires 'flashinfer_cubin==0.6.7.post2'"},
+        {"replaces": "cuda-python==12.9", "pin": "cuda-python==13.0.3", "status": "kept",
+         "why": "sglang 0.5.10 still requires 'cuda-python==12.9'"}]
+    _, d = _derive(stack, [r for r in REQUIRES_0510 if not r.startswith("flashinfer")], "0.5.10")
+    assert [o.why for o in d.overrides] == ["sglang 0.5.10 no longer requires it"] * 2 + [
+        "sglang 0.5.10 still requires 'cuda-python==12.9'"]
+
+
+def test_a_torch_an_override_still_pins_stays_and_says_so(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    pinned = stack.model_copy(update={"overrides": (*stack.overrides, stack.overrides[0].model_copy(
+        update={"replaces": "torch==2.9.1", "pin": "torch==2.9.0", "reason": "r"}))})
+    _, d = _derive(pinned, REQUIRES_0510, "0.5.10")  # 0.5.10 still requires torch==2.9.1: the override stays
+    assert "torch" not in d.edits
+    assert d.notes[0] == "torch stays 2.9.1+cu130: an override the release still needs pins it"
+
+
+def test_a_torch_family_member_without_a_version_is_kept_and_asks_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, ["torch==2.14.1", "sglang-kernel==0.4.10"], "0.5.23", family={"torch": "2.14.1"})
+    assert d.edits["torch"] == {"version": "2.14.1+cu130"}  # its packages kept as they were: no edit
+    assert d.review == ("torchvision: no version found that goes with torch 2.14.1; kept 0.24.1+cu130",
+                        "torchaudio: no version found that goes with torch 2.14.1; kept 2.9.1+cu130")
+
+
+@pytest.mark.parametrize(("filename", "tag"), [
+    ("sglang-0.5.23-cp312-cp312-manylinux_2_28_x86_64.manylinux_2_34_x86_64.whl", "manylinux_2_34_x86_64"),
+    ("x-1-cp312-cp312-manylinux_2_34_x86_64.manylinux_2_28_x86_64.whl", "manylinux_2_34_x86_64"),
+    ("x-1-cp312-abi3-manylinux2014_x86_64.whl", "manylinux2014_x86_64"),
+    ("x-1-py3-none-any.whl", "any")])
+def test_the_platform_tag_of_a_wheel_is_its_newest(filename, tag):
+    assert planner.wheel_platform_tag(filename) == tag
+
+
+def test_glibc_of_a_tag_and_a_local_label():
+    assert planner.glibc_of_tag("manylinux2014_aarch64") == "2.17"
+    assert planner.glibc_of_tag("manylinux_2_39_aarch64") == "2.39"
+    assert planner.glibc_of_tag("musllinux_1_2_x86_64") is None and planner.glibc_of_tag("any") is None
+    assert planner.with_label("1.0", None) == "1.0" and planner.with_label("1.0", "cu130") == "1.0+cu130"
