@@ -330,3 +330,49 @@ def test_glibc_of_a_tag_and_a_local_label():
     assert planner.glibc_of_tag("manylinux_2_39_aarch64") == "2.39"
     assert planner.glibc_of_tag("musllinux_1_2_x86_64") is None and planner.glibc_of_tag("any") is None
     assert planner.with_label("1.0", None) == "1.0" and planner.with_label("1.0", "cu130") == "1.0+cu130"
+
+
+def test_every_note_and_review_line_of_a_derivation_whole(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    renamed = "the kernel package is renamed: sgl-kernel -> sglang-kernel (the import name stays sgl_kernel)"
+    url = ("the kernel wheel URL was rewritten for sglang-kernel {v}: https://github.com/sgl-project/whl/releases/"
+           "download/v{p}/sglang_kernel-{v}-cp310-abi3-manylinux2014_{{arch}}.whl (check it exists; the lock "
+           "and coverage say if it was reachable)")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    assert (d.notes, d.review, d.glibc) == ((renamed, url.format(v="0.4.1+cu130", p="0.4.1")), (), "2.28")
+    wheel_234 = "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl"
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234,
+                   family={"torch": "2.14.1", "torchvision": "0.29.2", "torchaudio": "2.11.0"})
+    assert d.notes == (renamed, url.format(v="0.4.10+cu130", p="0.4.10"),
+                       "flashinfer-cubin dropped: sglang 0.5.23 does not require it (FlashInfer JIT-compiles "
+                       "what no cubin covers)",
+                       "sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64): glibc 2.39 (the base "
+                       "image's) is declared, and the lock resolves for manylinux_2_39")
+    assert d.review == () and d.glibc == d.edits["glibc"] == "2.39"
+    # a base with exactly the glibc the wheel needs is enough; one older, or unknown, asks for review
+    family = {"torch": "2.14.1", "torchvision": "0.29.2", "torchaudio": "2.11.0"}
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc="2.34")
+    assert d.glibc == d.edits["glibc"] == "2.34" and d.review == ()
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc="2.31")
+    assert d.review == ("sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image has 2.31",)
+    assert d.glibc == "2.28" and "glibc" not in d.edits
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc=None)
+    assert d.review == ("sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image is not "
+                        "known: declare `glibc:`",)
+    # a wheel for the baseline itself needs nothing declared
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename="s-1-cp312-cp312-manylinux_2_28_x86_64.whl",
+                   family=family)
+    assert "glibc" not in d.edits and d.glibc == "2.28" and d.review == ()
+
+
+def test_a_release_without_a_known_kernel_and_drifted_patches_ask_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    stack = stack.model_copy(update={"patches": ("kimi-k25-eagle3", "other-patch")})
+    _, d = _derive(stack, [r for r in REQUIRES_0510 if "kernel" not in r], "0.5.10",
+                   patch_status={"kimi-k25-eagle3": planner.DRIFTED, "other-patch": planner.DRIFTED})
+    assert d.review == ("sglang 0.5.10 requires no kernel package the stack knows; the stack pins "
+                        "sgl-kernel==0.3.21+cu130",
+                        "patch(es) drifted against sglang 0.5.10: kimi-k25-eagle3, other-patch")
+    assert "sgl_kernel" not in d.edits and d.notes == ()
+    assert d.edits["description"] == ("CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, "
+                                      "FlashInfer 0.6.7.post2, SGLang 0.5.10")
