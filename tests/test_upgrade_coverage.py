@@ -94,6 +94,21 @@ def test_the_bisect_command_names_the_two_releases() -> None:
         "invoke bisect --stack cu130 --good v0.5.9 --bad v0.5.10")
 
 
+def test_a_new_violation_is_said_unless_that_very_cell_was_lost() -> None:
+    coverage = {"lost": [_cell("a.so", "9.0", "native", "ptx")], "unchecked_changed": ["x 1", "y 2"],
+                "new_violations": [{"extension": "a.so", "capability": "9.0", "cell": "ptx"},
+                                   {"extension": "a.so", "capability": "10.0", "cell": "ptx"},
+                                   {"extension": "b.so", "capability": "9.0", "cell": "missing"}]}
+    derivation = planner.Derivation({}, (), (), None, "2.39")
+    assert planner.review_reasons(derivation, [], coverage, {}, None) == (
+        "kernel coverage lost: a.so on 9.0 (native -> ptx)",
+        "kernel coverage below the policy: a.so on 10.0 (ptx)",
+        "kernel coverage below the policy: b.so on 9.0 (missing)",
+        "kernel coverage could not be checked for what changed: x 1, y 2")
+    assert planner.review_reasons(derivation, [], {"new_violations": coverage["new_violations"][2:]}, {}, None) == (
+        "kernel coverage below the policy: b.so on 9.0 (missing)",)
+
+
 def test_a_package_checked_before_and_unchecked_now_is_a_changed_unknown() -> None:
     before = {"complete": True, "packages": [{"package": "torch", "version": "2.9.1", "checked": True}]}
     after = {"complete": False, "packages": [{"package": "torch", "version": "2.9.1", "checked": False}]}

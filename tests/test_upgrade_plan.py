@@ -320,6 +320,7 @@ def test_a_torch_family_member_without_a_version_is_kept_and_asks_for_review(sta
     ("sglang-0.5.23-cp312-cp312-manylinux_2_28_x86_64.manylinux_2_34_x86_64.whl", "manylinux_2_34_x86_64"),
     ("x-1-cp312-cp312-manylinux_2_34_x86_64.manylinux_2_28_x86_64.whl", "manylinux_2_34_x86_64"),
     ("x-1-cp312-abi3-manylinux2014_x86_64.whl", "manylinux2014_x86_64"),
+    ("x-1-cp312-abi3-manylinux_2_5_x86_64.manylinux_2_17_x86_64.whl", "manylinux_2_17_x86_64"),  # as numbers
     ("x-1-py3-none-any.whl", "any")])
 def test_the_platform_tag_of_a_wheel_is_its_newest(filename, tag):
     assert planner.wheel_platform_tag(filename) == tag
@@ -349,6 +350,8 @@ def test_every_note_and_review_line_of_a_derivation_whole(stacks_file):
                        "sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64): glibc 2.39 (the base "
                        "image's) is declared, and the lock resolves for manylinux_2_39")
     assert d.review == () and d.glibc == d.edits["glibc"] == "2.39"
+    assert d.edits["description"] == ("CUDA 13.0.1, PyTorch 2.14.1+cu130, sglang-kernel 0.4.10+cu130, "
+                                      "FlashInfer 0.7.2, SGLang 0.5.23")
     # a base with exactly the glibc the wheel needs is enough; one older, or unknown, asks for review
     family = {"torch": "2.14.1", "torchvision": "0.29.2", "torchaudio": "2.11.0"}
     _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc="2.34")
