@@ -34,6 +34,15 @@ MODULES=(
   "bisect-stats|sglstack/bisect/stats.py|tests/test_bisect_stats.py"
   "serving|sglstack/serving.py|tests/test_serving.py tests/test_promises.py tests/test_smoke_plan.py tests/test_compose_render.py tests/test_k8s_render.py"
   "bisect-planner|sglstack/bisect/planner.py|tests/test_bisect_planner.py"
+  "smoke-plan|sglstack/smoke/plan.py|tests/test_smoke_plan.py tests/test_smoke_options.py tests/test_promises.py tests/test_serving.py"
+  "upgrade-plan|sglstack/upgrade/plan.py|tests/test_upgrade_plan.py tests/test_upgrade_coverage.py"
+  "size-report|sglstack/size/report.py|tests/test_image_size.py"
+  "records|sglstack/core/records.py|tests/test_files_and_records.py tests/test_promises.py"
+  "compose|sglstack/render/compose.py|tests/test_compose_render.py tests/test_promises.py tests/test_serving.py"
+  "k8s|sglstack/render/k8s.py sglstack/render/k8s_lws.py|tests/test_k8s_render.py tests/test_promises.py"
+  "render|sglstack/render/dockerfile.py|tests/test_render.py tests/test_confighash.py tests/test_promises.py tests/test_serving_stage.py tests/test_lock_plan.py"
+  "imageref|sglstack/config/imageref.py sglstack/config/names.py|tests/test_publish_tags.py tests/test_matrix.py"
+  "bisect-driver|sglstack/bisect/driver.py|tests/test_bisect_driver.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then

@@ -26,7 +26,7 @@ from sglstack.build.context import write_build_context
 from sglstack.build.flow import BuildOptions, compute_config_hash
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import ServingSettings, SpeculativeSettings
+from sglstack.config.schema import ServingSettings, SpeculativeSettings, Stack
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today
@@ -35,6 +35,7 @@ from sglstack.lock.file import LockedPackage, lock_for_build
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
+from sglstack.serving import serving_spec
 from sglstack.smoke import launch_argvs, smoke_options
 from sglstack.smoke.plan import container_plan
 
@@ -422,3 +423,93 @@ def test_the_plan_of_a_release_dates_its_tag_in_utc(tmp_path: Path, monkeypatch:
             after = _utc_dates()
         promote = next(line for line in lines if line.startswith("promote"))
         assert any(f"-{day.strftime('%Y%m%d')}-" in promote for day in before | after), (offset, promote)
+
+
+# ---- smoke serves what deploy serves: the container, not only its argv -----------------------------
+
+
+@BOUNDED
+@given(serving=_serving_settings())
+def test_smokes_container_gets_what_composes_service_gets_for_any_serving_settings(serving) -> None:
+    """Environment, mounts, shared memory, GPUs, ports and limits of the container smoke measures equal those
+    of the service compose deploys, for every serving setting varied (the fixtures set no env nor mounts)."""
+    stack = CPU_STACK.model_copy(update={"serving": serving})
+    spec = serving_spec(stack)
+    service = yaml.safe_load(cmp.render_compose(stack, DIGEST_REF))["services"][cmp.SERVICE]
+    plan = container_plan(smoke_options(stack), "img", "eagle3", host_env={})
+    assert service["shm_size"] == plan.shm_size == serving.shm_size
+    assert service["ipc"] == plan.ipc_mode
+    assert service["ports"] == [f"{serving.port}:{plan.container_port}"] and plan.container_port == serving.port
+    assert service.get("environment", {}) == dict(plan.environment) == dict(serving.env)
+    assert {name: (soft, hard) for name, soft, hard in plan.ulimits} == {
+        name: (value, value) for name, value in service.get("ulimits", {}).items()}
+    devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [{}])
+    assert devices[0].get("count", 0) == plan.gpus == serving.gpus == spec.gpus
+    targets = [bind.split(":")[1] for bind in plan.binds]
+    assert [v.split(":")[1] for v in service.get("volumes", [])] == targets
+    assert targets == [mount.split(":")[1] for mount in serving.mounts]
+
+
+# ---- the config hash covers every input of the image: every field of the stack's schema ------------
+
+# A changed value of each field of a stack (valid on its own over the lock fixture's stack), and whether
+# it enters the image. Checked against Stack's fields: a new field fails here until it is placed.
+STACK_CHANGES = {
+    "name": "cpu-lock2", "description": "another", "base_image": "debian:trixie-slim",
+    "base_image_id": "sha256:" + "c" * 64, "src_image": "debian:trixie-slim", "cuda": "13.0.1", "python": "3.12",
+    "python_packages": ["python3-minimal", "python3-venv"], "platforms": ["linux/arm64"],
+    "system_packages": ["numactl"], "torch": {"version": "2.9.1"}, "sgl_kernel": {"version": "0.3.21"},
+    "flashinfer": {"version": "0.6.4"}, "extra_layers": [{"name": "http-client", "requirements": ["requests==2.32.4"]}],
+    "sglang": {"version": "0.5.10", "install_deps": False},
+    "overrides": [{"replaces": "idna", "pin": "idna==3.7", "reason": "a fix"}], "patches": [],
+    "patch_policy": {"on_upstream": "error"}, "labels": {"org.example.team": "a"},
+}
+# Fields that enter the image only with another one set (checked with it set), and the one they need.
+STACK_CHANGES_WITH = {"cuda_arch_list": (["9.0"], {"cuda": "13.0.1"}), "cuda_home": ("/opt/cuda", {"cuda": "13.0.1"})}
+STACK_FIELDS_NOT_IN_THE_IMAGE = {
+    "inherits": "resolved when the matrix loads: what it brings is in the other fields",
+    "glibc": "the platform the lock resolves for: it reaches the image through the lock (tested above)",
+    "serving": "how the image is run (deploy, smoke), not what it holds",
+    "smoke": "the smoke's workload and gates", "publish": "where the image is pushed and its tag names",
+    "coverage": "a check of the built image", "shared_libraries": "a check of the built image",
+    "size": "a budget checked after the build", "cache": "where BuildKit keeps layers, not what they hold",
+    "credentials": "logins to the indexes: never in the context (the URLs keep none)",
+}
+_NOT_IN_IMAGE_CHANGES = {
+    "inherits": "base", "glibc": "2.36", "serving": {"model": "o/other"}, "smoke": {"max_new_tokens": 64},
+    "publish": {"repository": "127.0.0.1:5000/x/y"}, "coverage": {"require": "ptx"},
+    "shared_libraries": {"exceptions": [{"file": "x/*", "reason": "r"}]}, "size": {"max_gb": 10},
+    "cache": {"registry": "127.0.0.1:5000/cache/x"},
+}
+
+
+def _stack_hash(stack: Stack) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        rendered = write_build_context(stack, Path(tmp) / "b")
+        return compute_config_hash(rendered, "runtime", stack.build_platform)
+
+
+def test_the_hash_properties_know_every_field_of_a_stack() -> None:
+    assert (set(STACK_CHANGES) | set(STACK_CHANGES_WITH) | set(STACK_FIELDS_NOT_IN_THE_IMAGE)
+            == set(Stack.model_fields))
+    assert set(_NOT_IN_IMAGE_CHANGES) == set(STACK_FIELDS_NOT_IN_THE_IMAGE) - {"credentials"}
+
+
+@pytest.mark.parametrize("field", sorted([*STACK_CHANGES, *STACK_CHANGES_WITH]))
+def test_a_change_of_any_field_that_enters_the_image_changes_the_config_hash(field: str) -> None:
+    """base_image_id included: a base re-made and re-pinned by id is a new config, never the old image."""
+    value, given = STACK_CHANGES_WITH.get(field, (STACK_CHANGES.get(field), {}))
+    dump = {**LOCK_STACK.model_dump(mode="json"), **given}
+    before = Stack.model_validate(dump)
+    after = Stack.model_validate({**dump, field: value})
+    assert getattr(after, field) != getattr(before, field)
+    assert _stack_hash(after) != _stack_hash(before), f"{field} is not in the config hash"
+
+
+@pytest.mark.parametrize("field", sorted(_NOT_IN_IMAGE_CHANGES))
+def test_a_change_of_a_field_the_image_does_not_hold_keeps_its_config_hash(field: str) -> None:
+    """The same image is not built twice because a deploy or smoke setting moved."""
+    dump = LOCK_STACK.model_dump(mode="json")
+    after = Stack.model_validate({**dump, field: _NOT_IN_IMAGE_CHANGES[field]})
+    assert getattr(after, field) != getattr(LOCK_STACK, field)
+    assert _stack_hash(after) == _stack_hash(LOCK_STACK), STACK_FIELDS_NOT_IN_THE_IMAGE[field]

@@ -279,3 +279,103 @@ def test_bad_input_is_one_line_and_exit_2(stacks_file, kwargs, message):
 def test_good_input_passes(stacks_file):
     inputs = _inputs(stacks_file, as_name="cu130-next")
     assert (inputs.stack.name, inputs.version, inputs.new_name) == ("cu130", "0.5.10", "cu130-next")
+
+
+# ---- each decision's words, and the paths the two releases above do not take (issue 27) ----------
+
+
+def test_each_override_decision_says_why_in_full(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    assert [o.to_dict() for o in d.overrides] == [
+        {"replaces": "flashinfer_python==0.6.3", "pin": "flashinfer-python==0.6.4", "status": "dropped",
+         "why": "sglang 0.5.10 now requires 'flashinfer_python==0.6.7.post2'"},
+        {"replaces": "flashinfer_cubin==0.6.3", "pin": "flashinfer-cubin==0.6.4", "status": "dropped",
+         "why": "sglang 0.5.10 now requires 'flashinfer_cubin==0.6.7.post2'"},
+        {"replaces": "cuda-python==12.9", "pin": "cuda-python==13.0.3", "status": "kept",
+         "why": "sglang 0.5.10 still requires 'cuda-python==12.9'"}]
+    _, d = _derive(stack, [r for r in REQUIRES_0510 if not r.startswith("flashinfer")], "0.5.10")
+    assert [o.why for o in d.overrides] == ["sglang 0.5.10 no longer requires it"] * 2 + [
+        "sglang 0.5.10 still requires 'cuda-python==12.9'"]
+
+
+def test_a_torch_an_override_still_pins_stays_and_says_so(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    pinned = stack.model_copy(update={"overrides": (*stack.overrides, stack.overrides[0].model_copy(
+        update={"replaces": "torch==2.9.1", "pin": "torch==2.9.0", "reason": "r"}))})
+    _, d = _derive(pinned, REQUIRES_0510, "0.5.10")  # 0.5.10 still requires torch==2.9.1: the override stays
+    assert "torch" not in d.edits
+    assert d.notes[0] == "torch stays 2.9.1+cu130: an override the release still needs pins it"
+
+
+def test_a_torch_family_member_without_a_version_is_kept_and_asks_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    _, d = _derive(stack, ["torch==2.14.1", "sglang-kernel==0.4.10"], "0.5.23", family={"torch": "2.14.1"})
+    assert d.edits["torch"] == {"version": "2.14.1+cu130"}  # its packages kept as they were: no edit
+    assert d.review == ("torchvision: no version found that goes with torch 2.14.1; kept 0.24.1+cu130",
+                        "torchaudio: no version found that goes with torch 2.14.1; kept 2.9.1+cu130")
+
+
+@pytest.mark.parametrize(("filename", "tag"), [
+    ("sglang-0.5.23-cp312-cp312-manylinux_2_28_x86_64.manylinux_2_34_x86_64.whl", "manylinux_2_34_x86_64"),
+    ("x-1-cp312-cp312-manylinux_2_34_x86_64.manylinux_2_28_x86_64.whl", "manylinux_2_34_x86_64"),
+    ("x-1-cp312-abi3-manylinux2014_x86_64.whl", "manylinux2014_x86_64"),
+    ("x-1-cp312-abi3-manylinux_2_5_x86_64.manylinux_2_17_x86_64.whl", "manylinux_2_17_x86_64"),  # as numbers
+    ("x-1-py3-none-any.whl", "any")])
+def test_the_platform_tag_of_a_wheel_is_its_newest(filename, tag):
+    assert planner.wheel_platform_tag(filename) == tag
+
+
+def test_glibc_of_a_tag_and_a_local_label():
+    assert planner.glibc_of_tag("manylinux2014_aarch64") == "2.17"
+    assert planner.glibc_of_tag("manylinux_2_39_aarch64") == "2.39"
+    assert planner.glibc_of_tag("musllinux_1_2_x86_64") is None and planner.glibc_of_tag("any") is None
+    assert planner.with_label("1.0", None) == "1.0" and planner.with_label("1.0", "cu130") == "1.0+cu130"
+
+
+def test_every_note_and_review_line_of_a_derivation_whole(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    renamed = "the kernel package is renamed: sgl-kernel -> sglang-kernel (the import name stays sgl_kernel)"
+    url = ("the kernel wheel URL was rewritten for sglang-kernel {v}: https://github.com/sgl-project/whl/releases/"
+           "download/v{p}/sglang_kernel-{v}-cp310-abi3-manylinux2014_{{arch}}.whl (check it exists; the lock "
+           "and coverage say if it was reachable)")
+    _, d = _derive(stack, REQUIRES_0510, "0.5.10")
+    assert (d.notes, d.review, d.glibc) == ((renamed, url.format(v="0.4.1+cu130", p="0.4.1")), (), "2.28")
+    wheel_234 = "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl"
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234,
+                   family={"torch": "2.14.1", "torchvision": "0.29.2", "torchaudio": "2.11.0"})
+    assert d.notes == (renamed, url.format(v="0.4.10+cu130", p="0.4.10"),
+                       "flashinfer-cubin dropped: sglang 0.5.23 does not require it (FlashInfer JIT-compiles "
+                       "what no cubin covers)",
+                       "sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64): glibc 2.39 (the base "
+                       "image's) is declared, and the lock resolves for manylinux_2_39")
+    assert d.review == () and d.glibc == d.edits["glibc"] == "2.39"
+    assert d.edits["description"] == ("CUDA 13.0.1, PyTorch 2.14.1+cu130, sglang-kernel 0.4.10+cu130, "
+                                      "FlashInfer 0.7.2, SGLang 0.5.23")
+    # a base with exactly the glibc the wheel needs is enough; one older, or unknown, asks for review
+    family = {"torch": "2.14.1", "torchvision": "0.29.2", "torchaudio": "2.11.0"}
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc="2.34")
+    assert d.glibc == d.edits["glibc"] == "2.34" and d.review == ()
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc="2.31")
+    assert d.review == ("sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image has 2.31",)
+    assert d.glibc == "2.28" and "glibc" not in d.edits
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename=wheel_234, family=family, base_glibc=None)
+    assert d.review == ("sglang 0.5.23's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image is not "
+                        "known: declare `glibc:`",)
+    # a wheel for the baseline itself needs nothing declared
+    _, d = _derive(stack, REQUIRES_0523, "0.5.23", wheel_filename="s-1-cp312-cp312-manylinux_2_28_x86_64.whl",
+                   family=family)
+    assert "glibc" not in d.edits and d.glibc == "2.28" and d.review == ()
+
+
+def test_a_release_without_a_known_kernel_and_drifted_patches_ask_for_review(stacks_file):
+    stack = load_matrix(stacks_file, patches_dir=Path("patches")).get("cu130")
+    stack = stack.model_copy(update={"patches": ("kimi-k25-eagle3", "other-patch")})
+    _, d = _derive(stack, [r for r in REQUIRES_0510 if "kernel" not in r], "0.5.10",
+                   patch_status={"kimi-k25-eagle3": planner.DRIFTED, "other-patch": planner.DRIFTED})
+    assert d.review == ("sglang 0.5.10 requires no kernel package the stack knows; the stack pins "
+                        "sgl-kernel==0.3.21+cu130",
+                        "patch(es) drifted against sglang 0.5.10: kimi-k25-eagle3, other-patch")
+    assert "sgl_kernel" not in d.edits and d.notes == ()
+    assert d.edits["description"] == ("CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, "
+                                      "FlashInfer 0.6.7.post2, SGLang 0.5.10")

@@ -157,6 +157,9 @@ def stack_manifest(stack: Stack) -> dict:
         "patch_policy": stack.patch_policy.on_upstream,
         "pins": stack.pins(),
         "cuda": stack.cuda,
+        # The base pinned by image id (a local base): not in the Dockerfile, so here, for the config hash to
+        # change with it; only when set, so that no other stack's hash moves.
+        **({"base_image_id": stack.base_image_id} if stack.base_image_id else {}),
     }
 
 
