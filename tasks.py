@@ -608,3 +608,19 @@ def rollback(c, **options):
 
 for _t in (deploy, status, logs, undeploy, rollback):
     ns.add_task(_t)
+
+
+# ---- the project's own tests -----------------------------------------------------------------------
+
+@task(name="test", help={"all": "every tier (Docker, registries, builds, PyPI), serially, as CI runs it",
+                         "pytest": "more pytest arguments, one string (e.g. \"-k render -x\")"})
+def test_(c, all=False, pytest=""):
+    """The fast tier (tests/unit, tests/cli: no Docker, no network) in parallel; --all: everything."""
+    import shlex  # here, with the task: this block is the whole of `invoke test` in this file
+
+    from sglstack.cli.testing import run_tests  # at call time, as every task
+
+    _exit_with(run_tests(all_tiers=all, extra=tuple(shlex.split(pytest))))
+
+
+ns.add_task(test_)

@@ -23,17 +23,17 @@ PY=${PYTHON:-python3}
 # patch engine as the in-image tool runs it under `python -S`) are deselected: the child cannot import
 # mutmut's trampolines, and what they check of the pure core the in-process tests check too.
 MODULES=(
-  "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/test_patch_engine.py tests/test_patch_bad_inputs.py tests/test_patch_versions.py tests/test_patch_spec.py tests/test_patch_structure.py"
-  "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/test_smoke_gates.py tests/test_smoke_since.py"
-  "confighash|sglstack/render/confighash.py|tests/test_confighash.py"
-  "tags|sglstack/publish/tags.py|tests/test_publish_tags.py"
-  "matrix|sglstack/config/matrix.py|tests/test_matrix.py tests/test_bad_inputs.py"
-  "conflicts|sglstack/lock/conflicts.py|tests/test_conflicts.py"
-  "coverage|sglstack/coverage/rules.py|tests/test_coverage_rules.py"
-  "lock|sglstack/lock/file.py sglstack/diff/compare.py|tests/test_lock_file.py tests/test_diff.py"
-  "bisect-stats|sglstack/bisect/stats.py|tests/test_bisect_stats.py"
-  "serving|sglstack/serving.py|tests/test_serving.py tests/test_promises.py tests/test_smoke_plan.py tests/test_compose_render.py tests/test_k8s_render.py"
-  "bisect-planner|sglstack/bisect/planner.py|tests/test_bisect_planner.py"
+  "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/e2e/test_patch_engine.py tests/unit/test_patch_bad_inputs.py tests/unit/test_patch_versions.py tests/unit/test_patch_spec.py tests/unit/test_patch_structure.py"
+  "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/unit/test_smoke_gates.py tests/unit/test_smoke_since.py"
+  "confighash|sglstack/render/confighash.py|tests/unit/test_confighash.py"
+  "tags|sglstack/publish/tags.py|tests/unit/test_publish_tags.py"
+  "matrix|sglstack/config/matrix.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py"
+  "conflicts|sglstack/lock/conflicts.py|tests/cli/test_conflicts.py"
+  "coverage|sglstack/coverage/rules.py|tests/unit/test_coverage_rules.py"
+  "lock|sglstack/lock/file.py sglstack/diff/compare.py|tests/unit/test_lock_file.py tests/cli/test_diff.py"
+  "bisect-stats|sglstack/bisect/stats.py|tests/unit/test_bisect_stats.py"
+  "serving|sglstack/serving.py|tests/unit/test_serving.py tests/unit/test_promises.py tests/cli/test_smoke_plan.py tests/unit/test_compose_render.py tests/unit/test_k8s_render.py"
+  "bisect-planner|sglstack/bisect/planner.py|tests/unit/test_bisect_planner.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
