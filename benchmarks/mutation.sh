@@ -28,7 +28,7 @@ MODULES=(
   "confighash|sglstack/render/confighash.py|tests/unit/test_confighash.py"
   "tags|sglstack/publish/tags.py|tests/unit/test_publish_tags.py"
   "matrix|sglstack/config/matrix.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py"
-  "conflicts|sglstack/lock/conflicts.py|tests/cli/test_conflicts.py"
+  "conflicts|sglstack/lock/conflicts.py|tests/unit/test_conflicts.py"
   "coverage|sglstack/coverage/rules.py|tests/unit/test_coverage_rules.py"
   "lock|sglstack/lock/file.py sglstack/diff/compare.py|tests/unit/test_lock_file.py tests/cli/test_diff.py"
   "bisect-stats|sglstack/bisect/stats.py|tests/unit/test_bisect_stats.py"

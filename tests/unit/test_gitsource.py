@@ -13,7 +13,7 @@ import pytest
 from bisect_fixtures import git, make_history, stack_yaml
 
 from sglstack.adapters.git import GitSource, GitSourceError, display_url
-from sglstack.build.flow import BuildOptions, add_git_source, build_stack, compute_config_hash
+from sglstack.build.flow import add_git_source, compute_config_hash
 from sglstack.config.matrix import load_matrix
 from sglstack.render.dockerfile import GIT_SOURCE_DIR, write_build_context
 
@@ -153,20 +153,3 @@ def test_the_build_context_holds_the_exported_tree_and_the_config_hash_covers_it
     assert hashes[shas[0]] != hashes[shas[2]]
 
 
-@pytest.mark.docker
-def test_a_local_repository_builds_through_buildkit(tmp_path, cache, docker_cli, ca_bundle, docker_client):
-    """The src stage builds SGLang's wheel from the tree git exported from a local path: no archive URL."""
-    repo_path = tmp_path / "sglang"
-    shas = make_history(repo_path, [300.0, 270.0])
-    matrix = tmp_path / "stacks.yaml"
-    matrix.write_text(stack_yaml(f"file://{repo_path}", shas[1]))
-    stack = load_matrix(matrix).get("synth")
-    result = build_stack(stack, BuildOptions(target="sglang-src", ca_bundle=str(ca_bundle), docker_cli=docker_cli,
-                                             out_dir=tmp_path / "out", show_progress=False))
-    try:
-        out = docker_client.containers.run(result.image_id, ["bash", "-c", "ls /src/dist; cat /out/patches.json"],
-                                           entrypoint=[], remove=True).decode()
-    finally:
-        docker_client.images.remove(result.tag, force=True)  # this test's own image
-    assert "sglang-0.5.9-py3-none-any.whl" in out
-    assert '"status": "applied"' in out

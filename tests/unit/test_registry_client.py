@@ -1,23 +1,19 @@
-# ruff: noqa: F811 - pytest fixtures imported from registry_fixtures are parameters here
-"""The registry client without Docker: credentials, retries, permanent failures (in-test servers and a
-real distribution registry behind a connection-resetting proxy)."""
+"""The registry client without Docker: credentials, retries, permanent failures, against in-test servers
+(the real distribution registry's cases are tests/e2e/test_registry_client_real.py)."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import socket
-import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from registry_fixtures import free_port, plain_registry  # noqa: F401 - fixture
+from engine_refs import free_port
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.auth import Credentials, resolve_credentials
-from sglstack.registry.client import ManifestNotFound, RegistryAuthError, RegistryClient, compute_digest
+from sglstack.registry.client import RegistryAuthError, RegistryClient, compute_digest
 
 
 def _config(tmp_path, data):
@@ -209,57 +205,10 @@ def test_permanent_errors_fail_at_once(status):
     server.server.shutdown()
 
 
-class _ResettingProxy:
-    """Resets the first `resets` connections (RST), then forwards to the real registry."""
-
-    def __init__(self, upstream, resets):
-        self.resets, self.upstream = resets, upstream
-        self.port = free_port()
-        self.sock = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            if self.resets > 0:
-                self.resets -= 1
-                conn.recv(65536)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                conn.close()
-                continue
-            up = socket.create_connection(("127.0.0.1", self.upstream))
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
 
 
-def test_connection_resets_are_retried_against_a_real_registry(plain_registry):
-    proxy = _ResettingProxy(plain_registry.port, resets=2)
-    delays = []
-    client = RegistryClient(f"127.0.0.1:{proxy.port}", sleep=delays.append)
-    assert client.list_tags("nothing/here") == []
-    assert len(delays) == 2
-    proxy.sock.close()
 
 
-def test_real_registry_404_is_manifest_not_found(plain_registry):
-    client = RegistryClient(plain_registry.host)
-    with pytest.raises(ManifestNotFound, match=f"registry {plain_registry.host}"):
-        client.get_manifest("nothing/here", "sha256:" + "0" * 64)
 
 
 def test_a_200_that_is_not_json_names_the_registry_and_the_request():
