@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from sglstack.cli import build, deploy, gpu, images, patches, publish, render, stacks
+from sglstack.cli import build, deploy, gpu, images, patches, publish, render, stacks, testing
 
 ns = Collection()
 for _task in (
     gpu.preflight, stacks.stacks, stacks.lock, images.diff, render.render, build.build, images.sbom,
     images.verify_image, build.bake, images.coverage, images.size, stacks.releases, stacks.upgrade,
     gpu.smoke, gpu.bisect, publish.publish,
-    deploy.deploy, deploy.status, deploy.logs, deploy.undeploy, deploy.rollback,
+    deploy.deploy, deploy.status, deploy.logs, deploy.undeploy, deploy.rollback, testing.test_,
 ):
     ns.add_task(_task)
 ns.add_collection(Collection("registry", publish.registry_up, publish.registry_down, publish.registry_cleanup))

@@ -4,7 +4,7 @@
 
 The recording keeps the smoke report as the smoke wrote it, the steps, each gate's verdict and the server
 log's milestones, with the device's own folders replaced by placeholders (no machine's paths in the repo).
-tests/test_field_recording.py re-derives the verdicts from the recorded figures with the gates' own code.
+tests/unit/test_field_recording.py re-derives the verdicts from the recorded figures with the gates' own code.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (idempotent) and run them: Python deps, a real Docker engine with
 # BuildKit, Compose v1, the distribution registry, a seeded debian:bookworm-slim; then ruff, mypy and pytest
-# (hadolint runs inside pytest: tests/test_render.py lints every rendered Dockerfile).
+# (hadolint runs inside pytest: tests/cli/test_render.py lints every rendered Dockerfile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -12,6 +12,33 @@ import pytest
 from sglstack.adapters.docker import docker_client as make_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# pytester: tests/unit/test_tiers.py runs a small pytest of its own to check the tier marks.
+pytest_plugins = ("pytester",)
+
+
+# ---- tiers and marks -------------------------------------------------------------------------------
+
+# tests/unit (in process), tests/cli (through `invoke` child processes), tests/e2e (Docker, registries,
+# builds, PyPI). The marks follow what a test uses, never a hand-written decorator alone: a test that asks
+# for one of these fixtures (directly, through another fixture, or by usefixtures) needs the engine or the
+# package index, and `invoke test` (the fast tier: -m "not docker and not network and not slow") skips it.
+TESTS = Path(__file__).resolve().parent
+E2E = TESTS / "e2e"
+DOCKER_FIXTURES = frozenset({
+    "docker_client", "docker_cli", "sglang_double_image",  # the engine (below)
+    "plain_registry", "counting_proxy", "htpasswd_registry", "token_registry", "tiny_image",  # registry_fixtures
+})
+NETWORK_FIXTURES = frozenset({"ca_bundle", "cuobjdump_tool"})  # PyPI: pip inside builds; the cuobjdump wheel
+
+
+def tier_marks(path: Path, fixtures: set[str]) -> list[str]:
+    """The marks a test gets from where it lives and what it uses (in a fixed order)."""
+    marks = []
+    if fixtures & DOCKER_FIXTURES or path.is_relative_to(E2E):
+        marks.append("docker")
+    if fixtures & NETWORK_FIXTURES:
+        marks.append("network")
+    return marks
 
 
 # ---- per-test time limits (pytest-timeout; the default of 120 s is in pyproject.toml) -------------
@@ -20,15 +47,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # (the slowest measured 127 s there), a cold BuildKit cache included, so five times that still ends a hang.
 LONG_TIMEOUT_S = 600
 _ENGINE_MARKS = ("docker", "network", "slow")
-_ENGINE_FIXTURES = ("docker_client", "docker_cli", "sglang_double_image", "ca_bundle")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for mark in tier_marks(Path(str(item.path)), fixtures):
+            if item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if any(item.get_closest_marker(m) for m in _ENGINE_MARKS) or fixtures & set(_ENGINE_FIXTURES):
+        if any(item.get_closest_marker(m) for m in _ENGINE_MARKS):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 

@@ -22,9 +22,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import stats as scipy_stats
-
 DIFFERENT = "different"
 SAME = "same"
 UNKNOWN = "unknown"
@@ -36,7 +33,8 @@ SEED = 20181  # any fixed value: determinism, not a tuned number
 MAX_MAGNITUDE = 20.0  # in noise standard deviations; beyond it two samples never overlap anyway
 MAGNITUDE_STEP = 0.1  # magnitudes are rounded down to this grid (down: a stricter SAME), as Pinpoint's
 # Normal noise: the interquartile range is 1.349 standard deviations.
-IQR_PER_SD = float(scipy_stats.norm.ppf(0.75) - scipy_stats.norm.ppf(0.25))
+# (The standard library's NormalDist gives the same float as scipy's norm.ppf, without importing scipy.)
+IQR_PER_SD = statistics.NormalDist().inv_cdf(0.75) - statistics.NormalDist().inv_cdf(0.25)
 
 # Step verdicts against the two endpoints.
 GOOD = "good"
@@ -71,6 +69,8 @@ def _p_value(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     # Cached: a bisect re-classifies every measured ref against the endpoints after each new batch.
     if len(set(a) | set(b)) == 1:
         return 1.0
+    from scipy import stats as scipy_stats  # why here: scipy takes ~1 s to import; only a bisect's numbers need it
+
     ks = float(scipy_stats.ks_2samp(a, b).pvalue)
     mwu = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     return min(ks, mwu)
@@ -85,6 +85,9 @@ def _grid(magnitude: float) -> float:
 def _simulated_threshold(magnitude: float, n_a: int, n_b: int) -> float:
     # Mann-Whitney alone, as Pinpoint's tables: min(K-S, U) is never above U, so this threshold is never
     # below the combined test's own, and SAME stays the stricter call (and K-S is slow to vectorize).
+    import numpy as np  # why here (as scipy): importing sglstack.bisect must not cost a second of start-up
+    from scipy import stats as scipy_stats
+
     rng = np.random.default_rng(SEED)
     a = rng.normal(0.0, 1.0, (SIMULATIONS, n_a))
     b = rng.normal(magnitude, 1.0, (SIMULATIONS, n_b))
@@ -206,6 +209,8 @@ def level_noise(measured: Sequence[Batches]) -> LevelNoise:
             df += len(m) - 1
     if df == 0:
         return LevelNoise(floor, 0)
+    from scipy import stats as scipy_stats  # why here: see _p_value
+
     upper = squares / float(scipy_stats.chi2.ppf(LEVEL_ALPHA, df))
     return LevelNoise(max(floor, upper), df)
 

@@ -24,7 +24,7 @@ from .errors import PreflightUnavailable
 from .node import NodeReport
 
 IN_IMAGE_PARENT = "/opt"  # exists in every Debian/Ubuntu-based image; the archive adds its own folder
-# What runs in the image: standard library and torch only (checked by tests/test_preflight_remote.py).
+# What runs in the image: standard library and torch only (checked by tests/unit/test_preflight_remote.py).
 NODE_MODULES = ("__init__.py", "__main__.py", "checks.py", "parse.py", "probe.py", "allreduce.py", "node.py")
 CONTAINER_TIMEOUT_S = 900
 GPU_RUNTIME_CHECK = "gpu runtime"

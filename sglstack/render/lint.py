@@ -1,7 +1,7 @@
 """Render every stack of the matrix and lint each Dockerfile with hadolint.
 
 `python3 -m sglstack.render.lint [STACKS_FILE...]` is the tool; the test suite lints every rendered
-stack through `hadolint_problems` (tests/test_render.py), so CI runs hadolint once, inside pytest.
+stack through `hadolint_problems` (tests/cli/test_render.py), so CI runs hadolint once, inside pytest.
 """
 
 from __future__ import annotations

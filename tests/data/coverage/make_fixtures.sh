@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild the tiny CUDA fixtures of tests/test_coverage_fixtures.py (a few KB each, committed).
+# Rebuild the tiny CUDA fixtures of tests/e2e/test_coverage_fixtures.py (a few KB each, committed).
 #
 # Device code: kernel.ptx.in, compiled by nvcc/ptxas/fatbinary from the `nvidia-cuda-nvcc` wheel on PyPI
 # (CUDA 13.0, the cu130 stack's toolkit). Host side: the system's gcc wraps each fatbin into a shared

@@ -1,7 +1,7 @@
 """The launch_server command line of the double: a subset of SGLang 0.5.9's flags, same names and aliases.
 
 Unknown flags are rejected the way the real argparse parser rejects them (exit 2, "unrecognized
-arguments"). tests/test_smoke_double_fidelity.py checks that every flag here exists in the real
+arguments"). tests/e2e/test_smoke_double_fidelity.py checks that every flag here exists in the real
 0.5.9 `server_args.py`.
 """
 

@@ -1,0 +1,51 @@
+"""`invoke test`: the fast tier (tests/unit and tests/cli, in parallel with pytest-xdist) or, with --all,
+every tier as CI runs it (`bash .ci/run`).
+
+The tiers are folders, the marks come from the fixtures a test uses (tests/conftest.py): the fast tier also
+deselects by mark, so a test in unit/ or cli/ that asks for the engine or PyPI still stays out of it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.options import TaskOptions, option
+from .options import command
+
+# The checkout the tests belong to (they are not installed with the package).
+REPO = Path(__file__).resolve().parents[2]
+FAST_TIER = "not docker and not network and not slow"
+FAST_PATHS = ("tests/unit", "tests/cli")
+# pytest's "no tests collected": a broken suite here, not a pass (as scripts/test.sh says).
+NO_TESTS_COLLECTED = 5
+
+
+def pytest_argv(*, all_tiers: bool, extra: tuple[str, ...], workers: int | str = "auto") -> list[str]:
+    """The pytest command line: every tier serially (CI), or the fast tier on `workers` xdist processes."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    if not all_tiers:
+        # loadfile: a module's tests share one worker, so module-scoped fixtures are built once.
+        argv += ["-n", str(workers), "--dist", "loadfile", "-m", FAST_TIER, *FAST_PATHS]
+    return argv + list(extra)
+
+
+def run_tests(*, all_tiers: bool, extra: tuple[str, ...]) -> int:
+    """Run the tests in a child pytest from the checkout's root and return its exit code."""
+    code = subprocess.run(pytest_argv(all_tiers=all_tiers, extra=extra), cwd=REPO, check=False).returncode
+    return 1 if code == NO_TESTS_COLLECTED else code
+
+
+@dataclass(frozen=True)
+class TierOptions(TaskOptions):
+    all: bool = option("every tier (Docker, registries, builds, PyPI), serially, as CI runs it", False, kind=bool)
+    pytest: str = option('more pytest arguments, one string (e.g. "-k render -x")', "")
+
+
+@command(TierOptions, name="test")
+def test_(o: TierOptions) -> int:
+    """The fast tier (tests/unit, tests/cli: no Docker, no network) in parallel; --all: everything."""
+    return run_tests(all_tiers=o.all, extra=tuple(shlex.split(o.pytest or "")))

@@ -1,0 +1,243 @@
+"""The bisect driver's loop, log and report, with Build and Smoke replaced by fast fakes.
+
+The git side is real (a synthetic SGLang history in a local repository, the real patch engine on the
+host); only `build_stack` and `run_smoke` are stand-ins here. tests/e2e/test_bisect_e2e.py runs the same
+driver with real BuildKit builds and the real smoke of the CPU double.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from bisect_fixtures import make_history, stack_yaml
+from clirun import run_invoke
+
+from sglstack.bisect import driver
+from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
+from sglstack.bisect.log import BisectLog
+from sglstack.build.flow import BuildResult
+from sglstack.core.errors import BuildError
+from sglstack.smoke import SmokeReport
+
+N = 12
+BAD_FROM = 9  # the first midpoint (6) cannot take the patch: the search steps around it
+SPEEDS = [300.0 if i < BAD_FROM else 270.0 for i in range(N + 1)]
+
+
+class Fakes:
+    """build_stack / run_smoke stand-ins: images by config (ref), a server as fast as its commit says."""
+
+    def __init__(self, shas: list[str], *, seed: int = 0) -> None:
+        self.shas = shas
+        self.rng = random.Random(seed)
+        self.images: set[str] = set()
+        self.builds: list[str] = []
+        self.smokes: list[str] = []
+        self.fail_build: set[str] = set()
+        self.no_serve: set[str] = set()
+        self.interrupt_at: int | None = None
+
+    def build_stack(self, stack, options):
+        ref = stack.sglang.git.ref
+        if ref in self.fail_build:
+            raise BuildError(f"stack '{stack.name}': BuildKit failed: network unreachable")
+        skipped = ref in self.images
+        if not skipped:
+            self.builds.append(ref)
+            self.images.add(ref)
+        return BuildResult(stack.name, "runtime", f"hash-{ref[:8]}", f"sha256:{ref}", f"sglstack/synth:{ref[:12]}",
+                           skipped, None, "none" if skipped else "classic")
+
+    def run_smoke(self, stack, image, options):
+        if self.interrupt_at is not None and len(self.smokes) == self.interrupt_at:
+            raise KeyboardInterrupt
+        ref = stack.sglang.git.ref
+        self.smokes.append(ref)
+        assert options.kinds == ("baseline",) and options.flush_cache and options.no_history
+        speed = SPEEDS[self.shas.index(ref)]
+        level = speed * (1 + self.rng.gauss(0, 0.004))
+        runs = [{"tokens_per_s": level * (1 + self.rng.gauss(0, 0.01)), "completed": 3, "requests": 3,
+                 "ttft_s": 0.01, "flushed": True, "accept_length": None} for _ in range(options.runs)]
+        started = ref not in self.no_serve
+        baseline = {"started": started, "failure": None if started else "the server exited with code 1",
+                    "runs": runs if started else []}
+        return SmokeReport({"verdict": "pass", "failures": [], "image": {"digest": f"sha256:{ref}"},
+                            "baseline": baseline, "eagle3": {"started": False}})
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
+    repo = tmp_path / "sglang"
+    shas = make_history(repo, SPEEDS, patch_breaks=(6,))
+    matrix = tmp_path / "stacks.yaml"
+    matrix.write_text(stack_yaml(str(repo), shas[-1]))
+    fakes = Fakes(shas)
+    monkeypatch.setattr(driver, "build_stack", fakes.build_stack)
+    monkeypatch.setattr(driver, "run_smoke", fakes.run_smoke)
+    return shas, matrix, fakes, tmp_path / "build" / "synth" / "bisect"
+
+
+def request(matrix: Path, good: str, bad: str, **kw) -> BisectRequest:
+    return BisectRequest(stack="synth", good=good, bad=bad, stacks_file=matrix, smoke={"gpus": 0}, **kw)
+
+
+def events(folder: Path) -> list[dict]:
+    return BisectLog(folder).read()
+
+
+def test_names_the_first_slow_commit_and_writes_the_report(history):
+    shas, matrix, fakes, folder = history
+    lines: list[str] = []
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
+    assert result.exit_code == 0 and result.outcome.first_bad == shas[BAD_FROM]
+    # the lines a user reads: the skip with its reason, the answer with both refs, where the report is
+    assert f"bisect: {shas[6][:10]}: skip (drift: patch 'kimi-k25-eagle3': " in "\n".join(lines)
+    subject = f"commit {BAD_FROM}: serve at {SPEEDS[BAD_FROM]:g} tok/s"
+    assert lines[-2] == f"bisect: first bad commit: {shas[BAD_FROM]} ({subject}); last good {shas[BAD_FROM - 1]}"
+    assert lines[-1].startswith(f"bisect: report {folder / 'report.json'} (")
+    data = json.loads((folder / "report.json").read_text())
+    assert data["status"] == "found" and data["first_bad"] == shas[BAD_FROM] and data["last_good"] == shas[BAD_FROM - 1]
+    assert data["metric"]["name"] == "baseline" and data["mode"] == "git" and data["refs_in_range"] == N
+    steps = {s["ref"]: s for s in data["steps"]}
+    assert steps[shas[6]]["verdict"] == "skip" and "drift" in steps[shas[6]]["skip"]
+    assert shas[6] not in fakes.builds  # the patch was tried on the host: no build spent on a skip
+    for ref in fakes.builds:
+        step = steps[ref]
+        assert step["built"] is True and step["image"] == f"sha256:{ref}" and len(step["samples"]) >= 5
+        assert step["verdict"] in ("good", "bad")
+    assert data["builds"] == len(fakes.builds) <= 4 + 3  # ceil(log2 12) + 3
+    assert (folder / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (folder / "report.md").read_text()
+    assert f"`{shas[BAD_FROM][:10]}`" in markdown and "first bad" in markdown
+    logged = events(folder)
+    assert logged[0]["event"] == "start" and logged[-1]["event"] == "done"
+
+
+def test_a_finished_bisect_costs_no_build_and_no_smoke(history, monkeypatch):
+    shas, matrix, _fakes, folder = history
+    first = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("a finished bisect must not build or smoke")
+
+    monkeypatch.setattr(driver, "build_stack", forbidden)
+    monkeypatch.setattr(driver, "run_smoke", forbidden)
+    lines = []
+    again = run_bisect(request(matrix, shas[0][:10], shas[-1]), log=lines.append)  # a short sha is the same ref
+    assert again.exit_code == 0 and again.outcome.first_bad == first.outcome.first_bad
+    assert any("finished before" in line for line in lines)
+    assert json.loads((folder / "report.json").read_text())["first_bad"] == shas[BAD_FROM]
+
+
+def test_an_interrupted_bisect_continues_where_it_stopped(history):
+    shas, matrix, fakes, folder = history
+    fakes.interrupt_at = 4
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    logged = events(folder)
+    assert [e["event"] for e in logged].count("batch") == 4 and logged[-1]["event"] != "done"
+    assert json.loads((folder / "report.json").read_text())["status"] == "running"
+    built_before = list(fakes.builds)
+    fakes.interrupt_at = None
+    lines = []
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
+    assert result.exit_code == 0 and result.outcome.first_bad == shas[BAD_FROM]
+    assert any("continuing (4 batches" in line for line in lines)
+    assert len(fakes.builds) == len(set(fakes.builds))  # no image was built twice
+    data = json.loads((folder / "report.json").read_text())
+    built = {s["ref"] for s in data["steps"] if s["built"]}
+    assert set(built_before) <= built  # built in the first run still counts as built by this bisect
+    assert sum(1 for e in events(folder) if e["event"] == "start") == 1
+
+
+def test_another_bisect_starts_a_new_log_and_keeps_the_old_one(history):
+    shas, matrix, _fakes, folder = history
+    run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    run_bisect(request(matrix, shas[3], shas[-1]), log=lambda _m: None)
+    archived = list(folder.glob("log-*.jsonl"))
+    assert len(archived) == 1 and BisectLog(folder).read()[0]["key"]["good"] == shas[3]
+
+
+def test_a_failed_build_is_a_skip_for_this_run_and_retried_by_the_next(history):
+    shas, matrix, fakes, folder = history
+    fakes.fail_build = {shas[-1]}
+    lines: list[str] = []
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
+    assert result.exit_code == 1
+    assert "the bad endpoint" in result.outcome.reason and "BuildKit failed" in result.outcome.reason
+    assert f"bisect: undecided: {result.outcome.reason}" in lines  # the verdict line names why
+    assert not any("first bad" in line for line in lines)
+    # a finished bisect is answered from its log; an unfinished one retries: drop the 'done' line
+    log = BisectLog(folder)
+    kept = [line for line in log.path.read_text().splitlines() if '"event": "done"' not in line]
+    log.path.write_text("\n".join(kept) + "\n")
+    fakes.fail_build = set()
+    again = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    assert again.exit_code == 0 and again.outcome.first_bad == shas[BAD_FROM]
+
+
+def test_a_server_that_does_not_serve_makes_the_step_a_skip(history):
+    shas, matrix, fakes, folder = history
+    fakes.no_serve = {shas[5]}  # the neighbour tried when the midpoint 6 cannot take the patch
+    result = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    [skip] = [e for e in events(folder) if e["event"] == "skip" and e["ref"] == shas[5]]
+    assert skip["kind"] == "serve" and "exited with code 1" in skip["reason"]
+    assert result.outcome.first_bad in (None, shas[BAD_FROM])
+
+
+def test_a_torn_last_line_is_ignored_when_resuming(history):
+    shas, matrix, fakes, folder = history
+    fakes.interrupt_at = 3
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
+    with BisectLog(folder).path.open("a") as fh:
+        fh.write('{"event": "batch", "ref": "')  # killed while writing
+    fakes.interrupt_at = None
+    assert run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None).exit_code == 0
+
+
+def test_source_version_reads_pyproject_or_version_py(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.9"\n')
+    assert source_version(tmp_path / "a") == "0.5.9"
+    (tmp_path / "b" / "sglang").mkdir(parents=True)
+    (tmp_path / "b" / "pyproject.toml").write_text('[project]\nname = "sglang"\ndynamic = ["version"]\n')
+    (tmp_path / "b" / "sglang" / "version.py").write_text('__version__ = "0.5.10rc0"\n')
+    assert source_version(tmp_path / "b") == "0.5.10rc0"
+    assert source_version(tmp_path) is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--stack", "nope"), "stack 'nope'"),
+    (("--good", "no-such-ref"), "--good no-such-ref: git source"),
+    (("--swap",), "is not an ancestor of --bad"),
+    (("--metric", "latency"), "unknown metric 'latency'"),
+    (("--threshold", "0"), "--threshold 0: a percentage"),
+    (("--repeats", "0"), "--repeats 0"),
+    (("--metric", "speedup"), "no draft model"),
+    (("--smoke-opt", "bogus"), "--smoke-opt 'bogus': expected KEY=VALUE"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_build(tmp_path, args, message):
+    repo = tmp_path / "sglang"
+    shas = make_history(repo, [300.0, 300.0, 270.0], with_kimi=False)
+    matrix = tmp_path / "stacks.yaml"
+    matrix.write_text(stack_yaml(str(repo), shas[-1], patches=()))
+    opts = {"--stack": "synth", "--good": shas[0], "--bad": shas[-1]}
+    extra = list(args)
+    if extra == ["--swap"]:
+        opts["--good"], opts["--bad"] = shas[-1], shas[0]
+        extra = []
+    for i in range(0, len(extra), 2):
+        opts[extra[i]] = extra[i + 1]
+    argv = [x for kv in opts.items() for x in kv]
+    proc = run_invoke("bisect", *argv, "--stacks-file", str(matrix), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build"), "SGLSTACK_CACHE": str(tmp_path / "cache"),
+                           "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert not (tmp_path / "build" / "synth" / "bisect" / "steps").exists()

@@ -1,0 +1,45 @@
+"""One build folder: SGLSTACK_BUILD_DIR (default build/) holds everything a task writes, and a folder
+that cannot be written is found before the work starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import run_invoke
+
+from sglstack.core.records import OutputNotWritable, build_root, require_writable
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+
+
+def test_build_root_honours_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("SGLSTACK_BUILD_DIR", raising=False)
+    assert build_root() == Path("build")
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "tree"))
+    assert build_root() == tmp_path / "tree"
+
+
+def test_require_writable_names_the_path(tmp_path):
+    require_writable(tmp_path / "new" / "deeper" / "report.json", what="report")
+    assert (tmp_path / "new" / "deeper").is_dir() and list((tmp_path / "new" / "deeper").iterdir()) == []
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(OutputNotWritable, match=r"^report .*folder\.json: cannot be written \(it is a folder\)$"):
+        require_writable(tmp_path / "folder.json", what="report")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputNotWritable, match=r"file/x/report\.json: cannot be written \(.*file is not a folder\)"):
+        require_writable(tmp_path / "file" / "x" / "report.json", what="report")
+
+
+
+
+def test_unwritable_build_folder_is_one_line_before_rendering(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(blocker), "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 1
+    record = blocker / "cpu-test" / "record.json"
+    assert proc.stderr.strip() == (f"error: build record (under the build folder) {record}: cannot be written "
+                                   f"({blocker} is not a folder)"), proc.stderr

@@ -1,0 +1,245 @@
+"""Secrets in stacks.yaml: credentials in URLs reach no file sglstack writes, and a secret env value
+must be a reference. Pure and CLI tiers (the real BuildKit, uv, pip and git runs are in
+test_credentials_tools.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from clirun import REPO, run_invoke
+
+from sglstack.config.matrix import load_matrix
+from sglstack.core import credentials
+from sglstack.core.errors import ConfigError
+from sglstack.render.compose import render_compose, render_env_example
+from sglstack.render.dockerfile import render_dockerfile, stack_manifest
+from sglstack.render.k8s import K8sOptions, render_k8s
+from sglstack.serving import ServingError
+from sglstack.smoke.plan import check_secret_references, container_plan, smoke_options
+
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+PASSWORD = "pw-9f3c1e7d"  # what every test looks for in what was written
+TOKEN = "ghp-tok-52be81aa"  # a token given as the user part of a URL
+DIGEST = "127.0.0.1:5000/sglstack-test/sglang@sha256:" + "ab" * 32
+
+
+def write_matrix(path: Path, **changes) -> Path:
+    """The CPU test matrix with `changes` merged into its stack `cpu-test`."""
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    stack = data["stacks"]["cpu-test"]
+    for key, value in changes.items():
+        stack[key] = value
+    data["stacks"] = {"cpu-test": stack}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def credentialed(tmp_path: Path) -> Path:
+    """Credentials in every kind of URL stacks.yaml has: indexes, a wheel URL, a requirement URL, git."""
+    return write_matrix(
+        tmp_path / "stacks.yaml",
+        torch={"version": "2.9.1", "index_url": f"https://alice:{PASSWORD}@pt.internal.example/whl/cpu"},
+        sgl_kernel={"version": "0.3.21",
+                    "url": f"https://{TOKEN}@files.internal.example/sgl_kernel-0.3.21-cp310-abi3-{{arch}}.whl"},
+        flashinfer={"version": "0.6.4", "index_url": f"https://alice:{PASSWORD}@pt.internal.example/fi"},
+        extra_layers=[{"name": "private", "requirements": [
+            f"six @ https://alice:{PASSWORD}@pt.internal.example/six-1.16.0-py2.py3-none-any.whl"],
+            "index_url": f"https://alice:{PASSWORD}@pt.internal.example/simple"}],
+        sglang={"git": {"repo": f"https://{TOKEN}@files.internal.example/org/sglang.git", "ref": "a" * 40},
+                "install_deps": False},
+    )
+
+
+def leaked(root: Path) -> list[str]:
+    """Every file under `root` holding the password or the token."""
+    return [str(p) for p in root.rglob("*") if p.is_file()
+            and (PASSWORD.encode() in p.read_bytes() or TOKEN.encode() in p.read_bytes())]
+
+
+# ---- the one home ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "public", "shown"), [
+    ("https://u:p@h.example:8443/simple?x=1", "https://h.example:8443/simple?x=1", "https://***@h.example:8443/simple?x=1"),
+    ("https://tok@h.example/a.whl", "https://h.example/a.whl", "https://***@h.example/a.whl"),
+    ("https://h.example/simple", "https://h.example/simple", "https://h.example/simple"),
+    ("ssh://git@h.example/r.git", "ssh://git@h.example/r.git", "ssh://***@h.example/r.git"),  # a login, not a secret
+    ("/home/me/src/sglang", "/home/me/src/sglang", "/home/me/src/sglang"),
+])
+def test_one_rule_for_what_a_url_shows_and_what_a_tool_is_given(url, public, shown):
+    assert credentials.public_url(url) == public
+    assert credentials.redact_url(url) == shown
+    assert credentials.redact_text(f"error: cannot fetch {url}: 401") == f"error: cannot fetch {shown}: 401"
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("OPENAI_API_KEY", True), ("db-password", True),
+    ("AWS_SECRET_ACCESS_KEY", True), ("GITHUB_PAT_TOKEN", True), ("MY_PASSWD", True), ("APIKEY", True),
+    ("SGLANG_DOUBLE_TOKENS_PER_S", False), ("TOKENIZERS_PARALLELISM", False), ("NCCL_DEBUG", False),
+    ("KEYBOARD", False), ("MONKEY_PATCH", False), ("PYTORCH_CUDA_ALLOC_CONF", False),
+])
+def test_which_env_keys_name_a_secret(key, secret):
+    assert credentials.names_secret(key) is secret
+
+
+def test_the_netrc_holds_one_login_per_host_and_never_shows_it():
+    a = credentials.host_login(f"https://alice:{PASSWORD}@h.example/simple")
+    b = credentials.host_login(f"https://{TOKEN}@other.example/x.whl")
+    assert a is not None and b is not None
+    assert PASSWORD not in repr(a) and TOKEN not in repr(b)
+    text = credentials.netrc_text(credentials.merge_logins([b, a, a]))
+    assert text == (f"machine h.example\nlogin alice\npassword {PASSWORD}\n"
+                    f"machine other.example\nlogin {TOKEN}\npassword \n")
+    assert credentials.netrc_secrets(text) == (PASSWORD, TOKEN)  # what build.log redacts
+    with pytest.raises(credentials.CredentialError, match="different credentials") as info:
+        credentials.merge_logins([a, credentials.host_login("https://bob:other@h.example/x")])
+    assert PASSWORD not in str(info.value)
+    with pytest.raises(credentials.CredentialError, match="netrc") as info:
+        credentials.host_login("https://alice:pa%20ss@h.example/simple")  # a space: no netrc can hold it
+    assert "pa ss" not in str(info.value) and "pa%20ss" not in str(info.value)
+
+
+# ---- the stack keeps URLs without credentials ------------------------------------------------------
+
+def test_the_stack_holds_every_url_without_its_credentials(tmp_path):
+    stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
+    assert stack.torch.index_url == "https://pt.internal.example/whl/cpu"
+    assert stack.sgl_kernel.url == "https://files.internal.example/sgl_kernel-0.3.21-cp310-abi3-{arch}.whl"
+    assert stack.sglang.git.repo == "https://files.internal.example/org/sglang.git"
+    assert stack.extra_layers[0].requirements == ("six @ https://pt.internal.example/six-1.16.0-py2.py3-none-any.whl",)
+    assert [x.host for x in stack.credentials] == ["files.internal.example", "pt.internal.example"]
+    shown = json.dumps(stack.model_dump(mode="json")) + repr(stack) + json.dumps(stack_manifest(stack))
+    assert PASSWORD not in shown and TOKEN not in shown
+
+
+def test_rendered_dockerfile_names_public_urls_and_mounts_the_netrc_secret(tmp_path):
+    stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
+    text = render_dockerfile(stack)
+    assert PASSWORD not in text and TOKEN not in text
+    assert "--index-url https://pt.internal.example/simple" in text
+    assert text.count("--mount=type=secret,id=index_netrc,required=false") >= 3
+    plain = load_matrix(CPU_MATRIX).get("cpu-test")  # no credentials: the Dockerfile is as before
+    assert "index_netrc" not in render_dockerfile(plain)
+
+
+def test_render_build_plan_and_bake_write_no_credential_anywhere(tmp_path):
+    """Dockerfile, context (stack.json), compose, k8s manifests, the dry run and the bake file."""
+    matrix = credentialed(tmp_path)
+    out = tmp_path / "build"
+    env = {"SGLSTACK_BUILD_DIR": str(out)}
+    rendered = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(matrix), "--image", DIGEST,
+                          cwd=tmp_path, env=env)
+    assert rendered.returncode == 0, rendered.stderr
+    assert (out / "cpu-test" / "k8s" / "leaderworkerset.yaml").is_file()
+    stack_json = json.loads((out / "cpu-test" / "context" / "stack.json").read_text())
+    assert stack_json["sglang"]["git"]["repo"] == "https://files.internal.example/org/sglang.git"
+    bake = run_invoke("bake", "--stacks-file", str(matrix), "--out", str(out / "docker-bake.json"), cwd=tmp_path,
+                      env={**env, "SGLSTACK_CACHE": str(tmp_path / "cache")})
+    # The bake renders the git source too, which cannot be fetched here: it stops with one line, unshown.
+    plan = run_invoke("build", "--stack", "cpu-test", "--stacks-file", str(matrix), "--dry-run", cwd=tmp_path,
+                      env={**env, "SGLSTACK_CACHE": str(tmp_path / "cache")})
+    for proc in (rendered, bake, plan):
+        assert PASSWORD not in proc.stdout + proc.stderr and TOKEN not in proc.stdout + proc.stderr
+    assert bake.returncode != 0 and len(bake.stderr.strip().splitlines()) == 1
+    assert leaked(out) == []
+
+
+def test_bake_file_and_build_request_carry_the_netrc_as_an_env_secret(tmp_path):
+    from sglstack.build.bake import bake_target
+    from sglstack.build.flow import INDEX_NETRC_ENV, build_request
+
+    stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
+    req = build_request(stack, dockerfile=tmp_path / "Dockerfile", context=tmp_path, config_hash="0" * 64,
+                        target="runtime", builder_kind="buildx", secrets=({}, {}))
+    target = json.dumps(bake_target(req))
+    assert f"id=index_netrc,env={INDEX_NETRC_ENV}" in target
+    assert PASSWORD not in target and TOKEN not in target and PASSWORD not in repr(req)
+    assert req.secret_env_values[INDEX_NETRC_ENV] == credentials.netrc_text(stack.credentials)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("description", f"mirror at https://alice:{PASSWORD}@pt.internal.example/simple"),
+    ("labels", {"org.example.src": f"https://{TOKEN}@files.internal.example/x"}),
+])
+def test_a_credentialed_url_where_no_tool_takes_it_is_refused_in_one_line(tmp_path, key, value):
+    matrix = write_matrix(tmp_path / "stacks.yaml", **{key: value})
+    with pytest.raises(ConfigError) as info:
+        load_matrix(matrix)
+    message = str(info.value)
+    assert "stacks.yaml" in message and "cpu-test" in message and key in message and "***@" in message
+    assert PASSWORD not in message and TOKEN not in message and "\n" not in message
+
+
+def test_two_credentials_for_one_host_are_refused(tmp_path):
+    matrix = write_matrix(tmp_path / "stacks.yaml",
+                          torch={"version": "2.9.1", "index_url": f"https://alice:{PASSWORD}@pt.internal.example/a"},
+                          flashinfer={"version": "0.6.4", "index_url": "https://bob:other@pt.internal.example/b"})
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(matrix), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
+    assert proc.returncode == ConfigError.exit_code
+    assert "flashinfer.index_url" in proc.stderr and "pt.internal.example" in proc.stderr
+    assert PASSWORD not in proc.stderr and "other" not in proc.stderr.replace("another", "")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---- secret env values are references --------------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD"])
+def test_a_plain_secret_in_serving_env_is_refused_before_anything_is_written(tmp_path, key):
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"], "env": {key: PASSWORD, "NCCL_DEBUG": "INFO"}}
+    matrix = write_matrix(tmp_path / "stacks.yaml", serving=serving)
+    out = tmp_path / "build"
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(matrix), "--image", DIGEST,
+                      cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(out)})
+    assert proc.returncode == ConfigError.exit_code, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "stacks.yaml" in line and "cpu-test" in line and f"serving.env.{key}" in line and "${" in line
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert not out.exists() or leaked(out) == []
+
+
+def test_a_secret_reference_reaches_compose_k8s_and_smoke_as_a_reference(tmp_path):
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"],
+               "env": {"OPENAI_API_KEY": "${OPENAI_KEY}", "NCCL_DEBUG": "INFO"}}
+    stack = load_matrix(write_matrix(tmp_path / "stacks.yaml", serving=serving)).get("cpu-test")
+
+    compose = render_compose(stack, DIGEST)
+    assert '"OPENAI_API_KEY": "${OPENAI_KEY:?set OPENAI_KEY in the environment of invoke deploy}"' in compose
+    assert '"NCCL_DEBUG": "INFO"' in compose
+    assert "OPENAI_KEY" in render_env_example(stack)
+    # compose itself interpolates it from the deploy's environment, and refuses without it.
+    (tmp_path / "compose.yaml").write_text(compose)
+    (tmp_path / "compose.env").write_text("")
+
+    def config(env: dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker-compose", "-f", str(tmp_path / "compose.yaml"), "config"], cwd=tmp_path,
+                              capture_output=True, text=True, check=False, env=env, timeout=120)
+
+    base = {k: v for k, v in os.environ.items() if k != "OPENAI_KEY"}
+    given = config({**base, "OPENAI_KEY": PASSWORD})
+    assert given.returncode == 0 and f"OPENAI_API_KEY: {PASSWORD}" in given.stdout, given.stderr
+    missing = config(base)
+    assert missing.returncode != 0 and "OPENAI_KEY" in missing.stderr
+
+    lws = render_k8s(stack, DIGEST, K8sOptions(hf_token_secret="team-secrets"))["leaderworkerset.yaml"]
+    manifest = yaml.safe_load(lws)
+    env = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["env"]
+    ref = {"secretKeyRef": {"name": "team-secrets", "key": "OPENAI_KEY"}}
+    assert {"name": "OPENAI_API_KEY", "valueFrom": ref} in env
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in env
+    assert "${" not in lws
+
+    plan = container_plan(smoke_options(stack), "img", "baseline", host_env={"OPENAI_KEY": PASSWORD})
+    assert plan.environment["OPENAI_API_KEY"] == PASSWORD
+    assert plan.redacted_environment()["OPENAI_API_KEY"] == "***"
+    shown = container_plan(smoke_options(stack), "img", "baseline", host_env={})  # the report's command
+    assert "OPENAI_API_KEY" not in shown.environment
+    check_secret_references(smoke_options(stack).serving, {"OPENAI_KEY": PASSWORD})
+    with pytest.raises(ServingError, match=r"serving.env.OPENAI_API_KEY refers to \$\{OPENAI_KEY\}, which is not set"):
+        check_secret_references(smoke_options(stack).serving, {})

@@ -1,0 +1,419 @@
+"""Files and records (issue 21): what a full disk, a kill mid-write, a link out of the build folder, a
+foreign file in `render --out`, a read-only folder or a second task of the same stack leave behind.
+
+The full disks are real: a small tmpfs mounted for the test (this needs root; skipped, saying so,
+where mounting is not permitted). The second task is a real process: `invoke` run as a user runs it,
+against a lock held by another process through the production `stack_lock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bisect_fixtures import make_history, stack_yaml
+from clirun import REPO, run_invoke
+
+from sglstack.bisect.log import BisectLog
+from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock
+from sglstack.core.safefiles import BUSY_EXIT, replace_folder
+from sglstack.core.signals import signals_raise
+from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path
+from sglstack.lock.file import parse_lock, render_lock, write_lock
+from sglstack.lock.flow import lock_stack
+from sglstack.publish.history import append_records as append_publish
+from sglstack.publish.history import read_records as read_publish
+from sglstack.smoke.history import append_record as append_smoke
+from sglstack.smoke.history import read_history
+
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+DIGEST = "sha256:" + "a" * 64
+
+
+# ---- a real small filesystem -----------------------------------------------------------------------
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str = "64k", *, read_only: bool = False):
+    folder.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (",ro" if read_only else "")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(folder)], capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Fill the filesystem of `folder` to the last byte; return the filler (remove it to free the space)."""
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while fh.write(b"\0" * 4096):
+            pass
+    return filler
+
+
+def remount_read_only(folder: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+
+
+# ---- the four JSON-lines stores ---------------------------------------------------------------------
+
+def _deploy_row(n: int, note: str = "") -> DeploymentRecord:
+    return DeploymentRecord(stack="tiny", action="deploy", result="healthy", image=f"r@{DIGEST}", digest=DIGEST,
+                            image_id=f"sha256:{n}", time="2026-12-03T00:00:00Z", host="h", docker_host="",
+                            project="p", compose_tool="docker-compose", compose_file="compose.yaml", note=note)
+
+
+class Store:
+    """One JSON-lines store through its own module: where its file is, how to add a row, how to read."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind, self.root = kind, root
+        self.path = {"deployments": records_path(root, "tiny"),
+                     "smoke-history": root / "tiny" / "smoke-history.jsonl",
+                     "publish": root / "publish" / "records.jsonl",
+                     "bisect-log": root / "tiny" / "bisect" / "log.jsonl"}[kind]
+
+    def append(self, n: int, pad: int = 0) -> None:
+        note = "x" * pad
+        if self.kind == "deployments":
+            append_record(self.root, _deploy_row(n, note))
+        elif self.kind == "smoke-history":
+            append_smoke(self.path, {"n": n, "note": note})
+        elif self.kind == "publish":
+            append_publish(self.path, [{"event": "published", "n": n, "note": note}])
+        else:
+            BisectLog(self.path.parent).append({"event": "batch", "n": n, "note": note})
+
+    def read(self) -> list[int]:
+        if self.kind == "deployments":
+            return [int(r.image_id.split(":")[1]) for r in read_records(self.root, "tiny")]
+        if self.kind == "smoke-history":
+            return [r["n"] for r in read_history(self.path)]
+        if self.kind == "publish":
+            return [r["n"] for r in read_publish(self.path)]
+        return [e["n"] for e in BisectLog(self.path.parent).read()]
+
+
+STORES = ["deployments", "smoke-history", "publish", "bisect-log"]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_torn_last_line_is_skipped_and_the_next_append_starts_a_line_of_its_own(tmp_path, kind, capsys):
+    store = Store(kind, tmp_path)
+    store.append(1)
+    whole = store.path.read_bytes()
+    with store.path.open("ab") as fh:  # what a process killed in the middle of its write leaves
+        fh.write(whole[: len(whole) // 2])
+
+    assert store.read() == [1]
+    assert f"{store.path.name}:2: skipped a torn last line" in capsys.readouterr().err
+
+    store.append(2)
+    assert store.read() == [1, 2]  # every later deploy, rollback, smoke and bisect reads on
+    lines = store.path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert store.path.with_name(store.path.name + ".torn").read_bytes() == whole[: len(whole) // 2] + b"\n"
+    assert "moved to" in capsys.readouterr().err
+
+
+def test_a_last_line_that_only_lost_its_newline_is_kept(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"n": 1}\n{"n": 2}')
+    append_jsonl(path, [{"n": 3}])
+    assert read_jsonl(path, dict, ValueError) == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_full_disk_leaves_the_store_whole_and_the_next_append_works(tmp_path, kind):
+    with tmpfs(tmp_path / "fs") as fs:
+        store = Store(kind, fs)
+        store.append(1)
+        before = store.path.read_bytes()
+        filler = fill(fs)
+        # Larger than what is left of the file's last page: the kernel writes part of it, then ENOSPC.
+        with pytest.raises(OutputNotWritable, match=r"the record was not written \(No space left on device\); "
+                                                    r"the file is as it was$"):
+            store.append(2, pad=20000)
+        assert store.path.read_bytes() == before
+        filler.unlink()
+        store.append(3)
+        assert store.read() == [1, 3]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_store_linked_out_of_the_build_folder_is_not_appended_to(tmp_path, kind, monkeypatch):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    store = Store(kind, tmp_path / "build")
+    theirs = tmp_path / "elsewhere.jsonl"
+    theirs.write_text("theirs\n")
+    store.path.parent.mkdir(parents=True)
+    store.path.symlink_to(theirs)
+    with pytest.raises(OutputNotWritable, match=r"a link to .*elsewhere\.jsonl, outside .*: not followed"):
+        store.append(1)
+    assert theirs.read_text() == "theirs\n"
+
+
+def _append_rows(path: str, worker: int, rows: int) -> None:
+    for n in range(rows):
+        append_jsonl(Path(path), [{"worker": worker, "n": n, "pad": "y" * 3000}])
+
+
+def _read_until(path: str, stop_after: float) -> int:
+    reads = 0
+    deadline = time.monotonic() + stop_after
+    while time.monotonic() < deadline:
+        read_jsonl(Path(path), dict, lambda n: ValueError(f"line {n} is not whole"))
+        reads += 1
+    return reads
+
+
+def test_concurrent_writers_and_readers_see_only_whole_lines(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        readers = [pool.apply_async(_read_until, (str(path), 2.0)) for _ in range(2)]
+        writers = [pool.apply_async(_append_rows, (str(path), w, 100)) for w in range(2)]
+        for job in writers:
+            job.get(timeout=60)
+        assert all(job.get(timeout=60) > 0 for job in readers)
+    rows = read_jsonl(path, dict, ValueError)
+    assert sorted((r["worker"], r["n"]) for r in rows) == [(w, n) for w in range(2) for n in range(100)]
+
+
+# ---- render, locks and the build folder -----------------------------------------------------------
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    return proc.stderr.strip()
+
+
+def test_a_full_disk_during_render_is_one_line_and_writes_nothing_half(tmp_path):
+    with tmpfs(tmp_path / "fs", "64k") as fs:  # less than one rendered context
+        out = fs / "out"
+        proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--out", str(out),
+                          cwd=tmp_path)
+        assert "No space left on device" in _one_line_error(proc)
+        # No half context, no temp file or folder: only the (empty) lock file of the folder.
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
+def test_a_full_disk_during_a_second_render_keeps_the_first_one_whole(tmp_path):
+    with tmpfs(tmp_path / "fs", "512k") as fs:
+        out = fs / "out"
+        first = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--out", str(out),
+                           cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        before = _tree(out)
+        filler = fill(fs)
+        proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--out", str(out),
+                          cwd=tmp_path)
+        assert "No space left on device" in _one_line_error(proc)
+        assert _tree(out) == before  # the previous context, Dockerfile and compose files, whole
+        assert not [p.name for p in out.iterdir() if p.name.endswith((".tmp", ".old"))]
+        filler.unlink()
+
+
+def test_a_read_only_stacks_folder_stops_lock_before_resolving(tmp_path):
+    with tmpfs(tmp_path / "ro", "64k") as folder:
+        (folder / "stacks.yaml").write_bytes(CPU_MATRIX.read_bytes())
+        remount_read_only(folder)
+
+        def resolver(*args, **kwargs):
+            raise AssertionError("resolved although the lock could not be written")
+
+        with pytest.raises(OutputNotWritable, match=r"^lock .*locks/cpu-test\.txt: cannot be written "
+                                                    r"\(Read-only file system\)$"):
+            lock_stack(folder / "stacks.yaml", "cpu-test", compile_fn=resolver)
+
+
+def test_a_full_disk_while_writing_a_lock_keeps_the_old_lock(tmp_path):
+    lock = parse_lock((REPO / "tests" / "fixtures" / "locks" / "cpu-lock.txt").read_text(), file="cpu-lock.txt")
+    with tmpfs(tmp_path / "fs", "64k") as fs:
+        path = fs / "locks" / "cpu-test.txt"
+        path.parent.mkdir()
+        path.write_text("# the old lock\n")
+        filler = fill(fs)
+        assert len(render_lock(lock)) > 4096
+        with pytest.raises(OutputNotWritable, match=r"cpu-test\.txt: cannot be written \(No space left on device\)$"):
+            write_lock(path, lock)
+        assert path.read_text() == "# the old lock\n"
+        assert sorted(p.name for p in path.parent.iterdir()) == ["cpu-test.txt"]
+        filler.unlink()
+
+
+def _render(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), *extra, cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
+
+
+def test_a_dockerfile_link_out_of_the_build_folder_is_not_written_through(tmp_path):
+    precious = tmp_path / "elsewhere" / "Dockerfile"
+    precious.parent.mkdir()
+    precious.write_text("FROM mine\n")
+    stack_dir = tmp_path / "build" / "cpu-test"
+    stack_dir.mkdir(parents=True)
+    (stack_dir / "Dockerfile").symlink_to(precious)
+
+    line = _one_line_error(_render(tmp_path))
+    assert f"{stack_dir / 'Dockerfile'}: a link to {precious}, outside" in line
+    assert precious.read_text() == "FROM mine\n"
+    assert not (stack_dir / "context").exists()  # refused before the context was touched
+
+
+def test_a_linked_context_folder_is_refused_in_one_line(tmp_path):
+    theirs = tmp_path / "elsewhere"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("theirs\n")
+    stack_dir = tmp_path / "build" / "cpu-test"
+    stack_dir.mkdir(parents=True)
+    (stack_dir / "context").symlink_to(theirs)
+
+    assert f"{stack_dir / 'context'}: a link to {theirs}" in _one_line_error(_render(tmp_path))
+    assert _tree(theirs) == {"keep.txt": hashlib.sha256(b"theirs\n").hexdigest()}
+
+
+def test_a_stack_folder_linked_out_of_the_build_folder_is_refused(tmp_path):
+    theirs = tmp_path / "elsewhere"
+    theirs.mkdir()
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "cpu-test").symlink_to(theirs)
+    assert "outside" in _one_line_error(_render(tmp_path))
+    assert list(theirs.iterdir()) == []
+
+
+def test_render_out_never_replaces_or_removes_a_file_it_did_not_write(tmp_path):
+    out = tmp_path / "mine"
+    (out / "k8s").mkdir(parents=True)
+    (out / "Dockerfile").write_text("FROM my-own\n")
+    (out / "compose.yaml").write_text("services: {}\n")
+    (out / "k8s" / "service.yaml").write_text("kind: Service\n")
+
+    line = _one_line_error(_render(tmp_path, "--out", str(out)))
+    assert "Dockerfile, compose.yaml already there and not written by sglstack render" in line
+    assert (out / "Dockerfile").read_text() == "FROM my-own\n" and not (out / "context").exists()
+
+    (out / "Dockerfile").unlink()
+    (out / "compose.yaml").unlink()
+    assert _render(tmp_path, "--out", str(out)).returncode == 0
+    assert "FROM" in (out / "Dockerfile").read_text()
+    # Its own files it replaces on the next render; the user's k8s file (a tag render removes the
+    # manifests it wrote) stays.
+    again = _render(tmp_path, "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "k8s" / "service.yaml").read_text() == "kind: Service\n"
+
+
+def test_ctrl_c_while_a_context_is_filled_leaves_no_temp_folder_and_the_old_context(tmp_path):
+    context = tmp_path / "out" / "context"
+    context.mkdir(parents=True)
+    (context / "old.txt").write_text("old\n")
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom sglstack.core.safefiles import replace_folder\n"
+        "from sglstack.core.signals import signals_raise\n"
+        "def fill(folder):\n    (folder / 'half.txt').write_text('half')\n    print('filling', flush=True)\n"
+        "    time.sleep(60)\n"
+        "with signals_raise():\n"
+        "    try:\n        replace_folder(Path(sys.argv[1]), Path(sys.argv[2]), fill)\n"
+        "    except KeyboardInterrupt:\n        sys.exit(143)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out"), str(context)],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "filling"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["context"]
+    assert _tree(context) == {"old.txt": hashlib.sha256(b"old\n").hexdigest()}
+    assert replace_folder and signals_raise  # the production functions the script drives
+
+
+# ---- one task per stack ---------------------------------------------------------------------------
+
+HOLDER = (
+    "import sys\nfrom sglstack.core.records import stack_lock\n"
+    "with stack_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True)\n    sys.stdin.read()\n"
+)
+
+
+@contextlib.contextmanager
+def held(stack: str, task: str, build_dir: Path):
+    """Another process holding the stack's lock, as a running build (or deploy, or bisect) holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, stack, task], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "SGLSTACK_BUILD_DIR": str(build_dir)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield proc.pid
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def _busy(proc: subprocess.CompletedProcess, stack: str, holder_task: str, pid: int) -> None:
+    assert proc.returncode == BUSY_EXIT, proc.stdout + proc.stderr
+    line = _one_line_error(proc)
+    assert line.startswith(f"error: stack '{stack}' is busy: invoke {holder_task} (pid {pid}, since "), line
+
+
+def test_a_second_build_of_a_stack_is_refused_before_it_renders(tmp_path, monkeypatch):
+    build_dir = tmp_path / "build"
+    with held("cpu-test", "build", build_dir) as pid:
+        proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), cwd=tmp_path,
+                          env={"SGLSTACK_BUILD_DIR": str(build_dir)}, timeout=120)
+        _busy(proc, "cpu-test", "build", pid)
+        assert sorted(p.name for p in (build_dir / "cpu-test").iterdir()) == [".lock"]  # no context, no record
+    # The holder ended: the lock is free again (the kernel drops it with its process, however it ends).
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(build_dir))
+    with stack_lock("cpu-test", "test"):
+        assert (build_dir / "cpu-test" / ".lock").read_text().startswith(f"invoke test (pid {os.getpid()}, ")
+    again = _render(tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_deploy_while_the_stack_builds_is_refused_and_records_nothing(tmp_path):
+    build_dir = tmp_path / "build"
+    with held("cpu-test", "build", build_dir) as pid:
+        proc = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX),
+                          "--image", f"127.0.0.1:5000/sglstack-test/sglang@{DIGEST}", "--skip-preflight",
+                          cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(build_dir)}, timeout=120)
+        _busy(proc, "cpu-test", "build", pid)
+    assert not records_path(build_dir, "cpu-test").exists()
+
+
+def test_a_second_bisect_is_refused_and_does_not_move_the_first_ones_log(tmp_path):
+    build_dir = tmp_path / "build"
+    repo = tmp_path / "sglang"
+    shas = make_history(repo, [300.0, 300.0, 270.0])
+    matrix = tmp_path / "stacks.yaml"
+    matrix.write_text(stack_yaml(str(repo), shas[-1]))
+    log = build_dir / "synth" / "bisect" / "log.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"event": "start", "format": 1, "key": {"first": True}, "refs": []}) + "\n")
+    before = log.read_bytes()
+    with held("synth", "bisect", build_dir) as pid:
+        proc = run_invoke("bisect", "--stack", "synth", "--stacks-file", str(matrix), "--good", shas[0],
+                          "--bad", shas[-1], "--gpus", "0", "--skip-preflight", cwd=tmp_path,
+                          env={"SGLSTACK_BUILD_DIR": str(build_dir), "SGLSTACK_CACHE": str(tmp_path / "cache")},
+                          timeout=120)
+        _busy(proc, "synth", "bisect", pid)
+    assert log.read_bytes() == before
+    assert sorted(p.name for p in log.parent.iterdir()) == ["log.jsonl"]

@@ -1,0 +1,181 @@
+"""A lock edited by hand is refused before any build, in one line naming the lock, the stack and the package.
+
+Each case starts from the committed fixture lock of `cpu-lock` (what `invoke lock` wrote) and makes one
+edit a person could make; the build's own entry point (`lock_for_build`) must refuse it. Before this
+check, a lock with `urllib3` removed built "verified" and the image failed `import requests`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clirun import run_invoke
+
+from sglstack.build.verify import pip_check_problems
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.lock.file import StaleLock, UntrustedLock, lock_for_build, lock_path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.fixture
+def work(tmp_path):
+    """A copy of the lock matrix and its lock: (stacks file, lock path, the lock's text)."""
+    stacks = tmp_path / "stacks-lock.yaml"
+    shutil.copy(FIXTURES / "stacks-lock.yaml", stacks)
+    path = lock_path(stacks, "cpu-lock")
+    path.parent.mkdir()
+    shutil.copy(FIXTURES / "locks" / "cpu-lock.txt", path)
+    return stacks, path, path.read_text()
+
+
+def _drop_entry(text: str, name: str) -> str:
+    """The lock without `name`'s entry (its requirement line, hashes and comment lines)."""
+    return re.sub(rf"(?ms)^{re.escape(name)}==.*?(?=^\S|\Z)", "", text)
+
+
+def _recount(text: str) -> str:
+    """The header count made to agree with the body, as a careful hand edit would."""
+    hashed = len(re.findall(r"(?m)^[a-z0-9][a-z0-9._-]*(==| @ )", text))
+    unhashed = len(re.findall(r"(?m)^# unhashed: ", text))
+    return re.sub(r"(?m)^# packages: .*$", f"# packages: {hashed + unhashed} ({hashed} hashed, {unhashed} unhashed)",
+                  text)
+
+
+def test_the_committed_locks_are_trusted(work):
+    stacks, _, _ = work
+    assert lock_for_build(stacks, load_matrix(stacks).get("cpu-lock")) is not None
+    matrix = load_matrix(REPO / "stacks.yaml")
+    for name in matrix.stacks:
+        assert lock_for_build(REPO / "stacks.yaml", matrix.get(name)) is not None
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    # a leaf dependency removed (count made to agree): only its parent's `requires` names it
+    (lambda t: _recount(_drop_entry(t, "urllib3")), "requests requires urllib3, which is not in the lock"),
+    # a parent removed: its children's `via` still name it (and the stack pins it)
+    (lambda t: _recount(_drop_entry(t, "requests")), "the stack pins requests==2.32.3, the lock has no requests"),
+    # a removal that left the header alone
+    (lambda t: _drop_entry(t, "idna"), "the header says 6 packages (6 hashed, 0 unhashed), the body has 5"),
+    # a stack pin changed
+    (lambda t: t.replace("requests==2.32.3", "requests==2.31.0"),
+     "the stack pins requests==2.32.3, the lock has requests==2.31.0"),
+    # a header count changed
+    (lambda t: t.replace("# packages: 6 (6 hashed", "# packages: 7 (7 hashed"),
+     "the header says 7 packages (7 hashed, 0 unhashed), the body has 6"),
+    # an entry moved to a layer the header does not name
+    (lambda t: t.replace("# ---- layer http-client", "# ---- layer http-clients"),
+     "is in layer 'http-clients', which the header's layers"),
+])
+def test_a_hand_edited_lock_is_refused_naming_file_stack_and_package(work, edit, expected):
+    stacks, path, text = work
+    path.write_text(edit(text))
+    with pytest.raises(UntrustedLock) as caught:
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-lock"))
+    message = str(caught.value)
+    assert expected in message
+    assert message.startswith(f"{path}: stack 'cpu-lock': ") and "\n" not in message
+    assert "invoke lock --stack cpu-lock" in message
+
+
+def test_another_stacks_lock_is_refused_as_such(work):
+    stacks, _, text = work
+    stacks.write_text(stacks.read_text().replace("  cpu-lock:", "  cpu-other:\n    inherits: cpu-lock\n  cpu-lock:"))
+    other = lock_path(stacks, "cpu-other")
+    other.write_text(text)  # copied over from cpu-lock
+    with pytest.raises(UntrustedLock, match=f"^{re.escape(str(other))}: stack 'cpu-other': this is the lock of "
+                                            "stack 'cpu-lock', not of 'cpu-other'"):
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-other"))
+    # a copy whose stack line was edited too is stale when the stacks' inputs differ (its hash is the other's)
+    other.write_text(text.replace("# stack: cpu-lock", "# stack: cpu-other"))
+    stacks.write_text(stacks.read_text().replace("inherits: cpu-lock", "inherits: cpu-lock\n    python: '3.12'"))
+    with pytest.raises(StaleLock):
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-other"))
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda p: p.write_bytes(b"# lock-format: 1\n\xff\xfe not text\n"), "the lock is not UTF-8 text (byte"),
+    (lambda p: (p.unlink(), p.mkdir()), "the lock path is a folder, not a lock file"),
+])
+def test_an_unreadable_lock_is_one_line(work, make, expected):
+    stacks, path, _ = work
+    make(path)
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: {re.escape(expected)}"):
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-lock"))
+
+
+def test_build_refuses_a_hand_edited_lock_before_any_work(work):
+    stacks, path, text = work
+    path.write_text(_recount(_drop_entry(text, "urllib3")))
+    proc = run_invoke("build", "--stack", "cpu-lock", "--stacks-file", str(stacks), "--dry-run", cwd=stacks.parent,
+                      timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == (f"error: {path}: stack 'cpu-lock': requests requires urllib3, which is not in the "
+                                   "lock: the lock was edited by hand; run invoke lock --stack cpu-lock")
+    assert not (stacks.parent / "build").exists()
+
+
+def test_lock_task_on_a_folder_is_one_line(work):
+    stacks, path, _ = work
+    path.unlink()
+    path.mkdir()
+    proc = run_invoke("lock", "--stack", "cpu-lock", "--stacks-file", str(stacks), cwd=stacks.parent, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: {path}: the lock path is a folder, not a lock file"
+
+
+# ---- pip check in the image's verify step -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broken_env(tmp_path_factory):
+    """A real venv (with pip) holding a distribution whose requirement is not installed, and imageinfo's
+    report of it: the script the image's last RUN step runs, run by that venv's Python."""
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    python = root / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    info = Path(site) / "needs_missing-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: needs-missing\nVersion: 1.0\n"
+                                   "Requires-Dist: not-installed-dep>=2\n")
+    (info / "RECORD").write_text("")
+    tools = REPO / "sglstack" / "inimage" / "incontainer"
+    proc = subprocess.run([str(python), str(tools / "imageinfo.py")], check=True, capture_output=True, text=True,
+                          timeout=300)
+    return json.loads(proc.stdout)
+
+
+def test_imageinfo_reports_pip_check_and_verify_refuses_it(broken_env, work):
+    stacks, _, _ = work
+    check = broken_env["pip_check"]
+    assert check["ran"] is True
+    assert check["problems"] == ["needs-missing 1.0 requires not-installed-dep, which is not installed."]
+    stack = load_matrix(stacks).get("cpu-lock")
+    assert pip_check_problems(stack, broken_env) == [
+        "pip check: needs-missing 1.0 requires not-installed-dep, which is not installed"]
+
+
+def test_pip_check_lines_a_stack_declares_are_not_findings(repo_root):
+    cu130 = load_matrix(repo_root / "stacks.yaml").get("cu130")
+    override = next(o for o in cu130.overrides if o.package == "flashinfer-python")
+    pin = override.pin.partition("==")[2]
+    info = {"pip_check": {"ran": True, "problems": [
+        f"sglang 0.5.9 has requirement {override.replaces}, but you have flashinfer-python {pin}.",
+        "sglang 0.5.9 has requirement xgrammar==0.1.27, but you have xgrammar 0.1.25.",
+    ]}}
+    assert pip_check_problems(cu130, info) == [
+        "pip check: sglang 0.5.9 has requirement xgrammar==0.1.27, but you have xgrammar 0.1.25"]
+    no_deps = load_matrix(FIXTURES / "stacks-lock.yaml").get("cpu-lock")  # sglang.install_deps: false
+    missing = {"pip_check": {"ran": True, "problems": ["sglang 0.5.9 requires torch, which is not installed."]}}
+    assert pip_check_problems(no_deps, missing) == []
+    assert pip_check_problems(no_deps, {"pip_check": {"ran": False, "error": "No module named pip"}}) == [
+        "pip check could not run in the image: No module named pip"]

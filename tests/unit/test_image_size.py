@@ -1,0 +1,241 @@
+"""The size report, the budget, what grew and the bytes a node re-pulls: pure, no Docker."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
+from sglstack.diff.compare import diff_to_json, print_diff, record_snapshot, snapshot_diff
+from sglstack.inimage.incontainer import imagefiles
+from sglstack.size.report import (
+    MB,
+    Layer,
+    copies_message,
+    layer_step,
+    layers_from_history,
+    over_budget,
+    pull_bytes,
+    recorded_size,
+    report_from,
+    report_text,
+    report_to_json,
+    size_changes,
+    size_summary,
+    undeclared_copies,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+
+# The engine's history of a serving image, newest first, as the API returns it (shortened from a real one).
+HISTORY = [
+    {"Size": 0, "CreatedBy": "LABEL io.sglstack.cuda=13.0"},
+    {"Size": 0, "CreatedBy": "EXPOSE map[30000/tcp:{}]"},
+    {"Size": 0, "CreatedBy": "WORKDIR /sgl-workspace"},
+    {"Size": 131847, "CreatedBy": "RUN /bin/bash -o pipefail -c site=\"$(python -c 'x')\" && python refresh-record"},
+    {"Size": 207344030, "CreatedBy": "RUN /bin/bash -o pipefail -c pip install --no-deps --no-cache-dir "
+                                     "/run/sglang-dist/sglang-*.whl # buildkit"},
+    {"Size": 5760144579, "CreatedBy": "RUN /bin/bash -o pipefail -c . /opt/sglstack/tools/pip-env.sh  && pip install "
+                                      "--no-deps --require-hashes -r /run/sglstack-lock/torch.txt # buildkit"},
+    {"Size": 533450022, "CreatedBy": "RUN /bin/bash -o pipefail -c apt-get update  && apt-get install -y "
+                                     "--no-install-recommends python3.11 g++ numactl  && rm -rf /var/lib/apt/lists/*"},
+    {"Size": 0, "CreatedBy": "ENV DEBIAN_FRONTEND=noninteractive"},
+    {"Size": 0, "CreatedBy": "SHELL [/bin/bash -o pipefail -c]"},
+    {"Size": 116667617, "CreatedBy": ""},
+]
+DIFF_IDS = [f"sha256:{i:064x}" for i in range(6)]
+
+
+def files_fact(packages=(), duplicates=(), same_name=()):
+    return {"files": 10, "bytes": 1, "packages": [list(p) for p in packages], "duplicates": list(duplicates),
+            "same_name": list(same_name)}
+
+
+def report(packages=(("torch", "2.14.1", 1_200 * MB, 10), ("sglang", "0.5.23", 207 * MB, 5)), duplicates=()):
+    layers = layers_from_history(HISTORY, DIFF_IDS)
+    return report_from("img:tag", "sha256:" + "a" * 64, 6_618 * MB, layers, files_fact(packages, duplicates), 1.5)
+
+
+def test_layers_leave_out_config_only_entries_and_match_rootfs_bottom_first():
+    layers = layers_from_history(HISTORY, DIFF_IDS)
+    assert [la.bytes for la in layers] == [116667617, 533450022, 5760144579, 207344030, 131847, 0]
+    assert [la.diff_id for la in layers] == DIFF_IDS
+    assert [la.step for la in layers][:4] == ["base image", "apt: python3.11 g++ numactl", "pip: lock part torch",
+                                              "pip: the SGLang wheel"]
+    assert layers[-1].step == "WORKDIR /sgl-workspace"  # BuildKit makes WORKDIR a layer: it is one of RootFS's
+
+
+def test_layers_keep_no_digest_when_history_and_rootfs_disagree():
+    layers = layers_from_history(HISTORY, DIFF_IDS[:5])
+    assert len(layers) == 6 and all(la.diff_id is None for la in layers)
+    # ... and a node holding everything still fetches them: an unknown layer is never taken as held
+    assert pull_bytes(DIFF_IDS, layers)[0] == sum(la.bytes for la in layers)
+
+
+@pytest.mark.parametrize("created_by,step", [
+    ("/bin/sh -c #(nop)  CMD [\"bash\"]", "CMD [\"bash\"]"),
+    ("COPY tools/ /opt/sglstack/tools/ # buildkit", "COPY tools/ /opt/sglstack/tools/"),
+    ("RUN |1 TARGETARCH=amd64 /bin/bash -o pipefail -c pip install -r /run/sglstack-lock/flashinfer.txt",
+     "pip: lock part flashinfer"),
+])
+def test_layer_step_names_what_a_layer_adds(created_by, step):
+    assert layer_step(created_by) == step
+
+
+def test_report_orders_packages_and_duplicates_by_room_taken():
+    dups = [{"sha256": "1" * 64, "bytes": 100, "paths": [["/b", None], ["/a", "x"]]},
+            {"sha256": "2" * 64, "bytes": 60, "paths": [["/c", "y"], ["/d", "y"], ["/e", "z"]]}]
+    rep = report(packages=(("small", "1", 5, 1), ("big", "1", 50, 1), ("Alpha", "1", 50, 1)), duplicates=dups)
+    assert [p[0] for p in rep.packages] == ["Alpha", "big", "small"]
+    assert [d.wasted for d in rep.duplicates] == [120, 100]  # 60 x 2 extra copies first
+    assert rep.duplicate_bytes == 220
+    data = report_to_json(rep, top=2)
+    assert [p["name"] for p in data["largest_packages"]] == ["Alpha", "big"] and data["packages"] == 3
+    assert data["duplicates"][0]["paths"][2] == {"path": "/e", "distribution": "z"}
+    text = report_text(rep)
+    assert "pip: lock part torch" in text and "220" not in text.split("taken twice")[1][:3]
+    assert "2 contents, 0.0 MB taken twice" in text
+
+
+def test_summary_and_growth_table_name_what_grew():
+    before = size_summary(report())
+    after = size_summary(report(packages=(("torch", "2.14.1", 1_500 * MB, 10), ("sglang", "0.5.23", 207 * MB, 5),
+                                          ("new-thing", "1.0", 40 * MB, 3))))
+    after["bytes"] += 340 * MB
+    after["layers"][2]["bytes"] += 340 * MB
+    rows = size_changes(before, after)
+    assert [r.what for r in rows] == ["image", "layer: pip: lock part torch", "package: torch", "package: new-thing"]
+    assert rows[0].delta == 340 * MB and rows[3].before is None
+    # unchanged parts (sglang) and changes under min_bytes are left out
+    assert all("sglang" not in r.what for r in rows)
+
+
+def test_budget_passes_under_and_fails_over_with_what_grew():
+    before = size_summary(report())
+    assert over_budget("s", before, 6.7, None) is None
+    grown = {**before, "bytes": before["bytes"] + 500 * MB, "packages": {**before["packages"], "torch": 1_700 * MB}}
+    verdict = over_budget("s", grown, 6.7, before)
+    assert verdict is not None
+    assert verdict.headline.startswith("stack 's': image is 7.118 GB, over its size budget (size.max_gb: 6.7) by 418.0")
+    assert "\n" not in verdict.headline
+    lines = verdict.table.splitlines()
+    assert lines[1].split() == ["image", "6.618", "7.118", "+500.0"]
+    assert lines[2].split() == ["package:", "torch", "1.200", "1.700", "+500.0"]
+    first = over_budget("s", grown, 6.7, None)
+    assert first is not None and "no earlier build" in first.headline
+    assert first.table.splitlines()[1].split()[:3] == ["layer:", "pip:", "lock"]  # the torch layer, largest
+
+
+def test_recorded_size_only_from_a_record_of_that_stack():
+    summary = size_summary(report())
+    assert recorded_size({"stack": "a", "size": summary}, "a") == summary
+    assert recorded_size({"stack": "b", "size": summary}, "a") is None
+    assert recorded_size({"stack": "a"}, "a") is None  # a record from before sizes were recorded
+    assert recorded_size(["not", "a", "record"], "a") is None
+
+
+def test_pull_bytes_counts_only_layers_the_node_lacks():
+    old = layers_from_history(HISTORY, DIFF_IDS)
+    new = (*old[:4], Layer(4, 140_000, "RUN refresh-record", "sha256:" + "f" * 64), old[5])
+    fetched, which = pull_bytes([la.diff_id for la in old if la.diff_id], new)
+    assert fetched == 140_000 and [la.index for la in which] == [4]
+
+
+def test_size_budget_in_the_schema(tmp_path):
+    text = CPU_MATRIX.read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: 0.5}\n", 1))
+    assert load_matrix(good).get("cpu-test").size.max_gb == 0.5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: -1}\n", 1))
+    with pytest.raises(ConfigError) as err:
+        load_matrix(bad)
+    assert "max_gb" in str(err.value) and "cpu-test" in str(err.value)
+
+
+def test_diff_of_two_records_shows_the_size_change():
+    a = {"stack": "s", "config_hash": "1" * 64, "size": size_summary(report())}
+    b = {"stack": "s", "config_hash": "2" * 64,
+         "size": {**size_summary(report()), "bytes": size_summary(report())["bytes"] - 235 * MB,
+                  "packages": {"torch": 1_200 * MB, "sglang": 207 * MB}}}
+    b["size"]["packages"]["nvidia-cutlass-dsl-libs-cu12"] = 0
+    diff = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(b, "b.json"))
+    assert diff.size[0].what == "image" and diff.size[0].delta == -235 * MB
+    data = diff_to_json(diff)
+    assert data["size"][0] == {"what": "image", "before": 6_618 * MB, "after": 6_383 * MB, "delta": -235 * MB}
+    same = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(a, "a2.json"))
+    assert same.size == ()
+
+
+def test_imagefiles_finds_copies_by_content_and_one_library_name_twice(tmp_path):
+    payload = bytes(range(256)) * 400  # 100 KiB, over the duplicate threshold
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "libfoo.so").write_bytes(payload)
+    (tmp_path / "b" / "copy.bin").write_bytes(payload)
+    (tmp_path / "b" / "libfoo.so").write_bytes(payload[::-1] + b"x")  # same name, another build
+    (tmp_path / "b" / "small").write_bytes(b"x" * 10)
+    (tmp_path / "b" / "small2").write_bytes(b"x" * 10)  # a copy below the threshold: not reported
+    (tmp_path / "a" / "hard").hardlink_to(tmp_path / "a" / "libfoo.so")  # one file on disk, not a copy
+    # Python extension modules share names across packages (pandas' and pyarrow's `lib`): not libraries
+    (tmp_path / "a" / "lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"pandas")
+    (tmp_path / "b" / "lib.cpython-311-x86_64-linux-gnu.so").write_bytes(b"pyarrow")
+    data = json.loads(json.dumps(imagefiles.scan(str(tmp_path))))
+    assert data["files"] == 7
+    assert [[p for p, _ in d["paths"]] for d in data["duplicates"]] == [
+        [str(tmp_path / "a" / "libfoo.so"), str(tmp_path / "b" / "copy.bin")]]
+    assert [s["name"] for s in data["same_name"]] == ["libfoo.so"]
+    assert [p[2] for p in data["same_name"][0]["paths"]] == [len(payload), len(payload) + 1]
+
+
+def test_each_cuda_library_once_beside_the_declared_copies():
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    files = files_fact(same_name=[
+        {"name": "libnccl_m2n.so", "paths": [[site + "nccl/m2n/lib/cu12/libnccl_m2n.so", "nccl-extensions", 30],
+                                             [site + "nccl/m2n/lib/cu13/libnccl_m2n.so", "nccl-extensions", 31]]},
+        {"name": "libcublas.so.13", "paths": [["/usr/local/cuda/lib64/libcublas.so.13", None, 500],
+                                              [site + "nvidia/cu13/lib/libcublas.so.13", "nvidia-cublas", 600]]},
+        {"name": "libgfortran.so.5", "paths": [[site + "numpy.libs/libgfortran.so.5", "numpy", 3],
+                                               [site + "scipy.libs/libgfortran.so.5", "scipy", 4]]},  # not CUDA
+    ])
+    rep = report_from("i", "sha256:" + "b" * 64, 1, (), files)
+    assert [c.name for c in undeclared_copies(rep.same_name, [])] == ["libcublas.so.13", "libnccl_m2n.so"]
+    left = undeclared_copies(rep.same_name, ["nccl/*/lib/cu12/*"])
+    assert [c.name for c in left] == ["libcublas.so.13"]  # a devel base's cuBLAS beside the wheel's: no glob fits
+    message = copies_message("cu130", left)
+    assert message == ("stack 'cu130': 1 CUDA library is in the image in more than one build: libcublas.so.13 at "
+                       "usr/local/cuda/lib64/libcublas.so.13, nvidia/cu13/lib/libcublas.so.13 (declare an accepted "
+                       "copy under size.library_copies with its reason)")
+    assert undeclared_copies(rep.same_name, ["nccl/*/lib/cu12/*", "nvidia/cu13/lib/libcublas*"]) == []
+
+
+def test_library_copies_in_the_schema_need_a_reason(tmp_path):
+    text = CPU_MATRIX.read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size:\n      library_copies:\n"
+                                 "        - {file: 'nccl/*/lib/cu12/*', reason: 'one wheel, both CUDAs'}\n", 1))
+    policy = load_matrix(good).get("cpu-test").size
+    assert policy.max_gb is None and [c.file for c in policy.library_copies] == ["nccl/*/lib/cu12/*"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size:\n      library_copies:\n"
+                                "        - {file: 'nccl/*'}\n", 1))
+    with pytest.raises(ConfigError) as err:
+        load_matrix(bad)
+    assert "reason" in str(err.value) and "cpu-test" in str(err.value)
+
+
+def test_diff_of_otherwise_identical_records_still_says_the_size_change():
+    a = {"stack": "s", "config_hash": "1" * 64, "size": size_summary(report())}
+    b = {**a, "size": {**a["size"], "bytes": a["size"]["bytes"] + 29}}
+    diff = snapshot_diff(record_snapshot(a, "a.json"), record_snapshot(b, "b.json"))
+    assert diff.identical  # size is a consequence of what diff compares, never a difference by itself
+    out = io.StringIO()
+    print_diff(diff, Console(file=out, width=200, color_system=None))
+    printed = out.getvalue()
+    assert "no difference" in printed and f"size: {6_618 * MB} -> {6_618 * MB + 29} bytes (+29)" in printed

@@ -1,0 +1,242 @@
+"""The registry client without Docker: credentials, retries, permanent failures, against in-test servers
+(the real distribution registry's cases are tests/e2e/test_registry_client_real.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from engine_refs import free_port
+
+from sglstack.core.errors import RegistryError
+from sglstack.registry.auth import Credentials, resolve_credentials
+from sglstack.registry.client import RegistryAuthError, RegistryClient, compute_digest
+
+
+def _config(tmp_path, data):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_environment_credentials_win(tmp_path):
+    cfg = _config(tmp_path, {"auths": {"r.example:5000": {"auth": base64.b64encode(b"a:b").decode()}}})
+    creds = resolve_credentials(
+        "r.example:5000", env={"SGLSTACK_REGISTRY_USER": "u", "SGLSTACK_REGISTRY_PASSWORD": "p"}, config_path=cfg
+    )
+    assert (creds.username, creds.password) == ("u", "p")
+    assert "SGLSTACK_REGISTRY_USER" in creds.source
+
+
+def test_docker_config_auths_base64_and_plain(tmp_path):
+    cfg = _config(
+        tmp_path,
+        {
+            "auths": {
+                "https://r.example:5000/v2/": {"auth": base64.b64encode(b"ci-bot:pa:ss").decode()},
+                "other.example": {"username": "me", "password": "pw"},
+                "tok.example": {"identitytoken": "refresh-123"},
+            }
+        },
+    )
+    creds = resolve_credentials("r.example:5000", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("ci-bot", "pa:ss")
+    assert resolve_credentials("other.example", env={}, config_path=cfg).password == "pw"
+    token = resolve_credentials("tok.example", env={}, config_path=cfg)
+    assert token.identity_token and token.docker_auth_config("tok.example") == {
+        "identitytoken": "refresh-123",
+        "serveraddress": "tok.example",
+    }
+    assert resolve_credentials("unknown.example", env={}, config_path=cfg) is None
+
+
+def test_docker_hub_keys(tmp_path):
+    cfg = _config(tmp_path, {"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"h:p").decode()}}})
+    assert resolve_credentials("docker.io", env={}, config_path=cfg).username == "h"
+
+
+def test_docker_config_dir_from_env(tmp_path):
+    _config(tmp_path, {"auths": {"r.example": {"auth": base64.b64encode(b"x:y").decode()}}})
+    assert resolve_credentials("r.example", env={"DOCKER_CONFIG": str(tmp_path)}).username == "x"
+
+
+def test_credential_helper_is_run(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    helper = bindir / "docker-credential-sgltest"
+    helper.write_text(
+        "#!/bin/sh\nread server\n"
+        'if [ "$server" = r.example ]; then\n'
+        '  printf \'{"ServerURL":"%s","Username":"helper-user","Secret":"helper-secret"}\' '
+        "\"$server\"\nelse echo 'credentials not found in native keychain'; exit 1; fi\n"
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    cfg = _config(
+        tmp_path,
+        {
+            "credHelpers": {"r.example": "sgltest"},
+            "credsStore": "sgltest",
+            "auths": {"s.example": {"auth": base64.b64encode(b"file:pw").decode()}},
+        },
+    )
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("helper-user", "helper-secret")
+    assert "docker-credential-sgltest" in creds.source
+    # The store has nothing for s.example: the auths entry is used.
+    assert resolve_credentials("s.example", env={}, config_path=cfg).username == "file"
+
+
+def test_missing_helper_and_bad_auth_fail_in_one_line(tmp_path):
+    cfg = _config(tmp_path, {"credHelpers": {"r.example": "does-not-exist-anywhere"}})
+    with pytest.raises(RegistryError, match=r"registry r.example: credential helper .* not installed"):
+        resolve_credentials("r.example", env={}, config_path=cfg)
+    cfg = _config(tmp_path, {"auths": {"r.example": {"auth": base64.b64encode(b"nocolon").decode()}}})
+    with pytest.raises(RegistryError, match="not base64 user:password"):
+        resolve_credentials("r.example", env={}, config_path=cfg)
+
+
+def test_a_default_store_that_is_not_installed_leaves_the_config_entries(tmp_path):
+    cfg = _config(
+        tmp_path,
+        {"credsStore": "desktop-not-here", "auths": {"r.example": {"auth": base64.b64encode(b"u:p").decode()}}},
+    )
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert (creds.username, creds.password) == ("u", "p") and creds.source.startswith("Docker config")
+    assert resolve_credentials("s.example", env={}, config_path=cfg) is None
+
+
+def test_an_identity_token_from_a_credential_helper(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    helper = bindir / "docker-credential-sgltok"
+    helper.write_text('#!/bin/sh\nread server\nprintf \'{"Username":"<token>","Secret":"refresh-xyz"}\'\n')
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    cfg = _config(tmp_path, {"credHelpers": {"r.example": "sgltok"}})
+    creds = resolve_credentials("r.example", env={}, config_path=cfg)
+    assert creds.identity_token and creds.password == "refresh-xyz"
+    assert creds.docker_auth_config("r.example") == {"identitytoken": "refresh-xyz", "serveraddress": "r.example"}
+
+
+def test_a_docker_config_that_is_not_json_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    with pytest.raises(RegistryError, match=r"^registry r.example: cannot read Docker config .*: JSONDecodeError$"):
+        resolve_credentials("r.example", env={}, config_path=path)
+
+
+def test_credentials_never_show_in_repr():
+    creds = Credentials("user", "hunter2-secret", "test")
+    assert "hunter2-secret" not in repr(creds)
+    assert "hunter2-secret" not in repr(RegistryClient("127.0.0.1:1", credentials=creds))
+
+
+# ---- retries ----------------------------------------------------------------------------------------
+
+
+class _Scripted:
+    """An HTTP server answering /v2/ from a script of status codes (then 200), counting requests."""
+
+    def __init__(self, statuses, headers=None):
+        self.statuses, self.seen = list(statuses), 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                owner.seen += 1
+                status = owner.statuses.pop(0) if owner.statuses else 200
+                body = b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' if status != 200 else b"{}"
+                self.send_response(status)
+                self.send_header("Docker-Distribution-Api-Version", "registry/2.0")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = _answer
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client(self, **kw):
+        return RegistryClient(f"127.0.0.1:{self.port}", **kw)
+
+
+def test_transient_5xx_is_retried_with_bounded_backoff():
+    server = _Scripted([503, 502])
+    delays = []
+    server.client(sleep=delays.append, backoff_s=0.5).ping()
+    assert server.seen == 3
+    assert delays == [0.5, 1.0]
+    server.server.shutdown()
+
+
+def test_retries_are_bounded_and_the_error_names_the_registry():
+    server = _Scripted([500] * 10)
+    delays = []
+    with pytest.raises(RegistryError) as err:
+        server.client(sleep=delays.append, attempts=4, backoff_s=1, max_backoff_s=2).ping()
+    assert server.seen == 4 and delays == [1, 2, 2]
+    assert f"registry 127.0.0.1:{server.port}" in str(err.value) and "after 4 attempts" in str(err.value)
+    server.server.shutdown()
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_permanent_errors_fail_at_once(status):
+    server = _Scripted([status] * 5, headers={"WWW-Authenticate": 'Basic realm="x"'} if status == 401 else None)
+    delays = []
+    client = server.client(sleep=delays.append)
+    if status == 404:
+        assert client.manifest_digest("a/b", "missing") is None
+    else:
+        with pytest.raises(RegistryAuthError, match=f"registry 127.0.0.1:{server.port}"):
+            client.ping()
+    assert server.seen == 1 and delays == []
+    server.server.shutdown()
+
+
+
+
+
+
+
+
+def test_a_200_that_is_not_json_names_the_registry_and_the_request():
+    class Garbled(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b"<html>down for maintenance</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RegistryError) as err:
+            RegistryClient(f"127.0.0.1:{port}").list_tags("team/app")
+    finally:
+        server.shutdown()
+    assert str(err.value) == (
+        f"registry 127.0.0.1:{port}: GET /v2/team/app/tags/list answered HTTP 200 with a body that is not JSON "
+        "(text/html, 33 bytes)"
+    )
+
+
+def test_compute_digest():
+    assert compute_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

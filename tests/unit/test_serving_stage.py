@@ -1,0 +1,55 @@
+"""The serving stage of every stack, as rendered, keeps nothing of the build: no pip or apt cache, no
+package lists, no SGLang source tree or downloaded wheel (no Docker: read from the rendered Dockerfiles)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sglstack.config.matrix import load_matrix
+from sglstack.lock.file import lock_for_build
+from sglstack.render.dockerfile import render_dockerfile
+from sglstack.size.cudacopies import serving_stage
+
+REPO = Path(__file__).resolve().parents[2]
+STACKS = REPO / "stacks.yaml"
+
+
+def instructions(stage: str) -> list[str]:
+    """Each RUN/COPY/ADD with its continuation lines joined (comments left out)."""
+    out: list[str] = []
+    current: list[str] = []
+    for line in stage.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        if current or re.match(r"^(RUN|COPY|ADD)\b", line):
+            current.append(line)
+            if not line.rstrip().endswith("\\"):
+                out.append(" ".join(part.rstrip("\\ ").strip() for part in current))
+                current = []
+    return out
+
+
+@pytest.mark.parametrize("name", load_matrix(STACKS).names())
+def test_serving_stage_keeps_nothing_of_the_build(name):
+    stack = load_matrix(STACKS).get(name)
+    _, stage = serving_stage(render_dockerfile(stack, lock_for_build(STACKS, stack)))
+    steps = instructions(stage)
+    assert any("pip install" in s for s in steps)
+    for step in steps:
+        if "pip install" in step:  # pip's cache lives in a BuildKit cache mount, or is not written at all
+            assert "--mount=type=cache,target=/root/.cache/pip" in step or "--no-cache-dir" in step, step
+        if "apt-get update" in step:  # the package lists go in the same layer that fetched them
+            assert step.endswith("rm -rf /var/lib/apt/lists/*") or "rm -rf /var/lib/apt/lists/* &&" in step, step
+        assert "pip download" not in step and "git clone" not in step, step
+        if step.startswith("COPY --from="):  # only the src stage's outputs, never its tree or its wheel
+            assert re.match(r"^COPY --from=sglang-src /out/", step), step
+    # the SGLang wheel reaches the serving stage through a bind mount, not a layer
+    assert any("--mount=type=bind,from=sglang-src,source=/src/dist" in s for s in steps)
+
+
+def test_instructions_joins_continuations():
+    stage = "FROM x AS runtime\nRUN a \\\n && b\n# note\nCOPY y /z\n"
+    assert instructions(stage) == ["RUN a && b", "COPY y /z"]

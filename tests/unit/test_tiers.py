@@ -1,0 +1,95 @@
+"""The tiers' marks come from what a test uses: a Docker (or registry) fixture marks it `docker`, a PyPI
+fixture `network`, living in tests/e2e/ `docker`; so the fast tier (-m "not docker and not network and not
+slow") never starts an engine, whatever the test's author remembered to write."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import conftest
+import pytest
+
+from sglstack.cli.testing import FAST_TIER, pytest_argv
+
+FAKE_CONFTEST = f"""
+import importlib.util
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("tiers_under_test", {str(Path(conftest.__file__))!r})
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+pytest_collection_modifyitems = _real.pytest_collection_modifyitems
+
+
+@pytest.fixture
+def docker_client():
+    raise AssertionError("a deselected test's fixture ran")
+
+
+@pytest.fixture
+def plain_registry(docker_client):
+    return None
+
+
+@pytest.fixture
+def ca_bundle():
+    return None
+"""
+
+
+def test_a_docker_fixture_marks_the_test_directly_through_another_fixture_and_by_usefixtures(pytester):
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n")
+    pytester.makeconftest(FAKE_CONFTEST)
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        def test_direct(docker_client): pass
+
+        def test_through_a_registry(plain_registry): pass
+
+        @pytest.mark.usefixtures("docker_client")
+        def test_by_usefixtures(): pass
+
+        def test_pypi(ca_bundle): pass
+
+        def test_in_process(tmp_path): pass
+    """)
+    result = pytester.runpytest_inprocess("-q", "-m", FAST_TIER, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, deselected=4)
+    result = pytester.runpytest_inprocess("-q", "-m", "docker", "--collect-only", "-p", "no:cacheprovider")
+    selected = {line.split("::")[-1] for line in result.outlines if "::" in line}
+    assert selected == {"test_direct", "test_through_a_registry", "test_by_usefixtures"}
+
+
+@pytest.mark.parametrize(("where", "fixtures", "marks"), [
+    ("unit", set(), []),
+    ("cli", {"tmp_path"}, []),
+    ("e2e", set(), ["docker"]),
+    ("unit", {"docker_cli"}, ["docker"]),
+    ("unit", {"tiny_image"}, ["docker"]),
+    ("cli", {"cuobjdump_tool"}, ["network"]),
+    ("e2e", {"ca_bundle", "sglang_double_image"}, ["docker", "network"]),
+])
+def test_the_marks_follow_the_folder_and_the_fixtures(where, fixtures, marks):
+    assert conftest.tier_marks(conftest.TESTS / where / "test_x.py", fixtures) == marks
+
+
+def test_no_collected_test_that_uses_the_engine_is_left_unmarked(request):
+    """Over whatever this session collected (the whole suite under `invoke test --all`)."""
+    for item in request.session.items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & conftest.DOCKER_FIXTURES or Path(str(item.path)).is_relative_to(conftest.E2E):
+            assert item.get_closest_marker("docker") is not None, item.nodeid
+
+
+def test_the_fast_tier_is_unit_and_cli_in_parallel_and_all_is_every_tier():
+    command = pytest_argv(all_tiers=False, extra=(), workers=2)
+    assert command[:3] == [sys.executable, "-m", "pytest"]
+    fast = command[3:]
+    assert fast[fast.index("-m") + 1] == FAST_TIER
+    assert fast[fast.index("-n") + 1] == "2"
+    assert "tests/unit" in fast and "tests/cli" in fast and "tests/e2e" not in fast
+    every = pytest_argv(all_tiers=True, extra=("-k", "render"), workers=2)[3:]
+    assert "-m" not in every and every[-2:] == ["-k", "render"]
