@@ -157,14 +157,7 @@ def release(
     out.print(f"{stack.name}: smoke-testing {image}")
     passed, report, report_path = _smoke_candidate(stack, image, digest, smoke_opts, docker_host, build_dir, smoke)
     if not passed:
-        append_records(
-            records,
-            [
-                tag_record("smoke-failed", stack, repo, tags.candidate, "candidate", digest, config_hash,
-                           smoke_report=str(report_path))
-            ],
-        )
-        _print_smoke_failure(out, stack, repo, tags, report, report_path)
+        _record_smoke_failure(out, stack, repo, tags, digest, config_hash, records, report, report_path)
         return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path)
 
     if attest is not None:
@@ -209,9 +202,18 @@ def _smoke_candidate(
     return passed, report, report_path
 
 
-def _print_smoke_failure(
-    out: Console, stack: Stack, repo: Repository, tags: ReleaseTags, report: dict[str, Any], report_path: Path
+def _record_smoke_failure(
+    out: Console, stack: Stack, repo: Repository, tags: ReleaseTags, digest: str, config_hash: str, records: Path,
+    report: dict[str, Any], report_path: Path,
 ) -> None:
+    """Record the failed smoke and say which gates failed; the candidate stays, no release tag moves."""
+    append_records(
+        records,
+        [
+            tag_record("smoke-failed", stack, repo, tags.candidate, "candidate", digest, config_hash,
+                       smoke_report=str(report_path))
+        ],
+    )
     for failure in report.get("failures") or []:
         out.print(f"  FAIL {failure}", markup=False, highlight=False)
     out.print(

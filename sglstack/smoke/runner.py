@@ -1,4 +1,5 @@
-"""The side effects of a smoke run: the image, the two server containers, the requests, history, report.
+"""The side effects of a smoke run: the two servers, the requests, history, report (what it serves,
+the image or the Python environment, is read in `subject`).
 
 Each server runs in `running_container`, which removes it on success, failure, Ctrl-C, SIGTERM and
 SIGHUP (the tasks turn those signals into `Interrupted`). The report, history and build folder are checked
