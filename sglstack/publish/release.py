@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
+from rich.console import Console
 
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository
@@ -141,19 +142,8 @@ def release(
     client = RegistryClient.from_environment(repo.registry)
     records = records_path(build_dir)
     client.ping()
-    if not force:
-        found = already_published(client, repo, stack, config_hash)
-        if found and unresolved_partial(read_records(records), stack, repo, found[1]):
-            raise PublishError(
-                f"stack '{stack.name}': the promotion of {repo.ref(found[1])} was left partial (see {records}); "
-                f"finish it with `invoke publish --stack {stack.name} --digest {found[1]}`"
-            )
-        if found:
-            out.print(
-                f"{stack.name}: config {config_hash[:12]} is already published as {repo.ref(found[0])} "
-                f"({found[1]}); nothing to do (--force publishes it again)"
-            )
-            return ReleaseResult(digest=None, tags=tags, published=False, smoke_report=None)
+    if not force and _already_released(out, client, repo, stack, config_hash, records):
+        return ReleaseResult(digest=None, tags=tags, published=False, smoke_report=None)
 
     out.print(f"{stack.name}: pushing candidate {repo.ref(tags.candidate)}")
     digest = push_candidate(docker_client(docker_host), image_ref, repo, tags.candidate, client)
@@ -165,6 +155,43 @@ def release(
 
     image = repo.ref(digest)
     out.print(f"{stack.name}: smoke-testing {image}")
+    passed, report, report_path = _smoke_candidate(stack, image, digest, smoke_opts, docker_host, build_dir, smoke)
+    if not passed:
+        _record_smoke_failure(out, stack, repo, tags, digest, config_hash, records, report, report_path)
+        return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path)
+
+    if attest is not None:
+        _attest_candidate(out, attest, client, repo, stack, tags, digest, config_hash, records)
+    promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
+                     moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
+    out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))
+    return ReleaseResult(digest=digest, tags=tags, published=True, smoke_report=report_path)
+
+
+def _already_released(
+    out: Console, client: RegistryClient, repo: Repository, stack: Stack, config_hash: str, records: Path
+) -> bool:
+    """True (said on the console) when this config is already published; an error when its promotion was left
+    partial (it is finished with `invoke publish`, not pushed again)."""
+    found = already_published(client, repo, stack, config_hash)
+    if found and unresolved_partial(read_records(records), stack, repo, found[1]):
+        raise PublishError(
+            f"stack '{stack.name}': the promotion of {repo.ref(found[1])} was left partial (see {records}); "
+            f"finish it with `invoke publish --stack {stack.name} --digest {found[1]}`"
+        )
+    if found:
+        out.print(
+            f"{stack.name}: config {config_hash[:12]} is already published as {repo.ref(found[0])} "
+            f"({found[1]}); nothing to do (--force publishes it again)"
+        )
+    return bool(found)
+
+
+def _smoke_candidate(
+    stack: Stack, image: str, digest: str, smoke_opts: Sequence[str], docker_host: str | None,
+    build_dir: Path | None, smoke: SmokeRunner | None,
+) -> tuple[bool, dict[str, Any], Path]:
+    """Smoke the candidate by digest; (passed, report, where the report was kept under the publish folder)."""
     if smoke is None:
         passed, report = run_real_smoke(stack, image, smoke_opts, docker_host=docker_host)
     else:
@@ -172,37 +199,45 @@ def release(
     report_path = publish_dir(build_dir) / "smoke" / f"{stack.name}-{digest[7:19]}-{utc_timestamp()}.json"
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps({"image": image, "passed": passed, "report": report}, indent=2, default=str))
-    if not passed:
-        append_records(
-            records,
-            [
-                tag_record("smoke-failed", stack, repo, tags.candidate, "candidate", digest, config_hash,
-                           smoke_report=str(report_path))
-            ],
-        )
-        for failure in report.get("failures") or []:
-            out.print(f"  FAIL {failure}", markup=False, highlight=False)
-        out.print(
-            f"{stack.name}: smoke FAILED ({report_path}); no release tag moved, candidate "
-            f"{repo.ref(tags.candidate)} kept for inspection"
-        )
-        return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path)
+    return passed, report, report_path
 
-    if attest is not None:
-        try:
-            summary = attest(client, repo, digest)
-        except BaseException as exc:
-            append_records(records, [tag_record("attest-failed", stack, repo, tags.candidate, "candidate", digest,
-                                                config_hash, cause=str(exc).splitlines()[0] if str(exc) else
-                                                type(exc).__name__)])
-            if isinstance(exc, Exception):
-                raise PublishError(f"stack '{stack.name}': attaching the attestations to {image} failed, no release "
-                                   f"tag moved (candidate {repo.ref(tags.candidate)} kept): {exc}") from None
-            raise
-        append_records(records, [tag_record("attested", stack, repo, tags.candidate, "candidate", digest,
-                                            config_hash, summary=summary)])
-        out.print(f"{stack.name}: {summary}", markup=False, highlight=False)
-    promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
-                     moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
-    out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))
-    return ReleaseResult(digest=digest, tags=tags, published=True, smoke_report=report_path)
+
+def _record_smoke_failure(
+    out: Console, stack: Stack, repo: Repository, tags: ReleaseTags, digest: str, config_hash: str, records: Path,
+    report: dict[str, Any], report_path: Path,
+) -> None:
+    """Record the failed smoke and say which gates failed; the candidate stays, no release tag moves."""
+    append_records(
+        records,
+        [
+            tag_record("smoke-failed", stack, repo, tags.candidate, "candidate", digest, config_hash,
+                       smoke_report=str(report_path))
+        ],
+    )
+    for failure in report.get("failures") or []:
+        out.print(f"  FAIL {failure}", markup=False, highlight=False)
+    out.print(
+        f"{stack.name}: smoke FAILED ({report_path}); no release tag moved, candidate "
+        f"{repo.ref(tags.candidate)} kept for inspection"
+    )
+
+
+def _attest_candidate(
+    out: Console, attest: Attester, client: RegistryClient, repo: Repository, stack: Stack, tags: ReleaseTags,
+    digest: str, config_hash: str, records: Path,
+) -> None:
+    """Attach the attestations to the tested digest, recorded either way; a failure (or Ctrl-C, SIGTERM) is
+    recorded and moves no release tag."""
+    try:
+        summary = attest(client, repo, digest)
+    except BaseException as exc:
+        append_records(records, [tag_record("attest-failed", stack, repo, tags.candidate, "candidate", digest,
+                                            config_hash, cause=str(exc).splitlines()[0] if str(exc) else
+                                            type(exc).__name__)])
+        if isinstance(exc, Exception):
+            raise PublishError(f"stack '{stack.name}': attaching the attestations to {repo.ref(digest)} failed, no "
+                               f"release tag moved (candidate {repo.ref(tags.candidate)} kept): {exc}") from None
+        raise
+    append_records(records, [tag_record("attested", stack, repo, tags.candidate, "candidate", digest,
+                                        config_hash, summary=summary)])
+    out.print(f"{stack.name}: {summary}", markup=False, highlight=False)

@@ -203,47 +203,14 @@ _MEASURE: dict[str, type] = {
 def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     """Options from the stack's `serving:` and `smoke:` (if any) with CLI-named overrides; None = not given."""
     given = {k: v for k, v in overrides.items() if v is not None and k not in _IGNORED}
-    known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
-    known |= {"env", "mounts", "extra_args", "kinds"}
-    known.discard("serving")
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise SmokeError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-
-    where = f"stack '{stack.name}'" if stack is not None else "the options"
+    _check_known(given)
     kinds = parse_kinds(given.pop("kinds")) if "kinds" in given else RUN_KINDS
-    for key in ("model", "draft_model") if "eagle3" in kinds else ("model",):
-        has = given.get(key) or (stack is not None and _stack_has(stack, key))
-        if not has:
-            flag = "--" + key.replace("_", "-")
-            raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
-
-    try:
-        serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
-                   if key in given}
-        measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
-        switches = ("no_history", "pull", "skip_preflight", "flush_cache")
-        flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
-    except ValueError as exc:
-        raise SmokeError(f"invalid smoke option: {exc}") from None
-    if "env" in given:
-        serving["env"] = parse_pairs(given.pop("env"), "--env")
-    if "mounts" in given:
-        serving["mounts"] = tuple(parse_mounts(given.pop("mounts")))
-    if "extra_args" in given:
-        extra = given.pop("extra_args")
-        serving["extra_args"] = tuple(extra.split() if isinstance(extra, str) else extra)
+    _require_models(stack, given, kinds)
+    serving, measure, flags = _read_typed(given)
+    serving.update(_read_serving_lists(given))
     labels = parse_pairs(given.pop("labels"), "--label") if "labels" in given else {}
-
     settings = stack.smoke if stack is not None else None
-    gates = settings.gates if settings is not None else Gates()
-    gate_updates = {k: given.pop(k) for k in _GATE_KEYS if k in given}
-    try:
-        gates = Gates(**{**gates.model_dump(), **{k: float(v) for k, v in gate_updates.items()}})
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        raise SmokeError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
-
+    gates = _gates(settings.gates if settings is not None else Gates(), given)
     try:
         spec = serving_spec(stack, ServingOverrides(**serving))
     except ServingError as exc:
@@ -255,13 +222,74 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     }
     settled: dict[str, Any] = {**defaults, **measure, **flags, **given}
     opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, kinds=kinds, **settled)
+    _check_bounds(opts)
+    check_runner(opts.runner, opts.python_env)
+    return opts
+
+
+def _check_known(given: Mapping[str, Any]) -> None:
+    """Every option is one smoke knows (one line listing the known ones if not)."""
+    known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
+    known |= {"env", "mounts", "extra_args", "kinds"}
+    known.discard("serving")
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise SmokeError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
+def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
+    """A model (and, when EAGLE-3 runs, a draft model) comes from the options or the stack."""
+    where = f"stack '{stack.name}'" if stack is not None else "the options"
+    for key in ("model", "draft_model") if "eagle3" in kinds else ("model",):
+        has = given.get(key) or (stack is not None and _stack_has(stack, key))
+        if not has:
+            flag = "--" + key.replace("_", "-")
+            raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
+
+
+def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, bool]]:
+    """The serving, measuring and on/off options, each read as its type and taken out of `given`."""
+    try:
+        serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
+                   if key in given}
+        measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
+        switches = ("no_history", "pull", "skip_preflight", "flush_cache")
+        flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
+    except ValueError as exc:
+        raise SmokeError(f"invalid smoke option: {exc}") from None
+    return serving, measure, flags
+
+
+def _read_serving_lists(given: dict[str, Any]) -> dict[str, Any]:
+    """--env, --mount and the extra server arguments, taken out of `given` as serving overrides."""
+    serving: dict[str, Any] = {}
+    if "env" in given:
+        serving["env"] = parse_pairs(given.pop("env"), "--env")
+    if "mounts" in given:
+        serving["mounts"] = tuple(parse_mounts(given.pop("mounts")))
+    if "extra_args" in given:
+        extra = given.pop("extra_args")
+        serving["extra_args"] = tuple(extra.split() if isinstance(extra, str) else extra)
+    return serving
+
+
+def _gates(gates: Gates, given: dict[str, Any]) -> Gates:
+    """The stack's gates (or the defaults) with the gate options taken out of `given` laid over them."""
+    gate_updates = {k: given.pop(k) for k in _GATE_KEYS if k in given}
+    try:
+        return Gates(**{**gates.model_dump(), **{k: float(v) for k, v in gate_updates.items()}})
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise SmokeError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
+
+
+def _check_bounds(opts: SmokeOptions) -> None:
+    """The counts are at least 1 and the request timeout is positive."""
     for name in ("concurrency", "num_prompts", "max_new_tokens", "runs"):
         if getattr(opts, name) < 1:
             raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
     if not opts.request_timeout > 0:
         raise SmokeError(f"smoke option request_timeout must be > 0 (got {opts.request_timeout})")
-    check_runner(opts.runner, opts.python_env)
-    return opts
 
 
 def check_runner(runner: str, python_env: str | None) -> None:

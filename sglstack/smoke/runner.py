@@ -1,4 +1,5 @@
-"""The side effects of a smoke run: the image, the two server containers, the requests, history, report.
+"""The side effects of a smoke run: the two servers, the requests, history, report (what it serves,
+the image or the Python environment, is read in `subject`).
 
 Each server runs in `running_container`, which removes it on success, failure, Ctrl-C, SIGTERM and
 SIGHUP (the tasks turn those signals into `Interrupted`). The report, history and build folder are checked
@@ -7,7 +8,6 @@ for writability before the first server starts, not found unwritable after an ho
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -22,25 +22,16 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 
-from ..adapters.docker import (
-    docker_client,
-    docker_host_address,
-    is_local_docker_host,
-    local_image,
-    running_container,
-)
+from ..adapters.docker import docker_host_address, is_local_docker_host, running_container
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
-from ..config.imageref import registry_digest
 from ..config.schema import Stack
-from ..core.errors import SmokeError
 from ..core.records import require_writable, utc_timestamp
 from ..diff.snapshots import local_snapshot
-from ..preflight.gate import require_ready
 from ..serving import check_mount_sources
 from . import history as hist
 from .client import Generation, SGLangClient
-from .gates import evaluate
+from .gates import Verdict, evaluate
 from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info, agreement
 from .plan import (
     RUN_KINDS,
@@ -49,12 +40,12 @@ from .plan import (
     SmokeOptions,
     check_secret_references,
     container_plan,
-    env_interpreter,
     process_plan,
     redact_argv,
 )
 from .report import SmokeReport, write_report
 from .since import since_last_pass
+from .subject import check_what_to_serve, open_what_to_serve
 from .workload import prompt_set, run_phase, warm_up
 
 NAME_PREFIX = "sglstack-smoke"
@@ -89,16 +80,9 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     """Serve `image` (or, with the process runner, the Python environment) as a baseline and as an EAGLE-3
     server, measure both, gate, record, report."""
     log = log or _stderr
-    process = options.runner == "process"
-    if process:
-        # Decided before anything starts: a wrong path is one line, not a server that never comes up.
-        interpreter = require_interpreter(options)
-        if image:
-            raise SmokeError(f"smoke runner 'process' serves --python-env, not an image (got image '{image}')")
-    elif not image:
-        raise SmokeError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
+    interpreter = check_what_to_serve(image, options)
     # Before anything starts: a missing bind source would be created by Docker, as root.
-    if not process and (
+    if options.runner != "process" and (
         notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host))
     ):
         log(f"smoke: {notice}")
@@ -106,19 +90,33 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     report_path, history_file = check_outputs(options, stack)
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
-    engine: docker.DockerClient | None = None
-    if process:
-        image_info = environment_info(options, interpreter)
-        log(f"smoke: process runner, Python environment {options.python_env} ({image_label(image_info)})")
-    else:
-        assert image is not None
-        engine = docker_client(options.docker_host)
-        image_info = resolve_image(engine, image, pull=options.pull)
-        log(f"smoke: image {image} ({image_label(image_info)})")
-        if stack is not None and options.gpus > 0 and not options.skip_preflight:
-            log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
-            require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
+    engine, image_info = open_what_to_serve(stack, image, options, interpreter, log)
+    runs, commands = _serve_each_kind(engine, image, image_info, options, report_path, log)
 
+    baseline, eagle3 = runs["baseline"], runs["eagle3"]
+    share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
+    fingerprint = options.fingerprint()
+    reference = hist.last_passing(records, fingerprint)
+    verdict = evaluate(options.gates, baseline, eagle3, share, reference)
+    data = _report_data(stack, image_info, runs, verdict, reference, options, report_path, commands, history_file)
+    comparable: list[Mapping[str, Any]] = []
+    if history_file is not None:
+        line = hist.history_record(data, fingerprint)
+        hist.append_record(history_file, line)
+        comparable = [*hist.comparable(records, fingerprint), line]
+    report = SmokeReport(data=data, history=tuple(comparable))
+    if data["since_last_pass"] and any(f.startswith("max_regression") for f in verdict.failures):
+        log(f"smoke: what changed since the last passing image: {data['since_last_pass']['command']}")
+    paths = write_report(report, report_path)
+    log(f"smoke: report {paths['json']} ({paths['markdown'].name}, {paths['chart'].name})")
+    return report
+
+
+def _serve_each_kind(
+    engine: docker.DockerClient | None, image: str | None, image_info: Mapping[str, Any], options: SmokeOptions,
+    report_path: Path, log: Log,
+) -> tuple[dict[str, ServerRun], dict[str, list[str]]]:
+    """Each kind's server run (in turn, each removed before the next starts), and the argv it started with."""
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
     runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
     # The argv each server was started with (the process runner's port is the free one it picked).
@@ -137,21 +135,23 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
             plan = container_plan(options, image_info["id"], kind)
             log(f"smoke: {kind}: {' '.join(redact_argv(plan.command))}")
             runs[kind] = serve_and_measure(engine, plan, options, log)
+    return runs, commands
 
-    baseline, eagle3 = runs["baseline"], runs["eagle3"]
-    share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
-    fingerprint = options.fingerprint()
-    reference = hist.last_passing(records, fingerprint)
-    verdict = evaluate(options.gates, baseline, eagle3, share, reference)
 
-    data: dict[str, Any] = {
+def _report_data(
+    stack: Stack | None, image_info: dict[str, Any], runs: Mapping[str, ServerRun], verdict: Verdict,
+    reference: Mapping[str, Any] | None, options: SmokeOptions, report_path: Path, commands: dict[str, list[str]],
+    history_file: Path | None,
+) -> dict[str, Any]:
+    """The report's fields (its history line is made from them)."""
+    return {
         "verdict": "pass" if verdict.passed else "fail",
         "failures": list(verdict.failures),
         "stack": stack.name if stack else None,
         "image": image_info,
         "time": utc_timestamp(),
-        "baseline": baseline.to_dict(),
-        "eagle3": eagle3.to_dict(),
+        "baseline": runs["baseline"].to_dict(),
+        "eagle3": runs["eagle3"].to_dict(),
         "speedup": verdict.speedup,
         "accept_length": verdict.accept_length,
         "agreement": verdict.agreement,
@@ -160,24 +160,13 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
         "regression_reference": _reference_summary(reference),
         # When that run smoked another image: `invoke diff OLD NEW`, and what changed if both are readable here.
         # Another image's packages can be read back from this host; an environment's folder has no snapshot.
-        "since_last_pass": None if process else since_last_pass(
+        "since_last_pass": None if options.runner == "process" else since_last_pass(
             reference, image_info, lambda spec: local_snapshot(spec, docker_host=options.docker_host)),
         "options": options.describe(),
         "runner": runner_summary(options, report_path),
         "commands": commands,
         "history_file": None if history_file is None else str(history_file),
     }
-    comparable: list[Mapping[str, Any]] = []
-    if history_file is not None:
-        line = hist.history_record(data, fingerprint)
-        hist.append_record(history_file, line)
-        comparable = [*hist.comparable(records, fingerprint), line]
-    report = SmokeReport(data=data, history=tuple(comparable))
-    if data["since_last_pass"] and any(f.startswith("max_regression") for f in verdict.failures):
-        log(f"smoke: what changed since the last passing image: {data['since_last_pass']['command']}")
-    paths = write_report(report, report_path)
-    log(f"smoke: report {paths['json']} ({paths['markdown'].name}, {paths['chart'].name})")
-    return report
 
 
 def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -207,73 +196,9 @@ def runner_summary(options: SmokeOptions, report_path: Path) -> dict[str, Any]:
             "logs": {kind: str(server_log_path(report_path, kind)) for kind in options.kinds}}
 
 
-# ---- the Python environment (process runner) -------------------------------------------------------
-
-
-def require_interpreter(options: SmokeOptions) -> str:
-    """The environment's bin/python3, or a one-line error naming --python-env and the path."""
-    assert options.python_env is not None
-    python = env_interpreter(options.python_env)
-    if not os.path.isdir(options.python_env):
-        raise SmokeError(f"--python-env '{options.python_env}': no such folder")
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise SmokeError(f"--python-env '{options.python_env}': no executable bin/python3 in it (a venv or prefix)")
-    return python
-
-
-def environment_info(options: SmokeOptions, python: str) -> dict[str, Any]:
-    """The environment in the report's `image` slot: its path, and as its id a hash of the distributions it
-    and the server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment
-    compare equal and an upgraded package shows as another id. It has no registry digest (reports before
-    digests meant registry digests only kept this hash as `digest`)."""
-    assert options.python_env is not None
-    roots = [Path(options.python_env)]
-    roots += [Path(p) for p in options.serving.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
-    names = sorted({d.name for root in roots for d in _dist_infos(root)})
-    env_id = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
-    return {"ref": f"python-env:{options.python_env}", "digest": None, "id": env_id, "repo_digests": [],
-            "runner": "process", "python": python, "distributions": len(names)}
-
-
-def _dist_infos(root: Path) -> list[Path]:
-    patterns = ("*.dist-info", "lib/python3*/site-packages/*.dist-info", "lib64/python3*/site-packages/*.dist-info",
-                "local/lib/python3*/dist-packages/*.dist-info")
-    return [d for pattern in patterns for d in root.glob(pattern)]
-
-
 def server_log_path(report_path: Path, kind: str) -> Path:
     """report.json -> report.baseline.log: the process runner keeps each server's output beside the report."""
     return report_path.with_suffix(f".{kind}.log")
-
-
-# ---- the image -------------------------------------------------------------------------------------
-
-
-def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -> dict[str, Any]:
-    """Find (or pull) `ref` on the engine; return its ref, registry digest (None for a local build), image id
-    and repo digests. A digest ref is its own digest."""
-    try:
-        found = local_image(engine, ref)
-        if found is None:
-            if not pull:
-                raise SmokeError(f"image {ref}: not found on the Docker host")
-            try:
-                engine.images.pull(ref)
-            except docker.errors.APIError as exc:
-                reason = (exc.explanation or str(exc)).splitlines()[0][:200]
-                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
-            found = local_image(engine, ref)
-            if found is None:
-                raise SmokeError(f"image {ref}: not on the Docker host after the pull")
-    except docker.errors.APIError as exc:
-        raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
-    return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
-            "repo_digests": list(found.repo_digests)}
-
-
-def image_label(image_info: Mapping[str, Any]) -> str:
-    """How a log line names the image: its registry digest, else its image id."""
-    return str(image_info.get("digest") or image_info.get("id") or "?")
 
 
 # ---- one server --------------------------------------------------------------------------------------
@@ -385,45 +310,17 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
     start = time.monotonic()
     client, failure = wait_until_healthy(server, api_key, options)
     if failure:
-        log(f"smoke: {server.kind}: {failure.splitlines()[0]}")
-        tail = server.log_tail()
-        for line in tail:
-            log(f"  | {line}")
-        one_line = failure + ("; last log lines: " + " | ".join(tail[-5:]) if tail else "")
-        return ServerRun(kind=server.kind, started=False, failure=one_line)
+        return _not_started(server, failure, log)
     assert client is not None
     startup = time.monotonic() - start
     log(f"smoke: {server.kind}: healthy after {startup:.1f}s; warming up")
     kind = server.kind
     try:
         warm_up(client, options.max_new_tokens)
-        prompts = prompt_set(options.num_prompts)
-        measured: list[tuple[PhaseStats, list[Generation], bool | None]] = []
-        for number in range(1, options.runs + 1):
-            flushed = client.flush_cache() if options.flush_cache else None
-            phase, results = run_phase(client, prompts, 1, options.max_new_tokens)
-            measured.append((phase, results, flushed))
-            run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
-            log(
-                f"smoke: {kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
-                f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
-                + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
-            )
+        measured = _single_stream_runs(client, kind, options, log)
         single, single_results, _ = measured[0]
-        concurrent: PhaseStats | None = None
-        results_n: list[Generation] = []
-        if options.concurrency > 1:
-            many = prompt_set(max(options.num_prompts, options.concurrency))
-            concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
-            log(
-                f"smoke: {kind}: concurrency {options.concurrency}: "
-                f"{concurrent.aggregate_tokens_per_s:.1f} tok/s aggregate, "
-                f"{concurrent.tokens_per_s:.1f} tok/s per stream"
-            )
-        try:
-            server_info: dict[str, Any] | None = client.server_info()
-        except Exception:
-            server_info = None
+        concurrent, results_n = _concurrent_phase(client, kind, options, log)
+        server_info = _server_info_or_none(client)
     finally:
         client.close()
     speculative = kind == "eagle3"
@@ -443,6 +340,59 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
             for phase, results, flushed in measured
         ),
     )
+
+
+def _not_started(server: Server, failure: str, log: Log) -> ServerRun:
+    """A server that never became healthy: its failure and last log lines, logged and in one line."""
+    log(f"smoke: {server.kind}: {failure.splitlines()[0]}")
+    tail = server.log_tail()
+    for line in tail:
+        log(f"  | {line}")
+    one_line = failure + ("; last log lines: " + " | ".join(tail[-5:]) if tail else "")
+    return ServerRun(kind=server.kind, started=False, failure=one_line)
+
+
+def _single_stream_runs(
+    client: SGLangClient, kind: str, options: SmokeOptions, log: Log
+) -> list[tuple[PhaseStats, list[Generation], bool | None]]:
+    """--runs phases at concurrency 1, each after a cache flush if asked: (stats, generations, flushed)."""
+    prompts = prompt_set(options.num_prompts)
+    measured: list[tuple[PhaseStats, list[Generation], bool | None]] = []
+    for number in range(1, options.runs + 1):
+        flushed = client.flush_cache() if options.flush_cache else None
+        phase, results = run_phase(client, prompts, 1, options.max_new_tokens)
+        measured.append((phase, results, flushed))
+        run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
+        log(
+            f"smoke: {kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
+            f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
+            + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
+        )
+    return measured
+
+
+def _concurrent_phase(
+    client: SGLangClient, kind: str, options: SmokeOptions, log: Log
+) -> tuple[PhaseStats | None, list[Generation]]:
+    """The phase at --concurrency (None, [] when it is 1)."""
+    if options.concurrency <= 1:
+        return None, []
+    many = prompt_set(max(options.num_prompts, options.concurrency))
+    concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
+    log(
+        f"smoke: {kind}: concurrency {options.concurrency}: "
+        f"{concurrent.aggregate_tokens_per_s:.1f} tok/s aggregate, "
+        f"{concurrent.tokens_per_s:.1f} tok/s per stream"
+    )
+    return concurrent, results_n
+
+
+def _server_info_or_none(client: SGLangClient) -> dict[str, Any] | None:
+    """/get_server_info, or None: the accept length it holds is a second opinion, not a reason to fail."""
+    try:
+        return client.server_info()
+    except Exception:
+        return None
 
 
 def wait_until_healthy(

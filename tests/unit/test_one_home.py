@@ -30,7 +30,7 @@ from sglstack.serving import ServingError
 from sglstack.smoke.options import SmokeOptionError
 from sglstack.smoke.options import parse_smoke_opts as smoke_opts_parser
 from sglstack.smoke.report import _identity
-from sglstack.smoke.runner import resolve_image
+from sglstack.smoke.subject import resolve_image
 
 # ---- --smoke-opt: one parser for bisect and publish ------------------------------------------------
 

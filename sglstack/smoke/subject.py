@@ -1,0 +1,121 @@
+"""What a smoke run serves: an image on the Docker host, or (the process runner) a Python environment.
+
+Both are checked and read before the first server starts, and both fill the report's `image` slot: a ref,
+a registry digest (None for a local build or an environment) and an id two runs of the same thing share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from ..adapters.docker import docker_client, local_image
+from ..config.imageref import registry_digest
+from ..config.schema import Stack
+from ..core.errors import SmokeError
+from ..preflight.gate import require_ready
+from .plan import SmokeOptions, env_interpreter
+
+Log = Callable[[str], None]
+
+
+def check_what_to_serve(image: str | None, options: SmokeOptions) -> str | None:
+    """The process runner's interpreter (None for docker), after checking the runner got the subject it serves."""
+    if options.runner == "process":
+        # Decided before anything starts: a wrong path is one line, not a server that never comes up.
+        interpreter = require_interpreter(options)
+        if image:
+            raise SmokeError(f"smoke runner 'process' serves --python-env, not an image (got image '{image}')")
+        return interpreter
+    if not image:
+        raise SmokeError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
+    return None
+
+
+def open_what_to_serve(
+    stack: Stack | None, image: str | None, options: SmokeOptions, interpreter: str | None, log: Log
+) -> tuple[docker.DockerClient | None, dict[str, Any]]:
+    """The engine (None: the process runner) and the report's `image` slot; the GPU node's preflight first."""
+    if options.runner == "process":
+        assert interpreter is not None
+        image_info = environment_info(options, interpreter)
+        log(f"smoke: process runner, Python environment {options.python_env} ({image_label(image_info)})")
+        return None, image_info
+    assert image is not None
+    engine = docker_client(options.docker_host)
+    image_info = resolve_image(engine, image, pull=options.pull)
+    log(f"smoke: image {image} ({image_label(image_info)})")
+    if stack is not None and options.gpus > 0 and not options.skip_preflight:
+        log(f"smoke: preflight of the GPU node ({options.docker_host or 'local engine'}) in {image}")
+        require_ready(stack, docker_host=options.docker_host, image=image_info["id"])
+    return engine, image_info
+
+
+# ---- the Python environment (process runner) -------------------------------------------------------
+
+
+def require_interpreter(options: SmokeOptions) -> str:
+    """The environment's bin/python3, or a one-line error naming --python-env and the path."""
+    assert options.python_env is not None
+    python = env_interpreter(options.python_env)
+    if not os.path.isdir(options.python_env):
+        raise SmokeError(f"--python-env '{options.python_env}': no such folder")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise SmokeError(f"--python-env '{options.python_env}': no executable bin/python3 in it (a venv or prefix)")
+    return python
+
+
+def environment_info(options: SmokeOptions, python: str) -> dict[str, Any]:
+    """The environment in the report's `image` slot: its path, and as its id a hash of the distributions it
+    and the server's PYTHONPATH hold (name-version of every *.dist-info), so two runs of one environment
+    compare equal and an upgraded package shows as another id. It has no registry digest (reports before
+    digests meant registry digests only kept this hash as `digest`)."""
+    assert options.python_env is not None
+    roots = [Path(options.python_env)]
+    roots += [Path(p) for p in options.serving.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    names = sorted({d.name for root in roots for d in _dist_infos(root)})
+    env_id = "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest()
+    return {"ref": f"python-env:{options.python_env}", "digest": None, "id": env_id, "repo_digests": [],
+            "runner": "process", "python": python, "distributions": len(names)}
+
+
+def _dist_infos(root: Path) -> list[Path]:
+    patterns = ("*.dist-info", "lib/python3*/site-packages/*.dist-info", "lib64/python3*/site-packages/*.dist-info",
+                "local/lib/python3*/dist-packages/*.dist-info")
+    return [d for pattern in patterns for d in root.glob(pattern)]
+
+
+# ---- the image -------------------------------------------------------------------------------------
+
+
+def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -> dict[str, Any]:
+    """Find (or pull) `ref` on the engine; return its ref, registry digest (None for a local build), image id
+    and repo digests. A digest ref is its own digest."""
+    try:
+        found = local_image(engine, ref)
+        if found is None:
+            if not pull:
+                raise SmokeError(f"image {ref}: not found on the Docker host")
+            try:
+                engine.images.pull(ref)
+            except docker.errors.APIError as exc:
+                reason = (exc.explanation or str(exc)).splitlines()[0][:200]
+                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+            found = local_image(engine, ref)
+            if found is None:
+                raise SmokeError(f"image {ref}: not on the Docker host after the pull")
+    except docker.errors.APIError as exc:
+        raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
+    return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
+            "repo_digests": list(found.repo_digests)}
+
+
+def image_label(image_info: Mapping[str, Any]) -> str:
+    """How a log line names the image: its registry digest, else its image id."""
+    return str(image_info.get("digest") or image_info.get("id") or "?")
