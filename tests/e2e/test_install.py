@@ -37,8 +37,14 @@ def test_non_editable_install_renders_a_stack(tmp_path):
     # Install from a copy of the project, so that the build neither writes into the checkout nor can
     # find anything through it.
     source = tmp_path / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
-                                                                ".pytest_cache", ".mypy_cache", ".ruff_cache"))
+    caches = shutil.ignore_patterns(".git", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # The build root is the checkout's top-level build/ only: sglstack/build/ is a package.
+        top = {"build"} if Path(folder) == REPO else set()
+        return set(caches(folder, names)) | (top & set(names))
+
+    shutil.copytree(REPO, source, ignore=ignore)
     venv = tmp_path / "venv"
     # The system site's packages (the dependencies) are visible; sglstack itself comes from the venv.
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
