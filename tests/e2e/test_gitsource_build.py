@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bisect_fixtures import git, make_history, stack_yaml
+from bisect_fixtures import make_history, stack_yaml
 
 from sglstack.build.flow import BuildOptions, build_stack
 from sglstack.config.matrix import load_matrix
@@ -15,20 +15,6 @@ from sglstack.config.matrix import load_matrix
 def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def small_repo(path: Path, commits: int = 4) -> list[str]:
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    shas = []
-    for i in range(commits):
-        (path / "python").mkdir(exist_ok=True)
-        (path / "python" / "version.txt").write_text(f"{i}\n")
-        git(path, "add", "-A")
-        git(path, "commit", "-q", "-m", f"commit {i}")
-        shas.append(git(path, "rev-parse", "HEAD"))
-    git(path, "tag", "v0", shas[0])
-    return shas
 
 
 @pytest.mark.docker
