@@ -1,7 +1,7 @@
 """The Docker SDK adapter: engine connection and containers that always clean up.
 
 Everything that is not a build (inspect, run, tag, push, logs) goes through the SDK here. Builds go
-through a BuildKit-capable CLI (`builder.py`), because the SDK's build API is the legacy builder.
+through a BuildKit-capable CLI (`buildkit.py`), because the SDK's build API is the legacy builder.
 """
 
 from __future__ import annotations

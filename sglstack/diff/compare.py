@@ -4,7 +4,7 @@ A snapshot is what one side can tell about a build, whatever it came from: an im
 facts sglstack leaves in it), a build record (`build/NAME/record.json`), or a lock. Each section of the
 diff (base image, stack pins, installed packages, patches, SGLang source, labels) is compared only when
 both sides know it; otherwise the diff says which side cannot tell. Reading images, registries and files
-is `diffsources.py`'s job; nothing here touches Docker, a registry or the disk.
+is `sources.py`'s job; nothing here touches Docker, a registry or the disk.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _flat(value: Any) -> bool:
 
 
 def record_problem(record: Any) -> tuple[str, str] | None:
-    """(key, what is wrong) for a build record diff cannot read as `build.py` writes it; None when it can.
+    """(key, what is wrong) for a build record diff cannot read as `build/record.py` writes it; None when it can.
 
     Each key is checked for the type diff reads it as, so a hand-edited or damaged record is one line
     naming its key instead of a traceback (or a diff of half-read values)."""
@@ -163,7 +163,7 @@ def record_problem(record: Any) -> tuple[str, str] | None:
 
 
 def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
-    """A build record (`build/NAME/record.json`, as `build.py` writes it)."""
+    """A build record (`build/NAME/record.json`, as `build/record.py` writes it)."""
     labels = record.get("labels")
     labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else None
     base: Mapping[str, Any] = record["base_image"] if isinstance(record.get("base_image"), Mapping) else {}
