@@ -11,6 +11,8 @@ if ! command -v dockerd >/dev/null || [ ! -x /usr/bin/docker ]; then need_pkgs+=
 command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+# The host compiler nvcc drives (the JIT toolchain tests compile with NVIDIA's nvcc wheel).
+command -v g++ >/dev/null || need_pkgs+=(g++)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -28,7 +28,8 @@ DOCKER_FIXTURES = frozenset({
     "docker_client", "docker_cli", "sglang_double_image",  # the engine (below)
     "plain_registry", "counting_proxy", "htpasswd_registry", "token_registry", "tiny_image",  # registry_fixtures
 })
-NETWORK_FIXTURES = frozenset({"ca_bundle", "cuobjdump_tool"})  # PyPI: pip inside builds; the cuobjdump wheel
+# PyPI: pip inside builds; the cuobjdump wheel; NVIDIA's compiler wheels
+NETWORK_FIXTURES = frozenset({"ca_bundle", "cuobjdump_tool", "cuda_wheel_toolkits"})
 
 
 def tier_marks(path: Path, fixtures: set[str]) -> list[str]:

@@ -43,6 +43,16 @@ def torch_version_matches(reported: str, pinned: str) -> bool:
         return False
 
 
+def same_version(installed: str, pinned: str) -> bool:
+    """PEP 440 equality, as `==` in the pin means it: `cuda-toolkit==13.0.3` is met by 13.0.3.0."""
+    if installed == pinned:
+        return True
+    try:
+        return Version(installed) == Version(pinned)
+    except InvalidVersion:
+        return False
+
+
 def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
     """One message per pin the image does not honour; empty when the image matches its stack."""
     installed: dict[str, str] = {str(canonicalize_name(k)): v for k, v in image_info.get("distributions", {}).items()}
@@ -51,7 +61,7 @@ def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
         got = installed.get(name)
         if got is None:
             problems.append(f"{name}: pinned {want}, not installed")
-        elif got != want:
+        elif not same_version(got, want):
             problems.append(f"{name}: pinned {want}, installed {got}")
     torch = image_info.get("torch")
     if stack.torch:
@@ -157,7 +167,30 @@ def waived_libraries(report: dict[str, Any], policy: SharedLibrariesPolicy) -> t
 NO_LIBRARY_EXCEPTIONS = SharedLibrariesPolicy()
 
 
-def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy = NO_LIBRARY_EXCEPTIONS) -> list[str]:
+def jit_problems(jit: dict[str, Any], cuda: str | None) -> list[str]:
+    """The JIT toolchain check's failures: it did not compile and link, or its nvcc is another CUDA than the stack's."""
+    archs = ", ".join(jit.get("archs") or [])
+    nvcc = f"{jit.get('cuda_home')}/bin/nvcc"
+    if jit.get("returncode") is None and jit.get("error"):
+        return [f"JIT toolchain: {jit['error']} (FlashInfer, DeepGEMM and torch compile kernels with "
+                "$CUDA_HOME/bin/nvcc at run time)"]
+    problems: list[str] = []
+    release = jit.get("release")
+    wanted = ".".join((cuda or "").split(".")[:2])
+    if release and wanted and release != wanted:
+        problems.append(f"JIT toolchain: {nvcc} is CUDA {release}, the stack's CUDA is {wanted} (pin the compiler "
+                        f"to the CUDA of its headers, e.g. cuda-toolkit[nvcc,cccl]=={wanted}.*)")
+    if jit.get("returncode") != 0:
+        lines = [ln.strip() for ln in (jit.get("error") or "").splitlines() if ln.strip()]
+        telling = next((ln for ln in lines if "error" in ln.lower() or "cannot find" in ln),
+                       lines[-1] if lines else "no output")
+        problems.append(f"JIT toolchain: {nvcc} (CUDA {release or 'unknown'}) cannot build a CUDA extension for "
+                        f"{archs} with -L$CUDA_HOME/lib64 -lcudart: {telling}")
+    return problems
+
+
+def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy = NO_LIBRARY_EXCEPTIONS,
+                         cuda: str | None = None) -> list[str]:
     """One message per failure of the in-image checks (`incontainer/imagecheck.py`'s report); empty when clean."""
     problems: list[str] = []
     libs = report.get("shared_libraries") or {}
@@ -182,6 +215,8 @@ def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy =
             if not result.get("ok"):
                 problems.append(f"serving argv refused by the image's SGLang: {result.get('error')} "
                                 f"(argv: {' '.join(result.get('argv') or [])})")
+    if report.get("jit_toolchain") is not None:
+        problems += jit_problems(report["jit_toolchain"], cuda)
     return problems
 
 
@@ -313,10 +348,12 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
 def image_check_command(stack: Stack) -> list[str]:
     """`imagecheck.py`'s command line: shared libraries always; the server's --help and the serving argv
     where SGLang is installed with its requirements (a `install_deps: false` test stack's
-    SGLang cannot import, by design)."""
+    SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
     command = ["python", IMAGECHECK]
     if stack.sglang.install_deps:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
+    if stack.cuda and stack.cuda_arch_list:
+        command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     return command
 
 
@@ -335,7 +372,7 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
         last = (err or out).strip().splitlines()
         raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
                                f"{last[-1] if last else f'exit {code}'}")
-    problems = image_check_problems(report, stack.shared_libraries)
+    problems = image_check_problems(report, stack.shared_libraries, stack.cuda)
     if problems:
         raise ImageCheckFailed(f"stack '{stack.name}': the image fails its in-image checks: {'; '.join(problems)}")
     _, waived, stale = waived_libraries(report, stack.shared_libraries)

@@ -414,5 +414,6 @@ def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequenc
     if result.previous is not None:
         diff = snapshot_diff(lock_snapshot(result.previous, f"{result.path} (before)"),
                              lock_snapshot(lock, f"{result.path} (now)"))
-        print_diff(diff, console)
+        # Two locks know only packages: the sections no lock holds (base, pins, patches, labels) are not news.
+        print_diff(replace(diff, unknown=()), console)
     return 0

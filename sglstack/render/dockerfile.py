@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jinja2
 
+from ..config.cudaimages import cuda_image_tag
 from ..config.imageref import image_reference_problem
 from ..config.schema import Stack
 from ..core import labels as lb
@@ -197,7 +198,17 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         layers_after=[x for x in layers if x.after_sglang],
         labels=image_labels(stack),
         index_auth=INDEX_NETRC_SECRET if stack.credentials else None,
+        wheel_cuda_home=bool(stack.cuda) and stack.cuda_home.startswith("/opt/venv/"),
+        runtime_env=nvidia_runtime_cuda(stack),
     )
+
+
+def nvidia_runtime_cuda(stack: Stack) -> str | None:
+    """The CUDA (major.minor) a serving stage declares to the NVIDIA runtime itself: a CUDA stack whose base is
+    not an nvidia/cuda image (which declares it). None otherwise."""
+    if not stack.cuda or cuda_image_tag(stack.base_image) is not None:
+        return None
+    return ".".join(stack.cuda.split(".")[:2])
 
 
 # The tools every build stage COPYs from the context (tools/...), beside the patch engine.

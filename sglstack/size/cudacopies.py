@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.cudaimages import cuda_image_tag
+
 _RUNTIME = ("cudart", "cublas", "cufft", "curand", "cusolver", "cusparse", "nvrtc", "nvjitlink", "nvtx", "npp", "nccl")
 _DEVEL = (*_RUNTIME, "nvcc", "cupti", "nvml")
 CUDA_BASE_FLAVORS: Mapping[str, tuple[str, ...]] = {"base": ("cudart",), "runtime": _RUNTIME, "devel": _DEVEL}
-# nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04, nvidia/cuda:12.9.1-runtime-ubuntu22.04, ...@sha256:...
-_CUDA_IMAGE = re.compile(r"^(?:docker\.io/)?nvidia/cuda:(?P<tag>[^@\s]+)")
 # The wheel's name, its CUDA suffix (-cu12, -cu13) left off, -> the library it carries.
 WHEEL_LIBRARIES: Mapping[str, str] = {
     "nvidia-cuda-runtime": "cudart", "nvidia-cublas": "cublas", "nvidia-cufft": "cufft", "nvidia-curand": "curand",
@@ -53,10 +53,10 @@ def wheel_library(name: str) -> str | None:
 
 def base_libraries(image: str) -> tuple[str, ...]:
     """The CUDA libraries a base image holds: an nvidia/cuda image by its flavor; any other, none."""
-    m = _CUDA_IMAGE.match(image)
-    if not m:
+    tag = cuda_image_tag(image)
+    if tag is None:
         return ()
-    words = m["tag"].split("-")
+    words = tag.split("-")
     flavor = next((w for w in ("devel", "runtime", "base") if w in words), None)
     if flavor is None:
         return ()

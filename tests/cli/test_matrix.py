@@ -53,9 +53,11 @@ def test_real_matrix_loads_and_pins_cu130_exactly():
     matrix = load_matrix(REPO / "stacks.yaml")
     assert {"cu130", "cu129"} <= set(matrix.names())
     cu130 = matrix.get("cu130")
-    assert cu130.base_image == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
+    assert cu130.base_image == "ubuntu:24.04"  # CUDA from NVIDIA's wheels: one copy of each library
     assert cu130.python == "3.12"
+    assert cu130.cuda_home == "/opt/venv/lib/python3.12/site-packages/nvidia/cu13"
     pins = cu130.pins()
+    assert pins["nvidia-cuda-nvcc"] == "13.0.88" and pins["nvidia-cuda-cccl"] == "13.0.85"  # CUDA 13.0's JIT
     assert pins["torch"] == "2.9.1+cu130"
     assert pins["sgl-kernel"] == "0.3.21+cu130"
     assert pins["flashinfer-python"] == pins["flashinfer-cubin"] == "0.6.4"

@@ -42,7 +42,7 @@ RUN python3 -m patchkit apply --root /src/tree --patches-dir /opt/sglstack/patch
  && python3 /opt/sglstack/tools/wheelkit.py overlay /src/tree /src/dist/sglang-*.whl /out/overlay
 
 # ---- stage 2: the serving image --------------------------------------------------------------------
-FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS runtime
+FROM ubuntu:24.04 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -50,11 +50,11 @@ ENV DEBIAN_FRONTEND=noninteractive \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
 ENV TORCH_CUDA_ARCH_LIST="9.0 10.0 10.3 12.0" \
-    CUDA_HOME=/usr/local/cuda
+    CUDA_HOME=/opt/venv/lib/python3.12/site-packages/nvidia/cu13
 # The base image is pinned; apt versions float within its release and superseded ones leave the archive.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev build-essential git curl ca-certificates libnuma1 numactl \
+ && apt-get install -y --no-install-recommends python3.12 python3.12-venv python3.12-dev build-essential ca-certificates libnuma1 numactl \
  && rm -rf /var/lib/apt/lists/* \
  && python3.12 -m venv /opt/venv
 COPY tools/pip-env.sh /opt/sglstack/tools/pip-env.sh
@@ -78,6 +78,13 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     . /opt/sglstack/tools/pip-env.sh \
  && pip list --format=freeze > /run/sglstack/installed.txt \
  && pip install --constraint /run/sglstack/installed.txt flashinfer-python==0.6.4 flashinfer-cubin==0.6.4
+# cuda-jit: nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --no-deps --constraint /run/sglstack/installed.txt nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85
 # SGLang's own requirements, with this stack's declared overrides applied in the open (see the file).
 COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
 RUN --mount=type=secret,id=ca_bundle,required=false \
@@ -92,6 +99,12 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.12 \
     . /opt/sglstack/tools/pip-env.sh \
  && pip install --no-deps --force-reinstall nvidia-nccl-cu13==2.28.3
+# The JIT compilers (FlashInfer, DeepGEMM, torch's cpp_extension) link as against a CUDA install:
+# -L$CUDA_HOME/lib64 -lcudart. NVIDIA's wheels ship lib/ and only the versioned libcudart.so.N.
+RUN cudart="$(find "$CUDA_HOME/lib" -maxdepth 1 -name 'libcudart.so.[0-9]*' -printf '%f\n' | sort | head -n 1)" \
+ && test -n "$cudart" \
+ && ln -sfn lib "$CUDA_HOME/lib64" \
+ && ln -sfn "$cudart" "$CUDA_HOME/lib/libcudart.so"
 # The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
 # the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
 RUN --mount=type=bind,from=sglang-src,source=/src/dist,target=/run/sglang-dist \
@@ -111,6 +124,11 @@ RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
  && PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root "$site" --patches-dir /opt/sglstack/patches \
       --manifest /opt/sglstack/patches.json kimi-k25-eagle3 \
  && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
+# What an nvidia/cuda base sets for the NVIDIA container runtime: which GPUs and driver parts to mount,
+# and the driver this CUDA needs (an older one is refused at start, by name, not at the first kernel).
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0"
 WORKDIR /sgl-workspace
 EXPOSE 30000
 LABEL io.sglstack.cuda="13.0.1" \
@@ -122,7 +140,11 @@ LABEL io.sglstack.cuda="13.0.1" \
       io.sglstack.pin.cuda-python="13.0.3" \
       io.sglstack.pin.flashinfer-cubin="0.6.4" \
       io.sglstack.pin.flashinfer-python="0.6.4" \
+      io.sglstack.pin.nvidia-cuda-cccl="13.0.85" \
+      io.sglstack.pin.nvidia-cuda-crt="13.0.88" \
+      io.sglstack.pin.nvidia-cuda-nvcc="13.0.88" \
       io.sglstack.pin.nvidia-nccl-cu13="2.28.3" \
+      io.sglstack.pin.nvidia-nvvm="13.0.88" \
       io.sglstack.pin.sgl-kernel="0.3.21+cu130" \
       io.sglstack.pin.sglang="0.5.9" \
       io.sglstack.pin.torch="2.9.1+cu130" \
@@ -131,7 +153,7 @@ LABEL io.sglstack.cuda="13.0.1" \
       io.sglstack.python="3.12" \
       io.sglstack.sglang="0.5.9" \
       io.sglstack.stack="cu130" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04" \
+      org.opencontainers.image.base.name="ubuntu:24.04" \
       org.opencontainers.image.description="CUDA 13.0.1, PyTorch 2.9.1+cu130, sgl-kernel 0.3.21+cu130, FlashInfer 0.6.4, SGLang 0.5.9" \
       org.opencontainers.image.title="sglstack cu130" \
       org.opencontainers.image.vendor="sglstack" \

@@ -79,6 +79,13 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     . /opt/sglstack/tools/pip-env.sh \
  && pip list --format=freeze > /run/sglstack/installed.txt \
  && pip install --constraint /run/sglstack/installed.txt flashinfer-python==0.7.2
+# cuda-jit: cuda-toolkit[nvcc,cccl]==13.0.3
+RUN --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=tmpfs,target=/run/sglstack \
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \
+    . /opt/sglstack/tools/pip-env.sh \
+ && pip list --format=freeze > /run/sglstack/installed.txt \
+ && pip install --constraint /run/sglstack/installed.txt 'cuda-toolkit[nvcc,cccl]==13.0.3'
 # SGLang's own requirements, with this stack's declared overrides applied in the open (see the file).
 COPY --from=sglang-src /out/sglang-requirements.txt /opt/sglstack/sglang-requirements.txt
 RUN --mount=type=secret,id=ca_bundle,required=false \
@@ -87,6 +94,12 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     . /opt/sglstack/tools/pip-env.sh \
  && pip list --format=freeze > /run/sglstack/installed.txt \
  && pip install --constraint /run/sglstack/installed.txt -r /opt/sglstack/sglang-requirements.txt
+# The JIT compilers (FlashInfer, DeepGEMM, torch's cpp_extension) link as against a CUDA install:
+# -L$CUDA_HOME/lib64 -lcudart. NVIDIA's wheels ship lib/ and only the versioned libcudart.so.N.
+RUN cudart="$(find "$CUDA_HOME/lib" -maxdepth 1 -name 'libcudart.so.[0-9]*' -printf '%f\n' | sort | head -n 1)" \
+ && test -n "$cudart" \
+ && ln -sfn lib "$CUDA_HOME/lib64" \
+ && ln -sfn "$cudart" "$CUDA_HOME/lib/libcudart.so"
 # The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
 # the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
 RUN --mount=type=bind,from=sglang-src,source=/src/dist,target=/run/sglang-dist \
@@ -106,11 +119,17 @@ RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
  && PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root "$site" --patches-dir /opt/sglstack/patches \
       --manifest /opt/sglstack/patches.json kimi-k25-eagle3 \
  && python /opt/sglstack/tools/imageinfo.py > /opt/sglstack/installed.json
+# What an nvidia/cuda base sets for the NVIDIA container runtime: which GPUs and driver parts to mount,
+# and the driver this CUDA needs (an older one is refused at start, by name, not at the first kernel).
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0"
 WORKDIR /sgl-workspace
 EXPOSE 30000
 LABEL io.sglstack.cuda="13.0" \
       io.sglstack.cuda-arch-list="9.0 10.0 10.3 12.0" \
       io.sglstack.patches="kimi-k25-eagle3" \
+      io.sglstack.pin.cuda-toolkit="13.0.3" \
       io.sglstack.pin.flashinfer-python="0.7.2" \
       io.sglstack.pin.sglang="0.5.23" \
       io.sglstack.pin.sglang-kernel="0.4.10" \

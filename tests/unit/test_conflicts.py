@@ -322,7 +322,7 @@ def test_stacks_table_lists_every_stack(whole_matrix, capsys):
                       "patches", "overrides"]
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
     assert rows == [
-        ["cu130", "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", "13.0.1", "3.12", "2.9.1+cu130",
+        ["cu130", "ubuntu:24.04", "13.0.1", "3.12", "2.9.1+cu130",
          "sgl-kernel 0.3.21+cu130", "0.6.4", "0.5.9", "kimi-k25-eagle3", "3"],
         ["cu129", "nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04", "12.9.1", "3.12", "2.9.1+cu129", "sgl-kernel 0.3.21",
          "0.6.3", "0.5.9", "kimi-k25-eagle3", "0"],

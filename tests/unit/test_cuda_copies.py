@@ -32,40 +32,36 @@ def test_pypi_stack_serving_stage_has_each_cuda_library_once():
     assert cuda_copies(dockerfile, parts) == []
 
 
-def test_cu130_as_declared_puts_a_second_copy_of_cuda_libraries_into_its_serving_stage():
-    """The finding for `cu130`: its devel base holds cuBLAS, cuDNN, NCCL ... and its torch layer (PyTorch's
-    cu130 index) and its extra layer install them again as wheels."""
+def test_cu130_serving_stage_has_each_cuda_library_once_and_its_jit_compiler_as_wheels():
+    """`cu130` serves FROM a base without CUDA: torch's cu130 wheels bring the CUDA user space, the cuda-jit
+    layer the compiler the JIT paths need, matched to CUDA 13.0; nothing is deleted from an image or a wheel."""
     dockerfile, parts = rendered(STACKS, "cu130")
+    base, stage = serving_stage(dockerfile)
+    assert base == "ubuntu:24.04" and base_libraries(base) == ()
+    assert "CUDA_HOME=/opt/venv/lib/python3.12/site-packages/nvidia/cu13" in stage
+    assert sorted(parts["cuda-jit"]) == ["nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-cuda-nvcc", "nvidia-nvvm"]
+    assert "source=lock/cuda-jit.txt" in stage
+    assert cuda_copies(dockerfile, parts) == []
+
+
+def test_cu130_on_its_old_devel_base_would_put_a_second_copy_of_cuda_libraries_into_its_serving_stage(tmp_path):
+    """The finding that moved `cu130` off `nvidia/cuda:13.0.1-cudnn-devel`: that base holds cuBLAS, cuDNN,
+    NCCL ... and the torch layer (PyTorch's cu130 index) and the NCCL layer install them again as wheels."""
+    text = STACKS.read_text() + """
+  cu130-devel:
+    inherits: cu130
+    base_image: nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
+    cuda_home: /usr/local/cuda
+"""
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(text)
+    dockerfile, parts = rendered(stacks, "cu130-devel")
     copies = {c.library: c for c in cuda_copies(dockerfile, parts)}
     assert {"cublas", "cudnn", "nccl", "cudart", "nvrtc", "cupti"} <= set(copies)
     assert copies["nccl"].base_image == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
     assert "nvidia-nccl-cu13" in copies["nccl"].wheels  # the extra layer's forced NCCL
     assert any("required by torch==2.9.1+cu130" in w for w in copies["cublas"].wheels)
-
-
-def test_cu130_declared_on_a_plain_base_with_the_jit_compiler_as_a_wheel_has_no_second_copy(tmp_path):
-    """The declarative way out for cu130 (a stack decision, not made here for the stack users run): the
-    serving stage FROM a base without CUDA, the CUDA user space from NVIDIA's wheels (nvcc included, for
-    the JIT), as `pypi-cu130` does; nothing is deleted from an image or a wheel."""
-    text = STACKS.read_text()
-    text += """
-  cu130-wheels:
-    inherits: cu130
-    base_image: ubuntu:24.04
-    cuda_home: /opt/venv/lib/python3.12/site-packages/nvidia/cu13
-    extra_layers:
-      - name: cu13-runtime-libs
-        requirements: ["nvidia-nccl-cu13==2.28.3", "nvidia-cuda-nvcc==13.0.88"]
-        no_deps: true
-        force_reinstall: true
-        after_sglang: true
-"""
-    stacks = tmp_path / "stacks.yaml"
-    stacks.write_text(text)
-    dockerfile, parts = rendered(stacks, "cu130-wheels")
-    assert serving_stage(dockerfile)[0] == "ubuntu:24.04"
-    assert "CUDA_HOME=/opt/venv/lib/python3.12/site-packages/nvidia/cu13" in dockerfile
-    assert cuda_copies(dockerfile, parts) == []
+    assert "nvidia-cuda-nvcc" in copies["nvcc"].wheels  # the JIT layer's compiler beside the devel one
 
 
 @pytest.mark.parametrize("image,libraries", [

@@ -165,4 +165,6 @@ def test_the_build_runs_the_server_checks_only_where_sglang_has_its_requirements
     full = image_check_command(load_matrix(REPO / "stacks.yaml").get("pypi-cu130"))
     assert full[2] == "--server-help"
     assert json.loads(full[3].removeprefix("--argv="))[-1] == "--trust-remote-code"
-    assert "lightseekorg/kimi-k2.5-eagle3-mla" in full[3] and len(full) == 5
+    assert "lightseekorg/kimi-k2.5-eagle3-mla" in full[3]
+    # a CUDA stack's JIT toolchain, for each capability it is built for
+    assert full[5:] == ["--jit-arch=9.0", "--jit-arch=10.0", "--jit-arch=10.3", "--jit-arch=12.0"]

@@ -126,6 +126,21 @@ def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
     assert pin_mismatches(cu130, plain) == ["torch reports 2.9.1, pinned 2.9.1+cu130"]
 
 
+def test_a_pin_is_met_by_the_same_version_in_another_spelling(matrix):
+    """`cuda-toolkit==13.0.3` installs the wheel 13.0.3.0 (PEP 440 pads the release): the same version."""
+    from sglstack.build.verify import pin_mismatches
+
+    stack = matrix.get("pypi-cu130")
+    assert stack.pins()["cuda-toolkit"] == "13.0.3"
+    torch = {"version": "2.14.1+cu130", "cuda": "13.0"}
+    padded = {"distributions": {**stack.pins(), "cuda-toolkit": "13.0.3.0"}, "torch": torch}
+    assert pin_mismatches(stack, padded) == []
+    other = {"distributions": {**stack.pins(), "cuda-toolkit": "13.0.3.1"}, "torch": torch}
+    assert pin_mismatches(stack, other) == ["cuda-toolkit: pinned 13.0.3, installed 13.0.3.1"]
+    labelled = {"distributions": {**stack.pins(), "cuda-toolkit": "13.0.3+local"}, "torch": torch}
+    assert pin_mismatches(stack, labelled) == ["cuda-toolkit: pinned 13.0.3, installed 13.0.3+local"]
+
+
 def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matrix):
     stack = matrix.get("pypi-cu130")
     sources = {w.package: w for w in device_code_wheels(stack, "linux/amd64", {"sgl-deep-ep": "0.1.2.post1"})}

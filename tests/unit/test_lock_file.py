@@ -175,7 +175,7 @@ def test_what_the_cu130_lock_says():
         ("linux/amd64",), ("x86_64-manylinux_2_28",), "torch", None)
     assert lock.get("apache-tvm-ffi").required_by == ("flashinfer-python", "quack-kernels", "sglang")
     # the image label io.sglstack.lock-sha256: what a build records must not move when sglstack does
-    assert lock_content_sha256(lock) == "33ad3d5791fc6f1614304f6ef57397289abb27f45f9018b0ad3cc1987d3930ec"
+    assert lock_content_sha256(lock) == "020e6c3ab6a4694971ab06b9f065b0018929dea46022bd526042d7934e1e2917"
 
 
 URL = "https://example.invalid/whl/sglang-0.5.9-py3-none-any.whl"

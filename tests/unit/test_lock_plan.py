@@ -42,7 +42,8 @@ GRAPH = {
 VERSIONS = {"torch": "2.9.1", "torchvision": "0.24.1", "torchaudio": "2.9.1", "flashinfer-python": "0.6.4",
             "flashinfer-cubin": "0.6.4", "sglang": "0.5.9", "triton": "3.5.1", "filelock": "3.20.0",
             "nvidia-cublas-cu12": "12.8.4.1", "nvidia-nccl-cu12": "2.27.5", "numpy": "2.3.4", "requests": "2.32.5",
-            "idna": "3.11", "cuda-python": "13.0.3", "nvidia-nccl-cu13": "2.28.3"}
+            "idna": "3.11", "cuda-python": "13.0.3", "nvidia-nccl-cu13": "2.28.3", "nvidia-cuda-nvcc": "13.0.88",
+            "nvidia-cuda-crt": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia-cuda-cccl": "13.0.85"}
 
 
 class ScriptedUv:
@@ -107,10 +108,11 @@ def test_the_main_request_is_for_the_stacks_python_and_platform_with_its_overrid
     assert main.python_version == "3.12" and main.python_platform == "x86_64-manylinux_2_28"
     assert set(main.overrides) == {o.pin for o in cu130.overrides}
     # no-deps layers are hashed on their own and kept out of the main resolution
-    assert {"nvidia-nccl-cu13", "sgl-kernel"} <= set(main.excludes)
+    assert {"nvidia-nccl-cu13", "sgl-kernel", "nvidia-cuda-nvcc", "nvidia-cuda-cccl"} <= set(main.excludes)
     assert "torch==2.9.1+cu130" in main.requirements and TORCH_INDEX in main.indexes
     no_deps = [r for r in uv.requests if r.no_deps]
     assert {r.requirements for r in no_deps} == {("nvidia-nccl-cu13==2.28.3",), (
+        "nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-crt==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-cccl==13.0.85"), (
         "sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/"
         "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl",)}
 

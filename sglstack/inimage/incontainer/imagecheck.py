@@ -7,9 +7,16 @@ verified image, from `imageinfo.py`, and is judged with the stack's declared ove
   (`elfdeps.py`), except the driver's, which the host provides;
 - the server: `python -m sglang.launch_server --help` answers, and each serving argv the stack runs (smoke,
   compose, manifests: the same flags) parses with the image's own SGLang argument parser, so a flag renamed
-  upstream is named here.
+  upstream is named here;
+- the JIT toolchain (a CUDA stack): `$CUDA_HOME/bin/nvcc` compiles a CUDA source that includes what the JIT
+  compilers' sources include (the runtime, fp16/bf16 and CCCL headers) for each capability of the stack, and
+  links it into a shared library the way FlashInfer's JIT links (`-L$CUDA_HOME/lib64 -lcudart`). No GPU is
+  needed to compile; on a GPU node this is the first thing FlashInfer, DeepGEMM and torch's cpp_extension do,
+  so an nvcc that does not match the CUDA headers (CCCL refuses to compile) or a toolkit layout without
+  `lib64` fails the build here instead of the first request there. (`-lcuda` is the driver's, mounted at
+  run time, and is left out.)
 
-    python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--site DIR ...]
+    python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--jit-arch 9.0 ...] [--site DIR ...]
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 
 from elfdeps import check_needs  # its sibling in the image's tools folder (on sys.path as the script's dir)
@@ -49,6 +58,61 @@ def server_help(timeout: float) -> dict:
     ok = proc.returncode == 0 and "--model-path" in proc.stdout
     return {"returncode": proc.returncode, "lists_model_path": "--model-path" in proc.stdout,
             "error": None if ok else _tail(proc.stderr or proc.stdout), "seconds": round(time.monotonic() - start, 2)}
+
+
+JIT_SOURCE = r"""
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda/std/utility>
+__global__ void sglstack_scale(__nv_bfloat16* x, __half* y, float a) {
+  auto pair = cuda::std::make_pair(threadIdx.x, a);
+  x[pair.first] = __float2bfloat16(pair.second * __bfloat162float(x[pair.first]));
+  y[pair.first] = __float2half(pair.second);
+}
+extern "C" int sglstack_launch(void* x, void* y) {
+  sglstack_scale<<<1, 32>>>((__nv_bfloat16*)x, (__half*)y, 2.0f);
+  return (int)cudaGetLastError();
+}
+"""
+JIT_TIMEOUT_S = 900
+
+
+def gencode(arch: str) -> str:
+    """`9.0` -> `-gencode=arch=compute_90,code=sm_90` (FlashInfer's form)."""
+    digits = arch.replace(".", "")
+    return f"-gencode=arch=compute_{digits},code=sm_{digits}"
+
+
+def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_TIMEOUT_S) -> dict:
+    """Compile and link JIT_SOURCE with the image's nvcc for `archs`, as the JIT compilers would."""
+    start = time.monotonic()
+    out: dict = {"cuda_home": cuda_home, "archs": archs, "release": None, "returncode": None, "error": None}
+    nvcc = os.path.join(cuda_home or "", "bin", "nvcc")
+    if not cuda_home:
+        out["error"] = "CUDA_HOME is not set"
+    elif not os.access(nvcc, os.X_OK):
+        out["error"] = f"no nvcc at {nvcc}"
+    if out["error"]:
+        return {**out, "seconds": round(time.monotonic() - start, 2)}
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=120)
+    found = re.search(r"release (\d+\.\d+)", version.stdout)
+    out["release"] = found.group(1) if found else None
+    with tempfile.TemporaryDirectory(prefix="sglstack-jit-") as tmp:
+        source = os.path.join(tmp, "jit_check.cu")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(JIT_SOURCE)
+        command = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-std=c++17", *(gencode(a) for a in archs),
+                   source, "-o", os.path.join(tmp, "jit_check.so"), f"-L{cuda_home}/lib64", "-lcudart"]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return {**out, "error": f"nvcc did not finish within {timeout:.0f} s",
+                    "seconds": round(time.monotonic() - start, 2)}
+    out["returncode"] = proc.returncode
+    if proc.returncode != 0:
+        out["error"] = _tail((proc.stderr or proc.stdout).replace(tmp + os.sep, ""))
+    return {**out, "seconds": round(time.monotonic() - start, 2)}
 
 
 class _Refused(Exception):
@@ -85,6 +149,7 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--help-timeout", type=float, default=600)
     ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv (after the module)")
     ap.add_argument("--site", action="append", default=[], help="folders to check the shared libraries of")
+    ap.add_argument("--jit-arch", action="append", default=[], help="a CUDA capability the JIT check compiles for")
     opts = ap.parse_args(args)
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
@@ -93,6 +158,8 @@ def main(args: list[str] | None = None) -> int:
         out["server_help"] = server_help(opts.help_timeout)
     if opts.argv:
         out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
+    if opts.jit_arch:
+        out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"))
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()
     return 0
