@@ -439,9 +439,11 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
     lines.append(f"secrets:      {', '.join(shown_secrets) or 'none'} (BuildKit secrets, never layers; the HF "
                  f"token and the index credentials from the environment, never a file)")
     if target == FINAL_TARGET:
+        jit = (f"; the JIT toolchain compiles for {', '.join(stack.cuda_arch_list)} ($CUDA_HOME/bin/nvcc)"
+               if stack.cuda and stack.cuda_arch_list else "")
         lines.append("verify:       in the runtime stage (patchkit verify on the installed tree, installed "
                      "packages); read back and compared with the pins; kernel coverage of cuda_arch_list "
-                     "(cuobjdump)")
+                     f"(cuobjdump){jit}")
         budget = (f"fails over size.max_gb {stack.size.max_gb:g}" if stack.size and stack.size.max_gb
                   else "no size.max_gb budget")
         if stack.size:
