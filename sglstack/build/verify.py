@@ -180,6 +180,10 @@ def jit_problems(jit: dict[str, Any], cuda: str | None) -> list[str]:
     if release and wanted and release != wanted:
         problems.append(f"JIT toolchain: {nvcc} is CUDA {release}, the stack's CUDA is {wanted} (pin the compiler "
                         f"to the CUDA of its headers, e.g. cuda-toolkit[nvcc,cccl]=={wanted}.*)")
+    if "driver_stub" in jit and not jit["driver_stub"]:
+        problems.append(f"JIT toolchain: nothing for -lcuda: no {jit.get('cuda_home')}/lib64/stubs/libcuda.so "
+                        "(FlashInfer links every JIT module with -lcuda: a CUDA toolkit's stub, or a link to the "
+                        "driver's libcuda.so.1 that the NVIDIA runtime mounts)")
     if jit.get("returncode") != 0:
         lines = [ln.strip() for ln in (jit.get("error") or "").splitlines() if ln.strip()]
         telling = next((ln for ln in lines if "error" in ln.lower() or "cannot find" in ln),

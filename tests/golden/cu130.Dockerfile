@@ -100,11 +100,15 @@ RUN --mount=type=secret,id=ca_bundle,required=false \
     . /opt/sglstack/tools/pip-env.sh \
  && pip install --no-deps --force-reinstall nvidia-nccl-cu13==2.28.3
 # The JIT compilers (FlashInfer, DeepGEMM, torch's cpp_extension) link as against a CUDA install:
-# -L$CUDA_HOME/lib64 -lcudart. NVIDIA's wheels ship lib/ and only the versioned libcudart.so.N.
+# -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda. NVIDIA's wheels ship lib/ and only the versioned
+# libcudart.so.N; -lcuda is the driver's libcuda.so.1, which the NVIDIA runtime mounts at start (where a
+# CUDA toolkit has a stand-in stub, this links to it: dangling until then, on no loader path).
 RUN cudart="$(find "$CUDA_HOME/lib" -maxdepth 1 -name 'libcudart.so.[0-9]*' -printf '%f\n' | sort | head -n 1)" \
  && test -n "$cudart" \
  && ln -sfn lib "$CUDA_HOME/lib64" \
- && ln -sfn "$cudart" "$CUDA_HOME/lib/libcudart.so"
+ && ln -sfn "$cudart" "$CUDA_HOME/lib/libcudart.so" \
+ && mkdir -p "$CUDA_HOME/lib/stubs" \
+ && ln -sfn "/usr/lib/$(gcc -print-multiarch)/libcuda.so.1" "$CUDA_HOME/lib/stubs/libcuda.so"
 # The pristine SGLang wheel gets its own layer (installed and byte-compiled once per SGLang version);
 # the patched files come as a small overlay after it, so a patch change rebuilds only kilobytes.
 RUN --mount=type=bind,from=sglang-src,source=/src/dist,target=/run/sglang-dist \

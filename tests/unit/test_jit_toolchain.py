@@ -50,7 +50,10 @@ def test_the_wheel_toolkit_links_only_after_the_rendered_layout_step(cuda_wheel_
     home = cuda_wheel_toolkits["matched"]
     before = imagecheck_jit(home, ("9.0",), tmp_path)
     assert before["release"] == "13.0" and before["returncode"] != 0
+    assert before["driver_stub"] is None
     assert jit_problems(before, "13.0") == [
+        f"JIT toolchain: nothing for -lcuda: no {home}/lib64/stubs/libcuda.so (FlashInfer links every JIT module "
+        "with -lcuda: a CUDA toolkit's stub, or a link to the driver's libcuda.so.1 that the NVIDIA runtime mounts)",
         f"JIT toolchain: {home}/bin/nvcc (CUDA 13.0) cannot build a CUDA extension for 9.0 with "
         "-L$CUDA_HOME/lib64 -lcudart: /usr/bin/ld: cannot find -lcudart: No such file or directory"]
 
@@ -59,9 +62,12 @@ def test_the_wheel_toolkit_links_only_after_the_rendered_layout_step(cuda_wheel_
     subprocess.run(["bash", "-euo", "pipefail", "-c", layout_step("pypi-cu130")], check=True, timeout=60,
                    env={**os.environ, "CUDA_HOME": str(home)})
     assert os.readlink(home / "lib64") == "lib" and os.readlink(home / "lib" / "libcudart.so") == "libcudart.so.13"
+    multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True, check=True).stdout.strip()
+    driver = f"/usr/lib/{multiarch}/libcuda.so.1"  # where the NVIDIA runtime mounts the driver's library
+    assert os.readlink(home / "lib64" / "stubs" / "libcuda.so") == driver
 
     after = imagecheck_jit(home, ARCHS, tmp_path)
-    assert (after["returncode"], after["error"], after["archs"]) == (0, None, list(ARCHS))
+    assert (after["returncode"], after["error"], after["archs"], after["driver_stub"]) == (0, None, list(ARCHS), driver)
     assert jit_problems(after, "13.0") == [] and image_check_problems({"jit_toolchain": after}, cuda="13.0") == []
     # the same compiler is not the CUDA of a 12.9 stack, even where it compiles
     assert jit_problems(after, "12.9.1") == [

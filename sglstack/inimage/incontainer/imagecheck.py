@@ -13,8 +13,8 @@ verified image, from `imageinfo.py`, and is judged with the stack's declared ove
   links it into a shared library the way FlashInfer's JIT links (`-L$CUDA_HOME/lib64 -lcudart`). No GPU is
   needed to compile; on a GPU node this is the first thing FlashInfer, DeepGEMM and torch's cpp_extension do,
   so an nvcc that does not match the CUDA headers (CCCL refuses to compile) or a toolkit layout without
-  `lib64` fails the build here instead of the first request there. (`-lcuda` is the driver's, mounted at
-  run time, and is left out.)
+  `lib64` fails the build here instead of the first request there. `-lcuda` is the driver's, mounted at
+  run time: the check only finds what it will link (`lib64/stubs/libcuda.so`, a stub or a link to it).
 
     python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--jit-arch 9.0 ...] [--site DIR ...]
 """
@@ -110,6 +110,8 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
             return {**out, "error": f"nvcc did not finish within {timeout:.0f} s",
                     "seconds": round(time.monotonic() - start, 2)}
     out["returncode"] = proc.returncode
+    stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")
+    out["driver_stub"] = (os.readlink(stub) if os.path.islink(stub) else stub) if os.path.lexists(stub) else None
     if proc.returncode != 0:
         out["error"] = _tail((proc.stderr or proc.stdout).replace(tmp + os.sep, ""))
     return {**out, "seconds": round(time.monotonic() - start, 2)}
