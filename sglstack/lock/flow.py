@@ -276,8 +276,6 @@ class _PlatformResolution:
         for layer in self.deps_layers:
             if layer.name in self.unresolved:
                 out += _unhashed(self.stack, layer, self.unresolved[layer.name].reason, self.tree)
-        if SGLANG in self.unresolved and not any(p.layer == SGLANG for p in [*so_far, *out]):
-            out += _unhashed(self.stack, self.plan[-1], self.unresolved[SGLANG].reason, self.tree)
         if self.tree and not any(p.layer == SGLANG for p in [*so_far, *out]):
             # What the image installs: the wheel it builds from the commit, at that pyproject's version.
             out.append(LockedPackage(name=SGLANG, version=self.tree.version, layer=SGLANG,

@@ -1,0 +1,477 @@
+"""`invoke lock` in process: the task's checks and words, the previous lock as the starting point, several
+platforms, and each way a resolution can fail, against a scripted resolver that answers as uv does."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from sglstack.adapters.uv import (
+    Resolution,
+    ResolutionConflict,
+    ResolvedPackage,
+    ResolveRequest,
+    ResolverError,
+    SourceUnreachable,
+)
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import TorchPin
+from sglstack.core.errors import ConfigError
+from sglstack.lock import flow
+from sglstack.lock.file import lock_path, read_lock, render_lock
+from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
+
+HASH_A = "sha256:" + "a" * 64
+HASH_B = "sha256:" + "b" * 64
+KERNEL_INDEX = "https://kernels.example/simple"
+STACKS = f"""
+defaults:
+  serving: {{model: org/model}}
+stacks:
+  tiny:
+    base_image: debian:bookworm-slim
+    glibc: "2.36"
+    python: "3.11"
+    sgl_kernel: {{package: sglang-kernel, version: "0.4.10", index_url: "{KERNEL_INDEX}"}}
+    extra_layers:
+      - {{name: jit, requirements: ["nvcc-tool==13.0.88"], no_deps: true}}
+      - {{name: late, requirements: ["six==1.16.0"], after_sglang: true}}
+    sglang: {{version: "0.5.23"}}
+    overrides:
+      - {{replaces: "requests==2.0", pin: "requests==2.32.5", reason: "a newer requests"}}
+"""
+GRAPH = {"sglang": ["requests", "sglang-kernel"], "requests": ["idna"], "sglang-kernel": ["numpy"], "six": []}
+VERSIONS = {"sglang": "0.5.23", "requests": "2.32.5", "idna": "3.11", "sglang-kernel": "0.4.10", "numpy": "2.3.4",
+            "six": "1.16.0", "nvcc-tool": "13.0.88"}
+
+
+REAL_LOCK_STACK = flow.lock_stack
+
+
+class Uv:
+    """Resolves GRAPH like uv (every package hashed), or fails as told; records every request."""
+
+    def __init__(self, *answers: Resolution | ResolverError, platforms_differ: bool = False) -> None:
+        self.answers = list(answers)  # main resolutions, in order; then GRAPH
+        self.requests: list[ResolveRequest] = []
+        self.platforms_differ = platforms_differ
+
+    def __call__(self, requests):
+        out = []
+        for request in requests:
+            self.requests.append(request)
+            if not request.no_deps and self.answers:
+                out.append(self.answers.pop(0))
+                continue
+            out.append(self.resolve(request))
+        return out
+
+    def resolve(self, request: ResolveRequest) -> Resolution:
+        roots = [Requirement(r).name for r in request.requirements]
+        by: dict[str, set[str]] = {n: set() for n in roots}
+        todo = [] if request.no_deps else list(roots)
+        while todo:
+            name = todo.pop()
+            for child in GRAPH.get(name, ()):
+                if child not in request.excludes:
+                    todo += [] if child in by else [child]
+                    by.setdefault(child, set()).add(name)
+        hashes = (HASH_B,) if self.platforms_differ and request.python_platform.startswith("aarch64") else (HASH_A,)
+        version = {**VERSIONS, "idna": "3.10"} if self.platforms_differ and "aarch64" in request.python_platform \
+            and len(request.requirements) > 1 else VERSIONS
+        return Resolution(packages=tuple(
+            ResolvedPackage(name=n, version=version.get(n, "1.0"), hashes=hashes, required_by=tuple(sorted(b)),
+                            index="https://pypi.org/simple") for n, b in sorted(by.items())),
+            uv_version="0.13.9", seconds=0.1)
+
+
+@pytest.fixture
+def stacks(tmp_path) -> Path:
+    path = tmp_path / "stacks.yaml"
+    path.write_text(STACKS)
+    return path
+
+
+@pytest.fixture
+def tiny(stacks):
+    return load_matrix(stacks).get("tiny")
+
+
+# ---- the task --------------------------------------------------------------------------------------
+
+def test_a_first_lock_is_written_and_a_second_starts_from_its_pins(stacks, tiny):
+    uv = Uv()
+    first = flow.lock_stack(stacks, "tiny", compile_fn=uv)
+    assert first.previous is None and first.path == lock_path(stacks, "tiny") == stacks.parent / "locks" / "tiny.txt"
+    assert read_lock(first.path).packages == first.lock.packages
+    main = uv.requests[0]
+    assert (main.preferences, main.upgrade_packages, main.python_platform) == ((), (), "x86_64-manylinux_2_36")
+    assert [p.name for p in first.lock.packages if p.layer == "jit"] == ["nvcc-tool"]
+
+    again = Uv()
+    second = flow.lock_stack(stacks, "tiny", upgrade_packages=["IDNA"], compile_fn=again)
+    assert second.previous is not None and second.previous.packages == first.lock.packages
+    main = again.requests[0]
+    assert main.upgrade_packages == ("idna",)  # canonical, as uv and the lock name it
+    assert set(main.preferences) == {p.requirement for p in first.lock.packages if p.hashed}
+    assert "idna==3.11" in main.preferences
+
+
+@pytest.mark.parametrize("prepare,upgrade,message", [
+    ("none", ["idna"], "stack 'tiny': --upgrade-package needs an existing lock ({path}): run invoke lock --stack tiny"),
+    ("locked", ["no-such"], "stack 'tiny': --upgrade-package no-such: not in {path}"),
+    ("unhashed", ["idna"], "stack 'tiny': --upgrade-package idna: not resolved in {path} (built from a local wheel)"),
+])
+def test_upgrade_package_is_checked_against_the_previous_lock_before_resolving(stacks, prepare, upgrade, message):
+    path = lock_path(stacks, "tiny")
+    if prepare != "none":
+        flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    if prepare == "unhashed":
+        text = path.read_text()
+        text = re.sub(r"^idna==3\.11 \\\n(?:    --hash=\S+(?: \\)?\n)+", "# unhashed: idna==3.11 (built from a local "
+                      "wheel)\n", text, flags=re.MULTILINE)
+        path.write_text(text)
+        assert not read_lock(path).get("idna").hashed
+    uv = Uv()
+    with pytest.raises(ConfigError) as err:
+        flow.lock_stack(stacks, "tiny", upgrade_packages=upgrade, compile_fn=uv)
+    assert str(err.value) == message.format(path=path) and uv.requests == []
+
+
+def test_the_command_prints_what_it_locked_and_what_moved(stacks, capsys, monkeypatch):
+    monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv()))
+    assert flow.lock_command(str(stacks), "tiny") == 0
+    first = capsys.readouterr().out.splitlines()
+    path = lock_path(stacks, "tiny")
+    assert re.fullmatch(rf"tiny: locked 7 packages \(7 hashed\) for Python 3\.11 linux/amd64 in \d+\.\d+ s -> "
+                        rf"{re.escape(str(path))}", first[0])
+    assert len(first) == 1  # nothing before it to compare with
+    monkeypatch.setitem(VERSIONS, "numpy", "2.3.5")
+    assert flow.lock_command(str(stacks), "tiny") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"numpy\s.*2\.3\.4.*2\.3\.5", out)
+    assert "packages: 0 added, 0 removed, 1 changed" in out
+    assert "not known" not in out  # a lock holds no base, pins, patches or labels: nothing to say of them
+
+
+def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypatch):
+    unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
+    monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
+    assert flow.lock_command(str(stacks), "tiny") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (f"tiny: not resolved: layer sglang-kernel (with dependencies): index {KERNEL_INDEX} unreachable: "
+            "dns error") in out
+    assert any(line.startswith("tiny: layer sglang-kernel was not resolved; sglang-kernel==0.4.10 from the default "
+                               "index stood in for its pins") for line in out)
+
+
+# ---- one resolution, several platforms -------------------------------------------------------------
+
+def test_platforms_that_agree_make_one_lock_with_every_files_hash(tiny):
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv(platforms_differ=False)
+    lock = flow.resolve_stack(both, compile_fn=uv)
+    assert lock.platforms == ("linux/amd64", "linux/arm64")
+    assert lock.python_platforms == ("x86_64-manylinux_2_36", "aarch64-manylinux_2_36")
+    assert {r.python_platform for r in uv.requests} == {"x86_64-manylinux_2_36", "aarch64-manylinux_2_36"}
+
+
+def test_platforms_that_resolve_differently_are_one_line(tiny):
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(both, compile_fn=Uv(platforms_differ=True))
+    assert str(err.value) == ("stack 'tiny': linux/amd64 and linux/arm64 resolve differently (idna): one lock per "
+                              "platform is not supported yet")
+
+
+def test_hashes_of_platforms_are_merged(tiny):
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv()
+    uv.resolve = _two_hashes(uv.resolve)  # type: ignore[method-assign]
+    lock = flow.resolve_stack(both, compile_fn=uv)
+    assert lock.get("idna").hashes == (HASH_A, HASH_B)
+
+
+def _two_hashes(resolve):
+    def answer(request):
+        r = resolve(request)
+        if request.python_platform.startswith("aarch64"):
+            from dataclasses import replace
+            return replace(r, packages=tuple(replace(p, hashes=(HASH_B,)) for p in r.packages))
+        return r
+    return answer
+
+
+# ---- the parts of one resolution ---------------------------------------------------------------------
+
+def test_the_lock_says_what_it_was_resolved_with(tiny):
+    lock = flow.resolve_stack(tiny, compile_fn=Uv())
+    assert lock.resolver == "uv 0.13.9 (uv pip compile --generate-hashes)"
+    assert lock.layers == ("sglang-kernel", "jit", "sglang-requirements", "late", "sglang")
+    assert lock.indexes == ("https://pypi.org/simple",) and lock.sglang_commit is None
+    assert [(p.name, p.layer) for p in lock.packages] == [
+        ("numpy", "sglang-kernel"), ("sglang-kernel", "sglang-kernel"), ("nvcc-tool", "jit"),
+        ("idna", "sglang-requirements"), ("requests", "sglang-requirements"), ("six", "late"), ("sglang", "sglang")]
+    assert lock.get("nvcc-tool").required_by == ()  # a no-deps layer's entries name no parents
+
+
+def test_the_main_request_carries_the_stacks_overrides_excludes_and_indexes(tiny):
+    uv = Uv()
+    flow.resolve_stack(tiny, compile_fn=uv)
+    main, *no_deps = uv.requests
+    assert main.requirements == ("sglang-kernel==0.4.10", "sglang==0.5.23", "six==1.16.0")
+    assert main.overrides == ("requests==2.32.5",) and main.excludes == ("nvcc-tool",)
+    assert main.indexes == (KERNEL_INDEX,) and main.python_version == "3.11"
+    [jit] = no_deps
+    assert (jit.requirements, jit.no_deps, jit.default_index, jit.indexes) == (("nvcc-tool==13.0.88",), True, None, ())
+
+
+def test_an_unreachable_url_of_no_layer_is_one_line(tiny):
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(tiny, compile_fn=Uv(SourceUnreachable("https://elsewhere.example/x", "refused")))
+    assert str(err.value) == "stack 'tiny': cannot reach https://elsewhere.example/x: refused"
+
+
+def test_stand_ins_that_do_not_resolve_leave_their_layer_out_and_say_so(tiny):
+    unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
+    uv = Uv(unreachable, ResolverError("no release sglang-kernel==0.4.10 on the default index"))
+    lock = flow.resolve_stack(tiny, compile_fn=uv)
+    assert lock.notes == ("no stand-in from the default index for sglang-kernel: no release sglang-kernel==0.4.10 "
+                          "on the default index",)
+    assert "sglang-kernel" in uv.requests[-1].excludes and "sglang-kernel==0.4.10" not in uv.requests[-1].requirements
+    kernel = lock.get("sglang-kernel")
+    assert (kernel.version, kernel.layer, kernel.unhashed) == (
+        "0.4.10", "sglang-kernel", f"index {KERNEL_INDEX} unreachable: dns error")
+
+
+@pytest.mark.parametrize("error,message", [
+    (ResolutionConflict("Because you require idna==1.0 and idna==2.0, we can conclude that your requirements are "
+                        "unsatisfiable."),
+     "stack 'tiny': the resolver found a conflict for x86_64-manylinux_2_36: the stack requires idna==1.0; the "
+     "stack requires idna==2.0 (uv: Because you require idna==1.0 and idna==2.0, we can conclude that your "
+     "requirements are unsatisfiable.)"),
+    (ResolverError("uv crashed"), "stack 'tiny': uv crashed"),
+])
+def test_a_main_resolution_that_fails_is_one_line(tiny, error, message):
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(tiny, compile_fn=Uv(error))
+    assert str(err.value) == message
+
+
+def test_a_no_deps_layer_the_resolver_refuses_is_one_line(tiny):
+    uv = Uv()
+    real = uv.resolve
+    uv.resolve = lambda r: ResolverError("no such version") if r.no_deps else real(r)  # type: ignore[method-assign]
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(tiny, compile_fn=uv)
+    assert str(err.value) == "stack 'tiny': layer jit: no such version"
+
+
+def test_an_unreachable_no_deps_layer_is_kept_unhashed(tiny):
+    uv = Uv()
+    real = uv.resolve
+    uv.resolve = lambda r: (SourceUnreachable("https://pypi.org/simple/nvcc-tool/", "timeout") if r.no_deps
+                            else real(r))  # type: ignore[method-assign]
+    lock = flow.resolve_stack(tiny, compile_fn=uv)
+    tool = lock.get("nvcc-tool")
+    assert (tool.version, tool.layer, tool.hashes) == ("13.0.88", "jit", ())
+    assert tool.unhashed == "https://pypi.org/simple/nvcc-tool/ unreachable: timeout"
+    assert [str(u) for u in lock.unresolved] == [
+        "jit (no dependencies): https://pypi.org/simple/nvcc-tool/ unreachable: timeout"]
+
+
+def test_a_direct_url_without_a_version_in_the_stack_is_refused(tiny):
+    layer = PlannedLayer("x", ("thing @ https://files.example/thing.whl",))
+    with pytest.raises(LockError) as err:
+        flow._hashed(tiny, layer, (ResolvedPackage(name="thing", version="", url="https://files.example/thing.whl"),))
+    assert str(err.value) == ("stack 'tiny': layer x: thing @ https://files.example/thing.whl has no version pinned "
+                              "in the stack")
+    [entry] = flow._hashed(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://f/k.whl",
+                                                         required_by=("a",)),), required_by=False, note="n")
+    assert (entry.version, entry.unhashed, entry.required_by, entry.note) == (
+        "0.4.10", "the index serves no sha256 for its files", (), "n")
+
+
+def test_a_git_sglang_is_locked_at_its_trees_version_never_its_path(tiny, tmp_path):
+    tree = GitTree(tmp_path / "export", "0123456789ab" * 3 + "0123", "0.5.24.dev1")
+    layer = PlannedLayer("sglang", (f"sglang @ {(tmp_path / 'export').as_uri()}",))
+    [entry] = flow._unhashed(tiny, layer, "index down", tree)
+    assert (entry.name, entry.version, entry.layer, entry.url) == ("sglang", "0.5.24.dev1", "sglang", None)
+    assert entry.unhashed == f"{tree.reason}; index down" and str(tmp_path) not in entry.unhashed
+    [plain] = flow._unhashed(tiny, PlannedLayer("late", ("Six==1.16.0",)), "index down")
+    assert (plain.name, plain.version, plain.layer, plain.unhashed) == ("six", "1.16.0", "late", "index down")
+
+
+@pytest.mark.parametrize("requirement,public", [
+    ("torch==2.9.1+cu130", "torch==2.9.1"), ("torch==2.9.1", "torch==2.9.1"), ("torch>=2.9", None),
+    ("torch @ https://x.example/torch.whl", None), ("torch", None),
+])
+def test_the_public_release_that_stands_in_for_a_local_build(requirement, public):
+    assert flow._public(requirement) == public
+
+
+def test_an_unreachable_url_names_its_layer_by_index_or_by_direct_url():
+    index = PlannedLayer("torch", ("torch==2.9.1+cu130",), "https://download.pytorch.org/whl/cu130/")
+    direct = PlannedLayer("k", ("k @ https://github.com/o/r/releases/k.whl#sha256=00",))
+    layers = (index, direct)
+    assert flow._owner("https://download.pytorch.org/whl/cu130/torch/", layers) is index
+    assert flow._owner("https://github.com/o/r/releases/k.whl", layers) is direct
+    assert flow._owner("https://github.com/o/r/releases/other.whl", layers) is None
+    gone = SourceUnreachable("https://download.pytorch.org/whl/cu130/torch/", "dns")
+    assert flow._reason(gone, index) == "index https://download.pytorch.org/whl/cu130/ unreachable: dns"
+    assert flow._reason(gone) == "https://download.pytorch.org/whl/cu130/torch/ unreachable: dns"
+    assert flow._reason(SourceUnreachable("https://x.example/", "")) == "https://x.example/ unreachable"
+
+
+@pytest.mark.parametrize("explanation,message", [
+    ("Because you require a==1 and a==2, we can conclude that your requirements are unsatisfiable.",
+     "the stack requires a==1; the stack requires a==2 (uv: Because you require a==1 and a==2, we can conclude "
+     "that your requirements are unsatisfiable.)"),
+    ("something   uv   said", "something uv said"),
+])
+def test_a_conflict_message_has_both_sides_and_uvs_reason(explanation, message):
+    assert flow.conflict_message(ResolutionConflict(explanation)) == message
+
+
+def test_the_closure_follows_only_allowed_names():
+    children = {"a": {"b", "c"}, "b": {"d"}, "c": {"a"}}
+    assert flow._closure(["a"], children, {"a", "b", "c", "d"}) == {"a", "b", "c", "d"}
+    assert flow._closure(["a"], children, {"a", "c"}) == {"a", "c"}
+    assert flow._closure(["x", "a"], children, {"a"}) == {"a"}
+
+
+def test_plan_layers_in_install_order(tiny):
+    planned = plan_layers(tiny, "linux/amd64")
+    assert [(x.name, x.requirements, x.index_url, x.exclusive_index, x.no_deps) for x in planned] == [
+        ("sglang-kernel", ("sglang-kernel==0.4.10",), KERNEL_INDEX, True, False),
+        ("jit", ("nvcc-tool==13.0.88",), None, True, True),
+        ("sglang-requirements", ("sglang==0.5.23",), None, False, False),
+        ("late", ("six==1.16.0",), None, True, False),
+        ("sglang", ("sglang==0.5.23",), None, False, False),
+    ]
+    assert python_platform("linux/arm64", "2.39") == "aarch64-manylinux_2_39"
+
+
+# ---- a git SGLang's version, and the base image's glibc ----------------------------------------------
+
+GIT_STACK = {"name": "g", "base_image": "debian:bookworm-slim", "serving": {"model": "m"},
+             "sglang": {"git": {"repo": "https://github.com/sgl-project/sglang", "ref": "ab" * 20}}}
+
+
+@pytest.mark.parametrize("text,problem", [
+    (None, "cannot read it ("),
+    ("[project\n", "cannot read it ("),
+    ("[project]\nname = 'sglang'\n", "no static [project] version (the lock pins the version the image installs)"),
+    ("[project]\nversion = ''\n", "no static [project] version (the lock pins the version the image installs)"),
+    ("[project]\nversion = 5\n", "no static [project] version (the lock pins the version the image installs)"),
+])
+def test_a_git_sglang_needs_a_static_version_in_its_pyproject(tmp_path, text, problem):
+    from sglstack.config.schema import Stack
+    from sglstack.lock.plan import _static_version
+
+    stack = Stack.model_validate(GIT_STACK)
+    pyproject = tmp_path / "sglang-src" / "pyproject.toml"
+    pyproject.parent.mkdir()
+    if text is not None:
+        pyproject.write_text(text)
+    with pytest.raises(LockError) as err:
+        _static_version(stack, pyproject)
+    assert str(err.value).startswith(f"stack 'g': sglang.git sglang-src/pyproject.toml at {'ab' * 6}: {problem}")
+    pyproject.write_text("[project]\nname = 'sglang'\nversion = '0.5.24.dev1'\n")
+    assert _static_version(stack, pyproject) == "0.5.24.dev1"
+
+
+class FakeEngine:
+    def __init__(self, files: dict[str, bytes] | None, fail: Exception | None = None) -> None:
+        self.files, self.fail, self.asked = files, fail, []
+
+
+def test_the_base_images_glibc_is_read_from_its_libc_when_the_engine_has_it(tiny, monkeypatch):
+    from sglstack.lock import plan
+
+    engine = FakeEngine({"/lib/x86_64-linux-gnu/libc.so.6": b"..GNU C Library (Debian GLIBC 2.36-9) stable release "
+                                                              b"version 2.36.\n.."})
+    monkeypatch.setattr(plan, "docker_client", lambda host: engine)
+    monkeypatch.setattr(plan, "image_exists", lambda client, ref: engine.files is not None)
+
+    def read(client, ref, paths):
+        engine.asked.append((ref, tuple(paths)))
+        return {p: engine.files[p] for p in paths if p in engine.files}
+
+    monkeypatch.setattr(plan, "read_image_files", read)
+    assert plan.base_image_glibc(tiny) == "2.36"
+    assert engine.asked == [("debian:bookworm-slim", tuple(plan.LIBC_PATHS["linux/amd64"]))]
+    engine.files = {"/lib/x86_64-linux-gnu/libc.so.6": b"no banner"}
+    assert plan.base_image_glibc(tiny) is None
+    engine.files = None  # not on the engine: never pulled
+    assert plan.base_image_glibc(tiny) is None
+
+    def down(host):
+        raise plan.DockerUnavailable("no engine")
+
+    monkeypatch.setattr(plan, "docker_client", down)
+    assert plan.base_image_glibc(tiny) is None
+
+
+# ---- layers out of reach, a git SGLang, SGLang without its requirements -------------------------------
+
+def test_two_layers_out_of_reach_are_both_kept_unhashed_with_their_stand_ins_named(tiny):
+    torch_index = "https://download.pytorch.org/whl/cu130"
+    stack = tiny.model_copy(update={"torch": TorchPin.model_validate(
+        {"version": "2.9.1+cu130", "index_url": torch_index, "packages": ["torchvision==0.24.1+cu130"]})})
+    GRAPH.update({"torch": [], "torchvision": ["torch"]})
+    VERSIONS.update({"torch": "2.9.1", "torchvision": "0.24.1"})
+    try:
+        uv = Uv(SourceUnreachable(f"{torch_index}/torch/", "dns"), SourceUnreachable(f"{KERNEL_INDEX}/x/", "dns"))
+        lock = flow.resolve_stack(stack, compile_fn=uv)
+    finally:
+        for name in ("torch", "torchvision"):
+            GRAPH.pop(name)
+            VERSIONS.pop(name)
+    assert [str(u) for u in lock.unresolved] == [
+        f"torch (with dependencies): index {torch_index} unreachable: dns",
+        f"sglang-kernel (with dependencies): index {KERNEL_INDEX} unreachable: dns"]
+    assert {p.name: p.unhashed for p in lock.packages if not p.hashed} == {
+        "torch": f"index {torch_index} unreachable: dns", "torchvision": f"index {torch_index} unreachable: dns",
+        "sglang-kernel": f"index {KERNEL_INDEX} unreachable: dns"}
+    assert lock.get("torch").version == "2.9.1+cu130" and lock.get("torchvision").version == "0.24.1+cu130"
+    [torch_note, kernel_note] = lock.notes
+    assert torch_note == ("layer torch was not resolved; torch==2.9.1 torchvision==0.24.1 from the default index "
+                          "stood in for its pins, so that what it shares with the rest of the stack is locked at "
+                          "versions that satisfy that release; 1 package(s) only the stand-ins need are not locked "
+                          "(the layer brings its own from its index)")
+    assert kernel_note.startswith("layer sglang-kernel was not resolved; sglang-kernel==0.4.10 from the default")
+    assert lock.get("numpy") is None  # only the kernel's stand-in needs it: the layer brings its own
+    assert lock.get("idna").note is None
+
+
+def test_a_git_sglang_is_resolved_from_its_tree_and_locked_as_the_wheel_the_image_builds(tmp_path, monkeypatch):
+    import contextlib
+
+    from sglstack.config.schema import Stack
+
+    stack = Stack.model_validate({**GIT_STACK, "python": "3.11", "glibc": "2.36"})
+    tree = GitTree(tmp_path / "sglang-src", "ab" * 20, "0.5.24.dev1")
+    monkeypatch.setattr(flow, "git_tree", lambda s: contextlib.nullcontext(tree))
+    uv = Uv()
+    lock = flow.resolve_stack(stack, compile_fn=uv)
+    assert uv.requests[0].requirements == (f"sglang @ {tree.path.resolve().as_uri()}",)
+    sglang = lock.get("sglang")
+    assert (sglang.version, sglang.layer, sglang.hashes, sglang.url, sglang.unhashed) == (
+        "0.5.24.dev1", "sglang", (), None, f"built in the image from git commit {'ab' * 20}")
+    assert lock.sglang_commit == "ab" * 20 and str(tmp_path) not in render_lock(lock)
+    assert lock.get("requests").hashed and lock.get("requests").layer == "sglang-requirements"
+
+
+def test_without_sglangs_requirements_what_the_last_deps_layer_needs_stays_in_it(tiny):
+    stack = tiny.model_copy(update={"sglang": tiny.sglang.model_copy(update={"install_deps": False})})
+    lock = flow.resolve_stack(stack, compile_fn=Uv())
+    assert lock.layers == ("sglang-kernel", "jit", "late", "sglang")
+    assert {p.name: p.layer for p in lock.packages} == {
+        "numpy": "sglang-kernel", "sglang-kernel": "sglang-kernel", "nvcc-tool": "jit", "six": "late",
+        "sglang": "sglang"}
+    assert lock.get("sglang").hashed  # hashed on its own, with no dependencies
