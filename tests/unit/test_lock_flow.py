@@ -475,3 +475,75 @@ def test_without_sglangs_requirements_what_the_last_deps_layer_needs_stays_in_it
         "numpy": "sglang-kernel", "sglang-kernel": "sglang-kernel", "nvcc-tool": "jit", "six": "late",
         "sglang": "sglang"}
     assert lock.get("sglang").hashed  # hashed on its own, with no dependencies
+
+
+# ---- no-deps layers with their own indexes; the base image's glibc; a git source out of reach ----------
+
+WIDE = """
+stacks:
+  wide:
+    base_image: debian:bookworm-slim
+    python: "3.11"
+    serving: {model: org/model}
+    extra_layers:
+      - {name: own-index, requirements: ["tool-a==1.0"], no_deps: true, index_url: "https://a.example/simple"}
+      - {name: public, requirements: ["tool-b==2.0"], no_deps: true}
+      - {name: gone, requirements: ["tool-c==3.0"], no_deps: true, index_url: "https://c.example/simple"}
+    sglang: {version: "0.5.23"}
+"""
+
+
+class IndexedUv(Uv):
+    """Each no-deps layer answered from its own index; the one on c.example is out of reach."""
+
+    def resolve(self, request):
+        if request.no_deps and request.default_index == "https://c.example/simple":
+            return SourceUnreachable("https://c.example/simple/tool-c/", "refused")
+        r = super().resolve(request)
+        from dataclasses import replace
+        where = request.default_index or "https://pypi.org/simple"
+        return replace(r, packages=tuple(replace(p, index=where) for p in r.packages))
+
+
+def test_no_deps_layers_resolve_each_from_its_own_index_and_one_out_of_reach_is_kept(tmp_path, monkeypatch):
+    (tmp_path / "stacks.yaml").write_text(WIDE)
+    monkeypatch.setattr(flow, "base_image_glibc", lambda stack: "2.39")  # read from the local base image
+    uv = IndexedUv()
+    result = flow.lock_stack(tmp_path / "stacks.yaml", "wide", compile_fn=uv)
+    main, *no_deps = uv.requests
+    assert main.python_platform == "x86_64-manylinux_2_39" and main.excludes == ("tool-a", "tool-b", "tool-c")
+    assert [(r.requirements, r.default_index, r.indexes, r.python_version, r.python_platform, r.logins)
+            for r in no_deps] == [
+        (("tool-a==1.0",), "https://a.example/simple", (), "3.11", "x86_64-manylinux_2_39", ()),
+        (("tool-b==2.0",), None, (), "3.11", "x86_64-manylinux_2_39", ()),
+        (("tool-c==3.0",), "https://c.example/simple", (), "3.11", "x86_64-manylinux_2_39", ())]
+    lock = result.lock
+    assert lock.python_platforms == ("x86_64-manylinux_2_39",)
+    assert lock.indexes == ("https://pypi.org/simple", "https://a.example/simple")
+    assert [(p.name, p.layer, p.hashed) for p in lock.packages if p.name.startswith("tool-")] == [
+        ("tool-a", "own-index", True), ("tool-b", "public", True), ("tool-c", "gone", False)]
+    assert lock.get("tool-c").unhashed == "index https://c.example/simple unreachable: refused"
+    assert [str(u) for u in lock.unresolved] == ["gone (no dependencies): index https://c.example/simple unreachable: "
+                                                 "refused"]
+    assert lock.get("tool-a").required_by == ()
+    text = result.path.read_text()
+    assert "Written by `invoke lock --stack wide`" in text and "stacks.yaml" in text.splitlines()[0]
+    assert "# unresolved-layer: gone (no dependencies): index https://c.example/simple unreachable: refused" in text
+
+
+def test_a_git_sglang_out_of_reach_leaves_its_requirements_and_itself_unresolved(tmp_path, monkeypatch):
+    import contextlib
+
+    from sglstack.config.schema import Stack
+
+    stack = Stack.model_validate({**GIT_STACK, "python": "3.11", "glibc": "2.36"})
+    tree = GitTree(tmp_path / "sglang-src", "ab" * 20, "0.5.24.dev1")
+    monkeypatch.setattr(flow, "git_tree", lambda s: contextlib.nullcontext(tree))
+    url = tree.path.resolve().as_uri()
+    lock = flow.resolve_stack(stack, compile_fn=Uv(SourceUnreachable(url, "no pyproject")))
+    assert [str(u) for u in lock.unresolved] == [
+        f"sglang-requirements (with dependencies): {url} unreachable: no pyproject",
+        f"sglang (no dependencies): {url} unreachable: no pyproject"]
+    [sglang] = lock.packages
+    assert (sglang.name, sglang.version, sglang.layer, sglang.url) == ("sglang", "0.5.24.dev1", "sglang", None)
+    assert sglang.unhashed == f"built in the image from git commit {'ab' * 20}; {url} unreachable: no pyproject"
