@@ -19,7 +19,7 @@ from sglstack.adapters.uv import (
     SourceUnreachable,
 )
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import TorchPin
+from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
 from sglstack.core.errors import ConfigError
 from sglstack.lock import flow
 from sglstack.lock.file import lock_path, read_lock, render_lock
@@ -547,3 +547,59 @@ def test_a_git_sglang_out_of_reach_leaves_its_requirements_and_itself_unresolved
     [sglang] = lock.packages
     assert (sglang.name, sglang.version, sglang.layer, sglang.url) == ("sglang", "0.5.24.dev1", "sglang", None)
     assert sglang.unhashed == f"built in the image from git commit {'ab' * 20}; {url} unreachable: no pyproject"
+
+
+# ---- the planned layers, and the small rules of the entries --------------------------------------------
+
+def test_each_planned_layer_says_which_index_it_installs_from_and_how(tiny):
+    stack = tiny.model_copy(update={
+        "torch": TorchPin.model_validate({"version": "2.9.1+cu130", "index_url": "https://t.example/cu130"}),
+        "flashinfer": FlashInferPin.model_validate({"version": "0.6.4", "index_url": "https://f.example/simple"}),
+        "sgl_kernel": KernelPin.model_validate({"version": "0.3.21", "url": "https://k.example/{arch}/k.whl"})})
+    layers = {x.name: x for x in plan_layers(stack, "linux/arm64")}
+    assert (layers["torch"].index_url, layers["torch"].exclusive_index, layers["torch"].no_deps) == (
+        "https://t.example/cu130", True, False)
+    assert (layers["flashinfer"].index_url, layers["flashinfer"].exclusive_index) == ("https://f.example/simple", False)
+    assert layers["sgl-kernel"].requirements == ("sgl-kernel @ https://k.example/aarch64/k.whl",)
+    assert layers["sgl-kernel"].no_deps and layers["sgl-kernel"].index_url is None
+
+
+def test_an_unreachable_direct_url_is_matched_without_its_fragment_or_trailing_slashes():
+    index = PlannedLayer("torch", ("torch==2.9.1",), "https://t.example/whl/")
+    direct = PlannedLayer("k", ("k @ https://k.example/k.whl",))
+    assert flow._owner("https://t.example/whl", (index,)) is index
+    assert flow._owner("https://t.example/whl/torch/", (PlannedLayer("t", ("t==1",), "https://t.example/whl"),))
+    assert flow._owner("https://k.example/k.whl#sha256=00", (direct,)) is direct
+    assert flow._owner("//t.example/whl/torch/", (index,)) is None
+
+
+def test_an_unhashed_layer_keeps_every_requirement_and_its_url(tiny, tmp_path):
+    tree = GitTree(tmp_path / "src", "cd" * 20, "0.5.24")
+    layer = PlannedLayer("sglang-requirements", (f"sglang @ {tmp_path.as_uri()}", "extra @ https://e.example/e.whl",
+                                                 "sglang-kernel==0.4.10"))
+    entries = flow._unhashed(tiny, layer, "down", tree)
+    assert [(e.name, e.version, e.layer, e.url) for e in entries] == [
+        ("sglang", "0.5.24", "sglang", None), ("extra", "", "sglang-requirements", "https://e.example/e.whl"),
+        ("sglang-kernel", "0.4.10", "sglang-requirements", None)]
+    [plain_sglang] = flow._unhashed(tiny, PlannedLayer("sglang", ("sglang==0.5.23",)), "down")
+    assert (plain_sglang.version, plain_sglang.layer) == ("0.5.23", "sglang")
+
+
+def test_a_hashed_direct_url_keeps_its_url_and_parents(tiny):
+    layer = PlannedLayer("k", ("sglang-kernel @ https://k.example/k.whl",))
+    [entry] = flow._hashed(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://k.example/k.whl",
+                                                         hashes=(HASH_B, HASH_A), required_by=("sglang",)),))
+    assert (entry.version, entry.url, entry.hashes, entry.required_by, entry.unhashed) == (
+        "0.4.10", "https://k.example/k.whl", (HASH_A, HASH_B), ("sglang",), None)
+
+
+def test_what_the_stand_ins_share_with_the_stack_is_noted(tiny):
+    unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
+    GRAPH["requests"] = ["idna", "numpy"]  # numpy: needed by the kernel's stand-in and by requests
+    try:
+        lock = flow.resolve_stack(tiny, compile_fn=Uv(unreachable))
+    finally:
+        GRAPH["requests"] = ["idna"]
+    assert lock.get("numpy").note == ("also needed by the unresolved sglang-kernel layer: checked against its "
+                                      "stand-ins")
+    assert lock.get("idna").note is None and lock.get("numpy").layer == "sglang-requirements"
