@@ -107,7 +107,7 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
         try:
             proc = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout, cwd=tmp)
         except subprocess.TimeoutExpired:
-            return {**out, "error": f"nvcc did not finish within {timeout:.0f} s",
+            return {**out, "error": f"nvcc did not finish within {timeout:g} s",
                     "seconds": round(time.monotonic() - start, 2)}
     out["returncode"] = proc.returncode
     stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")

@@ -1,0 +1,267 @@
+"""The host-side verdicts on what a built image says of itself, and the in-image JIT check's logic, in process:
+every problem line word for word (pure: no Docker, no child Python; a stand-in nvcc is a shell script)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sglstack.build import verify
+from sglstack.build.verify import image_check_problems, jit_problems
+from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
+from sglstack.core import labels as lb
+from sglstack.core.errors import PinMismatch
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / "sglstack" / "inimage" / "incontainer"
+HOME = "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "stacks.yaml")
+
+
+def jit(**fields) -> dict:
+    base = {"cuda_home": HOME, "archs": ["9.0", "12.0"], "release": "13.0", "returncode": 0, "error": None,
+            "driver_stub": "/usr/lib/x86_64-linux-gnu/libcuda.so.1"}
+    return {**base, **fields}
+
+
+# ---- the JIT toolchain's verdict ---------------------------------------------------------------------
+
+def test_a_toolchain_that_compiles_at_the_stacks_cuda_has_no_problem():
+    assert jit_problems(jit(), "13.0") == [] and jit_problems(jit(), "13.0.1") == []
+    assert jit_problems(jit(), None) == []  # no CUDA to compare with
+    assert jit_problems(jit(release=None), "13.0") == []  # an nvcc that did not say its release
+    assert jit_problems({k: v for k, v in jit().items() if k != "driver_stub"}, "13.0") == []  # an older report
+
+
+@pytest.mark.parametrize("error", ["CUDA_HOME is not set", f"no nvcc at {HOME}/bin/nvcc"])
+def test_no_compiler_is_one_line_and_nothing_else(error):
+    assert jit_problems(jit(returncode=None, error=error, release=None, driver_stub=None), "13.0") == [
+        f"JIT toolchain: {error} (FlashInfer, DeepGEMM and torch compile kernels with $CUDA_HOME/bin/nvcc at run time)"]
+
+
+def test_a_compiler_of_another_cuda_is_named_with_the_pin_that_fixes_it():
+    assert jit_problems(jit(release="13.5"), "13.0.1") == [
+        f"JIT toolchain: {HOME}/bin/nvcc is CUDA 13.5, the stack's CUDA is 13.0 (pin the compiler to the CUDA of its "
+        "headers, e.g. cuda-toolkit[nvcc,cccl]==13.0.*)"]
+
+
+@pytest.mark.parametrize("output,telling", [
+    ("a.cu(3): warning: x\n/usr/bin/ld: cannot find -lcudart: No such file or directory\ncollect2: error: ld "
+     "returned 1 exit status\n", "/usr/bin/ld: cannot find -lcudart: No such file or directory"),
+    ("In file included from x.h:1,\n  x.h:41:8: error: #error \"incompatible\"\n  more\n", "x.h:41:8: error: #error "
+     "\"incompatible\""),
+    ("first\n\n  last line  \n", "last line"),
+    ("", "no output"),
+    (None, "no output"),
+])
+def test_a_failed_compile_names_its_most_telling_line(output, telling):
+    assert jit_problems(jit(returncode=2, error=output), "13.0") == [
+        f"JIT toolchain: {HOME}/bin/nvcc (CUDA 13.0) cannot build a CUDA extension for 9.0, 12.0 with "
+        f"-L$CUDA_HOME/lib64 -lcudart: {telling}"]
+    assert jit_problems(jit(returncode=2, error=output, release=None), "13.0")[0].startswith(
+        f"JIT toolchain: {HOME}/bin/nvcc (CUDA unknown) cannot build")
+
+
+def test_nothing_to_link_minus_lcuda_against_is_named():
+    assert jit_problems(jit(driver_stub=None), "13.0") == [
+        f"JIT toolchain: nothing for -lcuda: no {HOME}/lib64/stubs/libcuda.so (FlashInfer links every JIT module "
+        "with -lcuda: a CUDA toolkit's stub, or a link to the driver's libcuda.so.1 that the NVIDIA runtime mounts)"]
+    assert jit_problems(jit(driver_stub=""), "13.0") != []
+
+
+# ---- the in-image check's own logic, with a stand-in nvcc ----------------------------------------------
+
+@pytest.fixture
+def imagecheck(monkeypatch):
+    monkeypatch.syspath_prepend(str(TOOLS))
+    return importlib.import_module("imagecheck")
+
+
+def fake_toolkit(root: Path, *, release: str = "13.0", compile_exit: int = 0, stderr: str = "",
+                 stub: str | None = "/usr/lib/x86_64-linux-gnu/libcuda.so.1") -> Path:
+    """A CUDA home whose bin/nvcc answers --version and records its argv (and the source it was given)."""
+    home = root / "cu13"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib" / "stubs").mkdir(parents=True)
+    os.symlink("lib", home / "lib64")
+    if stub is not None:
+        os.symlink(stub, home / "lib" / "stubs" / "libcuda.so")
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f"""#!/bin/sh
+if [ "$1" = --version ]; then echo "Cuda compilation tools, release {release}, V{release}.88"; exit 0; fi
+echo "$@" > "{root}/argv"
+for a in "$@"; do case "$a" in *.cu) cp "$a" "{root}/source.cu";; esac; done
+printf '%s' '{stderr}' >&2
+exit {compile_exit}
+""")
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR)
+    return home
+
+
+def test_the_check_compiles_for_each_capability_as_flashinfer_links(imagecheck, tmp_path):
+    home = fake_toolkit(tmp_path)
+    report = imagecheck.jit_toolchain(["9.0", "10.3", "12.0"], str(home))
+    assert {k: v for k, v in report.items() if k != "seconds"} == {
+        "cuda_home": str(home), "archs": ["9.0", "10.3", "12.0"], "release": "13.0", "returncode": 0, "error": None,
+        "driver_stub": "/usr/lib/x86_64-linux-gnu/libcuda.so.1"}
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[:5] == ["-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-gencode=arch=compute_90,code=sm_90"]
+    assert argv[5:7] == ["-gencode=arch=compute_103,code=sm_103", "-gencode=arch=compute_120,code=sm_120"]
+    assert argv[-2:] == [f"-L{home}/lib64", "-lcudart"] and argv[-3].endswith("jit_check.so")
+    source = (tmp_path / "source.cu").read_text()
+    for header in ("<cuda_runtime.h>", "<cuda_fp16.h>", "<cuda_bf16.h>", "<cuda/std/utility>"):
+        assert f"#include {header}" in source
+
+
+def test_a_failed_compile_keeps_its_output_without_the_temporary_folder(imagecheck, tmp_path):
+    home = fake_toolkit(tmp_path, release="13.5", compile_exit=1, stderr="boom: error here", stub=None)
+    report = imagecheck.jit_toolchain(["9.0"], str(home))
+    assert (report["release"], report["returncode"], report["error"], report["driver_stub"]) == (
+        "13.5", 1, "boom: error here", None)
+    assert jit_problems(report, "13.0") == [
+        f"JIT toolchain: {home}/bin/nvcc is CUDA 13.5, the stack's CUDA is 13.0 (pin the compiler to the CUDA of its "
+        "headers, e.g. cuda-toolkit[nvcc,cccl]==13.0.*)",
+        f"JIT toolchain: nothing for -lcuda: no {home}/lib64/stubs/libcuda.so (FlashInfer links every JIT module "
+        "with -lcuda: a CUDA toolkit's stub, or a link to the driver's libcuda.so.1 that the NVIDIA runtime mounts)",
+        f"JIT toolchain: {home}/bin/nvcc (CUDA 13.5) cannot build a CUDA extension for 9.0 with -L$CUDA_HOME/lib64 "
+        "-lcudart: boom: error here"]
+
+
+def test_a_real_stub_file_is_named_by_its_path_and_a_missing_compiler_is_not_run(imagecheck, tmp_path):
+    home = fake_toolkit(tmp_path, stub=None)
+    (home / "lib" / "stubs" / "libcuda.so").write_bytes(b"\x7fELF stub")
+    assert imagecheck.jit_toolchain(["9.0"], str(home))["driver_stub"] == f"{home}/lib64/stubs/libcuda.so"
+    missing = imagecheck.jit_toolchain(["9.0"], str(tmp_path / "none"))
+    assert (missing["error"], missing["returncode"], missing["release"]) == (
+        f"no nvcc at {tmp_path}/none/bin/nvcc", None, None)
+    assert imagecheck.jit_toolchain(["9.0"], None)["error"] == "CUDA_HOME is not set"
+    assert imagecheck.jit_toolchain(["9.0"], "")["error"] == "CUDA_HOME is not set"
+
+
+def test_a_compiler_that_hangs_is_stopped(imagecheck, tmp_path):
+    home = fake_toolkit(tmp_path)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "release 13.0," && exit 0\nexec sleep 30\n')
+    report = imagecheck.jit_toolchain(["9.0"], str(home), timeout=0.5)
+    assert report["error"] == "nvcc did not finish within 0.5 s"
+    assert report["returncode"] is None and jit_problems(report, "13.0") == [
+        f"JIT toolchain: {report['error']} (FlashInfer, DeepGEMM and torch compile kernels with $CUDA_HOME/bin/nvcc "
+        "at run time)"]
+
+
+@pytest.mark.parametrize("arch,flag", [("9.0", "-gencode=arch=compute_90,code=sm_90"),
+                                       ("10.0", "-gencode=arch=compute_100,code=sm_100"),
+                                       ("12.1", "-gencode=arch=compute_121,code=sm_121")])
+def test_gencode_is_flashinfers_form(imagecheck, arch, flag):
+    assert imagecheck.gencode(arch) == flag
+
+
+# ---- the other in-image verdicts -----------------------------------------------------------------------
+
+def test_the_in_image_problems_are_one_line_each():
+    report = {
+        "shared_libraries": {"folders": ["/site"], "unresolved": {"/site/b.so": ["libz.so.1"],
+                                                                  "/site/a.so": ["libx.so.1", "liby.so.2"]},
+                             "unreadable": {"/site/z.so": "truncated", "/site/c.so": "bad header"}},
+        "server_help": {"returncode": 1, "lists_model_path": False, "error": "Traceback\nImportError: no torch\n"},
+        "serving_argv": {"error": "cannot import sglang.srt.server_args: X", "results": [
+            {"argv": ["--model-path", "m", "--bad"], "ok": False, "error": "unrecognized arguments: --bad"},
+            {"argv": ["--model-path", "m"], "ok": True, "error": None}]},
+        "jit_toolchain": jit(driver_stub=None)}
+    assert image_check_problems(report, cuda="13.0") == [
+        "shared libraries: /site/a.so needs libx.so.1, liby.so.2, which the image does not have (and 1 more file(s)); "
+        "declare an exception under 'shared_libraries' with its reason, or add the library",
+        "shared libraries: cannot read /site/c.so: bad header",
+        "python -m sglang.launch_server --help failed (exit 1): ImportError: no torch",
+        "serving argv: cannot import sglang.srt.server_args: X",
+        "serving argv refused by the image's SGLang: unrecognized arguments: --bad (argv: --model-path m --bad)",
+        f"JIT toolchain: nothing for -lcuda: no {HOME}/lib64/stubs/libcuda.so (FlashInfer links every JIT module "
+        "with -lcuda: a CUDA toolkit's stub, or a link to the driver's libcuda.so.1 that the NVIDIA runtime mounts)"]
+    one = {"shared_libraries": {"folders": ["/site"], "unresolved": {"/site/a.so": ["libx.so.1"]}}}
+    waived = SharedLibrariesPolicy(exceptions=(LibraryException(file="a.so", reason="a plugin"),))
+    assert image_check_problems(one) == [
+        "shared libraries: /site/a.so needs libx.so.1, which the image does not have; declare an exception under "
+        "'shared_libraries' with its reason, or add the library"]
+    assert image_check_problems(one, waived) == []
+    assert image_check_problems({"server_help": {"returncode": 0, "lists_model_path": False, "error": ""}}) == [
+        "python -m sglang.launch_server --help failed (exit 0): no --model-path in its help"]
+    assert image_check_problems({"server_help": {"returncode": 0, "lists_model_path": True}}) == []
+    assert image_check_problems({}) == []
+
+
+def test_verified_labels_name_each_patch_the_freeze_and_torch():
+    manifest = [{"id": "p1", "status": "applied", "sha256_before": "a" * 64, "sha256_after": "b" * 64},
+                {"id": "p2", "status": "retired"}]
+    info = {"distributions": {"b": "2", "a": "1"}, "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
+    labels = verify.verified_labels(manifest, info)
+    assert labels == {
+        lb.VERIFIED_LABEL: "true",
+        f"{lb.PATCH_LABEL_PREFIX}p1": f"applied sha256:{'a' * 16}->{'b' * 16}",
+        f"{lb.PATCH_LABEL_PREFIX}p2": "retired sha256:->",
+        lb.FREEZE_LABEL: hashlib.sha256(b"a==1\nb==2").hexdigest(),
+        lb.TORCH_LABEL: "2.14.1+cu130 cuda 13.0"}
+    assert verify.verified_labels([], None) == {lb.VERIFIED_LABEL: "true"}
+    no_torch = verify.verified_labels([], {"distributions": {}, "torch": {"import_error": "x"}})
+    assert lb.TORCH_LABEL not in no_torch and no_torch[lb.FREEZE_LABEL] == hashlib.sha256(b"").hexdigest()
+
+
+def test_pins_torch_and_its_cuda_are_each_named(matrix):
+    stack = matrix.get("pypi-cu130")
+    pins = stack.pins()
+    info = {"distributions": {k: v for k, v in pins.items() if k != "sglang"}, "torch": {"import_error": "boom"}}
+    assert verify.pin_mismatches(stack, info) == [
+        "sglang: pinned 0.5.23, not installed", "torch: pinned 2.14.1, but 'import torch' failed: boom"]
+    assert verify.pin_mismatches(stack, {"distributions": pins})[-1] == (
+        "torch: pinned 2.14.1, but 'import torch' failed: not importable")
+    cpu = {"distributions": pins, "torch": {"version": "2.14.1", "cuda": None}}
+    assert verify.pin_mismatches(stack, cpu) == ["torch 2.14.1 is a CPU build; the stack needs CUDA 13.0"]
+    other = {"distributions": pins, "torch": {"version": "2.14.1", "cuda": "12.9"}}
+    assert verify.pin_mismatches(stack, other) == ["torch was built for CUDA 12.9, the stack needs CUDA 13.0"]
+    with pytest.raises(PinMismatch) as err:
+        verify.check_pins(stack, other)
+    assert str(err.value) == ("stack 'pypi-cu130': the image does not match its pins: torch was built for CUDA 12.9, "
+                              "the stack needs CUDA 13.0")
+    assert verify.check_pins(stack, {"distributions": pins, "torch": {"version": "2.14.1", "cuda": "13.0"}}) is None
+
+
+@pytest.mark.parametrize("reported,pinned,ok", [
+    ("2.14.1+cu130", "2.14.1", True), ("2.14.1", "2.14.1", True), ("2.14.1+cu130", "2.14.1+cu130", True),
+    ("2.14.1+cu129", "2.14.1+cu130", False), ("2.14.0+cu130", "2.14.1", False), ("nonsense!", "2.14.1", False),
+])
+def test_torch_reports_a_local_label_its_pin_may_lack(reported, pinned, ok):
+    assert verify.torch_version_matches(reported, pinned) is ok
+
+
+def test_pip_check_keeps_what_the_stack_did_not_declare(matrix):
+    cu130 = matrix.get("cu130")  # overrides cuda-python==12.9 with 13.0.3, flashinfer 0.6.3 with 0.6.4
+    lines = ["sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.3.",
+             "sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.2.",
+             "sglang 0.5.9 requires flashinfer_python==0.6.3, which is not installed.",
+             "foo 1.0 requires bar, which is not installed.",
+             "something pip says in another form"]
+    info = {"pip_check": {"ran": True, "problems": lines}}
+    assert verify.pip_check_problems(cu130, info) == [
+        "pip check: sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.2",
+        "pip check: sglang 0.5.9 requires flashinfer_python==0.6.3, which is not installed",
+        "pip check: foo 1.0 requires bar, which is not installed",
+        "pip check: something pip says in another form"]
+    assert verify.pip_check_problems(cu130, {}) == []
+    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": False, "error": "no pip"}}) == [
+        "pip check could not run in the image: no pip"]
+    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": False}}) == [
+        "pip check could not run in the image: unknown error"]
+
+
+def test_site_relative_names_a_file_as_an_exception_does():
+    assert verify.site_relative("/a/site/x/y.so", ["/b", "/a/site/"]) == "x/y.so"
+    assert verify.site_relative("/a/sitex/y.so", ["/a/site"]) == "/a/sitex/y.so"
