@@ -265,3 +265,165 @@ def test_pip_check_keeps_what_the_stack_did_not_declare(matrix):
 def test_site_relative_names_a_file_as_an_exception_does():
     assert verify.site_relative("/a/site/x/y.so", ["/b", "/a/site/"]) == "x/y.so"
     assert verify.site_relative("/a/sitex/y.so", ["/a/site"]) == "/a/sitex/y.so"
+
+
+# ---- the container-driven steps, against a stand-in engine (the real one: tests/e2e) -------------------
+
+class FakeContainer:
+    def __init__(self, code: int, out: str, err: str = "") -> None:
+        self.code, self.out, self.err, self.waited = code, out, err, None
+
+    def wait(self, timeout):
+        self.waited = timeout
+        return {"StatusCode": self.code} if self.code is not None else {}
+
+    def logs(self, stdout, stderr):
+        return (self.out if stdout else self.err).encode()
+
+
+class FakeEngine:
+    """What verify asks of Docker: one running container per call (its argv and labels kept), image files."""
+
+    def __init__(self, container: FakeContainer | None = None, files: dict[str, bytes] | None = None,
+                 image_id: str | None = None) -> None:
+        self.container, self.files, self.image_id, self.runs = container, files or {}, image_id, []
+
+    def running(self, client, image, **kwargs):
+        import contextlib
+        self.runs.append((image, kwargs))
+        return contextlib.nullcontext(self.container)
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    fake = FakeEngine()
+    monkeypatch.setattr(verify, "running_container", fake.running)
+
+    def read(client, image, paths, labels):
+        fake.runs.append((image, {"read": tuple(paths), "labels": labels}))
+        return {p: fake.files[p] for p in paths}
+
+    monkeypatch.setattr(verify, "read_image_files", read)
+    return fake
+
+
+def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_waivers(engine, matrix):
+    import json
+
+    stack = matrix.get("pypi-cu130")
+    report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {
+        "/s/numba/np/ufunc/tbbpool.so": ["libtbb.so.12"]}}, "jit_toolchain": jit()}
+    engine.container = FakeContainer(0, json.dumps(report))
+    out = verify.run_image_checks(None, "img:1", stack)
+    image, kwargs = engine.runs[0]
+    assert image == "img:1" and kwargs["command"] == verify.image_check_command(stack)
+    assert kwargs["network_disabled"] is True and kwargs["entrypoint"] == []
+    assert kwargs["labels"] == {lb.BUILD_CONTAINER_LABEL: "pypi-cu130"} and kwargs["name_prefix"] == "sglstack-check"
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S
+    assert out["waived_libraries"] == {"numba/np/ufunc/tbbpool.so": (
+        "numba's optional TBB threading layer; without libtbb numba uses its OpenMP or workqueue layer")}
+    assert out["python"] == "3.11.2" and len(out["notes"]) == len(stack.shared_libraries.exceptions) - 1
+
+
+@pytest.mark.parametrize("code,out,err,last", [
+    (1, "", "Traceback\nModuleNotFoundError: No module named 'elfdeps'\n",
+     "ModuleNotFoundError: No module named 'elfdeps'"),
+    (0, "not json", "", "not json"),
+    (137, "", "", "exit 137"),
+    (None, "", "", "exit 1"),
+])
+def test_checks_that_did_not_run_are_one_line(engine, matrix, code, out, err, last):
+    from sglstack.core.errors import ImageCheckFailed
+
+    engine.container = FakeContainer(code, out, err)
+    with pytest.raises(ImageCheckFailed) as info:
+        verify.run_image_checks(None, "img:1", matrix.get("cu130"))
+    assert str(info.value) == f"stack 'cu130': the in-image checks did not run: {last}"
+
+
+def test_a_failing_check_fails_the_build_with_every_problem(engine, matrix):
+    import json
+
+    from sglstack.core.errors import ImageCheckFailed
+
+    engine.container = FakeContainer(0, json.dumps({"jit_toolchain": jit(release="13.5", driver_stub=None)}))
+    with pytest.raises(ImageCheckFailed) as info:
+        verify.run_image_checks(None, "img:1", matrix.get("pypi-cu130"))
+    message = str(info.value)
+    assert message.startswith("stack 'pypi-cu130': the image fails its in-image checks: JIT toolchain: ")
+    assert "is CUDA 13.5, the stack's CUDA is 13.0" in message and "; JIT toolchain: nothing for -lcuda" in message
+
+
+def test_the_serving_image_is_verified_from_the_files_its_last_step_wrote(engine, matrix):
+    import json
+
+    stack = matrix.get("pypi-cu130")
+    pins = stack.pins()
+    engine.files = {verify.RUNTIME_MANIFEST: json.dumps([{"id": "kimi-k25-eagle3", "status": "retired"}]).encode(),
+                    verify.RUNTIME_INSTALLED: json.dumps({"distributions": pins, "torch": {
+                        "version": "2.14.1+cu130", "cuda": "13.0"}}).encode()}
+    manifest, info = verify.verified_facts(None, "img:1", stack, verify.FINAL_TARGET)
+    assert manifest == [{"id": "kimi-k25-eagle3", "status": "retired"}] and info["distributions"] == pins
+    assert engine.runs == [("img:1", {"read": (verify.RUNTIME_MANIFEST, verify.RUNTIME_INSTALLED),
+                                      "labels": {lb.BUILD_CONTAINER_LABEL: "pypi-cu130"}})]
+    engine.files[verify.RUNTIME_INSTALLED] = json.dumps({"distributions": {**pins, "torch": "2.14.0"}}).encode()
+    with pytest.raises(PinMismatch, match=r"^stack 'pypi-cu130': the image does not match its pins: torch: pinned "
+                                          r"2\.14\.1, installed 2\.14\.0; "):
+        verify.verified_facts(None, "img:1", stack, verify.FINAL_TARGET)
+
+
+def test_the_source_stage_is_verified_in_one_container(engine, matrix):
+    import json
+
+    stack = matrix.get("cu130")
+    engine.container = FakeContainer(0, json.dumps([{"id": "kimi-k25-eagle3", "status": "applied"}]))
+    manifest, info = verify.verified_facts(None, "src:1", stack, "sglang-src")
+    assert manifest == [{"id": "kimi-k25-eagle3", "status": "applied"}] and info is None
+    image, kwargs = engine.runs[0]
+    assert image == "src:1"
+    assert kwargs["command"] == ["bash", "-c", "PYTHONPATH=/opt/sglstack/tools python3 -m patchkit verify --root "
+                                 "/src/tree --patches-dir /opt/sglstack/patches --manifest /out/patches.json "
+                                 "kimi-k25-eagle3 >&2 && cat /out/patches.json"]
+    assert kwargs["network_disabled"] is True and engine.container.waited == 600
+    engine.container = FakeContainer(3, "", "PatchDrift: kimi-k25-eagle3: class Foo not found\n")
+    with pytest.raises(verify.BuildError) as info:
+        verify.verified_facts(None, "src:1", stack, "sglang-src")
+    assert str(info.value) == ("stack 'cu130': patch verification in the built image failed: PatchDrift: "
+                               "kimi-k25-eagle3: class Foo not found")
+    engine.container = FakeContainer(3, "", "")
+    with pytest.raises(verify.BuildError, match=r"failed: exit 3$"):
+        verify.verified_facts(None, "src:1", stack, "sglang-src")
+    bare = stack.model_copy(update={"patches": ()})
+    engine.files = {verify.SRC_MANIFEST: b"[]"}
+    assert verify.verified_facts(None, "src:1", bare, "sglang-src") == ([], None)
+
+
+def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
+    import docker.errors
+
+    stack = matrix.get("pypi-cu130")
+
+    class Images:
+        def __init__(self, found):
+            self.found = found
+
+        def get(self, ref):
+            assert ref == stack.base_image
+            if self.found is None:
+                raise docker.errors.ImageNotFound("no")
+            return type("Image", (), {"id": self.found})()
+
+    class Client:
+        def __init__(self, found):
+            self.images = Images(found)
+
+    assert verify.check_base_image(Client(stack.base_image_id), stack) is None
+    with pytest.raises(verify.BuildError) as info:
+        verify.check_base_image(Client("sha256:" + "0" * 64), stack)
+    assert str(info.value) == (f"stack 'pypi-cu130': base_image {stack.base_image} is image sha256:{'0' * 64}, but "
+                               f"the stack pins base_image_id {stack.base_image_id}")
+    with pytest.raises(verify.BuildError) as info:
+        verify.check_base_image(Client(None), stack)
+    assert str(info.value) == (f"stack 'pypi-cu130': base_image {stack.base_image} is not on this engine (the stack "
+                               f"pins image {stack.base_image_id}: make or load that image and tag it so)")
+    assert verify.check_base_image(None, matrix.get("cu130")) is None  # no id pinned: nothing asked
