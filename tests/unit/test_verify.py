@@ -269,16 +269,24 @@ def test_site_relative_names_a_file_as_an_exception_does():
 
 # ---- the container-driven steps, against a stand-in engine (the real one: tests/e2e) -------------------
 
+CLIENT = object()  # the engine client verify is given, passed on as it is
+
+
 class FakeContainer:
-    def __init__(self, code: int, out: str, err: str = "") -> None:
-        self.code, self.out, self.err, self.waited = code, out, err, None
+    def __init__(self, code: int | None, out: str | bytes, err: str | bytes = "") -> None:
+        self.code, self.waited = code, None
+        self.out, self.err = (x if isinstance(x, bytes) else x.encode() for x in (out, err))
 
     def wait(self, timeout):
         self.waited = timeout
         return {"StatusCode": self.code} if self.code is not None else {}
 
     def logs(self, stdout, stderr):
-        return (self.out if stdout else self.err).encode()
+        if (stdout, stderr) == (True, False):
+            return self.out
+        if (stdout, stderr) == (False, True):
+            return self.err
+        raise AssertionError(f"logs(stdout={stdout!r}, stderr={stderr!r})")
 
 
 class FakeEngine:
@@ -290,6 +298,7 @@ class FakeEngine:
 
     def running(self, client, image, **kwargs):
         import contextlib
+        assert client is CLIENT
         self.runs.append((image, kwargs))
         return contextlib.nullcontext(self.container)
 
@@ -300,6 +309,7 @@ def engine(monkeypatch):
     monkeypatch.setattr(verify, "running_container", fake.running)
 
     def read(client, image, paths, labels):
+        assert client is CLIENT
         fake.runs.append((image, {"read": tuple(paths), "labels": labels}))
         return {p: fake.files[p] for p in paths}
 
@@ -314,7 +324,7 @@ def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_wai
     report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {
         "/s/numba/np/ufunc/tbbpool.so": ["libtbb.so.12"]}}, "jit_toolchain": jit()}
     engine.container = FakeContainer(0, json.dumps(report))
-    out = verify.run_image_checks(None, "img:1", stack)
+    out = verify.run_image_checks(CLIENT, "img:1", stack)
     image, kwargs = engine.runs[0]
     assert image == "img:1" and kwargs["command"] == verify.image_check_command(stack)
     assert kwargs["network_disabled"] is True and kwargs["entrypoint"] == []
@@ -330,6 +340,7 @@ def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_wai
      "ModuleNotFoundError: No module named 'elfdeps'"),
     (0, "not json", "", "not json"),
     (137, "", "", "exit 137"),
+    (2, b"", b"\xff\xfe not utf-8\nImportError: x\n", "ImportError: x"),
     (None, "", "", "exit 1"),
 ])
 def test_checks_that_did_not_run_are_one_line(engine, matrix, code, out, err, last):
@@ -337,7 +348,7 @@ def test_checks_that_did_not_run_are_one_line(engine, matrix, code, out, err, la
 
     engine.container = FakeContainer(code, out, err)
     with pytest.raises(ImageCheckFailed) as info:
-        verify.run_image_checks(None, "img:1", matrix.get("cu130"))
+        verify.run_image_checks(CLIENT, "img:1", matrix.get("cu130"))
     assert str(info.value) == f"stack 'cu130': the in-image checks did not run: {last}"
 
 
@@ -348,7 +359,7 @@ def test_a_failing_check_fails_the_build_with_every_problem(engine, matrix):
 
     engine.container = FakeContainer(0, json.dumps({"jit_toolchain": jit(release="13.5", driver_stub=None)}))
     with pytest.raises(ImageCheckFailed) as info:
-        verify.run_image_checks(None, "img:1", matrix.get("pypi-cu130"))
+        verify.run_image_checks(CLIENT, "img:1", matrix.get("pypi-cu130"))
     message = str(info.value)
     assert message.startswith("stack 'pypi-cu130': the image fails its in-image checks: JIT toolchain: ")
     assert "is CUDA 13.5, the stack's CUDA is 13.0" in message and "; JIT toolchain: nothing for -lcuda" in message
@@ -362,14 +373,14 @@ def test_the_serving_image_is_verified_from_the_files_its_last_step_wrote(engine
     engine.files = {verify.RUNTIME_MANIFEST: json.dumps([{"id": "kimi-k25-eagle3", "status": "retired"}]).encode(),
                     verify.RUNTIME_INSTALLED: json.dumps({"distributions": pins, "torch": {
                         "version": "2.14.1+cu130", "cuda": "13.0"}}).encode()}
-    manifest, info = verify.verified_facts(None, "img:1", stack, verify.FINAL_TARGET)
+    manifest, info = verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET)
     assert manifest == [{"id": "kimi-k25-eagle3", "status": "retired"}] and info["distributions"] == pins
     assert engine.runs == [("img:1", {"read": (verify.RUNTIME_MANIFEST, verify.RUNTIME_INSTALLED),
                                       "labels": {lb.BUILD_CONTAINER_LABEL: "pypi-cu130"}})]
     engine.files[verify.RUNTIME_INSTALLED] = json.dumps({"distributions": {**pins, "torch": "2.14.0"}}).encode()
     with pytest.raises(PinMismatch, match=r"^stack 'pypi-cu130': the image does not match its pins: torch: pinned "
                                           r"2\.14\.1, installed 2\.14\.0; "):
-        verify.verified_facts(None, "img:1", stack, verify.FINAL_TARGET)
+        verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET)
 
 
 def test_the_source_stage_is_verified_in_one_container(engine, matrix):
@@ -377,7 +388,7 @@ def test_the_source_stage_is_verified_in_one_container(engine, matrix):
 
     stack = matrix.get("cu130")
     engine.container = FakeContainer(0, json.dumps([{"id": "kimi-k25-eagle3", "status": "applied"}]))
-    manifest, info = verify.verified_facts(None, "src:1", stack, "sglang-src")
+    manifest, info = verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
     assert manifest == [{"id": "kimi-k25-eagle3", "status": "applied"}] and info is None
     image, kwargs = engine.runs[0]
     assert image == "src:1"
@@ -385,17 +396,36 @@ def test_the_source_stage_is_verified_in_one_container(engine, matrix):
                                  "/src/tree --patches-dir /opt/sglstack/patches --manifest /out/patches.json "
                                  "kimi-k25-eagle3 >&2 && cat /out/patches.json"]
     assert kwargs["network_disabled"] is True and engine.container.waited == 600
+    assert (kwargs["name_prefix"], kwargs["labels"], kwargs["entrypoint"]) == (
+        "sglstack-verify", {lb.BUILD_CONTAINER_LABEL: "cu130"}, [])
+    two = stack.model_copy(update={"patches": ("kimi-k25-eagle3", "other patch")})
+    engine.container = FakeContainer(0, "[]")
+    verify.verified_facts(CLIENT, "src:1", two, "sglang-src")
+    assert engine.runs[-1][1]["command"][2].endswith("kimi-k25-eagle3 'other patch' >&2 && cat /out/patches.json")
     engine.container = FakeContainer(3, "", "PatchDrift: kimi-k25-eagle3: class Foo not found\n")
     with pytest.raises(verify.BuildError) as info:
-        verify.verified_facts(None, "src:1", stack, "sglang-src")
+        verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
     assert str(info.value) == ("stack 'cu130': patch verification in the built image failed: PatchDrift: "
                                "kimi-k25-eagle3: class Foo not found")
     engine.container = FakeContainer(3, "", "")
     with pytest.raises(verify.BuildError, match=r"failed: exit 3$"):
-        verify.verified_facts(None, "src:1", stack, "sglang-src")
+        verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
     bare = stack.model_copy(update={"patches": ()})
     engine.files = {verify.SRC_MANIFEST: b"[]"}
-    assert verify.verified_facts(None, "src:1", bare, "sglang-src") == ([], None)
+    assert verify.verified_facts(CLIENT, "src:1", bare, "sglang-src") == ([], None)
+    assert engine.runs[-1] == ("src:1", {"read": (verify.SRC_MANIFEST,), "labels": {lb.BUILD_CONTAINER_LABEL: "cu130"}})
+
+
+def test_the_serving_images_pins_are_checked_against_its_lock_too(engine, matrix, monkeypatch):
+    import json
+
+    seen = []
+    monkeypatch.setattr(verify, "check_pins", lambda stack, info, lock=None: seen.append((stack.name, info, lock)))
+    installed = json.dumps({"distributions": {}}).encode()
+    engine.files = {verify.RUNTIME_MANIFEST: b"[]", verify.RUNTIME_INSTALLED: installed}
+    lock = object()
+    verify.verified_facts(CLIENT, "img:1", matrix.get("cu130"), verify.FINAL_TARGET, lock)  # type: ignore[arg-type]
+    assert seen == [("cu130", {"distributions": {}}, lock)]
 
 
 def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
