@@ -457,3 +457,64 @@ def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
     assert str(info.value) == (f"stack 'pypi-cu130': base_image {stack.base_image} is not on this engine (the stack "
                                f"pins image {stack.base_image_id}: make or load that image and tag it so)")
     assert verify.check_base_image(None, matrix.get("cu130")) is None  # no id pinned: nothing asked
+
+
+def test_small_rules_of_the_verdicts(matrix):
+    assert verify.same_version("13.0.3.0", "13.0.3") and not verify.same_version("weird!", "13.0.3")
+    assert not verify.same_version("13.0.3", "not a version!")
+    cu130 = matrix.get("cu130")
+    no_cuda = cu130.model_copy(update={"cuda": None})
+    assert not [a for a in verify.image_check_command(no_cuda) if a.startswith("--jit-arch")]
+    no_archs = cu130.model_copy(update={"cuda_arch_list": ()})
+    assert not [a for a in verify.image_check_command(no_archs) if a.startswith("--jit-arch")]
+    spec, baseline = verify.serving_argvs(cu130)
+    assert "--speculative-algorithm" in spec and "--speculative-algorithm" not in baseline
+    assert baseline[:2] == ["--model-path", "moonshotai/Kimi-K2.5"]
+    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": True}}) == []
+    assert verify.pin_mismatches(cu130.model_copy(update={"torch": None}), {}) == [
+        f"{name}: pinned {version}, not installed" for name, version in sorted(
+            cu130.model_copy(update={"torch": None}).pins().items())]
+    assert verify.verified_labels([], {})[lb.FREEZE_LABEL] == hashlib.sha256(b"").hexdigest()
+
+
+def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_rest(matrix):
+    stack = matrix.get("cu130")
+    bare = stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"install_deps": False})})
+    lines = ["sglang 0.5.9 requires torch==2.9.1, which is not installed.",
+             "sglang 0.5.9 has requirement numpy<2, but you have numpy 2.3.4.",
+             "foo 1.0 requires bar, which is not installed."]
+    assert verify.pip_check_problems(bare, {"pip_check": {"ran": True, "problems": lines}}) == [
+        "pip check: foo 1.0 requires bar, which is not installed"]
+    replaced = ["sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed."]
+    # an override that names the same package (flashinfer-cubin 0.6.4 for 0.6.3) leaves a missing one a finding
+    assert verify.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": replaced}}) == [
+        "pip check: sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed"]
+
+
+def test_the_serving_images_facts_are_checked_against_the_lock(engine, matrix, tmp_path):
+    import json
+
+    from sglstack.lock.file import read_lock
+
+    stack = matrix.get("pypi-cu130")
+    lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
+    dists = {p.name: p.version for p in lock.packages}
+    engine.files = {verify.RUNTIME_MANIFEST: b"[]", verify.RUNTIME_INSTALLED: json.dumps({
+        "distributions": {**dists, "idna": "0.1"}, "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}).encode()}
+    with pytest.raises(PinMismatch) as err:
+        verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET, lock)
+    assert str(err.value).startswith("stack 'pypi-cu130': the image does not match its pins: ")
+    assert "idna" in str(err.value) and "0.1" in str(err.value)
+    engine.container = FakeContainer(0, b"[]", b"")
+    engine.files[verify.RUNTIME_INSTALLED] = json.dumps({"distributions": dists, "torch": {
+        "version": "2.14.1+cu130", "cuda": "13.0"}}).encode()
+    assert verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET, lock)[1]["distributions"] == dists
+
+
+def test_undecodable_output_of_the_source_stage_is_still_one_line(engine, matrix):
+    engine.container = FakeContainer(None, b"", b"\xff\xfe\nPatchDrift: gone\n")
+    with pytest.raises(verify.BuildError) as err:
+        verify.verified_facts(CLIENT, "src:1", matrix.get("cu130"), "sglang-src")
+    assert str(err.value) == "stack 'cu130': patch verification in the built image failed: PatchDrift: gone"
+    engine.container = FakeContainer(0, b'[{"id": "p", "note": "caf\xc3\xa9 \xff"}]', b"")
+    assert verify.verified_facts(CLIENT, "src:1", matrix.get("cu130"), "sglang-src")[0][0]["note"] == "café \ufffd"
