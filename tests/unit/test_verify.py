@@ -518,3 +518,77 @@ def test_undecodable_output_of_the_source_stage_is_still_one_line(engine, matrix
     assert str(err.value) == "stack 'cu130': patch verification in the built image failed: PatchDrift: gone"
     engine.container = FakeContainer(0, b'[{"id": "p", "note": "caf\xc3\xa9 \xff"}]', b"")
     assert verify.verified_facts(CLIENT, "src:1", matrix.get("cu130"), "sglang-src")[0][0]["note"] == "café \ufffd"
+
+
+def _tar(name: str, data: bytes | None) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        if data is None:
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        else:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_image_files_are_read_from_a_created_container_never_run(monkeypatch):
+    import contextlib
+
+    import docker.errors
+
+    import io
+    import tarfile
+
+    nothing = io.BytesIO()
+    tarfile.open(fileobj=nothing, mode="w").close()  # an archive with no member
+    archives = {"/opt/a.json": _tar("a.json", b'{"a": 1}'), "/opt/dir": _tar("dir", None),
+                "/opt/empty": nothing.getvalue()}
+    made = []
+
+    class Created:
+        def get_archive(self, path):
+            if path not in archives:
+                raise docker.errors.NotFound("no such file")
+            data = archives[path]
+            return iter([data[:10], data[10:]]), {"name": path}
+
+    def created(client, image, **kwargs):
+        assert client is CLIENT
+        made.append((image, kwargs))
+        return contextlib.nullcontext(Created())
+
+    monkeypatch.setattr(verify, "created_container", created)
+    labels = {lb.BUILD_CONTAINER_LABEL: "s"}
+    assert verify.read_image_files(CLIENT, "img:1", ["/opt/a.json"], labels) == {"/opt/a.json": b'{"a": 1}'}
+    assert made == [("img:1", {"name_prefix": "sglstack-verify", "labels": labels, "command": ["true"],
+                               "entrypoint": [], "network_disabled": True})]
+    with pytest.raises(verify.BuildError) as err:
+        verify.read_image_files(CLIENT, "img:1", ["/opt/a.json", "/opt/missing"], labels)
+    assert str(err.value) == "the built image has no /opt/missing"
+    with pytest.raises(verify.BuildError) as err:
+        verify.read_image_files(CLIENT, "img:1", ["/opt/dir"], labels)
+    assert str(err.value) == "/opt/dir in the built image is not a file"
+    with pytest.raises(verify.BuildError) as err:
+        verify.read_image_files(CLIENT, "img:1", ["/opt/empty"], labels)
+    assert str(err.value) == "/opt/empty in the built image is not a file"
+
+
+def test_the_sbom_inventory_must_match_the_lock(monkeypatch, matrix):
+    stack = matrix.get("cu130")
+    seen = []
+    monkeypatch.setattr(verify, "image_inventory", lambda client, image, labels: seen.append((client, image, labels))
+                        or "inventory")
+    monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [f"{lock}: a not in the lock", "b extra"])
+    with pytest.raises(PinMismatch) as err:
+        verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK")  # type: ignore[arg-type]
+    assert str(err.value) == ("stack 'cu130': the image's SBOM does not match its lock: LOCK: a not in the lock; "
+                              "b extra")
+    assert seen == [(CLIENT, "img:1", {lb.BUILD_CONTAINER_LABEL: "cu130"})]
+    assert verify.sbom_inventory(CLIENT, "img:1", stack, None) == "inventory"  # no lock: listed, not compared
+    monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [])
+    assert verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK") == "inventory"  # type: ignore[arg-type]
