@@ -538,11 +538,10 @@ def _tar(name: str, data: bytes | None) -> bytes:
 
 def test_image_files_are_read_from_a_created_container_never_run(monkeypatch):
     import contextlib
-
-    import docker.errors
-
     import io
     import tarfile
+
+    import docker.errors
 
     nothing = io.BytesIO()
     tarfile.open(fileobj=nothing, mode="w").close()  # an archive with no member
