@@ -84,3 +84,52 @@ def test_base_image_flavors(image, libraries):
                                           ("torch", None)])
 def test_wheel_library(name, library):
     assert wheel_library(name) == library
+
+
+def test_the_serving_stage_is_the_last_from_and_a_file_without_one_is_refused():
+    text = "FROM a:1 AS src\nRUN x\nFROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 AS runtime\nRUN y\n"
+    base, stage = serving_stage(text)
+    assert base == "nvidia/cuda:13.0.1-runtime-ubuntu24.04"
+    assert stage.startswith("FROM nvidia/cuda") and "RUN x" not in stage
+    assert serving_stage("FROM only:1\nRUN z\n")[0] == "only:1"
+    with pytest.raises(ValueError, match=r"^no FROM line$"):
+        serving_stage("RUN nothing\n")
+
+
+def test_the_pip_steps_of_a_stage_name_their_cuda_wheels():
+    from sglstack.size.cudacopies import stage_wheels
+
+    stage = ('FROM nvidia/cuda:13.0.1-devel-ubuntu24.04 AS runtime\n'
+             'RUN --mount=type=bind,source=lock/torch.txt,target=/run/l/torch.txt pip install -r /run/l/torch.txt\n'
+             'RUN --mount=type=bind,source=lock/missing-part.txt,target=/x pip install -r /x\n'
+             'RUN pip install --no-deps "nvidia-nccl-cu13==2.28.3" -q torchvision==0.24.1+cu130 '
+             '"nvidia-cuda-nvcc-cu12[extra]>=12" ./local.whl\n'
+             'RUN pip install torch==2.9.1\n')
+    found = stage_wheels(stage, {"torch": ["nvidia-cublas", "numpy"]})
+    assert found == {"cublas": ["nvidia-cublas"], "nccl": ["nvidia-nccl-cu13"], "nvcc": ["nvidia-cuda-nvcc-cu12"]}
+    # torch from a CUDA index brings torch's CUDA wheels; PyPI's plain torch named so is not read as one
+    cuda_torch = stage_wheels("RUN pip install torch==2.9.1+cu130\n", {})
+    assert cuda_torch["cudnn"] == ["nvidia-cudnn (required by torch==2.9.1+cu130)"]
+    assert stage_wheels("RUN pip install torchaudio==2.9.1+cu130\n", {}) == {}
+
+
+def test_the_dry_runs_line_says_once_or_names_each_library_twice():
+    from sglstack.size.cudacopies import CudaCopy, copies_line, lock_parts
+
+    assert copies_line([]) == ("each CUDA library once in the serving stage (its base holds none that a pip step "
+                               "installs again)")
+    copies = [CudaCopy("cublas", "nvidia/cuda:13.0.1-devel-ubuntu24.04", ("nvidia-cublas",)),
+              CudaCopy("nccl", "nvidia/cuda:13.0.1-devel-ubuntu24.04", ("nvidia-nccl-cu13",))]
+    assert copies_line(copies) == ("2 CUDA libraries twice in the serving stage: in "
+                                   "nvidia/cuda:13.0.1-devel-ubuntu24.04 and again as NVIDIA wheels (cublas, nccl)")
+    assert lock_parts(None) == {}
+    from sglstack.lock.file import read_lock
+
+    lock = read_lock(REPO / "locks" / "cu130.txt")
+    parts = lock_parts(lock)
+    assert list(parts) == list(lock.layers) and parts["cuda-jit"] == [
+        "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-cuda-nvcc", "nvidia-nvvm"]
+
+
+def test_an_nvidia_cuda_tag_without_a_flavor_holds_nothing_known():
+    assert base_libraries("nvidia/cuda:13.0.1-ubuntu24.04") == ()
