@@ -504,3 +504,11 @@ def test_no_gpus_serves_on_a_cpu_with_the_stack_limit_only(tmp_path: Path) -> No
     assert cmp.ComposeOptions().serving_overrides().gpus is None
     text = cmp.render_compose(make_test_stack(tmp_path), DIGEST_REF, options=cmp.ComposeOptions(gpus=False))
     assert "    ulimits:\n      stack: 67108864\n    env_file:\n" in text
+
+
+def test_a_value_the_template_is_not_given_fails_the_render_instead_of_writing_nothing() -> None:
+    """A template naming a value the renderer forgot must not write an empty `image:` or `restart:`."""
+    import jinja2
+
+    with pytest.raises(jinja2.UndefinedError, match="'restart' is undefined"):
+        cmp._environment().from_string("    restart: {{ restart }}\n").render(image=DIGEST_REF)
