@@ -417,3 +417,19 @@ def test_a_deployments_options_read_back_from_its_record() -> None:
     assert cmp.ComposeOptions.from_record(record) == options
     assert cmp.ComposeOptions.from_record({**record, "from_the_future": 1}) == options
     assert cmp.ComposeOptions.from_record({"port": 9000}) == cmp.ComposeOptions(port=9000)
+
+
+def test_the_baseline_is_the_same_server_without_speculation_and_back() -> None:
+    spec = serving_spec(CPU_TEST)
+    baseline = spec.baseline()
+    assert baseline == dataclasses.replace(spec, eagle3=False)
+    assert not baseline.speculative_on and baseline.speculative_summary() == "off"
+    assert baseline.with_speculation() == spec
+    assert spec.models() == ["test-org/tiny-model", "test-org/tiny-eagle3"]
+    assert serving_spec(None, ServingOverrides(model="m")).models() == ["m"]
+
+
+def test_ports_take_1_and_65535_and_refuse_a_bool() -> None:
+    assert serving_spec(CPU_TEST, ServingOverrides(port=1, host_port=65535, publish_port=True)).port == 1
+    assert serving_spec(CPU_TEST, ServingOverrides(port=65535, host_port=1)).host_port == 1
+    assert _refused(CPU_TEST, port=True) == "stack 'cpu-test': --port True: not a TCP port (1..65535)"
