@@ -165,7 +165,14 @@ def test_git_ref_must_be_a_commit(tmp_path):
 def test_stack_json_gives_the_in_build_tools_the_stacks_facts():
     """What the patch engine and the in-image checks read in the build (stdlib-only, so JSON, not YAML)."""
     stack = load_matrix(REPO / "stacks.yaml").get("cu130")
-    manifest = json.loads(build_context(stack).files["stack.json"])
+    text = build_context(stack).files["stack.json"].decode()
+    # Keys sorted, two-space indents, one final newline: the same stack gives the same bytes (and config hash).
+    assert text.startswith('{\n  "cuda": "13.0.1",\n  "name": "cu130",\n  "overrides": [\n    {\n')
+    assert text.endswith(
+        '\n  "python": "3.12",\n  "sglang": {\n    "git": null,\n    "install_deps": true,\n'
+        '    "version": "0.5.9"\n  }\n}\n'
+    )
+    manifest = json.loads(text)
     assert sorted(manifest) == ["cuda", "name", "overrides", "patch_policy", "patches", "pins", "python", "sglang"]
     assert manifest["name"] == "cu130" and manifest["python"] == "3.12" and manifest["cuda"] == "13.0.1"
     assert manifest["sglang"] == {"version": "0.5.9", "git": None, "install_deps": True}
@@ -191,8 +198,15 @@ def test_a_patch_folder_linked_into_the_patches_is_copied_as_files(tmp_path):
     (tmp_path / "patches" / "p").mkdir(parents=True)
     (tmp_path / "patches" / "p" / "patch.toml").write_text("id = 'p'\n")
     (tmp_path / "patches" / "p" / "files").symlink_to(real, target_is_directory=True)
+    (real / "methods.py").chmod(0o640)
+    (tmp_path / "patches" / "p" / "patch.toml").chmod(0o750)
     stack = load_matrix(REPO / "stacks.yaml").get("cu130").model_copy(update={"patches": ("p",)})
-    files = build_context(stack, tmp_path / "patches").files
+    context = build_context(stack, tmp_path / "patches")
+    files = context.files
+    # Each file keeps its permission bits (a tool stays executable); a generated one is 0644.
+    assert context.modes["patches/p/files/methods.py"] == 0o640
+    assert context.modes["patches/p/patch.toml"] == 0o750
+    assert context.modes["stack.json"] == 0o644
     assert sorted(f for f in files if f.startswith("patches/")) == [
         "patches/p/files/methods.py",
         "patches/p/patch.toml",
