@@ -433,3 +433,12 @@ def test_ports_take_1_and_65535_and_refuse_a_bool() -> None:
     assert serving_spec(CPU_TEST, ServingOverrides(port=1, host_port=65535, publish_port=True)).port == 1
     assert serving_spec(CPU_TEST, ServingOverrides(port=65535, host_port=1)).host_port == 1
     assert _refused(CPU_TEST, port=True) == "stack 'cpu-test': --port True: not a TCP port (1..65535)"
+
+
+def test_extra_args_given_replace_the_stacks_and_no_port_is_published_unless_asked() -> None:
+    assert serving_spec(CPU_TEST).extra_args == ("--trust-remote-code",)
+    assert serving_spec(CPU_TEST, ServingOverrides(extra_args=("--x", "1"))).extra_args == ("--x", "1")
+    assert serving_spec(CPU_TEST, ServingOverrides(extra_args=())).extra_args == ()
+    # No host port named: the engine picks a free one (smoke); publishing takes the listen port.
+    assert serving_spec(CPU_TEST).host_port is None
+    assert serving_spec(CPU_TEST, ServingOverrides(publish_port=True)).host_port == 30000
