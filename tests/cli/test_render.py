@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ from clirun import run_invoke
 from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
 from sglstack.render.confighash import config_hash, read_context
-from sglstack.render.dockerfile import install_layers, render_dockerfile
+from sglstack.render.dockerfile import build_context, install_layers, render_dockerfile
 from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,3 +160,55 @@ def test_git_ref_must_be_a_commit(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_matrix(path)
     assert info.value.key == "sglang.git.ref"
+
+
+def test_stack_json_gives_the_in_build_tools_the_stacks_facts():
+    """What the patch engine and the in-image checks read in the build (stdlib-only, so JSON, not YAML)."""
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    text = build_context(stack).files["stack.json"].decode()
+    # Keys sorted, two-space indents, one final newline: the same stack gives the same bytes (and config hash).
+    assert text.startswith('{\n  "cuda": "13.0.1",\n  "name": "cu130",\n  "overrides": [\n    {\n')
+    assert text.endswith(
+        '\n  "python": "3.12",\n  "sglang": {\n    "git": null,\n    "install_deps": true,\n'
+        '    "version": "0.5.9"\n  }\n}\n'
+    )
+    manifest = json.loads(text)
+    assert sorted(manifest) == ["cuda", "name", "overrides", "patch_policy", "patches", "pins", "python", "sglang"]
+    assert manifest["name"] == "cu130" and manifest["python"] == "3.12" and manifest["cuda"] == "13.0.1"
+    assert manifest["sglang"] == {"version": "0.5.9", "git": None, "install_deps": True}
+    assert manifest["overrides"][0] == {
+        "replaces": "flashinfer_python==0.6.3",
+        "pin": "flashinfer-python==0.6.4",
+        "reason": "FlashInfer 0.6.4 carries the CUDA 13 fixes this stack is built for",
+    }
+    assert (manifest["patches"], manifest["patch_policy"]) == (["kimi-k25-eagle3"], "notice")
+    assert manifest["pins"]["sglang"] == "0.5.9" and manifest["pins"]["torch"] == "2.9.1+cu130"
+    # A base pinned by image id is a fact of the build too (and moves the config hash).
+    local = load_matrix(REPO / "stacks.yaml").get("pypi-cu130")
+    assert json.loads(build_context(local).files["stack.json"])["base_image_id"] == local.base_image_id
+    assert local.base_image_id.startswith("sha256:")
+
+
+def test_a_patch_folder_linked_into_the_patches_is_copied_as_files(tmp_path):
+    """The context holds what a copy of the patches folder would: links followed, caches left out."""
+    real = tmp_path / "real"
+    (real / "__pycache__").mkdir(parents=True)
+    (real / "methods.py").write_text("x = 1\n")
+    (real / "__pycache__" / "methods.cpython-312.pyc").write_bytes(b"\0")
+    (tmp_path / "patches" / "p").mkdir(parents=True)
+    (tmp_path / "patches" / "p" / "patch.toml").write_text("id = 'p'\n")
+    (tmp_path / "patches" / "p" / "files").symlink_to(real, target_is_directory=True)
+    (real / "methods.py").chmod(0o640)
+    (tmp_path / "patches" / "p" / "patch.toml").chmod(0o750)
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130").model_copy(update={"patches": ("p",)})
+    context = build_context(stack, tmp_path / "patches")
+    files = context.files
+    # Each file keeps its permission bits (a tool stays executable); a generated one is 0644.
+    assert context.modes["patches/p/files/methods.py"] == 0o640
+    assert context.modes["patches/p/patch.toml"] == 0o750
+    assert context.modes["stack.json"] == 0o644
+    assert sorted(f for f in files if f.startswith("patches/")) == [
+        "patches/p/files/methods.py",
+        "patches/p/patch.toml",
+    ]
+    assert files["patches/p/files/methods.py"] == b"x = 1\n"

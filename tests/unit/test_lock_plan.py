@@ -173,3 +173,14 @@ def test_a_conflict_names_both_sides(cu130):
     message = str(err.value)
     assert "transformers==4.57.1 (needed by sglang==0.5.9) requires huggingface-hub>=0.34.0,<1.0" in message
     assert "the stack requires huggingface-hub==0.20.0" in message
+
+
+def test_the_context_holds_the_lock_part_of_each_locked_layer_only(locked, cu130):
+    from sglstack.render.dockerfile import build_context
+
+    lock, _ = locked
+    parts = sorted(f for f in build_context(cu130, lock=lock).files if f.startswith("lock/"))
+    assert parts == sorted(f"lock/{layer}.txt" for layer in lock.layers if lock.installs_layer(layer))
+    assert "lock/flashinfer.txt" in parts and "lock/torch.txt" not in parts and "lock/sgl-kernel.txt" not in parts
+    assert build_context(cu130, lock=lock).files["lock/flashinfer.txt"] == lock.part_text("flashinfer").encode()
+    assert not [f for f in build_context(cu130).files if f.startswith("lock/")]

@@ -10,14 +10,19 @@ import yaml
 
 from sglstack.adapters.docker import docker_host_address, effective_docker_host, is_local_docker_host
 from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import SpeculativeSettings
 from sglstack.core.errors import ConfigError
 from sglstack.render import compose as cmp
 from sglstack.serving import (
     CPU_ULIMITS,
     GPU_ULIMITS,
+    Healthcheck,
+    Mount,
     NodeArgs,
+    Nodes,
     ServingError,
     ServingOverrides,
+    check_mount_sources,
     serving_argv,
     serving_spec,
 )
@@ -72,8 +77,14 @@ def test_multi_node_argv_is_a_function_of_the_spec_not_of_compose() -> None:
     stack = load_matrix().get("cu130")
     spec = serving_spec(stack, ServingOverrides(nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000"))
     argv = serving_argv(spec)
-    assert argv[argv.index("--nnodes"):argv.index("--nnodes") + 6] == [
-        "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000"]
+    assert argv[argv.index("--nnodes") : argv.index("--nnodes") + 6] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--dist-init-addr",
+        "10.0.0.1:5000",
+    ]
     assert argv == _compose_argv(stack, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000")
     assert argv[-1] == "--trust-remote-code"  # the stack's extra args stay last
     # A LeaderWorkerSet passes its downward-API variables instead of numbers; the rest is unchanged.
@@ -100,8 +111,18 @@ def test_the_spec_is_frozen_and_derived_deterministically() -> None:
 
 def test_overrides_replace_the_stacks_values_and_mounts_by_container_path() -> None:
     stack = load_matrix().get("cu130")
-    spec = serving_spec(stack, ServingOverrides(hf_cache="/data/hf", mounts=("/w:/weights:ro",), env={"A": "1"},
-                                                 tp=4, gpus=4, host_port=8080, publish_port=True))
+    spec = serving_spec(
+        stack,
+        ServingOverrides(
+            hf_cache="/data/hf",
+            mounts=("/w:/weights:ro",),
+            env={"A": "1"},
+            tp=4,
+            gpus=4,
+            host_port=8080,
+            publish_port=True,
+        ),
+    )
     assert [m.bind for m in spec.mounts] == ["/w:/weights:ro", "/data/hf:/root/.cache/huggingface"]
     assert (spec.tp, spec.gpus, spec.host_port, spec.port) == (4, 4, 8080, 30000)
     assert spec.environment == {"A": "1"}
@@ -176,8 +197,9 @@ def test_local_docker_host_rule(monkeypatch, option, env, local) -> None:
         monkeypatch.setenv("DOCKER_HOST", env)
     assert is_local_docker_host(option) is local
     assert effective_docker_host(option) == (option or env or "unix:///var/run/docker.sock")
-    assert docker_host_address(option) == ("127.0.0.1" if local else "gpu-node" if "gpu-node" in (option or env)
-                                           else "10.1.2.3")
+    assert docker_host_address(option) == (
+        "127.0.0.1" if local else "gpu-node" if "gpu-node" in (option or env) else "10.1.2.3"
+    )
 
 
 def test_smoke_publishes_by_the_same_rule(monkeypatch) -> None:
@@ -191,19 +213,32 @@ def test_smoke_publishes_by_the_same_rule(monkeypatch) -> None:
 CPU_TEST = load_matrix(MATRICES["stacks-cpu.yaml"]).get("cpu-test")
 
 
-@pytest.mark.parametrize(("stack", "overrides", "line"), [
-    (None, ServingOverrides(), "no model to serve: pass --model or --stack"),
-    (CPU_TEST, ServingOverrides(gpus=2, tp=4), "stack 'cpu-test': --tp 4 needs at least 4 GPUs, but --gpus is 2"),
-    (CPU_TEST, ServingOverrides(gpus=2, tp=8, nnodes=2, dist_init_addr="10.0.0.1:5000"),
-     "stack 'cpu-test': --tp 8 needs at least 8 GPUs, but --gpus is 2 on each of 2 nodes"),
-    (CPU_TEST, ServingOverrides(env={"1BAD": "x"}), "stack 'cpu-test': --env '1BAD': not an environment variable "
-     "name (letters, digits and '_', not starting with a digit)"),
-    (CPU_TEST, ServingOverrides(env={"GOOD": "a\x00b"}),
-     "stack 'cpu-test': --env GOOD: the value holds a NUL character, which no environment value can"),
-    (CPU_TEST, ServingOverrides(gpus=-1), "stack 'cpu-test': --gpus -1: must be at least 0"),
-    (CPU_TEST, ServingOverrides(tp=0), "stack 'cpu-test': --tp 0: must be at least 1"),
-    (CPU_TEST, ServingOverrides(port=70000), "stack 'cpu-test': --port 70000: not a TCP port (1..65535)"),
-])
+@pytest.mark.parametrize(
+    ("stack", "overrides", "line"),
+    [
+        (None, ServingOverrides(), "no model to serve: pass --model or --stack"),
+        (CPU_TEST, ServingOverrides(gpus=2, tp=4), "stack 'cpu-test': --tp 4 needs at least 4 GPUs, but --gpus is 2"),
+        (
+            CPU_TEST,
+            ServingOverrides(gpus=2, tp=8, nnodes=2, dist_init_addr="10.0.0.1:5000"),
+            "stack 'cpu-test': --tp 8 needs at least 8 GPUs, but --gpus is 2 on each of 2 nodes",
+        ),
+        (
+            CPU_TEST,
+            ServingOverrides(env={"1BAD": "x"}),
+            "stack 'cpu-test': --env '1BAD': not an environment variable "
+            "name (letters, digits and '_', not starting with a digit)",
+        ),
+        (
+            CPU_TEST,
+            ServingOverrides(env={"GOOD": "a\x00b"}),
+            "stack 'cpu-test': --env GOOD: the value holds a NUL character, which no environment value can",
+        ),
+        (CPU_TEST, ServingOverrides(gpus=-1), "stack 'cpu-test': --gpus -1: must be at least 0"),
+        (CPU_TEST, ServingOverrides(tp=0), "stack 'cpu-test': --tp 0: must be at least 1"),
+        (CPU_TEST, ServingOverrides(port=70000), "stack 'cpu-test': --port 70000: not a TCP port (1..65535)"),
+    ],
+)
 def test_each_bad_serving_value_is_its_exact_error_line(stack, overrides, line) -> None:
     """The line a user reads, word for word: the stack, the option as typed, the value, what is wrong."""
     with pytest.raises(ServingError) as err:
@@ -216,3 +251,194 @@ def test_every_server_with_a_gpu_gets_unlimited_locked_memory(gpus: int) -> None
     spec = serving_spec(CPU_TEST, ServingOverrides(gpus=gpus, tp=1))
     assert spec.ulimits == (GPU_ULIMITS if gpus else CPU_ULIMITS)
     assert spec.gpus == gpus
+
+
+# ---- each checked value, word for word (in process: what mutation testing sees) --------------------
+
+
+def _refused(stack, **overrides) -> str:
+    with pytest.raises(ServingError) as err:
+        serving_spec(stack, ServingOverrides(**overrides))
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        ({"healthcheck_interval_s": 0}, "--health-interval 0: must be at least 1 second"),
+        ({"healthcheck_timeout_s": 0}, "--health-timeout 0: must be at least 1 second"),
+        ({"healthcheck_retries": 0}, "--health-retries 0: must be at least 1"),
+        ({"healthcheck_start_period_s": 0}, "--start-period 0: must be at least 1 second"),
+        ({"healthcheck_interval_s": True}, "--health-interval 'True': not a whole number"),
+        ({"healthcheck_retries": 2.5}, "--health-retries '2.5': not a whole number"),
+        ({"startup_timeout_s": 0}, "--timeout 0: must be more than 0 seconds"),
+        ({"startup_timeout_s": -1.5}, "--timeout -1.5: must be more than 0 seconds"),
+        ({"nnodes": True}, "--nnodes 'True': not a whole number"),
+        ({"node_rank": True}, "--node-rank True: not in 0..0 (for --nnodes 1)"),
+        ({"node_rank": -1}, "--node-rank -1: not in 0..0 (for --nnodes 1)"),
+        ({"node_rank": 1}, "--node-rank 1: not in 0..0 (for --nnodes 1)"),
+        ({"nnodes": 2, "node_rank": "1", "dist_init_addr": "h:1"}, "--node-rank 1: not in 0..1 (for --nnodes 2)"),
+        ({"nnodes": 2}, "--dist-init-addr: multi-node serving needs HOST:PORT of node 0"),
+        ({"nnodes": 2, "dist_init_addr": ""}, "--dist-init-addr: multi-node serving needs HOST:PORT of node 0"),
+        ({"dist_init_addr": "h:0"}, "--dist-init-addr 'h:0': multi-node serving needs HOST:PORT of node 0"),
+        ({"dist_init_addr": ":5"}, "--dist-init-addr ':5': multi-node serving needs HOST:PORT of node 0"),
+        ({"dist_init_addr": "h:"}, "--dist-init-addr 'h:': multi-node serving needs HOST:PORT of node 0"),
+        ({"dist_init_addr": "h:x"}, "--dist-init-addr 'h:x': multi-node serving needs HOST:PORT of node 0"),
+        (
+            {"nnodes": 2, "dist_init_addr": "h:65536"},
+            "--dist-init-addr 'h:65536': multi-node serving needs HOST:PORT of node 0",
+        ),
+        ({"hf_cache": "a:b"}, "--hf-cache 'a:b': a host folder without ':' or control characters"),
+        ({"hf_cache": "a\tb"}, "--hf-cache 'a\\tb': a host folder without ':' or control characters"),
+        ({"hf_cache": ""}, "--hf-cache: needs a host folder"),
+        ({"mounts": ("x",)}, "--mount 'x': expected HOST:CONTAINER[:ro] with an absolute container path"),
+        ({"num_steps": 0}, "--num-steps '0': Input should be greater than or equal to 1"),
+        ({"num_draft_tokens": -1}, "--num-draft-tokens '-1': Input should be greater than or equal to 1"),
+        (
+            {"speculative_algorithm": "FOO"},
+            "--speculative-algorithm 'FOO': Input should be 'EAGLE3', 'EAGLE' or 'NEXTN'",
+        ),
+        (
+            {"speculative_algorithm": "FOO", "flags": {"speculative_algorithm": "--algo"}},
+            "--algo 'FOO': Input should be 'EAGLE3', 'EAGLE' or 'NEXTN'",
+        ),
+        (
+            {"eagle_topk": "x"},
+            "--eagle-topk 'x': Input should be a valid integer, unable to parse string as an integer",
+        ),
+        ({"host_port": 0, "flags": {"host_port": "--publish"}}, "--publish 0: not a TCP port (1..65535)"),
+    ],
+)
+def test_each_bad_option_is_its_exact_line(overrides, line) -> None:
+    assert _refused(CPU_TEST, **overrides) == f"stack 'cpu-test': {line}"
+
+
+def test_the_healthcheck_counts_the_stacks_startup_in_whole_seconds() -> None:
+    assert serving_spec(CPU_TEST).healthcheck == Healthcheck(
+        path="/health", interval_s=30, timeout_s=10, retries=3, start_period_s=120
+    )
+    # A sub-second startup still gives a start period of one second.
+    assert serving_spec(CPU_TEST, ServingOverrides(startup_timeout_s=0.5)).healthcheck.start_period_s == 1
+    assert serving_spec(CPU_TEST, ServingOverrides(startup_timeout_s=90.7)).healthcheck.start_period_s == 90
+    given = ServingOverrides(
+        healthcheck_interval_s=1, healthcheck_timeout_s=1, healthcheck_retries=1, healthcheck_start_period_s=1
+    )
+    assert serving_spec(CPU_TEST, given).healthcheck == Healthcheck(
+        path="/health", interval_s=1, timeout_s=1, retries=1, start_period_s=1
+    )
+
+
+def test_node_placement_takes_its_edges() -> None:
+    assert serving_spec(CPU_TEST).nodes == Nodes(nnodes=1, node_rank=0, dist_init_addr=None)
+    # An address given for one node is still checked, and kept.
+    one = serving_spec(CPU_TEST, ServingOverrides(dist_init_addr="h:65535"))
+    assert one.nodes == Nodes(nnodes=1, node_rank=0, dist_init_addr="h:65535")
+    assert one.nodes.args() is None and not one.host_network
+    # An IPv6 host keeps its colons: the port is what follows the last one.
+    last = serving_spec(CPU_TEST, ServingOverrides(nnodes=2, node_rank=1, dist_init_addr="[fe80::1]:1"))
+    assert last.nodes == Nodes(nnodes=2, node_rank=1, dist_init_addr="[fe80::1]:1")
+    assert last.nodes.args() == NodeArgs("2", "1", "[fe80::1]:1")
+    assert last.host_network and last.host_port == last.port == 30000
+
+
+def test_speculative_settings_come_from_the_draft_given_or_the_stack() -> None:
+    # A stack without a draft: step counts alone name nothing to serve.
+    assert serving_spec(None, ServingOverrides(model="m")).speculative is None
+    assert serving_spec(None, ServingOverrides(model="m", num_steps=5)).speculative is None
+    drafted = serving_spec(None, ServingOverrides(model="m", draft_model="d", num_steps=5)).speculative
+    assert drafted == SpeculativeSettings(
+        algorithm="EAGLE3", draft_model="d", num_steps=5, eagle_topk=1, num_draft_tokens=4
+    )
+    # Given values replace the stack's one by one.
+    stacked = serving_spec(CPU_TEST, ServingOverrides(eagle_topk=2, speculative_algorithm="NEXTN")).speculative
+    assert stacked == CPU_TEST.serving.speculative.model_copy(update={"eagle_topk": 2, "algorithm": "NEXTN"})
+    assert _refused(None, draft_model="d", model="m", num_steps=0) == (
+        "--num-steps '0': Input should be greater than or equal to 1"
+    )
+
+
+def test_mounts_keep_the_stacks_order_normalise_targets_and_name_their_origin(tmp_path: Path) -> None:
+    stack = CPU_TEST.model_copy(
+        update={
+            "serving": CPU_TEST.serving.model_copy(
+                update={"mounts": ("/models:/models:ro", "/hf:/root/.cache/huggingface", "/x:/opt/x/")}
+            )
+        }
+    )
+    spec = serving_spec(stack, ServingOverrides(mounts=("/b:/w/../opt/x", "~/data:/data"), hf_cache="/srv/hf"))
+    assert [(m.bind, m.origin) for m in spec.mounts] == [
+        ("/models:/models:ro", "serving.mounts[0]"),
+        ("/b:/opt/x", "--mount"),
+        ("~/data:/data", "--mount"),
+        ("/srv/hf:/root/.cache/huggingface", "--hf-cache"),
+    ]
+    assert spec.mounts[2].bind_on_this_machine() == f"{Path.home()}/data:/data"
+    assert spec.mounts[0].bind_on_this_machine() == "/models:/models:ro"
+    bad = CPU_TEST.model_copy(update={"serving": CPU_TEST.serving.model_copy(update={"mounts": ("/a:/b", "z")})})
+    assert (
+        _refused(bad)
+        == "stack 'cpu-test': serving.mounts[1] 'z': expected HOST:CONTAINER[:ro] with an absolute container path"
+    )
+
+
+def test_mount_sources_are_checked_here_or_named_for_the_remote_host(tmp_path: Path) -> None:
+    assert check_mount_sources(serving_spec(CPU_TEST), local=True) is None
+    assert check_mount_sources(serving_spec(CPU_TEST), local=False) is None
+    (tmp_path / "there").mkdir()
+    spec = serving_spec(CPU_TEST, ServingOverrides(mounts=(f"{tmp_path}/there:/a",), hf_cache=f"{tmp_path}/hf"))
+    assert check_mount_sources(spec, local=False) == (
+        f"mount sources ({tmp_path}/there, {tmp_path}/hf) are on the remote Docker host: they cannot be checked "
+        "from here"
+    )
+    with pytest.raises(ServingError) as err:
+        check_mount_sources(spec, local=True)
+    assert str(err.value) == (
+        f"stack 'cpu-test': --hf-cache '{tmp_path}/hf:/root/.cache/huggingface': {tmp_path}/hf does not exist "
+        "(Docker would create it as root); create it first"
+    )
+    (tmp_path / "hf").mkdir()
+    assert check_mount_sources(spec, local=True) is None
+    # A mount built without an origin is named as a mount.
+    bare = dataclasses.replace(spec, mounts=(Mount(source=f"{tmp_path}/gone", target="/g", read_only=True),))
+    with pytest.raises(ServingError) as err:
+        check_mount_sources(bare, local=True)
+    assert str(err.value) == (
+        f"stack 'cpu-test': mount '{tmp_path}/gone:/g:ro': {tmp_path}/gone does not exist "
+        "(Docker would create it as root); create it first"
+    )
+
+
+def test_a_deployments_options_read_back_from_its_record() -> None:
+    """A rollback serves what was recorded; keys another sglstack wrote that this one lacks are left out."""
+    options = cmp.ComposeOptions(port=8080, eagle3=False, nnodes=2, dist_init_addr="h:1")
+    record = options.to_record()
+    assert record["port"] == 8080 and record["dist_init_addr"] == "h:1" and record["restart"] == "unless-stopped"
+    assert set(record) == {f.name for f in dataclasses.fields(cmp.ComposeOptions)}
+    assert cmp.ComposeOptions.from_record(record) == options
+    assert cmp.ComposeOptions.from_record({**record, "from_the_future": 1}) == options
+    assert cmp.ComposeOptions.from_record({"port": 9000}) == cmp.ComposeOptions(port=9000)
+
+
+def test_the_baseline_is_the_same_server_without_speculation_and_back() -> None:
+    spec = serving_spec(CPU_TEST)
+    baseline = spec.baseline()
+    assert baseline == dataclasses.replace(spec, eagle3=False)
+    assert not baseline.speculative_on and baseline.speculative_summary() == "off"
+    assert baseline.with_speculation() == spec
+    assert spec.models() == ["test-org/tiny-model", "test-org/tiny-eagle3"]
+    assert serving_spec(None, ServingOverrides(model="m")).models() == ["m"]
+
+
+def test_ports_take_1_and_65535_and_refuse_a_bool() -> None:
+    assert serving_spec(CPU_TEST, ServingOverrides(port=1, host_port=65535, publish_port=True)).port == 1
+    assert serving_spec(CPU_TEST, ServingOverrides(port=65535, host_port=1)).host_port == 1
+    assert _refused(CPU_TEST, port=True) == "stack 'cpu-test': --port True: not a TCP port (1..65535)"
+
+
+def test_extra_args_given_replace_the_stacks_and_no_port_is_published_unless_asked() -> None:
+    assert serving_spec(CPU_TEST).extra_args == ("--trust-remote-code",)
+    assert serving_spec(CPU_TEST, ServingOverrides(extra_args=("--x", "1"))).extra_args == ("--x", "1")
+    assert serving_spec(CPU_TEST, ServingOverrides(extra_args=())).extra_args == ()
+    # No host port named: the engine picks a free one (smoke); publishing takes the listen port.
+    assert serving_spec(CPU_TEST).host_port is None
+    assert serving_spec(CPU_TEST, ServingOverrides(publish_port=True)).host_port == 30000
