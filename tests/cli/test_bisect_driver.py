@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,20 @@ class Fakes:
                             "baseline": baseline, "eagle3": {"started": False}})
 
 
+@pytest.fixture(scope="module")
+def history_template(tmp_path_factory):
+    """The synthetic history, made once per module: each test gets its own copy (the same shas)."""
+    repo = tmp_path_factory.mktemp("history") / "sglang"
+    return repo, make_history(repo, SPEEDS, patch_breaks=(6,))
+
+
 @pytest.fixture
-def history(tmp_path, monkeypatch):
+def history(tmp_path, monkeypatch, history_template):
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
     repo = tmp_path / "sglang"
-    shas = make_history(repo, SPEEDS, patch_breaks=(6,))
+    shutil.copytree(history_template[0], repo, symlinks=True)
+    shas = list(history_template[1])
     matrix = tmp_path / "stacks.yaml"
     matrix.write_text(stack_yaml(str(repo), shas[-1]))
     fakes = Fakes(shas)
