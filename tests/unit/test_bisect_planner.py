@@ -378,3 +378,14 @@ def test_the_configuration_bounds_are_checked_one_by_one():
         Planner(["a", "b", "a"])
     with pytest.raises(ValueError, match=r"a batch needs samples \(record a skip instead\)"):
         Planner(["a", "b"]).record_batch("a", ())
+
+
+def test_before_both_endpoints_are_measured_the_views_show_what_there_is():
+    # The driver writes the report after every batch, the first one included: nothing is compared yet.
+    planner = Planner(["r0", "r1", "r2"])
+    planner.record_batch("r0", [100.0, 100.1, 99.9])
+    planner.record_batch("r1", [90.0, 90.1, 89.9])  # replayed from a log before the bad endpoint's batches
+    assert planner.endpoint_check() is None and planner.classification("r1") is None
+    assert [(v.ref, v.status, v.classification) for v in planner.views()] == [("r0", GOOD, None),
+                                                                              ("r1", "untested", None)]
+    assert planner.next() == Measure("r0", 0, "good endpoint")
