@@ -389,3 +389,15 @@ def test_before_both_endpoints_are_measured_the_views_show_what_there_is():
     assert [(v.ref, v.status, v.classification) for v in planner.views()] == [("r0", GOOD, None),
                                                                               ("r1", "untested", None)]
     assert planner.next() == Measure("r0", 0, "good endpoint")
+
+
+def test_an_undecided_answer_keeps_the_note_of_a_good_ref_after_the_first_bad():
+    planner = Planner([f"r{i}" for i in range(5)])
+    for ref, level in {"r0": 100.0, "r4": 90.0, "r2": 90.0, "r3": 100.0}.items():
+        for batch in range(2):
+            planner.record_batch(ref, [level + 0.1 * i + 0.05 * batch for i in range(5)])
+    planner.record_skip("r1", "patch 'p': drift")
+    outcome = planner.next()
+    assert outcome.status == NOT_FOUND and outcome.candidates == ("r1", "r2") and outcome.last_good == "r0"
+    assert outcome.notes == ("r3 measures like the good endpoint but comes after the first bad r2: the metric may "
+                             "have changed more than once",)
