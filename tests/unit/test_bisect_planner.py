@@ -364,19 +364,19 @@ def test_the_configuration_bounds_are_checked_one_by_one():
     for good in ({"runs_per_batch": 1}, {"endpoint_batches": 1, "step_batches": 1}, {"threshold": 0.99},
                  {"threshold": 0.001}, {"endpoint_batches": 4, "step_batches": 4, "confirm_batches": 4}):
         PlannerConfig(**good)
-    with pytest.raises(ValueError, match="runs per batch and batches per ref must be at least 1"):
+    with pytest.raises(ValueError, match=r"^runs per batch and batches per ref must be at least 1$"):
         PlannerConfig(step_batches=0)
-    with pytest.raises(ValueError, match="max_batches must be at least the initial batches"):
+    with pytest.raises(ValueError, match=r"^max_batches must be at least the initial batches$"):
         PlannerConfig(max_batches=3, confirm_batches=4)
-    with pytest.raises(ValueError, match=r"threshold is a fraction between 0 and 1 \(0\.05 = 5%\)"):
+    with pytest.raises(ValueError, match=r"^threshold is a fraction between 0 and 1 \(0\.05 = 5%\)$"):
         PlannerConfig(threshold=1.0)
     with pytest.raises(KeyError, match="'z' is not in the bisect range"):
         Planner(["a", "b"]).record_skip("z", "why")
-    with pytest.raises(ValueError, match="a bisect needs a good and a bad ref"):
+    with pytest.raises(ValueError, match=r"^a bisect needs a good and a bad ref$"):
         Planner(["a"])
-    with pytest.raises(ValueError, match="refs must be distinct"):
+    with pytest.raises(ValueError, match=r"^refs must be distinct$"):
         Planner(["a", "b", "a"])
-    with pytest.raises(ValueError, match=r"a batch needs samples \(record a skip instead\)"):
+    with pytest.raises(ValueError, match=r"^a batch needs samples \(record a skip instead\)$"):
         Planner(["a", "b"]).record_batch("a", ())
 
 
