@@ -134,8 +134,8 @@ class Planner:
         self._version += 1
 
     def record_skip(self, ref: str, reason: str) -> None:
+        # No new version: the derived state (noise, endpoint check, classes) is a function of the batches alone.
         self._entry(ref).skip = reason
-        self._version += 1
 
     def samples(self, ref: str) -> tuple[float, ...]:
         entry = self.results.get(ref)

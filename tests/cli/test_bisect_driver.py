@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,20 @@ class Fakes:
                             "baseline": baseline, "eagle3": {"started": False}})
 
 
+@pytest.fixture(scope="module")
+def history_template(tmp_path_factory):
+    """The synthetic history, made once per module: each test gets its own copy (the same shas)."""
+    repo = tmp_path_factory.mktemp("history") / "sglang"
+    return repo, make_history(repo, SPEEDS, patch_breaks=(6,))
+
+
 @pytest.fixture
-def history(tmp_path, monkeypatch):
+def history(tmp_path, monkeypatch, history_template):
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
     repo = tmp_path / "sglang"
-    shas = make_history(repo, SPEEDS, patch_breaks=(6,))
+    shutil.copytree(history_template[0], repo, symlinks=True)
+    shas = list(history_template[1])
     matrix = tmp_path / "stacks.yaml"
     matrix.write_text(stack_yaml(str(repo), shas[-1]))
     fakes = Fakes(shas)
@@ -241,3 +250,163 @@ def test_bad_input_is_one_line_and_exit_2_before_any_build(tmp_path, args, messa
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert not (tmp_path / "build" / "synth" / "bisect" / "steps").exists()
+
+
+# ---- the inputs, in process (the `invoke bisect` test above runs in a child; these check the same lines) ----
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    """Three commits, no patches: the inputs of a bisect without building anything."""
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SGLSTACK_CA_BUNDLE", raising=False)
+    repo = tmp_path / "sglang"
+    shas = make_history(repo, [300.0, 300.0, 270.0], with_kimi=False)
+    matrix = tmp_path / "stacks.yaml"
+    matrix.write_text(stack_yaml(str(repo), shas[-1], patches=()))
+    return shas, matrix, repo
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"stack": "nope"}, "stack 'nope': unknown stack (known: synth)"),
+    ({"metric": "latency"},
+     "--metric: unknown metric 'latency' (choose from baseline, eagle3, speedup, accept_length)"),
+    ({"threshold_pct": 0}, "--threshold 0: a percentage between 0 and 100 (5 = 5%)"),
+    ({"threshold_pct": 100}, "--threshold 100: a percentage between 0 and 100 (5 = 5%)"),
+    ({"repeats": 0}, "--repeats 0: at least 1 run per server start"),
+    ({"repeats": "x"}, "--repeats and --max-batches take whole numbers, --threshold a percentage"),
+    ({"max_batches": 1}, "--max-batches 1: max_batches must be at least the initial batches"),
+    ({"metric": "speedup"}, "no draft model for the smoke in stack 'synth'"),
+    ({"ca_bundle": "/nonexistent/ca.pem"}, "CA bundle '/nonexistent/ca.pem' (from --ca-bundle or SGLSTACK_CA_BUNDLE)"),
+])
+def test_prepare_names_the_bad_input_in_one_line(small, change, message):
+    shas, matrix, _repo = small
+    req = BisectRequest(**{"stack": "synth", "good": shas[0], "bad": shas[-1], "stacks_file": matrix,
+                           "smoke": {"gpus": 0}, **change})
+    with pytest.raises(driver.BisectInputError) as err:
+        driver.prepare(req)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_prepare_turns_the_request_into_the_planner_and_smoke_settings(small, tmp_path):
+    shas, matrix, _repo = small
+    req = BisectRequest(stack="synth", good=shas[0], bad=shas[-1], stacks_file=matrix, metric="baseline", repeats=3,
+                        threshold_pct=12.5, max_batches=5, docker_host="unix:///tmp/d.sock",
+                        smoke={"gpus": 0, "timeout": None})
+    stack, metric, config, overrides, options = driver.prepare(req)
+    assert stack.name == "synth" and metric.name == "baseline"
+    assert config == driver.PlannerConfig(runs_per_batch=3, max_batches=5, threshold=0.125, higher_is_better=True)
+    assert overrides == {"gpus": 0, "kinds": ("baseline",), "runs": 3, "flush_cache": True, "no_history": True,
+                         "build_dir": str(tmp_path / "build"), "concurrency": 1, "docker_host": "unix:///tmp/d.sock"}
+    assert options.runs == 3 and options.flush_cache and options.no_history and options.kinds == ("baseline",)
+    given = driver.prepare(BisectRequest(stack="synth", good=shas[0], bad=shas[-1], stacks_file=matrix,
+                                         smoke={"concurrency": 4, "docker_host": "tcp://x:1"},
+                                         docker_host="unix:///tmp/d.sock"))
+    assert given[3]["concurrency"] == 4 and given[3]["docker_host"] == "tcp://x:1"  # given smoke options win
+    assert given[2] == driver.PlannerConfig()  # the defaults: 5 runs, 4 batches at most, 5%
+
+
+def test_the_endpoints_and_the_range_of_a_git_stack(small):
+    shas, matrix, repo = small
+    stack = driver.prepare(request(matrix, shas[0], shas[-1]))[0]
+    assert driver.mode_of(stack) == "git" and driver.source_of(stack) == str(repo)
+    assert driver.resolve_endpoint(stack, shas[0][:10], "good") == shas[0]
+    with pytest.raises(driver.BisectInputError, match=r"^--good no-such-ref: git source .*'no-such-ref'$"):
+        driver.resolve_endpoint(stack, "no-such-ref", "good")
+    assert driver.refs_between(stack, shas[0], shas[-1]) == shas
+    with pytest.raises(driver.BisectInputError) as same:
+        driver.refs_between(stack, shas[1], shas[1])
+    assert str(same.value) == f"--good and --bad are the same commit {shas[1][:12]}"
+    with pytest.raises(driver.BisectInputError) as swapped:
+        driver.refs_between(stack, shas[-1], shas[0])
+    assert str(swapped.value) == f"--good {shas[-1][:12]} is not an ancestor of --bad {shas[0][:12]} in {repo}"
+    assert driver.subjects_of(stack, shas[:2]) == {shas[0]: "commit 0: serve at 300 tok/s",
+                                                  shas[1]: "commit 1: serve at 300 tok/s"}
+    at = driver.stack_at(stack, shas[1])
+    assert at.sglang.git.ref == shas[1] and at.sglang.git.repo == stack.sglang.git.repo and at.name == "synth"
+    assert stack.sglang.git.ref == shas[-1]  # the stack itself is left as it was
+    # no patches: the tree is exported (a ref that is not there is a skip), nothing to apply
+    assert driver.patch_skip(stack, shas[0], Path("patches")) is None
+    kind, reason = driver.patch_skip(stack, "f" * 40, Path("patches"))
+    assert kind == "source" and reason == f"git source {repo}: no commit, tag or branch '{'f' * 40}'"
+
+
+def test_the_endpoints_and_the_range_of_a_release_stack(small, monkeypatch):
+    shas, matrix, _repo = small
+    git_stack = driver.prepare(request(matrix, shas[0], shas[-1]))[0]
+    stack = git_stack.model_copy(update={"sglang": git_stack.sglang.model_copy(update={"git": None,
+                                                                                    "version": "0.5.9"})})
+    assert driver.mode_of(stack) == "release" and driver.source_of(stack) == "sglang on the package index"
+    assert driver.resolve_endpoint(stack, "0.5.8", "bad") == "0.5.8"
+    with pytest.raises(driver.BisectInputError, match=r"^--bad main: stack 'synth' takes SGLang releases: "):
+        driver.resolve_endpoint(stack, "main", "bad")
+    monkeypatch.setattr(driver, "available_versions", lambda name: ["0.5.7", "0.5.8", "0.5.9", "0.5.10"])
+    assert driver.refs_between(stack, "0.5.7", "0.5.9") == ["0.5.7", "0.5.8", "0.5.9"]
+    with pytest.raises(driver.BisectInputError, match=r"^--good 0\.5\.9 --bad 0\.5\.7: "):
+        driver.refs_between(stack, "0.5.9", "0.5.7")
+    assert driver.subjects_of(stack, ["0.5.7", "0.5.8"]) == {"0.5.7": "sglang 0.5.7", "0.5.8": "sglang 0.5.8"}
+    at = driver.stack_at(stack, "0.5.8")
+    assert at.sglang.version == "0.5.8" and at.sglang.git is None and stack.sglang.version == "0.5.9"
+    assert driver.patch_skip(stack.model_copy(update={"patches": []}), "0.5.8", Path("patches")) is None
+
+
+def test_the_key_of_a_bisect_is_everything_but_the_sglang_ref(small):
+    shas, matrix, repo = small
+    stack, metric, config, _overrides, options = driver.prepare(request(matrix, shas[0], shas[-1]))
+    key = driver.bisect_key(stack, shas[0], shas[-1], metric, config, options)
+    assert key == {"stack": "synth", "stack_fingerprint": driver.stack_fingerprint(stack), "mode": "git",
+                   "source": str(repo), "good": shas[0], "bad": shas[-1], "metric": "baseline", "threshold": 0.05,
+                   "runs_per_batch": 5, "max_batches": 4, "smoke": options.fingerprint()}
+    fingerprint = driver.stack_fingerprint(stack)
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
+    assert driver.stack_fingerprint(driver.stack_at(stack, shas[0])) == fingerprint  # another ref, the same bisect
+    release = stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"git": None, "version": "0.5.9"})})
+    assert driver.stack_fingerprint(driver.stack_at(release, "0.5.8")) == driver.stack_fingerprint(release)
+    assert driver.stack_fingerprint(release) != fingerprint
+    assert driver.stack_fingerprint(stack.model_copy(update={"python": "3.12"})) != fingerprint
+
+
+def test_source_version_falls_back_and_gives_up_plainly(tmp_path):
+    tree = tmp_path / "t"
+    (tree / "sglang").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text("[project\nversion = 1\n")  # not TOML: version.py decides
+    (tree / "sglang" / "version.py").write_text("__version__ = '0.4.0.post1'\n")
+    assert source_version(tree) == "0.4.0.post1"
+    (tree / "pyproject.toml").write_text('[project]\nversion = 5\n')  # not a string
+    assert source_version(tree) == "0.4.0.post1"
+    (tree / "pyproject.toml").write_text('[tool.x]\nversion = "9"\n')  # no [project]
+    assert source_version(tree) == "0.4.0.post1"
+    (tree / "sglang" / "version.py").write_text("VERSION = get()\n")
+    assert source_version(tree) is None
+    (tree / "pyproject.toml").unlink()
+    (tree / "sglang" / "version.py").write_text('__version__="0.3.1"\n')
+    assert source_version(tree) == "0.3.1"
+
+
+def test_bisect_command_passes_every_option_on_and_returns_the_exit_code(monkeypatch):
+    seen = []
+
+    def fake_run(req, **_kw):
+        seen.append(req)
+        return driver.BisectResult(1, None, Path("r.json"), {})
+
+    monkeypatch.setattr(driver, "run_bisect", fake_run)
+    code = driver.bisect_command("s.yaml", "synth", good="a", bad="b", metric="eagle3", repeats=7, threshold=2.5,
+                                 max_batches=6, ca_bundle="ca.pem", docker_cli="dk", docker_host="tcp://h:1",
+                                 smoke={"gpus": 2})
+    assert code == 1
+    assert seen == [BisectRequest(stack="synth", good="a", bad="b", stacks_file="s.yaml", metric="eagle3", repeats=7,
+                                  threshold_pct=2.5, max_batches=6, ca_bundle="ca.pem", docker_cli="dk",
+                                  docker_host="tcp://h:1", smoke={"gpus": 2})]
+    assert driver.bisect_command("s.yaml", "synth", good="a", bad="b") == 1
+    assert seen[-1] == BisectRequest(stack="synth", good="a", bad="b", stacks_file="s.yaml")
+
+
+def test_smoke_overrides_are_smoke_s_own_and_a_bad_pair_is_bad_input(capsys):
+    assert driver.smoke_overrides(["timeout=30"], gpus=1, model=None) == {"timeout": "30", "gpus": 1}
+    with pytest.raises(driver.BisectInputError, match=r"^--smoke-opt 'bogus': expected KEY=VALUE"):
+        driver.smoke_overrides(["bogus"])
+    driver._stdout("bisect: one line")
+    assert capsys.readouterr().out == "bisect: one line\n"

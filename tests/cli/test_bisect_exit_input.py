@@ -11,7 +11,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from test_bisect_driver import history  # noqa: F401 - the fixture: a synthetic SGLang history, fast fakes
+from test_bisect_driver import history, history_template  # noqa: F401 - the fixtures: a synthetic SGLang history, fast fakes
 from test_bisect_driver import request as bisect_request
 
 from sglstack.bisect import gitexit

@@ -219,3 +219,185 @@ def test_a_skip_is_never_taken_for_good_or_bad_whatever_the_skip_pattern(data, n
         assert outcome.last_good == sim.refs[sim.refs.index(outcome.candidates[0]) - 1]
     if k not in skips and k - 1 not in skips:
         assert outcome.found, f"{sim.refs[k]} and {sim.refs[k - 1]} were testable: {outcome}"
+
+
+# ---- the steps and the lines, word for word (hand-fed levels, a fixed seed, a bounded loop) ----------------
+
+
+def trace(levels: list[float], *, seed: int = 0, sd: float = 0.003, skips: tuple[int, ...] = (),
+          config: PlannerConfig | None = None) -> tuple[Planner, list[Measure | Outcome]]:
+    rng = random.Random(seed)
+    planner = Planner([f"r{i}" for i in range(len(levels))], config or PlannerConfig())
+    actions: list[Measure | Outcome] = []
+    for _ in range(100):
+        action = planner.next()
+        actions.append(action)
+        if isinstance(action, Outcome):
+            return planner, actions
+        if action.index in skips:
+            planner.record_skip(action.ref, "patch 'p': drift")
+            continue
+        planner.record_batch(action.ref, [round(levels[action.index] * (1 + rng.gauss(0, sd)), 3)
+                                          for _ in range(planner.config.runs_per_batch)])
+    raise AssertionError("the planner did not stop within 100 steps")
+
+
+def test_the_steps_of_a_clean_bisect_and_the_answer_word_for_word():
+    planner, actions = trace([100] * 5 + [90] * 4)
+    assert actions == [
+        Measure("r0", 0, "good endpoint"), Measure("r0", 0, "good endpoint"),
+        Measure("r8", 8, "bad endpoint"), Measure("r8", 8, "bad endpoint"),
+        Measure("r4", 4, "bisect between 0 and 8 of 8"), Measure("r6", 6, "bisect between 4 and 8 of 8"),
+        Measure("r5", 5, "bisect between 4 and 6 of 8"),
+        Measure("r5", 5, "confirm: one more server start of the answer"),
+        Measure("r4", 4, "confirm: one more server start of the answer"),
+        Outcome(FOUND, "r5 is the first bad ref (-10.0% against the good endpoint)", first_bad="r5",
+                last_good="r4", candidates=("r5",)),
+    ]
+    assert [(v.ref, v.index, v.status, v.batches, len(v.samples), v.skip) for v in planner.views()] == [
+        ("r0", 0, GOOD, 2, 10, None), ("r4", 4, GOOD, 2, 10, None), ("r5", 5, BAD, 2, 10, None),
+        ("r6", 6, BAD, 1, 5, None), ("r8", 8, BAD, 2, 10, None)]
+    views = {v.ref: v for v in planner.views()}
+    assert views["r0"].classification is None and views["r5"].classification == planner.classification("r5")
+    assert planner.samples("r5") == views["r5"].samples and planner.samples("r7") == ()
+    assert planner.batches("r7") == 0 and planner.skipped("r7") is None and planner.status("r7") == "untested"
+    assert planner.endpoint_check().differ and (planner.good, planner.bad) == ("r0", "r8")
+
+
+def test_the_last_ref_is_the_first_bad_with_a_bisect_of_five():
+    _planner, actions = trace([100] * 4 + [90])
+    assert actions[4:] == [
+        Measure("r2", 2, "bisect between 0 and 4 of 4"), Measure("r3", 3, "bisect between 2 and 4 of 4"),
+        Measure("r3", 3, "confirm: one more server start of the answer"),
+        Outcome(FOUND, "r4 is the first bad ref (-10.0% against the good endpoint)", first_bad="r4",
+                last_good="r3", candidates=("r4",)),
+    ]
+
+
+def test_lower_is_better_names_the_slower_ref_and_its_change():
+    _planner, actions = trace([10] * 3 + [11.2] * 3, config=PlannerConfig(higher_is_better=False))
+    assert actions[-1] == Outcome(FOUND, "r3 is the first bad ref (+12.0% against the good endpoint)",
+                                  first_bad="r3", last_good="r2", candidates=("r3",))
+    planner, faster = trace([10] * 3 + [8.8] * 3, config=PlannerConfig(higher_is_better=False))
+    assert faster[-1].first_bad == "r3" and "(-12.0% against the good endpoint)" in faster[-1].reason
+    assert planner.status("r3") == BAD and planner.status("r2") == GOOD
+
+
+def test_endpoints_the_same_or_below_the_threshold_end_after_four_batches_with_the_reason():
+    planner, actions = trace([100] * 8)
+    assert len(actions) == 5 and actions[-1] == Outcome(
+        NOT_FOUND, "the good and bad endpoints measure the same (median change -0.0%, p=0.521): "
+        "no change of 5% or more to bisect")
+    assert planner.status("r0") == GOOD and planner.status("r7") == BAD  # the endpoints are what they were called
+    _planner, actions = trace([100] * 4 + [98] * 4)
+    assert len(actions) == 5 and actions[-1] == Outcome(
+        NOT_FOUND, "the endpoints differ by only -2.0%, below the threshold of 5%: nothing worth a bisect")
+    _planner, actions = trace([100] * 4 + [98] * 4, config=PlannerConfig(threshold=0.01))
+    assert actions[4] == Measure("r3", 3, "bisect between 0 and 7 of 7")
+
+
+def test_endpoints_not_told_apart_get_more_batches_up_to_the_bound():
+    _planner, actions = trace([100] * 4 + [95] * 4, sd=0.04)
+    assert actions[4:] == [
+        Measure("r0", 0, "more repeats: the endpoints are not told apart yet (p=0.0524)"),
+        Measure("r7", 7, "more repeats: the endpoints are not told apart yet (p=0.0181)"),
+        Measure("r0", 0, "more repeats: the endpoints are not told apart yet (p=0.0251)"),
+        Measure("r7", 7, "more repeats: the endpoints are not told apart yet (p=0.0172)"),
+        Outcome(NOT_FOUND, "the endpoints could not be told apart after 4 batches each "
+                           "(median change -5.5%, p=0.0028)"),
+    ]
+
+
+def test_a_ref_between_the_endpoints_is_confirmed_once_and_named_in_the_range():
+    planner, actions = trace([100] * 3 + [95] + [90] * 3)
+    assert actions[4:] == [
+        Measure("r3", 3, "bisect between 0 and 6 of 6"), Measure("r3", 3, "more repeats: not decided yet"),
+        Measure("r2", 2, "bisect between 0 and 6 of 6"), Measure("r4", 4, "bisect between 2 and 6 of 6"),
+        Outcome(NOT_FOUND, "the first bad ref is one of r3, r4: the refs between r2 (good) and r4 (bad) could not "
+                           "be decided: r3 (undecided: differs from both endpoints, 49% of the way from good to "
+                           "bad: more than one change?)", last_good="r2", candidates=("r3", "r4")),
+    ]
+    assert planner.status("r3") == UNDECIDED and planner.batches("r3") == 2
+
+
+def test_a_ref_not_told_apart_gets_repeats_up_to_max_batches_then_is_left_out():
+    planner, actions = trace([100] * 3 + [96, 94] + [90] * 3, sd=0.02, seed=6)
+    assert [a.why for a in actions[7:13]] == ["more repeats: not decided yet"] * 6
+    assert planner.batches("r3") == planner.batches("r4") == 4
+    assert actions[-1] == Outcome(
+        NOT_FOUND, "the first bad ref is one of r3, r4, r5: the refs between r2 (good) and r5 (bad) could not be "
+        "decided: r3 (undecided: still not told apart after 4 batches); r4 (undecided: still not told apart after "
+        "4 batches)", last_good="r2", candidates=("r3", "r4", "r5"))
+
+
+def test_a_skipped_ref_is_named_with_its_reason_and_the_endpoint_skip_ends_it():
+    planner, actions = trace([100] * 4 + [90] * 4, skips=(3,))
+    assert actions[4:7] == [Measure("r3", 3, "bisect between 0 and 7 of 7"),
+                            Measure("r4", 4, "bisect between 0 and 7 of 7"),
+                            Measure("r2", 2, "bisect between 0 and 4 of 7")]
+    assert actions[-1] == Outcome(
+        NOT_FOUND, "the first bad ref is one of r3, r4: the refs between r2 (good) and r4 (bad) could not be "
+        "decided: r3 (skip: patch 'p': drift)", last_good="r2", candidates=("r3", "r4"))
+    assert planner.status("r3") == SKIP and [v.skip for v in planner.views() if v.ref == "r3"] == ["patch 'p': drift"]
+    _planner, actions = trace([100] * 4 + [90] * 4, skips=(7,))
+    assert actions[-1] == Outcome(NOT_FOUND, "the bad endpoint r7 cannot be tested: patch 'p': drift")
+
+
+def test_a_good_ref_after_the_first_bad_is_a_note_of_the_answer():
+    planner = Planner([f"r{i}" for i in range(6)])
+    levels = {"r0": 100.0, "r5": 90.0, "r1": 100.0, "r2": 90.0, "r3": 100.0}
+    for ref, level in levels.items():
+        for batch in range(2):
+            planner.record_batch(ref, [level + 0.1 * i + 0.05 * batch for i in range(5)])
+    outcome = planner.next()
+    assert outcome == Outcome(FOUND, "r2 is the first bad ref (-10.0% against the good endpoint)", first_bad="r2",
+                              last_good="r1", candidates=("r2",), notes=(
+                                  "r3 measures like the good endpoint but comes after the first bad r2: the metric "
+                                  "may have changed more than once",))
+
+
+def test_the_configuration_bounds_are_checked_one_by_one():
+    for bad in ({"runs_per_batch": 0}, {"endpoint_batches": 0}, {"step_batches": 0}, {"threshold": 0},
+                {"threshold": 1}, {"endpoint_batches": 5}, {"step_batches": 5}, {"confirm_batches": 5}):
+        with pytest.raises(ValueError):
+            PlannerConfig(**bad)
+    for good in ({"runs_per_batch": 1}, {"endpoint_batches": 1, "step_batches": 1}, {"threshold": 0.99},
+                 {"threshold": 0.001}, {"endpoint_batches": 4, "step_batches": 4, "confirm_batches": 4}):
+        PlannerConfig(**good)
+    with pytest.raises(ValueError, match=r"^runs per batch and batches per ref must be at least 1$"):
+        PlannerConfig(step_batches=0)
+    with pytest.raises(ValueError, match=r"^max_batches must be at least the initial batches$"):
+        PlannerConfig(max_batches=3, confirm_batches=4)
+    with pytest.raises(ValueError, match=r"^threshold is a fraction between 0 and 1 \(0\.05 = 5%\)$"):
+        PlannerConfig(threshold=1.0)
+    with pytest.raises(KeyError, match="'z' is not in the bisect range"):
+        Planner(["a", "b"]).record_skip("z", "why")
+    with pytest.raises(ValueError, match=r"^a bisect needs a good and a bad ref$"):
+        Planner(["a"])
+    with pytest.raises(ValueError, match=r"^refs must be distinct$"):
+        Planner(["a", "b", "a"])
+    with pytest.raises(ValueError, match=r"^a batch needs samples \(record a skip instead\)$"):
+        Planner(["a", "b"]).record_batch("a", ())
+
+
+def test_before_both_endpoints_are_measured_the_views_show_what_there_is():
+    # The driver writes the report after every batch, the first one included: nothing is compared yet.
+    planner = Planner(["r0", "r1", "r2"])
+    planner.record_batch("r0", [100.0, 100.1, 99.9])
+    planner.record_batch("r1", [90.0, 90.1, 89.9])  # replayed from a log before the bad endpoint's batches
+    assert planner.endpoint_check() is None and planner.classification("r1") is None
+    assert [(v.ref, v.status, v.classification) for v in planner.views()] == [("r0", GOOD, None),
+                                                                              ("r1", "untested", None)]
+    assert planner.next() == Measure("r0", 0, "good endpoint")
+
+
+def test_an_undecided_answer_keeps_the_note_of_a_good_ref_after_the_first_bad():
+    planner = Planner([f"r{i}" for i in range(5)])
+    for ref, level in {"r0": 100.0, "r4": 90.0, "r2": 90.0, "r3": 100.0}.items():
+        for batch in range(2):
+            planner.record_batch(ref, [level + 0.1 * i + 0.05 * batch for i in range(5)])
+    planner.record_skip("r1", "patch 'p': drift")
+    outcome = planner.next()
+    assert outcome.status == NOT_FOUND and outcome.candidates == ("r1", "r2") and outcome.last_good == "r0"
+    assert outcome.notes == ("r3 measures like the good endpoint but comes after the first bad r2: the metric may "
+                             "have changed more than once",)
