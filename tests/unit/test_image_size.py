@@ -255,7 +255,7 @@ def _small_report():
     files = {"files": 7,
              "packages": [["torch", "2.1", 1_234_500_000, 9], ["abc", "1", 5_000_000, 1], ["Abd", "1", 5_000_000]],
              "duplicates": [{"sha256": "2" * 64, "bytes": 1_000_000, "paths": [["/c", "y"], ["/d", "y"], ["/e", None]]},
-                            {"sha256": "1" * 64, "bytes": 2_000_000, "paths": [["/b", None], ["/a", "x"]]}],
+                            {"sha256": "1" * 64, "bytes": 2_000_000, "paths": [["/b", None], ["/z", "x"]]}],
              "same_name": [{"name": "libz.so",
                             "paths": [["/x/libz.so", None, 1_000_000], ["/y/libz.so", "zlib", 3_000_000]]},
                            {"name": "liba.so", "paths": [["/p", None, 4_000_000], ["/q", None, 1]]}]}
@@ -296,6 +296,13 @@ files present more than once (same sha256): 0 contents, 0.0 MB taken twice
 shared libraries with one name at several paths, different content: 0"""
 
 
+def test_the_report_text_shows_fifteen_duplicates_by_default():
+    dups = [{"sha256": f"{i:064x}", "bytes": 1_000_000 * (20 - i), "paths": [[f"/d{i:02}", None], ["/x", None]]}
+            for i in range(16)]
+    text = report_text(report_from("i", "sha256:1", 0, (), {"duplicates": dups}))
+    assert "  /d14  (-)" in text and "/d15" not in text
+
+
 def test_the_report_json_whole():
     rep = _small_report()
     assert rep.installed_bytes == 1_244_500_000
@@ -310,7 +317,7 @@ def test_the_report_json_whole():
         "duplicate_bytes": 4_000_000,
         "duplicates": [
             {"sha256": "1" * 64, "bytes": 2_000_000, "wasted": 2_000_000,
-             "paths": [{"path": "/b", "distribution": None}, {"path": "/a", "distribution": "x"}]},
+             "paths": [{"path": "/b", "distribution": None}, {"path": "/z", "distribution": "x"}]},
             {"sha256": "2" * 64, "bytes": 1_000_000, "wasted": 2_000_000,
              "paths": [{"path": "/c", "distribution": "y"}, {"path": "/d", "distribution": "y"},
                        {"path": "/e", "distribution": None}]}],
@@ -322,6 +329,8 @@ def test_the_report_json_whole():
         "seconds": 2.25,
     }
     assert [p[0] for p in rep.packages] == ["torch", "abc", "Abd"]  # a tie by name, whatever its case
+    tie = report_from("i", "sha256:1", 0, (), {"packages": [["aab", "1", 1], ["A_b", "1", 1]]})
+    assert [p[0] for p in tie.packages] == ["A_b", "aab"]  # '_' sorts before letters once lowercased
     assert size_summary(rep) == {
         "bytes": 1_500_000_000, "installed_bytes": 1_244_500_000, "duplicate_bytes": 4_000_000,
         "layers": [{"step": "base image", "bytes": 116_700_000, "diff_id": "sha256:0"},
@@ -343,6 +352,9 @@ def test_the_report_json_whole():
     ("RUN |1 A=1 /bin/sh -c true", "RUN true"),
     ("RUN   echo   hi # buildkit", "RUN echo hi"),
     ("pip install -r /run/sglstack-lock/a.b-c_d.txt", "pip: lock part a.b-c_d"),
+    ("/bin/sh -c #(nop)  LABEL a=#(nop)b", "LABEL a=#(nop)b"),
+    ("RUN /bin/sh -c apt-get install -y a && apt-get install b && c", "apt: a"),
+    ("RUN /bin/sh -c apt-get install -y x; apt-get install -y y", "apt: x; apt-get install y"),
 ])
 def test_layer_step_for_each_kind_of_instruction(created_by, step):
     assert layer_step(created_by) == step
@@ -402,6 +414,8 @@ layer: c             -       0.001        +1.0""")
     many = {"bytes": 2 * GB, "packages": {f"n{i:02}": MB for i in range(20)}}
     table = over_budget("s", many, 1.5, None).table.splitlines()
     assert len(table) == 16 and table[1].split()[:2] == ["package:", "n00"] and table[-1].split()[1] == "n14"
+    empty_first = over_budget("s", {"bytes": 2 * GB, "packages": {"a0": 0, "b1": 1}}, 1, None).table.splitlines()
+    assert [line.split()[1] for line in empty_first[1:]] == ["b1", "a0"]
     assert over_budget("s", {"bytes": 10 * GB + 3 * MB + 1}, 10.003, None).table == (
         "what   before GB    after GB   change MB")
 
@@ -425,12 +439,14 @@ def test_copies_message_counts_and_shows_at_most_four():
 
 def test_only_cuda_library_names_count_as_copies():
     paths = (("/x/lib/a.so", None, 1), ("/y/lib/a.so", None, 2))
-    groups = [SameName(n, paths) for n in ("libcudart.so", "LIBNVRTC.so", "libnccl.so", "libcute_dsl.so",
+    groups = [SameName(n, paths) for n in ("libz.so.1", "libcudart.so", "LIBNVRTC.so", "libnccl.so", "libcute_dsl.so",
                                            "libz.so", "xlibcu.so")]
     assert [g.name for g in undeclared_copies(groups, [])] == ["libcudart.so", "LIBNVRTC.so", "libnccl.so",
                                                               "libcute_dsl.so"]
     assert undeclared_copies(groups, ["x/*"]) == []  # one copy left is the one the image needs
     assert site_relative("/usr/lib/site-packages/a/b") == "a/b" and site_relative("/usr/lib/x") == "usr/lib/x"
+    assert site_relative("/v/site-packages/a/site-packages/b") == "a/site-packages/b"
+    assert site_relative("/Xlib/a") == "Xlib/a"
 
 
 def test_a_node_fetches_layers_it_lacks_and_those_of_no_known_content():

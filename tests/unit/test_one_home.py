@@ -151,6 +151,11 @@ def test_the_registry_digest_of_a_local_image_is_never_its_image_id(ref, repo_di
     assert registry_digest(ref, repo_digests) == expected
 
 
+def test_a_reference_or_repo_digest_that_does_not_parse_names_no_digest():
+    assert registry_digest("Bad_Ref", [f"x@{DIGEST}"]) is None
+    assert registry_digest("host:5000/a/b:1", ["garbage@@", f"Bad@{OTHER}", f"host:5000/a/b@{DIGEST}"]) == DIGEST
+
+
 class _Image:
     def __init__(self, image_id: str, repo_digests: list[str]) -> None:
         self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
@@ -354,6 +359,7 @@ def test_names_and_tags_have_their_docker_lengths():
     assert tag_problem(".a") == letters
     assert tag_problem("-a") == letters
     assert tag_problem("a/b") == letters
+    assert tag_problem("." + "a" * 127) == letters  # 128 characters: the length is not what is wrong
 
 
 @pytest.mark.parametrize(("ref", "problem"), [
@@ -384,6 +390,7 @@ def test_an_image_reference_problem_is_named(ref, problem):
     ("a_b:5000/x", "has an invalid registry host 'a_b:5000'"),
     ("[zz]/x", "has an invalid registry host '[zz]'"),
     ("host:5000/A/b", "has a path component 'A' that has uppercase letters"),
+    ("h/a:1/b", "has a path component 'a:1' that may hold only lowercase letters, digits, '.', '_' and '-'"),
     ("host:5000/a//b", "has a path component '' that is empty"),
     ("host:5000/" + "a" * 246, "is 256 characters long, over Docker's limit of 255"),
 ])
@@ -404,7 +411,7 @@ def test_a_repository_writes_tags_and_digests_back():
 
 @pytest.mark.parametrize(("ref", "named"), [
     ("host.x/a", True), ("h:5000/a", True), ("localhost/a", True),
-    ("host.x", False), ("team/name", False), ("name", False), ("localhostx/a", False),
+    ("host.x", False), ("team/name", False), ("name", False), ("localhostx/a", False), ("team/host.x/a", False),
 ])
 def test_a_reference_names_its_registry_only_with_a_host_first(ref, named):
     assert names_its_registry(ref) is named
