@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -27,7 +28,7 @@ from clirun import REPO, run_invoke
 
 from sglstack.bisect.log import BisectLog
 from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
-from sglstack.core.safefiles import BUSY_EXIT, replace_folder
+from sglstack.core.safefiles import BUSY_EXIT, StackBusy, replace_folder
 from sglstack.core.signals import signals_raise
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path
 from sglstack.lock.file import parse_lock, render_lock, write_lock
@@ -294,6 +295,29 @@ def test_a_failed_fsync_is_cut_back_and_named(tmp_path, monkeypatch):
         append_jsonl(path, [{"n": 2}])
     monkeypatch.undo()
     assert path.read_bytes() == b'{"n": 1}\n'
+
+
+def test_the_stack_lock_is_the_stacks_folder_lock_under_the_build_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "b"))
+    lock = tmp_path / "b" / "tiny" / ".lock"
+    with stack_lock("tiny", "build"):
+        held = lock.read_text()
+    assert re.fullmatch(rf"invoke build \(pid {os.getpid()}, since \d{{4}}-[-0-9T:]+Z\)\n", held)
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another holder
+        with pytest.raises(StackBusy) as exc, stack_lock("tiny", "deploy"):
+            pass
+    finally:
+        os.close(fd)
+    assert str(exc.value).startswith("stack 'tiny' is busy: ")
+    assert str(exc.value).endswith(f" holds {lock}; one build, deploy, bisect or render of a stack at a time: run "
+                                   "`invoke deploy` again when it ends")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "b" / "linked").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutputNotWritable, match="outside"), stack_lock("linked", "build"):
+        pass
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_timestamps_are_utc_whole_seconds_with_a_z():
