@@ -320,6 +320,72 @@ def test_the_stack_lock_is_the_stacks_folder_lock_under_the_build_root(tmp_path,
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_a_store_reached_through_a_link_is_not_written_through(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    (tmp_path / "real.jsonl").write_text("")
+    path.symlink_to(tmp_path / "real.jsonl")  # inside the folder, so only O_NOFOLLOW stops it
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 1}])
+    assert str(exc.value) == f"{path}: cannot be written (Too many levels of symbolic links)"
+    assert (tmp_path / "real.jsonl").read_text() == ""
+
+
+def test_errors_without_a_reason_name_their_kind(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"n": 1}])
+    real_open = os.open
+
+    def bare_open(file, *args):
+        if Path(file) == path:
+            raise OSError()
+        return real_open(file, *args)
+
+    monkeypatch.setattr(os, "open", bare_open)
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == f"{path}: cannot be written (OSError)"
+    monkeypatch.undo()
+
+    def fsync(fd):
+        raise OSError()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == f"{path}: the record was not written (OSError); the file is as it was"
+
+
+def test_a_failed_cut_back_still_reports_the_write(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"n": 1}')  # a whole value that lost its newline: it gets one before the write
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data if data == b"\n" else data[:3]))
+    with pytest.raises(OutputNotWritable, match="the record was not written"):
+        append_jsonl(path, [{"n": 2}])
+    assert path.read_bytes() == b'{"n": 1}\n'  # cut back to the newline it gained, not before or past it
+
+    def ftruncate(fd, size):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+    with pytest.raises(OutputNotWritable, match=r"the record was not written \(No space left on device\)"):
+        append_jsonl(path, [{"n": 3}])
+
+
+def test_a_torn_line_right_after_a_newline_or_one_byte_past_a_read_is_moved_whole(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'\n{"n": 2')
+    append_jsonl(path, [{"n": 3}])
+    assert path.read_bytes() == b'\n{"n": 3}\n'
+    assert (tmp_path / "rows.jsonl.torn").read_bytes() == b'{"n": 2\n'
+    other = tmp_path / "other.jsonl"
+    torn = b"x" * 65537  # one read of 65,536 bytes and one byte more, no newline at all
+    other.write_bytes(torn)
+    append_jsonl(other, [{"n": 1}])
+    assert other.read_bytes() == b'{"n": 1}\n'
+    assert (tmp_path / "other.jsonl.torn").read_bytes() == torn + b"\n"
+
+
 def test_timestamps_are_utc_whole_seconds_with_a_z():
     east = dt.timezone(dt.timedelta(hours=5, minutes=30))
     assert utc_timestamp(dt.datetime(2026, 12, 2, 23, 48, 9, 999999, tzinfo=east)) == "2026-12-02T18:18:09Z"
