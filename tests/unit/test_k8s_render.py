@@ -387,6 +387,8 @@ def test_the_yaml_is_plain_block_style_in_the_objects_order_without_anchors() ->
     assert f"    io.sglstack/speculative: {speculative}\n" in lws_text
     assert files[k8s.SERVICE_FILE].startswith("apiVersion: v1\nkind: Service\n")
     assert k8s.dump({"b": 1, "a": [1]}) == "b: 1\na:\n- 1\n"
+    with_report = k8s.render_k8s(STACKS.get("cu129"), REF, smoke_report="build/cu129/smoke.json")
+    assert "    io.sglstack/smoke-report: build/cu129/smoke.json\n" in with_report[k8s.LWS_FILE]
 
 
 def test_validation_errors_name_the_file_and_the_field() -> None:
