@@ -416,3 +416,15 @@ def test_validation_errors_name_the_file_and_the_field() -> None:
         k8s.validate_manifests(worker_only)
     assert str(err.value) == ("leaderworkerset.yaml (workerTemplate): template.spec.containers.0: Additional "
                               "properties are not allowed ('shmSize' was unexpected)")
+
+
+def test_a_tag_and_a_bad_leader_template_are_refused_word_for_word() -> None:
+    with pytest.raises(ServingError) as err:
+        k8s.manifests(STACKS.get("cu129"), "r.io/a:v1", k8s.K8sOptions())
+    assert str(err.value) == ("stack 'cu129': k8s manifests serve an image by digest (REPO@sha256:...), not "
+                              "'r.io/a:v1': a tag can move under a running group")
+    objs = k8s.manifests(STACKS.get("cu129"), REF, k8s.K8sOptions())
+    _containers(objs[k8s.LWS_FILE], "leaderTemplate")[0]["shmSize"] = "32g"
+    with pytest.raises(ServingError) as err:
+        k8s.validate_manifests(objs)
+    assert str(err.value).startswith("leaderworkerset.yaml (leaderTemplate): template.spec.containers.0: ")
