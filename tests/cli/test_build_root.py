@@ -3,6 +3,9 @@ that cannot be written is found before the work starts."""
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,47 @@ def test_require_writable_names_the_path(tmp_path):
         require_writable(tmp_path / "file" / "x" / "report.json", what="report")
 
 
+
+
+def test_require_writable_in_an_existing_folder_leaves_nothing_behind(tmp_path, monkeypatch):
+    require_writable(tmp_path / "report.json", what="report")
+    (tmp_path / "old.json").write_text("{}")
+    require_writable(tmp_path / "old.json", what="report")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+    monkeypatch.setattr(os, "access", lambda path, mode: not (path == tmp_path / "old.json" and mode == os.W_OK))
+    with pytest.raises(OutputNotWritable) as exc:
+        require_writable(tmp_path / "old.json", what="report")
+    assert str(exc.value) == f"report {tmp_path / 'old.json'}: cannot be written (permission denied)"
+
+
+def test_require_writable_probes_the_folder_itself_with_a_hidden_named_probe(tmp_path, monkeypatch):
+    """The probe is made in the target's own folder (a read-only mount there is what it must catch), named
+    after the target so that one left by a killed process says what it was."""
+    made = []
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(**kwargs):
+        fd, probe = real_mkstemp(**kwargs)
+        made.append(Path(probe))
+        return fd, probe
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    require_writable(tmp_path / "out" / "report.json", what="report")
+    (probe,) = made
+    assert probe.parent == tmp_path / "out" and not probe.exists()
+    assert re.fullmatch(r"\.report\.json\.[^/]+\.probe", probe.name)
+
+
+@pytest.mark.parametrize(("error", "reason"), [(OSError(28, "No space left on device"), "No space left on device"),
+                                               (OSError(), "OSError"), (PermissionError(), "PermissionError")])
+def test_require_writable_names_why_the_probe_failed(tmp_path, monkeypatch, error, reason):
+    def mkstemp(**kwargs):
+        raise error
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(OutputNotWritable) as exc:
+        require_writable(tmp_path / "r.json", what="the report")
+    assert str(exc.value) == f"the report {tmp_path / 'r.json'}: cannot be written ({reason})"
 
 
 def test_unwritable_build_folder_is_one_line_before_rendering(tmp_path):

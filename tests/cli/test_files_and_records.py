@@ -9,10 +9,13 @@ against a lock held by another process through the production `stack_lock`.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import fcntl
 import hashlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,8 +27,8 @@ from bisect_fixtures import make_history, stack_yaml
 from clirun import REPO, run_invoke
 
 from sglstack.bisect.log import BisectLog
-from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock
-from sglstack.core.safefiles import BUSY_EXIT, replace_folder
+from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
+from sglstack.core.safefiles import BUSY_EXIT, StackBusy, replace_folder
 from sglstack.core.signals import signals_raise
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path
 from sglstack.lock.file import parse_lock, render_lock, write_lock
@@ -163,6 +166,231 @@ def test_a_store_linked_out_of_the_build_folder_is_not_appended_to(tmp_path, kin
     with pytest.raises(OutputNotWritable, match=r"a link to .*elsewhere\.jsonl, outside .*: not followed"):
         store.append(1)
     assert theirs.read_text() == "theirs\n"
+
+
+
+# ---- append_jsonl and read_jsonl, in process: each guarantee exactly ------------------------------
+
+def test_rows_are_appended_as_sorted_keys_one_line_each_beside_a_sibling_lock(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [])
+    assert not path.exists()
+    append_jsonl(path, [{"b": 1, "a": "é"}, {"n": 2}])
+    append_jsonl(path, iter([{"n": 3}]))
+    assert path.read_bytes() == b'{"a": "\\u00e9", "b": 1}\n{"n": 2}\n{"n": 3}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rows.jsonl.lock", "rows.jsonl"]
+    assert (tmp_path / ".rows.jsonl.lock").stat().st_mode & 0o777 == 0o644
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_torn_line_is_moved_aside_with_its_size_named(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"n": 1}\n{"n": 2')
+    assert read_jsonl(path, dict, ValueError) == [{"n": 1}]
+    assert capsys.readouterr().err == (f"warning: {path}:2: skipped a torn last line (a write cut short); the next "
+                                       "append moves it aside\n")
+    append_jsonl(path, [{"n": 3}])
+    assert capsys.readouterr().err == (f"warning: {path}: a torn last line (7 bytes, a write cut short) was moved "
+                                       "to rows.jsonl.torn\n")
+    assert path.read_bytes() == b'{"n": 1}\n{"n": 3}\n'
+    assert (tmp_path / "rows.jsonl.torn").read_bytes() == b'{"n": 2\n'
+
+
+@pytest.mark.parametrize("before", [b"", b'{"n": 1}\n', b'{"n": 1}\n' * 9000])
+def test_a_torn_line_longer_than_one_read_is_moved_aside_whole(tmp_path, before, capsys):
+    path = tmp_path / "rows.jsonl"
+    torn = b'{"pad": "' + b"x" * 140000
+    path.write_bytes(before + torn)
+    append_jsonl(path, [{"n": 2}])
+    assert path.read_bytes() == before + b'{"n": 2}\n'
+    assert (tmp_path / "rows.jsonl.torn").read_bytes() == torn + b"\n"
+    assert f"({len(torn)} bytes, a write cut short)" in capsys.readouterr().err
+
+
+def test_a_whole_last_value_only_gets_its_newline(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"n": 1}')
+    assert read_jsonl(path, dict, ValueError) == [{"n": 1}]
+    append_jsonl(path, [{"n": 2}])
+    assert path.read_bytes() == b'{"n": 1}\n{"n": 2}\n'
+    assert not (tmp_path / "rows.jsonl.torn").exists()
+    assert capsys.readouterr().err == ""
+
+
+class _BadLine(Exception):
+    pass
+
+
+def _parse_n(row):
+    return row["n"] + 0
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (b'{"n": 1}\nnot json\n{"n": 3}\n', 2),  # invalid JSON before the end
+    (b'{"n": 1}\n\n{"m": 3}\n', 3),  # KeyError from the parser, a blank line counted
+    (b'{"n": "a"}\n', 1),  # TypeError from the parser
+    (b'{"n": 1}\n[1, 2]\n', 2),  # TypeError: a list is no row
+    (b'{"n": 1}\nnot json\n', 2),  # a bad last line with its newline is not torn
+])
+def test_any_other_bad_line_is_the_callers_error_naming_its_number(tmp_path, text, line, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(text)
+    with pytest.raises(_BadLine, match=f"^{line}$"):
+        read_jsonl(path, _parse_n, lambda n: _BadLine(str(n)))
+    assert capsys.readouterr().err == ""
+
+
+def test_blank_lines_are_skipped_and_a_missing_store_is_empty(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    assert read_jsonl(path, _parse_n, ValueError) == []
+    path.write_bytes(b'\n{"n": 1}\n   \n{"n": 2}\n\n')
+    assert read_jsonl(path, _parse_n, ValueError) == [1, 2]
+    path.unlink()
+    path.mkdir()
+    assert read_jsonl(path, _parse_n, ValueError) == []
+
+
+def test_a_lock_that_cannot_be_opened_stops_writers_only(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"n": 1}\n')
+    lock = tmp_path / ".rows.jsonl.lock"
+    lock.symlink_to(tmp_path / "nowhere")  # O_NOFOLLOW: the lock is never opened through a link
+    assert read_jsonl(path, _parse_n, ValueError) == [1]
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == f"{lock}: the lock cannot be opened (Too many levels of symbolic links)"
+    assert path.read_bytes() == b'{"n": 1}\n'
+
+
+def test_a_store_that_cannot_be_opened_is_one_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.mkdir()
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 1}])
+    assert str(exc.value) == f"{path}: cannot be written (Is a directory)"
+
+
+def test_a_short_write_is_cut_back_and_named(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"n": 1}])
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:3]))
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == (f"{path}: the record was not written (No space left on device); the file is as it "
+                              "was")
+    monkeypatch.undo()
+    assert path.read_bytes() == b'{"n": 1}\n'
+
+
+def test_a_failed_fsync_is_cut_back_and_named(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"n": 1}])
+
+    def fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OutputNotWritable, match=r"the record was not written \(Input/output error\); the file"):
+        append_jsonl(path, [{"n": 2}])
+    monkeypatch.undo()
+    assert path.read_bytes() == b'{"n": 1}\n'
+
+
+def test_the_stack_lock_is_the_stacks_folder_lock_under_the_build_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "b"))
+    lock = tmp_path / "b" / "tiny" / ".lock"
+    with stack_lock("tiny", "build"):
+        held = lock.read_text()
+    assert re.fullmatch(rf"invoke build \(pid {os.getpid()}, since \d{{4}}-[-0-9T:]+Z\)\n", held)
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another holder
+        with pytest.raises(StackBusy) as exc, stack_lock("tiny", "deploy"):
+            pass
+    finally:
+        os.close(fd)
+    assert str(exc.value).startswith("stack 'tiny' is busy: ")
+    assert str(exc.value).endswith(f" holds {lock}; one build, deploy, bisect or render of a stack at a time: run "
+                                   "`invoke deploy` again when it ends")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "b" / "linked").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutputNotWritable, match="outside"), stack_lock("linked", "build"):
+        pass
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_store_reached_through_a_link_is_not_written_through(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    (tmp_path / "real.jsonl").write_text("")
+    path.symlink_to(tmp_path / "real.jsonl")  # inside the folder, so only O_NOFOLLOW stops it
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 1}])
+    assert str(exc.value) == f"{path}: cannot be written (Too many levels of symbolic links)"
+    assert (tmp_path / "real.jsonl").read_text() == ""
+
+
+def test_errors_without_a_reason_name_their_kind(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"n": 1}])
+    real_open = os.open
+
+    def bare_open(file, *args):
+        if Path(file) == path:
+            raise OSError()
+        return real_open(file, *args)
+
+    monkeypatch.setattr(os, "open", bare_open)
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == f"{path}: cannot be written (OSError)"
+    monkeypatch.undo()
+
+    def fsync(fd):
+        raise OSError()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OutputNotWritable) as exc:
+        append_jsonl(path, [{"n": 2}])
+    assert str(exc.value) == f"{path}: the record was not written (OSError); the file is as it was"
+
+
+def test_a_failed_cut_back_still_reports_the_write(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"n": 1}')  # a whole value that lost its newline: it gets one before the write
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data if data == b"\n" else data[:3]))
+    with pytest.raises(OutputNotWritable, match="the record was not written"):
+        append_jsonl(path, [{"n": 2}])
+    assert path.read_bytes() == b'{"n": 1}\n'  # cut back to the newline it gained, not before or past it
+
+    def ftruncate(fd, size):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+    with pytest.raises(OutputNotWritable, match=r"the record was not written \(No space left on device\)"):
+        append_jsonl(path, [{"n": 3}])
+
+
+def test_a_torn_line_right_after_a_newline_or_one_byte_past_a_read_is_moved_whole(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'\n{"n": 2')
+    append_jsonl(path, [{"n": 3}])
+    assert path.read_bytes() == b'\n{"n": 3}\n'
+    assert (tmp_path / "rows.jsonl.torn").read_bytes() == b'{"n": 2\n'
+    other = tmp_path / "other.jsonl"
+    torn = b"x" * 65537  # one read of 65,536 bytes and one byte more, no newline at all
+    other.write_bytes(torn)
+    append_jsonl(other, [{"n": 1}])
+    assert other.read_bytes() == b'{"n": 1}\n'
+    assert (tmp_path / "other.jsonl.torn").read_bytes() == torn + b"\n"
+
+
+def test_timestamps_are_utc_whole_seconds_with_a_z():
+    east = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    assert utc_timestamp(dt.datetime(2026, 12, 2, 23, 48, 9, 999999, tzinfo=east)) == "2026-12-02T18:18:09Z"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", utc_timestamp())
+    assert utc_now().tzinfo is dt.UTC
 
 
 def _append_rows(path: str, worker: int, rows: int) -> None:

@@ -14,9 +14,14 @@ from sglstack.core.errors import ConfigError
 from sglstack.diff.compare import diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.inimage.incontainer import imagefiles
 from sglstack.size.report import (
+    GB,
     MB,
+    Growth,
     Layer,
+    OverBudget,
+    SameName,
     copies_message,
+    growth_table,
     layer_step,
     layers_from_history,
     over_budget,
@@ -25,6 +30,7 @@ from sglstack.size.report import (
     report_from,
     report_text,
     report_to_json,
+    site_relative,
     size_changes,
     size_summary,
     undeclared_copies,
@@ -239,3 +245,211 @@ def test_diff_of_otherwise_identical_records_still_says_the_size_change():
     print_diff(diff, Console(file=out, width=200, color_system=None))
     printed = out.getvalue()
     assert "no difference" in printed and f"size: {6_618 * MB} -> {6_618 * MB + 29} bytes (+29)" in printed
+
+
+# ---- each output whole, word for word ---------------------------------------------------------------
+
+def _small_report():
+    layers = (Layer(0, 116_700_000, "", "sha256:0"),
+              Layer(1, 2_500_000, "RUN /bin/sh -c apt-get install -y --no-install-recommends g++ numactl && rm -rf x"))
+    files = {"files": 7,
+             "packages": [["torch", "2.1", 1_234_500_000, 9], ["abc", "1", 5_000_000, 1], ["Abd", "1", 5_000_000]],
+             "duplicates": [{"sha256": "2" * 64, "bytes": 1_000_000, "paths": [["/c", "y"], ["/d", "y"], ["/e", None]]},
+                            {"sha256": "1" * 64, "bytes": 2_000_000, "paths": [["/b", None], ["/z", "x"]]}],
+             "same_name": [{"name": "libz.so",
+                            "paths": [["/x/libz.so", None, 1_000_000], ["/y/libz.so", "zlib", 3_000_000]]},
+                           {"name": "liba.so", "paths": [["/p", None, 4_000_000], ["/q", None, 1]]}]}
+    return report_from("img:1", "sha256:" + "ab" * 32, 1_500_000_000, layers, files, 2.25)
+
+
+def test_the_report_text_whole():
+    assert report_text(_small_report(), top=2, duplicates=1) == """\
+image img:1 (sha256:abababababab): 1.50 GB uncompressed, 2 layers, 3 distributions installing 1.24 GB, 7 files
+
+layers (bottom first)    MB  adds
+    0         116.7  base image
+    1           2.5  apt: g++ numactl
+
+2 largest packages    MB
+  torch==2.1                                      1,234.5
+  abc==1                                              5.0
+
+files present more than once (same sha256): 2 contents, 4.0 MB taken twice
+       2.0 MB  x2  /b  (-, x)
+
+shared libraries with one name at several paths, different content: 2
+  liba.so: /p [-, 4.0 MB]; /q [-, 0.0 MB]
+
+measured in 2.2 s"""
+    text = report_text(_small_report())
+    assert "  Abd==1 " in text and "x3  /c  (-, y)" in text
+    assert "  libz.so: /x/libz.so [-, 1.0 MB]; /y/libz.so [zlib, 3.0 MB]" in text
+    assert report_text(report_from("i", "sha256:1", 0, (), {})) == """\
+image i (sha256:1): 0.00 GB uncompressed, 0 layers, 0 distributions installing 0.00 GB, 0 files
+
+layers (bottom first)    MB  adds
+
+0 largest packages    MB
+
+files present more than once (same sha256): 0 contents, 0.0 MB taken twice
+
+shared libraries with one name at several paths, different content: 0"""
+
+
+def test_the_report_text_shows_fifteen_duplicates_by_default():
+    dups = [{"sha256": f"{i:064x}", "bytes": 1_000_000 * (20 - i), "paths": [[f"/d{i:02}", None], ["/x", None]]}
+            for i in range(16)]
+    text = report_text(report_from("i", "sha256:1", 0, (), {"duplicates": dups}))
+    assert "  /d14  (-)" in text and "/d15" not in text
+
+
+def test_the_report_json_whole():
+    rep = _small_report()
+    assert rep.installed_bytes == 1_244_500_000
+    assert report_to_json(rep, top=1) == {
+        "image": "img:1", "image_id": "sha256:" + "ab" * 32, "bytes": 1_500_000_000,
+        "installed_bytes": 1_244_500_000, "files": 7,
+        "layers": [{"index": 0, "step": "base image", "bytes": 116_700_000, "diff_id": "sha256:0", "created_by": ""},
+                   {"index": 1, "step": "apt: g++ numactl", "bytes": 2_500_000, "diff_id": None,
+                    "created_by": "RUN /bin/sh -c apt-get install -y --no-install-recommends g++ numactl && rm -rf x"}],
+        "largest_packages": [{"name": "torch", "version": "2.1", "bytes": 1_234_500_000}],
+        "packages": 3,
+        "duplicate_bytes": 4_000_000,
+        "duplicates": [
+            {"sha256": "1" * 64, "bytes": 2_000_000, "wasted": 2_000_000,
+             "paths": [{"path": "/b", "distribution": None}, {"path": "/z", "distribution": "x"}]},
+            {"sha256": "2" * 64, "bytes": 1_000_000, "wasted": 2_000_000,
+             "paths": [{"path": "/c", "distribution": "y"}, {"path": "/d", "distribution": "y"},
+                       {"path": "/e", "distribution": None}]}],
+        "same_name": [
+            {"name": "liba.so", "paths": [{"path": "/p", "distribution": None, "bytes": 4_000_000},
+                                          {"path": "/q", "distribution": None, "bytes": 1}]},
+            {"name": "libz.so", "paths": [{"path": "/x/libz.so", "distribution": None, "bytes": 1_000_000},
+                                          {"path": "/y/libz.so", "distribution": "zlib", "bytes": 3_000_000}]}],
+        "seconds": 2.25,
+    }
+    assert [p[0] for p in rep.packages] == ["torch", "abc", "Abd"]  # a tie by name, whatever its case
+    tie = report_from("i", "sha256:1", 0, (), {"packages": [["aab", "1", 1], ["A_b", "1", 1]]})
+    assert [p[0] for p in tie.packages] == ["A_b", "aab"]  # '_' sorts before letters once lowercased
+    assert size_summary(rep) == {
+        "bytes": 1_500_000_000, "installed_bytes": 1_244_500_000, "duplicate_bytes": 4_000_000,
+        "layers": [{"step": "base image", "bytes": 116_700_000, "diff_id": "sha256:0"},
+                   {"step": "apt: g++ numactl", "bytes": 2_500_000, "diff_id": None}],
+        "packages": {"torch": 1_234_500_000, "abc": 5_000_000, "Abd": 5_000_000},
+    }
+
+
+@pytest.mark.parametrize(("created_by", "step"), [
+    ("RUN /bin/sh -c pip install /tmp/sglang-0.5.whl", "pip: the SGLang wheel"),
+    ("RUN /bin/sh -c pip install numpy", "RUN pip install numpy"),
+    ("RUN /bin/sh -c echo sglang- && apt-get update", "RUN echo sglang- && apt-get update"),
+    ("COPY sglang-x pip install apt-get install y", "COPY sglang-x pip install apt-get install y"),
+    ("  ", "base image"),
+    ("RUN /bin/bash -c apt-get install -y a b && c", "apt: a b"),
+    ("ADD " + "x" * 200, "ADD " + "x" * 96),
+    ("/bin/sh -c #(nop) " + "y" * 200, "y" * 100),
+    ("RUN |2 A=1 B=2 /bin/sh -c true", "RUN |2 A=1 B=2 /bin/sh -c true"),
+    ("RUN |1 A=1 /bin/sh -c true", "RUN true"),
+    ("RUN   echo   hi # buildkit", "RUN echo hi"),
+    ("pip install -r /run/sglstack-lock/a.b-c_d.txt", "pip: lock part a.b-c_d"),
+    ("/bin/sh -c #(nop)  LABEL a=#(nop)b", "LABEL a=#(nop)b"),
+    ("RUN /bin/sh -c apt-get install -y a && apt-get install b && c", "apt: a"),
+    ("RUN /bin/sh -c apt-get install -y x; apt-get install -y y", "apt: x; apt-get install y"),
+])
+def test_layer_step_for_each_kind_of_instruction(created_by, step):
+    assert layer_step(created_by) == step
+
+
+def test_only_empty_config_instructions_are_left_out_of_the_layers():
+    history = [{"Size": 0, "CreatedBy": "/bin/sh -c #(nop)  ENV A=1"}, {"Size": 5, "CreatedBy": "ENV B=2"},
+               {"Size": 0, "CreatedBy": "RUN true"}, {"Size": None, "CreatedBy": None},
+               {"Size": 0, "CreatedBy": "  USER   x"}, {"Size": 0, "CreatedBy": "ENVX=1"}]
+    assert layers_from_history(history[::-1], ["d0", "d1", "d2", "d3"]) == (
+        Layer(0, 5, "ENV B=2", "d0"), Layer(1, 0, "RUN true", "d1"), Layer(2, 0, "", "d2"), Layer(3, 0, "ENVX=1", "d3"))
+
+
+BEFORE = {"bytes": 10 * GB,
+          "layers": [{"step": "a", "bytes": GB}, {"step": "a", "bytes": GB}, {"step": "b", "bytes": GB}],
+          "packages": {"p": GB, "q": 2 * GB}}
+AFTER = {"bytes": 10 * GB + 3 * MB, "layers": [{"step": "a", "bytes": 2 * GB + MB}, {"step": "c", "bytes": MB - 1}],
+         "packages": {"p": GB + MB, "r": 5 * MB}}
+GROWTH = """\
+what         before GB    after GB   change MB
+image           10.000      10.003        +3.0
+package: q       2.000           -     -2000.0
+layer: b         1.000           -     -1000.0
+package: r           -       0.005        +5.0
+layer: a         2.000       2.001        +1.0
+package: p       1.000       1.001        +1.0"""
+
+
+def test_what_moved_by_a_megabyte_largest_change_first_as_a_table():
+    rows = size_changes(BEFORE, AFTER)
+    assert growth_table(rows) == GROWTH  # layer c moved by a byte less than the 1 MB floor
+    assert [r.what for r in size_changes(BEFORE, AFTER, limit=2)] == ["image", "package: q", "layer: b"]
+    assert [r.what for r in size_changes(BEFORE, AFTER, min_bytes=MB + 1)] == [
+        "image", "package: q", "layer: b", "package: r"]
+    assert [r.what for r in size_changes(BEFORE, AFTER, min_bytes=1)][-1] == "layer: c"
+    assert len(size_changes(BEFORE, {**AFTER, "packages": {f"n{i}": (i + 1) * MB for i in range(30)}})) == 21
+    assert size_changes(None, AFTER) == [Growth("image", None, 10 * GB + 3 * MB)]
+    assert size_changes({"bytes": 1}, {"bytes": 2}) == [Growth("image", 1, 2)]
+    assert growth_table([]) == "what   before GB    after GB   change MB"
+
+
+def test_over_budget_headline_and_table_whole():
+    assert over_budget("s", AFTER, 10.003, None) is None
+    assert over_budget("s", AFTER, 10.003, BEFORE) is None
+    grew = over_budget("s", AFTER, 10, BEFORE)
+    assert grew == OverBudget("stack 's': image is 10.003 GB, over its size budget (size.max_gb: 10) by 3.0 MB; see "
+                              "what grew since the last recorded build above", GROWTH)
+    first = over_budget("s", AFTER, 10, None)
+    assert first == OverBudget(
+        "stack 's': image is 10.003 GB, over its size budget (size.max_gb: 10) by 3.0 MB; no earlier build of the "
+        "stack is recorded: its largest parts are above", """\
+what         before GB    after GB   change MB
+layer: a             -       2.001     +2001.0
+package: p           -       1.001     +1001.0
+package: r           -       0.005        +5.0
+layer: c             -       0.001        +1.0""")
+    many = {"bytes": 2 * GB, "packages": {f"n{i:02}": MB for i in range(20)}}
+    table = over_budget("s", many, 1.5, None).table.splitlines()
+    assert len(table) == 16 and table[1].split()[:2] == ["package:", "n00"] and table[-1].split()[1] == "n14"
+    empty_first = over_budget("s", {"bytes": 2 * GB, "packages": {"a0": 0, "b1": 1}}, 1, None).table.splitlines()
+    assert [line.split()[1] for line in empty_first[1:]] == ["b1", "a0"]
+    assert over_budget("s", {"bytes": 10 * GB + 3 * MB + 1}, 10.003, None).table == (
+        "what   before GB    after GB   change MB")
+
+
+def test_recorded_size_needs_a_whole_byte_count():
+    assert recorded_size({"stack": "a", "size": {"bytes": 1}}, "a") == {"bytes": 1}
+    assert recorded_size({"stack": "a", "size": {"bytes": "1"}}, "a") is None
+    assert recorded_size({"stack": "a", "size": [1]}, "a") is None
+
+
+def test_copies_message_counts_and_shows_at_most_four():
+    copies = [SameName(f"libcu{i}.so", (("/a/site-packages/x", None, 1), ("/b", None, 2))) for i in range(6)]
+    assert copies_message("s", copies) == (
+        "stack 's': 6 CUDA libraries are in the image in more than one build: libcu0.so at x, b; libcu1.so at x, b; "
+        "libcu2.so at x, b; libcu3.so at x, b; and 2 more (declare an accepted copy under size.library_copies with "
+        "its reason)")
+    assert copies_message("s", copies[:4]).endswith("libcu3.so at x, b (declare an accepted copy under "
+                                                    "size.library_copies with its reason)")
+    assert copies_message("s", copies, limit=1).count(" at ") == 1
+
+
+def test_only_cuda_library_names_count_as_copies():
+    paths = (("/x/lib/a.so", None, 1), ("/y/lib/a.so", None, 2))
+    groups = [SameName(n, paths) for n in ("libz.so.1", "libcudart.so", "LIBNVRTC.so", "libnccl.so", "libcute_dsl.so",
+                                           "libz.so", "xlibcu.so")]
+    assert [g.name for g in undeclared_copies(groups, [])] == ["libcudart.so", "LIBNVRTC.so", "libnccl.so",
+                                                              "libcute_dsl.so"]
+    assert undeclared_copies(groups, ["x/*"]) == []  # one copy left is the one the image needs
+    assert site_relative("/usr/lib/site-packages/a/b") == "a/b" and site_relative("/usr/lib/x") == "usr/lib/x"
+    assert site_relative("/v/site-packages/a/site-packages/b") == "a/site-packages/b"
+    assert site_relative("/Xlib/a") == "Xlib/a"
+
+
+def test_a_node_fetches_layers_it_lacks_and_those_of_no_known_content():
+    layers = (Layer(0, 1, "a", "d0"), Layer(1, 10, "b", None), Layer(2, 100, "c", "d2"))
+    assert pull_bytes(["d0", "d2"], layers) == (10, [layers[1]])
+    assert pull_bytes([], layers) == (111, list(layers))

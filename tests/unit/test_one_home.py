@@ -18,10 +18,27 @@ from deploy_fixtures import make_test_stack
 from sglstack.adapters.docker import local_image, local_image_id
 from sglstack.bisect import driver
 from sglstack.bisect.driver import BisectInputError, BisectRequest
+from sglstack.config import names
 from sglstack.config.fields import _pinned_image
-from sglstack.config.imageref import names_its_registry, parse_image_reference, pinned_digest, registry_digest
+from sglstack.config.imageref import (
+    ImageReference,
+    Repository,
+    image_reference_problem,
+    is_digest,
+    name_problem,
+    names_a_digest,
+    names_its_registry,
+    parse_image_reference,
+    parse_repository,
+    path_component_problem,
+    pinned_digest,
+    registry_digest,
+    registry_reference_problem,
+    tag_problem,
+)
 from sglstack.config.matrix import load_matrix
 from sglstack.core import labels as lb
+from sglstack.core.errors import ConfigError
 from sglstack.deploy.images import image_identity
 from sglstack.publish import PublishError, parse_smoke_opts
 from sglstack.render import k8s
@@ -132,6 +149,11 @@ def test_a_stack_image_on_a_registry_port_needs_a_tag(tmp_path):
 ])
 def test_the_registry_digest_of_a_local_image_is_never_its_image_id(ref, repo_digests, expected):
     assert registry_digest(ref, repo_digests) == expected
+
+
+def test_a_reference_or_repo_digest_that_does_not_parse_names_no_digest():
+    assert registry_digest("Bad_Ref", [f"x@{DIGEST}"]) is None
+    assert registry_digest("host:5000/a/b:1", ["garbage@@", f"Bad@{OTHER}", f"host:5000/a/b@{DIGEST}"]) == DIGEST
 
 
 class _Image:
@@ -309,3 +331,157 @@ def test_a_moved_tag_still_has_a_rollback_target_without_a_registry_digest():
     assert rollback_target([first, second]) == first
     same = _record("sglstack/local:a", "", IMAGE_ID, "2026-01-02T00:00:00Z")
     assert rollback_target([first, same]) is None  # old and new records of one image are one image
+
+
+# ---- image references: each rule's answer, word for word ----------------------------------------------
+
+@pytest.mark.parametrize(("component", "problem"), [
+    ("abc", None), ("a.b", None), ("a_b", None), ("a__b", None), ("a---b", None), ("0", None),
+    ("Abc", "has uppercase letters"),
+    ("", "is empty"),
+    ("-ab", "must start and end with a lowercase letter or digit"),
+    ("ab-", "must start and end with a lowercase letter or digit"),
+    ("a!b", "may hold only lowercase letters, digits, '.', '_' and '-'"),
+    ("a..b", "has a separator Docker refuses ('..', '._', '___' and the like)"),
+    ("a___b", "has a separator Docker refuses ('..', '._', '___' and the like)"),
+])
+def test_a_path_component_problem_is_named(component, problem):
+    assert path_component_problem(component) == problem
+
+
+def test_names_and_tags_have_their_docker_lengths():
+    assert name_problem("a" * 255) is None
+    assert name_problem("a" * 256) == "is 256 characters long, over Docker's limit of 255"
+    assert tag_problem("v1.0_rc-2") is None
+    assert tag_problem("_" + "a" * 127) is None
+    assert tag_problem("a" * 129) == "is 129 characters long, over Docker's limit of 128"
+    letters = "may hold only letters, digits, '_', '.' and '-', and may not start with '.' or '-'"
+    assert tag_problem(".a") == letters
+    assert tag_problem("-a") == letters
+    assert tag_problem("a/b") == letters
+    assert tag_problem("." + "a" * 127) == letters  # 128 characters: the length is not what is wrong
+
+
+@pytest.mark.parametrize(("ref", "problem"), [
+    (f"ubuntu@{DIGEST}", None),
+    (f"host:5000/a/b:1.0@{DIGEST}", None),
+    ("ubuntu@sha256:ab", "has a digest 'sha256:ab' that is not sha256: and 64 lowercase hex digits"),
+    (f"ubuntu@{DIGEST.upper()}", f"has a digest '{DIGEST.upper()}' that is not sha256: and 64 lowercase hex digits"),
+    (f"@{DIGEST}", "has no name"),
+    ("Ubuntu", "has a path component 'Ubuntu' that has uppercase letters"),
+])
+def test_an_image_reference_problem_is_named(ref, problem):
+    assert image_reference_problem(ref) == problem
+
+
+@pytest.mark.parametrize(("ref", "problem"), [
+    ("host:5000/a/b", None),
+    ("host:5000/a/b:tag", None),
+    ("localhost/a", None),
+    ("localhost", None),
+    ("a.b", None),
+    ("a_b/x", None),
+    ("[::1]:5000/a", None),
+    ("a/b@x", "may not hold a digest: a cache is written to a tag"),
+    ("host:5000/a/b:.bad", "has a tag that may hold only letters, digits, '_', '.' and '-', and may not start with "
+                           "'.' or '-'"),
+    ("a/b:" + "x" * 129, "has a tag that is 129 characters long, over Docker's limit of 128"),
+    ("a_b.c/x", "has an invalid registry host 'a_b.c'"),
+    ("a_b:5000/x", "has an invalid registry host 'a_b:5000'"),
+    ("[zz]/x", "has an invalid registry host '[zz]'"),
+    ("host:5000/A/b", "has a path component 'A' that has uppercase letters"),
+    ("h/a:1/b", "has a path component 'a:1' that may hold only lowercase letters, digits, '.', '_' and '-'"),
+    ("host:5000/a//b", "has a path component '' that is empty"),
+    ("host:5000/" + "a" * 246, "is 256 characters long, over Docker's limit of 255"),
+])
+def test_a_registry_reference_problem_is_named(ref, problem):
+    assert registry_reference_problem(ref) == problem
+
+
+def test_a_repository_writes_tags_and_digests_back():
+    repo = Repository("host:5000", "a/b")
+    assert str(repo) == "host:5000/a/b"
+    assert repo.ref("1.0") == "host:5000/a/b:1.0"
+    assert repo.ref(DIGEST) == f"host:5000/a/b@{DIGEST}"
+    assert str(ImageReference(repo, tag="1.0", digest=DIGEST)) == f"host:5000/a/b:1.0@{DIGEST}"
+    assert str(ImageReference(repo, digest=DIGEST)) == f"host:5000/a/b@{DIGEST}"
+    assert str(ImageReference(repo, tag="1.0")) == "host:5000/a/b:1.0"
+    assert str(parse_image_reference("ubuntu:22.04")) == "docker.io/library/ubuntu:22.04"
+
+
+@pytest.mark.parametrize(("ref", "named"), [
+    ("host.x/a", True), ("h:5000/a", True), ("localhost/a", True),
+    ("host.x", False), ("team/name", False), ("name", False), ("localhostx/a", False), ("team/host.x/a", False),
+])
+def test_a_reference_names_its_registry_only_with_a_host_first(ref, named):
+    assert names_its_registry(ref) is named
+
+
+@pytest.mark.parametrize(("repository", "registry", "path"), [
+    ("127.0.0.1:5000/sglstack/sglang", "127.0.0.1:5000", "sglstack/sglang"),
+    ("localhost/a", "localhost", "a"),
+    ("ubuntu", "docker.io", "library/ubuntu"),
+    ("team/name", "docker.io", "team/name"),
+])
+def test_a_repository_is_split_into_registry_and_path(repository, registry, path):
+    assert parse_repository(repository) == Repository(registry, path)
+
+
+@pytest.mark.parametrize(("repository", "message"), [
+    ("bad_host.com/a", "stack 's': key 'k': 'bad_host.com/a' has an invalid registry host 'bad_host.com'"),
+    ("host.com/", "stack 's': key 'k': 'host.com/' is not a valid repository (lowercase path components like "
+                  "'host:port/team/name')"),
+    ("Ubuntu", "stack 's': key 'k': 'Ubuntu' is not a valid repository (lowercase path components like "
+               "'host:port/team/name')"),
+    ("a/" + "b" * 254, f"stack 's': key 'k': 'a/{'b' * 38}...' is longer than 255 characters"),
+])
+def test_a_bad_repository_is_one_line_naming_the_stack_and_key(repository, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_repository(repository, stack="s", key="k")
+    assert str(exc.value) == message
+    assert parse_repository("a/" + "b" * 253).path == "a/" + "b" * 253
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("ubuntu@sha256:ab", "key 'image': 'ubuntu@sha256:ab' has an invalid digest (expected sha256:<64 hex>)"),
+    ("ubuntu:.x", "key 'image': 'ubuntu:.x' has an invalid tag '.x' (letters, digits, '_', '.', '-'; at most 128)"),
+    ("[::1]", "key 'image': '[::1]' is not a valid repository (lowercase path components like "
+              "'host:port/team/name')"),
+    ("bad_host.com/a:1", "key 'image': 'bad_host.com/a' has an invalid registry host 'bad_host.com'"),
+])
+def test_a_bad_image_reference_is_one_line_naming_the_key(ref, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_image_reference(ref)
+    assert str(exc.value) == message
+
+
+def test_a_parsed_reference_keeps_the_name_as_written():
+    parsed = parse_image_reference(f"localhost:5000/a:v1@{DIGEST}", stack="s")
+    assert parsed == ImageReference(Repository("localhost:5000", "a"), tag="v1", digest=DIGEST)
+    assert parsed.name == "localhost:5000/a"
+    assert parse_image_reference("a/b").digest is None
+    assert not names_a_digest("a/b:1")
+    assert names_a_digest(f"a/b@{DIGEST}")
+    assert not names_a_digest("Bad@" + DIGEST)
+    assert pinned_digest("Bad@" + DIGEST) is None
+    assert is_digest(DIGEST) and not is_digest(DIGEST.upper()) and not is_digest(DIGEST + "a")
+
+
+# ---- the names a stack's name becomes elsewhere ------------------------------------------------------
+
+def test_each_system_gets_the_stack_name_it_can_hold():
+    assert names.local_image("cpu.Test") == "sglstack/cpu.Test"
+    assert names.compose_project("Cpu.test_x-y!") == "sglstack-cpu-test_x-y-"
+    assert names.k8s_object_name("--Cpu..test__x--") == "sglstack-cpu-test-x"
+    assert names.k8s_service_name("cpu.test") == "sglstack-cpu-test-api"
+    # cut at 40 characters, and never ending in '-'
+    assert names.k8s_object_name("a" * 30 + "-" + "b" * 30) == "sglstack-" + "a" * 30
+    assert len(names.k8s_object_name("a" * 60)) == names.K8S_NAME_MAX == 40
+
+
+def test_stacks_whose_names_meet_in_some_system_are_each_named_with_the_first_they_meet():
+    assert names.collisions(["cpu-test", "cpu.test", "cpu_test", "other", "other"]) == [
+        ("cpu.test", "cpu-test", "compose project", "sglstack-cpu-test"),
+        ("cpu_test", "cpu-test", "Kubernetes LeaderWorkerSet name", "sglstack-cpu-test"),
+    ]
+    assert names.collisions(["a", "b"]) == []
