@@ -110,7 +110,7 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
             return {**out, "error": f"nvcc did not finish within {timeout:g} s",
                     "seconds": round(time.monotonic() - start, 2)}
     out["returncode"] = proc.returncode
-    stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")
+    stub = os.path.join(cuda_home or "", "lib64", "stubs", "libcuda.so")
     out["driver_stub"] = (os.readlink(stub) if os.path.islink(stub) else stub) if os.path.lexists(stub) else None
     if proc.returncode != 0:
         out["error"] = _tail((proc.stderr or proc.stdout).replace(tmp + os.sep, ""))
