@@ -24,6 +24,14 @@ from .rules import (
 # glibc of the base image's Ubuntu (the CUDA images name it in their tag): the newest manylinux tag it runs.
 UBUNTU_GLIBC = {"24.04": 39, "22.04": 35, "20.04": 31}
 DEFAULT_GLIBC_MINOR = 39
+# The Ubuntu release a base image names: `nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04` or the official `ubuntu:24.04`.
+_UBUNTU = re.compile(r"ubuntu:?(\d+\.\d+)")
+
+
+def ubuntu_glibc_minor(base_image: str) -> int | None:
+    """glibc's minor version of the Ubuntu release the base image's name says (39 for 24.04), or None."""
+    m = _UBUNTU.search(base_image)
+    return UBUNTU_GLIBC.get(m.group(1)) if m else None
 
 
 def pip_platform_tags(platform: str, base_image: str, glibc: str | None = None) -> tuple[str, ...]:
@@ -33,8 +41,7 @@ def pip_platform_tags(platform: str, base_image: str, glibc: str | None = None) 
     The stack's declared `glibc` wins over what the base image's name suggests.
     """
     machine = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[platform]
-    m = re.search(r"ubuntu(\d+\.\d+)", base_image)
-    newest = UBUNTU_GLIBC.get(m.group(1), DEFAULT_GLIBC_MINOR) if m else DEFAULT_GLIBC_MINOR
+    newest = ubuntu_glibc_minor(base_image) or DEFAULT_GLIBC_MINOR
     if glibc:
         newest = int(glibc.split(".")[1])
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(newest, 16, -1)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root
-from ..coverage.wheels import UBUNTU_GLIBC, check_wheels, pip_platform_tags, wheel_dir
+from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
@@ -105,8 +104,8 @@ def known_base_glibc(stack: Stack) -> str | None:
     found = base_image_glibc(stack)
     if found:
         return found
-    m = re.search(r"ubuntu(\d+\.\d+)", stack.base_image)
-    return f"2.{UBUNTU_GLIBC[m.group(1)]}" if m and m.group(1) in UBUNTU_GLIBC else None
+    minor = ubuntu_glibc_minor(stack.base_image)
+    return f"2.{minor}" if minor else None
 
 
 def coverage_document(stack: Stack) -> dict[str, Any] | None:

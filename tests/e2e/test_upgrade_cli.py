@@ -65,7 +65,7 @@ def test_0_5_9_to_0_5_10_in_place_write_passes_stacks_check(repo_copy, tmp_path)
     assert moved["xgrammar"] == ("0.1.27", "0.1.32") and moved["transformers"] == ("4.57.1", "5.3.0")
     # the file: comments and the other stacks kept, cu130 moved; the lock written beside it and current
     text = repo_copy.read_text()
-    assert text.count("\n#") == before.count("\n#") and "# devel, not runtime" in text
+    assert text.count("\n#") == before.count("\n#") and "# No CUDA base image: PyTorch's cu130 wheels" in text
     assert text.split("\n  cu129:")[1] == before.split("\n  cu129:")[1]
     matrix = load_matrix(repo_copy)
     stack = matrix.get("cu130")

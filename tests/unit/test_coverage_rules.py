@@ -517,3 +517,23 @@ def test_a_device_object_round_trips_through_its_record():
     assert o.to_dict() == {"path": "sgl_kernel/x.so", "sha256": "ab" * 32, "sass": ["sm_90a"], "ptx": ["sm_90"],
                            "images": 2}
     assert DeviceObject.from_dict({**o.to_dict(), "images": "2"}) == o
+
+
+@pytest.mark.parametrize("image,minor", [
+    ("nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04", 39), ("ubuntu:24.04", 39), ("docker.io/library/ubuntu:22.04", 35),
+    ("ubuntu:20.04@sha256:" + "0" * 64, 31), ("ubuntu:18.04", None), ("debian:bookworm-slim", None),
+])
+def test_the_ubuntu_release_a_base_names_gives_its_glibc(image, minor):
+    """Both spellings: a CUDA image's tag (`...-ubuntu24.04`) and the official image (`ubuntu:24.04`, cu130's base)."""
+    from sglstack.coverage.wheels import pip_platform_tags, ubuntu_glibc_minor
+
+    assert ubuntu_glibc_minor(image) == minor
+    assert pip_platform_tags("linux/amd64", image)[0] == f"manylinux_2_{minor or 39}_x86_64"
+
+
+def test_the_upgrade_knows_cu130s_glibc_from_its_ubuntu_base():
+    from sglstack.upgrade.command import known_base_glibc
+
+    cu130 = load_matrix(REPO / "stacks.yaml").get("cu130")
+    assert cu130.base_image == "ubuntu:24.04" and cu130.glibc is None
+    assert known_base_glibc(cu130) == "2.39"
