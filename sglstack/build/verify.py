@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from ..adapters.docker import created_container, running_container
 from ..attest.image import image_inventory
 from ..attest.sbom import Inventory, lock_problems
+from ..config.fields import cuda_release
 from ..config.schema import SharedLibrariesPolicy, Stack
 from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
@@ -72,7 +73,7 @@ def pin_mismatches(stack: Stack, image_info: dict[str, Any]) -> list[str]:
             if not torch_version_matches(torch["version"], stack.torch.version):
                 problems.append(f"torch reports {torch['version']}, pinned {stack.torch.version}")
             if stack.cuda:
-                want_cuda = ".".join(stack.cuda.split(".")[:2])
+                want_cuda = stack.cuda_release
                 if not torch.get("cuda"):
                     problems.append(f"torch {torch['version']} is a CPU build; the stack needs CUDA {want_cuda}")
                 elif torch["cuda"] != want_cuda:
@@ -176,7 +177,7 @@ def jit_problems(jit: dict[str, Any], cuda: str | None) -> list[str]:
                 "$CUDA_HOME/bin/nvcc at run time)"]
     problems: list[str] = []
     release = jit.get("release")
-    wanted = ".".join((cuda or "").split(".")[:2])
+    wanted = cuda_release(cuda)
     if release and wanted and release != wanted:
         problems.append(f"JIT toolchain: {nvcc} is CUDA {release}, the stack's CUDA is {wanted} (pin the compiler "
                         f"to the CUDA of its headers, e.g. cuda-toolkit[nvcc,cccl]=={wanted}.*)")

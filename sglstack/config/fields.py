@@ -149,6 +149,11 @@ class KeyedValueError(ValueError):
         self.key = key
 
 
+def cuda_release(version: str | None) -> str | None:
+    """`13.0.1` -> `13.0`: the CUDA release torch, nvcc and the NVIDIA runtime name (None stays None)."""
+    return ".".join(version.split(".")[:2]) if version else None
+
+
 def exact_pins(requirements: Iterable[str]) -> dict[str, str]:
     """`name==version` requirements as {canonical name: version}; direct URL requirements carry none."""
     out: dict[str, str] = {}

@@ -35,6 +35,7 @@ from .fields import (
     PinnedImage,
     Url,
     cache_reference,
+    cuda_release,
     exact_pins,
     split_credentials,
     url_at,
@@ -341,7 +342,7 @@ class Stack(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
         if self.torch and self.cuda and "+cu" in self.torch.version:
-            want = "cu" + "".join(self.cuda.split(".")[:2])
+            want = "cu" + (self.cuda_release or "").replace(".", "")
             if not self.torch.version.endswith("+" + want):
                 raise KeyedValueError(
                     ("torch", "version"), f"torch {self.torch.version} is not a {want} build for CUDA {self.cuda}"
@@ -389,6 +390,11 @@ class Stack(_Model):
         for layer in self.extra_layers:
             reqs += layer.requirements
         return tuple(reqs)
+
+    @property
+    def cuda_release(self) -> str | None:
+        """The stack's CUDA as major.minor (`13.0` for `13.0.1`): what torch and nvcc report; None without CUDA."""
+        return cuda_release(self.cuda)
 
     @property
     def kernel_package(self) -> str | None:

@@ -206,9 +206,7 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
 def nvidia_runtime_cuda(stack: Stack) -> str | None:
     """The CUDA (major.minor) a serving stage declares to the NVIDIA runtime itself: a CUDA stack whose base is
     not an nvidia/cuda image (which declares it). None otherwise."""
-    if not stack.cuda or cuda_image_tag(stack.base_image) is not None:
-        return None
-    return ".".join(stack.cuda.split(".")[:2])
+    return None if cuda_image_tag(stack.base_image) is not None else stack.cuda_release
 
 
 # The tools every build stage COPYs from the context (tools/...), beside the patch engine.
