@@ -80,11 +80,10 @@ class Uv:
                 if child not in request.excludes:
                     todo += [] if child in by else [child]
                     by.setdefault(child, set()).add(name)
-        hashes = (HASH_B,) if self.platforms_differ and request.python_platform.startswith("aarch64") else (HASH_A,)
-        version = {**VERSIONS, "idna": "3.10"} if self.platforms_differ and "aarch64" in request.python_platform \
-            and len(request.requirements) > 1 else VERSIONS
+        arm = request.python_platform.startswith("aarch64")
+        version = {**VERSIONS, "idna": "3.10"} if self.platforms_differ and arm else VERSIONS
         return Resolution(packages=tuple(
-            ResolvedPackage(name=n, version=version.get(n, "1.0"), hashes=hashes, required_by=tuple(sorted(b)),
+            ResolvedPackage(name=n, version=version.get(n, "1.0"), hashes=(HASH_A,), required_by=tuple(sorted(b)),
                             index="https://pypi.org/simple") for n, b in sorted(by.items())),
             uv_version="0.13.9", seconds=0.1)
 
@@ -173,7 +172,7 @@ def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypat
 
 def test_platforms_that_agree_make_one_lock_with_every_files_hash(tiny):
     both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
-    uv = Uv(platforms_differ=False)
+    uv = Uv()
     lock = flow.resolve_stack(both, compile_fn=uv)
     assert lock.platforms == ("linux/amd64", "linux/arm64")
     assert lock.python_platforms == ("x86_64-manylinux_2_36", "aarch64-manylinux_2_36")
@@ -386,8 +385,8 @@ def test_a_git_sglang_needs_a_static_version_in_its_pyproject(tmp_path, text, pr
 
 
 class FakeEngine:
-    def __init__(self, files: dict[str, bytes] | None, fail: Exception | None = None) -> None:
-        self.files, self.fail, self.asked = files, fail, []
+    def __init__(self, files: dict[str, bytes] | None) -> None:
+        self.files, self.asked = files, []
 
 
 def test_the_base_images_glibc_is_read_from_its_libc_when_the_engine_has_it(tiny, monkeypatch):

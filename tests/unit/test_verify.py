@@ -292,9 +292,8 @@ class FakeContainer:
 class FakeEngine:
     """What verify asks of Docker: one running container per call (its argv and labels kept), image files."""
 
-    def __init__(self, container: FakeContainer | None = None, files: dict[str, bytes] | None = None,
-                 image_id: str | None = None) -> None:
-        self.container, self.files, self.image_id, self.runs = container, files or {}, image_id, []
+    def __init__(self, container: FakeContainer | None = None, files: dict[str, bytes] | None = None) -> None:
+        self.container, self.files, self.runs = container, files or {}, []
 
     def running(self, client, image, **kwargs):
         import contextlib
@@ -505,7 +504,6 @@ def test_the_serving_images_facts_are_checked_against_the_lock(engine, matrix, t
         verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET, lock)
     assert str(err.value).startswith("stack 'pypi-cu130': the image does not match its pins: ")
     assert "idna" in str(err.value) and "0.1" in str(err.value)
-    engine.container = FakeContainer(0, b"[]", b"")
     engine.files[verify.RUNTIME_INSTALLED] = json.dumps({"distributions": dists, "torch": {
         "version": "2.14.1+cu130", "cuda": "13.0"}}).encode()
     assert verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET, lock)[1]["distributions"] == dists
