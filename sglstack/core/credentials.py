@@ -190,7 +190,7 @@ def names_secret(key: str) -> bool:
 
 def secret_reference(value: str) -> str | None:
     """`${NAME}` -> NAME; None for any other value."""
-    m = SECRET_REFERENCE.match(value)
+    m = SECRET_REFERENCE.fullmatch(value)  # `$` alone would also take a value ending in a line break
     return m.group(1) if m else None
 
 
