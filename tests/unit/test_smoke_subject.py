@@ -1,0 +1,279 @@
+"""What a smoke serves (`smoke.subject`) and how `--smoke-opt` pairs are read (`smoke.options`), in process:
+the engine is a stand-in speaking docker-py's `images.get`/`images.pull`, the environment a folder here.
+Every refusal is its exact line: it is what the user reads before any server starts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import SmokeError
+from sglstack.smoke import options as smoke_opts
+from sglstack.smoke import subject
+from sglstack.smoke.plan import smoke_options
+
+BASE = {"model": "o/m", "draft_model": "o/d"}
+DIGEST = "sha256:" + "ab" * 32
+IMAGE_ID = "sha256:" + "11" * 32
+
+
+# ---- --smoke-opt -------------------------------------------------------------------------------------
+
+
+def test_pairs_become_typed_overrides_in_the_order_given():
+    assert smoke_opts.parse_smoke_opts([
+        "timeout=30", "env=A=1", "env=B=x=y", "label=team=ml", "mount=/a:/a", "mount=/b:/b:ro",
+        "extra-args=--x 1  --y", "extra_args=--z", "kinds=eagle3", "kinds=baseline", " max-new-tokens =8",
+        "model=", "env=EMPTY=",
+    ]) == {"timeout": "30", "env": {"A": "1", "B": "x=y", "EMPTY": ""}, "labels": {"team": "ml"},
+           "mounts": ["/a:/a", "/b:/b:ro"], "extra_args": ["--x", "1", "--y", "--z"],
+           "kinds": ["eagle3", "baseline"], "max_new_tokens": "8", "model": ""}
+    assert smoke_opts.parse_smoke_opts([]) == {}
+
+
+@pytest.mark.parametrize(("opt", "line"), [
+    ("bogus", "--smoke-opt 'bogus': expected KEY=VALUE"),
+    ("=1", "--smoke-opt '=1': expected KEY=VALUE"),
+    ("a b=1", "--smoke-opt 'a b=1': expected KEY=VALUE"),
+    ("1x=1", "--smoke-opt '1x=1': expected KEY=VALUE"),
+    ("env=A", "--smoke-opt 'env=A': expected env=NAME=VALUE"),
+    ("env==1", "--smoke-opt 'env==1': expected env=NAME=VALUE"),
+    ("label=x", "--smoke-opt 'label=x': expected label=NAME=VALUE"),
+    (" labels =x", "--smoke-opt ' labels =x': expected labels=NAME=VALUE"),
+])
+def test_each_bad_pair_is_its_exact_line(opt, line):
+    with pytest.raises(smoke_opts.SmokeOptionError) as err:
+        smoke_opts.parse_smoke_opts([opt])
+    assert str(err.value) == line
+    assert isinstance(err.value, SmokeError)
+
+
+def test_a_single_value_given_twice_is_refused_whatever_its_spelling():
+    with pytest.raises(smoke_opts.SmokeOptionError) as err:
+        smoke_opts.parse_smoke_opts(["max-new-tokens=8", "max_new_tokens=9"])
+    assert str(err.value) == "--smoke-opt 'max_new_tokens=9': max_new_tokens is given twice (give it once)"
+
+
+def test_a_named_flag_wins_for_one_value_and_adds_to_pairs_and_lists():
+    merged = smoke_opts.smoke_overrides(
+        ["timeout=30", "env=A=1", "env=B=2", "mount=/a:/a", "label=x=1"],
+        timeout=60, env={"B": "named", "C": 3}, mounts=["/b:/b"], labels="x=2", gpus=None, model="o/n")
+    assert merged == {"timeout": 60, "env": {"A": "1", "B": "named", "C": "3"}, "mounts": ["/a:/a", "/b:/b"],
+                      "labels": {"x": "2"}, "model": "o/n"}
+    assert smoke_opts.smoke_overrides(["mount=/a:/a"], mounts="/b:/b") == {"mounts": ["/a:/a", "/b:/b"]}
+    assert smoke_opts.smoke_overrides(["env=A=1"], env=["B=2", "C=="]) == {"env": {"A": "1", "B": "2", "C": "="}}
+    # without a --smoke-opt of the same key, a named flag is taken as given
+    assert smoke_opts.smoke_overrides([], env={"A": "1"}, mounts="/b:/b") == {"env": {"A": "1"}, "mounts": "/b:/b"}
+    assert smoke_opts.smoke_overrides([]) == {}
+
+
+@pytest.mark.parametrize(("key", "value", "line"), [
+    ("env", "NOPE", "--env 'NOPE': expected NAME=VALUE"),
+    ("env", ["A=1", "=2"], "--env '=2': expected NAME=VALUE"),
+    ("labels", "x", "--label 'x': expected NAME=VALUE"),
+])
+def test_a_named_pair_flag_without_a_name_is_its_exact_line(key, value, line):
+    with pytest.raises(smoke_opts.SmokeOptionError) as err:
+        smoke_opts.smoke_overrides([f"{key}=A=0"], **{key: value})
+    assert str(err.value) == line
+
+
+# ---- the subject: an image or a Python environment ---------------------------------------------------
+
+
+class _Image:
+    def __init__(self, image_id: str, repo_digests: list[str]) -> None:
+        self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
+
+
+class _Engine:
+    """docker-py's `client.images`: `get` and `pull`, with what a pull brings and how the engine fails."""
+
+    def __init__(self, local=None, registry=None, *, get_error=None, pull_error=None) -> None:
+        self.images = self
+        self.local = dict(local or {})
+        self.registry = dict(registry or {})
+        self.get_error, self.pull_error = get_error, pull_error
+        self.pulled: list[str] = []
+
+    def get(self, ref):
+        if self.get_error is not None:
+            raise self.get_error
+        if ref not in self.local:
+            raise docker.errors.ImageNotFound(f"No such image: {ref}")
+        return self.local[ref]
+
+    def pull(self, ref):
+        self.pulled.append(ref)
+        if self.pull_error is not None:
+            raise self.pull_error
+        if ref in self.registry:
+            self.local[ref] = self.registry[ref]
+
+
+def test_a_local_image_is_found_without_a_pull():
+    engine = _Engine({"reg:5000/a/b:1": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}", f"other/x@{DIGEST}"])})
+    assert subject.resolve_image(engine, "reg:5000/a/b:1") == {  # type: ignore[arg-type]
+        "ref": "reg:5000/a/b:1", "digest": DIGEST, "id": IMAGE_ID,
+        "repo_digests": [f"reg:5000/a/b@{DIGEST}", f"other/x@{DIGEST}"]}
+    assert engine.pulled == []
+
+
+def test_a_missing_image_is_pulled_once_or_refused_without_pull():
+    engine = _Engine(registry={"reg:5000/a/b:1": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(engine, "reg:5000/a/b:1", pull=False)  # type: ignore[arg-type]
+    assert str(err.value) == "image reg:5000/a/b:1: not found on the Docker host" and engine.pulled == []
+    info = subject.resolve_image(engine, "reg:5000/a/b:1")  # type: ignore[arg-type]
+    assert (info["digest"], info["id"], engine.pulled) == (DIGEST, IMAGE_ID, ["reg:5000/a/b:1"])
+
+
+def test_a_failed_pull_says_the_engines_first_line_cut_to_200_characters():
+    long = "x" * 300
+    engine = _Engine(pull_error=docker.errors.APIError("500", explanation=f"manifest unknown: {long}\nmore"))
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(engine, "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == ("image reg/a:1: not on the Docker host and the pull failed: "
+                              + f"manifest unknown: {long}"[:200])
+    plain = _Engine(pull_error=docker.errors.APIError("pull access denied\nsecond line"))
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(plain, "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == "image reg/a:1: not on the Docker host and the pull failed: pull access denied"
+
+
+def test_a_pull_that_brings_nothing_and_an_engine_that_fails_are_one_line_each():
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(_Engine(), "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == "image reg/a:1: not on the Docker host after the pull"
+    failing = _Engine(get_error=docker.errors.APIError("boom", explanation="engine said no\nand more" + "y" * 300))
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(failing, "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == "image reg/a:1: engine said no"
+    bare = _Engine(get_error=docker.errors.APIError("z" * 250))
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(bare, "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == "image reg/a:1: " + str(docker.errors.APIError("z" * 250))[:200]
+
+
+def test_the_image_label_is_the_digest_else_the_id():
+    assert subject.image_label({"digest": DIGEST, "id": IMAGE_ID}) == DIGEST
+    assert subject.image_label({"digest": None, "id": IMAGE_ID}) == IMAGE_ID
+    assert subject.image_label({}) == "?"
+
+
+def make_env(root: Path, dists: list[str], layout: str = "lib/python3.11/site-packages") -> Path:
+    python = root / "bin" / "python3"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    for d in dists:
+        (root / layout / f"{d}.dist-info").mkdir(parents=True)
+    return root
+
+
+def test_the_process_runner_needs_a_folder_with_an_executable_python(tmp_path):
+    missing = smoke_options(None, **BASE, runner="process", python_env=str(tmp_path / "nope"))
+    with pytest.raises(SmokeError) as err:
+        subject.check_what_to_serve(None, missing)
+    assert str(err.value) == f"--python-env '{tmp_path / 'nope'}': no such folder"
+    (tmp_path / "empty").mkdir()
+    empty = smoke_options(None, **BASE, runner="process", python_env=str(tmp_path / "empty"))
+    with pytest.raises(SmokeError) as err:
+        subject.check_what_to_serve(None, empty)
+    assert str(err.value) == f"--python-env '{tmp_path / 'empty'}': no executable bin/python3 in it (a venv or prefix)"
+    make_env(tmp_path / "noexec", [])
+    (tmp_path / "noexec" / "bin" / "python3").chmod(0o644)
+    noexec = smoke_options(None, **BASE, runner="process", python_env=str(tmp_path / "noexec"))
+    with pytest.raises(SmokeError, match="no executable bin/python3"):
+        subject.check_what_to_serve(None, noexec)
+    (tmp_path / "dir" / "bin" / "python3").mkdir(parents=True)  # a folder named python3 is not an interpreter
+    with pytest.raises(SmokeError, match="no executable bin/python3"):
+        subject.check_what_to_serve(None, smoke_options(None, **BASE, runner="process",
+                                                        python_env=str(tmp_path / "dir")))
+    env = make_env(tmp_path / "venv", [])
+    good = smoke_options(None, **BASE, runner="process", python_env=str(env))
+    assert subject.check_what_to_serve(None, good) == str(env / "bin" / "python3")
+    with pytest.raises(SmokeError) as err:
+        subject.check_what_to_serve("img:1", good)
+    assert str(err.value) == "smoke runner 'process' serves --python-env, not an image (got image 'img:1')"
+
+
+def test_the_docker_runner_needs_an_image():
+    options = smoke_options(None, **BASE)
+    assert subject.check_what_to_serve("img:1", options) is None
+    for image in (None, ""):
+        with pytest.raises(SmokeError) as err:
+            subject.check_what_to_serve(image, options)
+        assert str(err.value) == "smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)"
+
+
+def test_an_environment_s_id_is_the_hash_of_its_distributions_and_its_pythonpath_s(tmp_path):
+    env = make_env(tmp_path / "venv", ["torch-2.9.1", "sglang-0.5.9"])
+    make_env(tmp_path / "prefix", ["flashinfer-0.6.1"], layout="local/lib/python3.11/dist-packages")
+    extra = tmp_path / "extra"
+    (extra / "numpy-2.1.dist-info").mkdir(parents=True)
+    (extra / "sglang-0.5.9.dist-info").mkdir()  # the same name twice counts once
+    (tmp_path / "venv" / "lib64" / "python3.11" / "site-packages" / "triton-3.5.dist-info").mkdir(parents=True)
+    options = smoke_options(None, **BASE, runner="process", python_env=str(env),
+                            env={"PYTHONPATH": os.pathsep.join([str(extra), "", str(tmp_path / "prefix")])})
+    info = subject.environment_info(options, "/x/python3")
+    names = sorted(["torch-2.9.1.dist-info", "sglang-0.5.9.dist-info", "numpy-2.1.dist-info",
+                    "triton-3.5.dist-info", "flashinfer-0.6.1.dist-info"])
+    assert info == {"ref": f"python-env:{env}", "digest": None,
+                    "id": "env-sha256:" + hashlib.sha256("\n".join(names).encode()).hexdigest(),
+                    "repo_digests": [], "runner": "process", "python": "/x/python3", "distributions": 5}
+    alone = subject.environment_info(smoke_options(None, **BASE, runner="process", python_env=str(env)), "p")
+    assert alone["distributions"] == 3 and alone["id"] != info["id"]
+    assert subject.image_label(info) == info["id"]
+
+
+def test_opening_an_environment_logs_it_and_needs_no_engine(tmp_path):
+    env = make_env(tmp_path / "venv", ["sglang-0.5.9"])
+    options = smoke_options(None, **BASE, runner="process", python_env=str(env))
+    lines: list[str] = []
+    engine, info = subject.open_what_to_serve(None, None, options, str(env / "bin" / "python3"), lines.append)
+    assert engine is None and info["runner"] == "process"
+    assert lines == [f"smoke: process runner, Python environment {env} ({info['id']})"]
+
+
+STACKS = """
+stacks:
+  gpu:
+    description: a GPU stack for the preflight's turn
+    base_image: debian:bookworm-slim
+    python: "3.11"
+    sglang: {version: "0.5.9"}
+    publish: {repository: 127.0.0.1:1/sglstack-test/gpu}
+    serving: {model: o/m, tp: 1, gpus: 1}
+"""
+
+
+@pytest.mark.parametrize(("gpus", "skip", "host", "preflight"), [
+    (1, False, None, True), (1, False, "ssh://gpu-node", True), (0, False, None, False), (1, True, None, False),
+])
+def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due(
+        tmp_path, monkeypatch, gpus, skip, host, preflight):
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+    stack = load_matrix(tmp_path / "stacks.yaml").get("gpu")
+    engine = _Engine({"reg/a:1": _Image(IMAGE_ID, [f"reg/a@{DIGEST}"])})
+    clients, checks = [], []
+    monkeypatch.setattr(subject, "docker_client", lambda h: clients.append(h) or engine)
+    monkeypatch.setattr(subject, "require_ready", lambda st, **kw: checks.append((st.name, kw)))
+    options = smoke_options(stack, gpus=gpus, skip_preflight=skip, docker_host=host, pull=False, kinds=["baseline"])
+    lines: list[str] = []
+    got, info = subject.open_what_to_serve(stack, "reg/a:1", options, None, lines.append)
+    assert got is engine and clients == [host] and info["digest"] == DIGEST
+    expected = [f"smoke: image reg/a:1 ({DIGEST})"]
+    if preflight:
+        expected.append(f"smoke: preflight of the GPU node ({host or 'local engine'}) in reg/a:1")
+    assert lines == expected
+    assert checks == ([("gpu", {"docker_host": host, "image": IMAGE_ID})] if preflight else [])
+    # without a stack (smoke of an image alone) there is nothing to check the node against
+    lines.clear()
+    subject.open_what_to_serve(None, "reg/a:1", options, None, lines.append)
+    assert lines == [f"smoke: image reg/a:1 ({DIGEST})"] and len(checks) == (1 if preflight else 0)
