@@ -49,6 +49,7 @@ MODULES=(
   "trust|sglstack/core/quoting.py sglstack/core/credentials.py|tests/unit/test_quoting_and_credentials.py tests/cli/test_credentials.py tests/cli/test_credentials_tools.py"
   "smoke-subject|sglstack/smoke/options.py sglstack/smoke/subject.py|tests/unit/test_smoke_subject.py tests/unit/test_smoke_options.py tests/cli/test_smoke_plan.py tests/unit/test_one_home.py"
   "safefiles|sglstack/core/safefiles.py|tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
+  "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
