@@ -425,3 +425,56 @@ def test_a_release_s_patches_are_tried_on_its_own_wheel_with_the_stack_s_policy(
                      ("apply", "root", patches, ["p1", "p2"], "0.5.2", stack.patch_policy.on_upstream)]
     assert driver.patch_skip(stack, "0.5.3", patches) == (
         "patch", "drift: patch 'p2': kimi.py: class KimiK25 is gone")
+
+
+class RecordingGit:
+    """`GitSource` as the driver uses it, recording the logins each use is given."""
+
+    made: list[tuple[str, tuple]] = []
+
+    def __init__(self, url, *, logins=()):
+        self.url, self.logins = url, tuple(logins)
+        RecordingGit.made.append((url, self.logins))
+
+    @property
+    def label(self):
+        return f"git source {self.url}"
+
+    def resolve(self, ref):
+        return ref * 2
+
+    def is_ancestor(self, good, bad):
+        return True
+
+    def first_parent_range(self, good, bad):
+        return [bad]
+
+    def subjects(self, refs):
+        return {r: f"subject {r}" for r in refs}
+
+    def export(self, ref, subdirectory, root):
+        (root / "sglang").mkdir(parents=True)
+        (root / "sglang" / "version.py").write_text(f'__version__ = "0.6.0.dev{len(ref)}"\n')
+
+
+def test_every_use_of_a_private_git_source_gets_the_stack_s_logins(loop, monkeypatch, tmp_path):
+    (tmp_path / "git.yaml").write_text(STACKS.replace('sglang: {version: "0.5.6"}',
+                                                      'sglang: {git: {repo: "https://user:tok3n@git.example/sglang",'
+                                                      ' ref: "' + "a" * 40 + '"}}'))
+    stack = driver.prepare(BisectRequest(stack="rel", good="a", bad="b", stacks_file=tmp_path / "git.yaml",
+                                         smoke={"gpus": 0}))[0]
+    stack = stack.model_copy(update={"patches": ["p1"]})
+    assert stack.sglang.git.repo == "https://git.example/sglang" and stack.credentials
+    RecordingGit.made = []
+    monkeypatch.setattr(driver, "GitSource", RecordingGit)
+    applied = []
+    monkeypatch.setattr(driver.patchkit, "apply_patches",
+                        lambda root, pdir, ids, version, on_upstream: applied.append((ids, version)))
+    assert driver.source_of(stack) == "git source https://git.example/sglang"
+    assert driver.resolve_endpoint(stack, "abc", "good") == "abcabc"
+    assert driver.refs_between(stack, "g", "b") == ["g", "b"]
+    assert driver.subjects_of(stack, ["g"]) == {"g": "subject g"}
+    assert driver.patch_skip(stack, "abcd", tmp_path) is None
+    # the version the patches are checked against is the exported tree's own
+    assert applied == [(["p1"], "0.6.0.dev4")]
+    assert RecordingGit.made == [("https://git.example/sglang", stack.credentials)] * 5
