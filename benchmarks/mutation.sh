@@ -50,6 +50,7 @@ MODULES=(
   "smoke-subject|sglstack/smoke/options.py sglstack/smoke/subject.py|tests/unit/test_smoke_subject.py tests/unit/test_smoke_options.py tests/cli/test_smoke_plan.py tests/unit/test_one_home.py"
   "safefiles|sglstack/core/safefiles.py|tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
   "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
+  "preflight|sglstack/preflight/checks.py sglstack/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
