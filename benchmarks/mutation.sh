@@ -51,7 +51,7 @@ MODULES=(
   "safefiles|sglstack/core/safefiles.py|tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
   "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
   "preflight|sglstack/preflight/checks.py sglstack/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
-  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/attest/sbom.py|tests/unit/test_attest.py"
+  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/attest/sbom.py|tests/cli/test_attest.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
