@@ -40,13 +40,14 @@ STACKS = textwrap.dedent("""
 
 
 class Clock:
-    """`time.monotonic` for the driver alone: every reading is one second after the one before."""
+    """`time.monotonic` for the driver alone: every reading is `step` seconds after the one before."""
 
-    def __init__(self) -> None:
+    def __init__(self, step: float = 1.0) -> None:
         self.now = 100.0
+        self.step = step
 
     def monotonic(self) -> float:
-        self.now += 1.0
+        self.now += self.step
         return self.now
 
 
@@ -478,3 +479,42 @@ def test_every_use_of_a_private_git_source_gets_the_stack_s_logins(loop, monkeyp
     # the version the patches are checked against is the exported tree's own
     assert applied == [(["p1"], "0.6.0.dev4")]
     assert RecordingGit.made == [("https://git.example/sglang", stack.credentials)] * 5
+
+
+def test_a_step_s_seconds_are_kept_to_the_millisecond(loop):
+    loop.clock.step = 0.1234567  # two readings per build or batch: 0.2469134 s
+    bisect(loop)
+    logged = [e for e in events(loop) if e["event"] in ("build", "batch")]
+    assert {e["seconds"] for e in logged} == {0.247}
+
+
+def test_a_ref_that_could_not_be_built_is_not_built_again_in_the_same_run(loop):
+    stack, metric, config, overrides, _options = driver.prepare(
+        BisectRequest(stack="rel", good="0.5.0", bad="0.5.6", stacks_file=loop.matrix, smoke={"gpus": 0}))
+    session = driver.Session(BisectRequest(stack="rel", good="0.5.0", bad="0.5.6", stacks_file=loop.matrix),
+                             stack, metric, config, overrides, lambda _m: None)
+    planner = driver.Planner(RELEASES, config)
+    loop.fakes.fail_build = {"0.5.3"}
+    assert session.image_for(planner, "0.5.3") is None
+    assert session.image_for(planner, "0.5.3") is None
+    assert [ref for ref, _o in loop.fakes.builds] == ["0.5.3"]
+    image = session.image_for(planner, "0.5.4")
+    assert image == driver.StepImage("sglstack/rel:0.5.4", "sha256:id-0.5.4", "hash-0.5.4")
+    assert session.image_for(planner, "0.5.4") is image and len(loop.fakes.builds) == 2
+
+
+def test_each_line_reaches_a_pipe_as_it_is_said(monkeypatch):
+    class Pipe:
+        def __init__(self):
+            self.seen: list[str] = []
+
+        def write(self, text):
+            self.seen.append(text)
+
+        def flush(self):
+            self.seen.append("<flush>")
+
+    pipe = Pipe()
+    monkeypatch.setattr(driver.sys, "stdout", pipe)
+    driver._stdout("bisect: a line")
+    assert "".join(pipe.seen) == "bisect: a line\n<flush>"
