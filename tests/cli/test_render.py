@@ -8,17 +8,28 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from clirun import run_invoke
 
 from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
+from sglstack.core.quoting import QuotingError
+from sglstack.lock.file import Lock, LockedPackage
 from sglstack.render.confighash import config_hash, read_context
-from sglstack.render.dockerfile import build_context, install_layers, render_dockerfile
+from sglstack.render.dockerfile import (
+    InstallLayer,
+    build_context,
+    image_labels,
+    install_layers,
+    locked_layer,
+    render_dockerfile,
+)
 from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
-MATRICES = [REPO / "stacks.yaml", REPO / "tests" / "fixtures" / "stacks-cpu.yaml"]
+CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+MATRICES = [REPO / "stacks.yaml", CPU_MATRIX]
 ALL_STACKS = [(m, name) for m in MATRICES for name in load_matrix(m).names()]
 
 
@@ -195,6 +206,9 @@ def test_a_patch_folder_linked_into_the_patches_is_copied_as_files(tmp_path):
     (real / "__pycache__").mkdir(parents=True)
     (real / "methods.py").write_text("x = 1\n")
     (real / "__pycache__" / "methods.cpython-312.pyc").write_bytes(b"\0")
+    # What an interrupted byte-compile leaves (importlib writes `NAME.pyc.ID`, then renames it): no `.pyc`
+    # ending, yet a cache all the same; the whole __pycache__ folder stays out.
+    (real / "__pycache__" / "methods.cpython-312.pyc.140234").write_bytes(b"\0")
     (tmp_path / "patches" / "p").mkdir(parents=True)
     (tmp_path / "patches" / "p" / "patch.toml").write_text("id = 'p'\n")
     (tmp_path / "patches" / "p" / "files").symlink_to(real, target_is_directory=True)
@@ -212,3 +226,159 @@ def test_a_patch_folder_linked_into_the_patches_is_copied_as_files(tmp_path):
         "patches/p/patch.toml",
     ]
     assert files["patches/p/files/methods.py"] == b"x = 1\n"
+
+
+# ---- layer shapes no stack of the matrices has -----------------------------------------------------
+
+HASH = "sha256:" + "e" * 64
+KERNEL_URL = "https://files.internal.example/sgl_kernel-0.3.21-cp310-abi3-manylinux2014_{arch}.whl"
+
+
+def cpu_stack(tmp_path: Path, **changes):
+    """The CPU matrix's `cpu-test` with `changes` merged in, loaded from a stacks.yaml as a user's would be."""
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    data["stacks"] = {"cpu-test": {**data["stacks"]["cpu-test"], **changes}}
+    path = tmp_path / "stacks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_matrix(path).get("cpu-test")
+
+
+def pip_steps(text: str) -> str:
+    """The runtime stage's pip layers before SGLang, as rendered (between pip-env.sh and the SGLang wheel)."""
+    before = "COPY tools/pip-env.sh /opt/sglstack/tools/pip-env.sh\n"
+    return text[text.index(before) + len(before) : text.index("# The pristine SGLang wheel")]
+
+
+def test_each_layer_from_its_own_index_installs_from_that_index(tmp_path):
+    stack = cpu_stack(
+        tmp_path,
+        torch={"version": "2.9.1", "index_url": "https://pt.example/whl/cpu"},
+        sgl_kernel={"version": "0.3.21", "index_url": "https://kernels.example/simple"},
+        flashinfer={"version": "0.6.4", "index_url": "https://fi.example/whl"},
+        extra_layers=[{"name": "private", "requirements": ["six==1.16.0"], "index_url": "https://pypi.example/simple",
+                       "no_deps": True}],
+    )
+    constraint = ("--constraint", "/run/sglstack/installed.txt")
+    assert install_layers(stack) == (
+        InstallLayer("torch", "torch 2.9.1: the heaviest layer, first, so later changes keep it",
+                     (*constraint, "--index-url", "https://pt.example/whl/cpu", "torch==2.9.1"), True),
+        # a kernel from an index resolves like any package (only a wheel URL is force-installed)
+        InstallLayer("sgl-kernel", "sgl-kernel 0.3.21",
+                     (*constraint, "--index-url", "https://kernels.example/simple", "sgl-kernel==0.3.21"), True),
+        # FlashInfer's index only adds its builds: its dependencies come from the default index
+        InstallLayer("flashinfer", "FlashInfer 0.6.4",
+                     (*constraint, "--extra-index-url", "https://fi.example/whl", "flashinfer-python==0.6.4",
+                      "flashinfer-cubin==0.6.4"), True),
+        InstallLayer("private", "private: six==1.16.0",
+                     ("--no-deps", *constraint, "--index-url", "https://pypi.example/simple", "six==1.16.0"), True),
+    )
+
+
+def kernel_wheel_stack(tmp_path: Path):
+    """A kernel from a wheel URL with its sha256 and a token in the URL (a private mirror), FlashInfer from PyPI."""
+    return cpu_stack(
+        tmp_path,
+        sgl_kernel={"version": "0.3.21", "url": KERNEL_URL.replace("https://", "https://tok-5e1f@"),
+                    "sha256": "ab" * 32},
+        flashinfer={"version": "0.6.4"},
+        extra_layers=[],
+    )
+
+
+def test_a_kernel_wheel_url_keeps_its_sha256_and_a_stack_with_credentials_mounts_the_netrc(tmp_path):
+    stack = kernel_wheel_stack(tmp_path)
+    wheel = ('"https://files.internal.example/sgl_kernel-0.3.21-cp310-abi3-manylinux2014_${arch}.whl#sha256='
+             + "ab" * 32 + '"')
+    kernel = install_layers(stack)[0]
+    assert kernel == InstallLayer("sgl-kernel", "sgl-kernel 0.3.21: the release wheel, as upstream installs it",
+                                  ("--no-deps", "--force-reinstall", wheel), False, uses_arch=True)
+    assert pip_steps(render_dockerfile(stack)) == f"""\
+# sgl-kernel 0.3.21: the release wheel, as upstream installs it
+RUN --mount=type=secret,id=ca_bundle,required=false \\
+    --mount=type=secret,id=index_netrc,required=false \\
+    --mount=type=tmpfs,target=/run/sglstack \\
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    . /opt/sglstack/tools/pip-env.sh \\
+ && arch="$(uname -m)" && pip install --no-deps --force-reinstall {wheel}
+# FlashInfer 0.6.4
+RUN --mount=type=secret,id=ca_bundle,required=false \\
+    --mount=type=secret,id=index_netrc,required=false \\
+    --mount=type=tmpfs,target=/run/sglstack \\
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    . /opt/sglstack/tools/pip-env.sh \\
+ && pip list --format=freeze > /run/sglstack/installed.txt \\
+ && pip install --constraint /run/sglstack/installed.txt flashinfer-python==0.6.4 flashinfer-cubin==0.6.4
+"""
+
+
+def lock_of(*packages: LockedPackage) -> Lock:
+    """A lock of `cpu-test` made in memory: only its packages (and which layer each is in) matter to render."""
+    return Lock(stack="cpu-test", stack_sha256="0" * 64, resolved_at="2026-12-04T00:00:00Z", resolver="uv 0.13.9",
+                python="3.11", platforms=("linux/amd64",),
+                layers=tuple(dict.fromkeys(p.layer for p in packages)), packages=packages)
+
+
+def test_a_locked_layer_installs_exactly_its_hashed_part_of_the_lock(tmp_path):
+    stack = kernel_wheel_stack(tmp_path)
+    lock = lock_of(LockedPackage("sgl-kernel", "0.3.21", "sgl-kernel", hashes=(HASH,),
+                                 url=KERNEL_URL.replace("{arch}", "x86_64")),
+                   LockedPackage("flashinfer-python", "0.6.4", "flashinfer", hashes=(HASH,)),
+                   LockedPackage("flashinfer-cubin", "0.6.4", "flashinfer", hashes=(HASH,)))
+    # No constraints file, no {arch}: the lock's part holds the one wheel, hash-checked, nothing resolved.
+    assert install_layers(stack, lock) == (
+        InstallLayer("sgl-kernel", "sgl-kernel 0.3.21: the release wheel, as upstream installs it",
+                     ("--no-deps", "--require-hashes", "--force-reinstall", "-r", "/run/sglstack-lock/sgl-kernel.txt"),
+                     False, uses_arch=False, lock_part="sgl-kernel"),
+        InstallLayer("flashinfer", "FlashInfer 0.6.4",
+                     ("--no-deps", "--require-hashes", "-r", "/run/sglstack-lock/flashinfer.txt"),
+                     False, uses_arch=False, lock_part="flashinfer"),
+    )
+    text = render_dockerfile(stack, lock)
+    assert pip_steps(text) == """\
+# sgl-kernel 0.3.21: the release wheel, as upstream installs it
+RUN --mount=type=secret,id=ca_bundle,required=false \\
+    --mount=type=secret,id=index_netrc,required=false \\
+    --mount=type=tmpfs,target=/run/sglstack \\
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    --mount=type=bind,source=lock/sgl-kernel.txt,target=/run/sglstack-lock/sgl-kernel.txt \\
+    . /opt/sglstack/tools/pip-env.sh \\
+ && pip install --no-deps --require-hashes --force-reinstall -r /run/sglstack-lock/sgl-kernel.txt
+# FlashInfer 0.6.4
+RUN --mount=type=secret,id=ca_bundle,required=false \\
+    --mount=type=secret,id=index_netrc,required=false \\
+    --mount=type=tmpfs,target=/run/sglstack \\
+    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    --mount=type=bind,source=lock/flashinfer.txt,target=/run/sglstack-lock/flashinfer.txt \\
+    . /opt/sglstack/tools/pip-env.sh \\
+ && pip install --no-deps --require-hashes -r /run/sglstack-lock/flashinfer.txt
+"""
+    # The context's Dockerfile is the locked one, beside the parts it mounts.
+    context = build_context(stack, lock=lock)
+    assert context.dockerfile == text
+    assert sorted(f for f in context.files if f.startswith("lock/")) == ["lock/flashinfer.txt", "lock/sgl-kernel.txt"]
+
+
+def test_locked_layer_leaves_a_layer_the_lock_does_not_hash_as_it_was():
+    layer = InstallLayer("torch", "torch", ("--constraint", "/run/sglstack/installed.txt", "torch==2.9.1"), True,
+                         uses_arch=True, after_sglang=True)
+    unhashed = LockedPackage("torch", "2.9.1", "torch", hashes=(HASH,), unhashed="index unreachable")
+    assert locked_layer(layer, None) is layer
+    assert locked_layer(layer, lock_of(unhashed)) is layer
+    hashed = lock_of(LockedPackage("torch", "2.9.1", "torch", hashes=(HASH,)))
+    assert locked_layer(layer, hashed) == InstallLayer(
+        "torch", "torch", ("--no-deps", "--require-hashes", "-r", "/run/sglstack-lock/torch.txt"), False,
+        uses_arch=False, after_sglang=True, lock_part="torch")
+
+
+def test_the_patches_label_lists_every_patch_in_order_comma_separated():
+    stack = load_matrix(CPU_MATRIX).get("cpu-test").model_copy(update={"patches": ("second-fix", "first-fix")})
+    assert dict(image_labels(stack))["io.sglstack.patches"] == "second-fix,first-fix"
+
+
+def test_a_base_image_no_engine_can_pull_is_refused_in_one_line_naming_it():
+    """The renderer's own guard behind the schema's: nothing reaches FROM that is not an image reference."""
+    stack = load_matrix(CPU_MATRIX).get("cpu-test")
+    with pytest.raises(QuotingError) as info:
+        render_dockerfile(stack.model_copy(update={"base_image": "debian:bad\ntag"}))
+    assert str(info.value) == ("image 'debian:bad\\ntag' has a tag that may hold only letters, digits, '_', '.' "
+                               "and '-', and may not start with '.' or '-'")
