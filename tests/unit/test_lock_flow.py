@@ -22,7 +22,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
 from sglstack.core.errors import ConfigError
 from sglstack.lock import flow
-from sglstack.lock.file import lock_path, read_lock, render_lock
+from sglstack.lock.file import UnresolvedLayer, lock_path, read_lock, render_lock, stack_input_hash
 from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
 
 HASH_A = "sha256:" + "a" * 64
@@ -207,9 +207,11 @@ def _two_hashes(resolve):
 
 # ---- the parts of one resolution ---------------------------------------------------------------------
 
-def test_the_lock_says_what_it_was_resolved_with(tiny):
+def test_the_lock_says_what_it_was_resolved_with(tiny, monkeypatch):
+    monkeypatch.setattr(flow, "utc_timestamp", lambda: "2026-12-04T15:00:00Z")
     lock = flow.resolve_stack(tiny, compile_fn=Uv())
     assert lock.resolver == "uv 0.13.9 (uv pip compile --generate-hashes)"
+    assert (lock.stack, lock.stack_sha256, lock.resolved_at) == ("tiny", stack_input_hash(tiny), "2026-12-04T15:00:00Z")
     assert lock.layers == ("sglang-kernel", "jit", "sglang-requirements", "late", "sglang")
     assert lock.indexes == ("https://pypi.org/simple",) and lock.sglang_commit is None
     assert [(p.name, p.layer) for p in lock.packages] == [
@@ -241,7 +243,8 @@ def test_stand_ins_that_do_not_resolve_leave_their_layer_out_and_say_so(tiny):
     lock = flow.resolve_stack(tiny, compile_fn=uv)
     assert lock.notes == ("no stand-in from the default index for sglang-kernel: no release sglang-kernel==0.4.10 "
                           "on the default index",)
-    assert "sglang-kernel" in uv.requests[-1].excludes and "sglang-kernel==0.4.10" not in uv.requests[-1].requirements
+    assert uv.requests[-1].excludes == ("nvcc-tool", "sglang-kernel")  # the no-deps layer's, then the left-out one's
+    assert "sglang-kernel==0.4.10" not in uv.requests[-1].requirements
     kernel = lock.get("sglang-kernel")
     assert (kernel.version, kernel.layer, kernel.unhashed) == (
         "0.4.10", "sglang-kernel", f"index {KERNEL_INDEX} unreachable: dns error")
@@ -326,6 +329,18 @@ def test_an_unreachable_url_names_its_layer_by_index_or_by_direct_url():
     assert flow._reason(SourceUnreachable("https://x.example/", "")) == "https://x.example/ unreachable"
 
 
+def test_an_index_is_matched_as_a_prefix_whatever_its_last_letters():
+    linux = PlannedLayer("l", ("l==1",), "https://pkgs.example/LINUX")
+    assert flow._owner("https://pkgs.example/LINUX/", (linux,)) is linux
+    assert flow._owner("https://pkgs.example/LINUY/l/", (linux,)) is None
+    assert flow._owner("/https://pkgs.example/LINUX/l/", (linux,)) is None  # a prefix from the first letter only
+    slashed = PlannedLayer("t", ("t==1",), "https://t.example/whl/")
+    assert flow._reason(SourceUnreachable("https://t.example/whl", "dns"), slashed) == (
+        "index https://t.example/whl/ unreachable: dns")
+    assert flow._reason(SourceUnreachable("https://pkgs.example/LINUY", "dns"), linux) == (
+        "https://pkgs.example/LINUY unreachable: dns")
+
+
 @pytest.mark.parametrize("explanation,message", [
     ("Because you require a==1 and a==2, we can conclude that your requirements are unsatisfiable.",
      "the stack requires a==1; the stack requires a==2 (uv: Because you require a==1 and a==2, we can conclude "
@@ -341,6 +356,7 @@ def test_the_closure_follows_only_allowed_names():
     assert flow._closure(["a"], children, {"a", "b", "c", "d"}) == {"a", "b", "c", "d"}
     assert flow._closure(["a"], children, {"a", "c"}) == {"a", "c"}
     assert flow._closure(["x", "a"], children, {"a"}) == {"a"}
+    assert flow._closure(["x", "a", "a"], {}, {"a", "x"}) == {"a", "x"}  # a name met twice is skipped, not the end
 
 
 def test_plan_layers_in_install_order(tiny):
@@ -367,6 +383,7 @@ GIT_STACK = {"name": "g", "base_image": "debian:bookworm-slim", "serving": {"mod
     ("[project]\nname = 'sglang'\n", "no static [project] version (the lock pins the version the image installs)"),
     ("[project]\nversion = ''\n", "no static [project] version (the lock pins the version the image installs)"),
     ("[project]\nversion = 5\n", "no static [project] version (the lock pins the version the image installs)"),
+    ("[tool.other]\nversion = '1.0'\n", "no static [project] version (the lock pins the version the image installs)"),
 ])
 def test_a_git_sglang_needs_a_static_version_in_its_pyproject(tmp_path, text, problem):
     from sglstack.config.schema import Stack
@@ -384,6 +401,19 @@ def test_a_git_sglang_needs_a_static_version_in_its_pyproject(tmp_path, text, pr
     assert _static_version(stack, pyproject) == "0.5.24.dev1"
 
 
+def test_a_git_sglangs_pyproject_is_read_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    from sglstack.config.schema import Stack
+    from sglstack.lock.plan import _static_version
+
+    pyproject = tmp_path / "sglang-src" / "pyproject.toml"
+    pyproject.parent.mkdir()
+    pyproject.write_text("[project]\nversion = '0.5.24'\nauthors = [{name = 'Zoë'}]\n", encoding="utf-8")
+    # A machine whose locale is plain ASCII (LANG=C without Python's UTF-8 mode).
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None, errors=None: self.read_bytes().decode(
+        encoding or "ascii"))
+    assert _static_version(Stack.model_validate(GIT_STACK), pyproject) == "0.5.24"
+
+
 class FakeEngine:
     def __init__(self, files: dict[str, bytes] | None) -> None:
         self.files, self.asked = files, []
@@ -394,16 +424,23 @@ def test_the_base_images_glibc_is_read_from_its_libc_when_the_engine_has_it(tiny
 
     engine = FakeEngine({"/lib/x86_64-linux-gnu/libc.so.6": b"..GNU C Library (Debian GLIBC 2.36-9) stable release "
                                                               b"version 2.36.\n.."})
-    monkeypatch.setattr(plan, "docker_client", lambda host: engine)
-    monkeypatch.setattr(plan, "image_exists", lambda client, ref: engine.files is not None)
+    hosts = []
+    monkeypatch.setattr(plan, "docker_client", lambda host: hosts.append(host) or engine)
+
+    def exists(client, ref):
+        engine.asked.append(("exists", client is engine, ref))
+        return engine.files is not None
 
     def read(client, ref, paths):
-        engine.asked.append((ref, tuple(paths)))
+        engine.asked.append(("read", client is engine, ref, tuple(paths)))
         return {p: engine.files[p] for p in paths if p in engine.files}
 
+    monkeypatch.setattr(plan, "image_exists", exists)
     monkeypatch.setattr(plan, "read_image_files", read)
-    assert plan.base_image_glibc(tiny) == "2.36"
-    assert engine.asked == [("debian:bookworm-slim", tuple(plan.LIBC_PATHS["linux/amd64"]))]
+    assert plan.base_image_glibc(tiny, "tcp://engine.example:2375") == "2.36"
+    assert hosts == ["tcp://engine.example:2375"]
+    assert engine.asked == [("exists", True, "debian:bookworm-slim"),
+                            ("read", True, "debian:bookworm-slim", tuple(plan.LIBC_PATHS["linux/amd64"]))]
     engine.files = {"/lib/x86_64-linux-gnu/libc.so.6": b"no banner"}
     assert plan.base_image_glibc(tiny) is None
     engine.files = None  # not on the engine: never pulled
@@ -506,7 +543,8 @@ class IndexedUv(Uv):
 
 def test_no_deps_layers_resolve_each_from_its_own_index_and_one_out_of_reach_is_kept(tmp_path, monkeypatch):
     (tmp_path / "stacks.yaml").write_text(WIDE)
-    monkeypatch.setattr(flow, "base_image_glibc", lambda stack: "2.39")  # read from the local base image
+    asked = []
+    monkeypatch.setattr(flow, "base_image_glibc", lambda stack: asked.append(stack.name) or "2.39")  # its base image's
     uv = IndexedUv()
     result = flow.lock_stack(tmp_path / "stacks.yaml", "wide", compile_fn=uv)
     main, *no_deps = uv.requests
@@ -517,13 +555,12 @@ def test_no_deps_layers_resolve_each_from_its_own_index_and_one_out_of_reach_is_
         (("tool-b==2.0",), None, (), "3.11", "x86_64-manylinux_2_39", ()),
         (("tool-c==3.0",), "https://c.example/simple", (), "3.11", "x86_64-manylinux_2_39", ())]
     lock = result.lock
-    assert lock.python_platforms == ("x86_64-manylinux_2_39",)
+    assert lock.python_platforms == ("x86_64-manylinux_2_39",) and asked == ["wide"]
     assert lock.indexes == ("https://pypi.org/simple", "https://a.example/simple")
     assert [(p.name, p.layer, p.hashed) for p in lock.packages if p.name.startswith("tool-")] == [
         ("tool-a", "own-index", True), ("tool-b", "public", True), ("tool-c", "gone", False)]
     assert lock.get("tool-c").unhashed == "index https://c.example/simple unreachable: refused"
-    assert [str(u) for u in lock.unresolved] == ["gone (no dependencies): index https://c.example/simple unreachable: "
-                                                 "refused"]
+    assert lock.unresolved == (UnresolvedLayer("gone", False, "index https://c.example/simple unreachable: refused"),)
     assert lock.get("tool-a").required_by == ()
     text = result.path.read_text()
     assert "Written by `invoke lock --stack wide`" in text and "stacks.yaml" in text.splitlines()[0]
@@ -540,9 +577,8 @@ def test_a_git_sglang_out_of_reach_leaves_its_requirements_and_itself_unresolved
     monkeypatch.setattr(flow, "git_tree", lambda s: contextlib.nullcontext(tree))
     url = tree.path.resolve().as_uri()
     lock = flow.resolve_stack(stack, compile_fn=Uv(SourceUnreachable(url, "no pyproject")))
-    assert [str(u) for u in lock.unresolved] == [
-        f"sglang-requirements (with dependencies): {url} unreachable: no pyproject",
-        f"sglang (no dependencies): {url} unreachable: no pyproject"]
+    assert lock.unresolved == (UnresolvedLayer("sglang-requirements", True, f"{url} unreachable: no pyproject"),
+                               UnresolvedLayer("sglang", False, f"{url} unreachable: no pyproject"))
     [sglang] = lock.packages
     assert (sglang.name, sglang.version, sglang.layer, sglang.url) == ("sglang", "0.5.24.dev1", "sglang", None)
     assert sglang.unhashed == f"built in the image from git commit {'ab' * 20}; {url} unreachable: no pyproject"
@@ -582,6 +618,12 @@ def test_an_unhashed_layer_keeps_every_requirement_and_its_url(tiny, tmp_path):
         ("sglang-kernel", "0.4.10", "sglang-requirements", None)]
     [plain_sglang] = flow._unhashed(tiny, PlannedLayer("sglang", ("sglang==0.5.23",)), "down")
     assert (plain_sglang.version, plain_sglang.layer) == ("0.5.23", "sglang")
+    # Without a git tree, SGLang is still its own layer's, and a direct URL takes the stack's pin of its name.
+    entries = flow._unhashed(tiny, PlannedLayer("sglang-requirements", (
+        "sglang==0.5.23", "sglang-kernel @ https://k.example/k.whl")), "down")
+    assert [(e.name, e.version, e.layer, e.url, e.unhashed) for e in entries] == [
+        ("sglang", "0.5.23", "sglang", None, "down"),
+        ("sglang-kernel", "0.4.10", "sglang-requirements", "https://k.example/k.whl", "down")]
 
 
 def test_a_hashed_direct_url_keeps_its_url_and_parents(tiny):
@@ -602,3 +644,367 @@ def test_what_the_stand_ins_share_with_the_stack_is_noted(tiny):
     assert lock.get("numpy").note == ("also needed by the unresolved sglang-kernel layer: checked against its "
                                       "stand-ins")
     assert lock.get("idna").note is None and lock.get("numpy").layer == "sglang-requirements"
+
+
+# ---- requests and answers in detail ------------------------------------------------------------------
+
+def test_a_no_deps_request_takes_its_layers_index_as_the_only_one_or_as_one_more(tiny):
+    from sglstack.core.credentials import HostLogin
+
+    login = HostLogin("a.example", "me", "secret")
+    stack = tiny.model_copy(update={"credentials": (login,)})
+    only = flow._no_deps_request(stack, PlannedLayer("a", ("a==1",), "https://a.example/simple", True, True), "t")
+    more = flow._no_deps_request(stack, PlannedLayer("b", ("b==1",), "https://b.example/simple", False, True), "t")
+    assert (only.default_index, only.indexes, only.logins, only.no_deps) == ("https://a.example/simple", (), (login,),
+                                                                             True)
+    assert (more.default_index, more.indexes, more.logins) == (None, ("https://b.example/simple",), (login,))
+
+
+def test_the_stacks_logins_go_with_every_request(tiny):
+    from sglstack.core.credentials import HostLogin
+
+    login = HostLogin("kernels.example", "me", "secret")
+    uv = Uv()
+    flow.resolve_stack(tiny.model_copy(update={"credentials": (login,)}), compile_fn=uv)
+    assert [(r.no_deps, r.logins) for r in uv.requests] == [(False, (login,)), (True, (login,))]
+
+
+def test_only_hashed_index_entries_of_the_previous_lock_are_preferences(tiny):
+    from dataclasses import replace
+
+    first = flow.resolve_stack(tiny, compile_fn=Uv())
+    changed = {"idna": {"hashes": (), "unhashed": "built from a local wheel"},
+               "six": {"url": "https://s.example/six-1.16.0-py3-none-any.whl"}}
+    previous = replace(first, packages=tuple(replace(p, **changed.get(p.name, {})) for p in first.packages))
+    uv = Uv()
+    flow.resolve_stack(tiny, previous=previous, compile_fn=uv)
+    assert uv.requests[0].preferences == ("numpy==2.3.4", "sglang-kernel==0.4.10", "nvcc-tool==13.0.88",
+                                          "requests==2.32.5", "sglang==0.5.23")
+
+
+def test_a_resolver_that_answers_fewer_requests_than_it_was_asked_is_not_trusted(tiny):
+    uv = Uv()
+    with pytest.raises(ValueError, match="zip"):
+        flow.resolve_stack(tiny, compile_fn=lambda requests: uv(requests)[:-1])
+
+
+def test_a_git_sglang_keeps_its_no_deps_layers_hashed_on_their_own(tmp_path, monkeypatch):
+    import contextlib
+
+    from sglstack.config.schema import Stack
+
+    stack = Stack.model_validate({**GIT_STACK, "python": "3.11", "glibc": "2.36", "extra_layers": [
+        {"name": "jit", "requirements": ["nvcc-tool==13.0.88"], "no_deps": True}]})
+    tree = GitTree(tmp_path / "sglang-src", "ab" * 20, "0.5.24.dev1")
+    monkeypatch.setattr(flow, "git_tree", lambda s: contextlib.nullcontext(tree))
+    uv = Uv()
+    lock = flow.resolve_stack(stack, compile_fn=uv)
+    assert [r.requirements for r in uv.requests if r.no_deps] == [("nvcc-tool==13.0.88",)]
+    assert uv.requests[0].excludes == ("nvcc-tool",)
+    tool = lock.get("nvcc-tool")
+    assert (tool.layer, tool.version, tool.hashed) == ("jit", "13.0.88", True)
+
+
+def test_what_only_a_git_sglang_without_its_requirements_layer_needs_stays_in_the_last_layer(tmp_path, monkeypatch):
+    import contextlib
+
+    from sglstack.config.schema import Stack
+
+    stack = Stack.model_validate({**GIT_STACK, "python": "3.11", "glibc": "2.36", "extra_layers": [
+        {"name": "tools", "requirements": ["six==1.16.0"]},
+        {"name": "more", "requirements": ["idna==3.11"]},
+        {"name": "plugin", "requirements": ["plugin==1.0"], "after_sglang": True}],
+        "sglang": {**GIT_STACK["sglang"], "install_deps": False}})
+    tree = GitTree(tmp_path / "sglang-src", "ab" * 20, "0.5.24.dev1")
+    monkeypatch.setattr(flow, "git_tree", lambda s: contextlib.nullcontext(tree))
+    monkeypatch.setitem(GRAPH, "plugin", ["sglang"])  # the plugin brings SGLang's own requirements
+    lock = flow.resolve_stack(stack, compile_fn=Uv())
+    assert lock.layers == ("tools", "more", "plugin", "sglang")
+    assert {p.name: p.layer for p in lock.packages} == {
+        "six": "tools", "idna": "more", "plugin": "plugin", "requests": "plugin", "sglang-kernel": "plugin",
+        "numpy": "plugin", "sglang": "sglang"}
+    assert lock.get("sglang").unhashed == f"built in the image from git commit {'ab' * 20}"
+
+
+WHEEL = "https://github.com/o/r/releases/download/v1/flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"
+
+
+def _with_a_wheel_layer(tiny):
+    from sglstack.config.schema import PipLayer
+
+    wheels = PipLayer.model_validate({"name": "wheels", "requirements": [f"flash-attn @ {WHEEL}"]})
+    return tiny.model_copy(update={"extra_layers": (*tiny.extra_layers, wheels)})
+
+
+def test_a_direct_wheel_of_a_layer_with_dependencies_out_of_reach_is_kept_with_its_url(tiny):
+    lock = flow.resolve_stack(_with_a_wheel_layer(tiny), compile_fn=Uv(SourceUnreachable(WHEEL, "dns")))
+    wheel = lock.get("flash-attn")
+    assert (wheel.version, wheel.layer, wheel.url, wheel.unhashed) == ("", "wheels", WHEEL, f"{WHEEL} unreachable: dns")
+    assert lock.unresolved == (UnresolvedLayer("wheels", True, f"{WHEEL} unreachable: dns"),)
+    assert lock.notes == ()  # a direct URL has no public release to stand in for it
+
+
+def test_a_resolved_direct_wheel_without_a_version_in_the_stack_is_refused(tiny):
+    from dataclasses import replace
+
+    uv = Uv()
+    real = uv.resolve
+
+    def resolve(request):
+        r = real(request)
+        return replace(r, packages=tuple(replace(p, version="", url=WHEEL) if p.name == "flash-attn" else p
+                                         for p in r.packages))
+
+    uv.resolve = resolve  # type: ignore[method-assign]
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(_with_a_wheel_layer(tiny), compile_fn=uv)
+    assert str(err.value) == f"stack 'tiny': layer wheels: flash-attn @ {WHEEL} has no version pinned in the stack"
+
+
+def test_a_no_deps_wheel_by_url_takes_the_stacks_version_and_names_no_parents(tiny):
+    from dataclasses import replace
+
+    stack = tiny.model_copy(update={"sgl_kernel": KernelPin.model_validate(
+        {"package": "sglang-kernel", "version": "0.4.10", "url": "https://k.example/{arch}/k.whl"})})
+    uv = Uv()
+    real = uv.resolve
+
+    def resolve(request):  # uv names the requirement's parents even with --no-deps
+        r = real(request)
+        if not request.no_deps:
+            return r
+        url = Requirement(request.requirements[0]).url
+        return replace(r, packages=tuple(replace(p, version="" if url else p.version, url=url, required_by=("sglang",))
+                                         for p in r.packages))
+
+    uv.resolve = resolve  # type: ignore[method-assign]
+    lock = flow.resolve_stack(stack, compile_fn=uv)
+    kernel, tool = lock.get("sglang-kernel"), lock.get("nvcc-tool")
+    assert (kernel.version, kernel.url, kernel.required_by, kernel.hashed) == (
+        "0.4.10", "https://k.example/x86_64/k.whl", (), True)
+    assert (tool.version, tool.required_by) == ("13.0.88", ())
+
+
+# ---- the retries of the main resolution ----------------------------------------------------------------
+
+MANY = """
+stacks:
+  many:
+    base_image: debian:bookworm-slim
+    glibc: "2.36"
+    python: "3.11"
+    serving: {model: org/model}
+    extra_layers:
+      - {name: e1, requirements: ["p1==1.0+e1"], index_url: "https://e1.example/simple"}
+      - {name: e2, requirements: ["p2==1.0+e2"], index_url: "https://e2.example/simple"}
+      - {name: e3, requirements: ["p3==1.0+e3"], index_url: "https://e3.example/simple"}
+      - {name: e4, requirements: ["LAST"], index_url: "https://e4.example/simple"}
+    sglang: {version: "0.5.23"}
+"""
+
+
+class NoIndexUv(Uv):
+    """Every extra index is out of reach, and no stand-in resolves from the default index."""
+
+    def resolve(self, request):
+        if any(r.startswith("p") and r.endswith("==1.0") for r in request.requirements):  # p1==1.0 for p1==1.0+e1
+            return ResolverError("no stand-in on the default index")
+        if request.indexes:
+            return SourceUnreachable(f"{request.indexes[0]}/p/", "dns")
+        return super().resolve(request)
+
+
+@pytest.mark.parametrize("last,attempts,error", [
+    # 7 failures (3 layers each out of reach, then their stand-in not resolving; the 4th has none): the 8th locks
+    ("p4 @ https://e4.example/p4-1.0-py3-none-any.whl", 8, None),
+    # 8 failures: after len(plan) + 1 = 7 of them, the next answer is the error
+    ("p4==1.0+e4", 8, "stack 'many': no stand-in on the default index"),
+])
+def test_each_layer_out_of_reach_is_retried_without_it_up_to_one_retry_per_layer_and_one_more(
+        tmp_path, last, attempts, error):
+    (tmp_path / "stacks.yaml").write_text(MANY.replace("LAST", last))
+    stack = load_matrix(tmp_path / "stacks.yaml").get("many")
+    uv = NoIndexUv()
+    uv.answers = []
+    if error:
+        with pytest.raises(LockError) as err:
+            flow.resolve_stack(stack, compile_fn=uv)
+        assert str(err.value) == error
+    else:
+        lock = flow.resolve_stack(stack, compile_fn=uv)
+        assert [u.layer for u in lock.unresolved] == ["e1", "e2", "e3", "e4"]
+        assert lock.notes == tuple(f"no stand-in from the default index for e{i}: no stand-in on the default index"
+                                   for i in (1, 2, 3))
+    assert len(uv.requests) == attempts
+
+
+# ---- two layers out of reach at once -----------------------------------------------------------------
+
+def _torch_too(tiny, monkeypatch):
+    torch_index = "https://download.pytorch.org/whl/cu130"
+    monkeypatch.setitem(GRAPH, "torch", [])
+    monkeypatch.setitem(GRAPH, "torchvision", ["torch"])
+    monkeypatch.setitem(VERSIONS, "torch", "2.9.1")
+    monkeypatch.setitem(VERSIONS, "torchvision", "0.24.1")
+    stack = tiny.model_copy(update={"torch": TorchPin.model_validate(
+        {"version": "2.9.1+cu130", "index_url": torch_index, "packages": ["torchvision==0.24.1+cu130"]})})
+    return stack, [SourceUnreachable(f"{torch_index}/torch/", "dns"), SourceUnreachable(f"{KERNEL_INDEX}/x/", "dns")]
+
+
+def test_two_layers_stood_in_for_are_both_in_the_retry_and_named_in_every_note(tiny, monkeypatch):
+    stack, unreachable = _torch_too(tiny, monkeypatch)
+    monkeypatch.setitem(GRAPH, "requests", ["idna", "numpy"])  # numpy: also needed by the kernel's stand-in
+    monkeypatch.setitem(GRAPH, "six", ["six-helper"])
+    uv = Uv(*unreachable)
+    lock = flow.resolve_stack(stack, compile_fn=uv)
+    # the first retry stands in for torch; the second for the kernel too (its pin is already the public one)
+    assert [r.requirements for r in uv.requests[2:]] == 2 * [
+        ("torch==2.9.1", "torchvision==0.24.1", "sglang-kernel==0.4.10", "sglang==0.5.23", "six==1.16.0")]
+    assert lock.get("numpy").note == ("also needed by the unresolved torch, sglang-kernel layer: checked against its "
+                                      "stand-ins")
+    assert lock.get("six-helper").layer == "late"  # after the layers out of reach, each layer still takes its own
+
+
+def test_stand_ins_of_two_layers_that_do_not_resolve_are_named_together(tiny, monkeypatch):
+    stack, unreachable = _torch_too(tiny, monkeypatch)
+    lock = flow.resolve_stack(stack, compile_fn=Uv(*unreachable, ResolverError("no torch==2.9.1 for this platform")))
+    assert lock.notes == ("no stand-in from the default index for torch, sglang-kernel: no torch==2.9.1 for this "
+                          "platform",)
+
+
+def test_platforms_that_resolve_differently_name_every_package_that_differs(tiny):
+    from dataclasses import replace
+
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv()
+    real = uv.resolve
+
+    def resolve(request):
+        r = real(request)
+        if request.python_platform.startswith("aarch64"):
+            return replace(r, packages=tuple(replace(p, version="0.1") if p.name in ("numpy", "idna") else p
+                                             for p in r.packages))
+        return r
+
+    uv.resolve = resolve  # type: ignore[method-assign]
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(both, compile_fn=uv)
+    assert str(err.value) == ("stack 'tiny': linux/amd64 and linux/arm64 resolve differently (idna, numpy): one lock "
+                              "per platform is not supported yet")
+
+
+# ---- the base image's glibc, the task's timing and its console lines ------------------------------------
+
+def test_resolving_for_the_base_reads_the_base_images_glibc_only_when_the_stack_has_none(tiny, monkeypatch):
+    asked, resolved = [], []
+    monkeypatch.setattr(flow, "base_image_glibc", lambda stack: asked.append(stack.name) or "2.39")
+    monkeypatch.setattr(flow, "resolve_stack", lambda stack, **kw: resolved.append((stack.name, kw)) or "a lock")
+    assert flow.resolve_for_base(tiny) == "a lock"
+    assert (asked, resolved) == ([], [("tiny", {"base_glibc": None})])
+    plain = tiny.model_copy(update={"glibc": None})
+    assert flow.resolve_for_base(plain) == "a lock"
+    assert (asked, resolved[1:]) == (["tiny"], [("tiny", {"base_glibc": "2.39"})])
+
+
+def test_the_task_never_reads_the_base_image_when_the_stack_says_its_glibc(stacks, monkeypatch):
+    def unexpected(stack):
+        raise AssertionError("the base image was read")
+
+    monkeypatch.setattr(flow, "base_image_glibc", unexpected)
+    assert flow.lock_stack(stacks, "tiny", compile_fn=Uv()).lock.python_platforms == ("x86_64-manylinux_2_36",)
+
+
+def test_the_task_takes_its_seconds_to_the_hundredth(stacks, monkeypatch):
+    from types import SimpleNamespace
+
+    clock = iter([100.0, 101.23456])
+    monkeypatch.setattr(flow, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    assert flow.lock_stack(stacks, "tiny", compile_fn=Uv()).seconds == 1.23
+
+
+def test_a_locks_folder_that_is_a_file_is_one_line_before_resolving(stacks):
+    from sglstack.core.records import OutputNotWritable
+
+    (stacks.parent / "locks").write_text("not a folder")
+    uv = Uv()
+    with pytest.raises(OutputNotWritable) as err:
+        flow.lock_stack(stacks, "tiny", compile_fn=uv)
+    path = lock_path(stacks, "tiny")
+    assert str(err.value) == f"lock {path}: cannot be written ({path.parent} is not a folder)" and uv.requests == []
+
+
+def _terminal(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    monkeypatch.setattr(flow, "make_console", lambda: Console(file=out, force_terminal=True, color_system="standard",
+                                                              width=400))
+    return out
+
+
+def test_the_commands_lines_are_styled_but_never_highlighted(stacks, monkeypatch):
+    out = _terminal(monkeypatch)
+    unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
+    monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
+    assert flow.lock_command(str(stacks), "tiny") == 0
+    lines = out.getvalue().splitlines()
+    assert lines[1] == (f"\x1b[33mtiny\x1b[0m: not resolved: layer sglang-kernel (with dependencies): index "
+                        f"{KERNEL_INDEX} unreachable: dns error")
+    assert lines[2] == ("\x1b[2mtiny: layer sglang-kernel was not resolved; sglang-kernel==0.4.10 from the default "
+                        "index stood in for its pins, so that what it shares with the rest of the stack is locked at "
+                        "versions that satisfy that release; 1 package(s) only the stand-ins need are not locked (the "
+                        "layer brings its own from its index)\x1b[0m")
+    assert len(lines) == 3
+
+
+def test_the_command_names_every_platform_and_passes_the_packages_to_upgrade(stacks, capsys, monkeypatch):
+    stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
+    monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv()))
+    assert flow.lock_command(str(stacks), "tiny") == 0
+    assert "for Python 3.11 linux/amd64 linux/arm64 in " in capsys.readouterr().out.splitlines()[0]
+    with pytest.raises(ConfigError) as err:
+        flow.lock_command(str(stacks), "tiny", upgrade_packages=["no-such"])
+    assert str(err.value) == f"stack 'tiny': --upgrade-package no-such: not in {lock_path(stacks, 'tiny')}"
+
+
+def test_a_git_sglang_without_its_tree_has_no_requirement(tiny):
+    from sglstack.config.schema import Stack
+    from sglstack.lock.plan import sglang_requirement
+
+    with pytest.raises(LockError) as err:
+        sglang_requirement(Stack.model_validate(GIT_STACK))
+    assert str(err.value) == "stack 'g': a git-sourced SGLang is resolved from its exported tree"
+    assert sglang_requirement(tiny) == "sglang==0.5.23"
+
+
+def test_a_stack_of_no_deps_layers_only_is_hashed_layer_by_layer(tiny):
+    stack = tiny.model_copy(update={"sgl_kernel": None, "extra_layers": tiny.extra_layers[:1],
+                                    "sglang": tiny.sglang.model_copy(update={"install_deps": False})})
+    uv = Uv()
+    lock = flow.resolve_stack(stack, compile_fn=uv)
+    assert uv.requests[0].requirements == () and uv.requests[0].excludes == ("nvcc-tool", "sglang")
+    assert [(p.name, p.layer, p.hashed) for p in lock.packages] == [("nvcc-tool", "jit", True),
+                                                                    ("sglang", "sglang", True)]
+
+
+class ExcludingUv(Uv):
+    """Leaves the excluded names out even where they are asked for, as uv's --excludes does."""
+
+    def resolve(self, request):
+        r = super().resolve(request)
+        if request.no_deps:
+            return r
+        from dataclasses import replace
+        return replace(r, packages=tuple(p for p in r.packages if p.name not in request.excludes))
+
+
+def test_sglang_forced_by_an_earlier_no_deps_layer_is_that_layers_entry(tiny):
+    from sglstack.config.schema import PipLayer
+
+    force = PipLayer.model_validate({"name": "force", "requirements": ["sglang==0.5.23"], "no_deps": True})
+    lock = flow.resolve_stack(tiny.model_copy(update={"extra_layers": (force, *tiny.extra_layers)}),
+                              compile_fn=ExcludingUv())
+    sglang = lock.get("sglang")
+    assert (sglang.layer, sglang.version, sglang.hashed) == ("force", "0.5.23", True)
