@@ -106,6 +106,7 @@ def test_a_shell_word_refuses_a_line_break():
     ("b\\-{arch}", {"{arch}": "${arch}"}, "'b\\-'\"${arch}\""),
     ("{a}{b}$", {"{a}": "${A}", "{b}": "${B}"}, "\"${A}\"\"${B}\"'$'"),
     ("plain words", {}, "'plain words'"),
+    ("XL-{arch}", {"{arch}": "${arch}"}, '"XL-${arch}"'),
     ("$HOME", {}, "'$HOME'"),
 ])
 def test_a_shell_word_with_variables_expands_only_the_placeholders(value, variables, word):
@@ -256,6 +257,8 @@ def test_the_netrc_holds_one_entry_per_login_and_its_secrets_read_back():
     assert cred.secret_values(logins) == ("hunter22", "tok-abc")
     assert cred.netrc_secrets(text) == ("hunter22", "tok-abc")
     assert cred.netrc_secrets("") == ()
+    many = [HostLogin(f"h{i}.example", f"user{i}", f"pass-{i}") for i in range(7)]
+    assert cred.netrc_secrets(cred.netrc_text(many)) == tuple(f"pass-{i}" for i in range(7))
 
 
 def test_the_netrc_is_handed_on_in_memory_and_closed_after():
