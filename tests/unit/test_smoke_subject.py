@@ -29,9 +29,9 @@ def test_pairs_become_typed_overrides_in_the_order_given():
     assert smoke_opts.parse_smoke_opts([
         "timeout=30", "env=A=1", "env=B=x=y", "label=team=ml", "mount=/a:/a", "mount=/b:/b:ro",
         "extra-args=--x 1  --y", "extra_args=--z", "kinds=eagle3", "kinds=baseline", " max-new-tokens =8",
-        "model=", "env=EMPTY=",
+        "model=", "env=EMPTY=", "mount=/my models:/models",
     ]) == {"timeout": "30", "env": {"A": "1", "B": "x=y", "EMPTY": ""}, "labels": {"team": "ml"},
-           "mounts": ["/a:/a", "/b:/b:ro"], "extra_args": ["--x", "1", "--y", "--z"],
+           "mounts": ["/a:/a", "/b:/b:ro", "/my models:/models"], "extra_args": ["--x", "1", "--y", "--z"],
            "kinds": ["eagle3", "baseline"], "max_new_tokens": "8", "model": ""}
     assert smoke_opts.parse_smoke_opts([]) == {}
 
@@ -237,7 +237,7 @@ def test_opening_an_environment_logs_it_and_needs_no_engine(tmp_path):
     options = smoke_options(None, **BASE, runner="process", python_env=str(env))
     lines: list[str] = []
     engine, info = subject.open_what_to_serve(None, None, options, str(env / "bin" / "python3"), lines.append)
-    assert engine is None and info["runner"] == "process"
+    assert engine is None and info["runner"] == "process" and info["python"] == str(env / "bin" / "python3")
     assert lines == [f"smoke: process runner, Python environment {env} ({info['id']})"]
 
 
@@ -277,3 +277,12 @@ def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due
     lines.clear()
     subject.open_what_to_serve(None, "reg/a:1", options, None, lines.append)
     assert lines == [f"smoke: image reg/a:1 ({DIGEST})"] and len(checks) == (1 if preflight else 0)
+    # an image the engine lacks is pulled only when the options allow it
+    engine.local.clear()
+    with pytest.raises(SmokeError, match=r"^image reg/a:1: not found on the Docker host$"):
+        subject.open_what_to_serve(stack, "reg/a:1", options, None, lines.append)
+    assert engine.pulled == []
+    engine.registry["reg/a:1"] = _Image(IMAGE_ID, [f"reg/a@{DIGEST}"])
+    pulling = smoke_options(stack, gpus=0, docker_host=host, kinds=["baseline"])
+    assert subject.open_what_to_serve(stack, "reg/a:1", pulling, None, lines.append)[1]["id"] == IMAGE_ID
+    assert engine.pulled == ["reg/a:1"]
