@@ -8,8 +8,8 @@ bounded before it is done, and every way it can go wrong is one `ConfigError` na
 - at most `MAX_FILE_BYTES` are read, from a regular file, decoded as UTF-8;
 - libyaml parses it where PyYAML has it (about 30 times faster than PyYAML's pure-Python parser, which
   takes 10-20 s for a 1 MiB file here), else the pure-Python parser;
-- collections nest at most `MAX_DEPTH` levels, checked on the parser's events before anything is
-  composed (both composers recurse once per level);
+- values nest at most `MAX_DEPTH` levels (a scalar in the deepest collection is one), checked on the
+  parser's events before anything is composed (both composers recurse once per level);
 - an anchored node is constructed once and shared by its aliases, as `yaml.safe_load` does, and the
   document may expand to at most `MAX_VALUES` values counting every alias in full, so that an alias
   bomb (nine levels of `&a [*b, *b, ...]`, about 1 KB) is refused at once instead of filling memory in
@@ -109,12 +109,15 @@ def _check_depth(text: str, loader: type[yaml.SafeLoader], file: str) -> None:
     (libyaml's composer recurses in C, where no recursion limit would stop it)."""
     depth = 0
     for event in yaml.parse(text, Loader=loader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
+        # A scalar or an alias is a level too, as the pure-Python composer counts it: else a scalar inside
+        # MAX_DEPTH collections passed here and was refused later as nested "through YAML aliases".
+        if isinstance(event, yaml.NodeEvent):
+            if depth + 1 > MAX_DEPTH:
                 mark = event.start_mark
                 raise ConfigError(f"invalid YAML: nested more than {MAX_DEPTH} levels deep", file=file,
                                   line=mark.line + 1 if mark is not None else None)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
@@ -228,8 +231,9 @@ class _Builder:
     def scalar(self, node: yaml.Node, path: KeyPath) -> Any:
         try:
             return self.loader.construct_object(node)
-        except (yaml.YAMLError, ValueError, TypeError, AttributeError, OverflowError) as exc:
-            # An explicit tag that does not fit its text (`!!int abc`, `!!timestamp x`, `!custom`).
+        except (yaml.YAMLError, ValueError, TypeError, AttributeError, OverflowError, LookupError) as exc:
+            # An explicit tag that does not fit its text (`!!int abc`, `!!timestamp x`, `!custom`; `!!int ""`
+            # and `!!bool x` end in PyYAML's constructors as IndexError and KeyError).
             problem = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
             raise ConfigError(f"invalid value for tag {node.tag}: {problem}", file=self.file,
                               key=_dotted(path) or None, line=_line(node)) from None

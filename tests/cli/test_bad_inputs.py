@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 from clirun import REPO, run_invoke
 
 from sglstack.config import yamlsrc
@@ -318,3 +319,103 @@ def test_both_parsers_give_the_same_data_and_lines(tmp_path, monkeypatch):
     fast = load_yaml_with_lines(path)
     monkeypatch.setattr(yamlsrc, "_FAST_LOADER", None)
     assert load_yaml_with_lines(path) == fast
+
+
+# ---- the YAML reader's lines, whole, in process -----------------------------------------------------
+
+def yaml_error(path: Path, name: str | None = "stacks.yaml") -> str:
+    with pytest.raises(ConfigError) as info:
+        load_yaml_with_lines(path, name)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a: &a {x: 1}\nb:\n  <<: *a\n", "stacks.yaml:3: YAML merge keys (<<) are not supported"),
+    ("stacks:\n  ? [a, b]\n  : c\n",
+     "stacks.yaml:2: key 'stacks': a mapping key must be a plain value, not a sequence"),
+    ("stacks:\n  s:\n    ? {a: 1}\n    : x\n",
+     "stacks.yaml:3: key 'stacks.s': a mapping key must be a plain value, not a mapping"),
+    ("stacks:\n  a: {}\n  b: {}\n  a: {}\n", "stacks.yaml:4: stack 'a': duplicate stack 'a'"),
+    ("stacks:\n  a:\n    x: 1\n    x: 2\n", "stacks.yaml:4: stack 'a': key 'stacks.a.x': duplicate key"),
+    ("a: 1\na: 2\n", "stacks.yaml:2: key 'a': duplicate key"),
+    ("defaults:\n  serving:\n    a: 1\n    a: 2\n", "stacks.yaml:4: key 'defaults.serving.a': duplicate key"),
+    ("stacks:\n  s: !!int abc\n",
+     "stacks.yaml:2: key 'stacks.s': invalid value for tag tag:yaml.org,2002:int: invalid literal for int() with "
+     "base 10: 'abc'"),
+    ("stacks:\n  s: !custom x\n",
+     "stacks.yaml:2: key 'stacks.s': invalid value for tag !custom: could not determine a constructor for the tag "
+     "'!custom'"),
+    # PyYAML's constructors end these in IndexError and KeyError: one line too, not a traceback.
+    ('stacks:\n  s: !!int ""\n',
+     "stacks.yaml:2: key 'stacks.s': invalid value for tag tag:yaml.org,2002:int: string index out of range"),
+    ('stacks:\n  s: !!float ""\n',
+     "stacks.yaml:2: key 'stacks.s': invalid value for tag tag:yaml.org,2002:float: string index out of range"),
+    ("stacks:\n  s: !!bool maybe\n",
+     "stacks.yaml:2: key 'stacks.s': invalid value for tag tag:yaml.org,2002:bool: 'maybe'"),
+    ("stacks: {}\n---\nstacks: {}\n",
+     "stacks.yaml:2: invalid YAML: expected a single document in the stream but found another document"),
+    ("stacks: &s\n  s: [*s]\n", "stacks.yaml:1: a YAML alias refers to its own anchor (a cycle)"),
+    ("a: &a " + "[" * 60 + "]" * 60 + "\nb: &b " + "[" * 10 + "*a" + "]" * 10 + "\n",
+     f"stacks.yaml:2: nests more than {MAX_DEPTH} levels deep through YAML aliases"),
+    ("\n\n\nc: \x07\nd: 1\n", "stacks.yaml:4: invalid YAML: character #x0007 is not allowed in YAML"),
+])
+def test_yaml_errors_are_whole_lines(tmp_path, parser, text, expected):
+    assert yaml_error(write(tmp_path, text)) == expected
+
+
+def test_a_parse_error_is_the_parsers_problem_without_its_context(tmp_path, parser):
+    # "while parsing a flow sequence" is the context; each parser words the problem its own way.
+    expected = {"libyaml": "did not find expected ',' or ']'",
+                "pure Python": "expected ',' or ']', but got '<stream end>'"}[parser]
+    assert yaml_error(write(tmp_path, "stacks:\n  s: [unclosed\n")) == f"stacks.yaml:3: invalid YAML: {expected}"
+
+
+def test_nesting_is_bounded_at_max_depth_levels_exactly(tmp_path, parser):
+    deepest, _ = load_yaml_with_lines(write(tmp_path, "[" * MAX_DEPTH + "]" * MAX_DEPTH))
+    for _ in range(MAX_DEPTH - 1):
+        [deepest] = deepest
+    assert deepest == []
+    assert load_yaml_with_lines(write(tmp_path, "[" * (MAX_DEPTH - 1) + "a" + "]" * (MAX_DEPTH - 1)))[0]
+    too_deep = f"stacks.yaml:1: invalid YAML: nested more than {MAX_DEPTH} levels deep"
+    assert yaml_error(write(tmp_path, "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))) == too_deep
+    # A scalar is a level for both parsers (libyaml's check once let it through to the alias check).
+    assert yaml_error(write(tmp_path, "[" * MAX_DEPTH + "a" + "]" * MAX_DEPTH)) == too_deep
+    # Closed collections give their levels back, each one level.
+    text = "{a: [[[x]], " + "[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2) + "]}"
+    assert load_yaml_with_lines(write(tmp_path, text))[0]["a"][0] == [["x"]]
+    assert yaml_error(write(tmp_path, text.replace("[[[x]], [", "[[[x]], [["))) == too_deep
+
+
+def test_the_value_budget_counts_aliases_in_full_and_is_inclusive(tmp_path, monkeypatch):
+    # {a: [x, x], b: [*a, *a]}: the mapping, 2 keys, a's list of 3 and b's list of 1 + 2 * 3 = 13 values.
+    path = write(tmp_path, "a: &a [x, x]\nb: [*a, *a]\n")
+    monkeypatch.setattr(yamlsrc, "MAX_VALUES", 13)
+    data, _ = load_yaml_with_lines(path)
+    assert data == {"a": ["x", "x"], "b": [["x", "x"], ["x", "x"]]} and data["b"][0] is data["a"]
+    monkeypatch.setattr(yamlsrc, "MAX_VALUES", 12)
+    assert yaml_error(path) == "stacks.yaml:1: expands to more than 12 values through YAML aliases (an alias bomb?)"
+
+
+def test_a_file_that_cannot_be_read_is_named_as_given(tmp_path):
+    assert yaml_error(tmp_path / "none.yaml", None) == f"{tmp_path}/none.yaml: file not found"
+    assert yaml_error(tmp_path, None) == f"{tmp_path}: is a directory, not a YAML file"
+    assert yaml_error(Path("/dev/zero"), None) == "/dev/zero: is not a regular file"
+    plain = write(tmp_path, "a: 1\n", "plain.yaml")
+    assert yaml_error(plain / "below.yaml", None) == f"{plain}/below.yaml: cannot read: Not a directory"
+    latin1 = write(tmp_path, b"\nstacks: caf\xe9\n", "latin1.yaml")
+    assert yaml_error(latin1, None) == f"{latin1}:2: is not UTF-8 text (byte 0xe9 cannot be decoded)"
+
+
+def test_the_size_limit_is_inclusive(tmp_path):
+    line = "# " + "x" * 1021 + "\n"  # 1 KiB
+    path = write(tmp_path, line * (MAX_FILE_BYTES // len(line)))
+    assert path.stat().st_size == MAX_FILE_BYTES
+    assert load_yaml_with_lines(path) == ({}, {})
+    path.write_text(line * (MAX_FILE_BYTES // len(line)) + "\n")
+    assert yaml_error(path) == f"stacks.yaml: is larger than the {MAX_FILE_BYTES // 1024} KiB limit for a matrix file"
+
+
+def test_a_yaml_error_without_a_problem_or_a_mark_is_its_first_line():
+    assert yamlsrc._yaml_problem(yaml.YAMLError("first\nsecond")) == "first"
+    assert yamlsrc._yaml_problem(yaml.YAMLError()) == "unreadable"
+    assert yamlsrc._yaml_line(yaml.YAMLError("first"), "a\nb\n") is None

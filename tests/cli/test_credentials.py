@@ -186,6 +186,35 @@ def test_two_credentials_for_one_host_are_refused(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+# A stack of its own, so that the lines below stay where they are.
+OWN_STACK = "stacks:\n  s:\n    base_image: debian:bookworm-slim\n    serving: {model: m}\n"
+NETRC_UNSAFE = ("its user or password is empty or holds a space, quote, backslash or '#', which a netrc (how builds "
+                "and pip/uv receive it) cannot carry")
+
+
+@pytest.mark.parametrize(("extra", "line"), [
+    ("    sglang: {version: 0.5.9}\n    torch: {version: 2.9.1, index_url: 'https://alice:pa%20ss@pt.example/a'}\n",
+     f"stacks.yaml:6: stack 's': key 'torch.index_url': 'https://***@pt.example/a': {NETRC_UNSAFE}"),
+    ("    sglang: {version: 0.5.9}\n    torch: {version: 2.9.1, index_url: 'https://alice:pw@/a'}\n",
+     "stacks.yaml:6: stack 's': key 'torch.index_url': 'https://***@/a' carries credentials but names no host"),
+    (f"    sglang: {{version: 0.5.9}}\n    torch: {{version: 2.9.1, index_url: 'https://alice:{PASSWORD}@pt.example/a'}}\n"
+     "    flashinfer: {version: 0.6.4, index_url: 'https://bob:other@pt.example/b'}\n",
+     "stacks.yaml:7: stack 's': key 'flashinfer.index_url': 'https://pt.example/b': two URLs on host pt.example carry "
+     "different credentials: a netrc (how the build and pip/uv receive them) holds one per host"),
+    # sglang.git.repo may carry credentials; an item of a list at sglang.git (a wrong shape) may not.
+    (f"    sglang: {{git: ['https://alice:{PASSWORD}@h.example/x.git']}}\n",
+     "stacks.yaml:5: stack 's': key 'sglang.git.0': 'https://***@h.example/x.git' carries credentials, which only "
+     "index_url, url, sglang.git.repo and requirement URLs may (sglstack hands those to pip, uv and git as a netrc, "
+     "never in a file)"),
+])
+def test_credentials_no_netrc_can_carry_are_one_whole_line(tmp_path, monkeypatch, extra, line):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stacks.yaml").write_text(OWN_STACK + extra)
+    with pytest.raises(ConfigError) as info:
+        load_matrix(tmp_path / "stacks.yaml")
+    assert str(info.value) == line
+
+
 # ---- secret env values are references --------------------------------------------------------------
 
 @pytest.mark.parametrize("key", ["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD"])

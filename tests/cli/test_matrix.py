@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -272,13 +273,14 @@ from sglstack.config.fields import (  # noqa: E402
     _bind_mount,
     _exact_requirement,
     _exact_version,
+    _matching,
     _pinned_image,
     _requirement,
     cache_reference,
     parse_bind,
 )
 from sglstack.config.matrix import _pydantic_message, _ValueBudget  # noqa: E402
-from sglstack.config.schema import Matrix, RegistryCache  # noqa: E402
+from sglstack.config.schema import Matrix, RegistryCache, _package_name  # noqa: E402
 
 
 def value_error(check, value) -> str:
@@ -295,6 +297,8 @@ def value_error(check, value) -> str:
         (" LATEST ", "' LATEST ' is not an exact version"),
         ("1.0,2", "'1.0,2' is a range, not an exact version"),
         ("1.0X", "'1.0X' is not a valid PEP 440 version"),
+        (" 1.0", "' 1.0' is not an exact version: it has surrounding whitespace or a control character"),
+        ("1.0\x07", "'1.0\x07' is not an exact version: it has surrounding whitespace or a control character"),
     ],
 )
 def test_exact_version_messages(value, message):
@@ -337,6 +341,18 @@ def test_cache_references():
     assert value_error(cache_reference, "Bad Ref") == (
         "'Bad Ref' is not a registry reference like 'ghcr.io/team/sglstack-cache:{stack}': it has a path component "
         "'Bad Ref' that has uppercase letters")
+
+
+def test_a_pattern_field_says_what_it_wants():
+    check = _matching(re.compile(r"[a-z]+"), "a lowercase word").func
+    assert check("abc") == "abc"
+    assert value_error(check, "aBc") == "'aBc' is not a lowercase word"
+
+
+def test_package_names_are_canonical():
+    assert _package_name("SGLang_Kernel") == "sglang-kernel"
+    assert _package_name("sgl.kernel") == "sgl-kernel"
+    assert value_error(_package_name, "sgl kernel") == "'sgl kernel' is not a package name"
 
 
 def test_pydantic_messages():
