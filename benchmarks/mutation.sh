@@ -46,8 +46,8 @@ MODULES=(
   "cudacopies|sglstack/size/cudacopies.py sglstack/config/cudaimages.py|tests/unit/test_cuda_copies.py"
   "verify|sglstack/build/verify.py|tests/unit/test_image_checks.py tests/unit/test_jit_toolchain.py tests/unit/test_kernel_package.py tests/cli/test_lock_trust.py tests/unit/test_verify.py"
   "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py|tests/unit/test_lock_flow.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
-  "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py"
-  "coverage-report|sglstack/coverage/report.py sglstack/coverage/devicecode.py|tests/unit/test_coverage_rules.py tests/unit/test_kernel_package.py"
+  "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py tests/unit/test_diff_sources.py"
+  "coverage-report|sglstack/coverage/report.py sglstack/coverage/devicecode.py|tests/unit/test_coverage_rules.py tests/unit/test_kernel_package.py tests/unit/test_coverage_devicecode.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
