@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import locale
+import os
+import sys
 import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +32,25 @@ CODES = {b"kernel": DeviceCode(("sm_90a",), ("sm_90",), 3), b"lib": DeviceCode((
 
 @dataclass(frozen=True)
 class FakeCuobjdump(Cuobjdump):
-    """Lists a file by its bytes (CODES); every file it lists is recorded."""
+    """Lists a file by its bytes (CODES); records every file it lists and how many listings ran at once (each
+    takes `pause` seconds, so that two workers would overlap)."""
 
+    pause: float = 0.0
     listed: list[bytes] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+    running: list[int] = field(default_factory=lambda: [0, 0])  # now, most at once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def list(self, path: Path) -> DeviceCode:
         data = path.read_bytes()
         with self.lock:
             self.listed.append(data)
+            self.paths.append(path)
+            self.running[0] += 1
+            self.running[1] = max(self.running)
+        time.sleep(self.pause)
+        with self.lock:
+            self.running[0] -= 1
         return CODES[data]
 
 
@@ -51,8 +65,8 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache"
 
 
-def tool(release: str = "V13.2.86") -> FakeCuobjdump:
-    return FakeCuobjdump(Path("cuobjdump"), release)
+def tool(release: str = "V13.2.86", pause: float = 0.0) -> FakeCuobjdump:
+    return FakeCuobjdump(Path("cuobjdump"), release, pause)
 
 
 LOADER = "# sgl_kernel's loader \xe9\n"
@@ -113,6 +127,10 @@ def test_a_wheel_s_device_code_in_site_packages_order_each_distinct_file_listed_
     cuobjdump = tool()
     assert inspect_wheel(path, "sgl-kernel", "0.3.21", cuobjdump, jobs=1) == expected(path.name)
     assert sorted(cuobjdump.listed) == [b"host only", b"kernel", b"lib"]
+    # unpacked as <n>.bin (no member name becomes a path) into a wheel-* folder of the cache's scratch folder
+    assert all(p.parent.parent == cache / "coverage" / "tmp" and p.parent.name.startswith("wheel-")
+               and p.name in ("0.bin", "1.bin", "2.bin", "3.bin") for p in cuobjdump.paths)
+    assert len({p.parent for p in cuobjdump.paths}) == 1
     stored = cache / "coverage" / "wheels" / f"{sha256_file(path)}-V13.2.86-v1.json"
     assert json.loads(stored.read_text(encoding="utf-8")) == {
         "package": "sgl-kernel", "version": "0.3.21", "source": path.name,
@@ -177,3 +195,176 @@ def test_members_are_unpacked_to_flat_files(tmp_path, jobs):
     _extract(path, targets, jobs)
     assert {name: target.read_bytes() for name, target in targets.items()} == {
         name: MEMBERS[name] for name in targets}
+
+
+def test_jobs_bounds_how_many_files_are_listed_at_once(tmp_path):
+    path = wheel(tmp_path)
+    cuobjdump = tool(pause=0.05)
+    assert inspect_wheel(path, "sgl-kernel", "0.3.21", cuobjdump, jobs=1) == expected(path.name)
+    assert cuobjdump.running == [0, 1]
+    files = {"a.so": tmp_path / "a", "b.so": tmp_path / "b"}
+    for local, data in zip(files.values(), (b"kernel", b"lib"), strict=True):
+        local.write_bytes(data)
+    cuobjdump = tool(pause=0.05)
+    inspect_files(files, "p", "1", "s", cuobjdump, jobs=1)
+    assert cuobjdump.running == [0, 1]
+
+
+def test_a_wheel_s_listings_come_from_the_listing_cache_given(tmp_path):
+    path = wheel(tmp_path)
+    listings = ListingCache("V13.2.86", tmp_path / "listings")
+    listings.add({_sha(data): code for data, code in CODES.items()})
+    assert inspect_wheel(path, "sgl-kernel", "0.3.21", Broken(Path("x"), "V13.2.86"), cache=listings) == \
+        expected(path.name)
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale's ASCII as this process's locale encoding, for one test."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+
+
+def test_a_cache_entry_is_read_as_utf_8_whatever_the_locale(tmp_path, cache, ascii_locale):
+    path = wheel(tmp_path)
+    entry = PackageObjects("sgl-kernel", "0.3.21", "caf\u00e9.whl", (), {"sgl_kernel/load_utils.py": "\u00e9"})
+    stored = cache / "coverage" / "wheels" / f"{sha256_file(path)}-V13.2.86-v1.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_text(json.dumps({"package": entry.package, "version": entry.version, "source": entry.source,
+                                  "objects": [], "loader_sources": dict(entry.loader_sources)}, ensure_ascii=False),
+                      encoding="utf-8")
+    assert inspect_wheel(path, "sgl-kernel", "0.3.21", Broken(Path("x"), "V13.2.86")) == entry
+
+
+# ---- unpacking members: largest first, one open of the wheel per thread, an error stops the rest ---------
+
+class Recorder:
+    """What `_extract` did to its targets: the order it opened them, how many at once, how many times the
+    wheel was open at each step; a target may fail, wait for an event, or meet the others at a barrier."""
+
+    def __init__(self, wheel: Path) -> None:
+        self.wheel = wheel
+        self.lock = threading.Lock()
+        self.order: list[str] = []
+        self.wheel_fds: list[int] = []
+        self.fail: set[str] = set()
+        self.hold: dict[str, threading.Event] = {}
+        self.started: dict[str, threading.Event] = {}
+        self.barrier: threading.Barrier | None = None
+        self.pause = 0.0  # each open takes this long: two workers would overlap
+        self.running = [0, 0]  # now, most at once
+
+    def target(self, path: Path, name: str) -> Target:
+        target = Target(path)
+        target.recorder, target.member = self, name
+        return target
+
+    def opening(self, name: str) -> None:
+        fds = sum(1 for fd in os.listdir("/proc/self/fd") if _link(fd) == str(self.wheel))
+        with self.lock:
+            self.order.append(name)
+            self.wheel_fds.append(fds)
+            self.running[0] += 1
+            self.running[1] = max(self.running)
+        time.sleep(self.pause)
+        with self.lock:
+            self.running[0] -= 1
+        if name in self.started:
+            self.started[name].set()
+        if self.barrier is not None:
+            self.barrier.wait()
+        if name in self.hold:
+            assert self.hold[name].wait(5)
+        if name in self.fail:
+            raise OSError(f"{name}: no space left")
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+class Target(type(Path())):
+    recorder: Recorder
+    member: str
+
+    def open(self, *args, **kwargs):
+        self.recorder.opening(self.member)
+        return super().open(*args, **kwargs)
+
+
+SIZES = {"m/a": b"a" * 10, "m/b": b"b" * 30, "m/c": b"c" * 20}
+linux_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+
+
+@linux_proc
+def test_members_are_unpacked_largest_first_each_thread_opening_the_wheel_once(tmp_path):
+    path = wheel(tmp_path, SIZES, dirs=())
+    recorder = Recorder(path)
+    recorder.pause = 0.02
+    targets = {name: recorder.target(tmp_path / name.replace("/", "-"), name) for name in SIZES}
+    _extract(path, targets, 1)
+    assert recorder.order == ["m/b", "m/c", "m/a"]
+    assert recorder.wheel_fds == [1, 1, 1] and recorder.running == [0, 1]
+    assert {name: target.read_bytes() for name, target in targets.items()} == SIZES
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: one worker")
+def test_without_jobs_members_are_unpacked_on_every_core(tmp_path):
+    path = wheel(tmp_path, SIZES, dirs=())
+    recorder = Recorder(path)
+    recorder.barrier = threading.Barrier(2, timeout=5)  # both wait for the other: a lone worker breaks it
+    _extract(path, {name: recorder.target(tmp_path / name[-1], name) for name in ("m/a", "m/b")}, None)
+    assert sorted(recorder.order) == ["m/a", "m/b"]
+
+
+def _waiting_in_shutdown(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "shutdown" in names and "join" in names
+
+
+def test_an_error_waits_for_the_member_being_unpacked(tmp_path):
+    """Two workers: m/c is under way when m/b fails; the error comes once m/c is written and the wheel closed."""
+    path = wheel(tmp_path, SIZES, dirs=())
+    recorder = Recorder(path)
+    recorder.fail = {"m/b"}
+    recorder.started["m/c"] = threading.Event()
+    recorder.hold["m/b"] = recorder.started["m/c"]  # m/b fails only once m/c is being unpacked
+    recorder.hold["m/c"] = threading.Event()
+    targets = {name: recorder.target(tmp_path / name[-1], name) for name in SIZES}
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _extract(path, targets, 2)
+        except OSError as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not _waiting_in_shutdown(worker):
+            assert worker.is_alive() and time.monotonic() < deadline, "did not wait for the member under way"
+            time.sleep(0.005)
+    finally:
+        recorder.hold["m/c"].set()
+        worker.join(5)
+    assert [str(e) for e in raised] == ["m/b: no space left"]
+    assert targets["m/c"].read_bytes() == SIZES["m/c"]
+
+
+def test_a_name_the_wheel_lacks_is_the_zip_s_own_error(tmp_path):
+    path = wheel(tmp_path, SIZES, dirs=())
+    with pytest.raises(KeyError, match="There is no item named 'm/z' in the archive"):
+        _extract(path, {"m/z": tmp_path / "z"}, 1)
