@@ -501,3 +501,87 @@ def test_diff_asks_the_engine_named_for_both_sides(tmp_path):
         with pytest.raises(DockerUnavailable) as caught:
             diff_command(*sides, docker_host=DOWN)
         assert str(caught.value).startswith(f"cannot reach the Docker engine at {DOWN}: ")
+
+
+# ---- an image the engine holds (docker-py's images.get and the adapter's file reader, stood in for) -----
+
+
+class _EngineImage:
+    def __init__(self, labels, size):
+        self.id, self.labels, self.attrs = IMAGE_ID, labels, {"Size": size} if size is not None else {}
+
+
+class _Engine:
+    def __init__(self, images=None, error=None):
+        self.images, self._images, self._error = self, dict(images or {}), error
+        self.asked: list[str] = []
+
+    def get(self, ref):
+        self.asked.append(ref)
+        if self._error is not None:
+            raise self._error
+        if ref not in self._images:
+            import docker.errors
+            raise docker.errors.ImageNotFound(f"No such image: {ref}")
+        return self._images[ref]
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    import sglstack.adapters.docker as adapter
+
+    state = {"engine": _Engine(), "hosts": [], "reads": [], "files": {}}
+
+    def client(host):
+        state["hosts"].append(host)
+        return state["engine"]
+
+    def read(client_, image, paths):
+        state["reads"].append((client_, image, list(paths)))
+        return {p: b for p, b in state["files"].items() if p in paths}
+
+    monkeypatch.setattr(adapter, "docker_client", client)
+    monkeypatch.setattr(adapter, "read_image_files", read)
+    return state
+
+
+def test_an_engine_image_is_known_by_its_labels_facts_and_size(engine):
+    labels = {"org.opencontainers.image.title": "x", "io.sglstack.stack": "cu130", "io.sglstack.config-hash": "c" * 64}
+    engine["engine"] = _Engine({"sglstack/cu130:abc": _EngineImage(labels, 123456789)})
+    engine["files"] = {"/opt/sglstack/installed.json": json.dumps({"distributions": {"torch": "2.9.1"}}).encode(),
+                       "/opt/sglstack/stack.json": json.dumps({"sglang": {"version": "0.5.9"}}).encode(),
+                       "/opt/sglstack/other.json": b"{}"}
+    snap = local_snapshot("sglstack/cu130:abc", docker_host="tcp://node:2375")
+    expected = image_snapshot("sglstack/cu130:abc", labels, {
+        "installed.json": engine["files"]["/opt/sglstack/installed.json"],
+        "stack.json": engine["files"]["/opt/sglstack/stack.json"]})
+    assert snap == Snapshot(**{**expected.__dict__, "size": {"bytes": 123456789}})
+    assert snap.packages == {"torch": "2.9.1"} and snap.sglang == "0.5.9" and snap.stack == "cu130"
+    assert engine["hosts"] == ["tcp://node:2375"]
+    assert engine["reads"] == [(engine["engine"], IMAGE_ID, ["/opt/sglstack/installed.json",
+                                                            "/opt/sglstack/patches.json", "/opt/sglstack/stack.json"])]
+
+
+def test_an_engine_image_without_labels_or_size_is_known_as_empty(engine):
+    engine["engine"] = _Engine({"img:1": _EngineImage(None, None)})
+    snap = local_snapshot("img:1")
+    assert snap == Snapshot(**{**image_snapshot("img:1", {}, {}).__dict__, "size": {"bytes": 0}})
+    assert engine["hosts"] == [None]
+
+
+def test_an_image_the_engine_lacks_or_cannot_give_is_not_known_here(engine):
+    import docker.errors
+
+    assert local_snapshot("missing:1") is None
+    assert engine["engine"].asked == ["missing:1"] and engine["reads"] == []
+    engine["engine"] = _Engine(error=docker.errors.APIError("500 Server Error: engine broke"))
+    assert local_snapshot("img:1") is None and engine["reads"] == []
+    # a bare image id the engine lacks is still answered by a build record naming it
+    _write(Path(build_root_of()) / "cu130" / "record.json", RECORD)
+    engine["engine"] = _Engine()
+    assert local_snapshot(IMAGE_ID).config_hash == "a" * 64
+
+
+def build_root_of() -> str:
+    import os
+    return os.environ["SGLSTACK_BUILD_DIR"]
