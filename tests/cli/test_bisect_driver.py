@@ -104,7 +104,8 @@ def test_names_the_first_slow_commit_and_writes_the_report(history):
     lines: list[str] = []
     result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
     assert result.exit_code == 0 and result.outcome.first_bad == shas[BAD_FROM]
-    # the lines a user reads: the skip with its reason, the answer with both refs, where the report is
+    # the lines a user reads: what is bisected, the skip with its reason, the answer with both refs, the report
+    assert lines[0] == f"bisect: synth: {N} commits after {shas[0][:10]} up to {shas[-1][:10]}; metric baseline"
     assert f"bisect: {shas[6][:10]}: skip (drift: patch 'kimi-k25-eagle3': " in "\n".join(lines)
     subject = f"commit {BAD_FROM}: serve at {SPEEDS[BAD_FROM]:g} tok/s"
     assert lines[-2] == f"bisect: first bad commit: {shas[BAD_FROM]} ({subject}); last good {shas[BAD_FROM - 1]}"

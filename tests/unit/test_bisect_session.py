@@ -518,3 +518,66 @@ def test_each_line_reaches_a_pipe_as_it_is_said(monkeypatch):
     monkeypatch.setattr(driver.sys, "stdout", pipe)
     driver._stdout("bisect: a line")
     assert "".join(pipe.seen) == "bisect: a line\n<flush>"
+
+
+def test_a_bad_endpoint_is_named_by_its_option(loop):
+    for good, bad, line in (("main", "0.5.6", "--good main: stack 'rel' takes SGLang releases: "),
+                            ("0.5.0", "HEAD", "--bad HEAD: stack 'rel' takes SGLang releases: ")):
+        with pytest.raises(driver.BisectInputError) as err:
+            bisect(loop, good=good, bad=bad)
+        assert str(err.value).startswith(line) and err.value.exit_code == 2
+    assert loop.fakes.builds == [] and not loop.folder.exists()
+
+
+def test_a_bisect_of_a_stack_another_task_holds_is_refused_naming_the_bisect(loop):
+    import fcntl
+
+    lock = loop.build / "rel" / ".lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("w") as fh:
+        fh.write("invoke build (pid 1, since 2026-12-04T00:00:00Z)\n")
+        fh.flush()
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # another open of the file: refused like another process
+        with pytest.raises(driver.SglstackError) as err:
+            bisect(loop)
+    assert str(err.value) == (f"stack 'rel' is busy: invoke build (pid 1, since 2026-12-04T00:00:00Z) holds {lock}; "
+                              "one build, deploy, bisect or render of a stack at a time: run `invoke bisect` again "
+                              "when it ends")
+    assert err.value.exit_code == 75 and loop.fakes.builds == []
+
+
+def test_the_request_s_threshold_is_the_planner_s(loop):
+    result, lines = bisect(loop, threshold_pct=20)
+    assert result.exit_code == 1 and result.outcome.first_bad is None
+    assert lines[-2] == ("bisect: undecided: the endpoints differ by only -10.0%, below the threshold of 20%: "
+                         "nothing worth a bisect")
+    assert [ref for ref, _o in loop.fakes.builds] == ["0.5.0", "0.5.6"]
+
+
+def test_a_finished_undecided_bisect_gives_the_same_answer_again(loop, monkeypatch):
+    loop.fakes.fail_build = {"0.5.6"}
+    first, first_lines = bisect(loop)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("a finished bisect neither builds nor smokes")
+
+    monkeypatch.setattr(driver, "build_stack", forbidden)
+    monkeypatch.setattr(driver, "run_smoke", forbidden)
+    again, lines = bisect(loop)
+    assert again.exit_code == first.exit_code == 1
+    assert lines[1:] == first_lines[-2:] and lines[1] == f"bisect: undecided: {first.outcome.reason}"
+    assert again.outcome == first.outcome
+
+
+def test_an_unfinished_bisect_retries_a_ref_whose_build_failed(loop, monkeypatch):
+    loop.fakes.fail_build = {"0.5.3"}
+    monkeypatch.setattr(driver, "run_smoke", loop.fakes.run_smoke)
+    interrupt_after(loop, 5)  # after 0.5.3's failed build, at 0.5.4's first batch
+    with pytest.raises(KeyboardInterrupt):
+        bisect(loop)
+    assert [e["kind"] for e in events(loop) if e["event"] == "skip"] == ["build"]
+    monkeypatch.setattr(driver, "run_smoke", loop.fakes.run_smoke)
+    loop.fakes.fail_build = set()
+    result, _lines = bisect(loop)
+    assert result.exit_code == 0 and result.outcome.first_bad == "0.5.4"
+    assert [ref for ref, _o in loop.fakes.builds].count("0.5.3") == 2
