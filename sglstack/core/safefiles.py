@@ -140,8 +140,9 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
     """Fill a new folder beside `folder` with `fill(tmp)`, then swap it in for the old one.
 
     The old folder stays whole until the new one is complete; on any failure (a full disk, a signal) the
-    half-filled new one is removed and the old one is left as it was. A link at `folder` is refused: it
-    would point the build at files that are not ours, or make us delete them.
+    half-filled new one is removed and the old one is left as it was (were it moved aside and could not be
+    put back, it is kept there, and the error names where). A link at `folder` is refused: it would point
+    the build at files that are not ours, or make us delete them.
     """
     make_folder(root, folder.parent)
     if folder.is_symlink():
@@ -163,11 +164,15 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
             os.replace(new, folder)
             new = None
     except OSError as exc:
+        kept = ""
         if aside is not None and not folder.exists():
-            with contextlib.suppress(OSError):
+            try:
                 os.replace(aside, folder)
-                aside = None
-        raise OutputNotWritable(f"{folder}: cannot be written ({_reason(exc)})") from None
+            except OSError:
+                # The old folder is the only whole one left: keep it where it is and say where.
+                kept = f"; the old one is kept as {aside}"
+            aside = None
+        raise OutputNotWritable(one_line(f"{folder}: cannot be written ({_reason(exc)}){kept}")) from None
     finally:
         for leftover in (new, aside):
             if leftover is not None:

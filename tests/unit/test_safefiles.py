@@ -403,8 +403,11 @@ def test_a_put_back_that_fails_too_still_reports_the_swaps_failure(tmp_path, mon
     calls = _replaces(monkeypatch, failing=(2, 3))
     with pytest.raises(OutputNotWritable) as exc:
         replace_folder(tmp_path, folder, _fill_new)
-    assert str(exc.value) == f"{folder}: cannot be written (No space left on device)"
+    [aside] = [p for p in folder.parent.iterdir() if p.name.endswith(".old")]
+    assert str(exc.value) == f"{folder}: cannot be written (No space left on device); the old one is kept as {aside}"
     assert len(calls) == 3  # aside, the swap, the put-back tried
+    assert not folder.exists() and _tree(aside) == {"Dockerfile": "old\n", "patches/a.patch": "old patch\n"}
+    assert [p.name for p in folder.parent.iterdir() if p.name.endswith(".tmp")] == []  # the new one removed
 
 
 def test_a_link_at_the_folder_is_refused_and_its_target_untouched(tmp_path):
