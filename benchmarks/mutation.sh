@@ -46,6 +46,9 @@ MODULES=(
   "cudacopies|sglstack/size/cudacopies.py sglstack/config/cudaimages.py|tests/unit/test_cuda_copies.py"
   "verify|sglstack/build/verify.py|tests/unit/test_image_checks.py tests/unit/test_jit_toolchain.py tests/unit/test_kernel_package.py tests/cli/test_lock_trust.py tests/unit/test_verify.py"
   "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py|tests/unit/test_lock_flow.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
+  "upgrade-sources|sglstack/upgrade/releases.py sglstack/upgrade/argv_probe.py|tests/unit/test_upgrade_releases.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
+  "upgrade-text|sglstack/upgrade/report.py sglstack/upgrade/stacksfile.py sglstack/upgrade/argv.py|tests/unit/test_upgrade_report.py tests/unit/test_upgrade_stacksfile.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
+  "upgrade-command|sglstack/upgrade/command.py|tests/unit/test_upgrade_command.py tests/unit/test_upgrade_plan.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
