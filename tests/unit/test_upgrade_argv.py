@@ -58,6 +58,7 @@ def wheels(tmp_path: Path) -> dict[str, Path]:
 
 def _check(monkeypatch, wheels, child: _Child, argv: list[str], fetch=None) -> dict[str, Any]:
     monkeypatch.setattr(argv_check, "subprocess", child)
+    monkeypatch.chdir(wheels["sglang"].parent)  # whatever lands in the working folder lands in the test's own
     fetched: list[tuple[str, str]] = []
 
     def fetch_double(name: str, version: str) -> Path:
@@ -73,7 +74,7 @@ def _check(monkeypatch, wheels, child: _Child, argv: list[str], fetch=None) -> d
 
 def test_the_probe_runs_isolated_on_the_unpacked_wheels(monkeypatch, wheels) -> None:
     line = json.dumps({"flags": ["--model-path", "--tp-size"], "unknown": [], "errors": []})
-    child = _Child(stdout=f"a warning on stdout\n{line}\n", stderr="noise\n")
+    child = _Child(stdout=f"a warning on stdout\n{{}}\n{line}\n", stderr="noise\n")  # the last line counts
     out = _check(monkeypatch, wheels, child, ["--model-path", "m", "--tp-size", "8"])
     assert out == {"checked": True, "argv": ["--model-path", "m", "--tp-size", "8"], "accepted": True,
                    "unknown": {}, "errors": [], "flags": 2}
@@ -210,9 +211,10 @@ FLAGS = ["--cuda-only", "--model", "--model-path", "--newest-torch", "--nn", "--
 
 
 def test_the_probe_runs_the_release_parser_on_stubs(probe_env, capsys) -> None:
-    out = _probe(probe_env, capsys, "--model-path", "m", "--tp-size", "8", "--gone=1", "--gone", "2", "--old", "x")
+    path = list(sys.path)
+    out = _probe(probe_env, capsys, "--model-path", "m", "--tp-size", "8", "--gone=1=2", "--gone", "2", "--old", "x")
     assert out == {"flags": FLAGS, "unknown": ["--gone", "--old"], "errors": []}
-    assert sys.path[:2] == [str(probe_env / "root"), str(probe_env / "lib")]
+    assert sys.path == [str(probe_env / "root"), str(probe_env / "lib"), *path]
     assert isinstance(sys.meta_path[-1], probe._StubFinder)
     (parser,) = sys.modules["sglang.srt.server_args"].PARSERS
     assert (parser.prog, parser.add_help) == ("sglang.launch_server", False)
@@ -250,8 +252,9 @@ def test_a_stub_is_anything() -> None:
     assert s.register(kernel, 1)._name == "torch.register()" and s(x=kernel)._name == "torch()"
     assert s(len)._name == "torch()"  # a builtin is not SGLang's own code
     for attr in ("__fspath__", "__wrapped__", "__signature__", "__path__", "__origin__"):
-        with pytest.raises(AttributeError):
+        with pytest.raises(AttributeError) as err:
             getattr(s, attr)
+        assert err.value.args == (attr,)
     assert s.__class_validators__._name == "torch.__class_validators__"  # library API, not protocol
 
 
@@ -271,8 +274,9 @@ def test_a_class_deriving_from_a_stub_is_a_record() -> None:
     partial = Child(1)
     assert partial.a == 1 and not hasattr(partial, "b")
     assert Model.anything._name == "Model.anything"
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError) as err:
         Model.__signature__  # noqa: B018
+    assert err.value.args == ("__signature__",)
 
 
 def test_a_stub_module_and_its_finder() -> None:
@@ -287,6 +291,7 @@ def test_a_stub_module_and_its_finder() -> None:
     assert finder.exec_module(module) is None and module.__version__ == "99.0.0"
     assert module.Stream._name == "torch.cuda.Stream"
     for attr in ("npu", "hpu", "musa", "__all__", "__file__"):
-        with pytest.raises(AttributeError):
+        with pytest.raises(AttributeError) as err:
             getattr(module, attr)
+        assert err.value.args == (attr,)
     assert probe._special("__qualname__") and not probe._special("__version__")

@@ -41,7 +41,8 @@ METADATA = {
     "0.5.10": {"Requires-Dist": ["sglang-kernel==0.4.1", "torch==2.9.1", "flashinfer_python==0.6.7.post2",
                                  "torchvision", "sglang[test]; extra == \"dev\""],
                "Requires-Python": [">=3.10"]},
-    "0.5.10.post1": {"Requires-Dist": ["sgl-kernel==0.3.21", "torch==2.9.1"]},
+    "0.5.10.post1": {"Requires-Dist": ["sgl-kernel==0.3.21", "torch==2.9.1",
+                                       "outlines==0.1.11; python_version < \"3.12\""]},
     "0.5.11": {"Requires-Dist": []},
 }
 AVAILABLE = ["0.5.8", "0.5.9", "0.5.10rc0", "0.5.10", "0.5.10.post1", "0.5.11", "0.6.0.dev1"]

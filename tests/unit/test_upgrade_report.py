@@ -113,6 +113,11 @@ def test_what_was_not_checked_says_why() -> None:
     assert _section(bare, "Kernel coverage") == ["not checked: no report", ""]
     assert _section(bare, "Closure (the lock)") == [""]  # no lock, no error: nothing to say
     assert "## Notes" not in bare
+    # a coverage report that names nothing unchecked, a closure without counts
+    md = to_markdown(_plan(coverage={"checked": True, "label_before": "a", "label_after": "b", "changes": []},
+                           closure={"before_count": 1, "after_count": 1, "lock_path": "l.txt", "packages": []}))
+    assert _section(md, "Kernel coverage") == ["label: `a` -> `b`; not checked: ", "no cell changed.", ""]
+    assert _section(md, "Closure (the lock)") == ["1 -> 1 packages: 0 added, 0 removed, 0 moved; lock: `l.txt`.", ""]
 
 
 def test_the_closure_table_stops_at_its_row_limit() -> None:

@@ -37,8 +37,8 @@ stacks:
     last: x
 """
 
-EDITS = {"description": "new desc", "platforms": ("linux/arm64",), "patches": ["p3"], "extra": {"k": 2},
-         "torch": {"version": "2.11.0", "packages": None}, "gone": None, "scalar": ["l1", "l2"],
+EDITS = {"description": "new desc", "not-there": None, "platforms": ("linux/arm64",), "patches": ["p3"],
+         "extra": {"k": 2}, "torch": {"version": "2.11.0", "packages": None}, "gone": None, "scalar": ["l1", "l2"],
          "overrides": [{"replaces": "x==1", "pin": "x==2"}], "names": ["n1", "n2"], "nested": {"q": [1, 2]}}
 
 
@@ -85,6 +85,7 @@ def test_a_new_entry_inherits_the_old_one_and_takes_its_list_styles() -> None:
   a-next:
     description: new desc
     inherits: a
+    not-there:
     platforms: [linux/arm64]
     patches:
       - p3
@@ -138,3 +139,49 @@ def test_read_text_reads_utf8_and_says_why_it_cannot(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         read_text(tmp_path / "missing.yaml", "missing.yaml")
     assert str(err.value) == "missing.yaml: cannot be read: FileNotFoundError"
+
+
+# What ends an entry (blank lines, the comment above the next entry) stays at its end: keys the upgrade adds go
+# before it, and a block list the upgrade replaces does not take it away.
+BETWEEN = """\
+stacks:
+  a:
+    python: "3.12"{last}
+
+  # the next stack
+  b:
+    inherits: a
+"""
+
+
+@pytest.mark.parametrize(("last", "after"), [
+    # the lines hang on the list's last item, which the new list replaces
+    ("\n    patches:\n      - p1", "\n    patches:\n      - p3\n    torch:\n      version: '2'\n    glibc: '2.39'"),
+    # on a nested mapping's last key
+    ("\n    torch:\n      version: 1", "\n    torch:\n      version: '2'\n    patches: [p3]\n    glibc: '2.39'"),
+    # on the entry's last key
+    ("\n    glibc: '2.28'", "\n    glibc: '2.39'\n    patches: [p3]\n    torch:\n      version: '2'"),
+    # on the end of a list of flow mappings
+    ("\n    layers:\n      - {name: a}",
+     "\n    layers:\n      - {name: a}\n    patches: [p3]\n    torch:\n      version: '2'\n    glibc: '2.39'"),
+])
+def test_keys_added_to_an_entry_go_before_the_lines_that_end_it(last: str, after: str) -> None:
+    text = upgraded_text(BETWEEN.format(last=last), file="s.yaml", stack="a",
+                         edits={"patches": ["p3"], "torch": {"version": "2"}, "glibc": "2.39"}, as_name=None)
+    assert text == BETWEEN.format(last=after)
+
+
+def test_a_comment_on_the_last_line_stays_on_it_and_a_deleted_last_key_leaves_the_lines_after_it() -> None:
+    text = upgraded_text(BETWEEN.format(last="\n    glibc: '2.28'  # the base's"), file="s.yaml", stack="a",
+                         edits={"glibc": "2.39", "patches": ["p"]}, as_name=None)
+    assert text == BETWEEN.format(last="\n    glibc: '2.39'  # the base's\n    patches: [p]")
+    text = upgraded_text(BETWEEN.format(last="\n    gone: 1"), file="s.yaml", stack="a", edits={"gone": None},
+                         as_name=None)
+    assert text == BETWEEN.format(last="")
+
+
+def test_a_new_entry_goes_before_what_ends_the_stacks() -> None:
+    text = upgraded_text("stacks:\n  a:\n    x: 1\n    l:\n      - 1\n\n# after the stacks\nother: 1\n", file="s.yaml",
+                         stack="a", edits={"y": 1}, as_name="n")
+    assert text == ("stacks:\n  a:\n    x: 1\n    l:\n      - 1\n\n  n:\n    inherits: a\n    y: 1\n\n"
+                    "# after the stacks\nother: 1\n")
