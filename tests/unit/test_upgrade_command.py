@@ -3,6 +3,7 @@ SGLang wheel that carries only its METADATA, the files it writes and the lines i
 
 from __future__ import annotations
 
+import io
 import json
 import types
 import zipfile
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from sglstack.core.errors import SglstackError
 from sglstack.lock.file import Lock, LockedPackage, lock_path, read_lock, render_lock, write_lock
@@ -36,7 +38,18 @@ stacks:
       - name: grammar
         requirements: ["xgrammar==0.1.27"]
 """
-METADATA = "Metadata-Version: 2.1\nName: sglang\nVersion: {v}\nRequires-Dist: outlines==0.1.11\nRequires-Dist: {req}\n"
+TORCH_STACK = """
+  t1:
+    description: PyTorch 2.9.1, SGLang 0.5.9
+    base_image: debian:bookworm-slim
+    torch:
+      version: 2.9.1
+      packages: ["torchvision==0.24.1"]
+    sglang:
+      version: 0.5.9
+"""
+METADATA = ("Metadata-Version: 2.1\nName: sglang\nVersion: {v}\nRequires-Dist: outlines==0.1.11\nRequires-Dist: {req}\n"
+            "Requires-Dist: uvloop==0.21.0; python_version < \"3.12\"\n")
 HASH = "sha256:" + "a" * 64
 
 
@@ -69,7 +82,8 @@ class World:
 
     def available(self, name: str) -> list[str]:
         self.calls.append(("available", name))
-        return {"sglang": ["0.5.9", "0.5.10", "0.5.11rc1"], "msgspec": ["0.18.0", "0.19.0", "0.20.0rc1"]}[name]
+        known = {"sglang": ["0.5.9", "0.5.10", "0.5.11rc1"], "msgspec": ["0.9.0", "0.19.0", "0.20.0rc1"]}
+        return known.get(name, ["1.0"])
 
     def wheel(self, version: str) -> Path:
         self.calls.append(("wheel", version))
@@ -113,9 +127,10 @@ class World:
 
 @pytest.fixture()
 def clock(monkeypatch) -> None:
-    """Each reading of the clock one second after the last: the phases and the total are known."""
-    ticks = iter(range(100))
-    monkeypatch.setattr(command, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    """Each reading of the clock a quarter second after the last: the phases and the total are known (and
+    their rounding to tenths seen)."""
+    ticks = iter(range(400, 500))
+    monkeypatch.setattr(command, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) / 4))
 
 
 PHASES = ["reading sglang 0.5.10's METADATA", "judging the patches",
@@ -129,7 +144,7 @@ def _lines(capsys) -> list[str]:
 
 def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_path, clock, capsys) -> None:
     write_lock(lock_path(repo, "s1"), _lock("s1", sglang="0.5.9", xgrammar="0.1.27", gone="1.0"))
-    new = _lock("s1", sglang="0.5.10", xgrammar="0.1.27", added="2.0")
+    new = _lock("s1", sglang="0.5.10", xgrammar="0.1.30", added="2.0")
     world = World(tmp_path, lock=new)
     code = command.upgrade_command(str(repo), "s1", "0.5.10", json_path=str(tmp_path / "u.json"),
                                    engines=world.engines())
@@ -141,16 +156,18 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     doc = json.loads((out / "report.json").read_text())
     assert (tmp_path / "u.json").read_text() == (out / "report.json").read_text()
     assert (out / "report.json").read_text() == json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    assert doc["seconds"] == 9.0 and doc["phases_s"] == dict.fromkeys(PHASES, 1.0)
-    assert doc["verdict"] == "ready" and doc["reasons"] == [] and doc["conflicts"] == []
+    assert doc["seconds"] == 2.2 and doc["phases_s"] == dict.fromkeys(PHASES, 0.2)  # 2.25 and 0.25, to tenths
+    assert doc["verdict"] == "ready" and doc["reasons"] == [] and doc["conflicts"] == [] and doc["notes"] == []
     assert doc["to"] == {"stack": "s1", "sglang": "0.5.10",
                          "edits": {"description": "SGLang 0.5.10 on Debian", "sglang": {"version": "0.5.10"}}}
     assert doc["platform"] == {"wheel": "manylinux_2_28_x86_64", "glibc": "2.28"}
     assert doc["closure"] == {"before_count": 3, "after_count": 3, "lock_path": str(out / "lock.txt"),
-                              "counts": {"added": 1, "removed": 1, "changed": 1},
+                              "counts": {"added": 1, "removed": 1, "changed": 2},
                               "packages": [{"name": "added", "before": None, "after": "2.0", "kind": "added"},
                                            {"name": "gone", "before": "1.0", "after": None, "kind": "removed"},
                                            {"name": "sglang", "before": "0.5.9", "after": "0.5.10",
+                                            "kind": "changed"},
+                                           {"name": "xgrammar", "before": "0.1.27", "after": "0.1.30",
                                             "kind": "changed"}]}
     assert doc["coverage"] == {"checked": False, "changes": [], "lost": [], "new_violations": [], "complete": False,
                                "why": "the stack lists no cuda_arch_list, or cuobjdump is not available"}
@@ -165,10 +182,12 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
         ("coverage", "s1", "0.5.9"), ("coverage", "s1", "0.5.10")]
     # the argv's package versions: the new lock's, else the release's exact pin, else the newest release
     (argv_call,) = [c for c in world.calls if c[0] == "argv"]
-    assert argv_call[1] == "sglang-0.5.10-py3-none-any.whl" and argv_call[3:] == ("0.1.27", "0.1.11", "0.19.0")
+    assert argv_call[1] == "sglang-0.5.10-py3-none-any.whl" and argv_call[3:] == ("0.1.30", "0.1.11", "0.19.0")
     lines = _lines(capsys)
     assert lines[:7] == [f"upgrade: {p}" for p in PHASES]
-    assert lines[-1] == f"upgrade s1 -> sglang 0.5.10: ready in 9.0 s; report {out / 'report.md'}"
+    assert lines[7:10] == ["Upgrade s1: SGLang 0.5.9 -> 0.5.10", "",
+                           "Verdict: ready (nothing needs a reviewer's decision)"]  # the report, rendered
+    assert lines[-1] == f"upgrade s1 -> sglang 0.5.10: ready in 2.2 s; report {out / 'report.md'}"
 
 
 def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, capsys) -> None:
@@ -190,7 +209,7 @@ def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, ca
     # no temporary file left beside either
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert [p.name for p in (tmp_path / "locks").iterdir()] == ["s1-next.txt"]
-    assert _lines(capsys)[-1] == (f"upgrade s1 -> sglang 0.5.10: ready in 9.0 s; report {out / 'report.md'}; "
+    assert _lines(capsys)[-1] == (f"upgrade s1 -> sglang 0.5.10: ready in 2.2 s; report {out / 'report.md'}; "
                                   f"wrote {repo} and {lock_path(repo, 's1-next')}")
 
 
@@ -207,7 +226,7 @@ def test_a_conflict_makes_review_and_write_writes_nothing(repo, tmp_path, clock,
                             f"({repo} is unchanged)"]
     assert sorted(p.name for p in (tmp_path / "build" / "s1" / "upgrade").iterdir()) == ["report.json", "report.md"]
     out = tmp_path / "build" / "s1" / "upgrade"
-    assert _lines(capsys)[-1] == f"upgrade s1 -> sglang 0.5.10: review in 9.0 s; report {out / 'report.md'}"
+    assert _lines(capsys)[-1] == f"upgrade s1 -> sglang 0.5.10: review in 2.2 s; report {out / 'report.md'}"
 
 
 def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
@@ -218,6 +237,9 @@ def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
     assert doc["reasons"] == ["the lock does not resolve: layer grammar: no solution"]
     assert doc["notes"][-1].startswith("--write: nothing written")
     assert repo.read_text() == STACKS
+    # without --write there is nothing to say about writing
+    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 1
+    assert json.loads((tmp_path / "build" / "s1" / "upgrade" / "report.json").read_text())["notes"] == []
 
 
 def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_path) -> None:
@@ -227,15 +249,16 @@ def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_pat
     stack = inputs.stack.model_copy(update={"patches": ("p-a", "kimi-k25-eagle3")})
     inputs = command.Inputs(inputs.stacks_file, inputs.matrix, stack, "0.5.10", "s1", False, None)
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
-    world.patches = lambda version, s: {"p-a": (planner.UPSTREAM, "upstream has it"),  # type: ignore[method-assign]
-                                        "kimi-k25-eagle3": (planner.DRIFTED, "hunk 1 failed")}
+    judged: list[tuple[str, Any]] = []
+    world.patches = lambda version, s: judged.append((version, s)) or {  # type: ignore[method-assign]
+        "p-a": (planner.UPSTREAM, "upstream has it"), "kimi-k25-eagle3": (planner.DRIFTED, "hunk 1 failed")}
     reports = iter([{"complete": True, "label": "a", "violations": [], "extensions": [
         {"name": "k.so", "cells": {"9.0": "native"}}]}, {"complete": True, "label": "b", "violations": [],
                                                          "extensions": [{"name": "k.so", "cells": {"9.0": "ptx"}}]}])
     world.coverage = lambda s: next(reports)  # type: ignore[method-assign]
     messages: list[str] = []
     plan, text, lock = command.plan_upgrade(inputs, world.engines(), progress=messages.append)
-    assert messages == PHASES and lock == world.lock
+    assert messages == PHASES and lock == world.lock and judged == [("0.5.10", stack)]
     assert plan.patches == {"p-a": "upstream", "kimi-k25-eagle3": "drifted"}
     assert plan.patch_details == {"p-a": "upstream has it", "kimi-k25-eagle3": "hunk 1 failed"}
     assert plan.derivation.retired_patches == ("p-a",)
@@ -347,6 +370,11 @@ def test_bad_input_about_the_index_and_git(repo, tmp_path) -> None:
     with pytest.raises(command.UpgradeInputError) as err:
         command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
     assert str(err.value) == "stack 's1': key 'sglang': builds SGLang from git: `invoke upgrade` moves a release pin"
+    repo.write_text(STACKS.replace('python: "3.12"', "python: 3"))
+    with pytest.raises(command.UpgradeInputError) as err:
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
+    assert str(err.value) == f"{repo}:3: stack 's1': key 'python': Input should be a valid string"
+    assert (err.value.file, err.value.stack, err.value.key, err.value.line) == (str(repo), "s1", "python", 3)
     repo.write_text("stacks: [\n")
     with pytest.raises(command.UpgradeInputError) as err:
         command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
@@ -375,9 +403,9 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
     monkeypatch.setattr(command, "fetch_binary_wheel", binary)
     monkeypatch.setattr(command, "wheel_dir", lambda s, p: Path(f"wheels/{s.name}/{p}"))
     monkeypatch.setattr(command, "pip_platform_tags", lambda p, base, glibc: (f"tag-{p}-{base}-{glibc}",))
-    assert command.platform_wheel(stack, "0.5.10") == Path("b.whl")
+    assert command.platform_wheel(stack.model_copy(update={"glibc": "2.31"}), "0.5.10") == Path("b.whl")
     assert asked[-1] == ("binary", "sglang==0.5.10", Path("wheels/s1/linux/amd64"), "3.12",
-                         ("tag-linux/amd64-debian:bookworm-slim-None",))
+                         ("tag-linux/amd64-debian:bookworm-slim-2.31",))
 
     def no_wheel(*a, **kw):
         raise command.WheelFetchError("none")
@@ -399,7 +427,7 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
 def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo) -> None:
     stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available).stack
     assert command.known_base_glibc(stack.model_copy(update={"glibc": "2.31"})) == "2.31"
-    monkeypatch.setattr(command, "base_image_glibc", lambda s: "2.36")
+    monkeypatch.setattr(command, "base_image_glibc", lambda s: "2.36" if s is stack else None)
     assert command.known_base_glibc(stack) == "2.36"
     monkeypatch.setattr(command, "base_image_glibc", lambda s: None)
     assert command.known_base_glibc(stack) is None  # debian: not an Ubuntu base whose glibc is known
@@ -407,8 +435,9 @@ def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo
 
     assert command.coverage_document(stack) is None  # no cuda_arch_list
     cuda = stack.model_copy(update={"cuda_arch_list": ("9.0",)})
-    monkeypatch.setattr(command, "check_wheels", lambda s, p: types.SimpleNamespace(to_dict=lambda: {"p": p}))
-    assert command.coverage_document(cuda) == {"p": "linux/amd64"}
+    monkeypatch.setattr(command, "check_wheels", lambda s, p: types.SimpleNamespace(
+        to_dict=lambda: {"p": p, "arch": s.cuda_arch_list}))
+    assert command.coverage_document(cuda) == {"p": "linux/amd64", "arch": ("9.0",)}
 
     def no_tool(s, p):
         raise command.CuobjdumpError("no cuobjdump")
@@ -417,7 +446,8 @@ def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo
     assert command.coverage_document(cuda) is None
 
     monkeypatch.setattr(command, "resolve_stack", lambda s, previous, base_glibc: (s.name, previous, base_glibc))
-    assert command.resolve_lock(stack, None, "2.36") == ("s1", None, "2.36")  # type: ignore[comparison-overlap]
+    previous = _lock("s1")
+    assert command.resolve_lock(stack, previous, "2.36") == ("s1", previous, "2.36")  # type: ignore[comparison-overlap]
 
 
 def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> None:
@@ -446,3 +476,111 @@ def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> N
 
     monkeypatch.setattr(command, "compile_requirements", no_solution)
     assert command.torch_family(torch, target, "2.34") == {}
+
+
+def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None:
+    repo.write_text(STACKS + TORCH_STACK)
+    world = World(tmp_path, requires="torch==2.10.0", lock=_lock("t1", sglang="0.5.10"))
+    world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
+    inputs = command.check_inputs(str(repo), "t1", "0.5.10", None, False, None, world.available)
+    plan, text, _ = command.plan_upgrade(inputs, world.engines())
+    assert plan.derivation.edits["torch"] == {"version": "2.10.0", "packages": ["torchvision==0.25.0"]}
+    assert plan.pins["torchvision"] == "0.25.0" and plan.reasons == ()
+    assert "    torch:\n      version: 2.10.0\n      packages: [torchvision==0.25.0]\n" in text
+
+
+@pytest.mark.parametrize(("wheel", "glibc", "edits", "reasons"), [
+    ("sglang-0.5.10-cp312-cp312-manylinux_2_34_x86_64.whl", "2.36", {"glibc": "2.36"}, ()),
+    ("sglang-0.5.10-cp312-cp312-manylinux_2_34_x86_64.whl", None, {},
+     ("sglang 0.5.10's wheels need glibc 2.34 (manylinux_2_34_x86_64); the base image is not known: declare "
+      "`glibc:`",)),
+    (None, "2.36", {}, ("sglang 0.5.10 has no wheel for Python 3.12 on linux/amd64 with glibc 2.36",)),
+])
+def test_the_release_wheel_and_the_base_glibc_reach_the_planner(repo, tmp_path, wheel, glibc, edits, reasons) -> None:
+    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world.platform = lambda stack, version: Path(wheel) if wheel else None  # type: ignore[method-assign]
+    world.glibc = lambda stack: glibc  # type: ignore[method-assign]
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    plan, _, _ = command.plan_upgrade(inputs, world.engines())
+    assert {k: v for k, v in plan.derivation.edits.items() if k == "glibc"} == edits
+    assert plan.reasons == reasons
+
+
+def test_a_release_without_requirements(repo, tmp_path) -> None:
+    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    wheel = tmp_path / "bare.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang-0.5.10.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
+    world.wheel = lambda version: wheel  # type: ignore[method-assign]
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    plan, _, _ = command.plan_upgrade(inputs, world.engines())
+    assert plan.conflicts == () and plan.reasons == () and plan.pins["sglang"] == "0.5.10"
+
+
+def test_a_stacks_file_changed_under_the_upgrade_is_named(repo, tmp_path) -> None:
+    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    repo.write_text("stacks: [\n")
+    with pytest.raises(command.ConfigError) as err:
+        command.plan_upgrade(inputs, world.engines())
+    assert str(err.value) == f"{repo}: cannot be edited: while parsing a flow node"
+    repo.write_bytes(b"stacks: \xff\n")
+    with pytest.raises(command.ConfigError) as err:
+        command.plan_upgrade(inputs, world.engines())
+    assert str(err.value) == f"{repo}: cannot be read: UnicodeDecodeError"
+
+
+def test_the_upgraded_entry_is_read_from_a_hidden_file_beside_the_real_one(repo, monkeypatch) -> None:
+    read: list[Path] = []
+    real = command.load_matrix
+
+    def load_matrix(path):
+        read.append(Path(path))
+        matrix = real(path)
+        Path(path).unlink()  # gone before the cleanup: not an error
+        return matrix
+
+    monkeypatch.setattr(command, "load_matrix", load_matrix)
+    assert command._load_upgraded(repo, STACKS, "s1").name == "s1"
+    (path,) = read
+    assert path.parent == repo.parent and path.name.startswith(".stacks.upgrade-") and path.suffix == ".yaml"
+    assert sorted(p.name for p in repo.parent.iterdir()) == ["stacks.yaml"]
+
+
+def test_write_upgrade_stages_beside_each_file_and_makes_the_lock_folder(tmp_path, monkeypatch) -> None:
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text("old\n")
+    lock_file = tmp_path / "deep" / "locks" / "s1.txt"
+    moved: list[tuple[Path, Path]] = []
+    real_replace = command.os.replace
+
+    def replace(src, dst):
+        moved.append((Path(src), Path(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(command.os, "replace", replace)
+    command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    assert [dst for _, dst in moved] == [lock_file, stacks]
+    assert [src.parent for src, _ in moved] == [lock_file.parent, stacks.parent]
+    assert moved[0][0].name.startswith(".s1.txt.") and moved[1][0].name.startswith(".stacks.yaml.")
+    assert stacks.read_text() == "new\n" and lock_file.is_file()
+
+
+def test_a_second_run_reuses_its_report_folder(repo, tmp_path, clock) -> None:
+    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    assert sorted(p.name for p in (tmp_path / "build" / "s1" / "upgrade").iterdir()) == [
+        "lock.txt", "report.json", "report.md"]
+
+
+def test_the_last_line_is_not_highlighted(repo, tmp_path, clock, monkeypatch) -> None:
+    """On a terminal: the verdict is bold, and nothing else of the line is coloured (numbers, paths)."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="standard", width=400)
+    monkeypatch.setattr(command, "make_console", lambda: console)
+    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    report = tmp_path / "build" / "s1" / "upgrade" / "report.md"
+    assert out.getvalue().splitlines()[-1] == (f"upgrade s1 -> sglang 0.5.10: \x1b[1mready\x1b[0m in 2.2 s; "
+                                               f"report {report}")
