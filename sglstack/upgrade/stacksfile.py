@@ -94,7 +94,9 @@ def _put_tail(node: Any, tail: str) -> None:
     if not tail or where is None:
         return
     slot, pos = where
-    slot[pos] = CommentToken((slot[pos].value if slot[pos] else "\n") + tail, CommentMark(0), None)
+    own = slot[pos]  # a comment on that line keeps its column
+    slot[pos] = CommentToken(own.value + tail, own.start_mark, None) if own else CommentToken("\n" + tail,
+                                                                                               CommentMark(0), None)
 
 
 def upgraded_text(text: str, *, file: str, stack: str, edits: Mapping[str, Any], as_name: str | None) -> str:

@@ -185,3 +185,14 @@ def test_a_new_entry_goes_before_what_ends_the_stacks() -> None:
                          stack="a", edits={"y": 1}, as_name="n")
     assert text == ("stacks:\n  a:\n    x: 1\n    l:\n      - 1\n\n  n:\n    inherits: a\n    y: 1\n\n"
                     "# after the stacks\nother: 1\n")
+
+
+def test_a_comment_on_the_last_line_keeps_its_column_and_a_flow_entry_stays_one() -> None:
+    text = upgraded_text(BETWEEN.format(last="\n    glibc: '2.28'      # the base's"), file="s.yaml", stack="a",
+                         edits={"glibc": "2.39"}, as_name=None)
+    assert text == BETWEEN.format(last="\n    glibc: '2.39'      # the base's")
+    flow = 'stacks:\n  a: {python: "3.12"}\n\n  # the next stack\n  b:\n    inherits: a\n'
+    assert upgraded_text(flow, file="s.yaml", stack="a", edits={"glibc": "2.39"}, as_name=None) == (
+        'stacks:\n  a: {python: "3.12", glibc: \'2.39\'}\n\n  # the next stack\n  b:\n    inherits: a\n')
+    assert upgraded_text(flow, file="s.yaml", stack="b", edits={"glibc": "2.39"}, as_name="c") == (
+        flow + "\n  c:\n    inherits: b\n    glibc: '2.39'\n")
