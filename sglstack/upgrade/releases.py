@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from rich.table import Table
 
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
-from ..bisect.releases import ReleaseRangeError, releases_between
+from ..bisect.releases import releases_between
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -103,10 +103,7 @@ def stack_releases(stack: Stack, available: Sequence[str],
                    metadata_of: Callable[[str], dict[str, list[str]]]) -> StackReleases:
     if stack.sglang.version is None:
         return StackReleases(stack.name, None, ())
-    try:
-        newer = newer_releases(available, stack.sglang.version)
-    except ReleaseRangeError:
-        newer = []
+    newer = newer_releases(available, stack.sglang.version)
     return StackReleases(stack.name, stack.sglang.version,
                          tuple(release_pins(v, metadata_of(v), stack.python, stack.platforms) for v in newer))
 
