@@ -96,7 +96,8 @@ def loop(tmp_path, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(driver, "build_stack", fakes.build_stack)
     monkeypatch.setattr(driver, "run_smoke", fakes.run_smoke)
-    monkeypatch.setattr(driver, "available_versions", lambda name: ["0.4.9", *RELEASES, "0.6.0"])
+    monkeypatch.setattr(driver, "available_versions",
+                        lambda name: ["0.4.9", *RELEASES, "0.6.0"] if name == "sglang" else [])
     monkeypatch.setattr(driver, "time", SimpleNamespace(monotonic=clock.monotonic))
     return SimpleNamespace(matrix=matrix, fakes=fakes, clock=clock, folder=tmp_path / "build" / "rel" / "bisect",
                            build=tmp_path / "build")
@@ -148,6 +149,7 @@ def test_a_release_bisect_says_each_step_and_names_the_first_slow_release(loop):
         f"bisect: report {report} (4 builds, 4 refs tested)",
     ]
     assert result.exit_code == driver.EXIT_FOUND == 0 and result.report == report
+    assert result.data["log"] == str(loop.folder / "log.jsonl")
     assert (result.outcome.first_bad, result.outcome.last_good) == ("0.5.4", "0.5.3")
     assert result.data == json.loads(report.read_text())
     # each ref is built once; its second server start reuses the image
@@ -581,3 +583,38 @@ def test_an_unfinished_bisect_retries_a_ref_whose_build_failed(loop, monkeypatch
     result, _lines = bisect(loop)
     assert result.exit_code == 0 and result.outcome.first_bad == "0.5.4"
     assert [ref for ref, _o in loop.fakes.builds].count("0.5.3") == 2
+
+
+def test_the_request_s_patch_folder_is_where_the_stack_s_patches_are_looked_up(loop, tmp_path):
+    (tmp_path / "mine" / "p1").mkdir(parents=True)
+    (tmp_path / "mine" / "p1" / "patch.toml").write_text("")
+    loop.matrix.write_text(STACKS.replace("    python:", "    patches: [p1]\n    python:"))
+    stack = driver.prepare(BisectRequest(stack="rel", good="0.5.0", bad="0.5.6", stacks_file=loop.matrix,
+                                         patches_dir=tmp_path / "mine", smoke={"gpus": 0}))[0]
+    assert list(stack.patches) == ["p1"]
+    with pytest.raises(driver.BisectInputError, match="unknown patch id 'p1'"):
+        driver.prepare(BisectRequest(stack="rel", good="0.5.0", bad="0.5.6", stacks_file=loop.matrix,
+                                     patches_dir=tmp_path / "elsewhere", smoke={"gpus": 0}))
+
+
+def test_the_smallest_repeats_and_threshold_are_taken_and_a_word_is_refused_whole(loop):
+    def prepared(**kw):
+        return driver.prepare(BisectRequest(stack="rel", good="0.5.0", bad="0.5.6", stacks_file=loop.matrix,
+                                            smoke={"gpus": 0}, **kw))
+
+    config = prepared(repeats=1, threshold_pct=0.5)[2]
+    assert (config.runs_per_batch, config.threshold) == (1, 0.005)
+    with pytest.raises(driver.BisectInputError) as err:
+        prepared(max_batches="four")
+    assert str(err.value) == "--repeats and --max-batches take whole numbers, --threshold a percentage"
+
+
+def test_the_key_of_a_bisect_does_not_depend_on_the_order_of_the_stack_s_mappings(loop, tmp_path):
+    def fingerprint(env: str) -> str:
+        path = tmp_path / f"stacks-{abs(hash(env))}.yaml"
+        path.write_text(STACKS.replace("shm_size: 256m}", f"shm_size: 256m, env: {env}}}"))
+        return driver.stack_fingerprint(driver.prepare(BisectRequest(
+            stack="rel", good="0.5.0", bad="0.5.6", stacks_file=path, smoke={"gpus": 0}))[0])
+
+    assert fingerprint("{A: '1', B: '2'}") == fingerprint("{B: '2', A: '1'}")
+    assert fingerprint("{A: '1', B: '2'}") != fingerprint("{A: '1', B: '3'}")
