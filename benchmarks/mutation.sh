@@ -51,7 +51,7 @@ MODULES=(
   "safefiles|sglstack/core/safefiles.py|tests/unit/test_safefiles.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
   "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
   "preflight|sglstack/preflight/checks.py sglstack/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
-  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/attest/sbom.py|tests/cli/test_attest.py"
+  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/attest/sbom.py|tests/cli/test_attest.py tests/unit/test_attest_documents.py"
   "config|sglstack/config/schema.py sglstack/config/fields.py sglstack/config/yamlsrc.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py tests/cli/test_foreign_values.py tests/cli/test_credentials.py tests/unit/test_kernel_package.py"
   "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py tests/unit/test_diff_sources.py"
   "coverage-report|sglstack/coverage/report.py sglstack/coverage/devicecode.py|tests/unit/test_coverage_rules.py tests/unit/test_kernel_package.py tests/unit/test_coverage_devicecode.py"
