@@ -176,7 +176,7 @@ def test_require_ready_raises_on_a_failed_check(monkeypatch):
     assert seen["req"].shm_bytes == 32 * C.GiB and seen["req"].cuda == "13.0.1"
 
 
-def test_query_gpu_csv_with_header_and_units_on_eight_gpus():
+def test_query_gpu_csv_with_header_and_units_on_two_b200s():
     """Two B200s as `--format=csv` prints them (header row, units, '[N/A]'), with a stray line first."""
     text = (
         "No devices were found on the second bus\n"
