@@ -174,3 +174,103 @@ def test_require_ready_raises_on_a_failed_check(monkeypatch):
         gate.require_ready(stack)
     assert seen["req"].tp == 8 and seen["req"].sizes == (C.MiB, 64 * C.MiB, C.GiB)
     assert seen["req"].shm_bytes == 32 * C.GiB and seen["req"].cuda == "13.0.1"
+
+
+def test_query_gpu_csv_with_header_and_units_on_two_b200s():
+    """Two B200s as `--format=csv` prints them (header row, units, '[N/A]'), with a stray line first."""
+    text = (
+        "No devices were found on the second bus\n"
+        "index, name, uuid, driver_version, compute_cap, memory.total [MiB], memory.used [MiB], memory.free [MiB],"
+        " pci.bus_id\n"
+        "0, NVIDIA B200, GPU-aaaa, 580.95.05, 10.0, 183359 MiB, 1024 MiB, 182335 MiB, 00000000:18:00.0\n"
+        "1, NVIDIA B200, GPU-bbbb, 580.95.05, 10.0, [N/A], [N/A], [N/A], 00000000:2A:00.0\n"
+    )
+    assert parse.parse_query_gpu(text) == (
+        "580.95.05",
+        [
+            C.GpuInfo(0, "NVIDIA B200", "GPU-aaaa", "10.0", 183359, 1024, 182335, "00000000:18:00.0"),
+            C.GpuInfo(1, "NVIDIA B200", "GPU-bbbb", "10.0", 0, 0, 0, "00000000:2A:00.0"),
+        ],
+    )
+
+
+def test_topo_matrix_without_a_header_or_affinity_columns():
+    assert parse.parse_topo_matrix("") == (0, {})
+    assert parse.parse_topo_matrix("GPU0\tX\n") == (0, {})  # a row but no header line
+    bare = "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n"
+    assert parse.parse_topo_matrix(bare) == (2, {(0, 1): "NV18"})
+
+
+def test_topo_matrix_skips_stray_lines_and_stops_at_the_legend():
+    text = (
+        "  (a note indented like the header)\n"
+        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\n"
+        "GPU0\t X \tNV18\tNV18\t0-15\n"
+        "\n"
+        "GPU1\tNV18\t X \tNV18\t0-15\n"
+        "GPU2\tNV18\tNV18\t X \t0-15\n"
+        "\n"
+        "Legend:\n"
+        "GPU0\t X \tSYS\tSYS\n"
+    )
+    assert parse.parse_topo_matrix(text) == (3, {(0, 1): "NV18", (0, 2): "NV18", (1, 2): "NV18"})
+
+
+def test_topo_matrix_short_rows_and_a_single_space_indent():
+    truncated = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPHB\nGPU1\tPHB\n"
+    assert parse.parse_topo_matrix(truncated) == (2, {(0, 1): "PHB"})
+    indented = " GPU0  GPU1  CPU Affinity\nGPU0  X  PIX  0-15\nGPU1  PIX  X  0-15\n"
+    assert parse.parse_topo_matrix(indented) == (2, {(0, 1): "PIX"})
+
+
+def test_nvml_snapshot_whole_gpus_and_defaults():
+    snapshot = {
+        "driver_version": "580.95.05",
+        "devices": [
+            {
+                "index": 3,
+                "name": "NVIDIA B200",
+                "uuid": "GPU-cccc",
+                "pci_bus_id": "00000000:BA:00.0",
+                "cuda_compute_capability": [10, 0],
+                "memory": {"total": 192265846784, "used": 2 * C.MiB + 5, "free": 192263749632},
+            },
+            {"index": 4},  # a device NVML said little about
+        ],
+    }
+    assert parse.nvml_gpus(snapshot) == (
+        "580.95.05",
+        [
+            C.GpuInfo(3, "NVIDIA B200", "GPU-cccc", "10.0", 183359, 2, 183357, "00000000:BA:00.0"),
+            C.GpuInfo(4, "", "", "0.0", 0, 0, 0, ""),
+        ],
+    )
+    assert parse.nvml_gpus({}) == (None, [])
+
+
+@pytest.mark.parametrize(
+    ("raw", "version"),
+    [
+        (13000, "13.0"),
+        (12080, "12.8"),
+        (12090, "12.9"),
+        (1, "0.0"),
+        (0, None),
+        (-1, None),
+        ("13000", None),
+        (None, None),
+    ],
+)
+def test_nvml_cuda_version(raw, version):
+    snapshot = {} if raw is None else {"cuda_driver_version": raw}
+    assert parse.nvml_cuda_version(snapshot) == version
+
+
+def test_nvml_pair_without_an_ancestor():
+    assert parse.nvml_links({"pairs": [{"a": 1, "b": 2, "nvlinks": 0}]}) == ({(1, 2): "?"}, {})
+
+
+def test_topo_matrix_empty_tab_cells_keep_their_column():
+    """nvidia-smi leaves cells empty between tabs (the H200 recording has one in its affinity columns)."""
+    text = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \t\tNV18\nGPU1\t\t X \tNV18\nGPU2\tNV18\tNV18\t X \n"
+    assert parse.parse_topo_matrix(text) == (3, {(0, 1): "", (0, 2): "NV18", (1, 2): "NV18"})
