@@ -409,6 +409,9 @@ def test_the_source_stage_is_verified_in_one_container(engine, matrix):
     engine.container = FakeContainer(3, "", "")
     with pytest.raises(verify.BuildError, match=r"failed: exit 3$"):
         verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
+    engine.container = FakeContainer(None, "", "")  # an engine that gives no exit status: a failure, exit 1
+    with pytest.raises(verify.BuildError, match=r"failed: exit 1$"):
+        verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
     bare = stack.model_copy(update={"patches": ()})
     engine.files = {verify.SRC_MANIFEST: b"[]"}
     assert verify.verified_facts(CLIENT, "src:1", bare, "sglang-src") == ([], None)
@@ -580,12 +583,72 @@ def test_the_sbom_inventory_must_match_the_lock(monkeypatch, matrix):
     seen = []
     monkeypatch.setattr(verify, "image_inventory", lambda client, image, labels: seen.append((client, image, labels))
                         or "inventory")
-    monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [f"{lock}: a not in the lock", "b extra"])
+    monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [f"{inventory}: a, not in {lock}", "b extra"])
     with pytest.raises(PinMismatch) as err:
         verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK")  # type: ignore[arg-type]
-    assert str(err.value) == ("stack 'cu130': the image's SBOM does not match its lock: LOCK: a not in the lock; "
+    assert str(err.value) == ("stack 'cu130': the image's SBOM does not match its lock: inventory: a, not in LOCK; "
                               "b extra")
     assert seen == [(CLIENT, "img:1", {lb.BUILD_CONTAINER_LABEL: "cu130"})]
     assert verify.sbom_inventory(CLIENT, "img:1", stack, None) == "inventory"  # no lock: listed, not compared
     monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [])
     assert verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK") == "inventory"  # type: ignore[arg-type]
+
+
+# ---- the last survivors of the verify module's mutation run -------------------------------------------
+
+
+def test_the_help_failure_names_the_last_line_of_its_error():
+    report = {"server_help": {"returncode": 1, "error": "Traceback\n  File x\nImportError: no flashinfer\n",
+                              "lists_model_path": False}}
+    assert image_check_problems(report) == [
+        "python -m sglang.launch_server --help failed (exit 1): ImportError: no flashinfer"]
+
+
+@pytest.mark.parametrize("code,out,err,last", [
+    (0, b"\xff\xfe{not json\n", b"", "\ufffd\ufffd{not json"),  # stdout that is not UTF-8 is decoded, not raised
+    (1, b'{"python": "3.11.2"}', b"", '{"python": "3.11.2"}'),  # a report from a check that exited 1 is not taken
+])
+def test_output_of_checks_that_failed_is_never_taken_as_a_report(engine, matrix, code, out, err, last):
+    from sglstack.core.errors import ImageCheckFailed
+
+    engine.container = FakeContainer(code, out, err)
+    with pytest.raises(ImageCheckFailed) as info:
+        verify.run_image_checks(CLIENT, "img:1", matrix.get("cu130"))
+    assert str(info.value) == f"stack 'cu130': the in-image checks did not run: {last}"
+
+
+def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
+    from sglstack.lock.file import read_lock
+
+    stack = matrix.get("pypi-cu130")
+    lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
+    dists = {p.name: p.version for p in lock.packages}
+    info = {"distributions": {**dists, "sglang": "0.0.1"}, "torch": {"version": "2.14.1+cu130", "cuda": "13.0"},
+            "pip_check": {"ran": True, "problems": ["foo 1.0 requires bar, which is not installed."]}}
+    expected = (verify.pin_mismatches(stack, info) + verify.pip_check_problems(stack, info)
+                + verify.source_mismatches(lock, stack) + verify.lock_mismatches(lock, info)[0])
+    assert verify.pin_mismatches(stack, info) and verify.lock_mismatches(lock, info)[0]
+    with pytest.raises(PinMismatch) as err:
+        verify.check_pins(stack, info, lock)
+    assert str(err.value) == f"stack 'pypi-cu130': the image does not match its pins: {'; '.join(expected)}"
+    assert "pip check: foo 1.0 requires bar, which is not installed" in expected
+
+
+def test_an_image_without_a_distribution_list_misses_every_locked_package(matrix):
+    from sglstack.lock.file import read_lock
+
+    lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
+    assert verify.lock_mismatches(lock, {}) == verify.lock_mismatches(lock, {"distributions": {}})
+    assert len(verify.lock_mismatches(lock, {})[0]) >= len(lock.packages) // 2
+
+
+def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_declared_choice(matrix):
+    from sglstack.config.schema import Override
+
+    stack = matrix.get("cu130")
+    stack = stack.model_copy(update={"overrides": (Override(replaces="flashinfer_cubin==0.6.3",
+                                                            pin="flashinfer-jit-cache==0.6.4", reason="r"),)})
+    lines = ["sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed.",
+             "weird line from a newer pip about libX."]
+    assert verify.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": lines}}) == [
+        "pip check: weird line from a newer pip about libX"]
