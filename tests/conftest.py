@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import locale
 import os
 import shutil
 import subprocess
@@ -164,3 +165,15 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             reporter.write_line(f"error: tests left {len(ours)} reference(s) under this session's registries: "
                                 f"{', '.join(ours)}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale's ASCII as this process's locale encoding, for one test: a file read without naming its
+    encoding fails on a non-ASCII byte (how "read as UTF-8 whatever the locale" is told apart)."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)

@@ -620,21 +620,14 @@ def test_the_key_of_a_bisect_does_not_depend_on_the_order_of_the_stack_s_mapping
     assert fingerprint("{A: '1', B: '2'}") != fingerprint("{A: '1', B: '3'}")
 
 
-def test_a_source_tree_s_version_is_read_as_utf_8_whatever_the_locale(tmp_path):
-    import locale
-
+def test_a_source_tree_s_version_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "pyproject.toml").write_text('[project]\nname = "sglang"  # café\nversion = "0.6.0"\n',
                                                    encoding="utf-8")
     (tmp_path / "b" / "sglang").mkdir(parents=True)
     (tmp_path / "b" / "sglang" / "version.py").write_text('# café\n__version__ = "0.6.1"\n', encoding="utf-8")
-    before = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")  # the C locale's ASCII as this process's locale encoding
-    try:
-        assert driver.source_version(tmp_path / "a") == "0.6.0"
-        assert driver.source_version(tmp_path / "b") == "0.6.1"
-    finally:
-        locale.setlocale(locale.LC_CTYPE, before)
+    assert driver.source_version(tmp_path / "a") == "0.6.0"
+    assert driver.source_version(tmp_path / "b") == "0.6.1"
 
 
 def test_a_ref_whose_patches_do_not_apply_is_tried_once_in_a_run(loop, monkeypatch):

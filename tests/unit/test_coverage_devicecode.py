@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import locale
 import os
 import sys
 import threading
@@ -216,17 +215,6 @@ def test_a_wheel_s_listings_come_from_the_listing_cache_given(tmp_path):
     listings.add({_sha(data): code for data, code in CODES.items()})
     assert inspect_wheel(path, "sgl-kernel", "0.3.21", Broken(Path("x"), "V13.2.86"), cache=listings) == \
         expected(path.name)
-
-
-@pytest.fixture
-def ascii_locale():
-    """The C locale's ASCII as this process's locale encoding, for one test."""
-    before = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, before)
 
 
 def test_a_cache_entry_is_read_as_utf_8_whatever_the_locale(tmp_path, cache, ascii_locale):

@@ -8,7 +8,6 @@ import gzip
 import hashlib
 import io
 import json
-import locale
 import random
 import tarfile
 from pathlib import Path
@@ -74,17 +73,6 @@ def test_a_damaged_lock_is_one_line_naming_the_file_and_line(tmp_path):
     with pytest.raises(ConfigError) as caught:
         local_snapshot(str(path))
     assert str(caught.value) == f"{path}:2: a package entry before the first '# ---- layer NAME' line"
-
-
-@pytest.fixture
-def ascii_locale():
-    """The C locale's ASCII as this process's locale encoding, for one test."""
-    before = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, before)
 
 
 def test_records_are_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
