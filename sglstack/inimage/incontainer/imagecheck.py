@@ -88,13 +88,10 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
     """Compile and link JIT_SOURCE with the image's nvcc for `archs`, as the JIT compilers would."""
     start = time.monotonic()
     out: dict = {"cuda_home": cuda_home, "archs": archs, "release": None, "returncode": None, "error": None}
-    nvcc = os.path.join(cuda_home or "", "bin", "nvcc")
-    if not cuda_home:
-        out["error"] = "CUDA_HOME is not set"
-    elif not os.access(nvcc, os.X_OK):
-        out["error"] = f"no nvcc at {nvcc}"
-    if out["error"]:
-        return {**out, "seconds": round(time.monotonic() - start, 2)}
+    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else ""
+    if not cuda_home or not os.access(nvcc, os.X_OK):
+        error = f"no nvcc at {nvcc}" if cuda_home else "CUDA_HOME is not set"
+        return {**out, "error": error, "seconds": round(time.monotonic() - start, 2)}
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=120)
     found = re.search(r"release (\d+\.\d+)", version.stdout)
     out["release"] = found.group(1) if found else None
@@ -110,7 +107,7 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
             return {**out, "error": f"nvcc did not finish within {timeout:g} s",
                     "seconds": round(time.monotonic() - start, 2)}
     out["returncode"] = proc.returncode
-    stub = os.path.join(cuda_home or "", "lib64", "stubs", "libcuda.so")
+    stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")
     out["driver_stub"] = (os.readlink(stub) if os.path.islink(stub) else stub) if os.path.lexists(stub) else None
     if proc.returncode != 0:
         out["error"] = _tail((proc.stderr or proc.stdout).replace(tmp + os.sep, ""))
