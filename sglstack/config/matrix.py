@@ -168,6 +168,19 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
     return Matrix(file=file, stacks=stacks)
 
 
+def descendants(matrix: Matrix, name: str) -> list[str]:
+    """The stacks that inherit `name`, directly or through a parent (in the file's order): a change to
+    `name`'s own entry changes each of them too."""
+    out = []
+    for other, stack in matrix.stacks.items():
+        parent = stack.inherits
+        while parent is not None and parent != name:
+            parent = matrix.stacks[parent].inherits  # the loader refused unknown parents and cycles
+        if parent == name:
+            out.append(other)
+    return out
+
+
 def _top_level(data: Any, file: str, lines: dict[KeyPath, int]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(defaults, stacks) of the file, each checked for its shape."""
     if not isinstance(data, dict):

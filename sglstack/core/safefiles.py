@@ -10,6 +10,14 @@
   second task of the same stack is refused at once with one line naming the holder, rather than left
   waiting: a build or a bisect holds it for an hour, and a silent wait looks like a hang to a person and
   times out a CI job with no word of why.
+- `staged`: a file's new content whole beside it, for a task that replaces several files together (each
+  by one rename, undone by the caller if a later one fails); `edit_in_place` for one. A file the user
+  owns (stacks.yaml) is edited through a link to it (the target is replaced, the link stays) and keeps its
+  mode; a new file takes the mode of its siblings (`sibling_mode`), else 0644 under the umask (mkstemp's
+  0600 is for secrets).
+- `file_lock`: the lock of one input file (an flock on the file itself), refused at once like
+  `folder_lock`: two `upgrade --write` of one matrix would each write the file they read, and the second
+  would drop the first's entry.
 
 The kernel drops an flock when its process dies however it dies (SIGKILL too), so a lock is never left
 held; temp files are removed on every exit Python sees (an exception, Ctrl-C, SIGTERM as `Interrupted`).
@@ -23,6 +31,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -44,6 +53,12 @@ class OutputNotWritable(SglstackError):
 
 class StackBusy(SglstackError):
     """Another task of the same stack holds its lock."""
+
+    exit_code = BUSY_EXIT
+
+
+class FileBusy(SglstackError):
+    """Another task holds the lock of a file this one edits."""
 
     exit_code = BUSY_EXIT
 
@@ -125,6 +140,63 @@ def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Pa
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return path
+
+
+def umask() -> int:
+    """The process's umask (read by setting it, at once put back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def sibling_mode(path: Path, pattern: str) -> int:
+    """The permission bits for a new file at `path`: those of `path` if it exists, else those of the first
+    sibling matching `pattern` (by name), else 0644 under the umask."""
+    siblings = sorted(p for p in path.parent.glob(pattern) if not p.name.startswith(".")) \
+        if path.parent.is_dir() else []
+    for candidate in (path, *siblings):
+        with contextlib.suppress(OSError):
+            info = os.stat(candidate)
+            if stat.S_ISREG(info.st_mode):
+                return stat.S_IMODE(info.st_mode)
+    return 0o644 & ~umask()
+
+
+@contextlib.contextmanager
+def staged(path: Path, data: bytes, *, mode: int) -> Iterator[Path]:
+    """`data` whole in a new temp file beside `path` (fsynced, `mode` set): the caller renames it onto
+    `path` with `os.replace`. Whatever the block does, the temp file is gone after it; a failure to write
+    it (a full disk, a read-only folder) is `OutputNotWritable` naming `path`."""
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); it is as it was") from None
+    try:
+        yield Path(tmp)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def edit_in_place(path: Path, data: bytes) -> Path:
+    """Replace the content of the user's file `path` whole or not at all, through a link (the file it
+    points to is replaced; the link stays), its mode kept; returns the file replaced."""
+    real = Path(os.path.realpath(path))
+    with staged(real, data, mode=sibling_mode(real, real.name)) as tmp:
+        try:
+            os.replace(tmp, real)
+        except OSError as exc:
+            raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); it is as it was") from None
+    return real
 
 
 def remove_file(root: Path, path: Path) -> None:
@@ -249,5 +321,32 @@ def _flocked(path: Path, key: tuple[str, int], task: str, folder: Path, stack: s
             del _HELD[key]
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, task: str) -> Iterator[None]:
+    """Hold an exclusive flock on the file `path` itself (the file a link leads to) for the block; a second
+    holder gets `FileBusy` at once (see the module's doc). The file, not a sibling `.lock`, so that no
+    stray file is left in a checkout and a read-only one can still be locked, and read.
+
+    A writer that replaces the file by a rename keeps the lock on the old file until it ends: a task that
+    opens the new one then reads what that writer wrote. One that opened the old file just before, and
+    gets its lock just after, read the old text: writers compare the file with what they read before they
+    replace it (see `upgrade`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
+            raise FileBusy(f"{path} is busy: another task holds its lock (one `invoke {task}` of a file at a "
+                           "time): run it again when that one ends") from None
+        yield
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

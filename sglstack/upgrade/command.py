@@ -3,9 +3,15 @@ release's wheel and METADATA, the patch engine, the resolver, the lock, coverage
 run, each through the project's engine for it; the report is printed and written under
 build/NEW/upgrade/; `--write` replaces the stacks file and writes locks/NEW.txt last, together.
 
-Nothing half-done is left: the edited stacks file is a temporary file beside the real one until the
-end (removed whatever stops the run), and the lock is written beside it and renamed into place in the
-same step.
+`--write` edits exactly one stack: it holds the matrix's file lock for the whole run (a second `upgrade
+--write` of the file is refused at once), refuses before any work a stack others inherit, and writes
+nothing if any other stack would load differently afterwards (stacksfile.py copies what a YAML anchor
+shares rather than edit it for all). Every output path is checked before the work: no directory, no
+input of the upgrade (the stacks file, a lock), a folder that can be written.
+
+Nothing half-done is left: both files are written whole beside their real ones (through a link to
+the stacks file, each keeping its mode) before either is renamed into place, the temporary files are
+removed whatever stops the run, and a failed second rename puts the first file back.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,15 +35,25 @@ from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
 from ..build.patches import check_version
-from ..config.matrix import load_matrix, stack_name_problem
+from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
-from ..core.records import build_root
+from ..core.records import build_root, require_writable
+from ..core.safefiles import (
+    OutputNotWritable,
+    containing_root,
+    file_lock,
+    make_folder,
+    sibling_mode,
+    staged,
+    write_text,
+)
+from ..core.signals import deferred
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
-from ..lock.file import Lock, lock_path, read_lock, render_lock
+from ..lock.file import LOCKS_DIR, Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
@@ -44,7 +61,7 @@ from . import plan as planner
 from .argv import check_argv
 from .releases import ReleasePins, release_pins
 from .report import to_json, to_markdown
-from .stacksfile import read_text, upgraded_text
+from .stacksfile import edited, read_text
 
 EXIT_BAD_INPUT = 2
 
@@ -148,11 +165,16 @@ class Inputs:
     new_name: str
     write: bool
     json_path: Path | None
+    source: bytes | None = None  # the stacks file as read: `--write` replaces only this very text
 
 
 def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
                  json_path: str | None, available: Callable[[str], list[str]]) -> Inputs:
     """Every bad input as one line, exit 2, before anything is fetched beyond the index's release list."""
+    try:
+        source = Path(stacks_file).read_bytes() if Path(stacks_file).is_file() else None
+    except OSError:
+        source = None  # the loader says why it cannot read it
     try:
         matrix = load_matrix(stacks_file)
         stack = matrix.get(stack_name)
@@ -172,8 +194,16 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         if as_name in matrix.stacks:
             raise UpgradeInputError(f"--as {as_name}: the stack already exists (choose another name, or "
                                     f"leave --as out to upgrade {stack_name} in place)", file=str(stacks_file))
-    if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
-        raise UpgradeInputError(f"--json {json_path}: its folder does not exist")
+    if json_path:
+        _check_json_path(json_path, Path(stacks_file))
+    heirs = descendants(matrix, stack_name)
+    if write and as_name is None and heirs:
+        names = ", ".join(f"'{n}'" for n in heirs)
+        raise UpgradeInputError(f"--write would move stack{'s' * (len(heirs) > 1)} {names} too "
+                                f"({'they inherit' if len(heirs) > 1 else 'it inherits'} it): upgrade it as a new "
+                                f"stack with --as NEW, which leaves {'them' if len(heirs) > 1 else 'it'} as "
+                                f"{'they are' if len(heirs) > 1 else 'it is'}", file=str(stacks_file),
+                                stack=stack_name)
     if Version(version) == Version(stack.sglang.version):
         raise UpgradeInputError(f"--sglang {version}: the stack already pins it", stack=stack_name, key="sglang")
     try:
@@ -184,8 +214,54 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         newest = max((v for v in releases if not Version(v).is_prerelease), key=Version, default=None)
         raise UpgradeInputError(f"--sglang {version}: no such release of sglang on the package index"
                                 + (f" (newest: {newest})" if newest else ""))
-    return Inputs(Path(stacks_file), matrix, stack, version, as_name or stack_name, write,
-                  Path(json_path).expanduser() if json_path else None)
+    new_name = as_name or stack_name
+    _check_writable(Path(stacks_file), new_name, write)
+    return Inputs(Path(stacks_file), matrix, stack, version, new_name, write,
+                  Path(json_path).expanduser() if json_path else None, source)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: through links (realpath) or hard links (samefile)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_json_path(json_path: str, stacks_file: Path) -> None:
+    """`--json PATH` is a file the run may create or replace: not a folder, not an input of the upgrade."""
+    path = Path(json_path).expanduser()
+    if path.is_dir():
+        raise UpgradeInputError(f"--json {json_path}: is a folder (give the path of a file)")
+    if not path.resolve().parent.is_dir():
+        raise UpgradeInputError(f"--json {json_path}: its folder does not exist")
+    locks = stacks_file.parent / LOCKS_DIR
+    inputs = [(stacks_file, f"the stacks file {stacks_file}"),
+              *((lock, f"the lock {lock}") for lock in (sorted(locks.glob("*.txt")) if locks.is_dir() else []))]
+    for known, what in inputs:
+        if _same_file(path, known):
+            raise UpgradeInputError(f"--json {json_path}: is {what}, an input of the upgrade (never overwritten): "
+                                    "give another path")
+    if locks.is_dir() and Path(os.path.realpath(path)).parent == Path(os.path.realpath(locks)):
+        raise UpgradeInputError(f"--json {json_path}: is in {locks}, the folder of the stacks' locks: give "
+                                "another path")
+    require_writable(path, what="--json")
+
+
+def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
+    """Every place the run writes can be written, before any work: the report's folder, and with
+    `--write` the stacks file (the file a link leads to) and the locks' folder (a read-only checkout)."""
+    out_dir = build_root() / new_name / "upgrade"
+    make_folder(build_root(), out_dir)
+    require_writable(out_dir / "report.json", what="the upgrade's report")
+    if not write:
+        return
+    require_writable(Path(os.path.realpath(stacks_file)), what="--write: the stacks file")
+    new_lock = lock_path(stacks_file, new_name)
+    if new_lock.parent.is_dir():  # else it is made in the stacks file's folder, checked just above
+        require_writable(new_lock, what="--write: the lock")
 
 
 def _closure(old: Lock | None, new: Lock | None, where: str) -> dict[str, Any]:
@@ -231,9 +307,20 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     derivation = planner.derive(stack, target, requires, family=family, wheel_filename=pw.name if pw else None,
                                 base_glibc=base_glibc, patch_status={k: v[0] for k, v in patches.items()})
     file = str(inputs.stacks_file)
-    text = upgraded_text(read_text(inputs.stacks_file, file), file=file, stack=stack.name, edits=derivation.edits,
-                         as_name=None if inputs.new_name == stack.name else inputs.new_name)
-    new_stack = _load_upgraded(inputs.stacks_file, text, inputs.new_name)
+    edit = edited(read_text(inputs.stacks_file, file), file=file, stack=stack.name, edits=derivation.edits,
+                  as_name=None if inputs.new_name == stack.name else inputs.new_name)
+    text, notes = edit.text, list(edit.notes)
+    new_matrix = _upgraded_matrix(inputs.stacks_file, text, inputs.new_name)
+    new_stack = new_matrix.get(inputs.new_name)
+    moved = [n for n, s in inputs.matrix.stacks.items()
+             if n != inputs.new_name and (n not in new_matrix.stacks or new_matrix.stacks[n] != s)]
+    if moved:
+        names = ", ".join(f"'{n}'" for n in moved)
+        if inputs.write:
+            raise UpgradeInputError(f"--write would change stack{'s' * (len(moved) > 1)} {names} too: nothing "
+                                    f"written (upgrade it with --as NEW)", file=file, stack=stack.name)
+        notes.append(f"--write would be refused: the edit changes stack{'s' * (len(moved) > 1)} {names} too "
+                     f"(upgrade it with --as NEW)")
     conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
     old_lock_file = lock_path(inputs.stacks_file, stack.name)
     old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None
@@ -264,19 +351,26 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
                                                                      version),
-        reasons=reasons)
+        reasons=reasons, notes=tuple(notes))
     return plan, text, new_lock
 
 
 def _load_upgraded(stacks_file: Path, text: str, name: str) -> Stack:
-    """The upgraded entry as the matrix loader reads it, from a temporary file beside the real one (its
+    """The upgraded entry as the matrix loader reads it (see `_upgraded_matrix`)."""
+    return _upgraded_matrix(stacks_file, text, name).get(name)
+
+
+def _upgraded_matrix(stacks_file: Path, text: str, name: str) -> Matrix:
+    """The upgraded matrix as the loader reads it, from a temporary file beside the real one (its
     `locks/` and relative paths are the same)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{stacks_file.stem}.upgrade-", suffix=".yaml", dir=stacks_file.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         try:
-            return load_matrix(tmp).get(name)
+            matrix = load_matrix(tmp)
+            matrix.get(name)
+            return matrix
         except ConfigError as exc:
             raise SglstackError(f"the upgraded entry of stack '{name}' does not validate ({exc.reason}); "
                                 f"{stacks_file} is unchanged") from None
@@ -285,40 +379,80 @@ def _load_upgraded(stacks_file: Path, text: str, name: str) -> Stack:
             os.unlink(tmp)
 
 
-def _write_atomically(path: Path, text: str) -> Path:
-    """`text` in a temporary file beside `path`, ready for one rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return Path(tmp)
+@contextlib.contextmanager
+def _kept(path: Path) -> Iterator[Path | None]:
+    """A second name for the file at `path` (a hard link: no data written, so a full disk cannot stop
+    putting it back), or None when there is none; removed after the block."""
+    if not os.path.lexists(path):
+        yield None
+        return
+    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.old")
+    try:
+        os.link(path, aside, follow_symlinks=False)
+    except OSError as exc:
+        raise OutputNotWritable(f"{path}: cannot be replaced ({exc.strerror or type(exc).__name__}); it is as "
+                                "it was") from None
+    try:
+        yield aside
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
 
 
 def write_upgrade(stacks_file: Path, text: str, lock_file: Path, lock: Lock) -> None:
-    """The stacks file and its lock, each by one rename: the lock first, then the stacks file; if the
-    second rename fails the first is undone, so the pair never disagrees."""
-    staged = [_write_atomically(stacks_file, text),
-              _write_atomically(lock_file, render_lock(lock, stacks_file=stacks_file.name))]
-    old_lock = lock_file.read_bytes() if lock_file.is_file() else None
-    try:
-        os.replace(staged[1], lock_file)
+    """The stacks file and its lock, both written whole beside their files first (where a full disk
+    stops it, with nothing replaced), then each by one rename: the lock, then the stacks file; if the
+    second rename fails the first is undone, so the pair never disagrees. The stacks file is replaced
+    through a link to it (the link stays) and keeps its mode; a new lock takes its siblings' mode."""
+    target = Path(os.path.realpath(stacks_file))
+    make_folder(lock_file.parent, lock_file.parent)
+    with staged(target, text.encode("utf-8"), mode=sibling_mode(target, target.name)) as new_stacks, \
+            staged(lock_file, render_lock(lock, stacks_file=stacks_file.name).encode("utf-8"),
+                   mode=sibling_mode(lock_file, "*.txt")) as new_lock, _kept(lock_file) as old_lock, deferred():
         try:
-            os.replace(staged[0], stacks_file)
-        except BaseException:
-            if old_lock is None:
-                lock_file.unlink()
-            else:
-                lock_file.write_bytes(old_lock)
-            raise
-    finally:
-        for tmp in staged:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+            os.replace(new_lock, lock_file)
+        except OSError as exc:
+            raise OutputNotWritable(f"{lock_file}: cannot be written ({exc.strerror or type(exc).__name__}); "
+                                    f"{stacks_file} and its locks are as they were") from None
+        try:
+            os.replace(new_stacks, target)
+        except OSError as exc:
+            try:
+                if old_lock is None:
+                    lock_file.unlink()
+                else:
+                    os.replace(old_lock, lock_file)
+                undone = f"{stacks_file} and its locks are as they were"
+            except OSError:  # a rename in this folder just worked: this is all but never reached
+                undone = f"{lock_file} is the new lock: run `invoke lock` for it"
+            raise OutputNotWritable(f"{stacks_file}: cannot be written ({exc.strerror or type(exc).__name__}); "
+                                    f"{undone}") from None
+
+
+def _unchanged_since_read(inputs: Inputs) -> None:
+    """Refuse to replace a stacks file someone edited while the upgrade ran: their edit would be lost."""
+    try:
+        now = inputs.stacks_file.read_bytes()
+    except OSError:
+        now = None
+    if inputs.source is not None and now != inputs.source:
+        raise SglstackError(f"{inputs.stacks_file}: changed while the upgrade ran: nothing written (run the "
+                            "upgrade again on the file as it is now)")
+
+
+def _write_report(path: Path, text: str) -> None:
+    write_text(containing_root(path, build_root()), path, text)
 
 
 def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
                     write: bool = False, json_path: str | None = None, engines: Engines | None = None) -> int:
     engines = engines or Engines()
+    with file_lock(Path(stacks_file), "upgrade --write") if write else contextlib.nullcontext():
+        return _upgrade(stacks_file, stack_name, version, as_name, write, json_path, engines)
+
+
+def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
+             json_path: str | None, engines: Engines) -> int:
     console = make_console()
     inputs = check_inputs(stacks_file, stack_name, version, as_name, write, json_path, engines.available)
     start = time.monotonic()
@@ -336,16 +470,16 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
     out_dir = build_root() / plan.new_stack / "upgrade"
-    out_dir.mkdir(parents=True, exist_ok=True)
     if lock is not None and not inputs.write:
-        (out_dir / "lock.txt").write_text(render_lock(lock), encoding="utf-8")
+        _write_report(out_dir / "lock.txt", render_lock(lock))
     markdown = to_markdown(plan)
-    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+    _write_report(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
-    (out_dir / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _write_report(out_dir / "report.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.json_path:
-        inputs.json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        _write_report(inputs.json_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.write and writable and lock is not None:
+        _unchanged_since_read(inputs)
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
     console.print(Markdown(markdown))
     written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"

@@ -3,6 +3,7 @@ SGLang wheel that carries only its METADATA, the files it writes and the lines i
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import types
@@ -14,6 +15,7 @@ import pytest
 from rich.console import Console
 
 from sglstack.core.errors import SglstackError
+from sglstack.core.safefiles import OutputNotWritable
 from sglstack.lock.file import Lock, LockedPackage, lock_path, read_lock, render_lock, write_lock
 from sglstack.lock.flow import LockError
 from sglstack.upgrade import command
@@ -301,17 +303,20 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
 
     def replace(src, dst):
         if Path(dst) == stacks:
-            raise OSError("read-only")
+            raise OSError(errno.EROFS, "Read-only file system")
         real_replace(src, dst)
 
     monkeypatch.setattr(command.os, "replace", replace)
-    with pytest.raises(OSError):
+    message = f"{stacks}: cannot be written (Read-only file system); {stacks} and its locks are as they were"
+    with pytest.raises(OutputNotWritable) as err:
         command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    assert str(err.value) == message
     assert not lock_file.exists() and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "stacks.yaml"]
     lock_file.write_text("previous lock\n")
-    with pytest.raises(OSError):
+    with pytest.raises(OutputNotWritable) as err:
         command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    assert str(err.value) == message
     assert lock_file.read_text() == "previous lock\n" and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "s1.txt", "stacks.yaml"]
     monkeypatch.setattr(command.os, "replace", real_replace)
