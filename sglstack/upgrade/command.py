@@ -198,14 +198,13 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         _check_json_path(json_path, Path(stacks_file))
     heirs = descendants(matrix, stack_name)
     if write and as_name is None and heirs:
-        names = ", ".join(f"'{n}'" for n in heirs)
-        raise UpgradeInputError(f"--write would move stack{'s' * (len(heirs) > 1)} {names} too "
-                                f"({'they inherit' if len(heirs) > 1 else 'it inherits'} it): upgrade it as a new "
-                                f"stack with --as NEW, which leaves {'them' if len(heirs) > 1 else 'it'} as "
-                                f"{'they are' if len(heirs) > 1 else 'it is'}", file=str(stacks_file),
+        raise UpgradeInputError(f"--write would also change {_stacks(heirs)}, which inherit{'s' * (len(heirs) == 1)} "
+                                "it: write the upgrade as a new stack with --as NEW instead", file=str(stacks_file),
                                 stack=stack_name)
     if Version(version) == Version(stack.sglang.version):
         raise UpgradeInputError(f"--sglang {version}: the stack already pins it", stack=stack_name, key="sglang")
+    new_name = as_name or stack_name
+    _check_writable(Path(stacks_file), new_name, write)
     try:
         releases = available("sglang")
     except WheelFetchError as exc:
@@ -214,10 +213,12 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         newest = max((v for v in releases if not Version(v).is_prerelease), key=Version, default=None)
         raise UpgradeInputError(f"--sglang {version}: no such release of sglang on the package index"
                                 + (f" (newest: {newest})" if newest else ""))
-    new_name = as_name or stack_name
-    _check_writable(Path(stacks_file), new_name, write)
     return Inputs(Path(stacks_file), matrix, stack, version, new_name, write,
                   Path(json_path).expanduser() if json_path else None, source)
+
+
+def _stacks(names: list[str]) -> str:
+    return f"stack{'s' * (len(names) > 1)} " + ", ".join(f"'{n}'" for n in names)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -315,12 +316,11 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     moved = [n for n, s in inputs.matrix.stacks.items()
              if n != inputs.new_name and (n not in new_matrix.stacks or new_matrix.stacks[n] != s)]
     if moved:
-        names = ", ".join(f"'{n}'" for n in moved)
         if inputs.write:
-            raise UpgradeInputError(f"--write would change stack{'s' * (len(moved) > 1)} {names} too: nothing "
-                                    f"written (upgrade it with --as NEW)", file=file, stack=stack.name)
-        notes.append(f"--write would be refused: the edit changes stack{'s' * (len(moved) > 1)} {names} too "
-                     f"(upgrade it with --as NEW)")
+            raise UpgradeInputError(f"--write would also change {_stacks(moved)}: nothing written (write the "
+                                    "upgrade as a new stack with --as NEW)", file=file, stack=stack.name)
+        notes.append(f"--write would be refused: the edit also changes {_stacks(moved)} (write the upgrade as a "
+                     "new stack with --as NEW)")
     conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
     old_lock_file = lock_path(inputs.stacks_file, stack.name)
     old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None

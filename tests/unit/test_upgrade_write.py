@@ -1,0 +1,436 @@
+"""`upgrade --write` edits exactly one stack, atomically.
+
+One stack: whatever the file shares between stacks (a YAML anchor on a mapping, a list, a scalar or a whole
+entry, in `defaults:` or a stack; an `inherits:` chain), every OTHER stack loads the same after the write as
+before, compared as whole model dumps; what cannot be kept so is refused before any work, in one line.
+
+Atomically: the matrix is locked for the run, written through a link with its mode, a new lock takes its
+siblings' mode, a full disk (a real small tmpfs, and ENOSPC at the write) leaves both files as they were and no
+temporary file; `--json` is checked before the work, never an input. The engines are the doubles of
+test_upgrade_command (no package index, no resolver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_upgrade_command import STACKS, World, _lock
+
+from sglstack.config.matrix import load_matrix
+from sglstack.core import safefiles
+from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
+from sglstack.lock.file import lock_path, render_lock
+from sglstack.upgrade import command
+from sglstack.upgrade.stacksfile import edited
+
+HEAD = 'defaults:\n  python: "3.12"\n  serving:\n    model: org/model\n\nstacks:\n'
+
+
+def entry(name: str, body: str) -> str:
+    return f"  {name}:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+PLAIN = "base_image: debian:bookworm-slim\nsglang:\n  version: 0.5.9"
+
+
+def dumps(stacks_file: Path) -> dict[str, str]:
+    """Every stack's resolved config, as the bytes a comparison sees."""
+    return {name: json.dumps(stack.model_dump(mode="json"), sort_keys=True)
+            for name, stack in load_matrix(stacks_file).stacks.items()}
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    return tmp_path
+
+
+def run(stacks_file: Path, stack: str, world: World, **kw: Any) -> int:
+    return command.upgrade_command(str(stacks_file), stack, "0.5.10", engines=world.engines(), **kw)
+
+
+def report(workdir: Path, stack: str) -> dict[str, Any]:
+    return json.loads((workdir / "build" / stack / "upgrade" / "report.json").read_text())
+
+
+# ---- one stack: anchors -----------------------------------------------------------------------------
+
+SHAPES = {
+    # an anchor on a mapping the upgrade edits, in the upgraded stack; the other stack aliases it
+    "mapping, defined here": (
+        entry("a", "base_image: debian:bookworm-slim\nsglang: &sg\n  version: 0.5.9   # the pin")
+        + entry("b", "base_image: debian:bookworm-slim\nsglang: *sg"), "a",
+        ["stack 'a': `sglang` was shared with stack 'b' through a YAML anchor: the upgrade writes 'a''s own copy, "
+         "and stack 'b' keeps the old values"]),
+    # the same, upgrading the stack that holds the alias
+    "mapping, aliased here": (
+        entry("a", "base_image: debian:bookworm-slim\nsglang: &sg\n  version: 0.5.9")
+        + entry("b", "base_image: debian:bookworm-slim\nsglang: *sg") + entry("c", PLAIN.replace(
+            "sglang:\n  version: 0.5.9", "sglang: *sg")), "b",
+        ["stack 'b': `sglang` was shared with stacks 'a', 'c' through a YAML anchor: the upgrade writes 'b''s own "
+         "copy, and stacks 'a', 'c' keep the old values"]),
+    # a whole entry aliased by another
+    "whole entry": (entry("a", PLAIN).replace("  a:\n", "  a: &a\n") + "  b: *a\n", "a",
+                    ["stack 'a': the whole entry was shared with stack 'b' through a YAML anchor: the upgrade writes "
+                     "'a''s own copy, and stack 'b' keeps the old values"]),
+    "whole entry, the alias upgraded": (
+        entry("a", PLAIN).replace("  a:\n", "  a: &a\n") + "  b: *a\n", "b",
+        ["stack 'b': the whole entry was shared with stack 'a' through a YAML anchor: the upgrade writes 'b''s own "
+         "copy, and stack 'a' keeps the old values"]),
+    # a scalar the upgrade replaces (the description), anchored here
+    "scalar": (entry("a", "description: &d SGLang 0.5.9 on Debian\n" + PLAIN)
+               + entry("b", "description: *d\n" + PLAIN), "a", []),
+    # a list anchored in the upgraded stack (the upgrade does not edit it: it stays shared)
+    "list": (entry("a", PLAIN + "\nplatforms: &p [linux/amd64]") + entry("b", PLAIN + "\nplatforms: *p"), "a", []),
+    # a mapping in `defaults:` that a stack aliases: defaults hold for every stack
+    "defaults": (entry("a", "base_image: debian:bookworm-slim\nsglang: *sg") + entry("b", PLAIN), "a",
+                 ["stack 'a': `sglang` was shared with `defaults` through a YAML anchor: the upgrade writes 'a''s own "
+                  "copy, and `defaults` keeps the old values"]),
+    # a child of another stack, upgraded: its parent and siblings stay
+    "the child of a chain": (entry("a", PLAIN) + entry("b", "inherits: a\nsglang:\n  version: 0.5.9")
+                             + entry("c", "inherits: a"), "b", []),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_write_changes_the_named_stack_and_no_other(workdir, shape) -> None:
+    body, name, notes = SHAPES[shape]
+    head = HEAD.replace("  python:", "  sglang: &sg\n    version: 0.5.9\n  python:") if shape == "defaults" else HEAD
+    stacks_file = workdir / "stacks.yaml"
+    stacks_file.write_text(head + body)
+    before = dumps(stacks_file)
+    assert run(stacks_file, name, World(workdir, lock=_lock(name, sglang="0.5.10")), write=True) == 0
+    after = dumps(stacks_file)
+    assert {n: d for n, d in after.items() if n != name} == {n: d for n, d in before.items() if n != name}
+    assert load_matrix(stacks_file).get(name).sglang.version == "0.5.10"
+    assert report(workdir, name)["notes"] == notes
+    assert lock_path(stacks_file, name).is_file()
+
+
+def test_the_anchor_stays_with_the_others_and_the_upgraded_entry_gets_its_own_copy(workdir) -> None:
+    stacks_file = workdir / "stacks.yaml"
+    body, name, _ = SHAPES["mapping, defined here"]
+    stacks_file.write_text(HEAD + body)
+    assert run(stacks_file, name, World(workdir, lock=_lock(name, sglang="0.5.10")), write=True) == 0
+    assert stacks_file.read_text() == HEAD + (
+        "  a:\n    base_image: debian:bookworm-slim\n    sglang:\n      version: 0.5.10  # the pin\n"
+        "  b:\n    base_image: debian:bookworm-slim\n    sglang:\n      version: 0.5.9   # the pin\n")
+
+
+# hypothesis: stacks whose `sglang` and `description` are their own, or aliases of an earlier stack's anchor, or
+# whole entries aliasing an earlier one; any stack upgraded; the others load the same
+@st.composite
+def matrices(draw: st.DrawFn) -> tuple[str, str]:
+    n = draw(st.integers(2, 5))
+    text = HEAD
+    anchored: list[str] = []
+    for i in range(n):
+        name = f"s{i}"
+        if any(a.startswith("e") for a in anchored) and draw(st.booleans()):
+            text += f"  {name}: *{draw(st.sampled_from([a for a in anchored if a.startswith('e')]))}\n"
+            continue
+        whole = draw(st.booleans())
+        if whole:
+            anchored.append(f"e{i}")
+        lines = ["base_image: debian:bookworm-slim"]
+        sglang_from = [a for a in anchored if a.startswith("v")]
+        if sglang_from and draw(st.booleans()):
+            lines.append(f"sglang: *{draw(st.sampled_from(sglang_from))}")
+        else:
+            anchor = f" &v{i}" if draw(st.booleans()) else ""
+            lines += [f"sglang:{anchor}", "  version: 0.5.9"]
+            if anchor:
+                anchored.append(f"v{i}")
+        text += f"  {name}:{' &e' + str(i) if whole else ''}\n" + "".join(f"    {line}\n" for line in lines)
+        if draw(st.booleans()):
+            text += "\n    # a comment between entries\n"
+    return text, f"s{draw(st.integers(0, n - 1))}"
+
+
+@settings(derandomize=True, max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(matrices(), st.booleans())
+def test_any_sharing_of_anchors_moves_no_other_stack(tmp_path, case, describe) -> None:
+    text, name = case
+    original = tmp_path / "stacks.yaml"
+    original.write_text(text)
+    edits: dict[str, Any] = {"sglang": {"version": "0.5.10"}, **({"description": "moved"} if describe else {})}
+    out = edited(text, file="stacks.yaml", stack=name, edits=edits, as_name=None)
+    upgraded = tmp_path / "upgraded.yaml"
+    upgraded.write_text(out.text)
+    before, after = dumps(original), dumps(upgraded)
+    assert {n: d for n, d in after.items() if n != name} == {n: d for n, d in before.items() if n != name}
+    assert load_matrix(upgraded).get(name).sglang.version == "0.5.10"
+    assert "&" not in out.text.split(f"  {name}:")[1].split("\n  s")[0]  # no anchor of its own kept: a copy
+
+
+# ---- one stack: inherits, and what cannot be edited alone -------------------------------------------------
+
+CHAIN = HEAD + entry("a", PLAIN) + entry("b", "inherits: a") + entry("c", "inherits: b") + entry("d", PLAIN)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("a", "stack 'a': --write would also change stacks 'b', 'c', which inherit it: write the upgrade as a new stack "
+          "with --as NEW instead"),
+    ("b", "stack 'b': --write would also change stack 'c', which inherits it: write the upgrade as a new stack with "
+          "--as NEW instead"),
+])
+def test_a_stack_others_inherit_is_refused_with_their_names_before_any_work(workdir, name, message) -> None:
+    stacks_file = workdir / "stacks.yaml"
+    stacks_file.write_text(CHAIN)
+    world = World(workdir, lock=_lock(name, sglang="0.5.10"))
+    with pytest.raises(command.UpgradeInputError) as err:
+        run(stacks_file, name, world, write=True)
+    assert str(err.value) == f"{stacks_file}: {message}" and err.value.exit_code == 2
+    assert world.calls == [] and stacks_file.read_text() == CHAIN and not (workdir / "locks").exists()
+
+
+def test_a_stack_others_inherit_upgrades_as_a_new_stack_and_reports_without_write(workdir) -> None:
+    stacks_file = workdir / "stacks.yaml"
+    stacks_file.write_text(CHAIN)
+    before = dumps(stacks_file)
+    world = World(workdir, lock=_lock("a2", sglang="0.5.10"))
+    assert run(stacks_file, "a", world, as_name="a2", write=True) == 0
+    assert {n: d for n, d in dumps(stacks_file).items() if n != "a2"} == before
+    # without --write the report says what --write would do
+    assert run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10"))) == 0
+    assert report(workdir, "a")["notes"] == [
+        "--write would be refused: the edit also changes stacks 'b', 'c' (write the upgrade as a new stack with "
+        "--as NEW)"]
+
+
+def test_an_edit_that_would_move_another_stack_writes_nothing(workdir, monkeypatch) -> None:
+    """The last guard, whatever the editor does: any other stack that loads differently stops the write."""
+    stacks_file = workdir / "stacks.yaml"
+    text = HEAD + entry("a", PLAIN) + entry("b", PLAIN)
+    stacks_file.write_text(text)
+    real = command.edited
+
+    def careless(*args: Any, **kw: Any):
+        out = real(*args, **kw)
+        return type(out)(out.text.replace("version: 0.5.9", "version: 0.5.10"), out.notes)
+
+    monkeypatch.setattr(command, "edited", careless)
+    with pytest.raises(command.UpgradeInputError) as err:
+        run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True)
+    assert str(err.value) == (f"{stacks_file}: stack 'a': --write would also change stack 'b': nothing written "
+                              "(write the upgrade as a new stack with --as NEW)")
+    assert stacks_file.read_text() == text and not lock_path(stacks_file, "a").exists()
+
+
+def test_a_merge_key_is_refused_in_one_line_before_any_work(workdir) -> None:
+    stacks_file = workdir / "stacks.yaml"
+    text = HEAD + entry("a", PLAIN + "\nserving: &srv\n  model: org/model") + entry("b", PLAIN + "\nserving:\n"
+                                                                                  "  <<: *srv\n  port: 30001")
+    stacks_file.write_text(text)
+    world = World(workdir)
+    with pytest.raises(command.UpgradeInputError) as err:
+        run(stacks_file, "a", world, write=True)
+    assert str(err.value) == f"{stacks_file}:18: YAML merge keys (<<) are not supported" and world.calls == []
+    assert stacks_file.read_text() == text
+
+
+# ---- atomically: the lock, links, modes -------------------------------------------------------------
+
+@pytest.fixture()
+def repo(workdir) -> Path:
+    (workdir / "stacks.yaml").write_text(STACKS)
+    return workdir / "stacks.yaml"
+
+
+def test_a_second_write_of_the_matrix_is_refused_at_once_and_writes_nothing(repo, workdir) -> None:
+    world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+    with file_lock(repo, "upgrade --write"), pytest.raises(FileBusy) as err:
+        run(repo, "s1", world, write=True)
+    assert str(err.value) == (f"{repo} is busy: another task holds its lock (one `invoke upgrade --write` of a file "
+                              "at a time): run it again when that one ends")
+    assert err.value.exit_code == BUSY_EXIT == 75 and world.calls == [] and repo.read_text() == STACKS
+    assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]  # no lock file beside it either
+    # the lock is held for the whole run: a second writer during the resolution is refused
+    refused: list[str] = []
+
+    def resolve(stack, previous, glibc):
+        with contextlib.suppress(FileBusy), file_lock(repo, "upgrade --write"):
+            refused.append("not refused")
+        refused.append("refused") if not refused else None
+        return _lock(stack.name, sglang="0.5.10")
+
+    world.resolve = resolve  # type: ignore[method-assign]
+    assert run(repo, "s1", world, write=True) == 0
+    assert refused == ["refused"]
+
+
+def test_an_edit_made_while_the_upgrade_ran_is_never_lost(repo, workdir) -> None:
+    """A writer that takes no lock (a person's editor, a script): the upgrade writes only over the text it read."""
+    world = World(workdir, lock=_lock("s1-next", sglang="0.5.10"))
+    theirs = STACKS + entry("mine", PLAIN)
+
+    def resolve(stack, previous, glibc):
+        repo.write_text(theirs)
+        return _lock(stack.name, sglang="0.5.10")
+
+    world.resolve = resolve  # type: ignore[method-assign]
+    with pytest.raises(command.SglstackError) as err:
+        run(repo, "s1", world, as_name="s1-next", write=True)
+    assert str(err.value) == (f"{repo}: changed while the upgrade ran: nothing written (run the upgrade again on the "
+                              "file as it is now)")
+    assert repo.read_text() == theirs and not lock_path(repo, "s1-next").exists()
+
+
+def test_write_goes_through_a_link_to_the_stacks_file_and_keeps_modes(workdir) -> None:
+    real = workdir / "config" / "matrix.yaml"
+    real.parent.mkdir()
+    real.write_text(STACKS)
+    real.chmod(0o640)
+    link = workdir / "stacks.yaml"
+    link.symlink_to("config/matrix.yaml")
+    (workdir / "locks").mkdir()
+    sibling = workdir / "locks" / "other.txt"
+    sibling.write_text("a lock\n")
+    sibling.chmod(0o664)
+    assert run(link, "s1", World(workdir, lock=_lock("s1", sglang="0.5.10")), write=True) == 0
+    assert link.is_symlink() and os.readlink(link) == "config/matrix.yaml"
+    assert "version: 0.5.10" in real.read_text() and stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert stat.S_IMODE(lock_path(link, "s1").stat().st_mode) == 0o664  # the sibling locks' mode
+    assert sorted(p.name for p in real.parent.iterdir()) == ["matrix.yaml"]
+    assert sorted(p.name for p in workdir.iterdir() if p.suffix != ".whl") == ["build", "config", "locks",
+                                                                                "stacks.yaml"]
+    # an existing lock keeps its own mode
+    lock_path(link, "s1").chmod(0o600)
+    assert command.upgrade_command(str(link), "s1", "0.5.11rc1", engines=World(
+        workdir, lock=_lock("s1", sglang="0.5.11rc1")).engines(), write=True) == 0
+    assert stat.S_IMODE(lock_path(link, "s1").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_a_first_lock_is_0644_under_the_umask(repo, workdir, mask, mode) -> None:
+    old = os.umask(mask)
+    try:
+        assert run(repo, "s1", World(workdir, lock=_lock("s1", sglang="0.5.10")), write=True) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(lock_path(repo, "s1").stat().st_mode) == mode
+    assert stat.S_IMODE(repo.stat().st_mode) == 0o644  # the stacks file kept its own
+
+
+# ---- atomically: full disks ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str = "64k"):
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
+                          text=True, check=False)
+    if proc.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while fh.write(b"\0" * 4096):
+            pass
+    return filler
+
+
+def test_a_full_disk_leaves_both_files_as_they_were_and_no_temp_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    with tmpfs(tmp_path / "fs") as fs:
+        stacks_file = fs / "stacks.yaml"
+        stacks_file.write_text(STACKS)
+        (fs / "locks").mkdir()
+        old_lock = render_lock(_lock("s1", sglang="0.5.9"), stacks_file="stacks.yaml")
+        lock_path(stacks_file, "s1").write_text(old_lock)
+        world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+        world.coverage = lambda stack: fill(fs) and None  # type: ignore[method-assign]  # fills it mid-run
+        with pytest.raises(OutputNotWritable) as err:
+            run(stacks_file, "s1", world, write=True)
+        assert str(err.value) == f"{stacks_file}: cannot be written (No space left on device); it is as it was"
+        assert stacks_file.read_text() == STACKS and lock_path(stacks_file, "s1").read_text() == old_lock
+        assert sorted(p.name for p in fs.rglob("*")) == ["filler", "locks", "s1.txt", "stacks.yaml"]
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_enospc_at_either_write_leaves_no_temp_file(repo, workdir, monkeypatch, which) -> None:
+    calls = []
+    real = safefiles.os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == which:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(safefiles.os, "fsync", fsync)
+    lock_file = lock_path(repo, "s1")
+    with pytest.raises(OutputNotWritable) as err:
+        command.write_upgrade(repo, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    assert str(err.value) == f"{[repo, lock_file][which - 1]}: cannot be written (No space left on device); it is " \
+                             "as it was"
+    assert repo.read_text() == STACKS and not lock_file.exists()
+    assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == ["locks", "stacks.yaml"]
+
+
+# ---- --json and a read-only checkout: refused before the work -----------------------------------------
+
+def test_json_to_a_folder_or_an_input_is_refused_before_any_work(repo, workdir) -> None:
+    lock_path(repo, "s1").parent.mkdir()
+    lock_path(repo, "s1").write_text("a lock\n")
+    (workdir / "link.json").symlink_to("stacks.yaml")
+    os.link(repo, workdir / "hard.json")
+    (workdir / "out").mkdir()
+    cases = [
+        ("out", "is a folder (give the path of a file)"),
+        ("stacks.yaml", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
+        ("link.json", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
+        ("hard.json", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
+        ("locks/s1.txt", f"is the lock {lock_path(repo, 's1')}, an input of the upgrade (never overwritten): give "
+                         "another path"),
+        ("locks/new.json", f"is in {workdir / 'locks'}, the folder of the stacks' locks: give another path"),
+    ]
+    for given_path, message in cases:
+        world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+        path = str(workdir / given_path)
+        with pytest.raises(command.UpgradeInputError) as err:
+            run(repo, "s1", world, write=True, json_path=path)
+        assert (str(err.value), err.value.exit_code) == (f"--json {path}: {message}", 2)
+        assert world.calls == [] and repo.read_text() == STACKS
+    assert lock_path(repo, "s1").read_text() == "a lock\n" and not (workdir / "build").exists()
+
+
+def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) -> None:
+    with tmpfs(tmp_path / "checkout") as checkout:
+        (checkout / "stacks.yaml").write_text(STACKS)
+        subprocess.run(["mount", "-o", "remount,ro", str(checkout)], check=True)
+        monkeypatch.chdir(checkout)
+        monkeypatch.delenv("SGLSTACK_BUILD_DIR", raising=False)
+        world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+        with pytest.raises(OutputNotWritable) as err:  # the report's folder, build/ in the checkout
+            run(Path("stacks.yaml"), "s1", world)
+        assert str(err.value) == "build/s1/upgrade: cannot be created (Read-only file system)"
+        monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+        with pytest.raises(OutputNotWritable) as err:
+            run(Path("stacks.yaml"), "s1", world, write=True)
+        assert str(err.value) == "--write: the stacks file " + str(checkout / "stacks.yaml") + \
+            ": cannot be written (Read-only file system)"
+        out = tmp_path / "ro-out"
+        out.mkdir()
+        with tmpfs(out) as ro:
+            subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+            with pytest.raises(OutputNotWritable) as err:
+                run(Path("stacks.yaml"), "s1", world, json_path=str(ro / "u.json"))
+            assert str(err.value) == f"--json {ro / 'u.json'}: cannot be written (Read-only file system)"
+        assert world.calls == []
