@@ -326,10 +326,12 @@ def _flocked(path: Path, key: tuple[str, int], task: str, folder: Path, stack: s
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, task: str) -> Iterator[None]:
-    """Hold an exclusive flock on the file `path` itself (the file a link leads to) for the block; a second
-    holder gets `FileBusy` at once (see the module's doc). The file, not a sibling `.lock`, so that no
-    stray file is left in a checkout and a read-only one can still be locked, and read.
+def file_lock(path: Path, task: str, *, shared: bool = False) -> Iterator[None]:
+    """Hold an flock on the file `path` itself (the file a link leads to) for the block: exclusive for a
+    task that rewrites it, `shared` for one that writes what follows from it (many at once, none while
+    it is rewritten); a holder it cannot join gets `FileBusy` at once (see the module's doc). The file,
+    not a sibling `.lock`, so that no stray file is left in a checkout and a read-only one can still be
+    locked, and read.
 
     A writer that replaces the file by a rename keeps the lock on the old file until it ends: a task that
     opens the new one then reads what that writer wrote. One that opened the old file just before, and
@@ -341,12 +343,12 @@ def file_lock(path: Path, task: str) -> Iterator[None]:
         raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
-            raise FileBusy(f"{path} is busy: another task holds its lock (one `invoke {task}` of a file at a "
-                           "time): run it again when that one ends") from None
+            raise FileBusy(f"{path} is busy: another task holds its lock (`invoke {task}` waits for no task that "
+                           "rewrites it or writes from it): run it again when that one ends") from None
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..config.schema import DEFAULT_KERNEL_PACKAGE, Stack
 from ..core.errors import ConfigError
-from ..core.safefiles import write_text
+from ..core.safefiles import sibling_mode, write_text
 
 LOCK_FORMAT = "1"
 LOCKS_DIR = "locks"
@@ -491,5 +491,6 @@ def read_lock(path: Path) -> Lock:
 
 def write_lock(path: Path, lock: Lock, *, stacks_file: str | None = None) -> None:
     """Write atomically: an interrupted or failed `invoke lock` (a full disk, a read-only folder: one
-    line) leaves the old lock, never half a new one, and no temp file."""
-    write_text(path.parent, path, render_lock(lock, stacks_file=stacks_file))
+    line) leaves the old lock, never half a new one, and no temp file. It keeps its mode; a first lock
+    takes its siblings'."""
+    write_text(path.parent, path, render_lock(lock, stacks_file=stacks_file), mode=sibling_mode(path, "*.txt"))

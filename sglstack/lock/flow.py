@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,6 +50,7 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
 from ..core.records import require_writable, utc_timestamp
+from ..core.safefiles import file_lock
 from ..diff.compare import lock_snapshot, print_diff, snapshot_diff
 from .file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, with_edges, write_lock
 from .plan import (
@@ -376,7 +378,16 @@ class LockResult:
 
 def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str] = (),
                compile_fn: CompileFn = compile_many) -> LockResult:
-    """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept)."""
+    """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept).
+
+    The matrix is held (shared) from the read to the write: an `upgrade --write` of it in between would
+    leave this lock resolved for the entry it replaced."""
+    with file_lock(Path(stacks_file), "lock", shared=True) if Path(stacks_file).is_file() else nullcontext():
+        return _lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages, compile_fn=compile_fn)
+
+
+def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str],
+                compile_fn: CompileFn) -> LockResult:
     stack = load_matrix(stacks_file).get(stack_name)
     path = lock_path(stacks_file, stack_name)
     previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -362,11 +361,8 @@ def _load_upgraded(stacks_file: Path, text: str, name: str) -> Stack:
 
 def _upgraded_matrix(stacks_file: Path, text: str, name: str) -> Matrix:
     """The upgraded matrix as the loader reads it, from a temporary file beside the real one (its
-    `locks/` and relative paths are the same)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{stacks_file.stem}.upgrade-", suffix=".yaml", dir=stacks_file.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    `locks/` and relative paths are the same; a full disk is one line, and leaves no file)."""
+    with staged(stacks_file, text.encode("utf-8"), mode=0o600) as tmp:
         try:
             matrix = load_matrix(tmp)
             matrix.get(name)
@@ -374,9 +370,6 @@ def _upgraded_matrix(stacks_file: Path, text: str, name: str) -> Matrix:
         except ConfigError as exc:
             raise SglstackError(f"the upgraded entry of stack '{name}' does not validate ({exc.reason}); "
                                 f"{stacks_file} is unchanged") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 @contextlib.contextmanager

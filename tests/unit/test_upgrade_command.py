@@ -548,7 +548,7 @@ def test_the_upgraded_entry_is_read_from_a_hidden_file_beside_the_real_one(repo,
     monkeypatch.setattr(command, "load_matrix", load_matrix)
     assert command._load_upgraded(repo, STACKS, "s1").name == "s1"
     (path,) = read
-    assert path.parent == repo.parent and path.name.startswith(".stacks.upgrade-") and path.suffix == ".yaml"
+    assert path.parent == repo.parent and path.name.startswith(".stacks.yaml.") and path.suffix == ".tmp"
     assert sorted(p.name for p in repo.parent.iterdir()) == ["stacks.yaml"]
 
 

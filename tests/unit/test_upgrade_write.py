@@ -434,3 +434,21 @@ def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) 
                 run(Path("stacks.yaml"), "s1", world, json_path=str(ro / "u.json"))
             assert str(err.value) == f"--json {ro / 'u.json'}: cannot be written (Read-only file system)"
         assert world.calls == []
+
+
+def test_invoke_lock_and_upgrade_write_of_one_matrix_refuse_each_other(repo, workdir) -> None:
+    """`invoke lock` reads the matrix, resolves for minutes, writes a lock: an `upgrade --write` in between would
+    leave that lock resolved for the entry it replaced."""
+    from sglstack.lock import flow
+
+    def resolved(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("resolved")
+
+    with file_lock(repo, "upgrade --write"), pytest.raises(FileBusy) as err:
+        flow.lock_stack(repo, "s1", compile_fn=resolved)
+    assert str(err.value) == (f"{repo} is busy: another task holds its lock (`invoke lock` waits for no task that "
+                              "rewrites it or writes from it): run it again when that one ends")
+    world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+    with file_lock(repo, "lock", shared=True), pytest.raises(FileBusy):
+        run(repo, "s1", world, write=True)
+    assert world.calls == [] and repo.read_text() == STACKS and not (workdir / "locks").exists()

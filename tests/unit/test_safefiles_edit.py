@@ -1,0 +1,140 @@
+"""safefiles for the files a user owns and several tasks edit (stacks.yaml, its locks): `staged`,
+`edit_in_place`, `sibling_mode`, `file_lock`. Tests run as root, where a mode does not stop a write: a failing
+system call is stood in for by one raising the OSError the kernel would give."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sglstack.core import safefiles
+from sglstack.core.safefiles import (
+    BUSY_EXIT,
+    FileBusy,
+    OutputNotWritable,
+    edit_in_place,
+    file_lock,
+    sibling_mode,
+    staged,
+)
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_staged_writes_whole_with_the_mode_beside_the_file_and_removes_what_is_left(tmp_path) -> None:
+    path = tmp_path / "f.txt"
+    with staged(path, b"new", mode=0o640) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".f.txt.") and tmp.suffix == ".tmp"
+        assert tmp.read_bytes() == b"new" and stat.S_IMODE(tmp.stat().st_mode) == 0o640
+        os.replace(tmp, path)
+    assert path.read_bytes() == b"new" and names(tmp_path) == ["f.txt"]
+    with pytest.raises(KeyboardInterrupt), staged(path, b"newer", mode=0o644):
+        raise KeyboardInterrupt  # whatever stops the block: the temp file goes
+    assert path.read_bytes() == b"new" and names(tmp_path) == ["f.txt"]
+
+
+@pytest.mark.parametrize(("where", "call"), [
+    (safefiles.tempfile, "mkstemp"),  # no temp file at all (a read-only folder)
+    (safefiles.os, "fsync"),  # the data did not reach the disk (a full disk)
+    (safefiles.os, "chmod"),
+])
+def test_staged_that_cannot_be_written_is_one_line_and_leaves_no_temp_file(tmp_path, monkeypatch, where, call) -> None:
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(where, call, full)
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"old")
+    with pytest.raises(OutputNotWritable) as err, staged(path, b"new", mode=0o644):
+        raise AssertionError("not reached")
+    assert str(err.value) == f"{path}: cannot be written (No space left on device); it is as it was"
+    assert path.read_bytes() == b"old" and names(tmp_path) == ["f.txt"]
+
+
+def test_edit_in_place_writes_through_a_link_and_keeps_the_mode(tmp_path) -> None:
+    real = tmp_path / "real" / "stacks.yaml"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    real.chmod(0o664)
+    link = tmp_path / "stacks.yaml"
+    link.symlink_to(real)
+    assert edit_in_place(link, b"new\n") == real
+    assert link.is_symlink() and real.read_text() == "new\n" and stat.S_IMODE(real.stat().st_mode) == 0o664
+    assert names(real.parent) == ["stacks.yaml"]
+
+
+def test_edit_in_place_that_cannot_rename_keeps_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "stacks.yaml"
+    path.write_text("old\n")
+
+    def refuse(src, dst):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(safefiles.os, "replace", refuse)
+    with pytest.raises(OutputNotWritable) as err:
+        edit_in_place(path, b"new\n")
+    assert str(err.value) == f"{path}: cannot be written (Read-only file system); it is as it was"
+    assert path.read_text() == "old\n" and names(tmp_path) == ["stacks.yaml"]
+
+
+def test_a_new_file_takes_its_own_mode_then_its_siblings_then_0644_under_the_umask(tmp_path) -> None:
+    path = tmp_path / "locks" / "new.txt"
+    old = os.umask(0o027)
+    try:
+        assert sibling_mode(path, "*.txt") == 0o640  # no folder yet
+        path.parent.mkdir()
+        (path.parent / ".hidden.txt").write_text("")
+        (path.parent / ".hidden.txt").chmod(0o600)
+        (path.parent / "a-dir.txt").mkdir()
+        assert sibling_mode(path, "*.txt") == 0o640  # a hidden file (a temp file) and a folder are no siblings
+        (path.parent / "b.txt").write_text("")
+        (path.parent / "b.txt").chmod(0o664)
+        assert sibling_mode(path, "*.txt") == 0o664
+        path.write_text("")
+        path.chmod(0o600)
+        assert sibling_mode(path, "*.txt") == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_file_lock_is_exclusive_or_shared_refused_at_once_and_leaves_no_file(tmp_path) -> None:
+    path = tmp_path / "stacks.yaml"
+    path.write_text("x\n")
+    busy = (f"{path} is busy: another task holds its lock (`invoke upgrade --write` waits for no task that rewrites "
+            "it or writes from it): run it again when that one ends")
+    with file_lock(path, "lock", shared=True), file_lock(path, "lock", shared=True):  # two readers at once
+        with pytest.raises(FileBusy) as err, file_lock(path, "upgrade --write"):
+            pass
+        assert (str(err.value), err.value.exit_code) == (busy, BUSY_EXIT)
+    with file_lock(path, "upgrade --write"), pytest.raises(FileBusy), file_lock(path, "lock", shared=True):
+        pass
+    # a link to the file shares its lock; the file is all there is
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    with file_lock(path, "upgrade --write"), pytest.raises(FileBusy), file_lock(link, "upgrade --write"):
+        pass
+    assert names(tmp_path) == ["link.yaml", "stacks.yaml"] and path.read_text() == "x\n"
+    with file_lock(path, "upgrade --write"):
+        pass  # released when the block ends
+
+
+def test_file_lock_of_a_missing_or_unlockable_file_is_one_line(tmp_path, monkeypatch) -> None:
+    with pytest.raises(OutputNotWritable) as err, file_lock(tmp_path / "nope.yaml", "lock"):
+        pass
+    assert str(err.value) == f"{tmp_path / 'nope.yaml'}: cannot be locked (No such file or directory)"
+    path = tmp_path / "stacks.yaml"
+    path.write_text("x\n")
+
+    def nolock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(safefiles.fcntl, "flock", nolock)
+    with pytest.raises(OutputNotWritable) as err, file_lock(path, "lock"):
+        pass
+    assert str(err.value) == f"{path}: cannot be locked (No locks available)"
