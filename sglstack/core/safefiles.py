@@ -347,8 +347,8 @@ def file_lock(path: Path, task: str, *, shared: bool = False) -> Iterator[None]:
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
-            raise FileBusy(f"{path} is busy: another task holds its lock (`invoke {task}` waits for no task that "
-                           "rewrites it or writes from it): run it again when that one ends") from None
+            raise FileBusy(f"{path} is busy: another task is rewriting it or writing from it: run `invoke {task}` "
+                           "again when that one ends") from None
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

@@ -106,8 +106,8 @@ def test_a_new_file_takes_its_own_mode_then_its_siblings_then_0644_under_the_uma
 def test_file_lock_is_exclusive_or_shared_refused_at_once_and_leaves_no_file(tmp_path) -> None:
     path = tmp_path / "stacks.yaml"
     path.write_text("x\n")
-    busy = (f"{path} is busy: another task holds its lock (`invoke upgrade --write` waits for no task that rewrites "
-            "it or writes from it): run it again when that one ends")
+    busy = (f"{path} is busy: another task is rewriting it or writing from it: run `invoke upgrade --write` again "
+            "when that one ends")
     with file_lock(path, "lock", shared=True), file_lock(path, "lock", shared=True):  # two readers at once
         with pytest.raises(FileBusy) as err, file_lock(path, "upgrade --write"):
             pass

@@ -252,8 +252,8 @@ def test_a_second_write_of_the_matrix_is_refused_at_once_and_writes_nothing(repo
     world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
     with file_lock(repo, "upgrade --write"), pytest.raises(FileBusy) as err:
         run(repo, "s1", world, write=True)
-    assert str(err.value) == (f"{repo} is busy: another task holds its lock (one `invoke upgrade --write` of a file "
-                              "at a time): run it again when that one ends")
+    assert str(err.value) == (f"{repo} is busy: another task is rewriting it or writing from it: run `invoke "
+                              "upgrade --write` again when that one ends")
     assert err.value.exit_code == BUSY_EXIT == 75 and world.calls == [] and repo.read_text() == STACKS
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]  # no lock file beside it either
     # the lock is held for the whole run: a second writer during the resolution is refused
@@ -446,8 +446,8 @@ def test_invoke_lock_and_upgrade_write_of_one_matrix_refuse_each_other(repo, wor
 
     with file_lock(repo, "upgrade --write"), pytest.raises(FileBusy) as err:
         flow.lock_stack(repo, "s1", compile_fn=resolved)
-    assert str(err.value) == (f"{repo} is busy: another task holds its lock (`invoke lock` waits for no task that "
-                              "rewrites it or writes from it): run it again when that one ends")
+    assert str(err.value) == (f"{repo} is busy: another task is rewriting it or writing from it: run `invoke lock` "
+                              "again when that one ends")
     world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
     with file_lock(repo, "lock", shared=True), pytest.raises(FileBusy):
         run(repo, "s1", world, write=True)
