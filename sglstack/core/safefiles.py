@@ -35,7 +35,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import SglstackError, one_line
@@ -163,7 +163,7 @@ def sibling_mode(path: Path, pattern: str) -> int:
 
 
 @contextlib.contextmanager
-def staged(path: Path, data: bytes, *, mode: int) -> Iterator[Path]:
+def staged(path: Path, data: bytes, *, mode: int, untouched: str = "it is as it was") -> Iterator[Path]:
     """`data` whole in a new temp file beside `path` (fsynced, `mode` set): the caller renames it onto
     `path` with `os.replace`. Whatever the block does, the temp file is gone after it; a failure to write
     it (a full disk, a read-only folder) is `OutputNotWritable` naming `path`."""
@@ -179,7 +179,7 @@ def staged(path: Path, data: bytes, *, mode: int) -> Iterator[Path]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); it is as it was") from None
+        raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); {untouched}") from None
     try:
         yield Path(tmp)
     finally:
@@ -191,12 +191,65 @@ def edit_in_place(path: Path, data: bytes) -> Path:
     """Replace the content of the user's file `path` whole or not at all, through a link (the file it
     points to is replaced; the link stays), its mode kept; returns the file replaced."""
     real = Path(os.path.realpath(path))
-    with staged(real, data, mode=sibling_mode(real, real.name)) as tmp:
-        try:
-            os.replace(tmp, real)
-        except OSError as exc:
-            raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); it is as it was") from None
+    replace_together([(real, data, sibling_mode(real, real.name))])
     return real
+
+
+def replace_together(files: Sequence[tuple[Path, bytes, int]]) -> None:
+    """Replace each `(path, data, mode)` whole, all of them or none: every new file is first written
+    beside its place (where a full disk stops it, nothing replaced), then each is renamed into place in
+    order; if a rename fails, the files renamed before it are put back (each old file is kept under a
+    second name until the end, a hard link: putting it back is a rename, with no data to write). No link
+    at a path is followed: pass the file a link leads to, to write through it."""
+    with contextlib.ExitStack() as stack:
+        untouched = "it is as it was" if len(files) == 1 else "no file was replaced"
+        staged_files = [stack.enter_context(staged(path, data, mode=mode, untouched=untouched))
+                        for path, data, mode in files]
+        kept = [stack.enter_context(_kept(path)) for path, _, _ in files]
+        done: list[int] = []
+        with deferred():  # a signal between two renames would leave the files disagreeing
+            for i, ((path, _, _), new) in enumerate(zip(files, staged_files, strict=True)):
+                try:
+                    os.replace(new, path)
+                except OSError as exc:
+                    undone = _put_back([(files[j][0], kept[j]) for j in reversed(done)])
+                    raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); {undone or untouched}"
+                                            ) from None
+                done.append(i)
+
+
+def _put_back(files: Sequence[tuple[Path, Path | None]]) -> str:
+    """Put each kept old file back at its path (None: there was none); '' when all went back, else what
+    is left where."""
+    left = []
+    for path, old in files:
+        try:
+            if old is None:
+                path.unlink()
+            else:
+                os.replace(old, path)
+        except OSError:  # a rename in this folder just worked: all but never reached
+            left.append(f"{path} is the new one" + (f" (the old one was {old.name})" if old else ""))
+    return "; ".join(left)
+
+
+@contextlib.contextmanager
+def _kept(path: Path) -> Iterator[Path | None]:
+    """A second name for the file at `path` (a link at `path` itself, not its target), or None when there
+    is none; removed after the block."""
+    if not os.path.lexists(path):
+        yield None
+        return
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.old")
+    try:
+        os.link(path, aside, follow_symlinks=False)
+    except OSError as exc:
+        raise OutputNotWritable(f"{path}: cannot be replaced ({_reason(exc)}); it is as it was") from None
+    try:
+        yield aside
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
 
 
 def remove_file(root: Path, path: Path) -> None:

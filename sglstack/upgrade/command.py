@@ -20,8 +20,7 @@ import contextlib
 import json
 import os
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,16 +38,7 @@ from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root, require_writable
-from ..core.safefiles import (
-    OutputNotWritable,
-    containing_root,
-    file_lock,
-    make_folder,
-    sibling_mode,
-    staged,
-    write_text,
-)
-from ..core.signals import deferred
+from ..core.safefiles import containing_root, file_lock, make_folder, replace_together, sibling_mode, staged, write_text
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
@@ -372,54 +362,15 @@ def _upgraded_matrix(stacks_file: Path, text: str, name: str) -> Matrix:
                                 f"{stacks_file} is unchanged") from None
 
 
-@contextlib.contextmanager
-def _kept(path: Path) -> Iterator[Path | None]:
-    """A second name for the file at `path` (a hard link: no data written, so a full disk cannot stop
-    putting it back), or None when there is none; removed after the block."""
-    if not os.path.lexists(path):
-        yield None
-        return
-    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.old")
-    try:
-        os.link(path, aside, follow_symlinks=False)
-    except OSError as exc:
-        raise OutputNotWritable(f"{path}: cannot be replaced ({exc.strerror or type(exc).__name__}); it is as "
-                                "it was") from None
-    try:
-        yield aside
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
-
-
 def write_upgrade(stacks_file: Path, text: str, lock_file: Path, lock: Lock) -> None:
-    """The stacks file and its lock, both written whole beside their files first (where a full disk
-    stops it, with nothing replaced), then each by one rename: the lock, then the stacks file; if the
-    second rename fails the first is undone, so the pair never disagrees. The stacks file is replaced
+    """The lock, then the stacks file, together (`replace_together`: both written whole first; if the
+    second rename fails the first is undone, so the pair never disagrees). The stacks file is replaced
     through a link to it (the link stays) and keeps its mode; a new lock takes its siblings' mode."""
     target = Path(os.path.realpath(stacks_file))
     make_folder(lock_file.parent, lock_file.parent)
-    with staged(target, text.encode("utf-8"), mode=sibling_mode(target, target.name)) as new_stacks, \
-            staged(lock_file, render_lock(lock, stacks_file=stacks_file.name).encode("utf-8"),
-                   mode=sibling_mode(lock_file, "*.txt")) as new_lock, _kept(lock_file) as old_lock, deferred():
-        try:
-            os.replace(new_lock, lock_file)
-        except OSError as exc:
-            raise OutputNotWritable(f"{lock_file}: cannot be written ({exc.strerror or type(exc).__name__}); "
-                                    f"{stacks_file} and its locks are as they were") from None
-        try:
-            os.replace(new_stacks, target)
-        except OSError as exc:
-            try:
-                if old_lock is None:
-                    lock_file.unlink()
-                else:
-                    os.replace(old_lock, lock_file)
-                undone = f"{stacks_file} and its locks are as they were"
-            except OSError:  # a rename in this folder just worked: this is all but never reached
-                undone = f"{lock_file} is the new lock: run `invoke lock` for it"
-            raise OutputNotWritable(f"{stacks_file}: cannot be written ({exc.strerror or type(exc).__name__}); "
-                                    f"{undone}") from None
+    replace_together([(lock_file, render_lock(lock, stacks_file=stacks_file.name).encode("utf-8"),
+                       sibling_mode(lock_file, "*.txt")),
+                      (target, text.encode("utf-8"), sibling_mode(target, target.name))])
 
 
 def _unchanged_since_read(inputs: Inputs) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from sglstack.core.safefiles import (
     OutputNotWritable,
     edit_in_place,
     file_lock,
+    replace_together,
     sibling_mode,
     staged,
 )
@@ -138,3 +140,49 @@ def test_file_lock_of_a_missing_or_unlockable_file_is_one_line(tmp_path, monkeyp
     with pytest.raises(OutputNotWritable) as err, file_lock(path, "lock"):
         pass
     assert str(err.value) == f"{path}: cannot be locked (No locks available)"
+
+
+def test_replace_together_puts_the_first_back_when_the_second_rename_fails(tmp_path, monkeypatch) -> None:
+    first, second, new = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "new.txt"
+    first.write_text("old a\n")
+    second.write_text("old b\n")
+    real = safefiles.os.replace
+
+    def replace(src, dst):
+        if Path(dst) == second:
+            raise OSError(errno.EROFS, "Read-only file system")
+        real(src, dst)
+
+    monkeypatch.setattr(safefiles.os, "replace", replace)
+    with pytest.raises(OutputNotWritable) as err:
+        replace_together([(first, b"new a\n", 0o644), (new, b"new\n", 0o644), (second, b"new b\n", 0o644)])
+    assert str(err.value) == f"{second}: cannot be written (Read-only file system); no file was replaced"
+    assert (first.read_text(), second.read_text()) == ("old a\n", "old b\n") and names(tmp_path) == ["a.txt", "b.txt"]
+
+
+def test_replace_together_that_cannot_put_back_says_what_is_where(tmp_path, monkeypatch) -> None:
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("old a\n")
+    real = safefiles.os.replace
+
+    def replace(src, dst):
+        if Path(dst) == second or Path(src).name.endswith(".old"):
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(safefiles.os, "replace", replace)
+    with pytest.raises(OutputNotWritable) as err:
+        replace_together([(first, b"new a\n", 0o644), (second, b"new b\n", 0o644)])
+    assert re.fullmatch(rf"{re.escape(str(second))}: cannot be written \(Input/output error\); "
+                        rf"{re.escape(str(first))} is the new one \(the old one was \.a\.txt\.\d+\.\d+\.old\)",
+                        str(err.value))
+
+
+def test_replace_together_replaces_a_link_itself_and_keeps_nothing_beside(tmp_path) -> None:
+    target = tmp_path / "target.txt"
+    target.write_text("target\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    replace_together([(link, b"new\n", 0o600)])
+    assert not link.is_symlink() and link.read_text() == "new\n" and target.read_text() == "target\n"
+    assert stat.S_IMODE(link.stat().st_mode) == 0o600 and names(tmp_path) == ["link.txt", "target.txt"]

@@ -307,7 +307,7 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
         real_replace(src, dst)
 
     monkeypatch.setattr(command.os, "replace", replace)
-    message = f"{stacks}: cannot be written (Read-only file system); {stacks} and its locks are as they were"
+    message = f"{stacks}: cannot be written (Read-only file system); no file was replaced"
     with pytest.raises(OutputNotWritable) as err:
         command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert str(err.value) == message

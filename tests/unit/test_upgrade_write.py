@@ -358,7 +358,8 @@ def test_a_full_disk_leaves_both_files_as_they_were_and_no_temp_file(tmp_path, m
         world.coverage = lambda stack: fill(fs) and None  # type: ignore[method-assign]  # fills it mid-run
         with pytest.raises(OutputNotWritable) as err:
             run(stacks_file, "s1", world, write=True)
-        assert str(err.value) == f"{stacks_file}: cannot be written (No space left on device); it is as it was"
+        assert str(err.value) == (f"{lock_path(stacks_file, 's1')}: cannot be written (No space left on device); no "
+                                  "file was replaced")
         assert stacks_file.read_text() == STACKS and lock_path(stacks_file, "s1").read_text() == old_lock
         assert sorted(p.name for p in fs.rglob("*")) == ["filler", "locks", "s1.txt", "stacks.yaml"]
 
@@ -378,8 +379,8 @@ def test_enospc_at_either_write_leaves_no_temp_file(repo, workdir, monkeypatch, 
     lock_file = lock_path(repo, "s1")
     with pytest.raises(OutputNotWritable) as err:
         command.write_upgrade(repo, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
-    assert str(err.value) == f"{[repo, lock_file][which - 1]}: cannot be written (No space left on device); it is " \
-                             "as it was"
+    assert str(err.value) == f"{[lock_file, repo][which - 1]}: cannot be written (No space left on device); no " \
+                             "file was replaced"
     assert repo.read_text() == STACKS and not lock_file.exists()
     assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == ["locks", "stacks.yaml"]
 
