@@ -296,20 +296,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     family = engines.family(stack, target, base_glibc or planner.BASELINE_GLIBC)
     derivation = planner.derive(stack, target, requires, family=family, wheel_filename=pw.name if pw else None,
                                 base_glibc=base_glibc, patch_status={k: v[0] for k, v in patches.items()})
-    file = str(inputs.stacks_file)
-    edit = edited(read_text(inputs.stacks_file, file), file=file, stack=stack.name, edits=derivation.edits,
-                  as_name=None if inputs.new_name == stack.name else inputs.new_name)
-    text, notes = edit.text, list(edit.notes)
-    new_matrix = _upgraded_matrix(inputs.stacks_file, text, inputs.new_name)
-    new_stack = new_matrix.get(inputs.new_name)
-    moved = [n for n, s in inputs.matrix.stacks.items()
-             if n != inputs.new_name and (n not in new_matrix.stacks or new_matrix.stacks[n] != s)]
-    if moved:
-        if inputs.write:
-            raise UpgradeInputError(f"--write would also change {_stacks(moved)}: nothing written (write the "
-                                    "upgrade as a new stack with --as NEW)", file=file, stack=stack.name)
-        notes.append(f"--write would be refused: the edit also changes {_stacks(moved)} (write the upgrade as a "
-                     "new stack with --as NEW)")
+    text, notes, new_stack = _edit_one_stack(inputs, derivation.edits)
     conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
     old_lock_file = lock_path(inputs.stacks_file, stack.name)
     old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None
@@ -340,8 +327,25 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
                                                                      version),
-        reasons=reasons, notes=tuple(notes))
+        reasons=reasons, notes=notes)
     return plan, text, new_lock
+
+
+def _edit_one_stack(inputs: Inputs, edits: dict[str, Any]) -> tuple[str, tuple[str, ...], Stack]:
+    """The stacks file's text with the edits, its notes, and the new stack as the loader reads it; with
+    `--write`, refused if any other stack would load differently (whatever the editor did: the last guard)."""
+    file, stack = str(inputs.stacks_file), inputs.stack
+    edit = edited(read_text(inputs.stacks_file, file), file=file, stack=stack.name, edits=edits,
+                  as_name=None if inputs.new_name == stack.name else inputs.new_name)
+    new_matrix = _upgraded_matrix(inputs.stacks_file, edit.text, inputs.new_name)
+    moved = [n for n, s in inputs.matrix.stacks.items()
+             if n != inputs.new_name and (n not in new_matrix.stacks or new_matrix.stacks[n] != s)]
+    if moved and inputs.write:
+        raise UpgradeInputError(f"--write would also change {_stacks(moved)}: nothing written (write the upgrade "
+                                "as a new stack with --as NEW)", file=file, stack=stack.name)
+    notes = (f"--write would be refused: the edit also changes {_stacks(moved)} (write the upgrade as a new stack "
+             "with --as NEW)",) if moved else ()
+    return edit.text, (*edit.notes, *notes), new_matrix.get(inputs.new_name)
 
 
 def _load_upgraded(stacks_file: Path, text: str, name: str) -> Stack:
