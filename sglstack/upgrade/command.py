@@ -395,7 +395,9 @@ def _write_report(path: Path, text: str) -> None:
 def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
                     write: bool = False, json_path: str | None = None, engines: Engines | None = None) -> int:
     engines = engines or Engines()
-    with file_lock(Path(stacks_file), "upgrade --write") if write else contextlib.nullcontext():
+    # no file (or not one): nothing to lock, and check_inputs says what is wrong with it
+    locked = write and Path(stacks_file).is_file()
+    with file_lock(Path(stacks_file), "upgrade --write") if locked else contextlib.nullcontext():
         return _upgrade(stacks_file, stack_name, version, as_name, write, json_path, engines)
 
 

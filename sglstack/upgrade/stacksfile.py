@@ -94,6 +94,7 @@ class _Sharing:
     def __init__(self, root: Any) -> None:
         self.places: dict[int, int] = {}
         self.first: dict[int, tuple[int, Any]] = {}
+        self.alive: list[Any] = []  # by id: no node the edit drops may free its id for a new one
         self._walk(root, None, None)
 
     def _walk(self, node: Any, parent: Any, key: Any) -> None:
@@ -103,6 +104,7 @@ class _Sharing:
         if id(node) in self.first:
             return
         self.first[id(node)] = (id(parent), key)
+        self.alive.append(node)
         for k, child in _children(node):
             self._walk(child, node, k)
 
@@ -116,10 +118,14 @@ class _Sharing:
 
 
 def _detached(node: Any) -> Any:
-    """A deep copy of `node` with no anchor anywhere in it (two nodes may not carry one anchor's name)."""
+    """A deep copy of `node` with no anchor anywhere in it, on a collection or a scalar (two nodes may not
+    carry one anchor's name; the originals keep theirs for the aliases elsewhere)."""
     out = copy.deepcopy(node)
     for collection in _collections(out):
         setattr(collection, Anchor.attrib, Anchor())
+        for _, child in _children(collection):
+            if getattr(child, Anchor.attrib, None) is not None and not isinstance(child, CommentedMap | CommentedSeq):
+                setattr(child, Anchor.attrib, Anchor())  # a new object too: the original keeps its anchor
     return out
 
 

@@ -174,6 +174,24 @@ def test_any_sharing_of_anchors_moves_no_other_stack(tmp_path, case, describe) -
     assert "&" not in out.text.split(f"  {name}:")[1].split("\n  s")[0]  # no anchor of its own kept: a copy
 
 
+def test_an_anchored_value_inside_a_copied_node_stays_the_others_anchor(tmp_path) -> None:
+    """The copy carries no anchor of its own, a scalar's included (two `&u` would not load)."""
+    text = HEAD + entry("a", PLAIN + "\ntorch: &t\n  version: 2.9.1\n  index_url: &u https://x.example/whl\n"
+                        "  packages: []") + entry("b", PLAIN + "\ntorch: *t") + entry(
+        "c", PLAIN + "\ntorch:\n  version: 2.9.0\n  index_url: *u\n  packages: []")
+    original = tmp_path / "stacks.yaml"
+    original.write_text(text)
+    out = edited(text, file="stacks.yaml", stack="a", edits={"torch": {"version": "2.10.0"}}, as_name=None)
+    upgraded = tmp_path / "upgraded.yaml"
+    upgraded.write_text(out.text)
+    before, after = dumps(original), dumps(upgraded)
+    assert (after["b"], after["c"]) == (before["b"], before["c"])
+    assert load_matrix(upgraded).get("a").torch.version == "2.10.0"  # type: ignore[union-attr]
+    assert out.text.count("&u") == 1 and out.notes == (
+        "stack 'a': `torch` was shared with stack 'b' through a YAML anchor: the upgrade writes 'a''s own copy, and "
+        "stack 'b' keeps the old values",)
+
+
 # ---- one stack: inherits, and what cannot be edited alone -------------------------------------------------
 
 CHAIN = HEAD + entry("a", PLAIN) + entry("b", "inherits: a") + entry("c", "inherits: b") + entry("d", PLAIN)
@@ -453,3 +471,9 @@ def test_invoke_lock_and_upgrade_write_of_one_matrix_refuse_each_other(repo, wor
     with file_lock(repo, "lock", shared=True), pytest.raises(FileBusy):
         run(repo, "s1", world, write=True)
     assert world.calls == [] and repo.read_text() == STACKS and not (workdir / "locks").exists()
+
+
+def test_write_of_a_missing_stacks_file_says_so_not_that_it_cannot_be_locked(workdir) -> None:
+    with pytest.raises(command.UpgradeInputError) as err:
+        run(workdir / "missing.yaml", "s1", World(workdir), write=True)
+    assert str(err.value) == f"{workdir / 'missing.yaml'}: file not found"
