@@ -477,3 +477,15 @@ def test_write_of_a_missing_stacks_file_says_so_not_that_it_cannot_be_locked(wor
     with pytest.raises(command.UpgradeInputError) as err:
         run(workdir / "missing.yaml", "s1", World(workdir), write=True)
     assert str(err.value) == f"{workdir / 'missing.yaml'}: file not found"
+
+
+def test_a_full_disk_while_the_upgraded_matrix_is_checked_is_one_line_and_leaves_nothing(repo, workdir,
+                                                                                         monkeypatch) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safefiles.os, "fsync", full)
+    with pytest.raises(OutputNotWritable) as err:
+        command._upgraded_matrix(repo, STACKS, "s1")
+    assert str(err.value) == f"{repo}: cannot be written (No space left on device); it is as it was"
+    assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
