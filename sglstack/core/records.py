@@ -42,11 +42,13 @@ def stack_lock(stack_name: str, task: str) -> contextlib.AbstractContextManager[
     return folder_lock(build_root() / stack_name, task, root=build_root(), stack=stack_name)
 
 
-def require_writable(path: Path, *, what: str) -> None:
+def require_writable(path: Path, *, what: str, create: bool = True) -> None:
     """Raise `OutputNotWritable` now, naming `path`, unless a file can be created at `path` later.
 
-    Creates the missing parent folders (the task would create them anyway) and probes the folder with a
-    temporary file, which is what catches read-only mounts and permissions (root ignores mode bits).
+    Creates the missing parent folders (the task would create them anyway; with `create=False`, for a
+    check made before the input is known good, the nearest existing one is probed instead) and probes
+    the folder with a temporary file, which is what catches read-only mounts and permissions (root
+    ignores mode bits).
     """
     def fail(reason: str) -> OutputNotWritable:
         return OutputNotWritable(f"{what} {path}: cannot be written ({reason})")
@@ -57,8 +59,10 @@ def require_writable(path: Path, *, what: str) -> None:
     if existing.exists() and not existing.is_dir():
         raise fail(f"{existing} is not a folder")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        folder = path.parent if create else existing
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
         os.close(fd)
         os.unlink(probe)
         if path.exists() and not os.access(path, os.W_OK):

@@ -38,7 +38,16 @@ from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root, require_writable
-from ..core.safefiles import containing_root, file_lock, make_folder, replace_together, sibling_mode, staged, write_text
+from ..core.safefiles import (
+    check_inside,
+    containing_root,
+    file_lock,
+    make_folder,
+    replace_together,
+    sibling_mode,
+    staged,
+    write_text,
+)
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
@@ -244,8 +253,9 @@ def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
     """Every place the run writes can be written, before any work: the report's folder, and with
     `--write` the stacks file (the file a link leads to) and the locks' folder (a read-only checkout)."""
     out_dir = build_root() / new_name / "upgrade"
-    make_folder(build_root(), out_dir)
-    require_writable(out_dir / "report.json", what="the upgrade's report")
+    check_inside(build_root(), out_dir)
+    # nothing made yet: the release may still not be on the index
+    require_writable(out_dir / "report.json", what="the upgrade's report", create=False)
     if not write:
         return
     require_writable(Path(os.path.realpath(stacks_file)), what="--write: the stacks file")

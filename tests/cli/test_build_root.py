@@ -3,6 +3,7 @@ that cannot be written is found before the work starts."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -33,6 +34,22 @@ def test_require_writable_names_the_path(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputNotWritable, match=r"file/x/report\.json: cannot be written \(.*file is not a folder\)"):
         require_writable(tmp_path / "file" / "x" / "report.json", what="report")
+
+
+def test_require_writable_without_create_probes_the_nearest_folder_and_makes_none(tmp_path, monkeypatch):
+    require_writable(tmp_path / "a" / "b" / "report.json", what="report", create=False)
+    assert list(tmp_path.iterdir()) == []
+    probed = []
+
+    def mkstemp(**kw):
+        probed.append(kw["dir"])
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(OutputNotWritable) as err:
+        require_writable(tmp_path / "a" / "b" / "report.json", what="report", create=False)
+    assert str(err.value) == f"report {tmp_path / 'a' / 'b' / 'report.json'}: cannot be written (Read-only file system)"
+    assert probed == [tmp_path]
 
 
 

@@ -86,4 +86,5 @@ def test_a_read_only_checkout_is_one_line_before_any_work(tmp_path) -> None:
                 "system)"])
         proc = upgrade(checkout, "--stack", "b")  # the report's folder, build/ in the checkout
         assert (proc.returncode, proc.stderr.strip().splitlines()) == (
-            1, [f"error: {checkout / 'build'}/b/upgrade: cannot be created (Read-only file system)"])
+            1, [f"error: the upgrade's report {checkout / 'build' / 'b' / 'upgrade' / 'report.json'}: cannot be "
+                "written (Read-only file system)"])

@@ -439,7 +439,9 @@ def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) 
         world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
         with pytest.raises(OutputNotWritable) as err:  # the report's folder, build/ in the checkout
             run(Path("stacks.yaml"), "s1", world)
-        assert str(err.value) == "build/s1/upgrade: cannot be created (Read-only file system)"
+        assert str(err.value) == "the upgrade's report build/s1/upgrade/report.json: cannot be written (Read-only file " \
+                                 "system)"
+        assert sorted(p.name for p in checkout.iterdir()) == ["stacks.yaml"]
         monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
         with pytest.raises(OutputNotWritable) as err:
             run(Path("stacks.yaml"), "s1", world, write=True)
@@ -488,4 +490,13 @@ def test_a_full_disk_while_the_upgraded_matrix_is_checked_is_one_line_and_leaves
     with pytest.raises(OutputNotWritable) as err:
         command._upgraded_matrix(repo, STACKS, "s1")
     assert str(err.value) == f"{repo}: cannot be written (No space left on device); it is as it was"
+    assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
+
+
+def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
+    """A release the index does not have is refused after the output checks: they leave nothing behind."""
+    with pytest.raises(command.UpgradeInputError) as err:
+        command.upgrade_command(str(repo), "s1", "0.5.99", engines=World(workdir).engines(), write=True,
+                                json_path=str(workdir / "u.json"))
+    assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
