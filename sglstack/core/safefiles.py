@@ -10,11 +10,11 @@
   second task of the same stack is refused at once with one line naming the holder, rather than left
   waiting: a build or a bisect holds it for an hour, and a silent wait looks like a hang to a person and
   times out a CI job with no word of why.
-- `staged`: a file's new content whole beside it, for a task that replaces several files together (each
-  by one rename, undone by the caller if a later one fails); `edit_in_place` for one. A file the user
-  owns (stacks.yaml) is edited through a link to it (the target is replaced, the link stays) and keeps its
-  mode; a new file takes the mode of its siblings (`sibling_mode`), else 0644 under the umask (mkstemp's
-  0600 is for secrets).
+- `replace_together`: several files that must agree (stacks.yaml and a lock), each written whole beside
+  its place (`staged`) before any is renamed in, the earlier ones put back if a later rename fails;
+  `edit_in_place` for one. A file the user owns (stacks.yaml) is edited through a link to it (the target
+  is replaced, the link stays) and keeps its mode; a new file takes the mode of its siblings
+  (`sibling_mode`), else 0644 under the umask (mkstemp's 0600 is for secrets).
 - `file_lock`: the lock of one input file (an flock on the file itself), refused at once like
   `folder_lock`: two `upgrade --write` of one matrix would each write the file they read, and the second
   would drop the first's entry.
