@@ -242,8 +242,13 @@ def _kept(path: Path) -> Iterator[Path | None]:
         return
     aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.old")
     try:
-        os.link(path, aside, follow_symlinks=False)
+        try:
+            os.link(path, aside, follow_symlinks=False)
+        except OSError:  # a filesystem without hard links: a copy, before anything is replaced
+            shutil.copy2(path, aside, follow_symlinks=False)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
         raise OutputNotWritable(f"{path}: cannot be replaced ({_reason(exc)}); it is as it was") from None
     try:
         yield aside

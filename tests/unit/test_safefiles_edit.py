@@ -186,3 +186,30 @@ def test_replace_together_replaces_a_link_itself_and_keeps_nothing_beside(tmp_pa
     replace_together([(link, b"new\n", 0o600)])
     assert not link.is_symlink() and link.read_text() == "new\n" and target.read_text() == "target\n"
     assert stat.S_IMODE(link.stat().st_mode) == 0o600 and names(tmp_path) == ["link.txt", "target.txt"]
+
+
+def test_replace_together_without_hard_links_keeps_a_copy_and_still_puts_back(tmp_path, monkeypatch) -> None:
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("old a\n")
+
+    def no_links(*args, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    real = safefiles.os.replace
+
+    def replace(src, dst):
+        if Path(dst) == second:
+            raise OSError(errno.EROFS, "Read-only file system")
+        real(src, dst)
+
+    monkeypatch.setattr(safefiles.os, "link", no_links)
+    monkeypatch.setattr(safefiles.os, "replace", replace)
+    with pytest.raises(OutputNotWritable) as err:
+        replace_together([(first, b"new a\n", 0o644), (second, b"new b\n", 0o644)])
+    assert str(err.value) == f"{second}: cannot be written (Read-only file system); no file was replaced"
+    assert first.read_text() == "old a\n" and names(tmp_path) == ["a.txt"]
+    monkeypatch.setattr(safefiles.shutil, "copy2", lambda *a, **kw: no_links())
+    with pytest.raises(OutputNotWritable) as err:
+        replace_together([(first, b"new a\n", 0o644)])
+    assert str(err.value) == f"{first}: cannot be replaced (Operation not permitted); it is as it was"
+    assert first.read_text() == "old a\n" and names(tmp_path) == ["a.txt"]
