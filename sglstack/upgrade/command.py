@@ -51,12 +51,13 @@ from ..core.safefiles import (
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
-from ..lock.file import LOCKS_DIR, Lock, lock_path, read_lock, render_lock
+from ..lock.file import Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv
+from .outputs import json_path_problem
 from .releases import ReleasePins, release_pins
 from .report import to_json, to_markdown
 from .stacksfile import edited, read_text
@@ -193,7 +194,10 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
             raise UpgradeInputError(f"--as {as_name}: the stack already exists (choose another name, or "
                                     f"leave --as out to upgrade {stack_name} in place)", file=str(stacks_file))
     if json_path:
-        _check_json_path(json_path, Path(stacks_file))
+        problem = json_path_problem(json_path, Path(stacks_file), "the upgrade")
+        if problem:
+            raise UpgradeInputError(problem)
+        require_writable(Path(json_path).expanduser(), what="--json")
     heirs = descendants(matrix, stack_name)
     if write and as_name is None and heirs:
         raise UpgradeInputError(f"--write would also change {_stacks(heirs)}, which inherit{'s' * (len(heirs) == 1)} "
@@ -217,36 +221,6 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
 
 def _stacks(names: list[str]) -> str:
     return f"stack{'s' * (len(names) > 1)} " + ", ".join(f"'{n}'" for n in names)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """One file under two names: through links (realpath) or hard links (samefile)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _check_json_path(json_path: str, stacks_file: Path) -> None:
-    """`--json PATH` is a file the run may create or replace: not a folder, not an input of the upgrade."""
-    path = Path(json_path).expanduser()
-    if path.is_dir():
-        raise UpgradeInputError(f"--json {json_path}: is a folder (give the path of a file)")
-    if not path.resolve().parent.is_dir():
-        raise UpgradeInputError(f"--json {json_path}: its folder does not exist")
-    locks = stacks_file.parent / LOCKS_DIR
-    inputs = [(stacks_file, f"the stacks file {stacks_file}"),
-              *((lock, f"the lock {lock}") for lock in (sorted(locks.glob("*.txt")) if locks.is_dir() else []))]
-    for known, what in inputs:
-        if _same_file(path, known):
-            raise UpgradeInputError(f"--json {json_path}: is {what}, an input of the upgrade (never overwritten): "
-                                    "give another path")
-    if locks.is_dir() and Path(os.path.realpath(path)).parent == Path(os.path.realpath(locks)):
-        raise UpgradeInputError(f"--json {json_path}: is in {locks}, the folder of the stacks' locks: give "
-                                "another path")
-    require_writable(path, what="--json")
 
 
 def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:

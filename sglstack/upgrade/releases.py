@@ -23,7 +23,10 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
+from ..core.records import build_root, require_writable
+from ..core.safefiles import containing_root, write_text
 from ..lock.conflicts import applicable_requirements
+from .outputs import json_path_problem
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
 # (SGLang 0.5.10 on). A release requires exactly one of them; the stack names the one it installs.
@@ -113,6 +116,11 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
     stacks = [matrix.get(stack_name)] if stack_name else list(matrix.stacks.values())
     if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
         raise ConfigError(f"the folder of '{json_path}' does not exist", key="--json")
+    if json_path:
+        problem = json_path_problem(json_path, Path(stacks_file), "`invoke releases`")
+        if problem:
+            raise ConfigError(problem)
+        require_writable(Path(json_path).expanduser(), what="--json")
     console = make_console()
     available = available_versions("sglang")
     metadata: dict[str, dict[str, list[str]]] = {}
@@ -138,6 +146,7 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
     if json_path:
         doc = {r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
                for r in results}
-        Path(json_path).expanduser().write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path = Path(json_path).expanduser()
+        write_text(containing_root(path, build_root()), path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return 0
 

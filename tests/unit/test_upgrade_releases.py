@@ -177,3 +177,27 @@ def test_a_json_path_without_its_folder_is_refused_first(tmp_path, index) -> Non
         releases.releases_command(str(tmp_path / "stacks.yaml"), json_path=str(tmp_path / "no" / "r.json"))
     assert str(err.value) == f"key '--json': the folder of '{tmp_path}/no/r.json' does not exist"
     assert index == []  # nothing asked of the index
+
+
+def test_a_json_path_that_is_an_input_or_a_folder_is_refused_first(tmp_path, index) -> None:
+    """`releases --json stacks.yaml` wrote the report over the matrix, exit 0; `--json DIR` crashed after the work."""
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(STACKS)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "pinned.txt").write_text("a lock\n")
+    (tmp_path / "link.json").symlink_to("stacks.yaml")
+    (tmp_path / "out").mkdir()
+    for given, message in [
+        ("stacks.yaml", f"is the stacks file {stacks}, an input of `invoke releases` (never overwritten): give "
+                        "another path"),
+        ("link.json", f"is the stacks file {stacks}, an input of `invoke releases` (never overwritten): give "
+                      "another path"),
+        ("locks/pinned.txt", f"is the lock {tmp_path / 'locks' / 'pinned.txt'}, an input of `invoke releases` (never "
+                             "overwritten): give another path"),
+        ("out", "is a folder (give the path of a file)"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            releases.releases_command(str(stacks), json_path=str(tmp_path / given))
+        assert (str(err.value), err.value.exit_code) == (f"--json {tmp_path / given}: {message}", 2)
+    assert index == [] and stacks.read_text() == STACKS
+    assert (tmp_path / "locks" / "pinned.txt").read_text() == "a lock\n"

@@ -1,0 +1,41 @@
+"""Where `upgrade` and `releases` may write a report (`--json PATH`): a file, never one of the inputs.
+
+Both read the stacks file and its locks; a report written over one of them would replace the matrix with
+JSON (and exit 0). Checked before any work, through links (realpath) and hard links (samefile), so that
+the answer does not depend on how the path was spelled.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..lock.file import LOCKS_DIR
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def json_path_problem(json_path: str, stacks_file: Path, task: str) -> str | None:
+    """Why `--json json_path` is bad input for `task` (a folder, no folder, an input), or None; the
+    caller then checks that it can be written (`require_writable`)."""
+    path = Path(json_path).expanduser()
+    if path.is_dir():
+        return f"--json {json_path}: is a folder (give the path of a file)"
+    if not path.resolve().parent.is_dir():
+        return f"--json {json_path}: its folder does not exist"
+    locks = stacks_file.parent / LOCKS_DIR
+    inputs = [(stacks_file, f"the stacks file {stacks_file}"),
+              *((lock, f"the lock {lock}") for lock in (sorted(locks.glob("*.txt")) if locks.is_dir() else []))]
+    for known, what in inputs:
+        if _same_file(path, known):
+            return f"--json {json_path}: is {what}, an input of {task} (never overwritten): give another path"
+    if locks.is_dir() and Path(os.path.realpath(path)).parent == Path(os.path.realpath(locks)):
+        return f"--json {json_path}: is in {locks}, the folder of the stacks' locks: give another path"
+    return None
