@@ -439,8 +439,8 @@ def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) 
         world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
         with pytest.raises(OutputNotWritable) as err:  # the report's folder, build/ in the checkout
             run(Path("stacks.yaml"), "s1", world)
-        assert str(err.value) == "the upgrade's report build/s1/upgrade/report.json: cannot be written (Read-only file " \
-                                 "system)"
+        assert str(err.value) == ("the upgrade's report build/s1/upgrade/report.json: cannot be written (Read-only "
+                                  "file system)")
         assert sorted(p.name for p in checkout.iterdir()) == ["stacks.yaml"]
         monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
         with pytest.raises(OutputNotWritable) as err:
