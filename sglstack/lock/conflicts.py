@@ -20,8 +20,9 @@ from ..adapters.wheels import fetch_wheel, wheel_metadata
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
-from .file import Lock, StaleLock, lock_for_build, lock_path, missing_message, stale_message
+from .file import Lock, lock_path, missing_message, stale_message
 from .flow import LockError, resolve_for_base
+from .trust import StaleLock, lock_for_build
 
 _MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 

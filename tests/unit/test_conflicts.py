@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,15 @@ from sglstack.lock.conflicts import (
     sglang_requires_dist,
     target_environment,
 )
-from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, stack_input_hash, write_lock
+from sglstack.lock.file import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    lock_path,
+    stack_input_hash,
+    with_edges,
+    write_lock,
+)
 from sglstack.lock.flow import LockError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -252,12 +261,15 @@ IDNA = LockedPackage("idna", "3.7", "deps", ("sha256:" + "a" * 64,))
 
 
 def _lock_of(stack, **changes) -> Lock:
-    """A lock the build trusts: every pin of the stack locked at its version, and one dependency."""
+    """A lock the build trusts: every pin of the stack locked at its version, and one dependency; all but
+    SGLang required by SGLang (an entry nothing requires is refused), both ends of each edge written."""
     pinned = tuple(LockedPackage(name, version, "deps", ("sha256:" + "b" * 64,))
                    for name, version in sorted(stack.pins().items()))
+    packages = with_edges(tuple(p if p.name == "sglang" else replace(p, required_by=("sglang",))
+                                for p in (*pinned, IDNA)))
     fields = dict(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at="2026-12-02T18:00:00Z",
                   resolver="uv 0.13.9", python=stack.python, platforms=stack.platforms, layers=("deps",),
-                  packages=(*pinned, IDNA))
+                  packages=packages)
     fields.update(changes)
     return Lock(**fields)
 

@@ -12,12 +12,10 @@ from sglstack.core.errors import ConfigError
 from sglstack.lock.file import (
     Lock,
     LockedPackage,
-    StaleLock,
     UnresolvedLayer,
     compare_installed,
     is_current,
     lock_content_sha256,
-    lock_for_build,
     lock_path,
     parse_lock,
     read_lock,
@@ -25,7 +23,9 @@ from sglstack.lock.file import (
     source_mismatches,
     stack_input_hash,
     write_lock,
+    written_sha256,
 )
+from sglstack.lock.trust import StaleLock, lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_MATRIX = REPO / "tests" / "fixtures" / "stacks-lock.yaml"
@@ -45,7 +45,7 @@ def make_lock(stack, **changes) -> Lock:
         packages=(
             LockedPackage("torch", "2.9.1+cu130", "torch", unhashed="index https://example.invalid/whl unreachable"),
             LockedPackage("idna", "3.7", "http-client", (H1,), required_by=("requests",)),
-            LockedPackage("requests", "2.32.3", "http-client", (H2, H3)),
+            LockedPackage("requests", "2.32.3", "http-client", (H2, H3), requires=("idna",)),
             LockedPackage("sglang", "0.5.9", "sglang", (H3,), note="pristine wheel; patched in the image"),
         ),
         unresolved=(UnresolvedLayer("torch", True, "index https://example.invalid/whl unreachable"),),
@@ -108,9 +108,11 @@ def test_lock_for_build_is_none_without_a_lock_and_fails_in_one_line_when_stale(
     assert lock_for_build(stacks_file, stack) is None
     path = lock_path(stacks_file, stack.name)
     assert path == tmp_path / "locks" / "cpu-lock.txt"
-    write_lock(path, make_lock(stack))
+    # the stack has no torch layer: a lock of it holds the rest (a torch entry would be required by nothing)
+    own = dict(layers=("http-client", "sglang"), unresolved=(), packages=make_lock(stack).packages[1:])
+    write_lock(path, make_lock(stack, **own))
     assert is_current(lock_for_build(stacks_file, stack), stack)
-    write_lock(path, make_lock(stack, stack_sha256="0" * 64))
+    write_lock(path, make_lock(stack, stack_sha256="0" * 64, **own))
     with pytest.raises(StaleLock) as err:
         lock_for_build(stacks_file, stack)
     assert str(err.value).endswith("run invoke lock --stack cpu-lock")
@@ -211,6 +213,7 @@ def test_the_exact_text_of_a_lock_with_urls_and_a_git_commit(stack):
         "# packages: 3 (2 hashed, 1 unhashed)",
         "# layers: empty torch sglang",
         "# unresolved-layer: torch (no dependencies): offline",
+        f"# written-sha256: {written_sha256(lock)}",
         "",
         "# ---- layer torch (not resolved: installed as without a lock)",
         "# unhashed: torch @ https://example.invalid/t.whl (offline)",
