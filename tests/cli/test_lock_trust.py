@@ -18,6 +18,8 @@ import pytest
 from clirun import run_invoke
 
 from sglstack.build.verify import pip_check_problems
+from sglstack.cli import coverage as coverage_mod
+from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
 from sglstack.lock.file import lock_path
@@ -187,6 +189,24 @@ def test_stacks_check_and_build_refuse_an_added_entry_before_any_work(work):
     assert check.returncode == 1
     assert (f"bad-lock {stacks.name}: stack 'cpu-lock': {path}: {_unrequired('evil==1.0')}: the lock was edited by "
             "hand; run invoke lock --stack cpu-lock") in [x.strip() for x in check.stdout.splitlines()]
+
+
+def test_coverage_takes_its_versions_only_from_a_lock_the_build_would_take(work, monkeypatch):
+    """`invoke coverage` checks the wheels at the lock's versions: an edited lock is refused before any fetch."""
+    stacks, path, text = work
+    stacks.write_text(stacks.read_text().replace("    base_image: debian:bookworm-slim\n",
+                                                 "    base_image: debian:bookworm-slim\n    cuda_arch_list: ['9.0']\n"))
+    path.write_text(text.replace("idna==3.20 ", "idna==3.19 "))
+
+    def no_work(*_a, **_k):
+        raise AssertionError("no wheel may be fetched for versions from an edited lock")
+
+    monkeypatch.setattr(coverage_mod, "check_wheels", no_work)
+    with pytest.raises(UntrustedLock) as caught:
+        coverage_command(str(stacks), "cpu-lock")
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == f"{path}: stack 'cpu-lock': {CONTENT}: the lock was edited by hand; " \
+                                "run invoke lock --stack cpu-lock"
 
 
 def test_another_stacks_lock_is_refused_as_such(work):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,11 @@ def test_only_resolution_inputs_make_a_lock_stale(stack):
         update={"requirements": ("requests==2.32.2",)}),)})
     assert stack_input_hash(moved) != base
     assert stack_input_hash(stack.model_copy(update={"python": "3.12"})) != base
+    # without a declared glibc the base image decides the platform tag: an input; with one it is not
+    rebased = stack.model_copy(update={"base_image": "ubuntu:24.04"})
+    assert stack_input_hash(rebased) != base
+    assert stack_input_hash(rebased.model_copy(update={"glibc": "2.36"})) == stack_input_hash(
+        stack.model_copy(update={"glibc": "2.36"}))
 
 
 def test_lock_for_build_is_none_without_a_lock_and_fails_in_one_line_when_stale(stack, tmp_path):
@@ -161,6 +168,30 @@ def test_the_committed_locks_read_back_byte_for_byte_and_are_current(stacks_file
     lock = read_lock(path)
     assert render_lock(lock, stacks_file=stacks_file.name) == path.read_text(encoding="utf-8")
     assert is_current(lock, load_matrix(stacks_file).get(name))
+    assert lock.declared_written_sha256 == written_sha256(lock)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("# written-sha256: 12ab", "'written-sha256: 12ab' is not one sha256 (64 hex digits)"),
+    (f"# written-sha256: {'a' * 64}\n# written-sha256: {'b' * 64}", f"'written-sha256: {'b' * 64}' is not one sha256"),
+])
+def test_a_malformed_written_sha256_line_is_one_line(stack, line, message):
+    text = re.sub(r"(?m)^# written-sha256: .*$", line, render_lock(make_lock(stack)))
+    with pytest.raises(ConfigError) as err:
+        parse_lock(text, file="locks/x.txt")
+    assert str(err.value).startswith(f"locks/x.txt: {message}")
+
+
+def test_the_written_sha256_covers_every_line_the_parser_reads_but_itself(stack):
+    lock = make_lock(stack)
+    assert parse_lock(render_lock(lock)).declared_written_sha256 == written_sha256(lock)
+    assert written_sha256(lock) == written_sha256(replace(lock, declared_written_sha256="f" * 64))
+    changed = [replace(lock, resolved_at="2027-01-01T00:00:00Z"), replace(lock, notes=()),
+               replace(lock, packages=(*lock.packages[:1], replace(lock.packages[1], required_by=()),
+                                       *lock.packages[2:])),
+               replace(lock, packages=(*lock.packages[:2], replace(lock.packages[2], requires=None),
+                                       *lock.packages[3:]))]
+    assert all(written_sha256(x) != written_sha256(lock) for x in changed)
 
 
 def test_what_the_cu130_lock_says():
