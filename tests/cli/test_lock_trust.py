@@ -175,15 +175,22 @@ def test_a_lock_whose_resolution_inputs_changed_is_stale(work, old, new):
                                  "run invoke lock --stack cpu-lock")
 
 
-def test_stacks_check_and_build_refuse_an_added_entry_before_any_work(work):
+@pytest.mark.parametrize("task", [("build", "--stack", "cpu-lock", "--dry-run"), ("render", "--stack", "cpu-lock"),
+                                  ("bake",)])
+def test_build_render_and_bake_refuse_an_added_entry_before_any_work(work, task):
     stacks, path, text = work
     path.write_text(_recount(_add_entry(text, f"evil==1.0 \\\n    --hash={EVIL}")))
-    line = (f"{path}: stack 'cpu-lock': {_unrequired('evil==1.0')}: the lock was edited by hand; "
-            "run invoke lock --stack cpu-lock")
-    build = run_invoke("build", "--stack", "cpu-lock", "--stacks-file", str(stacks), "--dry-run", cwd=stacks.parent,
-                       timeout=120)
-    assert (build.returncode, build.stderr.strip()) == (2, f"error: {line}")
+    proc = run_invoke(*task, "--stacks-file", str(stacks), cwd=stacks.parent, timeout=120,
+                      env={"SGLSTACK_BUILD_DIR": str(stacks.parent / "build")})
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, f"error: {path}: stack 'cpu-lock': {_unrequired('evil==1.0')}: the lock was edited by hand; "
+           "run invoke lock --stack cpu-lock")
     assert not (stacks.parent / "build").exists()
+
+
+def test_stacks_check_names_the_added_entry(work):
+    stacks, path, text = work
+    path.write_text(_recount(_add_entry(text, f"evil==1.0 \\\n    --hash={EVIL}")))
     check = run_invoke("stacks", "--check", "--stacks-file", str(stacks), cwd=stacks.parent, timeout=120,
                        env={"COLUMNS": "400"})
     assert check.returncode == 1
