@@ -299,6 +299,8 @@ def _render(lock: Lock, *, stacks_file: str | None = None, sha256: str | None = 
                 body.append(f"# unhashed: {p.requirement} ({p.unhashed or 'no hash'})")
                 if p.url and p.version:
                     body.append(f"#     version: {p.version}")
+                if p.required_by:  # an index without hashes: its entry still has its parents
+                    body.append(f"#     via {', '.join(p.required_by)}")
                 if p.requires:
                     body.append(f"#     requires: {', '.join(p.requires)}")
                 continue

@@ -126,6 +126,20 @@ def test_lock_for_build_is_none_without_a_lock_and_fails_in_one_line_when_stale(
     assert "\n" not in str(err.value)
 
 
+def test_an_entry_an_index_serves_without_hashes_keeps_its_parents_and_is_trusted(stack, tmp_path):
+    """`# unhashed:` entries were written without their `# via`: read back, nothing required them."""
+    lock = make_lock(stack, layers=("http-client", "sglang"), unresolved=(), packages=(
+        LockedPackage("idna", "3.7", "http-client", unhashed="the index serves no sha256 for its files",
+                      required_by=("requests",)),
+        *make_lock(stack).packages[2:]))
+    text = render_lock(lock)
+    assert "# unhashed: idna==3.7 (the index serves no sha256 for its files)\n#     via requests\n" in text
+    assert parse_lock(text) == lock
+    stacks_file = tmp_path / "stacks-lock.yaml"
+    write_lock(lock_path(stacks_file, stack.name), lock)
+    assert lock_for_build(stacks_file, stack) == lock
+
+
 def test_installed_set_against_a_complete_lock_names_every_difference(stack):
     lock = make_lock(stack, unresolved=(), packages=make_lock(stack).packages[1:])
     exact = {"idna": "3.7", "requests": "2.32.3", "sglang": "0.5.9", "pip": "24.0", "setuptools": "66.1.1"}
