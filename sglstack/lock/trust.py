@@ -130,3 +130,17 @@ def _content_problem(lock: Lock) -> str | None:
         return ("its lines differ from its written-sha256 (an entry, hash or header line was added, changed or removed "
                 "after invoke lock wrote it)")
     return None
+
+
+def lock_differences(lock: Lock, fresh: Lock) -> list[str]:
+    """What `lock` holds that a fresh resolution from it (its pins preferred) does not: an entry it does not
+    need, or another version. What only the fresh one has is left out: an index reachable here and not where
+    the lock was written brings more, and that is no edit."""
+    out = []
+    for p in lock.packages:
+        other = fresh.get(p.name)
+        if other is None:
+            out.append(f"{p.requirement} is in the lock, and nothing resolved needs it")
+        elif p.version and other.version and not same_version(p.version, other.version):
+            out.append(f"{p.name}: {p.version} in the lock, {other.version} resolved")
+    return out

@@ -405,6 +405,43 @@ def test_stacks_check_passes_with_notices_only(stacks_copy, capsys):
     assert code == 0
 
 
+def test_check_resolve_refuses_a_lock_with_made_up_edges_that_a_fresh_resolution_does_not_hold(stacks_copy, capsys):
+    """An entry added with a `# via` and its parent's `# requires:` made up and the `written-sha256` recomputed
+    passes every offline check; resolving again from the lock (its pins preferred, as invoke lock does) shows it."""
+    matrix = load_matrix(stacks_copy)
+    honest = {name: _lock_of(stack) for name, stack in matrix.stacks.items()}
+    evil = LockedPackage("evil", "1.0", "deps", ("sha256:" + "e" * 64,), required_by=("sglang",))
+    forged = replace(honest["cu130"], packages=with_edges((*honest["cu130"].packages, evil)))
+    for name, lock in {**honest, "cu130": forged}.items():
+        write_lock(lock_path(stacks_copy, name), lock)
+    asked = []
+
+    def resolve(stack, previous=None):
+        asked.append((stack.name, previous))
+        return honest[stack.name]
+
+    requires = ["flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3", "cuda-python==12.9"]  # overrides: notices
+    code = stacks_command(str(stacks_copy), check=True, resolve=True, requires_dist=lambda version: requires,
+                          resolver=resolve)
+    assert asked == [("cu130", forged), ("cu129", honest["cu129"])]
+    out = capsys.readouterr().out.splitlines()
+    assert (f"      bad-lock {stacks_copy}: stack 'cu130': not what invoke lock resolves now: evil==1.0 is in the "
+            "lock, and nothing resolved needs it: run invoke lock --stack cu130") in out
+    assert [line for line in out if "bad-lock" in line and "cu129" in line] == []
+    assert (code, out[-1]) == (1, "2 stacks, 1 problem(s)")
+
+
+def test_check_resolve_names_a_version_the_resolver_does_not_keep_and_skips_a_lock_seen_otherwise(cu130):
+    lock = _lock_of(cu130)
+    idna = replace(lock, packages=tuple(replace(p, version="3.6") if p.name == "idna" else p for p in lock.packages))
+    assert resolve_findings(_matrix(cu130), lambda stack, previous=None: lock, {"cu130": idna})[-1] == Finding(
+        "cu130", "bad-lock", "not what invoke lock resolves now: idna: 3.6 in the lock, 3.7 resolved: "
+                             "run invoke lock --stack cu130")
+    reached = replace(lock, unresolved=(UnresolvedLayer("torch", True, "index unreachable"),))
+    assert resolve_findings(_matrix(cu130), lambda stack, previous=None: reached, {"cu130": idna})[-1] == Finding(
+        "cu130", "skipped", "the lock was not compared: the resolver reached other layers than when it was written")
+
+
 def test_the_marker_environment_is_linux_cpython_on_any_host(monkeypatch):
     # run on a Mac with PyPy, the check still evaluates markers as the Linux CPython image will
     mac = {"implementation_name": "pypy", "implementation_version": "7.3.17", "os_name": "nt",
