@@ -2,7 +2,8 @@
 
 Each case starts from the committed fixture lock of `cpu-lock` (what `invoke lock` wrote) and makes one
 edit a person could make; the build's own entry point (`lock_for_build`) must refuse it. Before this
-check, a lock with `urllib3` removed built "verified" and the image failed `import requests`.
+check, a lock with `urllib3` removed built "verified" and the image failed `import requests`; later, a lock
+with an entry added that nothing requires (the header's count made to agree) built, verified and signed.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def test_a_lock_that_is_not_what_invoke_lock_wrote_is_refused_naming_the_entry(w
                                  "run invoke lock --stack cpu-lock")
 
 
-def test_a_lock_without_its_lock_sha256_line_asks_for_invoke_lock(work):
+def test_a_lock_without_its_written_sha256_line_asks_for_invoke_lock(work):
     """A lock written before the line existed (or with it removed) is refused with the one thing to do."""
     stacks, path, text = work
     path.write_text(re.sub(r"(?m)^# written-sha256: .*\n", "", text))
