@@ -30,7 +30,7 @@ MODULES=(
   "matrix|sglstack/config/matrix.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py"
   "conflicts|sglstack/lock/conflicts.py|tests/unit/test_conflicts.py"
   "coverage|sglstack/coverage/rules.py|tests/unit/test_coverage_rules.py"
-  "lock|sglstack/lock/file.py sglstack/diff/compare.py|tests/unit/test_lock_file.py tests/cli/test_diff.py"
+  "lock|sglstack/lock/file.py sglstack/lock/trust.py sglstack/diff/compare.py|tests/unit/test_lock_file.py tests/cli/test_lock_trust.py tests/cli/test_diff.py"
   "bisect-stats|sglstack/bisect/stats.py|tests/unit/test_bisect_stats.py"
   "serving|sglstack/serving.py|tests/unit/test_serving.py tests/unit/test_promises.py tests/cli/test_smoke_plan.py tests/unit/test_compose_render.py tests/unit/test_k8s_render.py"
   "bisect-planner|sglstack/bisect/planner.py|tests/unit/test_bisect_planner.py"

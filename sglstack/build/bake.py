@@ -27,7 +27,8 @@ from ..core.credentials import CredentialError, merge_logins, netrc_text
 from ..core.errors import BuildError, DockerUnavailable
 from ..core.records import build_root, require_writable
 from ..core.safefiles import containing_root, folder_lock, write_text
-from ..lock.file import Lock, lock_for_build
+from ..lock.file import Lock
+from ..lock.trust import lock_for_build
 from .context import write_build_context
 from .flow import (
     FINAL_TARGET,

@@ -25,7 +25,8 @@ from ..core.safefiles import (
     replace_folder,
     write_text,
 )
-from ..lock.file import Lock, lock_for_build
+from ..lock.file import Lock
+from ..lock.trust import lock_for_build
 from ..render.compose import ComposeOptions, deployment_files, moving_tag_ref
 from ..render.dockerfile import build_context
 from ..render.k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
@@ -132,9 +133,10 @@ def render_command(
         raise OutputNotWritable(one_line(
             f"render --out {out}: {', '.join(foreign)} already there and not written by sglstack render: "
             "not replaced (move it away, or render into another folder)"))
+    lock = lock_for_build(stacks_file, stack)  # a stale or edited lock: one line, and no folder made
     root = containing_root(out, build_root())
     with folder_lock(out, "render", root=root, stack=stack_name):
-        rendered = write_build_context(stack, out, lock=lock_for_build(stacks_file, stack))
+        rendered = write_build_context(stack, out, lock=lock)
         console = make_console()
         console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
         console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")

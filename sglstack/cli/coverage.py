@@ -25,7 +25,7 @@ from ..coverage.rules import (
     NATIVE,
 )
 from ..coverage.wheels import check_wheels
-from ..lock.file import lock_path, read_lock
+from ..lock.trust import lock_for_build
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
 
@@ -110,8 +110,9 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
     if json_path:
         writable_json_path(json_path)  # before any wheel is fetched: the report must have somewhere to go
     reports = []
-    path = lock_path(stacks_file, stack.name)
-    versions = {p.name: p.version for p in read_lock(path).packages} if path.is_file() else None
+    # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).
+    lock = lock_for_build(stacks_file, stack)
+    versions = {p.name: p.version for p in lock.packages} if lock else None
     try:
         for platform in stack.platforms:
             reports.append(check_wheels(stack, platform, versions=versions,

@@ -21,7 +21,8 @@ from ..core.console import console as make_console
 from ..core.errors import BuildError, RegistryError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
-from ..lock.file import lock_for_build, lock_path, missing_message
+from ..lock.file import lock_path, missing_message
+from ..lock.trust import lock_for_build
 from ..publish import release, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient

@@ -8,16 +8,16 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist
+from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
 from ..lock.file import Lock
 from ..lock.flow import resolve_for_base
 
 
 def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
-                   resolver: Callable[[Stack], Lock] = resolve_for_base) -> int:
+                   resolver: Callable[..., Lock] = resolve_for_base) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
     table = Table(title=f"stacks in {matrix.file}")
@@ -33,7 +33,7 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     if not check:
         return 0
     findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
-                + (resolve_findings(matrix, resolver) if resolve else []))
+                + (resolve_findings(matrix, resolver, trusted_locks(matrix, stacks_file)) if resolve else []))
     for f in findings:
         style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
                  "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]

@@ -9,7 +9,7 @@ function the build stage applies overrides with, so this check and the build agr
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from packaging.markers import default_environment
@@ -20,8 +20,9 @@ from ..adapters.wheels import fetch_wheel, wheel_metadata
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
-from .file import Lock, StaleLock, lock_for_build, lock_path, missing_message, stale_message
+from .file import Lock, lock_path, missing_message, stale_message
 from .flow import LockError, resolve_for_base
+from .trust import StaleLock, lock_differences, lock_for_build
 
 _MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 
@@ -159,16 +160,41 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     return findings
 
 
-def resolve_findings(matrix: Matrix, resolve: Callable[[Stack], Lock] = resolve_for_base) -> list[Finding]:
-    """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see)."""
-    findings = []
+def trusted_locks(matrix: Matrix, stacks_file: str) -> dict[str, Lock]:
+    """The locks the build would take, by stack (the others are `lock_findings`' to report)."""
+    out = {}
     for stack in matrix.stacks.values():
         try:
-            lock = resolve(stack)
+            lock = lock_for_build(stacks_file, stack)
+        except ConfigError:
+            continue
+        if lock is not None:
+            out[stack.name] = lock
+    return out
+
+
+def resolve_findings(matrix: Matrix, resolve: Callable[..., Lock] = resolve_for_base,
+                     locks: Mapping[str, Lock] | None = None) -> list[Finding]:
+    """`--resolve`: the real resolver on everything each image installs (what METADATA alone can't see); a
+    stack with a lock is resolved from it (as `invoke lock` does, its pins kept), and must come out the same."""
+    findings = []
+    for stack in matrix.stacks.values():
+        previous = (locks or {}).get(stack.name)
+        try:
+            lock = resolve(stack, previous=previous) if previous else resolve(stack)
         except LockError as exc:
             findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
             continue
         findings += [Finding(stack.name, "skipped", f"resolver: layer {u}") for u in lock.unresolved]
         findings.append(Finding(stack.name, "resolved", f"the resolver found a consistent set of "
                                                         f"{len(lock.packages)} packages"))
+        if previous is None:
+            continue
+        if {u.layer for u in lock.unresolved} != {u.layer for u in previous.unresolved}:
+            findings.append(Finding(stack.name, "skipped", "the lock was not compared: the resolver reached other "
+                                                           "layers than when it was written"))
+        elif differences := lock_differences(previous, lock):
+            findings.append(Finding(stack.name, "bad-lock", f"not what invoke lock resolves now: "
+                                                            f"{'; '.join(differences)}: run invoke lock --stack "
+                                                            f"{stack.name}"))
     return findings

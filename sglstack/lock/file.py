@@ -6,7 +6,9 @@ sglstack too. Pins that could not be hashed (their index or URL was out of reach
 are comment lines `# unhashed: SPEC (reason)`: they are installed by version or URL, as without a lock,
 and a hash is never invented for them. Comment headers say what was resolved, for which Python and
 platform, from which indexes, when (UTC), with which uv, and from which stack entry (`stack-sha256`, a
-hash of the stack's resolution inputs: a lock whose hash differs from its stack entry's is stale).
+hash of the stack's resolution inputs: a lock whose hash differs from its stack entry's is stale). The last
+header line, `written-sha256`, is a hash of every other line the parser reads (header and entries, with their
+`# via` and `# requires:` edges), so a lock changed after `invoke lock` wrote it is told apart from one it wrote.
 `# ---- layer NAME` sections say which install layer of the image installs each entry.
 """
 
@@ -95,6 +97,8 @@ class Lock:
     sglang_commit: str | None = None  # a git-sourced SGLang: the full sha the image builds from
     # The `# packages: N (H hashed, U unhashed)` header as read from a file (None for a lock made in memory).
     declared_counts: tuple[int, int, int] | None = field(default=None, compare=False)
+    # The `# written-sha256:` header as read from a file (None: made in memory, or older than that line).
+    declared_written_sha256: str | None = field(default=None, compare=False)
 
     @property
     def pins(self) -> dict[str, str]:
@@ -143,6 +147,11 @@ def stack_input_hash(stack: Stack) -> str:
     # Keys added to the schema later count only when set, so the locks written before them stay current.
     if data.get("glibc") is None:
         data.pop("glibc", None)
+        # Without a declared glibc the platform tag is read from the base image (plan.base_image_glibc):
+        # then the base image is an input of the resolution too.
+        data["base_image"] = stack.base_image
+        if stack.base_image_id:
+            data["base_image_id"] = stack.base_image_id
     if data.get("sgl_kernel") and data["sgl_kernel"].get("package") == DEFAULT_KERNEL_PACKAGE:
         del data["sgl_kernel"]["package"]
     data["overrides"] = [{"replaces": o["replaces"], "pin": o["pin"]} for o in data["overrides"]]
@@ -177,68 +186,6 @@ def missing_message(stack_name: str, path: Path) -> str:
             f"run invoke lock --stack {stack_name}")
 
 
-class StaleLock(ConfigError):
-    """The stack entry changed since its lock was resolved."""
-
-
-class UntrustedLock(ConfigError):
-    """The lock is not what `invoke lock` would have written for this stack (edited by hand, or copied)."""
-
-
-def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
-    """The stack's current, trustworthy lock; None when it has none; a one-line `ConfigError` otherwise:
-    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack."""
-    path = lock_path(stacks_file, stack.name)
-    if not path.exists() and not path.is_symlink():
-        return None
-    lock = read_lock(path)
-    if lock.stack != stack.name:
-        raise UntrustedLock(f"this is the lock of stack '{lock.stack}', not of '{stack.name}': "
-                            f"run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
-    if not is_current(lock, stack):
-        raise StaleLock(stale_message(stack.name, path), stack=stack.name)
-    problem = untrusted_reason(lock, stack)
-    if problem:
-        raise UntrustedLock(f"{problem}: the lock was edited by hand; run invoke lock --stack {stack.name}",
-                            file=str(path), stack=stack.name)
-    return lock
-
-
-def untrusted_reason(lock: Lock, stack: Stack) -> str | None:
-    """Why the lock is not what would be derived for `stack` (the first reason, naming the package), or None.
-
-    Trustworthy means: its header agrees with its body (count, layers), every pin of the stack is locked
-    at its version, and the closure is complete: every edge the resolver wrote (`via` on the child,
-    `requires` on the parent) ends at an entry of the lock. A changed version of a transitive package
-    is caught by its hashes when pip installs it.
-    """
-    if lock.declared_counts is not None:
-        counts = (len(lock.packages), lock.hashed_count, len(lock.packages) - lock.hashed_count)
-        if counts != lock.declared_counts:
-            n, h, u = lock.declared_counts
-            return (f"the header says {n} packages ({h} hashed, {u} unhashed), the body has {counts[0]} "
-                    f"({counts[1]} hashed, {counts[2]} unhashed)")
-    layers = set(lock.layers)
-    for p in lock.packages:
-        if p.layer not in layers:
-            return f"{p.name} is in layer '{p.layer}', which the header's layers ({' '.join(lock.layers)}) lack"
-    for name, want in sorted(stack.pins().items()):
-        entry = lock.get(name)
-        if entry is None:
-            return f"the stack pins {name}=={want}, the lock has no {name}"
-        if entry.version and not _same_version(entry.version, want):
-            return f"the stack pins {name}=={want}, the lock has {name}=={entry.version}"
-    names = set(lock.pins)
-    for p in lock.packages:
-        for parent in p.required_by:
-            if parent not in names:
-                return f"{p.name} is required by {parent}, which is not in the lock"
-        for child in p.requires or ():
-            if child not in names:
-                return f"{p.name} requires {child}, which is not in the lock"
-    return None
-
-
 # ---- the installed set against the lock --------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -251,7 +198,7 @@ class InstalledComparison:
         return not self.problems
 
 
-def _same_version(a: str, b: str) -> bool:
+def same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)
     except InvalidVersion:
@@ -266,7 +213,7 @@ def compare_installed(lock: Lock, distributions: Mapping[str, str]) -> Installed
         got = installed.get(p.name)
         if got is None:
             problems.append(f"{p.name}=={p.version} is in the lock but not installed")
-        elif p.version and not _same_version(got, p.version):
+        elif p.version and not same_version(got, p.version):
             problems.append(f"{p.name}: locked {p.version}, installed {got}")
     extras = sorted(set(installed) - set(lock.pins) - VENV_BOOTSTRAP)
     notices: list[str] = []
@@ -301,7 +248,17 @@ def lock_content_sha256(lock: Lock) -> str:
 
 # ---- the text format -------------------------------------------------------------------------------
 
+def written_sha256(lock: Lock) -> str:
+    """The `written-sha256` of `lock`: sha256 of its text without that line and without the stacks file's name
+    (a comment the parser does not read), so it is the same for the lock in memory and as read back."""
+    return hashlib.sha256(_render(lock).encode()).hexdigest()
+
+
 def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
+    return _render(lock, stacks_file=stacks_file, sha256=written_sha256(lock))
+
+
+def _render(lock: Lock, *, stacks_file: str | None = None, sha256: str | None = None) -> str:
     hashed, unhashed = lock.hashed_count, len(lock.packages) - lock.hashed_count
     source = f" ({stacks_file})" if stacks_file else ""
     head = [
@@ -326,6 +283,8 @@ def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
     head.append(f"# layers: {' '.join(lock.layers)}")
     head += [f"# unresolved-layer: {u}" for u in lock.unresolved]
     head += [f"# note: {n}" for n in lock.notes]
+    if sha256:
+        head.append(f"# written-sha256: {sha256}")
     body: list[str] = []
     unresolved = {u.layer: u for u in lock.unresolved}
     for layer in lock.layers:
@@ -340,6 +299,8 @@ def render_lock(lock: Lock, *, stacks_file: str | None = None) -> str:
                 body.append(f"# unhashed: {p.requirement} ({p.unhashed or 'no hash'})")
                 if p.url and p.version:
                     body.append(f"#     version: {p.version}")
+                if p.required_by:  # an index without hashes: its entry still has its parents
+                    body.append(f"#     via {', '.join(p.required_by)}")
                 if p.requires:
                     body.append(f"#     requires: {', '.join(p.requires)}")
                 continue
@@ -450,7 +411,16 @@ def parse_lock(text: str, *, file: str = "lock") -> Lock:
                 unresolved=tuple(unresolved), notes=tuple(header.get("note", [])),
                 python_platforms=tuple(" ".join(header.get("resolved-for", [])).split()),
                 sglang_commit=_commit(header.get("sglang-git-commit"), file),
-                declared_counts=_counts(one("packages"), file))
+                declared_counts=_counts(one("packages"), file),
+                declared_written_sha256=_sha256(header.get("written-sha256"), file))
+
+
+def _sha256(values: list[str] | None, file: str) -> str | None:
+    if not values:
+        return None
+    if len(values) > 1 or not re.fullmatch(r"[0-9a-f]{64}", values[0]):
+        raise ConfigError(f"'written-sha256: {values[-1]}' is not one sha256 (64 hex digits)", file=file)
+    return values[0]
 
 
 def _counts(value: str, file: str) -> tuple[int, int, int]:

@@ -360,10 +360,10 @@ def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequen
                 notes=part.notes, python_platforms=tuple(python_platform(p, glibc) for p in stack.platforms))
 
 
-def resolve_for_base(stack: Stack) -> Lock:
+def resolve_for_base(stack: Stack, previous: Lock | None = None) -> Lock:
     """`resolve_stack` for the glibc the stack declares, else its local base image's (what `invoke lock`
-    resolves for, so `stacks --check --resolve` and the lock agree on the platform tag)."""
-    return resolve_stack(stack, base_glibc=None if stack.glibc else base_image_glibc(stack))
+    resolves for, so `stacks --check --resolve` and the lock agree on the platform tag), from `previous`."""
+    return resolve_stack(stack, previous=previous, base_glibc=None if stack.glibc else base_image_glibc(stack))
 
 
 # ---- the task --------------------------------------------------------------------------------------

@@ -130,6 +130,14 @@ def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tup
     return tuple(layers)
 
 
+def root_names(stack: Stack) -> frozenset[str]:
+    """The packages the stack's layers ask for themselves: every other entry of its lock is there because one
+    of these requires it. Names only, so a git SGLang's tree is not exported for them (a stand-in path)."""
+    tree = GitTree(Path("sglang-src"), stack.sglang.git.ref, "") if stack.sglang.git else None
+    return frozenset(name for platform in stack.platforms for layer in plan_layers(stack, platform, tree)
+                     for name in layer.names)
+
+
 def python_platform(platform: str, glibc: str | None = None) -> str:
     """uv's target for `platform` on a base image with `glibc` ("2.36"; None: the 2.28 baseline)."""
     tag = glibc.replace(".", "_") if glibc else MANYLINUX

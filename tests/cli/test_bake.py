@@ -20,7 +20,7 @@ from sglstack.build.flow import FINAL_TARGET, BuildOptions, describe_build
 from sglstack.cli.pipeline import build_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable
-from sglstack.lock.file import lock_for_build
+from sglstack.lock.trust import lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = REPO / "stacks.yaml"

@@ -2,7 +2,8 @@
 
 Each case starts from the committed fixture lock of `cpu-lock` (what `invoke lock` wrote) and makes one
 edit a person could make; the build's own entry point (`lock_for_build`) must refuse it. Before this
-check, a lock with `urllib3` removed built "verified" and the image failed `import requests`.
+check, a lock with `urllib3` removed built "verified" and the image failed `import requests`; later, a lock
+with an entry added that nothing requires (the header's count made to agree) built, verified and signed.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import pytest
 from clirun import run_invoke
 
 from sglstack.build.verify import pip_check_problems
+from sglstack.cli import coverage as coverage_mod
+from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
-from sglstack.lock.file import StaleLock, UntrustedLock, lock_for_build, lock_path
+from sglstack.lock.file import lock_path
+from sglstack.lock.trust import StaleLock, UntrustedLock, lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -84,6 +88,133 @@ def test_a_hand_edited_lock_is_refused_naming_file_stack_and_package(work, edit,
     assert expected in message
     assert message.startswith(f"{path}: stack 'cpu-lock': ") and "\n" not in message
     assert "invoke lock --stack cpu-lock" in message
+
+
+EVIL = "sha256:" + "e" * 64
+
+
+def _add_entry(text: str, entry: str, layer: str = "http-client") -> str:
+    """`entry` (its lines) added as the first entry of `layer`."""
+    section = f"# ---- layer {layer}\n"
+    return text.replace(section, section + entry.rstrip("\n") + "\n", 1)
+
+
+def _edge(text: str) -> str:
+    """`evil` added to requests' `# requires:` line too, as a forger who read the format would."""
+    line = "    # requires: certifi, charset-normalizer, idna, urllib3\n"
+    assert line in text
+    return text.replace(line, line.replace("urllib3", "urllib3, evil"))
+
+
+def _unrequired(requirement: str) -> str:
+    return (f"{requirement} is required by nothing the stack installs (no layer of the stack names it, and no "
+            "'# via' leads from it to one that does)")
+
+
+CONTENT = ("its lines differ from its written-sha256 (an entry, hash or header line was added, changed or removed "
+           "after invoke lock wrote it)")
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    # an entry nothing requires, the header's count made to agree (what built, verified and signed before)
+    (lambda t: _recount(_add_entry(t, f"evil==1.0 \\\n    --hash={EVIL}")), _unrequired("evil==1.0")),
+    # the same as an unhashed entry: it would have made its layer install without the lock
+    (lambda t: _recount(_add_entry(t, "# unhashed: evil==1.0 (no hash)")), _unrequired("evil==1.0")),
+    # two added entries that name each other: a cycle leads to no requirement of the stack
+    (lambda t: _recount(_add_entry(t, f"evil==1.0 \\\n    --hash={EVIL}\n    # via evil-two\n"
+                                      f"    # requires: evil-two\nevil-two==1.0 \\\n    --hash={EVIL}\n"
+                                      "    # via evil\n    # requires: evil")), _unrequired("evil==1.0")),
+    # an added entry claiming a parent that is in the lock: the parent's `requires` line does not name it
+    (lambda t: _recount(_add_entry(t, f"evil==1.0 \\\n    --hash={EVIL}\n    # via requests")),
+     "evil is required by requests ('# via'), whose '# requires:' does not name evil"),
+    # ... and with the parent's line made to agree: every edge holds, the written-sha256 does not
+    (lambda t: _edge(_recount(_add_entry(t, f"evil==1.0 \\\n    --hash={EVIL}\n    # via requests"))), CONTENT),
+    # an entry's version changed (its hashes kept): nothing but the content hash can tell
+    (lambda t: t.replace("idna==3.20 ", "idna==3.19 "), CONTENT),
+    # one of an entry's hashes changed
+    (lambda t: re.sub(r"(?m)^(    --hash=sha256:)[0-9a-f]{64}", lambda m: m.group(1) + "0" * 64, t, count=1),
+     CONTENT),
+    # a header line the build reads changed (the layers' order)
+    (lambda t: t.replace("# layers: http-client sglang", "# layers: sglang http-client"), CONTENT),
+])
+def test_a_lock_that_is_not_what_invoke_lock_wrote_is_refused_naming_the_entry(work, edit, expected):
+    stacks, path, text = work
+    edited = edit(text)
+    assert edited != text
+    path.write_text(edited)
+    with pytest.raises(UntrustedLock) as caught:
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-lock"))
+    assert str(caught.value) == (f"{path}: stack 'cpu-lock': {expected}: the lock was edited by hand; "
+                                 "run invoke lock --stack cpu-lock")
+
+
+def test_a_lock_without_its_written_sha256_line_asks_for_invoke_lock(work):
+    """A lock written before the line existed (or with it removed) is refused with the one thing to do."""
+    stacks, path, text = work
+    path.write_text(re.sub(r"(?m)^# written-sha256: .*\n", "", text))
+    with pytest.raises(UntrustedLock) as caught:
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-lock"))
+    assert str(caught.value) == (f"{path}: stack 'cpu-lock': the lock has no 'written-sha256:' line (an older "
+                                 "sglstack wrote it, or it was edited): run invoke lock --stack cpu-lock")
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ('requirements: ["requests==2.32.3"]', 'requirements: ["requests==2.32.3"]\n        index_url: https://example.org/simple'),
+    ("    sglang:\n      version: 0.5.9\n      install_deps: false", "    sglang:\n      version: 0.5.9"),
+    # no `glibc:` declared: the base image decides the platform tag the lock resolved for
+    ("base_image: debian:bookworm-slim", "base_image: ubuntu:24.04"),
+    ("base_image: debian:bookworm-slim", "base_image: debian:bookworm-slim\n    glibc: '2.39'"),
+])
+def test_a_lock_whose_resolution_inputs_changed_is_stale(work, old, new):
+    stacks, path, _ = work
+    text = stacks.read_text()
+    assert old in text
+    stacks.write_text(text.replace(old, new))
+    with pytest.raises(StaleLock) as caught:
+        lock_for_build(stacks, load_matrix(stacks).get("cpu-lock"))
+    assert str(caught.value) == (f"stack 'cpu-lock': {path} is older than the stack entry it locks: "
+                                 "run invoke lock --stack cpu-lock")
+
+
+@pytest.mark.parametrize("task", [("build", "--stack", "cpu-lock", "--dry-run"), ("render", "--stack", "cpu-lock"),
+                                  ("bake",)])
+def test_build_render_and_bake_refuse_an_added_entry_before_any_work(work, task):
+    stacks, path, text = work
+    path.write_text(_recount(_add_entry(text, f"evil==1.0 \\\n    --hash={EVIL}")))
+    proc = run_invoke(*task, "--stacks-file", str(stacks), cwd=stacks.parent, timeout=120,
+                      env={"SGLSTACK_BUILD_DIR": str(stacks.parent / "build")})
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, f"error: {path}: stack 'cpu-lock': {_unrequired('evil==1.0')}: the lock was edited by hand; "
+           "run invoke lock --stack cpu-lock")
+    assert not (stacks.parent / "build").exists()
+
+
+def test_stacks_check_names_the_added_entry(work):
+    stacks, path, text = work
+    path.write_text(_recount(_add_entry(text, f"evil==1.0 \\\n    --hash={EVIL}")))
+    check = run_invoke("stacks", "--check", "--stacks-file", str(stacks), cwd=stacks.parent, timeout=120,
+                       env={"COLUMNS": "400"})
+    assert check.returncode == 1
+    assert (f"bad-lock {stacks.name}: stack 'cpu-lock': {path}: {_unrequired('evil==1.0')}: the lock was edited by "
+            "hand; run invoke lock --stack cpu-lock") in [x.strip() for x in check.stdout.splitlines()]
+
+
+def test_coverage_takes_its_versions_only_from_a_lock_the_build_would_take(work, monkeypatch):
+    """`invoke coverage` checks the wheels at the lock's versions: an edited lock is refused before any fetch."""
+    stacks, path, text = work
+    stacks.write_text(stacks.read_text().replace("    base_image: debian:bookworm-slim\n",
+                                                 "    base_image: debian:bookworm-slim\n    cuda_arch_list: ['9.0']\n"))
+    path.write_text(text.replace("idna==3.20 ", "idna==3.19 "))
+
+    def no_work(*_a, **_k):
+        raise AssertionError("no wheel may be fetched for versions from an edited lock")
+
+    monkeypatch.setattr(coverage_mod, "check_wheels", no_work)
+    with pytest.raises(UntrustedLock) as caught:
+        coverage_command(str(stacks), "cpu-lock")
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == f"{path}: stack 'cpu-lock': {CONTENT}: the lock was edited by hand; " \
+                                "run invoke lock --stack cpu-lock"
 
 
 def test_another_stacks_lock_is_refused_as_such(work):

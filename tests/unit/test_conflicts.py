@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,15 @@ from sglstack.lock.conflicts import (
     sglang_requires_dist,
     target_environment,
 )
-from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, stack_input_hash, write_lock
+from sglstack.lock.file import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    lock_path,
+    stack_input_hash,
+    with_edges,
+    write_lock,
+)
 from sglstack.lock.flow import LockError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -252,12 +261,15 @@ IDNA = LockedPackage("idna", "3.7", "deps", ("sha256:" + "a" * 64,))
 
 
 def _lock_of(stack, **changes) -> Lock:
-    """A lock the build trusts: every pin of the stack locked at its version, and one dependency."""
+    """A lock the build trusts: every pin of the stack locked at its version, and one dependency; all but
+    SGLang required by SGLang (an entry nothing requires is refused), both ends of each edge written."""
     pinned = tuple(LockedPackage(name, version, "deps", ("sha256:" + "b" * 64,))
                    for name, version in sorted(stack.pins().items()))
+    packages = with_edges(tuple(p if p.name == "sglang" else replace(p, required_by=("sglang",))
+                                for p in (*pinned, IDNA)))
     fields = dict(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at="2026-12-02T18:00:00Z",
                   resolver="uv 0.13.9", python=stack.python, platforms=stack.platforms, layers=("deps",),
-                  packages=(*pinned, IDNA))
+                  packages=packages)
     fields.update(changes)
     return Lock(**fields)
 
@@ -391,6 +403,43 @@ def test_stacks_check_passes_with_notices_only(stacks_copy, capsys):
         "2 stacks, 0 problem(s): matrix OK",
     ]
     assert code == 0
+
+
+def test_check_resolve_refuses_a_lock_with_made_up_edges_that_a_fresh_resolution_does_not_hold(stacks_copy, capsys):
+    """An entry added with a `# via` and its parent's `# requires:` made up and the `written-sha256` recomputed
+    passes every offline check; resolving again from the lock (its pins preferred, as invoke lock does) shows it."""
+    matrix = load_matrix(stacks_copy)
+    honest = {name: _lock_of(stack) for name, stack in matrix.stacks.items()}
+    evil = LockedPackage("evil", "1.0", "deps", ("sha256:" + "e" * 64,), required_by=("sglang",))
+    forged = replace(honest["cu130"], packages=with_edges((*honest["cu130"].packages, evil)))
+    for name, lock in {**honest, "cu130": forged}.items():
+        write_lock(lock_path(stacks_copy, name), lock)
+    asked = []
+
+    def resolve(stack, previous=None):
+        asked.append((stack.name, previous))
+        return honest[stack.name]
+
+    requires = ["flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3", "cuda-python==12.9"]  # overrides: notices
+    code = stacks_command(str(stacks_copy), check=True, resolve=True, requires_dist=lambda version: requires,
+                          resolver=resolve)
+    assert asked == [("cu130", forged), ("cu129", honest["cu129"])]
+    out = capsys.readouterr().out.splitlines()
+    assert (f"      bad-lock {stacks_copy}: stack 'cu130': not what invoke lock resolves now: evil==1.0 is in the "
+            "lock, and nothing resolved needs it: run invoke lock --stack cu130") in out
+    assert [line for line in out if "bad-lock" in line and "cu129" in line] == []
+    assert (code, out[-1]) == (1, "2 stacks, 1 problem(s)")
+
+
+def test_check_resolve_names_a_version_the_resolver_does_not_keep_and_skips_a_lock_seen_otherwise(cu130):
+    lock = _lock_of(cu130)
+    idna = replace(lock, packages=tuple(replace(p, version="3.6") if p.name == "idna" else p for p in lock.packages))
+    assert resolve_findings(_matrix(cu130), lambda stack, previous=None: lock, {"cu130": idna})[-1] == Finding(
+        "cu130", "bad-lock", "not what invoke lock resolves now: idna: 3.6 in the lock, 3.7 resolved: "
+                             "run invoke lock --stack cu130")
+    reached = replace(lock, unresolved=(UnresolvedLayer("torch", True, "index unreachable"),))
+    assert resolve_findings(_matrix(cu130), lambda stack, previous=None: reached, {"cu130": idna})[-1] == Finding(
+        "cu130", "skipped", "the lock was not compared: the resolver reached other layers than when it was written")
 
 
 def test_the_marker_environment_is_linux_cpython_on_any_host(monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.lock.file import lock_for_build
+from sglstack.lock.trust import lock_for_build
 from sglstack.render.dockerfile import render_dockerfile
 from sglstack.size.cudacopies import base_libraries, cuda_copies, serving_stage, wheel_library
 

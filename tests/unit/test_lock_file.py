@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,10 @@ from sglstack.core.errors import ConfigError
 from sglstack.lock.file import (
     Lock,
     LockedPackage,
-    StaleLock,
     UnresolvedLayer,
     compare_installed,
     is_current,
     lock_content_sha256,
-    lock_for_build,
     lock_path,
     parse_lock,
     read_lock,
@@ -25,7 +25,9 @@ from sglstack.lock.file import (
     source_mismatches,
     stack_input_hash,
     write_lock,
+    written_sha256,
 )
+from sglstack.lock.trust import StaleLock, lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_MATRIX = REPO / "tests" / "fixtures" / "stacks-lock.yaml"
@@ -45,7 +47,7 @@ def make_lock(stack, **changes) -> Lock:
         packages=(
             LockedPackage("torch", "2.9.1+cu130", "torch", unhashed="index https://example.invalid/whl unreachable"),
             LockedPackage("idna", "3.7", "http-client", (H1,), required_by=("requests",)),
-            LockedPackage("requests", "2.32.3", "http-client", (H2, H3)),
+            LockedPackage("requests", "2.32.3", "http-client", (H2, H3), requires=("idna",)),
             LockedPackage("sglang", "0.5.9", "sglang", (H3,), note="pristine wheel; patched in the image"),
         ),
         unresolved=(UnresolvedLayer("torch", True, "index https://example.invalid/whl unreachable"),),
@@ -101,6 +103,11 @@ def test_only_resolution_inputs_make_a_lock_stale(stack):
         update={"requirements": ("requests==2.32.2",)}),)})
     assert stack_input_hash(moved) != base
     assert stack_input_hash(stack.model_copy(update={"python": "3.12"})) != base
+    # without a declared glibc the base image decides the platform tag: an input; with one it is not
+    rebased = stack.model_copy(update={"base_image": "ubuntu:24.04"})
+    assert stack_input_hash(rebased) != base
+    assert stack_input_hash(rebased.model_copy(update={"glibc": "2.36"})) == stack_input_hash(
+        stack.model_copy(update={"glibc": "2.36"}))
 
 
 def test_lock_for_build_is_none_without_a_lock_and_fails_in_one_line_when_stale(stack, tmp_path):
@@ -108,13 +115,29 @@ def test_lock_for_build_is_none_without_a_lock_and_fails_in_one_line_when_stale(
     assert lock_for_build(stacks_file, stack) is None
     path = lock_path(stacks_file, stack.name)
     assert path == tmp_path / "locks" / "cpu-lock.txt"
-    write_lock(path, make_lock(stack))
+    # the stack has no torch layer: a lock of it holds the rest (a torch entry would be required by nothing)
+    own = dict(layers=("http-client", "sglang"), unresolved=(), packages=make_lock(stack).packages[1:])
+    write_lock(path, make_lock(stack, **own))
     assert is_current(lock_for_build(stacks_file, stack), stack)
-    write_lock(path, make_lock(stack, stack_sha256="0" * 64))
+    write_lock(path, make_lock(stack, stack_sha256="0" * 64, **own))
     with pytest.raises(StaleLock) as err:
         lock_for_build(stacks_file, stack)
     assert str(err.value).endswith("run invoke lock --stack cpu-lock")
     assert "\n" not in str(err.value)
+
+
+def test_an_entry_an_index_serves_without_hashes_keeps_its_parents_and_is_trusted(stack, tmp_path):
+    """`# unhashed:` entries were written without their `# via`: read back, nothing required them."""
+    lock = make_lock(stack, layers=("http-client", "sglang"), unresolved=(), packages=(
+        LockedPackage("idna", "3.7", "http-client", unhashed="the index serves no sha256 for its files",
+                      required_by=("requests",)),
+        *make_lock(stack).packages[2:]))
+    text = render_lock(lock)
+    assert "# unhashed: idna==3.7 (the index serves no sha256 for its files)\n#     via requests\n" in text
+    assert parse_lock(text) == lock
+    stacks_file = tmp_path / "stacks-lock.yaml"
+    write_lock(lock_path(stacks_file, stack.name), lock)
+    assert lock_for_build(stacks_file, stack) == lock
 
 
 def test_installed_set_against_a_complete_lock_names_every_difference(stack):
@@ -159,6 +182,30 @@ def test_the_committed_locks_read_back_byte_for_byte_and_are_current(stacks_file
     lock = read_lock(path)
     assert render_lock(lock, stacks_file=stacks_file.name) == path.read_text(encoding="utf-8")
     assert is_current(lock, load_matrix(stacks_file).get(name))
+    assert lock.declared_written_sha256 == written_sha256(lock)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("# written-sha256: 12ab", "'written-sha256: 12ab' is not one sha256 (64 hex digits)"),
+    (f"# written-sha256: {'a' * 64}\n# written-sha256: {'b' * 64}", f"'written-sha256: {'b' * 64}' is not one sha256"),
+])
+def test_a_malformed_written_sha256_line_is_one_line(stack, line, message):
+    text = re.sub(r"(?m)^# written-sha256: .*$", line, render_lock(make_lock(stack)))
+    with pytest.raises(ConfigError) as err:
+        parse_lock(text, file="locks/x.txt")
+    assert str(err.value).startswith(f"locks/x.txt: {message}")
+
+
+def test_the_written_sha256_covers_every_line_the_parser_reads_but_itself(stack):
+    lock = make_lock(stack)
+    assert parse_lock(render_lock(lock)).declared_written_sha256 == written_sha256(lock)
+    assert written_sha256(lock) == written_sha256(replace(lock, declared_written_sha256="f" * 64))
+    changed = [replace(lock, resolved_at="2027-01-01T00:00:00Z"), replace(lock, notes=()),
+               replace(lock, packages=(*lock.packages[:1], replace(lock.packages[1], required_by=()),
+                                       *lock.packages[2:])),
+               replace(lock, packages=(*lock.packages[:2], replace(lock.packages[2], requires=None),
+                                       *lock.packages[3:]))]
+    assert all(written_sha256(x) != written_sha256(lock) for x in changed)
 
 
 def test_what_the_cu130_lock_says():
@@ -211,6 +258,7 @@ def test_the_exact_text_of_a_lock_with_urls_and_a_git_commit(stack):
         "# packages: 3 (2 hashed, 1 unhashed)",
         "# layers: empty torch sglang",
         "# unresolved-layer: torch (no dependencies): offline",
+        f"# written-sha256: {written_sha256(lock)}",
         "",
         "# ---- layer torch (not resolved: installed as without a lock)",
         "# unhashed: torch @ https://example.invalid/t.whl (offline)",

@@ -900,10 +900,10 @@ def test_resolving_for_the_base_reads_the_base_images_glibc_only_when_the_stack_
     monkeypatch.setattr(flow, "base_image_glibc", lambda stack: asked.append(stack.name) or "2.39")
     monkeypatch.setattr(flow, "resolve_stack", lambda stack, **kw: resolved.append((stack.name, kw)) or "a lock")
     assert flow.resolve_for_base(tiny) == "a lock"
-    assert (asked, resolved) == ([], [("tiny", {"base_glibc": None})])
+    assert (asked, resolved) == ([], [("tiny", {"previous": None, "base_glibc": None})])
     plain = tiny.model_copy(update={"glibc": None})
     assert flow.resolve_for_base(plain) == "a lock"
-    assert (asked, resolved[1:]) == (["tiny"], [("tiny", {"base_glibc": "2.39"})])
+    assert (asked, resolved[1:]) == (["tiny"], [("tiny", {"previous": None, "base_glibc": "2.39"})])
 
 
 def test_the_task_never_reads_the_base_image_when_the_stack_says_its_glibc(stacks, monkeypatch):

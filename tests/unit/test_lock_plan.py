@@ -20,8 +20,9 @@ from sglstack.adapters.uv import (
     SourceUnreachable,
 )
 from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import GitSource, SGLangSource
 from sglstack.lock.flow import LockError, resolve_stack
-from sglstack.lock.plan import plan_layers
+from sglstack.lock.plan import plan_layers, root_names
 from sglstack.render.dockerfile import install_layers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,3 +185,15 @@ def test_the_context_holds_the_lock_part_of_each_locked_layer_only(locked, cu130
     assert "lock/flashinfer.txt" in parts and "lock/torch.txt" not in parts and "lock/sgl-kernel.txt" not in parts
     assert build_context(cu130, lock=lock).files["lock/flashinfer.txt"] == lock.part_text("flashinfer").encode()
     assert not [f for f in build_context(cu130).files if f.startswith("lock/")]
+
+
+def test_the_roots_a_lock_is_checked_from_are_the_layers_own_names_git_sglang_included():
+    """Every entry of a lock must be one of these or be required by one (the trust check); a git-sourced
+    SGLang has the same roots as its PyPI twin, without its tree being exported for them."""
+    stack = load_matrix(REPO / "stacks.yaml").get("cu130")
+    assert root_names(stack) == {n for layer in plan_layers(stack, "linux/amd64") for n in layer.names}
+    assert {"torch", "sgl-kernel", "flashinfer-python", "sglang"} <= root_names(stack)
+    assert "cuda-python" not in root_names(stack)  # an override replaces a requirement, it asks for nothing
+    git = stack.model_copy(update={"sglang": SGLangSource(git=GitSource(
+        repo="https://example.invalid/sglang", ref="0" * 40, subdirectory="python"))})
+    assert root_names(git) == root_names(stack)

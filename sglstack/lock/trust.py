@@ -1,0 +1,146 @@
+"""Whether a stack's lock may be built from: it must be what `invoke lock` wrote for the stack as it is now.
+
+Checked before any build work (`build`, `bake`, `render`, `stacks --check` all come through `lock_for_build`):
+- the inputs: the header's `stack-sha256` is the hash of the stack's resolution inputs now, else the lock is stale;
+- the closure: every entry is one of the stack's own requirements or is required (`# via`) by an entry that is,
+  and both ends of every resolver edge agree (`# via P` on the child, `# requires: C` on the parent): an entry
+  added by hand, with the header's count made to agree, needs nothing to need it, so it is named here;
+- the content: the `written-sha256` line is the hash of every other line the parser reads, so an entry changed by
+  hand (a version, a hash, an edge made up to go with an added entry) no longer matches it.
+A lock written before `written-sha256` existed is refused with the one thing to do: run `invoke lock` again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config.schema import Stack
+from ..core.errors import ConfigError
+from .file import Lock, is_current, lock_path, read_lock, same_version, stale_message, written_sha256
+from .plan import root_names
+
+
+class StaleLock(ConfigError):
+    """The stack entry changed since its lock was resolved."""
+
+
+class UntrustedLock(ConfigError):
+    """The lock is not what `invoke lock` would have written for this stack (edited by hand, or copied)."""
+
+
+def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
+    """The stack's current, trustworthy lock; None when it has none; a one-line `ConfigError` otherwise:
+    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack."""
+    path = lock_path(stacks_file, stack.name)
+    if not path.exists() and not path.is_symlink():
+        return None
+    lock = read_lock(path)
+    if lock.stack != stack.name:
+        raise UntrustedLock(f"this is the lock of stack '{lock.stack}', not of '{stack.name}': "
+                            f"run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
+    if lock.declared_written_sha256 is None:
+        raise UntrustedLock(f"the lock has no 'written-sha256:' line (an older sglstack wrote it, or it was "
+                            f"edited): run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
+    if not is_current(lock, stack):
+        raise StaleLock(stale_message(stack.name, path), stack=stack.name)
+    problem = untrusted_reason(lock, stack)
+    if problem:
+        raise UntrustedLock(f"{problem}: the lock was edited by hand; run invoke lock --stack {stack.name}",
+                            file=str(path), stack=stack.name)
+    return lock
+
+
+def untrusted_reason(lock: Lock, stack: Stack) -> str | None:
+    """Why the lock is not what would be derived for `stack` (the first reason, naming the entry), or None.
+
+    In order: the header against the body (count, layers), the stack's pins, the resolver's edges, the
+    closure from the stack's own requirements, and last the `written-sha256` of the whole (which can say that
+    something changed, not what: every check before it names the entry)."""
+    return (_header_problem(lock) or _pin_problem(lock, stack) or _edge_problem(lock)
+            or _unrequired(lock, root_names(stack)) or _content_problem(lock))
+
+
+def _header_problem(lock: Lock) -> str | None:
+    if lock.declared_counts is not None:
+        counts = (len(lock.packages), lock.hashed_count, len(lock.packages) - lock.hashed_count)
+        if counts != lock.declared_counts:
+            n, h, u = lock.declared_counts
+            return (f"the header says {n} packages ({h} hashed, {u} unhashed), the body has {counts[0]} "
+                    f"({counts[1]} hashed, {counts[2]} unhashed)")
+    layers = set(lock.layers)
+    for p in lock.packages:
+        if p.layer not in layers:
+            return f"{p.name} is in layer '{p.layer}', which the header's layers ({' '.join(lock.layers)}) lack"
+    return None
+
+
+def _pin_problem(lock: Lock, stack: Stack) -> str | None:
+    for name, want in sorted(stack.pins().items()):
+        entry = lock.get(name)
+        if entry is None:
+            return f"the stack pins {name}=={want}, the lock has no {name}"
+        if entry.version and not same_version(entry.version, want):
+            return f"the stack pins {name}=={want}, the lock has {name}=={entry.version}"
+    return None
+
+
+def _edge_problem(lock: Lock) -> str | None:
+    """Every edge ends at an entry, and is written at both ends (`invoke lock` writes `requires` as the
+    inverse of `via`): a removed entry leaves a name pointing at nothing, an added one a `via` its parent lacks."""
+    names = set(lock.pins)
+    children: dict[str, set[str]] = {}
+    for p in lock.packages:
+        for parent in p.required_by:
+            if parent not in names:
+                return f"{p.name} is required by {parent}, which is not in the lock"
+            children.setdefault(parent, set()).add(p.name)
+        for child in p.requires or ():
+            if child not in names:
+                return f"{p.name} requires {child}, which is not in the lock"
+    for p in lock.packages:
+        for child in sorted(set(p.requires or ()) - children.get(p.name, set())):
+            return f"{p.name} requires {child}, whose '# via' does not name {p.name}"
+        for child in sorted(children.get(p.name, set()) - set(p.requires or ())):
+            return f"{child} is required by {p.name} ('# via'), whose '# requires:' does not name {child}"
+    return None
+
+
+def _unrequired(lock: Lock, roots: frozenset[str]) -> str | None:
+    """The first entry (in file order) that no path of `# via` edges leads to from the stack's own requirements."""
+    children: dict[str, list[str]] = {}
+    for p in lock.packages:
+        for parent in p.required_by:
+            children.setdefault(parent, []).append(p.name)
+    needed: set[str] = set()
+    todo = [p.name for p in lock.packages if p.name in roots]
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += children.get(name, [])
+    for p in lock.packages:
+        if p.name not in needed:
+            return (f"{p.requirement} is required by nothing the stack installs (no layer of the stack names it, "
+                    f"and no '# via' leads from it to one that does)")
+    return None
+
+
+def _content_problem(lock: Lock) -> str | None:
+    if lock.declared_written_sha256 is not None and lock.declared_written_sha256 != written_sha256(lock):
+        return ("its lines differ from its written-sha256 (an entry, hash or header line was added, changed or removed "
+                "after invoke lock wrote it)")
+    return None
+
+
+def lock_differences(lock: Lock, fresh: Lock) -> list[str]:
+    """What `lock` holds that a fresh resolution from it (its pins preferred) does not: an entry it does not
+    need, or another version. What only the fresh one has is left out: an index reachable here and not where
+    the lock was written brings more, and that is no edit."""
+    out = []
+    for p in lock.packages:
+        other = fresh.get(p.name)
+        if other is None:
+            out.append(f"{p.requirement} is in the lock, and nothing resolved needs it")
+        elif p.version and other.version and not same_version(p.version, other.version):
+            out.append(f"{p.name}: {p.version} in the lock, {other.version} resolved")
+    return out
