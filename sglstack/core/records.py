@@ -10,7 +10,9 @@ the next writer, and a one-line error naming the file and line of any other bad 
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
+import dataclasses
 import datetime as dt
 import errno
 import fcntl
@@ -18,7 +20,10 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +32,8 @@ from .safefiles import OutputNotWritable, check_inside, containing_root, folder_
 
 T = TypeVar("T")
 BUILD_DIR_ENV = "SGLSTACK_BUILD_DIR"
-__all__ = ["OutputNotWritable", "append_jsonl", "build_root", "read_jsonl", "require_writable", "stack_lock"]
+__all__ = ["BadLine", "OutputNotWritable", "append_jsonl", "build_root", "check_field_types", "read_jsonl",
+           "read_jsonl_lenient", "require_store_writable", "require_writable", "stack_lock"]
 
 
 def build_root() -> Path:
@@ -65,6 +71,48 @@ def require_writable(path: Path, *, what: str) -> None:
             raise fail("permission denied")
     except OSError as exc:
         raise fail(exc.strerror or type(exc).__name__) from None
+
+
+# What a probe writes: more than the few records one deploy, restore or undeploy appends.
+STORE_PROBE_BYTES = 16384
+
+
+def require_store_writable(path: Path, *, what: str) -> None:
+    """Raise `OutputNotWritable` now, naming `path`, unless `append_jsonl(path, ...)` can work: before a
+    task changes something its record must then describe (a deploy replacing the running service).
+
+    Refuses a link anywhere on the way (the store, its lock, or a folder leading out of the build root),
+    then really writes: opens the lock and the store as `append_jsonl` does, and writes, fsyncs and
+    removes a record-sized probe file in the store's folder (a full disk, a read-only mount, a folder
+    root may not write to). It cannot promise space a moment later: the writers say what they did anyway.
+    """
+    def fail(reason: str) -> OutputNotWritable:
+        return OutputNotWritable(one_line(f"{what} {path}: cannot be written ({reason})"))
+
+    root = containing_root(path.parent, build_root())
+    make_folder(root, path.parent)
+    check_inside(root, path)
+    for part in (path, _lock_file(path)):
+        if part.is_symlink():
+            raise fail(f"{part.name} is a link to {os.readlink(part)}; records are never written through a link")
+    probe: str | None = None
+    try:
+        with _locked(path, exclusive=True):
+            if path.exists():
+                os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC))
+            fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"\n" * STORE_PROBE_BYTES)
+                fh.flush()
+                os.fsync(fh.fileno())
+    except OutputNotWritable as exc:
+        raise fail(str(exc).rsplit("(", 1)[-1].rstrip(")")) from None
+    except OSError as exc:
+        raise fail(exc.strerror or type(exc).__name__) from None
+    finally:
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
 
 
 def utc_now() -> dt.datetime:
@@ -180,6 +228,18 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
     return start
 
 
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a JSON-lines store that is not a record of its kind: where, and why (one line)."""
+
+    path: Path
+    line: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.why}"
+
+
 def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], Exception]) -> list[T]:
     """Every non-blank line of `path` through `parse` ([] when the file does not exist yet), read under
     the store's shared lock.
@@ -189,25 +249,90 @@ def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], 
     caller's own error for line n (invalid JSON, or a row `parse` rejects with ValueError/KeyError/
     TypeError), so each record kind keeps its own message and error class.
     """
+    rows, bad = read_jsonl_lenient(path, parse)
+    if bad:
+        raise bad_line(bad[0].line)
+    return rows
+
+
+def read_jsonl_lenient(path: Path, parse: Callable[[Any], T]) -> tuple[list[T], list[BadLine]]:
+    """`read_jsonl` that keeps going: the rows `parse` accepts, and each other line with why it is not one.
+
+    For a reader that shows what it can (`invoke status`) and names every bad line, and for a strict
+    reader that wants to say why (`parse`'s ValueError/TypeError text, or the missing key of a KeyError)."""
     if not path.is_file():
-        return []
+        return [], []
     with _locked(path, exclusive=False):
         raw = path.read_bytes()
     lines = raw.split(b"\n")
-    out = []
+    out: list[T] = []
+    bad: list[BadLine] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         last_unterminated = n == len(lines)
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if last_unterminated:
                 _warn(f"{path}:{n}: skipped a torn last line (a write cut short); the next append moves it aside")
                 break
-            raise bad_line(n) from None
+            bad.append(BadLine(path, n, "not valid JSON"))
+            continue
         try:
             out.append(parse(value))
-        except (ValueError, KeyError, TypeError):
-            raise bad_line(n) from None
-    return out
+        except KeyError as exc:
+            bad.append(BadLine(path, n, f"no '{exc.args[0]}'" if exc.args else "a key is missing"))
+        except (ValueError, TypeError) as exc:
+            bad.append(BadLine(path, n, one_line(str(exc)) or "not a record of this file"))
+    return out, bad
+
+
+# ---- one typed reader of recorded rows ------------------------------------------------------------
+
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "true or false"), (int, "a whole number"), (float, "a number"), (str, "a string"),
+    (dict, "an object"), (list, "a list"), (type(None), "null"),
+)
+
+
+def json_type(value: object) -> str:
+    """What a JSON value is, in words ("a string", "an object", ...)."""
+    return next((words for kind, words in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def _accepts(hint: Any, value: object) -> tuple[bool, str]:
+    """(whether `value` fits the annotation `hint`, the annotation in words)."""
+    origin = typing.get_origin(hint)
+    if hint is Any or hint is object:
+        return True, "anything"
+    if origin in (typing.Union, types.UnionType):
+        answers = [_accepts(arg, value) for arg in typing.get_args(hint)]
+        return any(ok for ok, _ in answers), " or ".join(words for _, words in answers)
+    if hint is type(None):
+        return value is None, "null"
+    if hint is bool:
+        return isinstance(value, bool), "true or false"
+    if hint is int:  # JSON true is not a number of workers
+        return isinstance(value, int) and not isinstance(value, bool), "a whole number"
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    if hint is str:
+        return isinstance(value, str), "a string"
+    if origin in (dict, Mapping, collections.abc.Mapping) or hint in (dict, Mapping):
+        return isinstance(value, dict), "an object"
+    if origin in (list, tuple, Sequence, collections.abc.Sequence) or hint in (list, tuple):
+        return isinstance(value, list), "a list"
+    return True, "anything"  # a type no record field uses: not ours to judge
+
+
+def check_field_types(cls: type, data: Mapping[str, object]) -> None:
+    """Raise TypeError naming the first field of dataclass `cls` whose value in `data` (a JSON row) is of
+    the wrong type, e.g. "'options' is a string, not an object". Missing fields and unknown keys are the
+    caller's: older rows lack fields with defaults, newer ones carry fields this sglstack does not know."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            ok, wanted = _accepts(hints[f.name], data[f.name])
+            if not ok:
+                raise TypeError(f"'{f.name}' is {json_type(data[f.name])}, not {wanted}")
