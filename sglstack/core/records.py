@@ -19,7 +19,6 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,7 +27,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import one_line
-from .safefiles import OutputNotWritable, check_inside, containing_root, folder_lock, make_folder
+from .safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    folder_lock,
+    make_folder,
+    open_log,
+    open_nofollow,
+    probe_folder,
+    write_bytes,
+)
 
 T = TypeVar("T")
 BUILD_DIR_ENV = "SGLSTACK_BUILD_DIR"
@@ -63,14 +72,13 @@ def require_writable(path: Path, *, what: str) -> None:
     if existing.exists() and not existing.is_dir():
         raise fail(f"{existing} is not a folder")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-        if path.exists() and not os.access(path, os.W_OK):
-            raise fail("permission denied")
-    except OSError as exc:
-        raise fail(exc.strerror or type(exc).__name__) from None
+        probe_folder(containing_root(path.parent, build_root()), path.parent)
+    except OutputNotWritable as exc:
+        if not exc.reason:
+            raise  # a link out of the build folder: its own line says so
+        raise fail(exc.reason) from None
+    if path.exists() and not path.is_symlink() and not os.access(path, os.W_OK):
+        raise fail("permission denied")
 
 
 # What a probe writes: more than the few records one deploy, restore or undeploy appends.
@@ -95,24 +103,20 @@ def require_store_writable(path: Path, *, what: str) -> None:
     for part in (path, _lock_file(path)):
         if part.is_symlink():
             raise fail(f"{part.name} is a link to {os.readlink(part)}; records are never written through a link")
-    probe: str | None = None
     try:
         with _locked(path, exclusive=True):
             if path.exists():
-                os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC))
-            fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(b"\n" * STORE_PROBE_BYTES)
-                fh.flush()
-                os.fsync(fh.fileno())
+                os.close(open_nofollow(root, path, os.O_WRONLY | os.O_APPEND))
+            probe_folder(root, path.parent, size=STORE_PROBE_BYTES)
     except OutputNotWritable as exc:
-        raise fail(str(exc).rsplit("(", 1)[-1].rstrip(")")) from None
-    except OSError as exc:
-        raise fail(exc.strerror or type(exc).__name__) from None
-    finally:
-        if probe is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(probe)
+        raise fail(exc.reason or str(exc)) from None
+
+
+def write_output(path: Path, data: str | bytes) -> Path:
+    """Write a task's output file whole (`safefiles.write_bytes`): one under the build root no link leads
+    out of, or one a flag names elsewhere (`--json PATH`), no link leading out of its own folder."""
+    body = data.encode("utf-8") if isinstance(data, str) else data
+    return write_bytes(containing_root(path, build_root()), path, body)
 
 
 def utc_now() -> dt.datetime:
@@ -138,12 +142,14 @@ def _lock_file(path: Path) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    lock = _lock_file(path)
     try:
-        fd = os.open(_lock_file(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
+        fd = open_nofollow(containing_root(lock.parent, build_root()), lock, os.O_RDWR | os.O_CREAT)
+    except OutputNotWritable as exc:
         if exclusive:
-            raise OutputNotWritable(f"{_lock_file(path)}: the lock cannot be opened "
-                                    f"({exc.strerror or type(exc).__name__})") from None
+            error = OutputNotWritable(f"{lock}: the lock cannot be opened ({exc.reason or exc})")
+            error.reason = exc.reason
+            raise error from None
         yield  # a reader in a read-only folder: no writer can be there either
         return
     try:
@@ -168,13 +174,11 @@ def append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
     if not data:
         return
-    make_folder(containing_root(path.parent, build_root()), path.parent)
-    check_inside(containing_root(path.parent, build_root()), path)
+    root = containing_root(path.parent, build_root())
+    make_folder(root, path.parent)
+    check_inside(root, path)
     with _locked(path, exclusive=True):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise OutputNotWritable(f"{path}: cannot be written ({exc.strerror or type(exc).__name__})") from None
+        fd = open_nofollow(root, path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             size = _drop_torn_tail(path, fd)
             try:
@@ -219,9 +223,9 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
         return size + 1
     torn = path.with_name(path.name + ".torn")
     try:
-        with open(torn, "ab") as fh:
+        with open_log(containing_root(torn.parent, build_root()), torn, append=True) as fh:
             fh.write(tail + b"\n")
-    except OSError:
+    except (OSError, OutputNotWritable):
         pass  # kept if possible; the store itself must heal either way
     os.ftruncate(fd, start)
     _warn(f"{path}: a torn last line ({len(tail)} bytes, a write cut short) was moved to {torn.name}")

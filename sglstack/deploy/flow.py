@@ -33,21 +33,29 @@ from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import build_root as default_build_root
-from ..core.records import require_store_writable, utc_timestamp
-from ..core.safefiles import OutputNotWritable, check_inside, containing_root, remove_file, write_text
+from ..core.records import utc_timestamp
+from ..core.safefiles import (
+    OutputNotWritable,
+    containing_root,
+    create_empty,
+)
 from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
 from .checks import check_host, check_options, check_project_owner
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
+from .files import Saved, discard_saved, restore_files, write_files
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for
 from .store import (
     DeploymentRecord,
     append_record,
     display_path,
+    not_recorded,
     read_records,
+    record_or_why,
     records_path,
+    require_recordable,
     rollback_target,
     serving_now,
 )
@@ -137,15 +145,6 @@ def deploy(
                        action, local, previous, wait_timeout_s, say)
     finally:
         discard_saved(saved)
-
-
-def require_recordable(build_root: Path, stack_name: str) -> None:
-    """Refuse, before anything changes, a deployment whose record could not be written."""
-    try:
-        require_store_writable(records_path(build_root, stack_name), what=f"stack '{stack_name}': the records")
-    except OutputNotWritable as exc:
-        raise DeployError(f"{exc}; nothing was changed (a deployment that cannot be recorded is not started)"
-                          ) from None
 
 
 def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, image_ref: str,
@@ -263,69 +262,14 @@ def _health_failure(
     return None
 
 
-# What each written path held before: a hard link to its old file beside it, None where there was none.
-Saved = dict[Path, Path | None]
-SAVED_SUFFIX = ".previous"
-
-
-def write_files(out_dir: Path, files: dict[str, str]) -> Saved:
-    """Write the rendered files (each whole, never through a link out of the build folder); return what
-    each path held before, kept as a hard link beside it (`.NAME.previous`): putting it back is then a
-    rename, which needs no free space (the disk may be full by the time a failed deploy is undone)."""
-    root = containing_root(out_dir, default_build_root())
-    saved: Saved = {}
-    try:
-        for name, text in files.items():
-            path = out_dir / name
-            check_inside(root, path)
-            saved[path] = None
-            if path.is_file() and not path.is_symlink():
-                kept = path.with_name(f".{path.name}{SAVED_SUFFIX}")
-                remove_file(root, kept)  # a leftover of a killed deploy
-                os.link(path, kept)
-                saved[path] = kept
-            write_text(root, path, text)
-    except OSError as exc:  # os.link: the one call here that does not say which file
-        restore_files(saved)
-        raise OutputNotWritable(f"{out_dir}: cannot be written ({exc.strerror or type(exc).__name__})") from None
-    except BaseException:
-        restore_files(saved)
-        raise
-    return saved
-
-
-def restore_files(saved: Saved) -> None:
-    """Put back what `write_files` replaced (renames and removals only: no free space needed)."""
-    for path, kept in saved.items():
-        root = containing_root(path.parent, default_build_root())
-        if kept is None:
-            remove_file(root, path)
-        else:
-            try:
-                os.replace(kept, path)
-            except OSError as exc:
-                raise OutputNotWritable(f"{path}: cannot be put back ({exc.strerror or type(exc).__name__})"
-                                        ) from None
-    saved.clear()
-
-
-def discard_saved(saved: Saved) -> None:
-    """Forget what `write_files` kept (the new files stay); nothing is left beside them."""
-    for kept in saved.values():
-        if kept is not None:
-            with contextlib.suppress(OSError):
-                kept.unlink()
-    saved.clear()
-
-
 def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> None:
     path = Path(options.env_file)
     if path.is_absolute():
         return  # checked before anything changed
     path = out_dir / path
-    if not path.exists():
-        # Public models need no token; compose refuses a missing env_file, so start from an empty one.
-        path.touch(mode=0o600)
+    # Public models need no token; compose refuses a missing env_file, so start from an empty one. A link
+    # there is refused: compose would feed whatever it points to into the container's environment.
+    if create_empty(containing_root(out_dir, default_build_root()), path, mode=0o600):
         say(f"created an empty {display_path(path)}: put HF_TOKEN there for gated models ({cmp.ENV_EXAMPLE_FILE})")
 
 
@@ -364,19 +308,6 @@ def _recover(
         return f"took it down (its last log lines are above){hint}{not_recorded(unrecorded)}", tail
     outcome, unrecorded_restore = _restore(dep, client, compose, attempt, previous, saved, say)
     return outcome + not_recorded(unrecorded or unrecorded_restore), tail
-
-
-def record_or_why(build_root: Path, record: DeploymentRecord) -> str | None:
-    """Append `record`; None when written, else why not (the caller goes on undoing, and says it)."""
-    try:
-        append_record(build_root, record)
-    except OutputNotWritable as exc:
-        return str(exc)
-    return None
-
-
-def not_recorded(why: str | None) -> str:
-    return f"; not recorded ({why})" if why else ""
 
 
 def _readable_records(dep: Deployment) -> list[DeploymentRecord]:

@@ -24,19 +24,20 @@ from ..core.signals import Interrupted
 from ..render import k8s
 from ..render import k8s_lws as lws
 from ..serving import ServingSpec
-from .flow import (
-    DeployFailed,
-    Say,
-    discard_saved,
-    not_recorded,
-    record_or_why,
-    require_recordable,
-    restore_files,
-    say_stderr,
-    write_files,
-)
+from .files import discard_saved, restore_files, write_files
+from .flow import DeployFailed, Say, say_stderr
 from .kubectl import Kubectl
-from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
+from .store import (
+    DeploymentRecord,
+    append_record,
+    display_path,
+    not_recorded,
+    read_records,
+    record_or_why,
+    records_path,
+    require_recordable,
+    rollback_target,
+)
 
 TARGET = "k8s"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -129,6 +130,7 @@ def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, w
         discard_saved(saved)
 
 
+# long: the apply, the wait and each way of undoing them read best in order, as flow's deploy does
 def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: ServingSpec,
            saved: dict[Path, Path | None], tool: str, action: str, smoke_report: str | None,
            previous: DeploymentRecord | None, wait_timeout_s: float | None, files: dict[str, str], say: Say

@@ -10,7 +10,15 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..core.errors import DeployError
-from ..core.records import BadLine, append_jsonl, check_field_types, json_type, read_jsonl_lenient
+from ..core.records import (
+    BadLine,
+    append_jsonl,
+    check_field_types,
+    json_type,
+    read_jsonl_lenient,
+    require_store_writable,
+)
+from ..core.safefiles import OutputNotWritable
 from ..render.compose import ComposeOptions
 from ..render.k8s import K8sOptions
 
@@ -141,3 +149,25 @@ def display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def require_recordable(build_root: Path, stack_name: str) -> None:
+    """Refuse, before anything changes, a deployment whose record could not be written."""
+    try:
+        require_store_writable(records_path(build_root, stack_name), what=f"stack '{stack_name}': the records")
+    except OutputNotWritable as exc:
+        raise DeployError(f"{exc}; nothing was changed (a deployment that cannot be recorded is not started)"
+                          ) from None
+
+
+def record_or_why(build_root: Path, record: DeploymentRecord) -> str | None:
+    """Append `record`; None when written, else why not (the caller goes on undoing, and says it)."""
+    try:
+        append_record(build_root, record)
+    except OutputNotWritable as exc:
+        return str(exc)
+    return None
+
+
+def not_recorded(why: str | None) -> str:
+    return f"; not recorded ({why})" if why else ""

@@ -32,7 +32,7 @@ from ..config.matrix import load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
-from ..core.records import build_root
+from ..core.records import build_root, write_output
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
@@ -336,15 +336,14 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
     out_dir = build_root() / plan.new_stack / "upgrade"
-    out_dir.mkdir(parents=True, exist_ok=True)
     if lock is not None and not inputs.write:
-        (out_dir / "lock.txt").write_text(render_lock(lock), encoding="utf-8")
+        write_output(out_dir / "lock.txt", render_lock(lock))
     markdown = to_markdown(plan)
-    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+    write_output(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
-    (out_dir / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_output(out_dir / "report.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.json_path:
-        inputs.json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_output(inputs.json_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.write and writable and lock is not None:
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
     console.print(Markdown(markdown))

@@ -23,6 +23,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
+from ..core.records import write_output
 from ..lock.conflicts import applicable_requirements
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
@@ -138,6 +139,6 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
     if json_path:
         doc = {r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
                for r in results}
-        Path(json_path).expanduser().write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_output(Path(json_path).expanduser(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return 0
 

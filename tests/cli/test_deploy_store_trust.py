@@ -22,6 +22,7 @@ from sglstack.core.errors import DeployError
 from sglstack.deploy import flow
 from sglstack.deploy import status as status_mod
 from sglstack.deploy.actions import status_command
+from sglstack.deploy.files import SAVED_SUFFIX
 from sglstack.deploy.options import StatusOptions
 from sglstack.deploy.store import DeploymentRecord, read_records, records_path, serving_now
 from sglstack.render import compose as cmp
@@ -120,7 +121,7 @@ def _serving(dep: flow.Deployment) -> str | None:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith((".tmp", ".probe", flow.SAVED_SUFFIX)))
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith((".tmp", ".probe", SAVED_SUFFIX)))
 
 
 # ---- a store that cannot be written: refused before the running deployment is touched ----------------
