@@ -72,7 +72,7 @@ def require_writable(path: Path, *, what: str) -> None:
     if existing.exists() and not existing.is_dir():
         raise fail(f"{existing} is not a folder")
     try:
-        probe_folder(containing_root(path.parent, build_root()), path.parent)
+        probe_folder(containing_root(path.parent, build_root()), path.parent, name=path.name)
     except OutputNotWritable as exc:
         if not exc.reason:
             raise  # a link out of the build folder: its own line says so
@@ -107,7 +107,7 @@ def require_store_writable(path: Path, *, what: str) -> None:
         with _locked(path, exclusive=True):
             if path.exists():
                 os.close(open_nofollow(root, path, os.O_WRONLY | os.O_APPEND))
-            probe_folder(root, path.parent, size=STORE_PROBE_BYTES)
+            probe_folder(root, path.parent, size=STORE_PROBE_BYTES, name=path.name)
     except OutputNotWritable as exc:
         raise fail(exc.reason or str(exc)) from None
 
@@ -147,7 +147,9 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
         fd = open_nofollow(containing_root(lock.parent, build_root()), lock, os.O_RDWR | os.O_CREAT)
     except OutputNotWritable as exc:
         if exclusive:
-            error = OutputNotWritable(f"{lock}: the lock cannot be opened ({exc.reason or exc})")
+            if not exc.reason:
+                raise  # a link: its own line names it
+            error = OutputNotWritable(f"{lock}: the lock cannot be opened ({exc.reason})")
             error.reason = exc.reason
             raise error from None
         yield  # a reader in a read-only folder: no writer can be there either

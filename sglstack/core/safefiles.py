@@ -103,7 +103,9 @@ def make_folder(root: Path, folder: Path) -> None:
     except FileExistsError:
         raise OutputNotWritable(f"{folder}: cannot be written (a file is in the way of this folder)") from None
     except OSError as exc:
-        raise OutputNotWritable(f"{folder}: cannot be created ({_reason(exc)})") from None
+        error = OutputNotWritable(f"{folder}: cannot be created ({_reason(exc)})")
+        error.reason = _reason(exc)
+        raise error from None
 
 
 def write_text(root: Path, path: Path, text: str, *, mode: int = 0o644) -> Path:
@@ -211,14 +213,15 @@ def create_empty(root: Path, path: Path, *, mode: int = 0o644) -> bool:
     return True
 
 
-def probe_folder(root: Path, folder: Path, *, size: int = 0) -> None:
+def probe_folder(root: Path, folder: Path, *, size: int = 0, name: str = "sglstack") -> None:
     """Raise `OutputNotWritable` unless a file of `size` bytes can be created, written, fsynced and removed
     in `folder` (made if missing, no link out of `root` on the way): a full disk, a read-only mount or a
-    folder even root may not write to shows here, before a task changes anything."""
+    folder even root may not write to shows here, before a task changes anything. The probe is named after
+    `name` (the file the task will write), so that one left by a killed process says what it was."""
     make_folder(root, folder)
     probe: str | None = None
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".sglstack-", suffix=".probe")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".probe")
         with os.fdopen(fd, "wb") as fh:
             fh.write(b"\n" * size)
             fh.flush()
