@@ -271,3 +271,27 @@ def test_status_shows_what_it_can_and_names_the_bad_line(tmp_path, monkeypatch, 
     row = next(line for line in out.splitlines() if line.startswith("│ tiny"))
     assert [cell.strip() for cell in row.split("│")[1:7]] == [
         "tiny", "sglstack-tiny", "not running (healthy)", "-", "-", "bbbbbbbbbbbb"]  # the last good line's
+
+
+# ---- the same for a LeaderWorkerSet: refused before kubectl applies anything ----------------------------
+
+def test_a_k8s_deploy_whose_record_cannot_be_written_applies_nothing(tmp_path) -> None:
+    from test_deploy_k8s import DOUBLE_DIR, REPOSITORY, STACK, A, B, applied_image, calls, deploy
+
+    env = {"PATH": f"{DOUBLE_DIR}{os.pathsep}{os.environ['PATH']}", "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"),
+           "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    assert deploy(env, tmp_path, A, "--wait-timeout", "30").returncode == 0
+    store = Path(env["SGLSTACK_BUILD_DIR"]) / STACK / "deployments.jsonl"
+    kept = store.with_name("kept.jsonl")
+    store.rename(kept)
+    store.symlink_to(kept)  # a link even within the build folder: appends never follow one
+    applies = len([c for c in calls(env) if "apply" in c])
+    proc = deploy(env, tmp_path, B, "--wait-timeout", "30")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1:] == [
+        f"error: stack '{STACK}': the records {store}: cannot be written (deployments.jsonl is a link to {kept}; "
+        "records are never written through a link); nothing was changed (a deployment that cannot be recorded is "
+        "not started)"]
+    assert len([c for c in calls(env) if "apply" in c]) == applies
+    assert applied_image(env) == f"{REPOSITORY}@{A}"
+    assert len(kept.read_text().splitlines()) == 1
