@@ -182,14 +182,14 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
     except OutputNotWritable as exc:
         # Healthy but unrecorded: undone, so that what serves is what the records end with.
         why = f"healthy, but its record was not written ({exc})"
-        outcome = "the undo did not finish"
+        outcome, tail = "the undo did not finish", ""
         try:
             with signals.deferred():
-                outcome, _ = _recover(dep, client, compose, attempt, previous, saved, why, say)
+                outcome, tail = _recover(dep, client, compose, attempt, previous, saved, why, say)
         except Interrupted:
             say(f"stack '{stack.name}': {why}; {outcome}")
             raise
-        raise DeployFailed(f"stack '{stack.name}' (project {project}): {why}; undone: {outcome}", "") from None
+        raise DeployFailed(f"stack '{stack.name}' (project {project}): {why}; undone: {outcome}", tail) from None
     say(f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
         f"{display_path(records_path(dep.build_root, stack.name))}")
     return record
