@@ -9,6 +9,7 @@ always the one that works.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ from rich.text import Text
 from ..core.console import console as make_console
 from ..core.credentials import netrc_secrets, redact_text
 from ..core.errors import BuildError, DockerUnavailable
+from ..core.records import build_root
+from ..core.safefiles import OutputNotWritable, containing_root, make_folder, open_log
 
 CLI_ENV = "SGLSTACK_DOCKER_CLI"
 _FALLBACK_CLIS = ("/usr/bin/docker", "/usr/local/bin/docker")
@@ -272,7 +275,8 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     SIGTERM and SIGHUP included, and BuildKit cancels the solve once its client is gone.
     """
     console = make_console()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    root = containing_root(log_path.parent, build_root())
+    make_folder(root, log_path.parent)
     iidfile = log_path.parent / ".iid"
     iidfile.unlink(missing_ok=True)
     argv = build_argv(builder, req, iidfile)
@@ -281,10 +285,10 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     started = time.monotonic()
     current: StepState | None = None
     try:  # never through a link (a build.log linked elsewhere would be overwritten)
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise BuildError(f"{log_path}: cannot be written ({exc.strerror}); a link there is not followed") from None
-    with open(log_fd, "w", encoding="utf-8") as log:
+        log_file = open_log(root, log_path)
+    except OutputNotWritable as exc:
+        raise BuildError(str(exc)) from None
+    with io.TextIOWrapper(log_file, encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                 env={**os.environ, **build_env(builder, docker_host), **req.secret_env_values},

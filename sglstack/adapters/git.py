@@ -32,6 +32,7 @@ from ..core.credentials import (
     secret_values,
 )
 from ..core.errors import SglstackError
+from ..core.safefiles import open_log
 from .wheels import cache_root
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -85,8 +86,8 @@ class GitSource:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """One writer per cache: two sglstack runs fetching the same source must not interleave."""
-        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.git_dir.with_suffix(".lock"), "a") as fh:
+        lock = self.git_dir.with_suffix(".lock")
+        with open_log(lock.parent, lock, append=True) as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield

@@ -18,6 +18,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from ..core.records import build_root
+from ..core.safefiles import containing_root, open_log
+
 TERM_GRACE_S = 10.0
 GONE_WAIT_S = 10.0
 
@@ -31,11 +34,12 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
 
 @contextlib.contextmanager
 def running_process(
-    argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: str | None = None
+    argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: str | None = None,
+    log_root: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start `argv` in a new session with stdout and stderr in `log_path`; end its process group on exit."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
+    """Start `argv` in a new session with stdout and stderr in `log_path` (never through a link out of its
+    build folder, nor a link at it); end its process group on exit."""
+    with open_log(log_root or containing_root(log_path.parent, build_root()), log_path) as log:
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=cwd,

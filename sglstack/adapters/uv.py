@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 
 from ..core.credentials import HostLogin, netrc_environment, public_url, redact_text, secret_values
 from ..core.errors import SglstackError
+from ..core.safefiles import write_text
 from ..core.signals import deferred
 
 # The names of the files uv reads; its `# via` annotations point at them, which is how roots are told apart.
@@ -185,17 +186,17 @@ def write_inputs(request: ResolveRequest, workdir: Path) -> None:
     def lines(items: tuple[str, ...]) -> str:
         return "".join(f"{item}\n" for item in items)
 
-    (workdir / REQUIREMENTS_IN).write_text(lines(request.requirements), encoding="utf-8")
+    write_text(workdir, workdir / REQUIREMENTS_IN, lines(request.requirements))
     if request.overrides:
-        (workdir / OVERRIDES_IN).write_text(lines(request.overrides), encoding="utf-8")
+        write_text(workdir, workdir / OVERRIDES_IN, lines(request.overrides))
     if request.constraints:
-        (workdir / CONSTRAINTS_IN).write_text(lines(request.constraints), encoding="utf-8")
+        write_text(workdir, workdir / CONSTRAINTS_IN, lines(request.constraints))
     if request.excludes:
-        (workdir / EXCLUDES_IN).write_text(lines(request.excludes), encoding="utf-8")
+        write_text(workdir, workdir / EXCLUDES_IN, lines(request.excludes))
     # uv keeps the pins of an existing output file unless told to upgrade them: that is how an earlier
     # lock is the starting point of `--upgrade-package`.
     if request.preferences:
-        (workdir / OUTPUT).write_text(lines(request.preferences), encoding="utf-8")
+        write_text(workdir, workdir / OUTPUT, lines(request.preferences))
 
 
 def compile_requirements(request: ResolveRequest) -> Resolution:

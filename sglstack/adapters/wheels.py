@@ -28,6 +28,7 @@ from packaging.utils import canonicalize_name
 
 from ..core.credentials import HostLogin, netrc_environment, redact_text, secret_values
 from ..core.errors import SglstackError
+from ..core.safefiles import write_text
 
 SIDECAR_SUFFIX = ".sha256"
 
@@ -125,7 +126,7 @@ def _download(requirement: str, args: list[str], dest: Path, logins: Iterable[Ho
             raise WheelFetchError(f"pip download {requirement}: {last}")
         target = dest / got[0].name
         side = staging / (got[0].name + SIDECAR_SUFFIX)
-        side.write_text(f"{file_sha256(got[0])}  {got[0].name}\n", encoding="ascii")
+        write_text(staging, side, f"{file_sha256(got[0])}  {got[0].name}\n")
         os.replace(side, sidecar(target))
         os.replace(got[0], target)
     finally:

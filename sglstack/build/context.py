@@ -23,6 +23,7 @@ from ..core.safefiles import (
     folder_lock,
     remove_file,
     replace_folder,
+    write_bytes,
     write_text,
 )
 from ..lock.file import Lock
@@ -56,10 +57,7 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
         for name in rendered.folders:
             (folder / name).mkdir(parents=True, exist_ok=True)
         for rel, data in rendered.files.items():
-            path = folder / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            path.chmod(rendered.modes[rel])
+            write_bytes(folder, folder / rel, data, mode=rendered.modes[rel])
 
     check_inside(root, out_dir / "Dockerfile")  # refused before the context is swapped, not after
     replace_folder(root, context, fill)

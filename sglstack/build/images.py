@@ -22,6 +22,7 @@ from ..adapters.buildkit import (
 from ..config.imageref import parse_image_reference
 from ..core.errors import BuildError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
+from ..core.safefiles import write_text
 
 UNTAG_ATTEMPTS = 5
 
@@ -92,7 +93,7 @@ def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker
     with tempfile.TemporaryDirectory(prefix="sglstack-stamp-") as tmp:
         work = Path(tmp)
         dockerfile = work / "Dockerfile"
-        dockerfile.write_text(f"FROM {base_ref}\n", encoding="utf-8")
+        write_text(work, dockerfile, f"FROM {base_ref}\n")
         empty = work / "context"
         empty.mkdir()
         req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)

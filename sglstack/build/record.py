@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import build_root
-from ..core.safefiles import containing_root, write_text
+from ..core.safefiles import containing_root, write_bytes, write_text
 from ..lock.file import Lock, lock_content_sha256
 from .verify import (
     FINAL_TARGET,
@@ -60,12 +59,7 @@ def write_sbom(out_dir: Path, inventory: Inventory, *, tag: str, image_id: str, 
     """Write `sbom.cdx.json` beside the record (whole or not at all); what the record says of it."""
     body = sbom_document(inventory, image_name=tag, image_id=image_id, created=built_at, lock=lock)
     path = out_dir / SBOM_FILE
-    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(body)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes(containing_root(out_dir, build_root()), path, body)
     return {"path": str(path), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body),
             "python": len(inventory.python), "debian": len(inventory.debian),
             "compared_with_lock": lock is not None}

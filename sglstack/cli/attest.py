@@ -19,15 +19,16 @@ from ..attest.store import find_attestations
 from ..attest.verify import parse_ref, resolve_digest, verified_reference
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
-from ..core.records import utc_now
+from ..core.records import utc_now, write_output
+from ..core.safefiles import OutputNotWritable
 from ..registry.client import RegistryClient
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
     try:
-        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"--json {path}: cannot write ({exc.strerror or exc})") from None
+        write_output(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OutputNotWritable as exc:
+        raise BadInput(f"--json {path}: cannot write ({exc.reason or exc})") from None
 
 
 def verify_image_command(ref: str, *, key: str | None, json_path: str | None = None) -> int:
@@ -91,9 +92,9 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
     summary = read_sbom(body)
     if json_path:
         try:
-            Path(json_path).write_bytes(body)
-        except OSError as exc:
-            raise BadInput(f"--json {json_path}: cannot write ({exc.strerror or exc})") from None
+            write_output(Path(json_path), body)
+        except OutputNotWritable as exc:
+            raise BadInput(f"--json {json_path}: cannot write ({exc.reason or exc})") from None
     else:
         sys.stdout.write(json.dumps(json.loads(body), indent=2, sort_keys=True) + "\n")
     console(stderr=True).print(f"sbom: {ref}: {summary.components} components ({len(summary.python)} Python, "

@@ -9,7 +9,6 @@ missing (the line names the extension and the capability); 2 bad input (stacks f
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +18,8 @@ from ..adapters.cuobjdump import CuobjdumpError
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
+from ..core.records import write_output
+from ..core.safefiles import OutputNotWritable, probe_folder
 from ..coverage.report import CoverageReport
 from ..coverage.rules import (
     MISSING,
@@ -123,15 +124,10 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
         render_report(report, console)
     if json_path:
         data = reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]}
-        target = Path(json_path).expanduser()
-        tmp = target.with_name(f".{target.name}.tmp")
         try:  # whole or not at all: a full disk leaves the earlier report, never half of this one
-            tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-            tmp.replace(target)
-        except OSError as exc:
-            raise CoverageInputError(f"cannot write '{json_path}': {exc.strerror or exc}", key="--json") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+            write_output(Path(json_path).expanduser(), json.dumps(data, indent=1) + "\n")
+        except OutputNotWritable as exc:
+            raise CoverageInputError(f"cannot write '{json_path}': {exc.reason or exc}", key="--json") from None
     return overall_exit(reports)
 
 
@@ -139,7 +135,7 @@ def writable_json_path(json_path: str) -> Path:
     """`--json PATH` checked by writing: a folder, a missing folder, a read-only one or file is one line.
 
     A probe file is created and removed in the folder (permission bits alone say nothing for root, and
-    nothing of a read-only mount), and an existing report is opened for writing without truncating it.
+    nothing of a read-only mount); an existing report is then replaced by rename, whatever its own mode.
     """
     path = Path(json_path).expanduser()
     folder = path.resolve().parent
@@ -148,11 +144,7 @@ def writable_json_path(json_path: str) -> Path:
     if not folder.is_dir():
         raise CoverageInputError(f"the folder of '{json_path}' does not exist", key="--json")
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sglstack-probe-"):
-            pass
-        if path.exists():
-            with open(path, "r+b"):
-                pass
-    except OSError as exc:
-        raise CoverageInputError(f"cannot write '{json_path}': {exc.strerror or exc}", key="--json") from None
+        probe_folder(folder, folder)
+    except OutputNotWritable as exc:
+        raise CoverageInputError(f"cannot write '{json_path}': {exc.reason or exc}", key="--json") from None
     return path

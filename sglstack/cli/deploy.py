@@ -19,11 +19,12 @@ def deploy(o: DeployOptions) -> None:
 
 
 @command(StatusOptions)
-def status(o: StatusOptions) -> None:
-    """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings."""
+def status(o: StatusOptions) -> int:
+    """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings (exit 1
+    when a records line does not read: it is named, and the rest is shown)."""
     from ..deploy.actions import status_command  # at call time: see above
 
-    status_command(o)
+    return status_command(o)
 
 
 @command(LogsOptions)

@@ -40,7 +40,7 @@ def preflight(o: PreflightOptions) -> int:
     from rich.console import Console
 
     from ..config.matrix import load_matrix
-    from ..core.records import require_writable
+    from ..core.records import require_writable, write_output
     from ..preflight.errors import PreflightUnavailable
     from ..preflight.gate import parse_sizes, run_preflight
     from ..preflight.report import render_report
@@ -52,7 +52,7 @@ def preflight(o: PreflightOptions) -> int:
     report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
                            sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
     if o.json:
-        Path(o.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        write_output(Path(o.json), json.dumps(report.to_dict(), indent=1) + "\n")
     if report.fatal:
         where = f" in {o.image}" if o.image else ""
         raise PreflightUnavailable(f"preflight for stack '{o.stack}'{where}: {report.fatal}")

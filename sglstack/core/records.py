@@ -10,24 +10,39 @@ the next writer, and a one-line error naming the file and line of any other bad 
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
+import dataclasses
 import datetime as dt
 import errno
 import fcntl
 import json
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import one_line
-from .safefiles import OutputNotWritable, check_inside, containing_root, folder_lock, make_folder
+from .safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    folder_lock,
+    make_folder,
+    open_log,
+    open_nofollow,
+    probe_folder,
+    write_bytes,
+)
 
 T = TypeVar("T")
 BUILD_DIR_ENV = "SGLSTACK_BUILD_DIR"
-__all__ = ["OutputNotWritable", "append_jsonl", "build_root", "read_jsonl", "require_writable", "stack_lock"]
+__all__ = ["BadLine", "OutputNotWritable", "append_jsonl", "build_root", "check_field_types", "read_jsonl",
+           "read_jsonl_lenient", "require_store_writable", "require_writable", "stack_lock"]
 
 
 def build_root() -> Path:
@@ -59,16 +74,54 @@ def require_writable(path: Path, *, what: str, create: bool = True) -> None:
     if existing.exists() and not existing.is_dir():
         raise fail(f"{existing} is not a folder")
     try:
-        if create:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        # With create=False (a check made before the input is known good) the nearest existing folder is
+        # probed, and nothing is made.
         folder = path.parent if create else existing
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-        if path.exists() and not os.access(path, os.W_OK):
-            raise fail("permission denied")
-    except OSError as exc:
-        raise fail(exc.strerror or type(exc).__name__) from None
+        probe_folder(containing_root(folder, build_root()), folder, name=path.name)
+    except OutputNotWritable as exc:
+        if not exc.reason:
+            raise  # a link out of the build folder: its own line says so
+        raise fail(exc.reason) from None
+    if path.exists() and not path.is_symlink() and not os.access(path, os.W_OK):
+        raise fail("permission denied")
+
+
+# What a probe writes: more than the few records one deploy, restore or undeploy appends.
+STORE_PROBE_BYTES = 16384
+
+
+def require_store_writable(path: Path, *, what: str) -> None:
+    """Raise `OutputNotWritable` now, naming `path`, unless `append_jsonl(path, ...)` can work: before a
+    task changes something its record must then describe (a deploy replacing the running service).
+
+    Refuses a link anywhere on the way (the store, its lock, or a folder leading out of the build root),
+    then really writes: opens the lock and the store as `append_jsonl` does, and writes, fsyncs and
+    removes a record-sized probe file in the store's folder (a full disk, a read-only mount, a folder
+    root may not write to). It cannot promise space a moment later: the writers say what they did anyway.
+    """
+    def fail(reason: str) -> OutputNotWritable:
+        return OutputNotWritable(one_line(f"{what} {path}: cannot be written ({reason})"))
+
+    root = containing_root(path.parent, build_root())
+    make_folder(root, path.parent)
+    check_inside(root, path)
+    for part in (path, _lock_file(path)):
+        if part.is_symlink():
+            raise fail(f"{part.name} is a link to {os.readlink(part)}; records are never written through a link")
+    try:
+        with _locked(path, exclusive=True):
+            if path.exists():
+                os.close(open_nofollow(root, path, os.O_WRONLY | os.O_APPEND))
+            probe_folder(root, path.parent, size=STORE_PROBE_BYTES, name=path.name)
+    except OutputNotWritable as exc:
+        raise fail(exc.reason or str(exc)) from None
+
+
+def write_output(path: Path, data: str | bytes) -> Path:
+    """Write a task's output file whole (`safefiles.write_bytes`): one under the build root no link leads
+    out of, or one a flag names elsewhere (`--json PATH`), no link leading out of its own folder."""
+    body = data.encode("utf-8") if isinstance(data, str) else data
+    return write_bytes(containing_root(path, build_root()), path, body)
 
 
 def utc_now() -> dt.datetime:
@@ -94,12 +147,16 @@ def _lock_file(path: Path) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    lock = _lock_file(path)
     try:
-        fd = os.open(_lock_file(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
+        fd = open_nofollow(containing_root(lock.parent, build_root()), lock, os.O_RDWR | os.O_CREAT)
+    except OutputNotWritable as exc:
         if exclusive:
-            raise OutputNotWritable(f"{_lock_file(path)}: the lock cannot be opened "
-                                    f"({exc.strerror or type(exc).__name__})") from None
+            if not exc.reason:
+                raise  # a link: its own line names it
+            error = OutputNotWritable(f"{lock}: the lock cannot be opened ({exc.reason})")
+            error.reason = exc.reason
+            raise error from None
         yield  # a reader in a read-only folder: no writer can be there either
         return
     try:
@@ -124,13 +181,11 @@ def append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
     if not data:
         return
-    make_folder(containing_root(path.parent, build_root()), path.parent)
-    check_inside(containing_root(path.parent, build_root()), path)
+    root = containing_root(path.parent, build_root())
+    make_folder(root, path.parent)
+    check_inside(root, path)
     with _locked(path, exclusive=True):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise OutputNotWritable(f"{path}: cannot be written ({exc.strerror or type(exc).__name__})") from None
+        fd = open_nofollow(root, path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             size = _drop_torn_tail(path, fd)
             try:
@@ -175,13 +230,25 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
         return size + 1
     torn = path.with_name(path.name + ".torn")
     try:
-        with open(torn, "ab") as fh:
+        with open_log(containing_root(torn.parent, build_root()), torn, append=True) as fh:
             fh.write(tail + b"\n")
-    except OSError:
+    except (OSError, OutputNotWritable):
         pass  # kept if possible; the store itself must heal either way
     os.ftruncate(fd, start)
     _warn(f"{path}: a torn last line ({len(tail)} bytes, a write cut short) was moved to {torn.name}")
     return start
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a JSON-lines store that is not a record of its kind: where, and why (one line)."""
+
+    path: Path
+    line: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.why}"
 
 
 def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], Exception]) -> list[T]:
@@ -193,25 +260,90 @@ def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], 
     caller's own error for line n (invalid JSON, or a row `parse` rejects with ValueError/KeyError/
     TypeError), so each record kind keeps its own message and error class.
     """
+    rows, bad = read_jsonl_lenient(path, parse)
+    if bad:
+        raise bad_line(bad[0].line)
+    return rows
+
+
+def read_jsonl_lenient(path: Path, parse: Callable[[Any], T]) -> tuple[list[T], list[BadLine]]:
+    """`read_jsonl` that keeps going: the rows `parse` accepts, and each other line with why it is not one.
+
+    For a reader that shows what it can (`invoke status`) and names every bad line, and for a strict
+    reader that wants to say why (`parse`'s ValueError/TypeError text, or the missing key of a KeyError)."""
     if not path.is_file():
-        return []
+        return [], []
     with _locked(path, exclusive=False):
         raw = path.read_bytes()
     lines = raw.split(b"\n")
-    out = []
+    out: list[T] = []
+    bad: list[BadLine] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         last_unterminated = n == len(lines)
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if last_unterminated:
                 _warn(f"{path}:{n}: skipped a torn last line (a write cut short); the next append moves it aside")
                 break
-            raise bad_line(n) from None
+            bad.append(BadLine(path, n, "not valid JSON"))
+            continue
         try:
             out.append(parse(value))
-        except (ValueError, KeyError, TypeError):
-            raise bad_line(n) from None
-    return out
+        except KeyError as exc:
+            bad.append(BadLine(path, n, f"no '{exc.args[0]}'" if exc.args else "a key is missing"))
+        except (ValueError, TypeError) as exc:
+            bad.append(BadLine(path, n, one_line(str(exc)) or "not a record of this file"))
+    return out, bad
+
+
+# ---- one typed reader of recorded rows ------------------------------------------------------------
+
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "true or false"), (int, "a whole number"), (float, "a number"), (str, "a string"),
+    (dict, "an object"), (list, "a list"), (type(None), "null"),
+)
+
+
+def json_type(value: object) -> str:
+    """What a JSON value is, in words ("a string", "an object", ...)."""
+    return next((words for kind, words in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def _accepts(hint: Any, value: object) -> tuple[bool, str]:
+    """(whether `value` fits the annotation `hint`, the annotation in words)."""
+    origin = typing.get_origin(hint)
+    if hint is Any or hint is object:
+        return True, "anything"
+    if origin in (typing.Union, types.UnionType):
+        answers = [_accepts(arg, value) for arg in typing.get_args(hint)]
+        return any(ok for ok, _ in answers), " or ".join(words for _, words in answers)
+    if hint is type(None):
+        return value is None, "null"
+    if hint is bool:
+        return isinstance(value, bool), "true or false"
+    if hint is int:  # JSON true is not a number of workers
+        return isinstance(value, int) and not isinstance(value, bool), "a whole number"
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    if hint is str:
+        return isinstance(value, str), "a string"
+    if origin in (dict, Mapping, collections.abc.Mapping) or hint in (dict, Mapping):
+        return isinstance(value, dict), "an object"
+    if origin in (list, tuple, Sequence, collections.abc.Sequence) or hint in (list, tuple):
+        return isinstance(value, list), "a list"
+    return True, "anything"  # a type no record field uses: not ours to judge
+
+
+def check_field_types(cls: type, data: Mapping[str, object]) -> None:
+    """Raise TypeError naming the first field of dataclass `cls` whose value in `data` (a JSON row) is of
+    the wrong type, e.g. "'options' is a string, not an object". Missing fields and unknown keys are the
+    caller's: older rows lack fields with defaults, newer ones carry fields this sglstack does not know."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            ok, wanted = _accepts(hints[f.name], data[f.name])
+            if not ok:
+                raise TypeError(f"'{f.name}' is {json_type(data[f.name])}, not {wanted}")

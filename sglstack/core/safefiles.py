@@ -5,6 +5,11 @@
   read-only folder is a one-line `OutputNotWritable` naming the file, and leaves no temp file behind.
 - `check_inside`: no folder on the way from the root to a path is a link that leads out of the root (a
   `context` or `Dockerfile` link to elsewhere would make us write, or delete, someone else's files).
+- `open_nofollow` / `open_log` / `create_empty`: what cannot be written whole by rename (an append, a
+  log a child process writes into, an empty file left for a person to fill): opened with O_NOFOLLOW after
+  every folder on the way is checked, a link at the file refused. `copy_file` / `write_with`: as
+  `write_text`, streamed. `probe_folder`: can a file be written there at all, asked before work starts.
+  Every file sglstack writes goes through one of these (tests/unit/test_writers.py walks the code).
 - `replace_folder`: a folder (the build context) filled beside the old one, then swapped in.
 - `folder_lock`: the one lock a stack's build, deploy, bisect and render take (`build/NAME/.lock`): a
   second task of the same stack is refused at once with one line naming the holder, rather than left
@@ -37,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import SglstackError, one_line
 from .signals import deferred
@@ -49,6 +55,8 @@ BUSY_EXIT = 75
 
 class OutputNotWritable(SglstackError):
     """A file the task writes cannot be written (full disk, read-only folder, a link out of its folder)."""
+
+    reason = ""  # the cause alone ("No space left on device"), where a caller words its own line
 
 
 class StackBusy(SglstackError):
@@ -110,7 +118,9 @@ def make_folder(root: Path, folder: Path) -> None:
     except FileExistsError:
         raise OutputNotWritable(f"{folder}: cannot be written (a file is in the way of this folder)") from None
     except OSError as exc:
-        raise OutputNotWritable(f"{folder}: cannot be created ({_reason(exc)})") from None
+        error = OutputNotWritable(f"{folder}: cannot be created ({_reason(exc)})")
+        error.reason = _reason(exc)
+        raise error from None
 
 
 def write_text(root: Path, path: Path, text: str, *, mode: int = 0o644) -> Path:
@@ -119,6 +129,25 @@ def write_text(root: Path, path: Path, text: str, *, mode: int = 0o644) -> Path:
 
 
 def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    return write_with(root, path, lambda fh: fh.write(data), mode=mode)
+
+
+def copy_file(root: Path, source: Path, path: Path, *, mode: int = 0o644) -> Path:
+    """Copy `source` to `path` as `write_bytes` writes (whole, no link followed), streamed: a wheel or a
+    log need not fit in memory."""
+    try:
+        src = open(source, "rb")  # noqa: SIM115  # closed below; its own error names the source
+    except OSError as exc:
+        raise OutputNotWritable(f"{source}: cannot be read ({_reason(exc)})") from None
+    with src:
+        return write_with(root, path, lambda fh: shutil.copyfileobj(src, fh, 1 << 22), mode=mode)
+
+
+def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mode: int = 0o644,
+               durable: bool = True) -> Path:
+    """`write_bytes` with the content written by `fill(fh)` (a stream, an archive member, a JSON dump).
+    `durable=False` skips the fsync: for scratch files in a temporary folder, gone after the task anyway
+    (an fsync of each of a wheel's 1.6 GB of members would cost more than unpacking them)."""
     make_folder(root, path.parent)
     check_inside(root, path)
     if path.is_dir() and not path.is_symlink():
@@ -127,9 +156,10 @@ def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Pa
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fill(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)  # replaces a link at `path` itself: its target is never written
         tmp = None
@@ -255,6 +285,102 @@ def _kept(path: Path) -> Iterator[Path | None]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(aside)
+
+
+def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> int:
+    """`os.open(path, flags | O_NOFOLLOW)` after its folder is made, no folder on the way being a link out
+    of `root`: for what cannot be written whole by rename (an append, a lock, a log a child process writes
+    into). A link at `path` itself is refused, with one line; the descriptor is the caller's to close."""
+    make_folder(root, path.parent)
+    check_inside(root, path)
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise OutputNotWritable(one_line(
+                f"{path}: a link to {_link_target(path)}: not followed (sglstack writes this file itself; "
+                "remove the link)")) from None
+        raise _not_writable(path, exc) from None
+
+
+def _not_writable(path: Path, exc: OSError) -> OutputNotWritable:
+    """`PATH: cannot be written (why)`, with the why alone as `.reason`."""
+    error = OutputNotWritable(f"{path}: cannot be written ({_reason(exc)})")
+    error.reason = _reason(exc)
+    return error
+
+
+def refuse_link(root: Path, path: Path) -> None:
+    """The line `open_nofollow` would refuse `path` with, asked before the work that then opens it starts."""
+    check_inside(root, path)
+    if path.is_symlink():
+        raise OutputNotWritable(one_line(
+            f"{path}: a link to {_link_target(path)}: not followed (sglstack writes this file itself; "
+            "remove the link)"))
+
+
+def open_log(root: Path, path: Path, *, append: bool = False, mode: int = 0o644) -> BinaryIO:
+    """A log opened for writing (truncated, or appended to) as `open_nofollow` opens it: a server's or a
+    build's output, whose descriptor a child process writes into, so it cannot be renamed in whole."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(open_nofollow(root, path, flags, mode=mode), "ab" if append else "wb")
+
+
+def create_empty(root: Path, path: Path, *, mode: int = 0o644) -> bool:
+    """Create `path` empty unless it exists (True when created); a link at `path` is refused, never
+    followed (a link to a missing file would otherwise create that file wherever it points; one out of
+    `root` is refused even when its file exists, as `check_inside` refuses it)."""
+    check_inside(root, path)
+    if path.is_symlink() and path.is_file():
+        return False  # a link within the root to a file of ours
+    try:
+        fd = open_nofollow(root, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=mode)
+    except OutputNotWritable:
+        if path.is_file() and not path.is_symlink():
+            return False
+        raise
+    os.close(fd)
+    return True
+
+
+def probe_folder(root: Path, folder: Path, *, size: int = 0, name: str = "sglstack") -> None:
+    """Raise `OutputNotWritable` unless a file of `size` bytes can be created, written, fsynced and removed
+    in `folder` (made if missing, no link out of `root` on the way): a full disk, a read-only mount or a
+    folder even root may not write to shows here, before a task changes anything. The probe is named after
+    `name` (the file the task will write), so that one left by a killed process says what it was."""
+    make_folder(root, folder)
+    probe: str | None = None
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".probe")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"\n" * size)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise _not_writable(folder, exc) from None
+    finally:
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+
+
+def keep_link(root: Path, path: Path, kept: Path) -> None:
+    """Hard-link `kept` to the file at `path` (its old content stays reachable when `path` is replaced by
+    rename; putting it back is then a rename, which needs no free space). Neither may be a symlink."""
+    check_inside(root, kept)
+    if path.is_symlink() or kept.is_symlink():
+        raise OutputNotWritable(f"{path}: a link: not followed (sglstack writes this file itself; remove the link)")
+    try:
+        os.link(path, kept, follow_symlinks=False)
+    except OSError as exc:
+        raise OutputNotWritable(f"{kept}: cannot be written ({_reason(exc)})") from None
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "elsewhere"
 
 
 def remove_file(root: Path, path: Path) -> None:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cache_root, is_device_object_name, list_files, sha256_file
+from ..core.safefiles import write_text, write_with
 from .rules import LOADER_PATHS, DeviceObject, PackageObjects
 
 WHEEL_CACHE_VERSION = 1  # bump when what is stored per wheel changes
@@ -74,10 +75,7 @@ def inspect_wheel(wheel: Path, package: str, version: str, tool: Cuobjdump, *, c
         _extract(wheel, {members[site]: path for site, path in files.items()}, jobs)
         result = inspect_files(files, package, version, wheel.name, tool, cache=cache, loader_sources=sources,
                                jobs=jobs)
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    part = stored.with_suffix(".json.tmp")
-    part.write_text(json.dumps(_to_json(result), sort_keys=True), encoding="utf-8")
-    part.replace(stored)
+    write_text(stored.parent, stored, json.dumps(_to_json(result), sort_keys=True))
     return result
 
 
@@ -94,8 +92,9 @@ def _extract(wheel: Path, targets: Mapping[str, Path], jobs: int | None) -> None
         if zf is None:
             zf = local.zf = zipfile.ZipFile(wheel)
             opened.append(zf)
-        with zf.open(name) as src, targets[name].open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
+        with zf.open(name) as src:
+            write_with(targets[name].parent, targets[name], lambda dst: shutil.copyfileobj(src, dst, 1 << 22),
+                       durable=False)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
     try:

@@ -9,14 +9,16 @@ site-packages; whole folders are copied where they hold little else, single file
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import posixpath
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker.errors
 
@@ -24,6 +26,7 @@ from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_o
 from ..adapters.docker import created_container
 from ..config.schema import Stack
 from ..core.errors import BuildError
+from ..core.safefiles import write_with
 from .devicecode import coverage_cache_dir, inspect_files
 from .report import CoverageReport, PackageStatus, build_report
 from .rules import LOADER_PATHS, PackageObjects, capabilities_of, device_code_wheels
@@ -126,6 +129,10 @@ def read_file(container: Any, path: str) -> bytes | None:
     return None
 
 
+def _copy_from(src: IO[bytes], dst: IO[bytes]) -> None:
+    shutil.copyfileobj(src, dst, 1 << 22)
+
+
 def copy_out(container: Any, site: str, units: Iterable[str], wanted: set[str], dest: Path) -> dict[str, Path]:
     """The wanted site-packages files of each copied unit, as flat files in dest: {site path: local file}."""
     out: dict[str, Path] = {}
@@ -141,9 +148,7 @@ def copy_out(container: Any, site: str, units: Iterable[str], wanted: set[str], 
                 if fh is None:
                     continue
                 local = dest / f"{len(out)}.bin"
-                with local.open("wb") as dst:
-                    while chunk := fh.read(1 << 22):
-                        dst.write(chunk)
+                write_with(dest, local, functools.partial(_copy_from, fh), durable=False)
                 out[path] = local
     return out
 

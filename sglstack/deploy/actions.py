@@ -12,6 +12,7 @@ from ..attest.verify import verified_reference
 from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..core.errors import DeployError
+from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
 from ..preflight.gate import require_ready
@@ -23,8 +24,8 @@ from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
 from .kubectl import find_kubectl
 from .options import TARGETS, DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
-from .status import StackStatus, deployment_status, print_status
-from .store import DeploymentRecord, read_records
+from .status import deployment_status, print_status
+from .store import DeploymentRecord, bad_record_line, read_records
 
 
 def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
@@ -159,12 +160,17 @@ def deploy_command(
         raise
 
 
-def status_command(options: StatusOptions, *, build_root: Path | None = None) -> list[StackStatus]:
+def status_command(options: StatusOptions, *, build_root: Path | None = None, say: Say = say_stderr) -> int:
+    """Print the table; 1 when a records line did not read (each named on stderr), else 0."""
+    bad: list[BadLine] = []
     rows = deployment_status(
-        build_root=build_root or default_build_root(), docker_host=options.docker_host, stack=options.stack
+        build_root=build_root or default_build_root(), docker_host=options.docker_host, stack=options.stack,
+        bad_lines=bad,
     )
     print_status(rows)
-    return rows
+    for line in bad:
+        say(f"error: {bad_record_line(line)}: skipped, the rows above are what the other lines and the engine show")
+    return 1 if bad else 0
 
 
 def logs_command(options: LogsOptions, *, build_root: Path | None = None, project: str | None = None) -> None:

@@ -5,6 +5,14 @@ compose file, and only then runs `up`. When the new deployment does not start or
 signal (SIGINT, SIGTERM, SIGHUP) arrives while it comes up, the previous deployment is brought back
 with its own compose file (same image by digest, same options) and confirmed healthy; the failed
 attempt and the restore are both recorded.
+
+Records and what runs agree whatever fails. The record store is probed (a real write, no link on the
+way) before the running deployment is touched, so a store that cannot be written refuses the deploy with
+nothing changed. When the store fails later anyway (the disk filled meanwhile), the deploy is undone
+rather than retried: a retry on a full disk fails again, and the records then name an image that no
+longer serves. Undoing brings back what the records already end with (the previous deployment, or
+nothing); a failed deploy is undone the same way even when its failure cannot be recorded, and the
+error line says what could not be written.
 """
 
 from __future__ import annotations
@@ -26,20 +34,28 @@ from ..core import signals
 from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_timestamp
-from ..core.safefiles import check_inside, containing_root, remove_file, write_text
+from ..core.safefiles import (
+    OutputNotWritable,
+    containing_root,
+    create_empty,
+)
 from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
 from .checks import check_host, check_options, check_project_owner
 from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
+from .files import Saved, discard_saved, restore_files, write_files
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for
 from .store import (
     DeploymentRecord,
     append_record,
     display_path,
+    not_recorded,
     read_records,
+    record_or_why,
     records_path,
+    require_recordable,
     rollback_target,
     serving_now,
 )
@@ -107,6 +123,7 @@ def deploy(
     (or, when there was none, the failed one is taken down) and `DeployFailed` says which."""
     stack, project = dep.stack, dep.project_name
     spec = check_options(stack, options, wait_timeout_s)
+    require_recordable(dep.build_root, stack.name)
     compose = compose or detect_compose()
     say(f"compose: {compose.label}")
     client = docker_client(dep.docker_host)
@@ -123,7 +140,19 @@ def deploy(
     files = cmp.deployment_files(stack, image_ref, options=options, smoke_report=report)
     compose_file = dep.out_dir / cmp.compose_filename(options)
     saved = _write_checked_files(dep, compose, options, files, compose_file, say)
+    try:
+        return _switch(dep, client, compose, image_ref, options, spec, saved, compose_file, digest, image_id, report,
+                       action, local, previous, wait_timeout_s, say)
+    finally:
+        discard_saved(saved)
 
+
+def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, image_ref: str,
+            options: cmp.ComposeOptions, spec: ServingSpec, saved: Saved, compose_file: Path, digest: str,
+            image_id: str, report: str | None, action: str, local: bool, previous: DeploymentRecord | None,
+            wait_timeout_s: float | None, say: Say) -> DeploymentRecord:
+    """`up` the written files, wait, record; undo on any failure (see the module's doc)."""
+    stack, project = dep.stack, dep.project_name
     attempt = DeploymentRecord(stack=stack.name, action=action, result="failed", image=image_ref, digest=digest,
                                image_id=image_id, time=utc_timestamp(), host=_engine_name(client),
                                docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""), project=project,
@@ -148,14 +177,26 @@ def deploy(
         raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
 
     record = replace(attempt, result="healthy", time=utc_timestamp())
-    append_record(dep.build_root, record)
+    try:
+        append_record(dep.build_root, record)
+    except OutputNotWritable as exc:
+        # Healthy but unrecorded: undone, so that what serves is what the records end with.
+        why = f"healthy, but its record was not written ({exc})"
+        outcome, tail = "the undo did not finish", ""
+        try:
+            with signals.deferred():
+                outcome, tail = _recover(dep, client, compose, attempt, previous, saved, why, say)
+        except Interrupted:
+            say(f"stack '{stack.name}': {why}; {outcome}")
+            raise
+        raise DeployFailed(f"stack '{stack.name}' (project {project}): {why}; undone: {outcome}", tail) from None
     say(f"stack '{stack.name}' is healthy ({digest or image_ref}); recorded in "
         f"{display_path(records_path(dep.build_root, stack.name))}")
     return record
 
 
 def _recover_from(exc: BaseException, dep: Deployment, client: docker.DockerClient, compose: ComposeCLI,
-                  attempt: DeploymentRecord, previous: DeploymentRecord | None, saved: dict[Path, str | None],
+                  attempt: DeploymentRecord, previous: DeploymentRecord | None, saved: Saved,
                   say: Say) -> None:
     """Put the previous deployment back after `exc` (the caller raises it again), signals deferred meanwhile."""
     if isinstance(exc, KeyboardInterrupt):
@@ -171,7 +212,7 @@ def _recover_from(exc: BaseException, dep: Deployment, client: docker.DockerClie
 
 
 def _write_checked_files(dep: Deployment, compose: ComposeCLI, options: cmp.ComposeOptions, files: dict[str, str],
-                         compose_file: Path, say: Say) -> dict[Path, str | None]:
+                         compose_file: Path, say: Say) -> Saved:
     """Write the deployment's files and have compose check them; the saved files of the running deployment.
 
     Until `up`, the running deployment is untouched: any failure (or signal) puts the files back."""
@@ -221,36 +262,14 @@ def _health_failure(
     return None
 
 
-def write_files(out_dir: Path, files: dict[str, str]) -> dict[Path, str | None]:
-    """Write the rendered files (each whole, never through a link out of the build folder); return what
-    each path held before (None: it did not exist)."""
-    root = containing_root(out_dir, default_build_root())
-    saved: dict[Path, str | None] = {}
-    for name, text in files.items():
-        path = out_dir / name
-        check_inside(root, path)
-        saved[path] = path.read_text(encoding="utf-8") if path.is_file() else None
-        write_text(root, path, text)
-    return saved
-
-
-def restore_files(saved: dict[Path, str | None]) -> None:
-    for path, text in saved.items():
-        root = containing_root(path.parent, default_build_root())
-        if text is None:
-            remove_file(root, path)
-        else:
-            write_text(root, path, text)
-
-
 def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> None:
     path = Path(options.env_file)
     if path.is_absolute():
         return  # checked before anything changed
     path = out_dir / path
-    if not path.exists():
-        # Public models need no token; compose refuses a missing env_file, so start from an empty one.
-        path.touch(mode=0o600)
+    # Public models need no token; compose refuses a missing env_file, so start from an empty one. A link
+    # there is refused: compose would feed whatever it points to into the container's environment.
+    if create_empty(containing_root(out_dir, default_build_root()), path, mode=0o600):
         say(f"created an empty {display_path(path)}: put HF_TOKEN there for gated models ({cmp.ENV_EXAMPLE_FILE})")
 
 
@@ -263,7 +282,7 @@ def _recover(
     compose: ComposeCLI,
     attempt: DeploymentRecord,
     previous: DeploymentRecord | None,
-    saved: dict[Path, str | None],
+    saved: Saved,
     reason: str,
     say: Say,
     *,
@@ -278,24 +297,34 @@ def _recover(
     except docker.errors.DockerException:
         tail = ""
     tail = "\n".join(filter(None, [tail, extra.strip()]))
-    append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
+    # The failure's record first, but the restore happens whether or not it could be written.
+    unrecorded = record_or_why(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
     if previous is None:
         compose.run(dep.project_name, [dep.out_dir / attempt.compose_file], ["down", "-v", "--remove-orphans"],
                     docker_host=dep.docker_host)
-        earlier = any(r.result == "healthy" for r in dep.records())
+        discard_saved(saved)
+        earlier = any(r.result == "healthy" for r in _readable_records(dep))
         hint = f"; `invoke rollback --stack {dep.stack.name}` restores the last healthy one" if earlier else ""
-        return f"took it down (its last log lines are above){hint}", tail
-    return _restore(dep, client, compose, attempt, previous, saved, say), tail
+        return f"took it down (its last log lines are above){hint}{not_recorded(unrecorded)}", tail
+    outcome, unrecorded_restore = _restore(dep, client, compose, attempt, previous, saved, say)
+    return outcome + not_recorded(unrecorded or unrecorded_restore), tail
+
+
+def _readable_records(dep: Deployment) -> list[DeploymentRecord]:
+    try:
+        return dep.records()
+    except DeployError:
+        return []
 
 
 def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, attempt: DeploymentRecord,
-             previous: DeploymentRecord, saved: dict[Path, str | None], say: Say) -> str:
-    """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore."""
+             previous: DeploymentRecord, saved: Saved, say: Say) -> tuple[str, str | None]:
+    """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore.
+    Returns (what was done; why its record was not written, or None)."""
     # The image that ran, not where its tag points now: a local build has an image id and no registry digest.
     shown = previous.registry_digest or (f"{previous.image} (image id {previous.image_id[:19]})"
                                          if previous.image_id else previous.image)
     say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
-    restore_files(saved)
     options = cmp.ComposeOptions.from_record(previous.options)
     prev_file = dep.out_dir / previous.compose_file
     spec: ServingSpec | None = None
@@ -303,13 +332,14 @@ def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
     started = False  # whether the previous deployment's service was brought up again
     ref = previous.image
     try:
+        restore_files(saved)
         spec = cmp.deploy_spec(dep.stack, options)
         ref = pinned_image(client, previous)
         if ref != previous.image or not prev_file.is_file():
             # Its tag moved, or its file is gone (a cleaned build folder): render it again from its record,
             # serving the very image that ran.
-            write_files(dep.out_dir, cmp.deployment_files(dep.stack, ref, options=options,
-                                                          smoke_report=previous.smoke_report))
+            discard_saved(write_files(dep.out_dir, cmp.deployment_files(dep.stack, ref, options=options,
+                                                                        smoke_report=previous.smoke_report)))
         up = compose.run(dep.project_name, [prev_file], ["up", "-d", "--remove-orphans", "--no-build"],
                          docker_host=dep.docker_host)
         if up.returncode != 0:
@@ -329,10 +359,10 @@ def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
         compose_tool=compose.label,
         note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else ""),
     )
-    append_record(dep.build_root, record)
+    unrecorded = record_or_why(dep.build_root, record)
     if detail is None:
         port = (spec.host_port or spec.port) if spec else "?"
-        return f"restored {shown} on port {port} (healthy)"
+        return f"restored {shown} on port {port} (healthy)", unrecorded
     if started:
         # The previous server runs again but is not healthy (yet): leave it, it may still be loading.
         left = "its container is left running, not healthy"
@@ -342,7 +372,7 @@ def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
                     docker_host=dep.docker_host)
         left = "the failed one was taken down"
     return (f"restoring the previous deployment ({shown}) failed too: {detail}; nothing healthy is serving, "
-            f"{left} (`invoke logs --stack {dep.stack.name}`)")
+            f"{left} (`invoke logs --stack {dep.stack.name}`)"), unrecorded
 
 
 def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
@@ -413,6 +443,7 @@ def service_logs(
 
 def undeploy(dep: Deployment, *, compose: ComposeCLI | None = None, say: Say = say_stderr) -> int:
     """`down -v` the stack's project; return how many of its containers remain (0 unless something failed)."""
+    require_recordable(dep.build_root, dep.stack.name)  # records must not keep naming a removed service
     compose = compose or detect_compose()
     say(f"compose: {compose.label}")
     client = docker_client(dep.docker_host)

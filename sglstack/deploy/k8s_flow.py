@@ -19,13 +19,25 @@ from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError
 from ..core.records import utc_timestamp
+from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s
 from ..render import k8s_lws as lws
 from ..serving import ServingSpec
-from .flow import DeployFailed, Say, restore_files, say_stderr, write_files
+from .files import discard_saved, restore_files, write_files
+from .flow import DeployFailed, Say, say_stderr
 from .kubectl import Kubectl
-from .store import DeploymentRecord, append_record, display_path, read_records, records_path, rollback_target
+from .store import (
+    DeploymentRecord,
+    append_record,
+    display_path,
+    not_recorded,
+    read_records,
+    record_or_why,
+    records_path,
+    require_recordable,
+    rollback_target,
+)
 
 TARGET = "k8s"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -108,8 +120,22 @@ def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, w
     tool = dep.kubectl.label()
     say(f"k8s: {tool}")
     check_owner(dep)
+    require_recordable(dep.build_root, dep.stack.name)
     previous = _serving_now(dep.records())
     saved = write_files(dep.out_dir, files)
+    try:
+        return _apply(dep, image_ref, options, spec, saved, tool, action, smoke_report, previous, wait_timeout_s,
+                      files, say)
+    finally:
+        discard_saved(saved)
+
+
+# long: the apply, the wait and each way of undoing them read best in order, as flow's deploy does
+def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: ServingSpec,
+           saved: dict[Path, Path | None], tool: str, action: str, smoke_report: str | None,
+           previous: DeploymentRecord | None, wait_timeout_s: float | None, files: dict[str, str], say: Say
+           ) -> DeploymentRecord:
+    """Apply the written manifests, wait, record; undo on any failure (as `flow.deploy` does)."""
     say(f"rendered {display_path(dep.out_dir)}/ ({', '.join(files)})")
     attempt = DeploymentRecord(
         stack=dep.stack.name, action=action, result="failed", image=image_ref,
@@ -130,7 +156,7 @@ def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, w
             # The API server refused every object: nothing changed there, so nothing changes here. (A
             # partial apply, the LeaderWorkerSet applied and the Service refused, is a change: recovered.)
             restore_files(saved)
-            append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
+            record_or_why(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
             raise
         why = (f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else
                "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0][:300])
@@ -154,7 +180,20 @@ def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, w
             raise
         raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {failure}; {outcome}", "")
     record = replace(attempt, result="healthy", time=utc_timestamp())
-    append_record(dep.build_root, record)
+    try:
+        append_record(dep.build_root, record)
+    except OutputNotWritable as exc:
+        # Ready but unrecorded: undone, so that what runs is what the records end with (see `flow`).
+        why = f"ready, but its record was not written ({exc})"
+        outcome = "the undo did not finish"
+        try:
+            with signals.deferred():
+                outcome = _recover(dep, attempt, previous, why, say)
+        except Interrupted:
+            say(f"stack '{dep.stack.name}': {why}; {outcome}")
+            raise
+        raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {why}; undone: {outcome}",
+                           "") from None
     say(f"stack '{dep.stack.name}' is ready on {dep.kubectl.context} ({record.digest}); recorded in "
         f"{display_path(records_path(dep.build_root, dep.stack.name))}")
     return record
@@ -193,30 +232,33 @@ def _serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 
 def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: DeploymentRecord | None,
              reason: str, say: Say) -> str:
-    """Record the failed attempt; apply the previous digest's manifests again (or delete the new ones)."""
-    append_record(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
+    """Record the failed attempt; apply the previous digest's manifests again (or delete the new ones). Each
+    happens whether or not its record can be written; the outcome says what was not recorded."""
+    unrecorded = record_or_why(dep.build_root, replace(attempt, time=utc_timestamp(), note=reason))
     if previous is None:
         try:
             dep.kubectl.delete(dep.out_dir)
         except (SglstackError, OSError) as exc:
-            return f"no earlier deployment to roll back to, and {str(exc).splitlines()[0][:300]}"
-        return "no earlier deployment to roll back to: deleted what was applied"
+            return f"no earlier deployment to roll back to, and {str(exc).splitlines()[0][:300]}" + not_recorded(
+                unrecorded)
+        return "no earlier deployment to roll back to: deleted what was applied" + not_recorded(unrecorded)
     say(f"rolling back leaderworkerset/{dep.name} to {previous.digest} (its manifests re-applied)")
     detail: str | None = None
     try:
         options = k8s.K8sOptions.from_record(previous.options)
         spec = k8s.k8s_spec(dep.stack, options)
-        write_files(dep.out_dir, k8s.render_k8s(dep.stack, previous.image, options, smoke_report=previous.smoke_report))
+        discard_saved(write_files(dep.out_dir, k8s.render_k8s(dep.stack, previous.image, options,
+                                                              smoke_report=previous.smoke_report)))
         dep.kubectl.apply(dep.out_dir, f"stack '{dep.stack.name}'")
         detail = wait_ready(dep, wait_limit(spec, None), say)
     except (SglstackError, OSError) as exc:
         detail = str(exc).splitlines()[0][:300]
-    append_record(dep.build_root, replace(
+    unrecorded = unrecorded or record_or_why(dep.build_root, replace(
         previous, action="restore", result="failed" if detail else "healthy", time=utc_timestamp(),
         note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else "")))
     if detail is None:
-        return f"rolled back to {previous.digest} (ready)"
-    return f"rolling back to {previous.digest} failed too: {detail}"
+        return f"rolled back to {previous.digest} (ready)" + not_recorded(unrecorded)
+    return f"rolling back to {previous.digest} failed too: {detail}" + not_recorded(unrecorded)
 
 
 def rollback_k8s(dep: K8sDeployment, *, wait_timeout_s: float | None = None, say: Say = say_stderr

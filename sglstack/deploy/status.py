@@ -1,5 +1,8 @@
 """`invoke status`: one row per deployed service container, found by its sglstack labels on the engine,
-plus the recorded stacks that have no container any more."""
+plus the recorded stacks that have no container any more.
+
+A records line that does not read is named (file:line and why) and skipped: the rows show what the
+other lines and the engine know, and the task exits 1 (it ran, and found a problem)."""
 
 from __future__ import annotations
 
@@ -15,12 +18,11 @@ from rich.table import Table
 
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
-from ..core.errors import DeployError
+from ..core.records import BadLine, utc_now
 from ..core.records import build_root as default_build_root
-from ..core.records import utc_now
 from ..render import compose as cmp
 from .health import COMPOSE_PROJECT_LABEL
-from .store import RECORDS_FILE, DeploymentRecord, read_records
+from .store import RECORDS_FILE, DeploymentRecord, read_records_lenient
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,10 @@ def deployment_status(
     stack: str | None = None,
     project: str | None = None,
     now: dt.datetime | None = None,
+    bad_lines: list[BadLine] | None = None,
 ) -> list[StackStatus]:
     """One row per deployed service container (found by its sglstack labels), plus recorded stacks that
-    have no container any more."""
+    have no container any more. The records lines that do not read are added to `bad_lines`."""
     client = docker_client(docker_host)
     label_filter = [cmp.LABEL_STACK + (f"={stack}" if stack else "")]
     if project:
@@ -57,18 +60,35 @@ def deployment_status(
     containers = client.containers.list(all=True, filters={"label": label_filter})
     build_root = build_root or default_build_root()
     now = now or utc_now()
-    rows = [_container_row(c, build_root, now)
+    store = _Records(build_root)
+    rows = [_container_row(c, store, now)
             for c in sorted(containers, key=lambda c: (c.labels.get(cmp.LABEL_STACK, ""), c.name))]
     if build_root.is_dir() and not project:
-        rows += _recorded_rows(build_root, stack, {(r.stack, r.project) for r in rows})
+        rows += _recorded_rows(build_root, stack, {(r.stack, r.project) for r in rows}, store)
+    if bad_lines is not None:
+        bad_lines.extend(line for _, bad in sorted(store.read.items()) for line in bad)
     return rows
 
 
-def _container_row(c: Any, build_root: Path, now: dt.datetime) -> StackStatus:
+class _Records:
+    """Each stack's records read once, leniently: the lines that read, and each one that does not."""
+
+    def __init__(self, build_root: Path) -> None:
+        self.build_root = build_root
+        self.read: dict[str, list[BadLine]] = {}
+        self._records: dict[str, list[DeploymentRecord]] = {}
+
+    def of(self, stack_name: str) -> list[DeploymentRecord]:
+        if stack_name not in self._records:
+            self._records[stack_name], self.read[stack_name] = read_records_lenient(self.build_root, stack_name)
+        return self._records[stack_name]
+
+
+def _container_row(c: Any, store: _Records, now: dt.datetime) -> StackStatus:
     """A deployed service container's row, its digest from the records of its stack where they know it."""
     labels = c.labels
     name, proj = labels.get(cmp.LABEL_STACK, "?"), labels.get(COMPOSE_PROJECT_LABEL, "")
-    records = [r for r in _safe_records(build_root, name) if r.project == proj and r.action != "undeploy"]
+    records = [r for r in store.of(name) if r.project == proj and r.action != "undeploy"]
     image = labels.get(cmp.LABEL_IMAGE, "")
     digest = next((r.registry_digest for r in reversed(records) if r.image == image), "") or (
         pinned_digest(image) or ""
@@ -92,11 +112,12 @@ def _container_row(c: Any, build_root: Path, now: dt.datetime) -> StackStatus:
     )
 
 
-def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str]]) -> list[StackStatus]:
+def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str]], store: _Records
+                   ) -> list[StackStatus]:
     """The recorded stacks that have no container any more."""
     rows: list[StackStatus] = []
     for path in sorted(build_root.glob(f"{stack or '*'}/{RECORDS_FILE}")):
-        records = _safe_records(build_root, path.parent.name)
+        records = store.of(path.parent.name)
         if not records or (records[-1].stack, records[-1].project) in seen:
             continue
         last = records[-1]
@@ -121,13 +142,6 @@ def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str
             )
         )
     return rows
-
-
-def _safe_records(build_root: Path, stack_name: str) -> list[DeploymentRecord]:
-    try:
-        return read_records(build_root, stack_name)
-    except DeployError:
-        return []
 
 
 def _uptime(started_at: str | None, now: dt.datetime) -> str:

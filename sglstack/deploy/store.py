@@ -10,11 +10,27 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..core.errors import DeployError
-from ..core.records import append_jsonl, read_jsonl
+from ..core.records import (
+    BadLine,
+    append_jsonl,
+    check_field_types,
+    json_type,
+    read_jsonl_lenient,
+    require_store_writable,
+)
+from ..core.safefiles import OutputNotWritable
+from ..render.compose import ComposeOptions
+from ..render.k8s import K8sOptions
 
 RECORDS_FILE = "deployments.jsonl"
 # Actions that leave a service serving (when their result is healthy).
 SERVED_ACTIONS = ("deploy", "rollback", "restore")
+
+
+class BadRecord(DeployError):
+    """A line of the records is not a deployment record: bad input (as a bad matrix or lock), exit 2."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -47,8 +63,18 @@ class DeploymentRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> DeploymentRecord:
-        """Raises KeyError/TypeError on a row that is not a deployment record (older rows lack the
-        fields with defaults)."""
+        """Raises KeyError/TypeError, naming the field, on a row that is not a deployment record: not an
+        object, a field missing (older rows lack only the fields with defaults), or of the wrong type, the
+        options' own fields included (a rollback serves with them)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{json_type(data)}, not an object")
+        check_field_types(cls, data)
+        options = data.get("options", {})
+        recorded = K8sOptions if data.get("target") == "k8s" else ComposeOptions
+        try:
+            check_field_types(recorded, options)  # type: ignore[arg-type]  # an object: checked above
+        except TypeError as exc:
+            raise TypeError(f"options: {exc}") from None
         values = {}
         for f in fields(cls):
             if f.name in data:
@@ -67,12 +93,21 @@ def append_record(build_root: Path, record: DeploymentRecord) -> None:
 
 
 def read_records(build_root: Path, stack_name: str) -> list[DeploymentRecord]:
-    path = records_path(build_root, stack_name)
-    return read_jsonl(
-        path,
-        parse=DeploymentRecord.from_dict,
-        bad_line=lambda n: DeployError(f"{path}:{n}: not a deployment record"),
-    )
+    """Every record of the stack; a bad line is a one-line `BadRecord` naming file:line and why (a
+    deploy, rollback or restore must not act on a store it cannot read whole)."""
+    records, bad = read_records_lenient(build_root, stack_name)
+    if bad:
+        raise BadRecord(bad_record_line(bad[0]))
+    return records
+
+
+def read_records_lenient(build_root: Path, stack_name: str) -> tuple[list[DeploymentRecord], list[BadLine]]:
+    """The records that read, and each line that does not (for `invoke status`, which shows what it can)."""
+    return read_jsonl_lenient(records_path(build_root, stack_name), DeploymentRecord.from_dict)
+
+
+def bad_record_line(bad: BadLine) -> str:
+    return f"{bad.path}:{bad.line}: not a deployment record ({bad.why})"
 
 
 def serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
@@ -114,3 +149,25 @@ def display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def require_recordable(build_root: Path, stack_name: str) -> None:
+    """Refuse, before anything changes, a deployment whose record could not be written."""
+    try:
+        require_store_writable(records_path(build_root, stack_name), what=f"stack '{stack_name}': the records")
+    except OutputNotWritable as exc:
+        raise DeployError(f"{exc}; nothing was changed (a deployment that cannot be recorded is not started)"
+                          ) from None
+
+
+def record_or_why(build_root: Path, record: DeploymentRecord) -> str | None:
+    """Append `record`; None when written, else why not (the caller goes on undoing, and says it)."""
+    try:
+        append_record(build_root, record)
+    except OutputNotWritable as exc:
+        return str(exc)
+    return None
+
+
+def not_recorded(why: str | None) -> str:
+    return f"; not recorded ({why})" if why else ""

@@ -24,6 +24,8 @@ from ..config.imageref import Repository, parse_repository
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError
+from ..core.records import require_store_writable
+from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted, deferred
 from ..registry.client import Manifest, RegistryClient
 from .history import PublishError, append_records, file_sha256, tag_record
@@ -271,6 +273,9 @@ def promote_recorded(
     """
     hint = dict(previous_hint or {})
     report_sha = file_sha256(smoke_report)
+    # Before any tag moves: a promotion its records would not name is not started. (Should the disk fill
+    # meanwhile, `promote` puts the tags back when the record is not written: records and tags agree.)
+    require_store_writable(records, what=f"stack '{stack.name}': the publish records")
 
     def kind(tag: str) -> str:
         return "immutable" if tag == immutable else "moving"
@@ -288,15 +293,15 @@ def promote_recorded(
 
     def failed(error: PromotionError) -> None:
         outcome = "reverted" if error.reverted else "partial"
-        append_records(
-            records,
-            [
-                tag_record(outcome, stack, repo, s.tag, s.kind, digest, config_hash, previous=s.before,
+        rows = [tag_record(outcome, stack, repo, s.tag, s.kind, digest, config_hash, previous=s.before,
                            now=s.now if s.known else None, now_known=s.known, moved=s.moved, put_back=s.put_back,
                            error=s.error, cause=error.cause, smoke_report=smoke_report)
-                for s in error.states
-            ],
-        )
+                for s in error.states]
+        try:
+            append_records(records, rows)
+        except OutputNotWritable as exc:  # the error that follows says what happened to the tags
+            console(stderr=True).print(f"warning: {exc}: this outcome is not recorded", markup=False,
+                                       highlight=False)
 
     return promote(client, repo, digest, immutable=immutable, moving=moving, on_promoted=promoted,
                    on_failed=failed, stack=stack.name)

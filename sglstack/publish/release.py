@@ -23,7 +23,8 @@ from ..config.imageref import Repository
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError
-from ..core.records import utc_timestamp, utc_today
+from ..core.records import build_root, utc_timestamp, utc_today
+from ..core.safefiles import containing_root, make_folder, write_text
 from ..registry.client import RegistryClient
 from .history import (
     PublishError,
@@ -192,13 +193,16 @@ def _smoke_candidate(
     build_dir: Path | None, smoke: SmokeRunner | None,
 ) -> tuple[bool, dict[str, Any], Path]:
     """Smoke the candidate by digest; (passed, report, where the report was kept under the publish folder)."""
+    folder = publish_dir(build_dir) / "smoke"
+    root = containing_root(folder, build_dir or build_root())
+    make_folder(root, folder)  # a link out of the build folder is refused before the smoke, not after it
     if smoke is None:
         passed, report = run_real_smoke(stack, image, smoke_opts, docker_host=docker_host)
     else:
         passed, report = smoke(stack, image, smoke_opts)
-    report_path = publish_dir(build_dir) / "smoke" / f"{stack.name}-{digest[7:19]}-{utc_timestamp()}.json"
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(json.dumps({"image": image, "passed": passed, "report": report}, indent=2, default=str))
+    report_path = folder / f"{stack.name}-{digest[7:19]}-{utc_timestamp()}.json"
+    write_text(root, report_path, json.dumps({"image": image, "passed": passed, "report": report}, indent=2,
+                                             default=str))
     return passed, report, report_path
 
 

@@ -27,6 +27,8 @@ import yaml
 from ..adapters.docker import docker_client, image_exists
 from ..core.errors import RegistryError
 from ..core.labels import OWNER_LABEL
+from ..core.records import build_root
+from ..core.safefiles import containing_root, open_log, write_text
 
 DEFAULT_PORT = 5000
 CONTAINER_NAME = "sglstack-registry"
@@ -129,11 +131,10 @@ def start_binary(config: dict[str, Any], workdir: Path, port: int) -> subprocess
             f"registry 127.0.0.1:{port}: neither {REGISTRY_IMAGE} nor {BINARY} is available "
             "(apt-get install docker-registry)"
         )
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "config.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    root = containing_root(workdir, build_root())
+    config_path = write_text(root, workdir / "config.yml", yaml.safe_dump(config, sort_keys=False))
     log = workdir / "registry.log"
-    with log.open("ab") as out:
+    with open_log(root, log, append=True) as out:
         proc = subprocess.Popen(
             [binary, "serve", str(config_path)],
             stdout=out,
@@ -186,6 +187,10 @@ def _state_path(folder: Path) -> Path:
     return folder / STATE_FILE
 
 
+def _write_state(folder: Path, state: dict[str, Any]) -> None:
+    write_text(containing_root(folder, build_root()), _state_path(folder), json.dumps(state))
+
+
 def _running_port(folder: Path) -> int | None:
     """The port of the registry recorded in `folder`'s state file, when it still answers there."""
     state_file = _state_path(folder)
@@ -236,7 +241,7 @@ def registry_up(
         return _container_up(client, port, folder)
     config = registry_config(port, folder / "data")
     proc = start_binary(config, folder, port)
-    _state_path(folder).write_text(json.dumps({"kind": "binary", "pid": proc.pid, "port": port}))
+    _write_state(folder, {"kind": "binary", "pid": proc.pid, "port": port})
     return f"registry on 127.0.0.1:{port} ({BINARY}, pid {proc.pid}, data in {folder / 'data'})"
 
 
@@ -256,8 +261,7 @@ def _container_up(client: Any, port: int, folder: Path) -> str:
         environment={"REGISTRY_STORAGE_DELETE_ENABLED": "true"},
         labels={OWNER_LABEL: CONTAINER_NAME},
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    _state_path(folder).write_text(json.dumps({"kind": "container", "name": CONTAINER_NAME, "port": port}))
+    _write_state(folder, {"kind": "container", "name": CONTAINER_NAME, "port": port})
     wait_until_serving(port)
     return f"registry on 127.0.0.1:{port} (container {CONTAINER_NAME}, data in volume {VOLUME_NAME})"
 

@@ -27,6 +27,7 @@ from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
 from ..core.records import require_writable, utc_timestamp
+from ..core.safefiles import containing_root, refuse_link
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources
 from . import history as hist
@@ -73,6 +74,9 @@ def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Pat
     history_file = None if options.no_history else hist.history_path(options.build_dir, stack.name if stack else None)
     if history_file is not None:
         require_writable(history_file, what="smoke history (under the build folder)")
+    if options.runner == "process":  # each server's output, opened once the server starts
+        for kind in options.kinds:
+            refuse_link(log_root(report_path, options), server_log_path(report_path, kind))
     return report_path, history_file
 
 
@@ -196,6 +200,12 @@ def runner_summary(options: SmokeOptions, report_path: Path) -> dict[str, Any]:
             "logs": {kind: str(server_log_path(report_path, kind)) for kind in options.kinds}}
 
 
+def log_root(report_path: Path, options: SmokeOptions) -> Path:
+    """The folder no link may lead out of on the way to a server's log: the build folder, or the report's
+    own folder (a `--report` elsewhere)."""
+    return containing_root(report_path.parent, Path(options.build_dir))
+
+
 def server_log_path(report_path: Path, kind: str) -> Path:
     """report.json -> report.baseline.log: the process runner keeps each server's output beside the report."""
     return report_path.with_suffix(f".{kind}.log")
@@ -299,7 +309,8 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
 def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
     """The server as a local process group, ended (all of it) however this returns."""
     try:
-        cm = running_process(plan.argv, env={**os.environ, **plan.environment}, log_path=log_path)
+        cm = running_process(plan.argv, env={**os.environ, **plan.environment}, log_path=log_path,
+                             log_root=containing_root(log_path.parent, Path(options.build_dir)))
         with cm as proc:
             return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
     except OSError as exc:

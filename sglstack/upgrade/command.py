@@ -37,16 +37,14 @@ from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, SglstackError
-from ..core.records import build_root, require_writable
+from ..core.records import build_root, require_writable, write_output
 from ..core.safefiles import (
     check_inside,
-    containing_root,
     file_lock,
     make_folder,
     replace_together,
     sibling_mode,
     staged,
-    write_text,
 )
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
@@ -372,10 +370,6 @@ def _unchanged_since_read(inputs: Inputs) -> None:
                             "upgrade again on the file as it is now)")
 
 
-def _write_report(path: Path, text: str) -> None:
-    write_text(containing_root(path, build_root()), path, text)
-
-
 def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
                     write: bool = False, json_path: str | None = None, engines: Engines | None = None) -> int:
     engines = engines or Engines()
@@ -405,13 +399,13 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
     out_dir = build_root() / plan.new_stack / "upgrade"
     if lock is not None and not inputs.write:
-        _write_report(out_dir / "lock.txt", render_lock(lock))
+        write_output(out_dir / "lock.txt", render_lock(lock))
     markdown = to_markdown(plan)
-    _write_report(out_dir / "report.md", markdown)
+    write_output(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
-    _write_report(out_dir / "report.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_output(out_dir / "report.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.json_path:
-        _write_report(inputs.json_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+        write_output(inputs.json_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)

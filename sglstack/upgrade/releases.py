@@ -23,8 +23,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.errors import ConfigError
-from ..core.records import build_root, require_writable
-from ..core.safefiles import containing_root, write_text
+from ..core.records import require_writable, write_output
 from ..lock.conflicts import applicable_requirements
 from .outputs import json_path_problem
 
@@ -146,7 +145,6 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
     if json_path:
         doc = {r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
                for r in results}
-        path = Path(json_path).expanduser()
-        write_text(containing_root(path, build_root()), path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_output(Path(json_path).expanduser(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return 0
 

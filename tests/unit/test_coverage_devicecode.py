@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.adapters.cuobjdump import Cuobjdump, DeviceCode, ListingCache, sha256_file
+from sglstack.coverage import devicecode
 from sglstack.coverage.devicecode import (
     _extract,
     _site_path,
@@ -282,9 +283,18 @@ class Target(type(Path())):
     recorder: Recorder
     member: str
 
-    def open(self, *args, **kwargs):
-        self.recorder.opening(self.member)
-        return super().open(*args, **kwargs)
+
+@pytest.fixture(autouse=True)
+def _recorded_writes(monkeypatch):
+    """A member's file is written by safefiles: a Target notes it as it starts."""
+    real = devicecode.write_with
+
+    def write_with(root, path, fill, **kwargs):
+        if isinstance(path, Target):
+            path.recorder.opening(path.member)
+        return real(root, path, fill, **kwargs)
+
+    monkeypatch.setattr(devicecode, "write_with", write_with)
 
 
 SIZES = {"m/a": b"a" * 10, "m/b": b"b" * 30, "m/c": b"c" * 20}
