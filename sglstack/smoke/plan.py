@@ -447,13 +447,33 @@ def _bind(mount: Mount) -> str:
 # ---- the process runner ----------------------------------------------------------------------------
 
 
+# What a local server process takes from the caller's environment besides `server_environment` (what a
+# container gets): what a container has from its image and the NVIDIA runtime, and a Slurm or plain node
+# has only in the environment (the CUDA, NCCL and locale settings, where to cache models and kernels).
+# Nothing else passes: the server runs the model's own code (`--trust-remote-code`), and the caller's
+# environment holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLANG_* do not
+# pass either (they change what the server runs; serving.env or `--env` declares them, as for a container).
+PROCESS_PASS_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "XDG_CACHE_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMP_NUM_THREADS",
+})
+PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "TRITON_",
+                         "TORCHINDUCTOR_")
+
+
+def passes_to_process(name: str) -> bool:
+    """True when the caller's variable `name` reaches a local server process (never one naming a secret:
+    the HF token comes through `server_environment`, as it does to a container)."""
+    return (name in PROCESS_PASS_NAMES or name.startswith(PROCESS_PASS_PREFIXES)) and not names_secret(name)
+
+
 @dataclass(frozen=True)
 class ProcessPlan:
     """One server as a local process: the serving argv run by the environment's interpreter, as data."""
 
     kind: str
     argv: tuple[str, ...]
-    environment: Mapping[str, str]  # what the server gets on top of the caller's environment
+    environment: Mapping[str, str]  # the server's whole environment (nothing else of the caller's)
     port: int  # the listen port (no port mapping: the process binds it on this machine)
     python: str
 
@@ -466,7 +486,8 @@ def env_interpreter(python_env: str) -> str:
 def process_plan(
     options: SmokeOptions, kind: str, port: int, *, host_env: Mapping[str, str] | None = None
 ) -> ProcessPlan:
-    """The process for one run: the spec's exact argv on `port`, with `python3` the environment's.
+    """The process for one run: the spec's exact argv on `port`, with `python3` the environment's, and
+    its whole environment: the caller's variables that `passes_to_process`, then `server_environment`.
 
     The environment's bin folder goes first on PATH, as `activate` would put it, so the tools SGLang
     starts by name (ninja, nvcc wrappers of JIT compilers) are the environment's own.
@@ -478,8 +499,9 @@ def process_plan(
     argv = serving_argv(spec)
     python = env_interpreter(options.python_env)
     assert argv[0] == LAUNCH[0]
-    environment = server_environment(spec, host_env)
+    environment = {k: v for k, v in host_env.items() if passes_to_process(k)}
+    environment.update(server_environment(spec, host_env))
     bin_dir = os.path.dirname(python)
-    path = environment.get("PATH", host_env.get("PATH", ""))
+    path = environment.get("PATH", "")
     environment["PATH"] = bin_dir + (os.pathsep + path if path else "")
     return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python)

@@ -8,7 +8,6 @@ for writability before the first server starts, not found unwritable after an ho
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -299,7 +298,7 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
 def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
     """The server as a local process group, ended (all of it) however this returns."""
     try:
-        cm = running_process(plan.argv, env={**os.environ, **plan.environment}, log_path=log_path)
+        cm = running_process(plan.argv, env=plan.environment, log_path=log_path)
         with cm as proc:
             return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
     except OSError as exc:
