@@ -20,7 +20,7 @@ import base64
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -201,6 +201,45 @@ def plain_secret_problem(key: str, value: str) -> str | None:
     return (f"names a secret, so its value must be a reference like '${{{key}}}' (from the deploy "
             f"environment, the Kubernetes Secret, or smoke's own environment), not a value written into "
             f"compose.yaml and the manifests")
+
+
+# SGLang flags whose value is a secret: hidden in every argv shown, and in a stack's serving.extra_args
+# given only as a `${NAME}` reference (`config.serverflags`).
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def secret_flag(flag: str) -> str | None:
+    """The secret flag `flag` (`--name`, no value) sets in SGLang's parser: itself, or an argparse
+    abbreviation of it (`--api-k`); None for any other flag."""
+    if len(flag) < 3:
+        return None
+    return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
+
+
+def argv_references(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
+    """{index: (the word's text before the reference, NAME)} for each secret flag of `argv` whose value is a
+    `${NAME}` reference: `--api-key ${NAME}` (the value's own index, text "") or `--api-key=${NAME}`
+    (the flag's index, text "--api-key="). Each renderer puts NAME's value, or its own reference to it, there."""
+    found: dict[int, tuple[str, str]] = {}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if not flag.startswith("--") or secret_flag(flag) is None:
+            continue
+        if eq:
+            if (name := secret_reference(value)) is not None:
+                found[i] = (f"{flag}=", name)
+        elif i + 1 < len(argv) and (name := secret_reference(argv[i + 1])) is not None:
+            found[i + 1] = ("", name)
+    return found
+
+
+def resolve_argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """`argv` with each secret flag's `${NAME}` replaced by NAME's value in `env` (left as written when unset)."""
+    out = list(argv)
+    for i, (text, name) in argv_references(argv).items():
+        if name in env:
+            out[i] = text + env[name]
+    return out
 
 
 def reference_map(env: Mapping[str, str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 from ..adapters.docker import is_local_docker_host
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
-from ..core.credentials import names_secret
+from ..core.credentials import names_secret, resolve_argv, secret_flag
 from ..core.errors import SmokeError
 from ..core.records import build_root
 from ..serving import (
@@ -28,6 +28,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
+from .processenv import passes_to_process
 
 CONTAINER_PORT = 30000
 RUN_KINDS = ("baseline", "eagle3")
@@ -318,9 +319,6 @@ def _read(value: Any, kind: type, key: str) -> Any:
         raise ValueError(f"{key} '{value}' is not {what}") from None
 
 
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
-
-
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """The argv with the values of secret flags replaced, for logs and reports."""
     out: list[str] = []
@@ -331,7 +329,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, _ = arg.partition("=")
-        if flag in SECRET_FLAGS:
+        if flag.startswith("--") and secret_flag(flag):
             if eq:
                 out.append(f"{flag}=***")
             else:
@@ -416,7 +414,7 @@ def container_plan(
     return ContainerPlan(
         kind=kind,
         image=image,
-        command=tuple(serving_argv(spec)),
+        command=tuple(resolve_argv(serving_argv(spec), host_env)),
         environment=environment,
         binds=tuple(_bind(m) for m in spec.mounts),
         gpus=spec.gpus,
@@ -432,11 +430,16 @@ def container_plan(
 
 
 def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
-    """Each `${NAME}` of serving.env must be set where the smoke runs: one line naming the first that is not."""
+    """Each `${NAME}` of serving.env and of a secret flag in extra_args must be set where the smoke runs:
+    one line naming the first that is not."""
     host_env = os.environ if host_env is None else host_env
     for key, name in spec.secret_references:
         if name not in host_env:
             raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)
+    for name in spec.argv_secret_names:
+        if name not in host_env:
+            raise ServingError(f"serving.extra_args refers to ${{{name}}}, which is not set in this environment",
                                stack=spec.stack)
 
 
@@ -445,26 +448,6 @@ def _bind(mount: Mount) -> str:
 
 
 # ---- the process runner ----------------------------------------------------------------------------
-
-
-# What a local server process takes from the caller's environment besides `server_environment` (what a
-# container gets): what a container has from its image and the NVIDIA runtime, and a Slurm or plain node
-# has only in the environment (the CUDA, NCCL and locale settings, where to cache models and kernels).
-# Nothing else passes: the server runs the model's own code (`--trust-remote-code`), and the caller's
-# environment holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLANG_* do not
-# pass either (they change what the server runs; serving.env or `--env` declares them, as for a container).
-PROCESS_PASS_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-    "XDG_CACHE_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMP_NUM_THREADS",
-})
-PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "TRITON_",
-                         "TORCHINDUCTOR_")
-
-
-def passes_to_process(name: str) -> bool:
-    """True when the caller's variable `name` reaches a local server process (never one naming a secret:
-    the HF token comes through `server_environment`, as it does to a container)."""
-    return (name in PROCESS_PASS_NAMES or name.startswith(PROCESS_PASS_PREFIXES)) and not names_secret(name)
 
 
 @dataclass(frozen=True)
@@ -496,7 +479,7 @@ def process_plan(
         raise SmokeError("smoke runner 'process': no --python-env")
     host_env = os.environ if host_env is None else host_env
     spec = replace(run_spec(options, kind), port=port)
-    argv = serving_argv(spec)
+    argv = resolve_argv(serving_argv(spec), host_env)
     python = env_interpreter(options.python_env)
     assert argv[0] == LAUNCH[0]
     environment = {k: v for k, v in host_env.items() if passes_to_process(k)}

@@ -25,6 +25,7 @@ from ..adapters.docker import docker_host_address, is_local_docker_host, running
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
+from ..core.credentials import secret_flag
 from ..core.records import require_writable, utc_timestamp
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources
@@ -436,8 +437,13 @@ def _server_host(options: SmokeOptions) -> str:
 
 
 def _api_key(argv: tuple[str, ...]) -> str | None:
-    command = list(argv)
-    return command[command.index("--api-key") + 1] if "--api-key" in command[:-1] else None
+    """The key the server checks: of `--api-key K` or `--api-key=K` (or an abbreviation), the last, as argparse."""
+    key = None
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag.startswith("--") and secret_flag(flag) == "--api-key":
+            key = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return key
 
 
 def log_tail(container: Container, lines: int = LOG_TAIL_LINES) -> list[str]:
