@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..core.console import console as make_console
-from ..core.credentials import netrc_secrets, redact_text
+from ..core.credentials import netrc_secrets, redact_text, tool_environment
 from ..core.errors import BuildError, DockerUnavailable
 
 CLI_ENV = "SGLSTACK_DOCKER_CLI"
@@ -47,7 +47,7 @@ class Builder:
 
 def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, **(env or {})})
+                          env=tool_environment(env))
 
 
 def _client_version(cli: str) -> str | None:
@@ -287,7 +287,7 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     with open(log_fd, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env={**os.environ, **build_env(builder, docker_host), **req.secret_env_values},
+                                env=tool_environment({**build_env(builder, docker_host), **req.secret_env_values}),
                                 start_new_session=True)
         try:
             live_view = (Live(Text(""), console=console, transient=True, refresh_per_second=4)

@@ -29,11 +29,12 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..core.credentials import SIGNING_KEY_ENV
 from ..core.errors import one_line
 from ..core.safefiles import UnreadableFile, read_small_file
 from .errors import BadInput, NotVerified
 
-KEY_ENV = "SGLSTACK_SIGNING_KEY"
+KEY_ENV = SIGNING_KEY_ENV
 PAYLOAD_TYPE = "application/vnd.sglstack.attestations.v1+json"
 SIGNATURE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PAYLOAD_KIND = "https://sglstack.dev/signed-attestations/v1"

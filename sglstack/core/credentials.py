@@ -136,6 +136,18 @@ def netrc_secrets(text: str) -> tuple[str, ...]:
 # ---- handing credentials to a host-side process -----------------------------------------------------
 
 NETRC_ENV = "NETRC"
+# sglstack's own secret: read from its environment, never handed on. uv and pip run packages' build
+# backends (any sdist's setup.py), compose and bake interpolate variables into what they run.
+SIGNING_KEY_ENV = "SGLSTACK_SIGNING_KEY"
+OWN_SECRET_ENV = (SIGNING_KEY_ENV,)
+
+
+def tool_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a tool it starts (uv, pip, git, compose, docker), less sglstack's
+    own secrets, plus `extra`. (A server under test gets far less: `smoke.processenv`.)"""
+    env = {k: v for k, v in os.environ.items() if k not in OWN_SECRET_ENV}
+    env.update(extra or {})
+    return env
 
 
 @contextlib.contextmanager
