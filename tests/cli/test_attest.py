@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -281,3 +282,18 @@ def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
                       "--unsigned", cwd=tmp_path, env=env)
     assert both.returncode == 1 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+
+
+def test_a_verify_key_that_is_a_fifo_is_refused_at_once(tmp_path, repo_root):
+    """A FIFO as the public key hung `render --verify-key` (and deploy, verify-image) on its open forever."""
+    from clirun import run_invoke  # the CLI helper starts a process: only these tests need it
+
+    fifo = tmp_path / "trusted.pub"
+    os.mkfifo(fifo)
+    stacks = str(repo_root / "tests" / "fixtures" / "stacks-cpu.yaml")
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", stacks, "--image",
+                      "127.0.0.1:5000/x/y@sha256:" + "ab" * 32, "--verify-key", str(fifo), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, f"error: --verify-key: cannot read key file '{fifo}' (a FIFO, not a regular file)")
+    assert not (tmp_path / "build").exists()
