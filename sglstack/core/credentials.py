@@ -245,6 +245,23 @@ def argv_references(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
     return found
 
 
+def argv_secret_values(argv: Sequence[str]) -> tuple[str, ...]:
+    """The values of `argv`'s secret flags (`--api-key K`, `--api-key=K`): what a server's log may echo."""
+    values = []
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag.startswith("--") and secret_flag(flag) is not None:
+            values.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    return tuple(v for v in values if v)
+
+
+def secret_values_of(environment: Mapping[str, str], referenced: Iterable[str], argv: Sequence[str]) -> tuple[str, ...]:
+    """The secrets a server was given: the values of its secret-named and `${NAME}`-referenced variables
+    (HF_TOKEN is one by its name) and of its secret flags. What its log may echo, and no report may show."""
+    keys = set(referenced)
+    return (*(v for k, v in environment.items() if v and (names_secret(k) or k in keys)), *argv_secret_values(argv))
+
+
 def resolve_argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """`argv` with each secret flag's `${NAME}` replaced by NAME's value in `env` (left as written when unset)."""
     out = list(argv)

@@ -15,7 +15,7 @@ from typing import Any
 from ..adapters.docker import is_local_docker_host
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
-from ..core.credentials import names_secret, resolve_argv, secret_flag
+from ..core.credentials import names_secret, resolve_argv, secret_flag, secret_values_of
 from ..core.errors import SmokeError
 from ..core.records import build_root
 from ..serving import (
@@ -172,6 +172,10 @@ class ContainerPlan:
     def redacted_environment(self) -> dict[str, str]:
         return {k: ("***" if k in SECRET_ENV or names_secret(k) or k in self.referenced else v)
                 for k, v in self.environment.items()}
+
+    def secret_values(self) -> tuple[str, ...]:
+        """What the server's log lines may echo and no report may show (SGLang logs its server_args)."""
+        return secret_values_of(self.environment, self.referenced, self.command)
 
 
 # ---- options ---------------------------------------------------------------------------------------
@@ -459,6 +463,7 @@ class ProcessPlan:
     environment: Mapping[str, str]  # the server's whole environment (nothing else of the caller's)
     port: int  # the listen port (no port mapping: the process binds it on this machine)
     python: str
+    secrets: tuple[str, ...] = ()  # as ContainerPlan.secret_values: hidden in its log and the report
 
 
 def env_interpreter(python_env: str) -> str:
@@ -487,4 +492,6 @@ def process_plan(
     bin_dir = os.path.dirname(python)
     path = environment.get("PATH", "")
     environment["PATH"] = bin_dir + (os.pathsep + path if path else "")
-    return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python)
+    secrets = secret_values_of(environment, {k for k, _ in spec.secret_references}, argv)
+    return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python,
+                       secrets=secrets)

@@ -328,6 +328,7 @@ def test_a_secret_flag_reference_reaches_compose_k8s_and_smoke_as_a_reference(tm
 
     plan = container_plan(smoke_options(stack), "img", "baseline", host_env={"OPENAI_KEY": PASSWORD})
     assert list(plan.command[-len(args):]) == [a.replace("${OPENAI_KEY}", PASSWORD) for a in args]
+    assert plan.secret_values() == (PASSWORD,)  # what the container's log tail is cleared of
     with pytest.raises(ServingError) as err:
         check_secret_references(smoke_options(stack).serving, {})
     assert str(err.value) == ("stack 'cpu-test': serving.extra_args refers to ${OPENAI_KEY}, which is not set in "

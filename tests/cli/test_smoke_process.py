@@ -174,6 +174,23 @@ def test_a_served_process_does_not_see_the_callers_secrets(marker, tmp_path, rep
     assert not [v for v in CALLER_SECRETS.values() if v in dump.read_text()]
 
 
+def test_a_servers_api_key_is_hidden_in_its_kept_log_the_failure_and_the_report(double_env, marker, tmp_path,
+                                                                              monkeypatch):
+    """SGLang logs its server_args, API key included: the kept logs, the log tail and the report held it."""
+    monkeypatch.setenv("VAULT_API_KEY", "sk-live-7d1e")
+    options = _options(tmp_path, double_env, marker, env={"SGLANG_DOUBLE_CRASH_AT_START": "speculative"},
+                       extra_args=("--api-key", "${VAULT_API_KEY}"))
+    lines: list[str] = []
+    report = run_smoke(None, None, options, log=lines.append)
+    assert report.data["baseline"]["tokens_per_s"] > 0  # the client used the key the server was given
+    assert report.data["eagle3"]["failure"].startswith("the server exited with code 1 before it was healthy")
+    baseline_log = server_log_path(tmp_path / "report.json", "baseline").read_text()
+    assert "'api_key': '***'" in baseline_log
+    shown = {"log": "\n".join(lines), "report": (tmp_path / "report.json").read_text(), "baseline": baseline_log,
+             "eagle3": server_log_path(tmp_path / "report.json", "eagle3").read_text()}
+    assert {name: "sk-live-7d1e" in text for name, text in shown.items()} == dict.fromkeys(shown, False)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
