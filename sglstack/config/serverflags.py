@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core.credentials import secret_flag, secret_reference
+from ..core.credentials import secret_reference, secret_slots
 
 MODEL_PATH = "--model-path"
 TP_SIZE = "--tp-size"
@@ -82,6 +82,9 @@ def extra_args_problem(args: Sequence[str], *, secrets: bool = True) -> tuple[in
     `secrets`: also refuse a secret flag's literal value (a stack's extra_args are written into files; a
     smoke's own `--extra-args` are not, and are hidden in its logs and reports).
     """
+    # A secret flag's literal value, by the index of the flag itself (`--api-key V` or `--api-key=V`).
+    literal = {slot.index - (0 if slot.text else 1): slot.flag for slot in secret_slots(args)
+               if secrets and secret_reference(slot.value) is None}
     for i, word in enumerate(args):
         flag = flag_of(word)
         if flag is None:
@@ -92,11 +95,8 @@ def extra_args_problem(args: Sequence[str], *, secrets: bool = True) -> tuple[in
             return i, (f"'{flag}'{spelled} is sglstack's to set: {OWNED_FLAGS.get(owned, SPECULATIVE_FAMILY)}; "
                        "extra_args may not set it again (the server would run with another value than the one "
                        "reported)")
-        secret = secret_flag(flag)
-        if secrets and secret is not None:
-            value = word.partition("=")[2] if "=" in word else (args[i + 1] if i + 1 < len(args) else None)
-            if value is not None and secret_reference(value) is None:
-                return i, (f"'{flag}' takes a secret, so its value must be a reference like '{secret} ${{NAME}}' "
-                           "(from the deploy environment, the Kubernetes Secret, or smoke's own environment), "
-                           "not a value written into compose.yaml and the manifests")
+        if i in literal:
+            return i, (f"'{flag}' takes a secret, so its value must be a reference like '{literal[i]} ${{NAME}}' "
+                       "(from the deploy environment, the Kubernetes Secret, or smoke's own environment), "
+                       "not a value written into compose.yaml and the manifests")
     return None

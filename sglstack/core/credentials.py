@@ -228,31 +228,42 @@ def secret_flag(flag: str) -> str | None:
     return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
 
 
-def argv_references(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
-    """{index: (the word's text before the reference, NAME)} for each secret flag of `argv` whose value is a
-    `${NAME}` reference: `--api-key ${NAME}` (the value's own index, text "") or `--api-key=${NAME}`
-    (the flag's index, text "--api-key="). Each renderer puts NAME's value, or its own reference to it, there."""
-    found: dict[int, tuple[str, str]] = {}
+@dataclass(frozen=True)
+class SecretSlot:
+    """Where a secret flag's value sits in an argv: word `index` is `text` followed by the value."""
+
+    index: int
+    text: str  # "" for `--api-key VALUE` (the value is its own word), "--api-key=" for `--api-key=VALUE`
+    flag: str  # the secret flag SGLang reads it as
+    value: str
+
+
+def secret_slots(argv: Sequence[str]) -> list[SecretSlot]:
+    """Each secret flag's value in `argv`, in either form and any abbreviation: the one walker that
+    redaction, references, log hiding and smoke's client all read."""
+    slots = []
     for i, word in enumerate(argv):
-        flag, eq, value = word.partition("=")
-        if not flag.startswith("--") or secret_flag(flag) is None:
+        given, eq, value = word.partition("=")
+        name = secret_flag(given) if given.startswith("--") else None
+        if name is None:
             continue
         if eq:
-            if (name := secret_reference(value)) is not None:
-                found[i] = (f"{flag}=", name)
-        elif i + 1 < len(argv) and (name := secret_reference(argv[i + 1])) is not None:
-            found[i + 1] = ("", name)
-    return found
+            slots.append(SecretSlot(i, f"{given}=", name, value))
+        elif i + 1 < len(argv):
+            slots.append(SecretSlot(i + 1, "", name, argv[i + 1]))
+    return slots
+
+
+def argv_references(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
+    """{index: (the word's text before the reference, NAME)} for each secret flag of `argv` whose value is a
+    `${NAME}` reference. Each renderer puts NAME's value, or its own reference to it, there."""
+    return {slot.index: (slot.text, name) for slot in secret_slots(argv)
+            if (name := secret_reference(slot.value)) is not None}
 
 
 def argv_secret_values(argv: Sequence[str]) -> tuple[str, ...]:
-    """The values of `argv`'s secret flags (`--api-key K`, `--api-key=K`): what a server's log may echo."""
-    values = []
-    for i, word in enumerate(argv):
-        flag, eq, value = word.partition("=")
-        if flag.startswith("--") and secret_flag(flag) is not None:
-            values.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
-    return tuple(v for v in values if v)
+    """The values of `argv`'s secret flags: what a server's log may echo."""
+    return tuple(slot.value for slot in secret_slots(argv) if slot.value)
 
 
 def secret_values_of(environment: Mapping[str, str], referenced: Iterable[str], argv: Sequence[str]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import Any
 from ..adapters.docker import is_local_docker_host
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
-from ..core.credentials import names_secret, resolve_argv, secret_flag, secret_values_of
+from ..core.credentials import names_secret, resolve_argv, secret_slots, secret_values_of
 from ..core.errors import SmokeError
 from ..core.records import build_root
 from ..serving import (
@@ -325,22 +325,9 @@ def _read(value: Any, kind: type, key: str) -> Any:
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """The argv with the values of secret flags replaced, for logs and reports."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if flag.startswith("--") and secret_flag(flag):
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
+    out = list(argv)
+    for slot in secret_slots(out):
+        out[slot.index] = f"{slot.text}***"
     return out
 
 

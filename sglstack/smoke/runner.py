@@ -25,7 +25,7 @@ from ..adapters.docker import docker_host_address, is_local_docker_host, running
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
-from ..core.credentials import REDACTED, redact_text, secret_flag
+from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import write_bytes
 from ..diff.snapshots import local_snapshot
@@ -455,13 +455,9 @@ def _server_host(options: SmokeOptions) -> str:
 
 
 def _api_key(argv: tuple[str, ...]) -> str | None:
-    """The key the server checks: of `--api-key K` or `--api-key=K` (or an abbreviation), the last, as argparse."""
-    key = None
-    for i, word in enumerate(argv):
-        flag, eq, value = word.partition("=")
-        if flag.startswith("--") and secret_flag(flag) == "--api-key":
-            key = value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return key
+    """The key the server checks: the last `--api-key` value (in any form), as argparse keeps the last."""
+    keys = [slot.value for slot in secret_slots(argv) if slot.flag == "--api-key"]
+    return keys[-1] if keys else None
 
 
 def log_tail(container: Container, lines: int = LOG_TAIL_LINES) -> list[str]:
