@@ -1,7 +1,7 @@
 """The field run: SGLang served as local processes by `smoke --runner process`, baseline and EAGLE-3, on a GPU node.
 
     python3 benchmarks/field_run.py --python-env ENV --site DIR --model TARGET --draft DRAFT --out OUT
-                                    [--stack h200-field] [--timeout S] [--extra-args "..."]
+                                    [--stack h200-field] [--timeout S] [--extra-args "..."] [--env K=V ...]
 
 The server is the stack's (`h200-field` of stacks.yaml: its serving argv, env, gates and smoke sizes), with
 only the node's folders given here: the model and draft paths (the stack names where a container mounts
@@ -76,10 +76,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--num-prompts", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=None)
+    # The servers inherit nothing of this environment beyond the runtime's own variables (docs/smoke-and-gates.md).
+    parser.add_argument("--env", action="append", default=[], metavar="K=V", help="a variable for the servers")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    server_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    server_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+                  **dict(item.split("=", 1) for item in args.env)}
     if args.site:
         server_env["PYTHONPATH"] = os.pathsep.join(p for p in (args.site, os.environ.get("PYTHONPATH")) if p)
     python = os.path.join(args.python_env, "bin", "python3")

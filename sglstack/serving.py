@@ -17,9 +17,10 @@ from typing import Self
 
 from pydantic import ValidationError
 
+from .config import serverflags
 from .config.fields import parse_bind
 from .config.schema import ServingSettings, SpeculativeSettings, Stack
-from .core.credentials import reference_map, secret_reference
+from .core.credentials import argv_references, reference_map, secret_reference
 from .core.errors import SglstackError, one_line
 from .core.quoting import ENV_NAME_RE, one_line_problem
 
@@ -29,7 +30,8 @@ LISTEN_HOST = "0.0.0.0"
 HEALTH_PATH = "/health"
 HF_CACHE_TARGET = "/root/.cache/huggingface"
 # Passed from the caller's environment (smoke) or an env file (compose); never rendered into a file.
-# Any other secret is a `${NAME}` reference in serving.env (`ServingSpec.secret_references`).
+# Any other secret is a `${NAME}` reference in serving.env (`ServingSpec.secret_references`), or the
+# value of a secret flag in extra_args (`ServingSpec.argv_secret_names`).
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 UNLIMITED = -1
 STACK_BYTES = 67108864
@@ -174,6 +176,12 @@ class ServingSpec:
         (compose: the environment of the deploy; Kubernetes: key NAME of the Secret; smoke: its own env)."""
         return tuple(sorted(reference_map(self.environment).items()))
 
+    @property
+    def argv_secret_names(self) -> tuple[str, ...]:
+        """The variables the secret flags of extra_args refer to (`--api-key ${NAME}`), sorted: each
+        renderer fills them in from the same secret source as serving.env's references."""
+        return tuple(sorted({name for _, name in argv_references(self.extra_args).values()}))
+
     def baseline(self) -> ServingSpec:
         """The same server without speculative decoding (what EAGLE-3 is measured against)."""
         return replace(self, eagle3=False)
@@ -198,23 +206,26 @@ class ServingSpec:
 # ---- argv ------------------------------------------------------------------------------------------
 
 
+# Every flag written here is one of config.serverflags.OWNED_FLAGS (a test holds the two equal), which
+# serving.extra_args may not set again.
 def speculative_argv(spec: SpeculativeSettings) -> list[str]:
     return [
-        "--speculative-algorithm",
+        serverflags.SPECULATIVE_ALGORITHM,
         spec.algorithm,
-        "--speculative-draft-model-path",
+        serverflags.SPECULATIVE_DRAFT_MODEL_PATH,
         spec.draft_model,
-        "--speculative-num-steps",
+        serverflags.SPECULATIVE_NUM_STEPS,
         str(spec.num_steps),
-        "--speculative-eagle-topk",
+        serverflags.SPECULATIVE_EAGLE_TOPK,
         str(spec.eagle_topk),
-        "--speculative-num-draft-tokens",
+        serverflags.SPECULATIVE_NUM_DRAFT_TOKENS,
         str(spec.num_draft_tokens),
     ]
 
 
 def node_argv(node: NodeArgs) -> list[str]:
-    return ["--nnodes", node.nnodes, "--node-rank", node.node_rank, "--dist-init-addr", node.dist_init_addr]
+    return [serverflags.NNODES, node.nnodes, serverflags.NODE_RANK, node.node_rank,
+            serverflags.DIST_INIT_ADDR, node.dist_init_addr]
 
 
 def serving_argv(spec: ServingSpec, *, node: NodeArgs | None = None) -> list[str]:
@@ -223,8 +234,8 @@ def serving_argv(spec: ServingSpec, *, node: NodeArgs | None = None) -> list[str
     `node` replaces the spec's own placement values (a manifest passes its downward-API variables);
     the flags appear only for a multi-node spec or when `node` is given.
     """
-    argv = [*LAUNCH, "--model-path", spec.model, "--tp-size", str(spec.tp), "--host", LISTEN_HOST,
-            "--port", str(spec.port)]
+    argv = [*LAUNCH, serverflags.MODEL_PATH, spec.model, serverflags.TP_SIZE, str(spec.tp),
+            serverflags.HOST, LISTEN_HOST, serverflags.PORT, str(spec.port)]
     if spec.speculative_on:
         assert spec.speculative is not None
         argv += speculative_argv(spec.speculative)
@@ -336,6 +347,12 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
     env = {**base.env, **o.env}
     mounts = _mounts(base.mounts, o, bad)
     extra = tuple(base.extra_args if o.extra_args is None else o.extra_args)
+    if o.extra_args is not None:
+        # A smoke's own extra args reach no file (a secret among them is hidden in its logs and reports),
+        # but one that sets what the spec sets would serve another model, port or draft than reported.
+        found = serverflags.extra_args_problem(o.extra_args, secrets=False)
+        if found:
+            raise bad(f"{o.flag('extra_args')}: {found[1]}")
     return ServingSpec(stack=name, model=o.model or base.model, speculative=speculative, eagle3=o.eagle3, tp=tp,
                        gpus=gpus, port=port, host_port=host_port, startup_timeout_s=float(startup),
                        shm_size=o.shm_size or base.shm_size, extra_args=extra,

@@ -24,7 +24,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..core.console import console as make_console
-from ..core.credentials import netrc_secrets, redact_text
+from ..core.credentials import netrc_secrets, redact_text, tool_environment
 from ..core.errors import BuildError, DockerUnavailable
 from ..core.records import build_root
 from ..core.safefiles import OutputNotWritable, containing_root, make_folder, open_log
@@ -50,7 +50,7 @@ class Builder:
 
 def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, **(env or {})})
+                          env=tool_environment(env))
 
 
 def _client_version(cli: str) -> str | None:
@@ -291,7 +291,7 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
     with io.TextIOWrapper(log_file, encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env={**os.environ, **build_env(builder, docker_host), **req.secret_env_values},
+                                env=tool_environment({**build_env(builder, docker_host), **req.secret_env_values}),
                                 start_new_session=True)
         try:
             live_view = (Live(Text(""), console=console, transient=True, refresh_per_second=4)

@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import hashlib
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from ..core.credentials import (
     redact_text,
     redact_url,
     secret_values,
+    tool_environment,
 )
 from ..core.errors import SglstackError
 from ..core.safefiles import open_log
@@ -183,8 +183,8 @@ class GitSource:
              text: bool = True) -> subprocess.CompletedProcess:
         cmd = ["git", *(("--git-dir", str(self.git_dir)) if git_dir else ()), *args]
         # No interactive password prompt: a long bisect must fail with a message, not hang on one.
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C",
-               **(git_auth_environment(self.url, self._login) if network else {})}
+        env = tool_environment({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C",
+                                **(git_auth_environment(self.url, self._login) if network else {})})
         try:
             proc = subprocess.run(cmd, capture_output=True, text=text, check=False, env=env,
                                   timeout=3600 if network else 600)

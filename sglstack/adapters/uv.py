@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ..core.credentials import HostLogin, netrc_environment, public_url, redact_text, secret_values
+from ..core.credentials import HostLogin, netrc_environment, public_url, redact_text, secret_values, tool_environment
 from ..core.errors import SglstackError
 from ..core.safefiles import write_text
 from ..core.signals import deferred
@@ -224,7 +223,7 @@ def compile_many(requests: Sequence[ResolveRequest]) -> list[Resolution | Resolv
                     argv = compile_argv(request, workdir)
                     netrc_env, fds = stack.enter_context(netrc_environment(request.logins))
                     proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            text=True, env={**os.environ, "NO_COLOR": "1", **netrc_env},
+                                            text=True, env=tool_environment({"NO_COLOR": "1", **netrc_env}),
                                             pass_fds=fds)
                     started.append((proc, request, workdir, argv, time.monotonic()))
             results: list[Resolution | ResolverError] = []

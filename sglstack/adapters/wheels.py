@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from ..core.credentials import HostLogin, netrc_environment, redact_text, secret_values
+from ..core.credentials import HostLogin, netrc_environment, redact_text, secret_values, tool_environment
 from ..core.errors import SglstackError
 from ..core.safefiles import write_text
 
@@ -116,7 +116,7 @@ def _download(requirement: str, args: list[str], dest: Path, logins: Iterable[Ho
                "--disable-pip-version-check", "-d", str(staging), *args, requirement]
         # The URLs carry no credentials; pip reads them as a netrc named in its environment (in memory).
         with netrc_environment(logins) as (netrc_env, fds):
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **netrc_env},
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=tool_environment(netrc_env),
                                   pass_fds=fds)
         got = sorted(staging.glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:

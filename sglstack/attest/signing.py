@@ -7,8 +7,10 @@ for nothing else (no tag, no repository: the image verifies by digest wherever i
 envelope is DSSE (the in-toto/Sigstore envelope): the signature covers PAE(payloadType, payload).
 
 The private key comes from `--key PATH` or SGLSTACK_SIGNING_KEY (a path, or the PEM itself) and is
-only ever held in memory. Keyless signing (Sigstore: an OIDC identity and the Rekor log) needs
-services these machines cannot reach; it would be a second envelope signer, not a change of payload.
+only ever held in memory: a value that looks like key text is never opened as a path, and no message
+quotes it (`looks_like_key_text`); a key file is read only if regular and small (`read_small_file`).
+Keyless signing (Sigstore: an OIDC identity and the Rekor log) needs services these machines cannot
+reach; it would be a second envelope signer, not a change of payload.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +29,12 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..core.credentials import SIGNING_KEY_ENV
+from ..core.errors import one_line
+from ..core.safefiles import UnreadableFile, read_small_file
 from .errors import BadInput, NotVerified
 
-KEY_ENV = "SGLSTACK_SIGNING_KEY"
+KEY_ENV = SIGNING_KEY_ENV
 PAYLOAD_TYPE = "application/vnd.sglstack.attestations.v1+json"
 SIGNATURE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PAYLOAD_KIND = "https://sglstack.dev/signed-attestations/v1"
@@ -108,28 +114,72 @@ def signed_attestations(data: Mapping[str, Any]) -> tuple[str, list[Attached]]:
 
 # ---- keys ----------------------------------------------------------------------------------------------
 
+# A key file is a few hundred bytes (ed25519) to a few KB (a chain exported with it); more is not a key.
+MAX_KEY_BYTES = 64 * 1024
+_BOM = "\ufeff"
+# A PEM body (a DER key in base64) without its BEGIN/END lines: 40+ characters of the base64 alphabet
+# alone (an ed25519 PKCS#8 key is 64 of them).
+_BASE64_BODY = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
+# The longest value still taken for a path (Linux's PATH_MAX is 4096; no key path is near it).
+_MAX_PATH_CHARS = 1024
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
+
+
+def looks_like_key_text(value: str) -> bool:
+    """True when `value` is key material rather than a path: it is then read as the key, never opened as a
+    file and never shown (an error that quoted "the path" would print the private key). A line of the
+    base64 alphabet alone is a path only if that file exists (`/home/ci/keys/signing` is one too)."""
+    if (any(ch in value for ch in "\n\r") or "-----BEGIN" in value or "-----END" in value
+            or value.startswith(_BOM) or len(value) > _MAX_PATH_CHARS):
+        return True
+    return _BASE64_BODY.fullmatch(value.strip()) is not None and not os.path.lexists(os.path.expanduser(value))
+
+
+def _pem_block(data: bytes, kind: bytes, source: str) -> bytes:
+    """The PEM block of `kind` ("PRIVATE KEY" or "PUBLIC KEY") in `data`.
+
+    A byte-order mark and lines before or between the blocks (the `Bag Attributes` / `Key Attributes` an
+    `openssl pkcs12 -nodes` export puts before each one, a certificate beside the key) are passed over;
+    the base64 body without its BEGIN/END lines is refused with that reason, not guessed at. The parser's
+    own messages are never shown: they could quote what it was given.
+    """
+    data = data.removeprefix(_BOM.encode())
+    blocks = [m for m in _PEM_BLOCK.finditer(data) if m.group(1).endswith(kind)]
+    if blocks:
+        return blocks[0].group(0)
+    if _BASE64_BODY.fullmatch(b"".join(data.split()).decode("ascii", "replace")):
+        raise BadInput(f"{source}: only the base64 body of a key, without its '-----BEGIN {kind.decode()}-----' "
+                       "and '-----END' lines: give the whole PEM")
+    return data  # no such block: the parser's refusal (and its hint) says what it is instead
+
+
 def _pem_source(option: str | None, env: Mapping[str, str]) -> tuple[bytes, str]:
-    """The PEM bytes and where they came from (a path, or the variable: never the value)."""
+    """The PEM bytes and where they came from (the option or variable, a path when one was given; never
+    the key's text)."""
     if option:
+        if looks_like_key_text(option):
+            raise BadInput("--key: takes a path to the key file, and this is key text (never put a key on a "
+                           f"command line: use a file, or {KEY_ENV})")
         return _read_key_file(option, "--key"), f"--key {option}"
     value = env.get(KEY_ENV, "")
     if not value:
         raise BadInput(f"no signing key: pass --key PATH or set {KEY_ENV} (a path, or the PEM itself)")
-    if value.lstrip().startswith("-----BEGIN"):
-        return value.encode(), KEY_ENV
+    if looks_like_key_text(value):
+        return value.encode("utf-8", "replace"), KEY_ENV
     return _read_key_file(value, KEY_ENV), f"{KEY_ENV} ({value})"
 
 
 def _read_key_file(path: str, what: str) -> bytes:
     try:
-        return Path(path).expanduser().read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{what}: cannot read key file '{path}' ({exc.strerror or exc})") from None
+        return read_small_file(Path(path).expanduser(), MAX_KEY_BYTES)
+    except UnreadableFile as exc:
+        raise BadInput(one_line(f"{what}: cannot read key file '{path}' ({exc})")) from None
 
 
 def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = None) -> Ed25519PrivateKey:
     """The ed25519 private key (PEM, PKCS#8, unencrypted) from `--key` or SGLSTACK_SIGNING_KEY."""
     pem, source = _pem_source(option, os.environ if env is None else env)
+    pem = _pem_block(pem, b"PRIVATE KEY", source)
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except TypeError:
@@ -143,7 +193,9 @@ def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = 
 
 def load_public_key(path: str, *, what: str = "--key") -> Ed25519PublicKey:
     """The ed25519 public key (PEM SubjectPublicKeyInfo) a verifier trusts."""
-    pem = _read_key_file(path, what)
+    if looks_like_key_text(path):
+        raise BadInput(f"{what}: takes a path to the public key file, and this is key text")
+    pem = _pem_block(_read_key_file(path, what), b"PUBLIC KEY", f"{what} {path}")
     try:
         key = serialization.load_pem_public_key(pem)
     except (ValueError, UnsupportedAlgorithm):

@@ -10,7 +10,6 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -23,7 +22,7 @@ from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.credentials import CredentialError, merge_logins, netrc_text
+from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, DockerUnavailable
 from ..core.records import build_root, require_writable
 from ..core.safefiles import containing_root, folder_lock, write_text
@@ -189,4 +188,4 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
         raise DockerUnavailable("bake not run: no docker client here has buildx (docker buildx version failed); "
                                 "the bake file is written, run the command above where buildx is installed")
     netrc_env = {INDEX_NETRC_ENV: netrc_text(logins)} if logins else {}
-    return subprocess.run(argv, check=False, env={**os.environ, **netrc_env}).returncode
+    return subprocess.run(argv, check=False, env=tool_environment(netrc_env)).returncode

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from ..core.credentials import (
     CredentialError,
     HostLogin,
+    argv_references,
     merge_logins,
     plain_secret_problem,
     redact_url,
@@ -41,6 +42,7 @@ from .fields import (
     url_at,
 )
 from .names import LOCAL_REPOSITORY
+from .serverflags import extra_args_problem
 
 
 class _Model(BaseModel):
@@ -172,6 +174,14 @@ class ServingSettings(_Model):
             problem = plain_secret_problem(str(key), str(value))
             if problem:
                 raise KeyedValueError(("env", key), problem)
+        found = extra_args_problem(self.extra_args)
+        if found:
+            raise KeyedValueError(("extra_args", found[0]), found[1])
+        for i, (_, name) in sorted(argv_references(self.extra_args).items()):
+            # The manifests hand the reference to the server as its variable NAME.
+            if name in self.env and self.env[name] != f"${{{name}}}":
+                raise KeyedValueError(("extra_args", i), f"refers to ${{{name}}}, and serving.env sets {name} to "
+                                                         f"something else: use another name for one of them")
         return self
 
 

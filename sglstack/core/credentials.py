@@ -20,7 +20,7 @@ import base64
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -136,6 +136,18 @@ def netrc_secrets(text: str) -> tuple[str, ...]:
 # ---- handing credentials to a host-side process -----------------------------------------------------
 
 NETRC_ENV = "NETRC"
+# sglstack's own secret: read from its environment, never handed on. uv and pip run packages' build
+# backends (any sdist's setup.py), compose and bake interpolate variables into what they run.
+SIGNING_KEY_ENV = "SGLSTACK_SIGNING_KEY"
+OWN_SECRET_ENV = (SIGNING_KEY_ENV,)
+
+
+def tool_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a tool it starts (uv, pip, git, compose, docker), less sglstack's
+    own secrets, plus `extra`. (A server under test gets far less: `smoke.processenv`.)"""
+    env = {k: v for k, v in os.environ.items() if k not in OWN_SECRET_ENV}
+    env.update(extra or {})
+    return env
 
 
 @contextlib.contextmanager
@@ -201,6 +213,73 @@ def plain_secret_problem(key: str, value: str) -> str | None:
     return (f"names a secret, so its value must be a reference like '${{{key}}}' (from the deploy "
             f"environment, the Kubernetes Secret, or smoke's own environment), not a value written into "
             f"compose.yaml and the manifests")
+
+
+# SGLang flags whose value is a secret: hidden in every argv shown, and in a stack's serving.extra_args
+# given only as a `${NAME}` reference (`config.serverflags`).
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def secret_flag(flag: str) -> str | None:
+    """The secret flag `flag` (`--name`, no value) sets in SGLang's parser: itself, or an argparse
+    abbreviation of it (`--api-k`); None for any other flag."""
+    if len(flag) < 3:
+        return None
+    return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
+
+
+@dataclass(frozen=True)
+class SecretSlot:
+    """Where a secret flag's value sits in an argv: word `index` is `text` followed by the value."""
+
+    index: int
+    text: str  # "" for `--api-key VALUE` (the value is its own word), "--api-key=" for `--api-key=VALUE`
+    flag: str  # the secret flag SGLang reads it as
+    value: str
+
+
+def secret_slots(argv: Sequence[str]) -> list[SecretSlot]:
+    """Each secret flag's value in `argv`, in either form and any abbreviation: the one walker that
+    redaction, references, log hiding and smoke's client all read."""
+    slots = []
+    for i, word in enumerate(argv):
+        given, eq, value = word.partition("=")
+        name = secret_flag(given) if given.startswith("--") else None
+        if name is None:
+            continue
+        if eq:
+            slots.append(SecretSlot(i, f"{given}=", name, value))
+        elif i + 1 < len(argv):
+            slots.append(SecretSlot(i + 1, "", name, argv[i + 1]))
+    return slots
+
+
+def argv_references(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
+    """{index: (the word's text before the reference, NAME)} for each secret flag of `argv` whose value is a
+    `${NAME}` reference. Each renderer puts NAME's value, or its own reference to it, there."""
+    return {slot.index: (slot.text, name) for slot in secret_slots(argv)
+            if (name := secret_reference(slot.value)) is not None}
+
+
+def argv_secret_values(argv: Sequence[str]) -> tuple[str, ...]:
+    """The values of `argv`'s secret flags: what a server's log may echo."""
+    return tuple(slot.value for slot in secret_slots(argv) if slot.value)
+
+
+def secret_values_of(environment: Mapping[str, str], referenced: Iterable[str], argv: Sequence[str]) -> tuple[str, ...]:
+    """The secrets a server was given: the values of its secret-named and `${NAME}`-referenced variables
+    (HF_TOKEN is one by its name) and of its secret flags. What its log may echo, and no report may show."""
+    keys = set(referenced)
+    return (*(v for k, v in environment.items() if v and (names_secret(k) or k in keys)), *argv_secret_values(argv))
+
+
+def resolve_argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """`argv` with each secret flag's `${NAME}` replaced by NAME's value in `env` (left as written when unset)."""
+    out = list(argv)
+    for i, (text, name) in argv_references(argv).items():
+        if name in env:
+            out[i] = text + env[name]
+    return out
 
 
 def reference_map(env: Mapping[str, str]) -> dict[str, str]:

@@ -11,6 +11,8 @@
   `write_text`, streamed. `probe_folder`: can a file be written there at all, asked before work starts.
   Every file sglstack writes goes through one of these (tests/unit/test_writers.py walks the code).
 - `replace_folder`: a folder (the build context) filled beside the old one, then swapped in.
+- `read_small_file`: reading a file a user names (a key), bounded: a FIFO, a device or a folder is refused
+  without blocking on it, and no more than the limit is read whatever the file claims.
 - `folder_lock`: the one lock a stack's build, deploy, bisect and render take (`build/NAME/.lock`): a
   second task of the same stack is refused at once with one line naming the holder, rather than left
   waiting: a build or a bisect holds it for an hour, and a silent wait looks like a hang to a person and
@@ -57,6 +59,11 @@ class OutputNotWritable(SglstackError):
     """A file the task writes cannot be written (full disk, read-only folder, a link out of its folder)."""
 
     reason = ""  # the cause alone ("No space left on device"), where a caller words its own line
+
+
+class UnreadableFile(ValueError):
+    """A file a user named cannot be read as one small regular file; the message is the reason alone (no
+    path, no content), for the caller to put after the option or key that named it."""
 
 
 class StackBusy(SglstackError):
@@ -381,6 +388,49 @@ def _link_target(path: Path) -> str:
         return os.readlink(path)
     except OSError:
         return "elsewhere"
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+    return f"{kind}, not a regular file"
+
+
+def read_small_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file `path` (a link to one is fine), at most `limit` of them.
+
+    Anything else is refused before a byte is read: a FIFO or a terminal would block the task forever, a
+    device would feed it without end. The open is non-blocking (a FIFO swapped in after the stat does not
+    hang it) and the fstat of the open file is what decides. `UnreadableFile` says why, in words.
+    """
+    try:
+        problem = _not_regular(os.stat(path).st_mode)
+        if problem:
+            raise UnreadableFile(problem)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            problem = _not_regular(os.fstat(fd).st_mode)
+            if problem:
+                raise UnreadableFile(problem)
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = os.read(fd, limit + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or type(exc).__name__) from None
+    if size > limit:
+        raise UnreadableFile(f"larger than {limit // 1024} KiB")
+    return b"".join(chunks)
 
 
 def remove_file(root: Path, path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.credentials import tool_environment
 from ..core.errors import DeployError, DockerUnavailable
 
 
@@ -41,7 +42,7 @@ class ComposeCLI:
         argv = [*self.argv, "-p", project]
         for f in files:
             argv += ["-f", str(f)]
-        env = dict(os.environ)
+        env = tool_environment()
         if docker_host:
             env["DOCKER_HOST"] = docker_host
         try:

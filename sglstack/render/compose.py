@@ -19,6 +19,7 @@ import jinja2
 from ..config.names import compose_project
 from ..config.schema import Stack
 from ..core import labels as lb
+from ..core.credentials import argv_references
 from ..core.quoting import compose_string
 from ..core.resources import COMPOSE_DIR
 from ..serving import RecordedOptions, ServingError, ServingOverrides, ServingSpec, serving_argv, serving_spec
@@ -124,13 +125,28 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def _interpolated(name: str) -> str:
+    """What compose replaces with NAME's value from the environment of `invoke deploy`, refusing without it."""
+    return f"${{{name}:?set {name} in the environment of invoke deploy}}"
+
+
+def command_entries(spec: ServingSpec) -> list[str]:
+    """The service's `command:` words, quoted: a secret flag's `${NAME}` stays a reference compose
+    interpolates (as serving.env's do); every other word is written as it is, `$` doubled."""
+    argv = serving_argv(spec)
+    refs = argv_references(argv)
+    # The text before a reference is `--flag=` of a secret flag: letters and '-', nothing to escape.
+    return [json.dumps(refs[i][0] + _interpolated(refs[i][1])) if i in refs
+            else compose_string(word) for i, word in enumerate(argv)]
+
+
 def environment_entries(spec: ServingSpec) -> list[tuple[str, str]]:
     """(quoted key, quoted value) of the service's `environment:`. A `${NAME}` secret reference stays a
     reference, which compose interpolates from the environment of `invoke deploy` (and refuses to start
     without, `:?`); every other value is written as it is, `$` doubled."""
     refs = dict(spec.secret_references)
-    return [(compose_string(k), json.dumps(f"${{{refs[k]}:?set {refs[k]} in the environment of invoke deploy}}")
-             if k in refs else compose_string(v)) for k, v in spec.env]
+    return [(compose_string(k), json.dumps(_interpolated(refs[k])) if k in refs else compose_string(v))
+            for k, v in spec.env]
 
 
 def compose_text(
@@ -156,7 +172,7 @@ def compose_text(
         .render(
             stack_name=spec.stack,
             image=image_ref,
-            command=serving_argv(spec),
+            command=command_entries(spec),
             restart=options.restart,
             stop_grace_period=f"{options.stop_grace_period_s}s",
             ipc_mode=spec.ipc_mode,
@@ -205,12 +221,13 @@ def render_compose_nodes(
 def render_env_example(stack: Stack, *, options: ComposeOptions | None = None) -> str:
     """The example env file: the names of the secrets, never their values."""
     options = options or ComposeOptions()
-    models = deploy_spec(stack, options).models()
+    spec = deploy_spec(stack, options)
+    models = spec.models()
     return (
         _environment()
         .get_template(ENV_EXAMPLE_TEMPLATE)
         .render(stack_name=stack.name, env_file=Path(options.env_file).name, models=", ".join(models),
-                references=sorted({name for _, name in deploy_spec(stack, options).secret_references}))
+                references=sorted({name for _, name in spec.secret_references} | set(spec.argv_secret_names)))
     )
 
 

@@ -22,6 +22,7 @@ from ..config.imageref import names_a_digest
 from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
 from ..core import labels as lb
+from ..core.credentials import argv_references
 from ..core.errors import one_line
 from ..core.quoting import k8s_literal, one_line_problem
 from ..serving import (
@@ -206,7 +207,11 @@ def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
     # values go, unescaped; every other word, the stack's own text included, is escaped whatever it says.
     marks = NodeArgs("\x00nnodes", "\x00node-rank", "\x00dist-init-addr")
     real = {marks.nnodes: node.nnodes, marks.node_rank: node.node_rank, marks.dist_init_addr: node.dist_init_addr}
-    return [real[t] if t in real else k8s_literal(t) for t in serving_argv(spec, node=marks)]
+    argv = serving_argv(spec, node=marks)
+    # A secret flag's `${NAME}` becomes `$(NAME)`: the pod's variable NAME, from key NAME of the Secret.
+    refs = argv_references(argv)
+    return [real[t] if t in real else f"{refs[i][0]}$({refs[i][1]})" if i in refs else k8s_literal(t)
+            for i, t in enumerate(argv)]
 
 
 def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool) -> dict[str, Any]:
@@ -215,6 +220,9 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
     # (the stack asked for it), where the HF token is optional (public models need none).
     env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": name}}}
             for k, name in spec.secret_references]
+    # The variables the command's `$(NAME)` take (the schema refused a serving.env key NAME set otherwise).
+    env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": name}}}
+            for name in spec.argv_secret_names if name not in spec.environment]
     env += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
                                                           "optional": True}}}
             for name in SECRET_ENV if name not in spec.environment]

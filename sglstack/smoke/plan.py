@@ -15,7 +15,7 @@ from typing import Any
 from ..adapters.docker import is_local_docker_host
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
-from ..core.credentials import names_secret
+from ..core.credentials import names_secret, resolve_argv, secret_slots, secret_values_of
 from ..core.errors import SmokeError
 from ..core.records import build_root
 from ..serving import (
@@ -28,6 +28,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
+from .processenv import passes_to_process
 
 CONTAINER_PORT = 30000
 RUN_KINDS = ("baseline", "eagle3")
@@ -171,6 +172,10 @@ class ContainerPlan:
     def redacted_environment(self) -> dict[str, str]:
         return {k: ("***" if k in SECRET_ENV or names_secret(k) or k in self.referenced else v)
                 for k, v in self.environment.items()}
+
+    def secret_values(self) -> tuple[str, ...]:
+        """What the server's log lines may echo and no report may show (SGLang logs its server_args)."""
+        return secret_values_of(self.environment, self.referenced, self.command)
 
 
 # ---- options ---------------------------------------------------------------------------------------
@@ -318,27 +323,11 @@ def _read(value: Any, kind: type, key: str) -> Any:
         raise ValueError(f"{key} '{value}' is not {what}") from None
 
 
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
-
-
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """The argv with the values of secret flags replaced, for logs and reports."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
+    out = list(argv)
+    for slot in secret_slots(out):
+        out[slot.index] = f"{slot.text}***"
     return out
 
 
@@ -416,7 +405,7 @@ def container_plan(
     return ContainerPlan(
         kind=kind,
         image=image,
-        command=tuple(serving_argv(spec)),
+        command=tuple(resolve_argv(serving_argv(spec), host_env)),
         environment=environment,
         binds=tuple(_bind(m) for m in spec.mounts),
         gpus=spec.gpus,
@@ -432,11 +421,16 @@ def container_plan(
 
 
 def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
-    """Each `${NAME}` of serving.env must be set where the smoke runs: one line naming the first that is not."""
+    """Each `${NAME}` of serving.env and of a secret flag in extra_args must be set where the smoke runs:
+    one line naming the first that is not."""
     host_env = os.environ if host_env is None else host_env
     for key, name in spec.secret_references:
         if name not in host_env:
             raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)
+    for name in spec.argv_secret_names:
+        if name not in host_env:
+            raise ServingError(f"serving.extra_args refers to ${{{name}}}, which is not set in this environment",
                                stack=spec.stack)
 
 
@@ -453,9 +447,10 @@ class ProcessPlan:
 
     kind: str
     argv: tuple[str, ...]
-    environment: Mapping[str, str]  # what the server gets on top of the caller's environment
+    environment: Mapping[str, str]  # the server's whole environment (nothing else of the caller's)
     port: int  # the listen port (no port mapping: the process binds it on this machine)
     python: str
+    secrets: tuple[str, ...] = ()  # as ContainerPlan.secret_values: hidden in its log and the report
 
 
 def env_interpreter(python_env: str) -> str:
@@ -466,7 +461,8 @@ def env_interpreter(python_env: str) -> str:
 def process_plan(
     options: SmokeOptions, kind: str, port: int, *, host_env: Mapping[str, str] | None = None
 ) -> ProcessPlan:
-    """The process for one run: the spec's exact argv on `port`, with `python3` the environment's.
+    """The process for one run: the spec's exact argv on `port`, with `python3` the environment's, and
+    its whole environment: the caller's variables that `passes_to_process`, then `server_environment`.
 
     The environment's bin folder goes first on PATH, as `activate` would put it, so the tools SGLang
     starts by name (ninja, nvcc wrappers of JIT compilers) are the environment's own.
@@ -475,11 +471,14 @@ def process_plan(
         raise SmokeError("smoke runner 'process': no --python-env")
     host_env = os.environ if host_env is None else host_env
     spec = replace(run_spec(options, kind), port=port)
-    argv = serving_argv(spec)
+    argv = resolve_argv(serving_argv(spec), host_env)
     python = env_interpreter(options.python_env)
     assert argv[0] == LAUNCH[0]
-    environment = server_environment(spec, host_env)
+    environment = {k: v for k, v in host_env.items() if passes_to_process(k)}
+    environment.update(server_environment(spec, host_env))
     bin_dir = os.path.dirname(python)
-    path = environment.get("PATH", host_env.get("PATH", ""))
+    path = environment.get("PATH", "")
     environment["PATH"] = bin_dir + (os.pathsep + path if path else "")
-    return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python)
+    secrets = secret_values_of(environment, {k for k, _ in spec.secret_references}, argv)
+    return ProcessPlan(kind=kind, argv=(python, *argv[1:]), environment=environment, port=port, python=python,
+                       secrets=secrets)

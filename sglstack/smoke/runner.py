@@ -8,7 +8,6 @@ for writability before the first server starts, not found unwritable after an ho
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -26,8 +25,9 @@ from ..adapters.docker import docker_host_address, is_local_docker_host, running
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
+from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.records import require_writable, utc_timestamp
-from ..core.safefiles import containing_root, refuse_link
+from ..core.safefiles import containing_root, refuse_link, write_bytes
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources
 from . import history as hist
@@ -261,7 +261,7 @@ class ContainerServer:
         return f"http://{_server_host(self.options)}:{port}" if port else None
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
-        return log_tail(self.container, lines)
+        return [redact_text(line, self.plan.secret_values()) for line in log_tail(self.container, lines)]
 
 
 class ProcessServer:
@@ -279,7 +279,7 @@ class ProcessServer:
         return f"http://127.0.0.1:{self.plan.port}"
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
-        return file_log_tail(self.log_path, lines)
+        return [redact_text(line, self.plan.secrets) for line in file_log_tail(self.log_path, lines)]
 
 
 def _signal_name(signum: int) -> str:
@@ -309,12 +309,29 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
 def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
     """The server as a local process group, ended (all of it) however this returns."""
     try:
-        cm = running_process(plan.argv, env={**os.environ, **plan.environment}, log_path=log_path,
+        cm = running_process(plan.argv, env=plan.environment, log_path=log_path,
                              log_root=containing_root(log_path.parent, Path(options.build_dir)))
         with cm as proc:
             return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
     except OSError as exc:
         return ServerRun(kind=plan.kind, started=False, failure=f"the server process could not start: {exc}")
+    finally:
+        _hide_in_log(log_path, plan.secrets)
+
+
+def _hide_in_log(path: Path, secrets: tuple[str, ...]) -> None:
+    """The kept server log with the server's secrets as `***` (SGLang logs its server_args, the API key
+    among them), once the server is gone; it is replaced whole, never written through a link."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    hidden = data
+    for secret in secrets:
+        if len(secret) >= 4:  # as redact_text: a one-letter "secret" would blank half the log
+            hidden = hidden.replace(secret.encode(), REDACTED.encode())
+    if hidden != data:
+        write_bytes(path.parent, path, hidden)
 
 
 def measure_server(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
@@ -448,8 +465,9 @@ def _server_host(options: SmokeOptions) -> str:
 
 
 def _api_key(argv: tuple[str, ...]) -> str | None:
-    command = list(argv)
-    return command[command.index("--api-key") + 1] if "--api-key" in command[:-1] else None
+    """The key the server checks: the last `--api-key` value (in any form), as argparse keeps the last."""
+    keys = [slot.value for slot in secret_slots(argv) if slot.flag == "--api-key"]
+    return keys[-1] if keys else None
 
 
 def log_tail(container: Container, lines: int = LOG_TAIL_LINES) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -247,6 +248,27 @@ def test_the_tag_scheme_names_each_kind_after_the_digest():
 
 # ---- the release asks for its key before any work -------------------------------------------------------
 
+@pytest.mark.parametrize("shape, line", [
+    ("body", "error: SGLSTACK_SIGNING_KEY: only the base64 body of a key, without its '-----BEGIN PRIVATE KEY-----' "
+             "and '-----END' lines: give the whole PEM"),
+    ("bag", "error: SGLSTACK_SIGNING_KEY: not a PEM private key"),
+])
+def test_key_text_in_the_environment_is_never_printed(tmp_path, repo_root, shape, line):
+    """A key that does not start with '-----BEGIN' was opened as a path, and the error printed it whole."""
+    from clirun import run_invoke  # the CLI helper starts a process: only these tests need it
+
+    pem = _pem(Ed25519PrivateKey.generate()).decode()
+    body = [x for x in pem.splitlines() if not x.startswith("-----")]
+    value = "".join(body) if shape == "body" else "Bag Attributes\n    friendlyName: k\n" + pem[:70]
+    stacks = str(repo_root / "tests" / "fixtures" / "stacks-cpu.yaml")
+    env = {"SGLSTACK_SIGNING_KEY": value, "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", cwd=tmp_path, env=env)
+    assert (proc.returncode, proc.stderr.strip()) == (2, line)
+    shown = proc.stdout + proc.stderr
+    assert not any(part in shown for part in [*body, *(p[:16] for p in body)])
+    assert not (tmp_path / "build").exists()
+
+
 def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     from clirun import run_invoke  # the CLI helper starts a process: only these two tests need it
 
@@ -260,3 +282,18 @@ def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
                       "--unsigned", cwd=tmp_path, env=env)
     assert both.returncode == 1 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+
+
+def test_a_verify_key_that_is_a_fifo_is_refused_at_once(tmp_path, repo_root):
+    """A FIFO as the public key hung `render --verify-key` (and deploy, verify-image) on its open forever."""
+    from clirun import run_invoke  # the CLI helper starts a process: only these tests need it
+
+    fifo = tmp_path / "trusted.pub"
+    os.mkfifo(fifo)
+    stacks = str(repo_root / "tests" / "fixtures" / "stacks-cpu.yaml")
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", stacks, "--image",
+                      "127.0.0.1:5000/x/y@sha256:" + "ab" * 32, "--verify-key", str(fifo), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2, f"error: --verify-key: cannot read key file '{fifo}' (a FIFO, not a regular file)")
+    assert not (tmp_path / "build").exists()

@@ -272,3 +272,92 @@ def test_a_secret_reference_reaches_compose_k8s_and_smoke_as_a_reference(tmp_pat
     check_secret_references(smoke_options(stack).serving, {"OPENAI_KEY": PASSWORD})
     with pytest.raises(ServingError, match=r"serving.env.OPENAI_API_KEY refers to \$\{OPENAI_KEY\}, which is not set"):
         check_secret_references(smoke_options(stack).serving, {})
+
+
+# ---- secret flags in serving.extra_args are references -----------------------------------------------
+
+@pytest.mark.parametrize("args, flag, shown", [
+    (["--api-key", PASSWORD], "--api-key", "--api-key"),
+    ([f"--api-key={PASSWORD}"], "--api-key", "--api-key"),
+    (["--admin-api-key", PASSWORD], "--admin-api-key", "--admin-api-key"),
+    (["--api-k", PASSWORD], "--api-key", "--api-k"),  # argparse takes any unique prefix of a flag
+])
+def test_a_literal_secret_flag_in_extra_args_is_refused_before_anything_is_written(tmp_path, args, flag, shown):
+    """It was written into compose.yaml and the manifests as it was."""
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"], "extra_args": ["--trust-remote-code", *args]}
+    matrix = write_matrix(tmp_path / "stacks.yaml", serving=serving)
+    line = next(n for n, text in enumerate(matrix.read_text().splitlines(), 1) if text.strip() == f"- {args[0]}")
+    out = tmp_path / "build"
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(matrix), "--image", DIGEST,
+                      cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(out)})
+    assert (proc.returncode, proc.stderr.strip()) == (2, (
+        f"error: stacks.yaml:{line}: stack 'cpu-test': key 'serving.extra_args.1': '{shown}' takes a secret, so its "
+        f"value must be a reference like '{flag} ${{NAME}}' (from the deploy environment, the Kubernetes Secret, or "
+        "smoke's own environment), not a value written into compose.yaml and the manifests"))
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert not out.exists() or leaked(out) == []
+
+
+@pytest.mark.parametrize("args", [["--api-key", "${OPENAI_KEY}"], ["--api-key=${OPENAI_KEY}"]])
+def test_a_secret_flag_reference_reaches_compose_k8s_and_smoke_as_a_reference(tmp_path, args):
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"], "extra_args": ["--trust-remote-code", *args]}
+    stack = load_matrix(write_matrix(tmp_path / "stacks.yaml", serving=serving)).get("cpu-test")
+    text = "" if len(args) == 2 else "--api-key="
+
+    compose = render_compose(stack, DIGEST)
+    assert f'      - "{text}${{OPENAI_KEY:?set OPENAI_KEY in the environment of invoke deploy}}"\n' in compose
+    assert "OPENAI_KEY" in render_env_example(stack)
+    (tmp_path / "compose.yaml").write_text(compose)
+    (tmp_path / "compose.env").write_text("")
+    base = {k: v for k, v in os.environ.items() if k != "OPENAI_KEY"}
+    given = subprocess.run(["docker-compose", "-f", str(tmp_path / "compose.yaml"), "config"], cwd=tmp_path,
+                           capture_output=True, text=True, check=False, env={**base, "OPENAI_KEY": PASSWORD},
+                           timeout=120)
+    assert given.returncode == 0, given.stderr
+    command = yaml.safe_load(given.stdout)["services"]["sglang"]["command"]
+    assert command[-len(args):] == [a.replace("${OPENAI_KEY}", PASSWORD) for a in args]
+
+    lws = render_k8s(stack, DIGEST, K8sOptions(hf_token_secret="team-secrets"))["leaderworkerset.yaml"]
+    container = yaml.safe_load(lws)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert container["command"][-len(args):] == [a.replace("${OPENAI_KEY}", "$(OPENAI_KEY)") for a in args]
+    assert {"name": "OPENAI_KEY", "valueFrom": {"secretKeyRef": {"name": "team-secrets", "key": "OPENAI_KEY"}}} in (
+        container["env"])
+    assert "${" not in lws
+
+    plan = container_plan(smoke_options(stack), "img", "baseline", host_env={"OPENAI_KEY": PASSWORD})
+    assert list(plan.command[-len(args):]) == [a.replace("${OPENAI_KEY}", PASSWORD) for a in args]
+    assert plan.secret_values() == (PASSWORD,)  # what the container's log tail is cleared of
+    with pytest.raises(ServingError) as err:
+        check_secret_references(smoke_options(stack).serving, {})
+    assert str(err.value) == ("stack 'cpu-test': serving.extra_args refers to ${OPENAI_KEY}, which is not set in "
+                              "this environment")
+
+
+def test_a_secret_flag_reference_may_not_clash_with_a_serving_env_key(tmp_path):
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"], "extra_args": ["--api-key", "${K}"], "env": {"K": "plain"}}
+    with pytest.raises(ConfigError) as err:
+        load_matrix(write_matrix(tmp_path / "stacks.yaml", serving=serving))
+    assert str(err.value).split(": ", 1)[1] == ("stack 'cpu-test': key 'serving.extra_args.1': refers to ${K}, and "
+                                                "serving.env sets K to something else: use another name for one of "
+                                                "them")
+
+
+@pytest.mark.parametrize("word, shown", [("--model-path", "'--model-path'"),
+                                         ("--model", "'--model' (SGLang reads it as --model-path)")])
+def test_extra_args_that_set_the_model_are_refused_before_anything_is_written(tmp_path, word, shown):
+    """The report, labels and compose file named the stack's model while extra_args served another."""
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    serving = {**data["defaults"]["serving"], "extra_args": ["--trust-remote-code", word, "other/model"]}
+    matrix = write_matrix(tmp_path / "stacks.yaml", serving=serving)
+    line = next(n for n, text in enumerate(matrix.read_text().splitlines(), 1) if text.strip() == f"- {word}")
+    out = tmp_path / "build"
+    proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(matrix), "--image", DIGEST,
+                      cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(out)})
+    assert (proc.returncode, proc.stderr.strip()) == (2, (
+        f"error: stacks.yaml:{line}: stack 'cpu-test': key 'serving.extra_args.1': {shown} is sglstack's to set: set "
+        "from serving.model; extra_args may not set it again (the server would run with another value than the one "
+        "reported)"))
+    assert not out.exists() or not any(out.rglob("compose.yaml"))

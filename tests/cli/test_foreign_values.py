@@ -271,7 +271,8 @@ def k8s_expand(text: str, env: dict[str, str]) -> str:
 
 
 def test_k8s_passes_every_dollar_of_the_stack_as_written(tmp_path):
-    extra = 'serving: {model: m, gpus: 0, extra_args: ["--api-key", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"],' \
+    extra = 'serving: {model: m, gpus: 0, ' \
+            'extra_args: ["--chat-template", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"],' \
             ' env: {MOTTO: "pa$$word", NOTE: "$(HF_TOKEN) $$(HF_TOKEN)"}}\n'
     stack = load_matrix(matrix(tmp_path, {"s": extra})).get("s")
     files = k8s.render_k8s(stack, f"127.0.0.1:5000/sglstack/sglang@{DIGEST}", k8s.K8sOptions(gpus=False, nnodes=2))
@@ -280,7 +281,7 @@ def test_k8s_passes_every_dollar_of_the_stack_as_written(tmp_path):
     pod_env = {"HF_TOKEN": "hf_secret", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1",
                "LWS_LEADER_ADDRESS": "leader.svc"}
     argv = [k8s_expand(a, pod_env) for a in container["command"]]
-    assert argv[-4:] == ["--api-key", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"]
+    assert argv[-4:] == ["--chat-template", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"]
     assert "hf_secret" not in " ".join(argv)
     # LWS's own placement values are still expanded.
     assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == "1"

@@ -126,6 +126,71 @@ def test_the_process_plan_is_the_serving_argv_on_the_picked_port(double_env, tmp
     assert plan.environment["HF_TOKEN"] == "t"
 
 
+CALLER_SECRETS = {"SGLSTACK_SIGNING_KEY": "-----BEGIN PRIVATE KEY-----\nMC4CAQAw\n-----END PRIVATE KEY-----\n",
+                  "REGISTRY_PASSWORD": "reg-pw", "AWS_SECRET_ACCESS_KEY": "aws-secret", "GITHUB_TOKEN": "gh-tok",
+                  "NCCL_API_KEY": "not-nccl's", "PYTHONPATH": "/caller/site", "SGLANG_DISABLE_THIS": "caller-sglang",
+                  "DOCKER_HOST": "unix:///caller.sock", "SSH_AUTH_SOCK": "/tmp/agent"}
+
+
+def test_the_process_server_gets_only_the_declared_and_the_runtime_environment(double_env, tmp_path):
+    """The caller's whole environment used to reach the server (which runs the model's own code)."""
+    options = _options(tmp_path, double_env, "m-1", env={"MY_KEY": "${VAULT_KEY}", "PLAIN": "p"})
+    host = {**CALLER_SECRETS, "PATH": "/usr/bin", "HOME": "/home/ci", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "compute", "NCCL_DEBUG": "INFO",
+            "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HF_HOME": "/data/hf", "TMPDIR": "/scratch",
+            "HF_TOKEN": "hf-t", "VAULT_KEY": "v-1"}
+    plan = process_plan(options, "baseline", 41234, host_env=host)
+    assert dict(plan.environment) == {
+        "PATH": f"{double_env / 'bin'}{os.pathsep}/usr/bin", "HOME": "/home/ci", "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "compute",
+        "NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HF_HOME": "/data/hf", "TMPDIR": "/scratch",
+        "HF_TOKEN": "hf-t", **DOUBLE_ENV, MARKER: "m-1", "MY_KEY": "v-1", "PLAIN": "p"}
+
+
+def _env_dumping(env_dir: Path, dump: Path) -> Path:
+    """The venv with its python3 a wrapper that writes its environment to `dump`, then runs the real one."""
+    python = env_dir / "bin" / "python3"
+    real = env_dir / "bin" / "python3.real"
+    if not real.exists():
+        python.rename(real)
+    python.write_text(f"#!/bin/sh\nenv -0 > '{dump}'\nexec '{real}' \"$@\"\n")
+    python.chmod(0o755)
+    return env_dir
+
+
+def test_a_served_process_does_not_see_the_callers_secrets(marker, tmp_path, repo_root, monkeypatch):
+    dump = tmp_path / "server.env"
+    env_dir = _env_dumping(make_double_env(tmp_path / "venv", repo_root), dump)
+    for name, value in CALLER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("VAULT_KEY", "v-1")
+    options = _options(tmp_path, env_dir, marker, env={"MY_KEY": "${VAULT_KEY}", "PLAIN": "p"}, kinds=("baseline",))
+    report = run_smoke(None, None, options, log=lambda _: None)
+    assert report.data["baseline"]["tokens_per_s"] > 0, report.data["baseline"]
+    seen = dict(item.split("=", 1) for item in dump.read_text().split("\0") if item)
+    assert not set(CALLER_SECRETS) & set(seen)
+    assert {k: seen.get(k) for k in ("MY_KEY", "PLAIN", MARKER)} == {"MY_KEY": "v-1", "PLAIN": "p", MARKER: marker}
+    assert seen["PATH"].split(os.pathsep)[0] == str(env_dir / "bin")
+    assert not [v for v in CALLER_SECRETS.values() if v in dump.read_text()]
+
+
+def test_a_servers_api_key_is_hidden_in_its_kept_log_the_failure_and_the_report(double_env, marker, tmp_path,
+                                                                              monkeypatch):
+    """SGLang logs its server_args, API key included: the kept logs, the log tail and the report held it."""
+    monkeypatch.setenv("VAULT_API_KEY", "sk-live-7d1e")
+    options = _options(tmp_path, double_env, marker, env={"SGLANG_DOUBLE_CRASH_AT_START": "speculative"},
+                       extra_args=("--api-key", "${VAULT_API_KEY}"))
+    lines: list[str] = []
+    report = run_smoke(None, None, options, log=lines.append)
+    assert report.data["baseline"]["tokens_per_s"] > 0  # the client used the key the server was given
+    assert report.data["eagle3"]["failure"].startswith("the server exited with code 1 before it was healthy")
+    baseline_log = server_log_path(tmp_path / "report.json", "baseline").read_text()
+    assert "'api_key': '***'" in baseline_log
+    shown = {"log": "\n".join(lines), "report": (tmp_path / "report.json").read_text(), "baseline": baseline_log,
+             "eagle3": server_log_path(tmp_path / "report.json", "eagle3").read_text()}
+    assert {name: "sk-live-7d1e" in text for name, text in shown.items()} == dict.fromkeys(shown, False)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import os
 import time
 
 import pytest
@@ -428,7 +429,79 @@ def test_every_refusal_of_a_signing_key_word_for_word(tmp_path):
 
 
 def test_an_unreadable_key_file_that_is_no_missing_file_says_why(tmp_path):
-    assert _bad(str(tmp_path), {}) == f"--key: cannot read key file '{tmp_path}' (Is a directory)"
+    assert _bad(str(tmp_path), {}) == f"--key: cannot read key file '{tmp_path}' (a folder, not a regular file)"
+
+
+def _body_lines(pem: bytes) -> list[str]:
+    """The lines of a PEM that are the key itself (its base64), which no message may hold."""
+    return [line for line in pem.decode().splitlines() if line and not line.startswith("-----")]
+
+
+def _shapes() -> dict[str, str]:
+    """A key pasted into SGLSTACK_SIGNING_KEY as people paste it, none starting with '-----BEGIN'."""
+    pem = _pem(KEY).decode()
+    body = "".join(_body_lines(_pem(KEY)))
+    bag = ("Bag Attributes\n    localKeyID: 01 00 00 00 \n    friendlyName: signing\n"
+           "Key Attributes: <No Attributes>\n")
+    return {"bag attributes": bag + pem, "bom": "\ufeff" + pem, "bom and crlf": "\ufeff" + pem.replace("\n", "\r\n"),
+            "body alone": body, "body in lines": body[:32] + "\n" + body[32:] + "\n",
+            "spaces for newlines": pem.replace("\n", " "), "no end line": pem.split("-----END")[0],
+            "bag attributes, truncated": bag + pem[:60]}
+
+
+@pytest.mark.parametrize("shape", ["bag attributes", "bom", "bom and crlf", "spaces for newlines"])
+def test_a_key_pasted_with_a_preamble_or_a_byte_order_mark_is_read_as_the_key(shape):
+    loaded = load_signing_key(None, env={"SGLSTACK_SIGNING_KEY": _shapes()[shape]})
+    assert _raw(loaded.public_key()) == _raw(KEY.public_key())
+
+
+@pytest.mark.parametrize("shape, line", [
+    ("body alone", "SGLSTACK_SIGNING_KEY: only the base64 body of a key, without its '-----BEGIN PRIVATE KEY-----' "
+                   "and '-----END' lines: give the whole PEM"),
+    ("body in lines", "SGLSTACK_SIGNING_KEY: only the base64 body of a key, without its "
+                      "'-----BEGIN PRIVATE KEY-----' and '-----END' lines: give the whole PEM"),
+    ("no end line", "SGLSTACK_SIGNING_KEY: not a PEM private key"),
+    ("bag attributes, truncated", "SGLSTACK_SIGNING_KEY: not a PEM private key"),
+])
+def test_key_text_that_is_no_pem_is_never_taken_for_a_path_nor_shown(shape, line):
+    """The issue: key text not starting with '-----BEGIN' was opened as a path and the error quoted it."""
+    message = _bad(None, {"SGLSTACK_SIGNING_KEY": _shapes()[shape]})
+    assert message == line
+    assert not any(part in message for part in _body_lines(_pem(KEY)))
+
+
+@pytest.mark.parametrize("shape", sorted(_shapes()))
+def test_key_text_given_to_key_is_refused_without_opening_or_showing_it(shape):
+    assert _bad(_shapes()[shape], {}) == ("--key: takes a path to the key file, and this is key text (never put a "
+                                          "key on a command line: use a file, or SGLSTACK_SIGNING_KEY)")
+    with pytest.raises(BadInput) as err:
+        load_public_key(_shapes()[shape], what="--verify-key")
+    assert str(err.value) == "--verify-key: takes a path to the public key file, and this is key text"
+
+
+def test_a_path_of_base64_letters_that_exists_is_a_path(tmp_path):
+    folder = tmp_path / ("k" * 20) / "signingKeyForTheReleasePipeline"
+    folder.parent.mkdir()
+    folder.write_bytes(_pem(KEY))
+    assert _raw(load_signing_key(str(folder), env={}).public_key()) == _raw(KEY.public_key())
+
+
+def test_a_key_file_that_is_a_fifo_a_device_or_too_big_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)  # nobody writes it: an open or read that blocked would hang this test
+    assert _bad(str(fifo), {}) == f"--key: cannot read key file '{fifo}' (a FIFO, not a regular file)"
+    assert _bad(None, {"SGLSTACK_SIGNING_KEY": str(fifo)}) == (
+        f"SGLSTACK_SIGNING_KEY: cannot read key file '{fifo}' (a FIFO, not a regular file)")
+    assert _bad_public(fifo, what="--verify-key") == (
+        f"--verify-key: cannot read key file '{fifo}' (a FIFO, not a regular file)")
+    assert _bad("/dev/zero", {}) == "--key: cannot read key file '/dev/zero' (a character device, not a regular file)"
+    big = tmp_path / "big.pem"
+    big.write_bytes(_pem(KEY) + b"#" * (64 * 1024))
+    assert _bad(str(big), {}) == f"--key: cannot read key file '{big}' (larger than 64 KiB)"
+    assert _bad_public(big) == f"--key: cannot read key file '{big}' (larger than 64 KiB)"
+    link = tmp_path / "link.pem"
+    link.symlink_to(fifo)
+    assert _bad(str(link), {}) == f"--key: cannot read key file '{link}' (a FIFO, not a regular file)"
 
 
 def _bad_public(path, **what) -> str:

@@ -6,7 +6,6 @@ decoding the EAGLE-3 server's output equalled the baseline's, on every prompt.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,8 +123,8 @@ def test_the_driver_and_the_recorder_make_a_recording_these_tests_accept(tmp_pat
         [sys.executable, str(REPO / "benchmarks" / "field_run.py"), "--python-env", str(env_dir),
          "--model", str(model / "target"), "--draft", str(model / "draft"), "--out", str(out), "--gpus", "0",
          "--timeout", "60", "--extra-args", "", "--max-new-tokens", "16", "--num-prompts", "4",
-         "--concurrency", "2"],
-        env={**os.environ, **DOUBLE_ENV}, capture_output=True, text=True, timeout=120, check=False)
+         "--concurrency", "2", *(f"--env={k}={v}" for k, v in DOUBLE_ENV.items())],
+        capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "field_record.py"), str(out), str(tmp_path / "r.json")],
                    check=True, capture_output=True)

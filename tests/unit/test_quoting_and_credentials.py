@@ -336,3 +336,29 @@ def test_a_plain_secret_is_refused_and_a_reference_or_a_plain_setting_is_not():
     assert cred.reference_map({"HF_TOKEN": "${HF_TOKEN}", "A": "plain", "B_KEY": "${VAULT_B}"}) == {
         "HF_TOKEN": "HF_TOKEN", "B_KEY": "VAULT_B"}
     assert cred.reference_map({}) == {}
+
+
+# ---- what a child process is handed ------------------------------------------------------------------
+
+def test_a_tool_never_gets_the_signing_key(monkeypatch):
+    monkeypatch.setenv("SGLSTACK_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----\nMC4C\n-----END PRIVATE KEY-----\n")
+    monkeypatch.setenv("UV_INDEX_URL", "https://pypi.example/simple")
+    env = cred.tool_environment({"NO_COLOR": "1"})
+    assert "SGLSTACK_SIGNING_KEY" not in env
+    assert (env["UV_INDEX_URL"], env["NO_COLOR"]) == ("https://pypi.example/simple", "1")
+    assert cred.tool_environment() == {k: v for k, v in os.environ.items() if k != "SGLSTACK_SIGNING_KEY"}
+
+
+def test_no_module_hands_a_child_this_processs_whole_environment():
+    """uv and pip run packages' build code, compose and bake interpolate variables: each child's environment
+    is `tool_environment` (or less), never os.environ as it is."""
+    import re
+    from pathlib import Path
+
+    import sglstack
+
+    whole = re.compile(r"\{\*\*os\.environ\b|dict\(os\.environ\)|env=os\.environ\b")
+    found = [f"{path.relative_to(Path(sglstack.__file__).parent)}:{n}"
+             for path in sorted(Path(sglstack.__file__).parent.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if whole.search(line)]
+    assert found == []

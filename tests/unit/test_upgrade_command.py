@@ -28,7 +28,7 @@ defaults:
   python: "3.12"
   serving:
     model: org/model
-    extra_args: ["--tp-size", "2"]
+    extra_args: ["--mem-fraction-static", "0.8"]
 
 stacks:
   s1:
@@ -174,7 +174,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     assert doc["coverage"] == {"checked": False, "changes": [], "lost": [], "new_violations": [], "complete": False,
                                "why": "the stack lists no cuda_arch_list, or cuobjdump is not available"}
     assert doc["argv"]["argv"] == ["--model-path", "org/model", "--tp-size", "1", "--host", "0.0.0.0", "--port",
-                                   "30000", "--tp-size", "2"]
+                                   "30000", "--mem-fraction-static", "0.8"]
     assert doc["bisect"] == "invoke bisect --stack s1 --good 0.5.9 --bad 0.5.10"
     assert (out / "report.md").read_text().startswith("# Upgrade s1: SGLang 0.5.9 -> 0.5.10\n\n**Verdict: ready**")
     assert world.calls[:8] == [

@@ -1,0 +1,26 @@
+"""What a server that `smoke --runner process` starts may take from the caller's environment.
+
+A container gets its environment from its image and the NVIDIA runtime, plus what the smoke declares
+(`plan.server_environment`). A local process on a Slurm or plain node has those runtime settings only in
+the caller's environment (CUDA, NCCL, locale, where models and kernels are cached), so these pass; nothing
+else does: the server runs the model's own code (`--trust-remote-code`), and the caller's environment
+holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLANG_* do not pass either
+(they change what the server runs): serving.env or `--env` declares them, as for a container.
+"""
+
+from __future__ import annotations
+
+from ..core.credentials import names_secret
+
+PROCESS_PASS_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "XDG_CACHE_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMP_NUM_THREADS",
+})
+PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "TRITON_",
+                         "TORCHINDUCTOR_")
+
+
+def passes_to_process(name: str) -> bool:
+    """True when the caller's variable `name` reaches a local server process (never one naming a secret:
+    the HF token comes through `server_environment`, as it does to a container)."""
+    return (name in PROCESS_PASS_NAMES or name.startswith(PROCESS_PASS_PREFIXES)) and not names_secret(name)
