@@ -99,7 +99,6 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 MAX_TAG_PAGES = 10_000  # 10 million tags at 1000 a page: no real repository is near it
 
-
 class RegistryClient:
     """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.
 
@@ -405,13 +404,10 @@ class RegistryClient:
         tags: list[str] = []
         path = f"{repo}/tags/list?n=1000"
         pages_seen: set[str] = set()
-        while path:
-            # A registry whose next page is one it already served would keep this loop going forever.
-            if path in pages_seen:
-                raise self._fail(f"GET /v2/{repo}/tags/list: page {len(pages_seen) + 1} links back to a page "
-                                 "it already served")
-            if len(pages_seen) == MAX_TAG_PAGES:
-                raise self._fail(f"GET /v2/{repo}/tags/list: more than {MAX_TAG_PAGES:,} pages of tags")
+        while path:  # a next link back to a page already served would keep it going forever
+            if path in pages_seen or len(pages_seen) == MAX_TAG_PAGES:
+                raise self._fail(f"GET /v2/{repo}/tags/list: page {len(pages_seen) + 1} " + (
+                    "links back to a page it already served" if path in pages_seen else "is one too many"))
             pages_seen.add(path)
             what = f"GET /v2/{path.split('?')[0]}"
             resp = self.request("GET", path, scope=f"repository:{repo}:pull", what=what)
