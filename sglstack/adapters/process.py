@@ -56,8 +56,9 @@ def running_process(
                 continue
 
 
-def end_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = TERM_GRACE_S) -> None:
-    """SIGTERM to the group, SIGKILL after `grace_s`, then wait until the group is empty."""
+def end_process_group(proc: subprocess.Popen[bytes], *, grace_s: float | None = None) -> None:
+    """SIGTERM to the group, SIGKILL after `grace_s` (default TERM_GRACE_S), then wait until the group is empty."""
+    grace_s = TERM_GRACE_S if grace_s is None else grace_s
     pgid = proc.pid  # start_new_session: the leader's pid is the group id, even after the leader exits
     if not _signal_group(pgid, signal.SIGTERM):
         proc.wait()

@@ -111,11 +111,20 @@ class BisectLog:
                 return Resumed(events, True, None)
         archived = None
         if self.path.exists():
-            archived = self.folder / f"log-{utc_now().strftime('%Y%m%dT%H%M%SZ')}.jsonl"
+            archived = self._archive_path()
             self.path.replace(archived)
         start = {"event": "start", "format": FORMAT, "key": dict(key), "refs": list(refs)}
         self.append(start)
         return Resumed([{**start, "time": utc_timestamp()}], False, archived)
+
+    def _archive_path(self) -> Path:
+        """A name no earlier archive holds: two bisects moved aside within one second keep both logs."""
+        stamp = utc_now().strftime('%Y%m%dT%H%M%SZ')
+        path, n = self.folder / f"log-{stamp}.jsonl", 1
+        while path.exists():
+            n += 1
+            path = self.folder / f"log-{stamp}-{n}.jsonl"
+        return path
 
     def append(self, event: Mapping[str, Any]) -> dict[str, Any]:
         row = {**event, "time": utc_timestamp()}

@@ -20,6 +20,7 @@ bounded before it is done, and every way it can go wrong is one `ConfigError` na
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -65,7 +66,7 @@ def load_yaml_with_lines(path: Path, name: str | None = None) -> tuple[Any, dict
     loader: yaml.SafeLoader | None = None
     try:
         if _FAST_LOADER is not None:
-            _check_depth(text, _FAST_LOADER, file)
+            _check_depth_fast(text, file)
             loader = _FAST_LOADER(text)
         else:
             loader = _DepthLimitedLoader(text)  # its reader refuses control characters right here
@@ -102,6 +103,19 @@ def _read_text(path: Path, file: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"is not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded)", file=file,
                           line=line) from None
+
+
+def _check_depth_fast(text: str, file: str) -> None:
+    """`_check_depth` with libyaml; where libyaml itself refuses the text, the pure-Python parser decides
+    whether it was nesting, so the user reads our depth message whatever libyaml's release calls it
+    (PyYAML 6.0.4's libyaml stops deep input with its own "exceeded maximum nesting depth")."""
+    assert _FAST_LOADER is not None
+    try:
+        _check_depth(text, _FAST_LOADER, file)
+    except yaml.YAMLError as fast_error:
+        with contextlib.suppress(yaml.YAMLError):  # not depth: libyaml's own words stand
+            _check_depth(text, yaml.SafeLoader, file)
+        raise fast_error from None
 
 
 def _check_depth(text: str, loader: type[yaml.SafeLoader], file: str) -> None:

@@ -97,6 +97,8 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 # ---- the client ------------------------------------------------------------------------------------
 
 
+MAX_TAG_PAGES = 10_000  # 10 million tags at 1000 a page: no real repository is near it
+
 class RegistryClient:
     """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.
 
@@ -401,7 +403,12 @@ class RegistryClient:
         """Every tag of `repo` (following pagination); empty when the repository does not exist yet."""
         tags: list[str] = []
         path = f"{repo}/tags/list?n=1000"
-        while path:
+        pages_seen: set[str] = set()
+        while path:  # a next link back to a page already served would keep it going forever
+            if path in pages_seen or len(pages_seen) == MAX_TAG_PAGES:
+                raise self._fail(f"GET /v2/{repo}/tags/list: page {len(pages_seen) + 1} " + (
+                    "links back to a page it already served" if path in pages_seen else "is one too many"))
+            pages_seen.add(path)
             what = f"GET /v2/{path.split('?')[0]}"
             resp = self.request("GET", path, scope=f"repository:{repo}:pull", what=what)
             if resp.status_code == 404:

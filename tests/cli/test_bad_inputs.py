@@ -314,6 +314,27 @@ def test_both_parsers_bound_the_same_inputs(tmp_path, parser, text, expected):
     assert expected in error_for(write(tmp_path, text))
 
 
+@pytest.mark.parametrize("libyaml_wording", ["exceeded maximum nesting depth", "some later wording"])
+def test_the_depth_message_is_ours_whatever_libyaml_calls_deep_input(tmp_path, monkeypatch, libyaml_wording):
+    """PyYAML 6.0.4's libyaml refuses deep input itself, in words of its own: the user still reads ours."""
+    if yamlsrc._FAST_LOADER is None:
+        pytest.skip("PyYAML without libyaml here")
+    real_parse = yaml.parse
+
+    def libyaml_refusing_deep_input(text, Loader):
+        if Loader is yamlsrc._FAST_LOADER and "[" * 100 in text:
+            raise yaml.YAMLError(libyaml_wording)
+        return real_parse(text, Loader=Loader)
+
+    monkeypatch.setattr(yaml, "parse", libyaml_refusing_deep_input)
+    deep = "stacks:\n  s: " + "[" * 5000 + "]" * 5000 + "\n"
+    assert yaml_error(write(tmp_path, deep)) == f"stacks.yaml:2: invalid YAML: nested more than {MAX_DEPTH} levels deep"
+    # A libyaml refusal of something else keeps libyaml's own words.
+    shallow = "stacks:\n  s: [" + "[" * 100 + "]" * 100 + "]\n"
+    monkeypatch.setattr(yamlsrc, "MAX_DEPTH", 1000)
+    assert yaml_error(write(tmp_path, shallow)) == f"stacks.yaml: invalid YAML: {libyaml_wording}"
+
+
 def test_both_parsers_give_the_same_data_and_lines(tmp_path, monkeypatch):
     path = REPO / "stacks.yaml"
     fast = load_yaml_with_lines(path)

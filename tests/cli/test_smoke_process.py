@@ -20,6 +20,7 @@ import pytest
 from clirun import interrupt_when
 from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 
+from sglstack.adapters import process as process_adapter
 from sglstack.core.errors import SmokeError
 from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke.plan import process_plan
@@ -99,6 +100,32 @@ def test_process_runner_measures_gates_and_records_the_runner(double_env, marker
     assert [h["runner"] for h in history] == ["process"]
     assert history[0]["fingerprint"]["runner"] == "process"
     assert "process runner" in (tmp_path / "report.md").read_text()
+    assert _processes_with(marker) == []
+
+
+def test_workers_that_ignore_sigterm_are_killed_when_each_server_ends(double_env, marker, tmp_path, monkeypatch):
+    """A worker stuck in a CUDA call ignores SIGTERM: the group's SIGKILL after the grace ends it (the marker
+    fixture then finds no process of either server left), and both servers were measured."""
+    monkeypatch.setattr(process_adapter, "TERM_GRACE_S", 1.0)  # the production path, a shorter grace
+    env = {"SGLANG_DOUBLE_WORKERS": "2", "SGLANG_DOUBLE_WORKERS_IGNORE_TERM": "1"}
+    report = run_smoke(None, None, _options(tmp_path, double_env, marker, env=env), log=lambda _: None)
+    assert report.passed, report.data["failures"]
+    assert report.data["baseline"]["tokens_per_s"] > 0 and report.data["eagle3"]["tokens_per_s"] > 0
+    assert server_log_path(tmp_path / "report.json", "baseline").read_text().count("started worker process") == 2
+    assert _processes_with(marker) == []
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace(marker):
+    script = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(3600)']); "
+              "time.sleep(3600)")
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE,
+                            env={**os.environ, MARKER: marker})
+    assert proc.stdout is not None and proc.stdout.readline() == b"1\n"  # the grandchild is up
+    assert len(_processes_with(marker)) == 2
+    process_adapter.end_process_group(proc, grace_s=0.5)
+    assert proc.returncode == -signal.SIGKILL  # SIGTERM was ignored: only the SIGKILL ended the leader
     assert _processes_with(marker) == []
 
 

@@ -18,12 +18,13 @@ from sglstack.bisect.log import BisectLog
 pytestmark = pytest.mark.docker
 
 N = 8
-BAD_FROM = 5  # serves 10% slower from this commit on
+BAD_FROM = 5  # serves at half the speed from this commit on
 PATCH_BREAK = 6  # the first midpoint after the first step: the patch cannot apply, the search steps around it
 # Paced well under what a loaded 2-core host can serve (300 tok/s measured 240 there, for good and bad
-# commits alike), with requests of about half a second, so HTTP overhead is about 1% of each and CPU
-# load cannot blur a 10% step (see test_bisect_smoke_kinds for the figures).
-SPEEDS = [100.0 if i < BAD_FROM else 90.0 for i in range(N + 1)]
+# commits alike), with requests of about half a second, so HTTP overhead is about 1% of each; the step is
+# a halving, far beyond what CPU load does to a measurement (see test_bisect_smoke_kinds for the figures),
+# so the verdicts are the same on an idle and a fully loaded machine.
+SPEEDS = [100.0 if i < BAD_FROM else 50.0 for i in range(N + 1)]
 TOKENS = 48
 
 
@@ -77,7 +78,7 @@ def test_bisect_names_the_slow_commit_with_real_builds_and_smokes(tmp_path, synt
         assert image.labels["io.sglstack.patch.kimi-k25-eagle3"].startswith("applied")
         assert not docker_client.containers.list(all=True, filters={"ancestor": step["tag"]})  # none leaked
     slow, fast = steps[shas[BAD_FROM]]["median"], steps[shas[BAD_FROM - 1]]["median"]
-    assert 0.80 < slow / fast < 0.97
+    assert slow < 0.75 * fast  # the halving is seen, whatever the load does to both figures
     assert (folder / "report.md").is_file() and (folder / "report.png").stat().st_size > 5000
 
     # resume: forget everything after the fourth measured batch, as if the run had been killed there

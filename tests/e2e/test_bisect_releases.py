@@ -54,10 +54,12 @@ def release_matrix(tmp_path, base_image: str) -> str:
               startup_timeout_s: 60
               shm_size: 256m
               env:
-                SGLANG_DOUBLE_TOKENS_PER_S: "300"
-                SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION: "0.5.10.post1=270,0.5.11=270"
+                # Half the speed from 0.5.10.post1 on, in requests of about half a second: a step no
+                # loaded machine's scheduling noise can hide (a 10% step at 300 tok/s once drowned in it).
+                SGLANG_DOUBLE_TOKENS_PER_S: "100"
+                SGLANG_DOUBLE_TOKENS_PER_S_BY_VERSION: "0.5.10.post1=50,0.5.11=50"
             smoke:
-              max_new_tokens: 24
+              max_new_tokens: 48
               concurrency: 1
               num_prompts: 3
         """))

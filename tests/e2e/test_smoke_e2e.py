@@ -120,8 +120,9 @@ def test_pass_through_invoke_writes_the_report(sglang_double_image, smoke_label,
 
 
 def test_eagle3_slower_than_baseline_fails_min_speedup(sglang_double_image, smoke_label, tmp_path):
-    # the seed's 59 vs 82 tok/s
-    opts = fast_options(tmp_path, smoke_label, env={"SGLANG_DOUBLE_SPEC_SPEEDUP": str(59 / 82)})
+    # The seed's EAGLE-3 ran at 59 vs 82 tok/s (0.72x); the double runs at 0.3x, so that a loaded machine's
+    # per-request overhead, which pulls every measured ratio towards 1, cannot lift it past 0.85.
+    opts = fast_options(tmp_path, smoke_label, env={"SGLANG_DOUBLE_SPEC_SPEEDUP": "0.3"})
     report = run_smoke(None, sglang_double_image, opts)
     assert not report.passed
     assert [f.split(":")[0] for f in report.failures] == ["min_speedup"]
@@ -168,8 +169,8 @@ def test_never_healthy_times_out(sglang_double_image, smoke_label, tmp_path):
 
 
 def test_regression_against_the_last_passing_run(sglang_double_image, smoke_label, tmp_path):
-    # the seed's 89 -> 82 tok/s, as slow as the seed: the double's pacing outweighs CPU noise. Longer
-    # generations keep the fixed per-request overhead (HTTP, prefill) from shrinking the 7.9% drop.
+    # The seed fell from 89 to 82 tok/s (7.9%); the double falls from 89 to 40, a drop no loaded machine's
+    # per-request overhead (HTTP, prefill: it shrinks every measured drop) can bring under the gate's 5%.
     first = run_smoke(
         None, sglang_double_image,
         fast_options(tmp_path, smoke_label, env={"SGLANG_DOUBLE_TOKENS_PER_S": "89"}, max_new_tokens=48),
@@ -177,7 +178,7 @@ def test_regression_against_the_last_passing_run(sglang_double_image, smoke_labe
     assert first.passed, first.failures
     second = run_smoke(
         None, sglang_double_image,
-        fast_options(tmp_path, smoke_label, env={"SGLANG_DOUBLE_TOKENS_PER_S": "82"}, max_new_tokens=48),
+        fast_options(tmp_path, smoke_label, env={"SGLANG_DOUBLE_TOKENS_PER_S": "40"}, max_new_tokens=48),
     )
     assert not second.passed
     assert {f.split(":")[0] for f in second.failures} == {"max_regression"}
@@ -206,7 +207,7 @@ def test_a_regression_on_another_image_names_the_diff(sglang_double_image, relab
     env = {"SGLANG_DOUBLE_TOKENS_PER_S": "89"}
     first = run_smoke(None, sglang_double_image, fast_options(tmp_path, smoke_label, env=env, max_new_tokens=48))
     assert first.passed, first.failures
-    slower = {"SGLANG_DOUBLE_TOKENS_PER_S": "60"}
+    slower = {"SGLANG_DOUBLE_TOKENS_PER_S": "30"}  # far below 89: the verdict cannot hang on the load
     second = run_smoke(None, relabelled_double, fast_options(tmp_path, smoke_label, env=slower, max_new_tokens=48))
     assert any(f.startswith("max_regression: baseline") for f in second.failures)
     since = json.loads((tmp_path / "report.json").read_text())["since_last_pass"]

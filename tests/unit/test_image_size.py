@@ -10,9 +10,12 @@ import pytest
 from rich.console import Console
 
 from sglstack.config.matrix import load_matrix
+from sglstack.config.schema import SizePolicy
 from sglstack.core.errors import ConfigError
 from sglstack.diff.compare import diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.inimage.incontainer import imagefiles
+from sglstack.size import measure as measure_module
+from sglstack.size.measure import LibraryCopies, SizeOverBudget
 from sglstack.size.report import (
     GB,
     MB,
@@ -453,3 +456,42 @@ def test_a_node_fetches_layers_it_lacks_and_those_of_no_known_content():
     layers = (Layer(0, 1, "a", "d0"), Layer(1, 10, "b", None), Layer(2, 100, "c", "d2"))
     assert pull_bytes(["d0", "d2"], layers) == (10, [layers[1]])
     assert pull_bytes([], layers) == (111, list(layers))
+
+
+def _policy_case(monkeypatch, tmp_path, image_bytes):
+    """measure_and_gate over a fabricated measurement: one undeclared-unless-declared cuBLAS copy, and a last
+    record of the same stack 100 MB smaller."""
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    files = files_fact(same_name=[{"name": "libcublas.so.13", "paths": [
+        ["/usr/local/cuda/lib64/libcublas.so.13", None, 500], [site + "nvidia/cu13/lib/libcublas.so.13", "x", 600]]}])
+    rep = report_from("img:tag", "sha256:" + "c" * 64, image_bytes, (), files)
+    monkeypatch.setattr(measure_module, "measure", lambda client, image: rep)
+    last = tmp_path / "record.json"
+    last.write_text(json.dumps({"stack": "s", "size": {**size_summary(rep), "bytes": image_bytes - 100 * MB}}))
+    shown: list[str] = []
+    return last, shown
+
+
+@pytest.mark.parametrize(("policy", "image_gb", "outcome"), [
+    (None, 99.0, "pass"),  # no policy: measured and recorded, never gated
+    ({"library_copies": [{"file": "nvidia/cu13/lib/libcublas*", "reason": "r"}]}, 99.0, "pass"),  # no max_gb
+    ({"library_copies": [{"file": "other/*", "reason": "r"}]}, 1.0, "copies"),  # only copies, one undeclared
+    ({"max_gb": 2.0}, 1.0, "copies"),  # only max_gb: the copy has no declaration, so it fails first
+    ({"max_gb": 2.0, "library_copies": [{"file": "nvidia/cu13/lib/libcublas*", "reason": "r"}]}, 1.0, "pass"),
+    ({"max_gb": 2.0, "library_copies": [{"file": "nvidia/cu13/lib/libcublas*", "reason": "r"}]}, 2.5, "over"),
+])
+def test_the_size_gate_for_every_shape_of_policy(monkeypatch, tmp_path, policy, image_gb, outcome):
+    last, shown = _policy_case(monkeypatch, tmp_path, int(image_gb * 1e9))
+    size_policy = SizePolicy.model_validate(policy) if policy is not None else None
+    gate = lambda: measure_module.measure_and_gate(None, "img:tag", "s", size_policy, last, shown.append)  # noqa: E731
+    if outcome == "pass":
+        assert gate()["bytes"] == int(image_gb * 1e9) and shown == []
+    elif outcome == "copies":
+        with pytest.raises(LibraryCopies, match=r"^stack 's': 1 CUDA library is in the image in more than one build"):
+            gate()
+        assert shown == []
+    else:
+        with pytest.raises(SizeOverBudget, match=r"^stack 's': image is 2\.500 GB, over its size budget "
+                                                 r"\(size\.max_gb: 2\) by 500\.0 MB"):
+            gate()
+        assert len(shown) == 1 and "100.0" in shown[0]  # what grew since the last record: the 100 MB

@@ -240,3 +240,66 @@ def test_a_200_that_is_not_json_names_the_registry_and_the_request():
 
 def test_compute_digest():
     assert compute_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+class _PagedTags:
+    """/v2/team/app/tags/list in pages of `page` tags, each naming the next in a Link header of `style`."""
+
+    STYLES = {
+        "quoted": '<{path}>; rel="next"',
+        "unquoted": "<{path}>; rel=next",
+        "absolute URL": '<http://127.0.0.1:{port}{path}>; rel="next"',
+        "after a prev link": '</v2/team/app/tags/list?n=2>; rel="prev", <{path}>; rel="next"',
+    }
+
+    def __init__(self, tags, page, style, loop_back=False):
+        self.requests: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                owner.requests.append(self.path)
+                last = self.path.split("last=", 1)[1] if "last=" in self.path else None
+                start = tags.index(last) + 1 if last else 0
+                chunk = tags[start:start + page]
+                body = json.dumps({"name": "team/app", "tags": chunk}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                more = start + page < len(tags)
+                if more or loop_back:
+                    after = chunk[-1] if more else tags[0]
+                    path = f"/v2/team/app/tags/list?n={page}&last={after}"
+                    self.send_header("Link", _PagedTags.STYLES[style].format(path=path, port=owner.port))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("style", sorted(_PagedTags.STYLES))
+@pytest.mark.parametrize("count", [0, 1, 2, 5])
+def test_every_page_of_tags_is_read_whatever_the_link_form(style, count):
+    tags = [f"v{i}" for i in range(count)]
+    server = _PagedTags(tags, page=2, style=style)
+    try:
+        assert RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app") == tags
+    finally:
+        server.server.shutdown()
+    assert len(server.requests) == max(1, -(-count // 2))  # one request a page, an empty list one page too
+
+
+def test_a_registry_whose_pages_link_back_is_refused_not_followed_forever():
+    server = _PagedTags(["a", "b", "c"], page=2, style="quoted", loop_back=True)
+    try:
+        with pytest.raises(RegistryError) as err:
+            RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app")
+    finally:
+        server.server.shutdown()
+    assert str(err.value) == (f"registry 127.0.0.1:{server.port}: GET /v2/team/app/tags/list: page 4 links back "
+                              "to a page it already served")

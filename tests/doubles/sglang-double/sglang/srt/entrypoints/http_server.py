@@ -16,6 +16,8 @@ Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_WORKERS           start this many child processes at launch, as SGLang starts its scheduler
                                   and detokenizer (default 0); they outlive a server stopped by SIGTERM
                                   unless their whole process group is ended
+  SGLANG_DOUBLE_WORKERS_IGNORE_TERM  "1": those workers ignore SIGTERM, as a worker stuck in a CUDA call does;
+                                  only SIGKILL ends them
 The last two take "1" (always), "speculative" or "baseline" (only that kind of server).
 """
 
@@ -416,7 +418,10 @@ def launch_server(server_args: dict) -> None:
     _log(f"server_args={server_args}")
     for _ in range(int(os.environ.get("SGLANG_DOUBLE_WORKERS", "0"))):
         # Like SGLang's scheduler and detokenizer: children that do not exit when the server's own process does.
-        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        body = "import time; time.sleep(3600)"
+        if os.environ.get("SGLANG_DOUBLE_WORKERS_IGNORE_TERM") == "1":
+            body = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+        worker = subprocess.Popen([sys.executable, "-c", body])
         _log(f"started worker process {worker.pid}")
     httpd = ThreadingHTTPServer((server_args["host"], server_args["port"]), type("H", (Handler,), {"engine": engine}))
     httpd.daemon_threads = True
