@@ -36,6 +36,7 @@ from ..build.flow import BuildOptions, build_stack, resolve_ca_bundle
 from ..build.patches import load_specs, unpack_for_patches
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
+from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
 from ..core.records import build_root, stack_lock
 from ..inimage import patchkit
@@ -468,7 +469,7 @@ def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
 
 
 def _stdout(message: str) -> None:
-    print(message, file=sys.stdout, flush=True)
+    print(printable_lines(message), file=sys.stdout, flush=True)
 
 
 __all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "bisect_command", "patch_skip",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
-from ..core.errors import SglstackError
+from ..core.errors import SglstackError, one_line
 from ..smoke import run_smoke, smoke_options
 from . import metrics as metrics_mod
 from .driver import BisectInputError, Log, _stdout
@@ -46,7 +46,7 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
         code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
                                             threshold=limit)
     except (SglstackError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_ABORT_GIT_BISECT
     values = metrics_mod.samples(report.data, chosen)
     word = {0: "good", 1: "bad", 125: "skip"}[code]

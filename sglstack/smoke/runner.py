@@ -26,6 +26,7 @@ from ..adapters.docker import docker_host_address, is_local_docker_host, running
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
+from ..core.console import printable_lines
 from ..core.records import require_writable, utc_timestamp
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources
@@ -54,7 +55,7 @@ Log = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(printable_lines(message), file=sys.stderr, flush=True)  # it quotes the server's log
 
 
 def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
