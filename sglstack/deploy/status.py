@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
+from ..core.console import plain
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_now
@@ -163,7 +164,7 @@ def print_status(rows: list[StackStatus]) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for r in rows:
-        table.add_row(
+        cells = (
             r.stack,
             r.project,
             r.state,
@@ -175,6 +176,7 @@ def print_status(rows: list[StackStatus]) -> None:
             r.speculative or "-",
             r.node or "-",
         )
+        table.add_row(*map(plain, cells))  # records, the engine and the server say these
     if not rows:
         table.caption = "nothing deployed"
     # Piped (CI logs), rich would squeeze the table into 80 columns.

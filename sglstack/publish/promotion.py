@@ -23,7 +23,7 @@ from pathlib import Path
 from ..config.imageref import Repository, parse_repository
 from ..config.schema import Stack
 from ..core.console import console
-from ..core.errors import RegistryError
+from ..core.errors import RegistryError, one_line
 from ..core.signals import Interrupted, deferred
 from ..registry.client import Manifest, RegistryClient
 from .history import PublishError, append_records, file_sha256, tag_record
@@ -242,7 +242,7 @@ def promote(client: RegistryClient, repo: Repository, digest: str, *, immutable:
             if on_failed is not None:
                 on_failed(error)
             if not isinstance(exc, Exception):
-                console(stderr=True).print(str(error), markup=False, highlight=False)
+                console(stderr=True).print(one_line(str(error)), markup=False, highlight=False)
         if isinstance(exc, Exception):
             raise error from None
         raise

@@ -31,6 +31,7 @@ from ..build.patches import check_version
 from ..config.matrix import load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import build_root
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
@@ -326,7 +327,7 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
 
     def progress(message: str) -> None:
         phases.append((message, time.monotonic()))
-        console.print(f"[dim]upgrade: {message}[/]")
+        console.print(f"[dim]upgrade: {plain(message)}[/]")
 
     plan, text, lock = plan_upgrade(inputs, engines, progress=progress)
     ends = [t for _, t in phases[1:]] + [time.monotonic()]
