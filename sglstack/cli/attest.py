@@ -20,6 +20,7 @@ from ..attest.verify import parse_ref, resolve_digest, verified_reference
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
 from ..core.errors import one_line
+from ..core.inputs import loads
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
 
@@ -96,7 +97,7 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
         except OSError as exc:
             raise BadInput(f"--json {json_path}: cannot write ({exc.strerror or exc})") from None
     else:
-        sys.stdout.write(json.dumps(json.loads(body), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(loads(body), indent=2, sort_keys=True) + "\n")
     console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} Python, "
                                f"{summary.debian} Debian), {source}"
                                + (f"; written to {json_path}" if json_path else ""), markup=False, highlight=False)

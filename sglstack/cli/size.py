@@ -17,6 +17,7 @@ from ..config.matrix import load_matrix
 from ..core.console import console as make_console
 from ..core.console import printable_lines
 from ..core.errors import ConfigError, one_line
+from ..core.inputs import loads
 from ..core.records import build_root
 from ..size.measure import measure
 from ..size.report import (
@@ -33,7 +34,7 @@ from ..size.report import (
 def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
     path = build_root() / stack / "record.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return path, None
     except (OSError, ValueError) as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import one_line
+from .inputs import loads
 from .safefiles import OutputNotWritable, check_inside, containing_root, folder_lock, make_folder
 
 T = TypeVar("T")
@@ -163,7 +164,7 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
         start = chunk_start
     tail = os.pread(fd, size - start, start)
     try:
-        json.loads(tail)
+        loads(tail)
     except ValueError:
         pass
     else:
@@ -200,7 +201,7 @@ def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], 
             continue
         last_unterminated = n == len(lines)
         try:
-            value = json.loads(line)
+            value = loads(line)
         except ValueError:
             if last_unterminated:
                 _warn(f"{path}:{n}: skipped a torn last line (a write cut short); the next append moves it aside")

@@ -9,7 +9,6 @@ is `sources.py`'s job; nothing here touches Docker, a registry or the disk.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from ..core import labels as lb
 from ..core.console import plain
+from ..core.inputs import loads
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
 from ..size.report import GB, MB, Growth, size_changes
@@ -198,7 +198,7 @@ def image_snapshot(ref: str, labels: Mapping[str, str], files: Mapping[str, byte
 
     def load(name: str) -> Any:
         try:
-            return json.loads(files[name]) if name in files else None
+            return loads(files[name]) if name in files else None
         except ValueError:
             return None
 
