@@ -51,6 +51,8 @@ class RecordedOptions:
 class ServingError(SglstackError):
     """A serving setting or option is invalid; the one-line message names the stack and the option or key."""
 
+    exit_code = 2  # bad input
+
     def __init__(self, message: str, *, stack: str | None = None) -> None:
         self.stack, self.reason = stack, message
         # Messages quote what the user typed: a line break in it must not make the one line two.

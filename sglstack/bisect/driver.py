@@ -39,6 +39,7 @@ from ..config.schema import Stack
 from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
 from ..core.records import build_root, stack_lock
+from ..core.versions import shown, version_problem
 from ..inimage import patchkit
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..smoke.options import SmokeOptionError
@@ -104,10 +105,9 @@ def source_of(stack: Stack) -> str:
 def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
     """A full commit sha (git stacks) or the release as given (PyPI stacks)."""
     if stack.sglang.git is None:
-        try:
-            patchkit.Version.parse(ref)
-        except patchkit.InvalidVersion as exc:
-            raise BisectInputError(f"--{name} {ref}: stack '{stack.name}' takes SGLang releases: {exc}") from None
+        problem = version_problem(ref)
+        if problem:
+            raise BisectInputError(f"--{name} {shown(ref)}: stack '{stack.name}' takes SGLang releases: {problem}")
         return ref
     try:
         return GitSource(stack.sglang.git.repo, logins=stack.credentials).resolve(ref)

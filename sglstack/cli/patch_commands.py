@@ -15,7 +15,8 @@ from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_versi
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import PatchCommandError
+from ..core.errors import PatchCommandError, PatchInputError
+from ..core.versions import shown, version_problem
 from ..inimage import patchkit
 
 # ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------
@@ -57,10 +58,9 @@ def check_command(
         rows = check_stack_patches(chosen, patches_dir)
         title = f"stack '{stack}': sglang {chosen.sglang.label}"
     elif sglang is not None and stack is None:
-        try:
-            patchkit.Version.parse(sglang)
-        except patchkit.InvalidVersion as exc:
-            raise PatchCommandError(f"patches.check --sglang: {exc}") from None
+        problem = version_problem(sglang)
+        if problem:
+            raise PatchInputError(f"patches.check --sglang {shown(sglang)}: {problem}")
         rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
         title = f"sglang {plain(sglang)}: every patch in {plain(patches_dir.name)}/"
     else:
@@ -87,6 +87,9 @@ def apply_command(
     console=None,
 ) -> int:
     """Apply (then verify) a stack's patches, or one patch, to ROOT, the folder holding `sglang/`."""
+    problem = version_problem(sglang_version) if sglang_version is not None else None
+    if problem:
+        raise PatchInputError(f"patches.apply --sglang-version {shown(sglang_version or '')}: {problem}")
     root = _tree(root)
     ids, version, policy = _selection(stack, patch, stacks_file, patches_dir, sglang_version)
     try:

@@ -70,6 +70,12 @@ class PatchCommandError(SglstackError):
     """
 
 
+class PatchInputError(PatchCommandError):
+    """A patch command's option is not a value it can take (a version that is none): bad input, exit 2."""
+
+    exit_code = 2
+
+
 class DockerUnavailable(SglstackError):
     """No Docker engine, or no BuildKit-capable client, could be found."""
 
