@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
+from .errors import shown
+
+__all__ = ["MAX_VERSION_CHARS", "parse_version", "shown", "version_problem"]
+
 MAX_VERSION_CHARS = 64  # the longest SGLang, torch or CUDA version is about 25 (2.9.1+cu130.post1.dev20251201)
-SHOWN_CHARS = 40
 
 
 def parse_version(text: str) -> Version:
@@ -32,8 +35,3 @@ def version_problem(text: str) -> str | None:
     except InvalidVersion as exc:
         return str(exc)
     return None
-
-
-def shown(text: str) -> str:
-    """`text` cut for an error line: a refused value of thousands of characters is named by its start."""
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
