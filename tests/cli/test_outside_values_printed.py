@@ -80,3 +80,35 @@ def test_an_error_quoting_an_outside_value_is_one_plain_line(capsys):
         _run("diff", fail)
     assert exited.value.code == 1
     assert capsys.readouterr().err == "error: registry r: answered 'x\\x1b[2J\\r\\nnext\\u202e\\x07'\n"
+
+
+def test_size_prints_hostile_package_names_and_versions_as_plain_text(tmp_path, monkeypatch, capsys):
+    from sglstack.cli import size as size_cli
+    from sglstack.size.report import report_from
+
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text("stacks:\n  s:\n    base_image: debian:bookworm-slim\n    sglang: {version: 0.5.9}\n"
+                      "    serving: {model: org/model}\n")
+    packages = [[f"pkg{i}{value}", f"1.{i}{value}", 1000 - i] for i, value in enumerate(sorted(HOSTILE))]
+    report = report_from("img:1", "sha256:" + "a" * 64, 10_000, (), {"packages": packages, "files": 3})
+    monkeypatch.setattr(size_cli, "docker_client", lambda host: None)
+    monkeypatch.setattr(size_cli, "measure", lambda client, image: report)
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    assert size_cli.size_command(str(stacks), "s", image="img:1") == 0
+    out = capsys.readouterr().out
+    assert not CONTROLS & set(out)
+    for i, value in enumerate(sorted(HOSTILE)):
+        assert any(f"pkg{i}{HOSTILE[value]}" in line and f"1.{i}{HOSTILE[value]}" in line for line in out.splitlines())
+
+
+def test_stacks_table_prints_hostile_values_as_plain_text(tmp_path):
+    # the schema bounds every cell of a stack (names, exact pins, image references); the file's own name is
+    # the outside value this table shows
+    folder = tmp_path / "[red]x\u202e\x1b[2J"
+    folder.mkdir()
+    (folder / "stacks.yaml").write_text("stacks:\n  s:\n    base_image: debian:bookworm-slim\n"
+                                        "    sglang: {version: 0.5.9}\n    serving: {model: org/model}\n")
+    proc = run_invoke("stacks", "--stacks-file", f"{folder.name}/stacks.yaml", cwd=tmp_path, env={"COLUMNS": "400"})
+    assert proc.returncode == 0, proc.stderr
+    assert not CONTROLS & set(proc.stdout)
+    assert proc.stdout.splitlines()[0] == "stacks in [red]x\\u202e\\x1b[2J/stacks.yaml"
