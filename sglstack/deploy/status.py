@@ -180,5 +180,5 @@ def print_status(rows: list[StackStatus]) -> None:
     if not rows:
         table.caption = "nothing deployed"
     # Piped (CI logs), rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    Console(width=None if sys.stdout.isatty() else 200, emoji=False).print(table)
 
