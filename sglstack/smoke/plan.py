@@ -298,10 +298,9 @@ def _check_bounds(opts: SmokeOptions) -> None:
             raise SmokeInputError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
         if getattr(opts, name) > most:
             raise SmokeInputError(f"smoke option {name} must be <= {most} (got {shown(str(getattr(opts, name)))})")
-    if not opts.request_timeout > 0:
-        raise SmokeInputError(f"smoke option request_timeout must be > 0 (got {opts.request_timeout})")
-    if not opts.request_timeout <= MAX_DURATION_S:
-        raise SmokeInputError(f"smoke option request_timeout must be <= {MAX_DURATION_S} (got {opts.request_timeout})")
+    if not 0 < opts.request_timeout <= MAX_DURATION_S:
+        raise SmokeInputError(f"smoke option request_timeout must be > 0 and <= {MAX_DURATION_S} (got "
+                              f"{opts.request_timeout})")
 
 
 def check_runner(runner: str, python_env: str | None) -> None:
