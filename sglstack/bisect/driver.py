@@ -37,9 +37,9 @@ from ..build.patches import load_specs, unpack_for_patches
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
 from ..core.console import printable_lines
-from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
+from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError, shown
 from ..core.records import build_root, stack_lock
-from ..core.versions import shown, version_problem
+from ..core.versions import version_problem
 from ..inimage import patchkit
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..smoke.options import SmokeOptionError

@@ -15,8 +15,8 @@ from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_versi
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import PatchCommandError, PatchInputError
-from ..core.versions import shown, version_problem
+from ..core.errors import PatchCommandError, PatchInputError, shown
+from ..core.versions import version_problem
 from ..inimage import patchkit
 
 # ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------

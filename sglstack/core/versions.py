@@ -11,10 +11,6 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import shown
-
-__all__ = ["MAX_VERSION_CHARS", "parse_version", "shown", "version_problem"]
-
 MAX_VERSION_CHARS = 64  # the longest SGLang, torch or CUDA version is about 25 (2.9.1+cu130.post1.dev20251201)
 
 

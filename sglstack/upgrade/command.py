@@ -32,9 +32,9 @@ from ..config.matrix import load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import ConfigError, SglstackError
+from ..core.errors import ConfigError, SglstackError, shown
 from ..core.records import build_root
-from ..core.versions import shown, version_problem
+from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
