@@ -8,6 +8,7 @@ at this machine's file system.
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ from typing import Self
 from pydantic import ValidationError
 
 from .config import serverflags
-from .config.fields import parse_bind
+from .config.fields import MAX_DURATION_S, parse_bind
 from .config.schema import ServingSettings, SpeculativeSettings, Stack
 from .core.credentials import argv_references, reference_map, secret_reference
 from .core.errors import SglstackError, one_line
@@ -52,6 +53,8 @@ class RecordedOptions:
 
 class ServingError(SglstackError):
     """A serving setting or option is invalid; the one-line message names the stack and the option or key."""
+
+    exit_code = 2  # bad input
 
     def __init__(self, message: str, *, stack: str | None = None) -> None:
         self.stack, self.reason = stack, message
@@ -339,6 +342,8 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
     startup = base.startup_timeout_s if o.startup_timeout_s is None else o.startup_timeout_s
     if not startup > 0:
         raise bad(f"{o.flag('startup_timeout_s')} {startup:g}: must be more than 0 seconds")
+    if not (math.isfinite(startup) and startup <= MAX_DURATION_S):  # int(inf) below would crash
+        raise bad(f"{o.flag('startup_timeout_s')} {startup:g}: must be at most {MAX_DURATION_S} seconds (a week)")
     health = _healthcheck(o, int(startup), bad)
 
     _check_env(o, bad)

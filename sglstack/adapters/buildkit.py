@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.credentials import netrc_secrets, redact_text, tool_environment
 from ..core.errors import BuildError, DockerUnavailable
 from ..core.records import build_root
@@ -306,7 +307,7 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
                     step = parser.feed(line, now)
                     if step is not None and step.result and show_progress:
                         took = step.result if step.result != "ERROR" else "FAILED"
-                        console.print(f"  {step.name[:150]}  [dim]{took}[/]")
+                        console.print(f"  {plain(step.name[:150])}  [dim]{took}[/]")
                     elif step is not None:
                         current = step
                     if current is not None and live is not None:

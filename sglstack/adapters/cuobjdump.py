@@ -9,7 +9,6 @@ cuobjdump release, and many files are listed in parallel: one `--list-elf` of a 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SglstackError
+from ..core.inputs import loads
 from ..core.records import append_jsonl
 from .wheels import cache_dir as wheel_cache_dir
 
@@ -185,7 +185,7 @@ class ListingCache:
         if self.path.is_file():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
-                    row = json.loads(line)
+                    row = loads(line)
                     self._known[row["sha256"]] = DeviceCode.from_dict(row)
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn line from a killed writer: that file is simply listed again

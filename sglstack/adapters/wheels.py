@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 from ..core.credentials import HostLogin, netrc_environment, redact_text, secret_values, tool_environment
 from ..core.errors import SglstackError
 from ..core.safefiles import write_text
+from ..core.versions import version_problem
 
 SIDECAR_SUFFIX = ".sha256"
 
@@ -234,6 +235,7 @@ def available_versions(name: str) -> list[str]:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
-            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
+            # the index's answer: what is not a version (or is thousands of digits long) is no release of ours
+            return [v.strip() for v in line.partition(":")[2].split(",") if version_problem(v.strip()) is None]
     lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if not line.startswith("WARNING")]
     raise WheelFetchError(f"pip index versions {name}: {lines[-1] if lines else 'no versions listed'}")

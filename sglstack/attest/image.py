@@ -6,13 +6,13 @@ be listed, ours or not; nothing is copied into it and it runs without a network.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import docker
 import docker.errors
 
 from ..adapters.docker import running_container
+from ..core.inputs import loads
 from ..core.resources import TOOLS_DIR
 from .errors import AttestationError
 from .sbom import Inventory
@@ -42,6 +42,6 @@ def image_inventory(client: docker.DockerClient, image: str, *, labels: Mapping[
         last = err.splitlines()[-1] if err else f"exit {code}"
         raise AttestationError(f"listing the packages of image '{image}' failed: {last}")
     try:
-        return Inventory.from_listing(json.loads(out))
+        return Inventory.from_listing(loads(out))
     except ValueError:
         raise AttestationError(f"listing the packages of image '{image}' printed no JSON") from None

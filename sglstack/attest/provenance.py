@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.inputs import loads
 from .errors import AttestationError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -89,7 +90,7 @@ def provenance_statement(record: Mapping[str, Any], *, repository: str, digest: 
 def statement_subjects(body: bytes) -> list[str]:
     """The `sha256:` digests a statement's subjects name (what `verify-image` compares)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
         if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != SLSA_PROVENANCE_V1:
             raise ValueError("not an in-toto SLSA provenance statement")
         return [f"sha256:{s['digest']['sha256']}" for s in doc["subject"]]

@@ -8,7 +8,6 @@ image (no SBOM beside the record) gets it listed here, from the local image, at 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository
 from ..core import labels as lb
+from ..core.inputs import loads
 from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError
 from .image import image_inventory
@@ -33,7 +33,7 @@ Attester = Callable[[RegistryClient, Repository, str], str]
 
 def read_record(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise AttestationError(f"build record {path}: cannot be read ({exc})") from None
     if not isinstance(record, dict) or "image_id" not in record:

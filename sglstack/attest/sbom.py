@@ -26,6 +26,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from ..core.inputs import loads
 from ..lock.file import VENV_BOOTSTRAP, Lock, compare_installed
 from .errors import AttestationError
 
@@ -102,7 +103,7 @@ def sbom_document(inventory: Inventory, *, image_name: str, image_id: str, creat
     with warnings.catch_warnings():  # cyclonedx warns about an incomplete graph; ours is flat on purpose
         warnings.simplefilter("ignore")
         text = JsonV1Dot6(bom).output_as_string(indent=None)
-    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(loads(text), sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class SbomSummary:
 def read_sbom(body: bytes) -> SbomSummary:
     """Parse our CycloneDX JSON back (what `verify-image` checks and `sbom` summarizes)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
         if doc.get("bomFormat") != "CycloneDX":
             raise ValueError("not CycloneDX")
         python, debian = {}, 0

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..core.credentials import SIGNING_KEY_ENV
 from ..core.errors import one_line
+from ..core.inputs import loads
 from ..core.safefiles import UnreadableFile, read_small_file
 from .errors import BadInput, NotVerified
 
@@ -80,7 +81,7 @@ def sign_envelope(key: Ed25519PrivateKey, payload: bytes) -> bytes:
 def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
     """The payload of an envelope one of whose signatures `public` made; NotVerified otherwise."""
     try:
-        envelope = json.loads(body)
+        envelope = loads(body)
         if envelope.get("payloadType") != PAYLOAD_TYPE:
             raise ValueError(f"payload type {envelope.get('payloadType')!r}")
         payload = base64.b64decode(envelope["payload"], validate=True)
@@ -93,7 +94,7 @@ def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
         except InvalidSignature:
             continue
         try:
-            data = json.loads(payload)
+            data = loads(payload)
         except ValueError:
             raise NotVerified("the signed payload is not JSON") from None
         if not isinstance(data, dict) or data.get("_type") != PAYLOAD_KIND:

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..config.imageref import ImageReference, parse_image_reference
 from ..core.console import console
-from ..core.errors import ConfigError, RegistryError
+from ..core.errors import ConfigError, RegistryError, one_line
 from ..registry.client import ManifestNotFound, RegistryClient
 from .errors import BadInput, NotVerified
 from .provenance import statement_subjects
@@ -149,6 +149,6 @@ def verified_for_render(image: str | None, key_path: str) -> str:
     if not image:
         raise BadInput("--verify-key needs --image REPO@sha256:... (or REPO:TAG) of a published image")
     ref, result = verified_reference(image, key_path)
-    console(stderr=True).print(f"verified: {image} is {result.digest}, signed by key {result.key_id[:16]}",
+    console(stderr=True).print(f"verified: {one_line(image)} is {result.digest}, signed by key {result.key_id[:16]}",
                                markup=False, highlight=False)
     return ref

@@ -36,8 +36,10 @@ from ..build.flow import BuildOptions, build_stack, resolve_ca_bundle
 from ..build.patches import load_specs, unpack_for_patches
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
-from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError
+from ..core.console import printable_lines
+from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError, shown
 from ..core.records import build_root, stack_lock
+from ..core.versions import version_problem
 from ..inimage import patchkit
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..smoke.options import SmokeOptionError
@@ -103,10 +105,9 @@ def source_of(stack: Stack) -> str:
 def resolve_endpoint(stack: Stack, ref: str, name: str) -> str:
     """A full commit sha (git stacks) or the release as given (PyPI stacks)."""
     if stack.sglang.git is None:
-        try:
-            patchkit.Version.parse(ref)
-        except patchkit.InvalidVersion as exc:
-            raise BisectInputError(f"--{name} {ref}: stack '{stack.name}' takes SGLang releases: {exc}") from None
+        problem = version_problem(ref)
+        if problem:
+            raise BisectInputError(f"--{name} {shown(ref)}: stack '{stack.name}' takes SGLang releases: {problem}")
         return ref
     try:
         return GitSource(stack.sglang.git.repo, logins=stack.credentials).resolve(ref)
@@ -468,7 +469,7 @@ def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
 
 
 def _stdout(message: str) -> None:
-    print(message, file=sys.stdout, flush=True)
+    print(printable_lines(message), file=sys.stdout, flush=True)
 
 
 __all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "bisect_command", "patch_skip",

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Mapping
@@ -11,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
-from ..core.errors import SglstackError
+from ..core.errors import ConfigError, SglstackError, one_line
+from ..core.inputs import read_json
 from ..smoke import run_smoke, smoke_options
 from . import metrics as metrics_mod
 from .driver import BisectInputError, Log, _stdout
@@ -46,7 +46,7 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
         code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
                                             threshold=limit)
     except (SglstackError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_ABORT_GIT_BISECT
     values = metrics_mod.samples(report.data, chosen)
     word = {0: "good", 1: "bad", 125: "skip"}[code]
@@ -91,10 +91,10 @@ def bisect_exit_baseline(baseline: str, metric: metrics_mod.Metric) -> tuple[Map
                                    f"positive number")
         return None, value
     try:
-        reference = json.loads(Path(baseline).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {why}") from None
+        # bounded: a report nested thousands deep, a FIFO or a huge file must abort (128), not crash (1 = bad)
+        reference = read_json(baseline, what="smoke report")
+    except ConfigError as exc:
+        raise BisectInputError(f"--bisect-exit {baseline}: not a number or a smoke report: {exc.reason}") from None
     try:
         if not metrics_mod.samples(reference, metric):
             raise BisectInputError(f"--bisect-exit {baseline}: the baseline report has no {metric.name} samples")

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from ..core.versions import parse_version
+
 
 class ReleaseRangeError(ValueError):
     pass
@@ -18,7 +20,7 @@ def releases_between(available: Iterable[str], good: str, bad: str) -> list[str]
     users could install. Post-releases (0.5.10.post1) are releases.
     """
     try:
-        lo, hi = Version(good), Version(bad)
+        lo, hi = parse_version(good), parse_version(bad)
     except InvalidVersion as exc:
         raise ReleaseRangeError(f"{exc}") from None
     if lo >= hi:
@@ -26,7 +28,7 @@ def releases_between(available: Iterable[str], good: str, bad: str) -> list[str]
     parsed: dict[Version, str] = {}
     for text in available:
         try:
-            parsed.setdefault(Version(text), text)
+            parsed.setdefault(parse_version(text), text)
         except InvalidVersion:
             continue
     for version, text in ((lo, good), (hi, bad)):

@@ -14,6 +14,7 @@ from ..config.imageref import names_a_digest
 from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.errors import one_line
+from ..core.inputs import loads
 from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
@@ -86,7 +87,7 @@ CONTEXT_ENTRY = "context/"
 
 def _written_before(out: Path) -> set[str]:
     try:
-        data = json.loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
+        data = loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
         return {str(name) for name in data["files"]}
     except (OSError, ValueError, KeyError, TypeError):
         return set()

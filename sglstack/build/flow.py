@@ -41,6 +41,7 @@ from ..attest.sbom import Inventory
 from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
+from ..core.console import plain, printable_lines
 from ..core.credentials import netrc_text
 from ..core.errors import BuildError, SglstackError
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
@@ -359,7 +360,7 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
         with timer.phase("size"):
             size = measure_and_gate(client, held, stack.name, stack.size,
                                     record_path_for(out_dir, target),
-                                    lambda table: console.print(table, markup=False, highlight=False,
+                                    lambda table: console.print(printable_lines(table), markup=False, highlight=False,
                                                                 soft_wrap=True))
     inventory = None
     if target == FINAL_TARGET:
@@ -367,7 +368,7 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
             inventory = sbom_inventory(client, held, stack, options.lock)
     lock_notes = lock_mismatches(options.lock, info)[1] if options.lock and info else []
     for note in lock_notes:
-        console.print(f"[yellow]{stack.name}[/]: {note}", highlight=False)
+        console.print(f"[yellow]{stack.name}[/]: {plain(note)}", highlight=False)
     base = local_image(client, stack.base_image)
     base_digest = registry_digest(stack.base_image, base.repo_digests) if base else None
     return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None)

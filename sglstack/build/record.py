@@ -15,6 +15,7 @@ import docker.errors
 from ..attest.sbom import SBOM_FILE, Inventory, sbom_document
 from ..config.schema import Stack
 from ..core import labels as lb
+from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes, write_text
@@ -34,7 +35,7 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
     path = record_path_for(out_dir, target)
     if path.exists():
         try:
-            if json.loads(path.read_text()).get("config_hash") == config_hash:
+            if loads(path.read_text()).get("config_hash") == config_hash:
                 return path
         except ValueError:
             pass

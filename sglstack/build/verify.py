@@ -27,6 +27,7 @@ from ..config.fields import cuda_release
 from ..config.schema import SharedLibrariesPolicy, Stack
 from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
+from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
 from ..lock.file import Lock, compare_installed, source_mismatches
 from ..serving import LAUNCH, serving_argv, serving_spec
@@ -300,11 +301,11 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target
     labels = container_labels(stack)
     if target == FINAL_TARGET:
         files = read_image_files(client, image, (RUNTIME_MANIFEST, RUNTIME_INSTALLED), labels)
-        manifest, info = (json.loads(files[p]) for p in (RUNTIME_MANIFEST, RUNTIME_INSTALLED))
+        manifest, info = (loads(files[p]) for p in (RUNTIME_MANIFEST, RUNTIME_INSTALLED))
         check_pins(stack, info, lock)
         return manifest, info
     if not stack.patches:
-        return json.loads(read_image_files(client, image, (SRC_MANIFEST,), labels)[SRC_MANIFEST]), None
+        return loads(read_image_files(client, image, (SRC_MANIFEST,), labels)[SRC_MANIFEST]), None
     verify = (f"PYTHONPATH=/opt/sglstack/tools python3 -m patchkit verify --root {SRC_TREE} "
               f"--patches-dir /opt/sglstack/patches --manifest {SRC_MANIFEST} "
               f"{' '.join(shlex.quote(i) for i in stack.patches)} >&2 && cat {SRC_MANIFEST}")
@@ -317,7 +318,7 @@ def verified_facts(client: docker.DockerClient, image: str, stack: Stack, target
         last = (err or out).strip().splitlines()
         raise BuildError(f"stack '{stack.name}': patch verification in the built image failed: "
                          f"{last[-1] if last else f'exit {code}'}")
-    return json.loads(out), None
+    return loads(out), None
 
 
 IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
@@ -370,7 +371,7 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     try:
-        report = json.loads(out) if code == 0 else None
+        report = loads(out) if code == 0 else None
     except ValueError:
         report = None
     if report is None:

@@ -19,6 +19,8 @@ from ..attest.store import find_attestations
 from ..attest.verify import parse_ref, resolve_digest, verified_reference
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
+from ..core.errors import one_line
+from ..core.inputs import loads
 from ..core.records import utc_now, write_output
 from ..core.safefiles import OutputNotWritable
 from ..registry.client import RegistryClient
@@ -45,8 +47,8 @@ def verify_image_command(ref: str, *, key: str | None, json_path: str | None = N
         _write_json(json_path, result.as_dict())
     out = console()
     for line in result.checked:
-        out.print(f"  ok: {line}", markup=False, highlight=False)
-    out.print(f"verified: {ref} is {result.digest}, signed by key {result.key_id[:16]} with its SBOM and "
+        out.print(f"  ok: {one_line(line)}", markup=False, highlight=False)
+    out.print(f"verified: {one_line(ref)} is {result.digest}, signed by key {result.key_id[:16]} with its SBOM and "
               f"provenance", markup=False, highlight=False)
     return 0
 
@@ -96,8 +98,8 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
         except OutputNotWritable as exc:
             raise BadInput(f"--json {json_path}: cannot write ({exc.reason or exc})") from None
     else:
-        sys.stdout.write(json.dumps(json.loads(body), indent=2, sort_keys=True) + "\n")
-    console(stderr=True).print(f"sbom: {ref}: {summary.components} components ({len(summary.python)} Python, "
+        sys.stdout.write(json.dumps(loads(body), indent=2, sort_keys=True) + "\n")
+    console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} Python, "
                                f"{summary.debian} Debian), {source}"
                                + (f"; written to {json_path}" if json_path else ""), markup=False, highlight=False)
     return 0

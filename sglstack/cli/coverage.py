@@ -17,6 +17,7 @@ from rich.table import Table
 from ..adapters.cuobjdump import CuobjdumpError
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import write_output
 from ..core.safefiles import OutputNotWritable, probe_folder
@@ -46,7 +47,8 @@ _STYLE = {NATIVE: "green", "ptx": "yellow", MISSING: "bold red"}
 
 
 def render_report(report: CoverageReport, console: Console) -> None:
-    table = Table(title=f"kernel coverage: stack {report.stack} ({report.platform}), require {report.require}")
+    table = Table(title=f"kernel coverage: stack {report.stack} ({plain(report.platform)}), "
+                        f"require {plain(report.require)}")
     table.add_column("package")
     table.add_column("extension", overflow="fold")
     for cap in report.capabilities:
@@ -58,20 +60,22 @@ def render_report(report: CoverageReport, console: Console) -> None:
             value = row.cells[cap]
             text = f"[{_STYLE[value]}]{value}[/]"
             cells.append(f"{text} (excepted)" if (row.name, cap) in waived else text)
-        table.add_row(row.package, row.name, *cells)
+        table.add_row(plain(row.package), plain(row.name), *cells)
     console.print(table)
     for line in unchecked_lines(report):
-        console.print(f"[yellow]not checked[/] {line}", highlight=False)
+        console.print(f"[yellow]not checked[/] {plain(line)}", highlight=False)
     for name, cap, value, reason in report.waived:
-        console.print(f"[dim]excepted[/] {name} on {cap}: {value} ({reason})", highlight=False)
+        console.print(f"[dim]excepted[/] {plain(name)} on {plain(cap)}: {plain(value)} ({plain(reason)})",
+                      highlight=False)
     for note in (*report.stale_exceptions, *report.notes):
-        console.print(f"[yellow]note[/] {note}", highlight=False)
+        console.print(f"[yellow]note[/] {plain(note)}", highlight=False)
     for line in violation_lines(report):
-        console.print(f"[bold red]not covered[/] {line}", highlight=False)
+        console.print(f"[bold red]not covered[/] {plain(line)}", highlight=False)
     verdict = {EXIT_OK: "[green]covered[/]", EXIT_MISSING: "[bold red]NOT covered[/]",
                EXIT_INCOMPLETE: "[yellow]incomplete[/]: nothing required is missing in what was checked"}
     label = report.label()
-    console.print(f"coverage {verdict[report.exit_code]}" + (f"; label {label}" if label else ""), highlight=False)
+    console.print(f"coverage {verdict[report.exit_code]}" + (f"; label {plain(label)}" if label else ""),
+                  highlight=False)
 
 
 def violation_lines(report: CoverageReport) -> list[str]:
@@ -117,7 +121,7 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
     try:
         for platform in stack.platforms:
             reports.append(check_wheels(stack, platform, versions=versions,
-                                        progress=lambda m: console.print(f"[dim]coverage: {m}[/]")))
+                                        progress=lambda m: console.print(f"[dim]coverage: {plain(m)}[/]")))
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None
     for report in reports:

@@ -19,7 +19,7 @@ from invoke import Argument, Collection, Exit, Program, Task
 from invoke import task as invoke_task
 
 from ..config.defaults import DEFAULT_STACKS_FILE
-from ..core.errors import SglstackError
+from ..core.errors import SglstackError, one_line
 from ..core.options import TaskOptions
 from ..core.signals import exit_code_of, signals_raise
 
@@ -72,7 +72,8 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
         with signals_raise():
             code = call()
     except SglstackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Errors quote outside values (a label, a server's reply, a file name): one line, no terminal escapes.
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         raise Exit(code=exc.exit_code) from None
     except KeyboardInterrupt as exc:
         code = exit_code_of(exc)

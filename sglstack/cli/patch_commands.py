@@ -14,7 +14,9 @@ from rich.table import Table
 from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
-from ..core.errors import PatchCommandError
+from ..core.console import plain
+from ..core.errors import PatchCommandError, PatchInputError, shown
+from ..core.versions import version_problem
 from ..inimage import patchkit
 
 # ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------
@@ -32,11 +34,11 @@ def list_command(
     for spec in specs:
         users = [name for name, stack in matrix.stacks.items() if spec.id in stack.patches]
         table.add_row(
-            spec.id,
-            str(spec.applies_to),
-            spec.fixed_in or "-",
-            f"{spec.file}\n{spec.class_name}",
-            "\n".join(spec.method_names),
+            plain(spec.id),
+            plain(spec.applies_to),
+            plain(spec.fixed_in or "-"),
+            f"{plain(spec.file)}\n{plain(spec.class_name)}",
+            "\n".join(map(plain, spec.method_names)),
             ", ".join(users) or "-",
         )
     _console(console).print(table)
@@ -56,12 +58,11 @@ def check_command(
         rows = check_stack_patches(chosen, patches_dir)
         title = f"stack '{stack}': sglang {chosen.sglang.label}"
     elif sglang is not None and stack is None:
-        try:
-            patchkit.Version.parse(sglang)
-        except patchkit.InvalidVersion as exc:
-            raise PatchCommandError(f"patches.check --sglang: {exc}") from None
+        problem = version_problem(sglang)
+        if problem:
+            raise PatchInputError(f"patches.check --sglang {shown(sglang)}: {problem}")
         rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
-        title = f"sglang {sglang}: every patch in {patches_dir.name}/"
+        title = f"sglang {plain(sglang)}: every patch in {plain(patches_dir.name)}/"
     else:
         raise PatchCommandError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
     out = _console(console)
@@ -86,19 +87,22 @@ def apply_command(
     console=None,
 ) -> int:
     """Apply (then verify) a stack's patches, or one patch, to ROOT, the folder holding `sglang/`."""
+    problem = version_problem(sglang_version) if sglang_version is not None else None
+    if problem:
+        raise PatchInputError(f"patches.apply --sglang-version {shown(sglang_version or '')}: {problem}")
     root = _tree(root)
     ids, version, policy = _selection(stack, patch, stacks_file, patches_dir, sglang_version)
     try:
         version = patchkit.resolve_version(root, version)
         if version is None:
             _console(console).print(
-                f"[yellow]notice:[/yellow] no sglang-*.dist-info under {root} and no "
+                f"[yellow]notice:[/yellow] no sglang-*.dist-info under {plain(root)} and no "
                 "--sglang-version: the version range and per-version hashes are not checked"
             )
         results = patchkit.apply_patches(root, patches_dir, ids, version, policy, manifest or None)
     except patchkit.PatchError as exc:
         raise PatchCommandError(str(exc)) from None
-    _print_results(_console(console), f"applied to {root}", results)
+    _print_results(_console(console), f"applied to {plain(root)}", results)
     return 0
 
 
@@ -119,7 +123,7 @@ def verify_command(
         results = patchkit.verify_patches(root, patches_dir, ids, recorded)
     except patchkit.PatchError as exc:
         raise PatchCommandError(str(exc)) from None
-    _print_results(_console(console), f"verified under {root}", results)
+    _print_results(_console(console), f"verified under {plain(root)}", results)
     return 0
 
 
@@ -155,7 +159,8 @@ def _rows_table(title: str, rows: list[CheckRow]) -> Table:
         table.add_column(col)
     for r in rows:
         style = "green" if r.ok and r.outcome == "applied" else "yellow" if r.ok else "red"
-        table.add_row(r.patch, r.sglang, f"{r.file}\n{r.class_name}", f"[{style}]{r.outcome}[/{style}]", r.detail)
+        table.add_row(plain(r.patch), plain(r.sglang), f"{plain(r.file)}\n{plain(r.class_name)}",
+                      f"[{style}]{plain(r.outcome)}[/{style}]", plain(r.detail))
     return table
 
 
@@ -164,11 +169,12 @@ def _print_results(out, title: str, results: list[patchkit.PatchResult]) -> None
     for col in ("patch", "target", "status", "sha256 after"):
         table.add_column(col)
     for r in results:
-        table.add_row(r.id, f"{r.file}\n{r.class_name}", OUTCOMES.get(r.status, r.status), r.sha256_after[:16])
+        table.add_row(plain(r.id), f"{plain(r.file)}\n{plain(r.class_name)}", plain(OUTCOMES.get(r.status, r.status)),
+                      plain(r.sha256_after[:16]))
     out.print(table)
     for r in results:
         if r.notice:
-            out.print(f"[yellow]notice:[/yellow] {r.notice}")
+            out.print(f"[yellow]notice:[/yellow] {plain(r.notice)}")
 
 
 def _console(console):

@@ -18,7 +18,8 @@ from ..build.flow import FINAL_TARGET, BuildOptions, build_stack, check_build_fo
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.errors import BuildError, RegistryError
+from ..core.console import plain
+from ..core.errors import BuildError, RegistryError, one_line
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..lock.file import lock_path, missing_message
@@ -86,13 +87,13 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     if lock is None:
         missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
-        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {missing}", highlight=False)
+        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(missing)}", highlight=False)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
                            docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                            remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     if dry_run:
         for line in describe_plan(stack, options, push=push, registry=registry):
-            make_console().print(line, highlight=False, markup=False)
+            make_console().print(one_line(line), highlight=False, markup=False)
         return 0
     check_build_folder(stack, options)
     with stack_lock(stack.name, "build"):  # the release too: its smoke and records belong to this build

@@ -73,7 +73,7 @@ def registry_cleanup(o: CleanupOptions) -> int:
     """Remove old candidate tags (and the manifests of candidates that were never released)."""
     # at call time: the registry client and the matrix are slow to import
     from ..config.matrix import load_matrix
-    from ..core.console import console
+    from ..core.console import console, plain
     from ..publish.cleanup import cleanup_candidates, parse_days
 
     days = parse_days(o.older_than_days)
@@ -83,6 +83,6 @@ def registry_cleanup(o: CleanupOptions) -> int:
     out = console()
     verb = "would remove" if o.dry_run else "removed"
     for ref in removed:
-        out.print(f"{verb} {ref}")
+        out.print(f"{verb} {plain(ref)}")  # a tag the registry listed
     out.print(f"{len(removed)} candidate(s) {verb}")
     return 0

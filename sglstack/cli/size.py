@@ -15,7 +15,9 @@ from typing import Any
 from ..adapters.docker import docker_client
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..core.errors import ConfigError
+from ..core.console import printable_lines
+from ..core.errors import ConfigError, one_line
+from ..core.inputs import loads
 from ..core.records import build_root
 from ..size.measure import measure
 from ..size.report import (
@@ -32,7 +34,7 @@ from ..size.report import (
 def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
     path = build_root() / stack / "record.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return path, None
     except (OSError, ValueError) as exc:
@@ -68,15 +70,15 @@ def size_command(stacks_file: str, stack_name: str, *, image: str | None = None,
         sys.stdout.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
     else:
         console = make_console()
-        console.print(report_text(report), markup=False, highlight=False, soft_wrap=True)
+        console.print(printable_lines(report_text(report)), markup=False, highlight=False, soft_wrap=True)
         if max_gb and verdict is None:
             console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {max_gb:g}",
                           markup=False, highlight=False)
         elif verdict is not None:
-            console.print(verdict.table, markup=False, highlight=False, soft_wrap=True)
+            console.print(printable_lines(verdict.table), markup=False, highlight=False, soft_wrap=True)
         if stack.size and not copies:
             console.print("each CUDA library once, beside the copies size.library_copies declares",
                           markup=False, highlight=False)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
 from ..lock.file import Lock
 from ..lock.flow import resolve_for_base
@@ -20,15 +21,16 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    resolver: Callable[..., Lock] = resolve_for_base) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
-    table = Table(title=f"stacks in {matrix.file}")
+    table = Table(title=f"stacks in {plain(matrix.file)}")
     for col in ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang",
                 "patches", "overrides"):
         table.add_column(col)
     for s in matrix.stacks.values():
-        table.add_row(s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
-                      f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",
-                      s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
-                      ", ".join(s.patches) or "-", str(len(s.overrides)))
+        cells = (s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
+                 f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",
+                 s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
+                 ", ".join(s.patches) or "-", str(len(s.overrides)))
+        table.add_row(*map(plain, cells))
     console.print(table)
     if not check:
         return 0
@@ -37,7 +39,7 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     for f in findings:
         style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
                  "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
-        console.print(f"[{style}]{f.kind:>14}[/] {matrix.file}: stack '{f.stack}': {f.message}")
+        console.print(f"[{style}]{f.kind:>14}[/] {plain(matrix.file)}: stack '{plain(f.stack)}': {plain(f.message)}")
     failures = [f for f in findings if f.is_failure]
     console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"
                   + ("" if failures else ": matrix OK"))

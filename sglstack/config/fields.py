@@ -123,6 +123,38 @@ def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+# ---- sizes, counts and durations ---------------------------------------------------------------------
+
+# A size as every reader of it takes it: Docker's shm_size, Kubernetes' emptyDir sizeLimit (render.k8s turns
+# the unit into Ki/Mi/Gi/Ti), preflight's /dev/shm check. A whole number (no sign, no fraction: Kubernetes
+# would refuse 1.5g), then an optional binary unit and "b".
+SIZE_RE = re.compile(r"(\d{1,15})([bkmgt]?)b?", re.IGNORECASE)
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE_BYTES = 1 << 44  # 16 TiB: more /dev/shm than any node has
+# Whole numbers written into argv, compose files and manifests (int32 fields): a count beyond any machine.
+MAX_COUNT = 1 << 16
+MAX_TOKENS = 1 << 24  # tokens a request may generate: beyond any model's context
+MAX_DURATION_S = 7 * 24 * 3600  # a week: no server takes longer to start, and int() of .inf would crash
+
+
+def size_bytes(value: str) -> int:
+    """`value` (a size such as 32g) in bytes; ValueError for anything that is not a size above 0."""
+    m = SIZE_RE.fullmatch(value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"'{value}' is not a size such as 32g (a whole number, then b, k, m, g or t)")
+    size = int(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
+    if not 0 < size <= MAX_SIZE_BYTES:
+        raise ValueError(f"'{value}' must be more than 0 and at most 16t")
+    return size
+
+
+def _size(value: str) -> str:
+    size_bytes(value)
+    return value
+
+
+ByteSize = Annotated[str, AfterValidator(_size)]
+
 OneLine = Annotated[str, AfterValidator(_one_line)]
 ArgText = Annotated[str, AfterValidator(_no_nul)]
 Url = Annotated[str, AfterValidator(_url)]

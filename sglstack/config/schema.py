@@ -21,11 +21,15 @@ from ..core.credentials import (
 )
 from ..core.errors import ConfigError
 from .fields import (
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_TOKENS,
     STACK_PLACEHOLDER,
     AnyRequirement,
     AptPackage,
     ArgText,
     BindMount,
+    ByteSize,
     EnvName,
     ExactRequirement,
     ExactVersion,
@@ -145,9 +149,9 @@ class Override(_Model):
 class SpeculativeSettings(_Model):
     algorithm: Literal["EAGLE3", "EAGLE", "NEXTN"] = "EAGLE3"
     draft_model: OneLine
-    num_steps: int = Field(ge=1)
-    eagle_topk: int = Field(ge=1)
-    num_draft_tokens: int = Field(ge=1)
+    num_steps: int = Field(ge=1, le=MAX_COUNT)
+    eagle_topk: int = Field(ge=1, le=MAX_COUNT)
+    num_draft_tokens: int = Field(ge=1, le=MAX_COUNT)
 
 
 class ServingSettings(_Model):
@@ -158,12 +162,12 @@ class ServingSettings(_Model):
 
     model: OneLine
     speculative: SpeculativeSettings | None = None
-    tp: int = Field(default=1, ge=1)
-    gpus: int = Field(default=1, ge=0)
+    tp: int = Field(default=1, ge=1, le=MAX_COUNT)
+    gpus: int = Field(default=1, ge=0, le=MAX_COUNT)
     port: int = Field(default=30000, ge=1, le=65535)  # the server's listen port
     # How long the server may take to load and answer /health: smoke's wait, compose's start period.
-    startup_timeout_s: float = Field(default=3600, gt=0)
-    shm_size: str = "32g"
+    startup_timeout_s: float = Field(default=3600, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    shm_size: ByteSize = "32g"
     extra_args: tuple[ArgText, ...] = ()
     env: Mapping[EnvName, ArgText] = Field(default_factory=dict)  # a secret-named key takes only a `${NAME}` reference
     mounts: tuple[BindMount, ...] = ()
@@ -186,18 +190,18 @@ class ServingSettings(_Model):
 
 
 class Gates(_Model):
-    min_speedup: float = Field(default=1.0, gt=0)
-    min_accept_length: float = Field(default=2.0, ge=0)
-    min_agreement: float = Field(default=0.9, ge=0, le=1)
-    max_regression: float = Field(default=0.05, ge=0, le=1)
+    min_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    min_accept_length: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    min_agreement: float = Field(default=0.9, ge=0, le=1, allow_inf_nan=False)
+    max_regression: float = Field(default=0.05, ge=0, le=1, allow_inf_nan=False)
 
 
 class SmokeSettings(_Model):
     """How the smoke test measures a served image (the server itself is `serving:`)."""
 
-    max_new_tokens: int = Field(default=128, ge=1)
-    concurrency: int = Field(default=8, ge=1)
-    num_prompts: int = Field(default=8, ge=1)
+    max_new_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
+    concurrency: int = Field(default=8, ge=1, le=MAX_COUNT)
+    num_prompts: int = Field(default=8, ge=1, le=MAX_COUNT)
     gates: Gates = Gates()
 
     @model_validator(mode="before")

@@ -21,14 +21,13 @@ bounded before it is done, and every way it can go wrong is one `ConfigError` na
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..core.errors import ConfigError
+from ..core.inputs import read_text
 
 KeyPath = tuple[str | int, ...]
 
@@ -83,26 +82,7 @@ def load_yaml_with_lines(path: Path, name: str | None = None) -> tuple[Any, dict
 
 
 def _read_text(path: Path, file: str) -> str:
-    try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise ConfigError("is a directory, not a YAML file", file=file)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError("is not a regular file", file=file)
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)  # read no more than the limit, whatever stat said
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=file) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=file) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"is larger than the {MAX_FILE_BYTES // 1024} KiB limit for a matrix file", file=file)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"is not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded)", file=file,
-                          line=line) from None
+    return read_text(path, limit=MAX_FILE_BYTES, what="YAML file", file=file)
 
 
 def _check_depth_fast(text: str, file: str) -> None:

@@ -18,6 +18,11 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """`text` cut for an error line: a refused value of thousands of characters is named by its start."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class SglstackError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 
@@ -70,12 +75,25 @@ class PatchCommandError(SglstackError):
     """
 
 
+class PatchInputError(PatchCommandError):
+    """A patch command's option is not a value it can take (a version that is none): bad input, exit 2."""
+
+    exit_code = 2
+
+
 class DockerUnavailable(SglstackError):
     """No Docker engine, or no BuildKit-capable client, could be found."""
 
 
 class SmokeError(SglstackError):
     """The smoke test could not run (as opposed to running and failing its gates)."""
+
+
+class SmokeInputError(SmokeError):
+    """Bad input to a smoke (no model, an unknown option or runner, a value that is none): exit 2, decided
+    before any container or process starts."""
+
+    exit_code = 2
 
 
 class RegistryError(SglstackError):

@@ -19,6 +19,8 @@ from .errors import SglstackError
 
 T = TypeVar("T", bound="TaskOptions")
 
+MAX_NUMBER_CHARS = 32
+
 # The kinds of option: parsed by `from_cli`. RAW: passed on as invoke gives it (invoke types it by its
 # default, e.g. an int default makes an =INT flag); LIST: a repeatable option.
 RAW = object
@@ -67,11 +69,17 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+class BadOption(SglstackError):
+    """An option's value is not one its task can take: bad input, exit 2."""
+
+    exit_code = 2
+
+
 class TaskOptions:
     """Base of the option dataclasses: the task's signature, help and parsing, from the fields."""
 
     # The error a malformed number raises (a part's own error class, for its exit code and its catchers).
-    bad_value: ClassVar[type[SglstackError]] = SglstackError
+    bad_value: ClassVar[type[SglstackError]] = BadOption
 
     @classmethod
     def task_help(cls) -> dict[str, str]:
@@ -118,10 +126,12 @@ def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> A
     if kind is str:
         return str(raw)
     text = str(raw).strip()
+    what = "a whole number" if kind is int else "a number"
+    if len(text) > MAX_NUMBER_CHARS:  # int() ends past 4300 digits; no count, port or timeout is this long
+        raise bad_value(f"{flag_of(name)} '{text[:20]}...' ({len(text)} characters): not {what} sglstack takes")
     try:
         value = int(text) if kind is int else float(text)
     except ValueError:
-        what = "a whole number" if kind is int else "a number"
         raise bad_value(f"{flag_of(name)} '{raw}': not {what}") from None
     if kind is float and not math.isfinite(value):
         raise bad_value(f"{flag_of(name)} '{raw}': not a finite number")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import one_line
+from .inputs import loads
 from .safefiles import (
     OutputNotWritable,
     check_inside,
@@ -222,7 +223,7 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
         start = chunk_start
     tail = os.pread(fd, size - start, start)
     try:
-        json.loads(tail)
+        loads(tail)
     except ValueError:
         pass
     else:
@@ -283,8 +284,8 @@ def read_jsonl_lenient(path: Path, parse: Callable[[Any], T]) -> tuple[list[T], 
             continue
         last_unterminated = n == len(lines)
         try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
+            value = loads(line)
+        except ValueError:
             if last_unterminated:
                 _warn(f"{path}:{n}: skipped a torn last line (a write cut short); the next append moves it aside")
                 break

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cache_root, is_device_object_name, list_files, sha256_file
+from ..core.inputs import loads
 from ..core.safefiles import write_text, write_with
 from .rules import LOADER_PATHS, DeviceObject, PackageObjects
 
@@ -57,7 +58,7 @@ def inspect_wheel(wheel: Path, package: str, version: str, tool: Cuobjdump, *, c
     stored = coverage_cache_dir() / "wheels" / f"{digest}-{tool.release}-v{WHEEL_CACHE_VERSION}.json"
     if stored.is_file():
         try:
-            return _from_json(json.loads(stored.read_text(encoding="utf-8")))
+            return _from_json(loads(stored.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError):
             pass  # a damaged entry: inspect the wheel again and overwrite it
     with zipfile.ZipFile(wheel) as zf:

@@ -23,7 +23,15 @@ from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, s
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
 from .kubectl import find_kubectl
-from .options import TARGETS, DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
+from .options import (
+    TARGETS,
+    DeployOptionError,
+    DeployOptions,
+    LogsOptions,
+    RollbackOptions,
+    StatusOptions,
+    UndeployOptions,
+)
 from .status import deployment_status, print_status
 from .store import DeploymentRecord, bad_record_line, read_records
 
@@ -86,7 +94,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
 
 def _target(target: str) -> str:
     if target not in TARGETS:
-        raise DeployError(f"--target '{target}': not one of {', '.join(TARGETS)}")
+        raise DeployOptionError(f"--target '{target}': not one of {', '.join(TARGETS)}")
     return target
 
 
@@ -118,7 +126,8 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
     stack = load_matrix(options.stacks_file or DEFAULT_STACKS_FILE).get(options.stack)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
     if options.wait_timeout is not None and not options.wait_timeout > 0:
-        raise DeployError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 seconds")
+        raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 "
+                                "seconds")
     root = build_root or default_build_root()
     ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
                        options.verify_key, say)
@@ -175,7 +184,7 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
 
 def logs_command(options: LogsOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
     if options.tail is not None and options.tail < 1:
-        raise DeployError(f"--tail {options.tail}: must be at least 1 line")
+        raise DeployOptionError(f"--tail {options.tail}: must be at least 1 line")
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
     print(service_logs(dep, tail=options.tail), end="")
 

@@ -19,13 +19,15 @@ from ..core.errors import DeployError
 from ..render import compose as cmp
 from ..serving import ServingSpec, check_mount_sources
 from .health import COMPOSE_PROJECT_LABEL, project_containers
+from .options import DeployOptionError
 
 
 def check_options(stack: Stack, options: cmp.ComposeOptions, wait_timeout_s: float | None) -> ServingSpec:
     """Every option of a deploy (pure): the serving spec it serves, or a one-line error naming the option."""
     spec = cmp.deploy_spec(stack, options)
     if wait_timeout_s is not None and not (math.isfinite(wait_timeout_s) and wait_timeout_s > 0):
-        raise DeployError(f"stack '{stack.name}': --wait-timeout {wait_timeout_s:g}: must be more than 0 seconds")
+        raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {wait_timeout_s:g}: must be more than 0 "
+                                "seconds")
     return spec
 
 

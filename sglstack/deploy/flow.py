@@ -31,6 +31,7 @@ from ..adapters.docker import docker_client, image_exists, is_local_docker_host
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
 from ..core import signals
+from ..core.console import printable_lines
 from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_timestamp
@@ -65,7 +66,7 @@ Say = Callable[[str], None]
 
 
 def say_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(printable_lines(message), file=sys.stderr, flush=True)  # it quotes health replies and logs
 
 
 class DeployFailed(DeployError):

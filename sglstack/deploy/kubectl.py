@@ -6,7 +6,6 @@ cannot send the rollback to another cluster.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import DeployError
+from ..core.inputs import loads
 
 FIELD_MANAGER = "sglstack"
 TIMEOUT_S = 120
@@ -54,7 +54,7 @@ class Kubectl:
     def label(self) -> str:
         proc = self.run(["version", "--client", "-o", "json"])
         try:
-            version = json.loads(proc.stdout)["clientVersion"]["gitVersion"]
+            version = loads(proc.stdout)["clientVersion"]["gitVersion"]
         except (ValueError, KeyError, TypeError):
             version = "?"
         return f"kubectl {version} (context {self.context})"
@@ -87,7 +87,7 @@ class Kubectl:
                 return None
             raise DeployError(f"kubectl get {kind} {name} failed: {_first_line(proc.stderr)}")
         try:
-            data = json.loads(proc.stdout)
+            data = loads(proc.stdout)
         except ValueError:
             raise DeployError(f"kubectl get {kind} {name}: not JSON") from None
         return data if isinstance(data, dict) else None

@@ -12,8 +12,14 @@ from ..core.errors import DeployError, SglstackError
 from ..core.options import TaskOptions, docker_host_option, option, required, stacks_file_option
 
 
+class DeployOptionError(DeployError):
+    """A deploy option's value is not a number (or too long to be one): bad input, exit 2."""
+
+    exit_code = 2
+
+
 class DeployTaskOptions(TaskOptions):
-    bad_value: ClassVar[type[SglstackError]] = DeployError
+    bad_value: ClassVar[type[SglstackError]] = DeployOptionError
 
 
 # ---- the options, once -----------------------------------------------------------------------------

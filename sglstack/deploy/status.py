@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
+from ..core.console import plain
 from ..core.records import BadLine, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
@@ -177,7 +178,7 @@ def print_status(rows: list[StackStatus]) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for r in rows:
-        table.add_row(
+        cells = (
             r.stack,
             r.project,
             r.state,
@@ -189,8 +190,9 @@ def print_status(rows: list[StackStatus]) -> None:
             r.speculative or "-",
             r.node or "-",
         )
+        table.add_row(*map(plain, cells))  # records, the engine and the server say these
     if not rows:
         table.caption = "nothing deployed"
     # Piped (CI logs), rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    Console(width=None if sys.stdout.isatty() else 200, emoji=False).print(table)
 

@@ -9,7 +9,6 @@ is `sources.py`'s job; nothing here touches Docker, a registry or the disk.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core import labels as lb
+from ..core.console import plain
+from ..core.inputs import loads
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
 from ..size.report import GB, MB, Growth, size_changes
@@ -197,7 +198,7 @@ def image_snapshot(ref: str, labels: Mapping[str, str], files: Mapping[str, byte
 
     def load(name: str) -> Any:
         try:
-            return json.loads(files[name]) if name in files else None
+            return loads(files[name]) if name in files else None
         except ValueError:
             return None
 
@@ -292,13 +293,13 @@ def diff_to_json(diff: StackDiff) -> dict[str, Any]:
 
 
 def diff_table(diff: StackDiff) -> Table:
-    table = Table(title=f"A = {diff.a}\nB = {diff.b}", title_justify="left")
+    table = Table(title=f"A = {plain(diff.a)}\nB = {plain(diff.b)}", title_justify="left")
     for col in ("section", "name", "change", "A", "B"):
         table.add_column(col, overflow="fold")
 
     def rows(section: str, changes: tuple[Change, ...]) -> None:
         for c in changes:
-            table.add_row(section, c.name, c.kind, c.before or "-", c.after or "-")
+            table.add_row(section, plain(c.name), c.kind, plain(c.before or "-"), plain(c.after or "-"))
 
     rows("base image", diff.base)
     if diff.config_hash:
@@ -306,14 +307,14 @@ def diff_table(diff: StackDiff) -> Table:
     if diff.sglang:
         rows("sglang", (diff.sglang,))
     if diff.sglang_commits:
-        table.add_row("sglang", "commits", "range", diff.sglang_commits, "")
+        table.add_row("sglang", "commits", "range", plain(diff.sglang_commits), "")
     rows("stack pin", diff.pins)
     rows("package", diff.packages)
     rows("patch", diff.patches)
     rows("label", diff.labels)
     for g in diff.size:
         change = f"{g.delta / MB:+,.1f} MB" if abs(g.delta) >= MB // 10 else f"{g.delta:+,} B"
-        table.add_row("size", g.what, change,
+        table.add_row("size", plain(g.what), change,
                       "-" if g.before is None else f"{g.before / GB:.3f} GB",
                       "-" if g.after is None else f"{g.after / GB:.3f} GB")
     return table
@@ -321,7 +322,7 @@ def diff_table(diff: StackDiff) -> Table:
 
 def print_diff(diff: StackDiff, console: Console) -> None:
     if diff.identical:
-        console.print(f"no difference between {diff.a} and {diff.b}", highlight=False)
+        console.print(f"no difference between {plain(diff.a)} and {plain(diff.b)}", highlight=False)
         for g in diff.size[:1]:  # the same contents built again can still differ by a few bytes: say so
             console.print(f"size: {g.before} -> {g.after} bytes ({g.delta:+,})", highlight=False)
     else:
@@ -330,7 +331,7 @@ def print_diff(diff: StackDiff, console: Console) -> None:
         console.print(f"packages: {counts['added']} added, {counts['removed']} removed, {counts['changed']} changed",
                       highlight=False)
     for line in diff.unknown:
-        console.print(f"[dim]{line}[/]", highlight=False)
+        console.print(f"[dim]{plain(line)}[/]", highlight=False)
 
 
 def diff_summary(diff: StackDiff, *, limit: int = 10) -> dict[str, Any]:

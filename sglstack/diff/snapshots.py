@@ -7,10 +7,10 @@ this, and smoke knows no registry.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from ..core.errors import ConfigError, DockerUnavailable
+from ..core.inputs import loads, read_json, read_text
 from ..core.records import build_root
 from ..lock.file import parse_lock
 from .compare import Snapshot, image_snapshot, lock_snapshot, record_problem, record_snapshot
@@ -26,14 +26,12 @@ def snapshot_from_file(path: Path, ref: str) -> Snapshot:
         path = path / "record.json"
         if not path.is_file():
             raise ConfigError("a folder given to diff must hold a build record (record.json)", file=str(path.parent))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read it: {exc}", file=str(path)) from None
+    # a regular file of bounded size: a FIFO would hang the diff, /dev/zero fill the memory
+    text = read_text(path, what="build record or lock")
     if text.startswith(LOCK_MAGIC):
         return lock_snapshot(parse_lock(text, file=str(path)), ref)
     try:
-        record = json.loads(text)
+        record = loads(text)
     except ValueError as exc:
         raise ConfigError(f"neither a build record (JSON: {exc}) nor a lock ('{LOCK_MAGIC} ...')",
                           file=str(path)) from None
@@ -75,8 +73,8 @@ def _record_naming(image_id: str) -> Snapshot | None:
     root = build_root()
     for path in sorted(root.glob("*/record*.json")):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            record = read_json(path, what="build record")
+        except ConfigError:
             continue
         if isinstance(record, dict) and record.get("image_id") == image_id and record_problem(record) is None:
             return record_snapshot(record, image_id)

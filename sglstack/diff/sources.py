@@ -19,6 +19,7 @@ from typing import Any
 from ..config.imageref import DOCKER_HUB, parse_image_reference
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
+from ..core.inputs import loads
 from ..core.records import build_root
 from ..registry.client import RegistryClient
 from .compare import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
@@ -87,7 +88,7 @@ def _config_labels(client: RegistryClient, repo: str, ref: str, manifest: dict[s
     if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str):
         raise RegistryError(f"{where}: the manifest has no config descriptor (not an image manifest)")
     try:
-        config = json.loads(client.get_blob(repo, descriptor["digest"]))
+        config = loads(client.get_blob(repo, descriptor["digest"]))
     except ValueError:
         raise RegistryError(f"{where}: the image config {descriptor['digest']} is not JSON") from None
     if not isinstance(config, dict):

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..config.schema import DEFAULT_KERNEL_PACKAGE, Stack
 from ..core.errors import ConfigError
+from ..core.inputs import MAX_INPUT_BYTES, read_regular
 from ..core.safefiles import sibling_mode, write_text
 
 LOCK_FORMAT = "1"
@@ -448,8 +449,11 @@ def _split_spec(spec: str) -> tuple[str, str | None, str]:
 
 
 def read_lock(path: Path) -> Lock:
+    if path.is_dir():
+        raise ConfigError("the lock path is a folder, not a lock file", file=str(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        # a regular file only, bounded: a FIFO named as the lock would hang the task
+        text = read_regular(path, limit=MAX_INPUT_BYTES, what="lock file", file=str(path)).decode("utf-8")
     except IsADirectoryError:
         raise ConfigError("the lock path is a folder, not a lock file", file=str(path)) from None
     except OSError as exc:

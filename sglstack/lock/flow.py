@@ -48,6 +48,7 @@ from ..adapters.uv import (
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.errors import ConfigError
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
@@ -417,9 +418,9 @@ def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequenc
     console.print(f"[green]{stack_name}[/]: locked {len(lock.packages)} packages ({lock.hashed_count} hashed) "
                   f"for Python {lock.python} {' '.join(lock.platforms)} in {result.seconds:.1f} s -> {result.path}")
     for u in lock.unresolved:
-        console.print(f"[yellow]{stack_name}[/]: not resolved: layer {u}", highlight=False)
+        console.print(f"[yellow]{stack_name}[/]: not resolved: layer {plain(u)}", highlight=False)
     for note in lock.notes:
-        console.print(f"[dim]{stack_name}: {note}[/]", highlight=False)
+        console.print(f"[dim]{stack_name}: {plain(note)}[/]", highlight=False)
     if result.previous is not None:
         diff = snapshot_diff(lock_snapshot(result.previous, f"{result.path} (before)"),
                              lock_snapshot(lock, f"{result.path} (now)"))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from ..config.schema import Stack
+from ..core.console import plain
 from ..core.errors import ConfigError
 from .checks import FAIL, Requirements, parse_size
 from .errors import PreflightFailed, PreflightUnavailable
@@ -57,7 +58,7 @@ def run_preflight(
         raise ConfigError(
             "--docker-host needs --image: the checks run inside the stack image there", stack=stack.name, key="--image"
         )
-    progress = (lambda msg: console.print(f"[dim]preflight: {msg}[/]")) if console else (lambda _m: None)
+    progress = (lambda msg: console.print(f"[dim]preflight: {plain(msg)}[/]")) if console else (lambda _m: None)
     return inspect_node(req, progress=progress)
 
 

@@ -7,7 +7,6 @@ image's own python3 and torch; the report comes back as JSON between markers in 
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
 from ..adapters.docker import OWNER_LABEL, docker_client, remove_container, unique_name
+from ..core.inputs import loads
 from ..core.labels import COVERAGE_LABEL, parse_coverage_label
 from .__main__ import REPORT_BEGIN, REPORT_END
 from .allreduce import MULTICAST_OFF_ENV
@@ -70,7 +70,7 @@ def extract_report(log: str) -> NodeReport | None:
     begin, end = log.rfind(REPORT_BEGIN), log.rfind(REPORT_END)
     if begin < 0 or end < begin:
         return None
-    return NodeReport.from_dict(json.loads(log[begin + len(REPORT_BEGIN) : end]))
+    return NodeReport.from_dict(loads(log[begin + len(REPORT_BEGIN) : end]))
 
 
 def run_in_image(

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..config.imageref import Repository, parse_repository
 from ..config.schema import Stack
 from ..core.console import console
-from ..core.errors import RegistryError
+from ..core.errors import RegistryError, one_line
 from ..core.records import require_store_writable
 from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted, deferred
@@ -244,7 +244,7 @@ def promote(client: RegistryClient, repo: Repository, digest: str, *, immutable:
             if on_failed is not None:
                 on_failed(error)
             if not isinstance(exc, Exception):
-                console(stderr=True).print(str(error), markup=False, highlight=False)
+                console(stderr=True).print(one_line(str(error)), markup=False, highlight=False)
         if isinstance(exc, Exception):
             raise error from None
         raise

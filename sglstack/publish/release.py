@@ -22,7 +22,7 @@ from ..adapters.docker import docker_client
 from ..config.imageref import Repository
 from ..config.schema import Stack
 from ..core.console import console
-from ..core.errors import RegistryError
+from ..core.errors import RegistryError, one_line
 from ..core.records import build_root, utc_timestamp, utc_today
 from ..core.safefiles import containing_root, make_folder, write_text
 from ..registry.client import RegistryClient
@@ -219,7 +219,7 @@ def _record_smoke_failure(
         ],
     )
     for failure in report.get("failures") or []:
-        out.print(f"  FAIL {failure}", markup=False, highlight=False)
+        out.print(f"  FAIL {one_line(str(failure))}", markup=False, highlight=False)
     out.print(
         f"{stack.name}: smoke FAILED ({report_path}); no release tag moved, candidate "
         f"{repo.ref(tags.candidate)} kept for inspection"
@@ -244,4 +244,4 @@ def _attest_candidate(
         raise
     append_records(records, [tag_record("attested", stack, repo, tags.candidate, "candidate", digest,
                                         config_hash, summary=summary)])
-    out.print(f"{stack.name}: {summary}", markup=False, highlight=False)
+    out.print(f"{stack.name}: {one_line(str(summary))}", markup=False, highlight=False)

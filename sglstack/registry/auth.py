@@ -10,7 +10,6 @@ Errors are one line naming the registry and where the credentials came from, nev
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import warnings
@@ -24,6 +23,7 @@ import docker.errors
 
 from ..config.imageref import DOCKER_HUB
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 
 ENV_USER = "SGLSTACK_REGISTRY_USER"
 ENV_PASSWORD = "SGLSTACK_REGISTRY_PASSWORD"
@@ -51,7 +51,7 @@ def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
 
 def _read_config(path: Path, registry: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RegistryError(f"registry {registry}: cannot read Docker config {path}: {type(exc).__name__}") from None
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ import requests
 from ..config.imageref import DOCKER_HUB, is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
 from .transport import Transport, error_detail
 
@@ -54,7 +55,7 @@ class Manifest:
     digest: str
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.body)
+        return loads(self.body)
 
     @property
     def is_index(self) -> bool:
@@ -77,7 +78,7 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
     if header in MANIFEST_MEDIA_TYPES:
         return header
     try:
-        declared = json.loads(body).get("mediaType")
+        declared = loads(body).get("mediaType")
     except (ValueError, AttributeError):
         declared = None
     return declared or header
@@ -265,7 +266,7 @@ class RegistryClient:
     def _json(self, resp: requests.Response, what: str) -> Any:
         """The body as JSON, or one line saying which request answered something else."""
         try:
-            return json.loads(resp.content)
+            return loads(resp.content)
         except ValueError:
             kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
             raise self._fail(
@@ -331,7 +332,7 @@ class RegistryClient:
         """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
         for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
         digest, resp = self._put_manifest(repo, reference, body, media_type)
-        subject = (json.loads(body).get("subject") or {}).get("digest")
+        subject = (loads(body).get("subject") or {}).get("digest")
         return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
 
     def _put_manifest(self, repo: str, reference: str, body: bytes,
@@ -445,7 +446,7 @@ class RegistryClient:
             manifest = self.get_manifest(repo, children[0])
         blob = manifest.blobs()[0]
         try:
-            config = json.loads(self.get_blob(repo, blob))
+            config = loads(self.get_blob(repo, blob))
         except ValueError:
             raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
         if not isinstance(config, dict):

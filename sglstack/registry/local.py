@@ -26,6 +26,7 @@ import yaml
 
 from ..adapters.docker import docker_client, image_exists
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 from ..core.labels import OWNER_LABEL
 from ..core.records import build_root
 from ..core.safefiles import containing_root, open_log, write_text
@@ -197,7 +198,7 @@ def _running_port(folder: Path) -> int | None:
     if not state_file.exists():
         return None
     try:
-        port = int(json.loads(state_file.read_text())["port"])
+        port = int(loads(state_file.read_text())["port"])
     except (ValueError, KeyError, TypeError):
         return None
     return port if answers(port) else None
@@ -272,7 +273,7 @@ def registry_down(*, folder: Path | None = None, docker_host: str | None = None)
     state_file = _state_path(folder)
     if not state_file.exists():
         return "no sglstack registry is running"
-    state = json.loads(state_file.read_text())
+    state = loads(state_file.read_text())
     if state.get("kind") == "container":
         with contextlib.suppress(docker.errors.NotFound):
             docker_client(docker_host).containers.get(state["name"]).remove(force=True)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..config.fields import SIZE_RE
 from ..config.imageref import names_a_digest
 from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
@@ -165,11 +166,11 @@ def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
 
 def shm_quantity(shm_size: str) -> str:
     """Docker's shm size (binary units b/k/m/g, or bytes) as a Kubernetes quantity."""
-    m = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", shm_size.lower())
+    m = SIZE_RE.fullmatch(re.sub(r"\s+", "", shm_size))  # the schema's rule, white space aside
     if not m:
         raise ServingError(f"serving.shm_size '{shm_size}': not a size such as 32g")
     number, unit = m.groups()
-    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[unit]
+    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[unit.lower()]
 
 
 def _volumes(spec: ServingSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

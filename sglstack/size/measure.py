@@ -5,7 +5,6 @@ Thin on purpose: the report, the budget and the growth table are `size/report.py
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ import docker.errors
 
 from ..config.schema import SizePolicy
 from ..core.errors import BuildError
+from ..core.inputs import loads
 from ..core.resources import TOOLS_DIR
 from .report import (
     Layer,
@@ -76,7 +76,7 @@ def image_files(client: docker.DockerClient, ref: str, shown: str | None = None)
         raise BuildError(f"image {shown}: listing its files failed (exit {code}): "
                          f"{lines[-1] if lines else 'no output'}")
     try:
-        return json.loads(lines[-1])
+        return loads(lines[-1])
     except ValueError as exc:
         raise BuildError(f"image {shown}: its file listing is not JSON ({exc})") from None
 
@@ -107,7 +107,7 @@ def measure_and_gate(client: docker.DockerClient, image: str, stack: str, policy
     if policy.max_gb is None:
         return summary
     try:
-        previous = recorded_size(json.loads(last_record.read_text(encoding="utf-8")), stack)
+        previous = recorded_size(loads(last_record.read_text(encoding="utf-8")), stack)
     except (OSError, ValueError):
         previous = None  # no earlier build, or a record this build will replace anyway
     verdict = over_budget(stack, summary, policy.max_gb, previous)

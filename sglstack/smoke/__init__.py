@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..core.errors import one_line
 from .plan import SmokeOptions, launch_argvs, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke
@@ -39,5 +40,5 @@ def smoke_command(
         f"accept length {accept}, agreement {agree}"
     )
     for failure in report.failures:
-        print(f"  FAIL {failure}")
+        print(f"  FAIL {one_line(failure)}")
     return 0 if report.passed else 1

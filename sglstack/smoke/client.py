@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+
+from ..core.inputs import loads
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class SGLangClient:
                     data = line[len("data:") :].strip()
                     if data == "[DONE]":
                         break
-                    chunk = json.loads(data)
+                    chunk = loads(data)
                     if "error" in chunk:
                         return Generation(
                             prompt, error=str(chunk["error"])[:200], latency_s=time.perf_counter() - start

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.errors import SmokeError
+from ..core.errors import SmokeInputError
 
 # The spelling on the command line (`--mount`, `--label`) -> the key smoke_options reads.
 ALIASES = {"mount": "mounts", "label": "labels"}
@@ -20,7 +20,7 @@ PAIR_KEYS = ("env", "labels")
 LIST_KEYS = ("mounts", "extra_args", "kinds")
 
 
-class SmokeOptionError(SmokeError):
+class SmokeOptionError(SmokeInputError):
     """A `--smoke-opt` value that is not KEY=VALUE (or not NAME=VALUE for env/label)."""
 
 

@@ -7,16 +7,18 @@ the network; `runner.py` turns a `ContainerPlan` into a container.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..adapters.docker import is_local_docker_host
+from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
 from ..core.credentials import names_secret, resolve_argv, secret_slots, secret_values_of
-from ..core.errors import SmokeError
+from ..core.errors import SmokeInputError, shown
 from ..core.records import build_root
 from ..serving import (
     LAUNCH,
@@ -219,7 +221,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     try:
         spec = serving_spec(stack, ServingOverrides(**serving))
     except ServingError as exc:
-        raise SmokeError(str(exc)) from None
+        raise SmokeInputError(str(exc)) from None
     defaults: dict[str, Any] = {
         "concurrency": settings.concurrency if settings else 8,
         "num_prompts": settings.num_prompts if settings else 8,
@@ -239,7 +241,7 @@ def _check_known(given: Mapping[str, Any]) -> None:
     known.discard("serving")
     unknown = sorted(set(given) - known)
     if unknown:
-        raise SmokeError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
 
 def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
@@ -249,7 +251,7 @@ def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[
         has = given.get(key) or (stack is not None and _stack_has(stack, key))
         if not has:
             flag = "--" + key.replace("_", "-")
-            raise SmokeError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
+            raise SmokeInputError(f"no {key.replace('_', ' ')} for the smoke in {where}: pass {flag} or --stack")
 
 
 def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, bool]]:
@@ -261,7 +263,7 @@ def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
         switches = ("no_history", "pull", "skip_preflight", "flush_cache")
         flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
     except ValueError as exc:
-        raise SmokeError(f"invalid smoke option: {exc}") from None
+        raise SmokeInputError(f"invalid smoke option: {exc}") from None
     return serving, measure, flags
 
 
@@ -282,29 +284,39 @@ def _gates(gates: Gates, given: dict[str, Any]) -> Gates:
     """The stack's gates (or the defaults) with the gate options taken out of `given` laid over them."""
     gate_updates = {k: given.pop(k) for k in _GATE_KEYS if k in given}
     try:
-        return Gates(**{**gates.model_dump(), **{k: float(v) for k, v in gate_updates.items()}})
+        values = {k: _read(v, float, k) for k, v in gate_updates.items()}
+    except ValueError as exc:
+        raise SmokeInputError(f"invalid gate override: {exc}") from None
+    try:
+        return Gates(**{**gates.model_dump(), **values})
     except ValueError as exc:
         first = str(exc).splitlines()
-        raise SmokeError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
+        raise SmokeInputError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
 
 
 def _check_bounds(opts: SmokeOptions) -> None:
-    """The counts are at least 1 and the request timeout is positive."""
-    for name in ("concurrency", "num_prompts", "max_new_tokens", "runs"):
+    """The counts are at least 1 and at most what the schema allows a stack (one bound, `config.fields`), and
+    the request timeout is positive and at most a week."""
+    for name, most in (("concurrency", MAX_COUNT), ("num_prompts", MAX_COUNT), ("max_new_tokens", MAX_TOKENS),
+                       ("runs", MAX_COUNT)):
         if getattr(opts, name) < 1:
-            raise SmokeError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
-    if not opts.request_timeout > 0:
-        raise SmokeError(f"smoke option request_timeout must be > 0 (got {opts.request_timeout})")
+            raise SmokeInputError(f"smoke option {name} must be >= 1 (got {getattr(opts, name)})")
+        if getattr(opts, name) > most:
+            raise SmokeInputError(f"smoke option {name} must be <= {most} (got {shown(str(getattr(opts, name)))})")
+    if not 0 < opts.request_timeout <= MAX_DURATION_S:
+        raise SmokeInputError(f"smoke option request_timeout must be > 0 and <= {MAX_DURATION_S} (got "
+                              f"{opts.request_timeout})")
 
 
 def check_runner(runner: str, python_env: str | None) -> None:
     """The runner is one we have, and a Python environment is named exactly when the process runner runs."""
     if runner not in RUNNERS:
-        raise SmokeError(f"smoke runner '{runner}': choose from {', '.join(RUNNERS)}")
+        raise SmokeInputError(f"smoke runner '{runner}': choose from {', '.join(RUNNERS)}")
     if runner == "process" and not python_env:
-        raise SmokeError("smoke runner 'process': pass --python-env PATH (a venv or prefix holding bin/python3)")
+        raise SmokeInputError("smoke runner 'process': pass --python-env PATH (a venv or prefix holding bin/python3)")
     if runner != "process" and python_env:
-        raise SmokeError(f"--python-env '{python_env}' is for --runner process (the {runner} runner serves an image)")
+        raise SmokeInputError(f"--python-env '{python_env}' is for --runner process (the {runner} runner serves "
+                              "an image)")
 
 
 def _stack_has(stack: Stack, key: str) -> bool:
@@ -316,11 +328,14 @@ def _read(value: Any, kind: type, key: str) -> Any:
     """Overrides also arrive as strings (`--smoke-opt gpus=0`, invoke's untyped options)."""
     if kind is str or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
+    what = "a whole number" if kind is int else "a number"
     try:
-        return kind(value)
+        read = kind(value)
     except (TypeError, ValueError):
-        what = "a whole number" if kind is int else "a number"
-        raise ValueError(f"{key} '{value}' is not {what}") from None
+        raise ValueError(f"{key} '{shown(str(value))}' is not {what}") from None
+    if kind is float and not math.isfinite(read):  # an endless timeout, a gate nothing passes
+        raise ValueError(f"{key} '{value}' is not a finite number")
+    return read
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
@@ -352,7 +367,7 @@ def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> d
     for item in values:
         key, sep, value = str(item).partition("=")
         if not sep or not key:
-            raise SmokeError(f"{flag} '{item}': expected KEY=VALUE")
+            raise SmokeInputError(f"{flag} '{item}': expected KEY=VALUE")
         out[key] = value
     return out
 
@@ -363,7 +378,7 @@ def parse_kinds(value: Iterable[str] | str) -> tuple[str, ...]:
     wanted = {str(k).strip() for k in items if str(k).strip()}
     unknown = sorted(wanted - set(RUN_KINDS))
     if unknown or not wanted:
-        raise SmokeError(f"smoke kinds '{','.join(map(str, items))}': choose from {', '.join(RUN_KINDS)}")
+        raise SmokeInputError(f"smoke kinds '{','.join(map(str, items))}': choose from {', '.join(RUN_KINDS)}")
     return tuple(k for k in RUN_KINDS if k in wanted)
 
 
@@ -468,7 +483,7 @@ def process_plan(
     starts by name (ninja, nvcc wrappers of JIT compilers) are the environment's own.
     """
     if options.python_env is None:
-        raise SmokeError("smoke runner 'process': no --python-env")
+        raise SmokeInputError("smoke runner 'process': no --python-env")
     host_env = os.environ if host_env is None else host_env
     spec = replace(run_spec(options, kind), port=port)
     argv = resolve_argv(serving_argv(spec), host_env)

@@ -25,9 +25,11 @@ from ..adapters.docker import docker_host_address, is_local_docker_host, running
 from ..adapters.process import free_tcp_port, running_process
 from ..adapters.process import log_tail as file_log_tail
 from ..config.schema import Stack
+from ..core.console import printable_lines
 from ..core.credentials import REDACTED, redact_text, secret_slots
+from ..core.errors import SmokeInputError
 from ..core.records import require_writable, utc_timestamp
-from ..core.safefiles import containing_root, refuse_link, write_bytes
+from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, write_bytes
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources
 from . import history as hist
@@ -55,7 +57,7 @@ Log = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(printable_lines(message), file=sys.stderr, flush=True)  # it quotes the server's log
 
 
 def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
@@ -68,9 +70,14 @@ def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
 def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Path | None]:
     """The report and history paths, each checked writable now (one line naming the path if not)."""
     report_path = report_path_for(options, stack)
-    require_writable(report_path, what="smoke report (--report)" if options.report else "smoke report")
-    for sibling in (report_path.with_suffix(".md"), report_path.with_suffix(".png")):
-        require_writable(sibling, what="smoke report")
+    try:
+        require_writable(report_path, what="smoke report (--report)" if options.report else "smoke report")
+        for sibling in (report_path.with_suffix(".md"), report_path.with_suffix(".png")):
+            require_writable(sibling, what="smoke report")
+    except OutputNotWritable as exc:
+        if options.report:  # a --report the user named that cannot be written is bad input
+            raise SmokeInputError(str(exc)) from None
+        raise
     history_file = None if options.no_history else hist.history_path(options.build_dir, stack.name if stack else None)
     if history_file is not None:
         require_writable(history_file, what="smoke history (under the build folder)")

@@ -16,9 +16,9 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, local_image
-from ..config.imageref import registry_digest
+from ..config.imageref import image_reference_problem, registry_digest
 from ..config.schema import Stack
-from ..core.errors import SmokeError
+from ..core.errors import SmokeError, SmokeInputError, one_line, shown
 from ..preflight.gate import require_ready
 from .plan import SmokeOptions, env_interpreter
 
@@ -31,10 +31,12 @@ def check_what_to_serve(image: str | None, options: SmokeOptions) -> str | None:
         # Decided before anything starts: a wrong path is one line, not a server that never comes up.
         interpreter = require_interpreter(options)
         if image:
-            raise SmokeError(f"smoke runner 'process' serves --python-env, not an image (got image '{image}')")
+            raise SmokeInputError(f"smoke runner 'process' serves --python-env, not an image (got image '{image}')")
         return interpreter
     if not image:
-        raise SmokeError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
+        raise SmokeInputError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
+    if problem := image_reference_problem(image):  # refused here, not by the engine after the preflight
+        raise SmokeInputError(one_line(f"--image '{shown(image)}': not an image reference: it {problem}"))
     return None
 
 
@@ -65,9 +67,10 @@ def require_interpreter(options: SmokeOptions) -> str:
     assert options.python_env is not None
     python = env_interpreter(options.python_env)
     if not os.path.isdir(options.python_env):
-        raise SmokeError(f"--python-env '{options.python_env}': no such folder")
+        raise SmokeInputError(f"--python-env '{options.python_env}': no such folder")
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise SmokeError(f"--python-env '{options.python_env}': no executable bin/python3 in it (a venv or prefix)")
+        raise SmokeInputError(f"--python-env '{options.python_env}': no executable bin/python3 in it (a venv or "
+                              "prefix)")
     return python
 
 

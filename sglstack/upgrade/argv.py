@@ -9,7 +9,6 @@ the flags, choices and types are the release's, and nothing of SGLang's 200 depe
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.wheels import fetch_wheel, open_wheel
+from ..core.inputs import loads
 
 PROBE = Path(__file__).with_name("argv_probe.py")
 # What the parser needs for real: `packaging` picks version branches at import time; from 0.5.2x
@@ -68,4 +68,4 @@ def check_argv(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[st
     if proc.returncode != 0 or not lines:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"checked": False, "argv": list(argv), "skipped": f"sglang's parser could not be loaded: {why}"}
-    return judge_probe(json.loads(lines[-1]), argv)
+    return judge_probe(loads(lines[-1]), argv)

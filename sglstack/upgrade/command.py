@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from rich.markdown import Markdown
 
 from ..adapters.cuobjdump import CuobjdumpError
@@ -36,7 +36,8 @@ from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
-from ..core.errors import ConfigError, SglstackError
+from ..core.console import plain
+from ..core.errors import ConfigError, SglstackError, shown
 from ..core.records import build_root, require_writable, write_output
 from ..core.safefiles import (
     check_inside,
@@ -46,6 +47,7 @@ from ..core.safefiles import (
     sibling_mode,
     staged,
 )
+from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
@@ -180,10 +182,9 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
     if stack.sglang.version is None:
         raise UpgradeInputError("builds SGLang from git: `invoke upgrade` moves a release pin", stack=stack_name,
                                 key="sglang")
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise UpgradeInputError(f"--sglang {version}: not a version") from None
+    problem = version_problem(version)
+    if problem:
+        raise UpgradeInputError(f"--sglang {shown(version)}: {problem}")
     if as_name is not None:
         problem = stack_name_problem(as_name)
         if problem:
@@ -210,7 +211,9 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
     except WheelFetchError as exc:
         raise UpgradeInputError(f"cannot list SGLang's releases: {exc}") from None
     if version not in releases:
-        newest = max((v for v in releases if not Version(v).is_prerelease), key=Version, default=None)
+        # the index's answer: a version it lists that is not one is left out, not a traceback
+        listed = [v for v in releases if version_problem(v) is None]
+        newest = max((v for v in listed if not Version(v).is_prerelease), key=Version, default=None)
         raise UpgradeInputError(f"--sglang {version}: no such release of sglang on the package index"
                                 + (f" (newest: {newest})" if newest else ""))
     return Inputs(Path(stacks_file), matrix, stack, version, new_name, write,
@@ -388,7 +391,7 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
 
     def progress(message: str) -> None:
         phases.append((message, time.monotonic()))
-        console.print(f"[dim]upgrade: {message}[/]")
+        console.print(f"[dim]upgrade: {plain(message)}[/]")
 
     plan, text, lock = plan_upgrade(inputs, engines, progress=progress)
     ends = [t for _, t in phases[1:]] + [time.monotonic()]

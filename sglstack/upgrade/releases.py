@@ -22,6 +22,7 @@ from ..bisect.releases import releases_between
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.errors import ConfigError
 from ..core.records import require_writable, write_output
 from ..lock.conflicts import applicable_requirements
@@ -126,7 +127,7 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
 
     def metadata_of(version: str) -> dict[str, list[str]]:
         if version not in metadata:
-            console.print(f"[dim]releases: reading sglang {version}'s METADATA[/]")
+            console.print(f"[dim]releases: reading sglang {plain(version)}'s METADATA[/]")
             metadata[version] = wheel_metadata(fetch_wheel("sglang", version))
         return metadata[version]
 

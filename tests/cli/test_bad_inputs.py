@@ -433,7 +433,7 @@ def test_the_size_limit_is_inclusive(tmp_path):
     assert path.stat().st_size == MAX_FILE_BYTES
     assert load_yaml_with_lines(path) == ({}, {})
     path.write_text(line * (MAX_FILE_BYTES // len(line)) + "\n")
-    assert yaml_error(path) == f"stacks.yaml: is larger than the {MAX_FILE_BYTES // 1024} KiB limit for a matrix file"
+    assert yaml_error(path) == f"stacks.yaml: is larger than the {MAX_FILE_BYTES // 1024} KiB limit for a YAML file"
 
 
 def test_a_yaml_error_without_a_problem_or_a_mark_is_its_first_line():

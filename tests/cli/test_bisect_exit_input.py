@@ -7,7 +7,10 @@ before the smoke starts (no server is served for it) and exits 128, which `git b
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +21,7 @@ from sglstack.bisect import gitexit
 from sglstack.bisect.driver import run_bisect
 from sglstack.bisect.gitexit import EXIT_ABORT_GIT_BISECT, smoke_bisect_exit
 from sglstack.bisect.log import BisectLog, BisectLogError
+from sglstack.core.inputs import MAX_INPUT_BYTES
 
 
 def _report(*speeds) -> dict:
@@ -114,3 +118,72 @@ def test_a_bisect_log_event_that_cannot_be_replayed_is_one_line_before_any_build
     assert caught.value.exit_code == 2
     assert str(caught.value).startswith(f"{path}: event {n} (batch): {why}: remove that line")
     assert fakes.builds == built and fakes.smokes == smoked
+
+
+# ---- a baseline that cannot even be read: bounded, and "cannot judge" (issue 34) ----------------------
+
+def test_a_deeply_nested_baseline_report_aborts_instead_of_crashing(served, tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text('{"baseline": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert _exit(path) == EXIT_ABORT_GIT_BISECT
+    assert capsys.readouterr().err == (f"error: --bisect-exit {path}: not a number or a smoke report: "
+                                       f"not JSON: nested more than 64 levels deep\n")
+    assert served == []
+
+
+def test_a_baseline_nested_just_past_the_bound_aborts_and_one_within_it_is_judged(served, tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps({**_report(89.0, 89.1, 88.8), "extra": json.loads("[" * 63 + "]" * 63)}))
+    assert _exit(path) == 0
+    path.write_text(json.dumps({**_report(89.0, 89.1, 88.8), "extra": json.loads("[" * 64 + "]" * 64)}))
+    assert _exit(path) == EXIT_ABORT_GIT_BISECT
+    assert capsys.readouterr().err.endswith(": not JSON: nested more than 64 levels deep\n")
+    assert len(served) == 1
+
+
+@contextlib.contextmanager
+def unblocked_later(fifo):
+    """A safety net for code that blocks on `fifo` (today's fix does not): a writer opens and closes it after a
+    minute, so such code fails the test rather than hanging the suite."""
+    def open_and_close():
+        with contextlib.suppress(OSError):  # nobody reading (the fix): nothing to unblock
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    timer = threading.Timer(60, open_and_close)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def test_a_fifo_or_a_folder_as_baseline_aborts_at_once(served, tmp_path, capsys):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would wait for ever
+    with unblocked_later(fifo):
+        assert _exit(fifo) == EXIT_ABORT_GIT_BISECT
+    assert capsys.readouterr().err == (f"error: --bisect-exit {fifo}: not a number or a smoke report: "
+                                       f"is not a regular file\n")
+    assert _exit(tmp_path) == EXIT_ABORT_GIT_BISECT
+    assert capsys.readouterr().err == (f"error: --bisect-exit {tmp_path}: not a number or a smoke report: "
+                                       f"is a directory, not a smoke report\n")
+    assert served == []
+
+
+def test_a_baseline_over_the_size_limit_aborts_unread(served, tmp_path, capsys):
+    path = tmp_path / "huge.json"
+    with path.open("wb") as fh:
+        fh.truncate(MAX_INPUT_BYTES + 1)  # sparse: no disk used
+    assert _exit(path) == EXIT_ABORT_GIT_BISECT
+    assert capsys.readouterr().err == (f"error: --bisect-exit {path}: not a number or a smoke report: "
+                                       f"is larger than the {MAX_INPUT_BYTES // 1024} KiB limit for a smoke report\n")
+    assert served == []
+
+
+def test_a_deeply_nested_bisect_log_line_is_one_line(tmp_path):
+    log = BisectLog(tmp_path)
+    log.path.parent.mkdir(parents=True, exist_ok=True)
+    log.path.write_text('{"event": "start"}\n' + "[" * 100_000 + "]" * 100_000 + "\n" + '{"event": "skip"}\n')
+    with pytest.raises(BisectLogError) as caught:
+        log.read()
+    assert str(caught.value) == f"{log.path}:2: not a bisect event"

@@ -140,7 +140,7 @@ def test_bad_k8s_options_change_nothing(cluster: dict[str, str], tmp_path: Path,
 
 def test_an_unknown_target_is_one_line(cluster: dict[str, str], tmp_path: Path) -> None:
     proc = run_invoke("deploy", "--stack", STACK, "--target", "helm", "--digest", A, cwd=tmp_path, env=cluster)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad input
     assert proc.stderr.strip() == "error: --target 'helm': not one of compose, k8s"
 
 

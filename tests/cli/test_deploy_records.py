@@ -355,7 +355,7 @@ def test_bad_deploy_options_are_one_line_errors_before_anything_runs(tmp_path: P
     extra = ["--image", "sglstack-test/never-pulled:1"] if task == "deploy" else []
     proc = run_invoke(task, "--stack", "tiny", "--stacks-file", str(matrix), *extra, *rest, cwd=tmp_path,
                       env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # bad input
     assert proc.stderr.strip().startswith(message), proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     # Nothing was started, pulled, preflighted or written.

@@ -316,7 +316,7 @@ def test_k8s_option_values_are_range_checked(tmp_path, options, expected):
 def test_a_bad_namespace_stops_the_deploy_before_kubectl_changes_anything(cluster, tmp_path):
     path = matrix(tmp_path, {"s": ""})
     proc = _k8s_deploy(cluster, tmp_path, path, "s", DIGEST, "--namespace", "Team_A")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # bad input
     assert proc.stderr.strip().splitlines() == [
         "error: stack 's': --namespace 'Team_A': not a namespace name (a DNS label: at most 63 lowercase letters, "
         "digits and '-', starting and ending with a letter or digit)"]

@@ -189,7 +189,7 @@ def test_smoke_refuses_a_missing_mount_source_before_docker(tmp_path):
     missing = tmp_path / "does-not-exist"
     proc = run_invoke("smoke", "--image", "sglstack-test/never-pulled:1", "--model", "m", "--draft-model", "d",
                       "--gpus", "0", "--mount", f"{missing}:/x", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # bad input
     assert proc.stderr.strip() == (f"error: --mount '{missing}:/x': {missing} does not exist "
                                    "(Docker would create it as root); create it first")
     assert not missing.exists() and not (tmp_path / "build").exists()

@@ -70,7 +70,7 @@ def test_a_missing_required_option_is_one_line_and_exit_2(capsys):
 
 
 def test_a_malformed_number_is_one_line_naming_the_flag(capsys):
-    assert _call(stack="s", count="two") == 1
+    assert _call(stack="s", count="two") == 2
     assert capsys.readouterr().err == "error: --count 'two': not a whole number\n"
 
 

@@ -102,8 +102,7 @@ def test_a_file_that_is_not_text_is_one_line(tmp_path):
     path.write_bytes(b"\xff{}")
     with pytest.raises(ConfigError) as caught:
         snapshot_from_file(path, "x")
-    assert str(caught.value) == (f"{path}: cannot read it: 'utf-8' codec can't decode byte 0xff in position 0: "
-                                 "invalid start byte")
+    assert str(caught.value) == f"{path}:1: is not UTF-8 text (byte 0xff cannot be decoded)"
 
 
 def test_a_damaged_record_names_its_key(tmp_path):

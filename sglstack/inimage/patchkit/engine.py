@@ -205,8 +205,12 @@ def resolve_version(root: Path, given: str | None) -> str | None:
 
 
 def read_manifest(path: Path | str) -> list[dict]:
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would hang the read, a device never end
+        raise PatchUsageError(f"manifest {path}: not a regular file")
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except RecursionError:  # nested thousands deep: no ValueError, and no manifest either
+        raise PatchUsageError(f"manifest {path}: nested too deep to be a manifest") from None
     except (OSError, ValueError) as exc:
         raise PatchUsageError(f"manifest {path}: {exc}") from None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):

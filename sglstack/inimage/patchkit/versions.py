@@ -24,6 +24,8 @@ _VERSION_RE = re.compile(
     \s*$""",
     re.VERBOSE | re.IGNORECASE,
 )
+# As sglstack.core.versions (this package runs in images without the rest of sglstack).
+MAX_VERSION_CHARS = 64
 _PRE_LABELS = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 
 
@@ -44,6 +46,9 @@ class Version:
 
     @classmethod
     def parse(cls, text: str) -> Version:
+        if len(text) > MAX_VERSION_CHARS:  # a long run of digits would end in int()'s conversion limit
+            raise InvalidVersion(f"'{text[:40]}...' ({len(text)} characters) is not a PEP 440 version (longer "
+                                 f"than {MAX_VERSION_CHARS} characters)")
         m = _VERSION_RE.match(text)
         if not m:
             raise InvalidVersion(f"'{text}' is not a PEP 440 version")
