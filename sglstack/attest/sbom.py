@@ -132,6 +132,7 @@ def read_sbom(body: bytes) -> SbomSummary:
             elif purl.startswith("pkg:deb/"):
                 debian += 1
         image_id = ((doc.get("metadata") or {}).get("component") or {}).get("version")
-    except (ValueError, AttributeError, KeyError, TypeError) as exc:
-        raise AttestationError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({exc})") from None
+    except (ValueError, AttributeError, KeyError, TypeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise AttestationError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({reason})") from None
     return SbomSummary(image_id=image_id if isinstance(image_id, str) else None, python=python, debian=debian)

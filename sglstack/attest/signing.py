@@ -79,8 +79,9 @@ def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
             raise ValueError(f"payload type {envelope.get('payloadType')!r}")
         payload = base64.b64decode(envelope["payload"], validate=True)
         signatures = [base64.b64decode(s["sig"], validate=True) for s in envelope["signatures"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise NotVerified(f"the signature is not a DSSE envelope this tool wrote ({exc})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise NotVerified(f"the signature is not a DSSE envelope this tool wrote ({reason})") from None
     for sig in signatures:
         try:
             public.verify(sig, pae(PAYLOAD_TYPE, payload))
@@ -88,7 +89,7 @@ def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
             continue
         try:
             data = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise NotVerified("the signed payload is not JSON") from None
         if not isinstance(data, dict) or data.get("_type") != PAYLOAD_KIND:
             raise NotVerified("the signed payload is not an sglstack attestation list")

@@ -30,10 +30,28 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+NO_REFERRERS_API = (400, 404, 405, 501)  # what registries without the OCI 1.1 referrers API answer to it
 
 
 class RegistryAuthError(RegistryError):
     """The registry refused our credentials (401) or our access (403)."""
+
+
+class TooLarge(RegistryError):
+    """A manifest or blob is larger than the caller will read: refused before it is held in memory."""
+
+
+# A registry (distribution's own limit) keeps manifests under 4 MiB; a bigger answer is not one.
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # an image config (labels, history) is kilobytes
+
+
+def json_document(body: bytes | str) -> Any:
+    """`json.loads`, with nesting too deep for the parser (a JSON bomb) a ValueError like any other bad JSON."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 class ManifestNotFound(RegistryError):
@@ -54,7 +72,10 @@ class Manifest:
     digest: str
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.body)
+        data = json_document(self.body)
+        if not isinstance(data, dict):
+            raise ValueError("the manifest is not a JSON object")
+        return data
 
     @property
     def is_index(self) -> bool:
@@ -77,10 +98,10 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
     if header in MANIFEST_MEDIA_TYPES:
         return header
     try:
-        declared = json.loads(body).get("mediaType")
+        declared = json_document(body).get("mediaType")
     except (ValueError, AttributeError):
         declared = None
-    return declared or header
+    return declared if isinstance(declared, str) and declared else header
 
 
 def _is_loopback(registry: str) -> bool:
@@ -211,6 +232,7 @@ class RegistryClient:
         headers: Mapping[str, str],
         data: bytes | None,
         allow_redirects: bool,
+        stream: bool = False,
     ) -> requests.Response:
         # Credentials are read at send time, not captured once: answering a challenge in `request`
         # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
@@ -221,6 +243,7 @@ class RegistryClient:
             data=data,
             auth=self._basic_auth(),
             allow_redirects=allow_redirects,
+            stream=stream,
         )
 
     def request(
@@ -233,6 +256,7 @@ class RegistryClient:
         headers: Mapping[str, str] | None = None,
         data: bytes | None = None,
         allow_redirects: bool = True,
+        stream: bool = False,
     ) -> requests.Response:
         """A /v2 request as one operation, answering one auth challenge.
 
@@ -241,7 +265,7 @@ class RegistryClient:
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
         with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
-            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
             if resp.status_code == 401:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 kind, params = _parse_challenge(challenge)
@@ -251,7 +275,7 @@ class RegistryClient:
                     self._basic = True
                 else:
                     raise self._auth_failed("the registry")
-                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
                 if resp.status_code == 401:
                     raise self._auth_failed("the registry")
         if resp.status_code == 403:
@@ -260,15 +284,16 @@ class RegistryClient:
             )
         return resp
 
-    def _json(self, resp: requests.Response, what: str) -> Any:
-        """The body as JSON, or one line saying which request answered something else."""
+    def _json(self, resp: requests.Response, what: str, body: bytes | None = None) -> Any:
+        """The body (`body`: as already read) as JSON, or one line saying which request answered something else."""
+        content = resp.content if body is None else body
         try:
-            return json.loads(resp.content)
+            return json_document(content)
         except ValueError:
             kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
             raise self._fail(
                 f"{what} answered HTTP {resp.status_code} with a body that is not JSON "
-                f"({kind}, {len(resp.content)} bytes)"
+                f"({kind}, {len(content)} bytes)"
             ) from None
 
     # -- API ---------------------------------------------------------------------------------------
@@ -288,19 +313,20 @@ class RegistryClient:
             scope=f"repository:{repo}:pull",
             what=what,
             headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+            stream=True,
         )
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        body = resp.content
+        body = self._capped(resp, what, MAX_MANIFEST_BYTES)
         digest = compute_digest(body)
         claimed = resp.headers.get("Docker-Content-Digest")
         if is_digest(reference) and digest != reference:
             raise self._fail(f"manifest {repo}@{reference} has content with digest {digest}")
         if claimed and claimed != digest:
             raise self._fail(f"manifest {repo}:{reference} digest header {claimed} != content {digest}")
-        if not isinstance(self._json(resp, what), dict):
+        if not isinstance(self._json(resp, what, body), dict):
             raise self._fail(f"{what} answered a manifest that is not a JSON object")
         return Manifest(media_type=_media_type(resp, body), body=body, digest=digest)
 
@@ -355,11 +381,12 @@ class RegistryClient:
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
         """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None
-        when the registry has no such API (it answers 404, as distribution 2.x does)."""
+        when the registry has no such API: it answers 404 (distribution 2.x), or 400, 405 or 501 (registries
+        that take `referrers` for a bad reference or an unknown route); the tag scheme is read instead."""
         what = f"GET referrers {repo}@{digest}"
         resp = self.request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull", what=what,
                             headers={"Accept": OCI_INDEX})
-        if resp.status_code == 404:
+        if resp.status_code in NO_REFERRERS_API:
             return None
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
@@ -417,16 +444,38 @@ class RegistryClient:
             path = match.group(1).split("/v2/", 1)[-1] if match else ""
         return tags
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
+    def get_blob(self, repo: str, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """The blob's bytes, checked against its digest; `max_bytes`: a bigger one is `TooLarge`, read no
+        further than that (a document someone attached is not trusted to be small)."""
         what = f"GET blob {repo}@{digest}"
-        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what,
+                            stream=max_bytes is not None)
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: blob {repo}@{digest} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code}")
-        if compute_digest(resp.content) != digest:
+        body = resp.content if max_bytes is None else self._capped(resp, what, max_bytes)
+        if compute_digest(body) != digest:
             raise self._fail(f"blob {repo}@{digest} content does not match its digest")
-        return resp.content
+        return body
+
+    def _capped(self, resp: requests.Response, what: str, limit: int) -> bytes:
+        """A streamed body, refused (`TooLarge`) as soon as it passes `limit` bytes."""
+        try:
+            length = resp.headers.get("Content-Length") or ""
+            if length.isdigit() and int(length) > limit:
+                raise TooLarge(f"registry {self.registry}: {what}: {length} bytes, over the {limit}-byte limit")
+            chunks, total = [], 0
+            for chunk in resp.iter_content(64 * 1024):
+                total += len(chunk)
+                if total > limit:
+                    raise TooLarge(f"registry {self.registry}: {what}: over the {limit}-byte limit")
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except requests.RequestException as exc:
+            raise self._fail(f"{what}: the answer broke off ({type(exc).__name__})") from None
+        finally:
+            resp.close()
 
     def image_config(self, repo: str, reference: str) -> dict[str, Any]:
         """The image config JSON (labels, created) of an image manifest, or of an index's first child."""
@@ -438,7 +487,7 @@ class RegistryClient:
             manifest = self.get_manifest(repo, children[0])
         blob = manifest.blobs()[0]
         try:
-            config = json.loads(self.get_blob(repo, blob))
+            config = json_document(self.get_blob(repo, blob, max_bytes=MAX_CONFIG_BYTES))
         except ValueError:
             raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
         if not isinstance(config, dict):
