@@ -11,13 +11,28 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rich.console import Console
+
+from ..attest.errors import AttestationError, BadInput
+from ..attest.provenance import BuildIdentity
+from ..attest.release import ensure_signed
+from ..attest.signing import KEY_ENV
 from ..config.imageref import Repository, is_digest
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.labels import CONFIG_HASH_LABEL
 from ..core.records import utc_today
 from ..registry.client import ManifestNotFound, RegistryClient
-from .history import PublishError, read_records, records_path, released_records, unresolved_partial
+from .history import (
+    PublishError,
+    append_records,
+    read_records,
+    records_path,
+    released_records,
+    tag_record,
+    unresolved_partial,
+)
 from .promotion import already_published, promote_recorded, target_repository
 from .tags import release_tags
 
@@ -33,14 +48,22 @@ def _config_hash_of(
     return value if isinstance(value, str) else None
 
 
-def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, config_hash: str | None = None,
-                   force: bool = False, smoke_report: str | None = None, build_dir: Path | None = None,
+def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None = None, unsigned: bool = False,
+                   registry: str | None = None, config_hash: str | None = None, force: bool = False,
+                   smoke_report: str | None = None, build_dir: Path | None = None,
                    today: dt.date | None = None) -> int:
     """Promote `digest` (smoke-tested elsewhere) or roll back to it; 0 when the tags point to it.
 
+    A release is signed or explicitly unsigned: with `key` the digest is made to verify against it as this
+    stack's build (`attest.release.ensure_signed`) before any tag moves; `unsigned` promotes without.
     `today` (UTC by default) dates a new immutable tag. A promotion left `partial` before is finished,
     recording what the tags pointed to before that first attempt.
     """
+    if key is not None and unsigned:
+        raise BadInput(f"stack '{stack.name}': give --key or --unsigned, not both")
+    if key is None and not unsigned:
+        raise BadInput(f"stack '{stack.name}': publish needs --key (or {KEY_ENV}) to sign the release, or "
+                       f"--unsigned to promote it without a signature")
     if not is_digest(digest):
         raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
     day = today or utc_today()
@@ -77,6 +100,8 @@ def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, co
         moving = tags.moving
     if not moving:
         raise PublishError(f"stack '{stack.name}': no moving tags known for {digest}: pass --config-hash")
+    if key is not None:
+        _sign(out, client, repo, stack, digest, key, config_hash, immutable or moving[0], path)
     if event == "rollback" and not force and not partial:
         current = {t: client.manifest_digest(repo.path, t) for t in moving}
         if all(d == digest for d in current.values()):
@@ -92,3 +117,15 @@ def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, co
     verb = "rolled back" if event == "rollback" else "published"
     out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
     return 0
+
+
+def _sign(out: Console, client: RegistryClient, repo: Repository, stack: Stack, digest: str, key: Ed25519PrivateKey,
+          config_hash: str | None, tag: str, records: Path) -> None:
+    """Make `digest` verify against `key` as this stack's build (and config), before any tag moves; recorded."""
+    try:
+        summary = ensure_signed(client, repo, digest, key, BuildIdentity(stack.name, config_hash))
+    except AttestationError as exc:
+        raise PublishError(f"stack '{stack.name}': {exc}; no tag moved") from None
+    append_records(records, [tag_record("attested", stack, repo, tag, "release", digest, config_hash,
+                                        summary=summary)])
+    out.print(f"{stack.name}: {summary}", markup=False, highlight=False)
