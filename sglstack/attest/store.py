@@ -20,7 +20,7 @@ from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
-from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, TooLarge, compute_digest
+from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
 from .errors import AttestationError
 from .provenance import PROVENANCE_MEDIA_TYPE
 from .sbom import SBOM_MEDIA_TYPE
@@ -127,8 +127,8 @@ def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str)
         manifest = client.get_manifest(repo, manifest_digest)
     except ManifestNotFound:
         return None
-    except TooLarge as exc:
-        return str(exc)
+    except RegistryError as exc:  # too large, not JSON, or unreadable: it can vouch for nothing
+        return f"artifact {manifest_digest[:19]} ({via}): {exc}"
     where = f"artifact {manifest_digest[:19]} ({via})"
     try:
         data = manifest.json()
@@ -140,7 +140,7 @@ def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str)
         return f"{where}: artifactType {str(artifact_type)[:80]!r} is not an sglstack attestation"
     layers = data.get("layers")
     if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
-        return f"{where}: a {kind} artifact has one layer, this one has {_count(layers)}"
+        return f"{where}: its layers are not one descriptor: {_shown(layers)}"
     layer = layers[0]
     digest, size, media = layer.get("digest"), layer.get("size"), layer.get("mediaType")
     if media != KINDS[kind]:
@@ -148,7 +148,7 @@ def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str)
     if not (isinstance(digest, str) and is_digest(digest)):
         return f"{where}: its layer's digest {str(digest)[:80]!r} is not sha256:<64 hex>"
     if not (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_DOCUMENT_BYTES):
-        return f"{where}: its layer's size {str(size)[:40]!r} is not a number of bytes up to {MAX_DOCUMENT_BYTES}"
+        return f"{where}: its layer's size {_shown(size)} is not a number of bytes up to {MAX_DOCUMENT_BYTES}"
     subject = data.get("subject")
     subject_digest = subject.get("digest") if isinstance(subject, dict) else None
     if not isinstance(subject_digest, str):
@@ -156,8 +156,12 @@ def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str)
     return Artifact(kind, manifest.digest, digest, size, subject_digest, via)
 
 
-def _count(layers: object) -> str:
-    return str(len(layers)) if isinstance(layers, list) else f"a {type(layers).__name__}, not a list"
+def _shown(value: object) -> str:
+    """A value someone attached, shown short (its first 80 characters of JSON)."""
+    try:
+        return json.dumps(value)[:80]
+    except (RecursionError, ValueError):
+        return "(nested too deeply)"
 
 
 def find_attestations(client: RegistryClient, repo: str, image_digest: str, skipped: list[str] | None = None
