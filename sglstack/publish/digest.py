@@ -54,16 +54,11 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
                    today: dt.date | None = None) -> int:
     """Promote `digest` (smoke-tested elsewhere) or roll back to it; 0 when the tags point to it.
 
-    A release is signed or explicitly unsigned: with `key` the digest is made to verify against it as this
-    stack's build (`attest.release.ensure_signed`) before any tag moves; `unsigned` promotes without.
-    `today` (UTC by default) dates a new immutable tag. A promotion left `partial` before is finished,
-    recording what the tags pointed to before that first attempt.
+    Signed with `key` (made to verify before any tag moves) or explicitly `unsigned`. `today` (UTC by
+    default) dates a new immutable tag. A promotion left `partial` before is finished, recording what the
+    tags pointed to before that first attempt.
     """
-    if key is not None and unsigned:
-        raise BadInput(f"stack '{stack.name}': give --key or --unsigned, not both")
-    if key is None and not unsigned:
-        raise BadInput(f"stack '{stack.name}': publish needs --key (or {KEY_ENV}) to sign the release, or "
-                       f"--unsigned to promote it without a signature")
+    _signed_or_unsigned(stack, key, unsigned)
     if not is_digest(digest):
         raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
     day = today or utc_today()
@@ -88,10 +83,8 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     else:
         event = "published"
         if not config_hash:
-            raise PublishError(
-                f"stack '{stack.name}': cannot tell the config hash of {digest} (no publish "
-                f"record, no {CONFIG_HASH_LABEL} label): pass --config-hash"
-            )
+            raise PublishError(f"stack '{stack.name}': cannot tell the config hash of {digest} (no publish "
+                               f"record, no {CONFIG_HASH_LABEL} label): pass --config-hash")
         tags = release_tags(stack, config_hash, day)
         found = already_published(client, repo, stack, config_hash)
         # This config's immutable tag on an earlier date (published from elsewhere, or left by a partial
@@ -105,11 +98,8 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     if event == "rollback" and not force and not partial:
         current = {t: client.manifest_digest(repo.path, t) for t in moving}
         if all(d == digest for d in current.values()):
-            out.print(
-                f"{stack.name}: {repo}@{digest} is already published as "
-                + ", ".join(repo.ref(t) for t in (immutable, *moving) if t)
-                + "; nothing to do (--force to redo)"
-            )
+            out.print(f"{stack.name}: {repo}@{digest} is already published as "
+                      + ", ".join(repo.ref(t) for t in (immutable, *moving) if t) + "; nothing to do (--force to redo)")
             return 0
     previous = promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=immutable,
                                 moving=moving, event=event, records=path, smoke_report=smoke_report,
@@ -117,6 +107,15 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     verb = "rolled back" if event == "rollback" else "published"
     out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
     return 0
+
+
+def _signed_or_unsigned(stack: Stack, key: Ed25519PrivateKey | None, unsigned: bool) -> None:
+    """A release is signed or says it is not: one of the two, before the registry is asked anything."""
+    if key is not None and unsigned:
+        raise BadInput(f"stack '{stack.name}': give --key or --unsigned, not both")
+    if key is None and not unsigned:
+        raise BadInput(f"stack '{stack.name}': publish needs --key (or {KEY_ENV}) to sign the release, or "
+                       f"--unsigned to promote it without a signature")
 
 
 def _sign(out: Console, client: RegistryClient, repo: Repository, stack: Stack, digest: str, key: Ed25519PrivateKey,

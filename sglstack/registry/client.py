@@ -22,7 +22,7 @@ from ..config.imageref import DOCKER_HUB, is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
-from .transport import Transport, error_detail
+from .transport import Transport, error_detail, json_document, read_capped
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -30,28 +30,16 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
-NO_REFERRERS_API = (400, 404, 405, 501)  # what registries without the OCI 1.1 referrers API answer to it
+NO_REFERRERS_API = (400, 404, 405, 501)  # what registries without the OCI 1.1 referrers API answer
 
 
 class RegistryAuthError(RegistryError):
     """The registry refused our credentials (401) or our access (403)."""
 
 
-class TooLarge(RegistryError):
-    """A manifest or blob is larger than the caller will read: refused before it is held in memory."""
-
-
 # A registry (distribution's own limit) keeps manifests under 4 MiB; a bigger answer is not one.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # an image config (labels, history) is kilobytes
-
-
-def json_document(body: bytes | str) -> Any:
-    """`json.loads`, with nesting too deep for the parser (a JSON bomb) a ValueError like any other bad JSON."""
-    try:
-        return json.loads(body)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
 
 
 class ManifestNotFound(RegistryError):
@@ -224,40 +212,16 @@ class RegistryClient:
             f"{self.credentials.source} (wrong user or password?)"
         )
 
-    def _send_authorized(
-        self,
-        method: str,
-        url: str,
-        scope: str,
-        headers: Mapping[str, str],
-        data: bytes | None,
-        allow_redirects: bool,
-        stream: bool = False,
-    ) -> requests.Response:
+    def _send_authorized(self, method: str, url: str, scope: str, headers: Mapping[str, str], data: bytes | None,
+                         allow_redirects: bool, stream: bool = False) -> requests.Response:
         # Credentials are read at send time, not captured once: answering a challenge in `request`
         # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
-        return self._send(
-            method,
-            url,
-            headers={**headers, **self._auth_header(scope)},
-            data=data,
-            auth=self._basic_auth(),
-            allow_redirects=allow_redirects,
-            stream=stream,
-        )
+        return self._send(method, url, headers={**headers, **self._auth_header(scope)}, data=data,
+                          auth=self._basic_auth(), allow_redirects=allow_redirects, stream=stream)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        scope: str,
-        what: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        data: bytes | None = None,
-        allow_redirects: bool = True,
-        stream: bool = False,
-    ) -> requests.Response:
+    def request(self, method: str, path: str, *, scope: str, what: str | None = None,
+                headers: Mapping[str, str] | None = None, data: bytes | None = None, allow_redirects: bool = True,
+                stream: bool = False) -> requests.Response:
         """A /v2 request as one operation, answering one auth challenge.
 
         Returns any non-transient, non-auth response; `what` names it in waits and errors.
@@ -319,7 +283,7 @@ class RegistryClient:
             raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        body = self._capped(resp, what, MAX_MANIFEST_BYTES)
+        body = read_capped(resp, f"registry {self.registry}: {what}", MAX_MANIFEST_BYTES)
         digest = compute_digest(body)
         claimed = resp.headers.get("Docker-Content-Digest")
         if is_digest(reference) and digest != reference:
@@ -454,28 +418,10 @@ class RegistryClient:
             raise ManifestNotFound(f"registry {self.registry}: blob {repo}@{digest} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code}")
-        body = resp.content if max_bytes is None else self._capped(resp, what, max_bytes)
+        body = resp.content if max_bytes is None else read_capped(resp, f"registry {self.registry}: {what}", max_bytes)
         if compute_digest(body) != digest:
             raise self._fail(f"blob {repo}@{digest} content does not match its digest")
         return body
-
-    def _capped(self, resp: requests.Response, what: str, limit: int) -> bytes:
-        """A streamed body, refused (`TooLarge`) as soon as it passes `limit` bytes."""
-        try:
-            length = resp.headers.get("Content-Length") or ""
-            if length.isdigit() and int(length) > limit:
-                raise TooLarge(f"registry {self.registry}: {what}: {length} bytes, over the {limit}-byte limit")
-            chunks, total = [], 0
-            for chunk in resp.iter_content(64 * 1024):
-                total += len(chunk)
-                if total > limit:
-                    raise TooLarge(f"registry {self.registry}: {what}: over the {limit}-byte limit")
-                chunks.append(chunk)
-            return b"".join(chunks)
-        except requests.RequestException as exc:
-            raise self._fail(f"{what}: the answer broke off ({type(exc).__name__})") from None
-        finally:
-            resp.close()
 
     def image_config(self, repo: str, reference: str) -> dict[str, Any]:
         """The image config JSON (labels, created) of an image manifest, or of an index's first child."""

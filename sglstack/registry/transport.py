@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import threading
 import time
@@ -135,6 +136,37 @@ class _RetryPolicy(Retry):
         delay = min(delay, max(0.0, op.remaining()))
         if delay > 0:
             op.sleep(delay)
+
+
+class TooLarge(RegistryError):
+    """A manifest or blob is larger than the caller will read: refused before it is held in memory."""
+
+
+def read_capped(resp: requests.Response, what: str, limit: int) -> bytes:
+    """A streamed body, refused (`TooLarge`, naming `what`) as soon as it passes `limit` bytes."""
+    try:
+        length = resp.headers.get("Content-Length") or ""
+        if length.isdigit() and int(length) > limit:
+            raise TooLarge(f"{what}: {length} bytes, over the {limit}-byte limit")
+        chunks, total = [], 0
+        for chunk in resp.iter_content(64 * 1024):
+            total += len(chunk)
+            if total > limit:
+                raise TooLarge(f"{what}: over the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except requests.RequestException as exc:
+        raise RegistryError(f"{what}: the answer broke off ({type(exc).__name__})") from None
+    finally:
+        resp.close()
+
+
+def json_document(body: bytes | str) -> Any:
+    """`json.loads`, with nesting too deep for the parser (a JSON bomb) a ValueError like any other bad JSON."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def failure_reason(response: Any, error: BaseException | None) -> str:
