@@ -196,9 +196,9 @@ class RegistryClient:
         if resp.status_code != 200:
             raise self._fail(f"token service answered HTTP {resp.status_code}")
         try:
-            body = resp.json()
+            body = json_document(resp.content)
             return body.get("token") or body["access_token"]
-        except (ValueError, KeyError, AttributeError):
+        except (ValueError, KeyError, AttributeError, TypeError):
             raise self._fail("token service answered without a token") from None
 
     def _auth_failed(self, by: str) -> RegistryAuthError:

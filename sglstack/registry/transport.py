@@ -49,12 +49,13 @@ def default_timeout_s() -> float:
 
 def error_detail(resp: requests.Response) -> str:
     """The first error of a registry's JSON error body (`CODE: message`), else the HTTP reason."""
-    try:
-        errors = resp.json().get("errors") or []
+    try:  # what a registry says is shown, not trusted: any shape, any depth, one short line
+        errors = json_document(resp.content).get("errors") or []
         if errors:
             first = errors[0]
-            return f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
-    except (ValueError, AttributeError):
+            text = f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
+            return (text.splitlines() or [""])[0][:300]
+    except (ValueError, AttributeError, KeyError, TypeError):
         pass
     return resp.reason or ""
 
