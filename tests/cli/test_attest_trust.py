@@ -400,3 +400,20 @@ def test_a_blob_over_the_cap_is_refused_without_reading_it_whole(reg):
     with pytest.raises(Exception) as err:
         client.get_blob(REPO, digest, max_bytes=4999)
     assert str(err.value) == f"registry {reg.host}: GET blob {REPO}@{digest}: 5000 bytes, over the 4999-byte limit"
+
+
+def test_a_registry_error_body_is_read_as_one_short_line_whatever_its_shape():
+    import requests
+
+    from sglstack.registry.transport import error_detail
+
+    def answer(body: bytes) -> requests.Response:
+        resp = requests.Response()
+        resp.status_code, resp.reason, resp._content = 400, "Bad Request", body
+        return resp
+
+    assert error_detail(answer(BOMB)) == "Bad Request"
+    assert error_detail(answer(b'{"errors": {"0": 1}}')) == "Bad Request"
+    assert error_detail(answer(b'{"errors": ["x"]}')) == "Bad Request"
+    multi = json.dumps({"errors": [{"code": "DENIED", "message": "first\nsecond"}]}).encode()
+    assert error_detail(answer(multi)) == "DENIED: first"
