@@ -124,7 +124,7 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
     if key and parsed is None:
         raise BadInput(f"sbom: --key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")
     body: bytes | None = None
-    source, signature = "listed from the image itself", UNSIGNED_LISTED
+    source, signature = "", UNSIGNED_LISTED
     if parsed is not None and key:
         try:
             body, signature = _signed_sbom(parsed, key)
@@ -139,7 +139,8 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
         if found:
             body, source, signature = found[1], f"attached to {parsed.repository.ref(found[0])}", UNSIGNED_ATTACHED
     if body is None:
-        body = _listed_sbom(ref, docker_host)
+        body, image_id = _listed_sbom(ref, docker_host)
+        source = f"listed from image {image_id[:19]}"
     summary = read_sbom(body)
     text = json.dumps(_marked(body, signature), indent=2, sort_keys=True) + "\n"
     if json_path:
@@ -155,7 +156,7 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
     return 0
 
 
-def _listed_sbom(ref: str, docker_host: str | None) -> bytes:
+def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
     client = docker_client(docker_host)
     try:
         image = client.images.get(ref)
@@ -167,7 +168,7 @@ def _listed_sbom(ref: str, docker_host: str | None) -> bytes:
                                    f"{str(exc.explanation or exc).splitlines()[0][:200]}") from None
     created = _created(image.attrs.get("Created"))
     return sbom_document(image_inventory(client, str(image.id)), image_name=ref, image_id=str(image.id),
-                         created=created)
+                         created=created), str(image.id)
 
 
 def _created(value: Any) -> dt.datetime:
