@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Stack
+from ..core.inputs import loads
 from .errors import AttestationError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -90,14 +91,13 @@ def provenance_statement(record: Mapping[str, Any], *, repository: str, digest: 
 
 def _statement(body: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(body)
+        doc = loads(body)
         if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE \
                 or doc.get("predicateType") != SLSA_PROVENANCE_V1:
             raise ValueError("not an in-toto SLSA provenance statement")
         return doc
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({reason})") from None
+    except ValueError as exc:
+        raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({exc})") from None
 
 
 def statement_subjects(body: bytes) -> list[str]:

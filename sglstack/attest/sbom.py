@@ -26,6 +26,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from ..core.inputs import loads
 from ..lock.file import VENV_BOOTSTRAP, Lock, compare_installed
 from .errors import AttestationError
 
@@ -121,7 +122,7 @@ class SbomSummary:
 def read_sbom(body: bytes) -> SbomSummary:
     """Parse our CycloneDX JSON back (what `verify-image` checks and `sbom` summarizes)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
         if doc.get("bomFormat") != "CycloneDX":
             raise ValueError("not CycloneDX")
         python, debian = {}, 0
@@ -132,7 +133,6 @@ def read_sbom(body: bytes) -> SbomSummary:
             elif purl.startswith("pkg:deb/"):
                 debian += 1
         image_id = ((doc.get("metadata") or {}).get("component") or {}).get("version")
-    except (ValueError, AttributeError, KeyError, TypeError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise AttestationError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({reason})") from None
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise AttestationError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({exc})") from None
     return SbomSummary(image_id=image_id if isinstance(image_id, str) else None, python=python, debian=debian)

@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..core.inputs import loads
 from .errors import BadInput, NotVerified
 
 KEY_ENV = "SGLSTACK_SIGNING_KEY"
@@ -74,22 +75,21 @@ def sign_envelope(key: Ed25519PrivateKey, payload: bytes) -> bytes:
 def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
     """The payload of an envelope one of whose signatures `public` made; NotVerified otherwise."""
     try:
-        envelope = json.loads(body)
+        envelope = loads(body)
         if envelope.get("payloadType") != PAYLOAD_TYPE:
             raise ValueError(f"payload type {envelope.get('payloadType')!r}")
         payload = base64.b64decode(envelope["payload"], validate=True)
         signatures = [base64.b64decode(s["sig"], validate=True) for s in envelope["signatures"]]
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise NotVerified(f"the signature is not a DSSE envelope this tool wrote ({reason})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise NotVerified(f"the signature is not a DSSE envelope this tool wrote ({exc})") from None
     for sig in signatures:
         try:
             public.verify(sig, pae(PAYLOAD_TYPE, payload))
         except InvalidSignature:
             continue
         try:
-            data = json.loads(payload)
-        except (ValueError, RecursionError):
+            data = loads(payload)
+        except ValueError:
             raise NotVerified("the signed payload is not JSON") from None
         if not isinstance(data, dict) or data.get("_type") != PAYLOAD_KIND:
             raise NotVerified("the signed payload is not an sglstack attestation list")

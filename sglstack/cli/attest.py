@@ -21,6 +21,7 @@ from ..attest.verify import parse_ref, resolve_digest, verified_line, verified_r
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
 
@@ -98,7 +99,7 @@ def _signed_sbom(parsed: ImageReference, key: str) -> tuple[bytes, str]:
 
 def _marked(body: bytes, signature: str) -> dict[str, Any]:
     """The document with one CycloneDX property saying whether a verified signature covers it."""
-    doc = json.loads(body)
+    doc = loads(body)
     metadata = doc.setdefault("metadata", {})
     props = [p for p in metadata.get("properties") or []
              if not (isinstance(p, dict) and p.get("name") == SIGNATURE_PROPERTY)]

@@ -21,8 +21,9 @@ import requests
 from ..config.imageref import DOCKER_HUB, is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
-from .transport import Transport, error_detail, json_document, read_capped
+from .transport import Transport, error_detail, read_capped
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -60,7 +61,7 @@ class Manifest:
     digest: str
 
     def json(self) -> dict[str, Any]:
-        data = json_document(self.body)
+        data = loads(self.body)
         if not isinstance(data, dict):
             raise ValueError("the manifest is not a JSON object")
         return data
@@ -86,7 +87,7 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
     if header in MANIFEST_MEDIA_TYPES:
         return header
     try:
-        declared = json_document(body).get("mediaType")
+        declared = loads(body).get("mediaType")
     except (ValueError, AttributeError):
         declared = None
     return declared if isinstance(declared, str) and declared else header
@@ -196,7 +197,7 @@ class RegistryClient:
         if resp.status_code != 200:
             raise self._fail(f"token service answered HTTP {resp.status_code}")
         try:
-            body = json_document(resp.content)
+            body = loads(resp.content)
             return body.get("token") or body["access_token"]
         except (ValueError, KeyError, AttributeError, TypeError):
             raise self._fail("token service answered without a token") from None
@@ -252,7 +253,7 @@ class RegistryClient:
         """The body (`body`: as already read) as JSON, or one line saying which request answered something else."""
         content = resp.content if body is None else body
         try:
-            return json_document(content)
+            return loads(content)
         except ValueError:
             kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
             raise self._fail(
@@ -319,7 +320,7 @@ class RegistryClient:
         """`put_manifest` for a manifest with a `subject`: (digest, whether the registry indexed the subject
         for the referrers API). OCI 1.1: a registry that did answers with an `OCI-Subject` header."""
         digest, resp = self._put_manifest(repo, reference, body, media_type)
-        subject = (json.loads(body).get("subject") or {}).get("digest")
+        subject = (loads(body).get("subject") or {}).get("digest")
         return digest, bool(subject) and resp.headers.get("OCI-Subject") == subject
 
     def _put_manifest(self, repo: str, reference: str, body: bytes,
@@ -433,7 +434,7 @@ class RegistryClient:
             manifest = self.get_manifest(repo, children[0])
         blob = manifest.blobs()[0]
         try:
-            config = json_document(self.get_blob(repo, blob, max_bytes=MAX_CONFIG_BYTES))
+            config = loads(self.get_blob(repo, blob, max_bytes=MAX_CONFIG_BYTES))
         except ValueError:
             raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
         if not isinstance(config, dict):

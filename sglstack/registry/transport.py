@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import os
 import threading
 import time
@@ -27,6 +26,7 @@ from urllib3.util.timeout import Timeout
 
 from ..core.console import console
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 ENV_TIMEOUT = "SGLSTACK_REGISTRY_TIMEOUT"  # seconds one registry operation may take, retries included
@@ -50,7 +50,7 @@ def default_timeout_s() -> float:
 def error_detail(resp: requests.Response) -> str:
     """The first error of a registry's JSON error body (`CODE: message`), else the HTTP reason."""
     try:  # what a registry says is shown, not trusted: any shape, any depth, one short line
-        errors = json_document(resp.content).get("errors") or []
+        errors = loads(resp.content).get("errors") or []
         if errors:
             first = errors[0]
             text = f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
@@ -160,14 +160,6 @@ def read_capped(resp: requests.Response, what: str, limit: int) -> bytes:
         raise RegistryError(f"{what}: the answer broke off ({type(exc).__name__})") from None
     finally:
         resp.close()
-
-
-def json_document(body: bytes | str) -> Any:
-    """`json.loads`, with nesting too deep for the parser (a JSON bomb) a ValueError like any other bad JSON."""
-    try:
-        return json.loads(body)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
 
 
 def failure_reason(response: Any, error: BaseException | None) -> str:

@@ -357,7 +357,7 @@ def test_with_only_malformed_signatures_the_refusal_is_one_line(reg, monkeypatch
         verify_image(client, parse_image_reference(_ref(reg, "cpu-test")), KEY.public_key())
     huge = compute_digest(HUGE)
     assert str(err.value) in {  # the last one tried says why: which is last goes by the artifacts' digests
-        "the signature is not a DSSE envelope this tool wrote (nested too deeply)",
+        "the signature is not a DSSE envelope this tool wrote (nested more than 64 levels deep)",
         f"the signature {huge[:19]} cannot be read: registry {reg.host}: GET blob {REPO}@{huge}: 200000 bytes, "
         f"over the {CAP}-byte limit"}
 
