@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Stack
+from ..core.errors import one_line
 from ..core.inputs import loads
 from .errors import AttestationError
 
@@ -104,7 +105,7 @@ def statement_subjects(body: bytes) -> list[str]:
     """The `sha256:` digests a statement's subjects name (what `verify-image` compares)."""
     doc = _statement(body)
     try:
-        return [f"sha256:{s['digest']['sha256']}" for s in doc["subject"]]
+        return [one_line(f"sha256:{s['digest']['sha256']}"[:71]) for s in doc["subject"]]
     except (KeyError, TypeError, AttributeError) as exc:
         raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({exc})") from None
 
@@ -146,8 +147,8 @@ def statement_identity(body: bytes) -> BuildIdentity:
     sglang = next((d.get("uri") for d in deps if isinstance(d, dict) and d.get("name") == "sglang"), None) \
         if isinstance(deps, list) else None
 
-    def text(value: Any) -> str | None:
-        return value if isinstance(value, str) else None
+    def text(value: Any) -> str | None:  # signed, still outside text: printed, so escaped and short
+        return one_line(value[:200]) if isinstance(value, str) else None
 
     return BuildIdentity(text(params.get("stack")), text(params.get("config_hash")), text(sglang))
 

@@ -414,3 +414,11 @@ def test_a_registry_error_body_is_read_as_one_short_line_whatever_its_shape():
     assert error_detail(answer(b'{"errors": ["x"]}')) == "Bad Request"
     multi = json.dumps({"errors": [{"code": "DENIED", "message": "first\nsecond"}]}).encode()
     assert error_detail(answer(multi)) == "DENIED: first"
+
+
+def test_what_a_provenance_names_is_read_back_escaped_and_short():
+    from sglstack.attest.provenance import statement_identity
+
+    record = {**_record(stack="evil\x1b[2J\nstack"), "config_hash": "c" * 300}
+    found = statement_identity(provenance_statement(record, repository="r", digest="sha256:" + "a" * 64))
+    assert found == BuildIdentity("evil\\x1b[2J\\nstack", "c" * 200, "pkg:pypi/sglang@0.5.9")
