@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..core.options import TaskOptions, option, required, stacks_file_option
@@ -30,13 +31,11 @@ def publish(o: PublishOptions) -> int:
     """Promote a tested digest to the stack's release tags, or roll the moving tags back to it; signed with
     --key (or SGLSTACK_SIGNING_KEY), or explicitly --unsigned."""
     # at call time: the registry client, cryptography and the matrix are slow to import
-    from ..attest.errors import BadInput
-    from ..attest.signing import load_signing_key
+    from ..attest.signing import KEY_ENV, load_signing_key
     from ..config.matrix import load_matrix
-    from ..publish.digest import publish_digest
+    from ..publish.digest import publish_digest, signed_or_unsigned
 
-    if o.key and o.unsigned:
-        raise BadInput(f"stack '{o.stack}': give --key or --unsigned, not both")
+    signed_or_unsigned(o.stack, bool(o.key or os.environ.get(KEY_ENV)), o.unsigned)
     signing_key = None if o.unsigned else load_signing_key(o.key)  # before the matrix and the registry
     stack = load_matrix(o.stacks_file).get(o.stack)
     return publish_digest(stack, o.digest, key=signing_key, unsigned=o.unsigned, registry=o.registry,

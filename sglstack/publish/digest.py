@@ -58,7 +58,7 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     default) dates a new immutable tag. A promotion left `partial` before is finished, recording what the
     tags pointed to before that first attempt.
     """
-    _signed_or_unsigned(stack, key, unsigned)
+    signed_or_unsigned(stack.name, key is not None, unsigned)
     if not is_digest(digest):
         raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
     day = today or utc_today()
@@ -109,12 +109,12 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     return 0
 
 
-def _signed_or_unsigned(stack: Stack, key: Ed25519PrivateKey | None, unsigned: bool) -> None:
-    """A release is signed or says it is not: one of the two, before the registry is asked anything."""
-    if key is not None and unsigned:
-        raise BadInput(f"stack '{stack.name}': give --key or --unsigned, not both")
-    if key is None and not unsigned:
-        raise BadInput(f"stack '{stack.name}': publish needs --key (or {KEY_ENV}) to sign the release, or "
+def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool) -> None:
+    """A release is signed or says it is not: one of the two, before a key is read or the registry asked."""
+    if has_key and unsigned:
+        raise BadInput(f"stack '{stack}': give --key or --unsigned, not both")
+    if not has_key and not unsigned:
+        raise BadInput(f"stack '{stack}': publish needs --key (or {KEY_ENV}) to sign the release, or "
                        f"--unsigned to promote it without a signature")
 
 

@@ -422,3 +422,17 @@ def test_what_a_provenance_names_is_read_back_escaped_and_short():
     record = {**_record(stack="evil\x1b[2J\nstack"), "config_hash": "c" * 300}
     found = statement_identity(provenance_statement(record, repository="r", digest="sha256:" + "a" * 64))
     assert found == BuildIdentity("evil\\x1b[2J\\nstack", "c" * 200, "pkg:pypi/sglang@0.5.9")
+
+
+def test_invoke_publish_without_a_key_or_unsigned_is_one_line_exit_2(tmp_path):
+    from clirun import run_invoke  # starts a process
+
+    env = {"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    args = ("publish", "--stack", "cpu-test", "--stacks-file", str(STACKS), "--digest", "sha256:" + "a" * 64)
+    proc = run_invoke(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: stack 'cpu-test': publish needs --key (or SGLSTACK_SIGNING_KEY) to sign "
+                                   "the release, or --unsigned to promote it without a signature")
+    both = run_invoke(*args, "--key", "k.pem", "--unsigned", cwd=tmp_path, env=env)
+    assert both.returncode == 2 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+    assert not (tmp_path / "build").exists()
