@@ -49,9 +49,9 @@ def verify_image_command(ref: str, *, key: str | None, json_path: str | None = N
                          stacks_file: str | None = None) -> int:
     """Exit 0 when verified; NotVerified (exit 1) or BadInput (exit 2) otherwise; `--json` either way.
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
+    expect = expected_identity(stacks_file, stack) if stack else None  # the matrix's one line first
     if not key:
         raise BadInput("verify-image: --key PUB (the signer's ed25519 public key, PEM) is required")
-    expect = expected_identity(stacks_file, stack) if stack else None
     try:
         _, result = verified_reference(ref, key, what="--key", expect=expect)
     except NotVerified as exc:

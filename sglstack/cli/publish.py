@@ -35,9 +35,9 @@ def publish(o: PublishOptions) -> int:
     from ..config.matrix import load_matrix
     from ..publish.digest import publish_digest, signed_or_unsigned
 
+    stack = load_matrix(o.stacks_file).get(o.stack)  # bad input, in the order build reads it: matrix, then key
     signed_or_unsigned(o.stack, bool(o.key or os.environ.get(KEY_ENV)), o.unsigned)
-    signing_key = None if o.unsigned else load_signing_key(o.key)  # before the matrix and the registry
-    stack = load_matrix(o.stacks_file).get(o.stack)
+    signing_key = None if o.unsigned else load_signing_key(o.key)  # before the registry is asked anything
     return publish_digest(stack, o.digest, key=signing_key, unsigned=o.unsigned, registry=o.registry,
                           config_hash=o.config_hash, force=o.force, smoke_report=o.smoke_report)
 
