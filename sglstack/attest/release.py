@@ -132,7 +132,10 @@ def ensure_signed(client: RegistryClient, repo: Repository, digest: str, key: Ed
         why = str(exc)
     found = find_attestations(client, repo.path, digest)
     manifest = client.get_manifest(repo.path, digest)
-    config = None if manifest.is_index else manifest.blobs()[0]
+    try:
+        config = None if manifest.is_index else manifest.blobs()[0]
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise AttestationError(f"{repo.ref(digest)}: not an image manifest (no config descriptor)") from None
     sbom = _fitting(client, repo, found, "sbom", digest,
                     lambda body: config is None or read_sbom(body).image_id == config)
     provenance = _fitting(client, repo, found, "provenance", digest,

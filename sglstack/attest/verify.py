@@ -123,7 +123,10 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
     if missing:
         raise NotVerified(f"{ref.repository.ref(digest)}: the signature names no {' and no '.join(missing)}")
     manifest = client.get_manifest(repo, digest)
-    config = None if manifest.is_index else manifest.blobs()[0]
+    try:
+        config = None if manifest.is_index else manifest.blobs()[0]
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise NotVerified(f"{ref.repository.ref(digest)}: not an image manifest (no config descriptor)") from None
     for want in sorted(attached, key=lambda a: a.kind):
         body = _document(client, repo, want, found, digest)
         try:

@@ -436,3 +436,13 @@ def test_invoke_publish_without_a_key_or_unsigned_is_one_line_exit_2(tmp_path):
     both = run_invoke(*args, "--key", "k.pem", "--unsigned", cwd=tmp_path, env=env)
     assert both.returncode == 2 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
     assert not (tmp_path / "build").exists()
+
+
+def test_a_signed_manifest_without_a_config_is_refused_in_one_line(reg):
+    client = RegistryClient(reg.host)
+    odd = reg.store(REPO, json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}).encode(),
+                    OCI_MANIFEST, "odd")
+    attach(client, REPO, odd, _documents(reg, odd, "sha256:" + "c" * 64))
+    with pytest.raises(NotVerified) as err:
+        verify_image(client, parse_image_reference(_ref(reg, "odd")), KEY.public_key())
+    assert str(err.value) == f"{_ref(reg, odd)}: not an image manifest (no config descriptor)"
