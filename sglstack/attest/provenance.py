@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.schema import Stack
+from ..core.errors import one_line
 from ..core.inputs import loads
 from .errors import AttestationError
 
@@ -87,12 +90,80 @@ def provenance_statement(record: Mapping[str, Any], *, repository: str, digest: 
     return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
 
 
-def statement_subjects(body: bytes) -> list[str]:
-    """The `sha256:` digests a statement's subjects name (what `verify-image` compares)."""
+def _statement(body: bytes) -> dict[str, Any]:
     try:
         doc = loads(body)
-        if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != SLSA_PROVENANCE_V1:
+        if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE \
+                or doc.get("predicateType") != SLSA_PROVENANCE_V1:
             raise ValueError("not an in-toto SLSA provenance statement")
-        return [f"sha256:{s['digest']['sha256']}" for s in doc["subject"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return doc
+    except ValueError as exc:
         raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({exc})") from None
+
+
+def statement_subjects(body: bytes) -> list[str]:
+    """The `sha256:` digests a statement's subjects name (what `verify-image` compares)."""
+    doc = _statement(body)
+    try:
+        return [one_line(f"sha256:{s['digest']['sha256']}"[:71]) for s in doc["subject"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AttestationError(f"the provenance is not an in-toto statement this tool wrote ({exc})") from None
+
+
+# ---- what a signature binds: the stack, its config, its SGLang release ----------------------------------
+
+@dataclass(frozen=True)
+class BuildIdentity:
+    """What a build is, as a provenance names it (found) or as the command line and the matrix say (expected):
+    the stack, its config hash and the SGLang release (`pkg:pypi/sglang@V` or `git+REPO@COMMIT`). None
+    in an expected identity: not asked (a config hash a git source's tree would be needed for)."""
+
+    stack: str | None
+    config_hash: str | None = None
+    sglang: str | None = None
+
+    @classmethod
+    def of_stack(cls, stack: Stack, config_hash: str | None) -> BuildIdentity:
+        """The identity `invoke build` would give `stack` now: its config hash as computed by the caller."""
+        return cls(stack.name, config_hash, _sglang_dependency(stack.sglang.model_dump(mode="json"), None)["uri"])
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"stack": self.stack, "config_hash": self.config_hash, "sglang": self.sglang}
+
+    def describe(self) -> str:
+        """One phrase for a person: `stack 'cu130', config 1a2b3c4d5e6f, SGLang pkg:pypi/sglang@0.5.9`."""
+        config = self.config_hash[:12] if self.config_hash else "unknown"
+        return f"stack '{self.stack}', config {config}, SGLang {self.sglang or 'unknown'}"
+
+
+def statement_identity(body: bytes) -> BuildIdentity:
+    """The stack, config hash and SGLang release a provenance statement names (None where it names none)."""
+    doc = _statement(body)
+    predicate = doc.get("predicate")
+    definition = predicate.get("buildDefinition") if isinstance(predicate, dict) else None
+    params = definition.get("externalParameters") if isinstance(definition, dict) else None
+    deps = definition.get("resolvedDependencies") if isinstance(definition, dict) else None
+    params = params if isinstance(params, dict) else {}
+    sglang = next((d.get("uri") for d in deps if isinstance(d, dict) and d.get("name") == "sglang"), None) \
+        if isinstance(deps, list) else None
+
+    def text(value: Any) -> str | None:  # signed, still outside text: printed, so escaped and short
+        return one_line(value[:200]) if isinstance(value, str) else None
+
+    return BuildIdentity(text(params.get("stack")), text(params.get("config_hash")), text(sglang))
+
+
+IDENTITY_FIELDS = (("stack", "stack"), ("config_hash", "config hash"), ("sglang", "SGLang release"))
+
+
+def identity_differences(expected: BuildIdentity, found: BuildIdentity) -> list[str]:
+    """Each field the signed provenance names otherwise than expected, as `FIELD: expected A, found B`
+    (empty: it is this build). A field the expectation leaves None is not compared. The one rule of
+    `verify-image --stack`, `deploy --verify-key`, `render --verify-key` and `publish --key`."""
+    out = []
+    for name, label in IDENTITY_FIELDS:
+        want, got = getattr(expected, name), getattr(found, name)
+        if want is not None and want != got:
+            shown = "nothing" if got is None else repr(got[:80])
+            out.append(f"{label}: expected {want!r}, found {shown}")
+    return out

@@ -16,16 +16,25 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..adapters.docker import docker_client
-from ..config.imageref import Repository
+from ..config.imageref import Repository, parse_image_reference
 from ..core import labels as lb
+from ..core.errors import RegistryError
 from ..core.inputs import loads
 from ..registry.client import RegistryClient, compute_digest
-from .errors import AttestationError
+from .errors import AttestationError, NotVerified
 from .image import image_inventory
-from .provenance import PROVENANCE_MEDIA_TYPE, provenance_statement
-from .sbom import SBOM_FILE, SBOM_MEDIA_TYPE, sbom_document
+from .provenance import (
+    PROVENANCE_MEDIA_TYPE,
+    BuildIdentity,
+    identity_differences,
+    provenance_statement,
+    statement_identity,
+    statement_subjects,
+)
+from .sbom import SBOM_FILE, SBOM_MEDIA_TYPE, read_sbom, sbom_document
 from .signing import Attached, key_id, sign_envelope, signed_payload
-from .store import attach
+from .store import MAX_DOCUMENT_BYTES, Artifact, attach, find_attestations
+from .verify import verify_image
 
 # (registry client, repository, image digest) -> a one-line summary of what was attached
 Attester = Callable[[RegistryClient, Repository, str], str]
@@ -74,6 +83,14 @@ class AttestPlan:
             docs.append(("signature", sign_envelope(self.key, signed_payload(digest, attached))))
         return docs
 
+    def sign_published(self, client: RegistryClient, repo: Repository, digest: str) -> str:
+        """`build --push --key` of a config already published: sign that digest unless this key already did."""
+        assert self.key is not None, "only a signing release signs what is published"
+        record = read_record(self.record_path)
+        expect = BuildIdentity(str(record.get("stack")), str(record.get("config_hash")))
+        return ensure_signed(client, repo, digest, self.key, expect,
+                             documents=lambda: self.documents(str(repo), digest)[:2])
+
     def __call__(self, client: RegistryClient, repo: Repository, digest: str) -> str:
         docs = self.documents(str(repo), digest)
         pushed = attach(client, repo.path, digest, docs)
@@ -92,3 +109,74 @@ def reused_facts(record: dict[str, Any]) -> dict[str, Any]:
     if labels.get(lb.LOCK_LABEL):
         record.setdefault("lock", {"content_sha256": labels[lb.LOCK_LABEL]})
     return {"patches": {}, "sglstack": {}, "reused": record.get("reused")}
+
+
+Documents = Callable[[], list[tuple[str, bytes]]]
+
+
+def ensure_signed(client: RegistryClient, repo: Repository, digest: str, key: Ed25519PrivateKey,
+                  expect: BuildIdentity, *, documents: Documents | None = None) -> str:
+    """Make `digest` verify against `key` as the build `expect` names, before any tag moves to it.
+
+    Already verified: nothing to do. Else the SBOM and provenance attached to it (an `--unsigned` release)
+    are signed, once checked to be about it: the provenance names this digest and `expect`, the SBOM its
+    manifest's config. With none that fits, `documents()` makes them (a build record), or it is refused.
+    The result is verified again, so a signature that would not verify is never the reason tags moved."""
+    ref = parse_image_reference(repo.ref(digest))
+    public = key.public_key()
+    kid = key_id(public)[:16]
+    try:
+        verify_image(client, ref, public, expect)
+        return f"{repo.ref(digest)} is already signed by key {kid}"
+    except NotVerified as exc:
+        why = str(exc)
+    found = find_attestations(client, repo.path, digest)
+    manifest = client.get_manifest(repo.path, digest)
+    try:
+        config = None if manifest.is_index else manifest.blobs()[0]
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise AttestationError(f"{repo.ref(digest)}: not an image manifest (no config descriptor)") from None
+    sbom = _fitting(client, repo, found, "sbom", digest,
+                    lambda body: config is None or read_sbom(body).image_id == config)
+    provenance = _fitting(client, repo, found, "provenance", digest,
+                          lambda body: digest in statement_subjects(body)
+                          and not identity_differences(expect, statement_identity(body)))
+    if sbom is not None and provenance is not None:
+        docs = [sbom, provenance]
+        pushed = [("signature", _envelope(key, digest, docs))]
+        how = "signed the SBOM and provenance attached to it"
+    elif documents is not None:
+        made = documents()
+        pushed = [*made, ("signature", _envelope(key, digest, made))]
+        how = "attached and signed an SBOM and provenance from the build record"
+    else:
+        raise AttestationError(f"{repo.ref(digest)}: not signed by key {kid} ({why}), and no SBOM and provenance "
+                               f"of {expect.describe()} are attached to sign: release it with `invoke build "
+                               f"--push --key`, or promote it with --unsigned")
+    attach(client, repo.path, digest, pushed)
+    try:
+        verify_image(client, ref, public, expect)
+    except NotVerified as exc:
+        raise AttestationError(f"{repo.ref(digest)}: signed, but it does not verify: {exc}") from None
+    return f"{how}: {repo.ref(digest)}, signed by key {kid}"
+
+
+def _envelope(key: Ed25519PrivateKey, digest: str, docs: list[tuple[str, bytes]]) -> bytes:
+    media = {"sbom": SBOM_MEDIA_TYPE, "provenance": PROVENANCE_MEDIA_TYPE}
+    return sign_envelope(key, signed_payload(digest, [Attached(kind, media[kind], compute_digest(body), len(body))
+                                                      for kind, body in docs]))
+
+
+def _fitting(client: RegistryClient, repo: Repository, found: list[Artifact], kind: str, digest: str,
+             fits: Callable[[bytes], bool]) -> tuple[str, bytes] | None:
+    """The first `kind` document attached to `digest` that reads back and fits; None when none does."""
+    for art in found:
+        if art.kind != kind or art.subject != digest:
+            continue
+        try:
+            body = client.get_blob(repo.path, art.document_digest, max_bytes=MAX_DOCUMENT_BYTES)
+            if fits(body):
+                return kind, body
+        except (RegistryError, AttestationError):
+            continue  # unreadable, or not ours: it is not what gets signed
+    return None

@@ -100,8 +100,8 @@ def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:
         if not isinstance(data, dict) or data.get("_type") != PAYLOAD_KIND:
             raise NotVerified("the signed payload is not an sglstack attestation list")
         return data
-    raise NotVerified(f"no signature by key {key_id(public)[:16]} (it was signed by "
-                      f"{', '.join(str(s.get('keyid', '?'))[:16] for s in envelope['signatures']) or 'nobody'})")
+    signers = ", ".join(one_line(str(s.get("keyid", "?"))[:16]) for s in envelope["signatures"])
+    raise NotVerified(f"no signature by key {key_id(public)[:16]} (it was signed by {signers or 'nobody'})")
 
 
 def signed_attestations(data: Mapping[str, Any]) -> tuple[str, list[Attached]]:

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
@@ -114,44 +115,94 @@ def remove_manifests(client: RegistryClient, repo: str, digests: Iterable[str]) 
     return removed
 
 
-def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str) -> Artifact | None:
+# The most a document (SBOM, provenance, signature) may weigh: it is read into memory and parsed, and anyone
+# who can push may attach one. A real SBOM of a CUDA serving image is a few hundred kilobytes.
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
+
+
+def _artifact(client: RegistryClient, repo: str, manifest_digest: str, via: str) -> Artifact | str | None:
+    """The artifact under `manifest_digest`; None when it is gone; a one-line reason when it is not one of
+    ours in a shape we read (so it verifies nothing, and the search goes on)."""
     try:
         manifest = client.get_manifest(repo, manifest_digest)
     except ManifestNotFound:
         return None
-    data = manifest.json()
-    kind = KIND_OF.get(str(data.get("artifactType")))
-    layers = data.get("layers") or []
-    if kind is None or len(layers) != 1 or not isinstance(layers[0], dict):
-        return None
-    subject = (data.get("subject") or {}).get("digest")
-    return Artifact(kind, manifest.digest, str(layers[0].get("digest")), int(layers[0].get("size") or 0),
-                    subject if isinstance(subject, str) else None, via)
+    except RegistryError as exc:  # too large, not JSON, or unreadable: it can vouch for nothing
+        return f"artifact {manifest_digest[:19]} ({via}): {exc}"
+    where = f"artifact {manifest_digest[:19]} ({via})"
+    try:
+        data = manifest.json()
+    except ValueError as exc:
+        return f"{where}: not JSON ({exc})"
+    artifact_type = data.get("artifactType")
+    kind = KIND_OF.get(artifact_type) if isinstance(artifact_type, str) else None
+    if kind is None:
+        return f"{where}: artifactType {str(artifact_type)[:80]!r} is not an sglstack attestation"
+    layers = data.get("layers")
+    if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
+        return f"{where}: its layers are not one descriptor: {_shown(layers)}"
+    layer = layers[0]
+    digest, size, media = layer.get("digest"), layer.get("size"), layer.get("mediaType")
+    if media != KINDS[kind]:
+        return f"{where}: its layer's media type {str(media)[:80]!r} is not {KINDS[kind]}"
+    if not (isinstance(digest, str) and is_digest(digest)):
+        return f"{where}: its layer's digest {str(digest)[:80]!r} is not sha256:<64 hex>"
+    if not (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_DOCUMENT_BYTES):
+        return f"{where}: its layer's size {_shown(size)} is not a number of bytes up to {MAX_DOCUMENT_BYTES}"
+    subject = data.get("subject")
+    subject_digest = subject.get("digest") if isinstance(subject, dict) else None
+    if not isinstance(subject_digest, str):
+        return f"{where}: its subject is not a descriptor with a digest"
+    return Artifact(kind, manifest.digest, digest, size, subject_digest, via)
 
 
-def find_attestations(client: RegistryClient, repo: str, image_digest: str) -> list[Artifact]:
+def _shown(value: object) -> str:
+    """A value someone attached, shown short (its first 80 characters of JSON)."""
+    try:
+        return json.dumps(value)[:80]
+    except (RecursionError, ValueError):
+        return "(nested too deeply)"
+
+
+def find_attestations(client: RegistryClient, repo: str, image_digest: str, skipped: list[str] | None = None
+                      ) -> list[Artifact]:
     """Every sglstack attestation artifact of `image_digest`: through the referrers API where the
-    registry has one, and through the tag scheme always (an image copied by tag keeps them that way)."""
+    registry has one, and through the tag scheme always (an image copied by tag keeps them that way).
+
+    An artifact that is not in a shape this tool writes (someone with push access may attach anything)
+    is left out, its one-line reason appended to `skipped`: it can verify nothing, and a valid one may
+    still be found beside it."""
     found: dict[str, Artifact] = {}
+    reasons = skipped if skipped is not None else []
     descriptors = client.referrers(repo, image_digest)
     for desc in descriptors or []:
-        if desc.get("artifactType") in KIND_OF and isinstance(desc.get("digest"), str):
-            art = _artifact(client, repo, desc["digest"], "referrers")
-            if art is not None:
-                found[art.manifest_digest] = art
+        artifact_type, digest = desc.get("artifactType"), desc.get("digest")
+        if not (isinstance(artifact_type, str) and artifact_type in KIND_OF and isinstance(digest, str)):
+            continue  # not an attestation of ours by what the index says: other tools' referrers
+        art = _artifact(client, repo, digest, "referrers")
+        if isinstance(art, Artifact):
+            found[art.manifest_digest] = art
+        elif art is not None:
+            reasons.append(art)
     for kind in KINDS:
         digest = client.manifest_digest(repo, fallback_tag(image_digest, kind))
         if digest and digest not in found:
             art = _artifact(client, repo, digest, "tag")
-            if art is not None and art.kind == kind:
+            if isinstance(art, Artifact) and art.kind == kind:
                 found[digest] = art
+            elif isinstance(art, Artifact):
+                reasons.append(f"artifact {digest[:19]} (tag): a {art.kind} under the .{kind} tag")
+            elif art is not None:
+                reasons.append(art)
     return sorted(found.values(), key=lambda a: (a.kind, a.via, a.manifest_digest))
 
 
-def remove_attestations(client: RegistryClient, repo: str, image_digest: str) -> list[str]:
-    """Delete every attestation artifact of an image (cleanup removes them with it)."""
+def remove_attestations(client: RegistryClient, repo: str, image_digest: str, skipped: list[str] | None = None
+                        ) -> list[str]:
+    """Delete every attestation artifact of an image (cleanup removes them with it); one that is not in our
+    shape is left, its reason in `skipped` (the registry's garbage collection takes it with its subject)."""
     try:
-        artifacts = find_attestations(client, repo, image_digest)
+        artifacts = find_attestations(client, repo, image_digest, skipped)
     except RegistryError as exc:
         raise AttestationError(f"attestations of {repo}@{image_digest} could not be listed: {exc}") from None
     return remove_manifests(client, repo, [a.manifest_digest for a in artifacts])

@@ -4,8 +4,11 @@ names? The registry is read through `store`; every judgement here is on bytes al
 Refusals (exit 1, one line): no signature; no signature by this key; a signature over another digest
 (a tag moved to another image, or a signature copied onto one); an attestation the signature names that
 is missing, or whose bytes changed; an SBOM naming another image config; a provenance naming another
-subject. The SBOM and the provenance must both be named: a signature without them vouches for less
-than a release attaches.
+subject; bound to a stack, a provenance naming another stack, config hash or SGLang release (a signed
+image of another stack, or an old release, under a moved tag). An artifact in a shape this tool does
+not write is skipped with its reason: it verifies nothing, and a valid one beside it still counts.
+The SBOM and the provenance must both be named: a signature without them vouches for less than a
+release attaches.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from ..config.imageref import ImageReference, parse_image_reference
 from ..core.console import console
 from ..core.errors import ConfigError, RegistryError, one_line
 from ..registry.client import ManifestNotFound, RegistryClient
-from .errors import BadInput, NotVerified
-from .provenance import statement_subjects
+from .errors import AttestationError, BadInput, NotVerified
+from .provenance import BuildIdentity, identity_differences, statement_identity, statement_subjects
 from .sbom import read_sbom
 from .signing import Attached, key_id, load_public_key, open_envelope, signed_attestations
-from .store import Artifact, find_attestations
+from .store import MAX_DOCUMENT_BYTES, Artifact, find_attestations
 
 REQUIRED = ("provenance", "sbom")
 
@@ -37,10 +40,15 @@ class Verification:
     key_id: str
     checked: list[str] = field(default_factory=list)
     attestations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    signed: BuildIdentity | None = None  # what the signed provenance names
+    expected: BuildIdentity | None = None  # what it was bound to (None: the digest only)
+    skipped: list[str] = field(default_factory=list)  # artifacts that could verify nothing, and why
 
     def as_dict(self) -> dict[str, Any]:
         return {"image": self.image, "digest": self.digest, "verified": True, "key_id": self.key_id,
-                "checked": self.checked, "attestations": self.attestations}
+                "checked": self.checked, "attestations": self.attestations,
+                "signed_for": self.signed.as_dict() if self.signed else None,
+                "bound_to": self.expected.as_dict() if self.expected else None, "skipped": self.skipped}
 
 
 def resolve_digest(client: RegistryClient, ref: ImageReference) -> str:
@@ -57,14 +65,18 @@ def resolve_digest(client: RegistryClient, ref: ImageReference) -> str:
     return digest
 
 
-def _open_signature(client: RegistryClient, repo: str, signatures: list[Artifact], public: Ed25519PublicKey
-                    ) -> dict[str, Any]:
+def _open_signature(client: RegistryClient, repo: str, signatures: list[Artifact], public: Ed25519PublicKey,
+                    skipped: list[str]) -> dict[str, Any]:
+    """The payload of the first signature `public` verifies; each one that does not is a line in `skipped`."""
     last: NotVerified | None = None
     for art in signatures:
         try:
-            return open_envelope(client.get_blob(repo, art.document_digest), public)
+            return open_envelope(client.get_blob(repo, art.document_digest, max_bytes=MAX_DOCUMENT_BYTES), public)
         except NotVerified as exc:
             last = exc
+        except RegistryError as exc:  # gone, too big, or changed bytes: it verifies nothing
+            last = NotVerified(f"the signature {art.document_digest[:19]} cannot be read: {exc}")
+        skipped.append(f"signature {art.manifest_digest[:19]}: {last}")
     assert last is not None
     raise last
 
@@ -77,8 +89,8 @@ def _document(client: RegistryClient, repo: str, want: Attached, found: list[Art
                               f"{want.digest[:19]}: it was changed after signing")
         raise NotVerified(f"the {want.kind} the signature names ({want.digest[:19]}) is not attached: "
                           f"deleted or never pushed")
-    try:
-        body = client.get_blob(repo, want.digest)  # checks the bytes hash to the signed digest
+    try:  # checks the bytes hash to the signed digest, and reads no more than a document may weigh
+        body = client.get_blob(repo, want.digest, max_bytes=min(want.size, MAX_DOCUMENT_BYTES))
     except ManifestNotFound:
         raise NotVerified(f"the {want.kind} document {want.digest[:19]} is gone from the registry") from None
     except RegistryError as exc:
@@ -88,17 +100,20 @@ def _document(client: RegistryClient, repo: str, want: Attached, found: list[Art
     return body
 
 
-def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519PublicKey) -> Verification:
-    """Verification of REF against `public`; NotVerified (one line) for every refusal."""
+def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519PublicKey,
+                 expect: BuildIdentity | None = None) -> Verification:
+    """Verification of REF against `public`, bound to `expect` (the stack, config hash and SGLang release the
+    signed provenance must name; None: the digest only); NotVerified (one line) for every refusal."""
     repo = ref.repository.path
     digest = resolve_digest(client, ref)
-    result = Verification(image=str(ref), digest=digest, key_id=key_id(public))
-    found = find_attestations(client, repo, digest)
+    result = Verification(image=str(ref), digest=digest, key_id=key_id(public), expected=expect)
+    found = find_attestations(client, repo, digest, result.skipped)
     signatures = [a for a in found if a.kind == "signature" and a.subject == digest]
     if not signatures:
+        why = f" ({len(result.skipped)} unreadable: {result.skipped[0]})" if result.skipped else ""
         raise NotVerified(f"{ref.repository.ref(digest)}: no signature attached (unsigned, or its signature "
-                          f"was deleted)")
-    payload = _open_signature(client, repo, signatures, public)
+                          f"was deleted){why}")
+    payload = _open_signature(client, repo, signatures, public, result.skipped)
     signed_digest, attached = signed_attestations(payload)
     if signed_digest != digest:
         raise NotVerified(f"{ref}: resolves to {digest[:19]}, but the signature covers {signed_digest[:19]}")
@@ -108,25 +123,41 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
     if missing:
         raise NotVerified(f"{ref.repository.ref(digest)}: the signature names no {' and no '.join(missing)}")
     manifest = client.get_manifest(repo, digest)
-    config = None if manifest.is_index else manifest.blobs()[0]
+    try:
+        config = None if manifest.is_index else manifest.blobs()[0]
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise NotVerified(f"{ref.repository.ref(digest)}: not an image manifest (no config descriptor)") from None
     for want in sorted(attached, key=lambda a: a.kind):
         body = _document(client, repo, want, found, digest)
-        if want.kind == "sbom":
-            sbom = read_sbom(body)
-            if config is not None and sbom.image_id != config:
-                raise NotVerified(f"the SBOM describes image {str(sbom.image_id)[:19]}, this manifest's config "
-                                  f"is {config[:19]}")
-            result.attestations["sbom"] = {"digest": want.digest, "components": sbom.components,
-                                           "python": len(sbom.python), "debian": sbom.debian}
-        elif want.kind == "provenance":
-            subjects = statement_subjects(body)
-            if digest not in subjects:
-                raise NotVerified(f"the provenance names {', '.join(s[:19] for s in subjects)}, not {digest[:19]}")
-            result.attestations["provenance"] = {"digest": want.digest, "subjects": subjects}
-        else:
-            result.attestations[want.kind] = {"digest": want.digest}
+        try:
+            _check_document(result, want, body, digest, config)
+        except AttestationError as exc:  # a signed document we cannot read vouches for nothing
+            raise NotVerified(str(exc)) from None
         result.checked.append(f"{want.kind} {want.digest} ({want.size} bytes) attached and unchanged")
+    if expect is not None and result.signed is not None:
+        differences = identity_differences(expect, result.signed)
+        if differences:
+            raise NotVerified(f"{ref.repository.ref(digest)}: signed for another build: {'; '.join(differences)}")
+        result.checked.append(f"the signed provenance names {expect.describe()}")
     return result
+
+
+def _check_document(result: Verification, want: Attached, body: bytes, digest: str, config: str | None) -> None:
+    if want.kind == "sbom":
+        sbom = read_sbom(body)
+        if config is not None and sbom.image_id != config:
+            raise NotVerified(f"the SBOM describes image {str(sbom.image_id)[:19]}, this manifest's config "
+                              f"is {config[:19]}")
+        result.attestations["sbom"] = {"digest": want.digest, "components": sbom.components,
+                                       "python": len(sbom.python), "debian": sbom.debian}
+    elif want.kind == "provenance":
+        subjects = statement_subjects(body)
+        if digest not in subjects:
+            raise NotVerified(f"the provenance names {', '.join(s[:19] for s in subjects)}, not {digest[:19]}")
+        result.signed = statement_identity(body)
+        result.attestations["provenance"] = {"digest": want.digest, "subjects": subjects}
+    else:
+        result.attestations[want.kind] = {"digest": want.digest}
 
 
 def parse_ref(ref: str, *, what: str = "REF") -> ImageReference:
@@ -136,19 +167,26 @@ def parse_ref(ref: str, *, what: str = "REF") -> ImageReference:
         raise BadInput(str(exc)) from None
 
 
-def verified_reference(ref: str, key_path: str, *, what: str = "--verify-key") -> tuple[str, Verification]:
-    """`repo@digest` of REF when it verifies against the public key, else NotVerified (one line)."""
+def verified_reference(ref: str, key_path: str, *, what: str = "--verify-key",
+                       expect: BuildIdentity | None = None) -> tuple[str, Verification]:
+    """`repo@digest` of REF when it verifies against the public key (and names `expect`), else NotVerified."""
     public = load_public_key(key_path, what=what)  # bad input first, before the registry is asked
     parsed = parse_ref(ref, what="image")
-    result = verify_image(RegistryClient.from_environment(parsed.repository.registry), parsed, public)
+    result = verify_image(RegistryClient.from_environment(parsed.repository.registry), parsed, public, expect)
     return parsed.repository.ref(result.digest), result
 
 
-def verified_for_render(image: str | None, key_path: str) -> str:
+def verified_line(image: str, result: Verification) -> str:
+    """The one line that says what verified: the digest, the key, and what the signature names."""
+    named = result.signed.describe() if result.signed else "nothing"
+    return (f"verified: {one_line(image)} is {result.digest}, signed by key {result.key_id[:16]} for {named}"
+            + ("" if result.expected else " (not bound to a stack: give --stack to check it names yours)"))
+
+
+def verified_for_render(image: str | None, key_path: str, expect: BuildIdentity) -> str:
     """`render --verify-key`: the image by its verified digest, or one line and nothing written."""
     if not image:
         raise BadInput("--verify-key needs --image REPO@sha256:... (or REPO:TAG) of a published image")
-    ref, result = verified_reference(image, key_path)
-    console(stderr=True).print(f"verified: {one_line(image)} is {result.digest}, signed by key {result.key_id[:16]}",
-                               markup=False, highlight=False)
+    ref, result = verified_reference(image, key_path, expect=expect)
+    console(stderr=True).print(verified_line(image, result), markup=False, highlight=False)
     return ref

@@ -30,6 +30,7 @@ from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
 from ..lock.file import Lock, compare_installed, source_mismatches
+from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
 
 
@@ -226,7 +227,7 @@ def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy =
     return problems
 
 
-FINAL_TARGET = "runtime"
+FINAL_TARGET = RELEASED_TARGET
 
 
 SRC_TREE, SRC_MANIFEST = "/src/tree", "/out/patches.json"

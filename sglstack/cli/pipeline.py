@@ -12,6 +12,7 @@ import shlex
 import requests
 
 from ..adapters.buildkit import detect_builder
+from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
 from ..build.flow import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
@@ -79,7 +80,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
     if key and unsigned:
-        raise BuildError(f"stack '{stack_name}': give --key or --unsigned, not both")
+        raise BadInput(f"stack '{stack_name}': give --key or --unsigned, not both")
     # The signing key is read before any work, and held in memory only: a release is signed or says why not.
     signing_key = load_signing_key(key) if push and not unsigned and not dry_run else None
     if builder_name is not None:
@@ -100,7 +101,9 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         result = build_stack(stack, options)
         if not push:
             return 0
-        attest = AttestPlan(result.record_path, signing_key, docker_host) if result.record_path else None
+        if result.record_path is None:  # nothing to make the attestations from: not a release
+            raise BuildError(f"stack '{stack_name}': the build left no record, so nothing can be attested")
+        attest = AttestPlan(result.record_path, signing_key, docker_host)
         return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
                        docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force,
-                       attest=attest).exit_code
+                       attest=attest, sign_published=attest.sign_published if signing_key else None).exit_code

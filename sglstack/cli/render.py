@@ -18,8 +18,9 @@ class RenderOptions(TaskOptions):
     nnodes: int = option("k8s: pods (nodes) per LeaderWorkerSet group (default 1)", 1, kind=int)
     host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
     rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")
-    verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM); "
-                                    "the manifests then name the verified digest")
+    verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM) "
+                                    "and its signed provenance names this stack, its config hash and SGLang "
+                                    "release; the manifests then name the verified digest")
 
 
 @command(RenderOptions)
@@ -30,8 +31,14 @@ def render(o: RenderOptions) -> None:
 
     image = o.image
     if o.verify_key:
-        from ..attest.verify import verified_for_render  # at call time: only with --verify-key
+        # at call time: only with --verify-key
+        from ..attest.provenance import BuildIdentity
+        from ..attest.verify import verified_for_render
+        from ..config.matrix import load_matrix
+        from ..render.dockerfile import released_config_hash
 
-        image = verified_for_render(image, o.verify_key)
+        stack = load_matrix(o.stacks_file).get(o.stack)
+        expect = BuildIdentity.of_stack(stack, released_config_hash(o.stacks_file, stack))
+        image = verified_for_render(image, o.verify_key, expect)
     options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
     render_command(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

@@ -8,15 +8,18 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ..attest.verify import verified_reference
+from ..attest.provenance import BuildIdentity
+from ..attest.verify import verified_line, verified_reference
 from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..config.schema import Stack
 from ..core.errors import DeployError
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
 from ..preflight.gate import require_ready
 from ..render import compose as cmp
+from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
@@ -105,13 +108,15 @@ def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path |
                          kubectl=find_kubectl(context, namespace))
 
 
-def verified_ref(ref: str, verify_key: str | None, say: Say) -> str:
-    """With --verify-key: the image by the digest that verified (a tag is not trusted twice), or a one-line
-    refusal before anything changes; without it: `ref` as it is."""
+def verified_ref(ref: str, verify_key: str | None, say: Say, *, stack: Stack, stacks_file: str | None) -> str:
+    """With --verify-key: the image by the digest that verified (a tag is not trusted twice), signed for this
+    stack, its config hash as the matrix gives it now and its SGLang release; or a one-line refusal before
+    anything changes. Without it: `ref` as it is."""
     if not verify_key:
         return ref
-    verified, result = verified_reference(ref, verify_key)
-    say(f"verified: {ref} is {result.digest}, signed by key {result.key_id[:16]} with its SBOM and provenance")
+    expect = BuildIdentity.of_stack(stack, released_config_hash(stacks_file or DEFAULT_STACKS_FILE, stack))
+    verified, result = verified_reference(ref, verify_key, expect=expect)
+    say(verified_line(ref, result) + " with its SBOM and provenance")
     return verified
 
 
@@ -130,7 +135,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
                                 "seconds")
     root = build_root or default_build_root()
     ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
-                       options.verify_key, say)
+                       options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
     dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
     if spec.gpus and not options.skip_preflight:
         say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
@@ -156,7 +161,8 @@ def deploy_command(
     # Every option is checked before the (slower) preflight and before anything on the host changes.
     check_options(dep.stack, served, options.wait_timeout)
     ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
-                                         build_root=dep.build_root), options.verify_key, say)
+                                         build_root=dep.build_root), options.verify_key, say, stack=dep.stack,
+                       stacks_file=options.stacks_file)
     if options.gpus and not options.skip_preflight:
         # The GPU node is checked before compose replaces a running deployment with one that cannot start.
         say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")

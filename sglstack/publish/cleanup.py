@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from ..attest.store import remove_attestations
 from ..config.schema import Stack
+from ..core.console import console
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
 from .history import PublishError
@@ -69,7 +70,11 @@ def cleanup_candidates(
             if digest in released:
                 client.untag(repo.path, tag)
             else:  # its attestations go with it (they name it as their subject: nothing else can use them)
-                remove_attestations(client, repo.path, digest)
+                skipped: list[str] = []
+                remove_attestations(client, repo.path, digest, skipped)
+                for reason in skipped:
+                    console(stderr=True).print(f"warning: {repo.ref(tag)}: left an attestation artifact that is "
+                                               f"not one of ours: {reason}", markup=False, highlight=False)
                 client.delete_manifest(repo.path, digest)
     return removed
 

@@ -11,13 +11,28 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rich.console import Console
+
+from ..attest.errors import AttestationError, BadInput
+from ..attest.provenance import BuildIdentity
+from ..attest.release import ensure_signed
+from ..attest.signing import KEY_ENV
 from ..config.imageref import Repository, is_digest
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.labels import CONFIG_HASH_LABEL
 from ..core.records import utc_today
 from ..registry.client import ManifestNotFound, RegistryClient
-from .history import PublishError, read_records, records_path, released_records, unresolved_partial
+from .history import (
+    PublishError,
+    append_records,
+    read_records,
+    records_path,
+    released_records,
+    tag_record,
+    unresolved_partial,
+)
 from .promotion import already_published, promote_recorded, target_repository
 from .tags import release_tags
 
@@ -33,14 +48,17 @@ def _config_hash_of(
     return value if isinstance(value, str) else None
 
 
-def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, config_hash: str | None = None,
-                   force: bool = False, smoke_report: str | None = None, build_dir: Path | None = None,
+def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None = None, unsigned: bool = False,
+                   registry: str | None = None, config_hash: str | None = None, force: bool = False,
+                   smoke_report: str | None = None, build_dir: Path | None = None,
                    today: dt.date | None = None) -> int:
     """Promote `digest` (smoke-tested elsewhere) or roll back to it; 0 when the tags point to it.
 
-    `today` (UTC by default) dates a new immutable tag. A promotion left `partial` before is finished,
-    recording what the tags pointed to before that first attempt.
+    Signed with `key` (made to verify before any tag moves) or explicitly `unsigned`. `today` (UTC by
+    default) dates a new immutable tag. A promotion left `partial` before is finished, recording what the
+    tags pointed to before that first attempt.
     """
+    signed_or_unsigned(stack.name, key is not None, unsigned)
     if not is_digest(digest):
         raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
     day = today or utc_today()
@@ -65,10 +83,8 @@ def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, co
     else:
         event = "published"
         if not config_hash:
-            raise PublishError(
-                f"stack '{stack.name}': cannot tell the config hash of {digest} (no publish "
-                f"record, no {CONFIG_HASH_LABEL} label): pass --config-hash"
-            )
+            raise PublishError(f"stack '{stack.name}': cannot tell the config hash of {digest} (no publish "
+                               f"record, no {CONFIG_HASH_LABEL} label): pass --config-hash")
         tags = release_tags(stack, config_hash, day)
         found = already_published(client, repo, stack, config_hash)
         # This config's immutable tag on an earlier date (published from elsewhere, or left by a partial
@@ -77,14 +93,13 @@ def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, co
         moving = tags.moving
     if not moving:
         raise PublishError(f"stack '{stack.name}': no moving tags known for {digest}: pass --config-hash")
+    if key is not None:
+        _sign(out, client, repo, stack, digest, key, config_hash, immutable or moving[0], path)
     if event == "rollback" and not force and not partial:
         current = {t: client.manifest_digest(repo.path, t) for t in moving}
         if all(d == digest for d in current.values()):
-            out.print(
-                f"{stack.name}: {repo}@{digest} is already published as "
-                + ", ".join(repo.ref(t) for t in (immutable, *moving) if t)
-                + "; nothing to do (--force to redo)"
-            )
+            out.print(f"{stack.name}: {repo}@{digest} is already published as "
+                      + ", ".join(repo.ref(t) for t in (immutable, *moving) if t) + "; nothing to do (--force to redo)")
             return 0
     previous = promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=immutable,
                                 moving=moving, event=event, records=path, smoke_report=smoke_report,
@@ -92,3 +107,24 @@ def publish_digest(stack: Stack, digest: str, *, registry: str | None = None, co
     verb = "rolled back" if event == "rollback" else "published"
     out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
     return 0
+
+
+def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool) -> None:
+    """A release is signed or says it is not: one of the two, before a key is read or the registry asked."""
+    if has_key and unsigned:
+        raise BadInput(f"stack '{stack}': give --key or --unsigned, not both")
+    if not has_key and not unsigned:
+        raise BadInput(f"stack '{stack}': publish needs --key (or {KEY_ENV}) to sign the release, or "
+                       f"--unsigned to promote it without a signature")
+
+
+def _sign(out: Console, client: RegistryClient, repo: Repository, stack: Stack, digest: str, key: Ed25519PrivateKey,
+          config_hash: str | None, tag: str, records: Path) -> None:
+    """Make `digest` verify against `key` as this stack's build (and config), before any tag moves; recorded."""
+    try:
+        summary = ensure_signed(client, repo, digest, key, BuildIdentity(stack.name, config_hash))
+    except AttestationError as exc:
+        raise PublishError(f"stack '{stack.name}': {exc}; no tag moved") from None
+    append_records(records, [tag_record("attested", stack, repo, tag, "release", digest, config_hash,
+                                        summary=summary)])
+    out.print(f"{stack.name}: {summary}", markup=False, highlight=False)

@@ -130,12 +130,15 @@ def release(
     today: dt.date | None = None,
     smoke: SmokeRunner | None = None,
     attest: Attester | None = None,
+    sign_published: Attester | None = None,
 ) -> ReleaseResult:
     """Push `image_ref` as a candidate, smoke it by digest, promote on pass (all release tags or none).
 
     A failed promotion raises `PromotionError` after putting the tags back. `smoke` replaces the production
     smoke (tests); `today` (UTC) dates the immutable tag. `attest` attaches the attestations to the tested
     digest before any release tag moves: when it fails (it removes what it pushed), no tag moves.
+    `sign_published` (a signing release) signs the digest of a config already published, unless its key
+    already did: `--key` never ends with a release nothing signed.
     """
     out = console()
     tags = release_tags(stack, config_hash, today or utc_today())
@@ -143,7 +146,10 @@ def release(
     client = RegistryClient.from_environment(repo.registry)
     records = records_path(build_dir)
     client.ping()
-    if not force and _already_released(out, client, repo, stack, config_hash, records):
+    found = None if force else _already_released(out, client, repo, stack, config_hash, records)
+    if found is not None:
+        if sign_published is not None:
+            _sign_published(out, sign_published, client, repo, stack, found, config_hash, records)
         return ReleaseResult(digest=None, tags=tags, published=False, smoke_report=None)
 
     out.print(f"{stack.name}: pushing candidate {repo.ref(tags.candidate)}")
@@ -171,9 +177,9 @@ def release(
 
 def _already_released(
     out: Console, client: RegistryClient, repo: Repository, stack: Stack, config_hash: str, records: Path
-) -> bool:
-    """True (said on the console) when this config is already published; an error when its promotion was left
-    partial (it is finished with `invoke publish`, not pushed again)."""
+) -> tuple[str, str] | None:
+    """(immutable tag, digest) (said on the console) when this config is already published; an error when its
+    promotion was left partial (it is finished with `invoke publish`, not pushed again)."""
     found = already_published(client, repo, stack, config_hash)
     if found and unresolved_partial(read_records(records), stack, repo, found[1]):
         raise PublishError(
@@ -183,9 +189,23 @@ def _already_released(
     if found:
         out.print(
             f"{stack.name}: config {config_hash[:12]} is already published as {repo.ref(found[0])} "
-            f"({found[1]}); nothing to do (--force publishes it again)"
+            f"({found[1]}); nothing to push (--force publishes it again)"
         )
-    return bool(found)
+    return found
+
+
+def _sign_published(out: Console, sign: Attester, client: RegistryClient, repo: Repository, stack: Stack,
+                    found: tuple[str, str], config_hash: str, records: Path) -> None:
+    """Sign the published digest of this config (a release published `--unsigned` before), recorded."""
+    tag, digest = found
+    try:
+        summary = sign(client, repo, digest)
+    except Exception as exc:
+        raise PublishError(f"stack '{stack.name}': {repo.ref(tag)} is published but could not be signed: "
+                           f"{exc}") from None
+    append_records(records, [tag_record("attested", stack, repo, tag, "immutable", digest, config_hash,
+                                        summary=summary)])
+    out.print(f"{stack.name}: {summary}", markup=False, highlight=False)
 
 
 def _smoke_candidate(

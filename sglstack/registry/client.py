@@ -23,7 +23,7 @@ from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
-from .transport import Transport, error_detail
+from .transport import Transport, error_detail, read_capped
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -31,10 +31,16 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 INDEX_MEDIA_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+NO_REFERRERS_API = (400, 404, 405, 501)  # what registries without the OCI 1.1 referrers API answer
 
 
 class RegistryAuthError(RegistryError):
     """The registry refused our credentials (401) or our access (403)."""
+
+
+# A registry (distribution's own limit) keeps manifests under 4 MiB; a bigger answer is not one.
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # an image config (labels, history) is kilobytes
 
 
 class ManifestNotFound(RegistryError):
@@ -55,7 +61,10 @@ class Manifest:
     digest: str
 
     def json(self) -> dict[str, Any]:
-        return loads(self.body)
+        data = loads(self.body)
+        if not isinstance(data, dict):
+            raise ValueError("the manifest is not a JSON object")
+        return data
 
     @property
     def is_index(self) -> bool:
@@ -81,7 +90,7 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
         declared = loads(body).get("mediaType")
     except (ValueError, AttributeError):
         declared = None
-    return declared or header
+    return declared if isinstance(declared, str) and declared else header
 
 
 def _is_loopback(registry: str) -> bool:
@@ -190,9 +199,9 @@ class RegistryClient:
         if resp.status_code != 200:
             raise self._fail(f"token service answered HTTP {resp.status_code}")
         try:
-            body = resp.json()
+            body = loads(resp.content)
             return body.get("token") or body["access_token"]
-        except (ValueError, KeyError, AttributeError):
+        except (ValueError, KeyError, AttributeError, TypeError):
             raise self._fail("token service answered without a token") from None
 
     def _auth_failed(self, by: str) -> RegistryAuthError:
@@ -206,37 +215,16 @@ class RegistryClient:
             f"{self.credentials.source} (wrong user or password?)"
         )
 
-    def _send_authorized(
-        self,
-        method: str,
-        url: str,
-        scope: str,
-        headers: Mapping[str, str],
-        data: bytes | None,
-        allow_redirects: bool,
-    ) -> requests.Response:
+    def _send_authorized(self, method: str, url: str, scope: str, headers: Mapping[str, str], data: bytes | None,
+                         allow_redirects: bool, stream: bool = False) -> requests.Response:
         # Credentials are read at send time, not captured once: answering a challenge in `request`
         # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
-        return self._send(
-            method,
-            url,
-            headers={**headers, **self._auth_header(scope)},
-            data=data,
-            auth=self._basic_auth(),
-            allow_redirects=allow_redirects,
-        )
+        return self._send(method, url, headers={**headers, **self._auth_header(scope)}, data=data,
+                          auth=self._basic_auth(), allow_redirects=allow_redirects, stream=stream)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        scope: str,
-        what: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        data: bytes | None = None,
-        allow_redirects: bool = True,
-    ) -> requests.Response:
+    def request(self, method: str, path: str, *, scope: str, what: str | None = None,
+                headers: Mapping[str, str] | None = None, data: bytes | None = None, allow_redirects: bool = True,
+                stream: bool = False) -> requests.Response:
         """A /v2 request as one operation, answering one auth challenge.
 
         Returns any non-transient, non-auth response; `what` names it in waits and errors.
@@ -244,7 +232,7 @@ class RegistryClient:
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
         with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
-            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+            resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
             if resp.status_code == 401:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 kind, params = _parse_challenge(challenge)
@@ -254,7 +242,7 @@ class RegistryClient:
                     self._basic = True
                 else:
                     raise self._auth_failed("the registry")
-                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects)
+                resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
                 if resp.status_code == 401:
                     raise self._auth_failed("the registry")
         if resp.status_code == 403:
@@ -263,15 +251,16 @@ class RegistryClient:
             )
         return resp
 
-    def _json(self, resp: requests.Response, what: str) -> Any:
-        """The body as JSON, or one line saying which request answered something else."""
+    def _json(self, resp: requests.Response, what: str, body: bytes | None = None) -> Any:
+        """The body (`body`: as already read) as JSON, or one line saying which request answered something else."""
+        content = resp.content if body is None else body
         try:
-            return loads(resp.content)
+            return loads(content)
         except ValueError:
             kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
             raise self._fail(
                 f"{what} answered HTTP {resp.status_code} with a body that is not JSON "
-                f"({kind}, {len(resp.content)} bytes)"
+                f"({kind}, {len(content)} bytes)"
             ) from None
 
     # -- API ---------------------------------------------------------------------------------------
@@ -291,19 +280,20 @@ class RegistryClient:
             scope=f"repository:{repo}:pull",
             what=what,
             headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+            stream=True,
         )
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: {repo}{_sep(reference)}{reference} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        body = resp.content
+        body = read_capped(resp, f"registry {self.registry}: {what}", MAX_MANIFEST_BYTES)
         digest = compute_digest(body)
         claimed = resp.headers.get("Docker-Content-Digest")
         if is_digest(reference) and digest != reference:
             raise self._fail(f"manifest {repo}@{reference} has content with digest {digest}")
         if claimed and claimed != digest:
             raise self._fail(f"manifest {repo}:{reference} digest header {claimed} != content {digest}")
-        if not isinstance(self._json(resp, what), dict):
+        if not isinstance(self._json(resp, what, body), dict):
             raise self._fail(f"{what} answered a manifest that is not a JSON object")
         return Manifest(media_type=_media_type(resp, body), body=body, digest=digest)
 
@@ -358,11 +348,12 @@ class RegistryClient:
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
         """The descriptors of the manifests whose `subject` is `digest` (OCI 1.1 referrers API), or None
-        when the registry has no such API (it answers 404, as distribution 2.x does)."""
+        when the registry has no such API: it answers 404 (distribution 2.x), or 400, 405 or 501 (registries
+        that take `referrers` for a bad reference or an unknown route); the tag scheme is read instead."""
         what = f"GET referrers {repo}@{digest}"
         resp = self.request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull", what=what,
                             headers={"Accept": OCI_INDEX})
-        if resp.status_code == 404:
+        if resp.status_code in NO_REFERRERS_API:
             return None
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
@@ -425,16 +416,20 @@ class RegistryClient:
             path = match.group(1).split("/v2/", 1)[-1] if match else ""
         return tags
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
+    def get_blob(self, repo: str, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """The blob's bytes, checked against its digest; `max_bytes`: a bigger one is `TooLarge`, read no
+        further than that (a document someone attached is not trusted to be small)."""
         what = f"GET blob {repo}@{digest}"
-        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what,
+                            stream=max_bytes is not None)
         if resp.status_code == 404:
             raise ManifestNotFound(f"registry {self.registry}: blob {repo}@{digest} not found")
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code}")
-        if compute_digest(resp.content) != digest:
+        body = resp.content if max_bytes is None else read_capped(resp, f"registry {self.registry}: {what}", max_bytes)
+        if compute_digest(body) != digest:
             raise self._fail(f"blob {repo}@{digest} content does not match its digest")
-        return resp.content
+        return body
 
     def image_config(self, repo: str, reference: str) -> dict[str, Any]:
         """The image config JSON (labels, created) of an image manifest, or of an index's first child."""
@@ -446,7 +441,7 @@ class RegistryClient:
             manifest = self.get_manifest(repo, children[0])
         blob = manifest.blobs()[0]
         try:
-            config = loads(self.get_blob(repo, blob))
+            config = loads(self.get_blob(repo, blob, max_bytes=MAX_CONFIG_BYTES))
         except ValueError:
             raise self._fail(f"the image config {repo}@{blob} is not JSON") from None
         if not isinstance(config, dict):

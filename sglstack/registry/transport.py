@@ -26,6 +26,7 @@ from urllib3.util.timeout import Timeout
 
 from ..core.console import console
 from ..core.errors import RegistryError
+from ..core.inputs import loads
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 ENV_TIMEOUT = "SGLSTACK_REGISTRY_TIMEOUT"  # seconds one registry operation may take, retries included
@@ -48,12 +49,13 @@ def default_timeout_s() -> float:
 
 def error_detail(resp: requests.Response) -> str:
     """The first error of a registry's JSON error body (`CODE: message`), else the HTTP reason."""
-    try:
-        errors = resp.json().get("errors") or []
+    try:  # what a registry says is shown, not trusted: any shape, any depth, one short line
+        errors = loads(resp.content).get("errors") or []
         if errors:
             first = errors[0]
-            return f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
-    except (ValueError, AttributeError):
+            text = f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
+            return (text.splitlines() or [""])[0][:300]
+    except (ValueError, AttributeError, KeyError, TypeError):
         pass
     return resp.reason or ""
 
@@ -135,6 +137,29 @@ class _RetryPolicy(Retry):
         delay = min(delay, max(0.0, op.remaining()))
         if delay > 0:
             op.sleep(delay)
+
+
+class TooLarge(RegistryError):
+    """A manifest or blob is larger than the caller will read: refused before it is held in memory."""
+
+
+def read_capped(resp: requests.Response, what: str, limit: int) -> bytes:
+    """A streamed body, refused (`TooLarge`, naming `what`) as soon as it passes `limit` bytes."""
+    try:
+        length = resp.headers.get("Content-Length") or ""
+        if length.isdigit() and int(length) > limit:
+            raise TooLarge(f"{what}: {length} bytes, over the {limit}-byte limit")
+        chunks, total = [], 0
+        for chunk in resp.iter_content(64 * 1024):
+            total += len(chunk)
+            if total > limit:
+                raise TooLarge(f"{what}: over the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except requests.RequestException as exc:
+        raise RegistryError(f"{what}: the answer broke off ({type(exc).__name__})") from None
+    finally:
+        resp.close()
 
 
 def failure_reason(response: Any, error: BaseException | None) -> str:

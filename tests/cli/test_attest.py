@@ -281,7 +281,7 @@ def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     assert not (tmp_path / "build").exists()  # nothing rendered, nothing built
     both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
                       "--unsigned", cwd=tmp_path, env=env)
-    assert both.returncode == 1 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+    assert both.returncode == 2 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
 
 
 def test_a_verify_key_that_is_a_fifo_is_refused_at_once(tmp_path, repo_root):

@@ -75,6 +75,7 @@ OPTION_VALUES = {
     "good": "0.5.9",
     "bad": "0.5.10",
     "sglang": "0.5.10",
+    "ref": "example/image:1",
 }
 
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import secrets
 import subprocess
+from pathlib import Path
 
 import pytest
 from clirun import run_invoke
@@ -31,9 +32,11 @@ from sglstack.lock.file import Lock, LockedPackage
 from sglstack.publish import cleanup_candidates, push_candidate, read_records, records_path, release, target_repository
 from sglstack.publish.tags import release_tags
 from sglstack.registry.client import RegistryClient
+from sglstack.render.dockerfile import released_config_hash
 
 pytestmark = pytest.mark.docker
 DAY = dt.date(2026, 12, 3)
+STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks-cpu.yaml"
 # A Python distribution the lister must find (Debian's python3 reads /usr/lib/python3/dist-packages).
 FAKE_DIST = ("RUN d=/usr/lib/python3/dist-packages/six-1.16.0.dist-info && mkdir -p $d "
              "&& printf 'Metadata-Version: 2.1\\nName: six\\nVersion: 1.16.0\\n' > $d/METADATA\n")
@@ -80,7 +83,9 @@ def _record(tmp_path, docker_client, image: str) -> tuple:
     inventory = image_inventory(docker_client, image)
     (tmp_path / SBOM_FILE).write_bytes(sbom_document(inventory, image_name=image, image_id=image_id,
                                                      created=dt.datetime(2026, 12, 3, tzinfo=dt.UTC)))
-    record = {"stack": "cpu-test", "target": "runtime", "image_id": image_id, "tag": image, "config_hash": "c" * 64,
+    # the config hash `invoke build` gives cpu-test now: what `--verify-key` binds the signature to
+    config_hash = released_config_hash(STACKS, load_matrix(STACKS).get("cpu-test"))
+    record = {"stack": "cpu-test", "target": "runtime", "image_id": image_id, "tag": image, "config_hash": config_hash,
               "built_at": "2026-12-03T00:00:00Z", "builder": {"kind": "classic"}, "pins": {},
               "base_image": {"name": "debian:bookworm-slim", "digest": None}, "sglang": {"version": "0.5.9"},
               "lock": None, "provenance": {"patches": {}, "sglstack": {"version": "0.1.0", "commit": None}},

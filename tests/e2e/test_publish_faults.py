@@ -80,7 +80,7 @@ def setup(stack, proxy, plain_registry, scratch_images, docker_client, tmp_path)
     new = push_candidate(docker_client, scratch_images[1], direct, "cand-new", direct_client)
     repo_name = f"{proxy.host}/{path}"
     old_hash, new_hash = secrets.token_hex(32), secrets.token_hex(32)
-    publish_digest(stack, old, registry=repo_name, config_hash=old_hash, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, old, unsigned=True, registry=repo_name, config_hash=old_hash, build_dir=tmp_path, today=DAY)
     return {
         "repo_name": repo_name,
         "repo": target_repository(stack, repo_name),
@@ -107,8 +107,8 @@ def test_a_refused_third_put_puts_every_tag_back(stack, setup, proxy):
     s = setup
     proxy.add(Fault("PUT", LAST_MOVING_TAG, "status", status=500))
     with pytest.raises(PromotionError) as err:
-        publish_digest(stack, s["new"], registry=s["repo_name"], config_hash=s["new_hash"], build_dir=s["build"],
-                       today=DAY)
+        publish_digest(stack, s["new"], unsigned=True, registry=s["repo_name"], config_hash=s["new_hash"],
+                       build_dir=s["build"], today=DAY)
     # Every release tag is where it was: the old release, whole; the new immutable tag is gone again.
     assert _points(s, s["old_tags"].release) == dict.fromkeys(s["old_tags"].release, s["old"])
     assert _points(s, [s["new_tags"].immutable]) == {s["new_tags"].immutable: None}
@@ -131,7 +131,7 @@ def test_a_refused_third_put_puts_every_tag_back(stack, setup, proxy):
 def test_a_transient_failure_within_the_retry_budget_publishes_once(stack, setup, proxy):
     s = setup
     proxy.add(Fault("PUT", LAST_MOVING_TAG, "status", status=503, times=2))
-    assert publish_digest(stack, s["new"], registry=s["repo_name"], config_hash=s["new_hash"],
+    assert publish_digest(stack, s["new"], unsigned=True, registry=s["repo_name"], config_hash=s["new_hash"],
                           build_dir=s["build"], today=DAY) == 0
     assert _points(s, s["new_tags"].release) == dict.fromkeys(s["new_tags"].release, s["new"])
     outcomes = [e[2] for e in proxy.requests("PUT", LAST_MOVING_TAG)]
@@ -147,8 +147,8 @@ def test_a_promotion_that_cannot_be_put_back_is_recorded_partial_then_finished(s
     # The 3rd manifest PUT and every one after it fail: the promotion stops, and so does putting back.
     proxy.add(Fault("PUT", r"/manifests/", "status", nth=3, status=500))
     with pytest.raises(PromotionError) as err:
-        publish_digest(stack, s["new"], registry=s["repo_name"], config_hash=s["new_hash"], build_dir=s["build"],
-                       today=DAY)
+        publish_digest(stack, s["new"], unsigned=True, registry=s["repo_name"], config_hash=s["new_hash"],
+                       build_dir=s["build"], today=DAY)
     assert not err.value.reverted
     line = str(err.value)
     assert "NOT put back" in line and "recorded as partial" in line and "0.5.9-cpu-test -> sha256:" in line
@@ -165,7 +165,7 @@ def test_a_promotion_that_cannot_be_put_back_is_recorded_partial_then_finished(s
 
     # Finishing it records a first publication (not a rollback), with what the tags had before it all.
     proxy.clear()
-    assert publish_digest(stack, s["new"], registry=s["repo_name"], build_dir=s["build"], today=DAY) == 0
+    assert publish_digest(stack, s["new"], unsigned=True, registry=s["repo_name"], build_dir=s["build"], today=DAY) == 0
     assert _points(s, s["new_tags"].release) == dict.fromkeys(s["new_tags"].release, s["new"])
     published = {r["tag"]: r for r in _events(s["build"], s["new"]) if r["event"] == "published"}
     assert set(published) == set(s["new_tags"].release)
@@ -218,7 +218,7 @@ def _invoke(*args: str, env: dict[str, str]) -> subprocess.Popen:
 
 def _publish_args(s, stack_name="cpu-test"):
     return ("publish", "--stack", stack_name, "--digest", s["new"], "--registry", s["repo_name"],
-            "--config-hash", s["new_hash"], "--stacks-file", str(STACKS))
+            "--config-hash", s["new_hash"], "--stacks-file", str(STACKS), "--unsigned")
 
 
 def test_a_hanging_put_ends_at_the_deadline_with_every_tag_back(setup, proxy):

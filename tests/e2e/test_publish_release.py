@@ -143,7 +143,8 @@ def test_immutable_tag_collision_is_refused(cpu_stacks, variant, repo_for, tmp_p
     client = RegistryClient(repo.registry)
     tags = release_tags(stack, config_hash, DAY)
     first = push_candidate(docker_client, variant("first"), repo, "seed", client)
-    publish_digest(stack, first, registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, first, unsigned=True,
+                   registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
     smoked = []
     with pytest.raises(ImmutableTagCollision, match=f"immutable tag .*{tags.immutable} already points to {first}"):
         release(
@@ -168,15 +169,16 @@ def test_rollback_repoints_the_moving_tags(cpu_stacks, variant, repo_for, tmp_pa
     hash_a, hash_b = _hash(), _hash()
     old = push_candidate(docker_client, variant("old"), repo, "cand-a", client)
     new = push_candidate(docker_client, variant("new"), repo, "cand-b", client)
-    publish_digest(stack, old, registry=repo_name, config_hash=hash_a, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, old, unsigned=True, registry=repo_name, config_hash=hash_a, build_dir=tmp_path, today=DAY)
     publish_digest(
-        stack, new, registry=repo_name, config_hash=hash_b, build_dir=tmp_path, today=DAY + dt.timedelta(days=1)
+        stack, new, unsigned=True, registry=repo_name, config_hash=hash_b, build_dir=tmp_path,
+        today=DAY + dt.timedelta(days=1)
     )
     moving = release_tags(stack, hash_a, DAY).moving
     assert all(client.manifest_digest(repo.path, t) == new for t in moving)
 
     # No --config-hash: the publish record knows the old digest's immutable tag and moving tags.
-    assert publish_digest(stack, old, registry=repo_name, build_dir=tmp_path) == 0
+    assert publish_digest(stack, old, unsigned=True, registry=repo_name, build_dir=tmp_path) == 0
     assert all(client.manifest_digest(repo.path, t) == old for t in moving)
     assert client.manifest_digest(repo.path, release_tags(stack, hash_a, DAY).immutable) == old
     assert client.manifest_digest(repo.path, release_tags(stack, hash_b, DAY + dt.timedelta(days=1)).immutable) == new
@@ -206,7 +208,8 @@ def test_promotion_uploads_no_layer(
     layer_bytes = sum(layer["size"] for layer in manifest.json()["layers"])
     log_before = plain_registry.log.read_text(errors="replace")
     counting_proxy.reset()
-    publish_digest(stack, digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, digest, unsigned=True,
+                   registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
     promoted = counting_proxy.reset()
     new_log = plain_registry.log.read_text(errors="replace")[len(log_before) :]
     puts = re.findall(r'"(PUT|POST|PATCH) (/v2/[^ ]+) HTTP', new_log)
@@ -276,7 +279,8 @@ def test_an_oci_index_is_promoted_as_is(cpu_stacks, variant, repo_for, tmp_path,
         }
     ).encode()
     index_digest = client.put_manifest(repo.path, "cand-index", index, OCI_INDEX)
-    publish_digest(stack, index_digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, index_digest, unsigned=True,
+                   registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
     for tag in release_tags(stack, config_hash, DAY).release:
         got = client.get_manifest(repo.path, tag)
         assert got.digest == index_digest and got.media_type == OCI_INDEX and got.children() == [child.digest]
@@ -290,7 +294,8 @@ def test_cleanup_removes_old_candidates_but_keeps_releases(cpu_stacks, variant, 
     failed_cand = f"candidate-cpu-test-{_hash()[:12]}"
     released = push_candidate(docker_client, variant("kept"), repo, released_cand, client)
     failed = push_candidate(docker_client, variant("dropped"), repo, failed_cand, client)
-    publish_digest(stack, released, registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
+    publish_digest(stack, released, unsigned=True,
+                   registry=repo_name, config_hash=config_hash, build_dir=tmp_path, today=DAY)
     assert cleanup_candidates([stack], registry=repo_name, older_than_days=1) == []  # both brand new
     removed = cleanup_candidates(
         [stack], registry=repo_name, older_than_days=0, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)

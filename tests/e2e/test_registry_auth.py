@@ -51,7 +51,7 @@ def test_basic_auth_publish_with_docker_config_credentials(
     assert client.credentials.source.startswith("Docker config")
     digest = push_candidate(docker_client, tiny_image, repo, "cand", client)
     config_hash = secrets.token_hex(32)
-    publish_digest(stack, digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
+    publish_digest(stack, digest, unsigned=True, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
     for tag in release_tags(stack, config_hash, utc_today()).moving:
         assert client.manifest_digest(repo.path, tag) == digest
 
@@ -79,6 +79,7 @@ def test_wrong_password_fails_clearly_without_leaking_it(htpasswd_registry, repo
             f"{reg.host}/sglstack-test/denied",
             "--stacks-file",
             "tests/fixtures/stacks-cpu.yaml",
+            "--unsigned",
         ],
         cwd=repo_root,
         env=env,
@@ -120,7 +121,7 @@ def test_bearer_token_flow(stack, token_registry, tiny_image, docker_client, tmp
     client = RegistryClient.from_environment(repo.registry)
     digest = push_candidate(docker_client, tiny_image, repo, "cand", client)  # dockerd: its own bearer flow
     config_hash = secrets.token_hex(32)
-    publish_digest(stack, digest, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
+    publish_digest(stack, digest, unsigned=True, registry=repo_name, config_hash=config_hash, build_dir=tmp_path)
     tags = release_tags(stack, config_hash, utc_today())
     checker = RegistryClient(reg.host, credentials=Credentials(reg.user, reg.password, "test"))
     assert all(checker.manifest_digest(repo.path, t) == digest for t in tags.release)
