@@ -17,7 +17,7 @@ import json
 import uuid
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cyclonedx.model.bom import Bom
@@ -42,6 +42,9 @@ class Inventory:
     python: dict[str, str]  # canonical name -> version
     debian: tuple[tuple[str, str, str], ...]  # (package, version, architecture)
     python_version: str | None = None
+    # canonical name -> the canonical names its Requires-Dist names (any marker, any extra); empty from a
+    # listing made before the field existed
+    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_listing(cls, listing: Mapping[str, Any]) -> Inventory:
@@ -49,11 +52,21 @@ class Inventory:
         try:
             python = {str(canonicalize_name(d["name"])): str(d["version"])
                       for d in listing["python_distributions"]}
+            requires = {str(canonicalize_name(d["name"])): _required_names(d.get("requires", ()))
+                        for d in listing["python_distributions"]}
             debian = tuple(sorted((str(p["name"]), str(p["version"]), str(p.get("arch") or ""))
                                   for p in listing["debian_packages"]))
         except (KeyError, TypeError) as exc:
             raise AttestationError(f"the image's inventory is malformed (missing {exc})") from None
-        return cls(python=dict(sorted(python.items())), debian=debian, python_version=listing.get("python"))
+        return cls(python=dict(sorted(python.items())), debian=debian, python_version=listing.get("python"),
+                   requires=requires)
+
+
+def _required_names(names: Any) -> tuple[str, ...]:
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise AttestationError("the image's inventory is malformed (a distribution's 'requires' is not a list "
+                               "of names)")
+    return tuple(sorted({str(canonicalize_name(n)) for n in names}))
 
 
 def lock_problems(inventory: Inventory, lock: Lock) -> list[str]:

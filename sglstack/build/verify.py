@@ -30,6 +30,8 @@ from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
 from ..lock.file import Lock, compare_installed, source_mismatches
+from ..lock.plan import root_names
+from ..lock.trust import unrequired_in_image
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
 
@@ -390,7 +392,9 @@ def sbom_inventory(client: docker.DockerClient, image: str, stack: Stack, lock: 
     """The image's packages as listed inside it for its SBOM; a Python distribution in the image and not
     in the lock, or the reverse, fails the build (Debian packages are listed, not compared)."""
     inventory = image_inventory(client, image, labels=container_labels(stack))
-    problems = lock_problems(inventory, lock) if lock is not None else []
+    problems = [*lock_problems(inventory, lock),
+                *unrequired_in_image(lock, root_names(stack), inventory.python, inventory.requires)
+                ] if lock is not None else []
     if problems:
         raise PinMismatch(f"stack '{stack.name}': the image's SBOM does not match its lock: {'; '.join(problems)}")
     return inventory

@@ -12,6 +12,7 @@ A lock written before `written-sha256` existed is refused with the one thing to 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..config.schema import Stack
@@ -105,24 +106,44 @@ def _edge_problem(lock: Lock) -> str | None:
     return None
 
 
+def _reached(roots: Iterable[str], children: Mapping[str, Iterable[str]]) -> set[str]:
+    """Every name a path of `children` edges leads to from `roots` (the roots included)."""
+    reached: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += children.get(name, ())
+    return reached
+
+
 def _unrequired(lock: Lock, roots: frozenset[str]) -> str | None:
     """The first entry (in file order) that no path of `# via` edges leads to from the stack's own requirements."""
     children: dict[str, list[str]] = {}
     for p in lock.packages:
         for parent in p.required_by:
             children.setdefault(parent, []).append(p.name)
-    needed: set[str] = set()
-    todo = [p.name for p in lock.packages if p.name in roots]
-    while todo:
-        name = todo.pop()
-        if name not in needed:
-            needed.add(name)
-            todo += children.get(name, [])
+    needed = _reached((p.name for p in lock.packages if p.name in roots), children)
     for p in lock.packages:
         if p.name not in needed:
             return (f"{p.requirement} is required by nothing the stack installs (no layer of the stack names it, "
                     f"and no '# via' leads from it to one that does)")
     return None
+
+
+def unrequired_in_image(lock: Lock, roots: frozenset[str], installed: Mapping[str, str],
+                        requires: Mapping[str, Iterable[str]]) -> list[str]:
+    """The lock's entries installed in the image that nothing the stack asked for requires, by the installed
+    distributions' own metadata (`requires`: canonical name -> the names its Requires-Dist lists, any marker
+    or extra taken as met). The lock's `# via` lines are the resolver's word and can be made up along with an
+    added entry and a recomputed `written-sha256`; the metadata in the image is the packages' own."""
+    locked = {p.name for p in lock.packages}
+    children = {name: [c for c in requires.get(name, ()) if c in locked] for name in locked}
+    needed = _reached((name for name in locked if name in roots), children)
+    return [f"{p.requirement} is installed from the lock, but no package the stack asks for requires it (by "
+            "the Requires-Dist of what the image holds): the lock names it without need"
+            for p in lock.packages if p.name in installed and p.name not in needed]
 
 
 def _content_problem(lock: Lock) -> str | None:

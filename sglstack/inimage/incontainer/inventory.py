@@ -10,9 +10,22 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import platform
+import re
 import sys
 
 DPKG_STATUS = "/var/lib/dpkg/status"
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
+
+
+def required_names(dist: md.Distribution) -> list[str]:
+    """The names a distribution's own metadata requires (Requires-Dist), whatever their markers or extras:
+    the host checks that each locked package is one of these for a package the stack asked for."""
+    names = set()
+    for requirement in dist.requires or ():
+        match = _REQUIREMENT_NAME.match(requirement)
+        if match:
+            names.add(match.group(1))
+    return sorted(names)
 
 
 def python_distributions() -> list[dict]:
@@ -23,7 +36,7 @@ def python_distributions() -> list[dict]:
         if not name:
             continue
         location = str(getattr(dist, "_path", "") or "")
-        out.append({"name": name, "version": dist.version,
+        out.append({"name": name, "version": dist.version, "requires": required_names(dist),
                     "location": location.rsplit("/", 1)[0] if location else None})
     return sorted(out, key=lambda d: (d["name"].lower(), d["version"], d["location"] or ""))
 
