@@ -31,8 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..core.credentials import SIGNING_KEY_ENV
 from ..core.errors import one_line
-from ..core.inputs import loads
-from ..core.safefiles import UnreadableFile, read_small_file
+from ..core.inputs import UnreadableFile, loads, read_small_file
 from .errors import BadInput, NotVerified
 
 KEY_ENV = SIGNING_KEY_ENV

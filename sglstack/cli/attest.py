@@ -39,11 +39,12 @@ def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
     from ..config.defaults import DEFAULT_STACKS_FILE
     from ..config.matrix import load_matrix
+    from ..lock.trust import lock_for_build
     from ..render.dockerfile import released_config_hash
 
     path = stacks_file or DEFAULT_STACKS_FILE
     stack = load_matrix(path).get(stack_name)
-    return BuildIdentity.of_stack(stack, released_config_hash(path, stack))
+    return BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(path, stack)))
 
 
 def verify_image_command(ref: str, *, key: str | None, json_path: str | None = None, stack: str | None = None,

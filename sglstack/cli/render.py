@@ -35,10 +35,11 @@ def render(o: RenderOptions) -> None:
         from ..attest.provenance import BuildIdentity
         from ..attest.verify import verified_for_render
         from ..config.matrix import load_matrix
+        from ..lock.trust import lock_for_build
         from ..render.dockerfile import released_config_hash
 
         stack = load_matrix(o.stacks_file).get(o.stack)
-        expect = BuildIdentity.of_stack(stack, released_config_hash(o.stacks_file, stack))
+        expect = BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(o.stacks_file, stack)))
         image = verified_for_render(image, o.verify_key, expect)
     options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
     render_command(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

@@ -1,6 +1,7 @@
 """Reading what a user or an outside system hands us (a smoke report, a build record, a lock, a diff input, a
 registry's answer), bounded before the work is done: every way it can go wrong is one line naming the file.
 
+- `read_small_file`: the same for a file whose content is never shown (a key): the reason alone, no path.
 - `read_bytes` / `read_text`: a regular file only, opened without blocking (a FIFO named as a report would
   otherwise hang the task until someone writes to it; a device would be read forever), at most `limit`
   bytes whatever `stat` said, decoded as UTF-8.
@@ -44,19 +45,61 @@ def read_bytes(path: str | Path, *, limit: int = MAX_INPUT_BYTES, what: str = "i
 def read_regular(path: str | Path, *, limit: int, what: str, file: str) -> bytes:
     """`read_bytes` for a caller with its own words for an `OSError` (raised as is); a path that is not a
     regular file, or is over `limit`, is a `ConfigError`."""
-    # O_NONBLOCK: opening a FIFO for reading waits for a writer otherwise; fstat then refuses it.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return _regular_bytes(path, limit)
+    except UnreadableFile as exc:
+        if exc.kind == "folder":
+            raise ConfigError(f"is a directory, not a {what}", file=file) from None
+        if exc.kind == "special":
+            raise ConfigError("is not a regular file", file=file) from None  # a FIFO, a socket, a device
+        raise ConfigError(f"is larger than the {_size(limit)} limit for a {what}", file=file) from None
+
+
+class UnreadableFile(ValueError):
+    """A file a user named cannot be read as one small regular file; the message is the reason alone (no
+    path, no content), for the caller to put after the option or key that named it. `kind`: "folder",
+    "special" (a FIFO, a socket, a device), "large" or "os" (the system refused)."""
+
+    def __init__(self, reason: str, *, kind: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def read_small_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file `path` (a link to one is fine), at most `limit` of them: for a file whose
+    content must never be shown (a key), every failure an `UnreadableFile` that says why in words alone."""
+    try:
+        return _regular_bytes(path, limit)
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or type(exc).__name__, kind="os") from None
+
+
+def _refuse_irregular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+        raise UnreadableFile(f"{kind}, not a regular file", kind="folder" if stat.S_ISDIR(mode) else "special")
+
+
+def _regular_bytes(path: str | Path, limit: int) -> bytes:
+    """The one reader of a file a user names: anything but a regular file is refused before a byte is read (a
+    FIFO or a terminal would block the task forever, a device would feed it without end). The open is
+    non-blocking, so a FIFO swapped in after a look at the path does not hang it, and the fstat of the open
+    file decides; no more than `limit` bytes are read whatever `stat` said (the file may grow as we read).
+    `OSError` is raised as is."""
+    _refuse_irregular(os.stat(path).st_mode)  # a socket cannot even be opened: say what it is
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"is a directory, not a {what}", file=file)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError("is not a regular file", file=file)  # a FIFO, a socket, a device
+        _refuse_irregular(info.st_mode)
         if info.st_size > limit:
-            raise ConfigError(f"is larger than the {_size(limit)} limit for a {what}", file=file)
+            raise UnreadableFile(f"larger than {_size(limit)}", kind="large")
         os.set_blocking(fd, True)
         chunks, left = [], limit + 1
-        while left > 0:  # no more than the limit, whatever stat said (the file may grow as we read)
+        while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 break
@@ -66,7 +109,7 @@ def read_regular(path: str | Path, *, limit: int, what: str, file: str) -> bytes
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        raise ConfigError(f"is larger than the {_size(limit)} limit for a {what}", file=file)
+        raise UnreadableFile(f"larger than {_size(limit)}", kind="large")
     return data
 
 

@@ -11,17 +11,11 @@
   `write_text`, streamed. `probe_folder`: can a file be written there at all, asked before work starts.
   Every file sglstack writes goes through one of these (tests/unit/test_writers.py walks the code).
 - `replace_folder`: a folder (the build context) filled beside the old one, then swapped in.
-- `read_small_file`: reading a file a user names (a key), bounded: a FIFO, a device or a folder is refused
-  without blocking on it, and no more than the limit is read whatever the file claims.
 - `folder_lock`: the one lock a stack's build, deploy, bisect and render take (`build/NAME/.lock`): a
   second task of the same stack is refused at once with one line naming the holder, rather than left
   waiting: a build or a bisect holds it for an hour, and a silent wait looks like a hang to a person and
   times out a CI job with no word of why.
-- `replace_together`: several files that must agree (stacks.yaml and a lock), each written whole beside
-  its place (`staged`) before any is renamed in, the earlier ones put back if a later rename fails;
-  `edit_in_place` for one. A file the user owns (stacks.yaml) is edited through a link to it (the target
-  is replaced, the link stays) and keeps its mode; a new file takes the mode of its siblings
-  (`sibling_mode`), else 0644 under the umask (mkstemp's 0600 is for secrets).
+- `replacing` (its own module): several files that must agree, replaced together or not at all.
 - `file_lock`: the lock of one input file (an flock on the file itself), refused at once like
   `folder_lock`: two `upgrade --write` of one matrix would each write the file they read, and the second
   would drop the first's entry.
@@ -38,11 +32,10 @@ import fcntl
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -61,11 +54,6 @@ class OutputNotWritable(SglstackError):
     reason = ""  # the cause alone ("No space left on device"), where a caller words its own line
 
 
-class UnreadableFile(ValueError):
-    """A file a user named cannot be read as one small regular file; the message is the reason alone (no
-    path, no content), for the caller to put after the option or key that named it."""
-
-
 class StackBusy(SglstackError):
     """Another task of the same stack holds its lock."""
 
@@ -78,7 +66,7 @@ class FileBusy(SglstackError):
     exit_code = BUSY_EXIT
 
 
-def _reason(exc: OSError) -> str:
+def reason_of(exc: OSError) -> str:
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
         # copytree gathers each file's failure as (src, dst, "[Errno 28] No space left on device: ...").
         why = str(exc.args[0][0][-1])
@@ -125,8 +113,8 @@ def make_folder(root: Path, folder: Path) -> None:
     except FileExistsError:
         raise OutputNotWritable(f"{folder}: cannot be written (a file is in the way of this folder)") from None
     except OSError as exc:
-        error = OutputNotWritable(f"{folder}: cannot be created ({_reason(exc)})")
-        error.reason = _reason(exc)
+        error = OutputNotWritable(f"{folder}: cannot be created ({reason_of(exc)})")
+        error.reason = reason_of(exc)
         raise error from None
 
 
@@ -145,7 +133,7 @@ def copy_file(root: Path, source: Path, path: Path, *, mode: int = 0o644) -> Pat
     try:
         src = open(source, "rb")  # noqa: SIM115  # closed below; its own error names the source
     except OSError as exc:
-        raise OutputNotWritable(f"{source}: cannot be read ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{source}: cannot be read ({reason_of(exc)})") from None
     with src:
         return write_with(root, path, lambda fh: shutil.copyfileobj(src, fh, 1 << 22), mode=mode)
 
@@ -171,127 +159,12 @@ def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mo
         os.replace(tmp, path)  # replaces a link at `path` itself: its target is never written
         tmp = None
     except OSError as exc:
-        raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{path}: cannot be written ({reason_of(exc)})") from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return path
-
-
-def umask() -> int:
-    """The process's umask (read by setting it, at once put back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def sibling_mode(path: Path, pattern: str) -> int:
-    """The permission bits for a new file at `path`: those of `path` if it exists, else those of the first
-    sibling matching `pattern` (by name), else 0644 under the umask."""
-    siblings = sorted(p for p in path.parent.glob(pattern) if not p.name.startswith(".")) \
-        if path.parent.is_dir() else []
-    for candidate in (path, *siblings):
-        with contextlib.suppress(OSError):
-            info = os.stat(candidate)
-            if stat.S_ISREG(info.st_mode):
-                return stat.S_IMODE(info.st_mode)
-    return 0o644 & ~umask()
-
-
-@contextlib.contextmanager
-def staged(path: Path, data: bytes, *, mode: int, untouched: str = "it is as it was") -> Iterator[Path]:
-    """`data` whole in a new temp file beside `path` (fsynced, `mode` set): the caller renames it onto
-    `path` with `os.replace`. Whatever the block does, the temp file is gone after it; a failure to write
-    it (a full disk, a read-only folder) is `OutputNotWritable` naming `path`."""
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-    except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); {untouched}") from None
-    try:
-        yield Path(tmp)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-def edit_in_place(path: Path, data: bytes) -> Path:
-    """Replace the content of the user's file `path` whole or not at all, through a link (the file it
-    points to is replaced; the link stays), its mode kept; returns the file replaced."""
-    real = Path(os.path.realpath(path))
-    replace_together([(real, data, sibling_mode(real, real.name))])
-    return real
-
-
-def replace_together(files: Sequence[tuple[Path, bytes, int]]) -> None:
-    """Replace each `(path, data, mode)` whole, all of them or none: every new file is first written
-    beside its place (where a full disk stops it, nothing replaced), then each is renamed into place in
-    order; if a rename fails, the files renamed before it are put back (each old file is kept under a
-    second name until the end, a hard link: putting it back is a rename, with no data to write). No link
-    at a path is followed: pass the file a link leads to, to write through it."""
-    with contextlib.ExitStack() as stack:
-        untouched = "it is as it was" if len(files) == 1 else "no file was replaced"
-        staged_files = [stack.enter_context(staged(path, data, mode=mode, untouched=untouched))
-                        for path, data, mode in files]
-        kept = [stack.enter_context(_kept(path)) for path, _, _ in files]
-        done: list[int] = []
-        with deferred():  # a signal between two renames would leave the files disagreeing
-            for i, ((path, _, _), new) in enumerate(zip(files, staged_files, strict=True)):
-                try:
-                    os.replace(new, path)
-                except OSError as exc:
-                    undone = _put_back([(files[j][0], kept[j]) for j in reversed(done)])
-                    raise OutputNotWritable(f"{path}: cannot be written ({_reason(exc)}); {undone or untouched}"
-                                            ) from None
-                done.append(i)
-
-
-def _put_back(files: Sequence[tuple[Path, Path | None]]) -> str:
-    """Put each kept old file back at its path (None: there was none); '' when all went back, else what
-    is left where."""
-    left = []
-    for path, old in files:
-        try:
-            if old is None:
-                path.unlink()
-            else:
-                os.replace(old, path)
-        except OSError:  # a rename in this folder just worked: all but never reached
-            left.append(f"{path} is the new one" + (f" (the old one was {old.name})" if old else ""))
-    return "; ".join(left)
-
-
-@contextlib.contextmanager
-def _kept(path: Path) -> Iterator[Path | None]:
-    """A second name for the file at `path` (a link at `path` itself, not its target), or None when there
-    is none; removed after the block."""
-    if not os.path.lexists(path):
-        yield None
-        return
-    aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.old")
-    try:
-        try:
-            os.link(path, aside, follow_symlinks=False)
-        except OSError:  # a filesystem without hard links: a copy, before anything is replaced
-            shutil.copy2(path, aside, follow_symlinks=False)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
-        raise OutputNotWritable(f"{path}: cannot be replaced ({_reason(exc)}); it is as it was") from None
-    try:
-        yield aside
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
 
 
 def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> int:
@@ -312,8 +185,8 @@ def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> i
 
 def _not_writable(path: Path, exc: OSError) -> OutputNotWritable:
     """`PATH: cannot be written (why)`, with the why alone as `.reason`."""
-    error = OutputNotWritable(f"{path}: cannot be written ({_reason(exc)})")
-    error.reason = _reason(exc)
+    error = OutputNotWritable(f"{path}: cannot be written ({reason_of(exc)})")
+    error.reason = reason_of(exc)
     return error
 
 
@@ -380,7 +253,7 @@ def keep_link(root: Path, path: Path, kept: Path) -> None:
     try:
         os.link(path, kept, follow_symlinks=False)
     except OSError as exc:
-        raise OutputNotWritable(f"{kept}: cannot be written ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{kept}: cannot be written ({reason_of(exc)})") from None
 
 
 def _link_target(path: Path) -> str:
@@ -390,56 +263,13 @@ def _link_target(path: Path) -> str:
         return "elsewhere"
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def _not_regular(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
-    return f"{kind}, not a regular file"
-
-
-def read_small_file(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file `path` (a link to one is fine), at most `limit` of them.
-
-    Anything else is refused before a byte is read: a FIFO or a terminal would block the task forever, a
-    device would feed it without end. The open is non-blocking (a FIFO swapped in after the stat does not
-    hang it) and the fstat of the open file is what decides. `UnreadableFile` says why, in words.
-    """
-    try:
-        problem = _not_regular(os.stat(path).st_mode)
-        if problem:
-            raise UnreadableFile(problem)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            problem = _not_regular(os.fstat(fd).st_mode)
-            if problem:
-                raise UnreadableFile(problem)
-            chunks, size = [], 0
-            while size <= limit:
-                chunk = os.read(fd, limit + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise UnreadableFile(exc.strerror or type(exc).__name__) from None
-    if size > limit:
-        raise UnreadableFile(f"larger than {limit // 1024} KiB")
-    return b"".join(chunks)
-
-
 def remove_file(root: Path, path: Path) -> None:
     """Remove `path` (a link is removed, never its target); missing is fine."""
     check_inside(root, path.parent)
     try:
         path.unlink(missing_ok=True)
     except OSError as exc:
-        raise OutputNotWritable(f"{path}: cannot be removed ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{path}: cannot be removed ({reason_of(exc)})") from None
 
 
 def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> None:
@@ -478,7 +308,7 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
                 # The old folder is the only whole one left: keep it where it is and say where.
                 kept = f"; the old one is kept as {aside}"
             aside = None
-        raise OutputNotWritable(one_line(f"{folder}: cannot be written ({_reason(exc)}){kept}")) from None
+        raise OutputNotWritable(one_line(f"{folder}: cannot be written ({reason_of(exc)}){kept}")) from None
     finally:
         for leftover in (new, aside):
             if leftover is not None:
@@ -532,13 +362,13 @@ def _flocked(path: Path, key: tuple[str, int], task: str, folder: Path, stack: s
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise OutputNotWritable(f"{path}: the lock cannot be opened ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{path}: the lock cannot be opened ({reason_of(exc)})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
+                raise OutputNotWritable(f"{path}: cannot be locked ({reason_of(exc)})") from None
             who = _holder(fd)
             name = f"stack '{stack}'" if stack else str(folder)
             raise StackBusy(f"{name} is busy: {who} holds {path}; one build, deploy, bisect or render of a "
@@ -574,13 +404,13 @@ def file_lock(path: Path, task: str, *, shared: bool = False) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
+        raise OutputNotWritable(f"{path}: cannot be locked ({reason_of(exc)})") from None
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise OutputNotWritable(f"{path}: cannot be locked ({_reason(exc)})") from None
+                raise OutputNotWritable(f"{path}: cannot be locked ({reason_of(exc)})") from None
             raise FileBusy(f"{path} is busy: another task is rewriting it or writing from it: run `invoke {task}` "
                            "again when that one ends") from None
         yield

@@ -17,6 +17,7 @@ from ..core.errors import DeployError
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
+from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
@@ -114,7 +115,8 @@ def verified_ref(ref: str, verify_key: str | None, say: Say, *, stack: Stack, st
     anything changes. Without it: `ref` as it is."""
     if not verify_key:
         return ref
-    expect = BuildIdentity.of_stack(stack, released_config_hash(stacks_file or DEFAULT_STACKS_FILE, stack))
+    lock = lock_for_build(stacks_file or DEFAULT_STACKS_FILE, stack)
+    expect = BuildIdentity.of_stack(stack, released_config_hash(stack, lock))
     verified, result = verified_reference(ref, verify_key, expect=expect)
     say(verified_line(ref, result) + " with its SBOM and provenance")
     return verified

@@ -27,7 +27,8 @@ from packaging.version import InvalidVersion, Version
 from ..config.schema import DEFAULT_KERNEL_PACKAGE, Stack
 from ..core.errors import ConfigError
 from ..core.inputs import MAX_INPUT_BYTES, read_regular
-from ..core.safefiles import sibling_mode, write_text
+from ..core.replacing import sibling_mode
+from ..core.safefiles import write_text
 
 LOCK_FORMAT = "1"
 LOCKS_DIR = "locks"

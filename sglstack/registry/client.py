@@ -41,6 +41,7 @@ class RegistryAuthError(RegistryError):
 # A registry (distribution's own limit) keeps manifests under 4 MiB; a bigger answer is not one.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # an image config (labels, history) is kilobytes
+MAX_TAG_PAGES = 10_000  # 10 million tags at 1000 a page: no real repository is near it
 
 
 class ManifestNotFound(RegistryError):
@@ -106,8 +107,6 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 # ---- the client ------------------------------------------------------------------------------------
 
-
-MAX_TAG_PAGES = 10_000  # 10 million tags at 1000 a page: no real repository is near it
 
 class RegistryClient:
     """One registry (host[:port]). Loopback registries are spoken to over HTTP, others over HTTPS.

@@ -29,7 +29,6 @@ from ..core.quoting import (
 )
 from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
 from ..lock.file import Lock
-from ..lock.trust import lock_for_build
 from . import confighash
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
@@ -262,12 +261,12 @@ def build_context(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR, lock: L
 RELEASED_TARGET = "runtime"  # the stage a release pushes (build's FINAL_TARGET): its config hash is the release's
 
 
-def released_config_hash(stacks_file: str | Path, stack: Stack) -> str | None:
-    """The config hash `invoke build` gives the stack's released image now, from the matrix and its lock
-    (pure: nothing written). None for a git source: its exported tree is part of the hash, and only
-    git can export it. What `--verify-key` binds a signature to."""
+def released_config_hash(stack: Stack, lock: Lock | None) -> str | None:
+    """The config hash `invoke build` gives the stack's released image now, from the stack and its lock as
+    the build would take it (`lock.trust.lock_for_build`). None for a git source: its exported tree is part
+    of the hash, and only git can export it. What `--verify-key` binds a signature to."""
     if stack.sglang.git is not None:
         return None
-    rendered = build_context(stack, lock=lock_for_build(stacks_file, stack))
+    rendered = build_context(stack, lock=lock)
     return confighash.config_hash(rendered.dockerfile, rendered.files, target=RELEASED_TARGET,
                                   platform=stack.build_platform)

@@ -39,14 +39,8 @@ from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.records import build_root, require_writable, write_output
-from ..core.safefiles import (
-    check_inside,
-    file_lock,
-    make_folder,
-    replace_together,
-    sibling_mode,
-    staged,
-)
+from ..core.replacing import replace_together, sibling_mode, staged
+from ..core.safefiles import check_inside, file_lock, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff

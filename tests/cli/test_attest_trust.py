@@ -25,6 +25,7 @@ from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.deploy.actions import deploy_command
 from sglstack.deploy.options import DeployOptions
+from sglstack.lock.trust import lock_for_build
 from sglstack.publish import cleanup_candidates, read_records, records_path, release
 from sglstack.publish.digest import publish_digest
 from sglstack.publish.history import PublishError
@@ -34,7 +35,7 @@ from sglstack.render.dockerfile import released_config_hash
 
 STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks-cpu.yaml"
 CPU = load_matrix(STACKS).get("cpu-test")
-CONFIG = released_config_hash(STACKS, CPU)
+CONFIG = released_config_hash(CPU, lock_for_build(STACKS, CPU))
 OLD_CONFIG = "0" * 64
 WHEN = dt.datetime(2026, 12, 3, 19, 0, tzinfo=dt.UTC)
 DAY = dt.date(2026, 12, 3)

@@ -29,6 +29,7 @@ from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.lock.file import Lock, LockedPackage
+from sglstack.lock.trust import lock_for_build
 from sglstack.publish import cleanup_candidates, push_candidate, read_records, records_path, release, target_repository
 from sglstack.publish.tags import release_tags
 from sglstack.registry.client import RegistryClient
@@ -84,7 +85,7 @@ def _record(tmp_path, docker_client, image: str) -> tuple:
     (tmp_path / SBOM_FILE).write_bytes(sbom_document(inventory, image_name=image, image_id=image_id,
                                                      created=dt.datetime(2026, 12, 3, tzinfo=dt.UTC)))
     # the config hash `invoke build` gives cpu-test now: what `--verify-key` binds the signature to
-    config_hash = released_config_hash(STACKS, load_matrix(STACKS).get("cpu-test"))
+    config_hash = released_config_hash(cpu := load_matrix(STACKS).get("cpu-test"), lock_for_build(STACKS, cpu))
     record = {"stack": "cpu-test", "target": "runtime", "image_id": image_id, "tag": image, "config_hash": config_hash,
               "built_at": "2026-12-03T00:00:00Z", "builder": {"kind": "classic"}, "pins": {},
               "base_image": {"name": "debian:bookworm-slim", "digest": None}, "sglang": {"version": "0.5.9"},

@@ -117,7 +117,7 @@ MAY_USE: dict[str, set[str]] = {
     "bisect": {"config", "build", "smoke", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
     "preflight": {"config", "adapters", "core"},
-    "deploy": {"config", "serving", "render", "publish", "attest", "preflight", "adapters", "core"},
+    "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
     "upgrade": {"config", "serving", "lock", "coverage", "diff", "build", "bisect", "inimage", "adapters", "core"},
     # the face: every task parses its options and calls one library function; nothing imports it
     "cli": {"config", "serving", "render", "lock", "coverage", "size", "diff", "registry", "attest", "build", "smoke",

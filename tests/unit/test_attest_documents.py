@@ -178,7 +178,7 @@ def test_an_inventory_is_read_whole_from_the_listing():
     inventory = Inventory.from_listing(LISTING)
     assert inventory == Inventory(python={"idna": "3.10", "pip": "23.0.1", "six": "1.16.0"},
                                   debian=(("libc6", "2.36", "amd64"), ("tzdata", "2024a", "")),
-                                  python_version="3.11.2")
+                                  python_version="3.11.2", requires={"idna": (), "pip": (), "six": ()})
     assert list(inventory.python) == ["idna", "pip", "six"]
     with pytest.raises(AttestationError) as err:
         Inventory.from_listing({"python_distributions": [{"name": "x"}], "debian_packages": []})

@@ -82,7 +82,7 @@ def _replaces(monkeypatch, failing: tuple[int, ...] = ()) -> list[tuple[str, str
     (shutil.Error(errno.EIO, "Input/output error"), "Input/output error"),
 ])
 def test_a_reason_is_the_strerror_or_copytrees_first_failure_or_the_errors_kind(exc, reason):
-    assert safefiles._reason(exc) == reason
+    assert safefiles.reason_of(exc) == reason
 
 
 # ---- containing_root -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""safefiles for the files a user owns and several tasks edit (stacks.yaml, its locks): `staged`,
-`edit_in_place`, `sibling_mode`, `file_lock`. Tests run as root, where a mode does not stop a write: a failing
-system call is stood in for by one raising the OSError the kernel would give."""
+"""The writers of the files a user owns and several tasks edit (stacks.yaml, its locks): `replacing`'s
+`staged`, `replace_together` and `sibling_mode`, and safefiles' `file_lock`. Tests run as root, where a mode
+does not stop a write: a failing system call is stood in for by one raising the OSError the kernel would give."""
 
 from __future__ import annotations
 
@@ -12,17 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.core import safefiles
-from sglstack.core.safefiles import (
-    BUSY_EXIT,
-    FileBusy,
-    OutputNotWritable,
-    edit_in_place,
-    file_lock,
-    replace_together,
-    sibling_mode,
-    staged,
-)
+from sglstack.core import replacing, safefiles
+from sglstack.core.replacing import replace_together, sibling_mode, staged
+from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
 
 
 def names(folder: Path) -> list[str]:
@@ -42,9 +34,9 @@ def test_staged_writes_whole_with_the_mode_beside_the_file_and_removes_what_is_l
 
 
 @pytest.mark.parametrize(("where", "call"), [
-    (safefiles.tempfile, "mkstemp"),  # no temp file at all (a read-only folder)
-    (safefiles.os, "fsync"),  # the data did not reach the disk (a full disk)
-    (safefiles.os, "chmod"),
+    (replacing.tempfile, "mkstemp"),  # no temp file at all (a read-only folder)
+    (replacing.os, "fsync"),  # the data did not reach the disk (a full disk)
+    (replacing.os, "chmod"),
 ])
 def test_staged_that_cannot_be_written_is_one_line_and_leaves_no_temp_file(tmp_path, monkeypatch, where, call) -> None:
     def full(*args, **kw):
@@ -59,28 +51,30 @@ def test_staged_that_cannot_be_written_is_one_line_and_leaves_no_temp_file(tmp_p
     assert path.read_bytes() == b"old" and names(tmp_path) == ["f.txt"]
 
 
-def test_edit_in_place_writes_through_a_link_and_keeps_the_mode(tmp_path) -> None:
+def test_a_file_replaced_through_its_link_keeps_the_link_and_its_mode(tmp_path) -> None:
     real = tmp_path / "real" / "stacks.yaml"
     real.parent.mkdir()
     real.write_text("old\n")
     real.chmod(0o664)
     link = tmp_path / "stacks.yaml"
     link.symlink_to(real)
-    assert edit_in_place(link, b"new\n") == real
+    target = Path(os.path.realpath(link))  # what write_upgrade passes for a linked stacks file
+    replace_together([(target, b"new\n", sibling_mode(target, target.name))])
+    assert target == real
     assert link.is_symlink() and real.read_text() == "new\n" and stat.S_IMODE(real.stat().st_mode) == 0o664
     assert names(real.parent) == ["stacks.yaml"]
 
 
-def test_edit_in_place_that_cannot_rename_keeps_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch) -> None:
+def test_a_replace_that_cannot_rename_keeps_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch) -> None:
     path = tmp_path / "stacks.yaml"
     path.write_text("old\n")
 
     def refuse(src, dst):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(safefiles.os, "replace", refuse)
+    monkeypatch.setattr(replacing.os, "replace", refuse)
     with pytest.raises(OutputNotWritable) as err:
-        edit_in_place(path, b"new\n")
+        replace_together([(path, b"new\n", sibling_mode(path, path.name))])
     assert str(err.value) == f"{path}: cannot be written (Read-only file system); it is as it was"
     assert path.read_text() == "old\n" and names(tmp_path) == ["stacks.yaml"]
 
@@ -146,14 +140,14 @@ def test_replace_together_puts_the_first_back_when_the_second_rename_fails(tmp_p
     first, second, new = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "new.txt"
     first.write_text("old a\n")
     second.write_text("old b\n")
-    real = safefiles.os.replace
+    real = replacing.os.replace
 
     def replace(src, dst):
         if Path(dst) == second:
             raise OSError(errno.EROFS, "Read-only file system")
         real(src, dst)
 
-    monkeypatch.setattr(safefiles.os, "replace", replace)
+    monkeypatch.setattr(replacing.os, "replace", replace)
     with pytest.raises(OutputNotWritable) as err:
         replace_together([(first, b"new a\n", 0o644), (new, b"new\n", 0o644), (second, b"new b\n", 0o644)])
     assert str(err.value) == f"{second}: cannot be written (Read-only file system); no file was replaced"
@@ -163,14 +157,14 @@ def test_replace_together_puts_the_first_back_when_the_second_rename_fails(tmp_p
 def test_replace_together_that_cannot_put_back_says_what_is_where(tmp_path, monkeypatch) -> None:
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("old a\n")
-    real = safefiles.os.replace
+    real = replacing.os.replace
 
     def replace(src, dst):
         if Path(dst) == second or Path(src).name.endswith(".old"):
             raise OSError(errno.EIO, "Input/output error")
         real(src, dst)
 
-    monkeypatch.setattr(safefiles.os, "replace", replace)
+    monkeypatch.setattr(replacing.os, "replace", replace)
     with pytest.raises(OutputNotWritable) as err:
         replace_together([(first, b"new a\n", 0o644), (second, b"new b\n", 0o644)])
     assert re.fullmatch(rf"{re.escape(str(second))}: cannot be written \(Input/output error\); "
@@ -195,20 +189,20 @@ def test_replace_together_without_hard_links_keeps_a_copy_and_still_puts_back(tm
     def no_links(*args, **kw):
         raise OSError(errno.EPERM, "Operation not permitted")
 
-    real = safefiles.os.replace
+    real = replacing.os.replace
 
     def replace(src, dst):
         if Path(dst) == second:
             raise OSError(errno.EROFS, "Read-only file system")
         real(src, dst)
 
-    monkeypatch.setattr(safefiles.os, "link", no_links)
-    monkeypatch.setattr(safefiles.os, "replace", replace)
+    monkeypatch.setattr(replacing.os, "link", no_links)
+    monkeypatch.setattr(replacing.os, "replace", replace)
     with pytest.raises(OutputNotWritable) as err:
         replace_together([(first, b"new a\n", 0o644), (second, b"new b\n", 0o644)])
     assert str(err.value) == f"{second}: cannot be written (Read-only file system); no file was replaced"
     assert first.read_text() == "old a\n" and names(tmp_path) == ["a.txt"]
-    monkeypatch.setattr(safefiles.shutil, "copy2", lambda *a, **kw: no_links())
+    monkeypatch.setattr(replacing.shutil, "copy2", lambda *a, **kw: no_links())
     with pytest.raises(OutputNotWritable) as err:
         replace_together([(first, b"new a\n", 0o644)])
     assert str(err.value) == f"{first}: cannot be replaced (Operation not permitted); it is as it was"

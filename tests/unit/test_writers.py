@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "sglstack"
-HOME = ROOT / "core" / "safefiles.py"
+# The safe writers themselves: whole files by rename, O_NOFOLLOW opens, files replaced together.
+HOMES = (ROOT / "core" / "safefiles.py", ROOT / "core" / "replacing.py")
 # Code that runs inside images or on GPU nodes, where sglstack's own modules are not installed: it may not
 # import core.safefiles (tests/unit/test_architecture.py holds it to the standard library).
 IN_IMAGE = (
@@ -20,10 +21,6 @@ IN_IMAGE = (
     ROOT / "preflight" / "allreduce.py",
     ROOT / "preflight" / "__main__.py",
 )
-# Writers of stacks.yaml and its locks (the user's files, written through a link and in their mode, not
-# build outputs): the `upgrade --write` part of issue 34 moves them onto safefiles (`staged`, `edit_in_place`
-# on its branch). Pending that merge only; the test fails once an entry here writes nothing, to be removed.
-PENDING: tuple[tuple[str, str], ...] = ()
 WRITE_MODES = ("w", "a", "x", "+")
 WRITING_METHODS = ("write_text", "write_bytes", "touch", "symlink_to", "hardlink_to")
 WRITING_FUNCTIONS = {
@@ -90,26 +87,20 @@ def _writers(tree: ast.AST, function: str = "") -> list[tuple[str, int, str]]:
     return found
 
 
-def writers_outside_safefiles() -> tuple[list[str], dict[tuple[str, str], int]]:
-    """Each writer outside safefiles.py and the in-image code, and how many each PENDING entry holds."""
+def writers_outside_safefiles() -> list[str]:
+    """Each writer outside the safe writers (HOMES) and the in-image code."""
     found: list[tuple[str, int, str]] = []
-    pending = dict.fromkeys(PENDING, 0)
     for path in sorted(ROOT.rglob("*.py")):
-        if path == HOME or any(path == p or p in path.parents for p in IN_IMAGE):
+        if path in HOMES or any(path == p or p in path.parents for p in IN_IMAGE):
             continue
         name = str(path.relative_to(ROOT))
-        for function, line, what in _writers(ast.parse(path.read_text(encoding="utf-8"))):
-            if (name, function) in pending:
-                pending[(name, function)] += 1
-            else:
-                found.append((f"sglstack/{name}", line, what))
-    return [f"{name}:{line}: {what}" for name, line, what in sorted(found)], pending
+        found += [(f"sglstack/{name}", line, what)
+                  for _function, line, what in _writers(ast.parse(path.read_text(encoding="utf-8")))]
+    return [f"{name}:{line}: {what}" for name, line, what in sorted(found)]
 
 
 def test_every_file_sglstack_writes_is_written_by_safefiles() -> None:
-    found, pending = writers_outside_safefiles()
-    assert found == []
-    assert {entry: n for entry, n in pending.items() if n == 0} == {}, "written by safefiles now: drop from PENDING"
+    assert writers_outside_safefiles() == []
 
 
 @pytest.mark.parametrize(("source", "found"), [
