@@ -390,7 +390,8 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
 
 def sbom_inventory(client: docker.DockerClient, image: str, stack: Stack, lock: Lock | None) -> Inventory:
     """The image's packages as listed inside it for its SBOM; a Python distribution in the image and not
-    in the lock, or the reverse, fails the build (Debian packages are listed, not compared)."""
+    in the lock, or the reverse, fails the build (Debian packages are listed, not compared), and so does a
+    locked one that no package the stack asks for requires, by the installed distributions' own metadata."""
     inventory = image_inventory(client, image, labels=container_labels(stack))
     problems = [*lock_problems(inventory, lock),
                 *unrequired_in_image(lock, root_names(stack), inventory.python, inventory.requires)

@@ -104,8 +104,16 @@ def require_store_writable(path: Path, *, what: str) -> None:
         return OutputNotWritable(one_line(f"{what} {path}: cannot be written ({reason})"))
 
     root = containing_root(path.parent, build_root())
-    make_folder(root, path.parent)
     check_inside(root, path)
+    if not path.parent.is_dir():
+        # A first record: nothing is made before the task changes something (a refused task leaves no
+        # folder behind); the nearest folder there is takes the probe, where the store's folder will be made.
+        nearest = next(p for p in Path(os.path.abspath(path.parent)).parents if p.is_dir())
+        try:
+            probe_folder(containing_root(nearest, build_root()), nearest, size=STORE_PROBE_BYTES, name=path.name)
+        except OutputNotWritable as exc:
+            raise fail(exc.reason or str(exc)) from None
+        return
     for part in (path, _lock_file(path)):
         if part.is_symlink():
             raise fail(f"{part.name} is a link to {os.readlink(part)}; records are never written through a link")

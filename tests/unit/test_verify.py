@@ -8,6 +8,7 @@ import importlib
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +18,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
+from sglstack.lock.plan import root_names
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "sglstack" / "inimage" / "incontainer"
@@ -584,14 +586,24 @@ def test_the_sbom_inventory_must_match_the_lock(monkeypatch, matrix):
     monkeypatch.setattr(verify, "image_inventory", lambda client, image, labels: seen.append((client, image, labels))
                         or "inventory")
     monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [f"{inventory}: a, not in {lock}", "b extra"])
+    inventory = SimpleNamespace(python={"a": "1"}, requires={"a": ("b",)}, name="inventory")
+    monkeypatch.setattr(verify, "image_inventory", lambda client, image, labels: seen.append((client, image, labels))
+                        or inventory)
+    unneeded: list[tuple] = []
+    monkeypatch.setattr(verify, "unrequired_in_image", lambda lock, roots, installed, requires: unneeded.append(
+        (lock, roots, installed, requires)) or ["c==1 is installed from the lock, but nothing requires it"])
     with pytest.raises(PinMismatch) as err:
         verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK")  # type: ignore[arg-type]
-    assert str(err.value) == ("stack 'cu130': the image's SBOM does not match its lock: inventory: a, not in LOCK; "
-                              "b extra")
+    assert str(err.value) == (f"stack 'cu130': the image's SBOM does not match its lock: {inventory}: a, not in "
+                              "LOCK; b extra; c==1 is installed from the lock, but nothing requires it")
     assert seen == [(CLIENT, "img:1", {lb.BUILD_CONTAINER_LABEL: "cu130"})]
-    assert verify.sbom_inventory(CLIENT, "img:1", stack, None) == "inventory"  # no lock: listed, not compared
+    assert unneeded == [("LOCK", root_names(stack), {"a": "1"}, {"a": ("b",)})]
+    assert verify.sbom_inventory(CLIENT, "img:1", stack, None) is inventory  # no lock: listed, not compared
     monkeypatch.setattr(verify, "lock_problems", lambda inventory, lock: [])
-    assert verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK") == "inventory"  # type: ignore[arg-type]
+    with pytest.raises(PinMismatch, match=r"its lock: c==1 is installed from the lock, but nothing requires it$"):
+        verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK")  # type: ignore[arg-type]
+    monkeypatch.setattr(verify, "unrequired_in_image", lambda lock, roots, installed, requires: [])
+    assert verify.sbom_inventory(CLIENT, "img:1", stack, "LOCK") is inventory  # type: ignore[arg-type]
 
 
 # ---- the last survivors of the verify module's mutation run -------------------------------------------
