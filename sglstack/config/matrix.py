@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, did_you_mean
 from ..core.resources import DEFAULT_PATCHES_DIR
 from .defaults import DEFAULT_STACKS_FILE
 from .fields import STACK_PLACEHOLDER, KeyedValueError
@@ -210,7 +210,8 @@ class _Inheritance:
                 raise ConfigError("must be the name of another stack", file=file, stack=name, key="inherits",
                                   line=lines.get(("stacks", name, "inherits")))
             if parent not in self.raw_stacks:
-                raise ConfigError(f"unknown parent stack '{parent}'", file=file, stack=name, key="inherits",
+                raise ConfigError(f"unknown parent stack '{parent}'{did_you_mean(parent, self.raw_stacks)}",
+                                  file=file, stack=name, key="inherits",
                                   line=lines.get(("stacks", name, "inherits")))
             if parent in chain:
                 cycle = " -> ".join((*chain, parent))
