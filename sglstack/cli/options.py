@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from invoke import Argument, Collection, Exit, Program, Task
+from invoke import Argument, Exit, Task
 from invoke import task as invoke_task
 
 from ..config.defaults import DEFAULT_STACKS_FILE
@@ -37,7 +37,8 @@ class _Positional(Argument):
     """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
 
     invoke fills pending positional arguments before it looks at flags, so without this `invoke diff --help`
-    would become A='--help' and then fail for want of B.
+    would become BEFORE='--help' and then fail for want of AFTER; filled with `--help`, every positional
+    argument of the task asks for its help (`sglstack.cli.program` prints it).
     """
 
     siblings: list[Argument]
@@ -98,12 +99,6 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
         raise Exit(code=code)
 
 
-def _asks_for_help(values: dict[str, Any]) -> bool:
-    """`-h` or `--help` taken as an option's value (`--stack -h`, `--mount --help`): a request for help."""
-    return any(value in HELP_FLAGS or (isinstance(value, list) and any(v in HELP_FLAGS for v in value))
-               for value in values.values())
-
-
 def command(options: type[Opts], *, name: str | None = None,
             positional: Sequence[str] = ()) -> Callable[[Callable[[Opts], int | None]], Task]:
     """The invoke task of `fn(options) -> exit code`: every flag from `options`, none positional but
@@ -114,10 +109,6 @@ def command(options: type[Opts], *, name: str | None = None,
 
         def body(c, *args, **values):
             values.update(zip([f.name for f in dataclasses.fields(options)], args, strict=False))  # type: ignore[arg-type]
-            # Help first, whatever else is given or missing: `render --stack cu130 -h` must not render.
-            if _asks_for_help(values):
-                Program(namespace=Collection(made)).run(["invoke", "--help", made.name], exit=False)
-                return
             missing = _missing(options, values)
             if missing:
                 flags = ", ".join("--" + name.replace("_", "-") for name in missing)

@@ -2,7 +2,8 @@
 
 invoke reports an unknown task or option, a flag without its value and a missing positional argument as a
 `ParseError`: its own wording, exit 1. `SglstackProgram` words them as every other refusal is worded (with
-"did you mean" for a near-miss), exits 2, and lets `-h` / `--help` win over the rest of the line.
+"did you mean" for a near-miss), exits 2, and lets `-h` / `--help` win over the rest of the line, also where
+invoke took it for an option's value or a positional argument.
 
 `invoke` is invoke's own Program, which loads `tasks.py` before it parses the tasks' options: `tasks.py` calls
 `adopt_running_program()`, which gives that running Program this class (its hooks are plain methods, looked
@@ -35,6 +36,11 @@ class SglstackProgram(Program):
             super().parse_tasks()
         except ParseError as exc:
             self._refuse(exc)
+        for context in self.tasks:
+            if any(_is_help(arg.value) for arg in context.args.values()):
+                # `-h` taken as an option's value (`--stack -h`) or as a positional argument (`diff -h`)
+                self.print_task_help(context.name)
+                raise Exit
         if bare := _bare_repeatable(self.core.unparsed, self.parser.contexts):
             # invoke takes `--mount` with no value after it as no --mount at all
             raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=2)
@@ -74,6 +80,10 @@ class SglstackProgram(Program):
             missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
             return f"{task}: missing argument {missing} (usage: invoke {task} {_usage(context)})"
         return f"{where}{message}"
+
+
+def _is_help(value) -> bool:
+    return value in HELP_FLAGS or (isinstance(value, list) and any(v in HELP_FLAGS for v in value))
 
 
 def _bare_repeatable(argv: list[str], contexts) -> tuple[str, str] | None:
