@@ -37,7 +37,7 @@ class SglstackProgram(Program):
         except ParseError as exc:
             self._refuse(exc)
         for context in self.tasks:
-            if any(_is_help(arg.value) for arg in context.args.values()):
+            if context.name and any(_is_help(arg.value) for arg in context.args.values()):
                 # `-h` taken as an option's value (`--stack -h`) or as a positional argument (`diff -h`)
                 self.print_task_help(context.name)
                 raise Exit
@@ -46,6 +46,14 @@ class SglstackProgram(Program):
             raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=2)
 
     def parse_cleanup(self) -> None:
+        listed = self.args.list.value
+        if isinstance(listed, str):
+            try:
+                self.collection.subcollection_from_path(listed)
+            except KeyError:  # invoke says "Sub-collection ... not found!" and exits 1
+                known = self.collection.collections
+                raise Exit(f"error: --list: no collection '{listed}' (known: {', '.join(sorted(known))})"
+                           f"{did_you_mean(listed, known)}", code=2) from None
         try:
             super().parse_cleanup()
         except ParseError as exc:  # `--help NAME` of no task
@@ -95,7 +103,9 @@ def _bare_repeatable(argv: list[str], contexts) -> tuple[str, str] | None:
         if value_next:
             value_next = False
             continue
-        if current is not None and (flag := current.flags.get(token.partition("=")[0])) is not None:
+        name = token.partition("=")[0]
+        if current is not None and name in current.flags:  # Lexicon: `in` and [] see the short aliases, get() not
+            flag = current.flags[name]
             if "=" in token or not flag.takes_value:
                 continue
             after = tokens[i + 1] if i + 1 < len(tokens) else None

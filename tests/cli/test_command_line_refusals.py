@@ -42,6 +42,8 @@ stacks:
     # a repeatable option with nothing after it: invoke alone takes it for no option at all
     (["bake", "--stack"], "error: bake: option --stack needs a value"),
     (["smoke", "--mount", "--image", "x"], "error: smoke: option --mount needs a value"),
+    (["bake", "-s"], "error: bake: option -s needs a value"),
+    (["--list", "patche"], "error: --list: no collection 'patche' (known: patches, registry); did you mean 'patches'?"),
     # options that exclude each other, refused before the task starts
     (["patches.apply", "--root", "{root}"], "error: patches.apply: give exactly one of --stack or --patch"),
     (["patches.verify", "--root", "{root}", "--stack", "cu130", "--patch", "p"],
