@@ -114,7 +114,7 @@ def command(options: type[Opts], *, name: str | None = None,
                 flags = ", ".join("--" + name.replace("_", "-") for name in missing)
                 print(f"error: {what}: missing required option {flags}", file=sys.stderr)
                 raise Exit(code=2)
-            if problem := options.usage_problem(values):
+            if problem := options.combination_problem(values):
                 print(f"error: {what}: {problem}", file=sys.stderr)
                 raise Exit(code=2)
             _run(what, lambda: fn(_typed(options, values)))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, ClassVar, TypeVar
 
-from .errors import SglstackError, did_you_mean
+from .errors import SglstackError
 
 T = TypeVar("T", bound="TaskOptions")
 
@@ -76,17 +76,10 @@ class TaskOptions:
     # of each group in `exactly_one` one must be given, of each in `at_most_one` not two.
     exactly_one: ClassVar[tuple[tuple[str, ...], ...]] = ()
     at_most_one: ClassVar[tuple[tuple[str, ...], ...]] = ()
-    # Options that take one of a few words, by option name.
-    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     @classmethod
-    def usage_problem(cls, values: Mapping[str, Any]) -> str | None:
-        """What is wrong with the options in invoke's `values` (None: not given) taken together, or a word
-        that is not one of its option's `choices`, if anything."""
-        for name, words in cls.choices.items():
-            value = values.get(name)
-            if value is not None and value not in words:
-                return f"{flag_of(name)} '{value}': not one of {', '.join(words)}{did_you_mean(str(value), words)}"
+    def combination_problem(cls, values: Mapping[str, Any]) -> str | None:
+        """What is wrong with the combination of options in invoke's `values` (None: not given), if anything."""
         given = {name for name, value in values.items() if value not in (None, False, (), [])}
         for group in cls.exactly_one:
             if len(given & set(group)) != 1:

@@ -28,7 +28,6 @@ TARGETS = ("compose", "k8s")
 @dataclass(frozen=True)
 class DeployOptions(DeployTaskOptions):
     at_most_one = (("digest", "image"),)
-    choices = {"target": TARGETS}
     stack: str = required(STACK_HELP)
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     digest: str | None = option("the published digest to serve (sha256:..., or a full repo@sha256:... reference)")
@@ -63,7 +62,6 @@ class DeployOptions(DeployTaskOptions):
 
 @dataclass(frozen=True)
 class RollbackOptions(DeployTaskOptions):
-    choices = {"target": TARGETS}
     stack: str = required(STACK_HELP)
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)

@@ -1,7 +1,6 @@
 """What invoke's parser refuses is bad input like any other: exit 2 and one `error:` line, in the house's words,
 with "did you mean" for a near-miss of a task, an option or a stack (sglstack.cli.program); so are options
-that exclude each other and a word that is not one of an option's choices (`TaskOptions.exactly_one`,
-`at_most_one`, `choices`)."""
+that exclude each other (`TaskOptions.exactly_one` / `at_most_one`)."""
 
 from __future__ import annotations
 
@@ -53,10 +52,6 @@ stacks:
      "error: build: give --key or --unsigned, not both"),
     (["deploy", "--stack", "cu130", "--digest", "sha256:" + "0" * 64, "--image", "x:1"],
      "error: deploy: give --digest or --image, not both"),
-    (["deploy", "--stack", "cu130", "--target", "k8"],
-     "error: deploy: --target 'k8': not one of compose, k8s; did you mean 'k8s'?"),
-    (["rollback", "--stack", "cu130", "--target", "swarm"],
-     "error: rollback: --target 'swarm': not one of compose, k8s"),
     (["render", "--stack", "cu13"],
      "error: stacks.yaml: stack 'cu13': unknown stack (known: cu129, cu130); did you mean 'cu130'?"),
     (["render", "-s", "cu13"],
