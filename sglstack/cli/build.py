@@ -12,7 +12,6 @@ CA_BUNDLE = "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDL
 
 @dataclass(frozen=True)
 class BuildOptions(TaskOptions):
-    at_most_one = (("key", "unsigned"),)
     stack: str = required("stack name from the matrix")
     stacks_file: str = stacks_file_option()
     target: str | None = option("build one stage only (e.g. sglang-src)")

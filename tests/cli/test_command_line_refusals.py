@@ -48,8 +48,6 @@ stacks:
     (["patches.verify", "--root", "{root}", "--stack", "cu130", "--patch", "p"],
      "error: patches.verify: give exactly one of --stack or --patch"),
     (["patches.check"], "error: patches.check: give exactly one of --sglang or --stack"),
-    (["build", "--stack", "cu130", "--key", "k.pem", "--unsigned", "--dry-run"],
-     "error: build: give --key or --unsigned, not both"),
     (["deploy", "--stack", "cu130", "--digest", "sha256:" + "0" * 64, "--image", "x:1"],
      "error: deploy: give --digest or --image, not both"),
     (["render", "--stack", "cu13"],
