@@ -22,7 +22,8 @@ from invoke import Exit, ParseError, Program
 from ..core.errors import did_you_mean
 from .options import HELP_FLAGS
 
-# invoke 3's parser messages, matched to name what went wrong; any other is passed on after `error: `.
+# invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
+# `error: `, still exit 2. Test: tests/cli/test_command_line_refusals.py.
 _UNKNOWN = re.compile(r"No idea what (?P<token>.+) is!")
 _NO_VALUE = re.compile(r"Flag <\w+: (?P<name>\S+).*> needed value")
 _POSITIONAL = re.compile(r"did not receive required positional arguments")
