@@ -158,7 +158,8 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
             raise ConfigError(msg, file=file, stack=name, key=key, line=lines.get(("stacks", name)))
         for i, pid in enumerate(stack.patches):
             if pid not in patch_ids:
-                raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)",
+                raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)"
+                                  f"{did_you_mean(pid, patch_ids)}",
                                   file=file, stack=name, key=f"patches[{i}]",
                                   line=_line_for(lines, [("stacks", name, "patches", i),
                                                          ("defaults", "patches", i)]))

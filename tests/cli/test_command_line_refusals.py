@@ -65,10 +65,15 @@ def test_bad_input_on_the_command_line_is_one_line_and_exit_2(tmp_path, args, li
     assert not (tmp_path / "out").exists()
 
 
-def test_a_near_miss_parent_stack_is_named(tmp_path):
+def test_near_miss_names_in_the_matrix_are_named(tmp_path):
     matrix = tmp_path / "stacks.yaml"
     matrix.write_text(MATRIX.replace("inherits: cu129", "inherits: cu12"))
     with pytest.raises(ConfigError) as info:
         load_matrix(matrix)
     assert str(info.value) == (f"{matrix}:7: stack 'cu130': key 'inherits': unknown parent stack 'cu12'; "
                                "did you mean 'cu129'?")
+    matrix.write_text(MATRIX + "    patches: [kimi-k25-eagl3]\n")
+    with pytest.raises(ConfigError) as info:
+        load_matrix(matrix)
+    assert str(info.value).endswith(":8: stack 'cu130': key 'patches[0]': unknown patch id 'kimi-k25-eagl3' (no "
+                                    "patches/kimi-k25-eagl3/patch.toml); did you mean 'kimi-k25-eagle3'?")
