@@ -1,6 +1,7 @@
 """Invoke tasks: the collection of `sglstack.cli`, where each task parses its options and calls one function.
 
-`invoke --list` shows every task; `invoke --help TASK` its options.
+`invoke --list` shows every task; `invoke TASK -h` its options. Bad input to invoke's parser (an unknown task
+or option, a flag without its value) is a refusal like any other: one `error:` line, exit 2 (`sglstack.cli.program`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,9 @@ from __future__ import annotations
 from invoke import Collection
 
 from sglstack.cli import build, deploy, gpu, images, patches, publish, render, stacks, testing
+from sglstack.cli.program import adopt_running_program
+
+adopt_running_program()
 
 ns = Collection()
 for _task in (

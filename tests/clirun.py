@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +21,15 @@ def run_invoke(*args: str, cwd: Path, env: dict[str, str] | None = None,
         cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
+
+
+def task_collection():
+    """This checkout's `tasks.ns`, loaded as invoke loads it (tasks.py is not a package module)."""
+    spec = importlib.util.spec_from_file_location("sglstack_tasks_under_test", REPO / "tasks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ns
 
 
 def interrupt_when(proc: subprocess.Popen, ready: Callable[[], bool], signum: int, *, what: str,

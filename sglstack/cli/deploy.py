@@ -9,7 +9,7 @@ from .options import command
 # `invoke` call (even `invoke --list`).
 
 
-@command(DeployOptions, auto_shortflags=False)
+@command(DeployOptions)
 def deploy(o: DeployOptions) -> None:
     """Deploy a published stack with compose, wait until /health answers, record it; a failed redeploy
     restores the previous deployment."""

@@ -152,7 +152,7 @@ class BisectOptions(TaskOptions):
     smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
 
 
-@command(BisectOptions, auto_shortflags=False)
+@command(BisectOptions)
 def bisect(o: BisectOptions) -> int:
     """Find the SGLang commit or release that changed a serving metric: build, smoke, decide; resumable.
 

@@ -53,19 +53,20 @@ def size(o: SizeOptions) -> int:
 
 @dataclass(frozen=True)
 class DiffOptions(TaskOptions):
-    a: str = required("A, the first argument (before): an image (tag, id, repo@sha256:...), a build record, or a lock")
-    b: str = required("B, the second argument (after): the same kinds")
+    # Names of more than one letter: invoke would make `-a` and `-b` short flags of these (one meaning per letter).
+    before: str = required("the first argument: an image (tag, id, repo@sha256:...), a build record, or a lock")
+    after: str = required("the second argument: the same kinds")
     json: bool = json_flag_option("print the diff as JSON")
     docker_host: str | None = docker_host_option("Docker engine URL to read images from (default: DOCKER_HOST / "
                                                  "local socket)")
 
 
-@command(DiffOptions, positional=("a", "b"))
+@command(DiffOptions, positional=("before", "after"))
 def diff(o: DiffOptions) -> int:
-    """invoke diff A B [--json]: what changed from A to B (base image, pins, packages, patches, SGLang, labels)."""
+    """invoke diff BEFORE AFTER [--json]: what changed (base image, pins, packages, patches, SGLang, labels)."""
     from ..diff.sources import diff_command  # at call time: the Docker SDK and the registry client
 
-    return diff_command(o.a, o.b, as_json=o.json, docker_host=o.docker_host)
+    return diff_command(o.before, o.after, as_json=o.json, docker_host=o.docker_host)
 
 
 @dataclass(frozen=True)

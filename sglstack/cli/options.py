@@ -1,9 +1,12 @@
 """The invoke glue, written once: a task from an options dataclass and one function.
 
 `@command(Options)` turns `def task(o: Options) -> int | None` into an invoke task whose flags, help and
-repeatable options come from the dataclass (`sglstack.core.options`), and whose errors are the house's:
-a missing required option or an sglstack error is one line on stderr and its exit code (2 for bad input),
-SIGTERM and SIGHUP unwind like Ctrl-C so every task's cleanup runs, and the exit code is then 128+N.
+repeatable options come from the dataclass (`sglstack.core.options`), with no short flags but the few of
+`SHORT_FLAGS` (one meaning in every task; invoke's automatic ones gave a letter a meaning per task, took `-h`
+from help and made a `--` flag of an option whose letters were all taken), and whose errors are the house's:
+a missing required option, options that exclude each other or an sglstack error is one line on stderr and
+its exit code (2 for bad input), SIGTERM and SIGHUP unwind like Ctrl-C so every task's cleanup runs, and the
+exit code is then 128+N.
 Standard library and invoke only: invoke imports this when it loads `tasks.py`, for every call.
 """
 
@@ -15,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from invoke import Argument, Collection, Exit, Program, Task
+from invoke import Argument, Exit, Task
 from invoke import task as invoke_task
 
 from ..config.defaults import DEFAULT_STACKS_FILE
@@ -25,13 +28,17 @@ from ..core.signals import exit_code_of, signals_raise
 
 Opts = TypeVar("Opts", bound=TaskOptions)
 HELP_FLAGS = ("--help", "-h")
+# The only short flags, each with one meaning in every task that has the option (README, "Tasks");
+# `-h` is invoke's own short for --help. Test: tests/cli/test_tasks_help.py.
+SHORT_FLAGS = {"stack": "s"}
 
 
 class _Positional(Argument):
     """A positional argument that takes `--help` / `-h` as a request for help, not as its value.
 
     invoke fills pending positional arguments before it looks at flags, so without this `invoke diff --help`
-    would become A='--help' and then fail for want of B.
+    would become BEFORE='--help' and then fail for want of AFTER; filled with `--help`, every positional
+    argument of the task asks for its help (`sglstack.cli.program` prints it).
     """
 
     siblings: list[Argument]
@@ -44,7 +51,17 @@ class _Positional(Argument):
         super().set_value(value, cast)
 
 
-class _PositionalTask(Task):
+class _Task(Task):
+    """A task whose only short flags are `SHORT_FLAGS`."""
+
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names)
+        if name in SHORT_FLAGS:
+            opts["names"] = [*opts["names"], SHORT_FLAGS[name]]
+        return opts
+
+
+class _PositionalTask(_Task):
     def get_arguments(self, ignore_unknown_help=None):
         args = super().get_arguments(ignore_unknown_help)
         positional = [arg for arg in args if arg.positional]
@@ -83,8 +100,8 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
         raise Exit(code=code)
 
 
-def command(options: type[Opts], *, name: str | None = None, positional: Sequence[str] = (),
-            auto_shortflags: bool = True) -> Callable[[Callable[[Opts], int | None]], Task]:
+def command(options: type[Opts], *, name: str | None = None,
+            positional: Sequence[str] = ()) -> Callable[[Callable[[Opts], int | None]], Task]:
     """The invoke task of `fn(options) -> exit code`: every flag from `options`, none positional but
     `positional` (a required option left positional would swallow `invoke TASK --help` as its value)."""
 
@@ -98,16 +115,16 @@ def command(options: type[Opts], *, name: str | None = None, positional: Sequenc
                 flags = ", ".join("--" + name.replace("_", "-") for name in missing)
                 print(f"error: {what}: missing required option {flags}", file=sys.stderr)
                 raise Exit(code=2)
-            if any(values.get(p) in HELP_FLAGS for p in positional):
-                Program(namespace=Collection(made)).run(["invoke", "--help", made.name], exit=False)
-                return
+            if problem := options.combination_problem(values):
+                print(f"error: {what}: {problem}", file=sys.stderr)
+                raise Exit(code=2)
             _run(what, lambda: fn(_typed(options, values)))
 
         body.__name__, body.__doc__ = fn.__name__, fn.__doc__
         body.__signature__ = options.task_signature()  # type: ignore[attr-defined]
-        made = invoke_task(klass=_PositionalTask if positional else Task, name=name, positional=list(positional),
+        made = invoke_task(klass=_PositionalTask if positional else _Task, name=name, positional=list(positional),
                            help=options.task_help(), iterable=options.repeatable_names(),
-                           auto_shortflags=auto_shortflags)(body)
+                           auto_shortflags=False)(body)
         return made
 
     return decorate

@@ -23,6 +23,7 @@ def patches_list(o: ListOptions) -> int:
 
 @dataclass(frozen=True)
 class CheckOptions(TaskOptions):
+    exactly_one = (("sglang", "stack"),)
     sglang: str | None = option("an SGLang release: check every patch against its wheel")
     stack: str | None = option("check this stack's patches against its SGLang, with its policy")
     stacks_file: str = stacks_file_option()
@@ -38,6 +39,7 @@ def patches_check(o: CheckOptions) -> int:
 
 @dataclass(frozen=True)
 class ApplyOptions(TaskOptions):
+    exactly_one = (("stack", "patch"),)
     root: str = required("folder holding the sglang/ package (unpacked wheel or site-packages)")
     stack: str | None = option("apply this stack's patches")
     patch: str | None = option("apply this one patch")
@@ -57,6 +59,7 @@ def patches_apply(o: ApplyOptions) -> int:
 
 @dataclass(frozen=True)
 class VerifyOptions(TaskOptions):
+    exactly_one = (("stack", "patch"),)
     root: str = required("folder holding the sglang/ package")
     stack: str | None = option("this stack's patches")
     patch: str | None = option("this one patch")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, did_you_mean
 from ..core.resources import DEFAULT_PATCHES_DIR
 from .defaults import DEFAULT_STACKS_FILE
 from .fields import STACK_PLACEHOLDER, KeyedValueError
@@ -158,7 +158,8 @@ def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None
             raise ConfigError(msg, file=file, stack=name, key=key, line=lines.get(("stacks", name)))
         for i, pid in enumerate(stack.patches):
             if pid not in patch_ids:
-                raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)",
+                raise ConfigError(f"unknown patch id '{pid}' (no {_display(patches_dir)}/{pid}/patch.toml)"
+                                  f"{did_you_mean(pid, patch_ids)}",
                                   file=file, stack=name, key=f"patches[{i}]",
                                   line=_line_for(lines, [("stacks", name, "patches", i),
                                                          ("defaults", "patches", i)]))
@@ -223,7 +224,8 @@ class _Inheritance:
                 raise ConfigError("must be the name of another stack", file=file, stack=name, key="inherits",
                                   line=lines.get(("stacks", name, "inherits")))
             if parent not in self.raw_stacks:
-                raise ConfigError(f"unknown parent stack '{parent}'", file=file, stack=name, key="inherits",
+                raise ConfigError(f"unknown parent stack '{parent}'{did_you_mean(parent, self.raw_stacks)}",
+                                  file=file, stack=name, key="inherits",
                                   line=lines.get(("stacks", name, "inherits")))
             if parent in chain:
                 cycle = " -> ".join((*chain, parent))

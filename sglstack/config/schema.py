@@ -19,7 +19,7 @@ from ..core.credentials import (
     plain_secret_problem,
     redact_url,
 )
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, did_you_mean
 from .fields import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -438,7 +438,8 @@ class Matrix(_Model):
     def get(self, name: str) -> Stack:
         if name not in self.stacks:
             known = ", ".join(sorted(self.stacks)) or "none"
-            raise ConfigError(f"unknown stack (known: {known})", file=self.file, stack=name)
+            raise ConfigError(f"unknown stack (known: {known}){did_you_mean(name, self.stacks)}", file=self.file,
+                              stack=name)
         return self.stacks[name]
 
     def names(self) -> list[str]:

@@ -6,6 +6,9 @@ so that `invoke` can print it and exit non-zero without a traceback.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 def one_line(text: str) -> str:
     """`text` with line breaks and other control characters written as escapes.
@@ -102,3 +105,10 @@ class RegistryError(SglstackError):
 
 class DeployError(SglstackError):
     """A compose deployment failed or could not be found."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'X'?` for the one of `choices` closest to a mistyped `word`, or "" when none is close:
+    the ending of every refusal of an unknown name (task, option, stack)."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""

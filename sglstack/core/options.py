@@ -115,6 +115,24 @@ class TaskOptions:
             out[f.name] = _parse(raw, f.metadata["kind"], f.name, cls.bad_value)
         return cls(**out)
 
+    # Options that exclude each other, checked before the task starts (bad input, exit 2):
+    # of each group in `exactly_one` one must be given, of each in `at_most_one` not two.
+    exactly_one: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    at_most_one: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    @classmethod
+    def combination_problem(cls, values: Mapping[str, Any]) -> str | None:
+        """What is wrong with the combination of options in invoke's `values` (None: not given), if anything."""
+        given = {name for name, value in values.items() if value not in (None, False, (), [])}
+        for group in cls.exactly_one:
+            if len(given & set(group)) != 1:
+                return "give exactly one of " + " or ".join(map(flag_of, group))
+        for group in cls.at_most_one:
+            both = [name for name in group if name in given]
+            if len(both) > 1:
+                return f"give {' or '.join(map(flag_of, both))}, not both"
+        return None
+
 
 def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> Any:
     if kind is RAW:

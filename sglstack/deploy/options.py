@@ -33,6 +33,7 @@ TARGETS = ("compose", "k8s")
 
 @dataclass(frozen=True)
 class DeployOptions(DeployTaskOptions):
+    at_most_one = (("digest", "image"),)
     stack: str = required(STACK_HELP)
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     digest: str | None = option("the published digest to serve (sha256:..., or a full repo@sha256:... reference)")

@@ -7,7 +7,6 @@ aliases again fails here with MemoryError instead of taking the test host down.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clirun import REPO, run_invoke
+from clirun import REPO, run_invoke, task_collection
 
 from sglstack.config import yamlsrc
 from sglstack.config.matrix import MAX_STACKS, load_matrix
@@ -79,17 +78,9 @@ OPTION_VALUES = {
 }
 
 
-def _load_tasks():
-    spec = importlib.util.spec_from_file_location("sglstack_tasks_under_test", REPO / "tasks.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ns
-
-
 def matrix_tasks(root: Path) -> list[tuple[str, list[str]]]:
     """(task name, arguments) for every task with a --stacks-file option, from tasks.py itself."""
-    ns = _load_tasks()
+    ns = task_collection()
     out = []
     for name in sorted(ns.task_names):
         params = inspect.signature(ns[name].body).parameters

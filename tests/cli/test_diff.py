@@ -160,9 +160,10 @@ def test_diff_task_on_records_and_locks(tmp_path):
 
 def test_diff_task_errors_are_one_line(tmp_path):
     helped = run_invoke("diff", "--help", cwd=tmp_path)
-    assert helped.returncode == 0 and "invoke diff A B" in helped.stdout
+    assert helped.returncode == 0 and "invoke diff BEFORE AFTER" in helped.stdout
     one = run_invoke("diff", "only-one", cwd=tmp_path)
-    assert one.returncode != 0
+    assert (one.returncode, one.stderr) == (
+        2, "error: diff: missing argument AFTER (usage: invoke diff BEFORE AFTER [--options])\n")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     proc = run_invoke("diff", str(bad), str(bad), cwd=tmp_path)

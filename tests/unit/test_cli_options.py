@@ -86,3 +86,25 @@ def test_a_signal_is_cleaned_up_and_exits_128_plus_n(capsys, exc, code, name):
     RAISE.append(exc)
     assert _call(stack="s") == code
     assert capsys.readouterr().err == f"interrupted ({name}): cleaned up\n"
+
+
+@dataclass(frozen=True)
+class ExclusiveOptions(TaskOptions):
+    exactly_one = (("stack", "patch"),)
+    at_most_one = (("digest", "image"),)
+    stack: str | None = option("a stack")
+    patch: str | None = option("a patch")
+    digest: str | None = option("a digest")
+    image: str | None = option("an image")
+    dry_run: bool = option("no changes", False, kind=bool)
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"stack": "s"}, None),
+    ({"patch": "p", "digest": "d", "dry_run": True}, None),
+    ({}, "give exactly one of --stack or --patch"),
+    ({"stack": "s", "patch": "p"}, "give exactly one of --stack or --patch"),
+    ({"stack": "s", "digest": "d", "image": "i"}, "give --digest or --image, not both"),
+])
+def test_options_that_exclude_each_other(values, problem):
+    assert ExclusiveOptions.combination_problem(values) == problem

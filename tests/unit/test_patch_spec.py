@@ -165,6 +165,10 @@ def test_an_unknown_patch_names_the_known_ones(tmp_path):
     with pytest.raises(PatchUsageError) as info:
         load_patch(tmp_path, "demo")
     assert str(info.value) == f"patch 'demo': unknown patch (no {tmp_path}/demo/patch.toml; known: extra, other)"
+    with pytest.raises(PatchUsageError) as info:
+        load_patch(tmp_path, "othr")
+    assert str(info.value) == (f"patch 'othr': unknown patch (no {tmp_path}/othr/patch.toml; known: extra, other); "
+                               "did you mean 'other'?")
 
 
 def test_invalid_toml(tmp_path):

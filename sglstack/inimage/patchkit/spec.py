@@ -7,6 +7,7 @@ lints and formats like any other; the engine takes each method's exact lines fro
 from __future__ import annotations
 
 import ast
+import difflib
 import io
 import tokenize
 import tomllib
@@ -73,8 +74,12 @@ def load_patch(patches_dir: Path, patch_id: str) -> PatchSpec:
     folder = Path(patches_dir) / patch_id
     toml_path = folder / PATCH_FILE
     if not toml_path.is_file():
-        known = ", ".join(patch_ids(Path(patches_dir))) or "none"
-        raise PatchUsageError(f"unknown patch (no {toml_path}; known: {known})", patch=patch_id)
+        ids = patch_ids(Path(patches_dir))
+        # the house's "did you mean" (sglstack.core.errors.did_you_mean): patchkit runs without the rest of sglstack
+        close = difflib.get_close_matches(patch_id, ids, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise PatchUsageError(f"unknown patch (no {toml_path}; known: {', '.join(ids) or 'none'}){hint}",
+                              patch=patch_id)
 
     def bad(reason: str) -> PatchDefinitionError:
         return PatchDefinitionError(f"{toml_path}: {reason}", patch=patch_id)

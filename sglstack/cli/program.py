@@ -1,0 +1,139 @@
+"""The command line's own refusals: what invoke's parser rejects is bad input, one `error:` line and exit 2.
+
+invoke reports an unknown task or option, a flag without its value and a missing positional argument as a
+`ParseError`: its own wording, exit 1. `SglstackProgram` words them as every other refusal is worded (with
+"did you mean" for a near-miss), exits 2, and lets `-h` / `--help` win over the rest of the line, also where
+invoke took it for an option's value or a positional argument.
+
+`invoke` is invoke's own Program, which loads `tasks.py` before it parses the tasks' options: `tasks.py` calls
+`adopt_running_program()`, which gives that running Program this class (its hooks are plain methods, looked
+up when they run). Standard library and invoke only: invoke imports this for every call.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from typing import NoReturn
+
+from invoke import Exit, ParseError, Program
+
+from ..core.errors import did_you_mean
+from .options import HELP_FLAGS
+
+# invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
+# `error: `, still exit 2. Test: tests/cli/test_command_line_refusals.py.
+_UNKNOWN = re.compile(r"No idea what (?P<token>.+) is!")
+_NO_VALUE = re.compile(r"Flag <\w+: (?P<name>\S+).*> needed value")
+_POSITIONAL = re.compile(r"did not receive required positional arguments")
+
+
+class SglstackProgram(Program):
+    """invoke's Program with parse errors as bad input (exit 2, one line) and help before any of them."""
+
+    def parse_tasks(self) -> None:
+        try:
+            super().parse_tasks()
+        except ParseError as exc:
+            self._refuse(exc)
+        for context in self.tasks:
+            if context.name and any(_is_help(arg.value) for arg in context.args.values()):
+                # `-h` taken as an option's value (`--stack -h`) or as a positional argument (`diff -h`)
+                self.print_task_help(context.name)
+                raise Exit
+        if bare := _bare_repeatable(self.core.unparsed, self.parser.contexts):
+            # invoke takes `--mount` with no value after it as no --mount at all
+            raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=2)
+
+    def parse_cleanup(self) -> None:
+        listed = self.args.list.value
+        if isinstance(listed, str):
+            try:
+                self.collection.subcollection_from_path(listed)
+            except KeyError:  # invoke says "Sub-collection ... not found!" and exits 1
+                known = self.collection.collections
+                raise Exit(f"error: --list: no collection '{listed}' (known: {', '.join(sorted(known))})"
+                           f"{did_you_mean(listed, known)}", code=2) from None
+        try:
+            super().parse_cleanup()
+        except ParseError as exc:  # `--help NAME` of no task
+            self._refuse(exc)
+
+    def _refuse(self, exc: ParseError) -> NoReturn:
+        context = getattr(exc, "context", None)
+        task = context.name if context is not None and context.name in self.collection.task_names else None
+        if task and any(token in HELP_FLAGS for token in self.core.unparsed):
+            # `invoke render --stack cu130 --bogus -h`: the help asked for, not a complaint about the rest.
+            self.print_task_help(task)
+            raise Exit
+        raise Exit(f"error: {self._explain(str(exc), task, context)}", code=2)
+
+    def _explain(self, message: str, task: str | None, context) -> str:
+        tasks = list(self.collection.task_names)
+        core = list(self.initial_context.flags)
+        where = f"{task}: " if task else ""
+        if match := _UNKNOWN.fullmatch(message):
+            token = _literal(match["token"])
+            if token.startswith("-"):
+                options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
+                return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
+            if task:
+                return f"{task}: unexpected argument '{token}' (not an option of {task}, nor a task)" \
+                       f"{did_you_mean(token, tasks)}"
+            return f"unknown task '{token}'{did_you_mean(token, tasks) or ' (`invoke --list` lists them)'}"
+        if (match := _NO_VALUE.search(message)) and context is not None and match["name"] in context.args:
+            flag = context.args[match["name"]].names[0]
+            return f"{where}option --{flag} needs a value"
+        if _POSITIONAL.search(message) and task:
+            missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
+            return f"{task}: missing argument {missing} (usage: invoke {task} {_usage(context)})"
+        return f"{where}{message}"
+
+
+def _is_help(value) -> bool:
+    return value in HELP_FLAGS or (isinstance(value, list) and any(v in HELP_FLAGS for v in value))
+
+
+def _bare_repeatable(argv: list[str], contexts) -> tuple[str, str] | None:
+    """(task, flag) of a repeatable option given with no value after it, the end of `argv` or another of
+    the task's flags (invoke refuses that itself for the other options)."""
+    tokens = argv[:argv.index("--")] if "--" in argv else argv
+    current, value_next = None, False
+    for i, token in enumerate(tokens):
+        if value_next:
+            value_next = False
+            continue
+        name = token.partition("=")[0]
+        if current is not None and name in current.flags:  # Lexicon: `in` and [] see the short aliases, get() not
+            flag = current.flags[name]
+            if "=" in token or not flag.takes_value:
+                continue
+            after = tokens[i + 1] if i + 1 < len(tokens) else None
+            if flag.kind is list and (after is None or after in current.flags or after in current.inverse_flags):
+                return current.name, token
+            value_next = True
+        elif token in contexts:
+            current = contexts[token]
+    return None
+
+
+def _literal(text: str) -> str:
+    """The token invoke quoted with repr()."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, str) else text
+
+
+def _usage(context) -> str:
+    return " ".join(arg.name.upper() for arg in context.positional_args) + " [--options]"
+
+
+def adopt_running_program() -> None:
+    """Make the `invoke` process loading `tasks.py` an `SglstackProgram`, before it parses any task option."""
+    main = sys.modules.get("invoke.main")
+    program = getattr(main, "program", None)
+    if type(program) is Program:
+        program.__class__ = SglstackProgram
