@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.credentials import tool_environment
 from ..core.errors import SglstackError
 from ..core.inputs import loads
 from ..core.records import append_jsonl
@@ -103,7 +104,7 @@ class Cuobjdump:
         """`cuobjdump --list-elf --list-ptx PATH`; a file without device code lists nothing."""
         try:
             proc = subprocess.run([str(self.binary), "--list-elf", "--list-ptx", str(path)], capture_output=True,
-                                  text=True, check=False, timeout=LIST_TIMEOUT_S)
+                                  text=True, check=False, timeout=LIST_TIMEOUT_S, env=tool_environment())
         except subprocess.TimeoutExpired:
             raise CuobjdumpError(f"cuobjdump took over {LIST_TIMEOUT_S} s on {path}") from None
         if proc.returncode != 0:
@@ -116,7 +117,8 @@ class Cuobjdump:
 
 def _release_of(binary: Path) -> str:
     try:
-        proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False, timeout=60)
+        proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False, timeout=60,
+                              env=tool_environment())
     except OSError as exc:
         raise CuobjdumpError(f"cannot run {binary}: {exc}") from None
     m = re.search(r"\bV(\d+\.\d+\.\d+)", proc.stdout)
@@ -146,7 +148,7 @@ def install_cuobjdump(requirement: str = CUOBJDUMP_REQUIREMENT) -> Path:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
              "--only-binary=:all:", "--target", str(tmp), requirement],
-            capture_output=True, text=True, check=False)
+            capture_output=True, text=True, check=False, env=tool_environment())
         staged = _installed_binary(tmp)
         if proc.returncode != 0 or staged is None:
             last = (proc.stderr.strip().splitlines() or ["no cuobjdump in the wheel"])[-1]

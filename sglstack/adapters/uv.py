@@ -151,7 +151,8 @@ def uv_binary() -> str:
 @functools.cache
 def uv_version() -> str:
     """`0.13.9`: the version of the uv that resolves (recorded in every lock)."""
-    proc = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=False)
+    proc = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=False,
+                          env=tool_environment())
     parts = proc.stdout.split()
     return parts[1] if proc.returncode == 0 and len(parts) > 1 else "unknown"
 

@@ -232,7 +232,7 @@ def available_versions(name: str) -> list[str]:
     index host is written here.
     """
     cmd = [sys.executable, "-m", "pip", "index", "versions", name, "--pre", "--disable-pip-version-check"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=tool_environment())
     for line in proc.stdout.splitlines():
         if line.startswith("Available versions:"):
             # the index's answer: what is not a version (or is thousands of digits long) is no release of ours

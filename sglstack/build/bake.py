@@ -138,7 +138,8 @@ def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
 def _buildx_client(docker_cli: str | None) -> str | None:
     for cli in candidate_clis(docker_cli):
         try:
-            found = subprocess.run([cli, "buildx", "version"], capture_output=True, timeout=30, check=False)
+            found = subprocess.run([cli, "buildx", "version"], capture_output=True, timeout=30, check=False,
+                                   env=tool_environment())
         except (OSError, subprocess.TimeoutExpired):
             continue
         if found.returncode == 0:

@@ -101,9 +101,10 @@ def _one_line(value: str) -> str:
 
 
 def _no_nul(value: str) -> str:
-    """An argument or environment value: any text a process can receive (a NUL ends it early)."""
+    """An argument or environment value: any text a process can receive (a NUL ends it early). The value is
+    not quoted: it may be a secret (an env value, the word after `--api-key`); the key names it."""
     if "\x00" in value:
-        raise ValueError(f"'{value}' holds a NUL character, which no argument or environment value can")
+        raise ValueError("the value holds a NUL character, which no argument or environment value can")
     return value
 
 

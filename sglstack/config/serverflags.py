@@ -14,9 +14,10 @@ manifests: extra_args take it only as a `${NAME}` reference, like a secret-named
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from ..core.credentials import secret_reference, secret_slots
+from ..core.credentials import has_credentials, secret_reference, secret_slots
 
 MODEL_PATH = "--model-path"
 TP_SIZE = "--tp-size"
@@ -56,6 +57,17 @@ ALIASES: dict[str, str] = {
     "--nccl-init-addr": DIST_INIT_ADDR,
     "--speculative-draft-model": SPECULATIVE_DRAFT_MODEL_PATH,
 }
+# SGLang's `--config FILE` merges a YAML file's keys into the argv it parses (server_args.py,
+# `prepare_server_args`): any owned flag, a speculative one for the baseline run, a secret, all out of sight.
+CONFIG_FILE = "--config"
+CONFIG_FILE_WHY = (f"'{CONFIG_FILE}' makes SGLang read its flags from a file, where sglstack cannot see which of "
+                   "its own (the model, the port, speculative decoding) or which secrets it sets: give each flag in "
+                   "extra_args itself")
+SPACED_WHY = ("holds a flag and a space in one word, which SGLang takes for no flag at all: give each flag and each "
+              "value as its own list element")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+URL_LOGIN_WHY = ("holds a URL with a user or password in it, which would be written into compose.yaml and the "
+                 "manifests: give the URL without them (a model or tokenizer from a private hub takes HF_TOKEN)")
 
 
 def flag_of(word: str) -> str | None:
@@ -86,9 +98,15 @@ def extra_args_problem(args: Sequence[str], *, secrets: bool = True) -> tuple[in
     literal = {slot.index - (0 if slot.text else 1): slot.flag for slot in secret_slots(args)
                if secrets and secret_reference(slot.value) is None}
     for i, word in enumerate(args):
+        if secrets and any(has_credentials(url.group()) for url in _URL.finditer(word)):
+            return i, URL_LOGIN_WHY
         flag = flag_of(word)
         if flag is None:
             continue
+        if any(c.isspace() for c in flag):
+            return i, SPACED_WHY
+        if len(flag) >= 4 and CONFIG_FILE.startswith(flag):
+            return i, CONFIG_FILE_WHY
         owned = owned_flag(flag)
         if owned is not None:
             spelled = "" if flag == owned else f" (SGLang reads it as {owned})"

@@ -139,7 +139,10 @@ NETRC_ENV = "NETRC"
 # sglstack's own secret: read from its environment, never handed on. uv and pip run packages' build
 # backends (any sdist's setup.py), compose and bake interpolate variables into what they run.
 SIGNING_KEY_ENV = "SGLSTACK_SIGNING_KEY"
-OWN_SECRET_ENV = (SIGNING_KEY_ENV,)
+# sglstack's registry client reads this password itself (registry.auth); no tool it starts needs it (they
+# log in through the Docker config).
+REGISTRY_PASSWORD_ENV = "SGLSTACK_REGISTRY_PASSWORD"
+OWN_SECRET_ENV = (SIGNING_KEY_ENV, REGISTRY_PASSWORD_ENV)
 
 
 def tool_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -55,7 +55,8 @@ class ComposeCLI:
 
 def _version_of(argv: list[str]) -> str | None:
     try:
-        proc = subprocess.run([*argv, "version", "--short"], capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run([*argv, "version", "--short"], capture_output=True, text=True, timeout=30, check=False,
+                              env=tool_environment())
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = proc.stdout.strip()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.credentials import tool_environment
 from ..core.errors import DeployError
 from ..core.inputs import loads
 
@@ -44,7 +45,8 @@ class Kubectl:
         if self.namespace:
             argv += ["--namespace", self.namespace]
         try:
-            proc = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+            proc = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+                                  env=tool_environment())
         except subprocess.TimeoutExpired:
             raise DeployError(f"kubectl {' '.join(args[:2])}: no answer within {TIMEOUT_S}s") from None
         if check and proc.returncode != 0:
@@ -100,14 +102,14 @@ def find_kubectl(context: str | None, namespace: str | None) -> Kubectl:
         raise DeployError("--target k8s: kubectl not found on PATH (nothing was changed)")
     if context is None:
         proc = subprocess.run([binary, "config", "current-context"], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, check=False)
+                              timeout=TIMEOUT_S, check=False, env=tool_environment())
         current = proc.stdout.strip()
         if proc.returncode != 0 or not current:
             raise DeployError("--target k8s: no current kubectl context "
                               f"({_first_line(proc.stderr)}); pass --context or run `kubectl config use-context`")
         return Kubectl(binary, current, namespace)
     proc = subprocess.run([binary, "config", "get-contexts", "-o", "name"], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, check=False)
+                          timeout=TIMEOUT_S, check=False, env=tool_environment())
     if context not in proc.stdout.split():
         raise DeployError(f"--context {context}: not a context of your kubeconfig (kubectl config get-contexts)")
     return Kubectl(binary, context, namespace)

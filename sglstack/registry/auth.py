@@ -22,11 +22,12 @@ import docker.auth
 import docker.errors
 
 from ..config.imageref import DOCKER_HUB
+from ..core.credentials import REGISTRY_PASSWORD_ENV
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 
 ENV_USER = "SGLSTACK_REGISTRY_USER"
-ENV_PASSWORD = "SGLSTACK_REGISTRY_PASSWORD"
+ENV_PASSWORD = REGISTRY_PASSWORD_ENV
 
 
 @dataclass(frozen=True)

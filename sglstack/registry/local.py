@@ -25,6 +25,7 @@ import requests
 import yaml
 
 from ..adapters.docker import docker_client, image_exists
+from ..core.credentials import tool_environment
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 from ..core.labels import OWNER_LABEL
@@ -142,6 +143,7 @@ def start_binary(config: dict[str, Any], workdir: Path, port: int) -> subprocess
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=tool_environment(),
         )
     try:
         wait_until_serving(port, proc, log=log)

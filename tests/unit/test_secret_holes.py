@@ -1,0 +1,96 @@
+"""Secrets never shown, never handed on: the hidden instances found by attacking round 4's fixes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+import sglstack
+from sglstack.config import serverflags as sf
+from sglstack.config.schema import ServingSettings
+from sglstack.core import credentials as cred
+from sglstack.smoke.processenv import passes_to_process
+
+SECRET = "pw-9f3c1e7d"
+
+# Children that are not a tool sglstack hands this process's environment to: the node-side preflight
+# modules run inside an image (standard library only); `invoke test` runs the project's own test suite.
+_OWN_ENVIRONMENT = {"preflight/probe.py", "cli/testing.py"}
+
+
+def test_every_child_process_gets_an_environment_made_for_it():
+    """A `subprocess.run`/`Popen` without `env=` hands the child this process's whole environment, the
+    signing key included: kubectl (and its exec credential plugins), hadolint, the local registry server,
+    cuobjdump and the pip it installs with, git and uv version probes did."""
+    root = Path(sglstack.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("inimage/incontainer/") or rel in _OWN_ENVIRONMENT:
+            continue  # incontainer: runs inside an image, whose environment is the container's
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
+                    and node.func.attr in {"run", "Popen", "call", "check_call", "check_output"}
+                    and not any(k.arg == "env" for k in node.keywords)):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []
+
+
+def test_a_tool_never_gets_the_registry_password(monkeypatch):
+    monkeypatch.setenv("SGLSTACK_REGISTRY_PASSWORD", SECRET)
+    monkeypatch.setenv("SGLSTACK_REGISTRY_USER", "ci")
+    env = cred.tool_environment()
+    assert "SGLSTACK_REGISTRY_PASSWORD" not in env and env["SGLSTACK_REGISTRY_USER"] == "ci"
+
+
+@pytest.mark.parametrize("name", ["HF_AUTHTOKEN", "HF_ACCESSTOKEN", "NVIDIA_APIKEY2", "CUDA_PRIVATEKEY",
+                                  "NCCL_PASSWD2", "TRITON_CREDENTIALSFILE", "HF_HUB_TOKEN", "UCX_SECRETS"])
+def test_a_secret_run_together_in_a_passing_family_does_not_reach_a_process_server(name):
+    assert passes_to_process(name) is False
+
+
+@pytest.mark.parametrize("name", ["HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "NCCL_IB_PKEY",
+                                  "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_CACHE_DIR", "PATH", "LC_ALL"])
+def test_runtime_settings_still_reach_a_process_server(name):
+    assert passes_to_process(name) is True
+
+
+@pytest.mark.parametrize("args, index, why", [
+    # SGLang merges a YAML file's keys into its argv: any owned flag, or speculation for the baseline run.
+    (["--config", "/models/serve.yaml"], 1, sf.CONFIG_FILE_WHY),
+    (["--config=/models/serve.yaml"], 1, sf.CONFIG_FILE_WHY),
+    (["--conf", "/models/serve.yaml"], 1, sf.CONFIG_FILE_WHY),
+    # Two flags in one YAML string: compose.yaml and the manifests got the literal key.
+    ([f"--api-key {SECRET}"], 1, sf.SPACED_WHY),
+    (["--mem-fraction-static 0.8 --port 1"], 1, sf.SPACED_WHY),
+    (["--chat-template", f"https://alice:{SECRET}@hub.internal.example/t.jinja"], 2, sf.URL_LOGIN_WHY),
+    ([f"--tokenizer-path=https://{SECRET}@hub.internal.example/tok"], 1, sf.URL_LOGIN_WHY),
+])
+def test_extra_args_that_set_a_flag_out_of_sight_or_carry_a_secret_are_refused(args, index, why):
+    assert sf.extra_args_problem(["--trust-remote-code", *args]) == (index, why)
+    with pytest.raises(ValidationError) as err:
+        ServingSettings(model="m", extra_args=("--trust-remote-code", *args))
+    assert err.value.errors()[0]["msg"] == f"Value error, {why}"
+    assert SECRET not in why
+
+
+def test_what_looks_close_still_passes():
+    args = ["--context-length", "4096", "--chat-template", "https://hub.example/t.jinja", "--served-model-name",
+            "a b", "--constrained-json-whitespace-pattern", "x"]
+    assert sf.extra_args_problem(args) is None
+    # A smoke's own --extra-args are written into no file: a URL login there is hidden, not refused.
+    assert sf.extra_args_problem(["--chat-template", f"https://a:{SECRET}@h/t"], secrets=False) is None
+
+
+@pytest.mark.parametrize("field", ["env", "extra_args"])
+def test_a_nul_in_a_value_is_refused_without_showing_the_value(field):
+    """serving.env.HF_TOKEN holding a NUL printed the token in the refusal."""
+    value = {"HF_TOKEN": f"{SECRET}\0"} if field == "env" else ("--api-key", f"{SECRET}\0")
+    with pytest.raises(ValidationError) as err:
+        ServingSettings(model="m", **{field: value})
+    assert [e["msg"] for e in err.value.errors()] == [
+        "Value error, the value holds a NUL character, which no argument or environment value can"]
