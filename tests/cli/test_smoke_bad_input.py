@@ -33,8 +33,10 @@ MODELS = ("--model", "org/m", "--draft-model", "org/d", "--gpus", "0")
     (("--image", "x:1", "--timeout", "inf", *MODELS), "invalid smoke option: timeout 'inf' is not a finite number"),
     (("--image", "x:1", "--min-speedup", "fast", *MODELS), "invalid gate override: min_speedup 'fast' is not a "
                                                            "number"),
-    (("--image", "x:1", "--env", "NOEQ", *MODELS), "--env 'NOEQ': expected KEY=VALUE"),
-    (("--image", "x:1", "--label", "bad", *MODELS), "--label 'bad': expected KEY=VALUE"),
+    (("--image", "x:1", "--env", "NOEQ", *MODELS), "--env #1: expected KEY=VALUE"
+        " (it has no '='; not shown, as it may be a secret)"),
+    (("--image", "x:1", "--label", "bad", *MODELS), "--label #1: expected KEY=VALUE"
+        " (it has no '='; not shown, as it may be a secret)"),
     (("--image", "x:1", "--model", "org/m", "--draft-model", "org/d", "--gpus", "1", "--tp", "2"),
      "--tp 2 needs at least 2 GPUs, but --gpus is 1"),
 ])
@@ -64,3 +66,15 @@ def test_a_smoke_that_reaches_the_engine_is_not_bad_input(tmp_path):
     proc = run_invoke("smoke", "--image", "x:1", *MODELS, cwd=tmp_path,
                       env={**NO_ENGINE, "SGLSTACK_BUILD_DIR": str(tmp_path / "b")}, timeout=300)
     assert proc.returncode == 1 and proc.stderr.startswith("error: cannot reach the Docker engine at ")
+
+
+@pytest.mark.parametrize(("given", "line"), [
+    ("HF_TOKEN:hf-9f3c1e7dSECRET", "--env #2: expected KEY=VALUE (it has no '='; not shown, as it may be a secret)"),
+    ("hf-9f3c1e7dSECRET", "--env #2: expected KEY=VALUE (it has no '='; not shown, as it may be a secret)"),
+    ("=hf-9f3c1e7dSECRET", "--env '=…': expected KEY=VALUE"),
+])
+def test_a_malformed_env_value_is_refused_without_showing_it(tmp_path, given, line):
+    """`--env HF_TOKEN:hf_...` (a typo for '=') printed the token in the refusal."""
+    proc = run_invoke("smoke", "--image", "x:1", *MODELS, "--env", "A=1", "--env", given, cwd=tmp_path, env=NO_ENGINE)
+    assert (proc.returncode, proc.stderr.strip()) == (2, f"error: {line}")
+    assert "SECRET" not in proc.stdout + proc.stderr

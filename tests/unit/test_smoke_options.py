@@ -138,8 +138,9 @@ def test_none_means_not_given_and_the_stack_file_names_are_ignored() -> None:
     ({**BASE, "python_env": "/venv"},
      "--python-env '/venv' is for --runner process (the docker runner serves an image)"),
     ({**BASE, "kinds": "fast"}, "smoke kinds 'fast': choose from baseline, eagle3"),
-    ({**BASE, "labels": ["novalue"]}, "--label 'novalue': expected KEY=VALUE"),
-    ({**BASE, "env": ["=v"]}, "--env '=v': expected KEY=VALUE"),
+    ({**BASE, "labels": ["novalue"]}, "--label #1: expected KEY=VALUE"
+        " (it has no '='; not shown, as it may be a secret)"),
+    ({**BASE, "env": ["=v"]}, "--env '=…': expected KEY=VALUE"),
 ])
 def test_each_refusal_is_its_exact_line(given: dict, line: str) -> None:
     with pytest.raises(SmokeError) as err:

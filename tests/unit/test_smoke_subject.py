@@ -37,14 +37,14 @@ def test_pairs_become_typed_overrides_in_the_order_given():
 
 
 @pytest.mark.parametrize(("opt", "line"), [
-    ("bogus", "--smoke-opt 'bogus': expected KEY=VALUE"),
-    ("=1", "--smoke-opt '=1': expected KEY=VALUE"),
-    ("a b=1", "--smoke-opt 'a b=1': expected KEY=VALUE"),
-    ("1x=1", "--smoke-opt '1x=1': expected KEY=VALUE"),
-    ("env=A", "--smoke-opt 'env=A': expected env=NAME=VALUE"),
-    ("env==1", "--smoke-opt 'env==1': expected env=NAME=VALUE"),
-    ("label=x", "--smoke-opt 'label=x': expected label=NAME=VALUE"),
-    (" labels =x", "--smoke-opt ' labels =x': expected labels=NAME=VALUE"),
+    ("bogus", "--smoke-opt #1: expected KEY=VALUE (it has no '='; not shown, as it may be a secret)"),
+    ("=1", "--smoke-opt '=…': expected KEY=VALUE"),
+    ("a b=1", "--smoke-opt 'a b=…': expected KEY=VALUE"),
+    ("1x=1", "--smoke-opt '1x=…': expected KEY=VALUE"),
+    ("env=A", "--smoke-opt 'env=…': expected env=NAME=VALUE"),
+    ("env==1", "--smoke-opt 'env=…': expected env=NAME=VALUE"),
+    ("label=x", "--smoke-opt 'label=…': expected label=NAME=VALUE"),
+    (" labels =x", "--smoke-opt ' labels =…': expected labels=NAME=VALUE"),
 ])
 def test_each_bad_pair_is_its_exact_line(opt, line):
     with pytest.raises(smoke_opts.SmokeOptionError) as err:
@@ -73,9 +73,9 @@ def test_a_named_flag_wins_for_one_value_and_adds_to_pairs_and_lists():
 
 
 @pytest.mark.parametrize(("key", "value", "line"), [
-    ("env", "NOPE", "--env 'NOPE': expected NAME=VALUE"),
-    ("env", ["A=1", "=2"], "--env '=2': expected NAME=VALUE"),
-    ("labels", "x", "--label 'x': expected NAME=VALUE"),
+    ("env", "NOPE", "--env #1: expected NAME=VALUE (it has no '='; not shown, as it may be a secret)"),
+    ("env", ["A=1", "=2"], "--env '=…': expected NAME=VALUE"),
+    ("labels", "x", "--label #1: expected NAME=VALUE (it has no '='; not shown, as it may be a secret)"),
 ])
 def test_a_named_pair_flag_without_a_name_is_its_exact_line(key, value, line):
     with pytest.raises(smoke_opts.SmokeOptionError) as err:
