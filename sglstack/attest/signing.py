@@ -122,6 +122,7 @@ _BOM = "\ufeff"
 _BASE64_BODY = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
 # The longest value still taken for a path (Linux's PATH_MAX is 4096; no key path is near it).
 _MAX_PATH_CHARS = 1024
+_KEY_FILE_SUFFIXES = (".pem", ".key", ".pub", ".der", ".txt")
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
 
 
@@ -169,10 +170,21 @@ def _pem_source(option: str | None, env: Mapping[str, str]) -> tuple[bytes, str]
     return _read_key_file(value, KEY_ENV), f"{KEY_ENV} ({value})"
 
 
+def _shows_as_a_path(value: str) -> bool:
+    """True when `value` may be quoted in a refusal: a file that exists, or text shaped like a path. What is
+    neither may be key text in a form `looks_like_key_text` does not know (a JWK, a base64url seed):
+    quoting it "as the path" would print the key."""
+    return (os.path.lexists(os.path.expanduser(value))
+            or (("/" in value or value.endswith(_KEY_FILE_SUFFIXES)) and not any(c in value for c in "{}\"\\ ")))
+
+
 def _read_key_file(path: str, what: str) -> bytes:
     try:
         return read_small_file(Path(path).expanduser(), MAX_KEY_BYTES)
     except UnreadableFile as exc:
+        if not _shows_as_a_path(path):
+            raise BadInput(f"{what}: names no file ({exc}), and is not PEM key text either (not shown: it may "
+                           "be a key in another form; give a path, or the PEM)") from None
         raise BadInput(one_line(f"{what}: cannot read key file '{path}' ({exc})")) from None
 
 

@@ -94,3 +94,32 @@ def test_a_nul_in_a_value_is_refused_without_showing_the_value(field):
         ServingSettings(model="m", **{field: value})
     assert [e["msg"] for e in err.value.errors()] == [
         "Value error, the value holds a NUL character, which no argument or environment value can"]
+
+
+_JWK_SEED = "nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"  # RFC 8037's example ed25519 private key (base64url)
+
+
+@pytest.mark.parametrize("text", [_JWK_SEED, f'{{"kty":"OKP","crv":"Ed25519","d":"{_JWK_SEED}"}}',
+                                  "MC4CAQAwBQYDK2VwBCIEI"])
+def test_key_text_in_another_form_is_never_quoted_as_a_path(text):
+    """A JWK or a base64url seed was taken for a path, and "cannot read key file '<the key>'" printed it."""
+    from sglstack.attest.errors import BadInput
+    from sglstack.attest.signing import load_public_key, load_signing_key
+
+    for call, what in ((lambda: load_signing_key(None, {"SGLSTACK_SIGNING_KEY": text}), "SGLSTACK_SIGNING_KEY"),
+                       (lambda: load_signing_key(text, {}), "--key"),
+                       (lambda: load_public_key(text, what="--verify-key"), "--verify-key")):
+        with pytest.raises(BadInput) as err:
+            call()
+        assert str(err.value) == (f"{what}: names no file (No such file or directory), and is not PEM key text "
+                                  "either (not shown: it may be a key in another form; give a path, or the PEM)")
+
+
+def test_a_path_that_is_missing_is_still_named(tmp_path):
+    from sglstack.attest.errors import BadInput
+    from sglstack.attest.signing import load_signing_key
+
+    for given in (str(tmp_path / "gone.pem"), "keys/release.pem", "release.key"):
+        with pytest.raises(BadInput) as err:
+            load_signing_key(given, {})
+        assert str(err.value) == f"--key: cannot read key file '{given}' (No such file or directory)"
