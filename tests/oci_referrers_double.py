@@ -37,6 +37,8 @@ class ReferrersRegistry:
         # What a registry without the API answers to `referrers` (400, 404, 405, 501), None: it has the API;
         # and whether a PUT of a manifest with a `subject` says it indexed it (`OCI-Subject`).
         self.referrers_status: int | None = None
+        # A 200 answer to `referrers` as a test gives it (body, content type): a proxy's HTML, odd JSON.
+        self.referrers_answer: tuple[bytes, str] | None = None
         self.subject_header = True
         self.port = free_port()
         registry = self
@@ -144,6 +146,9 @@ class ReferrersRegistry:
             def _referrers_get(self, name, ref, query):
                 if registry.referrers_status is not None:
                     return self._error(registry.referrers_status, "UNSUPPORTED")
+                if registry.referrers_answer is not None:
+                    body, content_type = registry.referrers_answer
+                    return self._send(200, body, {"Content-Type": content_type})
                 wanted = query.get("artifactType", [None])[0]
                 found = []
                 for (n, digest), (body, media) in sorted(registry.manifests.items()):

@@ -20,7 +20,7 @@ from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
-from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
+from ..registry.client import OCI_MANIFEST, ManifestNotFound, ReferrersUnreadable, RegistryClient, compute_digest
 from .errors import AttestationError
 from .provenance import PROVENANCE_MEDIA_TYPE
 from .sbom import SBOM_MEDIA_TYPE
@@ -174,7 +174,11 @@ def find_attestations(client: RegistryClient, repo: str, image_digest: str, skip
     still be found beside it."""
     found: dict[str, Artifact] = {}
     reasons = skipped if skipped is not None else []
-    descriptors = client.referrers(repo, image_digest)
+    try:
+        descriptors = client.referrers(repo, image_digest)
+    except ReferrersUnreadable as exc:  # a proxy's HTML page, say: what the tag scheme holds still counts
+        reasons.append(f"{exc}; read the tag scheme only")
+        descriptors = None
     for desc in descriptors or []:
         artifact_type, digest = desc.get("artifactType"), desc.get("digest")
         if not (isinstance(artifact_type, str) and artifact_type in KIND_OF and isinstance(digest, str)):

@@ -48,6 +48,11 @@ class ManifestNotFound(RegistryError):
     """The repository has no manifest under that tag or digest."""
 
 
+class ReferrersUnreadable(RegistryError):
+    """The referrers API answered 200 with something that is not an image index (HTML from a proxy, JSON
+    of another shape, an answer over the manifest cap): the tag scheme is still there to read."""
+
+
 def compute_digest(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
@@ -351,15 +356,19 @@ class RegistryClient:
         that take `referrers` for a bad reference or an unknown route); the tag scheme is read instead."""
         what = f"GET referrers {repo}@{digest}"
         resp = self.request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull", what=what,
-                            headers={"Accept": OCI_INDEX})
+                            headers={"Accept": OCI_INDEX}, stream=True)
         if resp.status_code in NO_REFERRERS_API:
+            resp.close()
             return None
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        data = self._json(resp, what)
+        try:  # an index is a manifest: the same cap (an answer of gigabytes was read whole)
+            data = self._json(resp, what, read_capped(resp, f"registry {self.registry}: {what}", MAX_MANIFEST_BYTES))
+        except RegistryError as exc:
+            raise ReferrersUnreadable(str(exc)) from None
         found = data.get("manifests") if isinstance(data, dict) else None
         if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
-            raise self._fail(f"{what} answered JSON without a list of manifests")
+            raise ReferrersUnreadable(f"registry {self.registry}: {what} answered JSON without a list of manifests")
         return found
 
     def blob_exists(self, repo: str, digest: str) -> bool:

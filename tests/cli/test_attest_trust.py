@@ -447,3 +447,33 @@ def test_a_signed_manifest_without_a_config_is_refused_in_one_line(reg):
     with pytest.raises(NotVerified) as err:
         verify_image(client, parse_image_reference(_ref(reg, "odd")), KEY.public_key())
     assert str(err.value) == f"{_ref(reg, odd)}: not an image manifest (no config descriptor)"
+
+
+_WHAT = "GET referrers team/img@"
+
+
+@pytest.mark.parametrize(("body", "content_type", "why"), [
+    (b"<html><body>Not here</body></html>", "text/html", "answered HTTP 200 with a body that is not JSON (text/html, "
+                                                        "34 bytes)"),
+    (b'{"manifests": {}}', "application/vnd.oci.image.index.v1+json", "answered JSON without a list of manifests"),
+    (b'{"manifests": ["sha256:x"]}', "application/vnd.oci.image.index.v1+json",
+     "answered JSON without a list of manifests"),
+    (b"[]", "application/json", "answered JSON without a list of manifests"),
+    (BOMB, "application/json", "answered HTTP 200 with a body that is not JSON (application/json, 100000 bytes)"),
+    (b" " * (4 * 1024 * 1024 + 1), "application/json", "over the 4194304-byte limit"),
+], ids=["html", "manifests-object", "manifests-strings", "array", "bomb", "over-cap"])
+def test_a_referrers_answer_that_is_no_index_falls_back_to_the_tag_scheme(reg, body, content_type, why):
+    """A proxy answering 200 with its HTML page made every attested image unverifiable (and cleanup fail);
+    an answer of any size was read whole."""
+    reg.subject_header = False  # attached by the tag scheme, as on a registry without the API
+    client = RegistryClient(reg.host)
+    digest, config = _image(client, "current", "cpu-test")
+    attach(client, REPO, digest, _documents(reg, digest, config))
+    reg.referrers_answer = (body, content_type)
+    result = verify_image(client, parse_image_reference(_ref(reg, "cpu-test")), KEY.public_key(),
+                          BuildIdentity.of_stack(CPU, CONFIG))
+    assert result.digest == digest
+    [line] = result.skipped
+    start = f"registry {reg.host}: {_WHAT}{digest}"
+    assert line.startswith(start) and line.endswith(f"{why}; read the tag scheme only"), line
+    assert len(line) < 300
