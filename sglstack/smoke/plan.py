@@ -17,7 +17,7 @@ from ..adapters.docker import is_local_docker_host
 from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
-from ..core.credentials import names_secret, resolve_argv, secret_slots, secret_values_of
+from ..core.credentials import names_secret, redact_text, resolve_argv, secret_slots, secret_values_of
 from ..core.errors import SmokeInputError, shown
 from ..core.records import build_root
 from ..serving import (
@@ -339,8 +339,9 @@ def _read(value: Any, kind: type, key: str) -> Any:
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """The argv with the values of secret flags replaced, for logs and reports."""
-    out = list(argv)
+    """The argv with the values of secret flags and the logins in URLs replaced, for logs and reports (a
+    smoke's own `--extra-args` may hold `--chat-template https://user:token@host/...`)."""
+    out = [redact_text(word) for word in argv]
     for slot in secret_slots(out):
         out[slot.index] = f"{slot.text}***"
     return out

@@ -123,3 +123,12 @@ def test_a_path_that_is_missing_is_still_named(tmp_path):
         with pytest.raises(BadInput) as err:
             load_signing_key(given, {})
         assert str(err.value) == f"--key: cannot read key file '{given}' (No such file or directory)"
+
+
+def test_an_argv_shown_in_a_report_hides_url_logins_as_well_as_secret_flags():
+    from sglstack.smoke.plan import redact_argv
+
+    argv = ["--chat-template", f"https://alice:{SECRET}@hub.example/t.jinja", f"--api-key={SECRET}",
+            f"--tokenizer-path=https://{SECRET}@hub.example/tok", "--log-level", "info"]
+    assert redact_argv(argv) == ["--chat-template", "https://***@hub.example/t.jinja", "--api-key=***",
+                                 "--tokenizer-path=https://***@hub.example/tok", "--log-level", "info"]
