@@ -79,7 +79,9 @@ def flag_of(word: str) -> str | None:
 
 def owned_flag(flag: str) -> str | None:
     """The flag sglstack writes that `flag` would set in SGLang's parser (itself, an alias, or an argparse
-    abbreviation of either); None when it sets none of them."""
+    abbreviation of either); None when it sets none of them. `_` reads as `-` (`--model_path`): argparse
+    would refuse it, a parser that maps one to the other would take it, and it never means another flag."""
+    flag = "--" + flag[2:].replace("_", "-")
     if flag.startswith(SPECULATIVE_PREFIX):
         return ALIASES.get(flag, flag)
     for name in (*OWNED_FLAGS, *ALIASES):

@@ -228,6 +228,7 @@ def secret_flag(flag: str) -> str | None:
     abbreviation of it (`--api-k`); None for any other flag."""
     if len(flag) < 3:
         return None
+    flag = "--" + flag[2:].replace("_", "-")  # `--api_key`: a parser that maps `_` to `-` reads it too
     return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
 
 

@@ -132,3 +132,23 @@ def test_an_argv_shown_in_a_report_hides_url_logins_as_well_as_secret_flags():
             f"--tokenizer-path=https://{SECRET}@hub.example/tok", "--log-level", "info"]
     assert redact_argv(argv) == ["--chat-template", "https://***@hub.example/t.jinja", "--api-key=***",
                                  "--tokenizer-path=https://***@hub.example/tok", "--log-level", "info"]
+
+
+@pytest.mark.parametrize(("args", "flag"), [(["--api_key", SECRET], "--api-key"), ([f"--admin_api_key={SECRET}"],
+                                                                                   "--admin-api-key")])
+def test_a_secret_flag_spelled_with_underscores_is_a_secret_flag(args, flag):
+    """`--api_key VALUE` was neither refused nor hidden: written into compose.yaml and the manifests."""
+    from sglstack.smoke.plan import redact_argv
+
+    found = sf.extra_args_problem(args)
+    assert found is not None and found[0] == 0 and found[1].startswith(f"'{args[0].partition('=')[0]}' takes a "
+                                                                       f"secret, so its value must be a reference "
+                                                                       f"like '{flag} ${{NAME}}'")
+    assert SECRET not in " ".join(redact_argv(args))
+
+
+def test_an_owned_flag_spelled_with_underscores_is_refused():
+    assert sf.extra_args_problem(["--model_path", "other"]) == (0, (
+        "'--model_path' (SGLang reads it as --model-path) is sglstack's to set: set from serving.model; extra_args "
+        "may not set it again (the server would run with another value than the one reported)"))
+    assert sf.extra_args_problem(["--speculative_num_steps=3"])[0] == 0
