@@ -20,7 +20,8 @@ from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
-from ..registry.client import OCI_MANIFEST, ManifestNotFound, ReferrersUnreadable, RegistryClient, compute_digest
+from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
+from ..registry.transport import ReferrersUnreadable
 from .errors import AttestationError
 from .provenance import PROVENANCE_MEDIA_TYPE
 from .sbom import SBOM_MEDIA_TYPE

@@ -23,7 +23,7 @@ from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 from .auth import ENV_PASSWORD, ENV_USER, Credentials, resolve_credentials
-from .transport import Transport, error_detail, read_capped
+from .transport import Transport, error_detail, read_capped, read_index
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -46,11 +46,6 @@ MAX_TAG_PAGES = 10_000  # 10 million tags at 1000 a page: no real repository is 
 
 class ManifestNotFound(RegistryError):
     """The repository has no manifest under that tag or digest."""
-
-
-class ReferrersUnreadable(RegistryError):
-    """The referrers API answered 200 with something that is not an image index (HTML from a proxy, JSON
-    of another shape, an answer over the manifest cap): the tag scheme is still there to read."""
 
 
 def compute_digest(body: bytes) -> str:
@@ -362,14 +357,8 @@ class RegistryClient:
             return None
         if resp.status_code != 200:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        try:  # an index is a manifest: the same cap (an answer of gigabytes was read whole)
-            data = self._json(resp, what, read_capped(resp, f"registry {self.registry}: {what}", MAX_MANIFEST_BYTES))
-        except RegistryError as exc:
-            raise ReferrersUnreadable(str(exc)) from None
-        found = data.get("manifests") if isinstance(data, dict) else None
-        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
-            raise ReferrersUnreadable(f"registry {self.registry}: {what} answered JSON without a list of manifests")
-        return found
+        # An index is a manifest: the same cap (an answer of gigabytes was read whole).
+        return read_index(resp, f"registry {self.registry}: {what}", MAX_MANIFEST_BYTES)
 
     def blob_exists(self, repo: str, digest: str) -> bool:
         what = f"HEAD blob {repo}@{digest}"

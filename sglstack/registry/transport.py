@@ -162,6 +162,29 @@ def read_capped(resp: requests.Response, what: str, limit: int) -> bytes:
         resp.close()
 
 
+class ReferrersUnreadable(RegistryError):
+    """The referrers API answered 200 with something that is not an image index (HTML from a proxy, JSON
+    of another shape, an answer over the cap): the tag scheme is still there to read."""
+
+
+def read_index(resp: requests.Response, what: str, limit: int) -> list[dict[str, Any]]:
+    """The `manifests` of an image index answered 200, read up to `limit` bytes; ReferrersUnreadable else."""
+    try:
+        body = read_capped(resp, what, limit)
+    except RegistryError as exc:
+        raise ReferrersUnreadable(str(exc)) from None
+    try:
+        data = loads(body)
+    except ValueError:
+        kind = (resp.headers.get("Content-Type") or "no content type").split(";")[0]
+        raise ReferrersUnreadable(f"{what} answered HTTP 200 with a body that is not JSON ({kind}, {len(body)} "
+                                  "bytes)") from None
+    found = data.get("manifests") if isinstance(data, dict) else None
+    if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
+        raise ReferrersUnreadable(f"{what} answered JSON without a list of manifests")
+    return found
+
+
 def failure_reason(response: Any, error: BaseException | None) -> str:
     """A short, secret-free reason for one failed attempt."""
     if response is not None and getattr(response, "status", None):
