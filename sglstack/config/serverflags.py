@@ -14,10 +14,9 @@ manifests: extra_args take it only as a `${NAME}` reference, like a secret-named
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from ..core.credentials import has_credentials, secret_reference, secret_slots
+from ..core.credentials import secret_reference, secret_slots
 
 MODEL_PATH = "--model-path"
 TP_SIZE = "--tp-size"
@@ -65,9 +64,6 @@ CONFIG_FILE_WHY = (f"'{CONFIG_FILE}' makes SGLang read its flags from a file, wh
                    "extra_args itself")
 SPACED_WHY = ("holds a flag and a space in one word, which SGLang takes for no flag at all: give each flag and each "
               "value as its own list element")
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
-URL_LOGIN_WHY = ("holds a URL with a user or password in it, which would be written into compose.yaml and the "
-                 "manifests: give the URL without them (a model or tokenizer from a private hub takes HF_TOKEN)")
 
 
 def flag_of(word: str) -> str | None:
@@ -100,8 +96,6 @@ def extra_args_problem(args: Sequence[str], *, secrets: bool = True) -> tuple[in
     literal = {slot.index - (0 if slot.text else 1): slot.flag for slot in secret_slots(args)
                if secrets and secret_reference(slot.value) is None}
     for i, word in enumerate(args):
-        if secrets and any(has_credentials(url.group()) for url in _URL.finditer(word)):
-            return i, URL_LOGIN_WHY
         flag = flag_of(word)
         if flag is None:
             continue

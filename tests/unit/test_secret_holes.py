@@ -67,8 +67,6 @@ def test_runtime_settings_still_reach_a_process_server(name):
     # Two flags in one YAML string: compose.yaml and the manifests got the literal key.
     ([f"--api-key {SECRET}"], 1, sf.SPACED_WHY),
     (["--mem-fraction-static 0.8 --port 1"], 1, sf.SPACED_WHY),
-    (["--chat-template", f"https://alice:{SECRET}@hub.internal.example/t.jinja"], 2, sf.URL_LOGIN_WHY),
-    ([f"--tokenizer-path=https://{SECRET}@hub.internal.example/tok"], 1, sf.URL_LOGIN_WHY),
 ])
 def test_extra_args_that_set_a_flag_out_of_sight_or_carry_a_secret_are_refused(args, index, why):
     assert sf.extra_args_problem(["--trust-remote-code", *args]) == (index, why)
@@ -82,8 +80,6 @@ def test_what_looks_close_still_passes():
     args = ["--context-length", "4096", "--chat-template", "https://hub.example/t.jinja", "--served-model-name",
             "a b", "--constrained-json-whitespace-pattern", "x"]
     assert sf.extra_args_problem(args) is None
-    # A smoke's own --extra-args are written into no file: a URL login there is hidden, not refused.
-    assert sf.extra_args_problem(["--chat-template", f"https://a:{SECRET}@h/t"], secrets=False) is None
 
 
 @pytest.mark.parametrize("field", ["env", "extra_args"])
