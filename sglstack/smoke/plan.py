@@ -490,7 +490,7 @@ def process_plan(
     argv = resolve_argv(serving_argv(spec), host_env)
     python = env_interpreter(options.python_env)
     assert argv[0] == LAUNCH[0]
-    environment = {k: v for k, v in host_env.items() if passes_to_process(k)}
+    environment = {k: v for k, v in host_env.items() if passes_to_process(k, v)}
     environment.update(server_environment(spec, host_env))
     bin_dir = os.path.dirname(python)
     path = environment.get("PATH", "")

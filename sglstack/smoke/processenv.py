@@ -10,7 +10,7 @@ holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLAN
 
 from __future__ import annotations
 
-from ..core.credentials import names_secret
+from ..core.credentials import names_secret, redact_text
 
 PROCESS_PASS_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
@@ -27,9 +27,12 @@ PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_"
 _SECRET_PARTS = ("TOKEN", "PASSW", "SECRET", "CREDENTIAL", "APIKEY", "PRIVATE", "AUTH")
 
 
-def passes_to_process(name: str) -> bool:
-    """True when the caller's variable `name` reaches a local server process (never one naming a secret:
-    the HF token comes through `server_environment`, as it does to a container)."""
+def passes_to_process(name: str, value: str = "") -> bool:
+    """True when the caller's variable `name` (holding `value`) reaches a local server process: never one
+    naming a secret (the HF token comes through `server_environment`, as it does to a container), nor one
+    whose value carries a URL login (`HF_ENDPOINT=https://user:token@mirror/`)."""
+    if redact_text(value) != value:
+        return False
     if name in PROCESS_PASS_NAMES:
         return True
     upper = name.upper()

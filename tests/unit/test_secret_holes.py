@@ -59,6 +59,14 @@ def test_runtime_settings_still_reach_a_process_server(name):
     assert passes_to_process(name) is True
 
 
+@pytest.mark.parametrize(("name", "value"), [("HF_ENDPOINT", f"https://alice:{SECRET}@hf-mirror.internal/"),
+                                             ("HF_ENDPOINT", f"https://{SECRET}@hf-mirror.internal/"),
+                                             ("PATH", f"/usr/bin:https://a:{SECRET}@x/")])
+def test_a_value_carrying_a_url_login_does_not_reach_a_process_server(name, value):
+    assert passes_to_process(name, value) is False
+    assert passes_to_process(name, "https://hf-mirror.internal/") is True
+
+
 @pytest.mark.parametrize("args, index, why", [
     # SGLang merges a YAML file's keys into its argv: any owned flag, or speculation for the baseline run.
     (["--config", "/models/serve.yaml"], 1, sf.CONFIG_FILE_WHY),
