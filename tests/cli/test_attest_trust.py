@@ -477,3 +477,20 @@ def test_a_referrers_answer_that_is_no_index_falls_back_to_the_tag_scheme(reg, b
     start = f"registry {reg.host}: {_WHAT}{digest}"
     assert line.startswith(start) and line.endswith(f"{why}; read the tag scheme only"), line
     assert len(line) < 300
+
+
+def test_cleanup_removes_a_dropped_candidate_when_the_referrers_answer_is_html(reg, capsys):
+    reg.subject_header = False
+    client = RegistryClient(reg.host)
+    candidate = f"candidate-cpu-test-{CONFIG[:12]}"
+    digest, config = _image(client, "dropped", candidate, created="2020-01-01T00:00:00Z")
+    attach(client, REPO, digest, _documents(reg, digest, config))
+    reg.referrers_answer = (b"<html>login</html>", "text/html")
+    removed = cleanup_candidates([CPU], registry=f"{reg.host}/{REPO}", older_than_days=1,
+                                 now=dt.datetime(2026, 12, 4, tzinfo=dt.UTC))
+    assert removed == [_ref(reg, candidate)]
+    assert client.manifest_digest(REPO, digest) is None
+    assert [client.manifest_digest(REPO, fallback_tag(digest, k)) for k in KINDS] == [None] * len(KINDS)
+    [warning] = capsys.readouterr().err.strip().splitlines()
+    assert warning.endswith(f"{_WHAT}{digest} answered HTTP 200 with a body that is not JSON (text/html, 18 "
+                            "bytes); read the tag scheme only"), warning
