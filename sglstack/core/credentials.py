@@ -272,9 +272,12 @@ def argv_secret_values(argv: Sequence[str]) -> tuple[str, ...]:
 
 def secret_values_of(environment: Mapping[str, str], referenced: Iterable[str], argv: Sequence[str]) -> tuple[str, ...]:
     """The secrets a server was given: the values of its secret-named and `${NAME}`-referenced variables
-    (HF_TOKEN is one by its name) and of its secret flags. What its log may echo, and no report may show."""
+    (HF_TOKEN is one by its name) and of its secret flags, and the login of each URL in its argv or
+    environment (`--chat-template https://user:token@host/...`). What its log may echo, and no report may show."""
     keys = set(referenced)
-    return (*(v for k, v in environment.items() if v and (names_secret(k) or k in keys)), *argv_secret_values(argv))
+    logins = (m.group(2) for text in (*argv, *environment.values()) for m in _URL_USERINFO.finditer(text))
+    return (*(v for k, v in environment.items() if v and (names_secret(k) or k in keys)), *argv_secret_values(argv),
+            *logins)
 
 
 def resolve_argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:

@@ -156,3 +156,10 @@ def test_an_owned_flag_spelled_with_underscores_is_refused():
         "'--model_path' (SGLang reads it as --model-path) is sglstack's to set: set from serving.model; extra_args "
         "may not set it again (the server would run with another value than the one reported)"))
     assert sf.extra_args_problem(["--speculative_num_steps=3"])[0] == 0
+
+
+def test_the_secrets_a_server_was_given_include_the_logins_of_its_urls():
+    """The process runner rewrites its kept server logs for these (SGLang logs server_args whole)."""
+    got = cred.secret_values_of({"HF_ENDPOINT": f"https://bob:{SECRET}2@mirror/", "PLAIN": "x"}, (),
+                                ["--chat-template", f"https://alice:{SECRET}@hub.example/t.jinja"])
+    assert sorted(got) == [f"alice:{SECRET}", f"bob:{SECRET}2"]
