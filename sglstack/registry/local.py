@@ -25,7 +25,6 @@ import requests
 import yaml
 
 from ..adapters.docker import docker_client, image_exists
-from ..core.credentials import tool_environment
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 from ..core.labels import OWNER_LABEL
@@ -143,7 +142,8 @@ def start_binary(config: dict[str, Any], workdir: Path, port: int) -> subprocess
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env=tool_environment(),
+            # Only what it needs: the server reads any REGISTRY_* variable as configuration, and holds no secret.
+            env={"PATH": os.environ.get("PATH", os.defpath)},
         )
     try:
         wait_until_serving(port, proc, log=log)
