@@ -24,20 +24,30 @@ class SmokeOptionError(SmokeInputError):
     """A `--smoke-opt` value that is not KEY=VALUE (or not NAME=VALUE for env/label)."""
 
 
+def malformed_pair(flag: str, number: int, item: str, expected: str) -> str:
+    """The refusal of a `flag` value that is not `expected`, never quoting what follows a `=`, nor a value
+    without one: it may be a secret (`--env HF_TOKEN:hf_...`, an `--env` given the token alone)."""
+    name, sep, _ = item.partition("=")
+    if not sep:
+        return f"{flag} #{number}: expected {expected} (it has no '='; not shown, as it may be a secret)"
+    return f"{flag} '{name}=…': expected {expected}"
+
+
 def parse_smoke_opts(opts: Iterable[str]) -> dict[str, Any]:
     """`KEY=VALUE` strings -> keyword overrides for `smoke_options`: `env`/`label` a dict, `mount`,
     `extra_args`, `kinds` a list, anything else its string; `-` in a key reads as `_`."""
     out: dict[str, Any] = {}
-    for opt in opts:
+    for number, opt in enumerate(opts, 1):
         raw_key, sep, value = str(opt).partition("=")
         key = raw_key.strip().replace("-", "_")
         key = ALIASES.get(key, key)
         if not sep or not key.isidentifier():
-            raise SmokeOptionError(f"--smoke-opt '{opt}': expected KEY=VALUE")
+            raise SmokeOptionError(malformed_pair("--smoke-opt", number, str(opt), "KEY=VALUE"))
         if key in PAIR_KEYS:
             name, sep, val = value.partition("=")
             if not sep or not name:
-                raise SmokeOptionError(f"--smoke-opt '{opt}': expected {raw_key.strip()}=NAME=VALUE")
+                raise SmokeOptionError(malformed_pair("--smoke-opt", number, str(opt),
+                                                      f"{raw_key.strip()}=NAME=VALUE"))
             out.setdefault(key, {})[name] = val
         elif key in LIST_KEYS:
             out.setdefault(key, []).extend(value.split() if key == "extra_args" else [value])
@@ -68,9 +78,9 @@ def _pairs(value: Mapping[str, str] | Iterable[str] | str, key: str) -> dict[str
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}
     out: dict[str, str] = {}
-    for item in [value] if isinstance(value, str) else value:
+    for number, item in enumerate([value] if isinstance(value, str) else value, 1):
         name, sep, val = str(item).partition("=")
         if not sep or not name:
-            raise SmokeOptionError(f"--{key.removesuffix('s')} '{item}': expected NAME=VALUE")
+            raise SmokeOptionError(malformed_pair(f"--{key.removesuffix('s')}", number, str(item), "NAME=VALUE"))
         out[name] = val
     return out

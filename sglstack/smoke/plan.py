@@ -30,6 +30,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
+from .options import malformed_pair
 from .processenv import passes_to_process
 
 CONTAINER_PORT = 30000
@@ -339,8 +340,7 @@ def _read(value: Any, kind: type, key: str) -> Any:
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """The argv with the values of secret flags and the logins in URLs replaced, for logs and reports (a
-    smoke's own `--extra-args` may hold `--chat-template https://user:token@host/...`)."""
+    """The argv with the values of secret flags and the logins in URLs replaced, for logs and reports."""
     out = [redact_text(word) for word in argv]
     for slot in secret_slots(out):
         out[slot.index] = f"{slot.text}***"
@@ -365,10 +365,10 @@ def parse_pairs(values: Iterable[str] | Mapping[str, str] | str, flag: str) -> d
     if isinstance(values, str):
         values = [values]
     out: dict[str, str] = {}
-    for item in values:
+    for number, item in enumerate(values, 1):
         key, sep, value = str(item).partition("=")
         if not sep or not key:
-            raise SmokeInputError(f"{flag} '{item}': expected KEY=VALUE")
+            raise SmokeInputError(malformed_pair(flag, number, str(item), "KEY=VALUE"))
         out[key] = value
     return out
 
