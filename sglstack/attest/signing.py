@@ -164,7 +164,8 @@ def _pem_source(option: str | None, env: Mapping[str, str]) -> tuple[bytes, str]
         return _read_key_file(option, "--key"), f"--key {option}"
     value = env.get(KEY_ENV, "")
     if not value:
-        raise BadInput(f"no signing key: pass --key PATH or set {KEY_ENV} (a path, or the PEM itself)")
+        raise BadInput(f"no signing key: pass --key PATH or set {KEY_ENV} (a path, or the PEM itself), or "
+                       "--unsigned to release without a signature")
     if looks_like_key_text(value):
         return value.encode("utf-8", "replace"), KEY_ENV
     return _read_key_file(value, KEY_ENV), f"{KEY_ENV} ({value})"

@@ -277,7 +277,7 @@ def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == ("error: no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or "
-                                   "the PEM itself)")
+                                   "the PEM itself), or --unsigned to release without a signature")
     assert not (tmp_path / "build").exists()  # nothing rendered, nothing built
     both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
                       "--unsigned", cwd=tmp_path, env=env)

@@ -410,7 +410,8 @@ def test_the_key_comes_from_the_process_environment_by_default(tmp_path, monkeyp
 
 def test_every_refusal_of_a_signing_key_word_for_word(tmp_path):
     missing = tmp_path / "missing.pem"
-    assert _bad(None, {}) == "no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or the PEM itself)"
+    assert _bad(None, {}) == ("no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or the PEM "
+                              "itself), or --unsigned to release without a signature")
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": ""}) == _bad(None, {})
     assert _bad(str(missing), {}) == f"--key: cannot read key file '{missing}' (No such file or directory)"
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": str(missing)}) == (
