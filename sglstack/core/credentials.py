@@ -220,7 +220,10 @@ def plain_secret_problem(key: str, value: str) -> str | None:
 
 # SGLang flags whose value is a secret: hidden in every argv shown, and in a stack's serving.extra_args
 # given only as a `${NAME}` reference (`config.serverflags`).
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+# SGLang flags that are a prefix of a secret flag: argparse takes an exact name as that flag, not as an
+# abbreviation (`--ssl-keyfile PATH` is the key file's path, not its password).
+_EXACT_NOT_SECRET = ("--ssl-keyfile",)
 
 
 def secret_flag(flag: str) -> str | None:
@@ -229,6 +232,8 @@ def secret_flag(flag: str) -> str | None:
     if len(flag) < 3:
         return None
     flag = "--" + flag[2:].replace("_", "-")  # `--api_key`: a parser that maps `_` to `-` reads it too
+    if flag in _EXACT_NOT_SECRET:
+        return None
     return next((name for name in SECRET_FLAGS if name.startswith(flag)), None)
 
 

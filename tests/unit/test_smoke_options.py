@@ -345,3 +345,11 @@ def test_empty_items_of_a_kinds_list_are_ignored_and_a_bad_list_is_quoted_as_giv
     with pytest.raises(SmokeError) as err:
         smoke_options(None, **BASE, kinds=" , ")
     assert str(err.value) == "smoke kinds ' , ': choose from baseline, eagle3"
+
+
+def test_the_ssl_key_password_is_a_secret_flag_and_the_key_files_path_is_not():
+    # argparse reads an exact name as that flag: `--ssl-keyfile PATH` is no abbreviation of the password's flag
+    assert redact_argv(["--ssl-keyfile", "/certs/k.pem", "--ssl-keyfile-password", "pw-1234",
+                        "--ssl-keyfile-pass=pw-5678", "--ssl_keyfile_password", "pw-9"]) == [
+        "--ssl-keyfile", "/certs/k.pem", "--ssl-keyfile-password", "***", "--ssl-keyfile-pass=***",
+        "--ssl_keyfile_password", "***"]
