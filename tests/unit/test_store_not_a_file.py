@@ -1,0 +1,99 @@
+"""A FIFO, a folder or another non-file where sglstack keeps a record store or writes a log: one line naming
+it, never a hang (opening a FIFO for writing waits for a reader that never comes) and never "nothing
+recorded" (a store that cannot be read is not an empty one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sglstack.core.errors import SglstackError
+from sglstack.core.records import append_jsonl, read_jsonl, require_store_writable
+from sglstack.core.safefiles import open_log
+from sglstack.deploy.store import read_records, read_records_lenient, records_path
+
+
+def _in_thread(fn) -> BaseException | None:
+    """`fn()`'s exception (None when it returned); a call still blocked after a generous wait is a hang,
+    failed here rather than hanging the test run (the blocked open is then released by opening the FIFO)."""
+    out: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()
+            out.append(None)
+        except BaseException as exc:  # handed back to the test
+            out.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "blocked on the FIFO"
+    return out[0]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    path = records_path(tmp_path / "build", "tiny")
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def _unblock(path: Path) -> None:
+    """A reader for a writer that would be blocked on `path` (a FIFO), so a failing test ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.close(fd)
+
+
+@pytest.mark.parametrize("call", ["probe", "append"])
+def test_a_fifo_as_the_store_is_one_line_not_a_hang(store, call) -> None:
+    os.mkfifo(store)
+    fn = {"probe": lambda: require_store_writable(store, what="the records"),
+          "append": lambda: append_jsonl(store, [{"a": 1}])}[call]
+    try:
+        error = _in_thread(fn)
+    finally:
+        _unblock(store)
+    assert isinstance(error, SglstackError)
+    assert str(error) in (f"the records {store}: cannot be written (a FIFO, not a regular file)",
+                          f"{store}: cannot be written (a FIFO, not a regular file)")
+
+
+def test_a_log_that_is_a_fifo_is_one_line_not_a_hang(tmp_path) -> None:
+    log = tmp_path / "server.log"
+    os.mkfifo(log)
+    try:
+        error = _in_thread(lambda: open_log(tmp_path, log).close())
+    finally:
+        _unblock(log)
+    assert isinstance(error, SglstackError)
+    assert str(error) == f"{log}: cannot be written (a FIFO, not a regular file)"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling link"])
+def test_a_store_that_is_not_a_file_is_named_not_read_as_empty(store, kind) -> None:
+    if kind == "fifo":
+        os.mkfifo(store)
+        what = "a FIFO"
+    elif kind == "folder":
+        store.mkdir()
+        what = "a folder"
+    else:
+        store.symlink_to(store.parent / "gone.jsonl")
+        what = f"a link to {store.parent / 'gone.jsonl'}, which does not exist"
+    line = f"{store}: not a file of records ({what})"
+    records, bad = read_records_lenient(store.parent.parent, "tiny")
+    assert records == []
+    assert [str(b) for b in bad] == [line]
+    with pytest.raises(SglstackError) as info:
+        read_records(store.parent.parent, "tiny")
+    assert str(info.value) == line
+    assert info.value.exit_code == 2
+    with pytest.raises(SglstackError) as info:
+        read_jsonl(store, json.loads, lambda n: ValueError(n))
+    assert str(info.value) == line
