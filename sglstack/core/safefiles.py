@@ -290,6 +290,18 @@ def keep_link(root: Path, path: Path, kept: Path) -> None:
         raise OutputNotWritable(f"{kept}: cannot be written ({reason_of(exc)})") from None
 
 
+def rename_inside(root: Path, source: Path, target: Path) -> None:
+    """`os.replace(source, target)`, neither reached through a folder that is a link out of `root`: a rename
+    moves a link itself, never what it points to, but a folder on the way that leads out would move, or
+    replace, someone else's file."""
+    check_inside(root, source)
+    check_inside(root, target)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        raise _not_writable(target, exc) from None
+
+
 def _link_target(path: Path) -> str:
     try:
         return os.readlink(path)

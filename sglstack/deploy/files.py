@@ -4,11 +4,18 @@ replaced when the deployment is undone."""
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 from ..core.records import build_root as default_build_root
-from ..core.safefiles import OutputNotWritable, check_inside, containing_root, keep_link, remove_file, write_text
+from ..core.safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    keep_link,
+    remove_file,
+    rename_inside,
+    write_text,
+)
 
 # What each written path held before: a hard link to its old file beside it, None where there was none.
 Saved = dict[Path, Path | None]
@@ -46,10 +53,9 @@ def restore_files(saved: Saved) -> None:
             remove_file(root, path)
         else:
             try:
-                os.replace(kept, path)
-            except OSError as exc:
-                raise OutputNotWritable(f"{path}: cannot be put back ({exc.strerror or type(exc).__name__})"
-                                        ) from None
+                rename_inside(root, kept, path)
+            except OutputNotWritable as exc:
+                raise OutputNotWritable(f"{path}: cannot be put back ({exc.reason or exc})") from None
     saved.clear()
 
 

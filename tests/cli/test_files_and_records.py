@@ -27,6 +27,7 @@ from bisect_fixtures import make_history, stack_yaml
 from clirun import REPO, run_invoke
 
 from sglstack.bisect.log import BisectLog
+from sglstack.core.errors import ConfigError
 from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
 from sglstack.core.safefiles import BUSY_EXIT, StackBusy, replace_folder
 from sglstack.core.signals import signals_raise
@@ -246,8 +247,10 @@ def test_blank_lines_are_skipped_and_a_missing_store_is_empty(tmp_path):
     path.write_bytes(b'\n{"n": 1}\n   \n{"n": 2}\n\n')
     assert read_jsonl(path, _parse_n, ValueError) == [1, 2]
     path.unlink()
-    path.mkdir()
-    assert read_jsonl(path, _parse_n, ValueError) == []
+    path.mkdir()  # not a missing store: one that cannot be read is named, never taken for an empty one
+    with pytest.raises(ConfigError) as info:
+        read_jsonl(path, _parse_n, ValueError)
+    assert str(info.value) == f"{path}: not a file of records (a folder)"
 
 
 def test_a_lock_that_cannot_be_opened_stops_writers_only(tmp_path):
