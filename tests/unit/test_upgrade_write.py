@@ -500,3 +500,34 @@ def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
                                 json_path=str(workdir / "u.json"))
     assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
+
+
+# ---- the file's own bytes: line endings, a byte-order mark, what the editor cannot read --------------------
+
+@pytest.mark.parametrize(("prefix", "newline"), [("", "\r\n"), ("\ufeff", "\n"), ("\ufeff", "\r\n")])
+def test_write_keeps_the_file_s_line_endings_and_byte_order_mark(workdir, prefix, newline) -> None:
+    """A CRLF file came back LF (and a BOM dropped): every line of every stack changed in the diff."""
+    stacks_file = workdir / "stacks.yaml"
+    before = HEAD + entry("a", PLAIN) + entry("b", PLAIN)
+    stacks_file.write_bytes((prefix + before.replace("\n", newline)).encode("utf-8"))
+    assert run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True) == 0
+    expected = HEAD + entry("a", PLAIN.replace("0.5.9", "0.5.10")) + entry("b", PLAIN)
+    assert stacks_file.read_bytes() == (prefix + expected.replace("\n", newline)).encode("utf-8")
+
+
+def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> None:
+    """The loader takes a tab after `version:`; the round-trip editor does not: that was found after the
+    release was fetched and the lock resolved."""
+    stacks_file = workdir / "stacks.yaml"
+    stacks_file.write_text(HEAD + entry("a", PLAIN) + entry("b", PLAIN.replace("version: 0.5.9", "version:\t0.5.9")))
+    before = stacks_file.read_bytes()
+    world = World(workdir, lock=_lock("a", sglang="0.5.10"))
+    for write in (True, False):
+        with pytest.raises(command.UpgradeInputError) as info:
+            run(stacks_file, "a", world, write=write)
+        assert info.value.exit_code == 2
+        assert str(info.value).startswith(f"{stacks_file}:14: cannot be edited by invoke upgrade (")
+        assert "\n" not in str(info.value)
+    assert world.calls == []
+    assert stacks_file.read_bytes() == before
+    assert not (workdir / "build").exists()
