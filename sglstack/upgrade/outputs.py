@@ -1,8 +1,8 @@
 """Where `upgrade` and `releases` may write a report (`--json PATH`): a file, never one of the inputs.
 
-Both read the stacks file and its locks; a report written over one of them would replace the matrix with
-JSON (and exit 0). Checked before any work, through links (realpath) and hard links (samefile), so that
-the answer does not depend on how the path was spelled.
+Both read the stacks file and its locks (and `upgrade` the patches); a report written over one of them would
+replace the matrix with JSON (and exit 0). Checked before any work, through links (realpath) and hard links
+(samefile), so that the answer does not depend on how the path was spelled.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..core.resources import DEFAULT_PATCHES_DIR
 from ..lock.file import LOCKS_DIR
+
+PATCHES_DIR = DEFAULT_PATCHES_DIR  # the patches every stack names: their specs and code are read, never written
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -38,4 +41,7 @@ def json_path_problem(json_path: str, stacks_file: Path, task: str) -> str | Non
             return f"--json {json_path}: is {what}, an input of {task} (never overwritten): give another path"
     if locks.is_dir() and Path(os.path.realpath(path)).parent == Path(os.path.realpath(locks)):
         return f"--json {json_path}: is in {locks}, the folder of the stacks' locks: give another path"
+    patches = Path(os.path.realpath(PATCHES_DIR))
+    if patches in Path(os.path.realpath(path)).parents:
+        return f"--json {json_path}: is in {PATCHES_DIR}, the folder of the patches: give another path"
     return None

@@ -531,3 +531,24 @@ def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> No
     assert world.calls == []
     assert stacks_file.read_bytes() == before
     assert not (workdir / "build").exists()
+
+
+def test_json_into_the_patches_is_refused_before_any_work(repo, workdir, monkeypatch) -> None:
+    """The patches are an input of the upgrade (it judges each against the new release): a report written over
+    `patches/NAME/patch.toml` replaced the spec with JSON."""
+    from sglstack.upgrade import outputs
+
+    patches = workdir / "patches"
+    (patches / "p1").mkdir(parents=True)
+    spec = patches / "p1" / "patch.toml"
+    spec.write_text("a spec\n")
+    monkeypatch.setattr(outputs, "PATCHES_DIR", patches)
+    (workdir / "spec.json").symlink_to(spec)
+    for path in (str(spec), str(workdir / "spec.json"), str(patches / "p1" / "new.json")):
+        world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+        with pytest.raises(command.UpgradeInputError) as err:
+            run(repo, "s1", world, write=True, json_path=path)
+        assert (str(err.value), err.value.exit_code) == (
+            f"--json {path}: is in {patches}, the folder of the patches: give another path", 2)
+        assert world.calls == []
+    assert spec.read_text() == "a spec\n" and repo.read_text() == STACKS
