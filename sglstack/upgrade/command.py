@@ -47,11 +47,11 @@ from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
+from ..lock.outputs import json_path_problem
 from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv
-from .outputs import json_path_problem
 from .releases import ReleasePins, release_pins
 from .report import to_json, to_markdown
 from .stacksfile import check_editable, edited, read_text

@@ -536,7 +536,7 @@ def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> No
 def test_json_into_the_patches_is_refused_before_any_work(repo, workdir, monkeypatch) -> None:
     """The patches are an input of the upgrade (it judges each against the new release): a report written over
     `patches/NAME/patch.toml` replaced the spec with JSON."""
-    from sglstack.upgrade import outputs
+    from sglstack.lock import outputs
 
     patches = workdir / "patches"
     (patches / "p1").mkdir(parents=True)
