@@ -252,6 +252,9 @@ def create_empty(root: Path, path: Path, *, mode: int = 0o644) -> bool:
     except OutputNotWritable:
         if path.is_file() and not path.is_symlink():
             return False
+        kind = not_a_file(path)
+        if kind is not None and not path.is_symlink():  # a FIFO or a folder in its place: say so, not "File exists"
+            raise _not_a_regular_file(path, kind) from None
         raise
     os.close(fd)
     return True

@@ -12,6 +12,7 @@ from ..core.safefiles import (
     check_inside,
     containing_root,
     keep_link,
+    not_a_file,
     remove_file,
     rename_inside,
     write_text,
@@ -32,6 +33,9 @@ def write_files(out_dir: Path, files: dict[str, str]) -> Saved:
         for name, text in files.items():
             path = out_dir / name
             check_inside(root, path)
+            kind = not_a_file(path) if not path.is_symlink() else None
+            if kind is not None:  # a folder or a FIFO there is not ours to replace, nor to remove when undoing
+                raise OutputNotWritable(f"{path}: cannot be written ({kind}, not a regular file)")
             saved[path] = None
             if path.is_file() and not path.is_symlink():
                 kept = path.with_name(f".{path.name}{SAVED_SUFFIX}")

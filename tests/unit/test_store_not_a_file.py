@@ -97,3 +97,24 @@ def test_a_store_that_is_not_a_file_is_named_not_read_as_empty(store, kind) -> N
     with pytest.raises(SglstackError) as info:
         read_jsonl(store, json.loads, lambda n: ValueError(n))
     assert str(info.value) == line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_deploy_file_that_is_a_fifo_or_folder_is_named_and_left(tmp_path, monkeypatch, kind) -> None:
+    """compose.env a FIFO or a folder said "File exists"; compose.yaml a folder said "cannot be removed" (the
+    undo tried to remove the user's folder, and its error hid why the write failed)."""
+    from sglstack.core.safefiles import create_empty
+    from sglstack.deploy.files import write_files
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
+    what = {"fifo": "a FIFO", "folder": "a folder"}[kind]
+    for name in ("compose.env", "compose.yaml"):
+        path = tmp_path / name
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    with pytest.raises(SglstackError) as info:
+        create_empty(tmp_path, tmp_path / "compose.env", mode=0o600)
+    assert str(info.value) == f"{tmp_path / 'compose.env'}: cannot be written ({what}, not a regular file)"
+    with pytest.raises(SglstackError) as info:
+        write_files(tmp_path, {"compose.env.example": "x\n", "compose.yaml": "services: {}\n"})
+    assert str(info.value) == f"{tmp_path / 'compose.yaml'}: cannot be written ({what}, not a regular file)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compose.env", "compose.yaml"]
