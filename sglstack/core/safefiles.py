@@ -341,7 +341,13 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
     try:
         new = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
         os.chmod(new, 0o755)  # mkdtemp's 0700 is for secrets; a context folder is read by the engine
-        fill(Path(new))
+        try:
+            fill(Path(new))
+        except OutputNotWritable as exc:
+            # named where the file was going: the temporary folder it names is removed below
+            error = OutputNotWritable(str(exc).replace(new, str(folder)))
+            error.reason = exc.reason
+            raise error from None
         with deferred():  # a signal between the two renames would leave no context at all
             if folder.exists():
                 aside = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old")
