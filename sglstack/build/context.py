@@ -16,7 +16,7 @@ from ..config.imageref import names_a_digest
 from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.errors import one_line
-from ..core.inputs import loads
+from ..core.inputs import loads, read_small_file
 from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
@@ -85,14 +85,15 @@ def default_out_dir(stack_name: str) -> Path:
 
 # What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
 RENDER_MANIFEST = ".sglstack-render.json"
+MAX_MANIFEST_BYTES = 1024 * 1024  # a list of a dozen names
 CONTEXT_ENTRY = "context/"
 
 
 def _written_before(out: Path) -> set[str]:
-    try:
-        data = loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
+    try:  # bounded, and never a FIFO put in its place (a plain read would wait for a writer for ever)
+        data = loads(read_small_file(out / RENDER_MANIFEST, MAX_MANIFEST_BYTES))
         return {str(name) for name in data["files"]}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # UnreadableFile is a ValueError
         return set()
 
 

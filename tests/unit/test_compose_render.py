@@ -547,3 +547,27 @@ def test_a_render_into_out_that_fails_midway_leaves_nothing_and_the_next_one_wor
     context_mod.render_command(str(matrix), "tiny", out_dir=str(out))
     assert sorted(p.name for p in out.iterdir()) == [
         ".lock", ".sglstack-render.json", "Dockerfile", "compose.env.example", cmp.COMPOSE_FILE, "context"]
+
+
+def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """render reads its list of written files from --out first: a FIFO there blocked it for ever."""
+    import os
+    import threading
+
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.build.context import RENDER_MANIFEST, render_command
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    matrix = write_test_matrix(tmp_path / "m")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / RENDER_MANIFEST)
+    worker = threading.Thread(target=render_command, args=(str(matrix), "tiny"), kwargs={"out_dir": str(out)},
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(out / RENDER_MANIFEST, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked read end
+        pytest.fail("render blocked on the FIFO")
+    assert (out / RENDER_MANIFEST).is_file() and (out / cmp.COMPOSE_FILE).is_file()
