@@ -45,8 +45,11 @@ def store(tmp_path, monkeypatch) -> Path:
 
 
 def _unblock(path: Path) -> None:
-    """A reader for a writer that would be blocked on `path` (a FIFO), so a failing test ends."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    """The other end for an open blocked on `path` (a FIFO), so a failing test ends."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # a reader waits
+    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a writer waits, or nobody
     os.close(fd)
 
 
@@ -118,3 +121,22 @@ def test_a_deploy_file_that_is_a_fifo_or_folder_is_named_and_left(tmp_path, monk
         write_files(tmp_path, {"compose.env.example": "x\n", "compose.yaml": "services: {}\n"})
     assert str(info.value) == f"{tmp_path / 'compose.yaml'}: cannot be written ({what}, not a regular file)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["compose.env", "compose.yaml"]
+
+
+def test_a_build_record_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, monkeypatch) -> None:
+    """`invoke size`, `attest` and a reused image's build read build/STACK/record.json: a FIFO there blocked
+    them for ever."""
+    from sglstack.attest.release import read_record
+    from sglstack.cli.size import recorded_build
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
+    record = tmp_path / "tiny" / "record.json"
+    record.parent.mkdir()
+    os.mkfifo(record)
+    try:
+        size_error = _in_thread(lambda: recorded_build("tiny"))
+        attest_error = _in_thread(lambda: read_record(record))
+    finally:
+        _unblock(record)
+    assert str(size_error) == f"{record}: stack 'tiny': the build record cannot be read (is not a regular file)"
+    assert str(attest_error) == f"build record {record}: cannot be read (is not a regular file)"
