@@ -140,3 +140,36 @@ def test_a_build_record_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, monkeypa
         _unblock(record)
     assert str(size_error) == f"{record}: stack 'tiny': the build record cannot be read (is not a regular file)"
     assert str(attest_error) == f"build record {record}: cannot be read (is not a regular file)"
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (None, "is not a regular file"),
+    ("{no", "not valid JSON"),
+    ("[1]", "not a JSON object"),
+    ('{"kind": "process", "pid": "12"}', None),
+])
+def test_registry_down_over_a_bad_state_file_is_one_line(tmp_path, content, why) -> None:
+    """`invoke registry-down` read its state file unbounded (a FIFO blocked it) and raw (bad JSON, or a pid that
+    is not a number: a traceback)."""
+    from sglstack.core.errors import RegistryError
+    from sglstack.registry.local import STATE_FILE, registry_down
+
+    state = tmp_path / STATE_FILE
+    if content is None:
+        os.mkfifo(state)
+    else:
+        state.write_text(content)
+    try:
+        error = _in_thread(lambda: registry_down(folder=tmp_path))
+    finally:
+        if content is None:
+            _unblock(state)
+    assert isinstance(error, RegistryError)
+    if why is None:
+        assert str(error) == (f"{state}: not a registry state ('pid' is not a number): stop the registry by hand, "
+                              "then remove the file")
+    elif why == "not valid JSON":
+        assert str(error).startswith(f"{state}: not a registry state (") and "\n" not in str(error)
+    else:
+        assert str(error) == f"{state}: not a registry state ({why})"
+    assert os.path.lexists(state)
