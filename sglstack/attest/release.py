@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository, parse_image_reference
 from ..core import labels as lb
-from ..core.errors import RegistryError
-from ..core.inputs import loads
+from ..core.errors import ConfigError, RegistryError
+from ..core.inputs import loads, read_bytes
 from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError, NotVerified
 from .image import image_inventory
@@ -41,9 +41,11 @@ Attester = Callable[[RegistryClient, Repository, str], str]
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    try:
-        record = loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    try:  # bounded, never from a FIFO put in its place
+        record = loads(read_bytes(path, what="build record"))
+    except ConfigError as exc:
+        raise AttestationError(f"build record {path}: cannot be read ({exc.reason})") from None
+    except ValueError as exc:
         raise AttestationError(f"build record {path}: cannot be read ({exc})") from None
     if not isinstance(record, dict) or "image_id" not in record:
         raise AttestationError(f"build record {path}: not a build record")

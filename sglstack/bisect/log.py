@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SglstackError
-from ..core.records import append_jsonl, read_jsonl, utc_now, utc_timestamp
+from ..core.records import append_jsonl, build_root, read_jsonl, utc_now, utc_timestamp
+from ..core.safefiles import containing_root, rename_inside
 from .metrics import MalformedReport, measured_value
 from .planner import Planner
 
@@ -112,7 +113,7 @@ class BisectLog:
         archived = None
         if self.path.exists():
             archived = self._archive_path()
-            self.path.replace(archived)
+            rename_inside(containing_root(self.folder, build_root()), self.path, archived)
         start = {"event": "start", "format": FORMAT, "key": dict(key), "refs": list(refs)}
         self.append(start)
         return Resumed([{**start, "time": utc_timestamp()}], False, archived)

@@ -23,10 +23,11 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
-from ..core.errors import BuildError, DockerUnavailable
+from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.records import build_root, require_writable
 from ..core.safefiles import containing_root, folder_lock, write_text
 from ..lock.file import Lock
+from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 from .context import write_build_context
 from .flow import (
@@ -162,6 +163,9 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     except CredentialError as exc:
         raise BuildError(f"bake of {', '.join(names)}: {exc}") from None
     bake_file = Path(out) if out else build_root() / BAKE_FILE
+    problem = input_path_problem(out, stacks_file, "`invoke bake`", option="--out") if out else None
+    if problem:
+        raise ConfigError(problem)
     require_writable(bake_file, what="bake file")
     requests = [target for stack in stacks
                 for target in render_stack_targets(stack, build_root() / stack.name, locks[stack.name], secrets)]

@@ -5,8 +5,10 @@ temp folder, the swap and the removal of what an earlier render left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +16,11 @@ from ..config.imageref import names_a_digest
 from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.errors import one_line
-from ..core.inputs import loads
+from ..core.inputs import loads, read_small_file
 from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
+    LOCK_NAME,
     OutputNotWritable,
     check_inside,
     containing_root,
@@ -82,14 +85,15 @@ def default_out_dir(stack_name: str) -> Path:
 
 # What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
 RENDER_MANIFEST = ".sglstack-render.json"
+MAX_MANIFEST_BYTES = 1024 * 1024  # a list of a dozen names
 CONTEXT_ENTRY = "context/"
 
 
 def _written_before(out: Path) -> set[str]:
-    try:
-        data = loads((out / RENDER_MANIFEST).read_text(encoding="utf-8"))
+    try:  # bounded, and never a FIFO put in its place (a plain read would wait for a writer for ever)
+        data = loads(read_small_file(out / RENDER_MANIFEST, MAX_MANIFEST_BYTES))
         return {str(name) for name in data["files"]}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # UnreadableFile is a ValueError
         return set()
 
 
@@ -134,23 +138,67 @@ def render_command(
             "not replaced (move it away, or render into another folder)"))
     lock = lock_for_build(stacks_file, stack)  # a stale or edited lock: one line, and no folder made
     root = containing_root(out, build_root())
+    fresh = not os.path.lexists(out)
     with folder_lock(out, "render", root=root, stack=stack_name):
-        rendered = write_build_context(stack, out, lock=lock)
-        console = make_console()
-        console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
-        console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
-        for name, text in compose_files.items():
-            console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
-        written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
-        if k8s_files is None:
-            console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
-                          "(--image REPO@sha256:...), not the tag " + ref)
-            for name in k8s_names:  # an earlier render's, which would serve another image
-                if owned is None or name in owned:
-                    remove_file(root, out / name)
+        if owned is None:
+            return _render_into(stack_name, stack, out, root, lock, compose_files, k8s_files, k8s_names, owned, ref)
+        there = {name for name in planned if os.path.lexists(out / name.rstrip("/"))}
+        listed = os.path.lexists(out / RENDER_MANIFEST)
+        try:
+            return _render_into(stack_name, stack, out, root, lock, compose_files, k8s_files, k8s_names, owned, ref)
+        except BaseException:
+            _undo_render(out, root, [n for n in planned if n not in there], owned if listed else None, fresh)
+            raise
+
+
+def _undo_render(out: Path, root: Path, created: list[str], owned: set[str] | None, fresh: bool) -> None:
+    """After a render into a user's `--out` failed (a full disk, a link, Ctrl-C): remove what it created
+    there, and put the list of render's files back as it was (None: there was none); a folder render made
+    is removed with its lock file once empty. Removals only, but for that list: they need no space."""
+    with contextlib.suppress(OSError, OutputNotWritable):
+        for name in created:
+            path = out / name.rstrip("/")
+            if name.endswith("/") and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                remove_file(root, path)
+        if owned is None:
+            remove_file(root, out / RENDER_MANIFEST)
         else:
-            for name, text in k8s_files.items():
-                console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
-            written += k8s_names
-        write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
+            write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(owned)}, indent=2) + "\n")
+        if fresh:
+            for leftover in (out / K8S_DIR, out):
+                if leftover == out:
+                    remove_file(root, out / LOCK_NAME)
+                with contextlib.suppress(OSError):
+                    leftover.rmdir()
+
+
+# long: the writes of render, in order, each one line on the console
+def _render_into(stack_name: str, stack: Stack, out: Path, root: Path, lock: Lock | None,
+                 compose_files: dict[str, str], k8s_files: dict[str, str] | None, k8s_names: list[str],
+                 owned: set[str] | None, ref: str) -> RenderedContext:
+    """Write the render into `out` (its folder lock held by the caller)."""
+    if owned is not None:
+        # The list first: the files of a render cut short are then its own, which the next one replaces.
+        planned = {"Dockerfile", CONTEXT_ENTRY, *compose_files, *(k8s_names if k8s_files is not None else [])}
+        write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(owned | planned)}, indent=2) + "\n")
+    rendered = write_build_context(stack, out, lock=lock)
+    console = make_console()
+    console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
+    console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
+    for name, text in compose_files.items():
+        console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
+    written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
+    if k8s_files is None:
+        console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
+                      "(--image REPO@sha256:...), not the tag " + ref)
+        for name in k8s_names:  # an earlier render's, which would serve another image
+            if owned is None or name in owned:
+                remove_file(root, out / name)
+    else:
+        for name, text in k8s_files.items():
+            console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
+        written += k8s_names
+    write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
     return rendered

@@ -15,7 +15,8 @@ import docker.errors
 from ..attest.sbom import SBOM_FILE, Inventory, sbom_document
 from ..config.schema import Stack
 from ..core import labels as lb
-from ..core.inputs import loads
+from ..core.errors import ConfigError
+from ..core.inputs import loads, read_bytes
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes, write_text
@@ -34,10 +35,10 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
     """Keep the build record of a reused image; write one from its labels when this folder has none."""
     path = record_path_for(out_dir, target)
     if path.exists():
-        try:
-            if loads(path.read_text()).get("config_hash") == config_hash:
+        try:  # bounded, never from a FIFO put in its place; a record that does not read is written anew
+            if loads(read_bytes(path, what="build record")).get("config_hash") == config_hash:
                 return path
-        except ValueError:
+        except (ConfigError, ValueError, AttributeError):
             pass
     labels = client.images.get(image_id).labels or {}
     write_record(path, {

@@ -24,7 +24,18 @@ from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
 from ..core.records import utc_now, write_output
 from ..core.safefiles import OutputNotWritable
+from ..lock.outputs import input_path_problem
 from ..registry.client import RegistryClient
+
+
+def _refuse_input_json(json_path: str | None, stacks_file: str | None, task: str) -> None:
+    """`--json PATH` is never the matrix, a lock or a patch: refused before the registry is asked."""
+    from ..config.defaults import DEFAULT_STACKS_FILE  # at call time: as `expected_identity` below
+
+    problem = input_path_problem(json_path, stacks_file or DEFAULT_STACKS_FILE, task, option="--json") \
+        if json_path else None
+    if problem:
+        raise BadInput(problem)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -52,6 +63,7 @@ def verify_image_command(ref: str, *, key: str | None, json_path: str | None = N
     """Exit 0 when verified; NotVerified (exit 1) or BadInput (exit 2) otherwise; `--json` either way.
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
     expect = expected_identity(stacks_file, stack) if stack else None  # the matrix's one line first
+    _refuse_input_json(json_path, stacks_file, "`invoke verify-image`")
     if not key:
         raise BadInput("verify-image: --key PUB (the signer's ed25519 public key, PEM) is required")
     try:
@@ -121,6 +133,7 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
     the image itself; either way marked (a `sglstack:signature` property) and said on stderr as unsigned."""
     if key and generate:
         raise BadInput("sbom: give --key (the signed SBOM) or --generate (listed from the image), not both")
+    _refuse_input_json(json_path, None, "`invoke sbom`")
     parsed = parse_ref(ref) if names_its_registry(ref) else None
     if key and parsed is None:
         raise BadInput(f"sbom: --key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")

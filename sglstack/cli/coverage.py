@@ -27,6 +27,7 @@ from ..coverage.rules import (
     NATIVE,
 )
 from ..coverage.wheels import check_wheels
+from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -113,6 +114,9 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
         raise CoverageInputError("cuda_arch_list is empty: there is no capability to check", stack=stack.name,
                                  key="cuda_arch_list")
     if json_path:
+        problem = input_path_problem(json_path, stacks_file, "`invoke coverage`", option="--json")
+        if problem:
+            raise CoverageInputError(problem)
         writable_json_path(json_path)  # before any wheel is fetched: the report must have somewhere to go
     reports = []
     # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).

@@ -40,7 +40,9 @@ def preflight(o: PreflightOptions) -> int:
     from rich.console import Console
 
     from ..config.matrix import load_matrix
+    from ..core.errors import ConfigError
     from ..core.records import require_writable, write_output
+    from ..lock.outputs import input_path_problem
     from ..preflight.errors import PreflightUnavailable
     from ..preflight.gate import parse_sizes, run_preflight
     from ..preflight.report import render_report
@@ -48,6 +50,9 @@ def preflight(o: PreflightOptions) -> int:
     console = Console()
     stack = load_matrix(o.stacks_file).get(o.stack)
     if o.json:
+        problem = input_path_problem(o.json, o.stacks_file, "`invoke preflight`", option="--json")
+        if problem:
+            raise ConfigError(problem)
         require_writable(Path(o.json), what="preflight report (--json)")
     report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
                            sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
@@ -99,6 +104,19 @@ class SmokeOptions(TaskOptions):
     python_env: str | None = option("with --runner process: a venv or prefix whose bin/python3 runs the serving argv")
 
 
+def _refuse_input_report(report: str, stacks_file: str) -> None:
+    """`--report PATH` (and the .md and .png written beside it) is never one of the checkout's inputs."""
+    # at call time: the face stays light to import
+    from ..core.errors import ConfigError
+    from ..lock.outputs import input_path_problem
+
+    path = Path(report)
+    for given in (report, str(path.with_suffix(".md")), str(path.with_suffix(".png"))):
+        problem = input_path_problem(given, stacks_file, "`invoke smoke`", option="--report")
+        if problem:
+            raise ConfigError(problem)
+
+
 @command(SmokeOptions)
 def smoke(o: SmokeOptions) -> int:
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
@@ -107,6 +125,8 @@ def smoke(o: SmokeOptions) -> int:
         env=list(o.env) or None, labels=list(o.label) or None, docker_host=o.docker_host, timeout=o.timeout,
         concurrency=o.concurrency, num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens, report=o.report,
         skip_preflight=o.skip_preflight or None)
+    if o.report:
+        _refuse_input_report(o.report, o.stacks_file)
     if o.bisect_exit:
         from ..bisect.gitexit import smoke_bisect_exit  # at call time: the smoke runner loads the Docker SDK
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from ..config.matrix import load_matrix
 from ..core.console import console as make_console
 from ..core.console import printable_lines
 from ..core.errors import ConfigError, one_line
-from ..core.inputs import loads
+from ..core.inputs import loads, read_bytes
 from ..core.records import build_root
 from ..size.measure import measure
 from ..size.report import (
@@ -33,11 +34,13 @@ from ..size.report import (
 
 def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
     path = build_root() / stack / "record.json"
-    try:
-        record = loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return path, None
-    except (OSError, ValueError) as exc:
+    try:  # bounded, never from a FIFO put in its place
+        record = loads(read_bytes(path, what="build record"))
+    except ConfigError as exc:
+        raise ConfigError(f"the build record cannot be read ({exc.reason})", file=str(path), stack=stack) from None
+    except ValueError as exc:
         raise ConfigError(f"the build record cannot be read ({exc})", file=str(path), stack=stack) from None
     return path, record if isinstance(record, dict) else None
 

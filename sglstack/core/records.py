@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import one_line
+from .errors import ConfigError, one_line
 from .inputs import loads
 from .safefiles import (
     OutputNotWritable,
@@ -34,6 +34,7 @@ from .safefiles import (
     containing_root,
     folder_lock,
     make_folder,
+    not_a_file,
     open_log,
     open_nofollow,
     probe_folder,
@@ -248,16 +249,21 @@ def _drop_torn_tail(path: Path, fd: int) -> int:
     return start
 
 
+class BadStore(ConfigError):
+    """A record store that is not a file (a FIFO, a folder, a link to nothing): bad input, as a bad line is."""
+
+
 @dataclass(frozen=True)
 class BadLine:
-    """A line of a JSON-lines store that is not a record of its kind: where, and why (one line)."""
+    """A line of a JSON-lines store that is not a record of its kind: where, and why (one line). Line 0 is
+    the whole store (it is not a file)."""
 
     path: Path
     line: int
     why: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.why}"
+        return f"{self.path}: {self.why}" if self.line == 0 else f"{self.path}:{self.line}: {self.why}"
 
 
 def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], Exception]) -> list[T]:
@@ -270,6 +276,8 @@ def read_jsonl(path: Path, parse: Callable[[Any], T], bad_line: Callable[[int], 
     TypeError), so each record kind keeps its own message and error class.
     """
     rows, bad = read_jsonl_lenient(path, parse)
+    if bad and bad[0].line == 0:
+        raise BadStore(str(bad[0]))
     if bad:
         raise bad_line(bad[0].line)
     return rows
@@ -280,8 +288,11 @@ def read_jsonl_lenient(path: Path, parse: Callable[[Any], T]) -> tuple[list[T], 
 
     For a reader that shows what it can (`invoke status`) and names every bad line, and for a strict
     reader that wants to say why (`parse`'s ValueError/TypeError text, or the missing key of a KeyError)."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return [], []
+    kind = not_a_file(path)
+    if kind is not None:  # read as empty, it would say "nothing recorded" of a store that cannot be read
+        return [], [BadLine(path, 0, f"not a file of records ({kind})")]
     with _locked(path, exclusive=False):
         raw = path.read_bytes()
     lines = raw.split(b"\n")

@@ -32,6 +32,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -174,13 +175,46 @@ def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> i
     make_folder(root, path.parent)
     check_inside(root, path)
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        # O_NONBLOCK: opening a FIFO for writing would wait for a reader that never comes (a hang, not an error).
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP or path.is_symlink():
             raise OutputNotWritable(one_line(
                 f"{path}: a link to {_link_target(path)}: not followed (sglstack writes this file itself; "
                 "remove the link)")) from None
+        if exc.errno == errno.ENXIO:
+            raise _not_a_regular_file(path, "a FIFO") from None
         raise _not_writable(path, exc) from None
+    kind = _file_kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise _not_a_regular_file(path, kind)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _file_kind(mode: int) -> str | None:
+    """What a file of `mode` is when it is not a regular file (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+def not_a_file(path: Path) -> str | None:
+    """What is at `path` when it exists and is not a regular file (through a link within reach), else None."""
+    try:
+        return _file_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return f"a link to {_link_target(path)}, which does not exist" if path.is_symlink() else None
+    except OSError as exc:
+        return reason_of(exc)
+
+
+def _not_a_regular_file(path: Path, kind: str) -> OutputNotWritable:
+    error = OutputNotWritable(f"{path}: cannot be written ({kind}, not a regular file)")
+    error.reason = f"{kind}, not a regular file"
+    return error
 
 
 def _not_writable(path: Path, exc: OSError) -> OutputNotWritable:
@@ -218,6 +252,9 @@ def create_empty(root: Path, path: Path, *, mode: int = 0o644) -> bool:
     except OutputNotWritable:
         if path.is_file() and not path.is_symlink():
             return False
+        kind = not_a_file(path)
+        if kind is not None and not path.is_symlink():  # a FIFO or a folder in its place: say so, not "File exists"
+            raise _not_a_regular_file(path, kind) from None
         raise
     os.close(fd)
     return True
@@ -256,6 +293,18 @@ def keep_link(root: Path, path: Path, kept: Path) -> None:
         raise OutputNotWritable(f"{kept}: cannot be written ({reason_of(exc)})") from None
 
 
+def rename_inside(root: Path, source: Path, target: Path) -> None:
+    """`os.replace(source, target)`, neither reached through a folder that is a link out of `root`: a rename
+    moves a link itself, never what it points to, but a folder on the way that leads out would move, or
+    replace, someone else's file."""
+    check_inside(root, source)
+    check_inside(root, target)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        raise _not_writable(target, exc) from None
+
+
 def _link_target(path: Path) -> str:
     try:
         return os.readlink(path)
@@ -292,7 +341,13 @@ def replace_folder(root: Path, folder: Path, fill: Callable[[Path], None]) -> No
     try:
         new = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
         os.chmod(new, 0o755)  # mkdtemp's 0700 is for secrets; a context folder is read by the engine
-        fill(Path(new))
+        try:
+            fill(Path(new))
+        except OutputNotWritable as exc:
+            # named where the file was going: the temporary folder it names is removed below
+            error = OutputNotWritable(str(exc).replace(new, str(folder)))
+            error.reason = exc.reason
+            raise error from None
         with deferred():  # a signal between the two renames would leave no context at all
             if folder.exists():
                 aside = tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old")

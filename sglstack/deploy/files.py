@@ -4,11 +4,19 @@ replaced when the deployment is undone."""
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 from ..core.records import build_root as default_build_root
-from ..core.safefiles import OutputNotWritable, check_inside, containing_root, keep_link, remove_file, write_text
+from ..core.safefiles import (
+    OutputNotWritable,
+    check_inside,
+    containing_root,
+    keep_link,
+    not_a_file,
+    remove_file,
+    rename_inside,
+    write_text,
+)
 
 # What each written path held before: a hard link to its old file beside it, None where there was none.
 Saved = dict[Path, Path | None]
@@ -25,6 +33,9 @@ def write_files(out_dir: Path, files: dict[str, str]) -> Saved:
         for name, text in files.items():
             path = out_dir / name
             check_inside(root, path)
+            kind = not_a_file(path) if not path.is_symlink() else None
+            if kind is not None:  # a folder or a FIFO there is not ours to replace, nor to remove when undoing
+                raise OutputNotWritable(f"{path}: cannot be written ({kind}, not a regular file)")
             saved[path] = None
             if path.is_file() and not path.is_symlink():
                 kept = path.with_name(f".{path.name}{SAVED_SUFFIX}")
@@ -46,10 +57,9 @@ def restore_files(saved: Saved) -> None:
             remove_file(root, path)
         else:
             try:
-                os.replace(kept, path)
-            except OSError as exc:
-                raise OutputNotWritable(f"{path}: cannot be put back ({exc.strerror or type(exc).__name__})"
-                                        ) from None
+                rename_inside(root, kept, path)
+            except OutputNotWritable as exc:
+                raise OutputNotWritable(f"{path}: cannot be put back ({exc.reason or exc})") from None
     saved.clear()
 
 

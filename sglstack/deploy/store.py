@@ -107,7 +107,7 @@ def read_records_lenient(build_root: Path, stack_name: str) -> tuple[list[Deploy
 
 
 def bad_record_line(bad: BadLine) -> str:
-    return f"{bad.path}:{bad.line}: not a deployment record ({bad.why})"
+    return str(bad) if bad.line == 0 else f"{bad.path}:{bad.line}: not a deployment record ({bad.why})"
 
 
 def serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:

@@ -25,8 +25,8 @@ import requests
 import yaml
 
 from ..adapters.docker import docker_client, image_exists
-from ..core.errors import RegistryError
-from ..core.inputs import loads
+from ..core.errors import ConfigError, RegistryError
+from ..core.inputs import loads, read_bytes
 from ..core.labels import OWNER_LABEL
 from ..core.records import build_root
 from ..core.safefiles import containing_root, open_log, write_text
@@ -200,8 +200,8 @@ def _running_port(folder: Path) -> int | None:
     if not state_file.exists():
         return None
     try:
-        port = int(loads(state_file.read_text())["port"])
-    except (ValueError, KeyError, TypeError):
+        port = int(_state(state_file)["port"])
+    except (RegistryError, KeyError, TypeError, ValueError):
         return None
     return port if answers(port) else None
 
@@ -269,13 +269,29 @@ def _container_up(client: Any, port: int, folder: Path) -> str:
     return f"registry on 127.0.0.1:{port} (container {CONTAINER_NAME}, data in volume {VOLUME_NAME})"
 
 
+def _state(state_file: Path) -> dict[str, Any]:
+    """The state file `registry_up` wrote, read bounded (never from a FIFO put in its place); a file that does not
+    read as one is a one-line `RegistryError`."""
+    try:
+        state = loads(read_bytes(state_file, limit=1024 * 1024, what="registry state file"))
+    except (ConfigError, ValueError) as exc:
+        raise RegistryError(f"{state_file}: not a registry state ({getattr(exc, 'reason', None) or exc})") from None
+    if not isinstance(state, dict):
+        raise RegistryError(f"{state_file}: not a registry state (not a JSON object)")
+    return state
+
+
 def registry_down(*, folder: Path | None = None, docker_host: str | None = None) -> str:
     """Stop what `registry_up` started; the data stays."""
     folder = folder or data_dir()
     state_file = _state_path(folder)
     if not state_file.exists():
         return "no sglstack registry is running"
-    state = loads(state_file.read_text())
+    state = _state(state_file)
+    key, kind, words = ("name", str, "a string") if state.get("kind") == "container" else ("pid", int, "a number")
+    if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+        raise RegistryError(f"{state_file}: not a registry state ('{key}' is not {words}): stop the registry by "
+                            "hand, then remove the file")
     if state.get("kind") == "container":
         with contextlib.suppress(docker.errors.NotFound):
             docker_client(docker_host).containers.get(state["name"]).remove(force=True)

@@ -14,8 +14,8 @@ import docker
 import docker.errors
 
 from ..config.schema import SizePolicy
-from ..core.errors import BuildError
-from ..core.inputs import loads
+from ..core.errors import BuildError, ConfigError
+from ..core.inputs import loads, read_bytes
 from ..core.resources import TOOLS_DIR
 from .report import (
     Layer,
@@ -107,8 +107,8 @@ def measure_and_gate(client: docker.DockerClient, image: str, stack: str, policy
     if policy.max_gb is None:
         return summary
     try:
-        previous = recorded_size(loads(last_record.read_text(encoding="utf-8")), stack)
-    except (OSError, ValueError):
+        previous = recorded_size(loads(read_bytes(last_record, what="build record")), stack)
+    except (ConfigError, ValueError):
         previous = None  # no earlier build, or a record this build will replace anyway
     verdict = over_budget(stack, summary, policy.max_gb, previous)
     if verdict is not None:

@@ -47,14 +47,14 @@ from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
+from ..lock.outputs import json_path_problem
 from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv
-from .outputs import json_path_problem
 from .releases import ReleasePins, release_pins
 from .report import to_json, to_markdown
-from .stacksfile import edited, read_text
+from .stacksfile import check_editable, edited, read_text
 
 EXIT_BAD_INPUT = 2
 
@@ -173,6 +173,11 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         stack = matrix.get(stack_name)
     except ConfigError as exc:
         raise UpgradeInputError(exc.reason, file=exc.file, stack=exc.stack, key=exc.key, line=exc.line) from None
+    if source is not None:
+        try:  # the edit comes after the work: a file it cannot read is refused now
+            check_editable(source.decode("utf-8"), file=str(stacks_file))
+        except ConfigError as exc:
+            raise UpgradeInputError(exc.reason, file=exc.file, line=exc.line) from None
     if stack.sglang.version is None:
         raise UpgradeInputError("builds SGLang from git: `invoke upgrade` moves a release pin", stack=stack_name,
                                 key="sglang")

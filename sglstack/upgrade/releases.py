@@ -26,7 +26,7 @@ from ..core.console import plain
 from ..core.errors import ConfigError
 from ..core.records import require_writable, write_output
 from ..lock.conflicts import applicable_requirements
-from .outputs import json_path_problem
+from ..lock.outputs import json_path_problem
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
 # (SGLang 0.5.10 on). A release requires exactly one of them; the stack names the one it installs.

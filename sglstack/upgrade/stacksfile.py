@@ -25,7 +25,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, one_line
 
 
 def _yaml() -> YAML:
@@ -196,10 +196,11 @@ def edited(text: str, *, file: str, stack: str, edits: Mapping[str, Any], as_nam
     inherits `stack` and carries the edits (a key set to None there is written null: the loader's merge
     then clears what the parent has). Nothing outside that entry changes (see the module's doc)."""
     y = _yaml()
-    try:
-        data = y.load(text)
-    except YAMLError as exc:
-        raise ConfigError(f"cannot be edited: {str(exc).splitlines()[0]}", file=file) from None
+    # The file's own byte-order mark and line endings come back as they were: the editor writes "\n" and
+    # no mark, which would change every line of the file in its diff, not only the entry's.
+    mark = "\ufeff" if text.startswith("\ufeff") else ""
+    newline = "\r\n" if "\r\n" in text.split("\n", 1)[0] + "\n" else "\n"
+    data = _load(y, text.removeprefix(mark), file)
     stacks = data.get("stacks") if isinstance(data, CommentedMap) else None
     if not isinstance(stacks, CommentedMap) or not isinstance(stacks.get(stack), CommentedMap):
         raise ConfigError("is not a mapping in the file's `stacks:`", file=file, stack=stack)
@@ -226,7 +227,22 @@ def edited(text: str, *, file: str, stack: str, edits: Mapping[str, Any], as_nam
         _put_tail(stacks, tail, sharing.aliased)
     out = io.StringIO()
     y.dump(data, out)
-    return Edited(out.getvalue(), tuple(notes))
+    return Edited(mark + out.getvalue().replace("\n", newline), tuple(notes))
+
+
+def check_editable(text: str, *, file: str) -> None:
+    """Refuse, before any work, a file the round-trip editor cannot read though the matrix loader can."""
+    _load(_yaml(), text.removeprefix("\ufeff"), file)
+
+
+def _load(y: YAML, text: str, file: str) -> Any:
+    try:
+        return y.load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(one_line(f"cannot be edited by invoke upgrade ({str(exc).splitlines()[0]}): write that "
+                                   "line as plain block YAML (spaces, no tabs)"),
+                          file=file, line=mark.line + 1 if mark is not None else None) from None
 
 
 def _owner(data: CommentedMap, stacks: CommentedMap, stack: str, sharing: _Sharing, notes: list[str]) -> Unshare:
@@ -260,6 +276,6 @@ def _owner(data: CommentedMap, stacks: CommentedMap, stack: str, sharing: _Shari
 
 def read_text(path: Path, file: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")  # its line endings as they are (`edited` writes them back)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot be read: {exc.__class__.__name__}", file=file) from None

@@ -27,6 +27,7 @@ from bisect_fixtures import make_history, stack_yaml
 from clirun import REPO, run_invoke
 
 from sglstack.bisect.log import BisectLog
+from sglstack.core.errors import ConfigError
 from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
 from sglstack.core.safefiles import BUSY_EXIT, StackBusy, replace_folder
 from sglstack.core.signals import signals_raise
@@ -246,8 +247,10 @@ def test_blank_lines_are_skipped_and_a_missing_store_is_empty(tmp_path):
     path.write_bytes(b'\n{"n": 1}\n   \n{"n": 2}\n\n')
     assert read_jsonl(path, _parse_n, ValueError) == [1, 2]
     path.unlink()
-    path.mkdir()
-    assert read_jsonl(path, _parse_n, ValueError) == []
+    path.mkdir()  # not a missing store: one that cannot be read is named, never taken for an empty one
+    with pytest.raises(ConfigError) as info:
+        read_jsonl(path, _parse_n, ValueError)
+    assert str(info.value) == f"{path}: not a file of records (a folder)"
 
 
 def test_a_lock_that_cannot_be_opened_stops_writers_only(tmp_path):
@@ -442,8 +445,8 @@ def test_a_full_disk_during_render_is_one_line_and_writes_nothing_half(tmp_path)
         proc = run_invoke("render", "--stack", "cpu-test", "--stacks-file", str(CPU_MATRIX), "--out", str(out),
                           cwd=tmp_path)
         assert "No space left on device" in _one_line_error(proc)
-        # No half context, no temp file or folder: only the (empty) lock file of the folder.
-        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+        # No half context, no temp file or folder: the folder was made for this render, and is gone with it.
+        assert not out.exists()
 
 
 def test_a_full_disk_during_a_second_render_keeps_the_first_one_whole(tmp_path):

@@ -512,3 +512,62 @@ def test_a_value_the_template_is_not_given_fails_the_render_instead_of_writing_n
 
     with pytest.raises(jinja2.UndefinedError, match="'restart' is undefined"):
         cmp._environment().from_string("    restart: {{ restart }}\n").render(image=DIGEST_REF)
+
+
+@pytest.mark.parametrize("fails", ["Dockerfile", "compose.yaml", ".sglstack-render.json"])
+def test_a_render_into_out_that_fails_midway_leaves_nothing_and_the_next_one_works(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str) -> None:
+    """A full disk at the list of what render wrote left the Dockerfile, context and compose files in a
+    user's --out folder with no list: the next render refused them as files it had not written."""
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.build import context as context_mod
+    from sglstack.core.safefiles import OutputNotWritable
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    matrix = write_test_matrix(tmp_path / "m")
+    out = tmp_path / "out"
+    real = {name: getattr(context_mod, name) for name in ("write_text", "write_bytes")}
+
+    def full(name):
+        def write(root, path, data, **kw):
+            if path.name == fails:
+                raise OutputNotWritable(f"{path}: cannot be written (No space left on device)")
+            return real[name](root, path, data, **kw)
+        return write
+
+    for name in real:
+        monkeypatch.setattr(context_mod, name, full(name))
+    with pytest.raises(OutputNotWritable) as info:
+        context_mod.render_command(str(matrix), "tiny", out_dir=str(out))
+    assert str(info.value) == f"{out / fails}: cannot be written (No space left on device)"
+    assert not out.exists()  # it was made for this render: nothing of it is left
+    monkeypatch.undo()
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    context_mod.render_command(str(matrix), "tiny", out_dir=str(out))
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".lock", ".sglstack-render.json", "Dockerfile", "compose.env.example", cmp.COMPOSE_FILE, "context"]
+
+
+def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """render reads its list of written files from --out first: a FIFO there blocked it for ever."""
+    import os
+    import threading
+
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.build.context import RENDER_MANIFEST, render_command
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    matrix = write_test_matrix(tmp_path / "m")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / RENDER_MANIFEST)
+    worker = threading.Thread(target=render_command, args=(str(matrix), "tiny"), kwargs={"out_dir": str(out)},
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(out / RENDER_MANIFEST, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked read end
+        pytest.fail("render blocked on the FIFO")
+    assert (out / RENDER_MANIFEST).is_file() and (out / cmp.COMPOSE_FILE).is_file()

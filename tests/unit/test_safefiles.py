@@ -378,6 +378,20 @@ def test_a_failing_fill_keeps_the_old_folder_whole_and_leaves_nothing_beside_it(
     assert sorted(p.name for p in folder.parent.iterdir()) == ["context"]
 
 
+def test_a_file_the_fill_cannot_write_is_named_where_it_was_going(tmp_path):
+    """A full disk while the build context was filled named `.context.XXXX.tmp/tools/x.py`, a folder removed
+    by the time the line is read."""
+    folder = _old_context(tmp_path)
+
+    def fill(new: Path) -> None:
+        write_text(tmp_path, new / "tools" / "x.py", "x")
+        raise OutputNotWritable(f"{new / 'tools' / 'y.py'}: cannot be written (No space left on device)")
+    with pytest.raises(OutputNotWritable) as exc:
+        replace_folder(tmp_path, folder, fill)
+    assert str(exc.value) == f"{folder / 'tools' / 'y.py'}: cannot be written (No space left on device)"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["context"]
+
+
 def test_a_failing_first_fill_leaves_no_folder_at_all(tmp_path):
     folder = tmp_path / "stack" / "context"
     with pytest.raises(OutputNotWritable) as exc:

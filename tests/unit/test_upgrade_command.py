@@ -528,7 +528,8 @@ def test_a_stacks_file_changed_under_the_upgrade_is_named(repo, tmp_path) -> Non
     repo.write_text("stacks: [\n")
     with pytest.raises(command.ConfigError) as err:
         command.plan_upgrade(inputs, world.engines())
-    assert str(err.value) == f"{repo}: cannot be edited: while parsing a flow node"
+    assert str(err.value) == (f"{repo}:2: cannot be edited by invoke upgrade (while parsing a flow node): write that "
+                              "line as plain block YAML (spaces, no tabs)")
     repo.write_bytes(b"stacks: \xff\n")
     with pytest.raises(command.ConfigError) as err:
         command.plan_upgrade(inputs, world.engines())

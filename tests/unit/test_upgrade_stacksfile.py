@@ -114,8 +114,10 @@ def test_a_new_entry_without_a_description_starts_with_inherits() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("stacks:\n  a: [\n", "s.yaml: cannot be edited: while parsing a flow node"),
-    ("stacks: {a: 1}\n  b\n", "s.yaml: cannot be edited: while parsing a block mapping"),
+    ("stacks:\n  a: [\n", "s.yaml:3: cannot be edited by invoke upgrade (while parsing a flow node): write that line "
+     "as plain block YAML (spaces, no tabs)"),
+    ("stacks: {a: 1}\n  b\n", "s.yaml:2: cannot be edited by invoke upgrade (while parsing a block mapping): write "
+     "that line as plain block YAML (spaces, no tabs)"),
     ("- a\n", "s.yaml: stack 'a': is not a mapping in the file's `stacks:`"),
     ("stacks: [a]\n", "s.yaml: stack 'a': is not a mapping in the file's `stacks:`"),
     ("stacks:\n  a: 1\n", "s.yaml: stack 'a': is not a mapping in the file's `stacks:`"),

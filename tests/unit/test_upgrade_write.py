@@ -500,3 +500,55 @@ def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
                                 json_path=str(workdir / "u.json"))
     assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
+
+
+# ---- the file's own bytes: line endings, a byte-order mark, what the editor cannot read --------------------
+
+@pytest.mark.parametrize(("prefix", "newline"), [("", "\r\n"), ("\ufeff", "\n"), ("\ufeff", "\r\n")])
+def test_write_keeps_the_file_s_line_endings_and_byte_order_mark(workdir, prefix, newline) -> None:
+    """A CRLF file came back LF (and a BOM dropped): every line of every stack changed in the diff."""
+    stacks_file = workdir / "stacks.yaml"
+    before = HEAD + entry("a", PLAIN) + entry("b", PLAIN)
+    stacks_file.write_bytes((prefix + before.replace("\n", newline)).encode("utf-8"))
+    assert run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True) == 0
+    expected = HEAD + entry("a", PLAIN.replace("0.5.9", "0.5.10")) + entry("b", PLAIN)
+    assert stacks_file.read_bytes() == (prefix + expected.replace("\n", newline)).encode("utf-8")
+
+
+def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> None:
+    """The loader takes a tab after `version:`; the round-trip editor does not: that was found after the
+    release was fetched and the lock resolved."""
+    stacks_file = workdir / "stacks.yaml"
+    stacks_file.write_text(HEAD + entry("a", PLAIN) + entry("b", PLAIN.replace("version: 0.5.9", "version:\t0.5.9")))
+    before = stacks_file.read_bytes()
+    world = World(workdir, lock=_lock("a", sglang="0.5.10"))
+    for write in (True, False):
+        with pytest.raises(command.UpgradeInputError) as info:
+            run(stacks_file, "a", world, write=write)
+        assert info.value.exit_code == 2
+        assert str(info.value).startswith(f"{stacks_file}:14: cannot be edited by invoke upgrade (")
+        assert "\n" not in str(info.value)
+    assert world.calls == []
+    assert stacks_file.read_bytes() == before
+    assert not (workdir / "build").exists()
+
+
+def test_json_into_the_patches_is_refused_before_any_work(repo, workdir, monkeypatch) -> None:
+    """The patches are an input of the upgrade (it judges each against the new release): a report written over
+    `patches/NAME/patch.toml` replaced the spec with JSON."""
+    from sglstack.lock import outputs
+
+    patches = workdir / "patches"
+    (patches / "p1").mkdir(parents=True)
+    spec = patches / "p1" / "patch.toml"
+    spec.write_text("a spec\n")
+    monkeypatch.setattr(outputs, "PATCHES_DIR", patches)
+    (workdir / "spec.json").symlink_to(spec)
+    for path in (str(spec), str(workdir / "spec.json"), str(patches / "p1" / "new.json")):
+        world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+        with pytest.raises(command.UpgradeInputError) as err:
+            run(repo, "s1", world, write=True, json_path=path)
+        assert (str(err.value), err.value.exit_code) == (
+            f"--json {path}: is in {patches}, the folder of the patches: give another path", 2)
+        assert world.calls == []
+    assert spec.read_text() == "a spec\n" and repo.read_text() == STACKS

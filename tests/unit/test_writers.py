@@ -26,7 +26,23 @@ WRITING_METHODS = ("write_text", "write_bytes", "touch", "symlink_to", "hardlink
 WRITING_FUNCTIONS = {
     ("os", "link"), ("os", "symlink"), ("os", "mkfifo"), ("shutil", "copy"), ("shutil", "copy2"),
     ("shutil", "copyfile"), ("shutil", "copytree"), ("shutil", "move"), ("tempfile", "mkstemp"),
-    ("tempfile", "NamedTemporaryFile"), ("tempfile", "TemporaryFile"),
+    ("tempfile", "NamedTemporaryFile"), ("tempfile", "TemporaryFile"), ("tempfile", "mkdtemp"),
+    ("os", "rename"), ("os", "replace"), ("os", "renames"), ("shutil", "unpack_archive"),
+}
+# Methods that write wherever their argument points: an archive's members unpacked, a path renamed onto
+# another (`Path.rename/replace(target)`: one positional argument, which no str/datetime `replace` has).
+UNPACKING_METHODS = ("extract", "extractall")
+RENAMING_METHODS = ("rename", "replace")
+# Writers outside safefiles that write only into a folder of their own making or sglstack's cache (never a
+# path a user names or the build folder): (file, what) -> why.
+ALLOWED = {
+    ("sglstack/adapters/wheels.py", "tempfile.mkdtemp"): "pip's private folder inside the wheel cache",
+    ("sglstack/adapters/wheels.py", "os.replace"): "a wheel moved from pip's private folder into the cache",
+    ("sglstack/adapters/cuobjdump.py", "tempfile.mkdtemp"): "a tool installed into the cache, then renamed",
+    ("sglstack/adapters/cuobjdump.py", ".rename()"): "the tool's own folder in the cache",
+    ("sglstack/adapters/git.py", ".extractall()"): "a git tree into the fresh folder export made (data filter)",
+    ("sglstack/build/patches.py", ".extract()"): "wheel members into a TemporaryDirectory of its own",
+    ("sglstack/upgrade/argv.py", ".extractall()"): "wheel members into a TemporaryDirectory of its own",
 }
 OPEN_FLAGS = ("O_CREAT", "O_WRONLY", "O_RDWR", "O_APPEND", "O_TRUNC")
 
@@ -56,9 +72,16 @@ def writer(call: ast.Call) -> str | None:
     dotted = _dotted(func)
     if dotted in WRITING_FUNCTIONS:
         return ".".join(dotted)
+    if dotted == ("io", "open"):
+        mode = _mode(call, 1)
+        return "io.open(..., write mode)" if mode is None or any(m in mode for m in WRITE_MODES) else None
     if dotted == ("os", "open"):
-        flags = ast.unparse(call.args[1]) if len(call.args) > 1 else ""
-        return "os.open(O_CREAT/O_WRONLY/...)" if any(f in flags for f in OPEN_FLAGS) else None
+        flags = call.args[1] if len(call.args) > 1 else None
+        if flags is not None and not any(isinstance(n, ast.Attribute) and n.attr.startswith("O_")
+                                         for n in ast.walk(flags)):
+            return "os.open(flags not spelled out)"  # a variable: what it opens for cannot be judged here
+        text = ast.unparse(flags) if flags is not None else ""
+        return "os.open(O_CREAT/O_WRONLY/...)" if any(f in text for f in OPEN_FLAGS) else None
     if dotted == ("os", "fdopen"):
         return None  # of a descriptor opened above: that open is the writer
     if dotted is not None and dotted[0] in ("tarfile", "zipfile") and dotted[1] == "open":
@@ -66,7 +89,9 @@ def writer(call: ast.Call) -> str | None:
         mode = _mode(call, 1)
         return None if in_memory or (mode or "w").startswith("r") else f"{dotted[0]}.open(..., write mode)"
     if isinstance(func, ast.Attribute):
-        if func.attr in WRITING_METHODS:
+        if func.attr in WRITING_METHODS or func.attr in UNPACKING_METHODS:
+            return f".{func.attr}()"
+        if func.attr in RENAMING_METHODS and len(call.args) == 1 and not call.keywords:
             return f".{func.attr}()"
         if func.attr == "open":
             # Path.open(mode): a first argument that is not a string is some other object's open
@@ -83,6 +108,10 @@ def _writers(tree: ast.AST, function: str = "") -> list[tuple[str, int, str]]:
         inner = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
         if isinstance(node, ast.Call) and (what := writer(node)):
             found.append((function, node.lineno, what))
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "io", "shutil", "tempfile"):
+            # `from os import replace`: the bare name would hide the writer from the calls above
+            found += [(function, node.lineno, f"from {node.module} import {a.name}") for a in node.names
+                      if (node.module, a.name) in WRITING_FUNCTIONS or a.name == "open"]
         found += _writers(node, inner)
     return found
 
@@ -93,9 +122,9 @@ def writers_outside_safefiles() -> list[str]:
     for path in sorted(ROOT.rglob("*.py")):
         if path in HOMES or any(path == p or p in path.parents for p in IN_IMAGE):
             continue
-        name = str(path.relative_to(ROOT))
-        found += [(f"sglstack/{name}", line, what)
-                  for _function, line, what in _writers(ast.parse(path.read_text(encoding="utf-8")))]
+        name = f"sglstack/{path.relative_to(ROOT)}"
+        found += [(name, line, what) for _function, line, what in _writers(ast.parse(path.read_text(encoding="utf-8")))
+                  if (name, what) not in ALLOWED]
     return [f"{name}:{line}: {what}" for name, line, what in sorted(found)]
 
 
@@ -121,7 +150,40 @@ def test_every_file_sglstack_writes_is_written_by_safefiles() -> None:
     ("tarfile.open(fileobj=buf, mode='w')", None),
     ("tarfile.open(p, 'w:gz')", "tarfile.open(..., write mode)"),
     ("zipfile.open(p)", None),
+    ("io.open(p, 'w')", "io.open(..., write mode)"),
+    ("io.open(p)", None),
+    ("os.open(p, flags)", "os.open(flags not spelled out)"),
+    ("os.replace(a, b)", "os.replace"),
+    ("os.rename(a, b)", "os.rename"),
+    ("p.replace(q)", ".replace()"),
+    ("p.rename(q)", ".rename()"),
+    ("s.replace('a', 'b')", None),
+    ("when.replace(tzinfo=utc)", None),
+    ("dataclasses.replace(x, a=1)", None),
+    ("tar.extractall(dest)", ".extractall()"),
+    ("zf.extract(name, dest)", ".extract()"),
+    ("tempfile.mkdtemp(dir=d)", "tempfile.mkdtemp"),
+    ("shutil.unpack_archive(a, d)", "shutil.unpack_archive"),
 ])
 def test_the_walk_knows_each_kind_of_writer(source: str, found: str | None) -> None:
     call = ast.parse(source).body[0].value  # type: ignore[attr-defined]
     assert writer(call) == found
+
+
+@pytest.mark.parametrize(("source", "found"), [
+    ("from os import replace", ["from os import replace"]),
+    ("from shutil import copy2 as cp", ["from shutil import copy2"]),
+    ("from io import open", ["from io import open"]),
+    ("from os import path", []),
+])
+def test_the_walk_sees_a_writer_imported_by_name(source: str, found: list[str]) -> None:
+    assert [what for _f, _l, what in _writers(ast.parse(source))] == found
+
+
+def test_every_allowed_writer_is_still_there() -> None:
+    """An allowance outlives its writer silently otherwise, and would then let a new one through."""
+    seen = set()
+    for name, _what in ALLOWED:
+        tree = ast.parse((ROOT.parent / name).read_text(encoding="utf-8"))
+        seen |= {(name, what) for _f, _l, what in _writers(tree)}
+    assert sorted(set(ALLOWED) - seen) == []

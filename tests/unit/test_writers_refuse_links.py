@@ -4,6 +4,7 @@ holds every other writer to the same helpers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,23 @@ def test_an_append_mode_log_is_never_opened_through_a_link(world) -> None:
         open_log(root, root / "cache" / "git.lock", append=True)
     assert str(info.value) == line
     _untouched(outside)
+
+
+def test_a_bisect_log_is_never_moved_aside_through_a_link(tmp_path, monkeypatch) -> None:
+    """A new bisect moves the previous one's log aside by rename: with build/STACK/bisect a link out of the
+    build folder, that rename moved someone else's file before the append refused the link."""
+    from sglstack.bisect.log import BisectLog
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    theirs = outside / "log.jsonl"
+    theirs.write_text(json.dumps({"event": "start", "key": {"good": "a"}, "refs": ["a", "b"]}) + "\n")
+    folder = tmp_path / "build" / "tiny" / "bisect"
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(outside)
+    with pytest.raises(OutputNotWritable) as info:
+        BisectLog(folder).open({"good": "x"}, ["x", "y"])
+    assert str(info.value) == (f"{folder}: a link to {outside}, outside {tmp_path / 'build'}: not followed (nothing "
+                               "under the build folder is written through a link out of it; remove the link)")
+    assert sorted(p.name for p in outside.iterdir()) == ["log.jsonl"]
