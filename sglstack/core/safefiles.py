@@ -7,7 +7,7 @@
   `context` or `Dockerfile` link to elsewhere would make us write, or delete, someone else's files).
 - `open_nofollow` / `open_log` / `create_empty`: what cannot be written whole by rename (an append, a
   log a child process writes into, an empty file left for a person to fill): opened with O_NOFOLLOW after
-  every folder on the way is checked, a link at the file refused. `copy_file` / `write_with`: as
+  every folder on the way is checked, a link at the file refused. `write_with`: as
   `write_text`, streamed. `probe_folder`: can a file be written there at all, asked before work starts.
   Every file sglstack writes goes through one of these (tests/unit/test_writers.py walks the code).
 - `replace_folder`: a folder (the build context) filled beside the old one, then swapped in.
@@ -126,17 +126,6 @@ def write_text(root: Path, path: Path, text: str, *, mode: int = 0o644) -> Path:
 
 def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Path:
     return write_with(root, path, lambda fh: fh.write(data), mode=mode)
-
-
-def copy_file(root: Path, source: Path, path: Path, *, mode: int = 0o644) -> Path:
-    """Copy `source` to `path` as `write_bytes` writes (whole, no link followed), streamed: a wheel or a
-    log need not fit in memory."""
-    try:
-        src = open(source, "rb")  # noqa: SIM115  # closed below; its own error names the source
-    except OSError as exc:
-        raise OutputNotWritable(f"{source}: cannot be read ({reason_of(exc)})") from None
-    with src:
-        return write_with(root, path, lambda fh: shutil.copyfileobj(src, fh, 1 << 22), mode=mode)
 
 
 def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mode: int = 0o644,
