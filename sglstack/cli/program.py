@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from invoke import Exit, ParseError, Program
 
-from ..core.errors import did_you_mean
+from ..core.errors import EXIT_ABORT_GIT_BISECT, did_you_mean
 from .options import HELP_FLAGS
 
 # invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
@@ -44,7 +44,7 @@ class SglstackProgram(Program):
                 raise Exit
         if bare := _bare_repeatable(self.core.unparsed, self.parser.contexts):
             # invoke takes `--mount` with no value after it as no --mount at all
-            raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=2)
+            raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=self._bad_input_code())
 
     def parse_cleanup(self) -> None:
         listed = self.args.list.value
@@ -67,7 +67,15 @@ class SglstackProgram(Program):
             # `invoke render --stack cu130 --bogus -h`: the help asked for, not a complaint about the rest.
             self.print_task_help(task)
             raise Exit
-        raise Exit(f"error: {self._explain(str(exc), task, context)}", code=2)
+        raise Exit(f"error: {self._explain(str(exc), task, context)}", code=self._bad_input_code())
+
+    def _bad_input_code(self) -> int:
+        """2, but under `git bisect run` (`smoke --bisect-exit`) 128: a typo there must abort the bisect, where
+        2 would mark every commit bad."""
+        argv = self.core.unparsed or []
+        if any(token == "--bisect-exit" or token.startswith("--bisect-exit=") for token in argv):
+            return EXIT_ABORT_GIT_BISECT
+        return 2
 
     def _explain(self, message: str, task: str | None, context) -> str:
         tasks = list(self.collection.task_names)
