@@ -1,0 +1,68 @@
+"""Option values no task can take (bytes that are not UTF-8, a 100 KB string, a name the OS refuses) are one
+`error:` line naming the option or the file, exit 2, never a traceback (attack pass of issue 34)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+
+import pytest
+from clirun import run_invoke
+
+import sglstack.cli
+from sglstack.core.options import LIST, MAX_TEXT_CHARS, TaskOptions
+
+NOT_UTF8 = "m\udcff"  # what Python makes of the byte 0xff in argv
+LONG_NAME = "A" * 300  # one path component over the 255 bytes Linux allows
+SHOWN = f"{'A' * 80}... (300 characters)"
+
+
+def _every_options_class() -> list[type[TaskOptions]]:
+    for module in pkgutil.iter_modules(sglstack.cli.__path__):
+        importlib.import_module(f"sglstack.cli.{module.name}")
+    found, todo = [], list(TaskOptions.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if dataclasses.is_dataclass(cls):
+            found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: c.__qualname__)
+
+
+CASES = [(cls, f.name) for cls in _every_options_class() for f in dataclasses.fields(cls)
+         if f.metadata["kind"] is not bool]
+
+
+@pytest.mark.parametrize(("options", "name"), CASES, ids=[f"{c.__name__}.{n}" for c, n in CASES])
+def test_every_text_option_refuses_bytes_that_are_not_utf8_and_a_100kb_value(options, name):
+    flag = "--" + name.replace("_", "-")
+    too_long = f"'{'x' * 40}... (100000 characters)': longer than {MAX_TEXT_CHARS} characters"
+    for value, why in ((NOT_UTF8, "'m\\udcff': not valid UTF-8"), ("x" * 100_000, too_long)):
+        given = [value] if _kind(options, name) is LIST else value
+        with pytest.raises(options.bad_value) as caught:
+            options.from_cli({name: given})
+        assert (str(caught.value), caught.value.exit_code) == (f"{flag} {why}", 2)
+
+
+def _kind(options, name):
+    return next(f.metadata["kind"] for f in dataclasses.fields(options) if f.name == name)
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # was a UnicodeEncodeError traceback from the serving spec's model, exit 1
+    (("smoke", "--image", "img:1", "--model", "m", "--draft-model", NOT_UTF8),
+     "error: --draft-model 'm\\udcff': not valid UTF-8"),
+    (("smoke", "--image", "img:1", "--model", "m", "--draft-model", "d", "--env", "A=1", "--env", "B=" + NOT_UTF8),
+     "error: --env 'B=m\\udcff': not valid UTF-8"),
+    # were an OSError (File name too long) traceback, exit 1
+    (("diff", LONG_NAME, "b.json"), f"error: {SHOWN}: File name too long"),
+    (("render", "--stack", "cu130", "--out", LONG_NAME), f"error: {SHOWN}: File name too long"),
+    (("smoke", "--image", "img:1", "--model", "m", "--draft-model", "d", "--report", f"{LONG_NAME}/r.json"),
+     f"error: {'A' * 80}... (307 characters): File name too long"),
+])
+def test_a_value_no_task_can_take_is_one_line_exit_2(tmp_path, args, line):
+    proc = run_invoke(*args, cwd=tmp_path, timeout=120,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build"), "DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["build"])
