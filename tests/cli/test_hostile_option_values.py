@@ -66,3 +66,19 @@ def test_a_value_no_task_can_take_is_one_line_exit_2(tmp_path, args, line):
                       env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build"), "DOCKER_HOST": "tcp://127.0.0.1:9"})
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["build"])
+
+
+HOSTILE_FOLDER = "[/bold]\x1b[2Jx"  # rich markup that closes nothing, then a clear-screen escape
+SHOWN_FOLDER = "[/bold]\\x1b[2Jx"
+
+
+def test_an_output_folder_is_printed_as_plain_text(tmp_path):
+    # was a MarkupError traceback (exit 1) after the Dockerfile was written, leaving half a render
+    proc = run_invoke("render", "--stack", "cu130", "--out", HOSTILE_FOLDER, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == [f"cu130: Dockerfile   {SHOWN_FOLDER}/Dockerfile",
+                                            f"cu130: context      {SHOWN_FOLDER}/context/ (22 files)"]
+    proc = run_invoke("bake", "--stack", "cu130", "--out", f"{HOSTILE_FOLDER}/bake.json", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (f"bake file: {SHOWN_FOLDER}/bake.json (2 targets, 1 stacks; group "
+                                           f"'default' is the whole matrix)")
