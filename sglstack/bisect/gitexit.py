@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
-from ..core.errors import EXIT_ABORT_GIT_BISECT, ConfigError, SglstackError, one_line
+from ..core.errors import EXIT_ABORT_GIT_BISECT, ConfigError, SglstackError, one_line, shown
 from ..core.inputs import read_json
 from ..smoke import run_smoke, smoke_options
 from . import metrics as metrics_mod
@@ -90,8 +90,8 @@ def bisect_exit_baseline(baseline: str, metric: metrics_mod.Metric) -> tuple[Map
         value = None
     if value is not None:
         if not math.isfinite(value) or value <= 0:
-            raise BisectInputError(f"--bisect-exit '{baseline}': a known-good {metric.name} value must be a finite "
-                                   f"positive number")
+            raise BisectInputError(f"--bisect-exit '{shown(baseline)}': a known-good {metric.name} value must be "
+                                   f"a finite positive number")
         return None, value
     try:
         # bounded: a report nested thousands deep, a FIFO or a huge file must abort (128), not crash (1 = bad)

@@ -19,7 +19,7 @@ from ..core.credentials import (
     plain_secret_problem,
     redact_url,
 )
-from ..core.errors import ConfigError, did_you_mean
+from ..core.errors import ConfigError, did_you_mean, shown
 from .fields import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -438,8 +438,9 @@ class Matrix(_Model):
     def get(self, name: str) -> Stack:
         if name not in self.stacks:
             known = ", ".join(sorted(self.stacks)) or "none"
+            # a name from the command line, up to 8192 characters: named by its start
             raise ConfigError(f"unknown stack (known: {known}){did_you_mean(name, self.stacks)}", file=self.file,
-                              stack=name)
+                              stack=shown(name, 80))
         return self.stacks[name]
 
     def names(self) -> list[str]:

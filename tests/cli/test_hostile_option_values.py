@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 
 import pytest
-from clirun import run_invoke
+from clirun import REPO, run_invoke
 
 import sglstack.cli
 from sglstack.core.options import LIST, MAX_TEXT_CHARS, TaskOptions
@@ -82,3 +82,16 @@ def test_an_output_folder_is_printed_as_plain_text(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == (f"bake file: {SHOWN_FOLDER}/bake.json (2 targets, 1 stacks; group "
                                            f"'default' is the whole matrix)")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("render", "--stack", "A" * 8000),
+     f"error: {REPO / 'stacks.yaml'}: stack '{'A' * 80}... (8000 characters)': unknown stack (known: cu129, cu130, "
+     f"h200-field, pypi-cu130)"),
+    (("smoke", "--bisect-exit", "9" * 5000, "--image", "img:1"),
+     f"error: --bisect-exit '{'9' * 40}... (5000 characters)': a known-good baseline value must be a finite "
+     f"positive number"),
+])
+def test_a_long_refused_value_is_named_by_its_start(tmp_path, args, line):
+    proc = run_invoke(*args, cwd=tmp_path, timeout=120)
+    assert proc.stderr == line + "\n" and proc.returncode in (2, 128)
