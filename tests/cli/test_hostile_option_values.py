@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import os
 import pkgutil
+import stat
 
 import pytest
 from clirun import REPO, run_invoke
 
 import sglstack.cli
 from sglstack.core.options import LIST, MAX_TEXT_CHARS, TaskOptions
+from sglstack.core.safefiles import OutputNotWritable, write_text
 
 NOT_UTF8 = "m\udcff"  # what Python makes of the byte 0xff in argv
 LONG_NAME = "A" * 300  # one path component over the 255 bytes Linux allows
@@ -95,3 +99,31 @@ def test_an_output_folder_is_printed_as_plain_text(tmp_path):
 def test_a_long_refused_value_is_named_by_its_start(tmp_path, args, line):
     proc = run_invoke(*args, cwd=tmp_path, timeout=120)
     assert proc.stderr == line + "\n" and proc.returncode in (2, 128)
+
+
+def _specials(folder):
+    """A FIFO, and where we may make one (root), a character device with /dev/null's numbers."""
+    os.mkfifo(folder / "fifo")
+    made = [(folder / "fifo", "a FIFO")]
+    with contextlib.suppress(PermissionError):
+        os.mknod(folder / "null", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+        made.append((folder / "null", "a character device"))
+    return made
+
+
+def test_a_device_or_fifo_named_as_an_output_is_never_replaced_by_a_file(tmp_path):
+    # `bake --out /dev/zero` (root) replaced the machine's /dev/zero with the bake file: the rename that writes
+    # an output whole puts a regular file in place of whatever is at the path
+    for path, kind in _specials(tmp_path):
+        before = os.lstat(path)
+        proc = run_invoke("bake", "--stack", "cu130", "--out", str(path), cwd=tmp_path, timeout=120)
+        assert (proc.returncode, proc.stderr) == (
+            1, f"error: {path}: cannot be written (it is {kind}, not a regular file: not replaced)\n")
+        after = os.lstat(path)
+        assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev, before.st_ino)
+    (tmp_path / "unit").mkdir()
+    for path, kind in _specials(tmp_path / "unit"):
+        with pytest.raises(OutputNotWritable) as caught:
+            write_text(tmp_path, path, "x")
+        assert str(caught.value) == f"{path}: cannot be written (it is {kind}, not a regular file: not replaced)"
+    assert not [p for p in tmp_path.rglob("*.tmp")]
