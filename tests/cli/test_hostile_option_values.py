@@ -64,6 +64,15 @@ def _kind(options, name):
     (("render", "--stack", "cu130", "--out", LONG_NAME), f"error: {SHOWN}: File name too long"),
     (("smoke", "--image", "img:1", "--model", "m", "--draft-model", "d", "--report", f"{LONG_NAME}/r.json"),
      f"error: {'A' * 80}... (307 characters): File name too long"),
+    # were a ValueError traceback from the Docker SDK (an URL that does not parse), exit 1
+    (("status", "--docker-host", "tcp://[x"),
+     "error: --docker-host 'tcp://[x': not a Docker engine URL (unix:///PATH, tcp://HOST:PORT or ssh://USER@HOST)"),
+    (("smoke", "--image", "img:1", "--model", "m", "--draft-model", "d", "--docker-host", "[/bold]"),
+     "error: --docker-host '[/bold]': not a Docker engine URL (unix:///PATH, tcp://HOST:PORT or ssh://USER@HOST)"),
+    # were exit 1
+    (("registry.cleanup", "--older-than-days", "soon"),
+     "error: --older-than-days 'soon' is not a number of days (0 or more)"),
+    (("registry.up", "--port", "0"), "error: --port '0' is not a TCP port (1-65535)"),
 ])
 def test_a_value_no_task_can_take_is_one_line_exit_2(tmp_path, args, line):
     proc = run_invoke(*args, cwd=tmp_path, timeout=120,
