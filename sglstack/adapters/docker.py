@@ -23,6 +23,7 @@ from docker.models.containers import Container
 
 from ..core import labels as lb
 from ..core.errors import DockerUnavailable
+from ..core.options import BadOption
 
 OWNER_LABEL = lb.OWNER_LABEL
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
@@ -84,6 +85,10 @@ def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> dock
         where = docker_host or os.environ.get("DOCKER_HOST") or "the default Docker socket"
         reason = str(exc).splitlines()[0][:200]
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {reason}") from None
+    except ValueError:  # the URL does not parse (urllib's own words name no option)
+        where = f"--docker-host '{docker_host}'" if docker_host else f"DOCKER_HOST '{os.environ.get('DOCKER_HOST')}'"
+        raise BadOption(f"{where}: not a Docker engine URL (unix:///PATH, tcp://HOST:PORT or "
+                        "ssh://USER@HOST)") from None
     return client
 
 

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
-from ..core.errors import ConfigError, SglstackError, one_line
+from ..core.errors import EXIT_ABORT_GIT_BISECT, ConfigError, SglstackError, one_line, shown
 from ..core.inputs import read_json
 from ..smoke import run_smoke, smoke_options
 from . import metrics as metrics_mod
 from .driver import BisectInputError, Log, _stdout
 
-# `git bisect run` aborts on an exit of 128 or more; any other non-zero code but 125 would mark the commit bad.
-EXIT_ABORT_GIT_BISECT = 128
+__all__ = ["EXIT_ABORT_GIT_BISECT", "smoke_bisect_exit"]
 
 
 def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
@@ -45,11 +44,15 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
         report = run_smoke(stack_obj, image, options)
         code = metrics_mod.bisect_exit_code(report.data, chosen, baseline_report=reference, baseline=value,
                                             threshold=limit)
+        values = metrics_mod.samples(report.data, chosen)
+        word = {0: "good", 1: "bad", 125: "skip"}[code]
     except (SglstackError, ValueError) as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_ABORT_GIT_BISECT
-    values = metrics_mod.samples(report.data, chosen)
-    word = {0: "good", 1: "bad", 125: "skip"}[code]
+    except Exception as exc:  # a crash is no verdict: a traceback (exit 1) would mark the commit bad
+        print(f"error: --bisect-exit cannot judge this commit: {type(exc).__name__}: {one_line(str(exc))}",
+              file=sys.stderr)
+        return EXIT_ABORT_GIT_BISECT
     say(f"bisect-exit {code} ({word}): {chosen.name} "
         + (f"median {sorted(values)[len(values) // 2]:.2f} {chosen.unit}" if values
            else metrics_mod.why_no_samples(report.data, chosen)))
@@ -87,8 +90,8 @@ def bisect_exit_baseline(baseline: str, metric: metrics_mod.Metric) -> tuple[Map
         value = None
     if value is not None:
         if not math.isfinite(value) or value <= 0:
-            raise BisectInputError(f"--bisect-exit '{baseline}': a known-good {metric.name} value must be a finite "
-                                   f"positive number")
+            raise BisectInputError(f"--bisect-exit '{shown(baseline)}': a known-good {metric.name} value must be "
+                                   f"a finite positive number")
         return None, value
     try:
         # bounded: a report nested thousands deep, a FIFO or a huge file must abort (128), not crash (1 = bad)

@@ -22,6 +22,7 @@ from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.records import build_root, require_writable
@@ -175,7 +176,7 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     if print_only:
         print(json.dumps(definition, indent=2))
     else:
-        console.print(f"bake file: {bake_file} ({len(definition['target'])} targets, {len(stacks)} stacks; "
+        console.print(f"bake file: {plain(bake_file)} ({len(definition['target'])} targets, {len(stacks)} stacks; "
                       f"group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)
     cli = _buildx_client(docker_cli) if run else None
     argv = bake_argv(cli or "docker", bake_file, builder_name=builder_name)

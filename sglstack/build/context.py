@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config.imageref import names_a_digest
 from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
+from ..core.console import plain
 from ..core.errors import one_line
 from ..core.inputs import loads, read_small_file
 from ..core.records import build_root
@@ -185,20 +186,21 @@ def _render_into(stack_name: str, stack: Stack, out: Path, root: Path, lock: Loc
         write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(owned | planned)}, indent=2) + "\n")
     rendered = write_build_context(stack, out, lock=lock)
     console = make_console()
-    console.print(f"[bold]{stack_name}[/]: Dockerfile   {rendered.dockerfile}")
-    console.print(f"[bold]{stack_name}[/]: context      {rendered.context}/ ({len(rendered.files)} files)")
+    console.print(f"[bold]{stack_name}[/]: Dockerfile   {plain(rendered.dockerfile)}")
+    console.print(f"[bold]{stack_name}[/]: context      {plain(rendered.context)}/ ({len(rendered.files)} files)")
     for name, text in compose_files.items():
-        console.print(f"[bold]{stack_name}[/]: compose      {write_text(root, out / name, text)}")
+        console.print(f"[bold]{stack_name}[/]: compose      {plain(write_text(root, out / name, text))}")
     written = ["Dockerfile", CONTEXT_ENTRY, *compose_files]
     if k8s_files is None:
         console.print(f"[bold]{stack_name}[/]: k8s          not written: the manifests serve an image by digest "
-                      "(--image REPO@sha256:...), not the tag " + ref)
+                      "(--image REPO@sha256:...), not the tag " + plain(ref))
         for name in k8s_names:  # an earlier render's, which would serve another image
             if owned is None or name in owned:
                 remove_file(root, out / name)
     else:
         for name, text in k8s_files.items():
-            console.print(f"[bold]{stack_name}[/]: k8s          {write_text(root, out / K8S_DIR / name, text)}")
+            written_to = write_text(root, out / K8S_DIR / name, text)
+            console.print(f"[bold]{stack_name}[/]: k8s          {plain(written_to)}")
         written += k8s_names
     write_text(root, out / RENDER_MANIFEST, json.dumps({"files": sorted(written)}, indent=2) + "\n")
     return rendered

@@ -286,7 +286,8 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
                                     lock=options.lock)
     record_path = record_path_for(out_dir, target)
     write_record(record_path, record)
-    console.print(f"[green]{stack.name}[/]: built and verified {tag} ({final_id[:19]}); record {record_path}")
+    console.print(f"[green]{stack.name}[/]: built and verified {plain(tag)} ({final_id[:19]}); "
+                  f"record {plain(record_path)}")
     return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
 
 

@@ -13,6 +13,7 @@ Standard library and invoke only: invoke imports this when it loads `tasks.py`, 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from invoke import Argument, Exit, Task
 from invoke import task as invoke_task
 
 from ..config.defaults import DEFAULT_STACKS_FILE
-from ..core.errors import SglstackError, one_line
+from ..core.errors import SglstackError, one_line, shown
 from ..core.options import TaskOptions
 from ..core.signals import exit_code_of, signals_raise
 
@@ -92,6 +93,12 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
         # Errors quote outside values (a label, a server's reply, a file name): one line, no terminal escapes.
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         raise Exit(code=exc.exit_code) from None
+    except OSError as exc:
+        # A path the OS refuses that no check of ours caught (a name over 255 bytes, a loop of links): one
+        # line naming it, bad input when the name itself is what is wrong.
+        name = f"{shown(one_line(str(exc.filename)), 80)}: " if exc.filename is not None else ""
+        print(f"error: {name}{one_line(exc.strerror or str(exc))}", file=sys.stderr)
+        raise Exit(code=2 if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP) else 1) from None
     except KeyboardInterrupt as exc:
         code = exit_code_of(exc)
         print(f"interrupted ({signal.Signals(code - 128).name}): cleaned up", file=sys.stderr)

@@ -140,16 +140,16 @@ def _selection(
         raise PatchCommandError("give exactly one of --stack NAME or --patch ID")
     chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
     if not chosen.patches:
-        raise PatchCommandError(f"stack '{stack}' has no patches")
+        raise PatchInputError(f"stack '{stack}' has no patches")
     if sglang_version and chosen.sglang.version and sglang_version != chosen.sglang.version:
-        raise PatchCommandError(f"stack '{stack}' pins sglang {chosen.sglang.version}, not {sglang_version}")
+        raise PatchInputError(f"stack '{stack}' pins sglang {chosen.sglang.version}, not {sglang_version}")
     return list(chosen.patches), sglang_version or chosen.sglang.version, chosen.patch_policy.on_upstream
 
 
 def _tree(root: str | Path) -> Path:
     root = Path(root)
     if not (root / "sglang").is_dir():
-        raise PatchCommandError(f"{root} holds no sglang/ package (pass the folder that contains it)")
+        raise PatchInputError(f"{root} holds no sglang/ package (pass the folder that contains it)")
     return root
 
 

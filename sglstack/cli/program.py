@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from invoke import Exit, ParseError, Program
 
-from ..core.errors import did_you_mean
+from ..core.errors import EXIT_ABORT_GIT_BISECT, did_you_mean
 from .options import HELP_FLAGS
 
 # invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
@@ -44,7 +44,11 @@ class SglstackProgram(Program):
                 raise Exit
         if bare := _bare_repeatable(self.core.unparsed, self.parser.contexts):
             # invoke takes `--mount` with no value after it as no --mount at all
-            raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=2)
+            raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=self._bad_input_code())
+        remainder = getattr(self.core, "remainder", "")
+        if remainder and not any(token in HELP_FLAGS for token in self.core.unparsed):
+            # invoke keeps what follows `--` for the task, and no task here reads it: it would be dropped
+            raise Exit(f"error: no task takes arguments after '--' (got '{remainder}')", code=self._bad_input_code())
 
     def parse_cleanup(self) -> None:
         listed = self.args.list.value
@@ -67,7 +71,15 @@ class SglstackProgram(Program):
             # `invoke render --stack cu130 --bogus -h`: the help asked for, not a complaint about the rest.
             self.print_task_help(task)
             raise Exit
-        raise Exit(f"error: {self._explain(str(exc), task, context)}", code=2)
+        raise Exit(f"error: {self._explain(str(exc), task, context)}", code=self._bad_input_code())
+
+    def _bad_input_code(self) -> int:
+        """2, but under `git bisect run` (`smoke --bisect-exit`) 128: a typo there must abort the bisect, where
+        2 would mark every commit bad."""
+        argv = self.core.unparsed or []
+        if any(token == "--bisect-exit" or token.startswith("--bisect-exit=") for token in argv):
+            return EXIT_ABORT_GIT_BISECT
+        return 2
 
     def _explain(self, message: str, task: str | None, context) -> str:
         tasks = list(self.collection.task_names)
@@ -78,6 +90,8 @@ class SglstackProgram(Program):
             if token.startswith("-"):
                 options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
                 return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
+            if task and (why := _after_a_flag(self.core.unparsed or [], token, context)):
+                return f"{task}: {why}"
             if task:
                 return f"{task}: unexpected argument '{token}' (not an option of {task}, nor a task)" \
                        f"{did_you_mean(token, tasks)}"
@@ -115,6 +129,24 @@ def _bare_repeatable(argv: list[str], contexts) -> tuple[str, str] | None:
             value_next = True
         elif token in contexts:
             current = contexts[token]
+    return None
+
+
+def _after_a_flag(argv: list[str], token: str, context) -> str | None:
+    """Why `token` was left over when the flag before it explains it: a flag that takes no value given one
+    (`--dry-run=yes`), or a flag given twice (invoke gives a flag one value and leaves the second over)."""
+    seen: set[str] = set()
+    for i, word in enumerate(argv):
+        name, eq, embedded = word.partition("=")
+        if name not in context.flags:
+            continue
+        flag = context.flags[name]
+        value = embedded if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+        if value == token and eq and not flag.takes_value:
+            return f"option {name} takes no value (give it alone, without '={token}')"
+        if value == token and flag.takes_value and flag.kind is not list and flag.name in seen:
+            return f"option {name} given twice ('{token}' is its second value; it takes one)"
+        seen.add(flag.name)
     return None
 
 

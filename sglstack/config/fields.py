@@ -128,8 +128,9 @@ def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
 
 # A size as every reader of it takes it: Docker's shm_size, Kubernetes' emptyDir sizeLimit (render.k8s turns
 # the unit into Ki/Mi/Gi/Ti), preflight's /dev/shm check. A whole number (no sign, no fraction: Kubernetes
-# would refuse 1.5g), then an optional binary unit and "b".
-SIZE_RE = re.compile(r"(\d{1,15})([bkmgt]?)b?", re.IGNORECASE)
+# would refuse 1.5g), then an optional binary unit and "b". ASCII digits only: `\d` and int() also take Arabic-Indic
+# and fullwidth digits, which no reader of a size does.
+SIZE_RE = re.compile(r"([0-9]{1,15})([bkmgt]?)b?", re.IGNORECASE)
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MAX_SIZE_BYTES = 1 << 44  # 16 TiB: more /dev/shm than any node has
 # Whole numbers written into argv, compose files and manifests (int32 fields): a count beyond any machine.

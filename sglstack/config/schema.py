@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..core.credentials import (
     CredentialError,
@@ -19,7 +20,7 @@ from ..core.credentials import (
     plain_secret_problem,
     redact_url,
 )
-from ..core.errors import ConfigError, did_you_mean
+from ..core.errors import ConfigError, did_you_mean, shown
 from .fields import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -51,6 +52,22 @@ from .serverflags import extra_args_problem
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_no_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML reads yes/no/on/off/true/false as booleans, and pydantic's lax mode takes a boolean for 1 or 0:
+        # `port: yes` would serve on port 1, `min_agreement: no` turn the gate off.
+        if isinstance(value, bool) and info.field_name and _is_number(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{str(value).lower()} is a yes/no (YAML reads yes, no, on, off, true and false so), "
+                             "not a number")
+        return value
+
+
+def _is_number(annotation: Any) -> bool:
+    """`int`, `float` or an optional one (a bool is an int to Python, but never a number of stacks.yaml)."""
+    return annotation in (int, float) or (get_origin(annotation) in (Union, UnionType)
+                                          and any(arg in (int, float) for arg in get_args(annotation)))
 
 
 # ---- the pieces of a stack -------------------------------------------------------------------------
@@ -233,7 +250,7 @@ class CoverageException(_Model):
     """A kernel-coverage cell this stack accepts below `require`, declared with a reason (like an override)."""
 
     extension: str = Field(min_length=1)  # a row of `invoke coverage` (e.g. sgl_kernel.flash_ops); globs allowed
-    capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")  # e.g. "10.3"; None: every capability
+    capability: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")  # e.g. "10.3"; None: every capability
     reason: str = Field(min_length=1)
 
 
@@ -295,7 +312,7 @@ class Stack(_Model):
     base_image_id: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     src_image: PinnedImage = "debian:bookworm-slim"
     cuda: ExactVersion | None = None
-    python: str = Field(default="3.12", pattern=r"^3\.\d+$")
+    python: str = Field(default="3.12", pattern=r"^3\.[0-9]+$")
     python_packages: tuple[AptPackage, ...] | None = None  # apt packages providing `python`; None = derived
     platforms: tuple[Literal["linux/amd64", "linux/arm64"], ...] = ("linux/amd64",)
     cuda_arch_list: tuple[str, ...] = ()
@@ -304,7 +321,7 @@ class Stack(_Model):
     cuda_home: str = Field(default="/usr/local/cuda", pattern=r"^/[A-Za-z0-9._/-]*$")
     # The base image's glibc ("2.36"): the manylinux tag the lock resolves for (None: read from the base
     # image when it is present, else the 2.28 baseline). A release with only manylinux_2_34 wheels needs it.
-    glibc: str | None = Field(default=None, pattern=r"^2\.\d+$")
+    glibc: str | None = Field(default=None, pattern=r"^2\.[0-9]+$")
     system_packages: tuple[AptPackage, ...] = ()
     torch: TorchPin | None = None
     sgl_kernel: KernelPin | None = None
@@ -362,7 +379,7 @@ class Stack(_Model):
                     ("torch", "version"), f"torch {self.torch.version} is not a {want} build for CUDA {self.cuda}"
                 )
         for i, arch in enumerate(self.cuda_arch_list):
-            if not re.fullmatch(r"\d+\.\d+a?(\+PTX)?", arch):
+            if not re.fullmatch(r"[0-9]+\.[0-9]+a?(\+PTX)?", arch):
                 raise KeyedValueError(
                     ("cuda_arch_list", i), f"cuda_arch_list entry '{arch}' is not like '9.0' or '10.0a'"
                 )
@@ -438,8 +455,9 @@ class Matrix(_Model):
     def get(self, name: str) -> Stack:
         if name not in self.stacks:
             known = ", ".join(sorted(self.stacks)) or "none"
+            # a name from the command line, up to 8192 characters: named by its start
             raise ConfigError(f"unknown stack (known: {known}){did_you_mean(name, self.stacks)}", file=self.file,
-                              stack=name)
+                              stack=shown(name, 80))
         return self.stacks[name]
 
     def names(self) -> list[str]:

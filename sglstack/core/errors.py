@@ -26,6 +26,11 @@ def shown(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+# `git bisect run` aborts on an exit of 128 or more and marks the commit bad on any other but 0 and 125: what
+# `smoke --bisect-exit` answers when it cannot judge, bad input on its command line included.
+EXIT_ABORT_GIT_BISECT = 128
+
+
 class SglstackError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 

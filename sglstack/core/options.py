@@ -15,11 +15,14 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, ClassVar, TypeVar
 
-from .errors import SglstackError
+from .errors import SglstackError, one_line, shown
 
 T = TypeVar("T", bound="TaskOptions")
 
 MAX_NUMBER_CHARS = 32
+# No name, path, reference or K=V an option takes is this long (a path is at most 4096 bytes on Linux): a
+# longer value is refused here, not echoed whole in an error line or handed to the OS, which fails on it.
+MAX_TEXT_CHARS = 8192
 
 # The kinds of option: parsed by `from_cli`. RAW: passed on as invoke gives it (invoke types it by its
 # default, e.g. an int default makes an =INT flag); LIST: a repeatable option.
@@ -135,12 +138,15 @@ class TaskOptions:
 
 
 def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> Any:
+    if kind is bool:
+        return bool(raw)
+    for text in (raw if kind is LIST else [raw]):
+        if isinstance(text, str):
+            _check_text(text, name, bad_value)
     if kind is RAW:
         return raw
     if kind is LIST:
         return tuple(raw)
-    if kind is bool:
-        return bool(raw)
     if kind is str:
         return str(raw)
     text = str(raw).strip()
@@ -154,3 +160,15 @@ def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> A
     if kind is float and not math.isfinite(value):
         raise bad_value(f"{flag_of(name)} '{raw}': not a finite number")
     return value
+
+
+def _check_text(text: str, name: str, bad_value: type[SglstackError]) -> None:
+    """Refuse a value no option takes: over `MAX_TEXT_CHARS`, or bytes that are not UTF-8 (Python passes them
+    on as lone surrogates, which every later encode (pydantic, YAML, JSON, the Docker API) fails on with a
+    traceback)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise bad_value(f"{flag_of(name)} '{one_line(shown(text))}': longer than {MAX_TEXT_CHARS} characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_value(f"{flag_of(name)} '{one_line(shown(text))}': not valid UTF-8") from None

@@ -135,8 +135,7 @@ def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mo
     (an fsync of each of a wheel's 1.6 GB of members would cost more than unpacking them)."""
     make_folder(root, path.parent)
     check_inside(root, path)
-    if path.is_dir() and not path.is_symlink():
-        raise OutputNotWritable(f"{path}: cannot be written (it is a folder)")
+    _refuse_special(path)
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -155,6 +154,25 @@ def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mo
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return path
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def _refuse_special(path: Path) -> None:
+    """A folder, a FIFO, a socket or a device where a file is to be written is refused: the rename that
+    writes a file whole would put a regular file in its place (as root, `--out /dev/null` would end the
+    machine's /dev/null). A link is replaced itself, never its target (`write_with`)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return  # nothing there yet (or nothing we may look at: the write says why)
+    if stat.S_ISDIR(mode):
+        raise OutputNotWritable(f"{path}: cannot be written (it is a folder)")
+    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    if kind:
+        raise OutputNotWritable(f"{path}: cannot be written (it is {kind}, not a regular file: not replaced)")
 
 
 def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> int:

@@ -37,7 +37,7 @@ from .options import (
     UndeployOptions,
 )
 from .status import deployment_status, print_status
-from .store import DeploymentRecord, bad_record_line, read_records
+from .store import DeploymentRecord, bad_record_line, read_records, records_path
 
 
 def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
@@ -179,10 +179,14 @@ def deploy_command(
 
 def status_command(options: StatusOptions, *, build_root: Path | None = None, say: Say = say_stderr) -> int:
     """Print the table; 1 when a records line did not read (each named on stderr), else 0."""
+    root = build_root or default_build_root()
+    if options.stack and not records_path(root, options.stack).parent.is_dir():
+        # No records of it: a stack of stacks.yaml not deployed yet ("nothing deployed"), or a typo, which
+        # gets the refusal (and "did you mean") of every task's --stack, not an empty table and exit 0.
+        load_matrix(DEFAULT_STACKS_FILE).get(options.stack)
     bad: list[BadLine] = []
     rows = deployment_status(
-        build_root=build_root or default_build_root(), docker_host=options.docker_host, stack=options.stack,
-        bad_lines=bad,
+        build_root=root, docker_host=options.docker_host, stack=options.stack, bad_lines=bad,
     )
     print_status(rows)
     for line in bad:

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from ..attest.store import remove_attestations
 from ..config.schema import Stack
 from ..core.console import console
+from ..core.options import BadOption
 from ..core.records import utc_now
 from ..registry.client import RegistryClient
-from .history import PublishError
 from .promotion import target_repository
 from .tags import candidate_tag_pattern
 
@@ -88,5 +88,5 @@ def parse_days(value: float | str | None, *, option: str = "--older-than-days", 
     except (TypeError, ValueError):
         days = math.nan
     if not (days >= 0 and math.isfinite(days)):
-        raise PublishError(f"{option} '{value}' is not a number of days (0 or more)")
+        raise BadOption(f"{option} '{value}' is not a number of days (0 or more)")
     return days

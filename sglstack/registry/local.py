@@ -28,6 +28,7 @@ from ..adapters.docker import docker_client, image_exists
 from ..core.errors import ConfigError, RegistryError
 from ..core.inputs import loads, read_bytes
 from ..core.labels import OWNER_LABEL
+from ..core.options import BadOption
 from ..core.records import build_root
 from ..core.safefiles import containing_root, open_log, write_text
 
@@ -58,7 +59,7 @@ def parse_port(value: int | str | None, *, option: str = "--port") -> int:
     except ValueError:
         port = -1
     if not 1 <= port <= 65535:
-        raise RegistryError(f"{option} '{value}' is not a TCP port (1-65535)")
+        raise BadOption(f"{option} '{value}' is not a TCP port (1-65535)")
     return port
 
 

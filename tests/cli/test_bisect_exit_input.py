@@ -14,6 +14,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from clirun import run_invoke
 from test_bisect_driver import history, history_template  # noqa: F401 - the fixtures: a synthetic SGLang history, fast fakes
 from test_bisect_driver import request as bisect_request
 
@@ -187,3 +188,29 @@ def test_a_deeply_nested_bisect_log_line_is_one_line(tmp_path):
     with pytest.raises(BisectLogError) as caught:
         log.read()
     assert str(caught.value) == f"{log.path}:2: not a bisect event"
+
+
+# ---- what is not a verdict is never "bad" (attack pass of issue 34) -------------------------------------
+
+def test_a_crash_while_judging_aborts_instead_of_answering_bad(monkeypatch, tmp_path, capsys):
+    # Finite positive samples near the float limit pass every check on the report, then overflow the
+    # statistics (OverflowError is no ValueError): a traceback is exit 1, "bad" to `git bisect run`.
+    huge = _report(1.7e308, 1e308, 1e308, 1e308, 1e308)
+    monkeypatch.setattr(gitexit, "run_smoke", lambda stack, image, options: SimpleNamespace(data=huge))
+    path = tmp_path / "good.json"
+    path.write_text(json.dumps(huge))
+    assert _exit(path) == EXIT_ABORT_GIT_BISECT
+    err = capsys.readouterr().err
+    assert err.startswith("error: --bisect-exit cannot judge this commit: OverflowError: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("tail", [("--bogus",), ("--mount",), ("--runs",), ("--tp",)])
+def test_a_bad_command_line_under_bisect_exit_aborts(tmp_path, tail):
+    # exit 2 is "bad" to `git bisect run`: a typo in the command it runs would mark every commit bad
+    proc = run_invoke("smoke", "--bisect-exit", "89", "--image", "img:tag", "--model", "m", *tail, cwd=tmp_path,
+                      timeout=120)
+    assert proc.returncode == EXIT_ABORT_GIT_BISECT, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: smoke: ")
+    assert proc.stdout == ""
+    plain = run_invoke("smoke", "--image", "img:tag", "--model", "m", *tail, cwd=tmp_path, timeout=120)
+    assert plain.returncode == 2 and plain.stderr == proc.stderr

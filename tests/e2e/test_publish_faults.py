@@ -287,4 +287,4 @@ def test_non_numeric_registry_options_are_one_line_errors(args, needle):
     extra = ("--stacks-file", str(STACKS)) if args[0] == "registry.cleanup" else ()
     proc = _invoke(*args, *extra, env={})
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1 and err.strip() == needle, out + err
+    assert proc.returncode == 2 and err.strip() == needle, out + err  # bad input
