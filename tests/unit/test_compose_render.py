@@ -563,11 +563,22 @@ def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: p
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / RENDER_MANIFEST)
-    worker = threading.Thread(target=render_command, args=(str(matrix), "tiny"), kwargs={"out_dir": str(out)},
-                              daemon=True)
+    raised: list[BaseException] = []
+
+    def render() -> None:
+        try:
+            render_command(str(matrix), "tiny", out_dir=str(out))
+        except BaseException as exc:  # the test reads it below
+            raised.append(exc)
+
+    worker = threading.Thread(target=render, daemon=True)
     worker.start()
     worker.join(60)
     if worker.is_alive():
         os.close(os.open(out / RENDER_MANIFEST, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked read end
         pytest.fail("render blocked on the FIFO")
-    assert (out / RENDER_MANIFEST).is_file() and (out / cmp.COMPOSE_FILE).is_file()
+    # A FIFO is no file of render's: refused in one line and left as it is (a writer never replaces a FIFO,
+    # a socket or a device), and nothing of the render is written beside it.
+    assert [str(exc) for exc in raised] == [
+        f"{out / RENDER_MANIFEST}: cannot be written (it is a FIFO, not a regular file: not replaced)"]
+    assert (out / RENDER_MANIFEST).is_fifo() and not (out / cmp.COMPOSE_FILE).exists()
