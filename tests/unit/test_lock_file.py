@@ -415,3 +415,26 @@ def test_every_uv_target_resolved_for_is_kept_and_an_unnamed_text_is_the_lock(st
     with pytest.raises(ConfigError) as err:
         parse_lock("# lock-format: 1\n")
     assert str(err.value) == "lock: lock header has no 'stack:' line"
+
+
+@pytest.mark.parametrize("unhashed", [(), ("idna",), ("idna", "certifi", "charset-normalizer", "requests", "urllib3")])
+def test_a_layer_installs_from_the_lock_only_when_every_entry_of_it_is_hashed(unhashed):
+    """Mixed layers: one unhashed entry makes its whole layer resolve as without a lock (pip cannot mix
+    `--require-hashes` and unhashed pins in one install), and no other layer follows it."""
+    from sglstack.render.dockerfile import render_dockerfile
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    text = (fixtures / "locks" / "cpu-lock.txt").read_text()
+    for name in unhashed:
+        text = re.sub(rf"(?ms)^{re.escape(name)}==(\S+) \\\n(?:    --hash=\S+(?: \\)?\n)+",
+                      lambda m, n=name: f"# unhashed: {n}=={m.group(1)} (the index serves no sha256 for its files)\n",
+                      text)
+    lock = parse_lock(text)
+    assert [p.name for p in lock.packages if not p.hashed] == sorted(unhashed)
+    assert lock.installs_layer("http-client") is (not unhashed)
+    assert lock.installs_layer("sglang")
+    dockerfile = render_dockerfile(load_matrix(fixtures / "stacks-lock.yaml").get("cpu-lock"), lock)
+    from_lock = "pip install --no-deps --require-hashes -r /run/sglstack-lock/http-client.txt" in dockerfile
+    assert from_lock is (not unhashed)
+    assert ("pip install --constraint /run/sglstack/installed.txt requests==2.32.3" in dockerfile) is bool(unhashed)
+    assert "--require-hashes -r /run/sglstack-lock/sglang.txt" in dockerfile
