@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import make_history, stack_yaml
 from clirun import REPO, run_invoke
+from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.bisect.log import BisectLog
 from sglstack.core.errors import ConfigError
@@ -44,28 +45,6 @@ DIGEST = "sha256:" + "a" * 64
 
 
 # ---- a real small filesystem -----------------------------------------------------------------------
-
-@contextlib.contextmanager
-def tmpfs(folder: Path, size: str = "64k", *, read_only: bool = False):
-    folder.mkdir(parents=True, exist_ok=True)
-    opts = f"size={size}" + (",ro" if read_only else "")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(folder)], capture_output=True, text=True)
-    if proc.returncode:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    """Fill the filesystem of `folder` to the last byte; return the filler (remove it to free the space)."""
-    filler = folder / "filler"
-    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
-        while fh.write(b"\0" * 4096):
-            pass
-    return filler
-
 
 def remount_read_only(folder: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)

@@ -6,12 +6,12 @@ only work an unwritable output could have wasted is never started.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 from pathlib import Path
 
 import pytest
 from clirun import run_invoke
+from tmpfs_fixtures import tmpfs
 
 STACKS = """\
 defaults:
@@ -62,20 +62,12 @@ def test_bad_outputs_and_a_shared_stack_are_one_line_before_any_work(checkout, a
     assert sorted(p.name for p in checkout.iterdir()) == ["locks", "out", "stacks.yaml"]
 
 
-@contextlib.contextmanager
 def read_only_tmpfs(folder: Path, files: dict[str, str]):
-    folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
-                          text=True, check=False)
-    if proc.returncode:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
-    try:
+    """`folder` as a read-only tmpfs holding `files`."""
+    def write(root: Path) -> None:
         for name, text in files.items():
-            (folder / name).write_text(text)
-        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+            (root / name).write_text(text)
+    return tmpfs(folder, read_only=True, fill_first=write)
 
 
 def test_a_read_only_checkout_is_one_line_before_any_work(tmp_path) -> None:

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_upgrade_command import STACKS, World, _lock
+from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.config.matrix import load_matrix
 from sglstack.core import safefiles
@@ -342,27 +343,6 @@ def test_a_first_lock_is_0644_under_the_umask(repo, workdir, mask, mode) -> None
 
 
 # ---- atomically: full disks ------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def tmpfs(folder: Path, size: str = "64k"):
-    folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
-                          text=True, check=False)
-    if proc.returncode:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    filler = folder / "filler"
-    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
-        while fh.write(b"\0" * 4096):
-            pass
-    return filler
-
 
 def test_a_full_disk_leaves_both_files_as_they_were_and_no_temp_file(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
