@@ -171,13 +171,7 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
             raise DeployFailed(f"{str(exc).splitlines()[0][:300]}; {outcome}", "") from None
         raise
     if failure is not None:
-        outcome = "the rollback did not finish"
-        try:
-            with signals.deferred():
-                outcome = _recover(dep, attempt, previous, failure, say)
-        except Interrupted:
-            say(f"stack '{dep.stack.name}': {failure}; {outcome}")
-            raise
+        outcome = _recover_shielded(dep, attempt, previous, failure, say, unfinished="the rollback did not finish")
         raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {failure}; {outcome}", "")
     record = replace(attempt, result="healthy", time=utc_timestamp())
     try:
@@ -185,13 +179,7 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
     except OutputNotWritable as exc:
         # Ready but unrecorded: undone, so that what runs is what the records end with (see `flow`).
         why = f"ready, but its record was not written ({exc})"
-        outcome = "the undo did not finish"
-        try:
-            with signals.deferred():
-                outcome = _recover(dep, attempt, previous, why, say)
-        except Interrupted:
-            say(f"stack '{dep.stack.name}': {why}; {outcome}")
-            raise
+        outcome = _recover_shielded(dep, attempt, previous, why, say, unfinished="the undo did not finish")
         raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {why}; undone: {outcome}",
                            "") from None
     say(f"stack '{dep.stack.name}' is ready on {dep.kubectl.context} ({record.digest}); recorded in "
@@ -228,6 +216,20 @@ def _serving_now(records: list[DeploymentRecord]) -> DeploymentRecord | None:
     if not served or served[-1].result != "healthy" or served[-1].action == "undeploy":
         return None
     return served[-1]
+
+
+def _recover_shielded(dep: K8sDeployment, attempt: DeploymentRecord, previous: DeploymentRecord | None, why: str,
+                      say: Say, *, unfinished: str) -> str:
+    """`_recover` with signals held until it is done; a signal that ends it anyway is said with what is left
+    (`unfinished`) before it goes on."""
+    outcome = unfinished
+    try:
+        with signals.deferred():
+            outcome = _recover(dep, attempt, previous, why, say)
+    except Interrupted:
+        say(f"stack '{dep.stack.name}': {why}; {outcome}")
+        raise
+    return outcome
 
 
 def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: DeploymentRecord | None,
