@@ -78,9 +78,17 @@ def read_small_file(path: Path, limit: int) -> bytes:
         raise UnreadableFile(exc.strerror or type(exc).__name__, kind="os") from None
 
 
+def file_kind(mode: int) -> str | None:
+    """What a file of `mode` is when it is not a regular file ("a FIFO", "a character device", ...); None for
+    a regular file. The one table the readers here and the writers of `safefiles` name a file by."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a plain file")
+
+
 def _refuse_irregular(mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+    kind = file_kind(mode)
+    if kind is not None:
         raise UnreadableFile(f"{kind}, not a regular file", kind="folder" if stat.S_ISDIR(mode) else "special")
 
 

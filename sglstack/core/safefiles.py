@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import SglstackError, one_line
+from .inputs import file_kind
 from .signals import deferred
 
 LOCK_NAME = ".lock"
@@ -156,10 +157,6 @@ def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mo
     return path
 
 
-_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"))
-
-
 def _refuse_special(path: Path) -> None:
     """A folder, a FIFO, a socket or a device where a file is to be written is refused: the rename that
     writes a file whole would put a regular file in its place (as root, `--out /dev/null` would end the
@@ -170,7 +167,7 @@ def _refuse_special(path: Path) -> None:
         return  # nothing there yet (or nothing we may look at: the write says why)
     if stat.S_ISDIR(mode):
         raise OutputNotWritable(f"{path}: cannot be written (it is a folder)")
-    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    kind = file_kind(mode) if not stat.S_ISLNK(mode) else None
     if kind:
         raise OutputNotWritable(f"{path}: cannot be written (it is {kind}, not a regular file: not replaced)")
 
@@ -192,7 +189,7 @@ def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> i
         if exc.errno == errno.ENXIO:
             raise _not_a_regular_file(path, "a FIFO") from None
         raise _not_writable(path, exc) from None
-    kind = _file_kind(os.fstat(fd).st_mode)
+    kind = file_kind(os.fstat(fd).st_mode)
     if kind is not None:
         os.close(fd)
         raise _not_a_regular_file(path, kind)
@@ -200,18 +197,10 @@ def open_nofollow(root: Path, path: Path, flags: int, *, mode: int = 0o644) -> i
     return fd
 
 
-def _file_kind(mode: int) -> str | None:
-    """What a file of `mode` is when it is not a regular file (None for a regular file)."""
-    if stat.S_ISREG(mode):
-        return None
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-
-
 def not_a_file(path: Path) -> str | None:
     """What is at `path` when it exists and is not a regular file (through a link within reach), else None."""
     try:
-        return _file_kind(os.stat(path).st_mode)
+        return file_kind(os.stat(path).st_mode)
     except FileNotFoundError:
         return f"a link to {_link_target(path)}, which does not exist" if path.is_symlink() else None
     except OSError as exc:
