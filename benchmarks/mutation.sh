@@ -26,7 +26,7 @@ MODULES=(
   "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/e2e/test_patch_engine.py tests/unit/test_patch_bad_inputs.py tests/unit/test_patch_versions.py tests/unit/test_patch_spec.py tests/unit/test_patch_structure.py"
   "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/unit/test_smoke_gates.py tests/unit/test_smoke_since.py"
   "confighash|sglstack/render/confighash.py|tests/unit/test_confighash.py"
-  "tags|sglstack/publish/tags.py|tests/unit/test_publish_tags.py"
+  "tags|sglstack/publish/tags.py sglstack/config/tagtemplates.py|tests/unit/test_publish_tags.py"
   "matrix|sglstack/config/matrix.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py"
   "conflicts|sglstack/lock/conflicts.py|tests/unit/test_conflicts.py"
   "coverage|sglstack/coverage/rules.py|tests/unit/test_coverage_rules.py"

@@ -12,12 +12,16 @@ import re
 import string
 from dataclasses import dataclass
 
-from ..config.imageref import TAG_RE, parse_repository
+from ..config.imageref import parse_repository
 from ..config.schema import PublishSettings, Stack
+from ..config.tagtemplates import PLACEHOLDERS, render_tag
+from ..config.tagtemplates import TAG_CHARS as _TAG_CHARS
+from ..config.tagtemplates import tag_value as _tag_value
+from ..config.tagtemplates import template_fields as _fields
 from ..core.errors import ConfigError
 
-PLACEHOLDERS = ("sglang", "stack", "date", "confighash8", "confighash12")
-_TAG_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+__all__ = ["PLACEHOLDERS", "ReleaseTags", "release_tags", "render_tag", "tag_values", "validate_template"]
+
 _CONFIG_HASH = re.compile(r"[0-9a-f]{12,}")
 
 
@@ -32,10 +36,6 @@ class ReleaseTags:
     @property
     def release(self) -> tuple[str, ...]:
         return (self.immutable, *self.moving)
-
-
-def _fields(template: str) -> list[str]:
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
 
 
 def validate_template(template: str, *, stack: str | None = None, key: str, require_hash: bool = False) -> None:
@@ -85,22 +85,6 @@ def validate_publish_settings(settings: PublishSettings, *, stack: str | None = 
     templates = [settings.candidate_tag, settings.immutable_tag, *settings.moving_tags]
     if len(set(templates)) != len(templates):
         raise ConfigError("candidate, immutable and moving tag templates must all differ", stack=stack, key="publish")
-
-
-def _tag_value(value: str) -> str:
-    return _TAG_CHARS.sub("-", value)
-
-
-def render_tag(template: str, values: dict[str, str], *, stack: str | None = None, key: str) -> str:
-    tag = template.format(**{k: _tag_value(v) for k, v in values.items()})
-    if not TAG_RE.fullmatch(tag):
-        raise ConfigError(
-            f"tag '{tag}' from template '{template}' is not a valid docker tag "
-            "(at most 128 characters, not starting with '.' or '-')",
-            stack=stack,
-            key=key,
-        )
-    return tag
 
 
 def tag_values(stack: Stack, config_hash: str, date: dt.date) -> dict[str, str]:

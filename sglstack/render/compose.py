@@ -18,8 +18,10 @@ import jinja2
 
 from ..config.names import compose_project
 from ..config.schema import Stack
+from ..config.tagtemplates import RELEASE_INDEPENDENT, render_tag, template_fields
 from ..core import labels as lb
 from ..core.credentials import argv_references
+from ..core.errors import ConfigError
 from ..core.quoting import compose_string
 from ..core.resources import COMPOSE_DIR
 from ..serving import RecordedOptions, ServingError, ServingOverrides, ServingSpec, serving_argv, serving_spec
@@ -108,8 +110,21 @@ def compose_filename(options: ComposeOptions) -> str:
 
 
 def moving_tag_ref(stack: Stack) -> str:
-    """`<publish.repository>:<stack>`: what a file rendered before any deploy serves (deploy pins a digest)."""
-    return f"{stack.publish.repository}:{stack.name}"
+    """What a file rendered before any deploy serves (deploy pins a digest): the stack's own moving tag, as
+    `publish.moving_tags` configures it, so the file names a tag a release really pushes. Of the templates
+    that every release of this SGLang fills in the same way, the one with the fewest fields (the most moving:
+    `{stack}` before `{sglang}-{stack}`), first in the list on a tie."""
+    candidates = [(len(set(template_fields(t))), i, t) for i, t in enumerate(stack.publish.moving_tags)
+                  if set(template_fields(t)) <= RELEASE_INDEPENDENT]
+    if not candidates:
+        raise ConfigError(
+            "publish.moving_tags has no tag that names this stack apart from a release's date or config hash, "
+            "so a compose file has no image to serve: render with --image REF",
+            stack=stack.name, key="publish.moving_tags")
+    _, i, template = min(candidates)
+    values = {"sglang": stack.sglang.label, "stack": stack.name}
+    tag = render_tag(template, values, stack=stack.name, key=f"publish.moving_tags[{i}]")
+    return f"{stack.publish.repository}:{tag}"
 
 
 def _environment() -> jinja2.Environment:

@@ -15,6 +15,7 @@ from deploy_fixtures import make_test_stack
 from sglstack.build.context import write_compose
 from sglstack.config.fields import parse_bind
 from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import ConfigError
 from sglstack.render import compose as cmp
 from sglstack.serving import ServingError
 
@@ -582,3 +583,43 @@ def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: p
     assert [str(exc) for exc in raised] == [
         f"{out / RENDER_MANIFEST}: cannot be written (it is a FIFO, not a regular file: not replaced)"]
     assert (out / RENDER_MANIFEST).is_fifo() and not (out / cmp.COMPOSE_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("moving_tags", "expected_tag"),
+    [
+        (("{sglang}-{stack}", "{stack}"), "tiny"),
+        (("{stack}", "{sglang}-{stack}"), "tiny"),
+        (("latest-{stack}",), "latest-tiny"),
+        (("{sglang}-{stack}",), None),  # filled in from the stack's release below
+        (("{date}-{stack}", "stable-{stack}"), "stable-tiny"),
+    ],
+)
+def test_the_compose_file_serves_a_moving_tag_that_publish_pushes(
+    tmp_path: Path, moving_tags: tuple[str, ...], expected_tag: str | None
+) -> None:
+    """stacks.yaml's `publish.moving_tags` decides the tag, so render never names one no release pushes."""
+    import datetime as dt
+
+    from sglstack.publish.tags import release_tags
+
+    base = make_test_stack(tmp_path)
+    stack = base.model_copy(update={"publish": base.publish.model_copy(update={"moving_tags": moving_tags})})
+    ref = cmp.moving_tag_ref(stack)
+    pushed = release_tags(stack, "ab" * 20, dt.date(2026, 12, 5)).moving
+    repository, _, tag = ref.rpartition(":")
+    assert repository == stack.publish.repository
+    assert tag in pushed
+    if expected_tag is not None:
+        assert tag == expected_tag
+    else:
+        assert tag == f"{stack.sglang.label}-tiny".replace("+", "-")
+
+
+def test_render_refuses_without_image_when_no_moving_tag_names_the_stack(tmp_path: Path) -> None:
+    base = make_test_stack(tmp_path)
+    stack = base.model_copy(update={"publish": base.publish.model_copy(update={"moving_tags": ("{date}-{stack}",)})})
+    with pytest.raises(ConfigError) as info:
+        cmp.moving_tag_ref(stack)
+    assert "key 'publish.moving_tags'" in str(info.value)
+    assert "render with --image REF" in str(info.value)
