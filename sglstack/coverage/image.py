@@ -24,6 +24,7 @@ import docker.errors
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
 from ..adapters.docker import created_container
+from ..config.platforms import PLATFORM_OF_ARCH
 from ..config.schema import Stack
 from ..core.errors import BuildError
 from ..core.safefiles import write_with
@@ -33,7 +34,6 @@ from .rules import LOADER_PATHS, PackageObjects, capabilities_of, device_code_wh
 
 # A folder is copied whole when the files in it that are not wanted add up to at most this much.
 WASTE_LIMIT_BYTES = 64 << 20
-PLATFORM_OF_ARCH = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
 
 
 class KernelCoverageMissing(BuildError):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..config.platforms import MACHINE
 from ..config.schema import Stack
 
 Cell = Literal["native", "ptx", "missing"]
@@ -348,7 +349,6 @@ def extensions(package: PackageObjects, caps: Sequence[Capability]) -> list[Exte
 # flashinfer-python ships CUDA sources only (FlashInfer JIT-compiles them at run time, with the image's nvcc);
 # its compiled kernels come in flashinfer-cubin and, from FlashInfer's own index, flashinfer-jit-cache.
 FLASHINFER_DEVICE_CODE = ("flashinfer-cubin", "flashinfer-jit-cache")
-MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # what `uname -m` says: sgl-kernel URLs' {arch}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump
 from ..adapters.wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
 from ..config.matrix import Stack
+from ..config.platforms import MACHINE
 from .devicecode import inspect_wheel
 from .report import CoverageReport, PackageStatus, build_report
 from .rules import (
@@ -40,7 +41,7 @@ def pip_platform_tags(platform: str, base_image: str, glibc: str | None = None) 
     pip 23's --platform takes exact tags only, so every manylinux tag the image's glibc accepts is listed.
     The stack's declared `glibc` wins over what the base image's name suggests.
     """
-    machine = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[platform]
+    machine = MACHINE[platform]
     newest = ubuntu_glibc_minor(base_image) or DEFAULT_GLIBC_MINOR
     if glibc:
         newest = int(glibc.split(".")[1])

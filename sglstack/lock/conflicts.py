@@ -17,14 +17,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..adapters.wheels import fetch_wheel, wheel_metadata
+from ..config.platforms import MACHINE
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
 from .file import Lock, lock_path, missing_message, stale_message
 from .flow import LockError, resolve_for_base
 from .trust import StaleLock, lock_differences, lock_for_build
-
-_MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def target_environment(python: str, platform: str) -> dict[str, str]:
     # The image's CPython is not this one: every version key is the stack's (`python_full_version` at .0:
     # a stack names its Python as X.Y); only the kernel keys (platform_release, _version) stay the host's.
     env.update(python_version=python, python_full_version=f"{python}.0", implementation_version=f"{python}.0",
-               sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=_MACHINE[platform],
+               sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=MACHINE[platform],
                implementation_name="cpython", platform_python_implementation="CPython", extra="")
     return env
 

@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 
 from ..adapters.docker import docker_client, image_exists, read_image_files
 from ..adapters.git import GitSource, GitSourceError
+from ..config.platforms import MACHINE
 from ..config.schema import Stack
 from ..core.errors import DockerUnavailable, SglstackError
 
@@ -26,7 +27,6 @@ from ..core.errors import DockerUnavailable, SglstackError
 MANYLINUX = "2_28"
 
 
-_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 
 
 SGLANG_REQUIREMENTS = "sglang-requirements"
@@ -113,7 +113,7 @@ def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tup
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
         if pin.url:
-            url = pin.url.replace("{arch}", _ARCH[platform])
+            url = pin.url.replace("{arch}", MACHINE[platform])
             layers.append(PlannedLayer(pin.package, (f"{pin.package} @ {url}",), no_deps=True))
         else:
             layers.append(PlannedLayer(pin.package, (f"{pin.package}=={pin.version}",), pin.index_url, True))
@@ -141,7 +141,7 @@ def root_names(stack: Stack) -> frozenset[str]:
 def python_platform(platform: str, glibc: str | None = None) -> str:
     """uv's target for `platform` on a base image with `glibc` ("2.36"; None: the 2.28 baseline)."""
     tag = glibc.replace(".", "_") if glibc else MANYLINUX
-    return f"{_ARCH[platform]}-manylinux_{tag}"
+    return f"{MACHINE[platform]}-manylinux_{tag}"
 
 
 # Where glibc lives in the base images stacks use (Debian/Ubuntu multiarch, then RHEL-likes' lib64).

@@ -485,3 +485,24 @@ def test_stacks_whose_names_meet_in_some_system_are_each_named_with_the_first_th
         ("cpu_test", "cpu-test", "Kubernetes LeaderWorkerSet name", "sglstack-cpu-test"),
     ]
     assert names.collisions(["a", "b"]) == []
+
+
+# ---- platforms: one map from a platform to its machine name ----------------------------------------
+
+
+def test_the_platform_to_machine_map_has_one_home(repo_root: Path) -> None:
+    """`linux/arm64` -> `aarch64` was written in five modules; a platform added to one would be missed by four."""
+    import typing
+
+    from sglstack.config.platforms import MACHINE, PLATFORM_OF_ARCH, PLATFORMS
+    from sglstack.config.schema import Stack
+
+    mapping = re.compile(r"""["']linux/(amd64|arm64)["']\s*:\s*["'](x86_64|aarch64)["']"""
+                         r"""|["'](amd64|arm64)["']\s*:\s*["']linux/""")
+    homes = sorted(
+        str(path.relative_to(repo_root)) for path in (repo_root / "sglstack").rglob("*.py")
+        if "inimage" not in path.parts and mapping.search(path.read_text())
+    )
+    assert homes == ["sglstack/config/platforms.py"], homes
+    declared = typing.get_args(typing.get_args(Stack.model_fields["platforms"].annotation)[0])
+    assert set(declared) == set(PLATFORMS) == set(PLATFORM_OF_ARCH.values()) == set(MACHINE)

@@ -1,0 +1,10 @@
+"""The platforms a stack builds for, and what each is called elsewhere: one home for the map that the locker,
+coverage and the resolver each need, so adding a platform (or fixing a name) is one edit, not five."""
+
+from __future__ import annotations
+
+# `uname -m` on the platform: Python's platform_machine marker, manylinux tags, sgl-kernel URLs' {arch}.
+MACHINE: dict[str, str] = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+# Docker's image `Architecture` field -> the platform.
+PLATFORM_OF_ARCH: dict[str, str] = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
+PLATFORMS: tuple[str, ...] = tuple(MACHINE)
