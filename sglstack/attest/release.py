@@ -20,6 +20,7 @@ from ..config.imageref import Repository, parse_image_reference
 from ..core import labels as lb
 from ..core.errors import ConfigError, RegistryError
 from ..core.inputs import loads, read_bytes
+from ..core.records import parse_utc
 from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError, NotVerified
 from .image import image_inventory
@@ -59,7 +60,7 @@ def sbom_bytes(record_path: Path, record: dict[str, Any], *, docker_host: str | 
     if path.is_file() and sbom.get("sha256") and compute_digest(path.read_bytes()) == f"sha256:{sbom['sha256']}":
         return path.read_bytes()
     inventory = image_inventory(docker_client(docker_host), record["image_id"])
-    created = dt.datetime.fromisoformat(str(record.get("built_at") or "1970-01-01T00:00:00Z").replace("Z", "+00:00"))
+    created = parse_utc(record.get("built_at")) or dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return sbom_document(inventory, image_name=str(record.get("tag") or record["stack"]), image_id=record["image_id"],
                          created=created)
 

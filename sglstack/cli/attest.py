@@ -22,7 +22,7 @@ from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
-from ..core.records import utc_now, write_output
+from ..core.records import parse_utc, utc_now, write_output
 from ..core.safefiles import OutputNotWritable
 from ..lock.outputs import input_path_problem
 from ..registry.client import RegistryClient
@@ -187,7 +187,5 @@ def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
 
 def _created(value: Any) -> dt.datetime:
     """The engine's `Created` (RFC 3339 with nanoseconds) to the second, UTC."""
-    try:
-        return dt.datetime.strptime(str(value)[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return utc_now()
+    created = parse_utc(value)
+    return created.replace(microsecond=0) if created is not None else utc_now()

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import sys
 import types
 import typing
@@ -142,6 +143,25 @@ def utc_now() -> dt.datetime:
 def utc_timestamp(when: dt.datetime | None = None) -> str:
     """`2026-12-02T18:48:09Z`: the one timestamp format of every record."""
     return (when or utc_now()).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_FRACTION_PAST_MICROSECONDS = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_utc(text: object) -> dt.datetime | None:
+    """An RFC 3339 / ISO 8601 time as the engine, a registry or a record writes it (`Z`, an offset, or none:
+    UTC; nanoseconds cut to microseconds), in UTC; None for anything else. The one parser, so a time one
+    task reads another reads the same."""
+    if not isinstance(text, str):
+        return None
+    trimmed = _FRACTION_PAST_MICROSECONDS.sub(r"\1", text.strip())
+    if trimmed[-1:] in ("Z", "z"):
+        trimmed = trimmed[:-1] + "+00:00"
+    try:
+        when = dt.datetime.fromisoformat(trimmed)
+    except ValueError:
+        return None
+    return when.astimezone(dt.UTC) if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def utc_today() -> dt.date:

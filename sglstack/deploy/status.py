@@ -7,7 +7,6 @@ other lines and the engine know, and the task exits 1 (it ran, and found a probl
 from __future__ import annotations
 
 import datetime as dt
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from rich.table import Table
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
 from ..core.console import plain
-from ..core.records import BadLine, utc_now
+from ..core.records import BadLine, parse_utc, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
 from .health import COMPOSE_PROJECT_LABEL
@@ -148,13 +147,10 @@ def _recorded_rows(build_root: Path, stack: str | None, seen: set[tuple[str, str
 def _uptime(started_at: str | None, now: dt.datetime) -> str:
     if not started_at:
         return "-"
-    # Docker writes nanoseconds; Python parses at most microseconds.
-    trimmed = re.sub(r"(\.\d{6})\d*", r"\1", started_at).replace("Z", "+00:00")
-    try:
-        seconds = int((now - dt.datetime.fromisoformat(trimmed)).total_seconds())
-    except ValueError:
+    started = parse_utc(started_at)
+    if started is None:
         return "-"
-    return format_duration(max(seconds, 0))
+    return format_duration(max(int((now - started).total_seconds()), 0))
 
 
 def format_duration(seconds: int) -> str:

@@ -10,7 +10,7 @@ from ..attest.store import remove_attestations
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.options import BadOption
-from ..core.records import utc_now
+from ..core.records import parse_utc, utc_now
 from ..registry.client import RegistryClient
 from .promotion import target_repository
 from .tags import candidate_tag_pattern
@@ -18,14 +18,7 @@ from .tags import candidate_tag_pattern
 
 def _created(config: dict, fallback: dt.datetime) -> dt.datetime:
     """The image's `created` time (UTC); `fallback` (treated as new) when it has none that parses."""
-    created = config.get("created")
-    if not isinstance(created, str):
-        return fallback
-    try:
-        born = dt.datetime.fromisoformat(created.replace("Z", "+00:00")[:32])
-    except ValueError:
-        return fallback
-    return born if born.tzinfo is not None else born.replace(tzinfo=dt.UTC)
+    return parse_utc(config.get("created")) or fallback
 
 
 def cleanup_candidates(

@@ -13,6 +13,8 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.records import parse_utc
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -30,11 +32,7 @@ def _tps(run: Mapping[str, Any] | None) -> float | None:
 
 
 def _when(text: Any) -> dt.datetime | None:
-    try:
-        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    return parse_utc(text)
 
 
 def smoke_chart(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> bytes:
