@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from ..adapters.cuobjdump import CuobjdumpError
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.errors import ConfigError, SglstackError
 from ..core.records import write_output
 from ..core.safefiles import OutputNotWritable, probe_folder
@@ -48,12 +47,10 @@ _STYLE = {NATIVE: "green", "ptx": "yellow", MISSING: "bold red"}
 
 
 def render_report(report: CoverageReport, console: Console) -> None:
-    table = Table(title=f"kernel coverage: stack {report.stack} ({plain(report.platform)}), "
-                        f"require {plain(report.require)}")
-    table.add_column("package")
-    table.add_column("extension", overflow="fold")
+    table = report_table(("package", "extension"), title=f"kernel coverage: stack {report.stack} "
+                         f"({plain(report.platform)}), require {plain(report.require)}")
     for cap in report.capabilities:
-        table.add_column(cap, justify="center")
+        table.add_column(cap, justify="center", overflow="fold")
     waived = {(name, cap) for name, cap, _, _ in report.waived}
     for row in report.rows:
         cells = []

@@ -37,9 +37,8 @@ class PreflightOptions(TaskOptions):
 def preflight(o: PreflightOptions) -> int:
     """Check a GPU node before the expensive run: driver, GPUs, topology, copy and NCCL bandwidth, limits."""
     # at call time: rich and the matrix are slow to import
-    from rich.console import Console
-
     from ..config.matrix import load_matrix
+    from ..core.console import console as make_console
     from ..core.errors import ConfigError
     from ..core.records import require_writable, write_output
     from ..lock.outputs import input_path_problem
@@ -47,7 +46,7 @@ def preflight(o: PreflightOptions) -> int:
     from ..preflight.gate import parse_sizes, run_preflight
     from ..preflight.report import render_report
 
-    console = Console()
+    console = make_console()
     stack = load_matrix(o.stacks_file).get(o.stack)
     if o.json:
         problem = input_path_problem(o.json, o.stacks_file, "`invoke preflight`", option="--json")

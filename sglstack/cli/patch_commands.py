@@ -14,7 +14,7 @@ from rich.table import Table
 from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.errors import PatchCommandError, PatchInputError, shown
 from ..core.versions import version_problem
 from ..inimage import patchkit
@@ -28,9 +28,8 @@ def list_command(
     """Print every patch, its version range, its target and the stacks that use it."""
     matrix = load_matrix(stacks_file, patches_dir=patches_dir)
     specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
-    table = Table(title=f"patches ({patches_dir.name}/)")
-    for col in ("patch", "applies to", "fixed in", "target", "methods", "stacks"):
-        table.add_column(col)
+    table = report_table(("patch", "applies to", "fixed in", "target", "methods", "stacks"),
+                         title=f"patches ({patches_dir.name}/)")
     for spec in specs:
         users = [name for name, stack in matrix.stacks.items() if spec.id in stack.patches]
         table.add_row(
@@ -154,9 +153,7 @@ def _tree(root: str | Path) -> Path:
 
 
 def _rows_table(title: str, rows: list[CheckRow]) -> Table:
-    table = Table(title=title)
-    for col in ("patch", "sglang", "target", "result", "detail"):
-        table.add_column(col)
+    table = report_table(("patch", "sglang", "target", "result", "detail"), title=title)
     for r in rows:
         style = "green" if r.ok and r.outcome == "applied" else "yellow" if r.ok else "red"
         table.add_row(plain(r.patch), plain(r.sglang), f"{plain(r.file)}\n{plain(r.class_name)}",
@@ -165,9 +162,7 @@ def _rows_table(title: str, rows: list[CheckRow]) -> Table:
 
 
 def _print_results(out, title: str, results: list[patchkit.PatchResult]) -> None:
-    table = Table(title=title)
-    for col in ("patch", "target", "status", "sha256 after"):
-        table.add_column(col)
+    table = report_table(("patch", "target", "status", "sha256 after"), title=title)
     for r in results:
         table.add_row(plain(r.id), f"{plain(r.file)}\n{plain(r.class_name)}", plain(OUTCOMES.get(r.status, r.status)),
                       plain(r.sha256_after[:16]))

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich.table import Table
-
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
 from ..lock.file import Lock
 from ..lock.flow import resolve_for_base
@@ -21,10 +19,8 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    resolver: Callable[..., Lock] = resolve_for_base) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
-    table = Table(title=f"stacks in {plain(matrix.file)}")
-    for col in ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang",
-                "patches", "overrides"):
-        table.add_column(col)
+    table = report_table(("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang",
+                          "patches", "overrides"), title=f"stacks in {plain(matrix.file)}")
     for s in matrix.stacks.values():
         cells = (s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
                  f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
-from ..core.console import plain
+from ..core.console import console, plain, report_table
 from ..core.records import BadLine, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
@@ -173,10 +169,8 @@ def _short(digest: str) -> str:
 
 
 def print_status(rows: list[StackStatus]) -> None:
-    table = Table(title="sglstack deployments")
-    columns = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    table = report_table(("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model",
+                          "EAGLE-3", "node"), title="sglstack deployments")
     for r in rows:
         cells = (
             r.stack,
@@ -193,6 +187,5 @@ def print_status(rows: list[StackStatus]) -> None:
         table.add_row(*map(plain, cells))  # records, the engine and the server say these
     if not rows:
         table.caption = "nothing deployed"
-    # Piped (CI logs), rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200, emoji=False).print(table)
+    console().print(table)
 

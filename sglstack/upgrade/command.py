@@ -27,7 +27,6 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.version import Version
-from rich.markdown import Markdown
 
 from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
@@ -36,6 +35,7 @@ from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
+from ..core.console import markdown as render_markdown
 from ..core.console import plain
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.records import build_root, require_writable, write_output
@@ -411,7 +411,7 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
-    console.print(Markdown(markdown))
+    console.print(render_markdown(markdown))
     written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"
                if inputs.write and writable else "")
     console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "

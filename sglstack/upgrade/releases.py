@@ -15,14 +15,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from rich.table import Table
 
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import releases_between
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.errors import ConfigError
 from ..core.records import require_writable, write_output
 from ..lock.conflicts import applicable_requirements
@@ -136,9 +135,8 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
         if result.pinned is None:
             console.print(f"{result.stack}: SGLang from git: no release to compare with")
             continue
-        table = Table(title=f"{result.stack}: releases newer than sglang {result.pinned}")
-        for col in ("sglang", "torch", "kernel package", "flashinfer-python", "python"):
-            table.add_column(col)
+        table = report_table(("sglang", "torch", "kernel package", "flashinfer-python", "python"),
+                             title=f"{result.stack}: releases newer than sglang {result.pinned}")
         for r in result.releases:
             table.add_row(r.sglang, r.torch or "-", f"{r.kernel_package}=={r.kernel}" if r.kernel else "-",
                           r.flashinfer or "-", r.requires_python or "-")
