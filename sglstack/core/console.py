@@ -18,6 +18,7 @@ import functools
 import os
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.constrain import Constrain
 from rich.markdown import Markdown, TableElement
 from rich.markup import escape
 from rich.table import Table
@@ -73,6 +74,14 @@ class _Markdown(Markdown):
     elements = {**Markdown.elements, "table_open": _FoldedTable}
 
 
-def markdown(text: str) -> Markdown:
-    """A Markdown report as rich prints it, with tables that keep every cell's whole text."""
-    return _Markdown(text)
+# A Markdown report is read as a page: rich pads its list items and rules to the full width, which piped
+# would be a megabyte of spaces; its paragraphs wrap and its cells fold, so a narrower page loses nothing.
+MARKDOWN_WIDTH = 120
+
+
+def print_markdown(out: Console, text: str) -> None:
+    """Print a Markdown report at most `MARKDOWN_WIDTH` wide, its tables keeping every cell's whole text.
+
+    Wrapped, never soft-wrapped: rich crops a soft-wrapped renderable at the console's width, which ended a
+    piped `upgrade` note mid-sentence."""
+    out.print(Constrain(_Markdown(text), width=MARKDOWN_WIDTH), soft_wrap=False)

@@ -34,8 +34,7 @@ from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
-from ..core.console import markdown as render_markdown
-from ..core.console import plain
+from ..core.console import plain, print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.records import build_root, require_writable, write_output
@@ -403,7 +402,7 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
-    console.print(render_markdown(markdown))
+    print_markdown(console, markdown)
     written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"
                if inputs.write and writable else "")
     console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "

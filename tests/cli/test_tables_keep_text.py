@@ -109,3 +109,23 @@ def test_every_table_and_console_comes_from_core_console(path):
         if _name(call) == "add_column":
             overflow = {k.arg: getattr(k.value, "value", None) for k in call.keywords}.get("overflow")
             assert overflow == "fold", f"{path.name}:{call.lineno}: a column that is not folded"
+
+
+def test_a_piped_markdown_report_keeps_every_note_and_cell_whole(capsys):
+    """`upgrade` prints its Markdown report: piped, a note was cropped at 200 columns and a long cell ended
+    in `…`."""
+    from sglstack.core.console import MARKDOWN_WIDTH, console, print_markdown
+
+    note = "the new entry would not pass the matrix check " + "because of a long reason " * 12 + "end."
+    cell = "package-" + "x" * 300
+    text = f"# Upgrade\n\n| package | before |\n| --- | --- |\n| {cell} | 1.0 |\n\n## Notes\n\n- {note}\n\n---\n"
+    console.cache_clear()
+    try:
+        print_markdown(console(), text)
+    finally:
+        console.cache_clear()
+    out = capsys.readouterr().out
+    assert "…" not in out and "\x1b" not in out
+    assert f"• {note}" in " ".join(line.strip() for line in out.splitlines())  # wrapped, whole
+    assert cell in "".join(line.split()[0] for line in out.splitlines() if line.strip().startswith(("package-", "x")))
+    assert max(len(line) for line in out.splitlines()) == MARKDOWN_WIDTH  # a page: no line padded to no end
