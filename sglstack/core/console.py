@@ -19,7 +19,7 @@ import os
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.constrain import Constrain
-from rich.markdown import Markdown, TableElement
+from rich.markdown import Heading, Markdown, TableElement
 from rich.markup import escape
 from rich.table import Table
 
@@ -70,8 +70,14 @@ class _FoldedTable(TableElement):
             yield table
 
 
+class _LeftHeading(Heading):
+    """Every heading at the left: rich centres the first, across the page's width."""
+
+    LEVEL_ALIGN = dict.fromkeys(Heading.LEVEL_ALIGN, "left")
+
+
 class _Markdown(Markdown):
-    elements = {**Markdown.elements, "table_open": _FoldedTable}
+    elements = {**Markdown.elements, "table_open": _FoldedTable, "heading_open": _LeftHeading}
 
 
 # A Markdown report is read as a page: rich pads its list items and rules to the full width, which piped
