@@ -31,7 +31,7 @@ Opts = TypeVar("Opts", bound=TaskOptions)
 HELP_FLAGS = ("--help", "-h")
 # The only short flags, each with one meaning in every task that has the option (README, "Tasks");
 # `-h` is invoke's own short for --help. Test: tests/cli/test_tasks_help.py.
-SHORT_FLAGS = {"stack": "s"}
+SHORT_FLAGS = {"stack": "s", "output": "o"}
 
 
 class _Positional(Argument):

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain, report_table
+from ..core.console import fitted_table, plain
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
 from ..lock.file import Lock
@@ -17,27 +17,29 @@ from ..lock.flow import resolve_for_base
 
 COLUMNS = ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang", "patches",
            "overrides")
+NARROW = ("stack", "base image", "CUDA", "torch", "sglang", "patches")  # at a narrow terminal, without -o wide
 
 
 def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                    requires_dist: Callable[[str], list[str]] = sglang_requires_dist,
-                   resolver: Callable[..., Lock] = resolve_for_base, as_json: JsonReport = NO_JSON) -> int:
+                   resolver: Callable[..., Lock] = resolve_for_base, as_json: JsonReport = NO_JSON,
+                   wide: bool = False) -> int:
     matrix = load_matrix(stacks_file)
     console = make_console()
-    table = report_table(COLUMNS, title=f"stacks in {plain(matrix.file)}")
-    rows = []
+    cells_of, rows = [], []
     for s in matrix.stacks.values():
         cells = (s.name, s.base_image, s.cuda or "-", s.python, s.torch.version if s.torch else "-",
                  f"{s.sgl_kernel.package} {s.sgl_kernel.version}" if s.sgl_kernel else "-",
                  s.flashinfer.version if s.flashinfer else "-", s.sglang.label,
                  ", ".join(s.patches) or "-", str(len(s.overrides)))
-        table.add_row(*map(plain, cells))
+        cells_of.append(tuple(map(plain, cells)))
         rows.append({"stack": s.name, "base_image": s.base_image, "cuda": s.cuda, "python": s.python,
                      "torch": s.torch.version if s.torch else None,
                      "kernel_package": {"name": s.sgl_kernel.package, "version": s.sgl_kernel.version}
                      if s.sgl_kernel else None, "flashinfer": s.flashinfer.version if s.flashinfer else None,
                      "sglang": s.sglang.label, "patches": list(s.patches), "overrides": len(s.overrides)})
-    console.print(table)
+    console.print(fitted_table(console, COLUMNS, cells_of, narrow=NARROW, wide=wide,
+                               title=f"stacks in {plain(matrix.file)}"))
     document: dict[str, Any] = {"file": str(matrix.file), "stacks": rows}
     if not check:
         as_json.emit(document)

@@ -39,6 +39,29 @@ def console(stderr: bool = False) -> Console:
                    emoji=False, **plain_text)  # type: ignore[arg-type]
 
 
+WIDE = "wide"
+
+
+def fitted_table(out: Console, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, narrow: tuple[str, ...],
+                 wide: bool, title: str | None = None) -> Table:
+    """A table of every column, or, at a terminal too narrow for it, of the `narrow` ones (a caption says
+    `-o wide` shows the rest, wrapped): a cell folded into a column a few letters wide reads as nothing.
+    Piped, every column: there is no width to fit."""
+    full = report_table(columns, title=title)
+    for row in rows:
+        full.add_row(*row)
+    # the table's natural width: measured against the console's own width, rich would answer at most that
+    if wide or not out.is_terminal or out.measure(full, options=out.options.update_width(PIPED_WIDTH)).maximum \
+            <= out.width:
+        return full
+    keep = [columns.index(name) for name in narrow]
+    fitted = report_table(narrow, title=title, caption=f"{len(columns) - len(narrow)} more columns "
+                          f"({', '.join(c for c in columns if c not in narrow)}): -o wide")
+    for row in rows:
+        fitted.add_row(*(row[i] for i in keep))
+    return fitted
+
+
 def report_table(columns: tuple[str, ...] | list[str], *, title: str | None = None, **table: object) -> Table:
     """A table whose every cell keeps its whole text: wrapped to the terminal's width, never cut with `…`.
     Every table sglstack prints is made here (tests/unit/test_tables.py)."""

@@ -30,9 +30,10 @@ RAW = object
 LIST = list
 
 
-def option(help: str, default: Any = None, *, kind: type = str) -> Any:
-    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW)."""
-    return field(default=default, metadata={"help": help, "kind": kind})
+def option(help: str, default: Any = None, *, kind: type = str, choices: tuple[str, ...] = ()) -> Any:
+    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW), and the only
+    values it takes, if only some."""
+    return field(default=default, metadata={"help": help, "kind": kind, "choices": choices})
 
 
 def repeatable(help: str) -> Any:
@@ -56,6 +57,12 @@ DOCKER_HOST_HELP = "Docker engine URL (default: DOCKER_HOST / local socket)"
 
 def docker_host_option(help: str = DOCKER_HOST_HELP) -> Any:
     return option(help)
+
+
+def output_option() -> Any:
+    """-o/--output wide: every column of a table, wrapped, where a narrow terminal would show the few that fit."""
+    return option("wide: every column, each cell wrapped (default at a narrow terminal: the columns that fit)",
+                  choices=("wide",))
 
 
 def flag_of(name: str) -> str:
@@ -109,6 +116,9 @@ class TaskOptions:
             if raw is None:
                 continue
             out[f.name] = _parse(raw, f.metadata["kind"], f.name, cls.bad_value)
+            if (choices := f.metadata.get("choices")) and out[f.name] not in choices:
+                raise cls.bad_value(f"{flag_of(f.name)} '{one_line(shown(str(raw)))}': not one of "
+                                    f"{', '.join(choices)}")
         return cls(**out)
 
     # Options that exclude each other, checked before the task starts (bad input, exit 2):

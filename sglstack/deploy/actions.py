@@ -191,7 +191,7 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
     rows = deployment_status(
         build_root=root, docker_host=options.docker_host, stack=options.stack, bad_lines=bad,
     )
-    print_status(rows)
+    print_status(rows, wide=options.wide)
     as_json.emit({"deployments": [asdict(row) for row in rows], "unreadable_record_lines": len(bad)})
     for line in bad:
         say(f"error: {bad_record_line(line)}: skipped, the rows above are what the other lines and the engine show")

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
-from ..core.console import console, plain, report_table
+from ..core.console import console, fitted_table, plain
 from ..core.records import BadLine, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
@@ -168,9 +168,12 @@ def _short(digest: str) -> str:
     return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else (digest or "-")
 
 
-def print_status(rows: list[StackStatus]) -> None:
-    table = report_table(("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model",
-                          "EAGLE-3", "node"), title="sglstack deployments")
+COLUMNS = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
+NARROW = ("stack", "state", "health", "uptime", "digest", "model")  # at a narrow terminal, without -o wide
+
+
+def print_status(rows: list[StackStatus], *, wide: bool = False) -> None:
+    cells_of = []
     for r in rows:
         cells = (
             r.stack,
@@ -184,7 +187,8 @@ def print_status(rows: list[StackStatus]) -> None:
             r.speculative or "-",
             r.node or "-",
         )
-        table.add_row(*map(plain, cells))  # records, the engine and the server say these
+        cells_of.append(tuple(map(plain, cells)))  # records, the engine and the server say these
+    table = fitted_table(console(), COLUMNS, cells_of, narrow=NARROW, wide=wide, title="sglstack deployments")
     if not rows:
         table.caption = "nothing deployed"
     console().print(table)

@@ -56,18 +56,40 @@ def _columns(table: str) -> dict[str, str]:
 
     heads = [cells(line, "┃") for line in table.splitlines() if line.startswith("┃")]
     body = [cells(line, "│") for line in table.splitlines() if line.startswith("│")]
-    return {"".join(h[i] for h in heads): "".join(row[i] for row in body).replace(" ", "")
+    return {"".join(h[i] for h in heads).replace(" ", ""): "".join(row[i] for row in body).replace(" ", "")
             for i in range(len(heads[0]))}
 
 
-def test_stacks_wraps_at_80_columns_and_loses_nothing():
-    out = _in_a_terminal("stacks", env={"COLUMNS": "80", "LINES": "50", "NO_COLOR": "1"})
+def test_stacks_wide_wraps_at_80_columns_and_loses_nothing():
+    out = _in_a_terminal("stacks", "-o", "wide", env={"COLUMNS": "80", "LINES": "50", "NO_COLOR": "1"})
     assert "…" not in out
     assert "\x1b" not in out  # NO_COLOR: not even bold
     assert max(len(line) for line in out.splitlines()) <= 80
     columns = _columns(out)
+    assert len(columns) == 10
     for head, cells in _long_cells().items():
         assert columns[head.replace(" ", "")] == "".join(cells).replace(" ", ""), head
+
+
+def test_a_narrow_terminal_gets_the_columns_that_fit_and_says_how_to_see_the_rest():
+    out = _in_a_terminal("stacks", env={"COLUMNS": "80", "LINES": "50", "NO_COLOR": "1"})
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    columns = _columns(out)
+    assert list(columns) == ["stack", "baseimage", "CUDA", "torch", "sglang", "patches"]
+    for head in ("stack", "base image", "sglang"):
+        assert columns[head.replace(" ", "")] == "".join(_long_cells()[head]).replace(" ", ""), head
+    assert out.splitlines()[-1].strip() == "4 more columns (python, kernel package, flashinfer, overrides): -o wide"
+
+
+def test_a_wide_terminal_gets_every_column():
+    assert len(_columns(_in_a_terminal("stacks", env={"COLUMNS": "250", "NO_COLOR": "1"}))) == 10
+
+
+@pytest.mark.parametrize("task", ["stacks", "status"])
+def test_output_takes_wide_only(task):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), task, "-o", "tall"], cwd=REPO,
+                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: --output 'tall': not one of wide\n")
 
 
 def test_a_terminal_without_no_color_gets_colour():
