@@ -117,3 +117,20 @@ def test_smoke_json_and_bisect_exit_exclude_each_other(tmp_path):
     proc = run_invoke("smoke", "--image", "x:y", "--bisect-exit", "1", "--json", cwd=tmp_path, timeout=120)
     assert proc.stderr.splitlines() == ["error: smoke: give --json or --bisect-exit, not both"] \
         or proc.stderr.splitlines() == ["error: smoke: give --bisect-exit or --json, not both"]
+
+
+def test_smoke_json_is_the_report_alone_on_stdout(tmp_path, repo_root):
+    """The smoke prints its progress and verdict: under --json they go to stderr, the report to stdout."""
+    from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env  # a venv: only this test needs it
+
+    env_dir = make_double_env(tmp_path / "venv", repo_root)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in FAST.items()]
+    envs = [x for k, v in DOUBLE_ENV.items() for x in ("--env", f"{k}={v}")]
+    out = tmp_path / "copy.json"
+    proc = run_invoke("smoke", "--runner", "process", "--python-env", str(env_dir), *flags, *envs, "--no-history",
+                      "--skip-preflight", "--report", str(tmp_path / "report.json"), "--json", "--json-out", str(out),
+                      cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document == json.loads(out.read_text()) == json.loads((tmp_path / "report.json").read_text())
+    assert "smoke PASS" in proc.stderr
