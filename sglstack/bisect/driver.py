@@ -38,6 +38,7 @@ from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matri
 from ..config.schema import Stack
 from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SglstackError, SmokeError, shown
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import build_root, stack_lock
 from ..core.versions import version_problem
 from ..inimage import patchkit
@@ -452,12 +453,15 @@ def run_bisect(request: BisectRequest, *, log: Log | None = None) -> BisectResul
 def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, metric: str = "baseline",
                    repeats: int = 5, threshold: float = 5.0, max_batches: int = 4, ca_bundle: str | None = None,
                    docker_cli: str | None = None, docker_host: str | None = None,
-                   smoke: Mapping[str, Any] | None = None) -> int:
-    """`invoke bisect`: 0 when a first bad change is named, 1 when the range can't be decided, 2 bad input."""
+                   smoke: Mapping[str, Any] | None = None, as_json: JsonReport = NO_JSON) -> int:
+    """`invoke bisect`: 0 when a first bad change is named, 1 when the range can't be decided, 2 bad input;
+    the JSON report is the one written beside the bisect log."""
     request = BisectRequest(stack=stack, good=good, bad=bad, stacks_file=stacks_file, metric=metric,
                             repeats=repeats, threshold_pct=threshold, max_batches=max_batches, ca_bundle=ca_bundle,
                             docker_cli=docker_cli, docker_host=docker_host, smoke=dict(smoke or {}))
-    return run_bisect(request).exit_code
+    result = run_bisect(request)
+    as_json.emit(dict(result.data))
+    return result.exit_code
 
 
 def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:

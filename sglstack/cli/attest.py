@@ -4,9 +4,7 @@ The check itself (and the one `deploy --verify-key` and `render --verify-key` ru
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -22,27 +20,9 @@ from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
-from ..core.records import parse_utc, utc_now, write_output
-from ..core.safefiles import OutputNotWritable
-from ..lock.outputs import input_path_problem
+from ..core.jsonreport import NO_JSON, JsonReport, dumps
+from ..core.records import parse_utc, utc_now
 from ..registry.client import RegistryClient
-
-
-def _refuse_input_json(json_path: str | None, stacks_file: str | None, task: str) -> None:
-    """`--json PATH` is never the matrix, a lock or a patch: refused before the registry is asked."""
-    from ..config.defaults import DEFAULT_STACKS_FILE  # at call time: as `expected_identity` below
-
-    problem = input_path_problem(json_path, stacks_file or DEFAULT_STACKS_FILE, task, option="--json") \
-        if json_path else None
-    if problem:
-        raise BadInput(problem)
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    try:
-        write_output(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
-    except OutputNotWritable as exc:
-        raise BadInput(f"--json {path}: cannot write ({exc.reason or exc})") from None
 
 
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
@@ -58,23 +38,20 @@ def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity
     return BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(path, stack)))
 
 
-def verify_image_command(ref: str, *, key: str | None, json_path: str | None = None, stack: str | None = None,
+def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_JSON, stack: str | None = None,
                          stacks_file: str | None = None) -> int:
-    """Exit 0 when verified; NotVerified (exit 1) or BadInput (exit 2) otherwise; `--json` either way.
+    """Exit 0 when verified; NotVerified (exit 1) or BadInput (exit 2) otherwise; the JSON report either way.
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
     expect = expected_identity(stacks_file, stack) if stack else None  # the matrix's one line first
-    _refuse_input_json(json_path, stacks_file, "`invoke verify-image`")
     if not key:
         raise BadInput("verify-image: --key PUB (the signer's ed25519 public key, PEM) is required")
     try:
         _, result = verified_reference(ref, key, what="--key", expect=expect)
     except NotVerified as exc:
-        if json_path:
-            _write_json(json_path, {"image": ref, "verified": False, "reason": str(exc),
-                                    "bound_to": expect.as_dict() if expect else None})
+        as_json.emit({"image": ref, "verified": False, "reason": str(exc),
+                      "bound_to": expect.as_dict() if expect else None})
         raise NotVerified(f"{ref}: NOT verified: {exc}") from None
-    if json_path:
-        _write_json(json_path, result.as_dict())
+    as_json.emit(result.as_dict())
     out = console()
     for line in result.checked:
         out.print(f"  ok: {one_line(line)}", markup=False, highlight=False)
@@ -126,14 +103,13 @@ UNSIGNED_ATTACHED = ("unsigned: not checked against any signature (anyone who ca
 UNSIGNED_LISTED = "unsigned: listed here, covered by no signature"
 
 
-def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | None = None,
+def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None,
                  generate: bool = False, key: str | None = None) -> int:
     """The SBOM of REF. With `--key`: only the one a signature by that key covers (exit 1 when none does).
     Without: the one attached to its digest in the registry, else (or with `--generate`) one listed from
     the image itself; either way marked (a `sglstack:signature` property) and said on stderr as unsigned."""
     if key and generate:
         raise BadInput("sbom: give --key (the signed SBOM) or --generate (listed from the image), not both")
-    _refuse_input_json(json_path, None, "`invoke sbom`")
     parsed = parse_ref(ref) if names_its_registry(ref) else None
     if key and parsed is None:
         raise BadInput(f"sbom: --key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")
@@ -156,17 +132,16 @@ def sbom_command(ref: str, *, json_path: str | None = None, docker_host: str | N
         body, image_id = _listed_sbom(ref, docker_host)
         source = f"listed from image {image_id[:19]}"
     summary = read_sbom(body)
-    text = json.dumps(_marked(body, signature), indent=2, sort_keys=True) + "\n"
-    if json_path:
-        try:
-            write_output(Path(json_path), text)
-        except OutputNotWritable as exc:
-            raise BadInput(f"--json {json_path}: cannot write ({exc.reason or exc})") from None
+    # The SBOM is the report: printed unless it goes only to --json-out's file.
+    document = _marked(body, signature)
+    if as_json:
+        as_json.emit(document)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(dumps(document))
     console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} Python, "
                                f"{summary.debian} Debian), {source}; {signature}"
-                               + (f"; written to {json_path}" if json_path else ""), markup=False, highlight=False)
+                               + (f"; written to {as_json.path}" if as_json.path else ""),
+                               markup=False, highlight=False)
     return 0
 
 

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..core.options import TaskOptions, docker_host_option, option, repeatable, required, stacks_file_option
+from ..core.options import (
+    ReportOptions,
+    TaskOptions,
+    docker_host_option,
+    option,
+    repeatable,
+    required,
+    stacks_file_option,
+)
 from .options import command
+
+if TYPE_CHECKING:
+    from ..core.jsonreport import JsonReport
 
 CA_BUNDLE = "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDLE)"
 
 
 @dataclass(frozen=True)
-class BuildOptions(TaskOptions):
+class BuildOptions(ReportOptions):
     stack: str = required("stack name from the matrix")
     stacks_file: str = stacks_file_option()
     target: str | None = option("build one stage only (e.g. sglang-src)")
@@ -34,14 +46,16 @@ class BuildOptions(TaskOptions):
 
 
 @command(BuildOptions)
-def build(o: BuildOptions) -> int:
-    """Render and build a stack with BuildKit, verify the image, record it; --push releases it."""
+def build(o: BuildOptions, as_json: JsonReport) -> int:
+    """Render and build a stack with BuildKit, verify the image, record it; --push releases it (--json,
+    --json-out: the plan of --dry-run)."""
     from .pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
 
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
-                         builder_name=o.builder, key=o.key, unsigned=o.unsigned)
+                         builder_name=o.builder, key=o.key, unsigned=o.unsigned,
+                         as_json=as_json)
 
 
 @dataclass(frozen=True)

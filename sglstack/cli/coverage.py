@@ -8,26 +8,20 @@ missing (the line names the extension and the capability); 2 bad input (stacks f
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from rich.console import Console
-from rich.table import Table
 
 from ..adapters.cuobjdump import CuobjdumpError
 from ..config.matrix import load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.errors import ConfigError, SglstackError
-from ..core.records import write_output
-from ..core.safefiles import OutputNotWritable, probe_folder
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..coverage.report import CoverageReport
 from ..coverage.rules import (
     MISSING,
     NATIVE,
 )
 from ..coverage.wheels import check_wheels
-from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 
 EXIT_OK, EXIT_MISSING, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -48,12 +42,10 @@ _STYLE = {NATIVE: "green", "ptx": "yellow", MISSING: "bold red"}
 
 
 def render_report(report: CoverageReport, console: Console) -> None:
-    table = Table(title=f"kernel coverage: stack {report.stack} ({plain(report.platform)}), "
-                        f"require {plain(report.require)}")
-    table.add_column("package")
-    table.add_column("extension", overflow="fold")
+    table = report_table(("package", "extension"), title=f"kernel coverage: stack {report.stack} "
+                         f"({plain(report.platform)}), require {plain(report.require)}")
     for cap in report.capabilities:
-        table.add_column(cap, justify="center")
+        table.add_column(cap, justify="center", overflow="fold")
     waived = {(name, cap) for name, cap, _, _ in report.waived}
     for row in report.rows:
         cells = []
@@ -102,9 +94,10 @@ def overall_exit(reports: list[CoverageReport]) -> int:
     return EXIT_MISSING if EXIT_MISSING in codes else EXIT_INCOMPLETE if EXIT_INCOMPLETE in codes else EXIT_OK
 
 
-def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None = None,
+def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport = NO_JSON,
                      console: Console | None = None) -> int:
-    """The task: every input checked first, then fetch, list, print, --json; returns the exit code."""
+    """The task: every input checked first (`--json-out` by the face), then fetch, list, print, the JSON
+    report; returns the exit code."""
     console = console or make_console()
     try:
         stack = load_matrix(stacks_file).get(stack_name)
@@ -113,11 +106,6 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
     if not stack.cuda_arch_list:
         raise CoverageInputError("cuda_arch_list is empty: there is no capability to check", stack=stack.name,
                                  key="cuda_arch_list")
-    if json_path:
-        problem = input_path_problem(json_path, stacks_file, "`invoke coverage`", option="--json")
-        if problem:
-            raise CoverageInputError(problem)
-        writable_json_path(json_path)  # before any wheel is fetched: the report must have somewhere to go
     reports = []
     # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).
     lock = lock_for_build(stacks_file, stack)
@@ -130,29 +118,5 @@ def coverage_command(stacks_file: str, stack_name: str, *, json_path: str | None
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None
     for report in reports:
         render_report(report, console)
-    if json_path:
-        data = reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]}
-        try:  # whole or not at all: a full disk leaves the earlier report, never half of this one
-            write_output(Path(json_path).expanduser(), json.dumps(data, indent=1) + "\n")
-        except OutputNotWritable as exc:
-            raise CoverageInputError(f"cannot write '{json_path}': {exc.reason or exc}", key="--json") from None
+    as_json.emit(reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]})
     return overall_exit(reports)
-
-
-def writable_json_path(json_path: str) -> Path:
-    """`--json PATH` checked by writing: a folder, a missing folder, a read-only one or file is one line.
-
-    A probe file is created and removed in the folder (permission bits alone say nothing for root, and
-    nothing of a read-only mount); an existing report is then replaced by rename, whatever its own mode.
-    """
-    path = Path(json_path).expanduser()
-    folder = path.resolve().parent
-    if path.is_dir():
-        raise CoverageInputError(f"'{json_path}' is a folder, not a file to write the report to", key="--json")
-    if not folder.is_dir():
-        raise CoverageInputError(f"the folder of '{json_path}' does not exist", key="--json")
-    try:
-        probe_folder(folder, folder)
-    except OutputNotWritable as exc:
-        raise CoverageInputError(f"cannot write '{json_path}': {exc.reason or exc}", key="--json") from None
-    return path

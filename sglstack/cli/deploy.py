@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..deploy.options import DeployOptions, LogsOptions, RollbackOptions, StatusOptions, UndeployOptions
 from .options import command
+
+if TYPE_CHECKING:
+    from ..core.jsonreport import JsonReport
 
 # The entry points are imported when a task runs: they load the Docker SDK, which would slow down every
 # `invoke` call (even `invoke --list`).
@@ -19,12 +24,12 @@ def deploy(o: DeployOptions) -> None:
 
 
 @command(StatusOptions)
-def status(o: StatusOptions) -> int:
+def status(o: StatusOptions, as_json: JsonReport) -> int:
     """Show each deployed stack: digest, smoke report, health, uptime, model and EAGLE-3 settings (exit 1
     when a records line does not read: it is named, and the rest is shown)."""
     from ..deploy.actions import status_command  # at call time: see above
 
-    return status_command(o)
+    return status_command(o, as_json=as_json)
 
 
 @command(LogsOptions)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.options import (
     RAW,
-    TaskOptions,
+    ReportOptions,
     docker_host_option,
-    json_path_option,
     option,
     repeatable,
     required,
@@ -19,14 +17,16 @@ from ..core.options import (
 )
 from .options import command
 
+if TYPE_CHECKING:
+    from ..core.jsonreport import JsonReport
+
 SKIP_PREFLIGHT = "do not run `invoke preflight` on the GPU node first"
 
 
 @dataclass(frozen=True)
-class PreflightOptions(TaskOptions):
+class PreflightOptions(ReportOptions):
     stack: str = required("stack name from the matrix")
     stacks_file: str = stacks_file_option()
-    json: str | None = json_path_option("also write the report as JSON to this path")
     docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
                                                  "tcp://, unix://)")
     image: str | None = option("the stack image to run the checks in (with every GPU requested)")
@@ -34,30 +34,20 @@ class PreflightOptions(TaskOptions):
 
 
 @command(PreflightOptions)
-def preflight(o: PreflightOptions) -> int:
+def preflight(o: PreflightOptions, as_json: JsonReport) -> int:
     """Check a GPU node before the expensive run: driver, GPUs, topology, copy and NCCL bandwidth, limits."""
     # at call time: rich and the matrix are slow to import
-    from rich.console import Console
-
     from ..config.matrix import load_matrix
-    from ..core.errors import ConfigError
-    from ..core.records import require_writable, write_output
-    from ..lock.outputs import input_path_problem
+    from ..core.console import console as make_console
     from ..preflight.errors import PreflightUnavailable
     from ..preflight.gate import parse_sizes, run_preflight
     from ..preflight.report import render_report
 
-    console = Console()
+    console = make_console()
     stack = load_matrix(o.stacks_file).get(o.stack)
-    if o.json:
-        problem = input_path_problem(o.json, o.stacks_file, "`invoke preflight`", option="--json")
-        if problem:
-            raise ConfigError(problem)
-        require_writable(Path(o.json), what="preflight report (--json)")
     report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
                            sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
-    if o.json:
-        write_output(Path(o.json), json.dumps(report.to_dict(), indent=1) + "\n")
+    as_json.emit(report.to_dict())
     if report.fatal:
         where = f" in {o.image}" if o.image else ""
         raise PreflightUnavailable(f"preflight for stack '{o.stack}'{where}: {report.fatal}")
@@ -67,7 +57,9 @@ def preflight(o: PreflightOptions) -> int:
 
 
 @dataclass(frozen=True)
-class SmokeOptions(TaskOptions):
+class SmokeOptions(ReportOptions):
+    at_most_one = (("bisect_exit", "json"), ("bisect_exit", "json_out"))  # `git bisect run` reads the exit code
+
     image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)")
     stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
@@ -118,7 +110,7 @@ def _refuse_input_report(report: str, stacks_file: str) -> None:
 
 
 @command(SmokeOptions)
-def smoke(o: SmokeOptions) -> int:
+def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     serving: dict[str, Any] = dict(
         model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,
@@ -139,11 +131,11 @@ def smoke(o: SmokeOptions) -> int:
     return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,
                          min_accept_length=o.min_accept_length, min_agreement=o.min_agreement,
                          max_regression=o.max_regression, no_history=o.no_history or None, runner=o.runner,
-                         python_env=o.python_env, **serving)
+                         python_env=o.python_env, as_json=as_json, **serving)
 
 
 @dataclass(frozen=True)
-class BisectOptions(TaskOptions):
+class BisectOptions(ReportOptions):
     stack: str = required("stack name from the matrix")
     good: str = required("the last known good SGLang ref: a release (PyPI stacks) or a commit, tag, branch "
                          "(git stacks)")
@@ -173,7 +165,7 @@ class BisectOptions(TaskOptions):
 
 
 @command(BisectOptions)
-def bisect(o: BisectOptions) -> int:
+def bisect(o: BisectOptions, as_json: JsonReport) -> int:
     """Find the SGLang commit or release that changed a serving metric: build, smoke, decide; resumable.
 
     Exit 0 when a first bad change is named, 1 when the range can't be decided, 2 for bad input."""
@@ -186,4 +178,4 @@ def bisect(o: BisectOptions) -> int:
     return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.repeats,
                           threshold=o.threshold,  # type: ignore[arg-type]  # the text, parsed by the request
                           max_batches=o.max_batches, ca_bundle=o.ca_bundle,
-                          docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke)
+                          docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke, as_json=as_json)

@@ -24,14 +24,14 @@ from invoke import task as invoke_task
 
 from ..config.defaults import DEFAULT_STACKS_FILE
 from ..core.errors import SglstackError, one_line, shown
-from ..core.options import TaskOptions
+from ..core.options import ReportOptions, TaskOptions
 from ..core.signals import exit_code_of, signals_raise
 
 Opts = TypeVar("Opts", bound=TaskOptions)
 HELP_FLAGS = ("--help", "-h")
 # The only short flags, each with one meaning in every task that has the option (README, "Tasks");
 # `-h` is invoke's own short for --help. Test: tests/cli/test_tasks_help.py.
-SHORT_FLAGS = {"stack": "s"}
+SHORT_FLAGS = {"stack": "s", "output": "o"}
 
 
 class _Positional(Argument):
@@ -107,16 +107,28 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
         raise Exit(code=code)
 
 
-def command(options: type[Opts], *, name: str | None = None,
-            positional: Sequence[str] = ()) -> Callable[[Callable[[Opts], int | None]], Task]:
-    """The invoke task of `fn(options) -> exit code`: every flag from `options`, none positional but
-    `positional` (a required option left positional would swallow `invoke TASK --help` as its value)."""
+def _reporting(fn: Callable[..., int | None], o: ReportOptions, what: str) -> int | None:
+    """A reporting task: `--json` / `--json-out` checked before any work, then `fn(o, report)` with its
+    stdout kept for the JSON alone under `--json`."""
+    from .reporting import json_report  # at call time: the checks read the matrix's folder layout
 
-    def decorate(fn: Callable[[Opts], int | None]) -> Task:
-        what = fn.__name__.replace("_", ".")  # patches_apply: the task patches.apply
+    report = json_report(o, what)
+    with report.only_json_on_stdout():
+        return fn(o, report)
+
+
+def command(options: type[Opts], *, name: str | None = None,
+            positional: Sequence[str] = ()) -> Callable[[Callable[..., int | None]], Task]:
+    """The invoke task of `fn(options) -> exit code` (`fn(options, report)` for `ReportOptions`): every flag
+    from `options`, none positional but `positional` (a required option left positional would swallow
+    `invoke TASK --help` as its value)."""
+
+    def decorate(fn: Callable[..., int | None]) -> Task:
+        # patches_apply: the task patches.apply; verify_image: verify-image
+        what = name if name == fn.__name__.replace("_", "-") else fn.__name__.replace("_", ".")
 
         def body(c, *args, **values):
-            values.update(zip([f.name for f in dataclasses.fields(options)], args, strict=False))  # type: ignore[arg-type]
+            values.update(zip(list(options.task_signature().parameters)[1:], args, strict=False))
             missing = _missing(options, values)
             if missing:
                 flags = ", ".join("--" + name.replace("_", "-") for name in missing)
@@ -125,7 +137,10 @@ def command(options: type[Opts], *, name: str | None = None,
             if problem := options.combination_problem(values):
                 print(f"error: {what}: {problem}", file=sys.stderr)
                 raise Exit(code=2)
-            _run(what, lambda: fn(_typed(options, values)))
+            if issubclass(options, ReportOptions):
+                _run(what, lambda: _reporting(fn, _typed(options, values), what))
+            else:
+                _run(what, lambda: fn(_typed(options, values)))
 
         body.__name__, body.__doc__ = fn.__name__, fn.__doc__
         body.__signature__ = options.task_signature()  # type: ignore[attr-defined]

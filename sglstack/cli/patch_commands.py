@@ -7,6 +7,7 @@ the version from the matrix, print tables and turn engine failures into the one-
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.table import Table
@@ -14,8 +15,9 @@ from rich.table import Table
 from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.errors import PatchCommandError, PatchInputError, shown
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.versions import version_problem
 from ..inimage import patchkit
 
@@ -23,16 +25,20 @@ from ..inimage import patchkit
 
 
 def list_command(
-    stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR, console=None
+    stacks_file: str | Path = DEFAULT_STACKS_FILE, patches_dir: Path = DEFAULT_PATCHES_DIR, console=None,
+    as_json: JsonReport = NO_JSON,
 ) -> int:
     """Print every patch, its version range, its target and the stacks that use it."""
     matrix = load_matrix(stacks_file, patches_dir=patches_dir)
     specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
-    table = Table(title=f"patches ({patches_dir.name}/)")
-    for col in ("patch", "applies to", "fixed in", "target", "methods", "stacks"):
-        table.add_column(col)
+    table = report_table(("patch", "applies to", "fixed in", "target", "methods", "stacks"),
+                         title=f"patches ({patches_dir.name}/)")
+    listed = []
     for spec in specs:
         users = [name for name, stack in matrix.stacks.items() if spec.id in stack.patches]
+        listed.append({"patch": spec.id, "applies_to": str(spec.applies_to),
+                       "fixed_in": str(spec.fixed_in) if spec.fixed_in else None, "file": spec.file,
+                       "class": spec.class_name, "methods": list(spec.method_names), "stacks": users})
         table.add_row(
             plain(spec.id),
             plain(spec.applies_to),
@@ -42,6 +48,7 @@ def list_command(
             ", ".join(users) or "-",
         )
     _console(console).print(table)
+    as_json.emit({"patches": listed})
     return 0
 
 
@@ -51,6 +58,7 @@ def check_command(
     stacks_file: str | Path = DEFAULT_STACKS_FILE,
     patches_dir: Path = DEFAULT_PATCHES_DIR,
     console=None,
+    as_json: JsonReport = NO_JSON,
 ) -> int:
     """`--sglang V`: every patch against that release; `--stack NAME`: the stack's patches and policy."""
     if stack is not None and sglang is None:
@@ -66,11 +74,12 @@ def check_command(
     else:
         raise PatchCommandError("patches.check: give exactly one of --sglang VERSION or --stack NAME")
     out = _console(console)
+    failed = [r for r in rows if not r.ok]
+    as_json.emit({"sglang": sglang, "stack": stack, "patches": [asdict(r) for r in rows], "failed": len(failed)})
     if not rows:
         out.print(f"{title}: no patches to check")
         return 0
     out.print(_rows_table(title, rows))
-    failed = [r for r in rows if not r.ok]
     if failed:
         out.print(f"[red]{len(failed)} of {len(rows)} patch(es) would fail[/red]")
     return 1 if failed else 0
@@ -114,6 +123,7 @@ def verify_command(
     patches_dir: Path = DEFAULT_PATCHES_DIR,
     manifest: str | Path | None = None,
     console=None,
+    as_json: JsonReport = NO_JSON,
 ) -> int:
     """Verify that a stack's patches, or one patch, are in place under ROOT; change nothing."""
     root = _tree(root)
@@ -123,7 +133,9 @@ def verify_command(
         results = patchkit.verify_patches(root, patches_dir, ids, recorded)
     except patchkit.PatchError as exc:
         raise PatchCommandError(str(exc)) from None
-    _print_results(_console(console), f"verified under {plain(root)}", results)
+    as_json.emit({"root": str(root), "patches": [asdict(r) for r in results]})
+    if not as_json.stdout:
+        _print_results(_console(console), f"verified under {plain(root)}", results)
     return 0
 
 
@@ -154,9 +166,7 @@ def _tree(root: str | Path) -> Path:
 
 
 def _rows_table(title: str, rows: list[CheckRow]) -> Table:
-    table = Table(title=title)
-    for col in ("patch", "sglang", "target", "result", "detail"):
-        table.add_column(col)
+    table = report_table(("patch", "sglang", "target", "result", "detail"), title=title)
     for r in rows:
         style = "green" if r.ok and r.outcome == "applied" else "yellow" if r.ok else "red"
         table.add_row(plain(r.patch), plain(r.sglang), f"{plain(r.file)}\n{plain(r.class_name)}",
@@ -165,9 +175,7 @@ def _rows_table(title: str, rows: list[CheckRow]) -> Table:
 
 
 def _print_results(out, title: str, results: list[patchkit.PatchResult]) -> None:
-    table = Table(title=title)
-    for col in ("patch", "target", "status", "sha256 after"):
-        table.add_column(col)
+    table = report_table(("patch", "target", "status", "sha256 after"), title=title)
     for r in results:
         table.add_row(plain(r.id), f"{plain(r.file)}\n{plain(r.class_name)}", plain(OUTCOMES.get(r.status, r.status)),
                       plain(r.sha256_after[:16]))

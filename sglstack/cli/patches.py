@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..core.options import TaskOptions, option, required, stacks_file_option
+from ..core.options import ReportOptions, TaskOptions, option, required, stacks_file_option
 from .options import command
+
+if TYPE_CHECKING:
+    from ..core.jsonreport import JsonReport
 
 
 @dataclass(frozen=True)
-class ListOptions(TaskOptions):
+class ListOptions(ReportOptions):
     stacks_file: str = stacks_file_option("the matrix file (to show which stacks use each patch)")
 
 
 @command(ListOptions, name="list")
-def patches_list(o: ListOptions) -> int:
+def patches_list(o: ListOptions, as_json: JsonReport) -> int:
     """List the patches, their SGLang version ranges, targets, and the stacks that use them."""
     from .patch_commands import list_command  # at call time: the matrix is slow to import
 
-    return list_command(o.stacks_file)
+    return list_command(o.stacks_file, as_json=as_json)
 
 
 @dataclass(frozen=True)
-class CheckOptions(TaskOptions):
+class CheckOptions(ReportOptions):
     exactly_one = (("sglang", "stack"),)
     sglang: str | None = option("an SGLang release: check every patch against its wheel")
     stack: str | None = option("check this stack's patches against its SGLang, with its policy")
@@ -30,11 +34,11 @@ class CheckOptions(TaskOptions):
 
 
 @command(CheckOptions, name="check")
-def patches_check(o: CheckOptions) -> int:
+def patches_check(o: CheckOptions, as_json: JsonReport) -> int:
     """Apply patches to a temporary copy of an SGLang wheel (pip download, cached); no Docker needed."""
     from .patch_commands import check_command  # at call time: the matrix is slow to import
 
-    return check_command(sglang=o.sglang, stack=o.stack, stacks_file=o.stacks_file)
+    return check_command(sglang=o.sglang, stack=o.stack, stacks_file=o.stacks_file, as_json=as_json)
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def patches_apply(o: ApplyOptions) -> int:
 
 
 @dataclass(frozen=True)
-class VerifyOptions(TaskOptions):
+class VerifyOptions(ReportOptions):
     exactly_one = (("stack", "patch"),)
     root: str = required("folder holding the sglang/ package")
     stack: str | None = option("this stack's patches")
@@ -68,8 +72,9 @@ class VerifyOptions(TaskOptions):
 
 
 @command(VerifyOptions, name="verify")
-def patches_verify(o: VerifyOptions) -> int:
+def patches_verify(o: VerifyOptions, as_json: JsonReport) -> int:
     """Verify that patches are in place under ROOT (class members, compiles, EntryClass); change nothing."""
     from .patch_commands import verify_command  # at call time: the matrix is slow to import
 
-    return verify_command(o.root, stack=o.stack, patch=o.patch, stacks_file=o.stacks_file, manifest=o.manifest)
+    return verify_command(o.root, stack=o.stack, patch=o.patch, stacks_file=o.stacks_file, manifest=o.manifest,
+                          as_json=as_json)

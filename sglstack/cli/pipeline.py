@@ -21,6 +21,7 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import BuildError, RegistryError, one_line
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..lock.file import lock_path, missing_message
@@ -75,7 +76,9 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None, builder_name: str | None = None,
-                  key: str | None = None, unsigned: bool = False) -> int:
+                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
+    if as_json and not dry_run:
+        raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
     stack = load_matrix(stacks_file).get(stack_name)
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
@@ -93,8 +96,14 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                            docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                            remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     if dry_run:
-        for line in describe_plan(stack, options, push=push, registry=registry):
-            make_console().print(one_line(line), highlight=False, markup=False)
+        plan = describe_plan(stack, options, push=push, registry=registry)
+        # each line is `step: what`, the step padded for the eye
+        steps = [line.partition(":") for line in plan]
+        as_json.emit({"stack": stack.name, "push": push,
+                      "plan": [{"step": step.strip(), "detail": detail.strip()} for step, _, detail in steps]})
+        if not as_json.stdout:
+            for line in plan:
+                make_console().print(one_line(line), highlight=False, markup=False)
         return 0
     check_build_folder(stack, options)
     with stack_lock(stack.name, "build"):  # the release too: its smoke and records belong to this build

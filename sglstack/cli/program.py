@@ -90,6 +90,8 @@ class SglstackProgram(Program):
             if token.startswith("-"):
                 options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
                 return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
+            if task and (why := _old_json_form(self.core.unparsed or [], token, context)):
+                return f"{task}: {why}"
             if task and (why := _after_a_flag(self.core.unparsed or [], token, context)):
                 return f"{task}: {why}"
             if task:
@@ -129,6 +131,17 @@ def _bare_repeatable(argv: list[str], contexts) -> tuple[str, str] | None:
             value_next = True
         elif token in contexts:
             current = contexts[token]
+    return None
+
+
+def _old_json_form(argv: list[str], token: str, context) -> str | None:
+    """`--json PATH`, the old form of `--json-out PATH`: `--json` takes no value now (README, "Tasks")."""
+    if "--json-out" not in context.flags:
+        return None
+    for i, word in enumerate(argv):
+        if (word == "--json" and i + 1 < len(argv) and argv[i + 1] == token) or word == f"--json={token}":
+            return (f"option --json takes no value: it prints the JSON report on stdout; to write it to a file "
+                    f"use --json-out {token}")
     return None
 
 

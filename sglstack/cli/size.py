@@ -7,7 +7,6 @@ The image is the one the stack's last build recorded (`build/NAME/record.json`),
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..core.console import console as make_console
 from ..core.console import printable_lines
 from ..core.errors import ConfigError, one_line
 from ..core.inputs import loads, read_bytes
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import build_root
 from ..size.measure import measure
 from ..size.report import (
@@ -45,7 +45,7 @@ def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
     return path, record if isinstance(record, dict) else None
 
 
-def size_command(stacks_file: str, stack_name: str, *, image: str | None = None, as_json: bool = False,
+def size_command(stacks_file: str, stack_name: str, *, image: str | None = None, as_json: JsonReport = NO_JSON,
                  docker_host: str | None = None) -> int:
     stack = load_matrix(stacks_file).get(stack_name)
     path, record = recorded_build(stack.name)
@@ -64,14 +64,13 @@ def size_command(stacks_file: str, stack_name: str, *, image: str | None = None,
     verdict = over_budget(stack.name, summary, max_gb, previous) if max_gb else None
     copies = undeclared_copies(report.same_name, [c.file for c in stack.size.library_copies]) if stack.size else []
     problems = [*([verdict.headline] if verdict else []), *([copies_message(stack.name, copies)] if copies else [])]
-    if as_json:
-        data = report_to_json(report)
-        data["stack"] = stack.name
-        data["max_gb"] = max_gb
-        data["over_budget"] = verdict.headline if verdict else None
-        data["undeclared_library_copies"] = [c.name for c in copies]
-        sys.stdout.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    else:
+    data = report_to_json(report)
+    data["stack"] = stack.name
+    data["max_gb"] = max_gb
+    data["over_budget"] = verdict.headline if verdict else None
+    data["undeclared_library_copies"] = [c.name for c in copies]
+    as_json.emit(data)
+    if not as_json.stdout:
         console = make_console()
         console.print(printable_lines(report_text(report)), markup=False, highlight=False, soft_wrap=True)
         if max_gb and verdict is None:

@@ -30,9 +30,10 @@ RAW = object
 LIST = list
 
 
-def option(help: str, default: Any = None, *, kind: type = str) -> Any:
-    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW)."""
-    return field(default=default, metadata={"help": help, "kind": kind})
+def option(help: str, default: Any = None, *, kind: type = str, choices: tuple[str, ...] = ()) -> Any:
+    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW), and the only
+    values it takes, if only some."""
+    return field(default=default, metadata={"help": help, "kind": kind, "choices": choices})
 
 
 def repeatable(help: str) -> Any:
@@ -58,14 +59,10 @@ def docker_host_option(help: str = DOCKER_HOST_HELP) -> Any:
     return option(help)
 
 
-def json_path_option(help: str) -> Any:
-    """--json PATH: also write the result as JSON there."""
-    return option(help)
-
-
-def json_flag_option(help: str) -> Any:
-    """--json: print the result as JSON instead of a table."""
-    return option(help, False, kind=bool)
+def output_option() -> Any:
+    """-o/--output wide: every column of a table, wrapped, where a narrow terminal would show the few that fit."""
+    return option("wide: every column, each cell wrapped (default at a narrow terminal: the columns that fit)",
+                  choices=("wide",))
 
 
 def flag_of(name: str) -> str:
@@ -98,13 +95,16 @@ class TaskOptions:
     def task_signature(cls) -> inspect.Signature:
         """`(c, <one parameter per option>)`: flags keep their defaults, numbers arrive as text."""
         params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        # keyword-only parameters go last in a signature
+        for f in sorted(dataclasses.fields(cls), key=lambda f: bool(f.kw_only)):  # type: ignore[arg-type]
             kind = f.metadata["kind"]
             if f.default is dataclasses.MISSING:
                 default: Any = inspect.Parameter.empty
             else:
                 default = f.default if kind in (bool, str, RAW) else None
-            params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+            # a kw_only field (those every reporting task shares, `ReportOptions`) comes first but has a default
+            where = inspect.Parameter.KEYWORD_ONLY if f.kw_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            params.append(inspect.Parameter(f.name, where, default=default))
         return inspect.Signature(params)
 
     @classmethod
@@ -116,6 +116,9 @@ class TaskOptions:
             if raw is None:
                 continue
             out[f.name] = _parse(raw, f.metadata["kind"], f.name, cls.bad_value)
+            if (choices := f.metadata.get("choices")) and out[f.name] not in choices:
+                raise cls.bad_value(f"{flag_of(f.name)} '{one_line(shown(str(raw)))}': not one of "
+                                    f"{', '.join(choices)}")
         return cls(**out)
 
     # Options that exclude each other, checked before the task starts (bad input, exit 2):
@@ -135,6 +138,19 @@ class TaskOptions:
             if len(both) > 1:
                 return f"give {' or '.join(map(flag_of, both))}, not both"
         return None
+
+
+JSON_HELP = "print the report as JSON on stdout, and nothing else there (tables and notes go to stderr)"
+JSON_OUT_HELP = "also write the report as JSON to PATH ('-': stdout, as --json)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions(TaskOptions):
+    """The options of a task that reports: `--json` and `--json-out PATH`, one convention for all
+    (`sglstack.core.jsonreport`). The task is then called with the checked `JsonReport` too."""
+
+    json: bool = field(default=False, kw_only=True, metadata={"help": JSON_HELP, "kind": bool})
+    json_out: str | None = field(default=None, kw_only=True, metadata={"help": JSON_OUT_HELP, "kind": str})
 
 
 def _parse(raw: Any, kind: type, name: str, bad_value: type[SglstackError]) -> Any:

@@ -6,6 +6,7 @@ Each takes its options dataclass (`options.py`, the one definition of every flag
 from __future__ import annotations
 
 import contextlib
+from dataclasses import asdict
 from pathlib import Path
 
 from ..attest.provenance import BuildIdentity
@@ -14,6 +15,7 @@ from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
 from ..core.errors import DeployError
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
@@ -177,8 +179,9 @@ def deploy_command(
         raise
 
 
-def status_command(options: StatusOptions, *, build_root: Path | None = None, say: Say = say_stderr) -> int:
-    """Print the table; 1 when a records line did not read (each named on stderr), else 0."""
+def status_command(options: StatusOptions, *, build_root: Path | None = None, say: Say = say_stderr,
+                   as_json: JsonReport = NO_JSON) -> int:
+    """Print the table (and the JSON report); 1 when a records line did not read (each named on stderr), else 0."""
     root = build_root or default_build_root()
     if options.stack and not records_path(root, options.stack).parent.is_dir():
         # No records of it: a stack of stacks.yaml not deployed yet ("nothing deployed"), or a typo, which
@@ -188,7 +191,8 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
     rows = deployment_status(
         build_root=root, docker_host=options.docker_host, stack=options.stack, bad_lines=bad,
     )
-    print_status(rows)
+    print_status(rows, wide=options.wide)
+    as_json.emit({"deployments": [asdict(row) for row in rows], "unreadable_record_lines": len(bad)})
     for line in bad:
         say(f"error: {bad_record_line(line)}: skipped, the rows above are what the other lines and the engine show")
     return 1 if bad else 0

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..core.errors import DeployError, SglstackError
-from ..core.options import TaskOptions, docker_host_option, option, required, stacks_file_option
+from ..core.options import (
+    ReportOptions,
+    TaskOptions,
+    docker_host_option,
+    option,
+    output_option,
+    required,
+    stacks_file_option,
+)
 
 
 class DeployOptionError(DeployError):
@@ -93,6 +101,11 @@ class UndeployOptions(DeployTaskOptions):
 
 
 @dataclass(frozen=True)
-class StatusOptions(DeployTaskOptions):
+class StatusOptions(DeployTaskOptions, ReportOptions):
     stack: str | None = option("only this stack (default: all)")
     docker_host: str | None = docker_host_option("Docker engine URL")
+    output: str | None = output_option()
+
+    @property
+    def wide(self) -> bool:
+        return self.output == "wide"

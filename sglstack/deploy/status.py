@@ -7,17 +7,13 @@ other lines and the engine know, and the task exits 1 (it ran, and found a probl
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from ..adapters.docker import docker_client
 from ..config.imageref import pinned_digest
-from ..core.console import plain
+from ..core.console import console, fitted_table, plain
 from ..core.records import BadLine, parse_utc, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
@@ -168,11 +164,12 @@ def _short(digest: str) -> str:
     return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else (digest or "-")
 
 
-def print_status(rows: list[StackStatus]) -> None:
-    table = Table(title="sglstack deployments")
-    columns = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+COLUMNS = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
+NARROW = ("stack", "state", "health", "uptime", "digest", "model")  # at a narrow terminal, without -o wide
+
+
+def print_status(rows: list[StackStatus], *, wide: bool = False) -> None:
+    cells_of = []
     for r in rows:
         cells = (
             r.stack,
@@ -186,9 +183,9 @@ def print_status(rows: list[StackStatus]) -> None:
             r.speculative or "-",
             r.node or "-",
         )
-        table.add_row(*map(plain, cells))  # records, the engine and the server say these
+        cells_of.append(tuple(map(plain, cells)))  # records, the engine and the server say these
+    table = fitted_table(console(), COLUMNS, cells_of, narrow=NARROW, wide=wide, title="sglstack deployments")
     if not rows:
         table.caption = "nothing deployed"
-    # Piped (CI logs), rich would squeeze the table into 80 columns.
-    Console(width=None if sys.stdout.isatty() else 200, emoji=False).print(table)
+    console().print(table)
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core import labels as lb
-from ..core.console import plain
+from ..core.console import plain, report_table
 from ..core.inputs import loads
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
 from ..lock.file import Lock
@@ -293,9 +293,8 @@ def diff_to_json(diff: StackDiff) -> dict[str, Any]:
 
 
 def diff_table(diff: StackDiff) -> Table:
-    table = Table(title=f"A = {plain(diff.a)}\nB = {plain(diff.b)}", title_justify="left")
-    for col in ("section", "name", "change", "A", "B"):
-        table.add_column(col, overflow="fold")
+    table = report_table(("section", "name", "change", "A", "B"), title=f"A = {plain(diff.a)}\nB = {plain(diff.b)}",
+                         title_justify="left")
 
     def rows(section: str, changes: tuple[Change, ...]) -> None:
         for c in changes:

@@ -20,6 +20,7 @@ from ..config.imageref import DOCKER_HUB, parse_image_reference
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
 from ..core.inputs import loads
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import build_root
 from ..registry.client import RegistryClient
 from .compare import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
@@ -159,11 +160,11 @@ def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
     return _registry_snapshot(spec)
 
 
-def diff_command(a: str, b: str, *, as_json: bool = False, docker_host: str | None = None) -> int:
-    """Print what changed from A to B (a table, or JSON); exit 0 either way: a difference is an answer."""
+def diff_command(a: str, b: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None) -> int:
+    """Print what changed from A to B (a table, and/or the JSON report); exit 0 either way: a difference is
+    an answer."""
     diff = snapshot_diff(load_snapshot(a, docker_host=docker_host), load_snapshot(b, docker_host=docker_host))
-    if as_json:
-        print(json.dumps(diff_to_json(diff), indent=2, sort_keys=True))
-        return 0
-    print_diff(diff, make_console())
+    as_json.emit(diff_to_json(diff))
+    if not as_json.stdout:
+        print_diff(diff, make_console())
     return 0

@@ -50,9 +50,10 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
-from ..diff.compare import lock_snapshot, print_diff, snapshot_diff
+from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
 from .file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, with_edges, write_lock
 from .plan import (
     SGLANG,
@@ -411,19 +412,27 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
 
 
-def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = ()) -> int:
+def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = (),
+                 as_json: JsonReport = NO_JSON) -> int:
     console = make_console()
     result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
     lock = result.lock
+    changes = None if result.previous is None else replace(snapshot_diff(
+        lock_snapshot(result.previous, f"{result.path} (before)"), lock_snapshot(lock, f"{result.path} (now)")),
+        unknown=())  # two locks know only packages: the sections no lock holds are not news
+    as_json.emit({"stack": stack_name, "lock": str(result.path), "python": lock.python,
+                  "platforms": list(lock.platforms), "seconds": result.seconds,
+                  "packages": [{"name": p.name, "version": p.version, "layer": p.layer, "hashed": p.hashed}
+                               for p in lock.packages],
+                  "unresolved": [{"layer": u.layer, "with_dependencies": u.with_dependencies, "reason": u.reason}
+                                 for u in lock.unresolved],
+                  "notes": list(lock.notes), "changes": diff_to_json(changes) if changes else None})
     console.print(f"[green]{stack_name}[/]: locked {len(lock.packages)} packages ({lock.hashed_count} hashed) "
                   f"for Python {lock.python} {' '.join(lock.platforms)} in {result.seconds:.1f} s -> {result.path}")
     for u in lock.unresolved:
         console.print(f"[yellow]{stack_name}[/]: not resolved: layer {plain(u)}", highlight=False)
     for note in lock.notes:
         console.print(f"[dim]{stack_name}: {plain(note)}[/]", highlight=False)
-    if result.previous is not None:
-        diff = snapshot_diff(lock_snapshot(result.previous, f"{result.path} (before)"),
-                             lock_snapshot(lock, f"{result.path} (now)"))
-        # Two locks know only packages: the sections no lock holds (base, pins, patches, labels) are not news.
-        print_diff(replace(diff, unknown=()), console)
+    if changes is not None:
+        print_diff(changes, console)
     return 0

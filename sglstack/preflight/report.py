@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
-from ..core.console import plain
+from ..core.console import plain, report_table
 from .checks import FAIL, PASS, WARN
 from .node import NodeReport
 
@@ -16,9 +15,7 @@ def render_report(report: NodeReport, console: Console, *, where: str = "this no
     node = report.node
     title = f"preflight: stack {report.requirements.stack or '-'} on {plain(where)}"
     caption = ", ".join(f"{k} {plain(node[k])}" for k in ("hostname", "driver", "torch", "nccl", "date") if node.get(k))
-    table = Table(title=title, caption=caption or None)
-    for column in ("check", "status", "value", "threshold", "detail"):
-        table.add_column(column, overflow="fold")
+    table = report_table(("check", "status", "value", "threshold", "detail"), title=title, caption=caption or None)
     for check in report.checks:
         style = _STYLE.get(check.status, "")
         table.add_row(plain(check.name), f"[{style}]{plain(check.status.upper())}[/]", plain(check.value),

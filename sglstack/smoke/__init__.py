@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..core.errors import one_line
+from ..core.jsonreport import NO_JSON, JsonReport
 from .plan import SmokeOptions, launch_argvs, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke
@@ -20,13 +21,15 @@ __all__ = ["SmokeOptions", "SmokeReport", "launch_argvs", "run_smoke", "smoke_co
 
 
 def smoke_command(
-    image: str | None, *, stack: str | None = None, stacks_file: str | Path = DEFAULT_STACKS_FILE, **overrides: Any
+    image: str | None, *, stack: str | None = None, stacks_file: str | Path = DEFAULT_STACKS_FILE,
+    as_json: JsonReport = NO_JSON, **overrides: Any
 ) -> int:
-    """The `invoke smoke` task: 0 only when every gate passed."""
+    """The `invoke smoke` task: 0 only when every gate passed; the JSON report is `--report`'s document."""
     stack_obj = load_matrix(stacks_file).get(stack) if stack else None
     options = smoke_options(stack_obj, **overrides)
     report = run_smoke(stack_obj, image, options)
     data = report.data
+    as_json.emit(data)
     runner = (data.get("runner") or {}).get("kind", "docker")
     served = image or data["image"]["ref"]
     shown = data["image"].get("digest") or data["image"].get("id")  # a local build has no registry digest

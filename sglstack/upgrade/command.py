@@ -17,7 +17,6 @@ removed whatever stops the run, and a failed second rename puts the first file b
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -27,7 +26,6 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.version import Version
-from rich.markdown import Markdown
 
 from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
@@ -36,8 +34,9 @@ from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
-from ..core.console import plain
+from ..core.console import plain, print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
+from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.records import build_root, require_writable, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
 from ..core.safefiles import check_inside, file_lock, make_folder
@@ -47,7 +46,6 @@ from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
 from ..lock.file import Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
-from ..lock.outputs import json_path_problem
 from ..lock.plan import base_image_glibc, python_platform
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
@@ -157,13 +155,13 @@ class Inputs:
     version: str
     new_name: str
     write: bool
-    json_path: Path | None
     source: bytes | None = None  # the stacks file as read: `--write` replaces only this very text
 
 
 def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
-                 json_path: str | None, available: Callable[[str], list[str]]) -> Inputs:
-    """Every bad input as one line, exit 2, before anything is fetched beyond the index's release list."""
+                 available: Callable[[str], list[str]]) -> Inputs:
+    """Every bad input as one line, exit 2, before anything is fetched beyond the index's release list
+    (`--json-out` is the face's: `sglstack.cli.reporting`)."""
     try:
         source = Path(stacks_file).read_bytes() if Path(stacks_file).is_file() else None
     except OSError:
@@ -191,11 +189,6 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         if as_name in matrix.stacks:
             raise UpgradeInputError(f"--as {as_name}: the stack already exists (choose another name, or "
                                     f"leave --as out to upgrade {stack_name} in place)", file=str(stacks_file))
-    if json_path:
-        problem = json_path_problem(json_path, Path(stacks_file), "the upgrade")
-        if problem:
-            raise UpgradeInputError(problem)
-        require_writable(Path(json_path).expanduser(), what="--json")
     heirs = descendants(matrix, stack_name)
     if write and as_name is None and heirs:
         raise UpgradeInputError(f"--write would also change {_stacks(heirs)}, which inherit{'s' * (len(heirs) == 1)} "
@@ -215,8 +208,7 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
         newest = max((v for v in listed if not Version(v).is_prerelease), key=Version, default=None)
         raise UpgradeInputError(f"--sglang {version}: no such release of sglang on the package index"
                                 + (f" (newest: {newest})" if newest else ""))
-    return Inputs(Path(stacks_file), matrix, stack, version, new_name, write,
-                  Path(json_path).expanduser() if json_path else None, source)
+    return Inputs(Path(stacks_file), matrix, stack, version, new_name, write, source)
 
 
 def _stacks(names: list[str]) -> str:
@@ -373,18 +365,18 @@ def _unchanged_since_read(inputs: Inputs) -> None:
 
 
 def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
-                    write: bool = False, json_path: str | None = None, engines: Engines | None = None) -> int:
+                    write: bool = False, as_json: JsonReport = NO_JSON, engines: Engines | None = None) -> int:
     engines = engines or Engines()
     # no file (or not one): nothing to lock, and check_inputs says what is wrong with it
     locked = write and Path(stacks_file).is_file()
     with file_lock(Path(stacks_file), "upgrade --write") if locked else contextlib.nullcontext():
-        return _upgrade(stacks_file, stack_name, version, as_name, write, json_path, engines)
+        return _upgrade(stacks_file, stack_name, version, as_name, write, as_json, engines)
 
 
 def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
-             json_path: str | None, engines: Engines) -> int:
+             as_json: JsonReport, engines: Engines) -> int:
     console = make_console()
-    inputs = check_inputs(stacks_file, stack_name, version, as_name, write, json_path, engines.available)
+    inputs = check_inputs(stacks_file, stack_name, version, as_name, write, engines.available)
     start = time.monotonic()
     phases: list[tuple[str, float]] = []  # (what started, when): the report says where the time went
 
@@ -405,13 +397,12 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     markdown = to_markdown(plan)
     write_output(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
-    write_output(out_dir / "report.json", json.dumps(document, indent=2, sort_keys=True) + "\n")
-    if inputs.json_path:
-        write_output(inputs.json_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_output(out_dir / "report.json", dumps(document))
+    as_json.emit(document)
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
         write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
-    console.print(Markdown(markdown))
+    print_markdown(console, markdown)
     written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"
                if inputs.write and writable else "")
     console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "

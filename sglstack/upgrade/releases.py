@@ -7,26 +7,21 @@ as `invoke stacks --check` reads it), and the release order is the bisect's (`re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from rich.table import Table
 
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import releases_between
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.console import plain
-from ..core.errors import ConfigError
-from ..core.records import require_writable, write_output
+from ..core.console import plain, report_table
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..lock.conflicts import applicable_requirements
-from ..lock.outputs import json_path_problem
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
 # (SGLang 0.5.10 on). A release requires exactly one of them; the stack names the one it installs.
@@ -111,16 +106,10 @@ def stack_releases(stack: Stack, available: Sequence[str],
                          tuple(release_pins(v, metadata_of(v), stack.python, stack.platforms) for v in newer))
 
 
-def releases_command(stacks_file: str, *, stack_name: str | None = None, json_path: str | None = None) -> int:
+def releases_command(stacks_file: str, *, stack_name: str | None = None, as_json: JsonReport = NO_JSON) -> int:
+    """Each stack's newer releases, a table per stack and the JSON report (`--json-out` checked by the face)."""
     matrix = load_matrix(stacks_file)
     stacks = [matrix.get(stack_name)] if stack_name else list(matrix.stacks.values())
-    if json_path and not Path(json_path).expanduser().resolve().parent.is_dir():
-        raise ConfigError(f"the folder of '{json_path}' does not exist", key="--json")
-    if json_path:
-        problem = json_path_problem(json_path, Path(stacks_file), "`invoke releases`")
-        if problem:
-            raise ConfigError(problem)
-        require_writable(Path(json_path).expanduser(), what="--json")
     console = make_console()
     available = available_versions("sglang")
     metadata: dict[str, dict[str, list[str]]] = {}
@@ -136,16 +125,13 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, json_pa
         if result.pinned is None:
             console.print(f"{result.stack}: SGLang from git: no release to compare with")
             continue
-        table = Table(title=f"{result.stack}: releases newer than sglang {result.pinned}")
-        for col in ("sglang", "torch", "kernel package", "flashinfer-python", "python"):
-            table.add_column(col)
+        table = report_table(("sglang", "torch", "kernel package", "flashinfer-python", "python"),
+                             title=f"{result.stack}: releases newer than sglang {result.pinned}")
         for r in result.releases:
             table.add_row(r.sglang, r.torch or "-", f"{r.kernel_package}=={r.kernel}" if r.kernel else "-",
                           r.flashinfer or "-", r.requires_python or "-")
         console.print(table if result.releases else f"{result.stack}: sglang {result.pinned} is the newest release")
-    if json_path:
-        doc = {r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
-               for r in results}
-        write_output(Path(json_path).expanduser(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    as_json.emit({r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
+                  for r in results})
     return 0
 

@@ -23,6 +23,7 @@ from sglstack.attest.verify import verify_image
 from sglstack.cli.attest import sbom_command, verify_image_command
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
+from sglstack.core.jsonreport import JsonReport
 from sglstack.deploy.actions import deploy_command
 from sglstack.deploy.options import DeployOptions
 from sglstack.lock.trust import lock_for_build
@@ -144,7 +145,7 @@ def test_verify_image_binds_with_stack_and_says_what_the_signature_names(reg, pu
     named = f"stack 'cpu-test', config {CONFIG[:12]}, SGLang pkg:pypi/sglang@0.5.9"
     assert capsys.readouterr().out.splitlines()[-1] == f"verified: {ref} is {digest}, signed by key {KID} for {named}"
     report = tmp_path / "report.json"
-    assert verify_image_command(ref, key=pub, json_path=str(report)) == 0
+    assert verify_image_command(ref, key=pub, as_json=JsonReport(path=report)) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"verified: {ref} is {digest}, signed by key {KID} for {named} (not bound to a stack: give --stack to "
         f"check it names yours)")
@@ -153,7 +154,7 @@ def test_verify_image_binds_with_stack_and_says_what_the_signature_names(reg, pu
     assert data["bound_to"] is None
     with pytest.raises(NotVerified) as err:
         verify_image_command(ref, key=pub, stack="cpu-test-pin-drift", stacks_file=str(STACKS),
-                             json_path=str(report))
+                             as_json=JsonReport(path=report))
     assert err.value.exit_code == 1
     assert str(err.value).startswith(f"{ref}: NOT verified: {_ref(reg, digest)}: signed for another build: "
                                      f"stack: expected 'cpu-test-pin-drift', found 'cpu-test'; config hash: ")
@@ -199,14 +200,14 @@ def test_sbom_with_a_key_shows_only_the_signed_sbom_and_without_says_unsigned(re
     attach(client, REPO, digest, [("sbom", evil)])  # anyone who can push can attach one
     ref = _ref(reg, "cpu-test")
     out = tmp_path / "sbom.json"
-    assert sbom_command(ref, key=pub, json_path=str(out)) == 0
+    assert sbom_command(ref, key=pub, as_json=JsonReport(path=out)) == 0
     signed = f"signed: covered by the signature of key {KID} on {_ref(reg, digest)}"
     assert capsys.readouterr().err.strip() == (f"sbom: {ref}: 2 components (1 Python, 1 Debian), attached; {signed}; "
                                                f"written to {out}")
     doc = json.loads(out.read_text())
     assert doc["serialNumber"] == json.loads(docs[0][1])["serialNumber"] and len(doc["components"]) == 2
     assert doc["metadata"]["properties"][-1] == {"name": "sglstack:signature", "value": signed}
-    assert sbom_command(ref, json_path=str(out)) == 0
+    assert sbom_command(ref, as_json=JsonReport(path=out)) == 0
     line = capsys.readouterr().err.strip()
     unsigned = ("unsigned: not checked against any signature (anyone who can push may attach an SBOM; give --key "
                 "PUB to show only a signed one)")

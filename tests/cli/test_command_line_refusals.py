@@ -36,7 +36,7 @@ stacks:
      "error: render: unexpected argument 'buld' (not an option of render, nor a task); did you mean 'build'?"),
     (["diff", "a"], "error: diff: missing argument AFTER (usage: invoke diff BEFORE AFTER [--options])"),
     (["render", "--stack"], "error: render: option --stack needs a value"),
-    (["coverage", "--stack", "cu130", "--json"], "error: coverage: option --json needs a value"),
+    (["coverage", "--stack", "cu130", "--json-out"], "error: coverage: option --json-out needs a value"),
     (["build", "--stack", "--dry-run"], "error: build: option --stack needs a value"),
     # a repeatable option with nothing after it: invoke alone takes it for no option at all
     (["bake", "--stack"], "error: bake: option --stack needs a value"),

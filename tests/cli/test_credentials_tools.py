@@ -129,7 +129,7 @@ def test_coverage_downloads_through_the_credentials_and_reports_without_them(tmp
     closed = write_matrix(tmp_path / "closed.yaml", cuda_arch_list=["9.0"], sgl_kernel={
         "version": "0.3.21", "url": f"http://{USER}:{password}@127.0.0.1:{free_port()}/{file}"})
     report = tmp_path / "coverage.json"
-    proc = run_invoke("coverage", "--stack", "cpu-test", "--stacks-file", str(closed), "--json", str(report),
+    proc = run_invoke("coverage", "--stack", "cpu-test", "--stacks-file", str(closed), "--json-out", str(report),
                       cwd=tmp_path, env={"SGLSTACK_CACHE": str(tmp_path / "empty-cache")})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "127.0.0.1" in proc.stdout and password not in proc.stdout + proc.stderr + report.read_text()

@@ -25,7 +25,10 @@ stacks:
 
 
 def _line(option: str, path: str, what: str, task: str) -> str:
-    return f"error: {option} {path}: is {what}, an input of `invoke {task}` (never overwritten): give another path"
+    # the report's --json-out is checked by the face, which names the task first
+    where = f"{task}: " if option == "--json-out" else ""
+    return f"error: {where}{option} {path}: is {what}, an input of `invoke {task}` (never overwritten): give " \
+           "another path"
 
 
 MATRIX = "the stacks file stacks.yaml"
@@ -33,14 +36,15 @@ MATRIX = "the stacks file stacks.yaml"
 
 @pytest.mark.parametrize(("args", "line"), [
     (("bake", "--stack", "a", "--out", "stacks.yaml", "--print"), _line("--out", "stacks.yaml", MATRIX, "bake")),
-    (("coverage", "--stack", "a", "--json", "stacks.yaml"), _line("--json", "stacks.yaml", MATRIX, "coverage")),
-    (("preflight", "--stack", "a", "--json", "stacks.yaml"), _line("--json", "stacks.yaml", MATRIX, "preflight")),
+    (("coverage", "--stack", "a", "--json-out", "stacks.yaml"), _line("--json-out", "stacks.yaml", MATRIX, "coverage")),
+    (("preflight", "--stack", "a", "--json-out", "stacks.yaml"),
+     _line("--json-out", "stacks.yaml", MATRIX, "preflight")),
     (("smoke", "--stack", "a", "--image", "x:y", "--report", "stacks.yaml"),
      _line("--report", "stacks.yaml", MATRIX, "smoke")),
-    (("verify-image", "reg.example/x:y", "--key", "k.pem", "--stack", "a", "--json", "stacks.yaml"),
-     _line("--json", "stacks.yaml", MATRIX, "verify-image")),
-    (("coverage", "--stack", "a", "--json", "locks/a.json"),
-     "error: --json locks/a.json: is in locks, the folder of the stacks' locks: give another path"),
+    (("verify-image", "reg.example/x:y", "--key", "k.pem", "--stack", "a", "--json-out", "stacks.yaml"),
+     _line("--json-out", "stacks.yaml", MATRIX, "verify-image")),
+    (("coverage", "--stack", "a", "--json-out", "locks/a.json"),
+     "error: coverage: --json-out locks/a.json: is in locks, the folder of the stacks' locks: give another path"),
 ])
 def test_an_output_flag_naming_an_input_is_refused_before_any_work(tmp_path, args, line) -> None:
     (tmp_path / "stacks.yaml").write_text(STACKS)
@@ -53,9 +57,10 @@ def test_an_output_flag_naming_an_input_is_refused_before_any_work(tmp_path, arg
 
 
 def test_sbom_never_writes_into_the_checkout_s_locks(tmp_path) -> None:
-    """sbom reads no matrix of its own: the checkout's is the one its --json must spare."""
+    """sbom reads no matrix of its own: the checkout's is the one its --json-out must spare."""
     target = REPO / "locks" / "sbom-test.json"
-    proc = run_invoke("sbom", "nosuch.invalid/x:y", "--json", str(target), cwd=tmp_path, timeout=120)
+    proc = run_invoke("sbom", "nosuch.invalid/x:y", "--json-out", str(target), cwd=tmp_path, timeout=120)
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (
-        2, [f"error: --json {target}: is in {REPO / 'locks'}, the folder of the stacks' locks: give another path"])
+        2, [f"error: sbom: --json-out {target}: is in {REPO / 'locks'}, the folder of the stacks' locks: give "
+            "another path"])
     assert not target.exists()

@@ -38,7 +38,7 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 def test_no_gpu_is_one_clear_line_and_a_json_report(repo_root, tmp_path):
     report_path = tmp_path / "preflight.json"
-    proc = _invoke(repo_root, "--stack", "cu130", "--json", str(report_path))
+    proc = _invoke(repo_root, "--stack", "cu130", "--json-out", str(report_path))
     line = _one_error_line(proc)
     assert line.startswith("error: preflight for stack 'cu130': no NVIDIA driver on this node")
     data = json.loads(report_path.read_text())

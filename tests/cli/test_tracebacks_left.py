@@ -1,4 +1,4 @@
-"""Inputs that ended in a traceback: `diff` on a damaged record or odd registry blobs, `coverage --json` to a
+"""Inputs that ended in a traceback: `diff` on a damaged record or odd registry blobs, `coverage --json-out` to a
 path it cannot write, `diff --docker-host` to an engine that is down. Each is one line now (or, for a
 registry layer this host cannot read, an image known by its labels), decided before the long work."""
 
@@ -10,14 +10,14 @@ import io
 import json
 import tarfile
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from clirun import run_invoke
 
-from sglstack.cli import coverage as coverage_mod
-from sglstack.cli.coverage import CoverageInputError, coverage_command
+from sglstack.cli.images import CoverageOptions
+from sglstack.cli.reporting import json_report
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
+from sglstack.core.options import BadOption
 from sglstack.diff import sources as diffsources
 from sglstack.diff.sources import _facts_in_layer, load_snapshot
 from sglstack.registry.client import Manifest
@@ -170,7 +170,7 @@ def test_a_gzip_layer_is_read_as_a_stream_in_bounded_memory():
     assert _facts_in_layer(blob, limit=1024 * 1024) == {}  # past the limit: the rest is not read
 
 
-# ---- coverage --json to a path it cannot write, before any wheel is fetched --------------------------------
+# ---- coverage --json-out to a path it cannot write, before any wheel is fetched ----------------------------
 
 STACKS = """stacks:
   fake:
@@ -183,21 +183,17 @@ STACKS = """stacks:
 
 
 @pytest.mark.parametrize(("target", "why"), [
-    (lambda tmp: tmp, "is a folder, not a file to write the report to"),
-    (lambda tmp: Path("/proc/version"), "cannot write '/proc/version'"),  # not writable, even by root
-    (lambda tmp: tmp / "no-such-folder" / "c.json", "does not exist"),
+    (lambda tmp: tmp, "is a folder (give the path of a file)"),
+    (lambda tmp: tmp / "no-such-folder" / "c.json", "its folder does not exist"),
 ])
-def test_coverage_json_that_cannot_be_written_is_refused_before_the_work(tmp_path, monkeypatch, target, why):
+def test_coverage_json_that_cannot_be_written_is_refused_before_the_work(tmp_path, target, why):
+    """The face refuses it before the task is called (`sglstack.cli.reporting`): no wheel is fetched."""
     stacks = tmp_path / "stacks.yaml"
     stacks.write_text(STACKS)
-
-    def no_work(*_a, **_k):
-        raise AssertionError("no wheel may be fetched for a report that cannot be written")
-
-    monkeypatch.setattr(coverage_mod, "check_wheels", no_work)
-    with pytest.raises(CoverageInputError) as caught:
-        coverage_command(str(stacks), "fake", json_path=str(target(tmp_path)))
-    assert caught.value.exit_code == 2 and why in str(caught.value) and "key '--json'" in str(caught.value)
+    with pytest.raises(BadOption) as caught:
+        json_report(CoverageOptions(stack="fake", stacks_file=str(stacks), json_out=str(target(tmp_path))),
+                    "coverage")
+    assert (caught.value.exit_code, str(caught.value)) == (2, f"coverage: --json-out {target(tmp_path)}: {why}")
 
 
 # ---- diff --docker-host to an engine that is down --------------------------------------------------------

@@ -44,13 +44,13 @@ def checkout(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("--stack", "a", "--json", "out"), "error: --json out: is a folder (give the path of a file)"),
-    (("--stack", "a", "--json", "stacks.yaml"),
-     "error: --json stacks.yaml: is the stacks file stacks.yaml, an input of the upgrade (never overwritten): give "
-     "another path"),
-    (("--stack", "a", "--json", "locks/a.txt"),
-     "error: --json locks/a.txt: is the lock locks/a.txt, an input of the upgrade (never overwritten): give another "
-     "path"),
+    (("--stack", "a", "--json-out", "out"), "error: upgrade: --json-out out: is a folder (give the path of a file)"),
+    (("--stack", "a", "--json-out", "stacks.yaml"),
+     "error: upgrade: --json-out stacks.yaml: is the stacks file stacks.yaml, an input of `invoke upgrade` (never "
+     "overwritten): give another path"),
+    (("--stack", "a", "--json-out", "locks/a.txt"),
+     "error: upgrade: --json-out locks/a.txt: is the lock locks/a.txt, an input of `invoke upgrade` (never "
+     "overwritten): give another path"),
     (("--stack", "a", "--write"),
      "error: stacks.yaml: stack 'a': --write would also change stack 'b', which inherits it: write the upgrade as "
      "a new stack with --as NEW instead"),

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - pytest fixtures imported from coverage_fixtures are parameters here
-"""`invoke coverage` as a user runs it: the table, --json, one line per wheel out of reach, and the exit
+"""`invoke coverage` as a user runs it: the table, --json-out, one line per wheel out of reach, and the exit
 codes (0 covered, 1 missing, 2 bad input, 3 incomplete). The stack's sgl-kernel is a local wheel URL made of
 the compiled fixtures; its torch index is a closed loopback port (unreachable, like PyTorch's index here)."""
 
@@ -57,7 +57,7 @@ def stacks_file(tmp_path, *, torch: bool, coverage: str = "") -> str:
 def test_a_missing_capability_exits_1_naming_extension_and_capability(tmp_path, env):
     out = tmp_path / "coverage.json"
     proc = run_invoke("coverage", "--stack", "fake", "--stacks-file", stacks_file(tmp_path, torch=True),
-                      "--json", str(out), cwd=tmp_path, env=env)
+                      "--json-out", str(out), cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert any("sgl_kernel.common_ops gives no native code on 10.3 (missing)" in ln for ln in lines), proc.stdout
@@ -82,7 +82,7 @@ def test_declared_exceptions_and_a_wheel_out_of_reach_exit_3(tmp_path, env):
 def test_everything_covered_exits_0_with_the_label(tmp_path, env):
     out = tmp_path / "coverage.json"
     proc = run_invoke("coverage", "--stack", "fake", "--stacks-file",
-                      stacks_file(tmp_path, torch=False, coverage=WAIVE), "--json", str(out), cwd=tmp_path, env=env)
+                      stacks_file(tmp_path, torch=False, coverage=WAIVE), "--json-out", str(out), cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(out.read_text())["label"] == "9.0:ptx,10.0:ptx,10.3:ptx"
     assert "coverage covered; label 9.0:ptx,10.0:ptx,10.3:ptx" in proc.stdout
@@ -90,7 +90,7 @@ def test_everything_covered_exits_0_with_the_label(tmp_path, env):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--stack", "nope"), "unknown stack"),
-    (("--stack", "fake", "--json", "/nonexistent-folder/x.json"), "key '--json'"),
+    (("--stack", "fake", "--json-out", "/nonexistent-folder/x.json"), "--json-out /nonexistent-folder/x.json: its"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, env, args, message):
     path = stacks_file(tmp_path, torch=False)
@@ -133,4 +133,4 @@ def test_sigterm_mid_listing_exits_143_and_leaves_no_scratch_files(tmp_path, env
 def test_help_names_the_options_and_the_exit_codes(tmp_path):
     proc = run_invoke("coverage", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "--stack=STRING" in proc.stdout and "--json=STRING" in proc.stdout and "3 incomplete" in proc.stdout
+    assert "--stack=STRING" in proc.stdout and "--json-out=STRING" in proc.stdout and "3 incomplete" in proc.stdout

@@ -101,7 +101,7 @@ def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert tested in verified.stdout
     sbom_path = tmp_path / "sbom.json"
-    listed = run_invoke("sbom", f"{registry}/{REPO_PASS}:e2e", "--json", str(sbom_path), cwd=tmp_path)
+    listed = run_invoke("sbom", f"{registry}/{REPO_PASS}:e2e", "--json-out", str(sbom_path), cwd=tmp_path)
     assert listed.returncode == 0 and "attached to" in listed.stderr, listed.stderr
     assert read_sbom(sbom_path.read_bytes()).python["sglang"] == "0.5.9"  # listed inside the built image
     assert sorted(t.rsplit(".", 1)[1] for t in tags if attestation_tag(t)) == ["provenance", "sbom", "signature"]

@@ -19,6 +19,7 @@ from clirun import run_invoke
 
 from sglstack.adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from sglstack.config.matrix import load_matrix
+from sglstack.core.jsonreport import JsonReport
 from sglstack.lock.conflicts import check_matrix, lock_findings
 from sglstack.lock.file import is_current, lock_path, read_lock
 from sglstack.upgrade import command
@@ -49,7 +50,8 @@ def repo_copy(tmp_path, monkeypatch) -> Path:
 
 def test_0_5_9_to_0_5_10_in_place_write_passes_stacks_check(repo_copy, tmp_path):
     before = repo_copy.read_text()
-    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True, json_path=str(tmp_path / "u.json"),
+    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+                                   as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=command.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
     assert code == 0, doc["reasons"]
@@ -79,7 +81,7 @@ def test_0_5_9_to_0_5_10_in_place_write_passes_stacks_check(repo_copy, tmp_path)
 
 def test_0_5_9_to_0_5_23_renames_the_kernel_and_moves_the_platform_tag(repo_copy, tmp_path):
     code = command.upgrade_command(str(repo_copy), "cu130", "0.5.23", as_name="cu130-next",
-                                   json_path=str(tmp_path / "u.json"),
+                                   as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=command.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
     assert {k: doc["pins"][k] for k in ("sglang", "torch", "sglang-kernel", "flashinfer-python")} == {
@@ -108,8 +110,8 @@ def test_a_release_whose_pins_need_an_override_is_review_and_writes_nothing(repo
     # the conflict is found in METADATA, before any resolution: the earlier lock stands in for uv's (which
     # would fail on the same conflict, after half a minute)
     engines = command.Engines(coverage=coverage_double, resolve=lambda stack, previous, glibc: old_lock)
-    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True, json_path=str(tmp_path / "u.json"),
-                                   engines=engines)
+    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+                                   as_json=JsonReport(path=tmp_path / "u.json"), engines=engines)
     doc = json.loads((tmp_path / "u.json").read_text())
     assert code == 1 and doc["verdict"] == "review"
     assert doc["conflicts"] == ["pins xgrammar==0.1.27 but sglang 0.5.10 requires 'xgrammar==0.1.32': declare it "
@@ -141,7 +143,7 @@ def test_releases_lists_what_each_newer_release_requires(repo_copy):
 
 def test_releases_cli_writes_json(repo_copy, tmp_path):
     out = tmp_path / "r.json"
-    proc = run_invoke("releases", "--stack", "pypi-cu130", "--json", str(out), "--stacks-file", str(repo_copy),
+    proc = run_invoke("releases", "--stack", "pypi-cu130", "--json-out", str(out), "--stacks-file", str(repo_copy),
                       cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(out.read_text())

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
+from sglstack.core.jsonreport import JsonReport
 from sglstack.diff import sources
 from sglstack.diff.compare import Snapshot, image_snapshot, lock_snapshot, record_snapshot
 from sglstack.diff.snapshots import local_snapshot, snapshot_from_file
@@ -460,7 +461,7 @@ def test_diff_prints_the_table_or_json_and_exits_0(tmp_path, capsys):
     b = _write(tmp_path / "b" / "record.json", {**RECORD, "installed": {"torch": "2.9.2", "idna": "3.7"}})
     unknown = [f"{what}: not known for {a} and {b.parent}"
                for what in ("base image", "stack pins", "patches", "sglang", "labels")]
-    assert diff_command(str(a), str(b.parent), as_json=True) == 0
+    assert diff_command(str(a), str(b.parent), as_json=JsonReport(stdout=True)) == 0
     out = capsys.readouterr().out
     assert json.loads(out) == {
         "a": f"{a} (record)", "b": f"{b.parent} (record)", "base": [], "config_hash": None, "identical": False,

@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 
 from sglstack.core.errors import SglstackError
+from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.lock.file import Lock, LockedPackage, lock_path, read_lock, render_lock, write_lock
 from sglstack.lock.flow import LockError
@@ -148,7 +149,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     write_lock(lock_path(repo, "s1"), _lock("s1", sglang="0.5.9", xgrammar="0.1.27", gone="1.0"))
     new = _lock("s1", sglang="0.5.10", xgrammar="0.1.30", added="2.0")
     world = World(tmp_path, lock=new)
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", json_path=str(tmp_path / "u.json"),
+    code = command.upgrade_command(str(repo), "s1", "0.5.10", as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=world.engines())
     assert code == 0
     assert repo.read_text() == STACKS and read_lock(lock_path(repo, "s1")).get("sglang").version == "0.5.9"
@@ -247,7 +248,7 @@ def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
 def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_path) -> None:
     """A stack with patches and a coverage report: the patch engine's statuses and details, the coverage
     change, an argv the serving spec refuses."""
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available)
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
     stack = inputs.stack.model_copy(update={"patches": ("p-a", "kimi-k25-eagle3")})
     inputs = command.Inputs(inputs.stacks_file, inputs.matrix, stack, "0.5.10", "s1", False, None)
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
@@ -279,7 +280,7 @@ def test_a_serving_spec_the_release_cannot_take_skips_the_argv(repo, tmp_path, m
         raise command.ServingError("no serving argv: a reason")
 
     monkeypatch.setattr(command, "serving_argv", refuse)
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available)
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
     plan, _, _ = command.plan_upgrade(inputs, World(tmp_path, lock=_lock("s1")).engines())
     assert plan.argv == {"checked": False, "argv": [], "skipped": "no serving argv: a reason"}
     assert plan.reasons == ("serving argv not checked: no serving argv: a reason",)
@@ -330,12 +331,11 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
 
 def test_check_inputs_whole(repo, tmp_path) -> None:
     available = World(tmp_path).available
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", "s1-next", True, str(tmp_path / "u.json"), available)
-    assert (inputs.stacks_file, inputs.version, inputs.new_name, inputs.write, inputs.json_path) == (
-        repo, "0.5.10", "s1-next", True, tmp_path / "u.json")
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", "s1-next", True, available)
+    assert (inputs.stacks_file, inputs.version, inputs.new_name, inputs.write) == (repo, "0.5.10", "s1-next", True)
     assert inputs.stack.name == "s1" and list(inputs.matrix.stacks) == ["s1"]
-    plain = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, available)
-    assert (plain.new_name, plain.write, plain.json_path) == ("s1", False, None)
+    plain = command.check_inputs(str(repo), "s1", "0.5.10", None, False, available)
+    assert (plain.new_name, plain.write) == ("s1", False)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -351,10 +351,10 @@ def test_check_inputs_whole(repo, tmp_path) -> None:
 def test_bad_input_whole(repo, tmp_path, args, message) -> None:
     available = World(tmp_path).available
     if message is None:  # a pre-release on the index is a release one can move to
-        assert command.check_inputs(str(repo), *args, False, None, available).version == args[1]
+        assert command.check_inputs(str(repo), *args, False, available).version == args[1]
         return
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), *args, False, None, available)
+        command.check_inputs(str(repo), *args, False, available)
     text = str(err.value)
     assert text.startswith(message.format(repo=repo)) and (message.endswith(": ") or text == message.format(repo=repo))
     assert err.value.exit_code == 2
@@ -365,24 +365,24 @@ def test_bad_input_about_the_index_and_git(repo, tmp_path) -> None:
         raise command.WheelFetchError("pip: no index")
 
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == "cannot list SGLang's releases: pip: no index"
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, lambda _n: ["0.6.0rc1"])
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, lambda _n: ["0.6.0rc1"])
     assert str(err.value) == "--sglang 0.5.10: no such release of sglang on the package index"
     repo.write_text(STACKS.replace("      version: 0.5.9\n", "      git:\n        repo: https://x/sglang\n"
                                    "        ref: 0123456789abcdef0123456789abcdef01234567\n"))
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == "stack 's1': key 'sglang': builds SGLang from git: `invoke upgrade` moves a release pin"
     repo.write_text(STACKS.replace('python: "3.12"', "python: 3"))
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == f"{repo}:3: stack 's1': key 'python': Input should be a valid string"
     assert (err.value.file, err.value.stack, err.value.key, err.value.line) == (str(repo), "s1", "python", 3)
     repo.write_text("stacks: [\n")
     with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, unreachable)
+        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value).startswith(f"{repo}") and err.value.file == str(repo)
 
 
@@ -396,7 +396,7 @@ def test_the_version_of_a_package_for_the_parser(tmp_path) -> None:
 
 
 def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available).stack
+    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     asked: list[tuple[Any, ...]] = []
     monkeypatch.setattr(command, "fetch_wheel", lambda n, v: asked.append(("fetch", n, v)) or Path("w.whl"))
     assert command.sglang_host_wheel("0.5.10") == Path("w.whl") and asked == [("fetch", "sglang", "0.5.10")]
@@ -430,7 +430,7 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
 
 
 def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available).stack
+    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     assert command.known_base_glibc(stack.model_copy(update={"glibc": "2.31"})) == "2.31"
     monkeypatch.setattr(command, "base_image_glibc", lambda s: "2.36" if s is stack else None)
     assert command.known_base_glibc(stack) == "2.36"
@@ -456,7 +456,7 @@ def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo
 
 
 def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, World(tmp_path).available).stack
+    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     target = ReleasePins("0.5.10", "2.9.1", None, None, None, None, {"torch": "2.9.1", "torchaudio": "2.9.1"})
     assert command.torch_family(stack, target, "2.28") == {}  # the stack pins no torch
     torch = stack.model_copy(update={"torch": types.SimpleNamespace(packages=("TorchVision==0.24.1",
@@ -487,7 +487,7 @@ def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None
     repo.write_text(STACKS + TORCH_STACK)
     world = World(tmp_path, requires="torch==2.10.0", lock=_lock("t1", sglang="0.5.10"))
     world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "t1", "0.5.10", None, False, None, world.available)
+    inputs = command.check_inputs(str(repo), "t1", "0.5.10", None, False, world.available)
     plan, text, _ = command.plan_upgrade(inputs, world.engines())
     assert plan.derivation.edits["torch"] == {"version": "2.10.0", "packages": ["torchvision==0.25.0"]}
     assert plan.pins["torchvision"] == "0.25.0" and plan.reasons == ()
@@ -505,7 +505,7 @@ def test_the_release_wheel_and_the_base_glibc_reach_the_planner(repo, tmp_path, 
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
     world.platform = lambda stack, version: Path(wheel) if wheel else None  # type: ignore[method-assign]
     world.glibc = lambda stack: glibc  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     plan, _, _ = command.plan_upgrade(inputs, world.engines())
     assert {k: v for k, v in plan.derivation.edits.items() if k == "glibc"} == edits
     assert plan.reasons == reasons
@@ -517,14 +517,14 @@ def test_a_release_without_requirements(repo, tmp_path) -> None:
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang-0.5.10.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
     world.wheel = lambda version: wheel  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     plan, _, _ = command.plan_upgrade(inputs, world.engines())
     assert plan.conflicts == () and plan.reasons == () and plan.pins["sglang"] == "0.5.10"
 
 
 def test_a_stacks_file_changed_under_the_upgrade_is_named(repo, tmp_path) -> None:
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, None, world.available)
+    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     repo.write_text("stacks: [\n")
     with pytest.raises(command.ConfigError) as err:
         command.plan_upgrade(inputs, world.engines())

@@ -255,8 +255,8 @@ def test_report_markdown_and_json_shape(stacks_file):
 
 # ---- bad input: one line, exit 2, decided before any fetch ---------------------------------------------
 
-def _inputs(stacks_file, stack="cu130", version="0.5.10", as_name=None, json_path=None):
-    return check_inputs(str(stacks_file), stack, version, as_name, False, json_path,
+def _inputs(stacks_file, stack="cu130", version="0.5.10", as_name=None):
+    return check_inputs(str(stacks_file), stack, version, as_name, False,
                         lambda _name: ["0.5.9", "0.5.10", "0.5.11rc0"])
 
 
@@ -267,7 +267,6 @@ def _inputs(stacks_file, stack="cu130", version="0.5.10", as_name=None, json_pat
     ({"version": "0.5.9"}, "stack 'cu130': key 'sglang': --sglang 0.5.9: the stack already pins it"),
     ({"as_name": "cu130"}, "--as cu130: the stack already exists"),
     ({"as_name": "Bad Name"}, "--as Bad Name: stack name"),
-    ({"json_path": "/nonexistent-folder/x.json"}, "--json /nonexistent-folder/x.json: its folder does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_2(stacks_file, kwargs, message):
     with pytest.raises(UpgradeInputError) as err:

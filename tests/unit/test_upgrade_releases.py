@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from sglstack.cli.reporting import json_report
+from sglstack.cli.stacks import ReleasesOptions
 from sglstack.config.matrix import load_matrix
-from sglstack.core.errors import ConfigError
+from sglstack.core.jsonreport import JsonReport
+from sglstack.core.options import BadOption
 from sglstack.upgrade import releases
 
 STACKS = """\
@@ -127,7 +130,7 @@ def index(monkeypatch):
 def test_the_releases_command_prints_a_table_per_stack(tmp_path, index, capsys) -> None:
     (tmp_path / "stacks.yaml").write_text(STACKS)
     out = tmp_path / "r.json"
-    assert releases.releases_command(str(tmp_path / "stacks.yaml"), json_path=str(out)) == 0
+    assert releases.releases_command(str(tmp_path / "stacks.yaml"), as_json=JsonReport(path=out)) == 0
     # each release's METADATA is read once, for every stack that needs it
     assert index == [("available", "sglang"), ("fetch", "sglang", "0.5.10"), ("fetch", "sglang", "0.5.10.post1"),
                      ("fetch", "sglang", "0.5.11")]
@@ -171,15 +174,20 @@ def test_the_releases_command_for_one_stack(tmp_path, index, capsys) -> None:
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_a_json_path_without_its_folder_is_refused_first(tmp_path, index) -> None:
+def _refused(stacks: Path, json_out: Path) -> BadOption:
+    """The face's check of `releases --json-out`, made before the task is called (`sglstack.cli.reporting`)."""
+    with pytest.raises(BadOption) as err:
+        json_report(ReleasesOptions(stacks_file=str(stacks), json_out=str(json_out)), "releases")
+    return err.value
+
+
+def test_a_json_path_without_its_folder_is_refused_first(tmp_path) -> None:
     (tmp_path / "stacks.yaml").write_text(STACKS)
-    with pytest.raises(ConfigError) as err:
-        releases.releases_command(str(tmp_path / "stacks.yaml"), json_path=str(tmp_path / "no" / "r.json"))
-    assert str(err.value) == f"key '--json': the folder of '{tmp_path}/no/r.json' does not exist"
-    assert index == []  # nothing asked of the index
+    err = _refused(tmp_path / "stacks.yaml", tmp_path / "no" / "r.json")
+    assert str(err) == f"releases: --json-out {tmp_path}/no/r.json: its folder does not exist"
 
 
-def test_a_json_path_that_is_an_input_or_a_folder_is_refused_first(tmp_path, index) -> None:
+def test_a_json_path_that_is_an_input_or_a_folder_is_refused_first(tmp_path) -> None:
     """`releases --json stacks.yaml` wrote the report over the matrix, exit 0; `--json DIR` crashed after the work."""
     stacks = tmp_path / "stacks.yaml"
     stacks.write_text(STACKS)
@@ -196,8 +204,7 @@ def test_a_json_path_that_is_an_input_or_a_folder_is_refused_first(tmp_path, ind
                              "overwritten): give another path"),
         ("out", "is a folder (give the path of a file)"),
     ]:
-        with pytest.raises(ConfigError) as err:
-            releases.releases_command(str(stacks), json_path=str(tmp_path / given))
-        assert (str(err.value), err.value.exit_code) == (f"--json {tmp_path / given}: {message}", 2)
-    assert index == [] and stacks.read_text() == STACKS
+        err = _refused(stacks, tmp_path / given)
+        assert (str(err), err.exit_code) == (f"releases: --json-out {tmp_path / given}: {message}", 2)
+    assert stacks.read_text() == STACKS
     assert (tmp_path / "locks" / "pinned.txt").read_text() == "a lock\n"

@@ -27,8 +27,12 @@ from hypothesis import strategies as st
 from test_upgrade_command import STACKS, World, _lock
 from tmpfs_fixtures import fill, tmpfs
 
+from sglstack.cli.reporting import json_report
+from sglstack.cli.stacks import UpgradeOptions
 from sglstack.config.matrix import load_matrix
 from sglstack.core import safefiles
+from sglstack.core.jsonreport import JsonReport
+from sglstack.core.options import BadOption
 from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
 from sglstack.lock.file import lock_path, render_lock
 from sglstack.upgrade import command
@@ -383,7 +387,17 @@ def test_enospc_at_either_write_leaves_no_temp_file(repo, workdir, monkeypatch, 
     assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == ["locks", "stacks.yaml"]
 
 
-# ---- --json and a read-only checkout: refused before the work -----------------------------------------
+# ---- --json-out and a read-only checkout: refused before the work ---------------------------------------
+
+TASK = "`invoke upgrade`"
+
+
+def _json_out_refused(repo: Path, path: str) -> BadOption:
+    """The face's check of `upgrade --json-out`, made before the task is called (`sglstack.cli.reporting`)."""
+    with pytest.raises(BadOption) as err:
+        json_report(UpgradeOptions(stack="s1", sglang="0.5.10", stacks_file=str(repo), json_out=path), "upgrade")
+    return err.value
+
 
 def test_json_to_a_folder_or_an_input_is_refused_before_any_work(repo, workdir) -> None:
     lock_path(repo, "s1").parent.mkdir()
@@ -393,20 +407,18 @@ def test_json_to_a_folder_or_an_input_is_refused_before_any_work(repo, workdir) 
     (workdir / "out").mkdir()
     cases = [
         ("out", "is a folder (give the path of a file)"),
-        ("stacks.yaml", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
-        ("link.json", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
-        ("hard.json", f"is the stacks file {repo}, an input of the upgrade (never overwritten): give another path"),
-        ("locks/s1.txt", f"is the lock {lock_path(repo, 's1')}, an input of the upgrade (never overwritten): give "
+        ("stacks.yaml", f"is the stacks file {repo}, an input of {TASK} (never overwritten): give another path"),
+        ("link.json", f"is the stacks file {repo}, an input of {TASK} (never overwritten): give another path"),
+        ("hard.json", f"is the stacks file {repo}, an input of {TASK} (never overwritten): give another path"),
+        ("locks/s1.txt", f"is the lock {lock_path(repo, 's1')}, an input of {TASK} (never overwritten): give "
                          "another path"),
         ("locks/new.json", f"is in {workdir / 'locks'}, the folder of the stacks' locks: give another path"),
     ]
     for given_path, message in cases:
-        world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
         path = str(workdir / given_path)
-        with pytest.raises(command.UpgradeInputError) as err:
-            run(repo, "s1", world, write=True, json_path=path)
-        assert (str(err.value), err.value.exit_code) == (f"--json {path}: {message}", 2)
-        assert world.calls == [] and repo.read_text() == STACKS
+        err = _json_out_refused(repo, path)
+        assert (str(err), err.exit_code) == (f"upgrade: --json-out {path}: {message}", 2)
+        assert repo.read_text() == STACKS
     assert lock_path(repo, "s1").read_text() == "a lock\n" and not (workdir / "build").exists()
 
 
@@ -431,9 +443,8 @@ def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) 
         out.mkdir()
         with tmpfs(out) as ro:
             subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
-            with pytest.raises(OutputNotWritable) as err:
-                run(Path("stacks.yaml"), "s1", world, json_path=str(ro / "u.json"))
-            assert str(err.value) == f"--json {ro / 'u.json'}: cannot be written (Read-only file system)"
+            err = _json_out_refused(Path("stacks.yaml"), str(ro / "u.json"))
+            assert str(err) == f"upgrade: --json-out {ro / 'u.json'}: cannot be written (Read-only file system)"
         assert world.calls == []
 
 
@@ -477,7 +488,7 @@ def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
     """A release the index does not have is refused after the output checks: they leave nothing behind."""
     with pytest.raises(command.UpgradeInputError) as err:
         command.upgrade_command(str(repo), "s1", "0.5.99", engines=World(workdir).engines(), write=True,
-                                json_path=str(workdir / "u.json"))
+                                as_json=JsonReport(path=workdir / "u.json"))
     assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
 
@@ -525,10 +536,7 @@ def test_json_into_the_patches_is_refused_before_any_work(repo, workdir, monkeyp
     monkeypatch.setattr(outputs, "PATCHES_DIR", patches)
     (workdir / "spec.json").symlink_to(spec)
     for path in (str(spec), str(workdir / "spec.json"), str(patches / "p1" / "new.json")):
-        world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
-        with pytest.raises(command.UpgradeInputError) as err:
-            run(repo, "s1", world, write=True, json_path=path)
-        assert (str(err.value), err.value.exit_code) == (
-            f"--json {path}: is in {patches}, the folder of the patches: give another path", 2)
-        assert world.calls == []
+        err = _json_out_refused(repo, path)
+        assert (str(err), err.exit_code) == (
+            f"upgrade: --json-out {path}: is in {patches}, the folder of the patches: give another path", 2)
     assert spec.read_text() == "a spec\n" and repo.read_text() == STACKS
