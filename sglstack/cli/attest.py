@@ -30,9 +30,9 @@ from ..registry.client import RegistryClient
 
 def _refuse_input_json(json_path: str | None, stacks_file: str | None, task: str) -> None:
     """`--json PATH` is never the matrix, a lock or a patch: refused before the registry is asked."""
-    from ..config.defaults import DEFAULT_STACKS_FILE  # at call time: as `expected_identity` below
+    from ..config.defaults import default_stacks_file  # at call time: as `expected_identity` below
 
-    problem = input_path_problem(json_path, stacks_file or DEFAULT_STACKS_FILE, task, option="--json") \
+    problem = input_path_problem(json_path, stacks_file or default_stacks_file(), task, option="--json") \
         if json_path else None
     if problem:
         raise BadInput(problem)
@@ -48,12 +48,12 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
     """What a signature must name to be this stack's release now: its name, config hash and SGLang release."""
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
-    from ..config.defaults import DEFAULT_STACKS_FILE
+    from ..config.defaults import default_stacks_file
     from ..config.matrix import load_matrix
     from ..lock.trust import lock_for_build
     from ..render.dockerfile import released_config_hash
 
-    path = stacks_file or DEFAULT_STACKS_FILE
+    path = stacks_file or default_stacks_file()
     stack = load_matrix(path).get(stack_name)
     return BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(path, stack)))
 

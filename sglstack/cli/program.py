@@ -46,7 +46,8 @@ class SglstackProgram(Program):
             # invoke takes `--mount` with no value after it as no --mount at all
             raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=self._bad_input_code())
         remainder = getattr(self.core, "remainder", "")
-        if remainder and not any(token in HELP_FLAGS for token in self.core.unparsed):
+        if remainder and not self.args.complete.value and not any(token in HELP_FLAGS for token in self.core.unparsed):
+            # (`--complete -- LINE` is shell completion asking for candidates: LINE is what it completes)
             # invoke keeps what follows `--` for the task, and no task here reads it: it would be dropped
             raise Exit(f"error: no task takes arguments after '--' (got '{remainder}')", code=self._bad_input_code())
 
