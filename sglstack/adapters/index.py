@@ -4,9 +4,10 @@
 (`Accept: application/vnd.pypi.simple.v1+json`) names, per wheel, a `core-metadata` file (PEP 714; the
 older key `data-dist-info-metadata`) with its sha256: that file is the wheel's METADATA, a few kB instead
 of a 15 MB wheel. Its bytes are checked against the index's sha256 (a mismatch is an error, never a
-fallback), and cached under that sha256. `metadata_from_index` returns None where no index it may ask
-offers a hashed metadata file for the release (an HTML-only or local index, no hash, no such wheel): the
-caller then reads the whole wheel through pip, as before.
+fallback), and cached under that sha256. Where an index lists the wheel with no hashed metadata file, the
+wheel's METADATA member is read by HTTP range requests (the zip's directory and that one member, as uv
+does; zipfile checks its CRC). `IndexMetadata.metadata` returns None where neither works (an HTML-only or
+local index, a host without ranges, no such wheel): the caller then reads the whole wheel through pip.
 
 The index is the one pip (or uv) is configured for, found as they find it: PIP_INDEX_URL, UV_DEFAULT_INDEX
 or UV_INDEX_URL, pip's configuration (`pip config list`), else pip's own default; the extra indexes
@@ -16,9 +17,11 @@ likewise. No index host is written here. TLS trusts PIP_CERT (pip's `cert`), els
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import Parser
@@ -54,7 +57,7 @@ class Fetched:
 
     metadata: dict[str, list[str]]
     bytes_fetched: int
-    source: str  # "metadata file", "cache"
+    source: str  # "metadata file", "cache", "range requests"
 
 
 def _pip_config() -> dict[str, str]:
@@ -204,7 +207,12 @@ class IndexMetadata:
             if wheel is None:
                 continue
             if wheel.metadata_sha256 is None:
-                return None  # listed, but nothing to check a metadata file against: the wheel, checked by pip
+                # no metadata file to check by hash: the wheel's METADATA member, by range requests where the
+                # host serves them, else (None) the whole wheel through pip
+                fetched_or_none = _metadata_by_ranges(wheel, self._get, self.settings)
+                if fetched_or_none is not None:
+                    self.fetched += fetched_or_none.bytes_fetched
+                return fetched_or_none
             fetched = _fetch_metadata(wheel, self._get, self.settings)
             self.fetched += fetched.bytes_fetched
             return fetched
@@ -234,3 +242,87 @@ def _fetch_metadata(wheel: _WheelFile, get: Callable[..., Any] | None, settings:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path.parent, path, data)
     return Fetched(parse_metadata(data, where), len(data), "metadata file")
+
+
+BLOCK = 256 * 1024  # one range request: the zip's central directory and METADATA take one to three
+
+
+class _NoRanges(Exception):
+    """The host does not answer range requests as asked: read the whole wheel instead."""
+
+
+class _RemoteFile(io.RawIOBase):
+    """A file on a web server read by HTTP range requests (RFC 9110), block by block, for `zipfile`."""
+
+    def __init__(self, url: str, get: Callable[..., Any], verify: str | bool) -> None:
+        self.url, self._get, self._verify = url, get, verify
+        self._blocks: dict[int, bytes] = {}
+        self._pos = 0
+        self.fetched = 0
+        tail = self._range(f"bytes=-{BLOCK}")
+        self.size = tail[1]
+        start = self.size - len(tail[0])
+        if start % BLOCK:  # keep blocks aligned: the tail's first, partial block is fetched again if needed
+            tail = (tail[0][BLOCK - start % BLOCK:], tail[1])
+            start += BLOCK - start % BLOCK
+        for i in range(0, len(tail[0]), BLOCK):
+            self._blocks[(start + i) // BLOCK] = tail[0][i:i + BLOCK]
+
+    def _range(self, spec: str) -> tuple[bytes, int]:
+        resp = self._get(self.url, headers={"Range": spec}, timeout=TIMEOUT_S, verify=self._verify, stream=True)
+        try:
+            total = resp.headers.get("Content-Range", "").rpartition("/")[2]
+            if resp.status_code != 206 or not total.isdigit():
+                raise _NoRanges(spec)  # a 200 would be the whole wheel: not read here
+            data = resp.content
+        finally:
+            resp.close()
+        self.fetched += len(data)
+        return data, int(total)
+
+    def _block(self, index: int) -> bytes:
+        if index not in self._blocks:
+            end = min(self.size, (index + 1) * BLOCK) - 1
+            self._blocks[index] = self._range(f"bytes={index * BLOCK}-{end}")[0]
+        return self._blocks[index]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence] + offset
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        end = min(self.size, self._pos + len(buffer))
+        out = bytearray()
+        while self._pos + len(out) < end:
+            at = self._pos + len(out)
+            block = self._block(at // BLOCK)
+            out += block[at % BLOCK:at % BLOCK + end - at]
+        buffer[:len(out)] = out
+        self._pos += len(out)
+        return len(out)
+
+
+def _metadata_by_ranges(wheel: _WheelFile, get: Callable[..., Any] | None, settings: IndexSettings) -> Fetched | None:
+    """The wheel's `.dist-info/METADATA` read through range requests (zipfile checks its CRC), or None where
+    the host does not serve ranges or the file is no readable wheel (pip then fetches and checks it whole)."""
+    import requests  # at call time: as above
+
+    try:
+        remote = _RemoteFile(wheel.url, get or requests.get, settings.verify)
+        with zipfile.ZipFile(io.BufferedReader(remote, BLOCK)) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+            if len(names) != 1:
+                return None
+            data = zf.read(names[0])
+    except (_NoRanges, requests.RequestException, zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return None
+    return Fetched(parse_metadata(data, f"{redact_url(wheel.url)}!{names[0]}"), remote.fetched, "range requests")

@@ -50,6 +50,7 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError
+from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
 from ..diff.compare import lock_snapshot, print_diff, snapshot_diff
@@ -413,7 +414,8 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
 
 def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = ()) -> int:
     console = make_console()
-    result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
+    with progress(f"lock {stack_name}: resolving"):
+        result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
     lock = result.lock
     console.print(f"[green]{stack_name}[/]: locked {len(lock.packages)} packages ({lock.hashed_count} hashed) "
                   f"for Python {lock.python} {' '.join(lock.platforms)} in {result.seconds:.1f} s -> {result.path}")

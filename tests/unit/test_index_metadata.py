@@ -10,8 +10,11 @@ match their hash.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import threading
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -35,6 +38,7 @@ class _Index(BaseHTTPRequestHandler):
     content_type = idx.SIMPLE_JSON
     served: dict[str, bytes] = {}
     asked: list[str] = []
+    ranges = True
 
     def do_GET(self):
         self.asked.append(self.path)
@@ -43,6 +47,9 @@ class _Index(BaseHTTPRequestHandler):
                                      "files": self.files}).encode(), self.content_type
         elif self.path in self.served:
             body, kind = self.served[self.path], "application/octet-stream"
+            if self.ranges and (spec := self.headers.get("Range")):
+                self._partial(body, spec)
+                return
         else:
             self.send_error(404)
             return
@@ -51,6 +58,15 @@ class _Index(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _partial(self, body: bytes, spec: str) -> None:
+        first, _, last = spec.removeprefix("bytes=").partition("-")
+        start, end = (len(body) - int(last), len(body) - 1) if not first else (int(first), int(last))
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self.wfile.write(body[start:end + 1])
 
     def log_message(self, *args):
         pass
@@ -68,7 +84,8 @@ def _file(version: str, metadata, tag: str = "py3-none-any", key: str = "core-me
 def index(tmp_path, monkeypatch):
     """The double's URL; its files, type and metadata bodies are set per test."""
     monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
-    handler = type("Index", (_Index,), {"files": [], "served": {}, "asked": [], "content_type": idx.SIMPLE_JSON})
+    handler = type("Index", (_Index,), {"files": [], "served": {}, "asked": [], "content_type": idx.SIMPLE_JSON,
+                                        "ranges": True})
     for version, body in METADATA.items():
         handler.served[f"/files/sglang-{version}-py3-none-any.whl.metadata"] = body
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -151,8 +168,7 @@ def test_a_metadata_file_that_does_not_match_its_hash_is_refused(index, monkeypa
     assert str(refused.value) == (f"http://127.0.0.1:{port}/files/sglang-0.5.10-py3-none-any.whl.metadata: sha256 "
                                   f"{SHA['0.5.10']} is not the index's {SHA['0.5.11']}: refused")
     assert refused.value.exit_code == 1 and wheels == []
-    assert not list((Path(idx.cache_root()) / "metadata").glob("*")) if (idx.cache_root() / "metadata").exists() \
-        else True
+    assert not (idx.cache_root() / "metadata").exists() or not any((idx.cache_root() / "metadata").iterdir())
 
 
 def test_the_releases_command_reads_metadata_files_only(index, monkeypatch, tmp_path, capsys):
@@ -205,3 +221,37 @@ def test_the_ca_bundle_is_what_requests_is_given(index, monkeypatch):
 
     IndexMetadata(IndexSettings((url,), "/etc/ssl/certs/ca-certificates.crt"), get).metadata("sglang", "0.5.10")
     assert verified == ["/etc/ssl/certs/ca-certificates.crt"] * 2
+
+
+def _wheel(version: str) -> bytes:
+    """A wheel of two blocks and more: incompressible padding before its METADATA, many members after it."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr("sglang/big.bin", os.urandom(3 * idx.BLOCK))
+        zf.writestr(f"sglang-{version}.dist-info/METADATA", METADATA[version])
+        for i in range(2000):
+            zf.writestr(f"sglang/mod{i:04d}.py", "")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("metadata", [None, True])
+def test_without_a_metadata_file_the_wheels_metadata_is_read_by_ranges(index, monkeypatch, metadata):
+    handler, url = index
+    handler.files = [_file("0.5.10", metadata)]
+    body = _wheel("0.5.10")
+    handler.served["/files/sglang-0.5.10-py3-none-any.whl"] = body
+    wheels = _no_wheels(monkeypatch)
+    source = IndexMetadata(IndexSettings((url,), True))
+    fetched = source.metadata("sglang", "0.5.10")
+    assert fetched is not None and fetched.source == "range requests"
+    assert fetched.metadata["Requires-Dist"] == ["torch==2.9.1", "sglang-kernel==0.4.1", "flashinfer-python==0.6.4"]
+    assert fetched.bytes_fetched < len(body) / 2 and wheels == []
+
+
+def test_a_host_without_ranges_gets_the_whole_wheel_through_pip(index, monkeypatch):
+    handler, url = index
+    handler.files, handler.ranges = [_file("0.5.10", None)], False
+    handler.served["/files/sglang-0.5.10-py3-none-any.whl"] = _wheel("0.5.10")
+    wheels = _no_wheels(monkeypatch)
+    releases.release_metadata(IndexMetadata(IndexSettings((url,), True)), "sglang", "0.5.10")
+    assert wheels == ["0.5.10"]
