@@ -19,6 +19,7 @@ from invoke import Exit
 from ..config.defaults import STACKS_FILE_ENV, STACKS_FILE_NAME, find_stacks_file
 from ..core.records import BUILD_DIR_ENV
 from .collection import task_collection
+from .options import HELP_FLAGS
 from .program import SglstackProgram
 
 NAME = "sglstack"
@@ -44,9 +45,10 @@ class SglstackCommand(SglstackProgram):
         stacks_file = Path(given) if given else self._found()
         if stacks_file is None:
             return
-        if not os.environ.get(BUILD_DIR_ENV):
+        project = stacks_file.absolute().parent
+        if not os.environ.get(BUILD_DIR_ENV) and project != Path.cwd().absolute():
             # the project's build/, wherever the command is run from; children (docker, git bisect) inherit it
-            os.environ[BUILD_DIR_ENV] = str(stacks_file.absolute().parent / "build")
+            os.environ[BUILD_DIR_ENV] = str(project / "build")
 
     def _found(self) -> Path | None:
         """The stacks file of SGLSTACK_STACKS_FILE or the nearest stacks.yaml, exported for the tasks; None
@@ -58,7 +60,8 @@ class SglstackCommand(SglstackProgram):
             os.environ[STACKS_FILE_ENV] = str(found)
             return found
         needing = [c.name for c in self.tasks if "stacks-file" in c.args]
-        if needing:
+        asks_help = self.args.help.value or any(token in HELP_FLAGS for token in self.core.unparsed or [])
+        if needing and not asks_help:
             raise Exit(f"error: {needing[0]}: no {STACKS_FILE_NAME} in {looked[0]} or any folder above it "
                        f"(give --stacks-file PATH, or run from the project's folder)", code=self._bad_input_code())
         return None

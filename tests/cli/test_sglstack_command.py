@@ -104,3 +104,19 @@ def test_the_console_script_from_the_environments_bin(project):
                           check=False, timeout=300, env=_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"stacks in {project / 'stacks.yaml'}"
+
+
+def test_h_on_every_task_of_the_command_is_its_help(tmp_path, monkeypatch, capsys):
+    """The same collection as `invoke` in the checkout: every task's help, exit 0, from a folder of no project."""
+    from sglstack.cli.main import program
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SGLSTACK_STACKS_FILE", raising=False)
+    tasks = sorted(program().namespace.task_names)
+    assert {"render", "patches.apply", "registry.up"} <= set(tasks)
+    for task in tasks:
+        with pytest.raises(SystemExit) as exited:
+            program().run(["sglstack", task, "-h"])
+        out = capsys.readouterr()
+        assert (exited.value.code or 0, out.err) == (0, ""), task
+        assert out.out.startswith(f"Usage: sglstack [--core-opts] {task} "), task
