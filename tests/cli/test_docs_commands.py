@@ -277,7 +277,7 @@ def test_every_usage_form_names_real_options_and_arguments():
 
 def update_transcripts() -> None:
     """Rewrite the worked examples of `TRANSCRIPTS` with what the commands print now (review the diff):
-    `PYTHONPATH=. python tests/cli/test_docs_commands.py --update`."""
+    `PYTHONPATH=.:tests python tests/cli/test_docs_commands.py --update`."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
