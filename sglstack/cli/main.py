@@ -1,6 +1,7 @@
 """The `sglstack` command: every task of `invoke` in a checkout, from any folder, on a project's stacks.yaml.
 
-The project is the folder of its stacks.yaml: `--stacks-file PATH` names it, else SGLSTACK_STACKS_FILE, else
+The project is the folder of its stacks.yaml: `--stacks-file PATH` names it (a task's, or before the tasks for
+all of them), else SGLSTACK_STACKS_FILE, else
 the nearest `stacks.yaml` in the current folder or a folder above it (as git finds its repository). What the
 tasks write and read beside it then resolves there, not in the current folder: `locks/` (next to the stacks
 file already) and `build/` (SGLSTACK_BUILD_DIR still wins). A task that reads the matrix with no stacks file
@@ -14,7 +15,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from invoke import Exit
+from invoke import Argument, Exit
 
 from ..config.defaults import STACKS_FILE_ENV, STACKS_FILE_NAME, find_stacks_file
 from ..core.records import BUILD_DIR_ENV
@@ -38,8 +39,15 @@ def version() -> str:
 class SglstackCommand(SglstackProgram):
     """`SglstackProgram` that finds the project's stacks.yaml and roots build/ beside it."""
 
+    def core_args(self) -> list[Argument]:
+        # `sglstack --stacks-file PATH TASK ...`: the project for every task of the line (a task's own wins)
+        return [*super().core_args(), Argument(names=("stacks-file",), help="the project's stacks.yaml "
+                                               "(default: the nearest in this folder or one above it)")]
+
     def parse_tasks(self) -> None:
         super().parse_tasks()
+        if core := self.args["stacks-file"].value:
+            os.environ[STACKS_FILE_ENV] = str(core)
         given = next((str(c.args["stacks-file"].value) for c in self.tasks
                       if "stacks-file" in c.args and c.args["stacks-file"].value), None)
         stacks_file = Path(given) if given else self._found()

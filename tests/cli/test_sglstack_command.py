@@ -72,6 +72,15 @@ def test_a_stacks_file_pointed_at_from_elsewhere(project, tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+def test_the_stacks_file_given_before_the_task_is_every_tasks_project(project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = sglstack("--stacks-file", str(project / "stacks.yaml"), "render", "--stack", "cu129", cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert (project / "build" / "cu129" / "Dockerfile").is_file()
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_no_stacks_file_anywhere_is_one_line_naming_where_it_looked(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
