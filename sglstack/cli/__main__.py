@@ -2,4 +2,5 @@
 
 from .main import main
 
-main()
+if __name__ == "__main__":  # a module walk that imports every module of sglstack.cli runs nothing
+    main()
