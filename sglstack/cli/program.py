@@ -82,6 +82,11 @@ class SglstackProgram(Program):
             return EXIT_ABORT_GIT_BISECT
         return 2
 
+    @property
+    def _command(self) -> str:
+        """What the user typed to run the tasks: `invoke` in a checkout, `sglstack` installed."""
+        return next((name for name in getattr(self, "binary_names", None) or () if name), "invoke")
+
     def _explain(self, message: str, task: str | None, context) -> str:
         tasks = list(self.collection.task_names)
         core = list(self.initial_context.flags)
@@ -96,13 +101,13 @@ class SglstackProgram(Program):
             if task:
                 return f"{task}: unexpected argument '{token}' (not an option of {task}, nor a task)" \
                        f"{did_you_mean(token, tasks)}"
-            return f"unknown task '{token}'{did_you_mean(token, tasks) or ' (`invoke --list` lists them)'}"
+            return f"unknown task '{token}'{did_you_mean(token, tasks) or f' (`{self._command} --list` lists them)'}"
         if (match := _NO_VALUE.search(message)) and context is not None and match["name"] in context.args:
             flag = context.args[match["name"]].names[0]
             return f"{where}option --{flag} needs a value"
         if _POSITIONAL.search(message) and task:
             missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
-            return f"{task}: missing argument {missing} (usage: invoke {task} {_usage(context)})"
+            return f"{task}: missing argument {missing} (usage: {self._command} {task} {_usage(context)})"
         return f"{where}{message}"
 
 

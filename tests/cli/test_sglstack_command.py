@@ -129,3 +129,12 @@ def test_h_on_every_task_of_the_command_is_its_help(tmp_path, monkeypatch, capsy
         out = capsys.readouterr()
         assert (exited.value.code or 0, out.err) == (0, ""), task
         assert out.out.startswith(f"Usage: sglstack [--core-opts] {task} "), task
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["zzzz"], "error: unknown task 'zzzz' (`sglstack --list` lists them)"),
+    (["diff", "a"], "error: diff: missing argument AFTER (usage: sglstack diff BEFORE AFTER [--options])"),
+])
+def test_a_refusal_names_the_command_that_was_typed(tmp_path, argv, line):
+    done = sglstack(*argv, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
