@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -104,6 +105,7 @@ class _WheelFile:
     filename: str
     url: str
     metadata_sha256: str | None  # None: the index offers no metadata file with a hash
+    sha256: str | None = None  # the wheel's own, from the index
 
 
 def _preference(filename: str, tags: list[Tag]) -> int:
@@ -131,8 +133,11 @@ def _wheel_of(page: dict, page_url: str, name: str, version: str) -> _WheelFile 
             continue
         meta = entry.get("core-metadata", entry.get("data-dist-info-metadata"))
         sha = meta.get("sha256") if isinstance(meta, dict) else None
+        hashes = entry.get("hashes")
+        own = hashes.get("sha256") if isinstance(hashes, dict) else None
         candidates.append(_WheelFile(filename, urljoin(page_url, entry.get("url", "")),
-                                     sha if isinstance(sha, str) else None))
+                                     sha if isinstance(sha, str) else None,
+                                     own if isinstance(own, str) and re.fullmatch(r"[0-9a-f]{64}", own) else None))
     if not candidates:
         return None
     tags = list(sys_tags())
@@ -316,6 +321,9 @@ def _metadata_by_ranges(wheel: _WheelFile, get: Callable[..., Any] | None, setti
     the host does not serve ranges or the file is no readable wheel (pip then fetches and checks it whole)."""
     import requests  # at call time: as above
 
+    where = redact_url(wheel.url)
+    if wheel.sha256 and (hit := _cached_member(wheel.sha256)) is not None:
+        return Fetched(parse_metadata(hit, where), 0, "cache")
     try:
         remote = _RemoteFile(wheel.url, get or requests.get, settings.verify)
         with zipfile.ZipFile(io.BufferedReader(remote, BLOCK)) as zf:
@@ -325,4 +333,22 @@ def _metadata_by_ranges(wheel: _WheelFile, get: Callable[..., Any] | None, setti
             data = zf.read(names[0])
     except (_NoRanges, requests.RequestException, zipfile.BadZipFile, OSError, EOFError, ValueError):
         return None
-    return Fetched(parse_metadata(data, f"{redact_url(wheel.url)}!{names[0]}"), remote.fetched, "range requests")
+    fetched = Fetched(parse_metadata(data, f"{where}!{names[0]}"), remote.fetched, "range requests")
+    if wheel.sha256:
+        # keyed by the wheel the index names; the file's own sha256 in its name tells a damaged copy
+        path = cache_root() / "metadata" / f"wheel-{wheel.sha256}-{hashlib.sha256(data).hexdigest()}.metadata"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path.parent, path, data)
+    return fetched
+
+
+def _cached_member(wheel_sha256: str) -> bytes | None:
+    """The METADATA read earlier from the wheel of that sha256, if a copy is whole."""
+    for path in (cache_root() / "metadata").glob(f"wheel-{wheel_sha256}-*.metadata"):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if path.name == f"wheel-{wheel_sha256}-{hashlib.sha256(data).hexdigest()}.metadata":
+            return data
+    return None

@@ -74,7 +74,7 @@ class _Index(BaseHTTPRequestHandler):
 
 def _file(version: str, metadata, tag: str = "py3-none-any", key: str = "core-metadata") -> dict:
     entry = {"filename": f"sglang-{version}-{tag}.whl", "url": f"../../files/sglang-{version}-{tag}.whl",
-             "hashes": {"sha256": "0" * 64}}
+             "hashes": {"sha256": hashlib.sha256(f"{version}-{tag}".encode()).hexdigest()}}
     if metadata is not None:
         entry[key] = metadata
     return entry
@@ -246,6 +246,10 @@ def test_without_a_metadata_file_the_wheels_metadata_is_read_by_ranges(index, mo
     assert fetched is not None and fetched.source == "range requests"
     assert fetched.metadata["Requires-Dist"] == ["torch==2.9.1", "sglang-kernel==0.4.1", "flashinfer-python==0.6.4"]
     assert fetched.bytes_fetched < len(body) / 2 and wheels == []
+    handler.asked.clear()
+    again = IndexMetadata(IndexSettings((url,), True)).metadata("sglang", "0.5.10")
+    assert again is not None and (again.source, again.metadata) == ("cache", fetched.metadata)
+    assert handler.asked == ["/simple/sglang/"]  # the page only: the member read before is kept by the wheel's sha256
 
 
 def test_a_host_without_ranges_gets_the_whole_wheel_through_pip(index, monkeypatch):
@@ -255,3 +259,16 @@ def test_a_host_without_ranges_gets_the_whole_wheel_through_pip(index, monkeypat
     wheels = _no_wheels(monkeypatch)
     releases.release_metadata(IndexMetadata(IndexSettings((url,), True)), "sglang", "0.5.10")
     assert wheels == ["0.5.10"]
+
+
+def test_a_damaged_copy_of_a_member_read_by_ranges_is_read_again(index, monkeypatch):
+    handler, url = index
+    handler.files = [_file("0.5.10", None)]
+    handler.served["/files/sglang-0.5.10-py3-none-any.whl"] = _wheel("0.5.10")
+    _no_wheels(monkeypatch)
+    IndexMetadata(IndexSettings((url,), True)).metadata("sglang", "0.5.10")
+    (kept,) = (idx.cache_root() / "metadata").glob("wheel-*.metadata")
+    kept.write_bytes(kept.read_bytes()[:20])
+    again = IndexMetadata(IndexSettings((url,), True)).metadata("sglang", "0.5.10")
+    assert again is not None and again.source == "range requests"
+    assert again.metadata["Version"] == ["0.5.10"]
