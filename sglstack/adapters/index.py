@@ -39,7 +39,8 @@ from .wheels import WheelFetchError, cache_root
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
-_SCOPES = (":env:", "site", "user", "global")  # pip's order: the first that sets a key wins
+# pip's order for `pip download`: its environment, then the command's section, then [global]
+_SECTIONS = (":env:", "download", "index", "install", "global")
 
 
 class MetadataMismatch(WheelFetchError):
@@ -61,19 +62,32 @@ class Fetched:
     source: str  # "metadata file", "cache", "range requests"
 
 
+def _pip_config_items() -> list[tuple[str, str]]:
+    """pip's configuration as `pip config list` shows it (`section.key`, value), read by pip itself: in this
+    process where pip can be imported (a second interpreter costs a second), else by `pip config list`."""
+    try:
+        from pip._internal.configuration import Configuration  # at call time: only `releases` asks
+
+        config = Configuration(isolated=False)
+        config.load()
+        return [(str(k), str(v)) for k, v in config.items()]
+    except Exception:  # any pip that cannot do it in process: ask its command line
+        cmd = [sys.executable, "-m", "pip", "config", "list", "--disable-pip-version-check"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=tool_environment())
+        pairs = (line.partition("=") for line in proc.stdout.splitlines())
+        return [(key, value.strip().strip("'\"")) for key, eq, value in pairs if eq]
+
+
 def _pip_config() -> dict[str, str]:
-    """pip's configuration keys (`index-url`, `extra-index-url`, `cert`), each from the scope pip uses."""
-    cmd = [sys.executable, "-m", "pip", "config", "list", "--disable-pip-version-check"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=tool_environment())
+    """pip's configuration keys (`index-url`, `extra-index-url`, `cert`), each from the section pip uses."""
     found: dict[str, tuple[int, str]] = {}
-    for line in proc.stdout.splitlines():
-        key, eq, value = line.partition("=")
-        scope, _, name = key.rpartition(".")
-        if not eq or name not in ("index-url", "extra-index-url", "cert"):
+    for key, value in _pip_config_items():
+        section, _, name = key.rpartition(".")
+        if name not in ("index-url", "extra-index-url", "cert"):
             continue
-        rank = next((i for i, s in enumerate(_SCOPES) if scope.startswith(s)), len(_SCOPES))
+        rank = _SECTIONS.index(section) if section in _SECTIONS else len(_SECTIONS)
         if name not in found or rank < found[name][0]:
-            found[name] = (rank, value.strip().strip("'\""))
+            found[name] = (rank, value)
     return {name: value for name, (_, value) in found.items()}
 
 

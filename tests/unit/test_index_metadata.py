@@ -202,11 +202,18 @@ def test_the_index_is_found_as_pip_and_uv_find_it():
     assert index_settings({"REQUESTS_CA_BUNDLE": "/r.pem"}, dict).verify == "/r.pem"
 
 
-def test_the_pip_configuration_scope_pip_uses_wins(monkeypatch):
-    listing = ("global.index-url='https://global.example/simple'\n"
-               ":env:.index-url='https://env.example/simple'\nuser.cert='/user.pem'\n")
-    monkeypatch.setattr(idx.subprocess, "run", lambda *a, **k: type("P", (), {"stdout": listing})())
-    assert idx._pip_config() == {"index-url": "https://env.example/simple", "cert": "/user.pem"}
+def test_the_pip_configuration_section_pip_uses_wins(monkeypatch):
+    items = [("global.index-url", "https://global.example/simple"), (":env:.index-url", "https://env.example/simple"),
+             ("download.cert", "/download.pem"), ("global.cert", "/global.pem"), ("global.timeout", "60")]
+    monkeypatch.setattr(idx, "_pip_config_items", lambda: items)
+    assert idx._pip_config() == {"index-url": "https://env.example/simple", "cert": "/download.pem"}
+
+
+def test_pip_reads_its_own_configuration(tmp_path, monkeypatch):
+    (tmp_path / "pip.conf").write_text("[global]\nindex-url = https://conf.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    assert idx._pip_config()["index-url"] == "https://conf.example/simple"
 
 
 def test_the_ca_bundle_is_what_requests_is_given(index, monkeypatch):
