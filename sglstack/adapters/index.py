@@ -35,7 +35,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from ..core.credentials import redact_url, tool_environment
 from ..core.safefiles import write_bytes
-from .wheels import WheelFetchError, cache_root
+from .wheels import WheelFetchError, cache_root, tls_verify
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
@@ -110,8 +110,7 @@ def index_settings(env: dict[str, str] | None = None,
     extra = (env.get("PIP_EXTRA_INDEX_URL") or env.get("UV_INDEX") or env.get("UV_EXTRA_INDEX_URL")
              or config.get("extra-index-url") or "")
     indexes = tuple(dict.fromkeys(u for u in (main, *extra.split()) if u))
-    verify: str | bool = env.get("PIP_CERT") or config.get("cert") or env.get("REQUESTS_CA_BUNDLE") or True
-    return IndexSettings(indexes, verify)
+    return IndexSettings(indexes, tls_verify(config.get("cert"), env))
 
 
 @dataclass(frozen=True)

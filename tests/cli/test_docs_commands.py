@@ -190,6 +190,8 @@ def _run(command: str, cwd: Path, extra: tuple[str, ...] = ()):
 @pytest.mark.parametrize("command", sorted(c for c, (how, _) in HOW.items() if how in (RUN, DRY_RUN)))
 def test_the_command_runs_as_shown(command, project):
     how, code = HOW[command]
+    if _argv(command)[0][1:2] in (["build"], ["bake"]) and not Path("/usr/bin/docker").is_file():
+        pytest.skip("a build's plan names the docker CLI, /usr/bin/docker here")
     done = _run(command, project, ("--dry-run",) if how == DRY_RUN else ())
     assert done.returncode == code, f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
 
