@@ -32,6 +32,16 @@ _POSITIONAL = re.compile(r"did not receive required positional arguments")
 class SglstackProgram(Program):
     """invoke's Program with parse errors as bad input (exit 2, one line) and help before any of them."""
 
+    def parse_core(self, argv) -> None:
+        try:
+            super().parse_core(argv)
+        except ParseError as exc:  # a core flag without its value (`sglstack --stacks-file`; `invoke -f` is
+            # parsed before tasks.py hands invoke this class)
+            context, match = getattr(exc, "context", None), _NO_VALUE.search(str(exc))
+            message = f"option --{context.args[match['name']].names[0]} needs a value" \
+                if match and context is not None and match["name"] in context.args else str(exc)
+            raise Exit(f"error: {message}", code=2) from None
+
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()

@@ -134,6 +134,7 @@ def test_h_on_every_task_of_the_command_is_its_help(tmp_path, monkeypatch, capsy
 @pytest.mark.parametrize(("argv", "line"), [
     (["zzzz"], "error: unknown task 'zzzz' (`sglstack --list` lists them)"),
     (["diff", "a"], "error: diff: missing argument AFTER (usage: sglstack diff BEFORE AFTER [--options])"),
+    (["--stacks-file"], "error: option --stacks-file needs a value"),
 ])
 def test_a_refusal_names_the_command_that_was_typed(tmp_path, argv, line):
     done = sglstack(*argv, cwd=tmp_path)
