@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from email.parser import Parser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -162,6 +162,13 @@ def wheel_metadata(wheel: Path) -> dict[str, list[str]]:
     return out
 
 
+def tls_verify(pip_config_cert: str | None = None, env: Mapping[str, str] | None = None) -> str | bool:
+    """What our own requests to an index trust, as pip does: PIP_CERT (pip's `cert`), else REQUESTS_CA_BUNDLE,
+    else the system's trust (a TLS-intercepting proxy's CA reaches us the way it reaches pip)."""
+    env = os.environ if env is None else env
+    return env.get("PIP_CERT") or pip_config_cert or env.get("REQUESTS_CA_BUNDLE") or True
+
+
 class WheelUnreachable(WheelFetchError):
     """The index or URL a pin names cannot be reached from here (pip itself would only say "not found")."""
 
@@ -170,9 +177,8 @@ def _unreachable(url: str) -> str | None:
     """Why `url`'s host cannot be reached (name resolution, connection, timeout), or None if it answers."""
     import requests  # only pins with their own index or URL need the probe
 
-    verify: str | bool = os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE") or True
     try:
-        requests.head(url, timeout=10, allow_redirects=False, verify=verify)
+        requests.head(url, timeout=10, allow_redirects=False, verify=tls_verify())
     except requests.exceptions.SSLError:
         return None  # a TLS handshake happened: the host answers
     except requests.exceptions.Timeout:

@@ -28,12 +28,12 @@ from ..registry.client import RegistryClient
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
     """What a signature must name to be this stack's release now: its name, config hash and SGLang release."""
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
-    from ..config.defaults import DEFAULT_STACKS_FILE
+    from ..config.defaults import default_stacks_file
     from ..config.matrix import load_matrix
     from ..lock.trust import lock_for_build
     from ..render.dockerfile import released_config_hash
 
-    path = stacks_file or DEFAULT_STACKS_FILE
+    path = stacks_file or default_stacks_file()
     stack = load_matrix(path).get(stack_name)
     return BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(path, stack)))
 

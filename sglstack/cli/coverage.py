@@ -16,6 +16,7 @@ from ..core.console import console as make_console
 from ..core.console import plain, report_table
 from ..core.errors import ConfigError, SglstackError
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.progress import progress
 from ..coverage.report import CoverageReport
 from ..coverage.rules import (
     MISSING,
@@ -111,9 +112,13 @@ def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport =
     lock = lock_for_build(stacks_file, stack)
     versions = {p.name: p.version for p in lock.packages} if lock else None
     try:
-        for platform in stack.platforms:
-            reports.append(check_wheels(stack, platform, versions=versions,
-                                        progress=lambda m: console.print(f"[dim]coverage: {plain(m)}[/]")))
+        with progress(f"coverage of {stack.name}", total=len(stack.platforms)) as steps:
+            for platform in stack.platforms:
+                def working_on(message: str, platform: str = platform) -> None:
+                    steps.working_on(f"{platform}: {message}")
+
+                reports.append(check_wheels(stack, platform, versions=versions, progress=working_on))
+                steps.advance()
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None
     for report in reports:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from invoke import Argument, Exit, Task
 from invoke import task as invoke_task
 
-from ..config.defaults import DEFAULT_STACKS_FILE
+from ..config.defaults import default_stacks_file
 from ..core.errors import SglstackError, one_line, shown
 from ..core.options import ReportOptions, TaskOptions
 from ..core.signals import exit_code_of, signals_raise
@@ -80,7 +80,7 @@ def _missing(options: type[TaskOptions], values: dict[str, Any]) -> list[str]:
 def _typed(options: type[Opts], values: dict[str, Any]) -> Opts:
     parsed = options.from_cli(values)
     if getattr(parsed, "stacks_file", "") is None:
-        parsed = dataclasses.replace(parsed, stacks_file=str(DEFAULT_STACKS_FILE))  # type: ignore[type-var]
+        parsed = dataclasses.replace(parsed, stacks_file=str(default_stacks_file()))  # type: ignore[type-var]
     return parsed
 
 

@@ -18,6 +18,7 @@ from ..core.console import console as make_console
 from ..core.console import plain, report_table
 from ..core.errors import PatchCommandError, PatchInputError, shown
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.progress import progress
 from ..core.versions import version_problem
 from ..inimage import patchkit
 
@@ -63,13 +64,15 @@ def check_command(
     """`--sglang V`: every patch against that release; `--stack NAME`: the stack's patches and policy."""
     if stack is not None and sglang is None:
         chosen = load_matrix(stacks_file, patches_dir=patches_dir).get(stack)
-        rows = check_stack_patches(chosen, patches_dir)
+        with progress(f"patches.check: sglang {chosen.sglang.label}"):
+            rows = check_stack_patches(chosen, patches_dir)
         title = f"stack '{stack}': sglang {chosen.sglang.label}"
     elif sglang is not None and stack is None:
         problem = version_problem(sglang)
         if problem:
             raise PatchInputError(f"patches.check --sglang {shown(sglang)}: {problem}")
-        rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
+        with progress(f"patches.check: sglang {sglang}"):
+            rows = check_version(sglang, patchkit.patch_ids(patches_dir), patches_dir=patches_dir)
         title = f"sglang {plain(sglang)}: every patch in {plain(patches_dir.name)}/"
     else:
         raise PatchCommandError("patches.check: give exactly one of --sglang VERSION or --stack NAME")

@@ -32,6 +32,16 @@ _POSITIONAL = re.compile(r"did not receive required positional arguments")
 class SglstackProgram(Program):
     """invoke's Program with parse errors as bad input (exit 2, one line) and help before any of them."""
 
+    def parse_core(self, argv) -> None:
+        try:
+            super().parse_core(argv)
+        except ParseError as exc:  # a core flag without its value (`sglstack --stacks-file`; `invoke -f` is
+            # parsed before tasks.py hands invoke this class)
+            context, match = getattr(exc, "context", None), _NO_VALUE.search(str(exc))
+            message = f"option --{context.args[match['name']].names[0]} needs a value" \
+                if match and context is not None and match["name"] in context.args else str(exc)
+            raise Exit(f"error: {message}", code=2) from None
+
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()
@@ -46,7 +56,8 @@ class SglstackProgram(Program):
             # invoke takes `--mount` with no value after it as no --mount at all
             raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=self._bad_input_code())
         remainder = getattr(self.core, "remainder", "")
-        if remainder and not any(token in HELP_FLAGS for token in self.core.unparsed):
+        if remainder and not self.args.complete.value and not any(token in HELP_FLAGS for token in self.core.unparsed):
+            # (`--complete -- LINE` is shell completion asking for candidates: LINE is what it completes)
             # invoke keeps what follows `--` for the task, and no task here reads it: it would be dropped
             raise Exit(f"error: no task takes arguments after '--' (got '{remainder}')", code=self._bad_input_code())
 
@@ -81,6 +92,11 @@ class SglstackProgram(Program):
             return EXIT_ABORT_GIT_BISECT
         return 2
 
+    @property
+    def _command(self) -> str:
+        """What the user typed to run the tasks: `invoke` in a checkout, `sglstack` installed."""
+        return next((name for name in getattr(self, "binary_names", None) or () if name), "invoke")
+
     def _explain(self, message: str, task: str | None, context) -> str:
         tasks = list(self.collection.task_names)
         core = list(self.initial_context.flags)
@@ -97,13 +113,13 @@ class SglstackProgram(Program):
             if task:
                 return f"{task}: unexpected argument '{token}' (not an option of {task}, nor a task)" \
                        f"{did_you_mean(token, tasks)}"
-            return f"unknown task '{token}'{did_you_mean(token, tasks) or ' (`invoke --list` lists them)'}"
+            return f"unknown task '{token}'{did_you_mean(token, tasks) or f' (`{self._command} --list` lists them)'}"
         if (match := _NO_VALUE.search(message)) and context is not None and match["name"] in context.args:
             flag = context.args[match["name"]].names[0]
             return f"{where}option --{flag} needs a value"
         if _POSITIONAL.search(message) and task:
             missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
-            return f"{task}: missing argument {missing} (usage: invoke {task} {_usage(context)})"
+            return f"{task}: missing argument {missing} (usage: {self._command} {task} {_usage(context)})"
         return f"{where}{message}"
 
 

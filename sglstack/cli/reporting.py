@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config.defaults import DEFAULT_STACKS_FILE
+from ..config.defaults import default_stacks_file
 from ..core.jsonreport import STDOUT, JsonReport
 from ..core.options import BadOption, ReportOptions
 from ..core.records import require_writable
@@ -21,7 +21,7 @@ def json_report(o: ReportOptions, task: str) -> JsonReport:
     """Where `task`'s report goes as JSON; a path it cannot go to is refused now, in one line."""
     if o.json_out is None or o.json_out == STDOUT:
         return JsonReport(stdout=o.json or o.json_out == STDOUT)
-    stacks_file = getattr(o, "stacks_file", None) or DEFAULT_STACKS_FILE
+    stacks_file = getattr(o, "stacks_file", None) or default_stacks_file()
     problem = json_path_problem(o.json_out, Path(stacks_file), f"`invoke {task}`", option="--json-out")
     if problem:
         raise BadOption(f"{task}: {problem}")

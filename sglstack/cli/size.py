@@ -19,6 +19,7 @@ from ..core.console import printable_lines
 from ..core.errors import ConfigError, one_line
 from ..core.inputs import loads, read_bytes
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.progress import progress
 from ..core.records import build_root
 from ..size.measure import measure
 from ..size.report import (
@@ -54,7 +55,8 @@ def size_command(stacks_file: str, stack_name: str, *, image: str | None = None,
             raise ConfigError("no image to measure: build the stack first, or name one with --image",
                               file=str(path), stack=stack.name)
         image = str(record["image_id"])  # the recorded image itself, even if its tag has moved since
-    report = measure(docker_client(docker_host), image)
+    with progress(f"size: measuring {image}"):
+        report = measure(docker_client(docker_host), image)
     if record and image == record.get("image_id") and record.get("tag"):
         report = dataclasses.replace(report, image=str(record["tag"]))
     summary = size_summary(report)

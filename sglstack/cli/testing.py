@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import ConfigError
 from ..core.options import TaskOptions, option
 from .options import command
 
@@ -33,9 +34,13 @@ def pytest_argv(*, all_tiers: bool, extra: tuple[str, ...], workers: int | str =
     return argv + list(extra)
 
 
-def run_tests(*, all_tiers: bool, extra: tuple[str, ...]) -> int:
+def run_tests(*, all_tiers: bool, extra: tuple[str, ...], repo: Path = REPO) -> int:
     """Run the tests in a child pytest from the checkout's root and return its exit code."""
-    code = subprocess.run(pytest_argv(all_tiers=all_tiers, extra=extra), cwd=REPO, check=False).returncode
+    if not (repo / "tests").is_dir() or not (repo / "pyproject.toml").is_file():
+        # the installed `sglstack` has no tests: pytest would collect nothing where the package is installed
+        raise ConfigError(f"test: the tests come with a checkout of sglstack, not the installed package "
+                          f"({repo} has none)")
+    code = subprocess.run(pytest_argv(all_tiers=all_tiers, extra=extra), cwd=repo, check=False).returncode
     return 1 if code == NO_TESTS_COLLECTED else code
 
 

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from ..core.errors import ConfigError, did_you_mean
 from ..core.resources import DEFAULT_PATCHES_DIR
-from .defaults import DEFAULT_STACKS_FILE
+from .defaults import DEFAULT_STACKS_FILE as DEFAULT_STACKS_FILE  # re-exported: the library functions' default
+from .defaults import default_stacks_file
 from .fields import STACK_PLACEHOLDER, KeyedValueError
 from .imageref import (
     TAG_MAX,
@@ -134,9 +135,10 @@ def _line_for(lines: dict[KeyPath, int], candidates: list[KeyPath]) -> int | Non
     return None
 
 
-def load_matrix(path: Path | str = DEFAULT_STACKS_FILE, patches_dir: Path | None = None) -> Matrix:
-    """Read, merge and validate the matrix; raise `ConfigError` on the first problem found."""
-    path = Path(path)
+def load_matrix(path: Path | str | None = None, patches_dir: Path | None = None) -> Matrix:
+    """Read, merge and validate the matrix (by default `default_stacks_file()`); raise `ConfigError` on the
+    first problem found."""
+    path = Path(default_stacks_file() if path is None else path)
     file = _display(path)
     patches_dir = patches_dir if patches_dir is not None else DEFAULT_PATCHES_DIR
     data, lines = load_yaml_with_lines(path, file)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
+from ..config.defaults import default_stacks_file
 from ..config.imageref import pinned_digest
-from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.errors import DeployError
 from ..core.jsonreport import NO_JSON, JsonReport
@@ -69,7 +70,7 @@ def _deployment(
     from_records: bool = False,
 ) -> Deployment:
     """The deployment to act on; for logs/undeploy/rollback, project and host default to the last record's."""
-    stack = load_matrix(stacks_file or DEFAULT_STACKS_FILE).get(stack_name)
+    stack = load_matrix(stacks_file or default_stacks_file()).get(stack_name)
     dep = Deployment(
         stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host
     )
@@ -106,7 +107,7 @@ def _target(target: str) -> str:
 
 def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path | None, context: str | None,
                     namespace: str | None) -> K8sDeployment:
-    stack = load_matrix(stacks_file or DEFAULT_STACKS_FILE).get(stack_name)
+    stack = load_matrix(stacks_file or default_stacks_file()).get(stack_name)
     return K8sDeployment(stack=stack, build_root=build_root or default_build_root(),
                          kubectl=find_kubectl(context, namespace))
 
@@ -117,7 +118,7 @@ def verified_ref(ref: str, verify_key: str | None, say: Say, *, stack: Stack, st
     anything changes. Without it: `ref` as it is."""
     if not verify_key:
         return ref
-    lock = lock_for_build(stacks_file or DEFAULT_STACKS_FILE, stack)
+    lock = lock_for_build(stacks_file or default_stacks_file(), stack)
     expect = BuildIdentity.of_stack(stack, released_config_hash(stack, lock))
     verified, result = verified_reference(ref, verify_key, expect=expect)
     say(verified_line(ref, result) + " with its SBOM and provenance")
@@ -132,7 +133,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
     if compose_only:
         raise DeployError(f"--target k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
     served = k8s_options(options)
-    stack = load_matrix(options.stacks_file or DEFAULT_STACKS_FILE).get(options.stack)
+    stack = load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
     if options.wait_timeout is not None and not options.wait_timeout > 0:
         raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 "
@@ -186,7 +187,7 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
     if options.stack and not records_path(root, options.stack).parent.is_dir():
         # No records of it: a stack of stacks.yaml not deployed yet ("nothing deployed"), or a typo, which
         # gets the refusal (and "did you mean") of every task's --stack, not an empty table and exit 0.
-        load_matrix(DEFAULT_STACKS_FILE).get(options.stack)
+        load_matrix(default_stacks_file()).get(options.stack)
     bad: list[BadLine] = []
     rows = deployment_status(
         build_root=root, docker_host=options.docker_host, stack=options.stack, bad_lines=bad,

@@ -51,6 +51,7 @@ from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
 from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
@@ -415,7 +416,8 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
 def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = (),
                  as_json: JsonReport = NO_JSON) -> int:
     console = make_console()
-    result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
+    with progress(f"lock {stack_name}: resolving"):
+        result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
     lock = result.lock
     changes = None if result.previous is None else replace(snapshot_diff(
         lock_snapshot(result.previous, f"{result.path} (before)"), lock_snapshot(lock, f"{result.path} (now)")),

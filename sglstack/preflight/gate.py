@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from ..config.schema import Stack
-from ..core.console import plain
 from ..core.errors import ConfigError
+from ..core.progress import progress
 from .checks import FAIL, Requirements, parse_size
 from .errors import PreflightFailed, PreflightUnavailable
 from .node import NodeReport, inspect_node
@@ -58,8 +58,10 @@ def run_preflight(
         raise ConfigError(
             "--docker-host needs --image: the checks run inside the stack image there", stack=stack.name, key="--image"
         )
-    progress = (lambda msg: console.print(f"[dim]preflight: {plain(msg)}[/]")) if console else (lambda _m: None)
-    return inspect_node(req, progress=progress)
+    if console is None:
+        return inspect_node(req, progress=lambda _m: None)
+    with progress("preflight") as steps:
+        return inspect_node(req, progress=steps.working_on)
 
 
 def require_ready(stack: Stack, **kwargs) -> NodeReport:

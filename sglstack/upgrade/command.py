@@ -34,9 +34,10 @@ from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
-from ..core.console import plain, print_markdown
+from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
+from ..core.progress import progress
 from ..core.records import build_root, require_writable, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
 from ..core.safefiles import check_inside, file_lock, make_folder
@@ -380,11 +381,12 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     start = time.monotonic()
     phases: list[tuple[str, float]] = []  # (what started, when): the report says where the time went
 
-    def progress(message: str) -> None:
-        phases.append((message, time.monotonic()))
-        console.print(f"[dim]upgrade: {plain(message)}[/]")
+    with progress(f"upgrade {stack_name}") as steps:
+        def phase(message: str) -> None:
+            phases.append((message, time.monotonic()))
+            steps.working_on(message)
 
-    plan, text, lock = plan_upgrade(inputs, engines, progress=progress)
+        plan, text, lock = plan_upgrade(inputs, engines, progress=phase)
     ends = [t for _, t in phases[1:]] + [time.monotonic()]
     seconds_per_phase = {m: round(end - t, 1) for (m, t), end in zip(phases, ends, strict=True)}
     writable = lock is not None and not plan.conflicts

@@ -1,8 +1,9 @@
 """The SGLang releases newer than a stack's pin, and the torch, kernel package and FlashInfer each requires.
 
 Pure, apart from `releases_command`: the index is asked once (`wheels.available_versions`, the pip
-configuration's index), each release's METADATA comes from its wheel in the cache (`wheels.fetch_wheel`,
-as `invoke stacks --check` reads it), and the release order is the bisect's (`releases_between`).
+configuration's index), each release's METADATA comes from the index's metadata file (PEP 658,
+`adapters.index`), else from its wheel in the cache (`wheels.fetch_wheel`, as `invoke stacks --check` reads
+it), and the release order is the bisect's (`releases_between`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..adapters.index import IndexMetadata, index_settings
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import releases_between
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
-from ..core.console import plain, report_table
+from ..core.console import report_table
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.progress import progress
 from ..lock.conflicts import applicable_requirements
 
 # SGLang's kernel package under each name it has had: `sgl-kernel` to 0.3.x, `sglang-kernel` from 0.4
@@ -77,6 +80,12 @@ def newer_releases(available: Sequence[str], pinned: str) -> list[str]:
     return releases_between([*available, pinned], pinned, newest)[1:]
 
 
+def release_metadata(source: IndexMetadata, name: str, version: str) -> dict[str, list[str]]:
+    """A release's METADATA: its metadata file on the index (PEP 658, a few kB), else its whole wheel."""
+    fetched = source.metadata(name, version)
+    return fetched.metadata if fetched is not None else wheel_metadata(fetch_wheel(name, version))
+
+
 def _key(version: str) -> Version:
     return Version(version)
 
@@ -111,16 +120,21 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, as_json
     matrix = load_matrix(stacks_file)
     stacks = [matrix.get(stack_name)] if stack_name else list(matrix.stacks.values())
     console = make_console()
-    available = available_versions("sglang")
-    metadata: dict[str, dict[str, list[str]]] = {}
+    with progress("releases: the index") as steps:
+        available = available_versions("sglang")
+        source = IndexMetadata(index_settings())
+        pinned = [s.sglang.version for s in stacks if s.sglang.version is not None]
+        steps.add_total(len({v for p in pinned for v in newer_releases(available, p)}))
+        metadata: dict[str, dict[str, list[str]]] = {}
 
-    def metadata_of(version: str) -> dict[str, list[str]]:
-        if version not in metadata:
-            console.print(f"[dim]releases: reading sglang {plain(version)}'s METADATA[/]")
-            metadata[version] = wheel_metadata(fetch_wheel("sglang", version))
-        return metadata[version]
+        def metadata_of(version: str) -> dict[str, list[str]]:
+            if version not in metadata:
+                steps.working_on(f"sglang {version}")
+                metadata[version] = release_metadata(source, "sglang", version)
+                steps.advance()
+            return metadata[version]
 
-    results = [stack_releases(s, available, metadata_of) for s in stacks]
+        results = [stack_releases(s, available, metadata_of) for s in stacks]
     for result in results:
         if result.pinned is None:
             console.print(f"{result.stack}: SGLang from git: no release to compare with")

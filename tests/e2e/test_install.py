@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,17 @@ def test_non_editable_install_renders_a_stack(tmp_path):
     assert result["compose_templates"] == ["compose.env.example.j2", "compose.yaml.j2"]
     golden = (REPO / "tests" / "golden" / "cu130.Dockerfile").read_text()
     assert (work / "out" / "Dockerfile").read_text() == golden
+
+    # the console script, from a project folder of its own (a copy of stacks.yaml), nothing of the checkout
+    script = venv / "bin" / "sglstack"
+    version = subprocess.run([str(script), "--version"], cwd=work, capture_output=True, text=True, env=env,
+                             timeout=120, check=False)
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert (version.returncode, version.stdout) == (0, f"sglstack {declared}\n"), version.stderr
+    project = tmp_path / "project"
+    (project / "below").mkdir(parents=True)
+    shutil.copyfile(REPO / "stacks.yaml", project / "stacks.yaml")
+    rendered = subprocess.run([str(script), "render", "--stack", "cu130"], cwd=project / "below",
+                              capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert rendered.returncode == 0, rendered.stderr
+    assert (project / "build" / "cu130" / "Dockerfile").read_text() == golden

@@ -93,3 +93,15 @@ def test_the_fast_tier_is_unit_and_cli_in_parallel_and_all_is_every_tier():
     assert "tests/unit" in fast and "tests/cli" in fast and "tests/e2e" not in fast
     every = pytest_argv(all_tiers=True, extra=("-k", "render"), workers=2)[3:]
     assert "-m" not in every and every[-2:] == ["-k", "render"]
+
+
+def test_the_test_task_outside_a_checkout_is_one_line(tmp_path):
+    """The installed `sglstack test` has no tests beside it: refused, not "no tests collected"."""
+    from sglstack.cli.testing import run_tests
+    from sglstack.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        run_tests(all_tiers=False, extra=(), repo=tmp_path)
+    assert str(refused.value) == (f"test: the tests come with a checkout of sglstack, not the installed package "
+                                  f"({tmp_path} has none)")
+    assert refused.value.exit_code == 2
