@@ -243,10 +243,18 @@ def usage_forms() -> dict[str, str]:
     return found
 
 
+# Commands that read a task's output through a shell pipe in the docs' examples.
+SHELL_READERS = frozenset({"jq", "less", "head", "tail", "grep", "tee"})
+
+
 def _usage_problem(form: str) -> str | None:
     if " / " in form or "(" in form:
         return None  # `patches.list / check`, a message quoted (`invoke build (pid N, since T)`): no usage
     words = form.replace("[", " ").replace("]", " ").replace("...", " ").split()[1:]
+    for pipe, word in enumerate(words[:-1]):
+        if word == "|" and words[pipe + 1] in SHELL_READERS:
+            words = words[:pipe]  # `invoke stacks --json | jq`: what follows the pipe is another command
+            break
     task = words.pop(0)
     if not words:
         return None  # the task named, not a usage

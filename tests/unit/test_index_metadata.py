@@ -22,6 +22,7 @@ import pytest
 
 from sglstack.adapters import index as idx
 from sglstack.adapters.index import IndexMetadata, IndexSettings, MetadataMismatch, index_settings
+from sglstack.core.jsonreport import JsonReport
 from sglstack.upgrade import releases
 
 METADATA = {
@@ -181,7 +182,8 @@ def test_the_releases_command_reads_metadata_files_only(index, monkeypatch, tmp_
     monkeypatch.setattr(releases, "available_versions", lambda name: ["0.5.9", "0.5.10", "0.5.11"])
     (tmp_path / "stacks.yaml").write_text((Path(__file__).parents[2] / "stacks.yaml").read_text())
     out = tmp_path / "r.json"
-    assert releases.releases_command(str(tmp_path / "stacks.yaml"), stack_name="cu130", json_path=str(out)) == 0
+    report = JsonReport(path=out)
+    assert releases.releases_command(str(tmp_path / "stacks.yaml"), stack_name="cu130", as_json=report) == 0
     doc = json.loads(out.read_text())
     assert [(r["sglang"], r["torch"], r["kernel"]) for r in doc["cu130"]["releases"]] == [
         ("0.5.10", "2.9.1", "0.4.1"), ("0.5.11", "2.10.0", None)]
