@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -582,3 +583,26 @@ def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: p
     assert [str(exc) for exc in raised] == [
         f"{out / RENDER_MANIFEST}: cannot be written (it is a FIFO, not a regular file: not replaced)"]
     assert (out / RENDER_MANIFEST).is_fifo() and not (out / cmp.COMPOSE_FILE).exists()
+
+
+def test_a_render_that_changes_nothing_leaves_every_file_and_its_mtime_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.build.context import render_command
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    matrix = write_test_matrix(tmp_path / "m")
+    out = tmp_path / "out"
+    render_command(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    old = 1_000_000_000
+    for path in [out, *out.rglob("*")]:
+        os.utime(path, ns=(old, old), follow_symlinks=False)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    render_command(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert after == before and len(before) > 3
+    assert [p for p in [out, *out.rglob("*")] if p.lstat().st_mtime_ns != old and p.name != ".lock"] == []
+
+    render_command(str(matrix), "tiny", out_dir=str(out), image="reg/sglang:other")  # a change: written
+    assert "reg/sglang:other" in (out / cmp.COMPOSE_FILE).read_text()
