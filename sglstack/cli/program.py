@@ -20,6 +20,7 @@ from typing import NoReturn
 from invoke import Exit, ParseError, Program
 
 from ..core.errors import EXIT_ABORT_GIT_BISECT, did_you_mean
+from .optionnames import renamed
 from .options import HELP_FLAGS
 
 # invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
@@ -88,6 +89,8 @@ class SglstackProgram(Program):
         if match := _UNKNOWN.fullmatch(message):
             token = _literal(match["token"])
             if token.startswith("-"):
+                if task and (why := renamed(task, token.partition("=")[0])):
+                    return f"{task}: {why}"
                 options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
                 return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
             if task and (why := _after_a_flag(self.core.unparsed or [], token, context)):

@@ -98,7 +98,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
 
 def _target(target: str) -> str:
     if target not in TARGETS:
-        raise DeployOptionError(f"--target '{target}': not one of {', '.join(TARGETS)}")
+        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}")
     return target
 
 
@@ -128,7 +128,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
                                              ("--port", options.port), ("--node-rank", options.node_rank),
                                              ("--dist-init-addr", options.dist_init_addr)) if given]
     if compose_only:
-        raise DeployError(f"--target k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
+        raise DeployError(f"--on k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
     served = k8s_options(options)
     stack = load_matrix(options.stacks_file or DEFAULT_STACKS_FILE).get(options.stack)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
@@ -140,7 +140,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
                        options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
     dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
     if spec.gpus and not options.skip_preflight:
-        say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
+        say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
     try:
         digest = pinned_digest(ref) or ""
@@ -156,7 +156,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
 def deploy_command(
     options: DeployOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
-    if _target(options.target) == "k8s":
+    if _target(options.on) == "k8s":
         return deploy_k8s_command(options, build_root=build_root, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
     served = compose_options(options)
@@ -210,7 +210,7 @@ def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None
 def rollback_command(
     options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
-    if _target(options.target) == "k8s":
+    if _target(options.on) == "k8s":
         root = build_root or default_build_root()
         namespace = options.namespace
         if namespace is None:  # the namespace the last k8s deployment of the stack went to

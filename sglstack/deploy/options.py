@@ -54,7 +54,7 @@ class DeployOptions(DeployTaskOptions):
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
     health_interval: int = option("seconds between healthchecks (default 30)", 30, kind=int)
     skip_preflight: bool = option("do not run `invoke preflight` on the GPU node first", False, kind=bool)
-    target: str = option("compose (default) or k8s: a LeaderWorkerSet applied with kubectl", "compose")
+    on: str = option("where to deploy: compose (default) or k8s (a LeaderWorkerSet applied with kubectl)", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
     namespace: str | None = option("k8s: the namespace (default: the context's)")
     replicas: int = option("k8s: LeaderWorkerSet groups, each serving the whole model (default 1)", 1, kind=int)
@@ -72,7 +72,7 @@ class RollbackOptions(DeployTaskOptions):
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
-    target: str = option("compose (default) or k8s", "compose")
+    on: str = option("where the deployment runs: compose (default) or k8s", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
     namespace: str | None = option("k8s: the namespace (default: the one recorded at deploy)")
 

@@ -99,7 +99,7 @@ def cluster(tmp_path: Path) -> dict[str, str]:
 
 def _k8s_deploy(cluster: dict[str, str], cwd: Path, stacks_file: Path, stack: str, digest: str, *extra: str,
                 **env: str) -> subprocess.CompletedProcess:
-    return run_invoke("deploy", "--stack", stack, "--stacks-file", str(stacks_file), "--target", "k8s",
+    return run_invoke("deploy", "--stack", stack, "--stacks-file", str(stacks_file), "--on", "k8s",
                       "--digest", digest, "--no-gpus", *extra, cwd=cwd, env={**cluster, **env}, timeout=120)
 
 

@@ -1,0 +1,16 @@
+"""One name for one meaning across tasks (issue 43): the renamed options, the table of names, the help."""
+
+from __future__ import annotations
+
+import pytest
+from clirun import run_invoke
+
+from sglstack.cli.optionnames import RENAMED
+
+RENAMES = [(task, old, new) for task, names in sorted(RENAMED.items()) for old, new in sorted(names.items())]
+
+
+@pytest.mark.parametrize(("task", "old", "new"), RENAMES)
+def test_an_old_spelling_is_one_line_naming_the_new_option(tmp_path, task, old, new) -> None:
+    proc = run_invoke(task, old, "x", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {task}: option {old} is now {new}\n")
