@@ -51,6 +51,14 @@ class RecordedOptions:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def gpu_count(value: int | bool | None) -> int | None:
+    """GPUs per node as a deploy option holds them (None: the stack's). A deployment record of an sglstack
+    before `--gpus N` holds true (the stack's) or false (none, from `--no-gpus`)."""
+    if isinstance(value, bool):
+        return None if value else 0
+    return value
+
+
 class ServingError(SglstackError):
     """A serving setting or option is invalid; the one-line message names the stack and the option or key."""
 

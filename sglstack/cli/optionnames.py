@@ -13,7 +13,7 @@ from __future__ import annotations
 # task -> {old option: the option (and value) that replaced it}. Scripts written for the old spelling get
 # `error: TASK: option --OLD is now --NEW` (exit 2) rather than a guess.
 RENAMED: dict[str, dict[str, str]] = {
-    "deploy": {"--target": "--on compose|k8s"},
+    "deploy": {"--target": "--on compose|k8s", "--no-gpus": "--gpus 0"},
     "rollback": {"--target": "--on compose|k8s"},
 }
 

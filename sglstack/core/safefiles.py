@@ -313,6 +313,8 @@ def rename_inside(root: Path, source: Path, target: Path) -> None:
     check_inside(root, target)
     try:
         os.replace(source, target)
+        if os.path.lexists(source) and os.path.samestat(os.lstat(source), os.lstat(target)):
+            os.unlink(source)  # two links to one file: rename(2) leaves both (a kept copy of a file left as it was)
     except OSError as exc:
         raise _not_writable(target, exc) from None
 

@@ -165,7 +165,7 @@ def deploy_command(
     ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
                                          build_root=dep.build_root), options.verify_key, say, stack=dep.stack,
                        stacks_file=options.stacks_file)
-    if options.gpus and not options.skip_preflight:
+    if options.gpus != 0 and not options.skip_preflight:
         # The GPU node is checked before compose replaces a running deployment with one that cannot start.
         say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")
         require_ready(dep.stack, docker_host=options.docker_host, image=ref)

@@ -40,7 +40,8 @@ class DeployOptions(DeployTaskOptions):
     image: str | None = option("serve this image reference instead (e.g. a local tag)")
     docker_host: str | None = docker_host_option("Docker engine URL to deploy to (default: DOCKER_HOST / local socket)")
     eagle3: bool = option("--no-eagle3: serve without the stack's speculative (EAGLE-3) flags", True, kind=bool)
-    gpus: bool = option("--no-gpus: no GPU reservations and no memlock ulimit (CPU hosts)", True, kind=bool)
+    gpus: int | None = option("GPUs per node (default: the stack's serving.gpus); 0: none, no memlock ulimit (CPU "
+                              "hosts)", kind=int)
     port: int | None = option("host port (default: the stack's serving.port)", kind=int)
     hf_cache: str | None = option("host folder of the Hugging Face cache (default: the stack's serving.mounts)")
     start_period: int | None = option(

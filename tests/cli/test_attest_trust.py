@@ -164,8 +164,8 @@ def test_verify_image_binds_with_stack_and_says_what_the_signature_names(reg, pu
 def test_deploy_verify_key_refuses_another_stacks_signed_image_before_anything(reg, pub, tmp_path, target):
     client = RegistryClient(reg.host)
     other = _released(reg, client, "other", "cpu-test", stack="cpu-test-other", config_hash="1" * 64)
-    options = DeployOptions(stack="cpu-test", stacks_file=str(STACKS), image=_ref(reg, "cpu-test"), gpus=False,
-                            verify_key=pub, target=target)
+    options = DeployOptions(stack="cpu-test", stacks_file=str(STACKS), image=_ref(reg, "cpu-test"), gpus=0,
+                            verify_key=pub, on=target)
     with pytest.raises(NotVerified) as err:
         deploy_command(options, build_root=tmp_path / "build", say=lambda line: None)
     assert str(err.value) == (f"{_ref(reg, other)}: signed for another build: stack: expected 'cpu-test', found "

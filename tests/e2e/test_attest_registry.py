@@ -238,7 +238,7 @@ def test_render_and_deploy_take_only_an_image_that_verifies(published, keys, ima
                          "--image", repo.ref(unsigned), "--verify-key", str(keys["release"][1]), cwd=tmp_path)
     assert refused.returncode == 1 and "no signature attached" in refused.stderr and not refused_out.exists()
     deploy = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", stacks, "--image", repo.ref("rel"),
-                        "--no-gpus", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
+                        "--gpus", "0", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
     assert deploy.returncode == 1 and "no signature by key" in deploy.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "build").exists()  # refused before anything was written or started
 
