@@ -76,23 +76,23 @@ class SbomOptions(TaskOptions):
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
                                                  "local socket)")
-    key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
+    verify_key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
                              "when none does); without it the SBOM is marked unsigned")
 
 
 @command(SbomOptions, positional=("ref",))
 def sbom(o: SbomOptions) -> int:
-    """invoke sbom REF [--key PUB] [--json PATH]: the image's SBOM (the signed one with --key; else the attached
-    one, else listed from the image, marked unsigned)."""
+    """invoke sbom REF [--verify-key PUB] [--json PATH]: the image's SBOM (the signed one with --verify-key; else
+    the attached one, else listed from the image, marked unsigned)."""
     from .attest import sbom_command  # at call time: cyclonedx is slow to import
 
-    return sbom_command(o.ref, json_path=o.json, docker_host=o.docker_host, generate=o.generate, key=o.key)
+    return sbom_command(o.ref, json_path=o.json, docker_host=o.docker_host, generate=o.generate, key=o.verify_key)
 
 
 @dataclass(frozen=True)
 class VerifyImageOptions(TaskOptions):
     ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...")
-    key: str | None = option("the signer's ed25519 public key (PEM)")
+    verify_key: str | None = option("the signer's ed25519 public key (PEM)")
     json: str | None = json_path_option("write what was checked (or why it was refused) to PATH as JSON")
     stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
                                "matrix gives it now) and its SGLang release")
@@ -101,9 +101,9 @@ class VerifyImageOptions(TaskOptions):
 
 @command(VerifyImageOptions, name="verify-image", positional=("ref",))
 def verify_image(o: VerifyImageOptions) -> int:
-    """invoke verify-image REF --key PUB [--stack NAME]: exit 0 only when a signature by that key covers exactly
+    """invoke verify-image REF --verify-key PUB [--stack NAME]: exit 0 only when a signature by that key covers exactly
     REF's digest and the SBOM and provenance it names, and (with --stack) they name that stack's build
     (1: refused, 2: bad input)."""
     from .attest import verify_image_command  # at call time: cryptography and the registry
 
-    return verify_image_command(o.ref, key=o.key, json_path=o.json, stack=o.stack, stacks_file=o.stacks_file)
+    return verify_image_command(o.ref, key=o.verify_key, json_path=o.json, stack=o.stack, stacks_file=o.stacks_file)

@@ -15,6 +15,11 @@ from __future__ import annotations
 RENAMED: dict[str, dict[str, str]] = {
     "deploy": {"--target": "--on compose|k8s", "--no-gpus": "--gpus 0"},
     "rollback": {"--target": "--on compose|k8s"},
+    # a private key signs, a public key verifies: two meanings, two names
+    "build": {"--key": "--signing-key PEM"},
+    "publish": {"--key": "--signing-key PEM"},
+    "sbom": {"--key": "--verify-key PUB"},
+    "verify-image": {"--key": "--verify-key PUB"},
 }
 
 

@@ -7,10 +7,11 @@ from clirun import run_invoke
 
 from sglstack.cli.optionnames import RENAMED
 
+POSITIONAL = {"sbom": ("reg.example/x:1",), "verify-image": ("reg.example/x:1",)}
 RENAMES = [(task, old, new) for task, names in sorted(RENAMED.items()) for old, new in sorted(names.items())]
 
 
 @pytest.mark.parametrize(("task", "old", "new"), RENAMES)
 def test_an_old_spelling_is_one_line_naming_the_new_option(tmp_path, task, old, new) -> None:
-    proc = run_invoke(task, old, "x", cwd=tmp_path)
+    proc = run_invoke(task, *POSITIONAL.get(task, ()), old, "x", cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {task}: option {old} is now {new}\n")

@@ -37,7 +37,7 @@ MATRIX = "the stacks file stacks.yaml"
     (("preflight", "--stack", "a", "--json", "stacks.yaml"), _line("--json", "stacks.yaml", MATRIX, "preflight")),
     (("smoke", "--stack", "a", "--image", "x:y", "--report", "stacks.yaml"),
      _line("--report", "stacks.yaml", MATRIX, "smoke")),
-    (("verify-image", "reg.example/x:y", "--key", "k.pem", "--stack", "a", "--json", "stacks.yaml"),
+    (("verify-image", "reg.example/x:y", "--verify-key", "k.pem", "--stack", "a", "--json", "stacks.yaml"),
      _line("--json", "stacks.yaml", MATRIX, "verify-image")),
     (("coverage", "--stack", "a", "--json", "locks/a.json"),
      "error: --json locks/a.json: is in locks, the folder of the stacks' locks: give another path"),

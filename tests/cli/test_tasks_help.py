@@ -71,7 +71,7 @@ def test_a_short_flag_means_one_option_in_every_task():
     ["diff", "-h"],
     ["patches.apply", "-h"],
     ["patches.apply", "--root", "-h"],  # the usage names patches.apply, not apply
-    ["verify-image", "x:1", "--key", "--help"],
+    ["verify-image", "x:1", "--verify-key", "--help"],
 ])
 def test_help_wins_over_the_rest_of_the_line(tmp_path, args):
     out = tmp_path / "out"
