@@ -96,8 +96,8 @@ class SmokeOptions(TaskOptions):
     skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
     bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
                                      "commit's smoke report (JSON) or a number")
-    bisect_metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
-    bisect_threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
+    metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
+    threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
     runs: str | None = option("with --bisect-exit: measured runs, cache flushed before each (default 5)")
     runner: str | None = option("docker (default: a container from --image) or process (local processes from "
                                 "--python-env)")
@@ -132,8 +132,8 @@ def smoke(o: SmokeOptions) -> int:
 
         # No --image is the smoke's to refuse, in its own one line (as before the face moved here).
         return smoke_bisect_exit(o.image, o.bisect_exit,  # type: ignore[arg-type]
-                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.bisect_metric,
-                                 threshold=o.bisect_threshold, runs=o.runs, **serving)
+                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.metric,
+                                 threshold=o.threshold, runs=o.runs, **serving)
     from ..smoke import smoke_command  # at call time: the smoke runner loads the Docker SDK
 
     return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,
@@ -151,10 +151,10 @@ class BisectOptions(TaskOptions):
     stacks_file: str = stacks_file_option()
     metric: str = option("baseline (default: only the baseline server, no draft model), eagle3, speedup, "
                          "accept_length", "baseline")
-    repeats: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
-                          kind=RAW)
+    runs: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
+                       kind=RAW)
     threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
-    max_batches: int = option("server starts per ref at most (default 4): the bound on repeats", 4, kind=RAW)
+    max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=RAW)
     ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
     docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
     docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "
@@ -183,7 +183,7 @@ def bisect(o: BisectOptions) -> int:
                             mounts=list(o.mount) or None, env=list(o.env) or None, timeout=o.timeout,
                             num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens,
                             skip_preflight=o.skip_preflight or None)
-    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.repeats,
+    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.runs,
                           threshold=o.threshold,  # type: ignore[arg-type]  # the text, parsed by the request
                           max_batches=o.max_batches, ca_bundle=o.ca_bundle,
                           docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke)

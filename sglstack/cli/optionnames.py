@@ -15,6 +15,9 @@ from __future__ import annotations
 RENAMED: dict[str, dict[str, str]] = {
     "deploy": {"--target": "--on compose|k8s", "--no-gpus": "--gpus 0"},
     "rollback": {"--target": "--on compose|k8s"},
+    # one meaning, one name: smoke --bisect-exit judges as bisect does
+    "smoke": {"--bisect-metric": "--metric", "--bisect-threshold": "--threshold"},
+    "bisect": {"--repeats": "--runs"},
     # a private key signs, a public key verifies: two meanings, two names
     "build": {"--key": "--signing-key PEM"},
     "publish": {"--key": "--signing-key PEM"},

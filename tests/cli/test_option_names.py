@@ -15,3 +15,9 @@ RENAMES = [(task, old, new) for task, names in sorted(RENAMED.items()) for old, 
 def test_an_old_spelling_is_one_line_naming_the_new_option(tmp_path, task, old, new) -> None:
     proc = run_invoke(task, *POSITIONAL.get(task, ()), old, "x", cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {task}: option {old} is now {new}\n")
+
+
+def test_an_old_spelling_under_git_bisect_run_aborts_the_bisect(tmp_path) -> None:
+    """Exit 2 would mark the commit bad: a typo under `smoke --bisect-exit` aborts (128), as every other does."""
+    proc = run_invoke("smoke", "--bisect-exit", "5", "--bisect-threshold", "3", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (128, "error: smoke: option --bisect-threshold is now --threshold\n")
