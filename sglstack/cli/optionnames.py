@@ -18,6 +18,7 @@ RENAMED: dict[str, dict[str, str]] = {
     # one meaning, one name: smoke --bisect-exit judges as bisect does
     "smoke": {"--bisect-metric": "--metric", "--bisect-threshold": "--threshold"},
     "bisect": {"--repeats": "--runs"},
+    "patches.apply": {"--sglang-version": "--sglang"},
     # a private key signs, a public key verifies: two meanings, two names
     "build": {"--key": "--signing-key PEM"},
     "publish": {"--key": "--signing-key PEM"},
