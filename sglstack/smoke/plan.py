@@ -30,7 +30,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
-from .options import malformed_pair
+from .options import SPELLING, malformed_pair
 from .processenv import passes_to_process
 
 CONTAINER_PORT = 30000
@@ -242,7 +242,8 @@ def _check_known(given: Mapping[str, Any]) -> None:
     known.discard("serving")
     unknown = sorted(set(given) - known)
     if unknown:
-        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
+        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)})")
 
 
 def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
