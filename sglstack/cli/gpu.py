@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core.options import (
-    RAW,
     TaskOptions,
     docker_host_option,
     json_path_option,
@@ -152,9 +151,9 @@ class BisectOptions(TaskOptions):
     metric: str = option("baseline (default: only the baseline server, no draft model), eagle3, speedup, "
                          "accept_length", "baseline")
     runs: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
-                       kind=RAW)
+                       kind=int)
     threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
-    max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=RAW)
+    max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=int)
     ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
     docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
     docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "

@@ -21,3 +21,10 @@ def test_an_old_spelling_under_git_bisect_run_aborts_the_bisect(tmp_path) -> Non
     """Exit 2 would mark the commit bad: a typo under `smoke --bisect-exit` aborts (128), as every other does."""
     proc = run_invoke("smoke", "--bisect-exit", "5", "--bisect-threshold", "3", cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (128, "error: smoke: option --bisect-threshold is now --threshold\n")
+
+
+@pytest.mark.parametrize("flag", ["--runs", "--max-batches"])
+def test_a_count_that_is_not_a_number_is_one_line(tmp_path, flag) -> None:
+    """invoke's own int conversion ended in a traceback (and exit 1)."""
+    proc = run_invoke("bisect", "--stack", "a", "--good", "a", "--bad", "b", flag, "x", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {flag} 'x': not a whole number\n")
