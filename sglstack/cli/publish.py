@@ -44,7 +44,7 @@ def publish(o: PublishOptions) -> int:
 
 @dataclass(frozen=True)
 class RegistryUpOptions(TaskOptions):
-    port: str | None = option("loopback port (default 5000)")
+    port: int | None = option("loopback port (default 5000)", kind=int)
 
 
 @command(RegistryUpOptions, name="up")
