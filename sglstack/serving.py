@@ -52,11 +52,9 @@ class RecordedOptions:
 
 
 def gpu_count(value: int | bool | None) -> int | None:
-    """GPUs per node as a deploy option holds them (None: the stack's). A deployment record of an sglstack
-    before `--gpus N` holds true (the stack's) or false (none, from `--no-gpus`)."""
-    if isinstance(value, bool):
-        return None if value else 0
-    return value
+    """GPUs per node as deploy's options hold them (None: the stack's); a record from before `--gpus N` holds
+    true (the stack's) or false (none: `--no-gpus`)."""
+    return (None if value else 0) if isinstance(value, bool) else value
 
 
 class ServingError(SglstackError):

@@ -238,8 +238,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
 def _check_known(given: Mapping[str, Any]) -> None:
     """Every option is one smoke knows (one line listing the known ones if not)."""
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
-    known |= {"env", "mounts", "extra_args", "kinds"}
-    known.discard("serving")
+    known = (known | {"env", "mounts", "extra_args", "kinds"}) - {"serving"}
     unknown = sorted(set(given) - known)
     if unknown:
         spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
