@@ -130,12 +130,12 @@ def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Pa
     """`write_with` of `data`; a file that already holds exactly `data` with `mode` is left alone, its mtime
     too (a task that finds nothing to change must not show a change to `git status`, make or a watcher)."""
     check_inside(root, path)
-    if _holds(path, data, mode):
+    if holds(path, data, mode):
         return path
     return write_with(root, path, lambda fh: fh.write(data), mode=mode)
 
 
-def _holds(path: Path, data: bytes, mode: int) -> bool:
+def holds(path: Path, data: bytes, mode: int) -> bool:
     """Whether `path` is a regular file (not a link) of exactly `data` and permission bits `mode`."""
     try:
         st = os.lstat(path)
