@@ -51,6 +51,12 @@ class RecordedOptions:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def gpu_count(value: int | bool | None) -> int | None:
+    """GPUs per node as deploy's options hold them (None: the stack's); a record from before `--gpus N` holds
+    true (the stack's) or false (none: `--no-gpus`)."""
+    return (None if value else 0) if isinstance(value, bool) else value
+
+
 class ServingError(SglstackError):
     """A serving setting or option is invalid; the one-line message names the stack and the option or key."""
 

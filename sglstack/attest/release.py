@@ -87,7 +87,7 @@ class AttestPlan:
         return docs
 
     def sign_published(self, client: RegistryClient, repo: Repository, digest: str) -> str:
-        """`build --push --key` of a config already published: sign that digest unless this key already did."""
+        """`build --push --signing-key` of a config already published: sign that digest unless this key already did."""
         assert self.key is not None, "only a signing release signs what is published"
         record = read_record(self.record_path)
         expect = BuildIdentity(str(record.get("stack")), str(record.get("config_hash")))
@@ -155,7 +155,7 @@ def ensure_signed(client: RegistryClient, repo: Repository, digest: str, key: Ed
     else:
         raise AttestationError(f"{repo.ref(digest)}: not signed by key {kid} ({why}), and no SBOM and provenance "
                                f"of {expect.describe()} are attached to sign: release it with `invoke build "
-                               f"--push --key`, or promote it with --unsigned")
+                               f"--push --signing-key`, or promote it with --unsigned")
     attach(client, repo.path, digest, pushed)
     try:
         verify_image(client, ref, public, expect)

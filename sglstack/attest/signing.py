@@ -6,7 +6,7 @@ digest and size: a signature over it vouches for exactly that image and exactly 
 for nothing else (no tag, no repository: the image verifies by digest wherever it is copied). The
 envelope is DSSE (the in-toto/Sigstore envelope): the signature covers PAE(payloadType, payload).
 
-The private key comes from `--key PATH` or SGLSTACK_SIGNING_KEY (a path, or the PEM itself) and is
+The private key comes from `--signing-key PATH` or SGLSTACK_SIGNING_KEY (a path, or the PEM itself) and is
 only ever held in memory: a value that looks like key text is never opened as a path, and no message
 quotes it (`looks_like_key_text`); a key file is read only if regular and small (`read_small_file`).
 Keyless signing (Sigstore: an OIDC identity and the Rekor log) needs services these machines cannot
@@ -159,12 +159,12 @@ def _pem_source(option: str | None, env: Mapping[str, str]) -> tuple[bytes, str]
     the key's text)."""
     if option:
         if looks_like_key_text(option):
-            raise BadInput("--key: takes a path to the key file, and this is key text (never put a key on a "
+            raise BadInput("--signing-key: takes a path to the key file, and this is key text (never put a key on a "
                            f"command line: use a file, or {KEY_ENV})")
-        return _read_key_file(option, "--key"), f"--key {option}"
+        return _read_key_file(option, "--signing-key"), f"--signing-key {option}"
     value = env.get(KEY_ENV, "")
     if not value:
-        raise BadInput(f"no signing key: pass --key PATH or set {KEY_ENV} (a path, or the PEM itself), or "
+        raise BadInput(f"no signing key: pass --signing-key PATH or set {KEY_ENV} (a path, or the PEM itself), or "
                        "--unsigned to release without a signature")
     if looks_like_key_text(value):
         return value.encode("utf-8", "replace"), KEY_ENV
@@ -190,7 +190,7 @@ def _read_key_file(path: str, what: str) -> bytes:
 
 
 def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = None) -> Ed25519PrivateKey:
-    """The ed25519 private key (PEM, PKCS#8, unencrypted) from `--key` or SGLSTACK_SIGNING_KEY."""
+    """The ed25519 private key (PEM, PKCS#8, unencrypted) from `--signing-key` or SGLSTACK_SIGNING_KEY."""
     pem, source = _pem_source(option, os.environ if env is None else env)
     pem = _pem_block(pem, b"PRIVATE KEY", source)
     try:
@@ -204,7 +204,7 @@ def load_signing_key(option: str | None = None, env: Mapping[str, str] | None = 
     return key
 
 
-def load_public_key(path: str, *, what: str = "--key") -> Ed25519PublicKey:
+def load_public_key(path: str, *, what: str = "--verify-key") -> Ed25519PublicKey:
     """The ed25519 public key (PEM SubjectPublicKeyInfo) a verifier trusts."""
     if looks_like_key_text(path):
         raise BadInput(f"{what}: takes a path to the public key file, and this is key text")

@@ -11,7 +11,7 @@ Per step:
 - the patches are tried on the host first, on that ref's own source (the wheel of a release, the
   exported tree of a commit), with the stack's policy: a patch that does not apply makes the step a
   skip (git bisect's 125) before any build is spent on it;
-- one batch is one server start: warm-up, then `--repeats` measured runs with the radix cache flushed
+- one batch is one server start: warm-up, then `--runs` measured runs with the radix cache flushed
   before each (`SmokeOptions.runs`, `flush_cache`); `--metric baseline` starts only the baseline server
   (`SmokeOptions.kinds`), so no draft model is needed and SGLang from before EAGLE-3 can be tested.
 """
@@ -408,9 +408,9 @@ def prepare(request: BisectRequest) -> tuple[Stack, metrics_mod.Metric, PlannerC
     try:
         repeats, max_batches, threshold = int(request.repeats), int(request.max_batches), float(request.threshold_pct)
     except (TypeError, ValueError):
-        raise BisectInputError("--repeats and --max-batches take whole numbers, --threshold a percentage") from None
+        raise BisectInputError("--runs and --max-batches take whole numbers, --threshold a percentage") from None
     if repeats < 1:
-        raise BisectInputError(f"--repeats {repeats}: at least 1 run per server start")
+        raise BisectInputError(f"--runs {repeats}: at least 1 run per server start")
     if not 0 < threshold < 100:
         raise BisectInputError(f"--threshold {threshold:g}: a percentage between 0 and 100 (5 = 5%)")
     try:

@@ -60,13 +60,13 @@ def smoke_bisect_exit(image: str, baseline: str, *, stack: str | None = None,
 
 
 def bisect_exit_threshold(text: str | float) -> float:
-    """`--bisect-threshold PCT` as a fraction: finite, above 0 and below 100 (a drop of 100% or more can't be)."""
+    """`--threshold PCT` as a fraction: finite, above 0 and below 100 (a drop of 100% or more can't be)."""
     try:
         pct = float(text)
     except (TypeError, ValueError):
-        raise BisectInputError(f"--bisect-threshold '{text}': not a number (a percentage, 5 = 5%)") from None
+        raise BisectInputError(f"--threshold '{text}': not a number (a percentage, 5 = 5%)") from None
     if not math.isfinite(pct) or not 0 < pct < 100:
-        raise BisectInputError(f"--bisect-threshold '{text}': a percentage above 0 and below 100 (5 = 5%)")
+        raise BisectInputError(f"--threshold '{text}': a percentage above 0 and below 100 (5 = 5%)")
     return pct / 100
 
 

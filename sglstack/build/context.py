@@ -9,8 +9,9 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..config.imageref import names_a_digest
 from ..config.matrix import Stack, load_matrix
@@ -34,7 +35,7 @@ from ..core.safefiles import (
 from ..lock.file import Lock
 from ..lock.trust import lock_for_build
 from ..render.compose import ComposeOptions, deployment_files, moving_tag_ref
-from ..render.dockerfile import build_context
+from ..render.dockerfile import BuildContext, build_context
 from ..render.k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s
 
 
@@ -65,10 +66,36 @@ def write_build_context(stack: Stack, out_dir: Path, patches_dir: Path = DEFAULT
             write_bytes(folder, folder / rel, data, mode=rendered.modes[rel])
 
     check_inside(root, out_dir / "Dockerfile")  # refused before the context is swapped, not after
-    replace_folder(root, context, fill)
+    if not _holds(context, rendered):  # a render that changes nothing leaves every file (and mtime) alone
+        replace_folder(root, context, fill)
     dockerfile = write_text(root, out_dir / "Dockerfile", rendered.dockerfile)
     files = tuple(sorted(p for p in context.rglob("*") if p.is_file()))
     return RenderedContext(stack.name, dockerfile, context, files)
+
+
+def _holds(context: Path, rendered: BuildContext) -> bool:
+    """Whether `context` is a folder (not a link) of exactly the rendered folders and files, no link in it,
+    each file with its bytes and mode."""
+    if context.is_symlink() or not context.is_dir():
+        return False
+    wanted = [*rendered.files, *rendered.folders]
+    folders = {str(p) for rel in wanted for p in PurePosixPath(rel).parents} - {"."} | set(rendered.folders)
+    found_folders: set[str] = set()
+    found_files: set[str] = set()
+    for here, dirs, names in os.walk(context):
+        where = Path(here).relative_to(context)
+        if any(os.path.islink(os.path.join(here, name)) for name in dirs):
+            return False
+        found_folders.update(str(PurePosixPath(where, name)) for name in dirs)
+        found_files.update(str(PurePosixPath(where, name)) for name in names)
+    if found_files != set(rendered.files) or found_folders != folders:
+        return False
+    for rel, data in rendered.files.items():
+        st = os.lstat(context / rel)
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != rendered.modes[rel] \
+                or st.st_size != len(data) or (context / rel).read_bytes() != data:
+            return False
+    return True
 
 
 def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: ComposeOptions | None = None,

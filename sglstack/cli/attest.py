@@ -44,9 +44,9 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
     expect = expected_identity(stacks_file, stack) if stack else None  # the matrix's one line first
     if not key:
-        raise BadInput("verify-image: --key PUB (the signer's ed25519 public key, PEM) is required")
+        raise BadInput("verify-image: --verify-key PUB (the signer's ed25519 public key, PEM) is required")
     try:
-        _, result = verified_reference(ref, key, what="--key", expect=expect)
+        _, result = verified_reference(ref, key, what="--verify-key", expect=expect)
     except NotVerified as exc:
         as_json.emit({"image": ref, "verified": False, "reason": str(exc),
                       "bound_to": expect.as_dict() if expect else None})
@@ -80,7 +80,7 @@ def _attached_sbom(parsed: ImageReference) -> tuple[str, bytes] | None:
 
 def _signed_sbom(parsed: ImageReference, key: str) -> tuple[bytes, str]:
     """The SBOM a signature by `key` covers (its bytes checked by `verify_image`), and what says so."""
-    _, result = verified_reference(str(parsed), key, what="--key")
+    _, result = verified_reference(str(parsed), key, what="--verify-key")
     sbom_digest = result.attestations["sbom"]["digest"]
     client = RegistryClient.from_environment(parsed.repository.registry)
     body = client.get_blob(parsed.repository.path, sbom_digest, max_bytes=MAX_DOCUMENT_BYTES)
@@ -99,20 +99,20 @@ def _marked(body: bytes, signature: str) -> dict[str, Any]:
 
 
 UNSIGNED_ATTACHED = ("unsigned: not checked against any signature (anyone who can push may attach an SBOM; give "
-                     "--key PUB to show only a signed one)")
+                     "--verify-key PUB to show only a signed one)")
 UNSIGNED_LISTED = "unsigned: listed here, covered by no signature"
 
 
 def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None,
                  generate: bool = False, key: str | None = None) -> int:
-    """The SBOM of REF. With `--key`: only the one a signature by that key covers (exit 1 when none does).
+    """The SBOM of REF. With `--verify-key`: only the one a signature by that key covers (exit 1 when none does).
     Without: the one attached to its digest in the registry, else (or with `--generate`) one listed from
     the image itself; either way marked (a `sglstack:signature` property) and said on stderr as unsigned."""
     if key and generate:
-        raise BadInput("sbom: give --key (the signed SBOM) or --generate (listed from the image), not both")
+        raise BadInput("sbom: give --verify-key (the signed SBOM) or --generate (listed from the image), not both")
     parsed = parse_ref(ref) if names_its_registry(ref) else None
     if key and parsed is None:
-        raise BadInput(f"sbom: --key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")
+        raise BadInput(f"sbom: --verify-key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")
     body: bytes | None = None
     source, signature = "", UNSIGNED_LISTED
     if parsed is not None and key:

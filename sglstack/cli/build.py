@@ -40,7 +40,7 @@ class BuildOptions(ReportOptions):
     smoke_opt: tuple[str, ...] = repeatable("extra option for the release smoke, KEY=VALUE (repeatable)")
     builder: str | None = option("buildx builder instance to build on (docker buildx create --name NAME: "
                                  "docker-container, remote buildkitd, kubernetes); needs buildx")
-    key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
+    signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
                              "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
 
@@ -54,7 +54,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
-                         builder_name=o.builder, key=o.key, unsigned=o.unsigned,
+                         builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,
                          as_json=as_json)
 
 

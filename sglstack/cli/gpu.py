@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import (
-    RAW,
     ReportOptions,
     docker_host_option,
     option,
@@ -88,8 +87,8 @@ class SmokeOptions(ReportOptions):
     skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
     bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
                                      "commit's smoke report (JSON) or a number")
-    bisect_metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
-    bisect_threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
+    metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
+    threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
     runs: str | None = option("with --bisect-exit: measured runs, cache flushed before each (default 5)")
     runner: str | None = option("docker (default: a container from --image) or process (local processes from "
                                 "--python-env)")
@@ -124,8 +123,8 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
 
         # No --image is the smoke's to refuse, in its own one line (as before the face moved here).
         return smoke_bisect_exit(o.image, o.bisect_exit,  # type: ignore[arg-type]
-                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.bisect_metric,
-                                 threshold=o.bisect_threshold, runs=o.runs, **serving)
+                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.metric,
+                                 threshold=o.threshold, runs=o.runs, **serving)
     from ..smoke import smoke_command  # at call time: the smoke runner loads the Docker SDK
 
     return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,
@@ -143,23 +142,23 @@ class BisectOptions(ReportOptions):
     stacks_file: str = stacks_file_option()
     metric: str = option("baseline (default: only the baseline server, no draft model), eagle3, speedup, "
                          "accept_length", "baseline")
-    repeats: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
-                          kind=RAW)
+    runs: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
+                       kind=int)
     threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
-    max_batches: int = option("server starts per ref at most (default 4): the bound on repeats", 4, kind=RAW)
+    max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=int)
     ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
     docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
     docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "
                                                  "local socket)")
-    gpus: str | None = option("GPUs per server (0: none, for CPU test doubles)")
-    tp: str | None = option("tensor parallel size")
+    gpus: int | None = option("GPUs per server (0: none, for CPU test doubles)", kind=int)
+    tp: int | None = option("tensor parallel size", kind=int)
     model: str | None = option("target model path or HF repo")
     draft_model: str | None = option("EAGLE-3 draft model (eagle3/speedup metrics)")
     mount: tuple[str, ...] = repeatable("HOST:CONTAINER bind mount for the servers, e.g. the HF cache (repeatable)")
     env: tuple[str, ...] = repeatable("K=V for the server containers (repeatable)")
-    timeout: str | None = option("seconds each server may take to answer /health_generate")
-    num_prompts: str | None = option("prompts per measured run")
-    max_new_tokens: str | None = option("tokens generated per request")
+    timeout: float | None = option("seconds each server may take to answer /health_generate", kind=float)
+    num_prompts: int | None = option("prompts per measured run", kind=int)
+    max_new_tokens: int | None = option("tokens generated per request", kind=int)
     skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
     smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
 
@@ -175,7 +174,7 @@ def bisect(o: BisectOptions, as_json: JsonReport) -> int:
                             mounts=list(o.mount) or None, env=list(o.env) or None, timeout=o.timeout,
                             num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens,
                             skip_preflight=o.skip_preflight or None)
-    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.repeats,
+    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.runs,
                           threshold=o.threshold,  # type: ignore[arg-type]  # the text, parsed by the request
                           max_batches=o.max_batches, ca_bundle=o.ca_bundle,
                           docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke, as_json=as_json)

@@ -68,24 +68,24 @@ class SbomOptions(ReportOptions):
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
                                                  "local socket)")
-    key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
+    verify_key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
                              "when none does); without it the SBOM is marked unsigned")
 
 
 @command(SbomOptions, positional=("ref",))
 def sbom(o: SbomOptions, as_json: JsonReport) -> int:
-    """invoke sbom REF [--key PUB] [--json-out PATH]: the image's SBOM (the signed one with --key; else the
-    attached one, else listed from the image, marked unsigned), printed as JSON unless --json-out alone names
-    a file for it."""
+    """invoke sbom REF [--verify-key PUB] [--json-out PATH]: the image's SBOM (the signed one with --verify-key;
+    else the attached one, else listed from the image, marked unsigned), printed as JSON unless --json-out alone
+    names a file for it."""
     from .attest import sbom_command  # at call time: cyclonedx is slow to import
 
-    return sbom_command(o.ref, as_json=as_json, docker_host=o.docker_host, generate=o.generate, key=o.key)
+    return sbom_command(o.ref, as_json=as_json, docker_host=o.docker_host, generate=o.generate, key=o.verify_key)
 
 
 @dataclass(frozen=True)
 class VerifyImageOptions(ReportOptions):
     ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...")
-    key: str | None = option("the signer's ed25519 public key (PEM)")
+    verify_key: str | None = option("the signer's ed25519 public key (PEM)")
     stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
                                "matrix gives it now) and its SGLang release")
     stacks_file: str | None = stacks_file_option("the matrix file of --stack (default: stacks.yaml)")
@@ -93,9 +93,9 @@ class VerifyImageOptions(ReportOptions):
 
 @command(VerifyImageOptions, name="verify-image", positional=("ref",))
 def verify_image(o: VerifyImageOptions, as_json: JsonReport) -> int:
-    """invoke verify-image REF --key PUB [--stack NAME]: exit 0 only when a signature by that key covers exactly
+    """invoke verify-image REF --verify-key PUB [--stack NAME]: exit 0 only when a signature by that key covers exactly
     REF's digest and the SBOM and provenance it names, and (with --stack) they name that stack's build
     (1: refused, 2: bad input)."""
     from .attest import verify_image_command  # at call time: cryptography and the registry
 
-    return verify_image_command(o.ref, key=o.key, as_json=as_json, stack=o.stack, stacks_file=o.stacks_file)
+    return verify_image_command(o.ref, key=o.verify_key, as_json=as_json, stack=o.stack, stacks_file=o.stacks_file)

@@ -147,6 +147,7 @@ def command(options: type[Opts], *, name: str | None = None,
         made = invoke_task(klass=_PositionalTask if positional else _Task, name=name, positional=list(positional),
                            help=options.task_help(), iterable=options.repeatable_names(),
                            auto_shortflags=False)(body)
+        made.options = options  # for the walk of tests/cli/test_option_names.py
         return made
 
     return decorate

@@ -101,7 +101,7 @@ def apply_command(
     """Apply (then verify) a stack's patches, or one patch, to ROOT, the folder holding `sglang/`."""
     problem = version_problem(sglang_version) if sglang_version is not None else None
     if problem:
-        raise PatchInputError(f"patches.apply --sglang-version {shown(sglang_version or '')}: {problem}")
+        raise PatchInputError(f"patches.apply --sglang {shown(sglang_version or '')}: {problem}")
     root = _tree(root)
     ids, version, policy = _selection(stack, patch, stacks_file, patches_dir, sglang_version)
     try:
@@ -109,7 +109,7 @@ def apply_command(
         if version is None:
             _console(console).print(
                 f"[yellow]notice:[/yellow] no sglang-*.dist-info under {plain(root)} and no "
-                "--sglang-version: the version range and per-version hashes are not checked"
+                "--sglang: the version range and per-version hashes are not checked"
             )
         results = patchkit.apply_patches(root, patches_dir, ids, version, policy, manifest or None)
     except patchkit.PatchError as exc:

@@ -48,7 +48,8 @@ class ApplyOptions(TaskOptions):
     stack: str | None = option("apply this stack's patches")
     patch: str | None = option("apply this one patch")
     stacks_file: str = stacks_file_option()
-    sglang_version: str | None = option("default: from ROOT's sglang-*.dist-info (or the stack)")
+    sglang: str | None = option("the SGLang release under ROOT (default: from ROOT's sglang-*.dist-info, or the "
+                                "stack's)")
     manifest: str | None = option("write what was applied to this JSON file")
 
 
@@ -58,7 +59,7 @@ def patches_apply(o: ApplyOptions) -> int:
     from .patch_commands import apply_command  # at call time: the matrix is slow to import
 
     return apply_command(o.root, stack=o.stack, patch=o.patch, stacks_file=o.stacks_file,
-                         sglang_version=o.sglang_version, manifest=o.manifest)
+                         sglang_version=o.sglang, manifest=o.manifest)
 
 
 @dataclass(frozen=True)

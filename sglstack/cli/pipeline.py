@@ -83,7 +83,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     if push and target and target != FINAL_TARGET:
         raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
     if key and unsigned:
-        raise BadInput(f"stack '{stack_name}': give --key or --unsigned, not both")
+        raise BadInput(f"stack '{stack_name}': give --signing-key or --unsigned, not both")
     # The signing key is read before any work, and held in memory only: a release is signed or says why not.
     signing_key = load_signing_key(key) if push and not unsigned and not dry_run else None
     if builder_name is not None:

@@ -13,6 +13,7 @@ up when they run). Standard library and invoke only: invoke imports this for eve
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import sys
 from typing import NoReturn
@@ -20,6 +21,7 @@ from typing import NoReturn
 from invoke import Exit, ParseError, Program
 
 from ..core.errors import EXIT_ABORT_GIT_BISECT, did_you_mean
+from .optionnames import EXAMPLES, FLOAT, INT, OPTIONS, renamed
 from .options import HELP_FLAGS
 
 # invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
@@ -60,6 +62,30 @@ class SglstackProgram(Program):
             # (`--complete -- LINE` is shell completion asking for candidates: LINE is what it completes)
             # invoke keeps what follows `--` for the task, and no task here reads it: it would be dropped
             raise Exit(f"error: no task takes arguments after '--' (got '{remainder}')", code=self._bad_input_code())
+
+    def print_task_help(self, name: str) -> None:
+        """invoke's task help, with each option's value as `OPTIONS` names it (`--port INT`, `--smoke-opt
+        KEY=VALUE`: invoke shows a repeatable option as a flag and every number as STRING) and the task's
+        example last."""
+        ctx = self.parser.contexts[name]
+        tuples = _help_tuples(ctx)
+        docstring = inspect.getdoc(self.collection[name])
+        print(f"Usage: {self.binary} [--core-opts] {name} {'[--options] ' if tuples else ''}[other tasks here ...]")
+        print("")
+        print("Docstring:")
+        for line in (docstring or "none").splitlines():
+            print(self.leading_indent + line if line.strip() else "")
+        print("")
+        print("Options:")
+        if tuples:
+            self.print_columns(tuples)
+        else:
+            print(self.leading_indent + "none")
+            print("")
+        if name in EXAMPLES:
+            print("Example:")
+            print(self.leading_indent + EXAMPLES[name])
+            print("")
 
     def parse_cleanup(self) -> None:
         listed = self.args.list.value
@@ -104,6 +130,8 @@ class SglstackProgram(Program):
         if match := _UNKNOWN.fullmatch(message):
             token = _literal(match["token"])
             if token.startswith("-"):
+                if task and (why := renamed(task, token.partition("=")[0])):
+                    return f"{task}: {why}"
                 options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
                 return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
             if task and (why := _old_json_form(self.core.unparsed or [], token, context)):
@@ -121,6 +149,23 @@ class SglstackProgram(Program):
             missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
             return f"{task}: missing argument {missing} (usage: {self._command} {task} {_usage(context)})"
         return f"{where}{message}"
+
+
+def _help_tuples(ctx) -> list[tuple[str, str]]:
+    """invoke's (flags, help) rows of a task, each option that takes a value shown with it (`-s NAME, --stack
+    NAME`); a flag stays as invoke writes it (`--[no-]eagle3`)."""
+    rows = []
+    for spec, text in ctx.help_tuples():
+        long = re.search(r"--(?:\[no-\])?([\w-]+)", spec)
+        arg = ctx.flags.get(f"--{long[1]}") if long else None
+        if arg is None or not arg.takes_value:
+            rows.append((spec, text or ""))
+            continue
+        meaning = OPTIONS.get(arg.name)
+        value = meaning.value if meaning and meaning.value else {int: INT, float: FLOAT}.get(arg.kind, "TEXT")
+        names = sorted(arg.names, key=len)
+        rows.append((", ".join(f"{'-' if len(n) == 1 else '--'}{n} {value}" for n in names), text or ""))
+    return rows
 
 
 def _is_help(value) -> bool:

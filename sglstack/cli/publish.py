@@ -20,31 +20,31 @@ class PublishOptions(TaskOptions):
     config_hash: str | None = option("config hash of the image, when no publish record or label has it")
     smoke_report: str | None = option("path of the smoke report that passed this digest (kept in the record)")
     force: bool = option("re-point the tags even when they already point to this digest", False, kind=bool)
-    key: str | None = option("the ed25519 private key (PEM) the release is signed with: a digest this key has not "
-                             "signed gets its attached SBOM and provenance signed before any tag moves (also "
-                             "SGLSTACK_SIGNING_KEY)")
+    signing_key: str | None = option("the ed25519 private key (PEM) the release is signed with: a digest this "
+                                     "key has not signed gets its attached SBOM and provenance signed before any "
+                                     "tag moves (also SGLSTACK_SIGNING_KEY)")
     unsigned: bool = option("promote without a signature (the only way to promote without a key)", False, kind=bool)
 
 
 @command(PublishOptions)
 def publish(o: PublishOptions) -> int:
     """Promote a tested digest to the stack's release tags, or roll the moving tags back to it; signed with
-    --key (or SGLSTACK_SIGNING_KEY), or explicitly --unsigned."""
+    --signing-key (or SGLSTACK_SIGNING_KEY), or explicitly --unsigned."""
     # at call time: the registry client, cryptography and the matrix are slow to import
     from ..attest.signing import KEY_ENV, load_signing_key
     from ..config.matrix import load_matrix
     from ..publish.digest import publish_digest, signed_or_unsigned
 
     stack = load_matrix(o.stacks_file).get(o.stack)  # bad input, in the order build reads it: matrix, then key
-    signed_or_unsigned(o.stack, bool(o.key or os.environ.get(KEY_ENV)), o.unsigned)
-    signing_key = None if o.unsigned else load_signing_key(o.key)  # before the registry is asked anything
+    signed_or_unsigned(o.stack, bool(o.signing_key or os.environ.get(KEY_ENV)), o.unsigned)
+    signing_key = None if o.unsigned else load_signing_key(o.signing_key)  # before the registry is asked anything
     return publish_digest(stack, o.digest, key=signing_key, unsigned=o.unsigned, registry=o.registry,
                           config_hash=o.config_hash, force=o.force, smoke_report=o.smoke_report)
 
 
 @dataclass(frozen=True)
 class RegistryUpOptions(TaskOptions):
-    port: str | None = option("loopback port (default 5000)")
+    port: int | None = option("loopback port (default 5000)", kind=int)
 
 
 @command(RegistryUpOptions, name="up")

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .safefiles import OutputNotWritable, reason_of
+from .safefiles import OutputNotWritable, holds, reason_of
 from .signals import deferred
 
 
@@ -72,7 +72,9 @@ def replace_together(files: Sequence[tuple[Path, bytes, int]]) -> None:
     beside its place (where a full disk stops it, nothing replaced), then each is renamed into place in
     order; if a rename fails, the files renamed before it are put back (each old file is kept under a
     second name until the end, a hard link: putting it back is a rename, with no data to write). No link
-    at a path is followed: pass the file a link leads to, to write through it."""
+    at a path is followed: pass the file a link leads to, to write through it. A file that already holds
+    its data and mode is left alone (its mtime too): an edit that changes nothing shows no change."""
+    files = [(path, data, mode) for path, data, mode in files if not holds(path, data, mode)]
     with contextlib.ExitStack() as stack:
         untouched = "it is as it was" if len(files) == 1 else "no file was replaced"
         staged_files = [stack.enter_context(staged(path, data, mode=mode, untouched=untouched))

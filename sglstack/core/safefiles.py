@@ -3,6 +3,7 @@
 - `write_text`: a temp file in the same folder (created exclusively, so never through a link), fsync,
   then an atomic rename. A reader sees the old file or the new one, never half; a full disk or a
   read-only folder is a one-line `OutputNotWritable` naming the file, and leaves no temp file behind.
+  A file that already holds those bytes (and mode) is not touched: nothing changed, no new mtime.
 - `check_inside`: no folder on the way from the root to a path is a link that leads out of the root (a
   `context` or `Dockerfile` link to elsewhere would make us write, or delete, someone else's files).
 - `open_nofollow` / `open_log` / `create_empty`: what cannot be written whole by rename (an append, a
@@ -126,7 +127,22 @@ def write_text(root: Path, path: Path, text: str, *, mode: int = 0o644) -> Path:
 
 
 def write_bytes(root: Path, path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    """`write_with` of `data`; a file that already holds exactly `data` with `mode` is left alone, its mtime
+    too (a task that finds nothing to change must not show a change to `git status`, make or a watcher)."""
+    check_inside(root, path)
+    if holds(path, data, mode):
+        return path
     return write_with(root, path, lambda fh: fh.write(data), mode=mode)
+
+
+def holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether `path` is a regular file (not a link) of exactly `data` and permission bits `mode`."""
+    try:
+        st = os.lstat(path)
+        return (stat.S_ISREG(st.st_mode) and st.st_size == len(data) and stat.S_IMODE(st.st_mode) == mode
+                and path.read_bytes() == data)
+    except OSError:
+        return False
 
 
 def write_with(root: Path, path: Path, fill: Callable[[BinaryIO], object], *, mode: int = 0o644,
@@ -297,6 +313,8 @@ def rename_inside(root: Path, source: Path, target: Path) -> None:
     check_inside(root, target)
     try:
         os.replace(source, target)
+        if os.path.lexists(source) and os.path.samestat(os.lstat(source), os.lstat(target)):
+            os.unlink(source)  # two links to one file: rename(2) leaves both (a kept copy of a file left as it was)
     except OSError as exc:
         raise _not_writable(target, exc) from None
 

@@ -101,7 +101,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
 
 def _target(target: str) -> str:
     if target not in TARGETS:
-        raise DeployOptionError(f"--target '{target}': not one of {', '.join(TARGETS)}")
+        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}")
     return target
 
 
@@ -131,7 +131,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
                                              ("--port", options.port), ("--node-rank", options.node_rank),
                                              ("--dist-init-addr", options.dist_init_addr)) if given]
     if compose_only:
-        raise DeployError(f"--target k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
+        raise DeployError(f"--on k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
     served = k8s_options(options)
     stack = load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
@@ -143,7 +143,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
                        options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
     dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
     if spec.gpus and not options.skip_preflight:
-        say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
+        say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
     try:
         digest = pinned_digest(ref) or ""
@@ -159,7 +159,7 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
 def deploy_command(
     options: DeployOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
-    if _target(options.target) == "k8s":
+    if _target(options.on) == "k8s":
         return deploy_k8s_command(options, build_root=build_root, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
     served = compose_options(options)
@@ -168,7 +168,7 @@ def deploy_command(
     ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
                                          build_root=dep.build_root), options.verify_key, say, stack=dep.stack,
                        stacks_file=options.stacks_file)
-    if options.gpus and not options.skip_preflight:
+    if options.gpus != 0 and not options.skip_preflight:
         # The GPU node is checked before compose replaces a running deployment with one that cannot start.
         say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")
         require_ready(dep.stack, docker_host=options.docker_host, image=ref)
@@ -215,7 +215,7 @@ def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None
 def rollback_command(
     options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
-    if _target(options.target) == "k8s":
+    if _target(options.on) == "k8s":
         root = build_root or default_build_root()
         namespace = options.namespace
         if namespace is None:  # the namespace the last k8s deployment of the stack went to

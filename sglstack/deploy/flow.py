@@ -237,7 +237,7 @@ def _come_up(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
                      docker_host=dep.docker_host)
     if up.returncode != 0:
         hint = (
-            " (no NVIDIA runtime on this host: deploy with --no-gpus for a CPU host)"
+            " (no NVIDIA runtime on this host: deploy with --gpus 0 for a CPU host)"
             if ("device driver" in up.stderr and spec.gpus)
             else ""
         )

@@ -99,13 +99,13 @@ def find_kubectl(context: str | None, namespace: str | None) -> Kubectl:
     """kubectl on PATH and a context to use (the given one, which must exist, else the current one)."""
     binary = shutil.which("kubectl")
     if binary is None:
-        raise DeployError("--target k8s: kubectl not found on PATH (nothing was changed)")
+        raise DeployError("--on k8s: kubectl not found on PATH (nothing was changed)")
     if context is None:
         proc = subprocess.run([binary, "config", "current-context"], capture_output=True, text=True,
                               timeout=TIMEOUT_S, check=False, env=tool_environment())
         current = proc.stdout.strip()
         if proc.returncode != 0 or not current:
-            raise DeployError("--target k8s: no current kubectl context "
+            raise DeployError("--on k8s: no current kubectl context "
                               f"({_first_line(proc.stderr)}); pass --context or run `kubectl config use-context`")
         return Kubectl(binary, current, namespace)
     proc = subprocess.run([binary, "config", "get-contexts", "-o", "name"], capture_output=True, text=True,

@@ -48,7 +48,8 @@ class DeployOptions(DeployTaskOptions):
     image: str | None = option("serve this image reference instead (e.g. a local tag)")
     docker_host: str | None = docker_host_option("Docker engine URL to deploy to (default: DOCKER_HOST / local socket)")
     eagle3: bool = option("--no-eagle3: serve without the stack's speculative (EAGLE-3) flags", True, kind=bool)
-    gpus: bool = option("--no-gpus: no GPU reservations and no memlock ulimit (CPU hosts)", True, kind=bool)
+    gpus: int | None = option("GPUs per node (default: the stack's serving.gpus); 0: none, no memlock ulimit (CPU "
+                              "hosts)", kind=int)
     port: int | None = option("host port (default: the stack's serving.port)", kind=int)
     hf_cache: str | None = option("host folder of the Hugging Face cache (default: the stack's serving.mounts)")
     start_period: int | None = option(
@@ -62,7 +63,7 @@ class DeployOptions(DeployTaskOptions):
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
     health_interval: int = option("seconds between healthchecks (default 30)", 30, kind=int)
     skip_preflight: bool = option("do not run `invoke preflight` on the GPU node first", False, kind=bool)
-    target: str = option("compose (default) or k8s: a LeaderWorkerSet applied with kubectl", "compose")
+    on: str = option("where to deploy: compose (default) or k8s (a LeaderWorkerSet applied with kubectl)", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
     namespace: str | None = option("k8s: the namespace (default: the context's)")
     replicas: int = option("k8s: LeaderWorkerSet groups, each serving the whole model (default 1)", 1, kind=int)
@@ -80,7 +81,7 @@ class RollbackOptions(DeployTaskOptions):
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     docker_host: str | None = docker_host_option(RECORDED_HOST_HELP)
     wait_timeout: float | None = option(WAIT_HELP, kind=float)
-    target: str = option("compose (default) or k8s", "compose")
+    on: str = option("where the deployment runs: compose (default) or k8s", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
     namespace: str | None = option("k8s: the namespace (default: the one recorded at deploy)")
 

@@ -55,7 +55,17 @@ from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
 from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
-from .file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, stack_input_hash, with_edges, write_lock
+from .file import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    lock_path,
+    read_lock,
+    stack_input_hash,
+    with_edges,
+    write_lock,
+    written_sha256,
+)
 from .plan import (
     SGLANG,
     SGLANG_REQUIREMENTS,
@@ -379,6 +389,15 @@ class LockResult:
     seconds: float
 
 
+def kept_time(lock: Lock, previous: Lock | None) -> Lock:
+    """`lock`, dated as `previous` when nothing but the time of resolving differs: a lock that finds no change
+    leaves the file's bytes alone (`git status` clean), and `resolved-at` says when its content was resolved."""
+    if previous is not None and written_sha256(replace(lock, resolved_at=previous.resolved_at)) == \
+            written_sha256(previous):
+        return replace(lock, resolved_at=previous.resolved_at)
+    return lock
+
+
 def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str] = (),
                compile_fn: CompileFn = compile_many) -> LockResult:
     """Resolve and write `locks/NAME.txt`; an earlier lock is the starting point (its pins are kept).
@@ -408,7 +427,8 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
             raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
     start = time.monotonic()
     base_glibc = None if stack.glibc else base_image_glibc(stack)
-    lock = resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn, base_glibc=base_glibc)
+    lock = kept_time(resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn,
+                                   base_glibc=base_glibc), previous)
     write_lock(path, lock, stacks_file=Path(stacks_file).name)
     return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
 

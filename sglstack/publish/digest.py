@@ -112,9 +112,9 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
 def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool) -> None:
     """A release is signed or says it is not: one of the two, before a key is read or the registry asked."""
     if has_key and unsigned:
-        raise BadInput(f"stack '{stack}': give --key or --unsigned, not both")
+        raise BadInput(f"stack '{stack}': give --signing-key or --unsigned, not both")
     if not has_key and not unsigned:
-        raise BadInput(f"stack '{stack}': publish needs --key (or {KEY_ENV}) to sign the release, or "
+        raise BadInput(f"stack '{stack}': publish needs --signing-key (or {KEY_ENV}) to sign the release, or "
                        f"--unsigned to promote it without a signature")
 
 

@@ -138,7 +138,7 @@ def release(
     smoke (tests); `today` (UTC) dates the immutable tag. `attest` attaches the attestations to the tested
     digest before any release tag moves: when it fails (it removes what it pushed), no tag moves.
     `sign_published` (a signing release) signs the digest of a config already published, unless its key
-    already did: `--key` never ends with a release nothing signed.
+    already did: `--signing-key` never ends with a release nothing signed.
     """
     out = console()
     tags = release_tags(stack, config_hash, today or utc_today())

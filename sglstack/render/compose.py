@@ -24,7 +24,15 @@ from ..core.credentials import argv_references
 from ..core.errors import ConfigError
 from ..core.quoting import compose_string
 from ..core.resources import COMPOSE_DIR
-from ..serving import RecordedOptions, ServingError, ServingOverrides, ServingSpec, serving_argv, serving_spec
+from ..serving import (
+    RecordedOptions,
+    ServingError,
+    ServingOverrides,
+    ServingSpec,
+    gpu_count,
+    serving_argv,
+    serving_spec,
+)
 
 TEMPLATES_DIR = COMPOSE_DIR
 COMPOSE_TEMPLATE = "compose.yaml.j2"
@@ -52,7 +60,7 @@ class ComposeOptions(RecordedOptions):
     serves the same. None means "the stack's serving value"."""
 
     eagle3: bool = True  # serve with the stack's speculative settings (if it has any)
-    gpus: bool = True  # GPU reservations + memlock ulimit; off for CPU hosts
+    gpus: int | bool | None = None  # GPUs per node (0: none, a CPU host); None: the stack's (see gpu_count)
     port: int | None = None  # host port; default: the stack's serving.port
     hf_cache: str | None = None  # host path of the HF cache; default: the stack's serving.mounts
     start_period_s: int | None = None  # healthcheck grace; default: the stack's serving.startup_timeout_s
@@ -69,7 +77,7 @@ class ComposeOptions(RecordedOptions):
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(
             eagle3=self.eagle3,
-            gpus=None if self.gpus else 0,
+            gpus=gpu_count(self.gpus),
             host_port=self.port,
             publish_port=True,
             hf_cache=self.hf_cache,

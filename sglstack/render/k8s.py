@@ -33,6 +33,7 @@ from ..serving import (
     ServingError,
     ServingOverrides,
     ServingSpec,
+    gpu_count,
     serving_argv,
     serving_spec,
 )
@@ -65,7 +66,7 @@ class K8sOptions(RecordedOptions):
     applies the same objects with the previous digest. None means "the stack's serving value"."""
 
     eagle3: bool = True
-    gpus: bool = True  # nvidia.com/gpu limits; off renders a CPU pod (no GPU, no RDMA)
+    gpus: int | bool | None = None  # nvidia.com/gpu limits (0: a CPU pod, no RDMA); None: the stack's (gpu_count)
     nnodes: int = 1  # the LWS group size: pods (nodes) per replica
     replicas: int = 1  # groups, each serving the whole model
     namespace: str | None = None  # None: the context's namespace
@@ -81,7 +82,7 @@ class K8sOptions(RecordedOptions):
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(
             eagle3=self.eagle3,
-            gpus=None if self.gpus else 0,
+            gpus=gpu_count(self.gpus),
             hf_cache=self.hf_cache,
             healthcheck_start_period_s=self.start_period_s,
             nnodes=self.nnodes,
@@ -152,8 +153,8 @@ def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
     if options.rdma is not None:
         if rdma_problem(options.rdma):
             raise bad(f"--rdma '{one_line(options.rdma)}': {rdma_problem(options.rdma)}")
-        if not options.gpus:
-            raise bad("--rdma: needs GPUs (it was given with --no-gpus)")
+        if gpu_count(options.gpus) == 0:
+            raise bad("--rdma: needs GPUs (it was given with --gpus 0)")
     secret = options.hf_token_secret
     if not (DNS_SUBDOMAIN.fullmatch(secret) and len(secret) <= DNS_SUBDOMAIN_MAX):
         raise bad(f"--hf-token-secret '{one_line(secret)}': not a Secret name (a DNS subdomain: lowercase letters, "

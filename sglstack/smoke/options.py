@@ -12,8 +12,10 @@ from typing import Any
 
 from ..core.errors import SmokeInputError
 
-# The spelling on the command line (`--mount`, `--label`) -> the key smoke_options reads.
+# The spelling on the command line (`--mount`, `--label`, and so `mount=`, `label=`) -> the key smoke_options
+# reads. The plural keys were the --smoke-opt spelling once: refused with the name to use (one name, one meaning).
 ALIASES = {"mount": "mounts", "label": "labels"}
+SPELLING = {key: flag for flag, key in ALIASES.items()}
 # NAME=VALUE pairs, one mapping
 PAIR_KEYS = ("env", "labels")
 # values in the order given, one list (extra_args split on white space, as a flag's value is)
@@ -40,6 +42,9 @@ def parse_smoke_opts(opts: Iterable[str]) -> dict[str, Any]:
     for number, opt in enumerate(opts, 1):
         raw_key, sep, value = str(opt).partition("=")
         key = raw_key.strip().replace("-", "_")
+        if key in SPELLING:
+            raise SmokeOptionError(f"--smoke-opt '{raw_key.strip()}=…': the key is {SPELLING[key]}= (as smoke's "
+                                   f"--{SPELLING[key]})")
         key = ALIASES.get(key, key)
         if not sep or not key.isidentifier():
             raise SmokeOptionError(malformed_pair("--smoke-opt", number, str(opt), "KEY=VALUE"))

@@ -30,7 +30,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
-from .options import malformed_pair
+from .options import SPELLING, malformed_pair
 from .processenv import passes_to_process
 
 CONTAINER_PORT = 30000
@@ -238,11 +238,11 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
 def _check_known(given: Mapping[str, Any]) -> None:
     """Every option is one smoke knows (one line listing the known ones if not)."""
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
-    known |= {"env", "mounts", "extra_args", "kinds"}
-    known.discard("serving")
+    known = (known | {"env", "mounts", "extra_args", "kinds"}) - {"serving"}
     unknown = sorted(set(given) - known)
     if unknown:
-        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
+        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)})")
 
 
 def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:

@@ -26,6 +26,7 @@ from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 
 from ..core.errors import ConfigError, one_line
+from .splice import spliced
 
 
 def _yaml() -> YAML:
@@ -227,7 +228,10 @@ def edited(text: str, *, file: str, stack: str, edits: Mapping[str, Any], as_nam
         _put_tail(stacks, tail, sharing.aliased)
     out = io.StringIO()
     y.dump(data, out)
-    return Edited(mark + out.getvalue().replace("\n", newline), tuple(notes))
+    # the lines the edit did not change keep the file's own bytes, not ruamel's layout of them
+    original = text.removeprefix(mark).replace("\r\n", "\n")
+    kept = spliced(original, _load(_yaml(), original, file), out.getvalue(), _load(_yaml(), out.getvalue(), file))
+    return Edited(mark + kept.replace("\n", newline), tuple(notes))
 
 
 def check_editable(text: str, *, file: str) -> None:

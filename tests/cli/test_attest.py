@@ -169,7 +169,7 @@ def test_keys_from_the_option_the_environment_path_or_pem(tmp_path):
 
 
 @pytest.mark.parametrize("make, needle", [
-    (lambda p: None, "no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY"),
+    (lambda p: None, "no signing key: pass --signing-key PATH or set SGLSTACK_SIGNING_KEY"),
     (lambda p: p.write_text("not a key"), "not a PEM private key"),
     (lambda p: p.write_bytes(_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024))), "not ed25519"),
     (lambda p: p.write_bytes(Ed25519PrivateKey.generate().private_bytes(
@@ -276,12 +276,13 @@ def test_a_release_without_a_key_stops_before_any_work(tmp_path, repo_root):
     env = {"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
     proc = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == ("error: no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or "
-                                   "the PEM itself), or --unsigned to release without a signature")
+    assert proc.stderr.strip() == ("error: no signing key: pass --signing-key PATH or set SGLSTACK_SIGNING_KEY (a "
+                                   "path, or the PEM itself), or --unsigned to release without a signature")
     assert not (tmp_path / "build").exists()  # nothing rendered, nothing built
-    both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--key", "k.pem",
+    both = run_invoke("build", "--stack", "cpu-test", "--stacks-file", stacks, "--push", "--signing-key", "k.pem",
                       "--unsigned", cwd=tmp_path, env=env)
-    assert both.returncode == 2 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+    assert both.returncode == 2
+    assert both.stderr.strip() == "error: stack 'cpu-test': give --signing-key or --unsigned, not both"
 
 
 def test_a_verify_key_that_is_a_fifo_is_refused_at_once(tmp_path, repo_root):

@@ -165,8 +165,8 @@ def test_verify_image_binds_with_stack_and_says_what_the_signature_names(reg, pu
 def test_deploy_verify_key_refuses_another_stacks_signed_image_before_anything(reg, pub, tmp_path, target):
     client = RegistryClient(reg.host)
     other = _released(reg, client, "other", "cpu-test", stack="cpu-test-other", config_hash="1" * 64)
-    options = DeployOptions(stack="cpu-test", stacks_file=str(STACKS), image=_ref(reg, "cpu-test"), gpus=False,
-                            verify_key=pub, target=target)
+    options = DeployOptions(stack="cpu-test", stacks_file=str(STACKS), image=_ref(reg, "cpu-test"), gpus=0,
+                            verify_key=pub, on=target)
     with pytest.raises(NotVerified) as err:
         deploy_command(options, build_root=tmp_path / "build", say=lambda line: None)
     assert str(err.value) == (f"{_ref(reg, other)}: signed for another build: stack: expected 'cpu-test', found "
@@ -209,8 +209,8 @@ def test_sbom_with_a_key_shows_only_the_signed_sbom_and_without_says_unsigned(re
     assert doc["metadata"]["properties"][-1] == {"name": "sglstack:signature", "value": signed}
     assert sbom_command(ref, as_json=JsonReport(path=out)) == 0
     line = capsys.readouterr().err.strip()
-    unsigned = ("unsigned: not checked against any signature (anyone who can push may attach an SBOM; give --key "
-                "PUB to show only a signed one)")
+    unsigned = ("unsigned: not checked against any signature (anyone who can push may attach an SBOM; give "
+                "--verify-key PUB to show only a signed one)")
     assert line.endswith(f", attached to {_ref(reg, digest)}; {unsigned}; written to {out}"), line
     assert json.loads(out.read_text())["metadata"]["properties"][-1]["value"] == unsigned
 
@@ -227,7 +227,7 @@ def test_sbom_with_a_key_of_an_unsigned_image_shows_nothing(reg, pub, tmp_path, 
     assert capsys.readouterr().out == ""
     with pytest.raises(BadInput) as bad:
         sbom_command(ref, key=pub, generate=True)
-    assert str(bad.value) == "sbom: give --key (the signed SBOM) or --generate (listed from the image), not both"
+    assert str(bad.value) == "sbom: give --verify-key (the signed SBOM) or --generate (listed from the image), not both"
 
 
 # ---- a release is signed or explicitly --unsigned, on every promote path --------------------------------
@@ -237,9 +237,9 @@ def test_publish_digest_needs_a_key_or_unsigned_before_any_registry_call(reg, tm
     with pytest.raises(BadInput) as err:
         publish_digest(CPU, digest, registry=f"{reg.host}/{REPO}", config_hash=CONFIG, build_dir=tmp_path)
     assert err.value.exit_code == 2
-    assert str(err.value) == ("stack 'cpu-test': publish needs --key (or SGLSTACK_SIGNING_KEY) to sign the release, "
-                              "or --unsigned to promote it without a signature")
-    with pytest.raises(BadInput, match=r"^stack 'cpu-test': give --key or --unsigned, not both$"):
+    assert str(err.value) == ("stack 'cpu-test': publish needs --signing-key (or SGLSTACK_SIGNING_KEY) to sign the "
+                              "release, or --unsigned to promote it without a signature")
+    with pytest.raises(BadInput, match=r"^stack 'cpu-test': give --signing-key or --unsigned, not both$"):
         publish_digest(CPU, digest, key=KEY, unsigned=True, registry=f"{reg.host}/{REPO}", build_dir=tmp_path)
     assert reg.requests == []
 
@@ -271,7 +271,7 @@ def test_publish_digest_with_a_key_refuses_what_it_cannot_sign_and_moves_no_tag(
             f"stack 'cpu-test': {_ref(reg, digest)}: not signed by key {KID} ({_ref(reg, digest)}: no signature "
             f"attached (unsigned, or its signature was deleted)), and no SBOM and provenance of stack 'cpu-test', "
             f"config {CONFIG[:12]}, SGLang unknown are attached to sign: release it with `invoke build --push "
-            f"--key`, or promote it with --unsigned; no tag moved")
+            f"--signing-key`, or promote it with --unsigned; no tag moved")
     assert not set(release_tags(CPU, CONFIG, DAY).release) & set(client.list_tags(REPO))
     assert read_records(records_path(tmp_path)) == []
 
@@ -433,10 +433,11 @@ def test_invoke_publish_without_a_key_or_unsigned_is_one_line_exit_2(tmp_path):
     args = ("publish", "--stack", "cpu-test", "--stacks-file", str(STACKS), "--digest", "sha256:" + "a" * 64)
     proc = run_invoke(*args, cwd=tmp_path, env=env)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: stack 'cpu-test': publish needs --key (or SGLSTACK_SIGNING_KEY) to sign "
-                                   "the release, or --unsigned to promote it without a signature")
-    both = run_invoke(*args, "--key", "k.pem", "--unsigned", cwd=tmp_path, env=env)
-    assert both.returncode == 2 and both.stderr.strip() == "error: stack 'cpu-test': give --key or --unsigned, not both"
+    assert proc.stderr.strip() == ("error: stack 'cpu-test': publish needs --signing-key (or SGLSTACK_SIGNING_KEY) to "
+                                   "sign the release, or --unsigned to promote it without a signature")
+    both = run_invoke(*args, "--signing-key", "k.pem", "--unsigned", cwd=tmp_path, env=env)
+    assert both.returncode == 2
+    assert both.stderr.strip() == "error: stack 'cpu-test': give --signing-key or --unsigned, not both"
     assert not (tmp_path / "build").exists()
 
 

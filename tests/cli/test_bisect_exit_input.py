@@ -57,7 +57,7 @@ def test_a_judgeable_input_still_answers(served, tmp_path):
 def test_a_threshold_that_cannot_be_judged_aborts(served, threshold, capsys):
     assert _exit(89, threshold=threshold) == EXIT_ABORT_GIT_BISECT
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: --bisect-threshold '{threshold}': ") and "\n" not in err
+    assert err.startswith(f"error: --threshold '{threshold}': ") and "\n" not in err
     assert served == []
 
 

@@ -221,7 +221,7 @@ def test_plain_secret_env_is_refused_by_every_task_that_renders(tmp_path, passwo
     matrix = write_matrix(tmp_path / "stacks.yaml",
                           serving={**data["defaults"]["serving"], "env": {"HF_TOKEN": password}})
     for task in (["render"], ["build", "--dry-run"], ["bake", "--out", str(tmp_path / "bake.json")],
-                 ["deploy", "--target", "k8s", "--digest", "sha256:" + "a" * 64]):
+                 ["deploy", "--on", "k8s", "--digest", "sha256:" + "a" * 64]):
         proc = run_invoke(*task[:1], "--stack", "cpu-test", "--stacks-file", str(matrix), *task[1:], cwd=tmp_path,
                           env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
         assert proc.returncode == ConfigError.exit_code, (task, proc.stderr)

@@ -1,4 +1,4 @@
-"""`invoke deploy --target k8s` and `invoke rollback --target k8s` through the production code, with a
+"""`invoke deploy --on k8s` and `invoke rollback --on k8s` through the production code, with a
 recording kubectl stand-in on PATH (no cluster here): the exact argv, the records, the rollback by digest."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def cluster(tmp_path: Path) -> dict[str, str]:
 
 
 def deploy(env: dict[str, str], cwd: Path, digest: str, *extra: str, **more_env: str):
-    return run_invoke("deploy", "--stack", STACK, "--target", "k8s", "--digest", digest, "--nnodes", "2",
+    return run_invoke("deploy", "--stack", STACK, "--on", "k8s", "--digest", digest, "--nnodes", "2",
                       *extra, cwd=cwd, env={**env, **more_env}, timeout=120)
 
 
@@ -99,7 +99,7 @@ def test_invoke_rollback_reapplies_the_previous_digest(cluster: dict[str, str], 
     assert deploy(cluster, tmp_path, A).returncode == 0
     assert deploy(cluster, tmp_path, B).returncode == 0
     assert applied_image(cluster) == f"{REPOSITORY}@{B}"
-    proc = run_invoke("rollback", "--stack", STACK, "--target", "k8s", cwd=tmp_path, env=cluster, timeout=120)
+    proc = run_invoke("rollback", "--stack", STACK, "--on", "k8s", cwd=tmp_path, env=cluster, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert applied_image(cluster) == f"{REPOSITORY}@{A}"
     last = records(cluster)[-1]
@@ -110,7 +110,7 @@ def test_no_current_context_is_one_line_before_anything(cluster: dict[str, str],
     proc = deploy(cluster, tmp_path, A, KUBECTL_DOUBLE_CONTEXT="")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "error: --target k8s: no current kubectl context (error: current-context is not set); "
+        "error: --on k8s: no current kubectl context (error: current-context is not set); "
         "pass --context or run `kubectl config use-context`")
     assert [c for c in calls(cluster) if c[:1] != ["config"]] == []
     assert not (Path(cluster["SGLSTACK_BUILD_DIR"]) / STACK / "k8s").exists()
@@ -122,7 +122,7 @@ def test_an_unknown_context_and_no_kubectl_are_one_line(cluster: dict[str, str],
     bare = {**cluster, "PATH": str(Path(sys.executable).parent)}
     proc = deploy(bare, tmp_path, A)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "error: --target k8s: kubectl not found on PATH (nothing was changed)"
+    assert proc.stderr.strip() == "error: --on k8s: kubectl not found on PATH (nothing was changed)"
 
 
 @pytest.mark.parametrize(("extra", "named"), [
@@ -139,9 +139,9 @@ def test_bad_k8s_options_change_nothing(cluster: dict[str, str], tmp_path: Path,
 
 
 def test_an_unknown_target_is_one_line(cluster: dict[str, str], tmp_path: Path) -> None:
-    proc = run_invoke("deploy", "--stack", STACK, "--target", "helm", "--digest", A, cwd=tmp_path, env=cluster)
+    proc = run_invoke("deploy", "--stack", STACK, "--on", "helm", "--digest", A, cwd=tmp_path, env=cluster)
     assert proc.returncode == 2  # bad input
-    assert proc.stderr.strip() == "error: --target 'helm': not one of compose, k8s"
+    assert proc.stderr.strip() == "error: --on 'helm': not one of compose, k8s"
 
 
 def test_sigterm_while_waiting_rolls_back_then_exits_143(cluster: dict[str, str], tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_sigterm_while_waiting_rolls_back_then_exits_143(cluster: dict[str, str]
 
     assert deploy(cluster, tmp_path, A).returncode == 0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "deploy", "--stack", STACK, "--target", "k8s",
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "deploy", "--stack", STACK, "--on", "k8s",
          "--digest", B, "--nnodes", "2", "--wait-timeout", "120"],
         cwd=tmp_path, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO), **cluster, "KUBECTL_DOUBLE_UNREADY": B},

@@ -47,7 +47,7 @@ def _record(image: str, digest: str, *, action: str = "deploy", result: str = "h
         project="sglstack-tiny",
         compose_tool="t",
         compose_file=cmp.COMPOSE_FILE,
-        options=cmp.ComposeOptions(gpus=False).to_record(),
+        options=cmp.ComposeOptions(gpus=0).to_record(),
     )
 
 
@@ -75,7 +75,7 @@ def test_records_are_append_only_json_lines(tmp_path: Path) -> None:
     assert after.startswith(before)
     assert [json.loads(line)["digest"] for line in after.splitlines()] == [DIGEST_A, DIGEST_B]
     assert read_records(tmp_path, "tiny") == [first, second]
-    assert cmp.ComposeOptions.from_record(read_records(tmp_path, "tiny")[0].options).gpus is False
+    assert cmp.ComposeOptions.from_record(read_records(tmp_path, "tiny")[0].options).gpus == 0
 
 
 def test_a_corrupt_record_is_a_one_line_error_naming_the_file_and_line(tmp_path: Path) -> None:

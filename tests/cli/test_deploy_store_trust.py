@@ -30,7 +30,7 @@ from sglstack.render import compose as cmp
 GOOD = "sglstack-test/good@sha256:" + "a" * 64
 NEW = "sglstack-test/new@sha256:" + "b" * 64
 BAD = "sglstack-test/bad@sha256:" + "c" * 64  # crashes when brought up
-OPTIONS = cmp.ComposeOptions(gpus=False)
+OPTIONS = cmp.ComposeOptions(gpus=0)
 
 
 @pytest.fixture
@@ -218,7 +218,7 @@ def _record(image: str, **changes) -> dict:
 @pytest.mark.parametrize(("row", "why"), [
     (_record(GOOD, options="gpus=false"), "'options' is a string, not an object"),
     (_record(GOOD, options={"port": "80"}), "options: 'port' is a string, not a whole number or null"),
-    (_record(GOOD, options={"gpus": 1}), "options: 'gpus' is a whole number, not true or false"),
+    (_record(GOOD, options={"gpus": "2"}), "options: 'gpus' is a string, not a whole number or true or false or null"),
     (_record(GOOD) | {"image": ["x"]}, "'image' is a list, not a string"),
     (_record(GOOD, target="k8s", options={"replicas": "2"}), "options: 'replicas' is a string, not a whole number"),
     ([1, 2], "a list, not an object"),

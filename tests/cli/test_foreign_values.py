@@ -99,8 +99,8 @@ def cluster(tmp_path: Path) -> dict[str, str]:
 
 def _k8s_deploy(cluster: dict[str, str], cwd: Path, stacks_file: Path, stack: str, digest: str, *extra: str,
                 **env: str) -> subprocess.CompletedProcess:
-    return run_invoke("deploy", "--stack", stack, "--stacks-file", str(stacks_file), "--target", "k8s",
-                      "--digest", digest, "--no-gpus", *extra, cwd=cwd, env={**cluster, **env}, timeout=120)
+    return run_invoke("deploy", "--stack", stack, "--stacks-file", str(stacks_file), "--on", "k8s",
+                      "--digest", digest, "--gpus", "0", *extra, cwd=cwd, env={**cluster, **env}, timeout=120)
 
 
 def test_a_k8s_deploy_never_applies_over_or_deletes_another_stacks_lws(cluster, tmp_path):
@@ -146,7 +146,7 @@ def test_undeploy_never_removes_another_stacks_compose_project(tmp_path):
         # A deploy of audit.TAG would `up` its service in that project: refused before anything changes.
         with pytest.raises(SglstackError) as info:
             deploy(Deployment(stack=stack, build_root=tmp_path / "build"), "debian:bookworm-slim",
-                   ComposeOptions(gpus=False, port=free_port()), compose=detect_compose(), say=lambda _: None)
+                   ComposeOptions(gpus=0, port=free_port()), compose=detect_compose(), say=lambda _: None)
         assert f"compose project {project} holds container {project}_sglang_1 of stack '{owner}'" in str(info.value)
         assert not (tmp_path / "build" / other).exists()
         container.reload()
@@ -275,7 +275,7 @@ def test_k8s_passes_every_dollar_of_the_stack_as_written(tmp_path):
             'extra_args: ["--chat-template", "pa$$word", "$$(HF_TOKEN)", "$(LWS_GROUP_SIZE)"],' \
             ' env: {MOTTO: "pa$$word", NOTE: "$(HF_TOKEN) $$(HF_TOKEN)"}}\n'
     stack = load_matrix(matrix(tmp_path, {"s": extra})).get("s")
-    files = k8s.render_k8s(stack, f"127.0.0.1:5000/sglstack/sglang@{DIGEST}", k8s.K8sOptions(gpus=False, nnodes=2))
+    files = k8s.render_k8s(stack, f"127.0.0.1:5000/sglstack/sglang@{DIGEST}", k8s.K8sOptions(gpus=0, nnodes=2))
     container = yaml.safe_load(files[k8s.LWS_FILE])["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"][
         "containers"][0]
     pod_env = {"HF_TOKEN": "hf_secret", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1",

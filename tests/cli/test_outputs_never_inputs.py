@@ -41,7 +41,7 @@ MATRIX = "the stacks file stacks.yaml"
      _line("--json-out", "stacks.yaml", MATRIX, "preflight")),
     (("smoke", "--stack", "a", "--image", "x:y", "--report", "stacks.yaml"),
      _line("--report", "stacks.yaml", MATRIX, "smoke")),
-    (("verify-image", "reg.example/x:y", "--key", "k.pem", "--stack", "a", "--json-out", "stacks.yaml"),
+    (("verify-image", "reg.example/x:y", "--verify-key", "k.pem", "--stack", "a", "--json-out", "stacks.yaml"),
      _line("--json-out", "stacks.yaml", MATRIX, "verify-image")),
     (("coverage", "--stack", "a", "--json-out", "locks/a.json"),
      "error: coverage: --json-out locks/a.json: is in locks, the folder of the stacks' locks: give another path"),

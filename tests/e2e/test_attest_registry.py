@@ -173,14 +173,14 @@ def test_a_deleted_attestation_is_refused(published, keys):
 def test_verify_image_and_sbom_from_the_command_line(published, keys, tmp_path):
     _, repo, digest = published
     report = tmp_path / "verify.json"
-    ok = run_invoke("verify-image", repo.ref("rel"), "--key", str(keys["release"][1]), "--json-out", str(report),
+    ok = run_invoke("verify-image", repo.ref("rel"), "--verify-key", str(keys["release"][1]), "--json-out", str(report),
                     cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(report.read_text())["digest"] == digest and "verified:" in ok.stdout
-    refused = run_invoke("verify-image", repo.ref("rel"), "--key", str(keys["other"][1]), cwd=tmp_path)
+    refused = run_invoke("verify-image", repo.ref("rel"), "--verify-key", str(keys["other"][1]), cwd=tmp_path)
     assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "NOT verified" in refused.stderr and "no signature by key" in refused.stderr
-    bad = run_invoke("verify-image", repo.ref("rel"), "--key", str(tmp_path / "missing.pub"), cwd=tmp_path)
+    bad = run_invoke("verify-image", repo.ref("rel"), "--verify-key", str(tmp_path / "missing.pub"), cwd=tmp_path)
     assert bad.returncode == 2 and "cannot read key file" in bad.stderr
     out = tmp_path / "sbom.json"
     sbom = run_invoke("sbom", repo.ref("rel"), "--json-out", str(out), cwd=tmp_path)
@@ -238,7 +238,7 @@ def test_render_and_deploy_take_only_an_image_that_verifies(published, keys, ima
                          "--image", repo.ref(unsigned), "--verify-key", str(keys["release"][1]), cwd=tmp_path)
     assert refused.returncode == 1 and "no signature attached" in refused.stderr and not refused_out.exists()
     deploy = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", stacks, "--image", repo.ref("rel"),
-                        "--no-gpus", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
+                        "--gpus", "0", "--verify-key", str(keys["other"][1]), cwd=tmp_path)
     assert deploy.returncode == 1 and "no signature by key" in deploy.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "build").exists()  # refused before anything was written or started
 

@@ -121,5 +121,5 @@ def test_bisect_exit_codes_for_git_bisect_run(tmp_path, sglang_double_image, lab
                        "SGLANG_DOUBLE_CRASH_AT_START=1", "--label", f"{LABEL}={label}", "--report",
                        str(tmp_path / "crash.json"), "--bisect-exit", str(report), cwd=tmp_path)
     assert crash.returncode == 125 and "did not serve" in crash.stdout, crash.stdout + crash.stderr
-    wrong = _bisect_exit(tmp_path, sglang_double_image, label, report, SPEED, "--bisect-metric", "latency")
+    wrong = _bisect_exit(tmp_path, sglang_double_image, label, report, SPEED, "--metric", "latency")
     assert wrong.returncode == 128 and "unknown metric" in wrong.stderr  # aborts `git bisect run`

@@ -107,7 +107,7 @@ def _remove_project(dep: Deployment) -> None:
 def _cpu_options(tmp_path: Path, **overrides) -> cmp.ComposeOptions:
     (tmp_path / "hf-cache").mkdir(exist_ok=True)
     settings = dict(
-        gpus=False,
+        gpus=0,
         port=free_port(),
         hf_cache=str(tmp_path / "hf-cache"),
         start_period_s=30,
@@ -238,8 +238,8 @@ def test_gpu_reservations_on_a_cpu_host_fail_with_a_hint_and_leave_nothing(
     deployment: Deployment, double_variants, tmp_path: Path
 ) -> None:
     with pytest.raises(DeployFailed) as err:
-        deploy(deployment, double_variants["a"], _cpu_options(tmp_path, gpus=True), say=lambda _: None)
-    assert "`up` failed" in str(err.value) and "--no-gpus" in str(err.value)
+        deploy(deployment, double_variants["a"], _cpu_options(tmp_path, gpus=None), say=lambda _: None)
+    assert "`up` failed" in str(err.value) and "--gpus 0" in str(err.value)
     assert _project_containers(deployment) == []
 
 
@@ -392,7 +392,7 @@ def test_sigterm_during_a_redeploy_restores_the_previous_deployment_and_exits_14
     port = free_port()
     (tmp_path / "hf").mkdir()
     cli = [sys.executable, "-m", "invoke", "--search-root", str(Path(__file__).resolve().parents[2]),
-           "deploy", "--stack", dep.stack.name, "--stacks-file", str(matrix), "--no-gpus", "--port", str(port),
+           "deploy", "--stack", dep.stack.name, "--stacks-file", str(matrix), "--gpus", "0", "--port", str(port),
            "--hf-cache", str(tmp_path / "hf"), "--start-period", "30", "--health-interval", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
            "SGLSTACK_BUILD_DIR": str(dep.build_root)}

@@ -97,7 +97,7 @@ def test_build_push_publishes_exactly_the_tested_digest(tmp_path, plain_registry
     public = tmp_path / "release.pub"
     public.write_bytes(SIGNING_KEY.public_key().public_bytes(serialization.Encoding.PEM,
                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
-    verified = run_invoke("verify-image", f"{registry}/{REPO_PASS}:e2e", "--key", str(public), cwd=tmp_path)
+    verified = run_invoke("verify-image", f"{registry}/{REPO_PASS}:e2e", "--verify-key", str(public), cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert tested in verified.stdout
     sbom_path = tmp_path / "sbom.json"

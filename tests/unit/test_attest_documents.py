@@ -410,15 +410,15 @@ def test_the_key_comes_from_the_process_environment_by_default(tmp_path, monkeyp
 
 def test_every_refusal_of_a_signing_key_word_for_word(tmp_path):
     missing = tmp_path / "missing.pem"
-    assert _bad(None, {}) == ("no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or the PEM "
+    assert _bad(None, {}) == ("no signing key: pass --signing-key PATH or set SGLSTACK_SIGNING_KEY (a path, or the PEM "
                               "itself), or --unsigned to release without a signature")
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": ""}) == _bad(None, {})
-    assert _bad(str(missing), {}) == f"--key: cannot read key file '{missing}' (No such file or directory)"
+    assert _bad(str(missing), {}) == f"--signing-key: cannot read key file '{missing}' (No such file or directory)"
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": str(missing)}) == (
         f"SGLSTACK_SIGNING_KEY: cannot read key file '{missing}' (No such file or directory)")
     junk = tmp_path / "junk.pem"
     junk.write_text("not a key")
-    assert _bad(str(junk), {}) == f"--key {junk}: not a PEM private key"
+    assert _bad(str(junk), {}) == f"--signing-key {junk}: not a PEM private key"
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": str(junk)}) == f"SGLSTACK_SIGNING_KEY ({junk}): not a PEM private key"
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": _pem(rsa_key).decode()}) == (
@@ -426,11 +426,11 @@ def test_every_refusal_of_a_signing_key_word_for_word(tmp_path):
     locked = tmp_path / "locked.pem"
     locked.write_bytes(KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                          serialization.BestAvailableEncryption(b"pw")))
-    assert _bad(str(locked), {}) == f"--key {locked}: the key is encrypted; give an unencrypted ed25519 PEM key"
+    assert _bad(str(locked), {}) == f"--signing-key {locked}: the key is encrypted; give an unencrypted ed25519 PEM key"
 
 
 def test_an_unreadable_key_file_that_is_no_missing_file_says_why(tmp_path):
-    assert _bad(str(tmp_path), {}) == f"--key: cannot read key file '{tmp_path}' (a folder, not a regular file)"
+    assert _bad(str(tmp_path), {}) == f"--signing-key: cannot read key file '{tmp_path}' (a folder, not a regular file)"
 
 
 def _body_lines(pem: bytes) -> list[str]:
@@ -473,8 +473,8 @@ def test_key_text_that_is_no_pem_is_never_taken_for_a_path_nor_shown(shape, line
 
 @pytest.mark.parametrize("shape", sorted(_shapes()))
 def test_key_text_given_to_key_is_refused_without_opening_or_showing_it(shape):
-    assert _bad(_shapes()[shape], {}) == ("--key: takes a path to the key file, and this is key text (never put a "
-                                          "key on a command line: use a file, or SGLSTACK_SIGNING_KEY)")
+    assert _bad(_shapes()[shape], {}) == ("--signing-key: takes a path to the key file, and this is key text (never "
+                                          "put a key on a command line: use a file, or SGLSTACK_SIGNING_KEY)")
     with pytest.raises(BadInput) as err:
         load_public_key(_shapes()[shape], what="--verify-key")
     assert str(err.value) == "--verify-key: takes a path to the public key file, and this is key text"
@@ -490,19 +490,20 @@ def test_a_path_of_base64_letters_that_exists_is_a_path(tmp_path):
 def test_a_key_file_that_is_a_fifo_a_device_or_too_big_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "key.fifo"
     os.mkfifo(fifo)  # nobody writes it: an open or read that blocked would hang this test
-    assert _bad(str(fifo), {}) == f"--key: cannot read key file '{fifo}' (a FIFO, not a regular file)"
+    assert _bad(str(fifo), {}) == f"--signing-key: cannot read key file '{fifo}' (a FIFO, not a regular file)"
     assert _bad(None, {"SGLSTACK_SIGNING_KEY": str(fifo)}) == (
         f"SGLSTACK_SIGNING_KEY: cannot read key file '{fifo}' (a FIFO, not a regular file)")
     assert _bad_public(fifo, what="--verify-key") == (
         f"--verify-key: cannot read key file '{fifo}' (a FIFO, not a regular file)")
-    assert _bad("/dev/zero", {}) == "--key: cannot read key file '/dev/zero' (a character device, not a regular file)"
+    assert _bad("/dev/zero", {}) == ("--signing-key: cannot read key file '/dev/zero' (a character device, not a "
+                                     "regular file)")
     big = tmp_path / "big.pem"
     big.write_bytes(_pem(KEY) + b"#" * (64 * 1024))
-    assert _bad(str(big), {}) == f"--key: cannot read key file '{big}' (larger than 64 KiB)"
-    assert _bad_public(big) == f"--key: cannot read key file '{big}' (larger than 64 KiB)"
+    assert _bad(str(big), {}) == f"--signing-key: cannot read key file '{big}' (larger than 64 KiB)"
+    assert _bad_public(big) == f"--verify-key: cannot read key file '{big}' (larger than 64 KiB)"
     link = tmp_path / "link.pem"
     link.symlink_to(fifo)
-    assert _bad(str(link), {}) == f"--key: cannot read key file '{link}' (a FIFO, not a regular file)"
+    assert _bad(str(link), {}) == f"--signing-key: cannot read key file '{link}' (a FIFO, not a regular file)"
 
 
 def _bad_public(path, **what) -> str:
@@ -516,12 +517,12 @@ def test_every_refusal_of_a_public_key_word_for_word(tmp_path):
     good.write_bytes(public_pem(KEY))
     assert _raw(load_public_key(str(good))) == _raw(KEY.public_key())
     missing = tmp_path / "missing.pub"
-    assert _bad_public(missing) == f"--key: cannot read key file '{missing}' (No such file or directory)"
+    assert _bad_public(missing) == f"--verify-key: cannot read key file '{missing}' (No such file or directory)"
     assert _bad_public(missing, what="--trust") == (
         f"--trust: cannot read key file '{missing}' (No such file or directory)")
     junk = tmp_path / "junk.pub"
     junk.write_text("not a key")
-    assert _bad_public(junk) == f"--key {junk}: not a PEM public key"
+    assert _bad_public(junk) == f"--verify-key {junk}: not a PEM public key"
     private = tmp_path / "private.pem"
     private.write_bytes(_pem(KEY))
     assert _bad_public(private, what="--trust") == (
@@ -529,4 +530,4 @@ def test_every_refusal_of_a_public_key_word_for_word(tmp_path):
     other = tmp_path / "rsa.pub"
     other.write_bytes(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    assert _bad_public(other) == f"--key {other}: not an ed25519 public key"
+    assert _bad_public(other) == f"--verify-key {other}: not an ed25519 public key"

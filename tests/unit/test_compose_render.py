@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -106,7 +107,7 @@ def test_eagle3_off_drops_every_speculative_flag(tmp_path: Path) -> None:
 
 def test_cpu_profile_asks_for_no_gpu_and_no_memlock(tmp_path: Path) -> None:
     stack = make_test_stack(tmp_path)
-    text = cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(gpus=False))
+    text = cmp.render_compose(stack, DIGEST_REF, options=cmp.ComposeOptions(gpus=0))
     service = _service(text)
 
     assert "deploy" not in service
@@ -219,7 +220,7 @@ def test_no_secret_in_any_rendered_file(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HF_TOKEN", secret)
     stack = make_test_stack(tmp_path)
     out = tmp_path / "build"
-    written = write_compose(stack, DIGEST_REF, out, options=cmp.ComposeOptions(gpus=False))
+    written = write_compose(stack, DIGEST_REF, out, options=cmp.ComposeOptions(gpus=0))
     written += write_compose(
         stack, DIGEST_REF, out / "multi", options=cmp.ComposeOptions(nnodes=2, dist_init_addr="h:1")
     )
@@ -500,10 +501,10 @@ def test_every_restart_policy_and_the_shortest_grace_period_are_taken(tmp_path: 
 
 
 def test_no_gpus_serves_on_a_cpu_with_the_stack_limit_only(tmp_path: Path) -> None:
-    overrides = cmp.ComposeOptions(gpus=False, eagle3=False).serving_overrides()
+    overrides = cmp.ComposeOptions(gpus=0, eagle3=False).serving_overrides()
     assert (overrides.gpus, overrides.eagle3, overrides.publish_port) == (0, False, True)
     assert cmp.ComposeOptions().serving_overrides().gpus is None
-    text = cmp.render_compose(make_test_stack(tmp_path), DIGEST_REF, options=cmp.ComposeOptions(gpus=False))
+    text = cmp.render_compose(make_test_stack(tmp_path), DIGEST_REF, options=cmp.ComposeOptions(gpus=0))
     assert "    ulimits:\n      stack: 67108864\n    env_file:\n" in text
 
 
@@ -623,3 +624,32 @@ def test_render_refuses_without_image_when_no_moving_tag_names_the_stack(tmp_pat
         cmp.moving_tag_ref(stack)
     assert "key 'publish.moving_tags'" in str(info.value)
     assert "render with --image REF" in str(info.value)
+
+
+def test_a_render_that_changes_nothing_leaves_every_file_and_its_mtime_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy_fixtures import write_test_matrix
+
+    from sglstack.build.context import render_command
+
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    matrix = write_test_matrix(tmp_path / "m")
+    out = tmp_path / "out"
+    render_command(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    old = 1_000_000_000
+    for path in [out, *out.rglob("*")]:
+        os.utime(path, ns=(old, old), follow_symlinks=False)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    render_command(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert after == before and len(before) > 3
+    assert [p for p in [out, *out.rglob("*")] if p.lstat().st_mtime_ns != old and p.name != ".lock"] == []
+
+    render_command(str(matrix), "tiny", out_dir=str(out), image="reg/sglang:other")  # a change: written
+    assert "reg/sglang:other" in (out / cmp.COMPOSE_FILE).read_text()
+
+
+@pytest.mark.parametrize(("recorded", "gpus"), [(True, None), (False, 0), (None, None), (0, 0), (2, 2)])
+def test_a_deployment_record_of_gpus_as_a_flag_or_a_count_serves_the_same(recorded, gpus) -> None:
+    """Records written before `deploy --gpus N` hold true/false (`--no-gpus`): read as the stack's count, or none."""
+    assert cmp.ComposeOptions.from_record({"gpus": recorded}).serving_overrides().gpus == gpus

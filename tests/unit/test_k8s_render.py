@@ -275,7 +275,7 @@ def test_the_defaults_add_no_namespace_no_resources_without_gpus_and_an_unknown_
     serving = stack.serving.model_copy(update={
         "mounts": ("/models:/models:ro", "cache:/cache"), "env": {"A": "x", "B": "${MY_KEY}", "HF_TOKEN": "${T}"}})
     objs = k8s.manifests(stack.model_copy(update={"serving": serving}), REF,
-                         k8s.K8sOptions(gpus=False, hf_token_secret="team.secrets"))
+                         k8s.K8sOptions(gpus=0, hf_token_secret="team.secrets"))
     meta = objs[k8s.LWS_FILE]["metadata"]
     assert "namespace" not in meta and "namespace" not in objs[k8s.SERVICE_FILE]["metadata"]
     assert meta["annotations"]["io.sglstack/smoke-report"] == "unknown"
@@ -316,7 +316,7 @@ def test_the_defaults_add_no_namespace_no_resources_without_gpus_and_an_unknown_
                                  "(hostPath), on one line"),
     ({"rdma": "rdma/ib=x"}, "--rdma 'rdma/ib=x': not RESOURCE[=COUNT] (e.g. rdma/ib or rdma/ib=1)"),
     ({"rdma": "rdma/ib=2147483648"}, "--rdma 'rdma/ib=2147483648': the count must be from 1 to 2147483647"),
-    ({"rdma": "rdma/ib", "gpus": False}, "--rdma: needs GPUs (it was given with --no-gpus)"),
+    ({"rdma": "rdma/ib", "gpus": 0}, "--rdma: needs GPUs (it was given with --gpus 0)"),
     ({"hf_token_secret": "Bad_Name"}, "--hf-token-secret 'Bad_Name': not a Secret name (a DNS subdomain: lowercase "
                                       "letters, digits, '-' and '.')"),
     ({"hf_token_secret": "a" * 254}, f"--hf-token-secret '{'a' * 254}': not a Secret name (a DNS subdomain: "

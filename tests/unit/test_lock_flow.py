@@ -4,6 +4,7 @@ platforms, and each way a resolution can fail, against a scripted resolver that 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -1008,3 +1009,19 @@ def test_sglang_forced_by_an_earlier_no_deps_layer_is_that_layers_entry(tiny):
                               compile_fn=ExcludingUv())
     sglang = lock.get("sglang")
     assert (sglang.layer, sglang.version, sglang.hashed) == ("force", "0.5.23", True)
+
+
+def test_a_lock_that_finds_no_change_leaves_the_files_bytes_and_mtime_alone(stacks, monkeypatch):
+    monkeypatch.setattr(flow, "utc_timestamp", lambda: "2026-12-01T00:00:00Z")
+    first = flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    before = first.path.read_bytes()
+    os.utime(first.path, ns=(1_000_000_000, 1_000_000_000))
+    monkeypatch.setattr(flow, "utc_timestamp", lambda: "2026-12-02T00:00:00Z")
+    second = flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert second.lock.resolved_at == "2026-12-01T00:00:00Z"
+    assert first.path.read_bytes() == before and first.path.stat().st_mtime_ns == 1_000_000_000
+
+    monkeypatch.setitem(VERSIONS, "numpy", "2.3.5")  # a change: written, and dated now
+    third = flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert third.lock.resolved_at == "2026-12-02T00:00:00Z"
+    assert "# resolved-at: 2026-12-02T00:00:00Z\n" in first.path.read_text()

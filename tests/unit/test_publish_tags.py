@@ -156,7 +156,7 @@ def test_registry_option_overrides_host_or_whole_repository(stacks):
 
 
 def test_smoke_opts_parse_into_smoke_overrides():
-    got = parse_smoke_opts(["gpus=0", "env=A=1", "env=B=x=y", "mounts=/a:/b", "mounts=/c:/d", "min-speedup=1.2"])
+    got = parse_smoke_opts(["gpus=0", "env=A=1", "env=B=x=y", "mount=/a:/b", "mount=/c:/d", "min-speedup=1.2"])
     assert got == {"gpus": "0", "env": {"A": "1", "B": "x=y"}, "mounts": ["/a:/b", "/c:/d"], "min_speedup": "1.2"}
     with pytest.raises(PublishError, match="expected KEY=VALUE"):
         parse_smoke_opts(["gpus"])

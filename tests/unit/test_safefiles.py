@@ -625,3 +625,14 @@ def test_another_thread_takes_another_folders_lock_while_one_is_held(tmp_path):
         thread = _in_thread(tmp_path / "two", "build", took)
         assert took.wait(10)
     thread.join(timeout=10)
+
+
+def test_a_write_of_the_bytes_a_file_holds_leaves_it_alone_and_a_new_mode_is_written(tmp_path) -> None:
+    path = tmp_path / "f.txt"
+    safefiles.write_text(tmp_path, path, "same\n", mode=0o644)
+    inode = path.stat().st_ino
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    safefiles.write_text(tmp_path, path, "same\n", mode=0o644)
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (inode, 1_000_000_000)
+    safefiles.write_text(tmp_path, path, "same\n", mode=0o600)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_ino != inode

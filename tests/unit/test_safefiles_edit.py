@@ -207,3 +207,16 @@ def test_replace_together_without_hard_links_keeps_a_copy_and_still_puts_back(tm
         replace_together([(first, b"new a\n", 0o644)])
     assert str(err.value) == f"{first}: cannot be replaced (Operation not permitted); it is as it was"
     assert first.read_text() == "old a\n" and names(tmp_path) == ["a.txt"]
+
+
+def test_replace_together_leaves_a_file_that_holds_its_data_alone_and_replaces_the_other(tmp_path) -> None:
+    same, other = tmp_path / "stacks.yaml", tmp_path / "lock.txt"
+    same.write_bytes(b"a: 1\n")
+    other.write_bytes(b"old\n")
+    os.chmod(same, 0o644)
+    os.chmod(other, 0o644)
+    os.utime(same, ns=(1_000_000_000, 1_000_000_000))
+    inode = same.stat().st_ino
+    replace_together([(same, b"a: 1\n", 0o644), (other, b"new\n", 0o644)])
+    assert (same.stat().st_ino, same.stat().st_mtime_ns) == (inode, 1_000_000_000)
+    assert other.read_bytes() == b"new\n"

@@ -111,7 +111,7 @@ def test_key_text_in_another_form_is_never_quoted_as_a_path(text):
     from sglstack.attest.signing import load_public_key, load_signing_key
 
     for call, what in ((lambda: load_signing_key(None, {"SGLSTACK_SIGNING_KEY": text}), "SGLSTACK_SIGNING_KEY"),
-                       (lambda: load_signing_key(text, {}), "--key"),
+                       (lambda: load_signing_key(text, {}), "--signing-key"),
                        (lambda: load_public_key(text, what="--verify-key"), "--verify-key")):
         with pytest.raises(BadInput) as err:
             call()
@@ -126,7 +126,7 @@ def test_a_path_that_is_missing_is_still_named(tmp_path):
     for given in (str(tmp_path / "gone.pem"), "keys/release.pem", "release.key"):
         with pytest.raises(BadInput) as err:
             load_signing_key(given, {})
-        assert str(err.value) == f"--key: cannot read key file '{given}' (No such file or directory)"
+        assert str(err.value) == f"--signing-key: cannot read key file '{given}' (No such file or directory)"
 
 
 def test_an_argv_shown_in_a_report_hides_url_logins_as_well_as_secret_flags():

@@ -44,7 +44,8 @@ def test_pairs_become_typed_overrides_in_the_order_given():
     ("env=A", "--smoke-opt 'env=…': expected env=NAME=VALUE"),
     ("env==1", "--smoke-opt 'env=…': expected env=NAME=VALUE"),
     ("label=x", "--smoke-opt 'label=…': expected label=NAME=VALUE"),
-    (" labels =x", "--smoke-opt ' labels =…': expected labels=NAME=VALUE"),
+    (" labels =x", "--smoke-opt 'labels=…': the key is label= (as smoke's --label)"),
+    ("mounts=/a:/a", "--smoke-opt 'mounts=…': the key is mount= (as smoke's --mount)"),
 ])
 def test_each_bad_pair_is_its_exact_line(opt, line):
     with pytest.raises(smoke_opts.SmokeOptionError) as err:
@@ -79,7 +80,7 @@ def test_a_named_flag_wins_for_one_value_and_adds_to_pairs_and_lists():
 ])
 def test_a_named_pair_flag_without_a_name_is_its_exact_line(key, value, line):
     with pytest.raises(smoke_opts.SmokeOptionError) as err:
-        smoke_opts.smoke_overrides([f"{key}=A=0"], **{key: value})
+        smoke_opts.smoke_overrides([f"{smoke_opts.SPELLING.get(key, key)}=A=0"], **{key: value})
     assert str(err.value) == line
 
 

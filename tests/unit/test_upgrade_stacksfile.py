@@ -198,3 +198,41 @@ def test_a_comment_on_the_last_line_keeps_its_column_and_a_flow_entry_stays_one(
         'stacks:\n  a: {python: "3.12", glibc: \'2.39\'}\n\n  # the next stack\n  b:\n    inherits: a\n')
     assert upgraded_text(flow, file="s.yaml", stack="b", edits={"glibc": "2.39"}, as_name="c") == (
         flow + "\n  c:\n    inherits: b\n    glibc: '2.39'\n")
+
+
+# ---- only the lines the edit means: the rest of the file keeps its own layout, byte for byte -------------------
+
+LAYOUTS = """\
+# the matrix
+defaults: &d
+  python: "3.12"   # the house python
+
+stacks:
+  base:
+    sglang: {pypi: 0.5.5}
+    platforms: [linux/amd64,
+                linux/arm64]
+    packages:
+    - a==1
+    - b==2
+    env: &e {A: "1",  B: '2'}
+
+  other:
+    inherits: base   # a comment
+    cuda_arch_list: [ "9.0",   "10.0" ]
+    env: *e
+    patches:
+        - p1
+"""
+
+
+def test_a_new_stack_leaves_every_line_of_the_others_as_it_was() -> None:
+    text = upgraded_text(LAYOUTS, file="s.yaml", stack="base", edits={"sglang": {"pypi": "0.5.6"}}, as_name="new")
+    assert text == LAYOUTS + "\n  new:\n    inherits: base\n    sglang: {pypi: 0.5.6}\n"
+
+
+def test_an_edit_in_place_changes_only_the_lines_of_the_keys_it_edits() -> None:
+    text = upgraded_text(LAYOUTS, file="s.yaml", stack="other", edits={"cuda_arch_list": ["10.0"]}, as_name=None)
+    assert text == LAYOUTS.replace('cuda_arch_list: [ "9.0",   "10.0" ]', "cuda_arch_list: ['10.0']")
+    text = upgraded_text(LAYOUTS, file="s.yaml", stack="base", edits={"sglang": {"pypi": "0.5.6"}}, as_name=None)
+    assert text == LAYOUTS.replace("{pypi: 0.5.5}", "{pypi: 0.5.6}")
