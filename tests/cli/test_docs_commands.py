@@ -47,8 +47,8 @@ HOW: dict[str, tuple[str, int]] = {
     "invoke build --stack cu130": (DRY_RUN, 0),
     "invoke build --stack cu130 --target sglang-src --ca-bundle /etc/ssl/certs/ca-certificates.crt": (DRY_RUN, 0),
     "invoke registry.up": (PARSE, 0),  # starts a registry container
-    "invoke build --stack cu130 --push --key release.pem --smoke-opt docker_host=ssh://user@gpu-node "
-    "--smoke-opt mounts=/models/hf:/root/.cache/huggingface": (PARSE, 0),
+    "invoke build --stack cu130 --push --signing-key release.pem --smoke-opt docker_host=ssh://user@gpu-node "
+    "--smoke-opt mount=/models/hf:/root/.cache/huggingface": (PARSE, 0),
     "invoke deploy --stack cu130 --docker-host ssh://user@gpu-node": (PARSE, 0),
     "invoke releases": (PARSE, 0),  # the package index
     "invoke releases --stack cu130": (PARSE, 0),
@@ -70,10 +70,10 @@ HOW: dict[str, tuple[str, int]] = {
     "invoke render --stack cu130 --image 127.0.0.1:5000/sglstack/sglang@sha256:abab...ab --nnodes 2": (PARSE, 0),
     "invoke build --stack cu130 --push --dry-run": (PARSE, 0),  # a registry and a signing key
     "SGLSTACK_SIGNING_KEY=release.pem invoke build --stack cu130 --push": (PARSE, 0),
-    "invoke verify-image registry.example/sglstack:cu130 --key release.pub --stack cu130": (PARSE, 0),
-    "invoke sbom registry.example/sglstack:cu130 --key release.pub": (PARSE, 0),
+    "invoke verify-image registry.example/sglstack:cu130 --verify-key release.pub --stack cu130": (PARSE, 0),
+    "invoke sbom registry.example/sglstack:cu130 --verify-key release.pub": (PARSE, 0),
     "invoke deploy --stack cu130 --verify-key release.pub": (PARSE, 0),
-    "invoke publish --stack cu130 --digest sha256:... --key release.pem": (PARSE, 0),
+    "invoke publish --stack cu130 --digest sha256:... --signing-key release.pem": (PARSE, 0),
     # the CPU stand-in's image and Docker
     "invoke smoke --image sglstack-test/sglang-double:latest-test --model moonshotai/Kimi-K2.5 "
     "--draft-model AQ-MedAI/Kimi-K25-eagle3 --tp 1 --gpus 0 --timeout 60 --num-prompts 8 --max-new-tokens 32 "
