@@ -1,0 +1,57 @@
+"""Everything `invoke build` can check is checked before the build starts, and `--dry-run` fails where the
+real run would: the stage `--target` names, the release's signing key, its `--smoke-opt`s and its registry.
+
+Each case asserts the whole error line, the exit code, and that no long work ran: nothing on stdout (the
+build's first line is "building target ..."; a dry run's plan starts "stack:") and no build folder made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import REPO, run_invoke
+
+STACKS = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
+BUILD = ("build", "--stack", "cpu-test", "--stacks-file", str(STACKS))
+
+
+def _run(tmp_path: Path, *args: str):
+    env = {"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build"),
+           "SGLSTACK_DOCKER_CLI": "/usr/bin/docker"}
+    proc = run_invoke(*BUILD, *args, cwd=tmp_path, env=env, timeout=120)
+    assert proc.stdout == "", "work started before the check"
+    assert not (tmp_path / "build").exists()
+    return proc.returncode, proc.stderr.strip()
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_target_that_is_no_stage_is_refused_with_the_nearest(tmp_path, dry_run):
+    assert _run(tmp_path, "--target", "runtim", *dry_run) == (
+        2, "error: stack 'cpu-test': --target 'runtim' is not a stage of its Dockerfile (stages: sglang-src, "
+           "runtime); did you mean 'runtime'?")
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_release_without_a_key_fails_the_dry_run_as_the_real_one(tmp_path, dry_run):
+    assert _run(tmp_path, "--push", *dry_run) == (
+        2, "error: no signing key: pass --key PATH or set SGLSTACK_SIGNING_KEY (a path, or the PEM itself), or "
+           "--unsigned to release without a signature")
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_bad_smoke_opt_is_refused_before_the_build(tmp_path, dry_run):
+    # The registry cannot be reached either: the smoke option, bad input, is what is named.
+    assert _run(tmp_path, "--push", "--unsigned", "--registry", "127.0.0.1:1", "--smoke-opt", "runs=many",
+                *dry_run) == (2, "error: invalid smoke option: runs 'many' is not a whole number")
+
+
+def test_an_unreachable_registry_stops_the_release_before_the_build(tmp_path):
+    code, line = _run(tmp_path, "--push", "--unsigned", "--registry", "127.0.0.1:1")
+    assert code == 1 and line.startswith("error: registry 127.0.0.1:1: GET /v2/ failed"), line
+
+
+@pytest.mark.parametrize("flag", [("--key", "k.pem"), ("--unsigned",), ("--smoke-opt", "runs=3")])
+def test_a_release_option_without_push_is_refused(tmp_path, flag):
+    assert _run(tmp_path, "--dry-run", *flag) == (
+        2, f"error: stack 'cpu-test': {flag[0]} is for a release: add --push, or drop {flag[0]}")
