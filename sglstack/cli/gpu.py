@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.imageref import not_an_image
 from ..core.options import (
     RAW,
     TaskOptions,
@@ -29,7 +30,8 @@ class PreflightOptions(TaskOptions):
     json: str | None = json_path_option("also write the report as JSON to this path")
     docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
                                                  "tcp://, unix://)")
-    image: str | None = option("the stack image to run the checks in (with every GPU requested)")
+    image: str | None = option("the stack image to run the checks in (with every GPU requested)",
+                               check=not_an_image)
     sizes: str | None = option("all-reduce message sizes (default: 1M,64M,1G)")
 
 
@@ -68,7 +70,8 @@ def preflight(o: PreflightOptions) -> int:
 
 @dataclass(frozen=True)
 class SmokeOptions(TaskOptions):
-    image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)")
+    image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
+                               check=not_an_image)
     stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
     model: str | None = option("target model path or HF repo")

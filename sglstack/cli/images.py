@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.imageref import not_an_image
 from ..core.options import (
     TaskOptions,
     docker_host_option,
@@ -37,7 +38,8 @@ def coverage(o: CoverageOptions) -> int:
 class SizeOptions(TaskOptions):
     stack: str = required("stack name from the matrix")
     stacks_file: str = stacks_file_option()
-    image: str | None = option("the image to measure (default: the one the stack's last build recorded)")
+    image: str | None = option("the image to measure (default: the one the stack's last build recorded)",
+                               check=not_an_image)
     json: bool = json_flag_option("print the report as JSON")
     docker_host: str | None = docker_host_option("Docker engine URL the image is on (default: DOCKER_HOST / local "
                                                  "socket)")
@@ -71,7 +73,8 @@ def diff(o: DiffOptions) -> int:
 
 @dataclass(frozen=True)
 class SbomOptions(TaskOptions):
-    ref: str = required("the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)")
+    ref: str = required("the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)",
+                        check=not_an_image)
     json: str | None = json_path_option("write the CycloneDX JSON to PATH instead of printing it")
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
@@ -91,7 +94,7 @@ def sbom(o: SbomOptions) -> int:
 
 @dataclass(frozen=True)
 class VerifyImageOptions(TaskOptions):
-    ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...")
+    ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...", check=not_an_image)
     key: str | None = option("the signer's ed25519 public key (PEM)")
     json: str | None = json_path_option("write what was checked (or why it was refused) to PATH as JSON")
     stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "

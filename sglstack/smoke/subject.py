@@ -16,7 +16,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, local_image
-from ..config.imageref import image_reference_problem, registry_digest
+from ..config.imageref import not_an_image, registry_digest
 from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, one_line, shown
 from ..preflight.gate import require_ready
@@ -35,8 +35,8 @@ def check_what_to_serve(image: str | None, options: SmokeOptions) -> str | None:
         return interpreter
     if not image:
         raise SmokeInputError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
-    if problem := image_reference_problem(image):  # refused here, not by the engine after the preflight
-        raise SmokeInputError(one_line(f"--image '{shown(image)}': not an image reference: it {problem}"))
+    if problem := not_an_image(image):  # refused here, not by the engine after the preflight
+        raise SmokeInputError(one_line(f"--image '{shown(image)}': {problem}"))
     return None
 
 

@@ -55,3 +55,24 @@ def test_an_unreachable_registry_stops_the_release_before_the_build(tmp_path):
 def test_a_release_option_without_push_is_refused(tmp_path, flag):
     assert _run(tmp_path, "--dry-run", *flag) == (
         2, f"error: stack 'cpu-test': {flag[0]} is for a release: add --push, or drop {flag[0]}")
+
+
+BAD_REF = "Not A Ref!!"
+BAD_REF_LINE = "not an image reference: it has a path component 'Not A Ref!!' that has uppercase letters"
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("render", "--stack", "cpu-test", "--image", BAD_REF), "--image"),
+    (("deploy", "--stack", "cpu-test", "--image", BAD_REF), "--image"),
+    (("size", "--stack", "cpu-test", "--image", BAD_REF), "--image"),
+    (("preflight", "--stack", "cpu-test", "--image", BAD_REF), "--image"),
+    (("smoke", "--stack", "cpu-test", "--image", BAD_REF), "--image"),
+    (("sbom", BAD_REF), "--ref"),
+    (("verify-image", BAD_REF, "--key", "k.pem"), "--ref"),
+], ids=lambda v: v if isinstance(v, str) else v[0])
+def test_every_image_option_is_checked_against_the_grammar_when_parsed(tmp_path, args, flag):
+    stacks = ("--stacks-file", str(STACKS)) if "--stack" in args else ()
+    proc = run_invoke(*args, *stacks, cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")},
+                      timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (2, f"error: {flag} '{BAD_REF}': {BAD_REF_LINE}")
+    assert proc.stdout == "" and not (tmp_path / "build").exists()  # no compose.yaml written, nothing run
