@@ -26,6 +26,7 @@ How each kind of layer appears in the lock:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -49,7 +50,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, one_line
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
 from ..diff.compare import lock_snapshot, print_diff, snapshot_diff
@@ -426,4 +427,11 @@ def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequenc
                              lock_snapshot(lock, f"{result.path} (now)"))
         # Two locks know only packages: the sections no lock holds (base, pins, patches, labels) are not news.
         print_diff(replace(diff, unknown=()), console)
+    if lock.unresolved:
+        # Written all the same (a lock that says what it could not see is what the build installs from),
+        # but a partial lock is not a success: what is missing and why, in one line, exit 1.
+        missing = "; ".join(f"{u.layer} ({u.reason})" for u in lock.unresolved)
+        print(f"error: stack '{stack_name}': the lock is partial: {len(lock.unresolved)} layer(s) not resolved: "
+              f"{one_line(missing)}; {result.path} leaves them unhashed", file=sys.stderr)
+        return 1
     return 0
