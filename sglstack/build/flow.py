@@ -43,7 +43,7 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain, printable_lines
 from ..core.credentials import netrc_text
-from ..core.errors import BuildError, BuildInputError, SglstackError, did_you_mean
+from ..core.errors import BuildInputError, SglstackError, did_you_mean
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
 from ..core.records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
@@ -167,7 +167,7 @@ def resolve_ca_bundle(option: str | None) -> Path | None:
         return None
     path = Path(value).expanduser()
     if not path.is_file():
-        raise BuildError(f"CA bundle '{value}' (from --ca-bundle or {CA_BUNDLE_ENV}) is not a file")
+        raise BuildInputError(f"CA bundle '{value}' (from --ca-bundle or {CA_BUNDLE_ENV}) is not a file")
     return path
 
 

@@ -23,6 +23,7 @@ from ..build.flow import (
     check_build_folder,
     check_target,
     describe_build,
+    resolve_ca_bundle,
 )
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
@@ -110,14 +111,17 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                   key: str | None = None, unsigned: bool = False) -> int:
     stack = load_matrix(stacks_file).get(stack_name)
     check_target(stack, target)
+    resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
     signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
                                        smoke_opts=smoke_opts or [], registry=registry, docker_host=docker_host)
     if push and not dry_run:
         # The registry answers before the build, not an hour after it: unreachable or refusing our
         # credentials, the release would fail at its first push.
         RegistryClient.from_environment(target_repository(stack, registry).registry, attempts=1).ping()
-    if builder_name is not None:
-        detect_builder(docker_cli, builder_name)  # a client without buildx stops here, before any work
+    if builder_name is not None or docker_cli is not None:
+        # A client named on the command line that is not there, or without buildx for --builder, stops
+        # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
+        detect_builder(docker_cli, builder_name)
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     if lock is None:
         missing = missing_message(stack_name, lock_path(stacks_file, stack_name))

@@ -76,3 +76,17 @@ def test_every_image_option_is_checked_against_the_grammar_when_parsed(tmp_path,
                       timeout=120)
     assert (proc.returncode, proc.stderr.strip()) == (2, f"error: {flag} '{BAD_REF}': {BAD_REF_LINE}")
     assert proc.stdout == "" and not (tmp_path / "build").exists()  # no compose.yaml written, nothing run
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_ca_bundle_that_is_no_file_is_refused_before_the_render(tmp_path, dry_run):
+    missing = str(tmp_path / "no-ca.pem")
+    assert _run(tmp_path, "--ca-bundle", missing, *dry_run) == (
+        2, f"error: CA bundle '{missing}' (from --ca-bundle or SGLSTACK_CA_BUNDLE) is not a file")
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_docker_client_that_is_not_there_fails_the_dry_run_as_the_real_one(tmp_path, dry_run):
+    missing = str(tmp_path / "docker")
+    assert _run(tmp_path, "--docker-cli", missing, *dry_run) == (
+        1, f"error: docker client '{missing}' (from --docker-cli or SGLSTACK_DOCKER_CLI) not found")
