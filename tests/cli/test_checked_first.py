@@ -90,3 +90,17 @@ def test_a_docker_client_that_is_not_there_fails_the_dry_run_as_the_real_one(tmp
     missing = str(tmp_path / "docker")
     assert _run(tmp_path, "--docker-cli", missing, *dry_run) == (
         1, f"error: docker client '{missing}' (from --docker-cli or SGLSTACK_DOCKER_CLI) not found")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("--digest", "sha256:abc"), "error: --digest 'sha256:abc' is not a digest (sha256:<64 hex>)"),
+    (("--digest", "sha256:" + "a" * 64, "--smoke-report", "gone.json"),
+     "error: --smoke-report gone.json: not a file (the smoke report that passed this digest)"),
+])
+def test_publish_refuses_bad_input_before_asking_the_registry(tmp_path, args, line):
+    # The registry is one that refuses connections: asked, it would be four attempts and exit 1.
+    proc = run_invoke("publish", "--stack", "cpu-test", "--stacks-file", str(STACKS), "--unsigned", "--registry",
+                      "127.0.0.1:1", *args, cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")},
+                      timeout=120)
+    assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, line, "")
+    assert not (tmp_path / "build").exists()
