@@ -22,7 +22,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
                      r"certificate|SSL certificate problem|self[- ]signed certificate", re.I)),
     (DNS, re.compile(r"no such host|name resolution|Name or service not known|nodename nor servname|"
                      r"Could not resolve host|Temporary failure resolving|failed to lookup address|"
-                     r"server misbehaving|dns error", re.I)),
+                     r"server misbehaving|dns error|resolving DNS", re.I)),
     (REFUSED, re.compile(r"connection refused|Errno 111", re.I)),
     (TIMEOUT, re.compile(r"i/o timeout|timed out|Connection timeout|operation timed out", re.I)),
 )
@@ -78,7 +78,7 @@ def network_advice(problem: NetworkProblem, *, ca_option: str | None, ca_given: 
     variable that holds its path, never the file's contents); otherwise the network, DNS or proxy."""
     env = os.environ if env is None else env
     if problem.kind != TLS:
-        return ("check this machine's network, DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or build "
+        return ("check this machine's network, DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run "
                 "where the host can be reached")
     if ca_given:
         return "the CA bundle given does not trust it: pass the bundle of the proxy or CA that signs it"
@@ -88,3 +88,12 @@ def network_advice(problem: NetworkProblem, *, ca_option: str | None, ca_given: 
     if named:
         return f"pass {ca_option} ${named} (the CA bundle this machine trusts, from {named}, did not reach the build)"
     return f"pass {ca_option} FILE, the CA bundle of the proxy or CA that signs it"
+
+
+def explained(text: str, *, ca_option: str | None = None, ca_given: bool = False) -> str | None:
+    """"cannot reach HOST: why; what to do" for a failure `text` that is the network's; None otherwise (the
+    caller keeps the tool's own words)."""
+    problem = network_problem(text.splitlines())
+    if problem is None:
+        return None
+    return f"{problem.describe()}; {network_advice(problem, ca_option=ca_option, ca_given=ca_given)}"

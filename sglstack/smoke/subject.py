@@ -19,6 +19,7 @@ from ..adapters.docker import docker_client, local_image
 from ..config.imageref import not_an_image, registry_digest
 from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, one_line, shown
+from ..core.network import explained
 from ..preflight.gate import require_ready
 from .plan import SmokeOptions, env_interpreter
 
@@ -109,7 +110,8 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
                 engine.images.pull(ref)
             except docker.errors.APIError as exc:
                 reason = (exc.explanation or str(exc)).splitlines()[0][:200]
-                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: "
+                                 f"{explained(reason) or reason}") from None
             found = local_image(engine, ref)
             if found is None:
                 raise SmokeError(f"image {ref}: not on the Docker host after the pull")

@@ -164,7 +164,8 @@ def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypat
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         f"error: stack 'tiny': the lock is partial: 1 layer(s) not resolved: sglang-kernel (index {KERNEL_INDEX} "
-        f"unreachable: dns error); {lock_path(stacks, 'tiny')} leaves them unhashed"]
+        f"unreachable: dns error); {lock_path(stacks, 'tiny')} leaves them unhashed; check this machine's network, "
+        "DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host can be reached"]
     out = captured.out.splitlines()
     assert (f"tiny: not resolved: layer sglang-kernel (with dependencies): index {KERNEL_INDEX} unreachable: "
             "dns error") in out

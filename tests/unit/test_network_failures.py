@@ -9,18 +9,28 @@ import pytest
 from sglstack.adapters.buildkit import BuildRequest, ProgressParser
 from sglstack.core.network import DNS, TLS, NetworkProblem, network_advice, network_problem
 
-OFFLINE_PULL = """#1 [internal] load build definition from Dockerfile
-#1 DONE 0.0s
-#4 [internal] load metadata for docker.io/library/ubuntu:24.04
-#4 ERROR: failed to do request: Head "https://registry-1.docker.io/v2/library/ubuntu/manifests/24.04": dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host
-failed to solve with frontend dockerfile.v0: failed to create LLB definition: failed to do request: Head "https://registry-1.docker.io/v2/library/ubuntu/manifests/24.04": dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host
-"""
-PIP_TLS = """#7 [sglang-src 3/6] RUN pip download sglang==0.5.9
-#7 1.20 WARNING: Retrying (Retry(total=4)) after connection broken by 'SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate (_ssl.c:1006)'))': /simple/sglang/
-#7 3.05 Could not fetch URL https://pypi.org/simple/sglang/: There was a problem confirming the ssl certificate: HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded with url: /simple/sglang/ (Caused by SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate (_ssl.c:1006)'))) - skipping
-#7 3.10 ERROR: Could not find a version that satisfies the requirement sglang==0.5.9
-#7 ERROR: process "/bin/sh -c pip download sglang==0.5.9" did not complete successfully: exit code: 1
-"""
+# BuildKit's plain progress of an offline pull, and of pip behind a TLS-intercepting proxy (lines as printed)
+_HEAD = 'Head "https://registry-1.docker.io/v2/library/ubuntu/manifests/24.04"'
+_DNS = "dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host"
+OFFLINE_PULL = "\n".join([
+    "#1 [internal] load build definition from Dockerfile",
+    "#1 DONE 0.0s",
+    "#4 [internal] load metadata for docker.io/library/ubuntu:24.04",
+    f"#4 ERROR: failed to do request: {_HEAD}: {_DNS}",
+    f"failed to solve with frontend dockerfile.v0: failed to create LLB definition: failed to do request: {_HEAD}: "
+    f"{_DNS}",
+]) + "\n"
+_SSL = ("SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to "
+        "get local issuer certificate (_ssl.c:1006)'))")
+PIP_TLS = "\n".join([
+    "#7 [sglang-src 3/6] RUN pip download sglang==0.5.9",
+    f"#7 1.20 WARNING: Retrying (Retry(total=4)) after connection broken by '{_SSL}': /simple/sglang/",
+    "#7 3.05 Could not fetch URL https://pypi.org/simple/sglang/: There was a problem confirming the ssl "
+    f"certificate: HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded with url: /simple/sglang/ "
+    f"(Caused by {_SSL}) - skipping",
+    "#7 3.10 ERROR: Could not find a version that satisfies the requirement sglang==0.5.9",
+    '#7 ERROR: process "/bin/sh -c pip download sglang==0.5.9" did not complete successfully: exit code: 1',
+]) + "\n"
 NO_CA = {}
 PIP_CERT = {"PIP_CERT": "/etc/ssl/private-ca.pem"}
 
@@ -37,7 +47,7 @@ def _failure(log: str, secrets: dict[str, Path] | None = None) -> str | None:
 def test_an_offline_pull_names_the_host_once_and_the_fix():
     assert _failure(OFFLINE_PULL) == (
         "cannot reach registry-1.docker.io: its name does not resolve (DNS); check this machine's network, DNS "
-        "and proxy settings (HTTPS_PROXY, NO_PROXY), or build where the host can be reached")
+        "and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host can be reached")
 
 
 def test_a_tls_failure_with_pip_cert_set_suggests_passing_it(monkeypatch):
@@ -68,6 +78,8 @@ def test_tls_advice_names_the_variable_never_its_file(env, given, advice):
     ("Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': "
      "HTTPSConnectionPool(host='files.pythonhosted.org', port=443)", NetworkProblem(DNS, "files.pythonhosted.org")),
     ("curl: (6) Could not resolve host: github.com", NetworkProblem(DNS, "github.com")),
+    ("index https://download.pytorch.org/whl/cu130 unreachable: error resolving DNS",  # uv, as the lock says it
+     NetworkProblem(DNS, "download.pytorch.org")),
     ("Temporary failure resolving 'deb.debian.org'", NetworkProblem(DNS, "deb.debian.org")),
     ('Get "https://ghcr.io/v2/": x509: certificate signed by unknown authority', NetworkProblem(TLS, "ghcr.io")),
     ("E: Unable to locate package nosuchpackage", None),
