@@ -138,9 +138,11 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
         raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 "
                                 "seconds")
     root = build_root or default_build_root()
+    # The cluster is found before the image is verified (registry calls): no context is one line at once.
+    kubectl = find_kubectl(options.context, options.namespace)
     ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
                        options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
-    dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
+    dep = K8sDeployment(stack=stack, build_root=root, kubectl=kubectl)
     if spec.gpus and not options.skip_preflight:
         say("preflight: not run for --target k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
