@@ -14,7 +14,7 @@ from ..attest.verify import verified_line, verified_reference
 from ..config.imageref import pinned_digest
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
-from ..core.errors import DeployError
+from ..core.errors import DeployError, did_you_mean
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..core.safefiles import folder_lock
@@ -100,7 +100,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
 
 def _target(target: str) -> str:
     if target not in TARGETS:
-        raise DeployOptionError(f"--target '{target}': not one of {', '.join(TARGETS)}")
+        raise DeployOptionError(f"--target '{target}': not one of {', '.join(TARGETS)}{did_you_mean(target, TARGETS)}")
     return target
 
 

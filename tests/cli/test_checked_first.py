@@ -104,3 +104,22 @@ def test_publish_refuses_bad_input_before_asking_the_registry(tmp_path, args, li
                       timeout=120)
     assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, line, "")
     assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("deploy", "--target", "k8z", "--image", "x"),
+     "error: --target 'k8z': not one of compose, k8s; did you mean 'k8s'?"),
+    (("deploy", "--restart", "alway", "--image", "x"),
+     "error: stack 'cpu-test': --restart 'alway': not one of no, always, on-failure, unless-stopped; did you mean "
+     "'always'?"),
+    (("smoke", "--image", "x", "--runner", "dokcer"),
+     "error: smoke runner 'dokcer': choose from docker, process; did you mean 'docker'?"),
+    (("bisect", "--good", "0.5.8", "--bad", "0.5.9", "--metric", "speedupp"),
+     "error: --metric: unknown metric 'speedupp' (choose from baseline, eagle3, speedup, accept_length); did you "
+     "mean 'speedup'?"),
+], ids=lambda v: v if isinstance(v, str) else v[0] + v[1])
+def test_a_near_miss_of_a_named_choice_gets_did_you_mean(tmp_path, args, line):
+    proc = run_invoke(args[0], "--stack", "cpu-test", "--stacks-file", str(STACKS), *args[1:], cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, line, "")
+    assert not (tmp_path / "build").exists()
