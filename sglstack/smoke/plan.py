@@ -18,7 +18,7 @@ from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
 from ..core.credentials import names_secret, redact_text, resolve_argv, secret_slots, secret_values_of
-from ..core.errors import SmokeInputError, did_you_mean, shown
+from ..core.errors import SmokeInputError, shown
 from ..core.records import build_root
 from ..serving import (
     LAUNCH,
@@ -312,8 +312,7 @@ def _check_bounds(opts: SmokeOptions) -> None:
 def check_runner(runner: str, python_env: str | None) -> None:
     """The runner is one we have, and a Python environment is named exactly when the process runner runs."""
     if runner not in RUNNERS:
-        raise SmokeInputError(f"smoke runner '{runner}': choose from {', '.join(RUNNERS)}"
-                              f"{did_you_mean(runner, RUNNERS)}")
+        raise SmokeInputError(f"smoke runner '{runner}': choose from {', '.join(RUNNERS)}")
     if runner == "process" and not python_env:
         raise SmokeInputError("smoke runner 'process': pass --python-env PATH (a venv or prefix holding bin/python3)")
     if runner != "process" and python_env:

@@ -112,8 +112,6 @@ def test_publish_refuses_bad_input_before_asking_the_registry(tmp_path, args, li
     (("deploy", "--restart", "alway", "--image", "x"),
      "error: stack 'cpu-test': --restart 'alway': not one of no, always, on-failure, unless-stopped; did you mean "
      "'always'?"),
-    (("smoke", "--image", "x", "--runner", "dokcer"),
-     "error: smoke runner 'dokcer': choose from docker, process; did you mean 'docker'?"),
     (("bisect", "--good", "0.5.8", "--bad", "0.5.9", "--metric", "speedupp"),
      "error: --metric: unknown metric 'speedupp' (choose from baseline, eagle3, speedup, accept_length); did you "
      "mean 'speedup'?"),
