@@ -27,6 +27,7 @@ from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.credentials import netrc_secrets, redact_text, tool_environment
 from ..core.errors import BuildError, DockerUnavailable
+from ..core.network import network_advice, network_problem
 from ..core.records import build_root
 from ..core.safefiles import OutputNotWritable, containing_root, make_folder, open_log
 
@@ -266,6 +267,18 @@ class ProgressParser:
         errors = "\n".join(self.errors[-3:])
         return "\n".join(x for x in (head, body, errors) if x)
 
+    def network_failure(self, req: BuildRequest) -> str | None:
+        """One line for a build that failed because a host could not be reached: which host, what went
+        wrong and what to do. BuildKit prints the same error twice (the step, then "failed to solve")."""
+        step = self.steps.get(self.failed_step) if self.failed_step is not None else None
+        problem = network_problem([*(step.lines if step else []), *self.errors])
+        if problem is None:
+            return None
+        # A base image is pulled by the engine, which a CA bundle handed to the build's steps does not reach.
+        pull = step is not None and step.name.startswith("[internal] load metadata")
+        return f"{problem.describe()}; " + network_advice(problem, ca_option=None if pull else "--ca-bundle",
+                                                          ca_given="ca_bundle" in req.secrets)
+
 
 def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_host: str | None = None,
               show_progress: bool = True) -> str:
@@ -318,6 +331,8 @@ def run_build(builder: Builder, req: BuildRequest, *, log_path: Path, docker_hos
             # A signal (Interrupted), Ctrl-C or any error: stop the client and everything it started.
             _stop(proc)
     if code != 0:
+        if unreachable := parser.network_failure(req):
+            raise BuildError(f"build of {req.dockerfile} failed: {unreachable}; log: {log_path}")
         raise BuildError(f"build of {req.dockerfile} failed ({builder.kind}); log: {log_path}\n"
                          + parser.failure_summary())
     image_id = iidfile.read_text().strip() if iidfile.exists() else ""

@@ -159,7 +159,7 @@ IDENTITY_FIELDS = (("stack", "stack"), ("config_hash", "config hash"), ("sglang"
 def identity_differences(expected: BuildIdentity, found: BuildIdentity) -> list[str]:
     """Each field the signed provenance names otherwise than expected, as `FIELD: expected A, found B`
     (empty: it is this build). A field the expectation leaves None is not compared. The one rule of
-    `verify-image --stack`, `deploy --verify-key`, `render --verify-key` and `publish --key`."""
+    `verify-image --stack`, `deploy --verify-key`, `render --verify-key` and `publish --signing-key`."""
     out = []
     for name, label in IDENTITY_FIELDS:
         want, got = getattr(expected, name), getattr(found, name)

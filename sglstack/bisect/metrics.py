@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import did_you_mean
 from . import stats
 
 
@@ -36,7 +37,8 @@ def metric_named(name: str) -> Metric:
     try:
         return METRICS[name]
     except KeyError:
-        raise ValueError(f"unknown metric '{name}' (choose from {', '.join(METRICS)})") from None
+        raise ValueError(f"unknown metric '{name}' (choose from {', '.join(METRICS)}){did_you_mean(name, METRICS)}"
+                         ) from None
 
 
 class MalformedReport(ValueError):

@@ -43,14 +43,14 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain, printable_lines
 from ..core.credentials import netrc_text
-from ..core.errors import BuildError, SglstackError
+from ..core.errors import BuildInputError, SglstackError, did_you_mean
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
 from ..core.records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage, build_coverage
 from ..lock.file import Lock
 from ..render import confighash
-from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET
+from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, dockerfile_stages, render_dockerfile
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts
 from ..size.measure import measure_and_gate
 from .context import RenderedContext, write_build_context
@@ -150,13 +150,24 @@ def temporary_ref(stack: Stack, config_hash: str) -> str:
     return f"{TEMP_REPOSITORY}/{stack.name}:{config_hash[:12]}-{pysecrets.token_hex(4)}"
 
 
+def check_target(stack: Stack, target: str | None) -> None:
+    """A `--target` names a stage of the stack's Dockerfile, checked when it is typed: a typo is one line
+    with the nearest stage, not a plan of a tag (dry run) or a failure deep inside BuildKit."""
+    if target is None:
+        return
+    stages = dockerfile_stages(render_dockerfile(stack))
+    if target not in stages:
+        raise BuildInputError(f"stack '{stack.name}': --target '{target}' is not a stage of its Dockerfile "
+                              f"(stages: {', '.join(stages)}){did_you_mean(target, stages)}")
+
+
 def resolve_ca_bundle(option: str | None) -> Path | None:
     value = option or os.environ.get(CA_BUNDLE_ENV)
     if not value:
         return None
     path = Path(value).expanduser()
     if not path.is_file():
-        raise BuildError(f"CA bundle '{value}' (from --ca-bundle or {CA_BUNDLE_ENV}) is not a file")
+        raise BuildInputError(f"CA bundle '{value}' (from --ca-bundle or {CA_BUNDLE_ENV}) is not a file")
     return path
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.imageref import not_an_image
 from ..core.options import (
     ReportOptions,
     docker_host_option,
@@ -28,7 +29,8 @@ class PreflightOptions(ReportOptions):
     stacks_file: str = stacks_file_option()
     docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
                                                  "tcp://, unix://)")
-    image: str | None = option("the stack image to run the checks in (with every GPU requested)")
+    image: str | None = option("the stack image to run the checks in (with every GPU requested)",
+                               check=not_an_image)
     sizes: str | None = option("all-reduce message sizes (default: 1M,64M,1G)")
 
 
@@ -59,7 +61,8 @@ def preflight(o: PreflightOptions, as_json: JsonReport) -> int:
 class SmokeOptions(ReportOptions):
     at_most_one = (("bisect_exit", "json"), ("bisect_exit", "json_out"))  # `git bisect run` reads the exit code
 
-    image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)")
+    image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
+                               check=not_an_image)
     stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
     model: str | None = option("target model path or HF repo")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..config.imageref import not_an_image
 from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
 from .options import command
 
@@ -32,7 +33,8 @@ def coverage(o: CoverageOptions, as_json: JsonReport) -> int:
 class SizeOptions(ReportOptions):
     stack: str = required("stack name from the matrix")
     stacks_file: str = stacks_file_option()
-    image: str | None = option("the image to measure (default: the one the stack's last build recorded)")
+    image: str | None = option("the image to measure (default: the one the stack's last build recorded)",
+                               check=not_an_image)
     docker_host: str | None = docker_host_option("Docker engine URL the image is on (default: DOCKER_HOST / local "
                                                  "socket)")
 
@@ -64,7 +66,8 @@ def diff(o: DiffOptions, as_json: JsonReport) -> int:
 
 @dataclass(frozen=True)
 class SbomOptions(ReportOptions):
-    ref: str = required("the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)")
+    ref: str = required("the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)",
+                        check=not_an_image)
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
                                                  "local socket)")
@@ -84,7 +87,7 @@ def sbom(o: SbomOptions, as_json: JsonReport) -> int:
 
 @dataclass(frozen=True)
 class VerifyImageOptions(ReportOptions):
-    ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...")
+    ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...", check=not_an_image)
     verify_key: str | None = option("the signer's ed25519 public key (PEM)")
     stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
                                "matrix gives it now) and its SGLang release")

@@ -10,12 +10,21 @@ from __future__ import annotations
 import shlex
 
 import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..adapters.buildkit import detect_builder
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
-from ..build.flow import FINAL_TARGET, BuildOptions, build_stack, check_build_folder, describe_build
+from ..build.flow import (
+    FINAL_TARGET,
+    BuildOptions,
+    build_stack,
+    check_build_folder,
+    check_target,
+    describe_build,
+    resolve_ca_bundle,
+)
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -26,7 +35,7 @@ from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..lock.file import lock_path, missing_message
 from ..lock.trust import lock_for_build
-from ..publish import release, target_repository
+from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
 from ..serving import serving_argv, serving_spec
@@ -50,7 +59,8 @@ def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) 
     return None
 
 
-def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None) -> list[str]:
+def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None,
+                  signed: bool = True) -> list[str]:
     """What `invoke build [--push]` would do: the build, then what a release would push, serve and tag."""
     lines, config_hash = describe_build(stack, options)
     if options.effective_target != FINAL_TARGET:
@@ -66,10 +76,33 @@ def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: 
     spec = serving_spec(stack)
     for kind, server in (("baseline", spec.baseline()), ("eagle3", spec.with_speculation())):
         lines.append(f"smoke {kind}{when}: {shlex.join(serving_argv(server))}")
-    lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), ed25519 signature -> "
+    signature = "ed25519 signature" if signed else "no signature (--unsigned)"
+    lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), {signature} -> "
                  f"{repo}@<tested digest> (referrers API or sha256-<hex>.<kind> tags)")
     lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines
+
+
+def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: str | None, unsigned: bool,
+                         smoke_opts: list[str], registry: str | None,
+                         docker_host: str | None) -> Ed25519PrivateKey | None:
+    """What `--push` needs that can be checked before the build (bad input, exit 2), for the dry run as
+    for the real one: the target, the signing key (read, held in memory only), the registry's name and
+    every `--smoke-opt` as the release smoke will read it. Returns the signing key (None: unsigned)."""
+    name = stack.name
+    if not push:
+        for flag, given in (("--smoke-opt", smoke_opts), ("--signing-key", key), ("--unsigned", unsigned)):
+            if given:
+                raise BadInput(f"stack '{name}': {flag} is for a release: add --push, or drop {flag}")
+        return None
+    if target and target != FINAL_TARGET:
+        raise BadInput(f"stack '{name}': --push releases the serving image; drop --target {target}")
+    if key and unsigned:
+        raise BadInput(f"stack '{name}': give --signing-key or --unsigned, not both")
+    signing_key = None if unsigned else load_signing_key(key)
+    target_repository(stack, registry)
+    release_smoke_options(stack, smoke_opts, docker_host=docker_host)
+    return signing_key
 
 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
@@ -80,14 +113,18 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     if as_json and not dry_run:
         raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
     stack = load_matrix(stacks_file).get(stack_name)
-    if push and target and target != FINAL_TARGET:
-        raise BuildError(f"stack '{stack_name}': --push releases the serving image; drop --target {target}")
-    if key and unsigned:
-        raise BadInput(f"stack '{stack_name}': give --signing-key or --unsigned, not both")
-    # The signing key is read before any work, and held in memory only: a release is signed or says why not.
-    signing_key = load_signing_key(key) if push and not unsigned and not dry_run else None
-    if builder_name is not None:
-        detect_builder(docker_cli, builder_name)  # a client without buildx stops here, before any work
+    check_target(stack, target)
+    resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
+    signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
+                                       smoke_opts=smoke_opts or [], registry=registry, docker_host=docker_host)
+    if push and not dry_run:
+        # The registry answers before the build, not an hour after it: unreachable or refusing our
+        # credentials, the release would fail at its first push.
+        RegistryClient.from_environment(target_repository(stack, registry).registry, attempts=1).ping()
+    if builder_name is not None or docker_cli is not None:
+        # A client named on the command line that is not there, or without buildx for --builder, stops
+        # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
+        detect_builder(docker_cli, builder_name)
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     if lock is None:
         missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
@@ -96,7 +133,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                            docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                            remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     if dry_run:
-        plan = describe_plan(stack, options, push=push, registry=registry)
+        plan = describe_plan(stack, options, push=push, registry=registry, signed=not unsigned)
         # each line is `step: what`, the step padded for the eye
         steps = [line.partition(":") for line in plan]
         as_json.emit({"stack": stack.name, "push": push,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.imageref import not_an_image
 from ..core.options import TaskOptions, option, required, stacks_file_option
 from .options import command
 
@@ -14,7 +15,7 @@ class RenderOptions(TaskOptions):
     stacks_file: str = stacks_file_option()
     out: str | None = option("output folder (default: build/STACK, under SGLSTACK_BUILD_DIR if set)")
     image: str | None = option("image reference the compose file serves (default: the moving tag REPOSITORY:STACK); "
-                               "REPO@sha256:... also writes the Kubernetes manifests (k8s/)")
+                               "REPO@sha256:... also writes the Kubernetes manifests (k8s/)", check=not_an_image)
     nnodes: int = option("k8s: pods (nodes) per LeaderWorkerSet group (default 1)", 1, kind=int)
     host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
     rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")

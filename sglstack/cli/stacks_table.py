@@ -48,11 +48,16 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
                 + (resolve_findings(matrix, resolver, trusted_locks(matrix, stacks_file)) if resolve else []))
     for f in findings:
         style = {"conflict": "red", "stale-override": "red", "stale-lock": "red", "bad-lock": "red",
-                 "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim"}[f.kind]
+                 "override": "yellow", "no-lock": "yellow", "resolved": "green", "skipped": "dim",
+                 "incomplete": "yellow"}[f.kind]
         console.print(f"[{style}]{f.kind:>14}[/] {plain(matrix.file)}: stack '{plain(f.stack)}': {plain(f.message)}")
     failures = [f for f in findings if f.is_failure]
+    # What could not be checked is not "OK": a partial check is exit 1 and says so.
+    incomplete = sorted({f.stack for f in findings if f.is_incomplete})
     as_json.emit({**document, "findings": [{"stack": f.stack, "kind": f.kind, "message": f.message, "failure":
-                                            f.is_failure} for f in findings], "problems": len(failures)})
-    console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s)"
-                  + ("" if failures else ": matrix OK"))
-    return 1 if failures else 0
+                                            f.is_failure} for f in findings], "problems": len(failures),
+                  "incomplete": incomplete})
+    verdict = (f"; not checked whole: the resolver could not reach everything of {', '.join(incomplete)} "
+               "(incomplete above)" if incomplete else "" if failures else ": matrix OK")
+    console.print(f"{len(matrix.stacks)} stacks, {len(failures)} problem(s){verdict}", highlight=False)
+    return 1 if failures or incomplete else 0

@@ -76,6 +76,13 @@ def image_reference_problem(ref: str) -> str | None:
     return registry_reference_problem(name)
 
 
+def not_an_image(ref: str) -> str | None:
+    """Why `ref`, typed as an image (`--image`: a tag, an id or repo@sha256:...), is not one; None if it
+    is. The check of every task option that takes an image."""
+    problem = image_reference_problem(ref)
+    return f"not an image reference: it {problem}" if problem else None
+
+
 def registry_reference_problem(ref: str) -> str | None:
     """Why `ref` (`host[:port]/path[:tag]`, no digest) cannot name a registry image; None if it can.
 

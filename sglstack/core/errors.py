@@ -75,6 +75,13 @@ class ImageCheckFailed(BuildError):
     """The built image fails a check run inside it (pip check, shared libraries, the server's argv)."""
 
 
+class BuildInputError(BuildError):
+    """Bad input to a build (a `--target` that is no stage of the stack's Dockerfile): exit 2, decided
+    before anything is rendered to disk or built."""
+
+    exit_code = 2
+
+
 class PatchCommandError(SglstackError):
     """A patch command (list, check, apply, verify) failed; the message names patch, file and class.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any, ClassVar, TypeVar
 
@@ -30,10 +30,16 @@ RAW = object
 LIST = list
 
 
-def option(help: str, default: Any = None, *, kind: type = str, choices: tuple[str, ...] = ()) -> Any:
-    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW), and the only
-    values it takes, if only some."""
-    return field(default=default, metadata={"help": help, "kind": kind, "choices": choices})
+# What a value must also be, checked when it is parsed: the problem with `value` ("not an image
+# reference: it ..."), or None. Refused with the flag named, before the task starts.
+Check = Callable[[Any], "str | None"]
+
+
+def option(help: str, default: Any = None, *, kind: type = str, choices: tuple[str, ...] = (),
+           check: Check | None = None) -> Any:
+    """A task option: its help line, default and kind (str, int, float, bool, LIST or RAW), the only values it
+    takes, if only some, and `check`, what its value must also be (an image reference, a port)."""
+    return field(default=default, metadata={"help": help, "kind": kind, "choices": choices, "check": check})
 
 
 def repeatable(help: str) -> Any:
@@ -41,8 +47,8 @@ def repeatable(help: str) -> Any:
     return field(default=(), metadata={"help": help, "kind": LIST})
 
 
-def required(help: str) -> Any:
-    return field(metadata={"help": help, "kind": str})
+def required(help: str, *, check: Check | None = None) -> Any:
+    return field(metadata={"help": help, "kind": str, "check": check})
 
 
 # ---- the options every part shares, declared once -----------------------------------------------------
@@ -119,6 +125,9 @@ class TaskOptions:
             if (choices := f.metadata.get("choices")) and out[f.name] not in choices:
                 raise cls.bad_value(f"{flag_of(f.name)} '{one_line(shown(str(raw)))}': not one of "
                                     f"{', '.join(choices)}")
+            check = f.metadata.get("check")
+            if check is not None and (problem := check(out[f.name])):
+                raise cls.bad_value(f"{flag_of(f.name)} '{one_line(shown(str(raw)))}': {problem}")
         return cls(**out)
 
     # Options that exclude each other, checked before the task starts (bad input, exit 2):

@@ -9,13 +9,14 @@ import contextlib
 from dataclasses import asdict
 from pathlib import Path
 
+from ..adapters.docker import docker_client
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
 from ..config.defaults import default_stacks_file
 from ..config.imageref import pinned_digest
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.errors import DeployError
+from ..core.errors import DeployError, did_you_mean
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
@@ -27,6 +28,7 @@ from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
+from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
 from .kubectl import find_kubectl
@@ -101,7 +103,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
 
 def _target(target: str) -> str:
     if target not in TARGETS:
-        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}")
+        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}{did_you_mean(target, TARGETS)}")
     return target
 
 
@@ -139,9 +141,11 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
         raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 "
                                 "seconds")
     root = build_root or default_build_root()
+    # The cluster is found before the image is verified (registry calls): no context is one line at once.
+    kubectl = find_kubectl(options.context, options.namespace)
     ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
                        options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
-    dep = K8sDeployment(stack=stack, build_root=root, kubectl=find_kubectl(options.context, options.namespace))
+    dep = K8sDeployment(stack=stack, build_root=root, kubectl=kubectl)
     if spec.gpus and not options.skip_preflight:
         say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
@@ -199,15 +203,30 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
     return 1 if bad else 0
 
 
+class NotDeployed(DeployError):
+    """logs, undeploy or rollback of a stack with nothing deployed: a check that ran (exit 1)."""
+
+
+def require_deployed(dep: Deployment) -> None:
+    """logs, undeploy and rollback act on a deployment: with no container of the stack's compose project
+    on the engine (running or stopped) they say so in one line, not in compose's words ("Couldn't find env
+    file") nor with a "removed" of nothing."""
+    if not project_containers(docker_client(dep.docker_host), dep.project_name):
+        raise NotDeployed(f"stack '{dep.stack.name}' is not deployed (compose project {dep.project_name} has no "
+                          "container on the engine)")
+
+
 def logs_command(options: LogsOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
     if options.tail is not None and options.tail < 1:
         raise DeployOptionError(f"--tail {options.tail}: must be at least 1 line")
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+    require_deployed(dep)
     print(service_logs(dep, tail=options.tail), end="")
 
 
 def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+    require_deployed(dep)  # before the lock: nothing deployed writes nothing, not even the lock
     with _stack_lock(dep.build_root, dep.stack.name, "undeploy"):
         undeploy(dep)
 
@@ -221,12 +240,17 @@ def rollback_command(
         if namespace is None:  # the namespace the last k8s deployment of the stack went to
             k8s_rows = [r for r in read_records(root, options.stack) if r.target == "k8s"]
             namespace = k8s_rows[-1].options.get("namespace") if k8s_rows else None  # type: ignore[assignment]
+        if not any(r.target == "k8s" for r in read_records(root, options.stack)):
+            load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)  # a typo: did you mean
+            raise NotDeployed(f"stack '{options.stack}' is not deployed on k8s (no k8s deployment in "
+                              f"{records_path(root, options.stack)})")
         k8s_dep = _k8s_deployment(options.stacks_file, options.stack, root, options.context, namespace)
         with _stack_lock(root, options.stack, "rollback"):
             return rollback_k8s(k8s_dep, wait_timeout_s=options.wait_timeout, say=say)
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
     try:
         # The options are checked by `deploy` before anything changes, as for a deploy.
+        require_deployed(dep)  # before the lock, as for undeploy
         with _stack_lock(dep.build_root, dep.stack.name, "rollback"):
             return rollback(dep, wait_timeout_s=options.wait_timeout, say=say)
     except DeployFailed as exc:

@@ -14,6 +14,7 @@ from ..adapters.docker import image_exists, local_image
 from ..config.imageref import is_digest, parse_image_reference, registry_digest
 from ..config.schema import Stack
 from ..core.errors import ConfigError, DeployError
+from ..core.network import explained
 from ..core.records import build_root as default_build_root
 from ..publish import PublishedRelease, published_release
 from .store import display_path
@@ -62,7 +63,8 @@ def ensure_image(client: docker.DockerClient, ref: str, stack_name: str, say: Ca
         client.images.pull(ref)
     except docker.errors.DockerException as exc:
         reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
-        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {reason} (nothing was changed)") from None
+        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {explained(reason) or reason} (nothing was "
+                          "changed)") from None
     if not image_exists(client, ref):
         raise DeployError(f"stack '{stack_name}': cannot pull {ref}: not on the engine after the pull")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..config.imageref import not_an_image
 from ..core.errors import DeployError, SglstackError
 from ..core.options import (
     ReportOptions,
@@ -45,7 +46,7 @@ class DeployOptions(DeployTaskOptions):
     stack: str = required(STACK_HELP)
     stacks_file: str | None = stacks_file_option(STACKS_FILE_HELP)
     digest: str | None = option("the published digest to serve (sha256:..., or a full repo@sha256:... reference)")
-    image: str | None = option("serve this image reference instead (e.g. a local tag)")
+    image: str | None = option("serve this image reference instead (e.g. a local tag)", check=not_an_image)
     docker_host: str | None = docker_host_option("Docker engine URL to deploy to (default: DOCKER_HOST / local socket)")
     eagle3: bool = option("--no-eagle3: serve without the stack's speculative (EAGLE-3) flags", True, kind=bool)
     gpus: int | None = option("GPUs per node (default: the stack's serving.gpus); 0: none, no memlock ulimit (CPU "

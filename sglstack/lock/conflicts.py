@@ -30,12 +30,18 @@ from .trust import StaleLock, lock_differences, lock_for_build
 class Finding:
     stack: str
     # "conflict" | "stale-override" | "stale-lock" | "bad-lock" | "override" | "no-lock" | "resolved" | "skipped"
+    # | "incomplete"
     kind: str
     message: str
 
     @property
     def is_failure(self) -> bool:
         return self.kind in ("conflict", "stale-override", "stale-lock", "bad-lock")
+
+    @property
+    def is_incomplete(self) -> bool:
+        """A check that could not run whole (the resolver could not reach a layer): not a pass either."""
+        return self.kind == "incomplete"
 
 
 def target_environment(python: str, platform: str) -> dict[str, str]:
@@ -184,13 +190,13 @@ def resolve_findings(matrix: Matrix, resolve: Callable[..., Lock] = resolve_for_
         except LockError as exc:
             findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
             continue
-        findings += [Finding(stack.name, "skipped", f"resolver: layer {u}") for u in lock.unresolved]
+        findings += [Finding(stack.name, "incomplete", f"resolver: layer {u}") for u in lock.unresolved]
         findings.append(Finding(stack.name, "resolved", f"the resolver found a consistent set of "
                                                         f"{len(lock.packages)} packages"))
         if previous is None:
             continue
         if {u.layer for u in lock.unresolved} != {u.layer for u in previous.unresolved}:
-            findings.append(Finding(stack.name, "skipped", "the lock was not compared: the resolver reached other "
+            findings.append(Finding(stack.name, "incomplete", "the lock was not compared: the resolver reached other "
                                                            "layers than when it was written"))
         elif differences := lock_differences(previous, lock):
             findings.append(Finding(stack.name, "bad-lock", f"not what invoke lock resolves now: "

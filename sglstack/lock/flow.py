@@ -26,6 +26,7 @@ How each kind of layer appears in the lock:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -49,8 +50,9 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, one_line
 from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.network import network_advice, network_problem
 from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
@@ -457,4 +459,13 @@ def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequenc
         console.print(f"[dim]{stack_name}: {plain(note)}[/]", highlight=False)
     if changes is not None:
         print_diff(changes, console)
+    if lock.unresolved:
+        # Written all the same (a lock that says what it could not see is what the build installs from),
+        # but a partial lock is not a success: what is missing and why, in one line, exit 1.
+        missing = "; ".join(f"{u.layer} ({u.reason})" for u in lock.unresolved)
+        network = network_problem(u.reason for u in lock.unresolved)
+        advice = f"; {network_advice(network, ca_option=None, ca_given=False)}" if network else ""
+        print(f"error: stack '{stack_name}': the lock is partial: {len(lock.unresolved)} layer(s) not resolved: "
+              f"{one_line(missing)}; {result.path} leaves them unhashed{advice}", file=sys.stderr)
+        return 1
     return 0

@@ -29,7 +29,7 @@ from .promotion import (
     promote,
     target_repository,
 )
-from .release import ReleaseResult, parse_smoke_opts, push_candidate, release
+from .release import ReleaseResult, parse_smoke_opts, push_candidate, release, release_smoke_options
 
 __all__ = [
     "ImmutableTagCollision",
@@ -50,5 +50,6 @@ __all__ = [
     "read_records",
     "records_path",
     "release",
+    "release_smoke_options",
     "target_repository",
 ]

@@ -48,6 +48,14 @@ def _config_hash_of(
     return value if isinstance(value, str) else None
 
 
+def _check_input(digest: str, smoke_report: str | None) -> None:
+    """Bad input (exit 2), refused before the registry is asked anything (four attempts when it is down)."""
+    if not is_digest(digest):
+        raise BadInput(f"--digest '{digest}' is not a digest (sha256:<64 hex>)")
+    if smoke_report is not None and not Path(smoke_report).is_file():
+        raise BadInput(f"--smoke-report {smoke_report}: not a file (the smoke report that passed this digest)")
+
+
 def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None = None, unsigned: bool = False,
                    registry: str | None = None, config_hash: str | None = None, force: bool = False,
                    smoke_report: str | None = None, build_dir: Path | None = None,
@@ -59,8 +67,9 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     tags pointed to before that first attempt.
     """
     signed_or_unsigned(stack.name, key is not None, unsigned)
-    if not is_digest(digest):
-        raise PublishError(f"'{digest}' is not a digest (sha256:<64 hex>)")
+    _check_input(digest, smoke_report)
+    path = records_path(build_dir)
+    records = read_records(path)
     day = today or utc_today()
     out = console()
     repo = target_repository(stack, registry)
@@ -69,8 +78,6 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
         client.get_manifest(repo.path, digest)
     except ManifestNotFound:
         raise PublishError(f"registry {repo.registry}: {repo}@{digest} does not exist") from None
-    path = records_path(build_dir)
-    records = read_records(path)
     mine = released_records(records, stack, repo, digest)
     partial = unresolved_partial(records, stack, repo, digest)
     immutable = next((r["tag"] for r in reversed(mine) if r.get("kind") == "immutable"), None)

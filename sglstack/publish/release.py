@@ -57,18 +57,27 @@ def parse_smoke_opts(opts: Sequence[str]) -> dict[str, Any]:
         raise PublishError(str(exc)) from None
 
 
+def release_smoke_options(stack: Stack, smoke_opts: Sequence[str], *, docker_host: str | None = None) -> Any:
+    """The release smoke's options, read and checked as the smoke will: `invoke build --push` calls this
+    before it builds, so a bad `--smoke-opt` (bad input, exit 2) costs no build."""
+    # Imported here, not at the top: the smoke package brings its chart and runner dependencies, which
+    # `invoke publish`, `registry.cleanup` and Deploy (reading `published_release`) never need.
+    from ..smoke import smoke_options
+    from ..smoke.options import parse_smoke_opts as smoke_option_pairs
+
+    overrides = smoke_option_pairs(smoke_opts)
+    if docker_host and "docker_host" not in overrides:
+        overrides["docker_host"] = docker_host
+    return smoke_options(stack, **overrides)
+
+
 def run_real_smoke(
     stack: Stack, image: str, smoke_opts: Sequence[str], *, docker_host: str | None = None
 ) -> tuple[bool, dict[str, Any]]:
     """The production smoke (`sglstack.smoke`) on the image by digest, on `docker_host` unless overridden."""
-    # Imported here, not at the top: the smoke package brings its chart and runner dependencies, which
-    # `invoke publish`, `registry.cleanup` and Deploy (reading `published_release`) never need.
-    from ..smoke import run_smoke, smoke_options
+    from ..smoke import run_smoke  # at call time, as in `release_smoke_options`
 
-    overrides = parse_smoke_opts(smoke_opts)
-    if docker_host and "docker_host" not in overrides:
-        overrides["docker_host"] = docker_host
-    report = run_smoke(stack, image, smoke_options(stack, **overrides))
+    report = run_smoke(stack, image, release_smoke_options(stack, smoke_opts, docker_host=docker_host))
     return bool(report.passed), report.to_dict()
 
 

@@ -21,7 +21,7 @@ from ..config.schema import Stack
 from ..config.tagtemplates import RELEASE_INDEPENDENT, render_tag, template_fields
 from ..core import labels as lb
 from ..core.credentials import argv_references
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, did_you_mean
 from ..core.quoting import compose_string
 from ..core.resources import COMPOSE_DIR
 from ..serving import (
@@ -93,8 +93,8 @@ class ComposeOptions(RecordedOptions):
     def check(self, stack_name: str | None) -> None:
         """The compose-only options (the serving ones are checked by `serving_spec`)."""
         if self.restart not in RESTART_POLICIES:
-            raise ServingError(f"--restart '{self.restart}': not one of {', '.join(RESTART_POLICIES)}",
-                               stack=stack_name)
+            raise ServingError(f"--restart '{self.restart}': not one of {', '.join(RESTART_POLICIES)}"
+                               f"{did_you_mean(self.restart, RESTART_POLICIES)}", stack=stack_name)
         grace = self.stop_grace_period_s
         if isinstance(grace, bool) or not isinstance(grace, int) or grace < 1:
             raise ServingError(f"--stop-grace-period {grace}: must be at least 1 second", stack=stack_name)

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +203,14 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         wheel_cuda_home=bool(stack.cuda) and stack.cuda_home.startswith("/opt/venv/"),
         runtime_env=nvidia_runtime_cuda(stack),
     )
+
+
+_STAGE = re.compile(r"^FROM\s+(?:--\S+\s+)*\S+\s+AS\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def dockerfile_stages(text: str) -> tuple[str, ...]:
+    """The named stages of a Dockerfile (`FROM image AS name`), in order: what `--target` may name."""
+    return tuple(_STAGE.findall(text))
 
 
 def nvidia_runtime_cuda(stack: Stack) -> str | None:

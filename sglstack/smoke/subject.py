@@ -16,9 +16,10 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, local_image
-from ..config.imageref import image_reference_problem, registry_digest
+from ..config.imageref import not_an_image, registry_digest
 from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, one_line, shown
+from ..core.network import explained
 from ..preflight.gate import require_ready
 from .plan import SmokeOptions, env_interpreter
 
@@ -35,8 +36,8 @@ def check_what_to_serve(image: str | None, options: SmokeOptions) -> str | None:
         return interpreter
     if not image:
         raise SmokeInputError("smoke runner 'docker': pass --image (a tag, id or repo@sha256:...)")
-    if problem := image_reference_problem(image):  # refused here, not by the engine after the preflight
-        raise SmokeInputError(one_line(f"--image '{shown(image)}': not an image reference: it {problem}"))
+    if problem := not_an_image(image):  # refused here, not by the engine after the preflight
+        raise SmokeInputError(one_line(f"--image '{shown(image)}': {problem}"))
     return None
 
 
@@ -109,7 +110,8 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
                 engine.images.pull(ref)
             except docker.errors.APIError as exc:
                 reason = (exc.explanation or str(exc)).splitlines()[0][:200]
-                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: {reason}") from None
+                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: "
+                                 f"{explained(reason) or reason}") from None
             found = local_image(engine, ref)
             if found is None:
                 raise SmokeError(f"image {ref}: not on the Docker host after the pull")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -296,7 +297,8 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         argv_result = engines.argv(wheel, argv, _version_of(new_lock, target, engines.available))
     except ServingError as exc:
         argv_result = {"checked": False, "argv": [], "skipped": str(exc)}
-    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error)
+    guesses = planner.guessed_pins(stack.pins(), new_stack.pins(), new_lock, lock_error)
+    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error, guesses)
     plan = planner.Plan(
         stack=stack.name, new_stack=new_stack.name, from_version=stack.sglang.version or "", to_version=version,
         pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
@@ -304,7 +306,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
                                                                      version),
-        reasons=reasons, notes=notes)
+        reasons=reasons, notes=notes, guesses=guesses)
     return plan, text, new_lock
 
 
@@ -389,8 +391,11 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
         plan, text, lock = plan_upgrade(inputs, engines, progress=phase)
     ends = [t for _, t in phases[1:]] + [time.monotonic()]
     seconds_per_phase = {m: round(end - t, 1) for (m, t), end in zip(phases, ends, strict=True)}
-    writable = lock is not None and not plan.conflicts
-    if inputs.write and not writable:
+    writable = lock is not None and not plan.conflicts and not plan.guesses
+    if inputs.write and plan.guesses:
+        plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: {', '.join(plan.guesses)} would be "
+                                                 f"written as a guess ({stacks_file} is unchanged)"))
+    elif inputs.write and not writable:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
     out_dir = build_root() / plan.new_stack / "upgrade"
@@ -409,4 +414,7 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
                if inputs.write and writable else "")
     console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "
                   f"report {out_dir / 'report.md'}{written}", highlight=False)
+    if inputs.write and plan.guesses:
+        print(f"error: --write: nothing written: the new pin(s) of {', '.join(plan.guesses)} are guesses (see the "
+              f"report); {stacks_file} is unchanged", file=sys.stderr)
     return plan.exit_code

@@ -30,6 +30,7 @@ from packaging.version import Version
 
 from ..config.schema import Stack
 from ..inimage.incontainer.wheelkit import requirement_key
+from ..lock.file import Lock
 from .releases import FLASHINFER, ReleasePins, applicable_requirements
 
 FLASHINFER_CUBIN = "flashinfer-cubin"
@@ -292,6 +293,28 @@ def coverage_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] |
                                   if not p.get("checked") and (p["package"], p["version"]) not in old_unchecked]}
 
 
+# ---- guesses ---------------------------------------------------------------------------------------
+
+def guessed_pins(pins_before: Mapping[str, str], pins: Mapping[str, str], lock: Lock | None,
+                 lock_error: str | None) -> dict[str, str]:
+    """The pins the upgrade moved that nothing confirmed, each with why: the derived `2.11.0+cu130` keeps
+    the old local label on the assumption that its index has that build, and only the lock's resolver can
+    say so. A pin of a layer the resolver could not reach (or of any layer, when the lock did not
+    resolve) is a guess: shown as one, a `review`, and never written by `--write`."""
+    guesses = {}
+    for name, version in sorted(pins.items()):
+        if name == "sglang" or pins_before.get(name) == version:
+            continue  # the release itself is on the index (checked first), and an unmoved pin is the old one
+        if lock is None:
+            guesses[name] = f"the lock did not resolve: {lock_error}" if lock_error else "not resolved"
+            continue
+        entry = lock.get(name)
+        unreached = {u.layer: u.reason for u in lock.unresolved}
+        if entry is not None and entry.layer in unreached:
+            guesses[name] = f"layer {entry.layer} not resolved: {unreached[entry.layer]}"
+    return guesses
+
+
 # ---- the verdict -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -315,6 +338,7 @@ class Plan:
     bisect_command: str
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    guesses: dict[str, str] = field(default_factory=dict)  # package -> why its new pin is not confirmed
 
     @property
     def verdict(self) -> str:
@@ -326,8 +350,10 @@ class Plan:
 
 
 def review_reasons(derivation: Derivation, conflicts: Sequence[str], coverage: Mapping[str, Any],
-                   argv: Mapping[str, Any], lock_error: str | None) -> tuple[str, ...]:
+                   argv: Mapping[str, Any], lock_error: str | None,
+                   guesses: Mapping[str, str] | None = None) -> tuple[str, ...]:
     reasons = list(derivation.review)
+    reasons += [f"the new pin of {name} is a guess: {why}" for name, why in sorted((guesses or {}).items())]
     reasons += [f"needs an override: {c}" for c in conflicts]
     if lock_error:
         reasons.append(f"the lock does not resolve: {lock_error}")

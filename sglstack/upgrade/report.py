@@ -26,6 +26,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
         "lock_error": plan.lock_error,
         "bisect": plan.bisect_command,
         "notes": [*d.notes, *plan.notes],
+        "guesses": dict(plan.guesses),
         "reasons": list(plan.reasons),
         "verdict": plan.verdict,
     }
@@ -47,7 +48,8 @@ def to_markdown(plan: Plan) -> str:
     for name in sorted(set(plan.pins_before) | set(plan.pins)):
         before, after = plan.pins_before.get(name, "-"), plan.pins.get(name, "-")
         mark = "" if before == after else " *"
-        out.append(f"| {name} | {before} | {after}{mark} |")
+        guess = f" (guess: {_cell(plan.guesses[name])})" if name in plan.guesses else ""
+        out.append(f"| {name} | {before} | {after}{mark}{guess} |")
     out += ["", f"Platform: the release's wheel is `{d.wheel_tag or 'none'}`; the lock resolves for glibc "
                 f"{d.glibc}.", ""]
     out += ["## Overrides", ""]

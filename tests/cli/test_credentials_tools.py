@@ -99,9 +99,12 @@ def test_an_unreachable_index_with_credentials_is_an_unresolved_layer_like_a_pub
                                                                                         password):
     closed = f"http://{USER}:{password}@127.0.0.1:{free_port()}/simple"
     proc, path = lock(tmp_path, public_index, closed)
-    assert proc.returncode == 0, proc.stderr  # before: "cannot reach ...", the whole lock failed
+    # The lock is written (before: "cannot reach ...", the whole lock failed), and said to be partial (exit 1).
     text = path.read_text()
     public = closed.replace(f"{USER}:{password}@", "")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: stack 'cpu-test': the lock is partial: 1 layer(s) not resolved: private "
+                                  f"(index {public} unreachable: "), proc.stderr
     assert f"index {public} unreachable" in text and "unhashed" in text
     assert "not resolved: layer private" in proc.stdout
     assert password not in text + proc.stdout + proc.stderr

@@ -304,7 +304,7 @@ def test_resolve_findings_report_the_resolver_error_and_what_it_could_not_see(cu
     unsolvable = cu130.model_copy(update={"name": "unsolvable"})
     assert resolve_findings(_matrix(unsolvable, cu130), _resolver(cu130)) == [
         Finding("unsolvable", "conflict", "uv found no solution: torch==2.9.0 and torch==2.9.1"),
-        Finding("cu130", "skipped", "resolver: layer torch (with dependencies): "
+        Finding("cu130", "incomplete", "resolver: layer torch (with dependencies): "
                                     "index https://download.pytorch.org/whl/cu130 unreachable"),
         Finding("cu130", "resolved", "the resolver found a consistent set of 3 packages"),
     ]
@@ -378,13 +378,14 @@ def test_stacks_check_prints_one_line_per_finding_and_fails_on_problems(stacks_c
         "--stack cu130",
         f"       no-lock {where} 'cu129': no lock ({locks}/cu129.txt): the image is not reproducible to the last "
         "package; run invoke lock --stack cu129",
-        f"       skipped {where} 'cu130': resolver: layer torch (with dependencies): "
+        f"    incomplete {where} 'cu130': resolver: layer torch (with dependencies): "
         "index https://download.pytorch.org/whl/cu130 unreachable",
         f"      resolved {where} 'cu130': the resolver found a consistent set of 3 packages",
-        f"       skipped {where} 'cu129': resolver: layer torch (with dependencies): "
+        f"    incomplete {where} 'cu129': resolver: layer torch (with dependencies): "
         "index https://download.pytorch.org/whl/cu130 unreachable",
         f"      resolved {where} 'cu129': the resolver found a consistent set of 3 packages",
-        "2 stacks, 4 problem(s)",
+        "2 stacks, 4 problem(s); not checked whole: the resolver could not reach everything of cu129, cu130 "
+        "(incomplete above)",
     ]
     assert code == 1
 
@@ -403,6 +404,27 @@ def test_stacks_check_passes_with_notices_only(stacks_copy, capsys):
         "2 stacks, 0 problem(s): matrix OK",
     ]
     assert code == 0
+
+
+def test_stacks_check_resolve_that_could_not_reach_a_layer_is_not_ok(stacks_copy, capsys):
+    matrix = load_matrix(stacks_copy)
+    locks = {stack.name: _lock_of(stack) for stack in matrix.stacks.values()}
+    for name, lock in locks.items():
+        write_lock(lock_path(stacks_copy, name), lock)
+    cut = UnresolvedLayer("torch", True, "index https://download.pytorch.org/whl/cu130 unreachable: dns error")
+
+    def resolve(stack, previous=None):  # the index of one layer of cu130 is out of reach; the rest agrees
+        lock = locks[stack.name]
+        return replace(lock, unresolved=(cut,)) if stack.name == "cu130" else lock
+
+    requires = ["flashinfer_python==0.6.3", "flashinfer_cubin==0.6.3", "cuda-python==12.9"]  # overrides: notices
+    code = stacks_command(str(stacks_copy), check=True, resolve=True, requires_dist=lambda version: requires,
+                          resolver=resolve)
+    out = capsys.readouterr().out.splitlines()
+    assert (f"    incomplete {stacks_copy}: stack 'cu130': resolver: layer torch (with dependencies): index "
+            "https://download.pytorch.org/whl/cu130 unreachable: dns error") in out
+    assert (code, out[-1]) == (1, "2 stacks, 0 problem(s); not checked whole: the resolver could not reach "
+                                  "everything of cu130 (incomplete above)")
 
 
 def test_check_resolve_refuses_a_lock_with_made_up_edges_that_a_fresh_resolution_does_not_hold(stacks_copy, capsys):
@@ -439,7 +461,7 @@ def test_check_resolve_names_a_version_the_resolver_does_not_keep_and_skips_a_lo
                              "run invoke lock --stack cu130")
     reached = replace(lock, unresolved=(UnresolvedLayer("torch", True, "index unreachable"),))
     assert resolve_findings(_matrix(cu130), lambda stack, previous=None: reached, {"cu130": idna})[-1] == Finding(
-        "cu130", "skipped", "the lock was not compared: the resolver reached other layers than when it was written")
+        "cu130", "incomplete", "the lock was not compared: the resolver reached other layers than when it was written")
 
 
 def test_the_marker_environment_is_linux_cpython_on_any_host(monkeypatch):

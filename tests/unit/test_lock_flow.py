@@ -161,8 +161,13 @@ def test_the_command_prints_what_it_locked_and_what_moved(stacks, capsys, monkey
 def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypatch):
     unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
-    assert flow.lock_command(str(stacks), "tiny") == 0
-    out = capsys.readouterr().out.splitlines()
+    assert flow.lock_command(str(stacks), "tiny") == 1  # a partial lock is not a success
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"error: stack 'tiny': the lock is partial: 1 layer(s) not resolved: sglang-kernel (index {KERNEL_INDEX} "
+        f"unreachable: dns error); {lock_path(stacks, 'tiny')} leaves them unhashed; check this machine's network, "
+        "DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host can be reached"]
+    out = captured.out.splitlines()
     assert (f"tiny: not resolved: layer sglang-kernel (with dependencies): index {KERNEL_INDEX} unreachable: "
             "dns error") in out
     assert any(line.startswith("tiny: layer sglang-kernel was not resolved; sglang-kernel==0.4.10 from the default "
@@ -949,7 +954,7 @@ def test_the_commands_lines_are_styled_but_never_highlighted(stacks, monkeypatch
     out = _terminal(monkeypatch)
     unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
-    assert flow.lock_command(str(stacks), "tiny") == 0
+    assert flow.lock_command(str(stacks), "tiny") == 1  # partial (the error line is on stderr)
     lines = out.getvalue().splitlines()
     assert lines[1] == (f"\x1b[33mtiny\x1b[0m: not resolved: layer sglang-kernel (with dependencies): index "
                         f"{KERNEL_INDEX} unreachable: dns error")

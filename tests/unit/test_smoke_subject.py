@@ -147,6 +147,17 @@ def test_a_failed_pull_says_the_engines_first_line_cut_to_200_characters():
     assert str(err.value) == "image reg/a:1: not on the Docker host and the pull failed: pull access denied"
 
 
+def test_a_pull_the_network_stopped_names_the_host_and_what_to_do():
+    offline = _Engine(pull_error=docker.errors.APIError("500", explanation='Get "https://registry-1.docker.io/v2/": '
+                                                        "dial tcp: lookup registry-1.docker.io on 10.0.0.53:53: no "
+                                                        "such host"))
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(offline, "reg/a:1")  # type: ignore[arg-type]
+    assert str(err.value) == ("image reg/a:1: not on the Docker host and the pull failed: cannot reach "
+                              "registry-1.docker.io: its name does not resolve (DNS); check this machine's network, "
+                              "DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host can be reached")
+
+
 def test_a_pull_that_brings_nothing_and_an_engine_that_fails_are_one_line_each():
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(_Engine(), "reg/a:1")  # type: ignore[arg-type]

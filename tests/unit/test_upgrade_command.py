@@ -17,7 +17,7 @@ from rich.console import Console
 from sglstack.core.errors import SglstackError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
-from sglstack.lock.file import Lock, LockedPackage, lock_path, read_lock, render_lock, write_lock
+from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, render_lock, write_lock
 from sglstack.lock.flow import LockError
 from sglstack.upgrade import command
 from sglstack.upgrade import plan as planner
@@ -493,6 +493,32 @@ def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None
     assert plan.derivation.edits["torch"] == {"version": "2.10.0", "packages": ["torchvision==0.25.0"]}
     assert plan.pins["torchvision"] == "0.25.0" and plan.reasons == ()
     assert "    torch:\n      version: 2.10.0\n      packages: [torchvision==0.25.0]\n" in text
+
+
+def test_pins_of_a_layer_the_lock_could_not_reach_are_guesses_and_write_refuses_them(repo, tmp_path, capsys) -> None:
+    repo.write_text(STACKS + TORCH_STACK)
+    why = "index https://download.pytorch.org/whl/cu130 unreachable: dns error"
+    base = _lock("t1", sglang="0.5.10")
+    unreached = Lock(**{**base.__dict__, "packages": (
+        *base.packages, LockedPackage("torch", "2.10.0", "torch", unhashed=why),
+        LockedPackage("torchvision", "0.25.0", "torch", unhashed=why)),
+        "unresolved": (UnresolvedLayer("torch", True, why),)})
+    world = World(tmp_path, requires="torch==2.10.0", lock=unreached)
+    world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
+    code = command.upgrade_command(str(repo), "t1", "0.5.10", write=True, engines=world.engines())
+    assert code == 1
+    assert repo.read_text() == STACKS + TORCH_STACK and not lock_path(repo, "t1").exists()  # no guess written
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --write: nothing written: the new pin(s) of torch, torchvision are guesses (see the report); {repo} "
+        "is unchanged"]
+    out = tmp_path / "build" / "t1" / "upgrade"
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["guesses"] == {"torch": f"layer torch not resolved: {why}",
+                              "torchvision": f"layer torch not resolved: {why}"}
+    assert doc["reasons"] == [f"the new pin of torch is a guess: layer torch not resolved: {why}",
+                              f"the new pin of torchvision is a guess: layer torch not resolved: {why}"]
+    assert doc["verdict"] == "review"
+    assert f"| torch | 2.9.1 | 2.10.0 * (guess: layer torch not resolved: {why}) |" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(("wheel", "glibc", "edits", "reasons"), [
