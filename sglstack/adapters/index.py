@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
@@ -100,10 +100,10 @@ def _pip_default_index() -> str | None:
     return str(PyPI.simple_url)
 
 
-def index_settings(env: dict[str, str] | None = None,
+def index_settings(env: Mapping[str, str] | None = None,
                    pip_config: Callable[[], dict[str, str]] = _pip_config) -> IndexSettings:
     """The indexes and CA trust pip (or uv) would use here."""
-    env = dict(os.environ) if env is None else env
+    env = os.environ if env is None else env
     config = pip_config()
     main = (env.get("PIP_INDEX_URL") or env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL")
             or config.get("index-url") or _pip_default_index())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,14 @@ def test_verify_image_binds_with_stack_and_says_what_the_signature_names(reg, pu
 
 
 @pytest.mark.parametrize("target", ["compose", "k8s"])
-def test_deploy_verify_key_refuses_another_stacks_signed_image_before_anything(reg, pub, tmp_path, target):
+def test_deploy_verify_key_refuses_another_stacks_signed_image_before_anything(reg, pub, tmp_path, target,
+                                                                              monkeypatch):
+    # kubectl and its context are found first (no network), then the image is verified: the kubectl double
+    # gives a context, and its log shows nothing was applied.
+    doubles = Path(__file__).parents[1] / "doubles" / "kubectl"
+    monkeypatch.setenv("PATH", f"{doubles}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KUBECTL_DOUBLE_STATE", str(tmp_path / "kube"))
+    monkeypatch.setenv("KUBECTL_DOUBLE_CONTEXT", "kind-sglstack")
     client = RegistryClient(reg.host)
     other = _released(reg, client, "other", "cpu-test", stack="cpu-test-other", config_hash="1" * 64)
     options = DeployOptions(stack="cpu-test", stacks_file=str(STACKS), image=_ref(reg, "cpu-test"), gpus=0,
@@ -172,6 +180,9 @@ def test_deploy_verify_key_refuses_another_stacks_signed_image_before_anything(r
     assert str(err.value) == (f"{_ref(reg, other)}: signed for another build: stack: expected 'cpu-test', found "
                               f"'cpu-test-other'; config hash: expected '{CONFIG}', found '{'1' * 64}'")
     assert not (tmp_path / "build").exists()
+    kubectl_calls = tmp_path / "kube" / "argv.jsonl"
+    assert not any("apply" in line for line in (kubectl_calls.read_text().splitlines()
+                                                 if kubectl_calls.is_file() else []))
 
 
 def test_render_verify_key_refuses_an_old_release_under_the_tag(reg, pub, tmp_path):

@@ -107,8 +107,8 @@ def test_publish_refuses_bad_input_before_asking_the_registry(tmp_path, args, li
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("deploy", "--target", "k8z", "--image", "x"),
-     "error: --target 'k8z': not one of compose, k8s; did you mean 'k8s'?"),
+    (("deploy", "--on", "k8z", "--image", "x"),
+     "error: --on 'k8z': not one of compose, k8s; did you mean 'k8s'?"),
     (("deploy", "--restart", "alway", "--image", "x"),
      "error: stack 'cpu-test': --restart 'alway': not one of no, always, on-failure, unless-stopped; did you mean "
      "'always'?"),

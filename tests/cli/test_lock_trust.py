@@ -9,6 +9,7 @@ with an entry added that nothing requires (the header's count made to agree) bui
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -280,8 +281,10 @@ def broken_env(tmp_path_factory):
                                    "Requires-Dist: not-installed-dep>=2\n")
     (info / "RECORD").write_text("")
     tools = REPO / "sglstack" / "inimage" / "incontainer"
+    # The venv alone: a PYTHONPATH inherited from the test run (a checkout with its egg-info) is no image's.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(python), str(tools / "imageinfo.py")], check=True, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     return json.loads(proc.stdout)
 
 

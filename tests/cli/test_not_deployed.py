@@ -36,12 +36,12 @@ def test_a_stack_with_nothing_deployed_says_so(tmp_path, stack, task):
 
 
 def test_a_k8s_rollback_with_nothing_deployed_says_so_before_asking_kubectl(tmp_path, stack):
-    assert _run(tmp_path, "rollback", "--target", "k8s", "--stack", stack) == (
+    assert _run(tmp_path, "rollback", "--on", "k8s", "--stack", stack) == (
         1, f"error: stack '{stack}' is not deployed on k8s (no k8s deployment in "
            f"{tmp_path / 'build' / stack / 'deployments.jsonl'})")
 
 
-@pytest.mark.parametrize("task", [("logs",), ("undeploy",), ("rollback",), ("rollback", "--target", "k8s")])
+@pytest.mark.parametrize("task", [("logs",), ("undeploy",), ("rollback",), ("rollback", "--on", "k8s")])
 def test_a_stack_not_in_the_matrix_is_still_bad_input(tmp_path, stack, task):
     code, line = _run(tmp_path, *task, "--stack", stack[:-1])
     assert code == 2 and line.endswith(f"did you mean '{stack}'?"), line
