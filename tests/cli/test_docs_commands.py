@@ -68,7 +68,7 @@ HOW: dict[str, tuple[str, int]] = {
     'invoke build --stack "$s" --builder ci --push': (PARSE, 0),
     "invoke coverage --stack pypi-cu130": (PARSE, 0),  # the stack's CUDA wheels
     "invoke render --stack cu130 --image 127.0.0.1:5000/sglstack/sglang@sha256:abab...ab --nnodes 2": (PARSE, 0),
-    "invoke build --stack cu130 --push --dry-run": (PARSE, 0),  # a registry and a signing key
+    "invoke build --stack cu130 --push --signing-key release.pem --dry-run": (PARSE, 0),  # a registry and a signing key
     "SGLSTACK_SIGNING_KEY=release.pem invoke build --stack cu130 --push": (PARSE, 0),
     "invoke verify-image registry.example/sglstack:cu130 --verify-key release.pub --stack cu130": (PARSE, 0),
     "invoke sbom registry.example/sglstack:cu130 --verify-key release.pub": (PARSE, 0),
