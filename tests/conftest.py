@@ -49,6 +49,10 @@ def tier_marks(path: Path, fixtures: set[str]) -> list[str]:
 # (the slowest measured 127 s there), a cold BuildKit cache included, so five times that still ends a hang.
 LONG_TIMEOUT_S = 600
 _ENGINE_MARKS = ("docker", "network", "slow")
+# Every test of the engine, the registries or PyPI is in one xdist group: under `--dist loadgroup` (CI,
+# `invoke test --all`) they run one after another on one worker, as they always ran (they share the engine,
+# its build cache and image names), while the other worker runs the fast tier beside them.
+ENGINE_GROUP = "engine"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
@@ -58,9 +62,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         for mark in tier_marks(Path(str(item.path)), fixtures):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+        engine = any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
+        if engine:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
-        if any(item.get_closest_marker(m) for m in _ENGINE_MARKS):
+        if engine:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import conftest
 import pytest
 
-from sglstack.cli.testing import FAST_TIER, pytest_argv
+from sglstack.cli.testing import ALL_TIERS_XDIST, FAST_TIER, pytest_argv
 
 FAKE_CONFTEST = f"""
 import importlib.util
@@ -93,3 +93,37 @@ def test_the_fast_tier_is_unit_and_cli_in_parallel_and_all_is_every_tier():
     assert "tests/unit" in fast and "tests/cli" in fast and "tests/e2e" not in fast
     every = pytest_argv(all_tiers=True, extra=("-k", "render"), workers=2)[3:]
     assert "-m" not in every and every[-2:] == ["-k", "render"]
+    assert " ".join(ALL_TIERS_XDIST) in " ".join(every)
+
+
+def test_ci_runs_every_tier_as_invoke_test_all_does():
+    script = (conftest.REPO_ROOT / "scripts" / "test.sh").read_text()
+    [line] = [line for line in script.splitlines() if line.startswith("python3 -m pytest")]
+    assert " ".join(ALL_TIERS_XDIST) in line and " -m " not in line.removeprefix("python3 -m pytest")
+
+
+def test_engine_tests_share_one_xdist_group_and_fast_ones_none(pytester):
+    """Under --dist loadgroup the engine's tests run one after another on one worker, never two at once."""
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n  xdist_group: g\n")
+    pytester.makeconftest(FAKE_CONFTEST + """
+def pytest_collection_finish(session):
+    for item in session.items:
+        groups = [m.args[0] for m in item.iter_markers("xdist_group")]
+        print(f"GROUPS {item.name} {groups}")
+""")
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        def test_engine(docker_client): pass
+
+        def test_pypi(ca_bundle): pass
+
+        @pytest.mark.slow
+        def test_slow(): pass
+
+        def test_in_process(tmp_path): pass
+    """)
+    result = pytester.runpytest_inprocess("-q", "-s", "--collect-only", "-p", "no:cacheprovider")
+    assert sorted(line for line in result.outlines if line.startswith("GROUPS ")) == [
+        "GROUPS test_engine ['engine']", "GROUPS test_in_process []", "GROUPS test_pypi ['engine']",
+        "GROUPS test_slow ['engine']"]
