@@ -175,8 +175,10 @@ def _fresh_start() -> None:
             for value in list(vars(module).values()):
                 if callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
-    for name in [n for n in sys.modules if n == "invoke.main" or n == "tasks"]:
-        del sys.modules[name]  # invoke's Program object: a new one, as `python -m invoke` makes
+    # The task objects anew, and invoke's Program: parsing a task's options takes its help texts out of it
+    # (invoke's Task.arg_opts pops them), so a task the test process once parsed would print a bare -h.
+    for name in [n for n in sys.modules if n in _FRESH_MODULES or n.startswith("sglstack.cli.")]:
+        del sys.modules[name]
     tempfile.tempdir = None  # read again from TMPDIR
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -193,6 +195,7 @@ def _fresh_start() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
+_FRESH_MODULES = ("invoke.main", "tasks", "sglstack.cli")
 _FRESH_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN}
 
 

@@ -50,6 +50,15 @@ def test_a_fork_ends_as_a_real_invoke_process_ends(tmp_path, name):
     assert outcomes[0][0] == (2 if name.startswith("unknown") else 0), outcomes[0]
 
 
+def test_a_task_the_test_process_parsed_keeps_its_help_in_a_fork(tmp_path):
+    # invoke takes a task's help texts out of it as it parses its options (Task.arg_opts pops them).
+    clirun.task_collection()["render"].get_arguments()
+    real = run_invoke("render", "-h", cwd=tmp_path, real_process=True)
+    fork = run_invoke("render", "-h", cwd=tmp_path, real_process=False)
+    assert "output folder (default: build/STACK" in real.stdout
+    assert (fork.returncode, fork.stdout, fork.stderr) == (real.returncode, real.stdout, real.stderr)
+
+
 def _probe() -> None:
     """What a fresh Python's program would see, as one JSON line."""
     warnings.warn("a warning of the task's", UserWarning, stacklevel=1)
