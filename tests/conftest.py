@@ -51,7 +51,8 @@ LONG_TIMEOUT_S = 600
 _ENGINE_MARKS = ("docker", "network", "slow")
 # Every test of the engine, the registries or PyPI is in one xdist group: under `--dist loadgroup` (CI,
 # `invoke test --all`) they run one after another on one worker, as they always ran (they share the engine,
-# its build cache and image names), while the other worker runs the fast tier beside them.
+# its build cache and image names), while the other worker runs the fast tier beside them, a file's tests
+# together and in order (as `--dist loadfile` keeps them: module fixtures are built once).
 ENGINE_GROUP = "engine"
 
 
@@ -63,8 +64,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
         engine = any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
-        if engine:
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+        item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if engine else item.nodeid.split("::")[0]))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
         if engine:

@@ -102,8 +102,9 @@ def test_ci_runs_every_tier_as_invoke_test_all_does():
     assert " ".join(ALL_TIERS_XDIST) in line and " -m " not in line.removeprefix("python3 -m pytest")
 
 
-def test_engine_tests_share_one_xdist_group_and_fast_ones_none(pytester):
-    """Under --dist loadgroup the engine's tests run one after another on one worker, never two at once."""
+def test_engine_tests_share_one_xdist_group_and_fast_ones_are_grouped_by_file(pytester):
+    """Under --dist loadgroup the engine's tests run one after another on one worker, never two at once,
+    and a fast file's tests stay together, in order."""
     pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n  xdist_group: g\n")
     pytester.makeconftest(FAKE_CONFTEST + """
 def pytest_collection_finish(session):
@@ -125,5 +126,5 @@ def pytest_collection_finish(session):
     """)
     result = pytester.runpytest_inprocess("-q", "-s", "--collect-only", "-p", "no:cacheprovider")
     assert sorted(line for line in result.outlines if line.startswith("GROUPS ")) == [
-        "GROUPS test_engine ['engine']", "GROUPS test_in_process []", "GROUPS test_pypi ['engine']",
+        "GROUPS test_engine ['engine']", "GROUPS test_in_process ['test_mixed.py']", "GROUPS test_pypi ['engine']",
         "GROUPS test_slow ['engine']"]
