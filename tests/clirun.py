@@ -1,14 +1,15 @@
 """Run this checkout's `invoke` tasks as a user would: from any folder, in a process of their own.
 
-Two ways, the same outcome (tests/unit/test_clirun.py holds them to it):
+Two ways, the same outcome (tests/cli/test_clirun.py holds them to it):
 - a real child, `python -m invoke ...`: the console path as a user starts it (e2e tests, and any test that
   asks `real_process=True`);
 - a fork of the test process, which then runs invoke's own `__main__` as `python -m invoke` does (tests/cli,
   through tests/cli/conftest.py). The fork already holds invoke and sglstack imported, which is most of what
-  a fresh Python spends on each call (about 0.3 s, some thousand calls in tests/cli). Being a process, it
-  leaks nothing back: the task's env, cwd, signal handlers, module globals and open files end with it. What
-  the test process set that a fresh Python would not have (functools caches, the temp dir, logging
-  handlers, warning filters, pytest's stdio) is put back to a fresh start in the child.
+  a fresh Python spends on each call (about 0.25 s on an idle core; tests/cli makes hundreds of calls).
+  Being a process, it leaks nothing back: the task's env, cwd, signal handlers, module globals and open files
+  end with it. What the test process set that a fresh Python would not have (functools caches, the task
+  objects, the temp dir, logging handlers, warning filters, signal handlers, pytest's stdio) is put back to a
+  fresh start in the child.
 """
 
 from __future__ import annotations
