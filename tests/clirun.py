@@ -4,7 +4,7 @@ Two ways, the same outcome (tests/cli/test_clirun.py holds them to it):
 - a real child, `python -m invoke ...`: the console path as a user starts it (e2e tests, and any test that
   asks `real_process=True`);
 - a fork of the test process, which then runs invoke's own `__main__` as `python -m invoke` does (tests/cli,
-  through tests/cli/conftest.py). The fork already holds invoke and sglstack imported, which is most of what
+  through tests/conftest.py). The fork already holds invoke and sglstack imported, which is most of what
   a fresh Python spends on each call (about 0.25 s on an idle core; tests/cli makes hundreds of calls).
   Being a process, it leaks nothing back: the task's env, cwd, signal handlers, module globals and open files
   end with it. What the test process set that a fresh Python would not have (functools caches, the task
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Read by Python itself as it starts (or by the locale it sets up then): a fork has started already, so a
 # call that sets one of these runs as a real child.
 _STARTUP_VARIABLES = ("PYTHON", "LC_", "LANG")
-# tests/cli/conftest.py sets this for its tests; elsewhere every call is a real child.
+# tests/conftest.py sets this for the tests in tests/cli; elsewhere every call is a real child.
 FORK_BY_DEFAULT = False
 
 

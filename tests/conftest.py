@@ -78,6 +78,20 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 
+CLI = TESTS / "cli"
+
+
+@pytest.fixture(autouse=True)
+def _invoke_in_a_fork(request, monkeypatch):
+    """tests/cli: `invoke` runs in a fork of the test process (tests/clirun.py says why that is the same);
+    elsewhere as a real child. (Here, not in a tests/cli/conftest.py: a second module named `conftest`
+    would shadow this one for the tests that import it.)"""
+    if Path(str(request.node.path)).is_relative_to(CLI):
+        import clirun
+
+        monkeypatch.setattr(clirun, "FORK_BY_DEFAULT", True)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

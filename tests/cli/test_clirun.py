@@ -147,3 +147,7 @@ def test_a_variable_read_as_python_starts_gets_a_real_process(tmp_path, monkeypa
     proc = run_invoke("--list", cwd=tmp_path, env={variable: os.environ.get(variable, "C.UTF-8")
                                                    if variable != "PYTHONHASHSEED" else "0"})
     assert proc.returncode == 0 and "render" in proc.stdout
+
+
+def test_the_tests_in_tests_cli_run_invoke_in_a_fork():
+    assert clirun.FORK_BY_DEFAULT is True

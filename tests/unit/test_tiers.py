@@ -128,3 +128,9 @@ def pytest_collection_finish(session):
     assert sorted(line for line in result.outlines if line.startswith("GROUPS ")) == [
         "GROUPS test_engine ['engine']", "GROUPS test_in_process ['test_mixed.py']", "GROUPS test_pypi ['engine']",
         "GROUPS test_slow ['engine']"]
+
+
+def test_outside_tests_cli_invoke_runs_as_a_real_child():
+    import clirun
+
+    assert clirun.FORK_BY_DEFAULT is False
