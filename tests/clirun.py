@@ -129,7 +129,10 @@ def _child(main: Callable[[], object], *, cwd: Path, env: dict[str, str], out: i
     atexit._clear()  # the test process's handlers are not this process's
     os.dup2(out, 1)
     os.dup2(err, 2)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.__stdout__.encoding)
+    try:
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.__stdout__.encoding)
+    except OSError:  # no fd 0: a fresh Python has no sys.stdin then
+        sys.stdin = None  # type: ignore[assignment]
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=sys.__stdout__.encoding,
                                   errors=sys.__stdout__.errors)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=sys.__stderr__.encoding,
