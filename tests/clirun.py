@@ -15,6 +15,7 @@ Two ways, the same outcome (tests/cli/test_clirun.py holds them to it):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -95,9 +96,18 @@ def in_a_fork(main: Callable[[], object], *, cwd: Path, env: dict[str, str], tim
             code = 1
             try:
                 code = _child(main, cwd=cwd, env=env, out=out.fileno(), err=err.fileno())
+                if code < 0:  # an uncaught KeyboardInterrupt: Python ends by the signal itself
+                    signal.signal(-code, signal.SIG_DFL)
+                    os.kill(os.getpid(), -code)
             finally:
-                os._exit(code)
-        code = _wait(pid, timeout, shown)
+                os._exit(code & 0xFF)
+        try:
+            code = _wait(pid, timeout, shown)
+        except BaseException:  # as subprocess.run: the child does not outlive a failed wait (a test's time limit)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            raise
         return subprocess.CompletedProcess(shown, code, _read(out), _read(err))
 
 
@@ -109,9 +119,7 @@ def _wait(pid: int, timeout: float, shown: list[str]) -> int:
         if done:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired(shown, timeout)
+            raise subprocess.TimeoutExpired(shown, timeout)  # the child is killed by the caller
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
@@ -150,7 +158,7 @@ def _child(main: Callable[[], object], *, cwd: Path, env: dict[str, str], out: i
         code = _exit_code(exc.code)
     except BaseException as exc:  # what Python prints for an uncaught exception, and its exit code
         traceback.print_exception(exc)
-        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
     try:
         threading._shutdown()  # as a Python ending: wait for the threads the task left running
         atexit._run_exitfuncs()

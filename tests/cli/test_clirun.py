@@ -122,6 +122,16 @@ def test_an_uncaught_exception_is_exit_1_with_its_traceback_and_the_output_befor
     assert proc.stderr.endswith("RuntimeError: uncaught\n")
 
 
+def _interrupted() -> None:
+    raise KeyboardInterrupt
+
+
+def test_an_uncaught_keyboard_interrupt_ends_the_fork_by_sigint_as_python_does(tmp_path):
+    proc = in_a_fork(_interrupted, cwd=tmp_path, env={}, timeout=60, shown=["interrupted"])
+    assert proc.returncode == -signal.SIGINT
+    assert proc.stderr.endswith("KeyboardInterrupt\n")
+
+
 def _hang() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with open("pid", "w") as f:
