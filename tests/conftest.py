@@ -176,14 +176,32 @@ def _no_registry_references_left():
         remove_references(make_client(), claimed(refs))
 
 
+# Under xdist (CI) the engine's tests run in a worker, which has no terminal and whose exit status the
+# controller does not take: a worker hands what it left to the controller, which says it and fails the run.
+LEFT_ON_WORKER = "sglstack_left_references"
+_LEFT_ON_WORKERS: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    _LEFT_ON_WORKERS.update(getattr(node, "workeroutput", {}).get(LEFT_ON_WORKER, ()))
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     from engine_refs import claimed, test_references
 
-    if _SESSION_START_REFS is None:
+    ours: list[str] = []
+    others: list[str] = []
+    if _SESSION_START_REFS is not None:
+        now = _engine_references() or set()
+        new = now - _SESSION_START_REFS
+        ours, others = claimed(new), [r for r in test_references(new) if r not in claimed(new)]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput[LEFT_ON_WORKER] = ours
         return
-    now = _engine_references() or set()
-    new = now - _SESSION_START_REFS
-    ours, others = claimed(new), [r for r in test_references(new) if r not in claimed(new)]
+    ours = sorted({*ours, *_LEFT_ON_WORKERS})
+    others = [r for r in others if r not in ours]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if others and reporter is not None:
         reporter.write_line(f"warning: tests left {len(others)} image reference(s) on the engine (this session's, "

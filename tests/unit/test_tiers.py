@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import conftest
 import pytest
@@ -134,3 +135,38 @@ def test_outside_tests_cli_invoke_runs_as_a_real_child():
     import clirun
 
     assert clirun.FORK_BY_DEFAULT is False
+
+
+class _Reporter:
+    def __init__(self):
+        self.lines = []
+
+    def write_line(self, line, **_markup):
+        self.lines.append(line)
+
+
+def _session(reporter, **config):
+    plugins = SimpleNamespace(get_plugin=lambda name: reporter if name == "terminalreporter" else None)
+    return SimpleNamespace(config=SimpleNamespace(pluginmanager=plugins, **config), exitstatus=0)
+
+
+def test_a_reference_a_worker_left_fails_the_run_on_the_controller(monkeypatch):
+    """Under xdist the engine's tests run in a worker: what it left under its registries still fails the run."""
+    import engine_refs
+
+    left = "127.0.0.1:49999/sglstack-test/x:1"
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", {"127.0.0.1:49999"})
+    monkeypatch.setattr(conftest, "_SESSION_START_REFS", set())
+    monkeypatch.setattr(conftest, "_engine_references", lambda: {left})
+    monkeypatch.setattr(conftest, "_LEFT_ON_WORKERS", set())
+    worker = _session(None, workeroutput={})
+    conftest.pytest_sessionfinish(worker, 0)
+    assert worker.config.workeroutput == {conftest.LEFT_ON_WORKER: [left]} and worker.exitstatus == 0
+
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", set())  # the controller claimed no port of its own
+    conftest.pytest_testnodedown(SimpleNamespace(workeroutput=worker.config.workeroutput), None)
+    reporter = _Reporter()
+    controller = _session(reporter)
+    conftest.pytest_sessionfinish(controller, 0)
+    assert controller.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert reporter.lines == [f"error: tests left 1 reference(s) under this session's registries: {left}"]
