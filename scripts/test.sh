@@ -17,7 +17,9 @@ echo "== mypy"
 mypy
 echo "== pytest"
 set +e
-python3 -m pytest -q -p no:cacheprovider --durations=15 "$@"
+# -n 2 --dist loadgroup: sglstack.cli.testing.ALL_TIERS_XDIST (the engine's tests in order on one worker,
+# the fast tier beside them; tests/unit/test_tiers.py holds the two the same).
+python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"
 code=$?
 set -e
 # pytest exits 5 when it collected no tests: that is a broken suite here, not a pass.

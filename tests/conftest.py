@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from sglstack.adapters.docker import docker_client as make_client
 
@@ -45,10 +46,21 @@ def tier_marks(path: Path, fixtures: set[str]) -> list[str]:
 
 # ---- per-test time limits (pytest-timeout; the default of 120 s is in pyproject.toml) -------------
 
+# Hypothesis fails an example that runs over its `deadline` (200 ms unless a test says otherwise): a limit
+# on the machine's speed, which a loaded CI host overruns. No test's outcome may depend on that; a hang is
+# still ended by pytest-timeout. Tests that set other settings keep this (settings inherit the profile).
+settings.register_profile("sglstack", deadline=None)
+settings.load_profile("sglstack")
+
 # A test that builds an image or serves one on the shared engine: minutes on a loaded 2-core CI machine
 # (the slowest measured 127 s there), a cold BuildKit cache included, so five times that still ends a hang.
 LONG_TIMEOUT_S = 600
 _ENGINE_MARKS = ("docker", "network", "slow")
+# Every test of the engine, the registries or PyPI is in one xdist group: under `--dist loadgroup` (CI,
+# `invoke test --all`) they run one after another on one worker, as they always ran (they share the engine,
+# its build cache and image names), while the other worker runs the fast tier beside them, a file's tests
+# together and in order (as `--dist loadfile` keeps them: module fixtures are built once).
+ENGINE_GROUP = "engine"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
@@ -58,10 +70,26 @@ def pytest_collection_modifyitems(config, items) -> None:
         for mark in tier_marks(Path(str(item.path)), fixtures):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+        engine = any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
+        item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if engine else item.nodeid.split("::")[0]))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
-        if any(item.get_closest_marker(m) for m in _ENGINE_MARKS):
+        if engine:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
+CLI = TESTS / "cli"
+
+
+@pytest.fixture(autouse=True)
+def _invoke_in_a_fork(request, monkeypatch):
+    """tests/cli: `invoke` runs in a fork of the test process (tests/clirun.py says why that is the same);
+    elsewhere as a real child. (Here, not in a tests/cli/conftest.py: a second module named `conftest`
+    would shadow this one for the tests that import it.)"""
+    if Path(str(request.node.path)).is_relative_to(CLI):
+        import clirun
+
+        monkeypatch.setattr(clirun, "FORK_BY_DEFAULT", True)
 
 
 @pytest.fixture(scope="session")
@@ -148,14 +176,32 @@ def _no_registry_references_left():
         remove_references(make_client(), claimed(refs))
 
 
+# Under xdist (CI) the engine's tests run in a worker, which has no terminal and whose exit status the
+# controller does not take: a worker hands what it left to the controller, which says it and fails the run.
+LEFT_ON_WORKER = "sglstack_left_references"
+_LEFT_ON_WORKERS: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    _LEFT_ON_WORKERS.update(getattr(node, "workeroutput", {}).get(LEFT_ON_WORKER, ()))
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     from engine_refs import claimed, test_references
 
-    if _SESSION_START_REFS is None:
+    ours: list[str] = []
+    others: list[str] = []
+    if _SESSION_START_REFS is not None:
+        now = _engine_references() or set()
+        new = now - _SESSION_START_REFS
+        ours, others = claimed(new), [r for r in test_references(new) if r not in claimed(new)]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput[LEFT_ON_WORKER] = ours
         return
-    now = _engine_references() or set()
-    new = now - _SESSION_START_REFS
-    ours, others = claimed(new), [r for r in test_references(new) if r not in claimed(new)]
+    ours = sorted({*ours, *_LEFT_ON_WORKERS})
+    others = [r for r in others if r not in ours]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if others and reporter is not None:
         reporter.write_line(f"warning: tests left {len(others)} image reference(s) on the engine (this session's, "

@@ -1,5 +1,6 @@
 """`invoke test`: the fast tier (tests/unit and tests/cli, in parallel with pytest-xdist) or, with --all,
-every tier as CI runs it (`bash .ci/run`).
+every tier as CI runs it (`bash .ci/run`): the Docker, registry and PyPI tests one after another on one
+worker, the fast tier on another beside them.
 
 The tiers are folders, the marks come from the fixtures a test uses (tests/conftest.py): the fast tier also
 deselects by mark, so a test in unit/ or cli/ that asks for the engine or PyPI still stays out of it.
@@ -25,10 +26,17 @@ FAST_PATHS = ("tests/unit", "tests/cli")
 NO_TESTS_COLLECTED = 5
 
 
+# Every tier (CI, scripts/test.sh): the engine's tests in order on one worker (tests/conftest.py puts them
+# in one xdist group), the fast tier on the other beside them.
+ALL_TIERS_XDIST = ("-n", "2", "--dist", "loadgroup")
+
+
 def pytest_argv(*, all_tiers: bool, extra: tuple[str, ...], workers: int | str = "auto") -> list[str]:
-    """The pytest command line: every tier serially (CI), or the fast tier on `workers` xdist processes."""
+    """The pytest command line: every tier (CI), or the fast tier on `workers` xdist processes."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    if not all_tiers:
+    if all_tiers:
+        argv += ALL_TIERS_XDIST
+    else:
         # loadfile: a module's tests share one worker, so module-scoped fixtures are built once.
         argv += ["-n", str(workers), "--dist", "loadfile", "-m", FAST_TIER, *FAST_PATHS]
     return argv + list(extra)
@@ -46,7 +54,7 @@ def run_tests(*, all_tiers: bool, extra: tuple[str, ...], repo: Path = REPO) -> 
 
 @dataclass(frozen=True)
 class TierOptions(TaskOptions):
-    all: bool = option("every tier (Docker, registries, builds, PyPI), serially, as CI runs it", False, kind=bool)
+    all: bool = option("every tier (Docker, registries, builds, PyPI) as CI runs it", False, kind=bool)
     pytest: str = option('more pytest arguments, one string (e.g. "-k render -x")', "")
 
 

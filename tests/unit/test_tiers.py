@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import conftest
 import pytest
 
-from sglstack.cli.testing import FAST_TIER, pytest_argv
+from sglstack.cli.testing import ALL_TIERS_XDIST, FAST_TIER, pytest_argv
 
 FAKE_CONFTEST = f"""
 import importlib.util
@@ -93,6 +94,82 @@ def test_the_fast_tier_is_unit_and_cli_in_parallel_and_all_is_every_tier():
     assert "tests/unit" in fast and "tests/cli" in fast and "tests/e2e" not in fast
     every = pytest_argv(all_tiers=True, extra=("-k", "render"), workers=2)[3:]
     assert "-m" not in every and every[-2:] == ["-k", "render"]
+    assert " ".join(ALL_TIERS_XDIST) in " ".join(every)
+
+
+def test_ci_runs_every_tier_as_invoke_test_all_does():
+    script = (conftest.REPO_ROOT / "scripts" / "test.sh").read_text()
+    [line] = [line for line in script.splitlines() if line.startswith("python3 -m pytest")]
+    assert " ".join(ALL_TIERS_XDIST) in line and " -m " not in line.removeprefix("python3 -m pytest")
+
+
+def test_engine_tests_share_one_xdist_group_and_fast_ones_are_grouped_by_file(pytester):
+    """Under --dist loadgroup the engine's tests run one after another on one worker, never two at once,
+    and a fast file's tests stay together, in order."""
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n  xdist_group: g\n")
+    pytester.makeconftest(FAKE_CONFTEST + """
+def pytest_collection_finish(session):
+    for item in session.items:
+        groups = [m.args[0] for m in item.iter_markers("xdist_group")]
+        print(f"GROUPS {item.name} {groups}")
+""")
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        def test_engine(docker_client): pass
+
+        def test_pypi(ca_bundle): pass
+
+        @pytest.mark.slow
+        def test_slow(): pass
+
+        def test_in_process(tmp_path): pass
+    """)
+    result = pytester.runpytest_inprocess("-q", "-s", "--collect-only", "-p", "no:cacheprovider")
+    assert sorted(line for line in result.outlines if line.startswith("GROUPS ")) == [
+        "GROUPS test_engine ['engine']", "GROUPS test_in_process ['test_mixed.py']", "GROUPS test_pypi ['engine']",
+        "GROUPS test_slow ['engine']"]
+
+
+def test_outside_tests_cli_invoke_runs_as_a_real_child():
+    import clirun
+
+    assert clirun.FORK_BY_DEFAULT is False
+
+
+class _Reporter:
+    def __init__(self):
+        self.lines = []
+
+    def write_line(self, line, **_markup):
+        self.lines.append(line)
+
+
+def _session(reporter, **config):
+    plugins = SimpleNamespace(get_plugin=lambda name: reporter if name == "terminalreporter" else None)
+    return SimpleNamespace(config=SimpleNamespace(pluginmanager=plugins, **config), exitstatus=0)
+
+
+def test_a_reference_a_worker_left_fails_the_run_on_the_controller(monkeypatch):
+    """Under xdist the engine's tests run in a worker: what it left under its registries still fails the run."""
+    import engine_refs
+
+    left = "127.0.0.1:49999/sglstack-test/x:1"
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", {"127.0.0.1:49999"})
+    monkeypatch.setattr(conftest, "_SESSION_START_REFS", set())
+    monkeypatch.setattr(conftest, "_engine_references", lambda: {left})
+    monkeypatch.setattr(conftest, "_LEFT_ON_WORKERS", set())
+    worker = _session(None, workeroutput={})
+    conftest.pytest_sessionfinish(worker, 0)
+    assert worker.config.workeroutput == {conftest.LEFT_ON_WORKER: [left]} and worker.exitstatus == 0
+
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", set())  # the controller claimed no port of its own
+    conftest.pytest_testnodedown(SimpleNamespace(workeroutput=worker.config.workeroutput), None)
+    reporter = _Reporter()
+    controller = _session(reporter)
+    conftest.pytest_sessionfinish(controller, 0)
+    assert controller.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert reporter.lines == [f"error: tests left 1 reference(s) under this session's registries: {left}"]
 
 
 def test_the_test_task_outside_a_checkout_is_one_line(tmp_path):
