@@ -1,0 +1,543 @@
+"""Each registry API call of `RegistryClient`, against an in-test HTTP server that answers what the test
+scripts and records every request: the exact request sent (method, path, query, headers, body), and each
+answer a registry may give (the ones that succeed, 404, a refusal, a wrong digest, an auth challenge)
+turned into the result or one error line. The real distribution registry's cases are tests/e2e."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from engine_refs import free_port
+
+from sglstack.core.errors import RegistryError
+from sglstack.registry import client as client_mod
+from sglstack.registry.auth import Credentials
+from sglstack.registry.client import (
+    DOCKER_MANIFEST,
+    MANIFEST_MEDIA_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Manifest,
+    ManifestNotFound,
+    RegistryAuthError,
+    RegistryClient,
+    compute_digest,
+)
+
+ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
+CONFIG = json.dumps({"config": {"Labels": {"a": "b"}}}).encode()
+CONFIG_DIGEST = compute_digest(CONFIG)
+IMAGE = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": CONFIG_DIGEST,
+                               "size": len(CONFIG)},
+                    "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}]}).encode()
+IMAGE_DIGEST = compute_digest(IMAGE)
+INDEX = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                    "manifests": [{"digest": IMAGE_DIGEST}, {"digest": "sha256:" + "3" * 64}]}).encode()
+INDEX_DIGEST = compute_digest(INDEX)
+ERROR = json.dumps({"errors": [{"code": "DENIED", "message": "no"}]}).encode()
+
+
+class Registry:
+    """Answers "METHOD /path[?query]" from `answers` (a list: each answer once, the last one from then on),
+    404 to anything else; records (method, path with query, Authorization, Accept, Content-Type, body)."""
+
+    def __init__(self, answers: dict[str, list[tuple[int, dict[str, str], bytes]]]) -> None:
+        self.answers = {k: list(v) for k, v in answers.items()}
+        self.seen: list[tuple[str, str, str | None, str | None, str | None, bytes]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                owner.seen.append((self.command, self.path, self.headers.get("Authorization"),
+                                   self.headers.get("Accept"), self.headers.get("Content-Type"), body))
+                script = owner.answers.get(f"{self.command} {self.path}") or [(404, {}, b"")]
+                status, headers, out = script.pop(0) if len(script) > 1 else script[0]
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(out)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
+
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client(self, **kw) -> RegistryClient:
+        return RegistryClient(self.host, sleep=lambda _s: None, attempts=1, **kw)
+
+    def requests(self) -> list[str]:
+        return [f"{m} {p}" for m, p, *_ in self.seen]
+
+
+@pytest.fixture
+def registry():
+    made: list[Registry] = []
+
+    def make(answers):
+        made.append(Registry(answers))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.server.shutdown()
+        r.server.server_close()
+
+
+def _json(status, data, **headers):
+    return (status, {"Content-Type": "application/json", **headers}, json.dumps(data).encode())
+
+
+# ---- manifests ------------------------------------------------------------------------------------------
+
+def test_a_manifest_by_tag_is_read_with_its_exact_bytes_and_media_type(registry):
+    reg = registry({"GET /v2/team/app/manifests/v1": [
+        (200, {"Content-Type": f"{OCI_MANIFEST}; charset=utf-8", "Docker-Content-Digest": IMAGE_DIGEST}, IMAGE)]})
+    manifest = reg.client().get_manifest("team/app", "v1")
+    assert manifest == Manifest(media_type=OCI_MANIFEST, body=IMAGE, digest=IMAGE_DIGEST)
+    assert reg.seen == [("GET", "/v2/team/app/manifests/v1", None, ACCEPT, None, b"")]
+    assert manifest.blobs() == [CONFIG_DIGEST, "sha256:" + "1" * 64, "sha256:" + "2" * 64]
+    assert manifest.children() == [] and not manifest.is_index
+
+
+def test_the_media_type_comes_from_the_body_when_the_header_is_not_a_manifests(registry):
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": "application/json"}, INDEX)],
+                    "GET /v2/a/manifests/v2": [(200, {"Content-Type": "text/plain"}, b'{"mediaType": ""}')],
+                    "GET /v2/a/manifests/v3": [(200, {}, b'{"mediaType": 3}')]})
+    client = reg.client()
+    index = client.get_manifest("a", "v1")
+    assert (index.media_type, index.is_index) == (OCI_INDEX, True)
+    assert index.children() == [IMAGE_DIGEST, "sha256:" + "3" * 64]
+    assert index.blobs() == []
+    assert client.get_manifest("a", "v2").media_type == "text/plain"
+    assert client.get_manifest("a", "v3").media_type == ""
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    ((404, {}, b""), "registry {host}: team/app@{digest} not found"),
+    ((409, {"Content-Type": "application/json"}, ERROR),
+     "registry {host}: GET manifest team/app@{digest}: HTTP 409 DENIED: no"),
+    ((200, {}, IMAGE), "registry {host}: manifest team/app@{digest} has content with digest " + IMAGE_DIGEST),
+    ((200, {"Docker-Content-Digest": "sha256:" + "e" * 64}, INDEX),
+     "registry {host}: manifest team/app:{digest} digest header sha256:" + "e" * 64 + " != content "
+     + INDEX_DIGEST),
+    ((200, {}, b"[1]"),
+     "registry {host}: GET manifest team/app@{digest} answered a manifest that is not a JSON object"),
+])
+def test_a_manifest_answer_that_is_not_the_one_asked_for_is_one_line(registry, answer, message):
+    digest = INDEX_DIGEST if answer[2] != b"[1]" else compute_digest(b"[1]")
+    reg = registry({f"GET /v2/team/app/manifests/{digest}": [answer]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().get_manifest("team/app", digest)
+    assert str(err.value) == message.format(host=reg.host, digest=digest)
+    assert isinstance(err.value, ManifestNotFound) == (answer[0] == 404)
+
+
+def test_a_tag_whose_manifest_is_not_json_names_the_request(registry):
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": "text/html"}, b"<html>")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().get_manifest("a", "v1")
+    assert str(err.value) == (f"registry {reg.host}: GET manifest a:v1 answered HTTP 200 with a body that is not JSON "
+                              "(text/html, 6 bytes)")
+
+
+def test_the_digest_of_a_tag_comes_from_a_head_or_else_the_manifest(registry):
+    reg = registry({"HEAD /v2/a/manifests/v1": [(200, {"Docker-Content-Digest": IMAGE_DIGEST}, b"")],
+                    "HEAD /v2/a/manifests/v2": [(200, {"Docker-Content-Digest": "md5:x"}, b"")],
+                    "GET /v2/a/manifests/v2": [(200, {"Content-Type": OCI_INDEX}, INDEX)],
+                    "HEAD /v2/a/manifests/v3": [(200, {}, b"")],
+                    "GET /v2/a/manifests/v3": [(200, {"Content-Type": OCI_MANIFEST}, IMAGE)],
+                    "HEAD /v2/a/manifests/v4": [(409, {}, b"")]})
+    client = reg.client()
+    assert client.manifest_digest("a", "v1") == IMAGE_DIGEST
+    assert reg.seen == [("HEAD", "/v2/a/manifests/v1", None, ACCEPT, None, b"")]
+    assert client.manifest_digest("a", "v2") == INDEX_DIGEST
+    assert client.manifest_digest("a", "v3") == IMAGE_DIGEST
+    assert client.manifest_digest("a", "gone") is None
+    with pytest.raises(RegistryError) as err:
+        client.manifest_digest("a", "v4")
+    assert str(err.value) == f"registry {reg.host}: HEAD manifest a:v4: HTTP 409"
+    assert reg.requests() == ["HEAD /v2/a/manifests/v1", "HEAD /v2/a/manifests/v2", "GET /v2/a/manifests/v2",
+                              "HEAD /v2/a/manifests/v3", "GET /v2/a/manifests/v3", "HEAD /v2/a/manifests/gone",
+                              "HEAD /v2/a/manifests/v4"]
+
+
+def test_a_manifest_is_stored_with_its_media_type_and_its_digest_checked(registry):
+    subject = json.dumps({"subject": {"digest": IMAGE_DIGEST}}).encode()
+    reg = registry({"PUT /v2/a/manifests/v1": [(201, {"Docker-Content-Digest": IMAGE_DIGEST}, b""),
+                                               (200, {}, b""), (202, {}, b""),
+                                               (201, {"Docker-Content-Digest": "sha256:" + "0" * 64}, b""),
+                                               (404, {"Content-Type": "application/json"}, ERROR),
+                                               (409, {"Content-Type": "application/json"}, ERROR)],
+                    "PUT /v2/a/manifests/s1": [(201, {"OCI-Subject": IMAGE_DIGEST}, b""),
+                                               (201, {"OCI-Subject": "sha256:" + "0" * 64}, b""), (201, {}, b"")]})
+    client = reg.client()
+    assert client.put_manifest("a", "v1", IMAGE, OCI_MANIFEST) == IMAGE_DIGEST
+    assert reg.seen == [("PUT", "/v2/a/manifests/v1", None, "*/*", OCI_MANIFEST, IMAGE)]
+    assert client.put_manifest("a", "v1", IMAGE, DOCKER_MANIFEST) == IMAGE_DIGEST
+    assert client.put_manifest("a", "v1", IMAGE, DOCKER_MANIFEST) == IMAGE_DIGEST
+    errors = []
+    for _ in range(3):
+        with pytest.raises(RegistryError) as err:
+            client.put_manifest("a", "v1", IMAGE, OCI_MANIFEST)
+        errors.append((type(err.value), str(err.value)))
+    assert errors == [
+        (RegistryError, f"registry {reg.host}: PUT manifest a:v1: registry stored sha256:{'0' * 64}, expected "
+                        f"{IMAGE_DIGEST}"),
+        (ManifestNotFound, f"registry {reg.host}: PUT manifest a:v1: DENIED: no"),
+        (RegistryError, f"registry {reg.host}: PUT manifest a:v1: HTTP 409 DENIED: no"),
+    ]
+    assert [client.put_artifact("a", "s1", subject, OCI_MANIFEST) for _ in range(3)] == [
+        (compute_digest(subject), True), (compute_digest(subject), False), (compute_digest(subject), False)]
+    reg.answers["PUT /v2/a/manifests/s2"] = [(201, {"OCI-Subject": ""}, b"")]
+    assert client.put_artifact("a", "s2", b"{}", OCI_MANIFEST) == (compute_digest(b"{}"), False)
+
+
+# ---- referrers, blobs -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("status", [400, 404, 405, 501])
+def test_a_registry_without_the_referrers_api_is_none(registry, status):
+    reg = registry({f"GET /v2/a/referrers/{IMAGE_DIGEST}": [(status, {}, b"")]})
+    assert reg.client().referrers("a", IMAGE_DIGEST) is None
+    assert reg.seen == [("GET", f"/v2/a/referrers/{IMAGE_DIGEST}", None, OCI_INDEX, None, b"")]
+
+
+def test_referrers_are_the_index_descriptors_or_one_line(registry):
+    found = [{"digest": INDEX_DIGEST, "artifactType": "x"}]
+    reg = registry({f"GET /v2/a/referrers/{IMAGE_DIGEST}": [
+        _json(200, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": found}), (409, {}, b"")]})
+    client = reg.client()
+    assert client.referrers("a", IMAGE_DIGEST) == found
+    with pytest.raises(RegistryError) as err:
+        client.referrers("a", IMAGE_DIGEST)
+    assert str(err.value) == f"registry {reg.host}: GET referrers a@{IMAGE_DIGEST}: HTTP 409 Conflict"
+
+
+def test_a_blob_exists_or_not_or_the_answer_is_one_line(registry):
+    reg = registry({f"HEAD /v2/a/blobs/{CONFIG_DIGEST}": [(200, {}, b""), (404, {}, b""), (409, {}, b"")]})
+    client = reg.client()
+    assert [client.blob_exists("a", CONFIG_DIGEST), client.blob_exists("a", CONFIG_DIGEST)] == [True, False]
+    with pytest.raises(RegistryError) as err:
+        client.blob_exists("a", CONFIG_DIGEST)
+    assert str(err.value) == f"registry {reg.host}: HEAD blob a@{CONFIG_DIGEST}: HTTP 409"
+
+
+@pytest.mark.parametrize(("location", "put"), [
+    ("/v2/a/blobs/uploads/u1", "/v2/a/blobs/uploads/u1?digest={digest}"),
+    ("http://elsewhere:1/v2/a/blobs/uploads/u1?_state=s", "/v2/a/blobs/uploads/u1?_state=s&digest={digest}"),
+    ("a/blobs/uploads/u2", "/v2/a/blobs/uploads/u2?digest={digest}"),
+])
+def test_a_blob_is_uploaded_in_one_piece_at_the_location_given(registry, location, put):
+    put = put.format(digest=CONFIG_DIGEST)
+    reg = registry({"POST /v2/a/blobs/uploads/": [(202, {"Location": location}, b"")],
+                    f"PUT {put}": [(201, {}, b""), (204, {}, b""), (200, {}, b"")]})
+    client = reg.client()
+    assert client.put_blob("a", CONFIG) == CONFIG_DIGEST
+    assert reg.seen == [("HEAD", f"/v2/a/blobs/{CONFIG_DIGEST}", None, "*/*", None, b""),
+                        ("POST", "/v2/a/blobs/uploads/", None, "*/*", None, b""),
+                        ("PUT", put, None, "*/*", "application/octet-stream", CONFIG)]
+    assert client.put_blob("a", CONFIG) == CONFIG_DIGEST
+    with pytest.raises(RegistryError) as err:
+        client.put_blob("a", CONFIG)
+    assert str(err.value) == f"registry {reg.host}: PUT blob a@{CONFIG_DIGEST}: HTTP 200 OK"
+
+
+def test_a_blob_already_there_is_not_sent_and_a_refused_upload_is_one_line(registry):
+    reg = registry({f"HEAD /v2/a/blobs/{CONFIG_DIGEST}": [(200, {}, b"")],
+                    "POST /v2/b/blobs/uploads/": [(202, {}, b""), _json(409, {"errors": [{"code": "X"}]},
+                                                                        Location="/v2/b/blobs/uploads/u")]})
+    client = reg.client()
+    assert client.put_blob("a", CONFIG) == CONFIG_DIGEST
+    assert reg.requests() == [f"HEAD /v2/a/blobs/{CONFIG_DIGEST}"]
+    messages = []
+    for _ in range(2):
+        with pytest.raises(RegistryError) as err:
+            client.put_blob("b", CONFIG)
+        messages.append(str(err.value))
+    assert messages == [f"registry {reg.host}: POST blob upload b: HTTP 202 Accepted",
+                        f"registry {reg.host}: POST blob upload b: HTTP 409 X"]
+
+
+def test_a_blob_is_read_and_checked_against_its_digest(registry):
+    reg = registry({f"GET /v2/a/blobs/{CONFIG_DIGEST}": [(200, {}, CONFIG), (200, {}, CONFIG + b" "),
+                                                         (404, {}, b""), (409, {}, b""), (200, {}, CONFIG)]})
+    client = reg.client()
+    assert client.get_blob("a", CONFIG_DIGEST) == CONFIG
+    errors = []
+    for _ in range(3):
+        with pytest.raises(RegistryError) as err:
+            client.get_blob("a", CONFIG_DIGEST)
+        errors.append((type(err.value).__name__, str(err.value)))
+    assert errors == [
+        ("RegistryError", f"registry {reg.host}: blob a@{CONFIG_DIGEST} content does not match its digest"),
+        ("ManifestNotFound", f"registry {reg.host}: blob a@{CONFIG_DIGEST} not found"),
+        ("RegistryError", f"registry {reg.host}: GET blob a@{CONFIG_DIGEST}: HTTP 409"),
+    ]
+    with pytest.raises(RegistryError) as err:
+        client.get_blob("a", CONFIG_DIGEST, max_bytes=len(CONFIG) - 1)
+    assert str(err.value).startswith(f"registry {reg.host}: GET blob a@{CONFIG_DIGEST}")
+
+
+def test_the_image_config_of_an_index_is_its_first_childs(registry):
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": OCI_INDEX}, INDEX)],
+                    f"GET /v2/a/manifests/{IMAGE_DIGEST}": [(200, {"Content-Type": OCI_MANIFEST}, IMAGE)],
+                    f"GET /v2/a/blobs/{CONFIG_DIGEST}": [(200, {}, CONFIG)]})
+    assert reg.client().image_config("a", "v1") == {"config": {"Labels": {"a": "b"}}}
+    assert reg.requests() == ["GET /v2/a/manifests/v1", f"GET /v2/a/manifests/{IMAGE_DIGEST}",
+                              f"GET /v2/a/blobs/{CONFIG_DIGEST}"]
+
+
+@pytest.mark.parametrize(("config", "why"), [(b"not json", "is not JSON"), (b"[]", "is not a JSON object")])
+def test_an_image_config_that_is_not_an_object_is_one_line(registry, config, why):
+    image = IMAGE.replace(CONFIG_DIGEST.encode(), compute_digest(config).encode())
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": OCI_MANIFEST}, image)],
+                    f"GET /v2/a/blobs/{compute_digest(config)}": [(200, {}, config)]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().image_config("a", "v1")
+    assert str(err.value) == f"registry {reg.host}: the image config a@{compute_digest(config)} {why}"
+
+
+def test_an_empty_index_has_no_image_config(registry):
+    empty = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode()
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": OCI_INDEX}, empty)]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().image_config("a", "v1")
+    assert str(err.value) == f"registry {reg.host}: index a@{compute_digest(empty)} lists no manifests"
+
+
+# ---- deletes --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("status", [200, 202])
+def test_a_tag_is_deleted_by_name_where_the_registry_can(registry, status):
+    reg = registry({"DELETE /v2/a/manifests/v1": [(status, {}, b"")]})
+    reg.client().untag("a", "v1")
+    assert reg.requests() == ["DELETE /v2/a/manifests/v1"]
+
+
+@pytest.mark.parametrize(("media_type", "body", "throwaway"), [
+    (OCI_MANIFEST, IMAGE, {"annotations": {"io.sglstack.untag": "v1"}, "config": json.loads(IMAGE)["config"],
+                           "layers": [], "mediaType": OCI_MANIFEST, "schemaVersion": 2}),
+    (OCI_INDEX, INDEX, {"annotations": {"io.sglstack.untag": "v1"}, "manifests": [], "mediaType": OCI_INDEX,
+                        "schemaVersion": 2}),
+])
+def test_an_older_registry_untags_through_a_throwaway_manifest(registry, media_type, body, throwaway):
+    from sglstack.core import labels
+
+    assert labels.UNTAG_LABEL == "io.sglstack.untag"
+    data = json.dumps(throwaway, sort_keys=True).encode()
+    reg = registry({"DELETE /v2/a/manifests/v1": [(400, {}, b"")],
+                    "GET /v2/a/manifests/v1": [(200, {"Content-Type": media_type}, body)],
+                    "PUT /v2/a/manifests/v1": [(201, {}, b"")],
+                    f"DELETE /v2/a/manifests/{compute_digest(data)}": [(202, {}, b"")]})
+    reg.client().untag("a", "v1")
+    assert reg.requests() == ["DELETE /v2/a/manifests/v1", "GET /v2/a/manifests/v1", "PUT /v2/a/manifests/v1",
+                              f"DELETE /v2/a/manifests/{compute_digest(data)}"]
+    assert reg.seen[2][4:] == (media_type, data)
+
+
+def test_untag_and_delete_refusals_are_one_line(registry):
+    reg = registry({"DELETE /v2/a/manifests/v1": [(404, {}, b""), (405, {}, b"")],
+                    f"DELETE /v2/a/manifests/{IMAGE_DIGEST}": [(404, {}, b""), (405, {}, b""),
+                                                               _json(409, {"errors": [{"code": "C", "message": "m"}]}),
+                                                               (200, {}, b""), (202, {}, b"")]})
+    client = reg.client()
+    errors = []
+    for call in (lambda: client.untag("a", "v1"), lambda: client.untag("a", "v1"),
+                 lambda: client.delete_manifest("a", IMAGE_DIGEST), lambda: client.delete_manifest("a", IMAGE_DIGEST),
+                 lambda: client.delete_manifest("a", IMAGE_DIGEST)):
+        with pytest.raises(RegistryError) as err:
+            call()
+        errors.append((type(err.value).__name__, str(err.value).replace(reg.host, "R")))
+    assert errors == [
+        ("ManifestNotFound", "registry R: a:v1 not found"),
+        ("RegistryError", "registry R: DELETE manifest a:v1: deleting is disabled on this registry (enable "
+                          "storage.delete)"),
+        ("ManifestNotFound", f"registry R: a@{IMAGE_DIGEST} not found"),
+        ("RegistryError", f"registry R: DELETE manifest a@{IMAGE_DIGEST}: deleting manifests is disabled (enable "
+                          "storage.delete in its config)"),
+        ("RegistryError", f"registry R: DELETE manifest a@{IMAGE_DIGEST}: HTTP 409 C: m"),
+    ]
+    client.delete_manifest("a", IMAGE_DIGEST)
+    client.delete_manifest("a", IMAGE_DIGEST)
+
+
+# ---- authentication -------------------------------------------------------------------------------------
+
+CREDS = Credentials("ci", "pw", "the test")
+
+
+def _bearer(reg_host: str, extra: str = ',service="reg",scope="repository:a:pull"', path: str = "/token"
+            ) -> dict[str, str]:
+    return {"WWW-Authenticate": f'Bearer realm="http://{reg_host}{path}"{extra}'}
+
+
+def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_keeps_it_per_scope(registry):
+    reg = registry({})
+    reg.answers = {
+        "GET /v2/a/tags/list?n=1000": [(401, _bearer(reg.host), b""), _json(200, {"tags": ["x"]})],
+        "GET /token?service=reg&scope=repository%3Aa%3Apull": [_json(200, {"token": "T1"})],
+    }
+    client = reg.client(credentials=CREDS)
+    assert client.list_tags("a") == ["x"]
+    assert client.list_tags("a") == ["x"]
+    basic = "Basic " + base64.b64encode(b"ci:pw").decode()
+    assert [(m, p, a) for m, p, a, *_ in reg.seen] == [
+        ("GET", "/v2/a/tags/list?n=1000", None),
+        ("GET", "/token?service=reg&scope=repository%3Aa%3Apull", basic),
+        ("GET", "/v2/a/tags/list?n=1000", "Bearer T1"),
+        ("GET", "/v2/a/tags/list?n=1000", "Bearer T1"),
+    ]
+
+
+def test_a_challenge_without_a_scope_asks_for_the_requests_own_and_access_token_is_read(registry):
+    reg = registry({})
+    reg.answers = {
+        "GET /v2/a/blobs/" + CONFIG_DIGEST: [(401, _bearer(reg.host, ""), b""), (200, {}, CONFIG)],
+        "GET /token?scope=repository%3Aa%3Apull": [_json(200, {"access_token": "T2"})],
+    }
+    assert reg.client().get_blob("a", CONFIG_DIGEST) == CONFIG
+    assert [(p, a) for _m, p, a, *_ in reg.seen] == [
+        (f"/v2/a/blobs/{CONFIG_DIGEST}", None), ("/token?scope=repository%3Aa%3Apull", None),
+        (f"/v2/a/blobs/{CONFIG_DIGEST}", "Bearer T2")]
+
+
+def test_an_identity_token_is_exchanged_by_a_refresh_token_post(registry):
+    reg = registry({})
+    reg.answers = {
+        "GET /v2/": [(401, _bearer(reg.host, ',service="reg"'), b""), (200, {}, b"{}")],
+        "POST /token": [_json(200, {"token": "T3"})],
+    }
+    reg.client(credentials=Credentials("<token>", "refresh-1", "the test", identity_token=True)).ping()
+    method, path, auth, _accept, content_type, body = reg.seen[1]
+    assert (method, path, auth, content_type) == ("POST", "/token", None, "application/x-www-form-urlencoded")
+    assert sorted(body.decode().split("&")) == ["client_id=sglstack", "grant_type=refresh_token",
+                                               "refresh_token=refresh-1", "scope=", "service=reg"]
+    assert reg.seen[2][2] == "Bearer T3"
+
+
+@pytest.mark.parametrize(("token", "message"), [
+    ((401, {}, b""), "registry {host}: the token service rejected the credentials from the test (wrong user or "
+                     "password?)"),
+    ((403, {}, b""), "registry {host}: the token service rejected the credentials from the test (wrong user or "
+                     "password?)"),
+    ((409, {}, b""), "registry {host}: token service answered HTTP 409"),
+    ((200, {}, b"{}"), "registry {host}: token service answered without a token"),
+    ((200, {}, b"[]"), "registry {host}: token service answered without a token"),
+    ((200, {}, b"nope"), "registry {host}: token service answered without a token"),
+    ((503, {}, b""), "registry {host}: token service http://{host}/token: GET /v2/ failed after 1 attempts: "
+                     "HTTP 503 Service Unavailable"),
+])
+def test_a_token_service_that_gives_no_token_is_one_line(registry, token, message):
+    reg = registry({})
+    reg.answers = {"GET /v2/": [(401, _bearer(reg.host, "", "/token?x=1"), b"")],
+                   "GET /token?x=1": [token]}
+    with pytest.raises(RegistryError) as err:
+        reg.client(credentials=CREDS).ping()
+    assert str(err.value) == message.format(host=reg.host)
+
+
+def test_a_bearer_challenge_without_a_realm_is_one_line(registry):
+    reg = registry({"GET /v2/": [(401, {"WWW-Authenticate": 'Bearer service="x"'}, b"")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().ping()
+    assert str(err.value) == f"registry {reg.host}: Bearer challenge without a realm"
+
+
+def test_a_basic_challenge_is_answered_once_with_the_credentials(registry):
+    reg = registry({"GET /v2/": [(401, {"WWW-Authenticate": 'Basic realm="r"'}, b""), (200, {}, b"{}"),
+                                 (200, {}, b"{}")]})
+    client = reg.client(credentials=CREDS)
+    client.ping()
+    client.ping()
+    basic = "Basic " + base64.b64encode(b"ci:pw").decode()
+    assert [a for _m, _p, a, *_ in reg.seen] == [None, basic, basic]
+
+
+@pytest.mark.parametrize(("credentials", "answers", "message"), [
+    (None, [(401, {"WWW-Authenticate": 'Basic realm="r"'}, b"")],
+     "registry {host}: authentication required and no credentials found (set SGLSTACK_REGISTRY_USER/"
+     "SGLSTACK_REGISTRY_PASSWORD or run `docker login {host}`)"),
+    (CREDS, [(401, {"WWW-Authenticate": 'Basic realm="r"'}, b"")],
+     "registry {host}: the registry rejected the credentials from the test (wrong user or password?)"),
+    (CREDS, [(401, {}, b"")],
+     "registry {host}: the registry rejected the credentials from the test (wrong user or password?)"),
+    (CREDS, [(403, {"Content-Type": "application/json"}, ERROR)],
+     "registry {host}: access denied to a (DENIED: no)"),
+])
+def test_refused_credentials_are_one_line_naming_their_source(registry, credentials, answers, message):
+    reg = registry({"GET /v2/a/manifests/v1": answers})
+    with pytest.raises(RegistryAuthError) as err:
+        reg.client(credentials=credentials).get_manifest("a", "v1")
+    assert str(err.value) == message.format(host=reg.host)
+
+
+def test_a_token_refused_by_the_registry_is_one_line(registry):
+    reg = registry({})
+    reg.answers = {"GET /v2/": [(401, _bearer(reg.host, ""), b"")], "GET /token": [_json(200, {"token": "T"})]}
+    with pytest.raises(RegistryAuthError) as err:
+        reg.client(credentials=CREDS).ping()
+    assert str(err.value) == (f"registry {reg.host}: the registry rejected the credentials from the test (wrong "
+                              "user or password?)")
+    assert reg.requests() == ["GET /v2/", "GET /token", "GET /v2/"]
+
+
+def test_ping_wants_a_200(registry):
+    reg = registry({"GET /v2/": [(204, {}, b"")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().ping()
+    assert str(err.value) == f"registry {reg.host}: GET /v2/ answered HTTP 204"
+
+
+# ---- where the client speaks to -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("registry_name", "api_host", "scheme"), [
+    ("127.0.0.1:5000", "127.0.0.1:5000", "http"),
+    ("127.9.9.9", "127.9.9.9", "http"),
+    ("localhost:5000", "localhost:5000", "http"),
+    ("localhost", "localhost", "http"),
+    ("[::1]:5000", "[::1]:5000", "http"),
+    ("[::1]", "[::1]", "http"),
+    ("ghcr.io", "ghcr.io", "https"),
+    ("128.0.0.1:5000", "128.0.0.1:5000", "https"),
+    ("localhost.example:443", "localhost.example:443", "https"),
+    ("docker.io", "registry-1.docker.io", "https"),
+])
+def test_loopback_registries_are_spoken_to_over_http(monkeypatch, registry_name, api_host, scheme):
+    monkeypatch.delenv("SGLSTACK_REGISTRY_SCHEME", raising=False)
+    client = RegistryClient(registry_name)
+    assert (client.registry, client.api_host, client.scheme) == (registry_name, api_host, scheme)
+    monkeypatch.setenv("SGLSTACK_REGISTRY_SCHEME", "https")
+    assert RegistryClient(registry_name).scheme == "https"
+    assert RegistryClient(registry_name, scheme="http").scheme == "http"
+
+
+def test_from_environment_reads_the_credentials_and_passes_the_options_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("SGLSTACK_REGISTRY_USER", "u")
+    monkeypatch.setenv("SGLSTACK_REGISTRY_PASSWORD", "p")
+    client = RegistryClient.from_environment("r.example", timeout_s=7)
+    assert client.credentials is not None
+    assert (client.credentials.username, client.credentials.password, client.timeout_s) == ("u", "p", 7)
+    assert repr(client) == "RegistryClient('r.example')"
+
+
+def test_a_manifest_that_is_not_an_object_is_a_value_error():
+    with pytest.raises(ValueError) as err:
+        Manifest(media_type=OCI_MANIFEST, body=b"[]", digest="d").json()
+    assert str(err.value) == "the manifest is not a JSON object"
+    assert client_mod.MANIFEST_MEDIA_TYPES == (OCI_INDEX, OCI_MANIFEST, client_mod.DOCKER_MANIFEST_LIST,
+                                               DOCKER_MANIFEST)
