@@ -76,7 +76,7 @@ class Registry:
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def client(self, **kw) -> RegistryClient:
         return RegistryClient(self.host, sleep=lambda _s: None, attempts=1, **kw)

@@ -1,0 +1,241 @@
+"""The registry transport's own rules, word for word: the deadline setting, the reason of a failed attempt,
+capped reads of an answer, an index read from the referrers API, the retry policy mounted on the session
+and the backoff a Retry-After stretches. Answers are real `requests` responses or an in-test server."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from http.client import RemoteDisconnected
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+from engine_refs import free_port
+
+from sglstack.core.errors import RegistryError
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.transport import (
+    ReferrersUnreadable,
+    TooLarge,
+    Transport,
+    default_timeout_s,
+    error_detail,
+    failure_reason,
+    read_capped,
+    read_index,
+)
+
+
+class _Status:
+    def __init__(self, status):
+        self.status = status
+
+
+@pytest.mark.parametrize(("response", "error", "reason"), [
+    (_Status(503), None, "HTTP 503"),
+    (_Status(429), ConnectionError("reset"), "HTTP 429"),
+    (_Status(0), ConnectionRefusedError("[Errno 111] Connection refused"), "connection refused"),
+    (None, ConnectionResetError("[Errno 104] Connection reset by peer"), "connection reset"),
+    (None, ConnectionAbortedError("software caused connection abort"), "connection reset"),
+    (None, OSError("connection aborted."), "connection reset"),
+    (None, TimeoutError("The read operation timed out"), "no answer (timed out)"),
+    (None, OSError("x"), "OSError"),
+    (None, requests.ConnectTimeout("pool"), "no answer (timed out)"),
+    (None, RemoteDisconnected("Remote end closed connection without response"), "connection closed without an answer"),
+    (None, OSError("peer closed connection early"), "connection closed without an answer"),
+    (None, RemoteDisconnected(""), "connection closed without an answer"),
+    (None, ValueError("odd"), "ValueError"),
+    (None, None, "no answer"),
+    (_Status(None), None, "no answer"),
+])
+def test_the_reason_of_a_failed_attempt_is_short_and_says_what_happened(response, error, reason):
+    assert failure_reason(response, error) == reason
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 60.0), ("", 60.0), ("2.5", 2.5), ("600", 600.0)])
+def test_the_deadline_comes_from_the_environment(monkeypatch, value, seconds):
+    if value is None:
+        monkeypatch.delenv("SGLSTACK_REGISTRY_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("SGLSTACK_REGISTRY_TIMEOUT", value)
+    assert default_timeout_s() == seconds
+    assert Transport("r").timeout_s == seconds
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", " "])
+def test_a_deadline_that_is_no_positive_number_is_one_line(monkeypatch, value):
+    monkeypatch.setenv("SGLSTACK_REGISTRY_TIMEOUT", value)
+    with pytest.raises(RegistryError) as err:
+        default_timeout_s()
+    assert str(err.value) == f"SGLSTACK_REGISTRY_TIMEOUT={value!r} is not a positive number of seconds"
+
+
+@pytest.mark.parametrize(("timeout", "attempt", "notice"), [(60.0, 30.0, 10.0), (12.0, 6.0, 2.0), (1.5, 1.0, 1.0),
+                                                            (0.5, 0.5, 1.0)])
+def test_each_attempt_and_each_notice_take_a_share_of_the_deadline(timeout, attempt, notice):
+    t = Transport("r", timeout_s=timeout)
+    assert (t.timeout_s, t.attempt_timeout_s, t.notice_every_s) == (timeout, attempt, notice)
+    given = Transport("r", timeout_s=timeout, attempt_timeout_s=0.25, notice_every_s=7, connect_timeout_s=3)
+    assert (given.attempt_timeout_s, given.notice_every_s, given.connect_timeout_s) == (0.25, 7, 3)
+
+
+def test_the_retry_policy_on_the_session():
+    t = Transport("r", attempts=0, backoff_s=0.25, max_backoff_s=3, timeout_s=5)
+    assert t.attempts == 1
+    for scheme in ("http://", "https://"):
+        policy = t.session.get_adapter(scheme + "r/").max_retries
+        assert (policy.total, policy.connect, policy.read, policy.status, policy.other, policy.redirect) == (
+            0, None, None, None, None, False)
+        assert policy.allowed_methods == frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"})
+        assert policy.status_forcelist == frozenset({429, 500, 502, 503, 504})
+        assert (policy.backoff_factor, policy.backoff_max) == (0.25, 3)
+        assert (policy.raise_on_status, policy.respect_retry_after_header) == (False, True)
+    assert Transport("r", attempts=4, timeout_s=5).session.get_adapter("http://r/").max_retries.total == 3
+
+
+def _response(body: bytes, headers: dict[str, str] | None = None) -> requests.Response:
+    resp = requests.Response()
+    resp.status_code = 200
+    resp.raw = io.BytesIO(body)
+    resp.headers.update(headers or {})
+    return resp
+
+
+def test_a_capped_read_refuses_a_declared_or_a_streamed_excess():
+    assert read_capped(_response(b"abcd", {"Content-Length": "4"}), "GET x", 4) == b"abcd"
+    assert read_capped(_response(b"a" * 70_000), "GET x", 70_000) == b"a" * 70_000
+    messages = []
+    for resp in (_response(b"abcd", {"Content-Length": "5"}), _response(b"a" * 70_001),
+                 _response(b"abcde", {"Content-Length": "x"})):
+        with pytest.raises(TooLarge) as err:
+            read_capped(resp, "GET x", 4 if resp.headers.get("Content-Length") else 70_000)
+        messages.append(str(err.value))
+    assert messages == ["GET x: 5 bytes, over the 4-byte limit", "GET x: over the 70000-byte limit",
+                        "GET x: over the 4-byte limit"]
+
+
+def test_an_answer_that_breaks_off_is_one_line():
+    class Broken(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def read(self, *_):
+            raise requests.exceptions.ChunkedEncodingError("cut")
+
+    resp = requests.Response()
+    resp.status_code = 200
+    resp.raw = Broken()
+    with pytest.raises(RegistryError) as err:
+        read_capped(resp, "GET y", 10)
+    assert str(err.value) == "GET y: the answer broke off (ChunkedEncodingError)"
+
+
+@pytest.mark.parametrize(("body", "headers", "message"), [
+    (b"<html>", {"Content-Type": "text/html; charset=utf-8"},
+     "GET r answered HTTP 200 with a body that is not JSON (text/html, 6 bytes)"),
+    (b"<html>", {}, "GET r answered HTTP 200 with a body that is not JSON (no content type, 6 bytes)"),
+    (b"[]", {}, "GET r answered JSON without a list of manifests"),
+    (b'{"manifests": {}}', {}, "GET r answered JSON without a list of manifests"),
+    (b'{"manifests": [1]}', {}, "GET r answered JSON without a list of manifests"),
+    (b'{"manifests": [{}, 2]}', {}, "GET r answered JSON without a list of manifests"),
+    (b'{"manifests": []}' + b" " * 20, {}, "GET r: over the 30-byte limit"),
+])
+def test_a_referrers_answer_that_is_no_index_is_unreadable_not_fatal(body, headers, message):
+    with pytest.raises(ReferrersUnreadable) as err:
+        read_index(_response(body, headers), "GET r", 30)
+    assert str(err.value) == message
+
+
+def test_an_index_gives_its_descriptors():
+    assert read_index(_response(b'{"manifests": [{"digest": "d"}, {}]}'), "GET r", 100) == [{"digest": "d"}, {}]
+    assert read_index(_response(b'{"manifests": []}'), "GET r", 100) == []
+
+
+@pytest.mark.parametrize(("body", "reason", "detail"), [
+    (b'{"errors": [{"code": "DENIED", "message": "no\\nmore"}]}', "Forbidden", "DENIED: no"),
+    (b'{"errors": [{"message": "only"}]}', "Forbidden", "only"),
+    (b'{"errors": [{"code": "C"}]}', "Forbidden", "C"),
+    (b'{"errors": [{"code": "' + b"x" * 400 + b'"}]}', "Forbidden", "x" * 300),
+    (b'{"errors": []}', "Forbidden", "Forbidden"),
+    (b'{"errors": [{}]}', "Forbidden", ""),  # an error without code or message says nothing
+    (b"[]", "Forbidden", "Forbidden"),
+    (b"nope", None, ""),
+])
+def test_a_registry_error_body_becomes_one_short_line(body, reason, detail):
+    resp = _response(body)
+    resp.status_code, resp.reason = 403, reason
+    assert error_detail(resp) == detail
+
+
+class _RetryAfter:
+    """503 with a Retry-After header, then 200."""
+
+    def __init__(self, retry_after: str) -> None:
+        self.seen = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                owner.seen += 1
+                status = 503 if owner.seen == 1 else 200
+                self.send_response(status)
+                if status == 503:
+                    self.send_header("Retry-After", retry_after)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+
+@pytest.mark.parametrize(("retry_after", "backoff", "cap", "slept"), [
+    ("3", 0.5, 8.0, [3.0]),
+    ("3", 0.5, 2.0, [2.0]),
+    ("0", 0.5, 8.0, [0.5]),
+    ("1", 4.0, 8.0, [4.0]),
+])
+def test_a_retry_after_stretches_the_backoff_up_to_its_cap(retry_after, backoff, cap, slept):
+    server = _RetryAfter(retry_after)
+    delays: list[float] = []
+    try:
+        RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=backoff, max_backoff_s=cap,
+                       timeout_s=30).ping()
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    assert (server.seen, delays) == (2, slept)
+
+
+def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
+    done = threading.Event()
+
+    class Silent(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            done.wait(10)
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    notices: list[str] = []
+    start = time.monotonic()
+    try:
+        with pytest.raises(RegistryError) as err:
+            RegistryClient(f"127.0.0.1:{port}", timeout_s=0.4, notify=notices.append, sleep=lambda _s: None).ping()
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - start < 8  # the deadline, not the server's 10 s
+    assert str(err.value).startswith(f"registry 127.0.0.1:{port}: GET /v2/: no answer within 0 s (")
+    assert str(err.value).endswith("last: no answer (timed out))")
