@@ -44,10 +44,11 @@ ERROR = json.dumps({"errors": [{"code": "DENIED", "message": "no"}]}).encode()
 
 class Registry:
     """Answers "METHOD /path[?query]" from `answers` (a list: each answer once, the last one from then on),
-    404 to anything else; records (method, path with query, Authorization, Accept, Content-Type, body)."""
+    `fallback` (404) to anything else; records (method, path with query, Authorization, Accept, Content-Type, body)."""
 
     def __init__(self, answers: dict[str, list[tuple[int, dict[str, str], bytes]]]) -> None:
         self.answers = {k: list(v) for k, v in answers.items()}
+        self.fallback: tuple[int, dict[str, str], bytes] = (404, {}, b"")
         self.seen: list[tuple[str, str, str | None, str | None, str | None, bytes]] = []
         owner = self
 
@@ -61,7 +62,7 @@ class Registry:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 owner.seen.append((self.command, self.path, self.headers.get("Authorization"),
                                    self.headers.get("Accept"), self.headers.get("Content-Type"), body))
-                script = owner.answers.get(f"{self.command} {self.path}") or [(404, {}, b"")]
+                script = owner.answers.get(f"{self.command} {self.path}") or [owner.fallback]
                 status, headers, out = script.pop(0) if len(script) > 1 else script[0]
                 self.send_response(status)
                 for key, value in headers.items():
@@ -541,3 +542,89 @@ def test_a_manifest_that_is_not_an_object_is_a_value_error():
     assert str(err.value) == "the manifest is not a JSON object"
     assert client_mod.MANIFEST_MEDIA_TYPES == (OCI_INDEX, OCI_MANIFEST, client_mod.DOCKER_MANIFEST_LIST,
                                                DOCKER_MANIFEST)
+
+
+# ---- every call: the scope it asks a token for, the name it has in errors ------------------------------
+
+D = CONFIG_DIGEST
+CALLS = {
+    "ping": (lambda c: c.ping(), "", "GET /v2/"),
+    "get_manifest": (lambda c: c.get_manifest("a", "v1"), "repository:a:pull", "GET manifest a:v1"),
+    "get_manifest by digest": (lambda c: c.get_manifest("a", D), "repository:a:pull", f"GET manifest a@{D}"),
+    "manifest_digest": (lambda c: c.manifest_digest("a", "v1"), "repository:a:pull", "HEAD manifest a:v1"),
+    "put_manifest": (lambda c: c.put_manifest("a", "v1", IMAGE, OCI_MANIFEST), "repository:a:pull,push",
+                     "PUT manifest a:v1"),
+    "put_artifact": (lambda c: c.put_artifact("a", D, IMAGE, OCI_MANIFEST), "repository:a:pull,push",
+                     f"PUT manifest a@{D}"),
+    "referrers": (lambda c: c.referrers("a", D), "repository:a:pull", f"GET referrers a@{D}"),
+    "blob_exists": (lambda c: c.blob_exists("a", D), "repository:a:pull", f"HEAD blob a@{D}"),
+    "put_blob": (lambda c: c.put_blob("a", CONFIG), "repository:a:pull", f"HEAD blob a@{D}"),
+    "list_tags": (lambda c: c.list_tags("a"), "repository:a:pull", "GET /v2/a/tags/list"),
+    "get_blob": (lambda c: c.get_blob("a", D), "repository:a:pull", f"GET blob a@{D}"),
+    "get_blob capped": (lambda c: c.get_blob("a", D, max_bytes=10), "repository:a:pull", f"GET blob a@{D}"),
+    "image_config": (lambda c: c.image_config("a", "v1"), "repository:a:pull", "GET manifest a:v1"),
+    "untag": (lambda c: c.untag("a", "v1"), "repository:a:delete", "DELETE manifest a:v1"),
+    "delete_manifest": (lambda c: c.delete_manifest("a", D), "repository:a:delete", f"DELETE manifest a@{D}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_each_call_asks_a_token_for_its_own_scope(registry, name):
+    call, scope, _what = CALLS[name]
+    reg = registry({})
+    reg.fallback = (401, _bearer(reg.host, ',service="reg"'), b"")
+    reg.answers["GET /token?service=reg" + (f"&scope={scope.replace(':', '%3A').replace(',', '%2C')}" if scope
+                                            else "")] = [(409, {}, b"")]
+    with pytest.raises(RegistryError) as err:
+        call(reg.client())
+    assert str(err.value) == f"registry {reg.host}: token service answered HTTP 409"
+    assert len(reg.seen) == 2
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_each_call_is_named_when_the_registry_does_not_answer(registry, name):
+    call, _scope, what = CALLS[name]
+    reg = registry({})
+    reg.fallback = (503, {}, b"")
+    with pytest.raises(RegistryError) as err:
+        call(reg.client())
+    assert str(err.value) == f"registry {reg.host}: {what} failed after 1 attempts: HTTP 503 Service Unavailable"
+
+
+@pytest.mark.parametrize(("answers", "what"), [
+    ({"POST /v2/a/blobs/uploads/": [(503, {}, b"")]}, "POST blob upload a"),
+    ({"POST /v2/a/blobs/uploads/": [(202, {"Location": "/v2/a/blobs/uploads/u"}, b"")],
+      f"PUT /v2/a/blobs/uploads/u?digest={D}": [(503, {}, b"")]}, f"PUT blob a@{D}"),
+])
+def test_each_step_of_a_blob_upload_has_its_name_and_scope(registry, answers, what):
+    reg = registry(answers)
+    with pytest.raises(RegistryError) as err:
+        reg.client().put_blob("a", CONFIG)
+    assert str(err.value) == f"registry {reg.host}: {what} failed after 1 attempts: HTTP 503 Service Unavailable"
+    reg = registry({})
+    reg.fallback = (401, _bearer(reg.host, ',service="reg"'), b"")
+    reg.answers[f"HEAD /v2/a/blobs/{D}"] = [(404, {}, b"")]
+    reg.answers["GET /token?service=reg&scope=repository%3Aa%3Apull%2Cpush"] = [(409, {}, b"")]
+    with pytest.raises(RegistryError) as err:
+        reg.client().put_blob("a", CONFIG)
+    assert str(err.value) == f"registry {reg.host}: token service answered HTTP 409"
+
+
+def test_a_referrers_answer_that_is_no_index_names_the_request(registry):
+    reg = registry({f"GET /v2/a/referrers/{D}": [(200, {"Content-Type": "text/html"}, b"<html>")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().referrers("a", D)
+    assert str(err.value) == (f"registry {reg.host}: GET referrers a@{D} answered HTTP 200 with a body that is not "
+                              "JSON (text/html, 6 bytes)")
+
+
+def test_an_oversized_manifest_or_blob_names_the_request(registry, monkeypatch):
+    monkeypatch.setattr(client_mod, "MAX_MANIFEST_BYTES", 10)
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {}, IMAGE)], f"GET /v2/a/blobs/{D}": [(200, {}, CONFIG)]})
+    messages = []
+    for call in (lambda c: c.get_manifest("a", "v1"), lambda c: c.get_blob("a", D, max_bytes=10)):
+        with pytest.raises(RegistryError) as err:
+            call(reg.client())
+        messages.append(str(err.value))
+    assert messages == [f"registry {reg.host}: GET manifest a:v1: {len(IMAGE)} bytes, over the 10-byte limit",
+                        f"registry {reg.host}: GET blob a@{D}: {len(CONFIG)} bytes, over the 10-byte limit"]
