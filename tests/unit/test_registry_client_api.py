@@ -242,6 +242,7 @@ def test_a_blob_exists_or_not_or_the_answer_is_one_line(registry):
     ("/v2/a/blobs/uploads/u1", "/v2/a/blobs/uploads/u1?digest={digest}"),
     ("http://elsewhere:1/v2/a/blobs/uploads/u1?_state=s", "/v2/a/blobs/uploads/u1?_state=s&digest={digest}"),
     ("a/blobs/uploads/u2", "/v2/a/blobs/uploads/u2?digest={digest}"),
+    ("/a/blobs/uploads/u3", "/v2/a/blobs/uploads/u3?digest={digest}"),
 ])
 def test_a_blob_is_uploaded_in_one_piece_at_the_location_given(registry, location, put):
     put = put.format(digest=CONFIG_DIGEST)
@@ -628,3 +629,24 @@ def test_an_oversized_manifest_or_blob_names_the_request(registry, monkeypatch):
         messages.append(str(err.value))
     assert messages == [f"registry {reg.host}: GET manifest a:v1: {len(IMAGE)} bytes, over the 10-byte limit",
                         f"registry {reg.host}: GET blob a@{D}: {len(CONFIG)} bytes, over the 10-byte limit"]
+
+
+def test_an_upload_location_is_cut_at_its_first_v2(registry):
+    put = f"/v2/team/v2/app/blobs/uploads/u?digest={D}"
+    reg = registry({"POST /v2/team/v2/app/blobs/uploads/": [(202, {"Location": "/v2/team/v2/app/blobs/uploads/u"},
+                                                              b"")],
+                    f"PUT {put}": [(201, {}, b"")]})
+    assert reg.client().put_blob("team/v2/app", CONFIG) == D
+    assert reg.requests()[-1] == f"PUT {put}"
+
+
+def test_from_environment_reads_the_docker_config_for_that_registry(monkeypatch, tmp_path):
+    for name in ("SGLSTACK_REGISTRY_USER", "SGLSTACK_REGISTRY_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "r.example": {"auth": base64.b64encode(b"cfg:pw").decode()},
+        "s.example": {"auth": base64.b64encode(b"other:pw").decode()}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    creds = RegistryClient.from_environment("r.example").credentials
+    assert creds is not None and (creds.username, creds.source) == ("cfg", f"Docker config {tmp_path / 'config.json'}")
+    assert RegistryClient.from_environment("t.example").credentials is None

@@ -155,3 +155,10 @@ def test_docker_hubs_helper_is_found_under_the_index_url(tmp_path, monkeypatch):
         resolve_credentials("docker.io", env={}, config_path=cfg)
     assert str(err.value) == (f"registry docker.io: credential helper docker-credential-hub-absent is configured in "
                               f"{cfg} but not installed")
+
+
+def test_a_default_store_alone_is_asked(tmp_path, monkeypatch):
+    _helper(tmp_path, monkeypatch, "only", 'printf \'{"ServerURL":"%s","Username":"su","Secret":"ss"}\' "$server"\n')
+    cfg = _config(tmp_path, {"credsStore": "only"})
+    assert _as_tuple(resolve_credentials("r.example", env={}, config_path=cfg)) == (
+        "su", "ss", "credential helper docker-credential-only", False)
