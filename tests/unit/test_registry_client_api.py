@@ -650,3 +650,28 @@ def test_from_environment_reads_the_docker_config_for_that_registry(monkeypatch,
     creds = RegistryClient.from_environment("r.example").credentials
     assert creds is not None and (creds.username, creds.source) == ("cfg", f"Docker config {tmp_path / 'config.json'}")
     assert RegistryClient.from_environment("t.example").credentials is None
+
+
+def test_an_index_lists_its_children_and_an_image_its_blobs_whatever_else_they_hold():
+    odd_image = json.dumps({"mediaType": OCI_MANIFEST, "config": {"digest": "c"}, "manifests": [{"digest": "x"}]})
+    assert Manifest(media_type=OCI_MANIFEST, body=odd_image.encode(), digest="d").children() == []
+    assert Manifest(media_type=OCI_MANIFEST, body=odd_image.encode(), digest="d").blobs() == ["c"]
+    assert Manifest(media_type=OCI_INDEX, body=b'{"mediaType": "x"}', digest="d").children() == []
+    assert Manifest(media_type=OCI_INDEX, body=b'{"config": {"digest": "c"}}', digest="d").blobs() == []
+    assert Manifest(media_type=client_mod.DOCKER_MANIFEST_LIST, body=INDEX, digest="d").children() == [
+        IMAGE_DIGEST, "sha256:" + "3" * 64]
+
+
+def test_an_artifact_is_put_with_its_media_type(registry):
+    reg = registry({f"PUT /v2/a/manifests/{compute_digest(IMAGE)}": [(201, {}, b"")]})
+    reg.client().put_artifact("a", compute_digest(IMAGE), IMAGE, "application/vnd.x+json")
+    assert reg.seen[0][4] == "application/vnd.x+json"
+
+
+def test_an_image_config_over_its_cap_is_refused(registry, monkeypatch):
+    monkeypatch.setattr(client_mod, "MAX_CONFIG_BYTES", 10)
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": OCI_MANIFEST}, IMAGE)],
+                    f"GET /v2/a/blobs/{D}": [(200, {}, CONFIG)]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().image_config("a", "v1")
+    assert str(err.value) == f"registry {reg.host}: GET blob a@{D}: {len(CONFIG)} bytes, over the 10-byte limit"
