@@ -675,3 +675,57 @@ def test_an_image_config_over_its_cap_is_refused(registry, monkeypatch):
     with pytest.raises(RegistryError) as err:
         reg.client().image_config("a", "v1")
     assert str(err.value) == f"registry {reg.host}: GET blob a@{D}: {len(CONFIG)} bytes, over the 10-byte limit"
+
+
+def test_a_manifest_type_with_parameters_is_cut_to_the_type(registry):
+    bare = json.dumps({"manifests": []}).encode()
+    reg = registry({"GET /v2/a/manifests/v1": [(200, {"Content-Type": f"{OCI_INDEX} ; charset=utf-8"}, bare)]})
+    assert reg.client().get_manifest("a", "v1").media_type == OCI_INDEX
+
+
+class _Endless:
+    """Answers every GET with a body without a length that never ends: 64 KiB blocks, `blocks` of them, then
+    nothing until the test ends (a reader that does not stop at its cap waits for its deadline)."""
+
+    def __init__(self, blocks: int) -> None:
+        self.stop = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.end_headers()
+                try:
+                    for _ in range(blocks):
+                        self.wfile.write(b"x" * 65536)
+                    self.wfile.flush()
+                except OSError:
+                    return
+                owner.stop.wait(30)
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda c: c.get_manifest("a", "v1"), "GET manifest a:v1: over the 4194304-byte limit"),
+    (lambda c: c.get_blob("a", D, max_bytes=100_000), f"GET blob a@{D}: over the 100000-byte limit"),
+])
+def test_an_endless_answer_is_refused_at_its_cap_not_read_to_the_deadline(call, message):
+    server = _Endless(blocks=70)
+    try:
+        with pytest.raises(RegistryError) as err:
+            call(RegistryClient(f"127.0.0.1:{server.port}", timeout_s=6, attempts=1))
+    finally:
+        server.close()
+    assert str(err.value) == f"registry 127.0.0.1:{server.port}: {message}"
