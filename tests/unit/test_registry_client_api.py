@@ -729,3 +729,14 @@ def test_an_endless_answer_is_refused_at_its_cap_not_read_to_the_deadline(call, 
     finally:
         server.close()
     assert str(err.value) == f"registry 127.0.0.1:{server.port}: {message}"
+
+
+def test_a_challenge_with_spaces_between_its_parameters_and_its_own_scope(registry):
+    reg = registry({})
+    challenge = f'Bearer realm="http://{reg.host}/token", service="reg", scope="repository:a:pull,push"'
+    reg.answers = {
+        "GET /v2/a/tags/list?n=1000": [(401, {"WWW-Authenticate": challenge}, b""), _json(200, {"tags": []})],
+        "GET /token?service=reg&scope=repository%3Aa%3Apull%2Cpush": [_json(200, {"token": "T4"})],
+    }
+    assert reg.client().list_tags("a") == []
+    assert reg.seen[-1][2] == "Bearer T4"

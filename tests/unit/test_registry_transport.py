@@ -9,12 +9,14 @@ import threading
 import time
 from http.client import RemoteDisconnected
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 import requests
 from engine_refs import free_port
 
 from sglstack.core.errors import RegistryError
+from sglstack.registry import transport as transport_mod
 from sglstack.registry.client import RegistryClient
 from sglstack.registry.transport import (
     ReferrersUnreadable,
@@ -200,6 +202,7 @@ class _RetryAfter:
     ("3", 0.5, 2.0, [2.0]),
     ("0", 0.5, 8.0, [0.5]),
     ("1", 4.0, 8.0, [4.0]),
+    ("0", 0.0, 8.0, []),  # no wait at all: not even a sleep of 0
 ])
 def test_a_retry_after_stretches_the_backoff_up_to_its_cap(retry_after, backoff, cap, slept):
     server = _RetryAfter(retry_after)
@@ -239,3 +242,46 @@ def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
     assert time.monotonic() - start < 8  # the deadline, not the server's 10 s
     assert str(err.value).startswith(f"registry 127.0.0.1:{port}: GET /v2/: no answer within 0 s (")
     assert str(err.value).endswith("last: no answer (timed out))")
+
+
+def _frozen_clock(monkeypatch, now: float) -> None:
+    """The transport's clock stands still: every operation has exactly its whole deadline left."""
+    monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=lambda: now, sleep=time.sleep))
+
+
+def test_a_wait_never_reaches_past_the_deadline(monkeypatch):
+    _frozen_clock(monkeypatch, 1000.0)
+    server = _RetryAfter("3")
+    delays: list[float] = []
+    try:
+        RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=0.5, max_backoff_s=8,
+                       timeout_s=0.5).ping()
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    assert delays == [0.5]  # Retry-After's 3 s, cut to what is left
+
+
+@pytest.mark.parametrize(("timeout", "said"), [
+    (0.3, "GET /v2/ failed after 1 attempts: HTTP 503 Service Unavailable"),
+    (0.05, "GET /v2/: no answer within 0 s (1 attempt(s), last: "),
+])
+def test_giving_up_says_whether_the_deadline_or_the_attempts_ran_out(monkeypatch, timeout, said):
+    _frozen_clock(monkeypatch, 0.0)
+    server = _RetryAfter("1")
+    try:
+        with pytest.raises(RegistryError) as err:
+            RegistryClient(f"127.0.0.1:{server.port}", sleep=lambda _s: None, attempts=1, timeout_s=timeout).ping()
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    assert str(err.value).startswith(f"registry 127.0.0.1:{server.port}: {said}")
+
+
+def test_a_refused_connection_is_retried_with_backoff_and_named():
+    port = free_port()  # nothing listens there
+    delays: list[float] = []
+    with pytest.raises(RegistryError) as err:
+        RegistryClient(f"127.0.0.1:{port}", sleep=delays.append, attempts=3, backoff_s=0.25, timeout_s=30).ping()
+    assert delays == [0.25, 0.5]
+    assert str(err.value) == f"registry 127.0.0.1:{port}: GET /v2/ failed after 3 attempts: connection refused"
