@@ -44,6 +44,7 @@ class _Status:
     (None, OSError("connection aborted."), "connection reset"),
     (None, TimeoutError("The read operation timed out"), "no answer (timed out)"),
     (None, OSError("x"), "OSError"),
+    (None, OSError("read timed out"), "no answer (timed out)"),
     (None, requests.ConnectTimeout("pool"), "no answer (timed out)"),
     (None, RemoteDisconnected("Remote end closed connection without response"), "connection closed without an answer"),
     (None, OSError("peer closed connection early"), "connection closed without an answer"),
@@ -285,3 +286,74 @@ def test_a_refused_connection_is_retried_with_backoff_and_named():
         RegistryClient(f"127.0.0.1:{port}", sleep=delays.append, attempts=3, backoff_s=0.25, timeout_s=30).ping()
     assert delays == [0.25, 0.5]
     assert str(err.value) == f"registry 127.0.0.1:{port}: GET /v2/ failed after 3 attempts: connection refused"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _FirstFails:
+    """The first request gets `first` (503, or the connection closed without an answer), moving the
+    transport's clock to `then`; every later one 200."""
+
+    def __init__(self, clock: _Clock, then: float, first: str) -> None:
+        self.seen = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                owner.seen += 1
+                if owner.seen == 1:
+                    clock.now = then
+                    if first == "close":
+                        self.close_connection = True
+                        return
+                status = 503 if owner.seen == 1 else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def ping(self, **kw) -> None:
+        try:
+            RegistryClient(f"127.0.0.1:{self.port}", sleep=lambda _s: None, timeout_s=5, attempts=3, **kw).ping()
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.mark.parametrize("then", [5.0, 7.0])
+def test_no_retry_once_the_deadline_has_come_and_the_last_answer_is_said(monkeypatch, then):
+    clock = _Clock()
+    monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
+    server = _FirstFails(clock, then, "503")
+    with pytest.raises(RegistryError) as err:
+        server.ping()
+    assert server.seen == 1
+    assert str(err.value) == (f"registry 127.0.0.1:{server.port}: GET /v2/: no answer within 5 s (1 attempt(s), "
+                              "last: HTTP 503 Service Unavailable)")
+
+
+def test_a_retry_still_fits_before_the_deadline(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
+    server = _FirstFails(clock, 4.5, "503")
+    server.ping()
+    assert server.seen == 2
+
+
+def test_a_connection_closed_without_an_answer_is_retried():
+    server = _FirstFails(_Clock(), 0.0, "close")
+    server.ping()
+    assert server.seen == 2
