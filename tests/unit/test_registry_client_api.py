@@ -720,6 +720,7 @@ class _Endless:
 @pytest.mark.parametrize(("call", "message"), [
     (lambda c: c.get_manifest("a", "v1"), "GET manifest a:v1: over the 4194304-byte limit"),
     (lambda c: c.get_blob("a", D, max_bytes=100_000), f"GET blob a@{D}: over the 100000-byte limit"),
+    (lambda c: c.referrers("a", D), f"GET referrers a@{D}: over the 4194304-byte limit"),
 ])
 def test_an_endless_answer_is_refused_at_its_cap_not_read_to_the_deadline(call, message):
     server = _Endless(blocks=70)
@@ -740,3 +741,46 @@ def test_a_challenge_with_spaces_between_its_parameters_and_its_own_scope(regist
     }
     assert reg.client().list_tags("a") == []
     assert reg.seen[-1][2] == "Bearer T4"
+
+
+def test_tags_of_a_repository_not_there_yet_are_none_and_a_refusal_is_one_line(registry, monkeypatch):
+    reg = registry({"GET /v2/b/tags/list?n=1000": [_json(409, {"errors": [{"code": "DENIED", "message": "no"}]})]})
+    client = reg.client()
+    assert client.list_tags("a") == []
+    with pytest.raises(RegistryError) as err:
+        client.list_tags("b")
+    assert str(err.value) == f"registry {reg.host}: GET /v2/b/tags/list: HTTP 409 DENIED: no"
+    monkeypatch.setattr(client_mod, "MAX_TAG_PAGES", 2)
+    reg.answers = {
+        "GET /v2/c/tags/list?n=1000": [_json(200, {"tags": ["1"]}, Link='</v2/c/tags/list?n=1000&last=1>; rel="next"')],
+        "GET /v2/c/tags/list?n=1000&last=1": [_json(200, {"tags": ["2"]},
+                                                    Link='</v2/c/tags/list?n=1000&last=2>; rel="next"')],
+    }
+    with pytest.raises(RegistryError) as err:
+        client.list_tags("c")
+    assert str(err.value) == f"registry {reg.host}: GET /v2/c/tags/list: page 3 is one too many"
+
+
+def test_an_upload_start_that_redirects_is_not_followed(registry):
+    reg = registry({"POST /v2/a/blobs/uploads/": [(307, {"Location": "/v2/a/blobs/uploads/elsewhere"}, b"")],
+                    "POST /v2/a/blobs/uploads/elsewhere": [(202, {"Location": "/v2/a/blobs/uploads/u"}, b"")],
+                    f"PUT /v2/a/blobs/uploads/u?digest={D}": [(201, {}, b"")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().put_blob("a", CONFIG)
+    assert str(err.value) == f"registry {reg.host}: POST blob upload a: HTTP 307 Temporary Redirect"
+
+
+def test_the_blob_put_carries_the_token_of_the_upload(registry):
+    reg = registry({})
+    challenge = (401, _bearer(reg.host, ',service="reg"'), b"")
+    reg.answers = {
+        f"HEAD /v2/a/blobs/{D}": [challenge, (404, {}, b"")],
+        "GET /token?service=reg&scope=repository%3Aa%3Apull": [_json(200, {"token": "PULL"})],
+        "POST /v2/a/blobs/uploads/": [challenge, (202, {"Location": "/v2/a/blobs/uploads/u"}, b"")],
+        "GET /token?service=reg&scope=repository%3Aa%3Apull%2Cpush": [_json(200, {"token": "PUSH"})],
+        f"PUT /v2/a/blobs/uploads/u?digest={D}": [(201, {}, b"")],
+    }
+    assert reg.client().put_blob("a", CONFIG) == D
+    assert [(m, a) for m, _p, a, *_ in reg.seen] == [
+        ("HEAD", None), ("GET", None), ("HEAD", "Bearer PULL"), ("POST", None), ("GET", None), ("POST", "Bearer PUSH"),
+        ("PUT", "Bearer PUSH")]
