@@ -181,3 +181,34 @@ def test_other_variables_do_not_pass():
     for name in ("PYTHONPATH", "SGLANG_X", "SGLSTACK_SIGNING_KEY", "AWS_SECRET_ACCESS_KEY", "XLC_ALL", "SHELL"):
         assert passes_to_process(name, "v") is False
     assert passes_to_process("HF_HOME") is True
+
+
+class _Clock:
+    """The adapter's clock: a sleep moves it (and is remembered) without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize(("grace", "polls"), [(0.25, 3), (0.2, 2), (0.0, 0)])
+def test_the_grace_is_counted_on_the_clock_before_sigkill(tmp_path, monkeypatch, grace, polls):
+    log = tmp_path / "server.log"
+    clock = _Clock()
+    script = "trap '' TERM; sleep 60 & echo started; wait; wait"
+    with running_process([SH, "-c", script], env={"PATH": "/usr/bin:/bin"}, log_path=log,
+                         log_root=tmp_path) as proc:
+        _wait_for_line(log, "started")
+        monkeypatch.setattr(proc_mod, "time", clock)
+        end_process_group(proc, grace_s=grace)
+        monkeypatch.undo()
+    # Polled every 0.1 s while the whole group ignored SIGTERM; SIGKILL ended it at once.
+    assert clock.sleeps == [0.1] * polls
+    assert proc.returncode == -signal.SIGKILL
