@@ -212,3 +212,26 @@ def test_the_grace_is_counted_on_the_clock_before_sigkill(tmp_path, monkeypatch,
     # Polled every 0.1 s while the whole group ignored SIGTERM; SIGKILL ended it at once.
     assert clock.sleeps == [0.1] * polls
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_members_seen_after_sigkill_get_it_again_until_gone(tmp_path, monkeypatch):
+    """After SIGKILL and the leader's reaping, members may still show (exiting, or in uninterruptible
+    sleep): SIGKILL again every 0.1 s on the clock until /proc shows none. /proc's answers are the test's."""
+    log = tmp_path / "server.log"
+    with running_process([SH, "-c", "exit 0"], env={}, log_path=log, log_root=tmp_path) as proc:
+        proc.wait()
+        clock = _Clock()
+        sent: list[tuple[int, int]] = []
+        seen = iter([[4242], [4242], [4242], []])
+        monkeypatch.setattr(proc_mod, "time", clock)
+        monkeypatch.setattr(proc_mod, "_group_members", lambda pgid: next(seen) if pgid == proc.pid else [])
+
+        def record(pgid: int, sig: int) -> bool:
+            sent.append((pgid, sig))
+            return True
+
+        monkeypatch.setattr(proc_mod, "_signal_group", record)
+        end_process_group(proc, grace_s=0.0)
+        monkeypatch.undo()
+    assert sent == [(proc.pid, signal.SIGTERM)] + [(proc.pid, signal.SIGKILL)] * 3
+    assert clock.sleeps == [0.1, 0.1]
