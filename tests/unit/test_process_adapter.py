@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 from pathlib import Path
+from subprocess import TimeoutExpired
 
 import pytest
 
@@ -129,6 +130,8 @@ def test_without_proc_the_group_is_probed_with_signal_0(tmp_path, monkeypatch):
         assert proc_mod._group_members(proc.pid) is None
         assert proc_mod._group_alive(proc.pid, proc) is True
         monkeypatch.undo()
+        with pytest.raises(TimeoutExpired):  # probed, not signalled: still running
+            proc.wait(timeout=0.3)
     assert proc_mod._group_members(proc.pid) == []
 
 
@@ -235,3 +238,29 @@ def test_members_seen_after_sigkill_get_it_again_until_gone(tmp_path, monkeypatc
         monkeypatch.undo()
     assert sent == [(proc.pid, signal.SIGTERM)] + [(proc.pid, signal.SIGKILL)] * 3
     assert clock.sleeps == [0.1, 0.1]
+
+
+def test_a_zombie_member_is_not_counted(tmp_path):
+    """`sleep 0` exits; its parent (the leader, exec'd into `sleep 60`) never reaps it."""
+    log = tmp_path / "server.log"
+    with running_process([SH, "-c", "sleep 0 & exec sleep 60"], env={"PATH": "/usr/bin:/bin"}, log_path=log,
+                         log_root=tmp_path) as proc:
+        for _ in range(3000):
+            states = [Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                      for pid in os.listdir("/proc") if pid.isdigit() and Path(f"/proc/{pid}/stat").exists()]
+            if any(f[0] == "Z" and int(f[2]) == proc.pid for f in states if len(f) > 2):
+                break
+            select_wait()
+        assert proc_mod._group_members(proc.pid) == [proc.pid]
+
+
+def test_a_command_name_holding_a_parenthesis_is_read_right(tmp_path):
+    odd = tmp_path / "x) 1 2 3"
+    odd.write_bytes(Path(SH).read_bytes())
+    odd.chmod(0o755)
+    log = tmp_path / "server.log"
+    with running_process([str(odd), "-c", "echo started; sleep 60"], env={"PATH": "/usr/bin:/bin"}, log_path=log,
+                         log_root=tmp_path) as proc:
+        _wait_for_line(log, "started")
+        members = proc_mod._group_members(proc.pid)
+        assert members is not None and proc.pid in members
