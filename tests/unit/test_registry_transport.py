@@ -357,3 +357,18 @@ def test_a_connection_closed_without_an_answer_is_retried():
     server = _FirstFails(_Clock(), 0.0, "close")
     server.ping()
     assert server.seen == 2
+
+
+def test_a_budget_bounds_every_operation_inside_it(monkeypatch):
+    _frozen_clock(monkeypatch, 0.0)
+    server = _RetryAfter("1")
+    client = RegistryClient(f"127.0.0.1:{server.port}", sleep=lambda _s: None, attempts=1, timeout_s=60)
+    try:
+        with pytest.raises(RegistryError) as err, client.budget(0.04), client.budget(30):
+            client.ping()
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    assert str(err.value).startswith(
+        f"registry 127.0.0.1:{server.port}: GET /v2/: no answer within 0 s (1 attempt(s), ")
+    assert client.timeout_s == 60
