@@ -305,6 +305,12 @@ def test_rollback_applies_the_digest_before_the_current_one(cluster):
     said.clear()
     record = rollback_k8s(dep, say=said.append)
     assert said[0] == f"rolling back stack 'tiny' to {A} (deployed {read_records(dep.build_root, 'tiny')[0].time})"
+    assert said[1:] == [
+        "k8s: kubectl v1.32.4-double (context kind-sglstack)",
+        f"rendered build/tiny/k8s/ ({k8s.LWS_FILE}, service.yaml)",
+        f"applying leaderworkerset/{NAME} (size 3, replicas 1): {A}",
+        f"stack 'tiny' is ready on kind-sglstack (sha256:{'a' * 64}); recorded in build/tiny/deployments.jsonl",
+    ]
     assert (record.action, record.image, record.smoke_report, record.options) == (
         "rollback", A, "e" * 64, k8s.K8sOptions(gpus=False, nnodes=3).to_record())
     assert applied_image(state) == A
@@ -339,3 +345,31 @@ def test_what_serves_now_is_the_last_served_record_when_healthy(actions, serving
                for i, (a, r) in enumerate(actions)]
     now = k8s_flow._serving_now(records)
     assert (None if now is None else int(now.image)) == serving
+
+
+def test_a_rollback_waits_as_long_as_it_is_told(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    deploy_k8s(dep, B, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    with pytest.raises(DeployFailed) as failed:
+        rollback_k8s(dep, wait_timeout_s=7, say=said.append)
+    assert str(failed.value).startswith(f"stack 'tiny' (leaderworkerset/{NAME}): not ready within 7s: ")
+
+
+def test_a_signal_during_the_rollback_says_what_is_left(cluster, monkeypatch):
+    dep, said, clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", f"{'a' * 64},{'b' * 64}")
+
+    def sleep(seconds):
+        if clock.sleeps:  # the first wait ran out; this is the rollback's
+            raise Interrupted(signal.SIGTERM)
+        clock.sleep(seconds)
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=sleep))
+    with pytest.raises(Interrupted):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=5, say=said.append)
+    assert said[-1] == (f"stack 'tiny': not ready within 5s: 0/1 groups ready (leader /health); the rollback did "
+                        "not finish")
+    assert rows(dep)[1:] == [("deploy", "failed", B, "not ready within 5s: 0/1 groups ready (leader /health)")]
