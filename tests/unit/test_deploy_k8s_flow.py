@@ -370,6 +370,6 @@ def test_a_signal_during_the_rollback_says_what_is_left(cluster, monkeypatch):
     monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=sleep))
     with pytest.raises(Interrupted):
         deploy_k8s(dep, B, OPTIONS, wait_timeout_s=5, say=said.append)
-    assert said[-1] == (f"stack 'tiny': not ready within 5s: 0/1 groups ready (leader /health); the rollback did "
+    assert said[-1] == ("stack 'tiny': not ready within 5s: 0/1 groups ready (leader /health); the rollback did "
                         "not finish")
     assert rows(dep)[1:] == [("deploy", "failed", B, "not ready within 5s: 0/1 groups ready (leader /health)")]
