@@ -373,3 +373,14 @@ def test_a_signal_during_the_rollback_says_what_is_left(cluster, monkeypatch):
     assert said[-1] == ("stack 'tiny': not ready within 5s: 0/1 groups ready (leader /health); the rollback did "
                         "not finish")
     assert rows(dep)[1:] == [("deploy", "failed", B, "not ready within 5s: 0/1 groups ready (leader /health)")]
+
+
+def test_each_record_carries_the_time_it_was_written(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    stamps = iter(f"2026-12-05T00:00:0{i}Z" for i in range(10))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    with pytest.raises(DeployFailed):
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    # 0: the attempt is made; 1: its failure is recorded
+    assert [r.time for r in read_records(dep.build_root, "tiny")] == ["2026-12-05T00:00:01Z"]
