@@ -109,7 +109,7 @@ def test_a_deploy_applies_waits_and_records_every_field(cluster):
 
 def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cluster, monkeypatch):
     dep, said, clock, state = cluster
-    first = k8s.K8sOptions(gpus=False, nnodes=1)
+    first = k8s.K8sOptions(gpus=False, nnodes=3)
     deploy_k8s(dep, A, first, smoke_report="f" * 64, say=lambda _m: None)
     monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
     with pytest.raises(DeployFailed) as failed:
@@ -126,7 +126,7 @@ def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cl
     assert clock.sleeps == [5.0, 5.0, 2.0]  # the poll, cut to what is left of the limit
     assert applied_image(state) == A
     lws = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
-    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 1  # the options the digest ran with
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 3  # the options the digest ran with
     assert rows(dep) == [
         ("deploy", "healthy", A, ""),
         ("deploy", "failed", B,
@@ -384,3 +384,19 @@ def test_each_record_carries_the_time_it_was_written(cluster, monkeypatch):
         deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
     # 0: the attempt is made; 1: its failure is recorded
     assert [r.time for r in read_records(dep.build_root, "tiny")] == ["2026-12-05T00:00:01Z"]
+
+
+@pytest.mark.parametrize(("forbid", "outcome"), [
+    ("", "no earlier deployment to roll back to: deleted what was applied"),
+    ("1", "no earlier deployment to roll back to, and deleting what was applied: kubectl delete --ignore-not-found "
+          "failed: Error from server (Forbidden)"),
+])
+def test_an_undo_whose_record_cannot_be_written_says_so(cluster, monkeypatch, forbid, outcome):
+    dep, said, _clock, _state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    monkeypatch.setenv("KUBECTL_DOUBLE_FORBID_DELETE", forbid)
+    monkeypatch.setattr(k8s_flow, "record_or_why", lambda _root, _record: "the disk is full")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value).endswith("; not recorded (the disk is full)")
+    assert outcome in str(failed.value)
