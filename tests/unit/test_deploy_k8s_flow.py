@@ -127,6 +127,7 @@ def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cl
     assert applied_image(state) == A
     lws = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 3  # the options the digest ran with
+    assert "f" * 64 in json.dumps(lws["metadata"])  # and the smoke report that let it through
     assert rows(dep) == [
         ("deploy", "healthy", A, ""),
         ("deploy", "failed", B,
