@@ -401,3 +401,25 @@ def test_an_undo_whose_record_cannot_be_written_says_so(cluster, monkeypatch, fo
         deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
     assert str(failed.value).endswith("; not recorded (the disk is full)")
     assert outcome in str(failed.value)
+
+
+def test_a_rollback_whose_apply_is_refused_says_why_in_one_line(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    applies: list[str] = []
+
+    class RefusesTheSecondApply(Kubectl):
+        def apply(self, folder, what):
+            applies.append(what)
+            if len(applies) == 2:
+                raise DeployError(f"{what}: kubectl apply --server-side failed: " + "x" * 400 + "\nsecond line")
+            return super().apply(folder, what)
+
+    dep = K8sDeployment(stack=dep.stack, build_root=dep.build_root,
+                        kubectl=RefusesTheSecondApply(dep.kubectl.binary, dep.kubectl.context))
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    detail = ("stack 'tiny': kubectl apply --server-side failed: " + "x" * 400)[:300]
+    assert str(failed.value).endswith(f"; rolling back to sha256:{'a' * 64} failed too: {detail}")
+    assert rows(dep)[-1] == ("restore", "failed", A, f"after the failed deploy of {B}: {detail}")
