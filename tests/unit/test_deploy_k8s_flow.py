@@ -423,3 +423,18 @@ def test_a_rollback_whose_apply_is_refused_says_why_in_one_line(cluster, monkeyp
     detail = ("stack 'tiny': kubectl apply --server-side failed: " + "x" * 400)[:300]
     assert str(failed.value).endswith(f"; rolling back to sha256:{'a' * 64} failed too: {detail}")
     assert rows(dep)[-1] == ("restore", "failed", A, f"after the failed deploy of {B}: {detail}")
+
+
+@pytest.mark.parametrize(("unready", "outcome"), [
+    ("b" * 64, f"rolled back to sha256:{'a' * 64} (ready); not recorded (the disk is full)"),
+    (f"{'a' * 64},{'b' * 64}", f"rolling back to sha256:{'a' * 64} failed too: not ready within "),
+])
+def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, unready, outcome):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", unready)
+    monkeypatch.setattr(k8s_flow, "record_or_why", lambda _root, _record: "the disk is full")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert outcome in str(failed.value)
+    assert str(failed.value).endswith("; not recorded (the disk is full)")
