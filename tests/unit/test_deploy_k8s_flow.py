@@ -1,0 +1,440 @@
+"""`deploy_k8s` and `rollback_k8s` in process, against the recording kubectl stand-in on PATH (as
+tests/cli/test_deploy_k8s.py runs them through `invoke`): every line said, every record written, every
+kubectl call, on each way a rollout ends. The wait's clock is the test's, so no test waits or depends on speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from deploy_fixtures import make_test_stack
+
+from sglstack.core.errors import DeployError
+from sglstack.core.signals import Interrupted
+from sglstack.deploy import k8s_flow
+from sglstack.deploy.flow import DeployFailed
+from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
+from sglstack.deploy.kubectl import Kubectl
+from sglstack.deploy.store import DeploymentRecord, append_record, read_records
+from sglstack.render import k8s
+
+DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kubectl"
+REPO = "127.0.0.1:5000/sglstack/sglang"
+A = f"{REPO}@sha256:{'a' * 64}"
+B = f"{REPO}@sha256:{'b' * 64}"
+OPTIONS = k8s.K8sOptions(gpus=False, nnodes=2)
+NAME = k8s.object_name("tiny")  # sglstack-tiny
+
+
+class Clock:
+    """time.monotonic and time.sleep of the wait loop: a sleep moves the clock, and is remembered."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{DOUBLE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KUBECTL_DOUBLE_STATE", str(tmp_path / "kube"))
+    monkeypatch.setenv("KUBECTL_DOUBLE_CONTEXT", "kind-sglstack")
+    for name in ("KUBECTL_DOUBLE_UNREADY", "KUBECTL_DOUBLE_QUOTA", "KUBECTL_DOUBLE_FORBID_DELETE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    clock = Clock()
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    said: list[str] = []
+    dep = K8sDeployment(stack=make_test_stack(tmp_path / "m"), build_root=tmp_path / "build",
+                        kubectl=Kubectl(str(DOUBLE / "kubectl"), "kind-sglstack"))
+    return dep, said, clock, tmp_path / "kube"
+
+
+def calls(state: Path) -> list[list[str]]:
+    return [json.loads(line)[2:] for line in (state / "argv.jsonl").read_text().splitlines()]
+
+
+def applied_image(state: Path) -> str | None:
+    path = state / "objects" / f"LeaderWorkerSet.default.{NAME}.json"
+    if not path.is_file():
+        return None
+    obj = json.loads(path.read_text())
+    return obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"]
+
+
+def rows(dep: K8sDeployment) -> list[tuple[str, str, str, str]]:
+    return [(r.action, r.result, r.image, r.note) for r in read_records(dep.build_root, "tiny")]
+
+
+def test_a_deploy_applies_waits_and_records_every_field(cluster):
+    dep, said, clock, state = cluster
+    record = deploy_k8s(dep, A, OPTIONS, smoke_report="f" * 64, say=said.append)
+    assert said == [
+        "k8s: kubectl v1.32.4-double (context kind-sglstack)",
+        "rendered build/tiny/k8s/ (leaderworkerset.yaml, service.yaml)",
+        f"applying leaderworkerset/{NAME} (size 2, replicas 1): {A}",
+        f"stack 'tiny' is ready on kind-sglstack (sha256:{'a' * 64}); recorded in build/tiny/deployments.jsonl",
+    ]
+    assert record.to_dict() | {"time": "T"} == {
+        "stack": "tiny", "action": "deploy", "result": "healthy", "image": A, "digest": f"sha256:{'a' * 64}",
+        "image_id": "", "time": "T", "host": "kind-sglstack", "docker_host": "",
+        "project": f"k8s:kind-sglstack/-/{NAME}", "compose_tool": "kubectl v1.32.4-double (context kind-sglstack)",
+        "compose_file": f"k8s/{k8s.LWS_FILE}", "options": OPTIONS.to_record(), "smoke_report": "f" * 64, "note": "",
+        "target": "k8s",
+    }
+    assert read_records(dep.build_root, "tiny") == [record]
+    assert calls(state) == [
+        ["version", "--client", "-o", "json"],
+        ["get", "leaderworkerset", NAME, "-o", "json"],
+        ["get", "service", k8s.service_name("tiny"), "-o", "json"],
+        ["apply", "--server-side", "--field-manager=sglstack", "--force-conflicts", "-f",
+         str(dep.build_root / "tiny" / "k8s")],
+        ["get", "leaderworkerset", NAME, "-o", "json"],
+    ]
+    assert clock.sleeps == []
+    assert sorted(p.name for p in (dep.build_root / "tiny" / "k8s").iterdir()) == [k8s.LWS_FILE, "service.yaml"]
+
+
+def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cluster, monkeypatch):
+    dep, said, clock, state = cluster
+    first = k8s.K8sOptions(gpus=False, nnodes=3)
+    deploy_k8s(dep, A, first, smoke_report="f" * 64, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=12, say=said.append)
+    assert str(failed.value) == (
+        f"stack 'tiny' (leaderworkerset/{NAME}): not ready within 12s: 0/1 groups ready (leader /health); "
+        f"rolled back to sha256:{'a' * 64} (ready)")
+    assert failed.value.log_tail == ""
+    assert said[2:] == [
+        f"applying leaderworkerset/{NAME} (size 2, replicas 1): {B}",
+        f"waiting for leaderworkerset/{NAME}: 0/1 groups ready (leader /health)",
+        f"rolling back leaderworkerset/{NAME} to sha256:{'a' * 64} (its manifests re-applied)",
+    ]
+    assert clock.sleeps == [5.0, 5.0, 2.0]  # the poll, cut to what is left of the limit
+    assert applied_image(state) == A
+    lws = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 3  # the options the digest ran with
+    assert "f" * 64 in json.dumps(lws["metadata"])  # and the smoke report that let it through
+    assert rows(dep) == [
+        ("deploy", "healthy", A, ""),
+        ("deploy", "failed", B,
+         "not ready within 12s: 0/1 groups ready (leader /health)"),
+        ("restore", "healthy", A, f"after the failed deploy of {B}"),
+    ]
+    restore = read_records(dep.build_root, "tiny")[-1]
+    assert (restore.options, restore.smoke_report) == (first.to_record(), "f" * 64)
+
+
+def test_a_rollback_that_does_not_get_ready_either_says_so(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", f"{'a' * 64},{'b' * 64}")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=5, say=said.append)
+    problem = "0/1 groups ready (leader /health)"
+    limit = k8s_flow.wait_limit(k8s.k8s_spec(dep.stack, OPTIONS), None)
+    assert str(failed.value) == (
+        f"stack 'tiny' (leaderworkerset/{NAME}): not ready within 5s: {problem}; rolling back to "
+        f"sha256:{'a' * 64} failed too: not ready within {limit:g}s: {problem}")
+    assert rows(dep)[1:] == [
+        ("deploy", "failed", B, f"not ready within 5s: {problem}"),
+        ("restore", "failed", A, f"after the failed deploy of {B}: not ready within {limit:g}s: {problem}"),
+    ]
+
+
+def test_a_first_deploy_that_never_gets_ready_deletes_what_it_applied(cluster, monkeypatch):
+    dep, said, clock, state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value) == (
+        f"stack 'tiny' (leaderworkerset/{NAME}): not ready within 1s: 0/1 groups ready (leader /health); "
+        "no earlier deployment to roll back to: deleted what was applied")
+    assert calls(state)[-1] == ["delete", "--ignore-not-found", "--wait=false", "-f",
+                                str(dep.build_root / "tiny" / "k8s")]
+    assert applied_image(state) is None
+    assert clock.sleeps == [1.0]
+    assert rows(dep) == [("deploy", "failed", A,
+                          "not ready within 1s: 0/1 groups ready (leader /health)")]
+
+
+def test_a_refused_delete_is_said_not_taken_for_done(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    monkeypatch.setenv("KUBECTL_DOUBLE_FORBID_DELETE", "1")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value).endswith(
+        "; no earlier deployment to roll back to, and deleting what was applied: kubectl delete --ignore-not-found "
+        "failed: Error from server (Forbidden): leaderworkersets.leaderworkerset.x-k8s.io \"sglstack-tiny\" is "
+        "forbidden: User \"deployer\" cannot delete resource \"leaderworkersets\" in API group "
+        "\"leaderworkerset.x-k8s.io\" in the namespace \"default\"")
+    assert applied_image(state) == A
+
+
+def test_an_apply_refused_whole_changes_nothing_and_records_why(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    before = {p.name: p.read_text() for p in (dep.build_root / "tiny" / "k8s").iterdir()}
+    (state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").unlink()
+    (state / "objects" / f"Service.default.{k8s.service_name('tiny')}.json").unlink()
+    monkeypatch.setenv("KUBECTL_DOUBLE_QUOTA", "LeaderWorkerSet,Service")
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert not isinstance(refused.value, DeployFailed)
+    assert str(refused.value).startswith("stack 'tiny': kubectl apply --server-side failed: Error from server")
+    assert {p.name: p.read_text() for p in (dep.build_root / "tiny" / "k8s").iterdir()} == before
+    assert rows(dep) == [("deploy", "healthy", A, ""), ("deploy", "failed", B, str(refused.value))]
+    assert not any(c[0] == "delete" for c in calls(state))
+    assert len(said) == 3  # nothing said of a rollback
+
+
+def test_a_partial_apply_is_undone_and_the_error_says_how(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_QUOTA", "Service")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert str(failed.value) == (
+        "stack 'tiny': kubectl apply --server-side failed (after applying "
+        "leaderworkerset.leaderworkerset.x-k8s.io/sglstack-tiny): Error from server (Forbidden): services "
+        "\"sglstack-tiny-api\" is forbidden: exceeded quota: services-quota, requested: services=1, used: services=4, "
+        "limited: services=4; no earlier deployment to roll back to: deleted what was applied")
+    assert said[-1] == str(failed.value)
+    assert applied_image(state) is None
+    assert rows(dep) == [("deploy", "failed", A, str(failed.value).rsplit("; no earlier", 1)[0])]
+
+
+def test_a_signal_while_waiting_rolls_back_says_it_and_goes_on(cluster, monkeypatch):
+    dep, said, clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+
+    def interrupted(_seconds):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=interrupted))
+    with pytest.raises(Interrupted):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=60, say=said.append)
+    assert said[-2:] == [
+        f"rolling back leaderworkerset/{NAME} to sha256:{'a' * 64} (its manifests re-applied)",
+        f"stack 'tiny': interrupted (SIGTERM); rolled back to sha256:{'a' * 64} (ready)",
+    ]
+    assert rows(dep)[1:] == [("deploy", "failed", B, "interrupted (SIGTERM)"),
+                             ("restore", "healthy", A, f"after the failed deploy of {B}")]
+    assert applied_image(state) == A
+
+
+def test_a_ready_deploy_whose_record_cannot_be_written_is_undone(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    written = []
+
+    def append_once(root, record):
+        if record.result == "healthy" and record.action == "deploy":
+            from sglstack.core.safefiles import OutputNotWritable
+            raise OutputNotWritable("the disk is full")
+        written.append(record)
+        append_record(root, record)
+
+    monkeypatch.setattr(k8s_flow, "append_record", append_once)
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert str(failed.value) == (
+        f"stack 'tiny' (leaderworkerset/{NAME}): ready, but its record was not written (the disk is full); "
+        f"undone: rolled back to sha256:{'a' * 64} (ready)")
+    assert applied_image(state) == A
+
+
+def test_another_stacks_objects_are_refused_before_any_apply(cluster):
+    dep, said, _clock, state = cluster
+    other = K8sDeployment(stack=make_test_stack(state.parent / "o", "tiny"), build_root=state.parent / "b2",
+                          kubectl=dep.kubectl)
+    deploy_k8s(other, A, OPTIONS, say=lambda _m: None)
+    path = state / "objects" / f"LeaderWorkerSet.default.{NAME}.json"
+    obj = json.loads(path.read_text())
+    obj["metadata"]["annotations"][k8s.ANNOTATION_PREFIX + "stack"] = "audit"
+    path.write_text(json.dumps(obj))
+    applies = len([c for c in calls(state) if c[0] == "apply"])
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert str(refused.value) == (
+        f"stack 'tiny': leaderworkerset/{NAME} exists and is stack 'audit''s, not stack 'tiny''s: it is not this "
+        "stack's to replace or delete (nothing was changed)")
+    assert len([c for c in calls(state) if c[0] == "apply"]) == applies
+
+
+@pytest.mark.parametrize(("kind", "meta", "problem"), [
+    ("service", {"name": "s", "labels": {k8s_flow.MANAGED_BY: "sglstack"}}, None),
+    ("leaderworkerset", {"name": "s", "labels": {k8s_flow.MANAGED_BY: "sglstack"}},
+     "leaderworkerset/s exists and is no sglstack stack (no io.sglstack/stack annotation)'s, not stack 'tiny''s: "
+     "it is not this stack's to replace or delete (nothing was changed)"),
+    ("service", {"name": "s", "labels": {k8s_flow.MANAGED_BY: "helm"}},
+     "service/s exists and is no sglstack stack (no io.sglstack/stack annotation)'s, not stack 'tiny''s: it is "
+     "not this stack's to replace or delete (nothing was changed)"),
+    ("service", {"name": "s", "annotations": {"io.sglstack/stack": "tiny"}}, None),
+    ("service", {"name": "s", "annotations": {"io.sglstack/stack": "x"}, "labels": {k8s_flow.MANAGED_BY: "sglstack"}},
+     "service/s exists and is stack 'x''s, not stack 'tiny''s: it is not this stack's to replace or delete "
+     "(nothing was changed)"),
+])
+def test_whose_object_it_is(kind, meta, problem):
+    assert k8s.ANNOTATION_PREFIX == "io.sglstack/"
+    assert owner_problem("tiny", kind, {"metadata": meta}) == problem
+    assert owner_problem("tiny", kind, None) is None
+
+
+def test_rollback_applies_the_digest_before_the_current_one(cluster):
+    dep, said, _clock, state = cluster
+    with pytest.raises(DeployError) as none:
+        rollback_k8s(dep, say=said.append)
+    assert str(none.value) == (f"stack 'tiny': no earlier healthy k8s deployment (k8s:kind-sglstack/-/{NAME}) to "
+                               "roll back to in build/tiny/deployments.jsonl")
+    deploy_k8s(dep, A, k8s.K8sOptions(gpus=False, nnodes=3), smoke_report="e" * 64, say=lambda _m: None)
+    deploy_k8s(dep, B, OPTIONS, say=lambda _m: None)
+    said.clear()
+    record = rollback_k8s(dep, say=said.append)
+    assert said[0] == f"rolling back stack 'tiny' to {A} (deployed {read_records(dep.build_root, 'tiny')[0].time})"
+    assert said[1:] == [
+        "k8s: kubectl v1.32.4-double (context kind-sglstack)",
+        f"rendered build/tiny/k8s/ ({k8s.LWS_FILE}, service.yaml)",
+        f"applying leaderworkerset/{NAME} (size 3, replicas 1): {A}",
+        f"stack 'tiny' is ready on kind-sglstack (sha256:{'a' * 64}); recorded in build/tiny/deployments.jsonl",
+    ]
+    assert (record.action, record.image, record.smoke_report, record.options) == (
+        "rollback", A, "e" * 64, k8s.K8sOptions(gpus=False, nnodes=3).to_record())
+    assert applied_image(state) == A
+
+
+def test_records_of_another_context_or_namespace_are_not_this_deployments(cluster):
+    dep, _said, _clock, _state = cluster
+    there = K8sDeployment(stack=dep.stack, build_root=dep.build_root,
+                          kubectl=Kubectl(dep.kubectl.binary, "kind-sglstack", "team-a"))
+    assert there.project == f"k8s:kind-sglstack/team-a/{NAME}"
+    base: dict[str, Any] = dict(stack="tiny", result="healthy", digest="", image_id="", time="t", host="h",
+                                docker_host="", compose_tool="", compose_file="")
+    for project, target in ((dep.project, "k8s"), (there.project, "k8s"), (dep.project, "compose")):
+        append_record(dep.build_root, DeploymentRecord(action="deploy", image=project + target, project=project,
+                                                       target=target, **base))
+    assert [r.image for r in dep.records()] == [dep.project + "k8s"]
+    assert [r.image for r in there.records()] == [there.project + "k8s"]
+
+
+@pytest.mark.parametrize(("actions", "serving"), [
+    ([], None),
+    ([("deploy", "healthy")], 0),
+    ([("deploy", "healthy"), ("deploy", "failed")], None),
+    ([("deploy", "healthy"), ("undeploy", "healthy")], None),
+    ([("deploy", "healthy"), ("status", "healthy")], 0),
+    ([("deploy", "failed"), ("restore", "healthy")], 1),
+    ([("rollback", "healthy")], 0),
+])
+def test_what_serves_now_is_the_last_served_record_when_healthy(actions, serving):
+    records = [DeploymentRecord(stack="tiny", action=a, result=r, image=str(i), digest="", image_id="", time="t",
+                                host="", docker_host="", project="p", compose_tool="", compose_file="")
+               for i, (a, r) in enumerate(actions)]
+    now = k8s_flow._serving_now(records)
+    assert (None if now is None else int(now.image)) == serving
+
+
+def test_a_rollback_waits_as_long_as_it_is_told(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    deploy_k8s(dep, B, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    with pytest.raises(DeployFailed) as failed:
+        rollback_k8s(dep, wait_timeout_s=7, say=said.append)
+    assert str(failed.value).startswith(f"stack 'tiny' (leaderworkerset/{NAME}): not ready within 7s: ")
+
+
+def test_a_signal_during_the_rollback_says_what_is_left(cluster, monkeypatch):
+    dep, said, clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", f"{'a' * 64},{'b' * 64}")
+
+    def sleep(seconds):
+        if clock.sleeps:  # the first wait ran out; this is the rollback's
+            raise Interrupted(signal.SIGTERM)
+        clock.sleep(seconds)
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=sleep))
+    with pytest.raises(Interrupted):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=5, say=said.append)
+    assert said[-1] == ("stack 'tiny': not ready within 5s: 0/1 groups ready (leader /health); the rollback did "
+                        "not finish")
+    assert rows(dep)[1:] == [("deploy", "failed", B, "not ready within 5s: 0/1 groups ready (leader /health)")]
+
+
+def test_each_record_carries_the_time_it_was_written(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    stamps = iter(f"2026-12-05T00:00:0{i}Z" for i in range(10))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    with pytest.raises(DeployFailed):
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    # 0: the attempt is made; 1: its failure is recorded
+    assert [r.time for r in read_records(dep.build_root, "tiny")] == ["2026-12-05T00:00:01Z"]
+
+
+@pytest.mark.parametrize(("forbid", "outcome"), [
+    ("", "no earlier deployment to roll back to: deleted what was applied"),
+    ("1", "no earlier deployment to roll back to, and deleting what was applied: kubectl delete --ignore-not-found "
+          "failed: Error from server (Forbidden)"),
+])
+def test_an_undo_whose_record_cannot_be_written_says_so(cluster, monkeypatch, forbid, outcome):
+    dep, said, _clock, _state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+    monkeypatch.setenv("KUBECTL_DOUBLE_FORBID_DELETE", forbid)
+    monkeypatch.setattr(k8s_flow, "record_or_why", lambda _root, _record: "the disk is full")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value).endswith("; not recorded (the disk is full)")
+    assert outcome in str(failed.value)
+
+
+def test_a_rollback_whose_apply_is_refused_says_why_in_one_line(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    applies: list[str] = []
+
+    class RefusesTheSecondApply(Kubectl):
+        def apply(self, folder, what):
+            applies.append(what)
+            if len(applies) == 2:
+                raise DeployError(f"{what}: kubectl apply --server-side failed: " + "x" * 400 + "\nsecond line")
+            return super().apply(folder, what)
+
+    dep = K8sDeployment(stack=dep.stack, build_root=dep.build_root,
+                        kubectl=RefusesTheSecondApply(dep.kubectl.binary, dep.kubectl.context))
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    detail = ("stack 'tiny': kubectl apply --server-side failed: " + "x" * 400)[:300]
+    assert str(failed.value).endswith(f"; rolling back to sha256:{'a' * 64} failed too: {detail}")
+    assert rows(dep)[-1] == ("restore", "failed", A, f"after the failed deploy of {B}: {detail}")
+
+
+@pytest.mark.parametrize(("unready", "outcome"), [
+    ("b" * 64, f"rolled back to sha256:{'a' * 64} (ready); not recorded (the disk is full)"),
+    (f"{'a' * 64},{'b' * 64}", f"rolling back to sha256:{'a' * 64} failed too: not ready within "),
+])
+def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, unready, outcome):
+    dep, said, _clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", unready)
+    monkeypatch.setattr(k8s_flow, "record_or_why", lambda _root, _record: "the disk is full")
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert outcome in str(failed.value)
+    assert str(failed.value).endswith("; not recorded (the disk is full)")
