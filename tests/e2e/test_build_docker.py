@@ -249,7 +249,7 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
 
 
 def test_dry_run_touches_no_docker(tmp_path):
-    proc = run_invoke("build", "--stack", "cu130", "--dry-run", "--push", "--ca-bundle",
+    proc = run_invoke("build", "--stack", "cu130", "--dry-run", "--push", "--unsigned", "--ca-bundle",
                       "/etc/ssl/certs/ca-certificates.crt", "--stacks-file", str(REPO / "stacks.yaml"),
                       cwd=tmp_path, env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
     assert proc.returncode == 0, proc.stderr

@@ -133,4 +133,4 @@ def test_sigterm_mid_listing_exits_143_and_leaves_no_scratch_files(tmp_path, env
 def test_help_names_the_options_and_the_exit_codes(tmp_path):
     proc = run_invoke("coverage", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "--stack=STRING" in proc.stdout and "--json-out=STRING" in proc.stdout and "3 incomplete" in proc.stdout
+    assert "-s NAME, --stack NAME" in proc.stdout and "--json-out PATH" in proc.stdout and "3 incomplete" in proc.stdout

@@ -277,7 +277,7 @@ def test_cleanup_against_a_registry_answering_200_with_a_non_json_body(proxy):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("registry.up", "--port", "abc"), "error: --port 'abc' is not a TCP port (1-65535)"),
+        (("registry.up", "--port", "abc"), "error: --port 'abc': not a whole number"),
         (("registry.up", "--port", "70000"), "error: --port '70000' is not a TCP port (1-65535)"),
         (("registry.cleanup", "--older-than-days", "soon"),
          "error: --older-than-days 'soon' is not a number of days (0 or more)"),
