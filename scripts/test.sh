@@ -17,8 +17,8 @@ echo "== mypy"
 mypy
 echo "== pytest"
 set +e
-# -n 2 --dist loadgroup: sglstack.cli.testing.ALL_TIERS_XDIST (the engine's tests in order on one worker,
-# the fast tier beside them; tests/unit/test_tiers.py holds the two the same).
+# -n 2 --dist loadgroup: sglstack.cli.testing.ALL_TIERS_XDIST (the engine's tests in two ordered groups, the
+# bisect ones beside the rest, and the fast tier between them; tests/unit/test_tiers.py holds the two the same).
 python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"
 code=$?
 set -e

@@ -61,6 +61,15 @@ _ENGINE_MARKS = ("docker", "network", "slow")
 # its build cache and image names), while the other worker runs the fast tier beside them, a file's tests
 # together and in order (as `--dist loadfile` keeps them: module fixtures are built once).
 ENGINE_GROUP = "engine"
+# Except the bisect tests (about 8 of the engine group's 18 minutes): paced far below what a loaded host
+# serves (their verdicts are the same at load 12), and touching only what they make (salted tags, their own
+# caches, containers of their own images, no registry), so they run as a second group beside the rest.
+ENGINE_BISECT_GROUP = "engine-bisect"
+BISECT_FILES = frozenset({"test_bisect_e2e.py", "test_bisect_releases.py", "test_bisect_smoke_kinds.py"})
+
+
+def engine_group(path: Path) -> str:
+    return ENGINE_BISECT_GROUP if path.parent == E2E and path.name in BISECT_FILES else ENGINE_GROUP
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
@@ -71,7 +80,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
         engine = any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
-        item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if engine else item.nodeid.split("::")[0]))
+        group = engine_group(Path(str(item.path))) if engine else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
         if engine:

@@ -26,8 +26,8 @@ FAST_PATHS = ("tests/unit", "tests/cli")
 NO_TESTS_COLLECTED = 5
 
 
-# Every tier (CI, scripts/test.sh): the engine's tests in order on one worker (tests/conftest.py puts them
-# in one xdist group), the fast tier on the other beside them.
+# Every tier (CI, scripts/test.sh): the engine's tests in two ordered xdist groups (tests/conftest.py: the
+# bisect ones, and the rest), one per worker, the fast tier's files filling in beside them.
 ALL_TIERS_XDIST = ("-n", "2", "--dist", "loadgroup")
 
 

@@ -182,3 +182,11 @@ def test_the_test_task_outside_a_checkout_is_one_line(tmp_path):
     assert str(refused.value) == (f"test: the tests come with a checkout of sglstack, not the installed package "
                                   f"({tmp_path} has none)")
     assert refused.value.exit_code == 2
+
+
+def test_only_the_bisect_tests_of_the_engine_run_beside_the_rest_of_it():
+    """Two engine groups: the bisect e2e files (paced, touching only what they make) and everything else."""
+    every = sorted(p.name for p in conftest.E2E.glob("test_*.py"))
+    bisect = [name for name in every if conftest.engine_group(conftest.E2E / name) == conftest.ENGINE_BISECT_GROUP]
+    assert bisect == sorted(conftest.BISECT_FILES)
+    assert conftest.engine_group(conftest.TESTS / "cli" / "test_bisect_e2e.py") == conftest.ENGINE_GROUP
