@@ -27,9 +27,9 @@ from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_e
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.records import build_root, require_writable
 from ..core.safefiles import containing_root, folder_lock, write_text
-from ..lock.file import Lock
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
+from ..lockfile.model import Lock
 from .context import write_build_context
 from .flow import (
     FINAL_TARGET,

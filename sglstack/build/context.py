@@ -32,8 +32,8 @@ from ..core.safefiles import (
     write_bytes,
     write_text,
 )
-from ..lock.file import Lock
 from ..lock.trust import lock_for_build
+from ..lockfile.model import Lock
 from ..render.compose import ComposeOptions, deployment_files, moving_tag_ref
 from ..render.dockerfile import BuildContext, build_context
 from ..render.k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s

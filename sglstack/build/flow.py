@@ -48,7 +48,7 @@ from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
 from ..core.records import build_root, require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage, build_coverage
-from ..lock.file import Lock
+from ..lockfile.model import Lock
 from ..render import confighash
 from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, dockerfile_stages, render_dockerfile
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts

@@ -33,8 +33,9 @@ from ..core.errors import BuildError, RegistryError, one_line
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
-from ..lock.file import lock_path, missing_message
 from ..lock.trust import lock_for_build
+from ..lockfile.current import missing_message
+from ..lockfile.model import lock_path
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient

@@ -57,17 +57,9 @@ from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import file_lock
 from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
-from .file import (
-    Lock,
-    LockedPackage,
-    UnresolvedLayer,
-    lock_path,
-    read_lock,
-    stack_input_hash,
-    with_edges,
-    write_lock,
-    written_sha256,
-)
+from ..lockfile.current import stack_input_hash
+from ..lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges
+from ..lockfile.text import read_lock, write_lock, written_sha256
 from .plan import (
     SGLANG,
     SGLANG_REQUIREMENTS,

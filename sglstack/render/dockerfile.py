@@ -29,7 +29,7 @@ from ..core.quoting import (
     shell_word_with,
 )
 from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
-from ..lock.file import Lock
+from ..lockfile.model import Lock
 from . import confighash
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.

@@ -14,7 +14,7 @@ from clirun import run_invoke
 from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
 from sglstack.core.quoting import QuotingError
-from sglstack.lock.file import Lock, LockedPackage
+from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.render.confighash import config_hash, read_context
 from sglstack.render.dockerfile import (
     InstallLayer,

@@ -22,7 +22,8 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.diff.compare import snapshot_diff
 from sglstack.diff.sources import load_snapshot
-from sglstack.lock.file import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path, read_lock
+from sglstack.lockfile.model import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path
+from sglstack.lockfile.text import read_lock
 from sglstack.publish import push_candidate
 from sglstack.registry.client import RegistryClient
 

@@ -102,26 +102,31 @@ MAY_USE: dict[str, set[str]] = {
     # config validates patch specs with the in-image engine's own parser (one home for the patch format)
     "config": {"core", "inimage"},
     "serving": {"config", "core"},
-    # lock: a stack's lock file (parsed, pure) is part of what render writes into the build context
-    "render": {"config", "serving", "core", "lock"},
+    # lockfile: a stack's lock file (parsed, pure) is part of what render writes into the build context
+    "render": {"config", "serving", "core", "lockfile"},
     "adapters": {"core"},
-    "lock": {"config", "adapters", "core", "inimage", "diff"},
-    "coverage": {"config", "lock", "adapters", "core"},
+    # lockfile: the lock model (the parsed lock file, its text format, when it is current), below lock, diff, render
+    "lockfile": {"config", "core"},
+    # diff: `invoke lock` shows what changed against the lock it replaces
+    "lock": {"config", "lockfile", "adapters", "core", "inimage", "diff"},
+    "coverage": {"config", "adapters", "core"},
     # size: the size report of an image and the CUDA libraries a stage holds twice (build gates on it, diff shows it)
     "size": {"config", "adapters", "core"},
-    "diff": {"config", "lock", "registry", "size", "adapters", "core"},
+    "diff": {"config", "lockfile", "registry", "size", "adapters", "core"},
     "registry": {"config", "adapters", "core"},
-    "attest": {"config", "lock", "registry", "adapters", "core"},
-    "build": {"config", "serving", "render", "lock", "coverage", "size", "attest", "inimage", "adapters", "core"},
+    "attest": {"config", "lockfile", "registry", "adapters", "core"},
+    "build": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage", "adapters",
+              "core"},
     "smoke": {"config", "serving", "diff", "preflight", "adapters", "core"},
     "bisect": {"config", "build", "smoke", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
     "preflight": {"config", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
-    "upgrade": {"config", "serving", "lock", "coverage", "diff", "build", "bisect", "inimage", "adapters", "core"},
+    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "build", "bisect", "inimage", "adapters",
+                "core"},
     # the face: every task parses its options and calls one library function; nothing imports it
-    "cli": {"config", "serving", "render", "lock", "coverage", "size", "diff", "registry", "attest", "build", "smoke",
-            "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters", "core"},
+    "cli": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "diff", "registry", "attest",
+            "build", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters", "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
 DEBTS: set[tuple[str, str]] = set()
@@ -134,6 +139,40 @@ def test_each_part_imports_only_what_the_design_allows():
     assert not wrong, wrong
     unknown = {_part(m) for m in MODULES} - set(MAY_USE) - {"sglstack"}
     assert not unknown, f"parts with no place in MAY_USE: {unknown}"
+
+
+def _part_cycles(edges: dict[str, set[str]]) -> list[str]:
+    """Each cycle among parts as `a -> b -> a` (found from each part by a depth-first walk)."""
+    cycles = []
+    for start in sorted(edges):
+        stack = [(start, (start,))]
+        seen: set[str] = set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(edges.get(node, ())):
+                if nxt == start:
+                    cycles.append(" -> ".join((*path, nxt)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*path, nxt)))
+    return cycles
+
+
+def test_no_loop_between_parts():
+    """Parts form a one-way flow: no part reaches itself through other parts, in the code as built or in
+    MAY_USE (the lock model sits below lock and diff, so lock may show a diff without diff reading lock)."""
+    built: dict[str, set[str]] = {}
+    for m in MODULES:
+        for t in GRAPH[m]:
+            if _part(t) not in (_part(m), "sglstack"):
+                built.setdefault(_part(m), set()).add(_part(t))
+    assert _part_cycles(built) == []
+    assert _part_cycles(MAY_USE) == []
+
+
+def test_the_part_loop_finder_finds_a_loop():
+    assert _part_cycles({"lock": {"diff", "core"}, "diff": {"lock"}, "core": set()}) == ["diff -> lock -> diff",
+                                                                                       "lock -> diff -> lock"]
 
 
 def test_no_debt_is_paid_and_still_listed():

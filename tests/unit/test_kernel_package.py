@@ -17,9 +17,11 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
 from sglstack.coverage.rules import device_code_wheels
 from sglstack.lock.conflicts import check_stack_pins
-from sglstack.lock.file import is_current, lock_path, read_lock, stack_input_hash
 from sglstack.lock.flow import resolve_stack
 from sglstack.lock.plan import glibc_version, plan_layers, python_platform
+from sglstack.lockfile.current import is_current, stack_input_hash
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import read_lock
 from sglstack.render.dockerfile import image_labels, install_layers
 
 REPO = Path(__file__).resolve().parents[2]

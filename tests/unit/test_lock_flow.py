@@ -23,8 +23,10 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
 from sglstack.core.errors import ConfigError
 from sglstack.lock import flow
-from sglstack.lock.file import UnresolvedLayer, lock_path, read_lock, render_lock, stack_input_hash
 from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
+from sglstack.lockfile.current import stack_input_hash
+from sglstack.lockfile.model import UnresolvedLayer, lock_path
+from sglstack.lockfile.text import read_lock, render_lock
 
 HASH_A = "sha256:" + "a" * 64
 HASH_B = "sha256:" + "b" * 64

@@ -31,8 +31,8 @@ from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today
 from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
-from sglstack.lock.file import LockedPackage
 from sglstack.lock.trust import lock_for_build
+from sglstack.lockfile.model import LockedPackage
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s

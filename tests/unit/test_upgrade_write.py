@@ -34,7 +34,8 @@ from sglstack.core import safefiles
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.options import BadOption
 from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
-from sglstack.lock.file import lock_path, render_lock
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import render_lock
 from sglstack.upgrade import command
 from sglstack.upgrade.stacksfile import edited
 
