@@ -31,9 +31,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from sglstack.adapters import compose as compose_cli  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.deploy import (  # noqa: E402
-    compose_cli,
     flow,
     health,
 )

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..adapters.docker import docker_client
+from ..adapters.kubectl import find_kubectl
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
 from ..config.defaults import default_stacks_file
@@ -31,7 +32,6 @@ from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, s
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
-from .kubectl import find_kubectl
 from .options import (
     TARGETS,
     DeployOptionError,

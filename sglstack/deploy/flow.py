@@ -27,6 +27,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from ..adapters.compose import ComposeCLI, detect_compose, error_line, last_line
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
@@ -44,7 +45,6 @@ from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
 from .checks import check_host, check_options, check_project_owner
-from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
 from .files import Saved, discard_saved, restore_files, write_files
 from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for

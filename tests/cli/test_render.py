@@ -11,6 +11,7 @@ import pytest
 import yaml
 from clirun import run_invoke
 
+from sglstack.adapters.hadolint import hadolint_problems
 from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
 from sglstack.core.quoting import QuotingError
@@ -24,7 +25,6 @@ from sglstack.render.dockerfile import (
     locked_layer,
     render_dockerfile,
 )
-from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

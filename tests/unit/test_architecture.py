@@ -223,6 +223,70 @@ def test_render_calls_no_engine_and_reads_no_records():
                 assert isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["build_root"], module
 
 
+# ---- outside tools: started only by adapters ----------------------------------------------------------
+
+_PROCESS_CALLS = {("subprocess", f) for f in ("run", "Popen", "call", "check_call", "check_output", "getoutput",
+                                                 "getstatusoutput")}
+_PROCESS_CALLS |= {("os", f) for f in ("system", "popen", "execv", "execve", "execvp", "execvpe", "execl", "execlp",
+                                         "execle", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn",
+                                         "posix_spawnp")}
+# Tools that have an adapter: no module outside adapters/ starts them.
+ADAPTED_TOOLS = {"kubectl", "compose", "docker-compose", "hadolint"}
+# Modules outside adapters/ (and inimage/, which runs inside images) that still start a process themselves, and
+# what they start; each waits for its adapter. A test fails when one is added unlisted, or paid and still listed.
+PROCESS_DEBTS = {
+    "sglstack.attest.identity": "git (the checkout's own commit)",
+    "sglstack.build.bake": "docker buildx bake",
+    "sglstack.cli.testing": "pytest (`invoke test`)",
+    "sglstack.preflight.probe": "nvidia-smi",
+    "sglstack.registry.local": "the embedded registry's binary",
+    "sglstack.upgrade.argv": "the release's own serving-argv parser, in a throwaway venv",
+}
+
+
+def _process_calls(source: str) -> list[tuple[int, set[str]]]:
+    """(line, the words it names) of each call that starts a process: `subprocess.run(...)` and the like, or
+    such a function imported by name. The words: every string in the call's arguments, and every string handed
+    to `shutil.which` in the module (the usual way a tool's path is found before it is run)."""
+    tree = ast.parse(source)
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module in ("subprocess", "os") for a in n.names if (n.module, a.name) in _PROCESS_CALLS}
+    which = {c.value for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "which" for a in n.args for c in ast.walk(a)
+             if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        starts = ((isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                   and (func.value.id, func.attr) in _PROCESS_CALLS)
+                  or (isinstance(func, ast.Name) and func.id in imported))
+        if starts:
+            words = {c.value for a in [*node.args, *(k.value for k in node.keywords)] for c in ast.walk(a)
+                     if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            out.append((node.lineno, {w for text in words | which for w in text.split()}))
+    return out
+
+
+def test_outside_tools_are_started_only_by_adapters():
+    starting = {m: _process_calls(p.read_text(encoding="utf-8")) for m, p in MODULES.items()
+                if _part(m) not in ("adapters", "inimage")}
+    starting = {m: calls for m, calls in starting.items() if calls}
+    adapted = sorted(f"{m}:{line} {sorted(words & ADAPTED_TOOLS)}" for m, calls in starting.items()
+                     for line, words in calls if words & ADAPTED_TOOLS)
+    assert not adapted, f"run these through their adapter (sglstack/adapters/): {adapted}"
+    assert set(starting) - set(PROCESS_DEBTS) == set(), "start a new outside tool in an adapter of sglstack/adapters/"
+    assert set(PROCESS_DEBTS) - set(starting) == set(), "remove the paid debts from PROCESS_DEBTS"
+
+
+def test_the_process_call_finder_sees_a_tool_found_by_which():
+    source = ("import shutil\nfrom subprocess import run as go\nimport subprocess\n"
+              "kubectl = shutil.which('kubectl')\nsubprocess.run([kubectl, 'apply'])\ngo(['hadolint', '-'])\n")
+    assert _process_calls(source) == [(5, {"kubectl", "apply"}), (6, {"kubectl", "hadolint", "-"})]
+    assert _process_calls("import subprocess\nsubprocess.CompletedProcess\n") == []
+
+
 CLI_MODULES = {"command", "commands", "cli"}
 CLI_DEBTS: set[str] = set()
 

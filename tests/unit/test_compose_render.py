@@ -40,7 +40,7 @@ def _flag(command: list[str], flag: str) -> str:
 
 def _compose_config(folder: Path, name: str = cmp.COMPOSE_FILE) -> dict:
     """Run the real compose CLI's `config` on a rendered file; return its normalised output."""
-    from sglstack.deploy.compose_cli import detect_compose
+    from sglstack.adapters.compose import detect_compose
 
     (folder / cmp.ENV_FILE).touch()
     cli = detect_compose()
