@@ -20,7 +20,8 @@ from sglstack.render.compose import render_compose, render_env_example
 from sglstack.render.dockerfile import render_dockerfile, stack_manifest
 from sglstack.render.k8s import K8sOptions, render_k8s
 from sglstack.serving import ServingError
-from sglstack.smoke.plan import check_secret_references, container_plan, smoke_options
+from sglstack.smoke.launch import check_secret_references, container_plan
+from sglstack.smoke.plan import smoke_options
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 PASSWORD = "pw-9f3c1e7d"  # what every test looks for in what was written

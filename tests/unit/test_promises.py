@@ -38,7 +38,7 @@ from sglstack.render import compose as cmp
 from sglstack.render import k8s
 from sglstack.serving import serving_spec
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.plan import container_plan
+from sglstack.smoke.launch import container_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_STACK = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml").get("cpu-test")

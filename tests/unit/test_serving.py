@@ -27,7 +27,7 @@ from sglstack.serving import (
     serving_spec,
 )
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.plan import container_plan
+from sglstack.smoke.launch import container_plan
 
 REPO = Path(__file__).resolve().parents[2]
 MATRICES = {"stacks.yaml": REPO / "stacks.yaml", "stacks-cpu.yaml": REPO / "tests" / "fixtures" / "stacks-cpu.yaml"}
