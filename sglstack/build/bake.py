@@ -25,8 +25,9 @@ from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
+from ..core.folderlock import folder_lock
 from ..core.records import build_root, require_writable
-from ..core.safefiles import containing_root, folder_lock, write_text
+from ..core.safefiles import containing_root, write_text
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 from ..lockfile.model import Lock

@@ -18,15 +18,14 @@ from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import one_line
+from ..core.folderlock import LOCK_NAME, folder_lock
 from ..core.inputs import loads, read_small_file
 from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
-    LOCK_NAME,
     OutputNotWritable,
     check_inside,
     containing_root,
-    folder_lock,
     remove_file,
     replace_folder,
     write_bytes,

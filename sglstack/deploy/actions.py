@@ -18,10 +18,10 @@ from ..config.imageref import pinned_digest
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.errors import DeployError, did_you_mean
+from ..core.folderlock import folder_lock
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
-from ..core.safefiles import folder_lock
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
 from ..render import compose as cmp

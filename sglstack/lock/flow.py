@@ -51,11 +51,11 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError, one_line
+from ..core.folderlock import file_lock
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.network import network_advice, network_problem
 from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
-from ..core.safefiles import file_lock
 from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
 from ..lockfile.current import stack_input_hash
 from ..lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges

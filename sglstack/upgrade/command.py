@@ -37,11 +37,12 @@ from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
+from ..core.folderlock import file_lock
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.progress import progress
 from ..core.records import build_root, require_writable, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
-from ..core.safefiles import check_inside, file_lock, make_folder
+from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "sglstack"
-# The safe writers themselves: whole files by rename, O_NOFOLLOW opens, files replaced together.
-HOMES = (ROOT / "core" / "safefiles.py", ROOT / "core" / "replacing.py")
+# The safe writers themselves: whole files by rename, O_NOFOLLOW opens, files replaced together, and the lock
+# files (an O_NOFOLLOW open after `check_inside`, in `folderlock` since it left safefiles whole).
+HOMES = (ROOT / "core" / "safefiles.py", ROOT / "core" / "replacing.py", ROOT / "core" / "folderlock.py")
 # Code that runs inside images or on GPU nodes, where sglstack's own modules are not installed: it may not
 # import core.safefiles (tests/unit/test_architecture.py holds it to the standard library).
 IN_IMAGE = (
