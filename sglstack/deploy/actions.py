@@ -28,10 +28,11 @@ from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options
-from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
+from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
+from .lifecycle import rollback, service_logs, undeploy
 from .options import (
     TARGETS,
     DeployOptionError,
