@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..build.flow import BuildOptions, build_stack, resolve_ca_bundle
+from ..build.flow import build_stack
+from ..build.plan import BuildOptions, resolve_ca_bundle
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
 from ..core.console import printable_lines

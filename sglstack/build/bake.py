@@ -32,15 +32,8 @@ from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 from ..lockfile.model import Lock
 from .context import write_build_context
-from .flow import (
-    FINAL_TARGET,
-    INDEX_NETRC_ENV,
-    add_git_source,
-    build_request,
-    compute_config_hash,
-    resolve_ca_bundle,
-    secret_sources,
-)
+from .flow import FINAL_TARGET
+from .plan import INDEX_NETRC_ENV, add_git_source, build_request, compute_config_hash, resolve_ca_bundle, secret_sources
 
 BAKE_FILE = "docker-bake.json"
 SRC_TARGET = "sglang-src"

@@ -16,15 +16,8 @@ from ..adapters.buildkit import detect_builder
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
-from ..build.flow import (
-    FINAL_TARGET,
-    BuildOptions,
-    build_stack,
-    check_build_folder,
-    check_target,
-    describe_build,
-    resolve_ca_bundle,
-)
+from ..build.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
+from ..build.plan import BuildOptions, check_target, resolve_ca_bundle
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sglstack.adapters.buildkit import Builder, BuildRequest, build_argv
 from sglstack.build.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
-from sglstack.build.flow import FINAL_TARGET, BuildOptions, describe_build
+from sglstack.build.flow import FINAL_TARGET, describe_build
+from sglstack.build.plan import BuildOptions
 from sglstack.cli.pipeline import build_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.build.flow import BuildOptions
+from sglstack.build.plan import BuildOptions
 from sglstack.config.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[2]

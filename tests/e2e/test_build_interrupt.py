@@ -20,7 +20,8 @@ import pytest
 from docker.errors import ImageNotFound
 
 from sglstack.build import flow as build_mod
-from sglstack.build.flow import TEMP_REPOSITORY, BuildOptions, build_stack
+from sglstack.build.flow import build_stack
+from sglstack.build.plan import TEMP_REPOSITORY, BuildOptions
 from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.config.matrix import load_matrix
 from sglstack.core.signals import Interrupted

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import make_history, stack_yaml
 
-from sglstack.build.flow import BuildOptions, build_stack
+from sglstack.build.flow import build_stack
+from sglstack.build.plan import BuildOptions
 from sglstack.config.matrix import load_matrix
 
 

@@ -17,7 +17,7 @@ import pytest
 from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect
 from sglstack.bisect.log import BisectLog
-from sglstack.build.flow import BuildResult
+from sglstack.build.plan import BuildResult
 from sglstack.core.errors import BuildError, SglstackError
 from sglstack.smoke import SmokeReport
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.build.context import write_build_context
-from sglstack.build.flow import compute_config_hash
+from sglstack.build.plan import compute_config_hash
 from sglstack.config.matrix import load_matrix
 from sglstack.core.resources import DEFAULT_PATCHES_DIR
 from sglstack.render import confighash

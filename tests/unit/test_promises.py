@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from sglstack.build.context import write_build_context
-from sglstack.build.flow import BuildOptions, compute_config_hash
+from sglstack.build.plan import BuildOptions, compute_config_hash
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import ServingSettings, SpeculativeSettings, Stack
