@@ -24,7 +24,8 @@ from ..adapters.docker import created_container, running_container
 from ..attest.image import image_inventory
 from ..attest.sbom import Inventory, lock_problems
 from ..config.fields import cuda_release
-from ..config.schema import SharedLibrariesPolicy, Stack
+from ..config.schema import Stack
+from ..config.settings import SharedLibrariesPolicy
 from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.inputs import loads

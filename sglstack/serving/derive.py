@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from ..config import serverflags
 from ..config.fields import MAX_DURATION_S, parse_bind
-from ..config.schema import ServingSettings, SpeculativeSettings, Stack
+from ..config.schema import Stack
+from ..config.settings import ServingSettings, SpeculativeSettings
 from ..core.errors import one_line
 from ..core.quoting import ENV_NAME_RE, one_line_problem
 from .spec import (

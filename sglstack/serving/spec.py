@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Self
 
 from ..config import serverflags
-from ..config.schema import SpeculativeSettings
+from ..config.settings import SpeculativeSettings
 from ..core.credentials import argv_references, reference_map, secret_reference
 from ..core.errors import SglstackError, one_line
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
-from ..config.schema import Gates, SpeculativeSettings, Stack
+from ..config.schema import Stack
+from ..config.settings import Gates, SpeculativeSettings
 from ..core.credentials import redact_text, secret_slots
 from ..core.errors import SmokeInputError, shown
 from ..core.records import build_root

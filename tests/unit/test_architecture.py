@@ -333,7 +333,7 @@ def test_a_function_level_import_says_why():
 
 # ---- size: a module a reader can hold, a function a reader can follow ------------------------------
 
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 # Long functions waiting to be broken into named steps (or marked `# long: why`); none now. A test fails if one
 # stays listed once it is short or marked.
@@ -365,7 +365,7 @@ def _long_functions() -> dict[str, int]:
             if length > MAX_FUNCTION_LINES and not marked}
 
 
-def test_no_module_is_over_500_lines():
+def test_no_module_is_over_450_lines():
     """sglstack/data (templates, SGLang's patch sources) is not ours and is not in MODULES."""
     sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
     long = {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES}

@@ -15,7 +15,7 @@ import pytest
 from smoke_fixtures import DOUBLE_ENV, make_double_env
 
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import Gates
+from sglstack.config.settings import Gates
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.launch import process_plan
 from sglstack.smoke.measure import PhaseStats, ServerRun

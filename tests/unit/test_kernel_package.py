@@ -152,7 +152,7 @@ def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matr
 
 
 def test_a_package_without_device_code_is_a_note_not_a_row():
-    from sglstack.config.schema import CoveragePolicy
+    from sglstack.config.settings import CoveragePolicy
     from sglstack.coverage.report import build_report
     from sglstack.coverage.rules import DeviceObject, PackageObjects, capabilities_of
 

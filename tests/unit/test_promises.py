@@ -26,7 +26,8 @@ from sglstack.build.context import write_build_context
 from sglstack.build.plan import BuildOptions, compute_config_hash
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import ServingSettings, SpeculativeSettings, Stack
+from sglstack.config.schema import Stack
+from sglstack.config.settings import ServingSettings, SpeculativeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today

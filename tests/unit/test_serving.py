@@ -10,7 +10,7 @@ import yaml
 
 from sglstack.adapters.docker import docker_host_address, effective_docker_host, is_local_docker_host
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import SpeculativeSettings
+from sglstack.config.settings import SpeculativeSettings
 from sglstack.core.errors import ConfigError
 from sglstack.render import compose as cmp
 from sglstack.serving import (

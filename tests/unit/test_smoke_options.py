@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import Gates, SmokeSettings
+from sglstack.config.settings import Gates, SmokeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.serving import ServingError
 from sglstack.smoke import plan

@@ -15,7 +15,7 @@ import pytest
 from sglstack.build import verify
 from sglstack.build.verify import image_check_problems, jit_problems
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
+from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
 from sglstack.lock.plan import root_names
