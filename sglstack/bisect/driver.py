@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..build.flow import build_stack
-from ..build.plan import BuildOptions, resolve_ca_bundle
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..config.schema import Stack
 from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SmokeError
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import build_root, stack_lock
+from ..imagebuild.flow import build_stack
+from ..imagebuild.plan import BuildOptions, resolve_ca_bundle
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..smoke.options import SmokeOptionError
 from ..smoke.options import smoke_overrides as smoke_option_overrides

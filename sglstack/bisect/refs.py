@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ..adapters.git import GitSource, GitSourceError
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_wheel
-from ..build.patches import load_specs, unpack_for_patches
 from ..config.schema import Stack
 from ..core.errors import SglstackError, shown
 from ..core.versions import version_problem
+from ..imagebuild.patches import load_specs, unpack_for_patches
 from ..inimage import patchkit
 from .releases import ReleaseRangeError, releases_between
 

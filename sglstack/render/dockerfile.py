@@ -229,7 +229,7 @@ _SKIPPED = (".pyc",)
 @dataclass(frozen=True)
 class BuildContext:
     """The rendered Dockerfile and exactly the context files it COPYs (or mounts), as content: the
-    relative path of each file -> its bytes and mode. Writing them is build's (`build.context`)."""
+    relative path of each file -> its bytes and mode. Writing them is imagebuild's (`imagebuild.context`)."""
 
     dockerfile: str
     files: dict[str, bytes]

@@ -31,7 +31,6 @@ from packaging.version import Version
 from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
-from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
@@ -46,6 +45,7 @@ from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
+from ..imagebuild.patches import check_version
 from ..lock.conflicts import check_stack_pins
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform

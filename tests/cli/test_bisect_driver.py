@@ -19,8 +19,8 @@ from clirun import run_invoke
 from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
 from sglstack.bisect.log import BisectLog
-from sglstack.build.plan import BuildResult
 from sglstack.core.errors import BuildError
+from sglstack.imagebuild.plan import BuildResult
 from sglstack.smoke import SmokeReport
 
 N = 12

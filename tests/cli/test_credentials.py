@@ -150,8 +150,8 @@ def test_render_build_plan_and_bake_write_no_credential_anywhere(tmp_path):
 
 
 def test_bake_file_and_build_request_carry_the_netrc_as_an_env_secret(tmp_path):
-    from sglstack.build.bake import bake_target
-    from sglstack.build.plan import INDEX_NETRC_ENV, build_request
+    from sglstack.imagebuild.bake import bake_target
+    from sglstack.imagebuild.plan import INDEX_NETRC_ENV, build_request
 
     stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
     req = build_request(stack, dockerfile=tmp_path / "Dockerfile", context=tmp_path, config_hash="0" * 64,

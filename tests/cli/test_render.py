@@ -12,9 +12,9 @@ import yaml
 from clirun import run_invoke
 
 from sglstack.adapters.hadolint import hadolint_problems
-from sglstack.build.context import write_build_context
 from sglstack.config.matrix import load_matrix
 from sglstack.core.quoting import QuotingError
+from sglstack.imagebuild.context import write_build_context
 from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.render.confighash import config_hash, read_context
 from sglstack.render.dockerfile import (

@@ -20,14 +20,14 @@ import pytest
 from clirun import run_invoke
 from docker import errors as docker_errors
 
-from sglstack.build import flow as build_mod
-from sglstack.build import images as images_mod
-from sglstack.build.flow import build_stack
-from sglstack.build.plan import TEMP_REPOSITORY, BuildOptions
-from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
+from sglstack.imagebuild import flow as build_mod
+from sglstack.imagebuild import images as images_mod
+from sglstack.imagebuild.flow import build_stack
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

@@ -115,18 +115,20 @@ MAY_USE: dict[str, set[str]] = {
     "diff": {"config", "lockfile", "registry", "size", "adapters", "core"},
     "registry": {"config", "adapters", "core"},
     "attest": {"config", "lockfile", "registry", "adapters", "core"},
-    "build": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage", "adapters",
-              "core"},
+    # imagebuild: the image build (not named `build`: packaging and import-graph tools skip that name)
+    "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage",
+                   "adapters", "core"},
     "smoke": {"config", "serving", "diff", "preflight", "adapters", "core"},
-    "bisect": {"config", "build", "smoke", "inimage", "adapters", "core"},
+    "bisect": {"config", "imagebuild", "smoke", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
     "preflight": {"config", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
-    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "build", "bisect", "inimage", "adapters",
-                "core"},
+    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "inimage",
+                "adapters", "core"},
     # the face: every task parses its options and calls one library function; nothing imports it
     "cli": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "diff", "registry", "attest",
-            "build", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters", "core"},
+            "imagebuild", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters",
+            "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
 DEBTS: set[tuple[str, str]] = set()
@@ -207,13 +209,13 @@ def test_core_and_adapters_know_nothing_above_them():
 def test_deploy_never_builds():
     for module in (m for m in MODULES if _part(m) == "deploy"):
         reached = _reach(module)
-        assert not {_part(t) for t in reached} & {"build", "bisect"}, module
+        assert not {_part(t) for t in reached} & {"imagebuild", "bisect"}, module
         assert "sglstack.adapters.buildkit" not in reached, module
 
 
 def test_render_calls_no_engine_and_reads_no_records():
     """Pure text from a Stack, a serving spec and an image reference; the build root is a path, not a read."""
-    engines = {"registry", "publish", "deploy", "smoke", "build"}
+    engines = {"registry", "publish", "deploy", "smoke", "imagebuild"}
     for module in [m for m in MODULES if _part(m) == "render"] + ["sglstack.serving"]:
         reached = _reach(module)
         assert not {_part(t) for t in reached} & engines, (module, reached)
@@ -236,7 +238,7 @@ ADAPTED_TOOLS = {"kubectl", "compose", "docker-compose", "hadolint"}
 # what they start; each waits for its adapter. A test fails when one is added unlisted, or paid and still listed.
 PROCESS_DEBTS = {
     "sglstack.attest.identity": "git (the checkout's own commit)",
-    "sglstack.build.bake": "docker buildx bake",
+    "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
     "sglstack.preflight.probe": "nvidia-smi",
     "sglstack.registry.local": "the embedded registry's binary",

@@ -17,8 +17,8 @@ import pytest
 from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect
 from sglstack.bisect.log import BisectLog
-from sglstack.build.plan import BuildResult
 from sglstack.core.errors import BuildError, SglstackError
+from sglstack.imagebuild.plan import BuildResult
 from sglstack.smoke import SmokeReport
 
 RELEASES = ["0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.5.4", "0.5.5", "0.5.6"]

@@ -22,8 +22,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sglstack.build.context import write_build_context
-from sglstack.build.plan import BuildOptions, compute_config_hash
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
@@ -32,6 +30,8 @@ from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today
 from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
+from sglstack.imagebuild.context import write_build_context
+from sglstack.imagebuild.plan import BuildOptions, compute_config_hash
 from sglstack.lock.trust import lock_for_build
 from sglstack.lockfile.model import LockedPackage
 from sglstack.publish.tags import release_tags

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglstack.build import verify
-from sglstack.build.verify import image_check_problems, jit_problems
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
+from sglstack.imagebuild import verify
+from sglstack.imagebuild.verify import image_check_problems, jit_problems
 from sglstack.lock.plan import root_names
 
 REPO = Path(__file__).resolve().parents[2]
