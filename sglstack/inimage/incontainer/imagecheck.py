@@ -1,6 +1,6 @@
 """The built image checks itself (stdlib only): run by `invoke build` in a container of the image, with the
 network off, after the image is exported and before it is tagged. Prints one JSON object; the host judges it
-(`sglstack/imagebuild/verify.py`), so a failure fails the build, not the first deploy. (`pip check` runs in every
+(`sglstack/build/verify.py`), so a failure fails the build, not the first deploy. (`pip check` runs in every
 verified image, from `imageinfo.py`, and is judged with the stack's declared overrides.)
 
 - shared libraries: every DT_NEEDED of every compiled file in site-packages exists in the image
