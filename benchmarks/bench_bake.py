@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglstack.build.bake import bake_command, bake_definition, plan_targets, render_stack_targets
-from sglstack.build.context import write_build_context, write_compose
-from sglstack.build.flow import secret_sources
 from sglstack.config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from sglstack.imagebuild.bake import bake_command, bake_definition, plan_targets, render_stack_targets
+from sglstack.imagebuild.context import write_build_context, write_compose
+from sglstack.imagebuild.plan import secret_sources
 from sglstack.render.compose import moving_tag_ref
 from sglstack.render.dockerfile import render_dockerfile
 

@@ -30,10 +30,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sglstack.adapters.docker import docker_client  # noqa: E402
-from sglstack.build import flow as build_mod  # noqa: E402
-from sglstack.build.flow import BuildOptions, build_stack  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.core.resources import DEFAULT_PATCHES_DIR  # noqa: E402
+from sglstack.imagebuild import flow as build_mod  # noqa: E402
+from sglstack.imagebuild.flow import build_stack  # noqa: E402
+from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
 
 
 def timed(fn):

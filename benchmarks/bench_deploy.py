@@ -31,11 +31,12 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from sglstack.adapters import compose as compose_cli  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.deploy import (  # noqa: E402
-    compose_cli,
     flow,
     health,
+    lifecycle,
 )
 from sglstack.render import compose as cmp  # noqa: E402
 
@@ -132,7 +133,7 @@ def main() -> None:
             flow.deploy(dep, f"{repo}:b", options, compose=compose, say=lambda _: None)
             rows.setdefault("redeploy (other image)", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            flow.rollback(dep, compose=compose, say=lambda _: None)
+            lifecycle.rollback(dep, compose=compose, say=lambda _: None)
             rows.setdefault("rollback", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             try:
@@ -142,7 +143,7 @@ def main() -> None:
                 assert "restored" in str(exc), exc
             rows.setdefault("failed redeploy + restore to healthy", []).append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            flow.undeploy(dep, compose=compose, say=lambda _: None)
+            lifecycle.undeploy(dep, compose=compose, say=lambda _: None)
             rows.setdefault("undeploy", []).append(time.perf_counter() - t0)
 
             # The same file, bare: `up -d` and the same health poll, no validation or records.

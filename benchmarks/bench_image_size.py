@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_pypi_stack import STACK, _copy_matrix  # noqa: E402
 from sglstack.adapters.docker import docker_client  # noqa: E402
-from sglstack.build.flow import BuildOptions, build_stack  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
+from sglstack.imagebuild.flow import build_stack  # noqa: E402
+from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
 from sglstack.lock.trust import lock_for_build  # noqa: E402
 from sglstack.size.measure import image_layers, measure  # noqa: E402
 from sglstack.size.report import pull_bytes  # noqa: E402

@@ -30,10 +30,12 @@ sys.path.insert(0, str(REPO))
 
 from sglstack.adapters.docker import docker_client, run_to_completion  # noqa: E402
 from sglstack.adapters.uv import ResolveRequest, compile_requirements  # noqa: E402
-from sglstack.build.flow import BuildOptions, build_stack  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
-from sglstack.lock.file import lock_path, read_lock, write_lock  # noqa: E402
+from sglstack.imagebuild.flow import build_stack  # noqa: E402
+from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
 from sglstack.lock.trust import lock_for_build  # noqa: E402
+from sglstack.lockfile.model import lock_path  # noqa: E402
+from sglstack.lockfile.text import read_lock, write_lock  # noqa: E402
 
 STACK = "pypi-cu130"
 _STEP = re.compile(r"^#(?P<n>\d+) \[(?P<stage>[^\]]+)\] (?P<what>.*)$")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglstack.build.context import write_build_context
 from sglstack.config.matrix import DEFAULT_STACKS_FILE, load_matrix
+from sglstack.imagebuild.context import write_build_context
 from sglstack.render.dockerfile import render_dockerfile
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sglstack.lock.file import parse_lock, written_sha256
+from sglstack.lockfile.text import parse_lock, written_sha256
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SIX = ("six==1.16.0 \\\n    --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254\n"

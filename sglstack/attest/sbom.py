@@ -27,7 +27,8 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from ..core.inputs import loads
-from ..lock.file import VENV_BOOTSTRAP, Lock, compare_installed
+from ..lockfile.current import compare_installed
+from ..lockfile.model import VENV_BOOTSTRAP, Lock
 from .errors import AttestationError
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"

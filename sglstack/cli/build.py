@@ -73,7 +73,7 @@ class BakeOptions(TaskOptions):
 @command(BakeOptions)
 def bake(o: BakeOptions) -> int:
     """Write build/docker-bake.json (a target per stack and stage) and its contexts; print the bake command."""
-    from ..build.bake import bake_command  # at call time: the matrix and the renderer are slow to import
+    from ..imagebuild.bake import bake_command  # at call time: the matrix and the renderer are slow to import
 
     return bake_command(o.stacks_file, list(o.stack), out=o.out, print_only=o.print, builder_name=o.builder,
                         ca_bundle=o.ca_bundle, docker_cli=o.docker_cli, run=o.run)

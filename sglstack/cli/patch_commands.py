@@ -12,7 +12,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..build.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
 from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matrix
 from ..core.console import console as make_console
 from ..core.console import plain, report_table
@@ -20,6 +19,7 @@ from ..core.errors import PatchCommandError, PatchInputError, shown
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.progress import progress
 from ..core.versions import version_problem
+from ..imagebuild.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
 from ..inimage import patchkit
 
 # ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------

@@ -16,15 +16,6 @@ from ..adapters.buildkit import detect_builder
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
-from ..build.flow import (
-    FINAL_TARGET,
-    BuildOptions,
-    build_stack,
-    check_build_folder,
-    check_target,
-    describe_build,
-    resolve_ca_bundle,
-)
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -33,8 +24,11 @@ from ..core.errors import BuildError, RegistryError, one_line
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
-from ..lock.file import lock_path, missing_message
+from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
+from ..imagebuild.plan import BuildOptions, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build
+from ..lockfile.current import missing_message
+from ..lockfile.model import lock_path
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient

@@ -27,7 +27,7 @@ class RenderOptions(TaskOptions):
 @command(RenderOptions)
 def render(o: RenderOptions) -> None:
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
-    from ..build.context import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
+    from ..imagebuild.context import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
     from ..render.k8s import K8sOptions  # at call time: as above
 
     image = o.image

@@ -12,8 +12,8 @@ from ..core.console import console as make_console
 from ..core.console import fitted_table, plain
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
-from ..lock.file import Lock
 from ..lock.flow import resolve_for_base
+from ..lockfile.model import Lock
 
 COLUMNS = ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang", "patches",
            "overrides")

@@ -292,3 +292,9 @@ def url_at(data: Any, key: KeyPath) -> str:
         data = data[part]
     return str(data)
 
+
+def package_name(value: str) -> str:
+    """A distribution name as given (PEP 508's form), canonicalized (`Foo_Bar` -> `foo-bar`)."""
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
+        raise ValueError(f"'{value}' is not a package name")
+    return str(canonicalize_name(value))

@@ -5,33 +5,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from ..core.credentials import (
     CredentialError,
     HostLogin,
-    argv_references,
     merge_logins,
-    plain_secret_problem,
     redact_url,
 )
 from ..core.errors import ConfigError, did_you_mean, shown
 from .fields import (
-    MAX_COUNT,
-    MAX_DURATION_S,
-    MAX_TOKENS,
-    STACK_PLACEHOLDER,
     AnyRequirement,
     AptPackage,
-    ArgText,
-    BindMount,
-    ByteSize,
-    EnvName,
     ExactRequirement,
     ExactVersion,
     KeyedValueError,
@@ -40,39 +29,28 @@ from .fields import (
     PatchId,
     PinnedImage,
     Url,
-    cache_reference,
     cuda_release,
     exact_pins,
+    package_name,
     split_credentials,
     url_at,
 )
 from .names import LOCAL_REPOSITORY
-from .serverflags import extra_args_problem
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_yes_no_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        # YAML reads yes/no/on/off/true/false as booleans, and pydantic's lax mode takes a boolean for 1 or 0:
-        # `port: yes` would serve on port 1, `min_agreement: no` turn the gate off.
-        if isinstance(value, bool) and info.field_name and _is_number(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"{str(value).lower()} is a yes/no (YAML reads yes, no, on, off, true and false so), "
-                             "not a number")
-        return value
-
-
-def _is_number(annotation: Any) -> bool:
-    """`int`, `float` or an optional one (a bool is an int to Python, but never a number of stacks.yaml)."""
-    return annotation in (int, float) or (get_origin(annotation) in (Union, UnionType)
-                                          and any(arg in (int, float) for arg in get_args(annotation)))
-
+from .settings import (
+    CoveragePolicy,
+    PatchPolicy,
+    PublishSettings,
+    RegistryCache,
+    ServingSettings,
+    SharedLibrariesPolicy,
+    SizePolicy,
+    SmokeSettings,
+)
+from .strict import StrictModel
 
 # ---- the pieces of a stack -------------------------------------------------------------------------
 
-class TorchPin(_Model):
+class TorchPin(StrictModel):
     version: ExactVersion
     index_url: Url | None = None
     packages: tuple[ExactRequirement, ...] = ()  # torchvision/torchaudio pinned alongside, if any
@@ -81,7 +59,7 @@ class TorchPin(_Model):
         return (f"torch=={self.version}", *self.packages)
 
 
-class WheelPin(_Model):
+class WheelPin(StrictModel):
     """A package pinned to one version, from an index or from a direct wheel URL."""
 
     version: ExactVersion
@@ -95,19 +73,15 @@ class WheelPin(_Model):
 DEFAULT_KERNEL_PACKAGE = "sgl-kernel"
 
 
-def _package_name(value: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
-        raise ValueError(f"'{value}' is not a package name")
-    return str(canonicalize_name(value))
 
 
 class KernelPin(WheelPin):
     """SGLang's kernel package: `package` is its distribution name (the import name stays `sgl_kernel`)."""
 
-    package: Annotated[str, AfterValidator(_package_name)] = DEFAULT_KERNEL_PACKAGE
+    package: Annotated[str, AfterValidator(package_name)] = DEFAULT_KERNEL_PACKAGE
 
 
-class FlashInferPin(_Model):
+class FlashInferPin(StrictModel):
     version: ExactVersion
     packages: tuple[str, ...] = ("flashinfer-python", "flashinfer-cubin")
     index_url: Url | None = None
@@ -116,7 +90,7 @@ class FlashInferPin(_Model):
         return tuple(f"{p}=={self.version}" for p in self.packages)
 
 
-class PipLayer(_Model):
+class PipLayer(StrictModel):
     """One extra install layer: exact requirements, installed in its own cached layer."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
@@ -129,13 +103,13 @@ class PipLayer(_Model):
     after_sglang: bool = False
 
 
-class GitSource(_Model):
+class GitSource(StrictModel):
     repo: str
     ref: str = Field(pattern=r"^[0-9a-f]{40}$", description="a full commit sha: branches and tags move")
     subdirectory: OneLine = "python"
 
 
-class SGLangSource(_Model):
+class SGLangSource(StrictModel):
     version: ExactVersion | None = None
     git: GitSource | None = None
     install_deps: bool = True
@@ -151,7 +125,7 @@ class SGLangSource(_Model):
         return self.version if self.version else f"git-{self.git.ref[:12]}"  # type: ignore[union-attr]
 
 
-class Override(_Model):
+class Override(StrictModel):
     """An SGLang requirement this stack replaces on purpose (visible in the image's labels)."""
 
     replaces: AnyRequirement
@@ -163,146 +137,7 @@ class Override(_Model):
         return canonicalize_name(Requirement(self.pin).name)
 
 
-class SpeculativeSettings(_Model):
-    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN"] = "EAGLE3"
-    draft_model: OneLine
-    num_steps: int = Field(ge=1, le=MAX_COUNT)
-    eagle_topk: int = Field(ge=1, le=MAX_COUNT)
-    num_draft_tokens: int = Field(ge=1, le=MAX_COUNT)
-
-
-class ServingSettings(_Model):
-    """How the stack's image is served: the one source of the server's command line, env and resources.
-
-    Smoke, compose and any later manifest render from the serving spec derived from this (`serving.py`).
-    """
-
-    model: OneLine
-    speculative: SpeculativeSettings | None = None
-    tp: int = Field(default=1, ge=1, le=MAX_COUNT)
-    gpus: int = Field(default=1, ge=0, le=MAX_COUNT)
-    port: int = Field(default=30000, ge=1, le=65535)  # the server's listen port
-    # How long the server may take to load and answer /health: smoke's wait, compose's start period.
-    startup_timeout_s: float = Field(default=3600, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
-    shm_size: ByteSize = "32g"
-    extra_args: tuple[ArgText, ...] = ()
-    env: Mapping[EnvName, ArgText] = Field(default_factory=dict)  # a secret-named key takes only a `${NAME}` reference
-    mounts: tuple[BindMount, ...] = ()
-
-    @model_validator(mode="after")
-    def _no_plain_secret(self) -> ServingSettings:
-        for key, value in self.env.items():
-            problem = plain_secret_problem(str(key), str(value))
-            if problem:
-                raise KeyedValueError(("env", key), problem)
-        found = extra_args_problem(self.extra_args)
-        if found:
-            raise KeyedValueError(("extra_args", found[0]), found[1])
-        for i, (_, name) in sorted(argv_references(self.extra_args).items()):
-            # The manifests hand the reference to the server as its variable NAME.
-            if name in self.env and self.env[name] != f"${{{name}}}":
-                raise KeyedValueError(("extra_args", i), f"refers to ${{{name}}}, and serving.env sets {name} to "
-                                                         f"something else: use another name for one of them")
-        return self
-
-
-class Gates(_Model):
-    min_speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    min_accept_length: float = Field(default=2.0, ge=0, allow_inf_nan=False)
-    min_agreement: float = Field(default=0.9, ge=0, le=1, allow_inf_nan=False)
-    max_regression: float = Field(default=0.05, ge=0, le=1, allow_inf_nan=False)
-
-
-class SmokeSettings(_Model):
-    """How the smoke test measures a served image (the server itself is `serving:`)."""
-
-    max_new_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
-    concurrency: int = Field(default=8, ge=1, le=MAX_COUNT)
-    num_prompts: int = Field(default=8, ge=1, le=MAX_COUNT)
-    gates: Gates = Gates()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _serving_keys_moved(cls, data: Any) -> Any:
-        # stacks.yaml files written before the split kept the server's settings under `smoke:`.
-        if isinstance(data, Mapping):
-            for key in data:
-                if key in ServingSettings.model_fields or key == "timeout_s":
-                    new = "startup_timeout_s" if key == "timeout_s" else key
-                    raise KeyedValueError((key,), f"'{key}' is a serving setting: move it to 'serving.{new}'")
-        return data
-
-
-class PublishSettings(_Model):
-    repository: str = "127.0.0.1:5000/sglstack/sglang"
-    immutable_tag: str = "{sglang}-{stack}-{date}-{confighash8}"
-    moving_tags: tuple[str, ...] = ("{sglang}-{stack}", "{stack}")
-    candidate_tag: str = "candidate-{stack}-{confighash12}"
-
-
-class PatchPolicy(_Model):
-    # 'notice': a patch already upstream is skipped with a message; 'error': the build stops so the
-    # stack's patch list gets cleaned up.
-    on_upstream: Literal["notice", "error"] = "notice"
-
-
-class CoverageException(_Model):
-    """A kernel-coverage cell this stack accepts below `require`, declared with a reason (like an override)."""
-
-    extension: str = Field(min_length=1)  # a row of `invoke coverage` (e.g. sgl_kernel.flash_ops); globs allowed
-    capability: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+$")  # e.g. "10.3"; None: every capability
-    reason: str = Field(min_length=1)
-
-
-class CoveragePolicy(_Model):
-    """What every GPU of `cuda_arch_list` must get from each CUDA extension (`invoke coverage`, the build)."""
-
-    require: Literal["native", "ptx"] = "native"  # ptx: a JIT-compiled first start is acceptable
-    exceptions: tuple[CoverageException, ...] = ()
-    # More distributions whose device code is checked, beyond the kernel package, FlashInfer's and torch's:
-    # the CUDA packages the stack's SGLang brings (DeepEP, FlashMLA, NVIDIA's libraries, ...), at the
-    # versions the image installs (the lock's, for `invoke coverage`).
-    packages: tuple[Annotated[str, AfterValidator(_package_name)], ...] = ()
-
-
-class LibraryException(_Model):
-    """Compiled files whose missing shared libraries this stack accepts, with the reason (like an override):
-    plugins and alternative builds a package loads only for a feature, a fabric or a library version that
-    the serving image does not use."""
-
-    file: str = Field(min_length=1)  # a glob on the path under site-packages, e.g. "torchcodec/libtorchcodec_*"
-    reason: str = Field(min_length=1)
-
-
-class SizePolicy(_Model):
-    """The serving image's size policy, checked after verification. `max_gb`: the most it may weigh
-    (uncompressed, as the engine counts it, in GB of 10^9 bytes); over it the build fails with what grew
-    since the stack's last recorded build. `library_copies`: the second builds of a CUDA library (one file
-    name at two paths) this stack accepts, each with its reason; any other fails the build."""
-
-    max_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    library_copies: tuple[LibraryException, ...] = ()
-
-
-class SharedLibrariesPolicy(_Model):
-    """The build's shared-library check: every DT_NEEDED of every compiled file resolves in the image,
-    except the driver's (the host provides them) and the files declared here."""
-
-    exceptions: tuple[LibraryException, ...] = ()
-
-
-class RegistryCache(_Model):
-    """BuildKit's registry cache of a stack's layers: `cache-from` on every build, `cache-to` where the
-    builder can export one (buildx; not the classic builder)."""
-
-    registry: Annotated[str, AfterValidator(cache_reference)]
-    mode: Literal["min", "max"] = "max"  # max: every stage's layers, so a cold runner rebuilds none
-
-    def ref_for(self, stack_name: str) -> str:
-        return self.registry.replace(STACK_PLACEHOLDER, stack_name)
-
-
-class Stack(_Model):
+class Stack(StrictModel):
     name: str
     description: OneLine = ""
     inherits: str | None = None
@@ -448,7 +283,7 @@ class Stack(_Model):
         return self.cache.ref_for(self.name) if self.cache else None
 
 
-class Matrix(_Model):
+class Matrix(StrictModel):
     file: str
     stacks: Mapping[str, Stack]
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError, one_line
+from .folderlock import folder_lock
 from .inputs import loads
 from .safefiles import (
     OutputNotWritable,
     check_inside,
     containing_root,
-    folder_lock,
     make_folder,
     not_a_file,
     open_log,
@@ -56,7 +56,7 @@ def build_root() -> Path:
 
 def stack_lock(stack_name: str, task: str) -> contextlib.AbstractContextManager[None]:
     """The one lock of a stack (`build/NAME/.lock`), taken by build, deploy, bisect and render: a second
-    task of the same stack is refused with one line (`safefiles.folder_lock` says why not a wait)."""
+    task of the same stack is refused with one line (`folderlock.folder_lock` says why not a wait)."""
     return folder_lock(build_root() / stack_name, task, root=build_root(), stack=stack_name)
 
 

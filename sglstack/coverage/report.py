@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.schema import CoverageException, CoveragePolicy
+from ..config.settings import CoverageException, CoveragePolicy
 from ..core.labels import COVERAGE_LABEL, format_coverage_label
 from .rules import (
     NATIVE,

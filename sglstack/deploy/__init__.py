@@ -3,8 +3,8 @@
 One module per job: `options` (every task option, defined once), `actions` (what each task does),
 `flow` (deploy / rollback / undeploy, with the restore of the previous deployment after a failed one),
 `checks` (what is checked before anything changes), `images` (which image, and the smoke report that
-passed it), `health`, `store` (the deployment records), `status` (the table), `compose_cli` (the
-compose CLI adapter).
+passed it), `health`, `store` (the deployment records), `status` (the table); `ComposeCLI` and
+`detect_compose` come from the compose adapter (`sglstack.adapters.compose`).
 
 Names are re-exported lazily: `sglstack.cli.deploy` imports `sglstack.deploy.options` at start-up, and loading the
 Docker SDK there would slow down every `invoke` call, including `invoke --list`.
@@ -16,8 +16,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ComposeCLI": "compose_cli",
-    "detect_compose": "compose_cli",
+    "ComposeCLI": "..adapters.compose",
+    "detect_compose": "..adapters.compose",
     "DeploymentRecord": "store",
     "append_record": "store",
     "read_records": "store",
@@ -32,9 +32,9 @@ _EXPORTS = {
     "DeployFailed": "flow",
     "Deployment": "flow",
     "deploy": "flow",
-    "rollback": "flow",
-    "undeploy": "flow",
-    "service_logs": "flow",
+    "rollback": "lifecycle",
+    "undeploy": "lifecycle",
+    "service_logs": "lifecycle",
     "StackStatus": "status",
     "deployment_status": "status",
     "format_duration": "status",
@@ -53,4 +53,4 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'sglstack.deploy' has no attribute '{name}'")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name)

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..adapters.docker import docker_client
+from ..adapters.kubectl import find_kubectl
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
 from ..config.defaults import default_stacks_file
@@ -17,21 +18,21 @@ from ..config.imageref import pinned_digest
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.errors import DeployError, did_you_mean
+from ..core.folderlock import folder_lock
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
-from ..core.safefiles import folder_lock
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
 from .checks import check_options
-from .flow import DeployFailed, Deployment, Say, deploy, rollback, say_stderr, service_logs, undeploy
+from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
-from .kubectl import find_kubectl
+from .lifecycle import rollback, service_logs, undeploy
 from .options import (
     TARGETS,
     DeployOptionError,

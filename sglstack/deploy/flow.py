@@ -1,4 +1,5 @@
-"""Deploy, rollback, undeploy and logs of one stack's compose project.
+"""Deploy of one stack's compose project, and the restore after a failed one (rollback, undeploy, logs:
+`lifecycle`).
 
 A deploy checks every option and the target host first, pulls the image, renders and validates the
 compose file, and only then runs `up`. When the new deployment does not start or get healthy, or a
@@ -27,6 +28,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from ..adapters.compose import ComposeCLI, detect_compose, error_line
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
@@ -43,10 +45,9 @@ from ..core.safefiles import (
 from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
-from .checks import check_host, check_options, check_project_owner
-from .compose_cli import ComposeCLI, detect_compose, error_line, last_line
+from .checks import check_host, check_options
 from .files import Saved, discard_saved, restore_files, write_files
-from .health import COMPOSE_PROJECT_LABEL, answers_200, container_log_tail, project_containers, wait_healthy
+from .health import answers_200, container_log_tail, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for
 from .store import (
     DeploymentRecord,
@@ -57,7 +58,6 @@ from .store import (
     record_or_why,
     records_path,
     require_recordable,
-    rollback_target,
     serving_now,
 )
 
@@ -394,86 +394,6 @@ def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
             return f"{parse_image_reference(record.image).name}@{record.digest}"
     raise DeployError(f"{record.image} no longer points to the image that ran ({record.image_id[:19]}), "
                       "and that image is gone from the engine")
-
-
-# ---- rollback, undeploy, logs ----------------------------------------------------------------------
-
-
-def rollback(
-    dep: Deployment,
-    *,
-    compose: ComposeCLI | None = None,
-    wait_timeout_s: float | None = None,
-    say: Say = say_stderr,
-) -> DeploymentRecord:
-    """Redeploy the healthy image recorded before the current one, with the options it ran with."""
-    target = rollback_target(dep.records())
-    if target is None:
-        raise DeployError(
-            f"stack '{dep.stack.name}': no earlier healthy deployment to roll back to in "
-            f"{display_path(records_path(dep.build_root, dep.stack.name))}"
-        )
-    say(f"rolling back stack '{dep.stack.name}' to {target.image} (deployed {target.time})")
-    options = cmp.ComposeOptions.from_record(target.options)
-    return deploy(dep, target.image, options, compose=compose, wait_timeout_s=wait_timeout_s, action="rollback",
-                  smoke_report=target.smoke_report, say=say)
-
-
-def current_compose_file(dep: Deployment) -> Path:
-    records = dep.records()
-    name = records[-1].compose_file if records else cmp.COMPOSE_FILE
-    path = dep.out_dir / name
-    if not path.is_file():
-        raise DeployError(f"stack '{dep.stack.name}': {display_path(path)} not found (deploy it first)")
-    return path
-
-
-def service_logs(
-    dep: Deployment,
-    *,
-    compose: ComposeCLI | None = None,
-    compose_file: Path | None = None,
-    tail: int | None = LOG_TAIL_LINES,
-) -> str:
-    compose = compose or detect_compose()
-    compose_file = compose_file or current_compose_file(dep)
-    args = ["logs", "--no-color"] + (["--tail", str(tail)] if tail else [])
-    proc = compose.run(dep.project_name, [compose_file], args, docker_host=dep.docker_host)
-    return proc.stdout + (proc.stderr if proc.returncode else "")
-
-
-def undeploy(dep: Deployment, *, compose: ComposeCLI | None = None, say: Say = say_stderr) -> int:
-    """`down -v` the stack's project; return how many of its containers remain (0 unless something failed)."""
-    require_recordable(dep.build_root, dep.stack.name)  # records must not keep naming a removed service
-    compose = compose or detect_compose()
-    say(f"compose: {compose.label}")
-    client = docker_client(dep.docker_host)
-    # Found by a derived name: another stack's containers there are not this stack's to remove.
-    check_project_owner(client, project=dep.project_name, stack=dep.stack.name)
-    path: Path | None
-    try:
-        path = current_compose_file(dep)
-    except DeployError:
-        path = None
-    if path is not None:
-        proc = compose.run(dep.project_name, [path], ["down", "-v", "--remove-orphans"], docker_host=dep.docker_host)
-        if proc.returncode != 0:
-            raise DeployError(f"project {dep.project_name}: compose down failed: {last_line(proc.stderr)}")
-    else:
-        # The build folder is gone: remove what carries the project's label.
-        for c in project_containers(client, dep.project_name):
-            c.remove(force=True, v=True)
-        for network in client.networks.list(filters={"label": f"{COMPOSE_PROJECT_LABEL}={dep.project_name}"}):
-            network.remove()
-    left = project_containers(client, dep.project_name)
-    if left:
-        raise DeployError(f"project {dep.project_name}: {len(left)} container(s) still present after down")
-    ours = dep.records()
-    if ours:
-        append_record(dep.build_root, replace(ours[-1], action="undeploy", result="removed", time=utc_timestamp(),
-                                              note=""))
-    say(f"stack '{dep.stack.name}' (project {dep.project_name}) removed")
-    return len(left)
 
 
 def _engine_name(client: docker.DockerClient) -> str:

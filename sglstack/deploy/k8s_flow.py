@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..adapters.kubectl import Kubectl
 from ..config.imageref import pinned_digest
 from ..config.schema import Stack
 from ..core import signals
@@ -26,7 +27,6 @@ from ..render import k8s_lws as lws
 from ..serving import ServingSpec
 from .files import discard_saved, restore_files, write_files
 from .flow import DeployFailed, Say, say_stderr
-from .kubectl import Kubectl
 from .store import (
     DeploymentRecord,
     append_record,

@@ -22,7 +22,7 @@ from ..core import labels as lb
 from ..core.console import plain, report_table
 from ..core.inputs import loads
 from ..core.labels import CONFIG_HASH_LABEL, PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX, PREFIX
-from ..lock.file import Lock
+from ..lockfile.model import Lock
 from ..size.report import GB, MB, Growth, size_changes
 
 BASE_NAME_LABEL = lb.BASE_NAME_LABEL

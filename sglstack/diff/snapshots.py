@@ -12,7 +12,7 @@ from pathlib import Path
 from ..core.errors import ConfigError, DockerUnavailable
 from ..core.inputs import loads, read_json, read_text
 from ..core.records import build_root
-from ..lock.file import parse_lock
+from ..lockfile.text import parse_lock
 from .compare import Snapshot, image_snapshot, lock_snapshot, record_problem, record_snapshot
 
 # The facts the build leaves in the image (see images/Dockerfile.j2), by the name diff.py reads them under.

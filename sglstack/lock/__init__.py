@@ -1,1 +1,1 @@
-"""Locks: resolve a stack's closure with uv, the lock file format, pin conflicts with SGLang's own requirements."""
+"""Locks: resolve a stack's closure with uv, pin conflicts with SGLang's own requirements (the file: `lockfile`)."""

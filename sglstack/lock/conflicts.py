@@ -21,7 +21,8 @@ from ..config.platforms import MACHINE
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
-from .file import Lock, lock_path, missing_message, stale_message
+from ..lockfile.current import missing_message, stale_message
+from ..lockfile.model import Lock, lock_path
 from .flow import LockError, resolve_for_base
 from .trust import StaleLock, lock_differences, lock_for_build
 

@@ -28,19 +28,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from ..adapters.uv import (
     Resolution,
     ResolutionConflict,
-    ResolvedPackage,
     ResolveRequest,
     ResolverError,
     SourceUnreachable,
@@ -51,29 +49,31 @@ from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import ConfigError, one_line
+from ..core.folderlock import file_lock
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.network import network_advice, network_problem
 from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
-from ..core.safefiles import file_lock
 from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
-from .file import (
-    Lock,
-    LockedPackage,
-    UnresolvedLayer,
-    lock_path,
-    read_lock,
-    stack_input_hash,
-    with_edges,
-    write_lock,
-    written_sha256,
+from ..lockfile.current import stack_input_hash
+from ..lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges
+from ..lockfile.text import read_lock, write_lock, written_sha256
+from .entries import (
+    PlatformPart,
+    closure,
+    conflict_message,
+    hashed_entries,
+    no_deps_request,
+    owner_of,
+    public_pin,
+    unhashed_entries,
+    unreachable_reason,
 )
 from .plan import (
     SGLANG,
     SGLANG_REQUIREMENTS,
     GitTree,
     LockError,
-    PlannedLayer,
     base_image_glibc,
     git_tree,
     plan_layers,
@@ -84,71 +84,12 @@ from .plan import (
 CompileFn = Callable[[Sequence[ResolveRequest]], list[Resolution | ResolverError]]
 
 
-def _public(requirement: str) -> str | None:
-    """`torch==2.9.1+cu130` -> `torch==2.9.1`: the same release as the default index publishes it."""
-    req = Requirement(requirement)
-    specs = list(req.specifier)
-    if req.url or len(specs) != 1 or specs[0].operator != "==":
-        return None
-    return f"{req.name}=={Version(specs[0].version).public}"
-
-
-def _owner(url: str, layers: Iterable[PlannedLayer]) -> PlannedLayer | None:
-    """The layer whose index or direct URL `url` belongs to."""
-    for layer in layers:
-        if layer.index_url and url.rstrip("/").startswith(layer.index_url.rstrip("/")):
-            return layer
-        for text in layer.requirements:
-            req = Requirement(text)
-            if req.url and url.split("#")[0] == req.url.split("#")[0]:
-                return layer
-    return None
-
-
-def _reason(exc: SourceUnreachable, layer: PlannedLayer | None = None) -> str:
-    """'index URL unreachable (cause)' for a layer's index, 'URL unreachable (cause)' for a direct URL."""
-    where = exc.url
-    if layer and layer.index_url and exc.url.startswith(layer.index_url.rstrip("/")):
-        where = f"index {layer.index_url}"
-    return f"{where} unreachable: {exc.cause}" if exc.cause else f"{where} unreachable"
-
-
-@dataclass(frozen=True)
-class _Part:
-    """What one platform's resolution found: entries by layer, and what stayed out of reach."""
-
-    packages: tuple[LockedPackage, ...]
-    unresolved: tuple[UnresolvedLayer, ...]
-    notes: tuple[str, ...]
-    indexes: tuple[str, ...]
-    uv_version: str
-
-
-def _no_deps_request(stack: Stack, layer: PlannedLayer, target: str) -> ResolveRequest:
-    return ResolveRequest(requirements=layer.requirements, python_version=stack.python, python_platform=target,
-                          no_deps=True, default_index=layer.index_url if layer.exclusive_index else None,
-                          indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else (),
-                          logins=stack.credentials)
-
-
-def _closure(roots: Iterable[str], children: dict[str, set[str]], allowed: set[str]) -> set[str]:
-    seen: set[str] = set()
-    todo = [r for r in roots if r in allowed]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo += [c for c in children.get(name, ()) if c in allowed and c not in seen]
-    return seen
-
-
 def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrade: tuple[str, ...],
                       compile_fn: CompileFn = compile_many, tree: GitTree | None = None,
-                      glibc: str | None = None) -> _Part:
+                      glibc: str | None = None) -> PlatformPart:
     run = _PlatformResolution(stack, platform, previous, upgrade, tree, glibc)
     # The no-deps parts and the first main attempt run side by side.
-    first = compile_fn([run.main_request(), *(_no_deps_request(stack, layer, run.target)
+    first = compile_fn([run.main_request(), *(no_deps_request(stack, layer, run.target)
                                               for layer in run.no_deps_layers)])
     packages, indexes = run.no_deps_results(first[1:])
     main = run.main_resolution(first[0], compile_fn)
@@ -157,7 +98,7 @@ def _resolve_platform(stack: Stack, platform: str, previous: Lock | None, upgrad
     order = {layer.name: i for i, layer in enumerate(run.plan)}
     packages = list({p.name: p for p in reversed(packages)}.values())  # one entry per name: the first
     packages.sort(key=lambda p: (order[p.layer], p.name))
-    return _Part(tuple(packages), tuple(run.unresolved[x.name] for x in run.plan if x.name in run.unresolved),
+    return PlatformPart(tuple(packages), tuple(run.unresolved[x.name] for x in run.plan if x.name in run.unresolved),
                  tuple(run.notes), tuple(dict.fromkeys([*main.indexes_used, *indexes])), main.uv_version)
 
 
@@ -202,13 +143,13 @@ class _PlatformResolution:
         indexes: list[str] = []
         for layer, result in zip(self.no_deps_layers, results, strict=True):
             if isinstance(result, SourceUnreachable):
-                self.unresolved[layer.name] = UnresolvedLayer(layer.name, False, _reason(result, layer))
-                packages += _unhashed(self.stack, layer, _reason(result, layer))
+                self.unresolved[layer.name] = UnresolvedLayer(layer.name, False, unreachable_reason(result, layer))
+                packages += unhashed_entries(self.stack, layer, unreachable_reason(result, layer))
             elif isinstance(result, ResolverError):
                 raise LockError(f"stack '{self.stack.name}': layer {layer.name}: {result}")
             else:
                 indexes += result.indexes_used
-                packages += _hashed(self.stack, layer, result.packages, required_by=False)
+                packages += hashed_entries(self.stack, layer, result.packages, required_by=False)
         return packages, indexes
 
     def main_resolution(self, main: Resolution | ResolverError, compile_fn: CompileFn) -> Resolution:
@@ -218,15 +159,15 @@ class _PlatformResolution:
             if not isinstance(main, ResolverError):
                 break
             if isinstance(main, SourceUnreachable):
-                owner = _owner(main.url, self.deps_layers)
+                owner = owner_of(main.url, self.deps_layers)
                 if owner is None or owner.name in self.unresolved:
                     raise LockError(f"stack '{name}': {main}")
-                self.unresolved[owner.name] = UnresolvedLayer(owner.name, True, _reason(main, owner))
-                public = tuple(_public(r) for r in owner.requirements)
+                self.unresolved[owner.name] = UnresolvedLayer(owner.name, True, unreachable_reason(main, owner))
+                public = tuple(public_pin(r) for r in owner.requirements)
                 if all(public):
                     self.stand_ins[owner.name] = tuple(p for p in public if p)
                 if owner.name == SGLANG_REQUIREMENTS:
-                    self.unresolved[SGLANG] = UnresolvedLayer(SGLANG, False, _reason(main, owner))
+                    self.unresolved[SGLANG] = UnresolvedLayer(SGLANG, False, unreachable_reason(main, owner))
             elif self.stand_ins:
                 # The stand-ins themselves do not resolve (e.g. a release only the unreachable index has):
                 # leave those layers out entirely, and say so.
@@ -252,7 +193,7 @@ class _PlatformResolution:
                 children.setdefault(parent, set()).add(p.name)
         kept_names = set(resolved) - stand_in_names
         roots = [n for layer in self.deps_layers if layer.name not in self.unresolved for n in layer.names]
-        kept = _closure(roots, children, kept_names) - ({SGLANG} if self.tree else set())  # a git SGLang: below
+        kept = closure(roots, children, kept_names) - ({SGLANG} if self.tree else set())  # a git SGLang: below
         dropped = len(kept_names - kept - {SGLANG})
         for layer_name, pins in self.stand_ins.items():
             self.notes.append(f"layer {layer_name} was not resolved; {' '.join(pins)} from the default index stood in "
@@ -272,7 +213,7 @@ class _PlatformResolution:
             p = resolved[name]
             note = shared_note if shared_note and set(p.required_by) & stand_in_names else None
             layer = next(x for x in self.plan if x.name == layer_of.get(name, fallback))
-            packages += _hashed(self.stack, layer, (p,), note=note)
+            packages += hashed_entries(self.stack, layer, (p,), note=note)
         return packages
 
     def _layer_of(self, children: dict[str, set[str]], kept: set[str]) -> dict[str, str]:
@@ -283,7 +224,7 @@ class _PlatformResolution:
         for layer in self.deps_layers:
             if layer.name in self.unresolved:
                 continue
-            for name in sorted(_closure(layer.names, children, kept)):
+            for name in sorted(closure(layer.names, children, kept)):
                 layer_of.setdefault(name, layer.name)
         return layer_of
 
@@ -292,56 +233,12 @@ class _PlatformResolution:
         out: list[LockedPackage] = []
         for layer in self.deps_layers:
             if layer.name in self.unresolved:
-                out += _unhashed(self.stack, layer, self.unresolved[layer.name].reason, self.tree)
+                out += unhashed_entries(self.stack, layer, self.unresolved[layer.name].reason, self.tree)
         if self.tree and not any(p.layer == SGLANG for p in [*so_far, *out]):
             # What the image installs: the wheel it builds from the commit, at that pyproject's version.
             out.append(LockedPackage(name=SGLANG, version=self.tree.version, layer=SGLANG,
                                      unhashed=self.tree.reason))
         return out
-
-
-def _pin_version(stack: Stack, name: str, requirement: str) -> str:
-    req = Requirement(requirement)
-    if not req.url:
-        return next(iter(req.specifier)).version
-    return stack.pins().get(name, "")
-
-
-def _hashed(stack: Stack, layer: PlannedLayer, resolved: Sequence[ResolvedPackage], *, required_by: bool = True,
-            note: str | None = None) -> list[LockedPackage]:
-    out = []
-    for p in resolved:
-        version = p.version or stack.pins().get(p.name, "")
-        if not version:
-            raise LockError(f"stack '{stack.name}': layer {layer.name}: {p.name} @ {p.url} has no version pinned "
-                            f"in the stack")
-        hashes = tuple(sorted(p.hashes))
-        out.append(LockedPackage(name=p.name, version=version, layer=layer.name, hashes=hashes, url=p.url,
-                                 unhashed=None if hashes else "the index serves no sha256 for its files",
-                                 required_by=p.required_by if required_by else (), note=note))
-    return out
-
-
-def _unhashed(stack: Stack, layer: PlannedLayer, reason: str, tree: GitTree | None = None) -> list[LockedPackage]:
-    out = []
-    for text in layer.requirements:
-        req = Requirement(text)
-        name = canonicalize_name(req.name)
-        if tree and name == SGLANG:  # never the exported tree's temporary path
-            out.append(LockedPackage(name=name, version=tree.version, layer=SGLANG,
-                                     unhashed=f"{tree.reason}; {reason}"))
-            continue
-        out.append(LockedPackage(name=name, version=_pin_version(stack, name, text),
-                                 layer=SGLANG if name == "sglang" else layer.name, url=req.url, unhashed=reason))
-    return out
-
-
-def conflict_message(conflict: ResolutionConflict) -> str:
-    """Both sides of the conflict, then uv's own reason: the sides alone hide a cause that is no requirement
-    of anyone ("sglang==0.5.23 has no wheels with a matching platform tag ... available for manylinux_2_34")."""
-    sides = "; ".join(str(s) for s in conflict.sides)
-    reason = " ".join(conflict.explanation.split())
-    return f"{sides} (uv: {reason})" if sides and reason else sides or reason
 
 
 def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..core.resources import DEFAULT_PATCHES_DIR
-from .file import LOCKS_DIR
+from ..lockfile.model import LOCKS_DIR
 
 PATCHES_DIR = DEFAULT_PATCHES_DIR  # the patches every stack names: their specs and code are read, never written
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from ..config.schema import Stack
 from ..core.errors import ConfigError
-from .file import Lock, is_current, lock_path, read_lock, same_version, stale_message, written_sha256
+from ..lockfile.current import is_current, same_version, stale_message
+from ..lockfile.model import Lock, lock_path
+from ..lockfile.text import read_lock, written_sha256
 from .plan import root_names
 
 

@@ -13,7 +13,8 @@ import string
 from dataclasses import dataclass
 
 from ..config.imageref import parse_repository
-from ..config.schema import PublishSettings, Stack
+from ..config.schema import Stack
+from ..config.settings import PublishSettings
 from ..config.tagtemplates import PLACEHOLDERS, render_tag
 from ..config.tagtemplates import TAG_CHARS as _TAG_CHARS
 from ..config.tagtemplates import tag_value as _tag_value

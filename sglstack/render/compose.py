@@ -3,7 +3,7 @@
 One service serves the image with the serving spec's argv, env, mounts, shm, ulimits, GPUs and
 healthcheck (`serving.py`: the same spec the smoke test serves). Rendering is deterministic: the same
 stack, image and options give the same bytes. Multi-node serving renders one file per node, differing
-only in `--node-rank`. Nothing here writes a file (deploy and `build.context` write what it returns),
+only in `--node-rank`. Nothing here writes a file (deploy and `imagebuild.context` write what it returns),
 reads records or calls an engine: the caller passes the image reference (and the smoke report it
 passed, when one is known).
 """

@@ -29,7 +29,7 @@ from ..core.quoting import (
     shell_word_with,
 )
 from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
-from ..lock.file import Lock
+from ..lockfile.model import Lock
 from . import confighash
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
@@ -229,7 +229,7 @@ _SKIPPED = (".pyc",)
 @dataclass(frozen=True)
 class BuildContext:
     """The rendered Dockerfile and exactly the context files it COPYs (or mounts), as content: the
-    relative path of each file -> its bytes and mode. Writing them is build's (`build.context`)."""
+    relative path of each file -> its bytes and mode. Writing them is imagebuild's (`imagebuild.context`)."""
 
     dockerfile: str
     files: dict[str, bytes]

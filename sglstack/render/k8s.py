@@ -4,7 +4,7 @@ The LWS controller (kubernetes-sigs/lws) runs one group of `size` pods per repli
 index 0) serves the API, the others join it through torch.distributed. Every pod runs the very argv the
 smoke gate tested (`serving.serving_argv`), with the node values taken from the variables LWS injects
 into each container; Kubernetes expands `$(VAR)` in `command` from the container's environment.
-Nothing here reads records, calls kubectl or writes a file (deploy and `build.context` write them).
+Nothing here reads records, calls kubectl or writes a file (deploy and `imagebuild.context` write them).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..config.schema import SizePolicy
+from ..config.settings import SizePolicy
 from ..core.errors import BuildError, ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.resources import TOOLS_DIR

@@ -13,7 +13,8 @@ from typing import Any
 from ..config.matrix import DEFAULT_STACKS_FILE, load_matrix
 from ..core.errors import one_line
 from ..core.jsonreport import NO_JSON, JsonReport
-from .plan import SmokeOptions, launch_argvs, smoke_options
+from .launch import launch_argvs
+from .plan import SmokeOptions, smoke_options
 from .report import SmokeReport
 from .runner import run_smoke
 

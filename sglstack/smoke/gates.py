@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.schema import Gates
+from ..config.settings import Gates
 from .measure import ServerRun
 
 LABELS = {"baseline": "baseline", "eagle3": "EAGLE-3"}

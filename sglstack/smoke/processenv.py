@@ -1,7 +1,7 @@
 """What a server that `smoke --runner process` starts may take from the caller's environment.
 
 A container gets its environment from its image and the NVIDIA runtime, plus what the smoke declares
-(`plan.server_environment`). A local process on a Slurm or plain node has those runtime settings only in
+(`launch.server_environment`). A local process on a Slurm or plain node has those runtime settings only in
 the caller's environment (CUDA, NCCL, locale, where models and kernels are cached), so these pass; nothing
 else does: the server runs the model's own code (`--trust-remote-code`), and the caller's environment
 holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLANG_* do not pass either

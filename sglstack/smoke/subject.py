@@ -21,7 +21,8 @@ from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, one_line, shown
 from ..core.network import explained
 from ..preflight.gate import require_ready
-from .plan import SmokeOptions, env_interpreter
+from .launch import env_interpreter
+from .plan import SmokeOptions
 
 Log = Callable[[str], None]
 

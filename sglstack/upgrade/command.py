@@ -31,24 +31,26 @@ from packaging.version import Version
 from ..adapters.cuobjdump import CuobjdumpError
 from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
-from ..build.patches import check_version
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.console import console as make_console
 from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
+from ..core.folderlock import file_lock
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.progress import progress
 from ..core.records import build_root, require_writable, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
-from ..core.safefiles import check_inside, file_lock, make_folder
+from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
+from ..imagebuild.patches import check_version
 from ..lock.conflicts import check_stack_pins
-from ..lock.file import Lock, lock_path, read_lock, render_lock
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform
+from ..lockfile.model import Lock, lock_path
+from ..lockfile.text import read_lock, render_lock
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv

@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from ..config.schema import Stack
 from ..inimage.incontainer.wheelkit import requirement_key
-from ..lock.file import Lock
+from ..lockfile.model import Lock
 from .releases import FLASHINFER, ReleasePins, applicable_requirements
 
 FLASHINFER_CUBIN = "flashinfer-cubin"

@@ -29,7 +29,7 @@ from sglstack.attest.signing import (
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
 from sglstack.config.imageref import parse_image_reference
-from sglstack.lock.file import Lock, LockedPackage
+from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
 
 WHEN = dt.datetime(2026, 12, 3, 19, 0, tzinfo=dt.UTC)

@@ -15,11 +15,12 @@ from clirun import run_invoke
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglstack.adapters.buildkit import Builder, BuildRequest, build_argv
-from sglstack.build.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
-from sglstack.build.flow import FINAL_TARGET, BuildOptions, describe_build
 from sglstack.cli.pipeline import build_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable
+from sglstack.imagebuild.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
+from sglstack.imagebuild.flow import FINAL_TARGET, describe_build
+from sglstack.imagebuild.plan import BuildOptions
 from sglstack.lock.trust import lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ import pytest
 from bisect_fixtures import make_history, stack_yaml
 from clirun import run_invoke
 
-from sglstack.bisect import driver
+from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
 from sglstack.bisect.log import BisectLog
-from sglstack.build.flow import BuildResult
 from sglstack.core.errors import BuildError
+from sglstack.imagebuild.plan import BuildResult
 from sglstack.smoke import SmokeReport
 
 N = 12
@@ -312,20 +312,20 @@ def test_prepare_turns_the_request_into_the_planner_and_smoke_settings(small, tm
 def test_the_endpoints_and_the_range_of_a_git_stack(small):
     shas, matrix, repo = small
     stack = driver.prepare(request(matrix, shas[0], shas[-1]))[0]
-    assert driver.mode_of(stack) == "git" and driver.source_of(stack) == str(repo)
-    assert driver.resolve_endpoint(stack, shas[0][:10], "good") == shas[0]
+    assert refs.mode_of(stack) == "git" and refs.source_of(stack) == str(repo)
+    assert refs.resolve_endpoint(stack, shas[0][:10], "good") == shas[0]
     with pytest.raises(driver.BisectInputError, match=r"^--good no-such-ref: git source .*'no-such-ref'$"):
-        driver.resolve_endpoint(stack, "no-such-ref", "good")
-    assert driver.refs_between(stack, shas[0], shas[-1]) == shas
+        refs.resolve_endpoint(stack, "no-such-ref", "good")
+    assert refs.refs_between(stack, shas[0], shas[-1]) == shas
     with pytest.raises(driver.BisectInputError) as same:
-        driver.refs_between(stack, shas[1], shas[1])
+        refs.refs_between(stack, shas[1], shas[1])
     assert str(same.value) == f"--good and --bad are the same commit {shas[1][:12]}"
     with pytest.raises(driver.BisectInputError) as swapped:
-        driver.refs_between(stack, shas[-1], shas[0])
+        refs.refs_between(stack, shas[-1], shas[0])
     assert str(swapped.value) == f"--good {shas[-1][:12]} is not an ancestor of --bad {shas[0][:12]} in {repo}"
     assert driver.subjects_of(stack, shas[:2]) == {shas[0]: "commit 0: serve at 300 tok/s",
                                                   shas[1]: "commit 1: serve at 300 tok/s"}
-    at = driver.stack_at(stack, shas[1])
+    at = refs.stack_at(stack, shas[1])
     assert at.sglang.git.ref == shas[1] and at.sglang.git.repo == stack.sglang.git.repo and at.name == "synth"
     assert stack.sglang.git.ref == shas[-1]  # the stack itself is left as it was
     # no patches: the tree is exported (a ref that is not there is a skip), nothing to apply
@@ -339,16 +339,16 @@ def test_the_endpoints_and_the_range_of_a_release_stack(small, monkeypatch):
     git_stack = driver.prepare(request(matrix, shas[0], shas[-1]))[0]
     stack = git_stack.model_copy(update={"sglang": git_stack.sglang.model_copy(update={"git": None,
                                                                                     "version": "0.5.9"})})
-    assert driver.mode_of(stack) == "release" and driver.source_of(stack) == "sglang on the package index"
-    assert driver.resolve_endpoint(stack, "0.5.8", "bad") == "0.5.8"
+    assert refs.mode_of(stack) == "release" and refs.source_of(stack) == "sglang on the package index"
+    assert refs.resolve_endpoint(stack, "0.5.8", "bad") == "0.5.8"
     with pytest.raises(driver.BisectInputError, match=r"^--bad main: stack 'synth' takes SGLang releases: "):
-        driver.resolve_endpoint(stack, "main", "bad")
-    monkeypatch.setattr(driver, "available_versions", lambda name: ["0.5.7", "0.5.8", "0.5.9", "0.5.10"])
-    assert driver.refs_between(stack, "0.5.7", "0.5.9") == ["0.5.7", "0.5.8", "0.5.9"]
+        refs.resolve_endpoint(stack, "main", "bad")
+    monkeypatch.setattr(refs, "available_versions", lambda name: ["0.5.7", "0.5.8", "0.5.9", "0.5.10"])
+    assert refs.refs_between(stack, "0.5.7", "0.5.9") == ["0.5.7", "0.5.8", "0.5.9"]
     with pytest.raises(driver.BisectInputError, match=r"^--good 0\.5\.9 --bad 0\.5\.7: "):
-        driver.refs_between(stack, "0.5.9", "0.5.7")
+        refs.refs_between(stack, "0.5.9", "0.5.7")
     assert driver.subjects_of(stack, ["0.5.7", "0.5.8"]) == {"0.5.7": "sglang 0.5.7", "0.5.8": "sglang 0.5.8"}
-    at = driver.stack_at(stack, "0.5.8")
+    at = refs.stack_at(stack, "0.5.8")
     assert at.sglang.version == "0.5.8" and at.sglang.git is None and stack.sglang.version == "0.5.9"
     assert driver.patch_skip(stack.model_copy(update={"patches": []}), "0.5.8", Path("patches")) is None
 
@@ -362,9 +362,9 @@ def test_the_key_of_a_bisect_is_everything_but_the_sglang_ref(small):
                    "runs_per_batch": 5, "max_batches": 4, "smoke": options.fingerprint()}
     fingerprint = driver.stack_fingerprint(stack)
     assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
-    assert driver.stack_fingerprint(driver.stack_at(stack, shas[0])) == fingerprint  # another ref, the same bisect
+    assert driver.stack_fingerprint(refs.stack_at(stack, shas[0])) == fingerprint  # another ref, the same bisect
     release = stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"git": None, "version": "0.5.9"})})
-    assert driver.stack_fingerprint(driver.stack_at(release, "0.5.8")) == driver.stack_fingerprint(release)
+    assert driver.stack_fingerprint(refs.stack_at(release, "0.5.8")) == driver.stack_fingerprint(release)
     assert driver.stack_fingerprint(release) != fingerprint
     assert driver.stack_fingerprint(stack.model_copy(update={"python": "3.12"})) != fingerprint
 

@@ -20,7 +20,8 @@ from sglstack.render.compose import render_compose, render_env_example
 from sglstack.render.dockerfile import render_dockerfile, stack_manifest
 from sglstack.render.k8s import K8sOptions, render_k8s
 from sglstack.serving import ServingError
-from sglstack.smoke.plan import check_secret_references, container_plan, smoke_options
+from sglstack.smoke.launch import check_secret_references, container_plan
+from sglstack.smoke.plan import smoke_options
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 PASSWORD = "pw-9f3c1e7d"  # what every test looks for in what was written
@@ -149,8 +150,8 @@ def test_render_build_plan_and_bake_write_no_credential_anywhere(tmp_path):
 
 
 def test_bake_file_and_build_request_carry_the_netrc_as_an_env_secret(tmp_path):
-    from sglstack.build.bake import bake_target
-    from sglstack.build.flow import INDEX_NETRC_ENV, build_request
+    from sglstack.imagebuild.bake import bake_target
+    from sglstack.imagebuild.plan import INDEX_NETRC_ENV, build_request
 
     stack = load_matrix(credentialed(tmp_path)).get("cpu-test")
     req = build_request(stack, dockerfile=tmp_path / "Dockerfile", context=tmp_path, config_hash="0" * 64,

@@ -182,7 +182,8 @@ def bridge_index(docker_client, password):
 @pytest.mark.docker
 def test_a_real_build_installs_from_the_private_index_and_keeps_the_password_out_of_everything(
         tmp_path, bridge_index, password, docker_cli, docker_client, ca_bundle):
-    from sglstack.build.flow import BuildOptions, build_stack
+    from sglstack.imagebuild.flow import build_stack
+    from sglstack.imagebuild.plan import BuildOptions
 
     bundle = tmp_path / "ca.pem"  # the proxy's CA (PyPI, for the sglang-src stage) and the index's own
     bundle.write_text(ca_bundle.read_text() + "\n" + bridge_index.ca_pem)

@@ -19,7 +19,7 @@ import pytest
 from deploy_fixtures import make_test_stack
 
 from sglstack.core.errors import DeployError
-from sglstack.deploy import flow
+from sglstack.deploy import flow, lifecycle
 from sglstack.deploy import status as status_mod
 from sglstack.deploy.actions import status_command
 from sglstack.deploy.files import SAVED_SUFFIX
@@ -239,7 +239,7 @@ def test_rollback_over_a_record_whose_options_are_not_an_object_is_one_line(tmp_
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in (_record(GOOD, options="x"), _record(NEW))))
     with pytest.raises(DeployError) as info:
-        flow.rollback(dep, compose=ComposeDouble(), say=lambda _m: None)  # type: ignore[arg-type]
+        lifecycle.rollback(dep, compose=ComposeDouble(), say=lambda _m: None)  # type: ignore[arg-type]
     assert info.value.exit_code == 2
     assert str(info.value) == f"{path}:1: not a deployment record ('options' is a string, not an object)"
 

@@ -25,7 +25,8 @@ from sglstack.diff.compare import (
     record_snapshot,
     snapshot_diff,
 )
-from sglstack.lock.file import Lock, LockedPackage, render_lock
+from sglstack.lockfile.model import Lock, LockedPackage
+from sglstack.lockfile.text import render_lock
 
 SHA = {c: c * 64 for c in "0123456789abcdef"}
 

@@ -29,12 +29,13 @@ from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.bisect.log import BisectLog
 from sglstack.core.errors import ConfigError
+from sglstack.core.folderlock import BUSY_EXIT, StackBusy
 from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
-from sglstack.core.safefiles import BUSY_EXIT, StackBusy, replace_folder
+from sglstack.core.safefiles import replace_folder
 from sglstack.core.signals import signals_raise
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path
-from sglstack.lock.file import parse_lock, render_lock, write_lock
 from sglstack.lock.flow import lock_stack
+from sglstack.lockfile.text import parse_lock, render_lock, write_lock
 from sglstack.publish.history import append_records as append_publish
 from sglstack.publish.history import read_records as read_publish
 from sglstack.smoke.history import append_record as append_smoke

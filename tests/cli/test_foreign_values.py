@@ -21,12 +21,13 @@ import yaml
 from clirun import REPO, run_invoke
 from deploy_fixtures import free_port
 
+from sglstack.adapters.compose import detect_compose
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError, SglstackError
 from sglstack.deploy.checks import project_owner_problem
-from sglstack.deploy.compose_cli import detect_compose
-from sglstack.deploy.flow import Deployment, deploy, undeploy
+from sglstack.deploy.flow import Deployment, deploy
 from sglstack.deploy.k8s_flow import owner_problem
+from sglstack.deploy.lifecycle import undeploy
 from sglstack.render import k8s
 from sglstack.render.compose import ComposeOptions
 from sglstack.render.dockerfile import image_labels, render_dockerfile

@@ -14,7 +14,7 @@ from clirun import run_invoke
 from sglstack.core.errors import ConfigError
 from sglstack.core.inputs import MAX_DEPTH, MAX_INPUT_BYTES, MalformedJSON, loads, read_json
 from sglstack.core.records import read_jsonl
-from sglstack.lock.file import read_lock
+from sglstack.lockfile.text import read_lock
 
 
 def _sparse(path: Path, size: int) -> Path:

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from clirun import run_invoke
 
-from sglstack.build.verify import pip_check_problems
 from sglstack.cli import coverage as coverage_mod
 from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
-from sglstack.lock.file import lock_path
+from sglstack.imagebuild.verify import pip_check_problems
 from sglstack.lock.trust import StaleLock, UntrustedLock, lock_for_build
+from sglstack.lockfile.model import lock_path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

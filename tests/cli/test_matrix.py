@@ -277,10 +277,12 @@ from sglstack.config.fields import (  # noqa: E402
     _pinned_image,
     _requirement,
     cache_reference,
+    package_name,
     parse_bind,
 )
 from sglstack.config.matrix import _pydantic_message, _ValueBudget  # noqa: E402
-from sglstack.config.schema import Matrix, RegistryCache, _package_name  # noqa: E402
+from sglstack.config.schema import Matrix  # noqa: E402
+from sglstack.config.settings import RegistryCache  # noqa: E402
 
 
 def value_error(check, value) -> str:
@@ -350,9 +352,9 @@ def test_a_pattern_field_says_what_it_wants():
 
 
 def test_package_names_are_canonical():
-    assert _package_name("SGLang_Kernel") == "sglang-kernel"
-    assert _package_name("sgl.kernel") == "sgl-kernel"
-    assert value_error(_package_name, "sgl kernel") == "'sgl kernel' is not a package name"
+    assert package_name("SGLang_Kernel") == "sglang-kernel"
+    assert package_name("sgl.kernel") == "sgl-kernel"
+    assert value_error(package_name, "sgl kernel") == "'sgl kernel' is not a package name"
 
 
 def test_pydantic_messages():

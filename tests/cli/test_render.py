@@ -11,10 +11,11 @@ import pytest
 import yaml
 from clirun import run_invoke
 
-from sglstack.build.context import write_build_context
+from sglstack.adapters.hadolint import hadolint_problems
 from sglstack.config.matrix import load_matrix
 from sglstack.core.quoting import QuotingError
-from sglstack.lock.file import Lock, LockedPackage
+from sglstack.imagebuild.context import write_build_context
+from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.render.confighash import config_hash, read_context
 from sglstack.render.dockerfile import (
     InstallLayer,
@@ -24,7 +25,6 @@ from sglstack.render.dockerfile import (
     locked_layer,
     render_dockerfile,
 )
-from sglstack.render.lint import hadolint_problems
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

@@ -9,7 +9,7 @@ from clirun import run_invoke
 from pydantic import ValidationError
 from test_schema_bounds import _matrix
 
-from sglstack.config import schema
+from sglstack.config import strict  # every model of a stack is loaded with load_matrix below
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
 
@@ -35,11 +35,11 @@ def test_a_yes_or_no_where_a_number_goes_is_refused(tmp_path, section, key, valu
 
 
 def _number_fields():
-    todo, found = list(schema._Model.__subclasses__()), []
+    todo, found = list(strict.StrictModel.__subclasses__()), []
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
-        found += [(cls, name) for name, f in cls.model_fields.items() if schema._is_number(f.annotation)]
+        found += [(cls, name) for name, f in cls.model_fields.items() if strict._is_number(f.annotation)]
     return sorted(found, key=lambda x: (x[0].__name__, x[1]))
 
 

@@ -7,8 +7,8 @@ import pytest
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import SmokeError
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.plan import container_plan
-from sglstack.smoke.runner import docker_run_kwargs
+from sglstack.smoke.launch import container_plan
+from sglstack.smoke.server import docker_run_kwargs
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 from sglstack.adapters import process as process_adapter
 from sglstack.core.errors import SmokeError
 from sglstack.smoke import run_smoke, smoke_options
-from sglstack.smoke.plan import process_plan
+from sglstack.smoke.launch import process_plan
 from sglstack.smoke.runner import server_log_path
 
 MARKER = "SGLSTACK_TEST_PROCESS_MARKER"

@@ -24,12 +24,12 @@ from sglstack.attest.release import AttestPlan
 from sglstack.attest.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
-from sglstack.build.verify import sbom_inventory
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
-from sglstack.lock.file import Lock, LockedPackage
+from sglstack.imagebuild.verify import sbom_inventory
 from sglstack.lock.trust import lock_for_build
+from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.publish import cleanup_candidates, push_candidate, read_records, records_path, release, target_repository
 from sglstack.publish.tags import release_tags
 from sglstack.registry.client import RegistryClient

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.build.flow import BuildOptions
 from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.plan import BuildOptions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_classic_build_with_a_registry_cache_reads_it_warns_and_still_builds(tmp_path, docker_cli, ca_bundle, capsys):
     """A real build on this engine's classic builder, with `cache:` set: the command reads the cache
     (an unreachable one: BuildKit goes on without it), writes none, and says so in one line."""
-    from sglstack.build.flow import build_stack
+    from sglstack.imagebuild.flow import build_stack
 
     text = (REPO / "tests" / "fixtures" / "stacks-cpu.yaml").read_text()
     assert "\ndefaults:\n" in text

@@ -20,13 +20,14 @@ import pytest
 from clirun import run_invoke
 from docker import errors as docker_errors
 
-from sglstack.build import flow as build_mod
-from sglstack.build import images as images_mod
-from sglstack.build.flow import BuildOptions, build_stack
-from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
+from sglstack.imagebuild import flow as build_mod
+from sglstack.imagebuild import images as images_mod
+from sglstack.imagebuild.flow import build_stack
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
@@ -295,7 +296,7 @@ def test_dry_run_without_push_still_shows_the_release_tags_and_smoke():
 
 def _temporary_tags(client, stack_name: str) -> list[str]:
     return [t for image in client.images.list() for t in image.tags
-            if t.startswith(f"{build_mod.TEMP_REPOSITORY}/{stack_name}:")]
+            if t.startswith(f"{TEMP_REPOSITORY}/{stack_name}:")]
 
 
 def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, docker_cli, docker_client, ca_bundle):
@@ -327,7 +328,7 @@ def test_temporary_tag_goes_even_while_a_foreign_container_uses_the_image(tmp_pa
     proc = subprocess.run([docker_cli, "build", "-q", str(tmp_path)], capture_output=True, text=True, check=True,
                           env={**os.environ, "DOCKER_BUILDKIT": "1"})
     image_id = proc.stdout.strip()
-    ref = f"{build_mod.TEMP_REPOSITORY}/cpu-test-foreign:{secrets.token_hex(4)}"
+    ref = f"{TEMP_REPOSITORY}/cpu-test-foreign:{secrets.token_hex(4)}"
     foreign = None
     try:
         with build_mod.held_image(docker_client, image_id, ref):

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from docker.errors import ImageNotFound
 
-from sglstack.build import flow as build_mod
-from sglstack.build.flow import TEMP_REPOSITORY, BuildOptions, build_stack
-from sglstack.build.verify import BUILD_CONTAINER_LABEL
 from sglstack.config.matrix import load_matrix
 from sglstack.core.signals import Interrupted
+from sglstack.imagebuild import flow as build_mod
+from sglstack.imagebuild.flow import build_stack
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

@@ -21,11 +21,12 @@ import pytest
 import requests
 from deploy_fixtures import free_port, make_test_stack, write_test_matrix
 
+from sglstack.adapters.compose import detect_compose
 from sglstack.adapters.docker import running_container
 from sglstack.core.errors import DeployError
-from sglstack.deploy.compose_cli import detect_compose
-from sglstack.deploy.flow import DeployFailed, Deployment, deploy, rollback, undeploy
+from sglstack.deploy.flow import DeployFailed, Deployment, deploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
+from sglstack.deploy.lifecycle import rollback, undeploy
 from sglstack.deploy.status import deployment_status
 from sglstack.deploy.store import read_records
 from sglstack.render import compose as cmp

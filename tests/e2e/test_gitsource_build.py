@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import make_history, stack_yaml
 
-from sglstack.build.flow import BuildOptions, build_stack
 from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.flow import build_stack
+from sglstack.imagebuild.plan import BuildOptions
 
 
 @pytest.fixture

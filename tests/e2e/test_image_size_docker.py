@@ -14,8 +14,9 @@ import pytest
 from clirun import run_invoke
 from docker import errors as docker_errors
 
-from sglstack.build.flow import TEMP_REPOSITORY, BuildOptions, build_stack
 from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.flow import build_stack
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
 from sglstack.size.measure import SizeOverBudget, image_layers, measure
 from sglstack.size.report import pull_bytes
 

@@ -21,7 +21,7 @@ import json, sys
 from pathlib import Path
 import sglstack
 from sglstack.config.matrix import load_matrix
-from sglstack.build.context import write_build_context
+from sglstack.imagebuild.context import write_build_context
 from sglstack.core.resources import COMPOSE_DIR
 
 stacks_file, out = sys.argv[1], Path(sys.argv[2])
@@ -41,7 +41,7 @@ def test_non_editable_install_renders_a_stack(tmp_path):
     caches = shutil.ignore_patterns(".git", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        # The build root is the checkout's top-level build/ only: sglstack/build/ is a package.
+        # The build root is the checkout's top-level build/ only (the image build's package is imagebuild).
         top = {"build"} if Path(folder) == REPO else set()
         return set(caches(folder, names)) | (top & set(names))
 

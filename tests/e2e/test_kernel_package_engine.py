@@ -42,8 +42,8 @@ def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(mat
 @pytest.mark.docker
 def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
     from sglstack.adapters.docker import docker_client
-    from sglstack.build.verify import check_base_image  # the engine side: only the docker tests need it
     from sglstack.core.errors import BuildError
+    from sglstack.imagebuild.verify import check_base_image  # the engine side: only the docker tests need it
 
     client = docker_client()
     bookworm = client.images.get("debian:bookworm-slim").id

@@ -16,13 +16,14 @@ from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.attest.provenance import tree_sha256
 from sglstack.attest.sbom import SBOM_FILE, read_sbom
-from sglstack.build import verify as verify_mod
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.diff.compare import snapshot_diff
 from sglstack.diff.sources import load_snapshot
-from sglstack.lock.file import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path, read_lock
+from sglstack.imagebuild import verify as verify_mod
+from sglstack.lockfile.model import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path
+from sglstack.lockfile.text import read_lock
 from sglstack.publish import push_candidate
 from sglstack.registry.client import RegistryClient
 

@@ -14,8 +14,10 @@ import pytest
 from clirun import run_invoke
 
 from sglstack.config.matrix import load_matrix
-from sglstack.lock.file import is_current, lock_path, read_lock
 from sglstack.lock.plan import base_image_glibc
+from sglstack.lockfile.current import is_current
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import read_lock
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

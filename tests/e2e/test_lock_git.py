@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from bisect_fixtures import git
 
-from sglstack.build.verify import check_pins
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
-from sglstack.lock.file import is_current, parse_lock, source_mismatches
+from sglstack.imagebuild.verify import check_pins
 from sglstack.lock.flow import LockError, lock_stack
 from sglstack.lock.plan import sglang_requirement
+from sglstack.lockfile.current import is_current, source_mismatches
+from sglstack.lockfile.text import parse_lock
 
 PYPROJECT = """\
 [build-system]

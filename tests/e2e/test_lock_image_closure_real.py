@@ -14,9 +14,9 @@ from lock_forgery import FIXTURES, forged_lock_text
 from sglstack.attest.image import LISTER
 from sglstack.attest.sbom import Inventory
 from sglstack.config.matrix import load_matrix
-from sglstack.lock.file import parse_lock
 from sglstack.lock.plan import root_names
 from sglstack.lock.trust import unrequired_in_image
+from sglstack.lockfile.text import parse_lock
 
 pytestmark = pytest.mark.network
 

@@ -18,7 +18,8 @@ from sglstack.core.records import utc_today
 from sglstack.publish import publish_digest, push_candidate, target_repository
 from sglstack.publish.tags import release_tags
 from sglstack.registry.auth import Credentials
-from sglstack.registry.client import RegistryAuthError, RegistryClient
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.session import RegistryAuthError
 
 pytestmark = pytest.mark.docker
 

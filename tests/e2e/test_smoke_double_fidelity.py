@@ -17,7 +17,7 @@ from sglstack.adapters.docker import run_to_completion, running_container
 from sglstack.adapters.wheels import fetch_wheel
 from sglstack.config.matrix import load_matrix
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.runner import _published_port
+from sglstack.smoke.server import _published_port
 
 pytestmark = pytest.mark.network
 SOURCES = (

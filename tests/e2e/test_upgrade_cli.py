@@ -21,7 +21,9 @@ from sglstack.adapters.wheels import available_versions, fetch_wheel, wheel_meta
 from sglstack.config.matrix import load_matrix
 from sglstack.core.jsonreport import JsonReport
 from sglstack.lock.conflicts import check_matrix, lock_findings
-from sglstack.lock.file import is_current, lock_path, read_lock
+from sglstack.lockfile.current import is_current
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import read_lock
 from sglstack.upgrade import command
 from sglstack.upgrade.argv import check_argv
 from sglstack.upgrade.releases import stack_releases

@@ -30,7 +30,7 @@ from sglstack.attest.signing import (
     signed_attestations,
     signed_payload,
 )
-from sglstack.lock.file import Lock, LockedPackage
+from sglstack.lockfile.model import Lock, LockedPackage
 
 PAYLOAD_TYPE = "application/vnd.sglstack.attestations.v1+json"
 DIGEST = "sha256:" + "9" * 64

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglstack.bisect import driver
+from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect
 from sglstack.bisect.log import BisectLog
-from sglstack.build.flow import BuildResult
-from sglstack.core.errors import BuildError
+from sglstack.core.errors import BuildError, SglstackError
+from sglstack.imagebuild.plan import BuildResult
 from sglstack.smoke import SmokeReport
 
 RELEASES = ["0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.5.4", "0.5.5", "0.5.6"]
@@ -73,7 +73,7 @@ class Fakes:
     def run_smoke(self, stack, image, options):
         ref = stack.sglang.version
         self.smokes.append((ref, image, options))
-        level = 270.0 if driver.patchkit.Version.parse(ref) >= driver.patchkit.Version.parse(SLOW_FROM) else 300.0
+        level = 270.0 if refs.patchkit.Version.parse(ref) >= refs.patchkit.Version.parse(SLOW_FROM) else 300.0
         started = ref not in self.no_serve
         runs = [{"tokens_per_s": level * SPREAD[i % len(SPREAD)], "completed": 3, "requests": 3, "ttft_s": 0.01,
                  "flushed": True, "accept_length": None} for i in range(options.runs)]
@@ -96,7 +96,7 @@ def loop(tmp_path, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(driver, "build_stack", fakes.build_stack)
     monkeypatch.setattr(driver, "run_smoke", fakes.run_smoke)
-    monkeypatch.setattr(driver, "available_versions",
+    monkeypatch.setattr(refs, "available_versions",
                         lambda name: ["0.4.9", *RELEASES, "0.6.0"] if name == "sglang" else [])
     monkeypatch.setattr(driver, "time", SimpleNamespace(monotonic=clock.monotonic))
     return SimpleNamespace(matrix=matrix, fakes=fakes, clock=clock, folder=tmp_path / "build" / "rel" / "bisect",
@@ -259,7 +259,7 @@ def test_an_interrupted_bisect_keeps_a_running_report_and_continues_from_its_log
     assert [s["ref"] for s in report["steps"] if s["samples"]] == ["0.5.0", "0.5.6"]
     monkeypatch.setattr(driver, "run_smoke", loop.fakes.run_smoke)
     # the package index moved meanwhile: the continued bisect keeps the refs of its log
-    monkeypatch.setattr(driver, "available_versions", lambda name: [*RELEASES[:3], "0.5.2.post1", *RELEASES[3:]])
+    monkeypatch.setattr(refs, "available_versions", lambda name: [*RELEASES[:3], "0.5.2.post1", *RELEASES[3:]])
     result, lines = bisect(loop)
     assert lines[0] == f"bisect: rel: continuing (3 batches in {loop.folder / 'log.jsonl'})"
     assert lines[1:] == [*STEPS[6:], "bisect: first bad release: 0.5.4 (sglang 0.5.4); last good 0.5.3",
@@ -394,7 +394,7 @@ def test_a_log_with_a_sample_that_is_not_a_number_is_refused_before_any_build(lo
             else line for line in text if '"event": "done"' not in line]
     log.write_text("\n".join(text) + "\n")
     built = len(loop.fakes.builds)
-    with pytest.raises(driver.SglstackError) as err:
+    with pytest.raises(SglstackError) as err:
         bisect(loop)
     assert str(err.value).startswith(f"{log}: event 3 (batch): 'samples[0]': 'fast' is not a number")
     assert err.value.exit_code == 2 and len(loop.fakes.builds) == built
@@ -405,9 +405,9 @@ def test_a_release_s_patches_are_tried_on_its_own_wheel_with_the_stack_s_policy(
                                          smoke={"gpus": 0}))[0]
     stack = stack.model_copy(update={"patches": ["p1", "p2"]})
     calls = []
-    monkeypatch.setattr(driver, "fetch_wheel", lambda name, version: calls.append(("fetch", name, version))
+    monkeypatch.setattr(refs, "fetch_wheel", lambda name, version: calls.append(("fetch", name, version))
                         or tmp_path / f"{name}-{version}.whl")
-    monkeypatch.setattr(driver, "load_specs", lambda ids, patches_dir: calls.append(("specs", ids, patches_dir))
+    monkeypatch.setattr(refs, "load_specs", lambda ids, patches_dir: calls.append(("specs", ids, patches_dir))
                         or ["spec"])
 
     def unpack(wheel, specs, dest):
@@ -417,10 +417,10 @@ def test_a_release_s_patches_are_tried_on_its_own_wheel_with_the_stack_s_policy(
     def apply(root, patches_dir, ids, version, on_upstream):
         calls.append(("apply", root.name, patches_dir, ids, version, on_upstream))
         if version == "0.5.3":
-            raise driver.patchkit.PatchDrift("class KimiK25 is gone", patch="p2", file="kimi.py")
+            raise refs.patchkit.PatchDrift("class KimiK25 is gone", patch="p2", file="kimi.py")
 
-    monkeypatch.setattr(driver, "unpack_for_patches", unpack)
-    monkeypatch.setattr(driver.patchkit, "apply_patches", apply)
+    monkeypatch.setattr(refs, "unpack_for_patches", unpack)
+    monkeypatch.setattr(refs.patchkit, "apply_patches", apply)
     patches = tmp_path / "patches"
     assert driver.patch_skip(stack, "0.5.2", patches) is None
     assert calls == [("fetch", "sglang", "0.5.2"), ("specs", ["p1", "p2"], patches),
@@ -469,13 +469,13 @@ def test_every_use_of_a_private_git_source_gets_the_stack_s_logins(loop, monkeyp
     stack = stack.model_copy(update={"patches": ["p1"]})
     assert stack.sglang.git.repo == "https://git.example/sglang" and stack.credentials
     RecordingGit.made = []
-    monkeypatch.setattr(driver, "GitSource", RecordingGit)
+    monkeypatch.setattr(refs, "GitSource", RecordingGit)
     applied = []
-    monkeypatch.setattr(driver.patchkit, "apply_patches",
+    monkeypatch.setattr(refs.patchkit, "apply_patches",
                         lambda root, pdir, ids, version, on_upstream: applied.append((ids, version)))
-    assert driver.source_of(stack) == "git source https://git.example/sglang"
-    assert driver.resolve_endpoint(stack, "abc", "good") == "abcabc"
-    assert driver.refs_between(stack, "g", "b") == ["g", "b"]
+    assert refs.source_of(stack) == "git source https://git.example/sglang"
+    assert refs.resolve_endpoint(stack, "abc", "good") == "abcabc"
+    assert refs.refs_between(stack, "g", "b") == ["g", "b"]
     assert driver.subjects_of(stack, ["g"]) == {"g": "subject g"}
     assert driver.patch_skip(stack, "abcd", tmp_path) is None
     # the version the patches are checked against is the exported tree's own
@@ -540,7 +540,7 @@ def test_a_bisect_of_a_stack_another_task_holds_is_refused_naming_the_bisect(loo
         fh.write("invoke build (pid 1, since 2026-12-04T00:00:00Z)\n")
         fh.flush()
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # another open of the file: refused like another process
-        with pytest.raises(driver.SglstackError) as err:
+        with pytest.raises(SglstackError) as err:
             bisect(loop)
     assert str(err.value) == (f"stack 'rel' is busy: invoke build (pid 1, since 2026-12-04T00:00:00Z) holds {lock}; "
                               "one build, deploy, bisect or render of a stack at a time: run `invoke bisect` again "
@@ -626,8 +626,8 @@ def test_a_source_tree_s_version_is_read_as_utf_8_whatever_the_locale(tmp_path, 
                                                    encoding="utf-8")
     (tmp_path / "b" / "sglang").mkdir(parents=True)
     (tmp_path / "b" / "sglang" / "version.py").write_text('# café\n__version__ = "0.6.1"\n', encoding="utf-8")
-    assert driver.source_version(tmp_path / "a") == "0.6.0"
-    assert driver.source_version(tmp_path / "b") == "0.6.1"
+    assert refs.source_version(tmp_path / "a") == "0.6.0"
+    assert refs.source_version(tmp_path / "b") == "0.6.1"
 
 
 def test_a_ref_whose_patches_do_not_apply_is_tried_once_in_a_run(loop, monkeypatch):

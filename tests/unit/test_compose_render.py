@@ -13,10 +13,10 @@ import pytest
 import yaml
 from deploy_fixtures import make_test_stack
 
-from sglstack.build.context import write_compose
 from sglstack.config.fields import parse_bind
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
+from sglstack.imagebuild.context import write_compose
 from sglstack.render import compose as cmp
 from sglstack.serving import ServingError
 
@@ -40,7 +40,7 @@ def _flag(command: list[str], flag: str) -> str:
 
 def _compose_config(folder: Path, name: str = cmp.COMPOSE_FILE) -> dict:
     """Run the real compose CLI's `config` on a rendered file; return its normalised output."""
-    from sglstack.deploy.compose_cli import detect_compose
+    from sglstack.adapters.compose import detect_compose
 
     (folder / cmp.ENV_FILE).touch()
     cli = detect_compose()
@@ -252,7 +252,7 @@ def test_the_service_carries_the_smoke_report_that_passed_its_image(tmp_path: Pa
 def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from deploy_fixtures import write_test_matrix
 
-    from sglstack.build.context import render_command
+    from sglstack.imagebuild.context import render_command
     from sglstack.publish import append_records, records_path
 
     build = tmp_path / "elsewhere"
@@ -523,8 +523,8 @@ def test_a_render_into_out_that_fails_midway_leaves_nothing_and_the_next_one_wor
     user's --out folder with no list: the next render refused them as files it had not written."""
     from deploy_fixtures import write_test_matrix
 
-    from sglstack.build import context as context_mod
     from sglstack.core.safefiles import OutputNotWritable
+    from sglstack.imagebuild import context as context_mod
 
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     matrix = write_test_matrix(tmp_path / "m")
@@ -558,7 +558,7 @@ def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: p
 
     from deploy_fixtures import write_test_matrix
 
-    from sglstack.build.context import RENDER_MANIFEST, render_command
+    from sglstack.imagebuild.context import RENDER_MANIFEST, render_command
 
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     matrix = write_test_matrix(tmp_path / "m")
@@ -630,7 +630,7 @@ def test_a_render_that_changes_nothing_leaves_every_file_and_its_mtime_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from deploy_fixtures import write_test_matrix
 
-    from sglstack.build.context import render_command
+    from sglstack.imagebuild.context import render_command
 
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     matrix = write_test_matrix(tmp_path / "m")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.build.context import write_build_context
-from sglstack.build.flow import compute_config_hash
 from sglstack.config.matrix import load_matrix
 from sglstack.core.resources import DEFAULT_PATCHES_DIR
+from sglstack.imagebuild.context import write_build_context
+from sglstack.imagebuild.plan import compute_config_hash
 from sglstack.render import confighash
 
 REPO = Path(__file__).resolve().parents[2]

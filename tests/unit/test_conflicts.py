@@ -25,16 +25,10 @@ from sglstack.lock.conflicts import (
     sglang_requires_dist,
     target_environment,
 )
-from sglstack.lock.file import (
-    Lock,
-    LockedPackage,
-    UnresolvedLayer,
-    lock_path,
-    stack_input_hash,
-    with_edges,
-    write_lock,
-)
 from sglstack.lock.flow import LockError
+from sglstack.lockfile.current import stack_input_hash
+from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges
+from sglstack.lockfile.text import write_lock
 
 REPO = Path(__file__).resolve().parents[2]
 

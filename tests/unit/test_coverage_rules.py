@@ -9,7 +9,7 @@ import pytest
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
 from sglstack.cli.coverage import overall_exit
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import CoverageException, CoveragePolicy
+from sglstack.config.settings import CoverageException, CoveragePolicy
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
 from sglstack.coverage.report import PackageStatus, build_report
 from sglstack.coverage.rules import (

@@ -123,7 +123,7 @@ def test_the_dry_runs_line_says_once_or_names_each_library_twice():
     assert copies_line(copies) == ("2 CUDA libraries twice in the serving stage: in "
                                    "nvidia/cuda:13.0.1-devel-ubuntu24.04 and again as NVIDIA wheels (cublas, nccl)")
     assert lock_parts(None) == {}
-    from sglstack.lock.file import read_lock
+    from sglstack.lockfile.text import read_lock
 
     lock = read_lock(REPO / "locks" / "cu130.txt")
     parts = lock_parts(lock)

@@ -20,7 +20,8 @@ from sglstack.diff import sources
 from sglstack.diff.compare import Snapshot, image_snapshot, lock_snapshot, record_snapshot
 from sglstack.diff.snapshots import local_snapshot, snapshot_from_file
 from sglstack.diff.sources import _facts_in_layer, diff_command, load_snapshot
-from sglstack.lock.file import Lock, LockedPackage, parse_lock, render_lock
+from sglstack.lockfile.model import Lock, LockedPackage
+from sglstack.lockfile.text import parse_lock, render_lock
 from sglstack.registry.client import Manifest
 
 DOWN = "tcp://127.0.0.1:9"  # a port nothing listens on: the engine asked for is down

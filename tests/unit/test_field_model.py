@@ -22,7 +22,8 @@ SCRIPT = REPO / "benchmarks" / "field_model.py"
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("field-model")
-    corpus = [REPO / "README.md", REPO / "sglstack" / "serving.py", REPO / "sglstack" / "smoke" / "workload.py"]
+    serving = REPO / "sglstack" / "serving"
+    corpus = [REPO / "README.md", serving / "spec.py", serving / "derive.py", REPO / "sglstack/smoke/workload.py"]
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "--size", "tiny", "--corpus", *map(str, corpus)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

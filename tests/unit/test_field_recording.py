@@ -15,10 +15,11 @@ import pytest
 from smoke_fixtures import DOUBLE_ENV, make_double_env
 
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import Gates
+from sglstack.config.settings import Gates
 from sglstack.smoke.gates import evaluate
+from sglstack.smoke.launch import process_plan
 from sglstack.smoke.measure import PhaseStats, ServerRun
-from sglstack.smoke.plan import process_plan, smoke_options
+from sglstack.smoke.plan import smoke_options
 
 REPO = Path(__file__).resolve().parents[2]
 # Two runs on two machine starts (the second after the SIGTERM check of benchmarks/field_sigterm.sh).

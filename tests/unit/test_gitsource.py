@@ -13,9 +13,9 @@ import pytest
 from bisect_fixtures import git, make_history, stack_yaml
 
 from sglstack.adapters.git import GitSource, GitSourceError, display_url
-from sglstack.build.context import write_build_context
-from sglstack.build.flow import add_git_source, compute_config_hash
 from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.context import write_build_context
+from sglstack.imagebuild.plan import add_git_source, compute_config_hash
 from sglstack.render.dockerfile import GIT_SOURCE_DIR
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import scipy
 
-from sglstack.build.verify import image_check_command, image_check_problems, serving_argvs, waived_libraries
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
+from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
+from sglstack.imagebuild.verify import image_check_command, image_check_problems, serving_argvs, waived_libraries
 from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import SizePolicy
+from sglstack.config.settings import SizePolicy
 from sglstack.core.errors import ConfigError
 from sglstack.diff.compare import diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.inimage.incontainer import imagefiles

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from sglstack.build.context import render_command
 from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.context import render_command
 from sglstack.render import k8s
 from sglstack.render import k8s_lws as lws
 from sglstack.render.compose import ComposeOptions, deploy_spec

@@ -17,9 +17,11 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
 from sglstack.coverage.rules import device_code_wheels
 from sglstack.lock.conflicts import check_stack_pins
-from sglstack.lock.file import is_current, lock_path, read_lock, stack_input_hash
 from sglstack.lock.flow import resolve_stack
 from sglstack.lock.plan import glibc_version, plan_layers, python_platform
+from sglstack.lockfile.current import is_current, stack_input_hash
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import read_lock
 from sglstack.render.dockerfile import image_labels, install_layers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +116,7 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 # ---- verifying the PyPI stack's image --------------------------------------------------------------
 
 def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
-    from sglstack.build.verify import pin_mismatches  # the verify half of this file's story
+    from sglstack.imagebuild.verify import pin_mismatches  # the verify half of this file's story
 
     stack = matrix.get("pypi-cu130")
     info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
@@ -128,7 +130,7 @@ def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
 
 def test_a_pin_is_met_by_the_same_version_in_another_spelling(matrix):
     """`cuda-toolkit==13.0.3` installs the wheel 13.0.3.0 (PEP 440 pads the release): the same version."""
-    from sglstack.build.verify import pin_mismatches
+    from sglstack.imagebuild.verify import pin_mismatches
 
     stack = matrix.get("pypi-cu130")
     assert stack.pins()["cuda-toolkit"] == "13.0.3"
@@ -150,7 +152,7 @@ def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matr
 
 
 def test_a_package_without_device_code_is_a_note_not_a_row():
-    from sglstack.config.schema import CoveragePolicy
+    from sglstack.config.settings import CoveragePolicy
     from sglstack.coverage.report import build_report
     from sglstack.coverage.rules import DeviceObject, PackageObjects, capabilities_of
 

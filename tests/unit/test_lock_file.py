@@ -11,23 +11,10 @@ import pytest
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import GitSource, SGLangSource
 from sglstack.core.errors import ConfigError
-from sglstack.lock.file import (
-    Lock,
-    LockedPackage,
-    UnresolvedLayer,
-    compare_installed,
-    is_current,
-    lock_content_sha256,
-    lock_path,
-    parse_lock,
-    read_lock,
-    render_lock,
-    source_mismatches,
-    stack_input_hash,
-    write_lock,
-    written_sha256,
-)
 from sglstack.lock.trust import StaleLock, lock_for_build
+from sglstack.lockfile.current import compare_installed, is_current, source_mismatches, stack_input_hash
+from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_content_sha256, lock_path
+from sglstack.lockfile.text import parse_lock, read_lock, render_lock, write_lock, written_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_MATRIX = REPO / "tests" / "fixtures" / "stacks-lock.yaml"

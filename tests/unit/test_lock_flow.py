@@ -22,9 +22,11 @@ from sglstack.adapters.uv import (
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
 from sglstack.core.errors import ConfigError
-from sglstack.lock import flow
-from sglstack.lock.file import UnresolvedLayer, lock_path, read_lock, render_lock, stack_input_hash
+from sglstack.lock import entries, flow
 from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
+from sglstack.lockfile.current import stack_input_hash
+from sglstack.lockfile.model import UnresolvedLayer, lock_path
+from sglstack.lockfile.text import read_lock, render_lock
 
 HASH_A = "sha256:" + "a" * 64
 HASH_B = "sha256:" + "b" * 64
@@ -295,10 +297,10 @@ def test_an_unreachable_no_deps_layer_is_kept_unhashed(tiny):
 def test_a_direct_url_without_a_version_in_the_stack_is_refused(tiny):
     layer = PlannedLayer("x", ("thing @ https://files.example/thing.whl",))
     with pytest.raises(LockError) as err:
-        flow._hashed(tiny, layer, (ResolvedPackage(name="thing", version="", url="https://files.example/thing.whl"),))
+        entries.hashed_entries(tiny, layer, (ResolvedPackage(name="thing", version="", url="https://files.example/thing.whl"),))
     assert str(err.value) == ("stack 'tiny': layer x: thing @ https://files.example/thing.whl has no version pinned "
                               "in the stack")
-    [entry] = flow._hashed(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://f/k.whl",
+    [entry] = entries.hashed_entries(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://f/k.whl",
                                                          required_by=("a",)),), required_by=False, note="n")
     assert (entry.version, entry.unhashed, entry.required_by, entry.note) == (
         "0.4.10", "the index serves no sha256 for its files", (), "n")
@@ -307,10 +309,10 @@ def test_a_direct_url_without_a_version_in_the_stack_is_refused(tiny):
 def test_a_git_sglang_is_locked_at_its_trees_version_never_its_path(tiny, tmp_path):
     tree = GitTree(tmp_path / "export", "0123456789ab" * 3 + "0123", "0.5.24.dev1")
     layer = PlannedLayer("sglang", (f"sglang @ {(tmp_path / 'export').as_uri()}",))
-    [entry] = flow._unhashed(tiny, layer, "index down", tree)
+    [entry] = entries.unhashed_entries(tiny, layer, "index down", tree)
     assert (entry.name, entry.version, entry.layer, entry.url) == ("sglang", "0.5.24.dev1", "sglang", None)
     assert entry.unhashed == f"{tree.reason}; index down" and str(tmp_path) not in entry.unhashed
-    [plain] = flow._unhashed(tiny, PlannedLayer("late", ("Six==1.16.0",)), "index down")
+    [plain] = entries.unhashed_entries(tiny, PlannedLayer("late", ("Six==1.16.0",)), "index down")
     assert (plain.name, plain.version, plain.layer, plain.unhashed) == ("six", "1.16.0", "late", "index down")
 
 
@@ -319,31 +321,31 @@ def test_a_git_sglang_is_locked_at_its_trees_version_never_its_path(tiny, tmp_pa
     ("torch @ https://x.example/torch.whl", None), ("torch", None),
 ])
 def test_the_public_release_that_stands_in_for_a_local_build(requirement, public):
-    assert flow._public(requirement) == public
+    assert entries.public_pin(requirement) == public
 
 
 def test_an_unreachable_url_names_its_layer_by_index_or_by_direct_url():
     index = PlannedLayer("torch", ("torch==2.9.1+cu130",), "https://download.pytorch.org/whl/cu130/")
     direct = PlannedLayer("k", ("k @ https://github.com/o/r/releases/k.whl#sha256=00",))
     layers = (index, direct)
-    assert flow._owner("https://download.pytorch.org/whl/cu130/torch/", layers) is index
-    assert flow._owner("https://github.com/o/r/releases/k.whl", layers) is direct
-    assert flow._owner("https://github.com/o/r/releases/other.whl", layers) is None
+    assert entries.owner_of("https://download.pytorch.org/whl/cu130/torch/", layers) is index
+    assert entries.owner_of("https://github.com/o/r/releases/k.whl", layers) is direct
+    assert entries.owner_of("https://github.com/o/r/releases/other.whl", layers) is None
     gone = SourceUnreachable("https://download.pytorch.org/whl/cu130/torch/", "dns")
-    assert flow._reason(gone, index) == "index https://download.pytorch.org/whl/cu130/ unreachable: dns"
-    assert flow._reason(gone) == "https://download.pytorch.org/whl/cu130/torch/ unreachable: dns"
-    assert flow._reason(SourceUnreachable("https://x.example/", "")) == "https://x.example/ unreachable"
+    assert entries.unreachable_reason(gone, index) == "index https://download.pytorch.org/whl/cu130/ unreachable: dns"
+    assert entries.unreachable_reason(gone) == "https://download.pytorch.org/whl/cu130/torch/ unreachable: dns"
+    assert entries.unreachable_reason(SourceUnreachable("https://x.example/", "")) == "https://x.example/ unreachable"
 
 
 def test_an_index_is_matched_as_a_prefix_whatever_its_last_letters():
     linux = PlannedLayer("l", ("l==1",), "https://pkgs.example/LINUX")
-    assert flow._owner("https://pkgs.example/LINUX/", (linux,)) is linux
-    assert flow._owner("https://pkgs.example/LINUY/l/", (linux,)) is None
-    assert flow._owner("/https://pkgs.example/LINUX/l/", (linux,)) is None  # a prefix from the first letter only
+    assert entries.owner_of("https://pkgs.example/LINUX/", (linux,)) is linux
+    assert entries.owner_of("https://pkgs.example/LINUY/l/", (linux,)) is None
+    assert entries.owner_of("/https://pkgs.example/LINUX/l/", (linux,)) is None  # a prefix from the first letter only
     slashed = PlannedLayer("t", ("t==1",), "https://t.example/whl/")
-    assert flow._reason(SourceUnreachable("https://t.example/whl", "dns"), slashed) == (
+    assert entries.unreachable_reason(SourceUnreachable("https://t.example/whl", "dns"), slashed) == (
         "index https://t.example/whl/ unreachable: dns")
-    assert flow._reason(SourceUnreachable("https://pkgs.example/LINUY", "dns"), linux) == (
+    assert entries.unreachable_reason(SourceUnreachable("https://pkgs.example/LINUY", "dns"), linux) == (
         "https://pkgs.example/LINUY unreachable: dns")
 
 
@@ -354,15 +356,15 @@ def test_an_index_is_matched_as_a_prefix_whatever_its_last_letters():
     ("something   uv   said", "something uv said"),
 ])
 def test_a_conflict_message_has_both_sides_and_uvs_reason(explanation, message):
-    assert flow.conflict_message(ResolutionConflict(explanation)) == message
+    assert entries.conflict_message(ResolutionConflict(explanation)) == message
 
 
 def test_the_closure_follows_only_allowed_names():
     children = {"a": {"b", "c"}, "b": {"d"}, "c": {"a"}}
-    assert flow._closure(["a"], children, {"a", "b", "c", "d"}) == {"a", "b", "c", "d"}
-    assert flow._closure(["a"], children, {"a", "c"}) == {"a", "c"}
-    assert flow._closure(["x", "a"], children, {"a"}) == {"a"}
-    assert flow._closure(["x", "a", "a"], {}, {"a", "x"}) == {"a", "x"}  # a name met twice is skipped, not the end
+    assert entries.closure(["a"], children, {"a", "b", "c", "d"}) == {"a", "b", "c", "d"}
+    assert entries.closure(["a"], children, {"a", "c"}) == {"a", "c"}
+    assert entries.closure(["x", "a"], children, {"a"}) == {"a"}
+    assert entries.closure(["x", "a", "a"], {}, {"a", "x"}) == {"a", "x"}  # a name met twice is skipped, not the end
 
 
 def test_plan_layers_in_install_order(tiny):
@@ -608,33 +610,33 @@ def test_each_planned_layer_says_which_index_it_installs_from_and_how(tiny):
 def test_an_unreachable_direct_url_is_matched_without_its_fragment_or_trailing_slashes():
     index = PlannedLayer("torch", ("torch==2.9.1",), "https://t.example/whl/")
     direct = PlannedLayer("k", ("k @ https://k.example/k.whl",))
-    assert flow._owner("https://t.example/whl", (index,)) is index
-    assert flow._owner("https://t.example/whl/torch/", (PlannedLayer("t", ("t==1",), "https://t.example/whl"),))
-    assert flow._owner("https://k.example/k.whl#sha256=00", (direct,)) is direct
-    assert flow._owner("//t.example/whl/torch/", (index,)) is None
+    assert entries.owner_of("https://t.example/whl", (index,)) is index
+    assert entries.owner_of("https://t.example/whl/torch/", (PlannedLayer("t", ("t==1",), "https://t.example/whl"),))
+    assert entries.owner_of("https://k.example/k.whl#sha256=00", (direct,)) is direct
+    assert entries.owner_of("//t.example/whl/torch/", (index,)) is None
 
 
 def test_an_unhashed_layer_keeps_every_requirement_and_its_url(tiny, tmp_path):
     tree = GitTree(tmp_path / "src", "cd" * 20, "0.5.24")
     layer = PlannedLayer("sglang-requirements", (f"sglang @ {tmp_path.as_uri()}", "extra @ https://e.example/e.whl",
                                                  "sglang-kernel==0.4.10"))
-    entries = flow._unhashed(tiny, layer, "down", tree)
-    assert [(e.name, e.version, e.layer, e.url) for e in entries] == [
+    unhashed = entries.unhashed_entries(tiny, layer, "down", tree)
+    assert [(e.name, e.version, e.layer, e.url) for e in unhashed] == [
         ("sglang", "0.5.24", "sglang", None), ("extra", "", "sglang-requirements", "https://e.example/e.whl"),
         ("sglang-kernel", "0.4.10", "sglang-requirements", None)]
-    [plain_sglang] = flow._unhashed(tiny, PlannedLayer("sglang", ("sglang==0.5.23",)), "down")
+    [plain_sglang] = entries.unhashed_entries(tiny, PlannedLayer("sglang", ("sglang==0.5.23",)), "down")
     assert (plain_sglang.version, plain_sglang.layer) == ("0.5.23", "sglang")
     # Without a git tree, SGLang is still its own layer's, and a direct URL takes the stack's pin of its name.
-    entries = flow._unhashed(tiny, PlannedLayer("sglang-requirements", (
+    found = entries.unhashed_entries(tiny, PlannedLayer("sglang-requirements", (
         "sglang==0.5.23", "sglang-kernel @ https://k.example/k.whl")), "down")
-    assert [(e.name, e.version, e.layer, e.url, e.unhashed) for e in entries] == [
+    assert [(e.name, e.version, e.layer, e.url, e.unhashed) for e in found] == [
         ("sglang", "0.5.23", "sglang", None, "down"),
         ("sglang-kernel", "0.4.10", "sglang-requirements", "https://k.example/k.whl", "down")]
 
 
 def test_a_hashed_direct_url_keeps_its_url_and_parents(tiny):
     layer = PlannedLayer("k", ("sglang-kernel @ https://k.example/k.whl",))
-    [entry] = flow._hashed(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://k.example/k.whl",
+    [entry] = entries.hashed_entries(tiny, layer, (ResolvedPackage(name="sglang-kernel", version="", url="https://k.example/k.whl",
                                                          hashes=(HASH_B, HASH_A), required_by=("sglang",)),))
     assert (entry.version, entry.url, entry.hashes, entry.required_by, entry.unhashed) == (
         "0.4.10", "https://k.example/k.whl", (HASH_A, HASH_B), ("sglang",), None)
@@ -659,8 +661,8 @@ def test_a_no_deps_request_takes_its_layers_index_as_the_only_one_or_as_one_more
 
     login = HostLogin("a.example", "me", "secret")
     stack = tiny.model_copy(update={"credentials": (login,)})
-    only = flow._no_deps_request(stack, PlannedLayer("a", ("a==1",), "https://a.example/simple", True, True), "t")
-    more = flow._no_deps_request(stack, PlannedLayer("b", ("b==1",), "https://b.example/simple", False, True), "t")
+    only = entries.no_deps_request(stack, PlannedLayer("a", ("a==1",), "https://a.example/simple", True, True), "t")
+    more = entries.no_deps_request(stack, PlannedLayer("b", ("b==1",), "https://b.example/simple", False, True), "t")
     assert (only.default_index, only.indexes, only.logins, only.no_deps) == ("https://a.example/simple", (), (login,),
                                                                              True)
     assert (more.default_index, more.indexes, more.logins) == (None, ("https://b.example/simple",), (login,))

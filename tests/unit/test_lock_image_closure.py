@@ -10,9 +10,10 @@ from lock_forgery import FIXTURES, SIX, forged_lock_text
 from sglstack.attest.errors import AttestationError
 from sglstack.attest.sbom import Inventory
 from sglstack.config.matrix import load_matrix
-from sglstack.lock.file import lock_path, parse_lock
 from sglstack.lock.plan import root_names
 from sglstack.lock.trust import lock_for_build, unrequired_in_image
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import parse_lock
 
 # What the real distributions' METADATA names (requests 2.32.3: its extras' chardet and PySocks too).
 REQUIRES = {"requests": ["certifi", "charset-normalizer", "chardet", "idna", "pysocks", "urllib3"],

@@ -1,7 +1,7 @@
 """One home for each rule (issue 22): the behaviours that disagreed while a rule lived in two places.
 
 --smoke-opt (smoke.options), image id vs registry digest (adapters.docker), image references
-(config.imageref), label keys (core.labels), render writing nothing (build.context).
+(config.imageref), label keys (core.labels), render writing nothing (imagebuild.context).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def test_the_dockerfile_labels_are_the_keys_core_labels_names(tmp_path):
     assert keys[lb.STACK_LABEL] == "tiny"
 
 
-# ---- render writes nothing: build.context writes what it returns -----------------------------------
+# ---- render writes nothing: imagebuild.context writes what it returns -----------------------------------
 
 RENDER = Path(__file__).resolve().parents[2] / "sglstack" / "render"
 WRITING_MODULES = {"tempfile", "sglstack.core.safefiles"}  # shutil: `which` only, its writers are calls below
@@ -288,8 +288,8 @@ def test_rendering_a_stack_touches_no_file(tmp_path, no_writes):
 
 
 def test_build_writes_the_context_render_returns(tmp_path, monkeypatch):
-    """Byte for byte and mode for mode: the folder build.context writes is the content render returned."""
-    from sglstack.build.context import write_build_context
+    """Byte for byte and mode for mode: the folder imagebuild.context writes is the content render returned."""
+    from sglstack.imagebuild.context import write_build_context
     from sglstack.render.dockerfile import build_context
 
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))

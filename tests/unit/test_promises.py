@@ -22,23 +22,24 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sglstack.build.context import write_build_context
-from sglstack.build.flow import BuildOptions, compute_config_hash
 from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import ServingSettings, SpeculativeSettings, Stack
+from sglstack.config.schema import Stack
+from sglstack.config.settings import ServingSettings, SpeculativeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today
 from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
-from sglstack.lock.file import LockedPackage
+from sglstack.imagebuild.context import write_build_context
+from sglstack.imagebuild.plan import BuildOptions, compute_config_hash
 from sglstack.lock.trust import lock_for_build
+from sglstack.lockfile.model import LockedPackage
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
 from sglstack.serving import serving_spec
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.plan import container_plan
+from sglstack.smoke.launch import container_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_STACK = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml").get("cpu-test")

@@ -13,7 +13,8 @@ from engine_refs import free_port
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.auth import Credentials, resolve_credentials
-from sglstack.registry.client import RegistryAuthError, RegistryClient, compute_digest
+from sglstack.registry.client import RegistryClient, compute_digest
+from sglstack.registry.session import RegistryAuthError
 
 
 def _config(tmp_path, data):

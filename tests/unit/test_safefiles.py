@@ -19,15 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.core import safefiles
+from sglstack.core import folderlock, safefiles
+from sglstack.core.folderlock import BUSY_EXIT, LOCK_NAME, StackBusy, folder_lock
 from sglstack.core.safefiles import (
-    BUSY_EXIT,
-    LOCK_NAME,
     OutputNotWritable,
-    StackBusy,
     check_inside,
     containing_root,
-    folder_lock,
     make_folder,
     remove_file,
     replace_folder,
@@ -493,7 +490,7 @@ def test_the_holder_writes_its_line_and_clears_it_when_done(tmp_path):
         assert not _free(lock)
     assert lock.read_text() == ""
     assert _free(lock)
-    assert safefiles._HELD == {}
+    assert folderlock._HELD == {}
 
 
 def test_the_same_thread_takes_its_lock_again_and_holds_it_until_the_outer_block_ends(tmp_path):
@@ -525,7 +522,7 @@ def test_a_second_holder_is_refused_at_once_naming_the_holder(tmp_path, stack, n
                               "when it ends")  # written out once whole; the others through _busy
     assert exc.value.exit_code == BUSY_EXIT == 75
     assert lock.read_bytes() == line  # the holder's line is left as it was
-    assert safefiles._HELD == {}
+    assert folderlock._HELD == {}
 
 
 @pytest.mark.parametrize(("line", "who"), [
@@ -585,7 +582,7 @@ def test_a_lock_the_system_refuses_is_one_line_and_not_busy(tmp_path, monkeypatc
         pytest.fail("the block ran without its lock")
     assert type(exc.value) is OutputNotWritable
     assert str(exc.value) == f"{folder / LOCK_NAME}: cannot be locked (No locks available)"
-    assert safefiles._HELD == {}
+    assert folderlock._HELD == {}
 
 
 def test_a_lock_folder_linked_out_of_the_root_is_refused(tmp_path):

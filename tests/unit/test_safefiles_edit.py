@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from sglstack.core import replacing, safefiles
+from sglstack.core.folderlock import BUSY_EXIT, FileBusy, file_lock
 from sglstack.core.replacing import replace_together, sibling_mode, staged
-from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
+from sglstack.core.safefiles import OutputNotWritable
 
 
 def names(folder: Path) -> list[str]:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 import sglstack
 from sglstack.config import serverflags as sf
-from sglstack.config.schema import ServingSettings
+from sglstack.config.settings import ServingSettings
 from sglstack.core import credentials as cred
 from sglstack.smoke.processenv import passes_to_process
 

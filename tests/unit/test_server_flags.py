@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sglstack.config import serverflags as sf
-from sglstack.config.schema import ServingSettings
+from sglstack.config.settings import ServingSettings
 from sglstack.core.credentials import SECRET_FLAGS
 from sglstack.serving import LAUNCH, ServingError, ServingOverrides, serving_argv, serving_spec
 

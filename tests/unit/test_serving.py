@@ -10,7 +10,7 @@ import yaml
 
 from sglstack.adapters.docker import docker_host_address, effective_docker_host, is_local_docker_host
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import SpeculativeSettings
+from sglstack.config.settings import SpeculativeSettings
 from sglstack.core.errors import ConfigError
 from sglstack.render import compose as cmp
 from sglstack.serving import (
@@ -27,7 +27,7 @@ from sglstack.serving import (
     serving_spec,
 )
 from sglstack.smoke import launch_argvs, smoke_options
-from sglstack.smoke.plan import container_plan
+from sglstack.smoke.launch import container_plan
 
 REPO = Path(__file__).resolve().parents[2]
 MATRICES = {"stacks.yaml": REPO / "stacks.yaml", "stacks-cpu.yaml": REPO / "tests" / "fixtures" / "stacks-cpu.yaml"}

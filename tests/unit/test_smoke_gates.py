@@ -7,7 +7,7 @@ import io
 import pytest
 
 import sglstack.smoke as smoke
-from sglstack.config.schema import Gates
+from sglstack.config.settings import Gates
 from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
 from sglstack.smoke.gates import evaluate, regressions, speedup_of

@@ -14,19 +14,12 @@ from pathlib import Path
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import Gates, SmokeSettings
+from sglstack.config.settings import Gates, SmokeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.serving import ServingError
 from sglstack.smoke import plan
-from sglstack.smoke.plan import (
-    check_secret_references,
-    container_plan,
-    env_interpreter,
-    launch_argvs,
-    process_plan,
-    redact_argv,
-    smoke_options,
-)
+from sglstack.smoke.launch import check_secret_references, container_plan, env_interpreter, launch_argvs, process_plan
+from sglstack.smoke.plan import redact_argv, smoke_options
 
 BASE = {"model": "o/m", "draft_model": "o/d"}
 # A value of each served option (as a CLI string), and the flag of the launch argv that carries it.

@@ -17,8 +17,9 @@ from rich.console import Console
 from sglstack.core.errors import SglstackError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
-from sglstack.lock.file import Lock, LockedPackage, UnresolvedLayer, lock_path, read_lock, render_lock, write_lock
 from sglstack.lock.flow import LockError
+from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path
+from sglstack.lockfile.text import read_lock, render_lock, write_lock
 from sglstack.upgrade import command
 from sglstack.upgrade import plan as planner
 from sglstack.upgrade.releases import ReleasePins

@@ -31,10 +31,12 @@ from sglstack.cli.reporting import json_report
 from sglstack.cli.stacks import UpgradeOptions
 from sglstack.config.matrix import load_matrix
 from sglstack.core import safefiles
+from sglstack.core.folderlock import BUSY_EXIT, FileBusy, file_lock
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.options import BadOption
-from sglstack.core.safefiles import BUSY_EXIT, FileBusy, OutputNotWritable, file_lock
-from sglstack.lock.file import lock_path, render_lock
+from sglstack.core.safefiles import OutputNotWritable
+from sglstack.lockfile.model import lock_path
+from sglstack.lockfile.text import render_lock
 from sglstack.upgrade import command
 from sglstack.upgrade.stacksfile import edited
 

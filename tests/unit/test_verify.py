@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglstack.build import verify
-from sglstack.build.verify import image_check_problems, jit_problems
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import LibraryException, SharedLibrariesPolicy
+from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
+from sglstack.imagebuild import verify
+from sglstack.imagebuild.verify import image_check_problems, jit_problems
 from sglstack.lock.plan import root_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -498,7 +498,7 @@ def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_r
 def test_the_serving_images_facts_are_checked_against_the_lock(engine, matrix, tmp_path):
     import json
 
-    from sglstack.lock.file import read_lock
+    from sglstack.lockfile.text import read_lock
 
     stack = matrix.get("pypi-cu130")
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
@@ -630,7 +630,7 @@ def test_output_of_checks_that_failed_is_never_taken_as_a_report(engine, matrix,
 
 
 def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
-    from sglstack.lock.file import read_lock
+    from sglstack.lockfile.text import read_lock
 
     stack = matrix.get("pypi-cu130")
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
@@ -647,7 +647,7 @@ def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
 
 
 def test_an_image_without_a_distribution_list_misses_every_locked_package(matrix):
-    from sglstack.lock.file import read_lock
+    from sglstack.lockfile.text import read_lock
 
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
     assert verify.lock_mismatches(lock, {}) == verify.lock_mismatches(lock, {"distributions": {}})

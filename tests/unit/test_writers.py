@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "sglstack"
-# The safe writers themselves: whole files by rename, O_NOFOLLOW opens, files replaced together.
-HOMES = (ROOT / "core" / "safefiles.py", ROOT / "core" / "replacing.py")
+# The safe writers themselves: whole files by rename, O_NOFOLLOW opens, files replaced together, and the lock
+# files (an O_NOFOLLOW open after `check_inside`, in `folderlock` since it left safefiles whole).
+HOMES = (ROOT / "core" / "safefiles.py", ROOT / "core" / "replacing.py", ROOT / "core" / "folderlock.py")
 # Code that runs inside images or on GPU nodes, where sglstack's own modules are not installed: it may not
 # import core.safefiles (tests/unit/test_architecture.py holds it to the standard library).
 IN_IMAGE = (
@@ -41,7 +42,7 @@ ALLOWED = {
     ("sglstack/adapters/cuobjdump.py", "tempfile.mkdtemp"): "a tool installed into the cache, then renamed",
     ("sglstack/adapters/cuobjdump.py", ".rename()"): "the tool's own folder in the cache",
     ("sglstack/adapters/git.py", ".extractall()"): "a git tree into the fresh folder export made (data filter)",
-    ("sglstack/build/patches.py", ".extract()"): "wheel members into a TemporaryDirectory of its own",
+    ("sglstack/imagebuild/patches.py", ".extract()"): "wheel members into a TemporaryDirectory of its own",
     ("sglstack/upgrade/argv.py", ".extractall()"): "wheel members into a TemporaryDirectory of its own",
 }
 OPEN_FLAGS = ("O_CREAT", "O_WRONLY", "O_RDWR", "O_APPEND", "O_TRUNC")

@@ -24,14 +24,16 @@ from ..adapters.docker import created_container, running_container
 from ..attest.image import image_inventory
 from ..attest.sbom import Inventory, lock_problems
 from ..config.fields import cuda_release
-from ..config.schema import SharedLibrariesPolicy, Stack
+from ..config.schema import Stack
+from ..config.settings import SharedLibrariesPolicy
 from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
-from ..lock.file import Lock, compare_installed, source_mismatches
 from ..lock.plan import root_names
 from ..lock.trust import unrequired_in_image
+from ..lockfile.current import compare_installed, source_mismatches
+from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
 

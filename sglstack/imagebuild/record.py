@@ -20,7 +20,7 @@ from ..core.inputs import loads, read_bytes
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes, write_text
-from ..lock.file import Lock, lock_content_sha256
+from ..lockfile.model import Lock, lock_content_sha256
 from .verify import (
     FINAL_TARGET,
 )

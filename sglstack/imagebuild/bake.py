@@ -25,21 +25,15 @@ from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
+from ..core.folderlock import folder_lock
 from ..core.records import build_root, require_writable
-from ..core.safefiles import containing_root, folder_lock, write_text
-from ..lock.file import Lock
+from ..core.safefiles import containing_root, write_text
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
+from ..lockfile.model import Lock
 from .context import write_build_context
-from .flow import (
-    FINAL_TARGET,
-    INDEX_NETRC_ENV,
-    add_git_source,
-    build_request,
-    compute_config_hash,
-    resolve_ca_bundle,
-    secret_sources,
-)
+from .flow import FINAL_TARGET
+from .plan import INDEX_NETRC_ENV, add_git_source, build_request, compute_config_hash, resolve_ca_bundle, secret_sources
 
 BAKE_FILE = "docker-bake.json"
 SRC_TARGET = "sglang-src"

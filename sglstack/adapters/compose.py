@@ -1,4 +1,4 @@
-"""The compose CLI adapter: `docker compose` (v2) or `docker-compose` (v1), run against one project."""
+"""The compose adapter: the only place that runs `docker compose` (v2) or `docker-compose` (v1), for one project."""
 
 from __future__ import annotations
 

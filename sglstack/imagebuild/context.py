@@ -18,22 +18,21 @@ from ..config.matrix import Stack, load_matrix
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import one_line
+from ..core.folderlock import LOCK_NAME, folder_lock
 from ..core.inputs import loads, read_small_file
 from ..core.records import build_root
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
-    LOCK_NAME,
     OutputNotWritable,
     check_inside,
     containing_root,
-    folder_lock,
     remove_file,
     replace_folder,
     write_bytes,
     write_text,
 )
-from ..lock.file import Lock
 from ..lock.trust import lock_for_build
+from ..lockfile.model import Lock
 from ..render.compose import ComposeOptions, deployment_files, moving_tag_ref
 from ..render.dockerfile import BuildContext, build_context
 from ..render.k8s import K8S_DIR, LWS_FILE, SERVICE_FILE, K8sOptions, k8s_spec, render_k8s

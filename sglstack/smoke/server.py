@@ -1,0 +1,297 @@
+"""One smoke server, served and measured: a container (`running_container`) or a local process group
+(`running_process`), waited for until healthy, then warm-up, single-stream runs and concurrent phases.
+Every exit removes the container or ends the group; `runner` plans the runs and writes the report.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import DeviceRequest, Ulimit
+
+from ..adapters.docker import docker_host_address, running_container
+from ..adapters.process import log_tail as file_log_tail
+from ..adapters.process import running_process
+from ..core.credentials import REDACTED, redact_text, secret_slots
+from ..core.safefiles import containing_root, write_bytes
+from .client import Generation, SGLangClient
+from .launch import ContainerPlan, ProcessPlan
+from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
+from .plan import SmokeOptions
+from .workload import prompt_set, run_phase, warm_up
+
+NAME_PREFIX = "sglstack-smoke"
+LOG_TAIL_LINES = 15
+Log = Callable[[str], None]
+
+
+def docker_run_kwargs(plan: ContainerPlan) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "environment": dict(plan.environment),
+        "ipc_mode": plan.ipc_mode,
+        "shm_size": plan.shm_size,
+        "ulimits": [Ulimit(name=name, soft=soft, hard=hard) for name, soft, hard in plan.ulimits],
+        "ports": {f"{plan.container_port}/tcp": (plan.bind_address, None)},
+        "volumes": list(plan.binds),
+    }
+    if plan.gpus > 0:
+        kwargs["device_requests"] = [DeviceRequest(count=plan.gpus, capabilities=[["gpu"]])]
+    return kwargs
+
+
+class Server(Protocol):
+    """A server that was started, seen the same way whatever runs it: everything after "it is listening"
+    (the health wait, measurement, gates, report) goes through this one code path."""
+
+    kind: str
+
+    def exit_failure(self) -> str | None:
+        """Why the server is gone (exit code, OOM kill), or None while it runs."""
+
+    def base_url(self) -> str | None:
+        """Where its HTTP API answers, once known."""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        """Its last log lines, for a failure message."""
+
+
+class ContainerServer:
+    def __init__(self, container: Container, plan: ContainerPlan, options: SmokeOptions) -> None:
+        self.container, self.plan, self.options, self.kind = container, plan, options, plan.kind
+
+    def exit_failure(self) -> str | None:
+        self.container.reload()
+        state = self.container.attrs.get("State") or {}
+        if state.get("Status") in ("exited", "dead"):
+            why = " (OOM-killed)" if state.get("OOMKilled") else ""
+            return f"the server exited with code {state.get('ExitCode')}{why} before it was healthy"
+        return None
+
+    def base_url(self) -> str | None:
+        port = _published_port(self.container, self.plan.container_port)
+        return f"http://{_server_host(self.options)}:{port}" if port else None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        return [redact_text(line, self.plan.secret_values()) for line in log_tail(self.container, lines)]
+
+
+class ProcessServer:
+    def __init__(self, proc: subprocess.Popen[bytes], plan: ProcessPlan, log_path: Path) -> None:
+        self.proc, self.plan, self.log_path, self.kind = proc, plan, log_path, plan.kind
+
+    def exit_failure(self) -> str | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        why = f" (killed by {_signal_name(-code)})" if code < 0 else ""
+        return f"the server exited with code {code}{why} before it was healthy"
+
+    def base_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.plan.port}"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        return [redact_text(line, self.plan.secrets) for line in file_log_tail(self.log_path, lines)]
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
+    try:
+        cm = running_container(
+            engine,
+            plan.image,
+            command=list(plan.command),
+            name_prefix=NAME_PREFIX,
+            labels=plan.labels,
+            **docker_run_kwargs(plan),
+        )
+        with cm as container:
+            return measure_server(ContainerServer(container, plan, options), _api_key(plan.command), options, log)
+    except docker.errors.APIError as exc:
+        reason = (exc.explanation or str(exc)).splitlines()[0][:300]
+        return ServerRun(kind=plan.kind, started=False, failure=f"the container could not start: {reason}")
+
+
+def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
+    """The server as a local process group, ended (all of it) however this returns."""
+    try:
+        cm = running_process(plan.argv, env=plan.environment, log_path=log_path,
+                             log_root=containing_root(log_path.parent, Path(options.build_dir)))
+        with cm as proc:
+            return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
+    except OSError as exc:
+        return ServerRun(kind=plan.kind, started=False, failure=f"the server process could not start: {exc}")
+    finally:
+        _hide_in_log(log_path, plan.secrets)
+
+
+def _hide_in_log(path: Path, secrets: tuple[str, ...]) -> None:
+    """The kept server log with the server's secrets as `***` (SGLang logs its server_args, the API key
+    among them), once the server is gone; it is replaced whole, never written through a link."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    hidden = data
+    for secret in secrets:
+        if len(secret) >= 4:  # as redact_text: a one-letter "secret" would blank half the log
+            hidden = hidden.replace(secret.encode(), REDACTED.encode())
+    if hidden != data:
+        write_bytes(path.parent, path, hidden)
+
+
+def measure_server(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
+    start = time.monotonic()
+    client, failure = wait_until_healthy(server, api_key, options)
+    if failure:
+        return _not_started(server, failure, log)
+    assert client is not None
+    startup = time.monotonic() - start
+    log(f"smoke: {server.kind}: healthy after {startup:.1f}s; warming up")
+    kind = server.kind
+    try:
+        warm_up(client, options.max_new_tokens)
+        measured = _single_stream_runs(client, kind, options, log)
+        single, single_results, _ = measured[0]
+        concurrent, results_n = _concurrent_phase(client, kind, options, log)
+        server_info = _server_info_or_none(client)
+    finally:
+        client.close()
+    speculative = kind == "eagle3"
+    return ServerRun(
+        kind=kind,
+        started=True,
+        startup_s=startup,
+        single=single,
+        concurrent=concurrent,
+        outputs={r.prompt: r.text for r in single_results if r.ok},
+        accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
+        accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
+        runs=tuple(
+            {"tokens_per_s": phase.tokens_per_s, "ttft_s": phase.ttft_s, "completed": phase.completed,
+             "requests": phase.requests, "flushed": flushed,
+             "accept_length": accept_length_from_meta(results) if speculative else None}
+            for phase, results, flushed in measured
+        ),
+    )
+
+
+def _not_started(server: Server, failure: str, log: Log) -> ServerRun:
+    """A server that never became healthy: its failure and last log lines, logged and in one line."""
+    log(f"smoke: {server.kind}: {failure.splitlines()[0]}")
+    tail = server.log_tail()
+    for line in tail:
+        log(f"  | {line}")
+    one_line = failure + ("; last log lines: " + " | ".join(tail[-5:]) if tail else "")
+    return ServerRun(kind=server.kind, started=False, failure=one_line)
+
+
+def _single_stream_runs(
+    client: SGLangClient, kind: str, options: SmokeOptions, log: Log
+) -> list[tuple[PhaseStats, list[Generation], bool | None]]:
+    """--runs phases at concurrency 1, each after a cache flush if asked: (stats, generations, flushed)."""
+    prompts = prompt_set(options.num_prompts)
+    measured: list[tuple[PhaseStats, list[Generation], bool | None]] = []
+    for number in range(1, options.runs + 1):
+        flushed = client.flush_cache() if options.flush_cache else None
+        phase, results = run_phase(client, prompts, 1, options.max_new_tokens)
+        measured.append((phase, results, flushed))
+        run_name = f" run {number}/{options.runs}" if options.runs > 1 else ""
+        log(
+            f"smoke: {kind}:{run_name} concurrency 1: {phase.tokens_per_s:.1f} tok/s per stream, "
+            f"TTFT {phase.ttft_s or 0:.3f}s, {phase.completed}/{phase.requests} completed"
+            + ("" if flushed is None else f", cache {'flushed' if flushed else 'NOT flushed'}")
+        )
+    return measured
+
+
+def _concurrent_phase(
+    client: SGLangClient, kind: str, options: SmokeOptions, log: Log
+) -> tuple[PhaseStats | None, list[Generation]]:
+    """The phase at --concurrency (None, [] when it is 1)."""
+    if options.concurrency <= 1:
+        return None, []
+    many = prompt_set(max(options.num_prompts, options.concurrency))
+    concurrent, results_n = run_phase(client, many, options.concurrency, options.max_new_tokens)
+    log(
+        f"smoke: {kind}: concurrency {options.concurrency}: "
+        f"{concurrent.aggregate_tokens_per_s:.1f} tok/s aggregate, "
+        f"{concurrent.tokens_per_s:.1f} tok/s per stream"
+    )
+    return concurrent, results_n
+
+
+def _server_info_or_none(client: SGLangClient) -> dict[str, Any] | None:
+    """/get_server_info, or None: the accept length it holds is a second opinion, not a reason to fail."""
+    try:
+        return client.server_info()
+    except Exception:
+        return None
+
+
+def wait_until_healthy(
+    server: Server, api_key: str | None, options: SmokeOptions
+) -> tuple[SGLangClient | None, str | None]:
+    """Poll /health_generate until 200; stop at once if the server exits (crash, OOM kill)."""
+    deadline = time.monotonic() + options.timeout
+    client: SGLangClient | None = None
+    last_status: int | None = None
+    interval = 0.2
+    while True:
+        if failure := server.exit_failure():
+            if client:
+                client.close()
+            return None, failure
+        if client is None and (url := server.base_url()):
+            client = SGLangClient(url, timeout=options.request_timeout, api_key=api_key)
+        if client is not None:
+            remaining = deadline - time.monotonic()
+            last_status = client.health_generate(timeout=max(1.0, min(30.0, remaining)))
+            if last_status == 200:
+                return client, None
+        if time.monotonic() >= deadline:
+            if client:
+                client.close()
+            answer = f"last answered {last_status}" if last_status else "never answered"
+            return None, f"not healthy after {options.timeout:g}s (/health_generate {answer})"
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 2.0)
+
+
+def _published_port(container: Container, container_port: int) -> int | None:
+    bindings = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    for binding in bindings.get(f"{container_port}/tcp") or []:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def _server_host(options: SmokeOptions) -> str:
+    return docker_host_address(options.docker_host)
+
+
+def _api_key(argv: tuple[str, ...]) -> str | None:
+    """The key the server checks: the last `--api-key` value (in any form), as argparse keeps the last."""
+    keys = [slot.value for slot in secret_slots(argv) if slot.flag == "--api-key"]
+    return keys[-1] if keys else None
+
+
+def log_tail(container: Container, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        raw = container.logs(stdout=True, stderr=True, tail=lines)
+    except docker.errors.APIError:
+        return []
+    return [line for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
