@@ -1,0 +1,128 @@
+"""Cases an adversarial newcomer found after issues 36 and 43 were merged: each one failed before its fix.
+
+Each asserts the whole outcome: exit code, the one `error:` line (or the help), and an empty stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from clirun import REPO, run_invoke
+
+from sglstack.config.matrix import DEFAULT_PATCHES_DIR
+
+MATRIX = """\
+stacks:
+  cu129:
+    base_image: debian:bookworm-slim
+    sglang: {version: 0.5.9}
+    serving: {model: org/model}
+    patches: [kimi-k25-eagle3]
+  cu130:
+    inherits: cu129
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "stacks.yaml").write_text(MATRIX)
+    (tmp_path / "root" / "sglang").mkdir(parents=True)
+    return tmp_path
+
+
+def _run(project, *args):
+    return run_invoke(*args, cwd=project, env={"SGLSTACK_BUILD_DIR": str(project / "build")}, timeout=120)
+
+
+@pytest.mark.parametrize("args", [
+    ["bake", "-h", "--stack"],
+    ["bake", "--help", "-s"],
+    ["smoke", "-h", "--mount"],
+    ["smoke", "--mount", "--help"],
+])
+def test_help_wins_over_a_repeatable_option_without_its_value(project, args):
+    proc = _run(project, *args)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith(f"Usage: inv[oke] [--core-opts] {args[0]} ")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["patches.apply", "--root", "root", "--patch", "kimi-k25-eagl3"],
+     "error: patch 'kimi-k25-eagl3': unknown patch (no {patches}/kimi-k25-eagl3/patch.toml; known: "
+     "kimi-k25-eagle3); did you mean 'kimi-k25-eagle3'?"),
+    (["patches.verify", "--root", "root", "--patch", "kimi-k25-eagl3"],
+     "error: patch 'kimi-k25-eagl3': unknown patch (no {patches}/kimi-k25-eagl3/patch.toml; known: "
+     "kimi-k25-eagle3); did you mean 'kimi-k25-eagle3'?"),
+])
+def test_an_unknown_patch_id_is_bad_input(project, args, line):
+    proc = _run(project, *args, "--stacks-file", "stacks.yaml")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line.format(patches=DEFAULT_PATCHES_DIR) + "\n", "")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # an old spelling that another task renamed points to this task's own name for that meaning
+    (["deploy", "--stack", "cu130", "--key", "k.pub"],
+     "error: deploy: unknown option '--key'; did you mean '--verify-key'?"),
+    (["render", "--stack", "cu130", "--key", "k.pub"],
+     "error: render: unknown option '--key'; did you mean '--verify-key'?"),
+    (["patches.check", "--sglang-version", "0.5.9"],
+     "error: patches.check: unknown option '--sglang-version'; did you mean '--sglang'?"),
+    (["patches.verify", "--root", "root", "--sglang-version", "0.5.9"],
+     "error: patches.verify: unknown option '--sglang-version'"),  # it has no --sglang; never core --version
+    (["rollback", "--stack", "cu130", "--no-gpus"], "error: rollback: unknown option '--no-gpus'"),
+    (["smoke", "--repeats", "3"], "error: smoke: unknown option '--repeats'; did you mean '--runs'?"),
+    (["bisect", "--stack", "cu130", "--good", "a", "--bad", "b", "--bisect-metric", "speedup"],
+     "error: bisect: unknown option '--bisect-metric'; did you mean '--metric'?"),
+    # a near-miss is the task's own option, never one of invoke's core flags (`--pty`, `--version`)
+    (["deploy", "--stack", "cu130", "--pt", "1"], "error: deploy: unknown option '--pt'; did you mean '--port'?"),
+])
+def test_an_unknown_option_suggests_the_tasks_own_option(project, args, line):
+    proc = _run(project, *args)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+
+
+@pytest.mark.parametrize(("opt", "start", "end"), [
+    ("runz=3", "error: unknown smoke option(s): runz (known: ", "); did you mean 'runs'?"),
+    ("num_prompt=3", "error: unknown smoke option(s): num_prompt (known: ", "); did you mean 'num_prompts'?"),
+])
+def test_an_unknown_smoke_opt_key_gets_did_you_mean(project, opt, start, end):
+    proc = _run(project, "build", "--stack", "cu130", "--push", "--unsigned", "--smoke-opt", opt,
+                "--stacks-file", "stacks.yaml", "--dry-run")
+    assert (proc.returncode, proc.stdout, len(proc.stderr.splitlines())) == (2, "", 1)
+    assert proc.stderr.startswith(start) and proc.stderr.endswith(end + "\n")
+    assert not (project / "build").exists()
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--runs", "3"], "error: smoke: --runs is for --bisect-exit (without it the smoke runs once per phase)"),
+    (["--threshold", "3"], "error: smoke: --threshold is for --bisect-exit (the gates judge a plain smoke)"),
+    (["--metric", "speedup"], "error: smoke: --metric is for --bisect-exit (the gates judge a plain smoke)"),
+])
+def test_a_bisect_only_smoke_option_without_bisect_exit_is_refused(project, args, line):
+    proc = _run(project, "smoke", "--image", "sglstack/x:1", "--model", "m", "--draft-model", "d", *args)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+    assert not (project / "build").exists()
+
+
+def test_a_version_mismatch_names_the_option_patches_apply_takes(project):
+    meta = project / "root" / "sglang-0.5.9.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+    proc = _run(project, "patches.apply", "--root", "root", "--patch", "kimi-k25-eagle3", "--sglang", "0.5.8")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (
+        2, "error: --sglang 0.5.8 does not match sglang 0.5.9 installed under root\n", "")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["-D", "abc", "--list"], "error: option --list-depth 'abc': not a whole number"),
+    (["--list-depth=x", "--list"], "error: option --list-depth 'x': not a whole number"),
+    (["-F", "flatt", "--list"], "error: option --list-format 'flatt': not one of flat, nested, json; "
+                                "did you mean 'flat'?"),
+])
+def test_a_core_flag_of_the_sglstack_command_with_a_bad_value_is_one_line(tmp_path, args, line):
+    proc = subprocess.run([sys.executable, "-m", "sglstack.cli", *args], cwd=tmp_path, capture_output=True,
+                          text=True, check=False, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
