@@ -18,7 +18,7 @@ from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
 from ..core.credentials import names_secret, redact_text, resolve_argv, secret_slots, secret_values_of
-from ..core.errors import SmokeInputError, shown
+from ..core.errors import SmokeInputError, did_you_mean, shown
 from ..core.records import build_root
 from ..serving import (
     LAUNCH,
@@ -239,10 +239,10 @@ def _check_known(given: Mapping[str, Any]) -> None:
     """Every option is one smoke knows (one line listing the known ones if not)."""
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
     known = (known | {"env", "mounts", "extra_args", "kinds"}) - {"serving"}
-    unknown = sorted(set(given) - known)
-    if unknown:
+    if unknown := sorted(set(given) - known):
         spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
-        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)})")
+        hint = did_you_mean(unknown[0], spelled)
+        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)}){hint}")
 
 
 def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
