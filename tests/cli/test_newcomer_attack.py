@@ -126,3 +126,17 @@ def test_a_core_flag_of_the_sglstack_command_with_a_bad_value_is_one_line(tmp_pa
     proc = subprocess.run([sys.executable, "-m", "sglstack.cli", *args], cwd=tmp_path, capture_output=True,
                           text=True, check=False, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+
+
+@pytest.mark.parametrize(("ref", "why"), [
+    ("Bad/Ref", "it has a path component 'Bad' that has uppercase letters"),
+    ("x@sha256:abc", "it has a digest 'sha256:abc' that is not sha256: and 64 lowercase hex digits"),
+])
+def test_diff_refuses_a_reference_in_the_words_of_every_image_option(ref, why):
+    from sglstack.core.errors import ConfigError
+    from sglstack.diff.sources import _registry_snapshot
+
+    with pytest.raises(ConfigError) as info:
+        _registry_snapshot(ref)  # before any registry is asked
+    assert str(info.value) == (f"'{ref}' is not a file, a local image or a build record's image, and not an "
+                               f"image reference: {why}")
