@@ -140,3 +140,26 @@ def test_diff_refuses_a_reference_in_the_words_of_every_image_option(ref, why):
         _registry_snapshot(ref)  # before any registry is asked
     assert str(info.value) == (f"'{ref}' is not a file, a local image or a build record's image, and not an "
                                f"image reference: {why}")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["deploy", "--replicas", "2"], "error: --on compose: --replicas applies to --on k8s only (compose would drop it)"),
+    (["deploy", "--context", "c", "--namespace", "n"],
+     "error: --on compose: --context, --namespace apply to --on k8s only (compose would drop them)"),
+    (["deploy", "--host-network"],
+     "error: --on compose: --host-network applies to --on k8s only (compose would drop it)"),
+    (["deploy", "--rdma", "rdma/ib"], "error: --on compose: --rdma applies to --on k8s only (compose would drop it)"),
+    (["deploy", "--hf-token-secret", "s"],
+     "error: --on compose: --hf-token-secret applies to --on k8s only (compose would drop it)"),
+    (["rollback", "--context", "c"], "error: --on compose: --context applies to --on k8s only (compose would drop it)"),
+    # the other way was refused before, as exit 1
+    (["deploy", "--on", "k8s", "--env-file", "x"],
+     "error: --on k8s: --env-file applies to compose only (LWS places the pods)"),
+    (["rollback", "--on", "k8s", "--docker-host", "unix:///nowhere"],
+     "error: --on k8s: --docker-host applies to compose only (LWS places the pods)"),
+])
+def test_an_option_of_the_other_deploy_target_is_refused(project, args, line):
+    image = ["--image", "sglstack/x:1"] if args[0] == "deploy" else []
+    proc = _run(project, *args, "--stack", "cu130", *image, "--stacks-file", "stacks.yaml")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+    assert not (project / "build").exists()
