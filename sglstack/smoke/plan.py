@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..adapters.docker import is_local_docker_host
-from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
+from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS, bound_problem
 from ..config.schema import Gates, SpeculativeSettings, Stack
 from ..core import labels as lb
 from ..core.credentials import names_secret, redact_text, resolve_argv, secret_slots, secret_values_of
@@ -262,7 +262,7 @@ def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
                    if key in given}
         measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
         switches = ("no_history", "pull", "skip_preflight", "flush_cache")
-        flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
+        flags: dict[str, bool] = {k: _flag(given.pop(k), k) for k in switches if k in given}
     except ValueError as exc:
         raise SmokeInputError(f"invalid smoke option: {exc}") from None
     return serving, measure, flags
@@ -291,8 +291,7 @@ def _gates(gates: Gates, given: dict[str, Any]) -> Gates:
     try:
         return Gates(**{**gates.model_dump(), **values})
     except ValueError as exc:
-        first = str(exc).splitlines()
-        raise SmokeInputError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
+        raise SmokeInputError(f"invalid gate override: {bound_problem(exc)}") from None
 
 
 def _check_bounds(opts: SmokeOptions) -> None:
@@ -347,7 +346,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: Any, key: str) -> bool:
     """Booleans also arrive as strings (`--smoke-opt no_history=true`)."""
     if isinstance(value, str):
         lowered = value.strip().lower()
@@ -355,7 +354,7 @@ def _flag(value: Any) -> bool:
             return True
         if lowered in ("0", "false", "no", "off", ""):
             return False
-        raise ValueError(f"'{value}' is not a boolean")
+        raise ValueError(f"{key} '{shown(value)}' is not a boolean (true or false)")
     return bool(value)
 
 
