@@ -73,6 +73,7 @@ from .plan import (
     SGLANG_REQUIREMENTS,
     GitTree,
     LockError,
+    LockUnreachable,
     PlannedLayer,
     base_image_glibc,
     git_tree,
@@ -220,7 +221,7 @@ class _PlatformResolution:
             if isinstance(main, SourceUnreachable):
                 owner = _owner(main.url, self.deps_layers)
                 if owner is None or owner.name in self.unresolved:
-                    raise LockError(f"stack '{name}': {main}")
+                    raise LockUnreachable(f"stack '{name}': {main}")
                 self.unresolved[owner.name] = UnresolvedLayer(owner.name, True, _reason(main, owner))
                 public = tuple(_public(r) for r in owner.requirements)
                 if all(public):
@@ -239,7 +240,7 @@ class _PlatformResolution:
                 raise LockError(f"stack '{name}': {main}")
             main = compile_fn([self.main_request()])[0]
         if isinstance(main, ResolverError):
-            raise LockError(f"stack '{name}': {main}")
+            raise (LockUnreachable if isinstance(main, SourceUnreachable) else LockError)(f"stack '{name}': {main}")
         return main
 
     def placed(self, main: Resolution) -> list[LockedPackage]:

@@ -20,11 +20,12 @@ from sglstack.adapters.uv import (
     SourceUnreachable,
 )
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
+from sglstack.config.schema import FlashInferPin, KernelPin, Matrix, TorchPin
 from sglstack.core.errors import ConfigError
 from sglstack.lock import flow
+from sglstack.lock.conflicts import Finding, resolve_findings
 from sglstack.lock.file import UnresolvedLayer, lock_path, read_lock, render_lock, stack_input_hash
-from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
+from sglstack.lock.plan import GitTree, LockError, LockUnreachable, PlannedLayer, plan_layers, python_platform
 
 HASH_A = "sha256:" + "a" * 64
 HASH_B = "sha256:" + "b" * 64
@@ -241,6 +242,12 @@ def test_an_unreachable_url_of_no_layer_is_one_line(tiny):
     with pytest.raises(LockError) as err:
         flow.resolve_stack(tiny, compile_fn=Uv(SourceUnreachable("https://elsewhere.example/x", "refused")))
     assert str(err.value) == "stack 'tiny': cannot reach https://elsewhere.example/x: refused"
+    # out of reach decided nothing: `stacks --check --resolve` reports it as incomplete, not as a conflict
+    assert isinstance(err.value, LockUnreachable)
+    def resolve(stack, previous=None):
+        return flow.resolve_stack(stack, compile_fn=Uv(SourceUnreachable("https://elsewhere.example/x", "refused")))
+    finding = resolve_findings(Matrix(file="stacks.yaml", stacks={"tiny": tiny}), resolve)
+    assert finding == [Finding("tiny", "incomplete", "cannot reach https://elsewhere.example/x: refused")]
 
 
 def test_stand_ins_that_do_not_resolve_leave_their_layer_out_and_say_so(tiny):
