@@ -439,6 +439,7 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
 def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = (),
                  as_json: JsonReport = NO_JSON) -> int:
     console = make_console()
+    load_matrix(stacks_file).get(stack_name)  # a typo is refused before the progress names it
     with progress(f"lock {stack_name}: resolving"):
         result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
     lock = result.lock

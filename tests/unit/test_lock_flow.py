@@ -1037,3 +1037,15 @@ def test_a_lock_that_finds_no_change_leaves_the_files_bytes_and_mtime_alone(stac
     third = flow.lock_stack(stacks, "tiny", compile_fn=Uv())
     assert third.lock.resolved_at == "2026-12-02T00:00:00Z"
     assert "# resolved-at: 2026-12-02T00:00:00Z\n" in first.path.read_text()
+
+
+def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, monkeypatch):
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+
+    def no_progress(*args, **kwargs):
+        raise AssertionError("the progress started before the stack name was checked")
+
+    monkeypatch.setattr(flow, "progress", no_progress)
+    with pytest.raises(ConfigError) as err:
+        flow.lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
+    assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")
