@@ -163,3 +163,15 @@ def test_an_option_of_the_other_deploy_target_is_refused(project, args, line):
     proc = _run(project, *args, "--stack", "cu130", *image, "--stacks-file", "stacks.yaml")
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
     assert not (project / "build").exists()
+
+
+@pytest.mark.parametrize(("where", "line"), [
+    ("", "error: stacks: --json-out: needs a path (an empty one names no file)"),
+    ("fifo", "error: stacks: --json-out {path}: is not a regular file (a device, FIFO or socket is never replaced)"),
+])
+def test_a_json_out_that_names_no_regular_file_is_refused_before_the_table(project, where, line):
+    path = str(project / where) if where else ""
+    if where:
+        os.mkfifo(path)
+    proc = _run(project, "stacks", "--stacks-file", "stacks.yaml", "--json-out", path)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line.format(path=path) + "\n", "")
