@@ -30,8 +30,6 @@ def json_path_problem(json_path: str, stacks_file: Path, task: str, *, option: s
     """Why `--json json_path` is bad input for `task` (a folder, no folder, an input), or None; the
     caller then checks that it can be written (`require_writable`)."""
     path = Path(json_path).expanduser()
-    if not json_path.strip():  # Path("") is the current folder
-        return f"{option}: needs a path (an empty one names no file)"
     if path.is_dir():
         return f"{option} {json_path}: is a folder (give the path of a file)"
     if path.exists() and not path.is_file():  # the writer would refuse it after the work: refused before

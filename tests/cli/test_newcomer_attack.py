@@ -166,7 +166,7 @@ def test_an_option_of_the_other_deploy_target_is_refused(project, args, line):
 
 
 @pytest.mark.parametrize(("where", "line"), [
-    ("", "error: stacks: --json-out: needs a path (an empty one names no file)"),
+    ("", "error: stacks: option --json-out is empty (give a value, or leave the option out)"),
     ("fifo", "error: stacks: --json-out {path}: is not a regular file (a device, FIFO or socket is never replaced)"),
 ])
 def test_a_json_out_that_names_no_regular_file_is_refused_before_the_table(project, where, line):
@@ -175,3 +175,22 @@ def test_a_json_out_that_names_no_regular_file_is_refused_before_the_table(proje
         os.mkfifo(path)
     proc = _run(project, "stacks", "--stacks-file", "stacks.yaml", "--json-out", path)
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line.format(path=path) + "\n", "")
+
+
+@pytest.mark.parametrize(("args", "line", "code"), [
+    # a script's `--verify-key "$KEY"` with KEY unset: before, rendered unverified with exit 0
+    (["render", "--stack", "cu130", "--verify-key", "", "--image", "x@sha256:" + "a" * 64],
+     "error: render: option --verify-key is empty (give a value, or leave the option out)", 2),
+    (["render", "--stack", "cu130", "--out", ""],
+     "error: render: option --out is empty (give a value, or leave the option out)", 2),
+    (["build", "--stack", "cu130", "--dry-run", "--ca-bundle", ""],
+     "error: build: option --ca-bundle is empty (give a value, or leave the option out)", 2),
+    (["deploy", "--stack", "cu130", "--image", "sglstack/x:1", "--env-file", ""],
+     "error: deploy: option --env-file is empty (give a value, or leave the option out)", 2),
+    (["smoke", "--image", "sglstack/x:1", "--model", "m", "--draft-model", "d", "--bisect-exit", ""],
+     "error: smoke: option --bisect-exit is empty (give a value, or leave the option out)", 128),
+])
+def test_an_empty_option_value_is_refused_not_taken_as_no_option(project, args, line, code):
+    proc = _run(project, *args, "--stacks-file", "stacks.yaml")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (code, line + "\n", "")
+    assert not (project / "build").exists()
