@@ -194,3 +194,10 @@ def test_an_empty_option_value_is_refused_not_taken_as_no_option(project, args, 
     proc = _run(project, *args, "--stacks-file", "stacks.yaml")
     assert (proc.returncode, proc.stderr, proc.stdout) == (code, line + "\n", "")
     assert not (project / "build").exists()
+
+
+def test_a_bisect_threshold_that_is_no_number_is_named_as_smoke_names_it(project):
+    proc = _run(project, "bisect", "--stack", "cu130", "--good", "0.5.8", "--bad", "0.5.9", "--threshold", "abc",
+                "--stacks-file", "stacks.yaml")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (
+        2, "error: --threshold 'abc': not a number (a percentage, 5 = 5%)\n", "")
