@@ -201,3 +201,12 @@ def test_a_bisect_threshold_that_is_no_number_is_named_as_smoke_names_it(project
                 "--stacks-file", "stacks.yaml")
     assert (proc.returncode, proc.stderr, proc.stdout) == (
         2, "error: --threshold 'abc': not a number (a percentage, 5 = 5%)\n", "")
+
+
+def test_a_smoke_that_stops_before_its_report_leaves_no_folder(project):
+    proc = run_invoke("smoke", "--image", "sglstack/x:1", "--model", "m", "--draft-model", "d", "--gpus", "0",
+                      "--skip-preflight", cwd=project, timeout=120,
+                      env={"SGLSTACK_BUILD_DIR": str(project / "build"), "DOCKER_HOST": "unix:///nonexistent"})
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.startswith("error: cannot reach the Docker engine at unix:///nonexistent")
+    assert not (project / "build").exists()
