@@ -210,3 +210,18 @@ def test_a_smoke_that_stops_before_its_report_leaves_no_folder(project):
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr.startswith("error: cannot reach the Docker engine at unix:///nonexistent")
     assert not (project / "build").exists()
+
+
+@pytest.mark.parametrize(("opt", "line"), [
+    # before: a traceback (SmokeOptions got gates twice), exit 1
+    ("gates=x", "error: --smoke-opt 'gates=…': not a smoke option here: give min_speedup=, min_accept_length=, "
+                "min_agreement= or max_regression="),
+    # before: dropped unread, exit 0: the release smoke serves the candidate it pushed, not this image
+    ("image=x", "error: --smoke-opt 'image=…': not a smoke option here: the smoke serves the image the task built"),
+    ("stack=cu129", "error: --smoke-opt 'stack=…': not a smoke option here: the task's --stack is the stack"),
+])
+def test_a_smoke_opt_the_task_decides_is_refused(project, opt, line):
+    proc = _run(project, "build", "--stack", "cu130", "--push", "--unsigned", "--smoke-opt", opt,
+                "--stacks-file", "stacks.yaml", "--dry-run")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
+    assert not (project / "build").exists()
