@@ -130,7 +130,8 @@ def command(options: type[Opts], *, name: str | None = None,
         def body(c, *args, **values):
             values.update(zip(list(options.task_signature().parameters)[1:], args, strict=False))
             defaults = {f.name: f.default for f in dataclasses.fields(options)}  # type: ignore[arg-type]
-            if empty := [name for name, value in values.items() if value == "" and defaults.get(name) != ""]:
+            if empty := [name for name, value in values.items()
+                         if (value == "" and defaults.get(name) != "") or (isinstance(value, list) and "" in value)]:
                 # `--verify-key "$KEY"` with KEY unset must not read as no --verify-key (nor --out '' as the
                 # default folder): an empty value names nothing
                 code = EXIT_ABORT_GIT_BISECT if values.get("bisect_exit") is not None else 2

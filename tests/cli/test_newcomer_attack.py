@@ -187,6 +187,9 @@ def test_a_json_out_that_names_no_regular_file_is_refused_before_the_table(proje
      "error: build: option --ca-bundle is empty (give a value, or leave the option out)", 2),
     (["deploy", "--stack", "cu130", "--image", "sglstack/x:1", "--env-file", ""],
      "error: deploy: option --env-file is empty (give a value, or leave the option out)", 2),
+    (["bake", "--stack="], "error: bake: option --stack is empty (give a value, or leave the option out)", 2),
+    (["lock", "--stack", "cu130", "--upgrade-package="],
+     "error: lock: option --upgrade-package is empty (give a value, or leave the option out)", 2),
     (["smoke", "--image", "sglstack/x:1", "--model", "m", "--draft-model", "d", "--bisect-exit", ""],
      "error: smoke: option --bisect-exit is empty (give a value, or leave the option out)", 128),
 ])
