@@ -50,7 +50,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import ConfigError, one_line
+from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.network import network_advice, network_problem
 from ..core.progress import progress
@@ -425,7 +425,8 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     for name in wanted:
         entry = previous.get(name) if previous else None
         if entry is None:
-            raise ConfigError(f"--upgrade-package {name}: not in {path}", stack=stack_name)
+            known = [p.name for p in previous.packages] if previous else []
+            raise ConfigError(f"--upgrade-package {name}: not in {path}{did_you_mean(name, known)}", stack=stack_name)
         if not entry.hashed:
             raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
     start = time.monotonic()

@@ -125,6 +125,7 @@ def test_a_first_lock_is_written_and_a_second_starts_from_its_pins(stacks, tiny)
 @pytest.mark.parametrize("prepare,upgrade,message", [
     ("none", ["idna"], "stack 'tiny': --upgrade-package needs an existing lock ({path}): run invoke lock --stack tiny"),
     ("locked", ["no-such"], "stack 'tiny': --upgrade-package no-such: not in {path}"),
+    ("locked", ["idn"], "stack 'tiny': --upgrade-package idn: not in {path}; did you mean 'idna'?"),
     ("unhashed", ["idna"], "stack 'tiny': --upgrade-package idna: not resolved in {path} (built from a local wheel)"),
 ])
 def test_upgrade_package_is_checked_against_the_previous_lock_before_resolving(stacks, prepare, upgrade, message):
