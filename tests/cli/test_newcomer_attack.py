@@ -228,3 +228,17 @@ def test_a_smoke_opt_the_task_decides_is_refused(project, opt, line):
                 "--stacks-file", "stacks.yaml", "--dry-run")
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
     assert not (project / "build").exists()
+
+
+def test_publish_digest_takes_a_reference_as_deploy_does(project):
+    from sglstack.config.imageref import parse_repository
+    from sglstack.publish.digest import _bare_digest
+
+    digest = "sha256:" + "a" * 64
+    repo = parse_repository("127.0.0.1:5000/sglstack/sglang")
+    assert _bare_digest(f"127.0.0.1:5000/sglstack/sglang@{digest}", repo) == digest  # before: "is not a digest"
+    proc = _run(project, "publish", "--stack", "cu130", "--unsigned", "--digest", f"x@{digest}",
+                "--registry", "127.0.0.1:5000/sglstack/sglang", "--stacks-file", "stacks.yaml")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (
+        2, f"error: --digest 'x@{digest}': names docker.io/library/x, but publish promotes in "
+           f"127.0.0.1:5000/sglstack/sglang (give sha256:... or 127.0.0.1:5000/sglstack/sglang@sha256:...)\n", "")
