@@ -143,6 +143,8 @@ class SglstackProgram(Program):
                 # after a task, its own options only: a core flag (`--pty`, `--version`) is never what a task's
                 # near-miss meant; a spelling another task renamed points to this task's name for it
                 own = [*context.flags, *context.inverse_flags] if task else []
+                if task and flag in ("--json", "--json-out"):  # not a near-miss of --on: an action has no report
+                    return f"{task}: unknown option '{token}' ({task} is an action: it prints no report as JSON)"
                 hint = renamed_elsewhere(flag, own) or did_you_mean(flag, own) if task else did_you_mean(flag, core)
                 return f"{where}unknown option '{token}'{hint}"
             if task and (why := _old_json_form(self.core.unparsed or [], token, context)):

@@ -76,6 +76,11 @@ def test_an_unknown_patch_id_is_bad_input(project, args, line):
     (["smoke", "--repeats", "3"], "error: smoke: unknown option '--repeats'; did you mean '--runs'?"),
     (["bisect", "--stack", "cu130", "--good", "a", "--bad", "b", "--bisect-metric", "speedup"],
      "error: bisect: unknown option '--bisect-metric'; did you mean '--metric'?"),
+    # an action asked for JSON: before, "did you mean '--on'?"
+    (["deploy", "--stack", "cu130", "--json"],
+     "error: deploy: unknown option '--json' (deploy is an action: it prints no report as JSON)"),
+    (["render", "--stack", "cu130", "--json-out=x.json"],
+     "error: render: unknown option '--json-out' (render is an action: it prints no report as JSON)"),
     # a near-miss is the task's own option, never one of invoke's core flags (`--pty`, `--version`)
     (["deploy", "--stack", "cu130", "--pt", "1"], "error: deploy: unknown option '--pt'; did you mean '--port'?"),
 ])
