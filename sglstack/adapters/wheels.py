@@ -28,6 +28,7 @@ from packaging.utils import canonicalize_name
 
 from ..core.credentials import HostLogin, netrc_environment, redact_text, secret_values, tool_environment
 from ..core.errors import SglstackError
+from ..core.network import explained
 from ..core.safefiles import write_text
 from ..core.versions import version_problem
 
@@ -243,5 +244,8 @@ def available_versions(name: str) -> list[str]:
         if line.startswith("Available versions:"):
             # the index's answer: what is not a version (or is thousands of digits long) is no release of ours
             return [v.strip() for v in line.partition(":")[2].split(",") if version_problem(v.strip()) is None]
-    lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if not line.startswith("WARNING")]
-    raise WheelFetchError(f"pip index versions {name}: {lines[-1] if lines else 'no versions listed'}")
+    # pip says "No matching distribution" also when it reached no index at all: its retry warnings tell which
+    said = (proc.stderr or proc.stdout).strip()
+    lines = [line for line in said.splitlines() if not line.startswith("WARNING")]
+    why = explained(said) or (lines[-1] if lines else "no versions listed")
+    raise WheelFetchError(f"pip index versions {name}: {why}")

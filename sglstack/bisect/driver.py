@@ -298,9 +298,13 @@ def prepare(request: BisectRequest) -> tuple[Stack, metrics_mod.Metric, PlannerC
     except ValueError as exc:
         raise BisectInputError(f"--metric: {exc}") from None
     try:
-        repeats, max_batches, threshold = int(request.repeats), int(request.max_batches), float(request.threshold_pct)
+        repeats, max_batches = int(request.repeats), int(request.max_batches)
     except (TypeError, ValueError):
-        raise BisectInputError("--runs and --max-batches take whole numbers, --threshold a percentage") from None
+        raise BisectInputError("--runs and --max-batches take whole numbers") from None
+    try:  # the wording of smoke --bisect-exit's --threshold (bisect.gitexit): one option, one refusal
+        threshold = float(request.threshold_pct)
+    except (TypeError, ValueError):
+        raise BisectInputError(f"--threshold '{request.threshold_pct}': not a number (a percentage, 5 = 5%)") from None
     if repeats < 1:
         raise BisectInputError(f"--runs {repeats}: at least 1 run per server start")
     if not 0 < threshold < 100:

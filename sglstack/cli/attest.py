@@ -21,6 +21,7 @@ from ..core.console import console
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
+from ..core.network import explained
 from ..core.records import parse_utc, utc_now
 from ..registry.client import RegistryClient
 
@@ -153,8 +154,9 @@ def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
         try:
             image = client.images.pull(ref)
         except docker.errors.APIError as exc:
+            reason = str(exc.explanation or exc).splitlines()[0][:200]
             raise AttestationError(f"image '{ref}' is neither attached to a registry SBOM nor pullable: "
-                                   f"{str(exc.explanation or exc).splitlines()[0][:200]}") from None
+                                   f"{explained(reason) or reason}") from None
     created = _created(image.attrs.get("Created"))
     return sbom_document(image_inventory(client, str(image.id)), image_name=ref, image_id=str(image.id),
                          created=created), str(image.id)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.imageref import not_an_image
 from ..core.options import (
+    BadOption,
     ReportOptions,
     docker_host_option,
     option,
@@ -90,8 +91,8 @@ class SmokeOptions(ReportOptions):
     skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
     bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
                                      "commit's smoke report (JSON) or a number")
-    metric: str = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length", "baseline")
-    threshold: str = option("with --bisect-exit: the change that counts as bad, in percent (default 5)", "5")
+    metric: str | None = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length")
+    threshold: str | None = option("with --bisect-exit: the change that counts as bad, in percent (default 5)")
     runs: str | None = option("with --bisect-exit: measured runs, cache flushed before each (default 5)")
     runner: str | None = option("docker (default: a container from --image) or process (local processes from "
                                 "--python-env)")
@@ -111,6 +112,16 @@ def _refuse_input_report(report: str, stacks_file: str) -> None:
             raise ConfigError(problem)
 
 
+def _refuse_bisect_only(o: SmokeOptions) -> None:
+    """--runs, --metric and --threshold judge a commit under --bisect-exit; a plain smoke would drop them
+    unread, so a script that forgot --bisect-exit is told rather than gated differently than it meant."""
+    why = {"runs": "without it the smoke runs once per phase", "metric": "the gates judge a plain smoke",
+           "threshold": "the gates judge a plain smoke"}
+    for name, reason in why.items():
+        if getattr(o, name) is not None:
+            raise BadOption(f"smoke: --{name} is for --bisect-exit ({reason})")
+
+
 @command(SmokeOptions)
 def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
@@ -121,13 +132,15 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
         skip_preflight=o.skip_preflight or None)
     if o.report:
         _refuse_input_report(o.report, o.stacks_file)
+    if not o.bisect_exit:
+        _refuse_bisect_only(o)
     if o.bisect_exit:
         from ..bisect.gitexit import smoke_bisect_exit  # at call time: the smoke runner loads the Docker SDK
 
         # No --image is the smoke's to refuse, in its own one line (as before the face moved here).
         return smoke_bisect_exit(o.image, o.bisect_exit,  # type: ignore[arg-type]
-                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.metric,
-                                 threshold=o.threshold, runs=o.runs, **serving)
+                                 stack=o.stack, stacks_file=o.stacks_file, metric=o.metric or "baseline",
+                                 threshold=o.threshold or "5", runs=o.runs, **serving)
     from ..smoke import smoke_command  # at call time: the smoke runner loads the Docker SDK
 
     return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,

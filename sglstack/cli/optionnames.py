@@ -147,6 +147,16 @@ def renamed(task: str, flag: str) -> str | None:
     new = RENAMED.get(task, {}).get(flag)
     return f"option {flag} is now {new}" if new else None
 
+
+def renamed_elsewhere(flag: str, options) -> str:
+    """`; did you mean '--NEW'?` where another task renamed `flag` to an option this task has (`deploy --key`:
+    build's --key is --signing-key, sbom's is --verify-key, and deploy has --verify-key), else ""."""
+    for task in sorted(RENAMED):
+        new = RENAMED[task].get(flag, "").split(" ")[0]
+        if new in options:
+            return f"; did you mean '{new}'?"
+    return ""
+
 # One example per task, shown at the end of its help (`invoke TASK -h`); the test checks each one parses.
 EXAMPLES: dict[str, str] = {
     "bake": "invoke bake --stack cu130 --stack cu129 --print",

@@ -23,7 +23,7 @@ from invoke import Argument, Exit, Task
 from invoke import task as invoke_task
 
 from ..config.defaults import default_stacks_file
-from ..core.errors import SglstackError, one_line, shown
+from ..core.errors import EXIT_ABORT_GIT_BISECT, SglstackError, one_line, shown
 from ..core.options import ReportOptions, TaskOptions
 from ..core.signals import exit_code_of, signals_raise
 
@@ -129,6 +129,15 @@ def command(options: type[Opts], *, name: str | None = None,
 
         def body(c, *args, **values):
             values.update(zip(list(options.task_signature().parameters)[1:], args, strict=False))
+            defaults = {f.name: f.default for f in dataclasses.fields(options)}  # type: ignore[arg-type]
+            if empty := [name for name, value in values.items()
+                         if (value == "" and defaults.get(name) != "") or (isinstance(value, list) and "" in value)]:
+                # `--verify-key "$KEY"` with KEY unset must not read as no --verify-key (nor --out '' as the
+                # default folder): an empty value names nothing
+                code = EXIT_ABORT_GIT_BISECT if values.get("bisect_exit") is not None else 2
+                print(f"error: {what}: option --{empty[0].replace('_', '-')} is empty (give a value, or leave the "
+                      "option out)", file=sys.stderr)
+                raise Exit(code=code)
             missing = _missing(options, values)
             if missing:
                 flags = ", ".join("--" + name.replace("_", "-") for name in missing)

@@ -19,7 +19,7 @@ from ..core.errors import PatchCommandError, PatchInputError, shown
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.progress import progress
 from ..core.versions import version_problem
-from ..imagebuild.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, load_specs
+from ..imagebuild.patches import OUTCOMES, CheckRow, check_stack_patches, check_version, command_error, load_specs
 from ..inimage import patchkit
 
 # ---- commands (the tasks of sglstack.cli.patches) ----------------------------------------------------
@@ -113,7 +113,8 @@ def apply_command(
             )
         results = patchkit.apply_patches(root, patches_dir, ids, version, policy, manifest or None)
     except patchkit.PatchError as exc:
-        raise PatchCommandError(str(exc)) from None
+        error = command_error(exc)  # patchkit's own command line (in images) spells patches.apply's --sglang so
+        raise type(error)(str(error).replace("--sglang-version ", "--sglang ")) from None
     _print_results(_console(console), f"applied to {plain(root)}", results)
     return 0
 
@@ -135,7 +136,7 @@ def verify_command(
         recorded = patchkit.read_manifest(manifest) if manifest else None
         results = patchkit.verify_patches(root, patches_dir, ids, recorded)
     except patchkit.PatchError as exc:
-        raise PatchCommandError(str(exc)) from None
+        raise command_error(exc) from None
     as_json.emit({"root": str(root), "patches": [asdict(r) for r in results]})
     if not as_json.stdout:
         _print_results(_console(console), f"verified under {plain(root)}", results)

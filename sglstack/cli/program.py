@@ -21,7 +21,7 @@ from typing import NoReturn
 from invoke import Exit, ParseError, Program
 
 from ..core.errors import EXIT_ABORT_GIT_BISECT, did_you_mean
-from .optionnames import EXAMPLES, FLOAT, INT, OPTIONS, renamed
+from .optionnames import EXAMPLES, FLOAT, INT, OPTIONS, renamed, renamed_elsewhere
 from .options import HELP_FLAGS
 
 # invoke's parser messages, matched to name what went wrong; any other (a newer wording) is passed on after
@@ -43,6 +43,8 @@ class SglstackProgram(Program):
             message = f"option --{context.args[match['name']].names[0]} needs a value" \
                 if match and context is not None and match["name"] in context.args else str(exc)
             raise Exit(f"error: {message}", code=2) from None
+        except ValueError:  # a core flag's number that is none (`--list-depth abc`): invoke's int() raised
+            raise Exit(f"error: {_not_a_number(list(self.argv), self.core_args())}", code=2) from None
 
     def parse_tasks(self) -> None:
         try:
@@ -54,11 +56,12 @@ class SglstackProgram(Program):
                 # `-h` taken as an option's value (`--stack -h`) or as a positional argument (`diff -h`)
                 self.print_task_help(context.name)
                 raise Exit
-        if bare := _bare_repeatable(self.core.unparsed, self.parser.contexts):
+        asks_help = any(token in HELP_FLAGS for token in self.core.unparsed or [])
+        if not asks_help and (bare := _bare_repeatable(self.core.unparsed, self.parser.contexts)):
             # invoke takes `--mount` with no value after it as no --mount at all
             raise Exit(f"error: {bare[0]}: option {bare[1]} needs a value", code=self._bad_input_code())
         remainder = getattr(self.core, "remainder", "")
-        if remainder and not self.args.complete.value and not any(token in HELP_FLAGS for token in self.core.unparsed):
+        if remainder and not self.args.complete.value and not asks_help:
             # (`--complete -- LINE` is shell completion asking for candidates: LINE is what it completes)
             # invoke keeps what follows `--` for the task, and no task here reads it: it would be dropped
             raise Exit(f"error: no task takes arguments after '--' (got '{remainder}')", code=self._bad_input_code())
@@ -88,6 +91,10 @@ class SglstackProgram(Program):
             print("")
 
     def parse_cleanup(self) -> None:
+        listing = self.args["list-format"].value
+        if listing not in _LIST_FORMATS:  # invoke looks up a method named after it: an AttributeError
+            raise Exit(f"error: option --list-format '{listing}': not one of {', '.join(_LIST_FORMATS)}"
+                       f"{did_you_mean(listing, _LIST_FORMATS)}", code=2)
         listed = self.args.list.value
         if isinstance(listed, str):
             try:
@@ -130,10 +137,16 @@ class SglstackProgram(Program):
         if match := _UNKNOWN.fullmatch(message):
             token = _literal(match["token"])
             if token.startswith("-"):
-                if task and (why := renamed(task, token.partition("=")[0])):
+                flag = token.partition("=")[0]
+                if task and (why := renamed(task, flag)):
                     return f"{task}: {why}"
-                options = [*core, *(context.flags if task else ()), *(context.inverse_flags if task else ())]
-                return f"{where}unknown option '{token}'{did_you_mean(token, options)}"
+                # after a task, its own options only: a core flag (`--pty`, `--version`) is never what a task's
+                # near-miss meant; a spelling another task renamed points to this task's name for it
+                own = [*context.flags, *context.inverse_flags] if task else []
+                if task and flag in ("--json", "--json-out"):  # not a near-miss of --on: an action has no report
+                    return f"{task}: unknown option '{token}' ({task} is an action: it prints no report as JSON)"
+                hint = renamed_elsewhere(flag, own) or did_you_mean(flag, own) if task else did_you_mean(flag, core)
+                return f"{where}unknown option '{token}'{hint}"
             if task and (why := _old_json_form(self.core.unparsed or [], token, context)):
                 return f"{task}: {why}"
             if task and (why := _after_a_flag(self.core.unparsed or [], token, context)):
@@ -149,6 +162,23 @@ class SglstackProgram(Program):
             missing = " ".join(arg.name.upper() for arg in context.missing_positional_args)
             return f"{task}: missing argument {missing} (usage: {self._command} {task} {_usage(context)})"
         return f"{where}{message}"
+
+
+_LIST_FORMATS = ("flat", "nested", "json")
+
+
+def _not_a_number(argv: list[str], core_args) -> str:
+    """The refusal of the core flag whose value invoke could not read as its number."""
+    for arg in core_args:
+        if arg.kind is not int:
+            continue
+        names = [f"-{n}" if len(n) == 1 else f"--{n}" for n in arg.names]
+        for i, token in enumerate(argv):
+            name, eq, value = token.partition("=")
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if name in names and not value.lstrip("-").isdigit():
+                return f"option --{arg.names[0]} '{value}': not a whole number"
+    return "a core option's value is not a number"
 
 
 def _help_tuples(ctx) -> list[tuple[str, str]]:

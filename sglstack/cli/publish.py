@@ -14,7 +14,8 @@ REGISTRY = "registry host or repository (default: the stack's publish.repository
 @dataclass(frozen=True)
 class PublishOptions(TaskOptions):
     stack: str = required("stack name from the matrix")
-    digest: str = required("the smoke-tested manifest digest (sha256:...) to promote, or an older one to roll back to")
+    digest: str = required("the smoke-tested manifest digest (sha256:..., or REPO@sha256:... of the stack's "
+                           "repository) to promote, or an older one to roll back to")
     stacks_file: str = stacks_file_option()
     registry: str | None = option(REGISTRY)
     config_hash: str | None = option("config hash of the image, when no publish record or label has it")

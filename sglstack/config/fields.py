@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator
+from pydantic import AfterValidator, ValidationError
 
 from ..core.credentials import (
     CredentialError,
@@ -298,3 +298,30 @@ def package_name(value: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
         raise ValueError(f"'{value}' is not a package name")
     return str(canonicalize_name(value))
+
+
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def bound_text(error: Mapping[str, Any]) -> str:
+    """What a value refused by a model's field must be (`must be >= 1`, `not one of 'EAGLE3', 'EAGLE'`), from
+    one of pydantic's `errors()`: its context in our words, not the validator's sentence."""
+    ctx = error.get("ctx") or {}
+    if bounds := " and ".join(f"{op} {ctx[key]}" for key, op in _BOUNDS if key in ctx):
+        return f"must be {bounds}"
+    if "expected" in ctx:
+        return f"not one of {ctx['expected']}"
+    kind = str(error.get("type", ""))
+    if kind.startswith(("int_", "float_")):
+        return "not a whole number" if kind.startswith("int_") else "not a number"
+    return str(error.get("msg", "not a value it takes"))
+
+
+def bound_problem(exc: ValueError) -> str:
+    """`NAME VALUE: must be >= 0` for a model's refusal of a field's value (its first error)."""
+    if not isinstance(exc, ValidationError) or not exc.errors():
+        return str(exc)
+    error = exc.errors()[0]
+    value = error.get("input")
+    shown_value = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{'.'.join(str(p) for p in error.get('loc', ()))} {shown_value}: {bound_text(error)}"

@@ -26,7 +26,7 @@ from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
-from ..render.k8s import K8sOptions, k8s_spec
+from ..render.k8s import HF_TOKEN_SECRET, K8sOptions, k8s_spec
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
@@ -92,12 +92,12 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
         eagle3=options.eagle3,
         gpus=options.gpus,
         nnodes=options.nnodes,
-        replicas=options.replicas,
+        replicas=1 if options.replicas is None else options.replicas,
         namespace=options.namespace,
         host_network=options.host_network,
         rdma=options.rdma,
         hf_cache=options.hf_cache,
-        hf_token_secret=options.hf_token_secret,
+        hf_token_secret=options.hf_token_secret or HF_TOKEN_SECRET,
         start_period_s=options.start_period,
     )
 
@@ -106,6 +106,28 @@ def _target(target: str) -> str:
     if target not in TARGETS:
         raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}{did_you_mean(target, TARGETS)}")
     return target
+
+
+def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str) -> None:
+    """An option of the other target is bad input (exit 2), before anything is looked up: it would be
+    dropped unread, and a script that forgot `--on k8s` would deploy somewhere else than it meant."""
+    other: list[tuple[str, object]]
+    if on == "k8s":
+        other = [("--docker-host", options.docker_host)]
+        if isinstance(options, DeployOptions):
+            other += [("--env-file", options.env_file), ("--port", options.port), ("--node-rank", options.node_rank),
+                      ("--dist-init-addr", options.dist_init_addr)]
+        why = "compose only (LWS places the pods)"
+    else:
+        other = [("--context", options.context), ("--namespace", options.namespace)]
+        if isinstance(options, DeployOptions):
+            other += [("--replicas", options.replicas is not None), ("--host-network", options.host_network),
+                      ("--rdma", options.rdma), ("--hf-token-secret", options.hf_token_secret)]
+        why = "--on k8s only (compose would drop {})"
+    if given := [flag for flag, value in other if value]:
+        several = len(given) > 1
+        raise DeployOptionError(f"--on {on}: {', '.join(given)} {'apply' if several else 'applies'} to "
+                                + why.format("them" if several else "it"))
 
 
 def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path | None, context: str | None,
@@ -130,11 +152,7 @@ def verified_ref(ref: str, verify_key: str | None, say: Say, *, stack: Stack, st
 
 def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None, say: Say = say_stderr
                        ) -> DeploymentRecord:
-    compose_only = [flag for flag, given in (("--docker-host", options.docker_host), ("--env-file", options.env_file),
-                                             ("--port", options.port), ("--node-rank", options.node_rank),
-                                             ("--dist-init-addr", options.dist_init_addr)) if given]
-    if compose_only:
-        raise DeployError(f"--on k8s: {', '.join(compose_only)} apply to compose only (LWS places the pods)")
+    _refuse_the_other_targets(options, "k8s")
     served = k8s_options(options)
     stack = load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
@@ -166,6 +184,7 @@ def deploy_command(
 ) -> DeploymentRecord:
     if _target(options.on) == "k8s":
         return deploy_k8s_command(options, build_root=build_root, say=say)
+    _refuse_the_other_targets(options, "compose")
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
     served = compose_options(options)
     # Every option is checked before the (slower) preflight and before anything on the host changes.
@@ -235,7 +254,8 @@ def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None
 def rollback_command(
     options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
 ) -> DeploymentRecord:
-    if _target(options.on) == "k8s":
+    _refuse_the_other_targets(options, _target(options.on))
+    if options.on == "k8s":
         root = build_root or default_build_root()
         namespace = options.namespace
         if namespace is None:  # the namespace the last k8s deployment of the stack went to

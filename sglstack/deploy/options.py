@@ -67,11 +67,12 @@ class DeployOptions(DeployTaskOptions):
     on: str = option("where to deploy: compose (default) or k8s (a LeaderWorkerSet applied with kubectl)", "compose")
     context: str | None = option("k8s: the kubectl context (default: the current one)")
     namespace: str | None = option("k8s: the namespace (default: the context's)")
-    replicas: int = option("k8s: LeaderWorkerSet groups, each serving the whole model (default 1)", 1, kind=int)
+    # replicas and hf_token_secret default in K8sOptions: None here tells a --replicas 1 typed from none
+    replicas: int | None = option("k8s: LeaderWorkerSet groups, each serving the whole model (default 1)", kind=int)
     host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
     rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")
-    hf_token_secret: str = option("k8s: the Secret whose key HF_TOKEN (and key NAME of each ${NAME} in "
-                                  "serving.env) the pods read (default hf-token)", "hf-token")
+    hf_token_secret: str | None = option("k8s: the Secret whose key HF_TOKEN (and key NAME of each ${NAME} in "
+                                         "serving.env) the pods read (default hf-token)")
     verify_key: str | None = option("refuse an image that does not verify against this ed25519 public key "
                                     "(PEM): signature, SBOM and provenance by digest (invoke verify-image)")
 

@@ -16,7 +16,7 @@ import tarfile
 import zlib
 from typing import Any
 
-from ..config.imageref import DOCKER_HUB, parse_image_reference
+from ..config.imageref import DOCKER_HUB, not_an_image, parse_image_reference
 from ..core.console import console as make_console
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
 from ..core.inputs import loads
@@ -111,6 +111,8 @@ def _layer_size(client: RegistryClient, ref: str, layer: dict[str, Any]) -> int:
 
 
 def _registry_snapshot(ref: str) -> Snapshot:
+    if problem := not_an_image(ref):  # in the words of every other task's image check, not the matrix's
+        raise ConfigError(f"'{ref}' is not a file, a local image or a build record's image, and {problem}")
     parsed = parse_image_reference(ref)
     repo = parsed.repository
     if repo.registry == DOCKER_HUB and not ref.startswith(DOCKER_HUB):

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..adapters.wheels import fetch_wheel, open_wheel
 from ..config.matrix import DEFAULT_PATCHES_DIR
 from ..config.schema import Stack
-from ..core.errors import ConfigError, PatchCommandError
+from ..core.errors import ConfigError, PatchCommandError, PatchInputError
 from ..inimage import patchkit
 
 # What `check` shows for each way a patch can come out.
@@ -39,11 +39,17 @@ class CheckRow:
 # ---- pure-ish pieces -------------------------------------------------------------------------------
 
 
+def command_error(exc: patchkit.PatchError) -> PatchCommandError:
+    """The host's one-line error for the engine's: the command itself wrong (an unknown patch id, a version
+    that is none) is bad input, exit 2; anything else a patch that failed, exit 1."""
+    return (PatchInputError if isinstance(exc, patchkit.PatchUsageError) else PatchCommandError)(str(exc))
+
+
 def load_specs(ids: list[str] | tuple[str, ...], patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[patchkit.PatchSpec]:
     try:
         return [patchkit.load_patch(patches_dir, pid) for pid in ids]
     except patchkit.PatchError as exc:
-        raise PatchCommandError(str(exc)) from None
+        raise command_error(exc) from None
 
 
 def unpack_for_patches(wheel: Path, specs: list[patchkit.PatchSpec], dest: Path) -> Path:

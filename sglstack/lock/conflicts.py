@@ -24,6 +24,7 @@ from ..inimage.incontainer.wheelkit import requirement_key
 from ..lockfile.current import missing_message, stale_message
 from ..lockfile.model import Lock, lock_path
 from .flow import LockError, resolve_for_base
+from .plan import LockUnreachable
 from .trust import StaleLock, lock_differences, lock_for_build
 
 
@@ -188,8 +189,9 @@ def resolve_findings(matrix: Matrix, resolve: Callable[..., Lock] = resolve_for_
         previous = (locks or {}).get(stack.name)
         try:
             lock = resolve(stack, previous=previous) if previous else resolve(stack)
-        except LockError as exc:
-            findings.append(Finding(stack.name, "conflict", str(exc).removeprefix(f"stack '{stack.name}': ")))
+        except LockError as exc:  # out of reach is not a conflict: nothing was decided about the pins
+            kind = "incomplete" if isinstance(exc, LockUnreachable) else "conflict"
+            findings.append(Finding(stack.name, kind, str(exc).removeprefix(f"stack '{stack.name}': ")))
             continue
         findings += [Finding(stack.name, "incomplete", f"resolver: layer {u}") for u in lock.unresolved]
         findings.append(Finding(stack.name, "resolved", f"the resolver found a consistent set of "

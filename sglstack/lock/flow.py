@@ -48,7 +48,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
-from ..core.errors import ConfigError, one_line
+from ..core.errors import ConfigError, did_you_mean, one_line
 from ..core.folderlock import file_lock
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.network import network_advice, network_problem
@@ -74,6 +74,7 @@ from .plan import (
     SGLANG_REQUIREMENTS,
     GitTree,
     LockError,
+    LockUnreachable,
     base_image_glibc,
     git_tree,
     plan_layers,
@@ -161,7 +162,7 @@ class _PlatformResolution:
             if isinstance(main, SourceUnreachable):
                 owner = owner_of(main.url, self.deps_layers)
                 if owner is None or owner.name in self.unresolved:
-                    raise LockError(f"stack '{name}': {main}")
+                    raise LockUnreachable(f"stack '{name}': {main}")
                 self.unresolved[owner.name] = UnresolvedLayer(owner.name, True, unreachable_reason(main, owner))
                 public = tuple(public_pin(r) for r in owner.requirements)
                 if all(public):
@@ -180,7 +181,7 @@ class _PlatformResolution:
                 raise LockError(f"stack '{name}': {main}")
             main = compile_fn([self.main_request()])[0]
         if isinstance(main, ResolverError):
-            raise LockError(f"stack '{name}': {main}")
+            raise (LockUnreachable if isinstance(main, SourceUnreachable) else LockError)(f"stack '{name}': {main}")
         return main
 
     def placed(self, main: Resolution) -> list[LockedPackage]:
@@ -321,7 +322,8 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     for name in wanted:
         entry = previous.get(name) if previous else None
         if entry is None:
-            raise ConfigError(f"--upgrade-package {name}: not in {path}", stack=stack_name)
+            known = [p.name for p in previous.packages] if previous else []
+            raise ConfigError(f"--upgrade-package {name}: not in {path}{did_you_mean(name, known)}", stack=stack_name)
         if not entry.hashed:
             raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
     start = time.monotonic()
@@ -335,6 +337,7 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
 def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = (),
                  as_json: JsonReport = NO_JSON) -> int:
     console = make_console()
+    load_matrix(stacks_file).get(stack_name)  # a typo is refused before the progress names it
     with progress(f"lock {stack_name}: resolving"):
         result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
     lock = result.lock

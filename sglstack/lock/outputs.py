@@ -32,6 +32,8 @@ def json_path_problem(json_path: str, stacks_file: Path, task: str, *, option: s
     path = Path(json_path).expanduser()
     if path.is_dir():
         return f"{option} {json_path}: is a folder (give the path of a file)"
+    if path.exists() and not path.is_file():  # the writer would refuse it after the work: refused before
+        return f"{option} {json_path}: is not a regular file (a device, FIFO or socket is never replaced)"
     if not path.resolve().parent.is_dir():
         return f"{option} {json_path}: its folder does not exist"
     return input_path_problem(json_path, stacks_file, task, option=option)

@@ -39,6 +39,11 @@ class LockError(SglstackError):
     """The stack cannot be locked (the message names the stack and the reason)."""
 
 
+class LockUnreachable(LockError):
+    """The stack could not be locked because an index or URL its whole resolution needs could not be reached:
+    nothing was decided about its pins (`stacks --check --resolve` says incomplete, not conflict)."""
+
+
 @dataclass(frozen=True)
 class PlannedLayer:
     """One install layer of the image as the resolver sees it."""

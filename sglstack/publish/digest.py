@@ -18,9 +18,10 @@ from ..attest.errors import AttestationError, BadInput
 from ..attest.provenance import BuildIdentity
 from ..attest.release import ensure_signed
 from ..attest.signing import KEY_ENV
-from ..config.imageref import Repository, is_digest
+from ..config.imageref import Repository, is_digest, parse_image_reference
 from ..config.schema import Stack
 from ..core.console import console
+from ..core.errors import ConfigError
 from ..core.labels import CONFIG_HASH_LABEL
 from ..core.records import utc_today
 from ..registry.client import ManifestNotFound, RegistryClient
@@ -48,6 +49,22 @@ def _config_hash_of(
     return value if isinstance(value, str) else None
 
 
+def _bare_digest(given: str, repo: Repository) -> str:
+    """`--digest` means one thing in publish and deploy (docs/options.md): sha256:... or REPO@sha256:... .
+    A reference is taken when it names the repository publish promotes in; another one is refused."""
+    _, at, digest = given.partition("@")
+    if not at or not is_digest(digest):
+        return given  # `_check_input` refuses what is not a digest
+    try:
+        named = parse_image_reference(given, key="--digest").repository
+    except ConfigError:
+        return given
+    if named != repo:
+        raise BadInput(f"--digest '{given}': names {named}, but publish promotes in {repo} (give sha256:... or "
+                       f"{repo}@sha256:...)")
+    return digest
+
+
 def _check_input(digest: str, smoke_report: str | None) -> None:
     """Bad input (exit 2), refused before the registry is asked anything (four attempts when it is down)."""
     if not is_digest(digest):
@@ -67,6 +84,7 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     tags pointed to before that first attempt.
     """
     signed_or_unsigned(stack.name, key is not None, unsigned)
+    digest = _bare_digest(digest, target_repository(stack, registry))
     _check_input(digest, smoke_report)
     path = records_path(build_dir)
     records = read_records(path)

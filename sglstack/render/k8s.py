@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..config.fields import SIZE_RE
+from ..config.fields import SIZE_RE, bound_text
 from ..config.imageref import names_a_digest
 from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
@@ -334,7 +334,7 @@ def validate_manifests(objects: Mapping[str, Mapping[str, Any]], *, version: str
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise ServingError(f"{file}: {where}: {err['msg']}") from None
+            raise ServingError(f"{file}: {where}: {bound_text(err)}") from None
 
 
 def _kv(module: Any, obj: dict[str, Any], version: str, where: str) -> None:

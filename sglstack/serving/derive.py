@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import serverflags
-from ..config.fields import MAX_DURATION_S, parse_bind
+from ..config.fields import MAX_DURATION_S, bound_text, parse_bind
 from ..config.schema import Stack
 from ..config.settings import ServingSettings, SpeculativeSettings
 from ..core.errors import one_line
@@ -192,7 +192,7 @@ def _speculative(base: SpeculativeSettings | None, o: ServingOverrides, bad: Bad
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else "draft_model"
         flag = o.flag("speculative_algorithm" if key == "algorithm" else key)
-        raise bad(f"{flag} '{values.get(key)}': {err['msg']}") from None
+        raise bad(f"{flag} '{values.get(key)}': {bound_text(err)}") from None
 
 
 def _nodes(o: ServingOverrides, bad: Bad) -> Nodes:

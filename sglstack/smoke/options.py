@@ -20,6 +20,12 @@ SPELLING = {key: flag for flag, key in ALIASES.items()}
 PAIR_KEYS = ("env", "labels")
 # values in the order given, one list (extra_args split on white space, as a flag's value is)
 LIST_KEYS = ("mounts", "extra_args", "kinds")
+# What the task running the smoke decides, never a --smoke-opt (before: dropped unread, or a traceback for
+# gates=, which is the smoke's own structure: the gates are min_speedup= and the others)
+NOT_SMOKE_OPTS = {"image": "the smoke serves the image the task built", "stack": "the task's --stack is the stack",
+                  "stacks_file": "the task's --stacks-file is the matrix",
+                  "serving": "give its keys (model=, tp=, ...)",
+                  "gates": "give min_speedup=, min_accept_length=, min_agreement= or max_regression="}
 
 
 class SmokeOptionError(SmokeInputError):
@@ -46,6 +52,8 @@ def parse_smoke_opts(opts: Iterable[str]) -> dict[str, Any]:
             raise SmokeOptionError(f"--smoke-opt '{raw_key.strip()}=…': the key is {SPELLING[key]}= (as smoke's "
                                    f"--{SPELLING[key]})")
         key = ALIASES.get(key, key)
+        if key in NOT_SMOKE_OPTS:
+            raise SmokeOptionError(f"--smoke-opt '{raw_key.strip()}=…': not a smoke option here: {NOT_SMOKE_OPTS[key]}")
         if not sep or not key.isidentifier():
             raise SmokeOptionError(malformed_pair("--smoke-opt", number, str(opt), "KEY=VALUE"))
         if key in PAIR_KEYS:

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS
+from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS, bound_problem
 from ..config.schema import Stack
 from ..config.settings import Gates, SpeculativeSettings
 from ..core.credentials import redact_text, secret_slots
-from ..core.errors import SmokeInputError, shown
+from ..core.errors import SmokeInputError, did_you_mean, shown
 from ..core.records import build_root
 from ..serving import (
     ServingError,
@@ -205,10 +205,10 @@ def _check_known(given: Mapping[str, Any]) -> None:
     """Every option is one smoke knows (one line listing the known ones if not)."""
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
     known = (known | {"env", "mounts", "extra_args", "kinds"}) - {"serving"}
-    unknown = sorted(set(given) - known)
-    if unknown:
+    if unknown := sorted(set(given) - known):
         spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
-        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)})")
+        hint = did_you_mean(unknown[0], spelled)
+        raise SmokeInputError(f"unknown smoke option(s): {', '.join(unknown)} (known: {', '.join(spelled)}){hint}")
 
 
 def _require_models(stack: Stack | None, given: Mapping[str, Any], kinds: tuple[str, ...]) -> None:
@@ -228,7 +228,7 @@ def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
                    if key in given}
         measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
         switches = ("no_history", "pull", "skip_preflight", "flush_cache")
-        flags: dict[str, bool] = {k: _flag(given.pop(k)) for k in switches if k in given}
+        flags: dict[str, bool] = {k: _flag(given.pop(k), k) for k in switches if k in given}
     except ValueError as exc:
         raise SmokeInputError(f"invalid smoke option: {exc}") from None
     return serving, measure, flags
@@ -257,8 +257,7 @@ def _gates(gates: Gates, given: dict[str, Any]) -> Gates:
     try:
         return Gates(**{**gates.model_dump(), **values})
     except ValueError as exc:
-        first = str(exc).splitlines()
-        raise SmokeInputError(f"invalid gate override: {' '.join(first[1:3]).strip() or first[0]}") from None
+        raise SmokeInputError(f"invalid gate override: {bound_problem(exc)}") from None
 
 
 def _check_bounds(opts: SmokeOptions) -> None:
@@ -313,7 +312,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: Any, key: str) -> bool:
     """Booleans also arrive as strings (`--smoke-opt no_history=true`)."""
     if isinstance(value, str):
         lowered = value.strip().lower()
@@ -321,7 +320,7 @@ def _flag(value: Any) -> bool:
             return True
         if lowered in ("0", "false", "no", "off", ""):
             return False
-        raise ValueError(f"'{value}' is not a boolean")
+        raise ValueError(f"{key} '{shown(value)}' is not a boolean (true or false)")
     return bool(value)
 
 

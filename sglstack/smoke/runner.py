@@ -50,17 +50,18 @@ def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
 def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Path | None]:
     """The report and history paths, each checked writable now (one line naming the path if not)."""
     report_path = report_path_for(options, stack)
-    try:
-        require_writable(report_path, what="smoke report (--report)" if options.report else "smoke report")
+    try:  # probed, not made: a smoke that stops before its report (a failed pull) leaves no empty folder
+        require_writable(report_path, what="smoke report (--report)" if options.report else "smoke report",
+                         create=False)
         for sibling in (report_path.with_suffix(".md"), report_path.with_suffix(".png")):
-            require_writable(sibling, what="smoke report")
+            require_writable(sibling, what="smoke report", create=False)
     except OutputNotWritable as exc:
         if options.report:  # a --report the user named that cannot be written is bad input
             raise SmokeInputError(str(exc)) from None
         raise
     history_file = None if options.no_history else hist.history_path(options.build_dir, stack.name if stack else None)
     if history_file is not None:
-        require_writable(history_file, what="smoke history (under the build folder)")
+        require_writable(history_file, what="smoke history (under the build folder)", create=False)
     if options.runner == "process":  # each server's output, opened once the server starts
         for kind in options.kinds:
             refuse_link(log_root(report_path, options), server_log_path(report_path, kind))

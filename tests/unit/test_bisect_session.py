@@ -606,7 +606,7 @@ def test_the_smallest_repeats_and_threshold_are_taken_and_a_word_is_refused_whol
     assert (config.runs_per_batch, config.threshold) == (1, 0.005)
     with pytest.raises(driver.BisectInputError) as err:
         prepared(max_batches="four")
-    assert str(err.value) == "--runs and --max-batches take whole numbers, --threshold a percentage"
+    assert str(err.value) == "--runs and --max-batches take whole numbers"
 
 
 def test_the_key_of_a_bisect_does_not_depend_on_the_order_of_the_stack_s_mappings(loop, tmp_path):

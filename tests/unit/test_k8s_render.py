@@ -397,7 +397,7 @@ def test_validation_errors_name_the_file_and_the_field() -> None:
     bad[k8s.LWS_FILE]["spec"]["replicas"] = -1
     with pytest.raises(ServingError) as err:
         k8s.validate_manifests(bad)
-    assert str(err.value) == "leaderworkerset.yaml: spec.replicas: Input should be greater than or equal to 0"
+    assert str(err.value) == "leaderworkerset.yaml: spec.replicas: must be >= 0"
     svc = copy.deepcopy(objs)
     svc[k8s.SERVICE_FILE]["spec"]["ports"][0]["port"] = "http"
     with pytest.raises(ServingError) as err:

@@ -20,10 +20,11 @@ from sglstack.adapters.uv import (
     SourceUnreachable,
 )
 from sglstack.config.matrix import load_matrix
-from sglstack.config.schema import FlashInferPin, KernelPin, TorchPin
+from sglstack.config.schema import FlashInferPin, KernelPin, Matrix, TorchPin
 from sglstack.core.errors import ConfigError
 from sglstack.lock import entries, flow
-from sglstack.lock.plan import GitTree, LockError, PlannedLayer, plan_layers, python_platform
+from sglstack.lock.conflicts import Finding, resolve_findings
+from sglstack.lock.plan import GitTree, LockError, LockUnreachable, PlannedLayer, plan_layers, python_platform
 from sglstack.lockfile.current import stack_input_hash
 from sglstack.lockfile.model import UnresolvedLayer, lock_path
 from sglstack.lockfile.text import read_lock, render_lock
@@ -126,6 +127,7 @@ def test_a_first_lock_is_written_and_a_second_starts_from_its_pins(stacks, tiny)
 @pytest.mark.parametrize("prepare,upgrade,message", [
     ("none", ["idna"], "stack 'tiny': --upgrade-package needs an existing lock ({path}): run invoke lock --stack tiny"),
     ("locked", ["no-such"], "stack 'tiny': --upgrade-package no-such: not in {path}"),
+    ("locked", ["idn"], "stack 'tiny': --upgrade-package idn: not in {path}; did you mean 'idna'?"),
     ("unhashed", ["idna"], "stack 'tiny': --upgrade-package idna: not resolved in {path} (built from a local wheel)"),
 ])
 def test_upgrade_package_is_checked_against_the_previous_lock_before_resolving(stacks, prepare, upgrade, message):
@@ -243,6 +245,12 @@ def test_an_unreachable_url_of_no_layer_is_one_line(tiny):
     with pytest.raises(LockError) as err:
         flow.resolve_stack(tiny, compile_fn=Uv(SourceUnreachable("https://elsewhere.example/x", "refused")))
     assert str(err.value) == "stack 'tiny': cannot reach https://elsewhere.example/x: refused"
+    # out of reach decided nothing: `stacks --check --resolve` reports it as incomplete, not as a conflict
+    assert isinstance(err.value, LockUnreachable)
+    def resolve(stack, previous=None):
+        return flow.resolve_stack(stack, compile_fn=Uv(SourceUnreachable("https://elsewhere.example/x", "refused")))
+    finding = resolve_findings(Matrix(file="stacks.yaml", stacks={"tiny": tiny}), resolve)
+    assert finding == [Finding("tiny", "incomplete", "cannot reach https://elsewhere.example/x: refused")]
 
 
 def test_stand_ins_that_do_not_resolve_leave_their_layer_out_and_say_so(tiny):
@@ -1032,3 +1040,15 @@ def test_a_lock_that_finds_no_change_leaves_the_files_bytes_and_mtime_alone(stac
     third = flow.lock_stack(stacks, "tiny", compile_fn=Uv())
     assert third.lock.resolved_at == "2026-12-02T00:00:00Z"
     assert "# resolved-at: 2026-12-02T00:00:00Z\n" in first.path.read_text()
+
+
+def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, monkeypatch):
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+
+    def no_progress(*args, **kwargs):
+        raise AssertionError("the progress started before the stack name was checked")
+
+    monkeypatch.setattr(flow, "progress", no_progress)
+    with pytest.raises(ConfigError) as err:
+        flow.lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
+    assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")

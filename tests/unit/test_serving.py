@@ -292,19 +292,19 @@ def _refused(stack, **overrides) -> str:
         ({"hf_cache": "a\tb"}, "--hf-cache 'a\\tb': a host folder without ':' or control characters"),
         ({"hf_cache": ""}, "--hf-cache: needs a host folder"),
         ({"mounts": ("x",)}, "--mount 'x': expected HOST:CONTAINER[:ro] with an absolute container path"),
-        ({"num_steps": 0}, "--num-steps '0': Input should be greater than or equal to 1"),
-        ({"num_draft_tokens": -1}, "--num-draft-tokens '-1': Input should be greater than or equal to 1"),
+        ({"num_steps": 0}, "--num-steps '0': must be >= 1"),
+        ({"num_draft_tokens": -1}, "--num-draft-tokens '-1': must be >= 1"),
         (
             {"speculative_algorithm": "FOO"},
-            "--speculative-algorithm 'FOO': Input should be 'EAGLE3', 'EAGLE' or 'NEXTN'",
+            "--speculative-algorithm 'FOO': not one of 'EAGLE3', 'EAGLE' or 'NEXTN'",
         ),
         (
             {"speculative_algorithm": "FOO", "flags": {"speculative_algorithm": "--algo"}},
-            "--algo 'FOO': Input should be 'EAGLE3', 'EAGLE' or 'NEXTN'",
+            "--algo 'FOO': not one of 'EAGLE3', 'EAGLE' or 'NEXTN'",
         ),
         (
             {"eagle_topk": "x"},
-            "--eagle-topk 'x': Input should be a valid integer, unable to parse string as an integer",
+            "--eagle-topk 'x': not a whole number",
         ),
         ({"host_port": 0, "flags": {"host_port": "--publish"}}, "--publish 0: not a TCP port (1..65535)"),
     ],
@@ -353,7 +353,7 @@ def test_speculative_settings_come_from_the_draft_given_or_the_stack() -> None:
     stacked = serving_spec(CPU_TEST, ServingOverrides(eagle_topk=2, speculative_algorithm="NEXTN")).speculative
     assert stacked == CPU_TEST.serving.speculative.model_copy(update={"eagle_topk": 2, "algorithm": "NEXTN"})
     assert _refused(None, draft_model="d", model="m", num_steps=0) == (
-        "--num-steps '0': Input should be greater than or equal to 1"
+        "--num-steps '0': must be >= 1"
     )
 
 

@@ -117,7 +117,7 @@ def test_none_means_not_given_and_the_stack_file_names_are_ignored() -> None:
     ({**BASE, "tp": "eight"}, "invalid smoke option: tp 'eight' is not a whole number"),
     ({**BASE, "timeout": "soon"}, "invalid smoke option: timeout 'soon' is not a number"),
     ({**BASE, "concurrency": "2.5"}, "invalid smoke option: concurrency '2.5' is not a whole number"),
-    ({**BASE, "pull": "maybe"}, "invalid smoke option: 'maybe' is not a boolean"),
+    ({**BASE, "pull": "maybe"}, "invalid smoke option: pull 'maybe' is not a boolean (true or false)"),
     ({**BASE, "concurrency": 0}, "smoke option concurrency must be >= 1 (got 0)"),
     ({**BASE, "num_prompts": "0"}, "smoke option num_prompts must be >= 1 (got 0)"),
     ({**BASE, "max_new_tokens": -1}, "smoke option max_new_tokens must be >= 1 (got -1)"),
@@ -261,8 +261,8 @@ def test_a_stack_without_speculative_settings_smokes_its_baseline_only() -> None
 
 @pytest.mark.parametrize(("given", "line"), [
     ({"serving": "x"}, "unknown smoke option(s): serving (known: "),
-    ({"min_agreement": "2"}, "invalid gate override: min_agreement   Input should be less than or equal to 1 "
-                             "[type=less_than_equal, input_value=2.0, input_type=float]"),
+    ({"min_agreement": "2"}, "invalid gate override: min_agreement 2: must be <= 1.0"),
+    ({"max_regression": "-1"}, "invalid gate override: max_regression -1: must be >= 0.0"),
     ({"min_speedup": "x"}, "invalid gate override: min_speedup 'x' is not a number"),
 ])
 def test_more_refusals_exactly(given: dict, line: str) -> None:
