@@ -19,7 +19,7 @@ from sglstack.core.signals import Interrupted
 from sglstack.deploy import k8s_flow
 from sglstack.deploy.flow import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
-from sglstack.deploy.kubectl import Kubectl
+from sglstack.adapters.kubectl import Kubectl
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s
 

@@ -23,10 +23,10 @@ from sglstack.registry.client import (
     OCI_MANIFEST,
     Manifest,
     ManifestNotFound,
-    RegistryAuthError,
     RegistryClient,
     compute_digest,
 )
+from sglstack.registry.session import RegistryAuthError
 
 ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
 CONFIG = json.dumps({"config": {"Labels": {"a": "b"}}}).encode()
