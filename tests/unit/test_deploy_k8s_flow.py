@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 from deploy_fixtures import make_test_stack
+from fake_clock import FakeClock
 
+from sglstack.adapters.kubectl import Kubectl
 from sglstack.core.errors import DeployError
 from sglstack.core.signals import Interrupted
 from sglstack.deploy import k8s_flow
 from sglstack.deploy.flow import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
-from sglstack.adapters.kubectl import Kubectl
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s
 
@@ -31,21 +32,6 @@ OPTIONS = k8s.K8sOptions(gpus=False, nnodes=2)
 NAME = k8s.object_name("tiny")  # sglstack-tiny
 
 
-class Clock:
-    """time.monotonic and time.sleep of the wait loop: a sleep moves the clock, and is remembered."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{DOUBLE}{os.pathsep}{os.environ['PATH']}")
@@ -54,7 +40,7 @@ def cluster(tmp_path, monkeypatch):
     for name in ("KUBECTL_DOUBLE_UNREADY", "KUBECTL_DOUBLE_QUOTA", "KUBECTL_DOUBLE_FORBID_DELETE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
-    clock = Clock()
+    clock = FakeClock(100.0)
     monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     said: list[str] = []
     dep = K8sDeployment(stack=make_test_stack(tmp_path / "m"), build_root=tmp_path / "build",

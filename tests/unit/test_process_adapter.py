@@ -11,6 +11,7 @@ from pathlib import Path
 from subprocess import TimeoutExpired
 
 import pytest
+from fake_clock import FakeClock
 
 from sglstack.adapters import process as proc_mod
 from sglstack.adapters.process import (
@@ -186,25 +187,10 @@ def test_other_variables_do_not_pass():
     assert passes_to_process("HF_HOME") is True
 
 
-class _Clock:
-    """The adapter's clock: a sleep moves it (and is remembered) without waiting."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 @pytest.mark.parametrize(("grace", "polls"), [(0.25, 3), (0.2, 2), (0.0, 0)])
 def test_the_grace_is_counted_on_the_clock_before_sigkill(tmp_path, monkeypatch, grace, polls):
     log = tmp_path / "server.log"
-    clock = _Clock()
+    clock = FakeClock()
     script = "trap '' TERM; sleep 60 & echo started; wait; wait"
     with running_process([SH, "-c", script], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
@@ -223,7 +209,7 @@ def test_members_seen_after_sigkill_get_it_again_until_gone(tmp_path, monkeypatc
     log = tmp_path / "server.log"
     with running_process([SH, "-c", "exit 0"], env={}, log_path=log, log_root=tmp_path) as proc:
         proc.wait()
-        clock = _Clock()
+        clock = FakeClock()
         sent: list[tuple[int, int]] = []
         seen = iter([[4242], [4242], [4242], []])
         monkeypatch.setattr(proc_mod, "time", clock)

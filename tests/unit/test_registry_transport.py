@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 from engine_refs import free_port
+from fake_clock import FakeClock
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry import transport as transport_mod
@@ -288,19 +289,11 @@ def test_a_refused_connection_is_retried_with_backoff_and_named():
     assert str(err.value) == f"registry 127.0.0.1:{port}: GET /v2/ failed after 3 attempts: connection refused"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 class _FirstFails:
     """The first request gets `first` (503, or the connection closed without an answer), moving the
     transport's clock to `then`; every later one 200."""
 
-    def __init__(self, clock: _Clock, then: float, first: str) -> None:
+    def __init__(self, clock: FakeClock, then: float, first: str) -> None:
         self.seen = 0
         owner = self
 
@@ -335,7 +328,7 @@ class _FirstFails:
 
 @pytest.mark.parametrize("then", [5.0, 7.0])
 def test_no_retry_once_the_deadline_has_come_and_the_last_answer_is_said(monkeypatch, then):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     server = _FirstFails(clock, then, "503")
     with pytest.raises(RegistryError) as err:
@@ -346,7 +339,7 @@ def test_no_retry_once_the_deadline_has_come_and_the_last_answer_is_said(monkeyp
 
 
 def test_a_retry_still_fits_before_the_deadline(monkeypatch):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     server = _FirstFails(clock, 4.5, "503")
     server.ping()
@@ -354,7 +347,7 @@ def test_a_retry_still_fits_before_the_deadline(monkeypatch):
 
 
 def test_a_connection_closed_without_an_answer_is_retried():
-    server = _FirstFails(_Clock(), 0.0, "close")
+    server = _FirstFails(FakeClock(), 0.0, "close")
     server.ping()
     assert server.seen == 2
 
