@@ -13,6 +13,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..adapters.buildkit import detect_builder
+from ..adapters.docker import is_local_docker_host
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
@@ -32,7 +33,7 @@ from ..lockfile.model import lock_path
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
-from ..serving import serving_argv, serving_spec
+from ..serving import check_mount_sources, serving_argv, serving_spec
 
 
 def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) -> str | None:
@@ -95,7 +96,11 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
         raise BadInput(f"stack '{name}': give --signing-key or --unsigned, not both")
     signing_key = None if unsigned else load_signing_key(key)
     target_repository(stack, registry)
-    release_smoke_options(stack, smoke_opts, docker_host=docker_host)
+    smoke = release_smoke_options(stack, smoke_opts, docker_host=docker_host)
+    if smoke.runner != "process":
+        # As the release smoke checks them, but before the build: a bind source missing on this machine
+        # (a typed `--smoke-opt mount=` or the stack's own) would fail the smoke after the whole build.
+        check_mount_sources(smoke.serving, local=is_local_docker_host(smoke.docker_host))
     return signing_key
 
 

@@ -121,3 +121,21 @@ def test_a_near_miss_of_a_named_choice_gets_did_you_mean(tmp_path, args, line):
                       env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
     assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, line, "")
     assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_release_smoke_mount_missing_here_is_refused_before_the_build(tmp_path, dry_run):
+    """The release smoke would refuse it after the whole build: the bind source is checked first, as it will."""
+    missing = tmp_path / "no-such-models"
+    code, line = _run(tmp_path, "--push", "--unsigned", "--smoke-opt", f"mount={missing}:/models", *dry_run)
+    assert (code, line) == (2, f"error: stack 'cpu-test': --mount '{missing}:/models': {missing} does not exist "
+                               "(Docker would create it as root); create it first")
+
+
+def test_a_release_smoke_on_a_remote_engine_does_not_check_this_machines_folders(tmp_path):
+    missing = tmp_path / "no-such-models"
+    proc = run_invoke(*BUILD, "--push", "--unsigned", "--dry-run", "--smoke-opt", f"mount={missing}:/models",
+                      "--smoke-opt", "docker_host=ssh://user@gpu-node", cwd=tmp_path,
+                      env={"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert any(line.startswith("stack:        cpu-test") for line in proc.stdout.splitlines())
