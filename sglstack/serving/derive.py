@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import serverflags
-from ..config.fields import MAX_DURATION_S, bound_text, parse_bind
+from ..config.fields import MAX_DURATION_S, bound_text, parse_bind, size_bytes
 from ..config.schema import Stack
 from ..config.settings import ServingSettings, SpeculativeSettings
 from ..core.errors import one_line
@@ -141,6 +141,11 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
         found = serverflags.extra_args_problem(o.extra_args, secrets=False)
         if found:
             raise bad(f"{o.flag('extra_args')}: {found[1]}")
+    if o.shm_size is not None:
+        try:
+            size_bytes(o.shm_size)  # the rule serving.shm_size is held to in stacks.yaml
+        except ValueError as exc:
+            raise bad(f"{o.flags.get('shm_size') or 'shm_size'}: {exc}") from None
     return ServingSpec(stack=name, model=o.model or base.model, speculative=speculative, eagle3=o.eagle3, tp=tp,
                        gpus=gpus, port=port, host_port=host_port, startup_timeout_s=float(startup),
                        shm_size=o.shm_size or base.shm_size, extra_args=extra,

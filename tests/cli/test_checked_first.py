@@ -139,3 +139,10 @@ def test_a_release_smoke_on_a_remote_engine_does_not_check_this_machines_folders
                       env={"SGLSTACK_SIGNING_KEY": "", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert any(line.startswith("stack:        cpu-test") for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "real"])
+def test_a_release_smoke_shm_size_that_is_no_size_is_refused_before_the_build(tmp_path, dry_run):
+    """`serving.shm_size` is held to the size rule in stacks.yaml; the smoke's own value was passed unread."""
+    assert _run(tmp_path, "--push", "--unsigned", "--smoke-opt", "shm_size=abc", *dry_run) == (
+        2, "error: stack 'cpu-test': shm_size: 'abc' is not a size such as 32g (a whole number, then b, k, m, g or t)")
