@@ -250,9 +250,12 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
 
 
 def test_dry_run_touches_no_docker(tmp_path):
+    # The release smoke's bind sources are checked before the build, as the smoke will: cu130 mounts the
+    # Hugging Face cache of the home folder, here one of the test's own.
+    (tmp_path / "home" / ".cache" / "huggingface").mkdir(parents=True)
     proc = run_invoke("build", "--stack", "cu130", "--dry-run", "--push", "--unsigned", "--ca-bundle",
                       "/etc/ssl/certs/ca-certificates.crt", "--stacks-file", str(REPO / "stacks.yaml"),
-                      cwd=tmp_path, env={"DOCKER_HOST": "tcp://127.0.0.1:9"})
+                      cwd=tmp_path, env={"DOCKER_HOST": "tcp://127.0.0.1:9", "HOME": str(tmp_path / "home")})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "config hash:" in out and "--secret id=ca_bundle,src=" in out
