@@ -141,14 +141,9 @@ def serving_spec(stack: Stack | None, overrides: ServingOverrides | None = None)
         found = serverflags.extra_args_problem(o.extra_args, secrets=False)
         if found:
             raise bad(f"{o.flag('extra_args')}: {found[1]}")
-    if o.shm_size is not None:
-        try:
-            size_bytes(o.shm_size)  # the rule serving.shm_size is held to in stacks.yaml
-        except ValueError as exc:
-            raise bad(f"{o.flags.get('shm_size') or 'shm_size'}: {exc}") from None
     return ServingSpec(stack=name, model=o.model or base.model, speculative=speculative, eagle3=o.eagle3, tp=tp,
                        gpus=gpus, port=port, host_port=host_port, startup_timeout_s=float(startup),
-                       shm_size=o.shm_size or base.shm_size, extra_args=extra,
+                       shm_size=_shm_size(o, bad) or base.shm_size, extra_args=extra,
                        env=tuple(sorted((str(k), str(v)) for k, v in env.items())), mounts=mounts,
                        ulimits=GPU_ULIMITS if gpus > 0 else CPU_ULIMITS, healthcheck=health, nodes=nodes)
 
@@ -233,6 +228,16 @@ def _healthcheck(o: ServingOverrides, startup_s: int, bad: Bad) -> Healthcheck:
             raise bad(f"{flag} {chosen}: must be at least 1{unit}")
         out[key] = chosen
     return Healthcheck(path=HEALTH_PATH, **out)
+
+
+def _shm_size(o: ServingOverrides, bad: Bad) -> str | None:
+    """A smoke's or deploy's own /dev/shm size, held to the rule serving.shm_size is held to in stacks.yaml."""
+    if o.shm_size is not None:
+        try:
+            size_bytes(o.shm_size)
+        except ValueError as exc:
+            raise bad(f"{o.flags.get('shm_size') or 'shm_size'}: {exc}") from None
+    return o.shm_size
 
 
 def _mount(text: str, origin: str, bad: Bad) -> Mount:
