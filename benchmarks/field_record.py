@@ -17,7 +17,10 @@ from typing import Any
 
 # The device's folders -> placeholders (longest first).
 PLACEHOLDERS = (("/root/g28/run/model/", "<field-model>/"), ("/root/site", "<carried-site>"), ("/root/out", "<out>"))
-MILESTONES = re.compile(r"Load weight end|KV Cache is allocated|CUDA graph end|max_total_num_tokens|fired up")
+MILESTONES = re.compile(r"Load weight end|KV Cache is allocated|CUDA graph end|max_total_num_tokens|fired up|"
+                        r"server_args=")
+# The warm start must save at least this share of the cold start to healthy (issue 40).
+MIN_WARM_SAVING = 0.5
 GATE_NAMES = ("min_speedup", "min_accept_length", "min_agreement", "max_regression")
 
 
@@ -42,10 +45,26 @@ def gate_verdicts(report: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def warm_verdicts(report: dict[str, Any], kind: str = "baseline") -> dict[str, Any]:
+    """The warm start's verdicts, from the report's figures alone: it saved >= MIN_WARM_SAVING of the cold start
+    to healthy, it added no kernel cache file, and it restored the artifact the cold run packed (key matched)."""
+    cold, warm = report[kind], report["warm"][kind]
+    saving = 1.0 - warm["startup_s"] / cold["startup_s"]
+    restore = warm["kernel_cache"]["restore"]
+    packed = report["kernel_cache"]["packed"][kind]
+    matched = (restore["matched"] and restore["artifact"] == packed["artifact"]
+               and warm["kernel_cache"]["key_digest"] == packed["key_digest"] == cold["kernel_cache"]["key_digest"])
+    return {"saving": round(saving, 4), "saving_verdict": "pass" if saving >= MIN_WARM_SAVING else "fail",
+            "new_kernel_files": warm["kernel_cache"]["new_files"],
+            "no_new_kernel_files": "pass" if warm["kernel_cache"]["new_files"] == 0 else "fail",
+            "cold_kernel_files": cold["kernel_cache"]["files_after"],
+            "key_matched": "pass" if matched else "fail"}
+
+
 def main(run_dir: Path, target: Path) -> int:
     report = json.loads((run_dir / "report.json").read_text())
     steps = json.loads((run_dir / "steps.json").read_text())
-    logs = {kind: run_dir / f"report.{kind}.log" for kind in ("baseline", "eagle3")}
+    logs = {kind: run_dir / f"report.{kind}.log" for kind in ("baseline", "eagle3", "baseline.warm", "eagle3.warm")}
     milestones = {
         kind: [line[:160] for line in log.read_text().splitlines() if MILESTONES.search(line)]
         for kind, log in logs.items() if log.exists()
@@ -61,6 +80,7 @@ def main(run_dir: Path, target: Path) -> int:
         "gate_verdicts": gate_verdicts(report),
         "server_milestones": milestones,
         "report": report,
+        **({"warm_verdicts": warm_verdicts(report)} if report.get("warm") else {}),
     }
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(scrub(recording), indent=1, sort_keys=True) + "\n")

@@ -14,6 +14,13 @@ runner modules), `kernel_load` (sgl_kernel's sm90 library and one of its ops on 
 `first_token` are read off the smoke itself (the server answered /health_generate; a request streamed a
 token). The smoke is sglstack's own (`run_smoke`, the process runner, the production measuring code), with
 its report, server logs and history under OUT; OUT/steps.json holds the steps.
+
+`--warm-start` (issue 40): the baseline server only, started cold with every kernel cache pointed at one
+empty folder, measured and gated; its cache packed into an OCI image layout store (OUT/kernel-cache-store,
+or `--cache-store`); then started again with the cache restored from that artifact (key checked), and each
+start's phases read from its log. `--no-probes` skips the two probes (about 50 s on the H200).
+`benchmarks/field_record.py OUT tests/data/field/h200-warm-start.json` keeps it;
+tests/unit/test_field_warm_start.py re-derives the warm-start verdicts from that recording.
 """
 
 from __future__ import annotations
@@ -60,6 +67,15 @@ def probe(python: str, env: dict[str, str], code: str, timeout: float) -> dict[s
     return {"ok": proc.returncode == 0, "seconds": round(time.monotonic() - started, 1), "output": lines[-3:]}
 
 
+def warm_options(args: argparse.Namespace) -> dict[str, object]:
+    """The smoke options of `--warm-start`: the baseline alone, its caches packed into the store on disk, a warm
+    start restoring them, gated on compiling nothing."""
+    if not args.warm_start:
+        return {}
+    return {"kinds": "baseline", "warm_start": True, "no_warm_compile": True,
+            "cache_store": args.cache_store or str(args.out / "kernel-cache-store")}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-env", required=True)
@@ -78,16 +94,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=None)
     # The servers inherit nothing of this environment beyond the runtime's own variables (docs/smoke-and-gates.md).
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="a variable for the servers")
+    parser.add_argument("--warm-start", action="store_true", help="baseline cold, pack its kernel caches, warm start")
+    parser.add_argument("--cache-store", default=None, help="the OCI layout store (default OUT/kernel-cache-store)")
+    parser.add_argument("--no-probes", action="store_true", help="skip the imports and kernel_load probes")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
     server_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                   **dict(item.split("=", 1) for item in args.env)}
+    if args.warm_start:  # SGLang's own switch: milliseconds in its log stamps, so each phase is read to the ms
+        server_env.setdefault("SGLANG_LOG_MS", "1")
     if args.site:
         server_env["PYTHONPATH"] = os.pathsep.join(p for p in (args.site, os.environ.get("PYTHONPATH")) if p)
     python = os.path.join(args.python_env, "bin", "python3")
     steps: dict[str, object] = {}
-    for name, code in PROBES.items():
+    for name, code in ({} if args.no_probes else PROBES).items():
         steps[name] = result = probe(python, {**os.environ, **server_env}, code, 240)
         print(f"field: {name}: {'ok' if result['ok'] else 'FAILED'} {result['output']}", flush=True)
     (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
@@ -98,11 +119,11 @@ def main(argv: list[str]) -> int:
         gpus=args.gpus, timeout=args.timeout, env=server_env,
         extra_args=shlex.split(args.extra_args) if args.extra_args is not None else None,
         max_new_tokens=args.max_new_tokens, num_prompts=args.num_prompts, concurrency=args.concurrency,
-        report=str(args.out / "report.json"), build_dir=str(args.out / "build"),
+        report=str(args.out / "report.json"), build_dir=str(args.out / "build"), **warm_options(args),
     )
     report = run_smoke(stack, None, options, log=lambda line: print(line, flush=True))
     data = report.data
-    for kind in ("baseline", "eagle3"):
+    for kind in ("baseline",) if args.warm_start else ("baseline", "eagle3"):
         run = data[kind]
         steps[f"{kind}_model_load"] = {"ok": bool(run["started"]), "seconds": run["startup_s"],
                                        "output": [run["failure"]] if run["failure"] else []}

@@ -80,6 +80,17 @@ class Gates(StrictModel):
     max_regression: float = Field(default=0.05, ge=0, le=1, allow_inf_nan=False)
 
 
+class StartGates(StrictModel):
+    """Gates on a server's start (docs/smoke-and-gates.md, "Start by phase and kernel caches")."""
+
+    # The warm start (the second, with the kernel cache the cold one filled, restored) must be healthy within.
+    max_warm_start_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    # The warm start may add no file to the kernel cache: nothing was compiled.
+    no_warm_compile: bool = False
+    # The cold start to healthy may be at most this fraction slower than the last passing run's.
+    max_start_regression: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+
+
 class SmokeSettings(StrictModel):
     """How the smoke test measures a served image (the server itself is `serving:`)."""
 
@@ -87,6 +98,18 @@ class SmokeSettings(StrictModel):
     concurrency: int = Field(default=8, ge=1, le=MAX_COUNT)
     num_prompts: int = Field(default=8, ge=1, le=MAX_COUNT)
     gates: Gates = Gates()
+    # Point every kernel cache at one folder, pack what a passing start filled, and measure a second, warm
+    # start with it restored (kernel_cache alone: pack, no warm start).
+    kernel_cache: bool = False
+    warm_start: bool = False
+    start_gates: StartGates = StartGates()
+
+    @model_validator(mode="after")
+    def _warm_needs_cache(self) -> SmokeSettings:
+        gates = self.start_gates
+        if (gates.max_warm_start_s is not None or gates.no_warm_compile) and not self.warm_start:
+            raise KeyedValueError(("start_gates",), "gates a warm start: set smoke.warm_start: true")
+        return self
 
     @model_validator(mode="before")
     @classmethod

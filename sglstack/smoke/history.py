@@ -54,7 +54,8 @@ def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) ->
     """The line kept for one run: the headline figures, not the per-request detail."""
 
     def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: run.get(k) for k in ("tokens_per_s", "aggregate_tokens_per_s", "ttft_s", "completed")}
+        out = {k: run.get(k) for k in ("tokens_per_s", "aggregate_tokens_per_s", "ttft_s", "completed")}
+        return {**out, **start_summary(run)}
 
     return {
         "time": report["time"],
@@ -69,4 +70,18 @@ def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) ->
         "fingerprint": dict(fingerprint),
         # Which runner measured it ("docker" for the records written before there was a choice).
         "runner": (report.get("runner") or {}).get("kind", "docker"),
+        **({"warm": {kind: start_summary(run) for kind, run in report["warm"].items()}} if report.get("warm") else {}),
     }
+
+
+def start_summary(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A start as the history keeps it: seconds to healthy, each phase, and the kernel-cache files it added."""
+    out: dict[str, Any] = {"startup_s": run.get("startup_s")}
+    if run.get("phases"):
+        out["phases_s"] = run["phases"].get("phases_s")
+    cache = run.get("kernel_cache")
+    if cache:
+        out["new_kernel_files"] = cache.get("new_files")
+        if cache.get("restore"):
+            out["cache_restored"] = cache["restore"].get("matched")
+    return out

@@ -82,6 +82,11 @@ class ServerRun:
     accept_length_server: float | None = None
     # One entry per measured concurrency-1 run: tokens_per_s, ttft_s, accept_length (meta_info), flushed.
     runs: tuple[Mapping[str, Any], ...] = ()
+    # The start by phase, from the server's log (`phases.start_phases`); None: not read (a server that
+    # never started, a report from before phases).
+    phases: Mapping[str, Any] | None = None
+    # The kernel cache this start used (`smoke/warm.py`): its folder, files before and after, the restore.
+    kernel_cache: Mapping[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -114,4 +119,7 @@ class ServerRun:
             "accept_length_meta": self.accept_length_meta,
             "accept_length_server": self.accept_length_server,
             "runs": [dict(r) for r in self.runs],
+            # Only when read: reports and recordings from before phases compare equal as they were.
+            **({"phases": dict(self.phases)} if self.phases is not None else {}),
+            **({"kernel_cache": dict(self.kernel_cache)} if self.kernel_cache is not None else {}),
         }

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS, bound_problem
 from ..config.schema import Stack
-from ..config.settings import Gates, SpeculativeSettings
+from ..config.settings import Gates, SpeculativeSettings, StartGates
 from ..core.credentials import redact_text, secret_slots
 from ..core.errors import SmokeInputError, did_you_mean, shown
 from ..core.records import build_root
@@ -62,6 +62,13 @@ class SmokeOptions:
     runner: str = "docker"
     # With runner "process": the Python environment (a venv or prefix) whose bin/python3 runs the argv.
     python_env: str | None = None
+    # Kernel caches (smoke/warm.py): every cache of a server pointed at one folder and packed after a passing
+    # smoke; warm_start: a second start of each server with its cache restored from the artifact.
+    kernel_cache: bool = False
+    warm_start: bool = False
+    # The on-disk OCI layout store of kernel-cache artifacts (default BUILD/<stack>/kernel-cache/store).
+    cache_store: str | None = None
+    start_gates: StartGates = field(default_factory=StartGates)
 
     # Read-only views of the server, for the runner and reports.
     @property
@@ -138,10 +145,11 @@ class SmokeOptions:
             "timeout": self.timeout,
             "shm_size": self.serving.shm_size,
         }
-        hidden = ("serving", "gates", "labels")
+        hidden = ("serving", "gates", "labels", "start_gates")
         out.update({f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden})
         out["env_keys"] = sorted(self.env)
         out["gates"] = self.gates.model_dump()
+        out["start_gates"] = self.start_gates.model_dump()
         out["extra_args"] = redact_argv(self.serving.extra_args)
         out["mounts"] = list(self.mounts)
         return out
@@ -150,6 +158,7 @@ class SmokeOptions:
 # ---- options ---------------------------------------------------------------------------------------
 
 _GATE_KEYS = ("min_speedup", "min_accept_length", "min_agreement", "max_regression")
+_START_GATE_KEYS = tuple(StartGates.model_fields)
 _IGNORED = ("stacks_file", "stack", "image")
 # CLI-named overrides of the server -> their field in ServingOverrides, and how to read a string value.
 _SERVING: dict[str, tuple[str, type]] = {
@@ -185,6 +194,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     labels = parse_pairs(given.pop("labels"), "--label") if "labels" in given else {}
     settings = stack.smoke if stack is not None else None
     gates = _gates(settings.gates if settings is not None else Gates(), given)
+    start_gates = _start_gates(settings.start_gates if settings is not None else StartGates(), given)
     try:
         spec = serving_spec(stack, ServingOverrides(**serving))
     except ServingError as exc:
@@ -193,10 +203,14 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
         "concurrency": settings.concurrency if settings else 8,
         "num_prompts": settings.num_prompts if settings else 8,
         "max_new_tokens": settings.max_new_tokens if settings else 128,
+        "kernel_cache": settings.kernel_cache if settings else False,
+        "warm_start": settings.warm_start if settings else False,
     }
     settled: dict[str, Any] = {**defaults, **measure, **flags, **given}
-    opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, kinds=kinds, **settled)
+    opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, kinds=kinds,
+                        start_gates=start_gates, **settled)
     _check_bounds(opts)
+    _check_warm(opts)
     check_runner(opts.runner, opts.python_env)
     return opts
 
@@ -204,7 +218,7 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
 def _check_known(given: Mapping[str, Any]) -> None:
     """Every option is one smoke knows (one line listing the known ones if not)."""
     known = set(_SERVING) | set(_MEASURE) | {f.name for f in fields(SmokeOptions)} | set(_GATE_KEYS)
-    known = (known | {"env", "mounts", "extra_args", "kinds"}) - {"serving"}
+    known = (known | {"env", "mounts", "extra_args", "kinds", *_START_GATE_KEYS}) - {"serving", "start_gates"}
     if unknown := sorted(set(given) - known):
         spelled = sorted(SPELLING.get(key, key) for key in known)  # as --smoke-opt takes them: mount=, label=
         hint = did_you_mean(unknown[0], spelled)
@@ -227,7 +241,7 @@ def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
         serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
                    if key in given}
         measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
-        switches = ("no_history", "pull", "skip_preflight", "flush_cache")
+        switches = ("no_history", "pull", "skip_preflight", "flush_cache", "kernel_cache", "warm_start")
         flags: dict[str, bool] = {k: _flag(given.pop(k), k) for k in switches if k in given}
     except ValueError as exc:
         raise SmokeInputError(f"invalid smoke option: {exc}") from None
@@ -258,6 +272,34 @@ def _gates(gates: Gates, given: dict[str, Any]) -> Gates:
         return Gates(**{**gates.model_dump(), **values})
     except ValueError as exc:
         raise SmokeInputError(f"invalid gate override: {bound_problem(exc)}") from None
+
+
+def _start_gates(gates: StartGates, given: dict[str, Any]) -> StartGates:
+    """The stack's start gates with the options that set them taken out of `given` laid over them."""
+    values: dict[str, Any] = {}
+    try:
+        for key in _START_GATE_KEYS:
+            if key in given:
+                value = given.pop(key)
+                values[key] = _flag(value, key) if key == "no_warm_compile" else (
+                    None if value in ("", "none") else _read(value, float, key))
+    except ValueError as exc:
+        raise SmokeInputError(f"invalid gate override: {exc}") from None
+    try:
+        return StartGates(**{**gates.model_dump(), **values})
+    except ValueError as exc:
+        raise SmokeInputError(f"invalid gate override: {bound_problem(exc)}") from None
+
+
+def _check_warm(opts: SmokeOptions) -> None:
+    """A warm start needs the kernel cache, and a warm-start gate a warm start (one line each, before any
+    server starts); the docker runner's cache folder is bound from this machine."""
+    gates = opts.start_gates
+    if (gates.max_warm_start_s is not None or gates.no_warm_compile) and not opts.warm_start:
+        name = "max_warm_start_s" if gates.max_warm_start_s is not None else "no_warm_compile"
+        raise SmokeInputError(f"smoke gate {name} gates a warm start: pass --warm-start")
+    if opts.cache_store is not None and not (opts.kernel_cache or opts.warm_start):
+        raise SmokeInputError("--cache-store is where kernel caches are packed: pass --kernel-cache or --warm-start")
 
 
 def _check_bounds(opts: SmokeOptions) -> None:

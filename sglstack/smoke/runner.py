@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from .plan import RUN_KINDS, SmokeOptions, redact_argv
 from .report import SmokeReport, write_report
 from .server import Log, serve_and_measure, serve_process_and_measure
 from .since import since_last_pass
+from .startgates import start_failures, warm_saving
 from .subject import check_what_to_serve, open_what_to_serve
+from .warm import KernelCaches, warm_starts
 
 
 def _stderr(message: str) -> None:
@@ -80,17 +83,24 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
         log(f"smoke: {notice}")
     check_secret_references(options.serving)
     report_path, history_file = check_outputs(options, stack)
+    caches = KernelCaches.plan(options, stack.name if stack else None, report_path)
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
     engine, image_info = open_what_to_serve(stack, image, options, interpreter, log)
-    runs, commands = _serve_each_kind(engine, image, image_info, options, report_path, log)
+    caches = caches.bound(image_info) if caches is not None else None
+    runs, commands = _serve_each_kind(engine, image, image_info, options, report_path, log, caches)
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
     share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
     fingerprint = options.fingerprint()
     reference = hist.last_passing(records, fingerprint)
     verdict = evaluate(options.gates, baseline, eagle3, share, reference)
+    warm, cache_summary = _kernel_caches(caches, verdict, engine, image_info, report_path, log)
+    ran = {kind: runs[kind] for kind in options.kinds}
+    failures = start_failures(options.start_gates, ran, warm, reference)
+    verdict = replace(verdict, failures=(*verdict.failures, *failures))
     data = _report_data(stack, image_info, runs, verdict, reference, options, report_path, commands, history_file)
+    data.update(start_report(options, runs, warm, cache_summary))
     comparable: list[Mapping[str, Any]] = []
     if history_file is not None:
         line = hist.history_record(data, fingerprint)
@@ -104,9 +114,35 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     return report
 
 
+def _kernel_caches(caches: KernelCaches | None, verdict: Verdict, engine: docker.DockerClient | None,
+                   image_info: Mapping[str, Any], report_path: Path, log: Log
+                   ) -> tuple[dict[str, ServerRun] | None, dict[str, Any] | None]:
+    """After a passing smoke: its kernel caches packed, then (warm_start) each server started again with its
+    cache restored. A failed smoke packs nothing: what it compiled is not vouched for."""
+    if caches is None:
+        return None, None
+    if not verdict.passed:
+        log("smoke: kernel caches not packed: the smoke failed")
+        return None, caches.summary({})
+    packed = caches.pack(caches.options.kinds, log)
+    warm = warm_starts(caches, engine, image_info, report_path, log) if caches.options.warm_start else None
+    return warm, caches.summary(packed)
+
+
+def start_report(options: SmokeOptions, runs: Mapping[str, ServerRun], warm: Mapping[str, ServerRun] | None,
+                 cache_summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The report's start fields: the start gates, the kernel caches, and each warm start with its saving."""
+    out: dict[str, Any] = {"start_gates": options.start_gates.model_dump()}
+    if cache_summary is not None:
+        out["kernel_cache"] = dict(cache_summary)
+    if warm is not None:
+        out["warm"] = {kind: {**run.to_dict(), "saving": warm_saving(runs[kind], run)} for kind, run in warm.items()}
+    return out
+
+
 def _serve_each_kind(
     engine: docker.DockerClient | None, image: str | None, image_info: Mapping[str, Any], options: SmokeOptions,
-    report_path: Path, log: Log,
+    report_path: Path, log: Log, caches: KernelCaches | None = None,
 ) -> tuple[dict[str, ServerRun], dict[str, list[str]]]:
     """Each kind's server run (in turn, each removed before the next starts), and the argv it started with."""
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
@@ -118,15 +154,21 @@ def _serve_each_kind(
             log(f"smoke: {kind} skipped: the baseline server failed")
             runs[kind] = ServerRun(kind=kind, started=False)
             continue
+        served = options
+        if caches is not None:  # a cold start: its cache folder empty, and every cache pointed at it
+            caches.empty(kind)
+            served = caches.options_for(kind)
         if engine is None:
-            pplan = process_plan(options, kind, free_tcp_port())
+            pplan = process_plan(served, kind, free_tcp_port())
             commands[kind] = redact_argv(pplan.argv)
             log(f"smoke: {kind}: {' '.join(commands[kind])}")
-            runs[kind] = serve_process_and_measure(pplan, options, server_log_path(report_path, kind), log)
+            runs[kind] = serve_process_and_measure(pplan, served, server_log_path(report_path, kind), log)
         else:
-            plan = container_plan(options, image_info["id"], kind)
+            plan = container_plan(served, image_info["id"], kind)
             log(f"smoke: {kind}: {' '.join(redact_argv(plan.command))}")
-            runs[kind] = serve_and_measure(engine, plan, options, log)
+            runs[kind] = serve_and_measure(engine, plan, served, log)
+        if caches is not None:
+            runs[kind] = caches.record(kind, {}, runs[kind])
     return runs, commands
 
 

@@ -25,11 +25,14 @@ from ..core.safefiles import containing_root, write_bytes
 from .client import Generation, SGLangClient
 from .launch import ContainerPlan, ProcessPlan
 from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
+from .phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .plan import SmokeOptions
 from .workload import prompt_set, run_phase, warm_up
 
 NAME_PREFIX = "sglstack-smoke"
 LOG_TAIL_LINES = 15
+# A start's log is read whole for its phases; SGLang's start logs a few hundred KB at most.
+MAX_START_LOG_BYTES = 64 * 1024 * 1024
 Log = Callable[[str], None]
 
 
@@ -62,6 +65,14 @@ class Server(Protocol):
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
         """Its last log lines, for a failure message."""
 
+    def start_log(self) -> tuple[list[LogLine], float | None, float]:
+        """Its whole log with each line's time, when it started on that same clock (None: unknown), and the
+        stamps' resolution in seconds: what its start by phase is read from."""
+
+
+# What is done with a started server: `measure_server` (the smoke) or `measure_start` (a warm start).
+Measure = Callable[[Server, "str | None", SmokeOptions, Log], ServerRun]
+
 
 class ContainerServer:
     def __init__(self, container: Container, plan: ContainerPlan, options: SmokeOptions) -> None:
@@ -82,10 +93,22 @@ class ContainerServer:
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
         return [redact_text(line, self.plan.secret_values()) for line in log_tail(self.container, lines)]
 
+    def start_log(self) -> tuple[list[LogLine], float | None, float]:
+        """The engine's own per-line UTC stamps and its StartedAt: one clock, even on a remote engine."""
+        try:
+            raw = self.container.logs(stdout=True, stderr=True, timestamps=True)
+            self.container.reload()
+        except docker.errors.APIError:
+            return [], None, 0.001
+        started = docker_time(str((self.container.attrs.get("State") or {}).get("StartedAt") or ""))
+        return docker_log_lines(raw.decode("utf-8", "replace")), started, 0.001
+
 
 class ProcessServer:
-    def __init__(self, proc: subprocess.Popen[bytes], plan: ProcessPlan, log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], plan: ProcessPlan, log_path: Path,
+                 started_at: float | None = None) -> None:
         self.proc, self.plan, self.log_path, self.kind = proc, plan, log_path, plan.kind
+        self.started_at = started_at  # time.time() just before the process started
 
     def exit_failure(self) -> str | None:
         code = self.proc.poll()
@@ -100,6 +123,16 @@ class ProcessServer:
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
         return [redact_text(line, self.plan.secrets) for line in file_log_tail(self.log_path, lines)]
 
+    def start_log(self) -> tuple[list[LogLine], float | None, float]:
+        """SGLang's own stamps (local time: the server runs on this machine, in this time zone)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                text = fh.read(MAX_START_LOG_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return [], self.started_at, 1.0
+        lines, resolution = process_log_lines(text)
+        return lines, self.started_at, resolution
+
 
 def _signal_name(signum: int) -> str:
     try:
@@ -108,7 +141,11 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options: SmokeOptions, log: Log) -> ServerRun:
+def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options: SmokeOptions, log: Log,
+                      measure: Measure | None = None) -> ServerRun:
+    """The server as a container, removed however this returns; `measure` (default `measure_server`) is
+    what is done with it once started (`measure_start`: the start alone)."""
+    measure = measure or measure_server
     try:
         cm = running_container(
             engine,
@@ -119,19 +156,22 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
             **docker_run_kwargs(plan),
         )
         with cm as container:
-            return measure_server(ContainerServer(container, plan, options), _api_key(plan.command), options, log)
+            return measure(ContainerServer(container, plan, options), _api_key(plan.command), options, log)
     except docker.errors.APIError as exc:
         reason = (exc.explanation or str(exc)).splitlines()[0][:300]
         return ServerRun(kind=plan.kind, started=False, failure=f"the container could not start: {reason}")
 
 
-def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log) -> ServerRun:
+def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path: Path, log: Log,
+                              measure: Measure | None = None) -> ServerRun:
     """The server as a local process group, ended (all of it) however this returns."""
+    measure = measure or measure_server
     try:
         cm = running_process(plan.argv, env=plan.environment, log_path=log_path,
                              log_root=containing_root(log_path.parent, Path(options.build_dir)))
+        started_at = time.time()
         with cm as proc:
-            return measure_server(ProcessServer(proc, plan, log_path), _api_key(plan.argv), options, log)
+            return measure(ProcessServer(proc, plan, log_path, started_at), _api_key(plan.argv), options, log)
     except OSError as exc:
         return ServerRun(kind=plan.kind, started=False, failure=f"the server process could not start: {exc}")
     finally:
@@ -163,7 +203,8 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
     log(f"smoke: {server.kind}: healthy after {startup:.1f}s; warming up")
     kind = server.kind
     try:
-        warm_up(client, options.max_new_tokens)
+        before_warm_up = time.monotonic() - start
+        phases = start_phases_of(server, before_warm_up, warm_up(client, options.max_new_tokens), log)
         measured = _single_stream_runs(client, kind, options, log)
         single, single_results, _ = measured[0]
         concurrent, results_n = _concurrent_phase(client, kind, options, log)
@@ -186,7 +227,38 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
              "accept_length": accept_length_from_meta(results) if speculative else None}
             for phase, results, flushed in measured
         ),
+        phases=phases,
     )
+
+
+def start_phases_of(server: Server, before_warm_up_s: float, warm_up_runs: list[Generation], log: Log
+                    ) -> dict[str, Any]:
+    """The start by phase of a healthy server whose warm-up began `before_warm_up_s` after it started: the
+    first token is the first warm-up request's."""
+    first = warm_up_runs[0] if warm_up_runs else None
+    first_token = before_warm_up_s + first.ttft_s if first is not None and first.ttft_s is not None else None
+    lines, started_at, resolution = server.start_log()
+    if started_at is None:
+        lines = []  # no start on the lines' clock: every log milestone is unknown, not guessed
+    phases = start_phases(lines, started_at or 0.0, first_token, resolution)
+    log(phases_line(server.kind, phases))
+    return phases
+
+
+def measure_start(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
+    """A start and nothing more (the warm start): healthy, its first token, its phases."""
+    start = time.monotonic()
+    client, failure = wait_until_healthy(server, api_key, options)
+    if failure:
+        return _not_started(server, failure, log)
+    assert client is not None
+    startup = time.monotonic() - start
+    log(f"smoke: {server.kind}: healthy after {startup:.1f}s")
+    try:
+        phases = start_phases_of(server, time.monotonic() - start, warm_up(client, options.max_new_tokens, 1), log)
+    finally:
+        client.close()
+    return ServerRun(kind=server.kind, started=True, startup_s=startup, phases=phases)
 
 
 def _not_started(server: Server, failure: str, log: Log) -> ServerRun:

@@ -34,9 +34,9 @@ def prompt_set(count: int) -> list[str]:
     ]
 
 
-def warm_up(client: SGLangClient, max_new_tokens: int, requests: int = 2) -> None:
-    for _ in range(requests):
-        client.generate(WARMUP_PROMPT, min(max_new_tokens, 16))
+def warm_up(client: SGLangClient, max_new_tokens: int, requests: int = 2) -> list[Generation]:
+    """The warm-up requests (the first one's TTFT is the start's first token)."""
+    return [client.generate(WARMUP_PROMPT, min(max_new_tokens, 16)) for _ in range(requests)]
 
 
 def run_phase(

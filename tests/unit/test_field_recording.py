@@ -39,7 +39,8 @@ def _server_run(report: dict[str, Any], kind: str) -> ServerRun:
     run = report[kind]
     return ServerRun(kind=kind, started=run["started"], failure=run["failure"], startup_s=run["startup_s"],
                      single=_phase(run["concurrency_1"]), concurrent=_phase(run["concurrency_n"]),
-                     accept_length_meta=run["accept_length_meta"], accept_length_server=run["accept_length_server"])
+                     accept_length_meta=run["accept_length_meta"], accept_length_server=run["accept_length_server"],
+                     phases=run.get("phases"), kernel_cache=run.get("kernel_cache"))
 
 
 def test_there_are_two_recordings():

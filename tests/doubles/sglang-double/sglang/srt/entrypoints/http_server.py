@@ -18,7 +18,15 @@ Behaviour comes from the environment (all optional):
                                   unless their whole process group is ended
   SGLANG_DOUBLE_WORKERS_IGNORE_TERM  "1": those workers ignore SIGTERM, as a worker stuck in a CUDA call does;
                                   only SIGKILL ends them
-The last two take "1" (always), "speculative" or "baseline" (only that kind of server).
+  SGLANG_DOUBLE_KERNELS           kernels its "CUDA graph capture" compiles (default 0); each is a file under
+                                  TRITON_CACHE_DIR and FLASHINFER_WORKSPACE_BASE when those are set, and is
+                                  compiled (SGLANG_DOUBLE_COMPILE_S each, default 0.05) only when its file is not
+                                  there yet: a restored cache makes a start that compiles nothing
+  SGLANG_LOG_MS                   "1": milliseconds in each line's stamp, as SGLang does
+The last two of the first list take "1" (always), "speculative" or "baseline" (only that kind of server).
+
+It logs the lines sglstack reads a start's phases from, worded as SGLang 0.5.17 words them: `server_args=`,
+`Load weight end.`, `Capture target decode CUDA graph end.`, `The server is fired up and ready to roll!`.
 """
 
 from __future__ import annotations
@@ -85,8 +93,40 @@ def _installed_sglang() -> str | None:
 
 
 def _log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    if os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true"):
+        stamp += f".{int(now * 1000) % 1000:03d}"
     print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+def _capture_graphs(server_args: dict, speculative: bool) -> None:
+    """SGLang's CUDA graph capture, where Triton and FlashInfer compile: each kernel is a file in the caches
+    the environment names, compiled (a sleep) only when it is not there yet."""
+    count = int(os.environ.get("SGLANG_DOUBLE_KERNELS", "0"))
+    role = "verify" if speculative else "decode"
+    started = time.perf_counter()
+    _log(f"Capture target {role} CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1], avail mem=0.00 GB")
+    compiled = 0
+    seed = f"{server_args['model_path']}|{server_args.get('speculative_algorithm')}|{server_args.get('tp_size')}"
+    for i in range(count):
+        name = hashlib.sha256(f"{seed}|{i}".encode()).hexdigest()[:16]
+        paths = []
+        if os.environ.get("TRITON_CACHE_DIR"):
+            paths.append(os.path.join(os.environ["TRITON_CACHE_DIR"], name, f"kernel_{i}.cubin"))
+        if os.environ.get("FLASHINFER_WORKSPACE_BASE"):
+            paths.append(os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer", "cached_ops",
+                                      f"op_{name}", f"op_{name}.so"))
+        if paths and all(os.path.isfile(p) for p in paths):
+            continue
+        time.sleep(_env_float("SGLANG_DOUBLE_COMPILE_S", 0.05))
+        for path in paths:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(hashlib.sha256(name.encode()).digest() * 64)
+        compiled += 1
+    _log(f"Capture target {role} CUDA graph end. elapsed={time.perf_counter() - started:.2f} s, mem usage=0.00 GB, "
+         f"avail mem=0.00 GB. (double: {compiled} of {count} kernels compiled)")
 
 
 class Engine:
@@ -434,10 +474,12 @@ def launch_server(server_args: dict) -> None:
         _log('  File "sglang/srt/managers/scheduler.py", line 2960, in run_scheduler_process')
         _log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB (simulated by the double)")
         sys.exit(1)
+    _log("Load weight end. elapsed=0.00 s, type=DoubleForCausalLM, avail mem=0.00 GB, mem usage=0.00 GB.")
     if _applies("SGLANG_DOUBLE_NEVER_HEALTHY", speculative):
         _log("Capture cuda graph begin. This can take up to several minutes.")
         while True:
             time.sleep(3600)
+    _capture_graphs(server_args, speculative)
     engine.ready = True
     _log("The server is fired up and ready to roll!")
     try:

@@ -1,0 +1,34 @@
+"""This machine's GPU as a kernel cache is keyed by it: name, compute capability and driver major version,
+from `nvidia-smi` (a node with no nvidia-smi, or no GPU, has "none" for each: the CPU double's)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+QUERY = ("nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
+
+
+def gpu_facts(timeout_s: float = 30.0) -> tuple[str, str, str]:
+    """(name, compute capability, driver major) of GPU 0 as CUDA_VISIBLE_DEVICES shows it; "none" each
+    without nvidia-smi or a GPU; "unknown" each when it did not answer (a key with it matches nothing)."""
+    tool = shutil.which(QUERY[0])
+    if tool is None:
+        return "none", "none", "none"
+    try:
+        out = subprocess.run([tool, *QUERY[1:]], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown", "unknown", "unknown"
+    return parse_gpu_line(out.stdout if out.returncode == 0 else "")
+
+
+def parse_gpu_line(text: str) -> tuple[str, str, str]:
+    """The first line of `nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader`."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "unknown", "unknown", "unknown"
+    parts = [p.strip() for p in lines[0].split(",")]
+    if len(parts) != 3 or not all(parts):
+        return "unknown", "unknown", "unknown"
+    name, capability, driver = parts
+    return name, capability, driver.split(".")[0]

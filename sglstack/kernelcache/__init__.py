@@ -1,0 +1,13 @@
+"""Kernel caches as artifacts of the tested image: what fills them and where (`key`), the key a cache is valid
+for (`key`), the folder as files and one layer (`files`), the artifact and its on-disk OCI layout store
+(`layout`). Smoke packs the caches a passing start filled and restores them for the warm start; attest
+attaches the same artifact to the image digest in a registry; deploy restores it where the key matches.
+"""
+
+from .files import KernelCacheError, cache_files, new_files
+from .key import CACHE_DIRS, CONTAINER_CACHE_ROOT, CacheKey, NodeGpu, cache_environment, cache_key, mismatch_line
+from .layout import ARTIFACT_TYPE, LayoutStore, Packed, Restore, artifact_manifest
+
+__all__ = ["ARTIFACT_TYPE", "CACHE_DIRS", "CONTAINER_CACHE_ROOT", "CacheKey", "KernelCacheError", "LayoutStore",
+           "NodeGpu", "Packed", "Restore", "artifact_manifest", "cache_environment", "cache_files", "cache_key",
+           "mismatch_line", "new_files"]

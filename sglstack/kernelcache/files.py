@@ -1,0 +1,117 @@
+"""A kernel-cache folder as files: listed, packed into one tar.gz layer, unpacked into a fresh folder.
+
+Packing keeps regular files and folders only (a link in a cache could point anywhere on the node), in
+sorted order. Unpacking writes each member through `core/safefiles` into a folder filled aside and
+swapped in whole (`replace_folder`): a member with an absolute path, a `..`, a link or a device is
+refused in one line and nothing is left half-restored. Files are written with the time of the restore,
+not their packed time: FlashInfer's JIT builds with ninja, which rebuilds an output older than its inputs
+(the installed headers), so a restored kernel must be newer than the package it was compiled against.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import tarfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from ..core.errors import SglstackError, one_line
+from ..core.safefiles import make_folder, replace_folder, write_with
+
+LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+class KernelCacheError(SglstackError):
+    """A kernel cache that cannot be packed, stored or restored (one line; the server then starts cold)."""
+
+
+def cache_files(folder: Path) -> dict[str, int]:
+    """Every regular file under `folder` (relative POSIX path -> size); {} when there is no folder.
+    Links are not followed (a cache's own link would point out of it)."""
+    out: dict[str, int] = {}
+    if not folder.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                out[Path(path).relative_to(folder).as_posix()] = st.st_size
+    return dict(sorted(out.items()))
+
+
+def new_files(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """The files a start added (a kernel compiled), sorted: none on a warm start that compiled nothing."""
+    return sorted(set(after) - set(before))
+
+
+def pack(folder: Path, out: BinaryIO) -> int:
+    """Write `folder`'s regular files as a gzip tar to `out` (reproducible: sorted, owner 0, mtime 0 in
+    the archive); returns how many files went in."""
+    files = cache_files(folder)
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            path = folder / rel
+            info = tarfile.TarInfo(rel)
+            st = os.lstat(path)
+            info.size, info.mode, info.mtime = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644, 0
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    return len(files)
+
+
+def _member_problem(member: tarfile.TarInfo) -> str | None:
+    name = member.name
+    if name.startswith("/") or ".." in Path(name).parts or "\x00" in name:
+        return f"a member path outside the cache folder ({one_line(name)[:80]!r})"
+    if not (member.isfile() or member.isdir()):
+        return f"{one_line(name)[:80]!r} is a link or device, not a file"
+    return None
+
+
+def unpack(root: Path, folder: Path, layer: Callable[[], BinaryIO], *, max_bytes: int) -> int:
+    """Replace `folder` with the files of the gzip tar `layer()` opens; returns how many. `root` is the folder
+    no link may lead out of. At most `max_bytes` unpacked (a cache is not allowed to fill the node's disk)."""
+
+    def fill(tmp: Path) -> None:
+        try:
+            filled[0] = _fill(tmp)
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise KernelCacheError(f"kernel cache layer: not a gzip tar ({one_line(str(exc))[:120]}); not "
+                                   "restored") from None
+
+    def _fill(tmp: Path) -> int:
+        total = count = 0
+        with layer() as fh, tarfile.open(fileobj=fh, mode="r:gz") as tar:
+            for member in tar:
+                problem = _member_problem(member)
+                if problem:
+                    raise KernelCacheError(f"kernel cache layer: {problem}; not restored")
+                if member.isdir():
+                    make_folder(tmp, tmp / member.name)
+                    continue
+                total += member.size
+                if total > max_bytes:
+                    raise KernelCacheError(f"kernel cache layer: more than {max_bytes} bytes unpacked; not restored")
+                source = tar.extractfile(member)
+                assert source is not None
+                write_with(tmp, tmp / member.name, _copier(source), mode=0o755 if member.mode & 0o111 else 0o644,
+                           durable=False)
+                count += 1
+        return count
+
+    filled = [0]
+    replace_folder(root, folder, fill)
+    return filled[0]
+
+
+def _copier(source: IO[bytes]) -> Callable[[BinaryIO], None]:
+    def copy(out: BinaryIO) -> None:
+        while chunk := source.read(1 << 20):
+            out.write(chunk)
+    return copy

@@ -1,0 +1,205 @@
+"""The kernel-cache artifact, and a store of them on disk in the OCI image layout (no registry needed).
+
+One artifact is an OCI 1.1 manifest: `artifactType` says it is a kernel cache, its config is the key (JSON),
+its one layer the cache folder as a gzip tar; pushed to a registry it gets the image manifest as `subject`
+(`attest/kernelcache.py`). On a GPU node without a registry (the process runner) the same manifest and blobs
+live in an OCI image layout folder: `oci-layout`, `index.json` (one entry per key, the key's digest in its
+annotations) and `blobs/sha256/`. Tools that read OCI layouts (`oras`, `skopeo`) read it as it is.
+
+A restore takes the artifact whose key is exactly the start's (`CacheKey`, read from the config blob and
+checked, not from the annotation alone), checks each blob's sha256 as it reads it, and unpacks the layer.
+No exact match: one line naming the first differing field of the nearest artifact, and nothing is restored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..core.inputs import loads, read_bytes
+from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
+from .files import LAYER_MEDIA_TYPE, KernelCacheError, pack, unpack
+from .key import CacheKey, mismatch_line
+
+ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.v1"
+KEY_MEDIA_TYPE = "application/vnd.sglstack.kernel-cache.key.v1+json"
+# The OCI media types (the registry part names them too; the kernel cache does not import the registry).
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+KEY_ANNOTATION = "io.sglstack.kernel-cache.key"
+IMAGE_ANNOTATION = "io.sglstack.kernel-cache.image"
+FILES_ANNOTATION = "io.sglstack.kernel-cache.files"
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# DeepGEMM's and FlashInfer's caches of a large MoE model are hundreds of MB; no cache is 64 GiB.
+MAX_CACHE_BYTES = 64 * 1024**3
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def artifact_manifest(key: CacheKey, layer_digest: str, layer_size: int, files: int,
+                      subject: Mapping[str, Any] | None = None) -> bytes:
+    """The artifact's manifest (deterministic: no timestamps); `subject` is the image manifest descriptor
+    when it is attached to an image in a registry."""
+    config = key.canonical()
+    body: dict[str, Any] = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": KEY_MEDIA_TYPE, "digest": sha256_digest(config), "size": len(config)},
+        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": layer_size}],
+        "annotations": {KEY_ANNOTATION: key.digest(), IMAGE_ANNOTATION: key.image, FILES_ANNOTATION: str(files)},
+    }
+    if subject is not None:
+        body["subject"] = dict(subject)
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Restore:
+    """What a restore did: `matched` (the cache was restored) and the one line that says so or why not."""
+
+    matched: bool
+    line: str
+    files: int = 0
+    manifest_digest: str | None = None
+    key_differences: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"matched": self.matched, "line": self.line, "files": self.files,
+                "artifact": self.manifest_digest, "key_differences": list(self.key_differences)}
+
+
+@dataclass(frozen=True)
+class Packed:
+    manifest_digest: str
+    files: int
+    layer_size: int
+
+
+class LayoutStore:
+    """An OCI image layout folder of kernel-cache artifacts. `root`: the folder no link may lead out of."""
+
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        self.path = path
+        self.root = root or path
+
+    @property
+    def blobs(self) -> Path:
+        return self.path / "blobs" / "sha256"
+
+    def blob_path(self, digest: str) -> Path:
+        algorithm, _, hexpart = digest.partition(":")
+        if algorithm != "sha256" or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
+            raise KernelCacheError(f"kernel cache store {self.path}: {digest[:80]!r} is not a sha256 digest")
+        return self.blobs / hexpart
+
+    # ---- writing ----------------------------------------------------------------------------------
+
+    def put_bytes(self, data: bytes) -> str:
+        digest = sha256_digest(data)
+        write_bytes(self.root, self.blob_path(digest), data)
+        return digest
+
+    def put(self, key: CacheKey, folder: Path) -> Packed:
+        """Pack `folder` as the artifact of `key` (replacing an earlier one of the same key in the index)."""
+        make_folder(self.root, self.blobs)
+        write_bytes(self.root, self.path / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}\n')
+        tmp = self.blobs / f".packing-{os.getpid()}.tmp"
+        try:
+            counted = [0]
+            write_with(self.root, tmp, lambda fh: counted.__setitem__(0, pack(folder, fh)))
+            layer_digest, size = _file_digest(tmp)
+            rename_inside(self.root, tmp, self.blob_path(layer_digest))
+        finally:
+            remove_file(self.root, tmp)
+        self.put_bytes(key.canonical())
+        manifest = artifact_manifest(key, layer_digest, size, counted[0])
+        manifest_digest = self.put_bytes(manifest)
+        entry = {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
+                 "artifactType": ARTIFACT_TYPE,
+                 "annotations": {KEY_ANNOTATION: key.digest(), IMAGE_ANNOTATION: key.image,
+                                 "org.opencontainers.image.ref.name": key.digest().removeprefix("sha256:")[:16]}}
+        kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
+        write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+        return Packed(manifest_digest, counted[0], size)
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def _index(self) -> list[dict[str, Any]]:
+        path = self.path / "index.json"
+        if not path.exists():
+            return []
+        try:
+            index = loads(read_bytes(path, limit=MAX_MANIFEST_BYTES, what="kernel cache store index"))
+            manifests = index["manifests"]
+            if not isinstance(manifests, list):
+                raise TypeError
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KernelCacheError(f"kernel cache store {path}: not an OCI image index ({exc})") from None
+        return [m for m in manifests if isinstance(m, dict)]
+
+    def read_blob(self, digest: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:
+        data = read_bytes(self.blob_path(digest), limit=limit, what="kernel cache blob")
+        if sha256_digest(data) != digest:
+            raise KernelCacheError(f"kernel cache store {self.path}: blob {digest[:19]} does not hash to its name")
+        return data
+
+    def artifacts(self) -> Iterator[tuple[str, CacheKey, dict[str, Any]]]:
+        """(manifest digest, key, manifest) of each kernel-cache artifact the index lists and that reads back."""
+        for entry in self._index():
+            if entry.get("artifactType") != ARTIFACT_TYPE or not isinstance(entry.get("digest"), str):
+                continue
+            try:
+                manifest = loads(self.read_blob(entry["digest"]))
+                key = CacheKey.from_dict(loads(self.read_blob(manifest["config"]["digest"])))
+            except (KernelCacheError, ValueError, KeyError, TypeError, OSError):
+                continue  # unreadable or not ours: it restores nothing
+            yield entry["digest"], key, manifest
+
+    def restore(self, want: CacheKey, folder: Path, root: Path) -> Restore:
+        """Restore the artifact of exactly `want` into `folder` (replaced whole); else say why not."""
+        nearest: tuple[int, str, CacheKey] | None = None
+        for digest, key, manifest in self.artifacts():
+            if not want.differences(key):
+                layer = manifest["layers"][0]
+                path = self.blob_path(str(layer["digest"]))
+                _check_file(path, str(layer["digest"]), int(layer["size"]))
+                files = unpack(root, folder, partial(_open, path), max_bytes=MAX_CACHE_BYTES)
+                line = f"kernel cache: restored {files} files from {digest[:19]} (key {want.digest()[:19]} matched)"
+                return Restore(True, line, files, digest)
+            distance = len(want.differences(key))
+            if nearest is None or distance <= nearest[0]:
+                nearest = (distance, digest, key)
+        if nearest is None:
+            return Restore(False, f"kernel cache: no artifact in {self.path}; starting cold")
+        return Restore(False, mismatch_line(want, nearest[2]), manifest_digest=nearest[1],
+                       key_differences=tuple(want.differences(nearest[2])))
+
+
+def _open(path: Path) -> BinaryIO:
+    return open(path, "rb")
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return "sha256:" + h.hexdigest(), size
+
+
+def _check_file(path: Path, digest: str, size: int) -> None:
+    try:
+        got, got_size = _file_digest(path)
+    except OSError as exc:
+        raise KernelCacheError(f"kernel cache blob {digest[:19]}: cannot be read ({exc.strerror})") from None
+    if (got, got_size) != (digest, size):
+        raise KernelCacheError(f"kernel cache blob {digest[:19]}: its bytes do not hash to its digest; not restored")

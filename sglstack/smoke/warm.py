@@ -1,0 +1,166 @@
+"""Kernel caches in a smoke: each server's caches pointed at one folder, packed after a passing smoke into the
+on-disk store (an OCI image layout), and a warm start of each server with its cache restored from there.
+
+The cold start begins with an empty folder (a cache left from an earlier run would make it warm); the warm
+start restores the artifact whose key is exactly this start's (`kernelcache.key`), or says in one line which
+key field differs and starts with an empty folder: nothing stale is used. Files the warm start adds to the
+folder are kernels it compiled (`no_warm_compile`). The docker runner binds the folder into the container
+at the path a deployment mounts its restored volume at, so the cache's own absolute paths are the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from ..adapters.docker import is_local_docker_host
+from ..adapters.gpu import gpu_facts
+from ..adapters.process import free_tcp_port
+from ..core.errors import SmokeInputError
+from ..core.safefiles import containing_root, refuse_link, replace_folder
+from ..kernelcache import (
+    CONTAINER_CACHE_ROOT,
+    CacheKey,
+    LayoutStore,
+    NodeGpu,
+    Restore,
+    cache_environment,
+    cache_files,
+    cache_key,
+    new_files,
+)
+from ..serving import Mount, serving_argv
+from .launch import container_plan, process_plan, run_spec
+from .measure import ServerRun
+from .plan import SmokeOptions
+from .server import Log, measure_start, serve_and_measure, serve_process_and_measure
+
+SHOWN_NEW_FILES = 20
+
+
+@dataclass(frozen=True)
+class KernelCaches:
+    """Where one smoke's kernel caches live, and what they are keyed by."""
+
+    options: SmokeOptions
+    root: Path  # no link may lead out of it (the build folder)
+    base: Path  # BUILD/<stack>/kernel-cache: one folder per server kind
+    store: LayoutStore
+    image: str
+    gpu: NodeGpu
+
+    @classmethod
+    def plan(cls, options: SmokeOptions, stack_name: str | None, report_path: Path) -> KernelCaches | None:
+        """None without `kernel_cache`/`warm_start`; checked before any server starts."""
+        if not (options.kernel_cache or options.warm_start):
+            return None
+        if options.runner == "docker" and not is_local_docker_host(options.docker_host):
+            raise SmokeInputError("--kernel-cache/--warm-start with a remote Docker host: the cache folder is bound "
+                                  "from this machine; run the smoke on the node (or --runner process there)")
+        build = Path(options.build_dir)
+        base = build / (stack_name or "_no-stack") / "kernel-cache"
+        root = containing_root(base, build)
+        store_path = Path(options.cache_store) if options.cache_store else base / "store"
+        store = LayoutStore(store_path, containing_root(store_path, build))
+        for kind in options.kinds:
+            refuse_link(root, base / kind)
+            refuse_link(containing_root(report_path.parent, build), warm_log_path(report_path, kind))
+        return cls(options, root, base, store, image="", gpu=NodeGpu())
+
+    def bound(self, image_info: Mapping[str, Any]) -> KernelCaches:
+        """With what the key names about the image and this node (read once the image is known)."""
+        name, capability, driver = gpu_facts() if self.options.gpus > 0 or self.options.runner == "process" \
+            else ("none", "none", "none")
+        image = str(image_info.get("digest") or image_info.get("id") or "")
+        return replace(self, image=image, gpu=NodeGpu(name, capability, driver))
+
+    def folder(self, kind: str) -> Path:
+        return self.base / kind
+
+    def cache_root(self, kind: str) -> str:
+        return CONTAINER_CACHE_ROOT if self.options.runner == "docker" else os.path.abspath(self.folder(kind))
+
+    def options_for(self, kind: str) -> SmokeOptions:
+        """The smoke options whose serving env points every cache at this kind's folder (and, docker, binds it)."""
+        spec = self.options.serving
+        env = {**dict(spec.env), **cache_environment(self.cache_root(kind))}
+        mounts = spec.mounts
+        if self.options.runner == "docker":
+            bind = Mount(source=os.path.abspath(self.folder(kind)), target=CONTAINER_CACHE_ROOT, origin="kernel cache")
+            mounts = (*[m for m in mounts if m.target != CONTAINER_CACHE_ROOT], bind)
+        served = replace(spec, env=tuple(sorted(env.items())), mounts=mounts)
+        return replace(self.options, serving=served)
+
+    def key(self, kind: str) -> CacheKey:
+        spec = run_spec(self.options_for(kind), kind)
+        return cache_key(image=self.image, gpu=self.gpu, argv=serving_argv(spec), env=spec.environment,
+                         model=spec.model, draft_model=spec.speculative.draft_model if spec.speculative_on and
+                         spec.speculative else None, tp_size=spec.tp, cache_root=self.cache_root(kind))
+
+    def empty(self, kind: str) -> None:
+        replace_folder(self.root, self.folder(kind), lambda _tmp: None)
+
+    def record(self, kind: str, before: Mapping[str, int], run: ServerRun, restore: Restore | None = None
+               ) -> ServerRun:
+        after = cache_files(self.folder(kind))
+        added = new_files(dict(before), after)
+        summary: dict[str, Any] = {
+            "folder": str(self.folder(kind)), "key": self.key(kind).to_dict(), "key_digest": self.key(kind).digest(),
+            "files_before": len(before), "files_after": len(after), "bytes_after": sum(after.values()),
+            "new_files": len(added), "new_files_first": added[:SHOWN_NEW_FILES],
+        }
+        if restore is not None:
+            summary["restore"] = restore.to_dict()
+        return replace(run, kernel_cache=summary)
+
+    def pack(self, kinds: tuple[str, ...], log: Log) -> dict[str, Any]:
+        """Each kind's folder into the store under its key: kind -> artifact digest, files, bytes."""
+        packed: dict[str, Any] = {}
+        for kind in kinds:
+            done = self.store.put(self.key(kind), self.folder(kind))
+            log(f"smoke: {kind}: kernel cache packed: {done.files} files, {done.layer_size} bytes, artifact "
+                f"{done.manifest_digest} in {self.store.path}")
+            packed[kind] = {"artifact": done.manifest_digest, "files": done.files, "layer_bytes": done.layer_size,
+                            "key_digest": self.key(kind).digest()}
+        return packed
+
+    def summary(self, packed: Mapping[str, Any]) -> dict[str, Any]:
+        return {"store": str(self.store.path), "image": self.image,
+                "gpu": {"name": self.gpu.name, "compute_capability": self.gpu.compute_capability,
+                        "driver_major": self.gpu.driver_major},
+                "packed": dict(packed)}
+
+
+def warm_log_path(report_path: Path, kind: str) -> Path:
+    """report.json -> report.baseline.warm.log (the process runner's warm start's output)."""
+    return report_path.with_suffix(f".{kind}.warm.log")
+
+
+def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_info: Mapping[str, Any],
+                report_path: Path, log: Log) -> dict[str, ServerRun]:
+    """Each kind started again with its cache restored from the store (or cold, said in one line)."""
+    runs: dict[str, ServerRun] = {}
+    for kind in caches.options.kinds:
+        key = caches.key(kind)
+        restore = caches.store.restore(key, caches.folder(kind), caches.root)
+        log(f"smoke: {kind}: warm start: {restore.line}")
+        if not restore.matched:
+            caches.empty(kind)
+        before = cache_files(caches.folder(kind))
+        options = caches.options_for(kind)
+        if engine is None:
+            plan = process_plan(options, kind, free_tcp_port())
+            run = serve_process_and_measure(plan, options, warm_log_path(report_path, kind), log,
+                                            measure=measure_start)
+        else:
+            cplan = container_plan(options, str(image_info["id"]), kind)
+            run = serve_and_measure(engine, cplan, options, log, measure=measure_start)
+        runs[kind] = caches.record(kind, before, run, restore)
+        added = (runs[kind].kernel_cache or {}).get("new_files", 0)
+        log(f"smoke: {kind}: warm start: {added} new kernel cache files")
+    return runs
