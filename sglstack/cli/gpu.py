@@ -97,6 +97,16 @@ class SmokeOptions(ReportOptions):
     runner: str | None = option("docker (default: a container from --image) or process (local processes from "
                                 "--python-env)")
     python_env: str | None = option("with --runner process: a venv or prefix whose bin/python3 runs the serving argv")
+    kernel_cache: bool = option("point every kernel cache at one folder and pack it after a passing smoke", False,
+                                kind=bool)
+    warm_start: bool = option("start each server again with its kernel cache restored (implies --kernel-cache)",
+                              False, kind=bool)
+    cache_store: str | None = option("the OCI layout folder kernel caches are packed into (default "
+                                     "build/STACK/kernel-cache/store)")
+    max_warm_start_s: str | None = option("gate: seconds the warm start may take to healthy")
+    no_warm_compile: bool = option("gate: the warm start adds no file to the kernel cache", False, kind=bool)
+    max_start_regression: str | None = option("gate: allowed cold-start slowdown against the last passing run "
+                                              "(0.25 = 25%)")
 
 
 def _refuse_input_report(report: str, stacks_file: str) -> None:
@@ -129,7 +139,9 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
         model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,
         env=list(o.env) or None, labels=list(o.label) or None, docker_host=o.docker_host, timeout=o.timeout,
         concurrency=o.concurrency, num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens, report=o.report,
-        skip_preflight=o.skip_preflight or None)
+        skip_preflight=o.skip_preflight or None, kernel_cache=o.kernel_cache or None, warm_start=o.warm_start or None,
+        cache_store=o.cache_store, max_warm_start_s=o.max_warm_start_s, no_warm_compile=o.no_warm_compile or None,
+        max_start_regression=o.max_start_regression)
     if o.report:
         _refuse_input_report(o.report, o.stacks_file)
     if not o.bisect_exit:

@@ -1,0 +1,106 @@
+"""A warm start with the CPU double (process runner): a server that reports its phases and fills its kernel
+caches gets them back from the artifact its cold start made, and compiles nothing; a start whose key differs
+(another GPU) starts cold, saying which key field differs, and compiles everything again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from smoke_fixtures import DOUBLE_ENV, make_double_env
+
+from sglstack.config.settings import SmokeSettings, StartGates
+from sglstack.core.errors import SmokeInputError
+from sglstack.kernelcache import NodeGpu
+from sglstack.smoke import run_smoke, smoke_options
+from sglstack.smoke.startgates import start_failures
+from sglstack.smoke.subject import environment_info
+from sglstack.smoke.warm import KernelCaches, warm_starts
+
+KERNELS = "4"  # each a file in Triton's cache and one in FlashInfer's: 8 files
+
+
+def options(tmp_path: Path, env_dir: Path, **more):
+    return smoke_options(None, runner="process", python_env=str(env_dir), model="m", draft_model="d", tp=1,
+                         gpus=0, timeout=60, concurrency=2, num_prompts=2, max_new_tokens=8, kinds="baseline",
+                         env={**DOUBLE_ENV, "SGLANG_DOUBLE_KERNELS": KERNELS, "SGLANG_LOG_MS": "1"},
+                         build_dir=str(tmp_path / "build"), report=str(tmp_path / "out" / "report.json"),
+                         no_history=True, **more)
+
+
+@pytest.fixture
+def env_dir(tmp_path, repo_root):
+    return make_double_env(tmp_path / "venv", repo_root)
+
+
+def test_the_warm_start_restores_what_the_cold_start_packed_and_compiles_nothing(tmp_path, env_dir):
+    lines: list[str] = []
+    report = run_smoke(None, None, options(tmp_path, env_dir, warm_start=True, no_warm_compile=True), log=lines.append)
+    data = report.data
+    assert (data["verdict"], data["failures"]) == ("pass", [])
+    cold, warm = data["baseline"], data["warm"]["baseline"]
+    packed = data["kernel_cache"]["packed"]["baseline"]
+    assert cold["kernel_cache"]["files_after"] == packed["files"] == 8
+    assert warm["kernel_cache"]["restore"]["matched"] is True
+    assert warm["kernel_cache"]["restore"]["artifact"] == packed["artifact"]
+    assert (warm["kernel_cache"]["files_before"], warm["kernel_cache"]["new_files"]) == (8, 0)
+    assert f"smoke: baseline: warm start: kernel cache: restored 8 files from {packed['artifact'][:19]} " \
+           f"(key {packed['key_digest'][:19]} matched)" in lines
+    assert "smoke: baseline: warm start: 0 new kernel cache files" in lines
+    # Both starts by phase, every milestone read from the double's SGLang-worded lines.
+    for run in (cold, warm):
+        assert run["phases"]["unknown"] == []
+        assert list(run["phases"]["phases_s"]) == ["imports", "weights", "cuda_graphs", "to_healthy", "first_token"]
+    assert Path(tmp_path / "out" / "report.baseline.warm.log").read_text().count("fired up") == 1
+
+
+def test_a_start_whose_key_differs_starts_cold_with_its_line(tmp_path, env_dir):
+    opts = options(tmp_path, env_dir, kernel_cache=True)
+    first = run_smoke(None, None, opts, log=lambda _line: None)
+    assert first.data["kernel_cache"]["packed"]["baseline"]["files"] == 8
+    report_path = tmp_path / "out" / "report.json"
+    image_info = environment_info(opts, str(env_dir / "bin" / "python3"))
+    caches = KernelCaches.plan(opts, None, report_path)
+    assert caches is not None
+    # The same artifact, read on a node with another GPU.
+    other = replace(caches.bound(image_info), gpu=NodeGpu("NVIDIA H100 80GB HBM3", "9.0", "580"))
+    lines: list[str] = []
+    warm = warm_starts(other, None, image_info, report_path, lines.append)
+    assert ("smoke: baseline: warm start: kernel cache: key differs in gpu_name: this start has 'NVIDIA H100 80GB "
+            "HBM3', the artifact 'none' (and 2 more: compute_capability, driver_major); starting cold") in lines
+    cache = warm["baseline"].kernel_cache
+    assert cache is not None and cache["restore"]["matched"] is False
+    assert (cache["files_before"], cache["new_files"]) == (0, 8)  # nothing stale: an empty folder, all compiled
+    failures = start_failures(StartGates(no_warm_compile=True), {}, warm, None)
+    assert len(failures) == 1 and failures[0].startswith(
+        "no_warm_compile: the baseline warm start compiled: 8 new kernel cache files (flashinfer/.cache/")
+
+
+def test_warm_start_options_are_refused_in_one_line_before_anything_starts(tmp_path, env_dir):
+    with pytest.raises(SmokeInputError) as info:
+        options(tmp_path, env_dir, max_warm_start_s="60")
+    assert str(info.value) == "smoke gate max_warm_start_s gates a warm start: pass --warm-start"
+    with pytest.raises(SmokeInputError) as info:
+        options(tmp_path, env_dir, cache_store=str(tmp_path / "s"))
+    assert str(info.value) == ("--cache-store is where kernel caches are packed: pass --kernel-cache or "
+                               "--warm-start")
+    with pytest.raises(SmokeInputError) as info:
+        options(tmp_path, env_dir, warm_start=True, max_warm_start_s="soon")
+    assert str(info.value) == "invalid gate override: max_warm_start_s 'soon' is not a number"
+    with pytest.raises(ValueError, match=r"gates a warm start: set smoke\.warm_start: true"):
+        SmokeSettings(start_gates={"no_warm_compile": True})
+
+
+def test_the_start_gates_word_each_failure():
+    from sglstack.smoke.measure import ServerRun
+
+    warm = {"baseline": ServerRun("baseline", True, startup_s=70.0, kernel_cache={"new_files": 0})}
+    cold = {"baseline": ServerRun("baseline", True, startup_s=200.0)}
+    last = {"time": "2026-12-05T03:00:00Z", "baseline": {"startup_s": 150.0}}
+    assert start_failures(StartGates(max_warm_start_s=60, max_start_regression=0.25), cold, warm, last) == [
+        "max_warm_start_s: the baseline warm start took 70.0s to healthy, over 60s",
+        "max_start_regression: the baseline start took 200.0s to healthy, 33% over the last passing run's 150.0s "
+        "(2026-12-05T03:00:00Z), more than 25%",
+    ]
+    assert start_failures(StartGates(max_warm_start_s=80, max_start_regression=0.5), cold, warm, last) == []
