@@ -43,6 +43,11 @@ def smoke_command(
         f"  baseline {b['tokens_per_s']:.1f} tok/s, EAGLE-3 {e['tokens_per_s']:.1f} tok/s, speedup {speedup}, "
         f"accept length {accept}, agreement {agree}"
     )
+    for kind, run in (data.get("warm") or {}).items():
+        cold, saving = data[kind].get("startup_s"), run.get("saving")
+        new = (run.get("kernel_cache") or {}).get("new_files")
+        print(f"  {kind} start: cold {cold or 0:.1f}s, warm {run.get('startup_s') or 0:.1f}s"
+              + (f" (saved {saving:.0%})" if saving is not None else "") + f", {new} new kernel cache files")
     for failure in report.failures:
         print(f"  FAIL {one_line(failure)}")
     return 0 if report.passed else 1

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import parse_utc
+from .startreport import draw_phases, starts
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,9 +54,14 @@ def chart_figure(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]]
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(13, 5.2), dpi=100, layout="constrained")
-    left, right = fig.subplots(1, 2, width_ratios=(1, 2.1))
-    _draw_run(left, report)
-    _draw_history(right, report, history)
+    with_starts = bool(starts(report))  # a third panel: each start by phase
+    if with_starts:
+        fig.set_size_inches(19, 5.2)
+    axes = fig.subplots(1, 3 if with_starts else 2, width_ratios=(1, 2.1, 1.6) if with_starts else (1, 2.1))
+    _draw_run(axes[0], report)
+    _draw_history(axes[1], report, history)
+    if with_starts:
+        draw_phases(axes[2], report)
     image = (report.get("image") or {}).get("digest") or (report.get("image") or {}).get("ref") or "?"
     verdict = str(report.get("verdict", "?")).upper()
     fig.suptitle(f"Smoke {verdict}: {report.get('stack') or 'no stack'}, image {str(image)[:19]}  "

@@ -12,6 +12,7 @@ from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes
 from .chart import smoke_chart
 from .since import summary_lines
+from .startreport import start_lines
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
     ]
     if data["failures"]:
         lines += ["## Failures", "", *[f"- {f}" for f in data["failures"]], ""]
+    lines += start_lines(data)
     if data.get("since_last_pass"):
         lines += ["## Since the last passing run", "", *summary_lines(data["since_last_pass"])]
     if history:
