@@ -35,8 +35,8 @@ def start_lines(data: Mapping[str, Any]) -> list[str]:
     lines = ["## Start by phase", "",
              "Seconds, from the server's own log lines (unknown: the line is missing). Kernel files: in the cache "
              "folder after the start (new: added by it).", "",
-             "| start | " + " | ".join(PHASE_LABELS[p] for p in PHASE_NAMES) + " | start to healthy | kernel files (new) "
-             "| cache |", "|---" * (len(PHASE_NAMES) + 4) + "|"]
+             "| start | " + " | ".join(PHASE_LABELS[p] for p in PHASE_NAMES)
+             + " | start to healthy | kernel files (new) | cache |", "|---" * (len(PHASE_NAMES) + 4) + "|"]
     for label, run in rows:
         phases = run["phases"].get("phases_s") or {}
         cache = run.get("kernel_cache") or {}
