@@ -120,6 +120,18 @@ class LayoutStore:
             remove_file(self.root, tmp)
         self.put_bytes(key.canonical())
         manifest = artifact_manifest(key, layer_digest, size, counted[0])
+        return Packed(self._list(key, manifest), counted[0], size)
+
+    def import_artifact(self, key: CacheKey, manifest: bytes, layer: bytes) -> str:
+        """Keep an artifact fetched from a registry (its manifest as it was, `subject` and all)."""
+        make_folder(self.root, self.blobs)
+        write_bytes(self.root, self.path / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}\n')
+        self.put_bytes(key.canonical())
+        self.put_bytes(layer)
+        return self._list(key, manifest)
+
+    def _list(self, key: CacheKey, manifest: bytes) -> str:
+        """Store the manifest and make it the index's one entry for `key`; its digest."""
         manifest_digest = self.put_bytes(manifest)
         entry = {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
                  "artifactType": ARTIFACT_TYPE,
@@ -128,7 +140,7 @@ class LayoutStore:
         kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
         write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
-        return Packed(manifest_digest, counted[0], size)
+        return manifest_digest
 
     # ---- reading ----------------------------------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""Kernel caches in a registry: the smoke's artifact attached to the tested image digest beside its SBOM and
+signature, signed the same way (ed25519 DSSE, the release's key), and fetched back by deploy.
+
+The artifact is `kernelcache.layout`'s manifest with the image manifest as its `subject`: its config is the key,
+its layer the cache. The signature is a DSSE envelope whose payload (`signing.signed_payload`) names the image
+digest and the cache artifact's manifest by digest and size (so the key and the layer, which the manifest names
+by digest, are covered), attached as its own artifact beside it. A registry without the referrers API gets tags
+instead: `sha256-<image hex>.kcache-<key hex16>` and `....sig`, one per key, so caches of two GPUs coexist.
+
+Fetching takes only the artifact whose key is exactly the deployment's; with a public key it must be signed
+by it for this image. Anything else restores nothing and says why in one line: the server starts cold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..core.errors import RegistryError, one_line
+from ..core.inputs import loads
+from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore, artifact_manifest, mismatch_line
+from ..kernelcache.layout import MAX_CACHE_BYTES, MAX_MANIFEST_BYTES
+from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
+from .errors import NotVerified
+from .signing import Attached, key_id, open_envelope, sign_envelope, signed_attestations, signed_payload
+from .store import EMPTY_BLOB, EMPTY_DIGEST, EMPTY_MEDIA_TYPE, KIND_ANNOTATION
+
+SIGNATURE_ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.signature.v1+json"
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+KIND = "kernel-cache"
+CACHE_ANNOTATION = "io.sglstack.kernel-cache.artifact"
+
+
+def cache_tag(image_digest: str, key: CacheKey) -> str:
+    """The tag-scheme name of an image's kernel cache for `key`."""
+    return f"sha256-{image_digest.removeprefix('sha256:')}.kcache-{key.digest().removeprefix('sha256:')[:16]}"
+
+
+def _signature_manifest(envelope_digest: str, size: int, image: dict[str, object], cache_digest: str) -> bytes:
+    body = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SIGNATURE_ARTIFACT_TYPE,
+            "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
+            "layers": [{"mediaType": DSSE_MEDIA_TYPE, "digest": envelope_digest, "size": size}],
+            "subject": image,
+            "annotations": {KIND_ANNOTATION: "kernel-cache-signature", CACHE_ANNOTATION: cache_digest}}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, store: LayoutStore, artifact: str,
+                        key: Ed25519PrivateKey | None) -> str:
+    """Push the store's `artifact` (a manifest digest) as a kernel cache of `image_digest`, signed with `key`
+    (None: unsigned, said in the line returned). Its key must name this image."""
+    manifest = loads(store.read_blob(artifact))
+    cache_key = CacheKey.from_dict(loads(store.read_blob(manifest["config"]["digest"])))
+    if cache_key.image != image_digest:
+        raise KernelCacheError(f"kernel cache {artifact[:19]} was made for {cache_key.image[:19]}, not "
+                               f"{image_digest[:19]}")
+    layer_desc = manifest["layers"][0]
+    layer = store.read_blob(layer_desc["digest"], limit=MAX_CACHE_BYTES)
+    image = client.get_manifest(repo, image_digest)
+    subject = {"mediaType": image.media_type, "digest": image.digest, "size": len(image.body)}
+    client.put_blob(repo, cache_key.canonical())
+    client.put_blob(repo, layer)
+    files = int(manifest.get("annotations", {}).get("io.sglstack.kernel-cache.files", "0"))
+    body = artifact_manifest(cache_key, layer_desc["digest"], len(layer), files, subject)
+    digest, indexed = client.put_artifact(repo, compute_digest(body), body, OCI_MANIFEST)
+    tag = cache_tag(image_digest, cache_key)
+    if not indexed:
+        client.put_artifact(repo, tag, body, OCI_MANIFEST)
+    signed = "UNSIGNED"
+    if key is not None:
+        envelope = sign_envelope(key, signed_payload(image_digest, [Attached(KIND, ARTIFACT_TYPE, digest, len(body))]))
+        client.put_blob(repo, EMPTY_BLOB)
+        client.put_blob(repo, envelope)
+        sig = _signature_manifest(compute_digest(envelope), len(envelope), subject, digest)
+        _, sig_indexed = client.put_artifact(repo, compute_digest(sig), sig, OCI_MANIFEST)
+        if not sig_indexed:
+            client.put_artifact(repo, tag + ".sig", sig, OCI_MANIFEST)
+        signed = f"signed by key {key_id(key.public_key())[:16]}"
+    return (f"attached kernel cache {digest[:19]} ({files} files, {len(layer)} bytes; key {cache_key.digest()[:19]}: "
+            f"{cache_key.gpu_name}, CC {cache_key.compute_capability}, tp {cache_key.tp_size}) to "
+            f"{repo}@{image_digest[:19]}; {signed}")
+
+
+@dataclass(frozen=True)
+class Found:
+    manifest_digest: str
+    key: CacheKey
+    manifest: dict[str, object]
+    body: bytes
+
+
+def find_kernel_caches(client: RegistryClient, repo: str, image_digest: str) -> Iterator[Found]:
+    """Each readable kernel-cache artifact of the image: by the referrers API, and by the tag scheme."""
+    digests: list[str] = []
+    for desc in client.referrers(repo, image_digest) or []:
+        if desc.get("artifactType") == ARTIFACT_TYPE and isinstance(desc.get("digest"), str):
+            digests.append(desc["digest"])
+    prefix = f"sha256-{image_digest.removeprefix('sha256:')}.kcache-"
+    try:
+        tags = [t for t in client.list_tags(repo) if t.startswith(prefix) and not t.endswith(".sig")]
+    except RegistryError:
+        tags = []
+    for tag in tags:
+        if (digest := client.manifest_digest(repo, tag)) is not None:
+            digests.append(digest)
+    for digest in dict.fromkeys(digests):
+        try:
+            found = client.get_manifest(repo, digest)
+            manifest = found.json()
+            config = client.get_blob(repo, manifest["config"]["digest"], max_bytes=MAX_MANIFEST_BYTES)
+            yield Found(found.digest, CacheKey.from_dict(loads(config)), manifest, found.body)
+        except (RegistryError, ManifestNotFound, KeyError, TypeError, ValueError):
+            continue  # not ours, or unreadable: it restores nothing
+
+
+def _signed_by(client: RegistryClient, repo: str, image_digest: str, found: Found, public: Ed25519PublicKey) -> bool:
+    """Whether a signature by `public` names this image and exactly this cache artifact."""
+    candidates: list[str] = [d["digest"] for d in client.referrers(repo, image_digest) or []
+                             if d.get("artifactType") == SIGNATURE_ARTIFACT_TYPE and isinstance(d.get("digest"), str)]
+    tag = cache_tag(image_digest, found.key) + ".sig"
+    if (by_tag := client.manifest_digest(repo, tag)) is not None:
+        candidates.append(by_tag)
+    for digest in dict.fromkeys(candidates):
+        try:
+            manifest = client.get_manifest(repo, digest).json()
+            layer = manifest["layers"][0]
+            payload = open_envelope(client.get_blob(repo, layer["digest"], max_bytes=MAX_MANIFEST_BYTES), public)
+            signed_image, attached = signed_attestations(payload)
+        except (RegistryError, ManifestNotFound, NotVerified, KeyError, TypeError, IndexError):
+            continue
+        if signed_image == image_digest and any(a.kind == KIND and a.digest == found.manifest_digest
+                                                and a.size == len(found.body) for a in attached):
+            return True
+    return False
+
+
+def fetch_kernel_cache(client: RegistryClient, repo: str, image_digest: str, want: CacheKey, store: LayoutStore,
+                       public: Ed25519PublicKey | None) -> str:
+    """Copy the image's kernel cache of exactly `want` into the local `store` (restored from there); the
+    returned line says what was found. Raises KernelCacheError (one line) when none can be used."""
+    nearest: tuple[int, Found] | None = None
+    for found in find_kernel_caches(client, repo, image_digest):
+        differences = want.differences(found.key)
+        if differences:
+            if nearest is None or len(differences) < nearest[0]:
+                nearest = (len(differences), found)
+            continue
+        if public is not None and not _signed_by(client, repo, image_digest, found, public):
+            raise KernelCacheError(f"kernel cache {found.manifest_digest[:19]}: not signed for {image_digest[:19]} "
+                                   f"by key {key_id(public)[:16]}; starting cold")
+        layer_desc = found.manifest["layers"][0]  # type: ignore[index]
+        layer = client.get_blob(repo, layer_desc["digest"], max_bytes=MAX_CACHE_BYTES)
+        store.import_artifact(found.key, found.body, layer)
+        return f"kernel cache {found.manifest_digest[:19]} fetched from {repo} (key {want.digest()[:19]} matched)"
+    if nearest is None:
+        raise KernelCacheError(f"kernel cache: none attached to {repo}@{image_digest[:19]}; starting cold")
+    raise KernelCacheError(one_line(mismatch_line(want, nearest[1].key)))

@@ -1,0 +1,136 @@
+"""The kernel-cache artifact in a registry: attached to the tested digest with the image as its subject, signed
+with the release's key, and fetched back by exactly the deployment's key (signed by the trusted key, when one
+is given); a differing key or a missing signature is one line, and nothing is fetched. Both the referrers API
+and the tag scheme (a registry without it) are covered, against an in-memory registry."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_kernel_cache
+from sglstack.attest.signing import key_id
+from sglstack.kernelcache import KernelCacheError, LayoutStore, NodeGpu, cache_files, cache_key
+from sglstack.registry.client import OCI_MANIFEST, Manifest, ManifestNotFound, compute_digest
+
+IMAGE = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}).encode()
+IMAGE_DIGEST = compute_digest(IMAGE)
+
+
+class MemoryRegistry:
+    """The RegistryClient calls the kernel-cache code makes, kept in dicts; `referrers_api` as a registry has it."""
+
+    def __init__(self, referrers_api: bool) -> None:
+        self.referrers_api = referrers_api
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[str, bytes] = {IMAGE_DIGEST: IMAGE}
+        self.tags: dict[str, str] = {}
+
+    def get_manifest(self, repo, reference):
+        digest = self.tags.get(reference, reference)
+        if digest not in self.manifests:
+            raise ManifestNotFound(reference)
+        return Manifest(OCI_MANIFEST, self.manifests[digest], digest)
+
+    def manifest_digest(self, repo, reference):
+        return self.tags.get(reference) or (reference if reference in self.manifests else None)
+
+    def put_blob(self, repo, data):
+        self.blobs[compute_digest(data)] = data
+        return compute_digest(data)
+
+    def get_blob(self, repo, digest, *, max_bytes=None):
+        return self.blobs[digest]
+
+    def put_artifact(self, repo, reference, body, media_type):
+        digest = compute_digest(body)
+        self.manifests[digest] = body
+        if not reference.startswith("sha256:"):
+            self.tags[reference] = digest
+        return digest, self.referrers_api
+
+    def referrers(self, repo, digest):
+        if not self.referrers_api:
+            return None
+        out = []
+        for d, body in self.manifests.items():
+            data = json.loads(body)
+            if (data.get("subject") or {}).get("digest") == digest:
+                out.append({"digest": d, "artifactType": data.get("artifactType")})
+        return out
+
+    def list_tags(self, repo):
+        return sorted(self.tags)
+
+
+def make_key(**changes):
+    key = cache_key(image=IMAGE_DIGEST, gpu=NodeGpu("NVIDIA H200", "9.0", "580"),
+                    argv=["python3", "-m", "sglang.launch_server", "--model-path", "m"], env={}, model="m",
+                    draft_model=None, tp_size=1, cache_root="/root/.cache/sglstack-kernels")
+    return replace(key, **changes)
+
+
+@pytest.fixture
+def packed(tmp_path):
+    folder = tmp_path / "cache"
+    (folder / "triton" / "k").mkdir(parents=True)
+    (folder / "triton" / "k" / "a.cubin").write_bytes(b"kernel")
+    store = LayoutStore(tmp_path / "store")
+    return store, store.put(make_key(), folder).manifest_digest
+
+
+@pytest.mark.parametrize("referrers_api", [True, False], ids=["referrers-api", "tag-scheme"])
+def test_attached_signed_and_fetched_by_exactly_the_deployments_key(tmp_path, packed, referrers_api):
+    store, artifact = packed
+    registry = MemoryRegistry(referrers_api)
+    signer = Ed25519PrivateKey.generate()
+    line = attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, signer)
+    layer = json.loads(store.read_blob(artifact))["layers"][0]
+    attached = [d for d, body in registry.manifests.items() if json.loads(body).get("config", {}).get("mediaType")
+                == "application/vnd.sglstack.kernel-cache.key.v1+json"]
+    assert line == (f"attached kernel cache {attached[0][:19]} (1 files, {layer['size']} bytes; key "
+                    f"{make_key().digest()[:19]}: NVIDIA H200, CC 9.0, tp 1) to r@{IMAGE_DIGEST[:19]}; signed by key "
+                    f"{key_id(signer.public_key())[:16]}")
+    if not referrers_api:
+        assert cache_tag(IMAGE_DIGEST, make_key()) in registry.tags
+        assert cache_tag(IMAGE_DIGEST, make_key()) + ".sig" in registry.tags
+    local = LayoutStore(tmp_path / "node-store")
+    said = fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, signer.public_key())
+    assert said.endswith(f"(key {make_key().digest()[:19]} matched)")
+    restored = local.restore(make_key(), tmp_path / "restored", tmp_path)
+    assert restored.matched and cache_files(tmp_path / "restored") == {"triton/k/a.cubin": 6}
+    # The artifact's subject is the image: promotion by tag carries it along.
+    manifest = json.loads(registry.manifests[restored.manifest_digest])
+    assert manifest["subject"]["digest"] == IMAGE_DIGEST
+
+
+def test_another_key_or_another_signer_fetches_nothing_in_one_line(tmp_path, packed):
+    store, artifact = packed
+    registry = MemoryRegistry(True)
+    signer = Ed25519PrivateKey.generate()
+    attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, signer)
+    local = LayoutStore(tmp_path / "node-store")
+    with pytest.raises(KernelCacheError) as info:
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(compute_capability="10.0", gpu_name="NVIDIA B200"),
+                           local, None)
+    assert str(info.value) == ("kernel cache: key differs in gpu_name: this start has 'NVIDIA B200', the artifact "
+                               "'NVIDIA H200' (and 1 more: compute_capability); starting cold")
+    other = Ed25519PrivateKey.generate()
+    with pytest.raises(KernelCacheError, match=r"^kernel cache sha256:\w+: not signed for sha256:\w+ by key \w+; "
+                                               r"starting cold$"):
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, other.public_key())
+    assert not (tmp_path / "node-store" / "index.json").exists()
+    with pytest.raises(KernelCacheError, match=r"^kernel cache: none attached to r@sha256:\w+; starting cold$"):
+        fetch_kernel_cache(MemoryRegistry(True), "r", IMAGE_DIGEST, make_key(), local, None)
+
+
+def test_a_cache_made_for_another_image_is_not_attached(tmp_path, packed):
+    store, artifact = packed
+    registry = MemoryRegistry(True)
+    other = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [], "x": 1}).encode()
+    registry.manifests[compute_digest(other)] = other
+    with pytest.raises(KernelCacheError, match="was made for"):
+        attach_kernel_cache(registry, "r", compute_digest(other), store, artifact, None)
