@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,14 @@ import docker.errors
 from rich.console import Console
 
 from ..adapters.docker import docker_client
+from ..attest.kernelcache import attach_kernel_cache
 from ..config.imageref import Repository
 from ..config.schema import Stack
 from ..core.console import console
 from ..core.errors import RegistryError, one_line
 from ..core.records import build_root, utc_timestamp, utc_today
 from ..core.safefiles import containing_root, make_folder, write_text
+from ..kernelcache import KernelCacheError, LayoutStore
 from ..registry.client import RegistryClient
 from .history import (
     PublishError,
@@ -178,6 +180,7 @@ def release(
 
     if attest is not None:
         _attest_candidate(out, attest, client, repo, stack, tags, digest, config_hash, records)
+        _attach_kernel_caches(out, client, repo, stack, digest, report, getattr(attest, "key", None))
     promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
                      moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
     out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))
@@ -253,6 +256,21 @@ def _record_smoke_failure(
         f"{stack.name}: smoke FAILED ({report_path}); no release tag moved, candidate "
         f"{repo.ref(tags.candidate)} kept for inspection"
     )
+
+
+def _attach_kernel_caches(out: Console, client: RegistryClient, repo: Repository, stack: Stack, digest: str,
+                          report: Mapping[str, Any], key: Any) -> None:
+    """The kernel caches the passing smoke packed (`smoke.kernel_cache`), attached to the tested digest and
+    signed with the release's key. A cache is a speed-up, not a promise: one that cannot be attached is said
+    in one line, and deployments of this digest start cold."""
+    caches = report.get("kernel_cache") or {}
+    for kind, packed in (caches.get("packed") or {}).items():
+        try:
+            line = attach_kernel_cache(client, repo.path, digest, LayoutStore(Path(caches["store"])),
+                                       packed["artifact"], key)
+        except (KernelCacheError, RegistryError, OSError, KeyError, ValueError) as exc:
+            line = f"kernel cache of {kind} not attached ({one_line(str(exc))[:200]}); deployments start cold"
+        out.print(f"{stack.name}: {kind}: {line}", markup=False, highlight=False)
 
 
 def _attest_candidate(

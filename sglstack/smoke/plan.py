@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..adapters.docker import is_local_docker_host
 from ..config.fields import MAX_COUNT, MAX_DURATION_S, MAX_TOKENS, bound_problem
 from ..config.schema import Stack
 from ..config.settings import Gates, SpeculativeSettings, StartGates
@@ -300,6 +301,10 @@ def _check_warm(opts: SmokeOptions) -> None:
         raise SmokeInputError(f"smoke gate {name} gates a warm start: pass --warm-start")
     if opts.cache_store is not None and not (opts.kernel_cache or opts.warm_start):
         raise SmokeInputError("--cache-store is where kernel caches are packed: pass --kernel-cache or --warm-start")
+    caching = opts.kernel_cache or opts.warm_start
+    if caching and opts.runner == "docker" and not is_local_docker_host(opts.docker_host):
+        raise SmokeInputError("--kernel-cache/--warm-start with a remote Docker host: the cache folder is bound from "
+                              "this machine; run the smoke on the node (or --runner process there)")
 
 
 def _check_bounds(opts: SmokeOptions) -> None:

@@ -18,10 +18,8 @@ from typing import Any
 
 import docker
 
-from ..adapters.docker import is_local_docker_host
 from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
-from ..core.errors import SmokeInputError
 from ..core.safefiles import containing_root, refuse_link, replace_folder
 from ..kernelcache import (
     CONTAINER_CACHE_ROOT,
@@ -59,9 +57,6 @@ class KernelCaches:
         """None without `kernel_cache`/`warm_start`; checked before any server starts."""
         if not (options.kernel_cache or options.warm_start):
             return None
-        if options.runner == "docker" and not is_local_docker_host(options.docker_host):
-            raise SmokeInputError("--kernel-cache/--warm-start with a remote Docker host: the cache folder is bound "
-                                  "from this machine; run the smoke on the node (or --runner process there)")
         build = Path(options.build_dir)
         base = build / (stack_name or "_no-stack") / "kernel-cache"
         root = containing_root(base, build)

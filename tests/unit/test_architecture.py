@@ -122,7 +122,7 @@ MAY_USE: dict[str, set[str]] = {
     "kernelcache": {"config", "serving", "core"},
     "smoke": {"config", "serving", "diff", "preflight", "kernelcache", "adapters", "core"},
     "bisect": {"config", "imagebuild", "smoke", "inimage", "adapters", "core"},
-    "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
+    "publish": {"config", "smoke", "registry", "attest", "kernelcache", "adapters", "core"},
     "preflight": {"config", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "kernelcache", "adapters",
                "core"},

@@ -169,8 +169,9 @@ def test_the_report_view_holds_every_option_and_no_env_value(tmp_path) -> None:
     for key, value in want.items():
         assert view[key] == value, key
     for f in dataclasses.fields(options):  # every other field, as it is
-        if f.name not in ("serving", "gates", "labels"):
+        if f.name not in ("serving", "gates", "labels", "start_gates"):
             assert view[f.name] == getattr(options, f.name), f.name
+    assert view["start_gates"] == options.start_gates.model_dump()  # JSON, as the gates
     assert "labels" not in view and "serving" not in view
     baseline = smoke_options(None, model="o/m", kinds="baseline").describe()
     assert {k: baseline[k] for k in ("draft_model", "speculative_algorithm", "num_steps", "eagle_topk",
