@@ -4,8 +4,9 @@ for (`key`), the folder as files and one layer (`files`), the artifact and its o
 attaches the same artifact to the image digest in a registry; deploy restores it where the key matches.
 """
 
+from ..serving.caches import CACHE_DIRS, CONTAINER_CACHE_ROOT, cache_environment
 from .files import KernelCacheError, cache_files, new_files
-from .key import CACHE_DIRS, CONTAINER_CACHE_ROOT, CacheKey, NodeGpu, cache_environment, cache_key, mismatch_line
+from .key import CacheKey, NodeGpu, cache_key, mismatch_line
 from .layout import ARTIFACT_TYPE, LayoutStore, Packed, Restore, artifact_manifest
 
 __all__ = ["ARTIFACT_TYPE", "CACHE_DIRS", "CONTAINER_CACHE_ROOT", "CacheKey", "KernelCacheError", "LayoutStore",

@@ -1,58 +1,24 @@
-"""What a kernel cache is valid for, and where a server is told to put it (pure).
-
-Every JIT compiler a SGLang server runs writes into a folder an environment variable names; the serving
-spec points all of them at one folder (`cache_environment`), so that one folder is the whole cache:
-
-| variable | what fills it |
-|---|---|
-| TRITON_CACHE_DIR | Triton kernels (SGLang's Triton attention and MoE kernels, torch.compile's) |
-| TORCHINDUCTOR_CACHE_DIR | TorchInductor (torch.compile, `--enable-torch-compile`) |
-| FLASHINFER_WORKSPACE_BASE | FlashInfer's JIT (`.cache/flashinfer/<version>/<arch>/cached_ops`), its cubins |
-| SGLANG_DG_CACHE_DIR, DG_JIT_CACHE_DIR | DeepGEMM's JIT (SGLang sets the second from the first) |
-| TVM_FFI_CACHE_DIR | SGLang's own JIT kernels (`sglang/kernels/jit`, `sgl_kernel_jit_*`) |
-| SGLANG_CACHE_DIR | SGLang's FlashInfer autotune results |
-| CUDA_CACHE_PATH | the driver's PTX JIT cache (ComputeCache) |
-| XDG_CACHE_HOME | anything else that follows the XDG rule |
-
-A compiled kernel is only good for the GPU, driver, build and configuration it was compiled for, so the
-cache is keyed (`CacheKey`) and restored only on an exact match: a differing field is one line naming it.
+"""What a kernel cache is valid for (pure). A compiled kernel is only good for the GPU, driver, build and
+configuration it was compiled for, so the cache is keyed (`CacheKey`) and restored only on an exact match: a
+differing field is one line naming it. Where the caches go is the serving spec's (`serving/caches.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..core.credentials import REDACTED, names_secret, secret_reference, secret_slots
+from ..serving.caches import CACHE_DIRS
 
-# variable -> the subfolder of the one cache folder it names
-CACHE_DIRS: dict[str, str] = {
-    "TRITON_CACHE_DIR": "triton",
-    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
-    "SGLANG_DG_CACHE_DIR": "deep_gemm",
-    "DG_JIT_CACHE_DIR": "deep_gemm",
-    "TVM_FFI_CACHE_DIR": "tvm-ffi",
-    "SGLANG_CACHE_DIR": "sglang",
-    "CUDA_CACHE_PATH": "nv-compute-cache",
-    "XDG_CACHE_HOME": "xdg",
-}
-# Where a container keeps it (compose and k8s mount the restored volume here; the docker smoke binds it).
-CONTAINER_CACHE_ROOT = "/root/.cache/sglstack-kernels"
 KEY_FIELDS = ("image", "gpu_name", "compute_capability", "driver_major", "tp_size", "ep_size", "model",
               "model_revision", "draft_model", "draft_revision", "serving_hash", "cache_root")
 UNKNOWN = "unknown"
 # argv flags whose values say nothing about the kernels: where the server listens
 _PLACE_FLAGS = ("--port", "--host")
-
-
-def cache_environment(root: str) -> dict[str, str]:
-    """The variables that point every kernel cache of a server at subfolders of `root`."""
-    return {name: posixpath.join(root, sub) for name, sub in CACHE_DIRS.items()}
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from ..kernelcache import (
     LayoutStore,
     NodeGpu,
     Restore,
-    cache_environment,
     cache_files,
     cache_key,
     new_files,
 )
 from ..serving import Mount, serving_argv
+from ..serving.caches import with_kernel_caches
 from .launch import container_plan, process_plan, run_spec
 from .measure import ServerRun
 from .plan import SmokeOptions
@@ -82,13 +82,12 @@ class KernelCaches:
 
     def options_for(self, kind: str) -> SmokeOptions:
         """The smoke options whose serving env points every cache at this kind's folder (and, docker, binds it)."""
-        spec = self.options.serving
-        env = {**dict(spec.env), **cache_environment(self.cache_root(kind))}
+        spec = with_kernel_caches(self.options.serving, self.cache_root(kind))
         mounts = spec.mounts
         if self.options.runner == "docker":
             bind = Mount(source=os.path.abspath(self.folder(kind)), target=CONTAINER_CACHE_ROOT, origin="kernel cache")
             mounts = (*[m for m in mounts if m.target != CONTAINER_CACHE_ROOT], bind)
-        served = replace(spec, env=tuple(sorted(env.items())), mounts=mounts)
+        served = replace(spec, mounts=mounts)
         return replace(self.options, serving=served)
 
     def key(self, kind: str) -> CacheKey:
