@@ -43,6 +43,13 @@ def smoke_command(
         f"  baseline {b['tokens_per_s']:.1f} tok/s, EAGLE-3 {e['tokens_per_s']:.1f} tok/s, speedup {speedup}, "
         f"accept length {accept}, agreement {agree}"
     )
+    for row in data.get("levels") or []:
+        speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "n/a"
+        print(f"  concurrency {row['concurrency']}: speedup {speedup} ({row['measure']})")
+    if data.get("crossover_line"):
+        print(f"  {data['crossover_line']}")
+    for line in (data.get("sweep") or {}).get("recommendation", []):
+        print(f"  best at {line}")
     for failure in report.failures:
         print(f"  FAIL {one_line(failure)}")
     return 0 if report.passed else 1
