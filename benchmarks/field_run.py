@@ -83,8 +83,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--concurrency-levels", default=None, help="e.g. 1,4 (default: the stack's)")
     parser.add_argument("--sweep", default=None, help="more EAGLE-3 settings, STEPS:TOPK:DRAFT_TOKENS,...")
-    # The probes cost ~40 s of a device call; the servers' own steps (model_load, first_token) are kept anyway.
-    parser.add_argument("--skip-probes", action="store_true", help="leave out the imports and kernel_load probes")
     # The servers inherit nothing of this environment beyond the runtime's own variables (docs/smoke-and-gates.md).
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="a variable for the servers")
     args = parser.parse_args(argv)
@@ -96,7 +94,7 @@ def main(argv: list[str]) -> int:
         server_env["PYTHONPATH"] = os.pathsep.join(p for p in (args.site, os.environ.get("PYTHONPATH")) if p)
     python = os.path.join(args.python_env, "bin", "python3")
     steps: dict[str, object] = {}
-    for name, code in () if args.skip_probes else tuple(PROBES.items()):
+    for name, code in PROBES.items():
         steps[name] = result = probe(python, {**os.environ, **server_env}, code, 240)
         print(f"field: {name}: {'ok' if result['ok'] else 'FAILED'} {result['output']}", flush=True)
     (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")

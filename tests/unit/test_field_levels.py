@@ -119,7 +119,7 @@ def test_the_driver_sweeps_in_one_run_and_the_recorder_keeps_what_rederives(tmp_
         [sys.executable, str(REPO / "benchmarks" / "field_run.py"), "--python-env", str(env_dir),
          "--model", str(model / "target"), "--draft", str(model / "draft"), "--out", str(out), "--gpus", "0",
          "--timeout", "60", "--extra-args", "", "--max-new-tokens", "16", "--num-prompts", "4",
-         "--sweep", "3:1:4,7:1:8", "--skip-probes", *(f"--env={k}={v}" for k, v in speeds.items())],
+         "--sweep", "3:1:4,7:1:8", *(f"--env={k}={v}" for k, v in speeds.items())],
         capture_output=True, text=True, timeout=180, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     crossover = [line for line in run.stdout.splitlines() if "stops paying" in line]
@@ -138,6 +138,6 @@ def test_the_driver_sweeps_in_one_run_and_the_recorder_keeps_what_rederives(tmp_
     assert {k: v["min_speedup"] for k, v in made["sweep_verdicts"].items()} == {"3:1:4": "fail", "7:1:8": "pass"}
     assert [e["crossover"] for e in report["sweep"]["settings"]] == [4, None]
     assert [row["setting"] for row in report["sweep"]["best"]] == ["7:1:8", "7:1:8"]
-    assert set(made["steps"]) == {f"{kind}_{step}" for kind in ("baseline", "eagle3", "eagle3_7-1-8")
-                                  for step in ("model_load", "first_token")}  # --skip-probes: no imports probe
+    assert set(made["steps"]) >= {"baseline_model_load", "eagle3_model_load", "eagle3_7-1-8_model_load",
+                                  "eagle3_7-1-8_first_token"}
     assert set(made["server_milestones"]) == {"baseline", "eagle3", "eagle3.s7-k1-d8"}
