@@ -35,7 +35,15 @@ from .report import SmokeReport, write_report
 from .server import Log, serve_and_measure, serve_process_and_measure
 from .since import since_last_pass
 from .subject import check_what_to_serve, open_what_to_serve
-from .sweep import best_per_level, extra_settings, judge, recommendation_lines, sweep_levels, with_setting
+from .sweep import (
+    best_per_level,
+    extra_settings,
+    judge,
+    recommendation_lines,
+    recommended_setting,
+    sweep_levels,
+    with_setting,
+)
 from .sweepspec import setting_of
 
 
@@ -150,7 +158,8 @@ def _sweep_data(options: SmokeOptions, runs: Mapping[str, ServerRun], commands: 
     entries += [judge(options.gates, levels, runs["baseline"], run, setting, False, command)
                 for setting, run, command in swept]
     best = best_per_level(entries, levels, options.gates)
-    return {"levels": list(levels), "settings": entries, "best": best,
+    # `recommended`: the one setting for the stack (what `invoke upgrade` offers to write); `best`: per level.
+    return {"levels": list(levels), "settings": entries, "best": best, "recommended": recommended_setting(entries),
             "recommendation": recommendation_lines(best, options.gates.min_speedup)}
 
 

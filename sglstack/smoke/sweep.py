@@ -88,6 +88,18 @@ def best_per_level(entries: Sequence[Mapping[str, Any]], levels: Sequence[int], 
     return out
 
 
+def recommended_setting(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The one setting a stack that serves all its levels should carry: of the settings that pass every gate at
+    every level, the one whose worst speedup across the levels is highest (None when no setting passes)."""
+    passing = [e for e in entries if e["verdict"] == "pass" and e["levels"]]
+    if not passing:
+        return None
+    worst = {e["setting"]: min(row["speedup"] for row in e["levels"]) for e in passing}
+    best = max(passing, key=lambda e: worst[e["setting"]])
+    return {key: best[key] for key in ("setting", "num_steps", "eagle_topk", "num_draft_tokens", "configured")} | {
+        "worst_speedup": worst[best["setting"]]}
+
+
 def recommendation_lines(best: Sequence[Mapping[str, Any]], min_speedup: float) -> list[str]:
     """One line per level, for the report, the console and `upgrade`'s report."""
     lines = []
