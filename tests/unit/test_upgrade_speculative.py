@@ -89,7 +89,8 @@ def test_no_edit_when_the_stack_already_has_it_none_passes_or_no_sweep_is_record
         missing = sweep_advice(stack, report, "build/s1/smoke-report.json")
         assert missing["found"] is False and missing["edits"] == {}
         assert missing["lines"] == ["No sweep recorded for stack 's1' (`build/s1/smoke-report.json`): `invoke smoke "
-                                    "--stack s1 --sweep 3:1:4,7:1:8` measures the settings and names the best per level."]
+                                    "--stack s1 --sweep 3:1:4,7:1:8` measures the settings and names the best per "
+                                    "level."]
 
 
 def _world(tmp_path: Path, report: dict[str, Any] | None) -> command.Engines:
