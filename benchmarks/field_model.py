@@ -1,6 +1,7 @@
 """Make a small Llama target and an EAGLE-3 draft for it, here, with random weights: no download.
 
     python3 benchmarks/field_model.py OUT [--size small|tiny] [--corpus FILE ...] [--seed N]
+                                      [--draft random|constructed]
 
 OUT/target  LlamaForCausalLM: config.json, model.safetensors, generation_config.json and its own tokenizer
             (byte-level BPE trained with `tokenizers` on local text: this repository's docs and sources
@@ -20,6 +21,12 @@ token then tests speculative decoding itself (draft, verify, accept, the d2t map
 near-equal logits fp16 rounding happens to favour in a decode kernel versus a verify (extend) kernel. The
 draft is fully random, so its accept length is near 1, as expected.
 
+`--draft constructed` makes instead the draft that computes the target's permutation (benchmarks/field_draft.py
+says how, against SGLang 0.5.17's EAGLE-3 code): every proposal is the target's token, so the accept length is
+the number of draft steps plus one. Before anything is written as done, a CPU check (numpy, field_draft.check)
+re-implements the target and the EAGLE-3 draft steps and proves it on random contexts for 3 and 7 steps; a
+failed check exits 1. The check's figures go into OUT/field-model.json.
+
 Needs numpy, safetensors and tokenizers (no torch): weights are written as float16 safetensors.
 """
 
@@ -34,6 +41,9 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import field_draft  # benchmarks/ is not a package
 
 BOS, EOS, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
 HEADER_START, HEADER_END = "<|start_header_id|>", "<|end_header_id|>"
@@ -191,7 +201,10 @@ def llama_config(size: Size, ids: dict[str, int], **extra: object) -> dict[str, 
     }
 
 
-def make(out: Path, size_name: str, corpus: list[Path], seed: int) -> dict[str, object]:
+DRAFTS = ("random", "constructed")
+
+
+def make(out: Path, size_name: str, corpus: list[Path], seed: int, draft_kind: str = "random") -> dict[str, object]:
     size = SIZES[size_name]
     if not corpus:
         raise SystemExit("field_model: no corpus files to train the tokenizer on")
@@ -205,17 +218,29 @@ def make(out: Path, size_name: str, corpus: list[Path], seed: int) -> dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(folder / "tokenizer.json"))
         (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
-    save_file(target_weights(size, list(ids.values()), rng), str(target / "model.safetensors"),
-              metadata={"format": "pt"})
-    (target / "config.json").write_text(json.dumps(llama_config(size, ids), indent=2) + "\n")
+    weights = target_weights(size, list(ids.values()), rng)
+    target_config = llama_config(size, ids)
+    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
+    (target / "config.json").write_text(json.dumps(target_config, indent=2) + "\n")
     (target / "generation_config.json").write_text(
         json.dumps({"bos_token_id": ids[BOS], "eos_token_id": [ids[EOT], ids[EOS]]}, indent=2) + "\n")
-    save_file(draft_weights(size, rng), str(draft / "model.safetensors"), metadata={"format": "pt"})
-    draft_config = llama_config(size, ids, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
-                                draft_vocab_size=size.draft_vocab_size, target_hidden_size=size.hidden_size)
+    check: dict[str, object] | None = None
+    if draft_kind == "constructed":
+        draft_w = field_draft.constructed_draft(target_config, weights)
+        draft_config = llama_config(size, ids, **field_draft.draft_config_extra(target_config))
+        contexts = field_draft.field_contexts(target_config, weights, list(ids.values()), 20, 64)
+        check = field_draft.check(target_config, weights, draft_config, draft_w, contexts)
+        print(f"field_model: constructed draft: {field_draft.summary_line(check)}")
+    else:
+        draft_w = draft_weights(size, rng)
+        draft_config = llama_config(size, ids, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
+                                    draft_vocab_size=size.draft_vocab_size, target_hidden_size=size.hidden_size)
+    save_file(draft_w, str(draft / "model.safetensors"), metadata={"format": "pt"})
     (draft / "config.json").write_text(json.dumps(draft_config, indent=2) + "\n")
-    summary = {"size": size_name, **asdict(size), "seed": seed, "corpus_files": len(corpus),
+    summary = {"size": size_name, **asdict(size), "seed": seed, "draft": draft_kind, "corpus_files": len(corpus),
                "bytes": {p.parent.name + "/" + p.name: p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}}
+    if check is not None:
+        summary["draft_check"] = check
     (out / "field-model.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -226,11 +251,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--corpus", type=Path, nargs="*", default=None)
     parser.add_argument("--seed", type=int, default=28)
+    parser.add_argument("--draft", choices=DRAFTS, default="random",
+                        help="random weights, or the draft constructed to propose the target's token")
     args = parser.parse_args(argv)
-    summary = make(args.out, args.size, args.corpus if args.corpus else default_corpus(), args.seed)
+    summary = make(args.out, args.size, args.corpus if args.corpus else default_corpus(), args.seed, args.draft)
     total = sum(summary["bytes"].values())  # type: ignore[union-attr]
-    print(f"field_model: {args.out} ({args.size}, {total / 1e6:.1f} MB)")
-    return 0
+    print(f"field_model: {args.out} ({args.size}, {args.draft} draft, {total / 1e6:.1f} MB)")
+    check = summary.get("draft_check")
+    return 1 if isinstance(check, dict) and not check["passed"] else 0
 
 
 if __name__ == "__main__":

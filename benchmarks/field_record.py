@@ -1,6 +1,7 @@
 """Turn one field run's output folder (what benchmarks/field_go.sh wrote under $OUT) into the checked-in recording.
 
     python3 benchmarks/field_record.py RUN_DIR tests/data/field/h200-eagle3.json
+    python3 benchmarks/field_record.py RUN_DIR tests/data/field/h200-constructed.json   (a --sweep run)
 
 The recording keeps the smoke report as the smoke wrote it, the steps, each gate's verdict and the server
 log's milestones, with the device's own folders replaced by placeholders (no machine's paths in the repo).
@@ -59,12 +60,20 @@ def warm_verdicts(report: dict[str, Any], kind: str = "baseline") -> dict[str, A
             "no_new_kernel_files": "pass" if warm["kernel_cache"]["new_files"] == 0 else "fail",
             "cold_kernel_files": cold["kernel_cache"]["files_after"],
             "key_matched": "pass" if matched else "fail"}
+def sweep_verdicts(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Per sweep setting (STEPS:TOPK:DRAFT_TOKENS): pass / fail per gate, by the same rule (a setting of a sweep
+    has no regression reference: the history is the stack's own setting's)."""
+    return {entry["setting"]: gate_verdicts({**entry, "regression_reference": None})
+            for entry in (report.get("sweep") or {}).get("settings", [])}
 
 
 def main(run_dir: Path, target: Path) -> int:
     report = json.loads((run_dir / "report.json").read_text())
     steps = json.loads((run_dir / "steps.json").read_text())
     logs = {kind: run_dir / f"report.{kind}.log" for kind in ("baseline", "eagle3", "baseline.warm", "eagle3.warm")}
+    # A sweep's other settings: report.eagle3.s7-k1-d8.log, one per setting.
+    logs |= {log.name.removeprefix("report.").removesuffix(".log"): log
+             for log in sorted(run_dir.glob("report.eagle3.s*.log"))}
     milestones = {
         kind: [line[:160] for line in log.read_text().splitlines() if MILESTONES.search(line)]
         for kind, log in logs.items() if log.exists()
@@ -78,6 +87,7 @@ def main(run_dir: Path, target: Path) -> int:
         "stack": report.get("stack"),  # the stacks.yaml entry whose serving settings were served (field_run.py --stack)
         "steps": steps,
         "gate_verdicts": gate_verdicts(report),
+        **({"sweep_verdicts": sweep_verdicts(report)} if report.get("sweep") else {}),
         "server_milestones": milestones,
         "report": report,
         **({"warm_verdicts": warm_verdicts(report)} if report.get("warm") else {}),

@@ -2,6 +2,7 @@
 
     python3 benchmarks/field_run.py --python-env ENV --site DIR --model TARGET --draft DRAFT --out OUT
                                     [--stack h200-field] [--timeout S] [--extra-args "..."] [--env K=V ...]
+                                    [--concurrency-levels 1,4] [--sweep 3:1:4,7:1:8]
 
 The server is the stack's (`h200-field` of stacks.yaml: its serving argv, env, gates and smoke sizes), with
 only the node's folders given here: the model and draft paths (the stack names where a container mounts
@@ -21,6 +22,9 @@ or `--cache-store`); then started again with the cache restored from that artifa
 start's phases read from its log. `--no-probes` skips the two probes (about 50 s on the H200).
 `benchmarks/field_record.py OUT tests/data/field/h200-warm-start.json` keeps it;
 tests/unit/test_field_warm_start.py re-derives the warm-start verdicts from that recording.
+`--sweep` serves, after the baseline and the stack's own EAGLE-3 setting, EAGLE-3 at each further setting
+(STEPS:TOPK:DRAFT_TOKENS), each judged by the same gates at the stack's concurrency levels (`smoke.concurrency_levels`,
+or `--concurrency-levels`): one baseline start for all of them. Each server start is a step of its own in steps.json.
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--num-prompts", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=None)
+    parser.add_argument("--concurrency-levels", default=None, help="e.g. 1,4 (default: the stack's)")
+    parser.add_argument("--sweep", default=None, help="more EAGLE-3 settings, STEPS:TOPK:DRAFT_TOKENS,...")
     # The servers inherit nothing of this environment beyond the runtime's own variables (docs/smoke-and-gates.md).
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="a variable for the servers")
     parser.add_argument("--warm-start", action="store_true", help="baseline cold, pack its kernel caches, warm start")
@@ -119,6 +125,7 @@ def main(argv: list[str]) -> int:
         gpus=args.gpus, timeout=args.timeout, env=server_env,
         extra_args=shlex.split(args.extra_args) if args.extra_args is not None else None,
         max_new_tokens=args.max_new_tokens, num_prompts=args.num_prompts, concurrency=args.concurrency,
+        concurrency_levels=args.concurrency_levels, sweep=args.sweep,
         report=str(args.out / "report.json"), build_dir=str(args.out / "build"), **warm_options(args),
     )
     report = run_smoke(stack, None, options, log=lambda line: print(line, flush=True))
@@ -128,8 +135,22 @@ def main(argv: list[str]) -> int:
         steps[f"{kind}_model_load"] = {"ok": bool(run["started"]), "seconds": run["startup_s"],
                                        "output": [run["failure"]] if run["failure"] else []}
         steps[f"{kind}_first_token"] = {"ok": bool(run["ttft_s"]), "seconds": run["ttft_s"], "output": []}
+    for entry in (data.get("sweep") or {}).get("settings", []):
+        if entry["configured"]:
+            continue  # the stack's own setting is the eagle3 server above
+        run, name = entry["eagle3"], f"eagle3_{entry['setting'].replace(':', '-')}"
+        steps[f"{name}_model_load"] = {"ok": bool(run["started"]), "seconds": run["startup_s"],
+                                       "output": [run["failure"]] if run["failure"] else []}
+        steps[f"{name}_first_token"] = {"ok": bool(run["ttft_s"]), "seconds": run["ttft_s"], "output": []}
     (args.out / "steps.json").write_text(json.dumps(steps, indent=2) + "\n")
     print(f"field: verdict {data['verdict']}; failures {data['failures']}", flush=True)
+    if data.get("crossover_line"):
+        print(f"field: {data['crossover_line']}", flush=True)
+    for entry in (data.get("sweep") or {}).get("settings", []):
+        print(f"field: sweep {entry['setting']}: {entry['verdict']}; accept length {entry['accept_length']}; "
+              f"failures {entry['failures']}", flush=True)
+    for line in (data.get("sweep") or {}).get("recommendation", []):
+        print(f"field: best at {line}", flush=True)
     return 0
 
 

@@ -97,6 +97,9 @@ class SmokeSettings(StrictModel):
     max_new_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS)
     concurrency: int = Field(default=8, ge=1, le=MAX_COUNT)
     num_prompts: int = Field(default=8, ge=1, le=MAX_COUNT)
+    # The concurrency levels the deployment serves: the smoke measures each, and min_speedup and max_regression
+    # apply at each (tokens/s per stream at 1, aggregate above). Empty: concurrency 1 alone is gated.
+    concurrency_levels: tuple[Annotated[int, Field(ge=1, le=MAX_COUNT)], ...] = ()
     gates: Gates = Gates()
     # Point every kernel cache at one folder, pack what a passing start filled, and measure a second, warm
     # start with it restored (kernel_cache alone: pack, no warm start).
@@ -109,6 +112,13 @@ class SmokeSettings(StrictModel):
         gates = self.start_gates
         if (gates.max_warm_start_s is not None or gates.no_warm_compile) and not self.warm_start:
             raise KeyedValueError(("start_gates",), "gates a warm start: set smoke.warm_start: true")
+        return self
+
+    @model_validator(mode="after")
+    def _levels_once(self) -> SmokeSettings:
+        for i, level in enumerate(self.concurrency_levels):
+            if level in self.concurrency_levels[:i]:
+                raise KeyedValueError(("concurrency_levels", i), f"concurrency {level} is named twice")
         return self
 
     @model_validator(mode="before")

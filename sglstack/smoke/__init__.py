@@ -48,6 +48,13 @@ def smoke_command(
         new = (run.get("kernel_cache") or {}).get("new_files")
         print(f"  {kind} start: cold {cold or 0:.1f}s, warm {run.get('startup_s') or 0:.1f}s"
               + (f" (saved {saving:.0%})" if saving is not None else "") + f", {new} new kernel cache files")
+    for row in data.get("levels") or []:
+        speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "n/a"
+        print(f"  concurrency {row['concurrency']}: speedup {speedup} ({row['measure']})")
+    if data.get("crossover_line"):
+        print(f"  {data['crossover_line']}")
+    for line in (data.get("sweep") or {}).get("recommendation", []):
+        print(f"  best at {line}")
     for failure in report.failures:
         print(f"  FAIL {one_line(failure)}")
     return 0 if report.passed else 1

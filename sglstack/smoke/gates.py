@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config.settings import Gates
+from .levels import LABELS, LevelSpeedup, crossover, level_failures, level_regressions, level_speedups
 from .measure import ServerRun
-
-LABELS = {"baseline": "baseline", "eagle3": "EAGLE-3"}
 
 
 @dataclass(frozen=True)
@@ -18,6 +17,9 @@ class Verdict:
     accept_length: float | None
     agreement: float | None
     failures: tuple[str, ...]
+    # With named concurrency levels: the speedup at each, and the first level where EAGLE-3 stops paying.
+    levels: tuple[LevelSpeedup, ...] = ()
+    crossover: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -36,21 +38,27 @@ def evaluate(
     eagle3: ServerRun,
     agreement: float | None,
     last_pass: Mapping[str, Any] | None = None,
+    levels: Sequence[int] = (),
 ) -> Verdict:
+    """The gates; with `levels` (the stack's smoke.concurrency_levels) min_speedup and max_regression apply at each
+    named level instead of at concurrency 1 alone."""
     failures: list[str] = []
     for run in (baseline, eagle3):
         if run.failure:
             failures.append(f"{run.kind}: {run.failure}")
         elif run.requests and run.completed < run.requests:
-            errors = [e for p in (run.single, run.concurrent) if p for e in p.errors]
+            errors = [e for p in run.load_phases for e in p.errors]
             first = f": {errors[0]}" if errors else ""
             failures.append(f"{run.kind}: {run.requests - run.completed}/{run.requests} requests failed{first}")
 
     speedup = speedup_of(baseline, eagle3)
     accept = eagle3.accept_length
     ran = baseline.single is not None and eagle3.single is not None
+    speedups = level_speedups(levels, baseline, eagle3) if levels else ()
     if ran:
-        if speedup is None or speedup < gates.min_speedup:
+        if speedups:
+            failures += level_failures(gates.min_speedup, speedups)
+        elif speedup is None or speedup < gates.min_speedup:
             failures.append(
                 f"min_speedup: EAGLE-3 {eagle3.tokens_per_s:.1f} tok/s vs baseline {baseline.tokens_per_s:.1f} "
                 f"tok/s is {speedup or 0:.2f}x, below {gates.min_speedup:.2f}x"
@@ -68,8 +76,12 @@ def evaluate(
             failures.append(
                 f"min_agreement: {agreement:.0%} of greedy outputs match the baseline, below {gates.min_agreement:.0%}"
             )
-        failures += regressions(gates.max_regression, baseline, eagle3, last_pass)
-    return Verdict(speedup=speedup, accept_length=accept, agreement=agreement, failures=tuple(failures))
+        if levels:
+            failures += level_regressions(gates.max_regression, levels, baseline, eagle3, last_pass)
+        else:
+            failures += regressions(gates.max_regression, baseline, eagle3, last_pass)
+    return Verdict(speedup=speedup, accept_length=accept, agreement=agreement, failures=tuple(failures),
+                   levels=speedups, crossover=crossover(speedups, gates.min_speedup) if speedups else None)
 
 
 def regressions(

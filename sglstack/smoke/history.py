@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.errors import SmokeError
 from ..core.records import append_jsonl, read_jsonl
+from .levels import levels_by_kind
 
 FILE_NAME = "smoke-history.jsonl"
 NO_STACK = "_no-stack"
@@ -71,6 +72,9 @@ def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) ->
         # Which runner measured it ("docker" for the records written before there was a choice).
         "runner": (report.get("runner") or {}).get("kind", "docker"),
         **({"warm": {kind: start_summary(run) for kind, run in report["warm"].items()}} if report.get("warm") else {}),
+        # Per named concurrency level (smoke.concurrency_levels), what the regression gate compares at each.
+        **({"levels": levels_by_kind(report["levels"]), "crossover": report.get("crossover")}
+           if report.get("levels") else {}),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .client import Generation
@@ -27,6 +27,10 @@ class PhaseStats:
         out = asdict(self)
         out["errors"] = list(self.errors)
         return out
+
+
+def phase_from_dict(data: Mapping[str, Any] | None) -> PhaseStats | None:
+    return None if data is None else PhaseStats(**{**data, "errors": tuple(data["errors"])})
 
 
 def phase_stats(results: Sequence[Generation], concurrency: int, wall_s: float) -> PhaseStats:
@@ -87,6 +91,27 @@ class ServerRun:
     phases: Mapping[str, Any] | None = None
     # The kernel cache this start used (`smoke/warm.py`): its folder, files before and after, the restore.
     kernel_cache: Mapping[str, Any] | None = None
+    # The phases at the stack's named concurrency levels other than 1 and `concurrent`'s (smoke.concurrency_levels).
+    level_phases: Mapping[int, PhaseStats] = field(default_factory=dict)
+
+    def phase_at(self, level: int) -> PhaseStats | None:
+        if level == 1:
+            return self.single
+        if self.concurrent is not None and self.concurrent.concurrency == level:
+            return self.concurrent
+        return self.level_phases.get(level)
+
+    def tokens_per_s_at(self, level: int) -> float | None:
+        """What a deployment serving `level` streams gets: one stream's tokens/s at 1, the aggregate above."""
+        phase = self.phase_at(level)
+        if phase is None:
+            return None
+        return phase.tokens_per_s if level == 1 else phase.aggregate_tokens_per_s
+
+    @property
+    def load_phases(self) -> list[PhaseStats]:
+        """The measured load phases (concurrency 1, `concurrent`, the named levels) this run has."""
+        return [p for p in (self.single, self.concurrent, *self.level_phases.values()) if p]
 
     @property
     def tokens_per_s(self) -> float:
@@ -94,15 +119,25 @@ class ServerRun:
 
     @property
     def completed(self) -> int:
-        return sum(p.completed for p in (self.single, self.concurrent) if p)
+        return sum(p.completed for p in self.load_phases)
 
     @property
     def requests(self) -> int:
-        return sum(p.requests for p in (self.single, self.concurrent) if p)
+        return sum(p.requests for p in self.load_phases)
 
     @property
     def accept_length(self) -> float | None:
         return self.accept_length_meta if self.accept_length_meta is not None else self.accept_length_server
+
+    @classmethod
+    def from_dict(cls, kind: str, run: Mapping[str, Any]) -> ServerRun:
+        """A run back from its report entry (`to_dict`), to re-derive a recorded verdict with the gates."""
+        levels = {int(level): phase_from_dict(phase) for level, phase in (run.get("concurrency_levels") or {}).items()}
+        return cls(kind=kind, started=run["started"], failure=run["failure"], startup_s=run["startup_s"],
+                   single=phase_from_dict(run["concurrency_1"]), concurrent=phase_from_dict(run["concurrency_n"]),
+                   accept_length_meta=run["accept_length_meta"], accept_length_server=run["accept_length_server"],
+                   runs=tuple(run.get("runs") or ()), level_phases={k: v for k, v in levels.items() if v},
+                   phases=run.get("phases"), kernel_cache=run.get("kernel_cache"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -122,4 +157,7 @@ class ServerRun:
             # Only when read: reports and recordings from before phases compare equal as they were.
             **({"phases": dict(self.phases)} if self.phases is not None else {}),
             **({"kernel_cache": dict(self.kernel_cache)} if self.kernel_cache is not None else {}),
+            # Only when the stack names levels beyond these two phases: a report without them keeps its shape.
+            **({"concurrency_levels": {str(n): phase.to_dict() for n, phase in sorted(self.level_phases.items())}}
+               if self.level_phases else {}),
         }

@@ -26,6 +26,7 @@ from ..serving import (
     serving_spec,
 )
 from .options import SPELLING, malformed_pair
+from .sweepspec import SpecSetting, parse_sweep
 
 CONTAINER_PORT = 30000
 RUN_KINDS = ("baseline", "eagle3")
@@ -70,6 +71,16 @@ class SmokeOptions:
     # The on-disk OCI layout store of kernel-cache artifacts (default BUILD/<stack>/kernel-cache/store).
     cache_store: str | None = None
     start_gates: StartGates = field(default_factory=StartGates)
+    # The concurrency levels the deployment serves (smoke.concurrency_levels): each is measured, and min_speedup
+    # and max_regression apply at each. Empty: concurrency 1 is gated and `concurrency` only measured.
+    concurrency_levels: tuple[int, ...] = ()
+    # More speculative settings to serve and judge in the same run, besides the stack's own (smoke/sweep.py), as
+    # STEPS:TOPK:DRAFT_TOKENS.
+    sweep: tuple[str, ...] = ()
+
+    @property
+    def sweep_settings(self) -> tuple[SpecSetting, ...]:
+        return parse_sweep(self.sweep) if self.sweep else ()
 
     # Read-only views of the server, for the runner and reports.
     @property
@@ -128,6 +139,8 @@ class SmokeOptions:
             "num_prompts": self.num_prompts,
             # Only a non-default runner is named, so that the history of Docker runs stays comparable.
             **({"runner": self.runner} if self.runner != "docker" else {}),
+            # Likewise named levels: a run gated per level compares with runs measured at the same levels.
+            **({"concurrency_levels": list(self.concurrency_levels)} if self.concurrency_levels else {}),
         }
 
     def describe(self) -> dict[str, Any]:
@@ -194,6 +207,11 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     serving.update(_read_serving_lists(given))
     labels = parse_pairs(given.pop("labels"), "--label") if "labels" in given else {}
     settings = stack.smoke if stack is not None else None
+    levels = parse_levels(given.pop("concurrency_levels")) if "concurrency_levels" in given else (
+        settings.concurrency_levels if settings is not None else ())
+    sweep = tuple(s.key for s in parse_sweep(given.pop("sweep"))) if "sweep" in given else ()
+    if sweep and "eagle3" not in kinds:
+        raise SmokeInputError("smoke option sweep: the sweep serves EAGLE-3 settings; kinds leaves EAGLE-3 out")
     gates = _gates(settings.gates if settings is not None else Gates(), given)
     start_gates = _start_gates(settings.start_gates if settings is not None else StartGates(), given)
     try:
@@ -209,7 +227,8 @@ def smoke_options(stack: Stack | None, **overrides: Any) -> SmokeOptions:
     }
     settled: dict[str, Any] = {**defaults, **measure, **flags, **given}
     opts = SmokeOptions(serving=spec.with_speculation(), gates=gates, labels=labels, kinds=kinds,
-                        start_gates=start_gates, **settled)
+                        start_gates=start_gates, concurrency_levels=tuple(sorted(set(levels))), sweep=sweep,
+                        **settled)
     _check_bounds(opts)
     _check_warm(opts)
     check_runner(opts.runner, opts.python_env)
@@ -393,6 +412,25 @@ def parse_kinds(value: Iterable[str] | str) -> tuple[str, ...]:
     if unknown or not wanted:
         raise SmokeInputError(f"smoke kinds '{','.join(map(str, items))}': choose from {', '.join(RUN_KINDS)}")
     return tuple(k for k in RUN_KINDS if k in wanted)
+
+
+def parse_levels(value: Iterable[Any] | str) -> tuple[int, ...]:
+    """`1,4,16` (or a sequence): the concurrency levels, each a whole number from 1 to the schema's bound."""
+    items = [i for i in (value.split(",") if isinstance(value, str) else list(value)) if str(i).strip()]
+    levels: list[int] = []
+    for item in items:
+        try:
+            level = _read(str(item).strip(), int, "concurrency_levels")
+        except ValueError as exc:
+            raise SmokeInputError(f"smoke option {exc}") from None
+        if not 1 <= level <= MAX_COUNT:
+            raise SmokeInputError(f"smoke option concurrency_levels: {level} must be >= 1 and <= {MAX_COUNT}")
+        if level in levels:
+            raise SmokeInputError(f"smoke option concurrency_levels: {level} is named twice")
+        levels.append(level)
+    if not levels:
+        raise SmokeInputError("smoke option concurrency_levels: name at least one level (e.g. 1,4)")
+    return tuple(levels)
 
 
 def parse_mounts(values: Iterable[str] | str) -> list[str]:

@@ -91,6 +91,8 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
         f" greedy agreement {_fmt(data.get('agreement'), '.0%')}.",
         "",
     ]
+    lines += level_lines(data)
+    lines += sweep_lines(data.get("sweep"))
     if data["failures"]:
         lines += ["## Failures", "", *[f"- {f}" for f in data["failures"]], ""]
     lines += start_lines(data)
@@ -113,6 +115,36 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def level_lines(data: Mapping[str, Any]) -> list[str]:
+    """The speedup at each named concurrency level, and the crossover (none without smoke.concurrency_levels)."""
+    if not data.get("levels"):
+        return []
+    lines = ["## Speedup per concurrency level", "",
+             "| concurrency | measure | baseline tok/s | EAGLE-3 tok/s | speedup | pays |", "|---|---|---|---|---|---|"]
+    for row in data["levels"]:
+        lines.append(f"| {row['concurrency']} | {row['measure']} | {_fmt(row['baseline_tokens_per_s'])} | "
+                     f"{_fmt(row['eagle3_tokens_per_s'])} | {_fmt(row['speedup'], '.2f', 'x')} | "
+                     f"{'yes' if row['pays'] else 'no'} |")
+    return [*lines, "", str(data.get("crossover_line") or ""), ""]
+
+
+def sweep_lines(sweep: Mapping[str, Any] | None) -> list[str]:
+    """Each swept setting's verdict and speedup per level, and the best setting per level."""
+    if not sweep:
+        return []
+    levels = list(sweep["levels"])
+    lines = ["## Sweep of speculative settings", "",
+             "| setting (steps:topk:draft tokens) | verdict | accept length | "
+             + " | ".join(f"speedup at {n}" for n in levels) + " |",
+             "|---|---|---|" + "---|" * len(levels)]
+    for entry in sweep["settings"]:
+        speedups = {row["concurrency"]: row["speedup"] for row in entry["levels"]}
+        own = " (the stack's)" if entry["configured"] else ""
+        lines.append(f"| {entry['setting']}{own} | {entry['verdict']} | {_fmt(entry['accept_length'], '.2f')} | "
+                     + " | ".join(_fmt(speedups.get(n), ".2f", "x") for n in levels) + " |")
+    return [*lines, "", "Best setting per level:", "", *[f"- {line}" for line in sweep["recommendation"]], ""]
 
 
 def _identity(image: Mapping[str, Any]) -> str:

@@ -29,6 +29,7 @@ from ..serving import check_mount_sources
 from . import history as hist
 from .gates import Verdict, evaluate
 from .launch import check_secret_references, container_plan, process_plan
+from .levels import crossover_line
 from .measure import ServerRun, agreement
 from .plan import RUN_KINDS, SmokeOptions, redact_argv
 from .report import SmokeReport, write_report
@@ -36,6 +37,16 @@ from .server import Log, serve_and_measure, serve_process_and_measure
 from .since import since_last_pass
 from .startgates import start_failures, warm_saving
 from .subject import check_what_to_serve, open_what_to_serve
+from .sweep import (
+    best_per_level,
+    extra_settings,
+    judge,
+    recommendation_lines,
+    recommended_setting,
+    sweep_levels,
+    with_setting,
+)
+from .sweepspec import setting_of
 from .warm import KernelCaches, warm_starts
 
 
@@ -66,7 +77,7 @@ def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Pat
     if history_file is not None:
         require_writable(history_file, what="smoke history (under the build folder)", create=False)
     if options.runner == "process":  # each server's output, opened once the server starts
-        for kind in options.kinds:
+        for kind in [*options.kinds, *(f"eagle3.{s.file_part}" for s in extra_settings(options))]:
             refuse_link(log_root(report_path, options), server_log_path(report_path, kind))
     return report_path, history_file
 
@@ -89,18 +100,21 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     engine, image_info = open_what_to_serve(stack, image, options, interpreter, log)
     caches = caches.bound(image_info) if caches is not None else None
     runs, commands = _serve_each_kind(engine, image, image_info, options, report_path, log, caches)
+    swept = _serve_sweep(engine, image_info, options, report_path, log, runs) if options.sweep else []
 
     baseline, eagle3 = runs["baseline"], runs["eagle3"]
     share = agreement(baseline.outputs, eagle3.outputs) if baseline.outputs and eagle3.outputs else None
     fingerprint = options.fingerprint()
     reference = hist.last_passing(records, fingerprint)
-    verdict = evaluate(options.gates, baseline, eagle3, share, reference)
+    verdict = evaluate(options.gates, baseline, eagle3, share, reference, options.concurrency_levels)
     warm, cache_summary = _kernel_caches(caches, verdict, engine, image_info, report_path, log)
     ran = {kind: runs[kind] for kind in options.kinds}
     failures = start_failures(options.start_gates, ran, warm, reference)
     verdict = replace(verdict, failures=(*verdict.failures, *failures))
     data = _report_data(stack, image_info, runs, verdict, reference, options, report_path, commands, history_file)
     data.update(start_report(options, runs, warm, cache_summary))
+    if options.sweep:
+        data["sweep"] = _sweep_data(options, runs, commands, swept)
     comparable: list[Mapping[str, Any]] = []
     if history_file is not None:
         line = hist.history_record(data, fingerprint)
@@ -138,6 +152,51 @@ def start_report(options: SmokeOptions, runs: Mapping[str, ServerRun], warm: Map
     if warm is not None:
         out["warm"] = {kind: {**run.to_dict(), "saving": warm_saving(runs[kind], run)} for kind, run in warm.items()}
     return out
+
+
+def _serve_sweep(
+    engine: docker.DockerClient | None, image_info: Mapping[str, Any], options: SmokeOptions, report_path: Path,
+    log: Log, runs: Mapping[str, ServerRun],
+) -> list[tuple[Any, ServerRun, list[str] | None]]:
+    """The EAGLE-3 server at each sweep setting besides the stack's own, in turn: (setting, run, argv)."""
+    out: list[tuple[Any, ServerRun, list[str] | None]] = []
+    for setting in extra_settings(options):
+        if any(r.failure for r in runs.values()) or not runs["baseline"].started:
+            log(f"smoke: sweep {setting.key} skipped: the baseline server failed")
+            out.append((setting, ServerRun(kind="eagle3", started=False, failure="not served: the baseline failed"),
+                        None))
+            continue
+        variant = with_setting(options, setting)
+        log(f"smoke: sweep: EAGLE-3 at {setting.label}")
+        if engine is None:
+            pplan = process_plan(variant, "eagle3", free_tcp_port())
+            command = redact_argv(pplan.argv)
+            log(f"smoke: eagle3: {' '.join(command)}")
+            run = serve_process_and_measure(pplan, variant, server_log_path(report_path, f"eagle3.{setting.file_part}"),
+                                            log)
+        else:
+            plan = container_plan(variant, image_info["id"], "eagle3")
+            command = redact_argv(plan.command)
+            log(f"smoke: eagle3: {' '.join(command)}")
+            run = serve_and_measure(engine, plan, variant, log)
+        out.append((setting, run, command))
+    return out
+
+
+def _sweep_data(options: SmokeOptions, runs: Mapping[str, ServerRun], commands: Mapping[str, list[str]],
+                swept: list[tuple[Any, ServerRun, list[str] | None]]) -> dict[str, Any]:
+    """Each setting judged by the smoke's gates at the sweep's levels, and the best setting per level."""
+    levels = sweep_levels(options)
+    spec = options.serving.speculative
+    assert spec is not None  # a sweep needs the EAGLE-3 server (smoke_options)
+    entries = [judge(options.gates, levels, runs["baseline"], runs["eagle3"], setting_of(spec), True,
+                     commands.get("eagle3"))]
+    entries += [judge(options.gates, levels, runs["baseline"], run, setting, False, command)
+                for setting, run, command in swept]
+    best = best_per_level(entries, levels, options.gates)
+    # `recommended`: the one setting for the stack (what `invoke upgrade` offers to write); `best`: per level.
+    return {"levels": list(levels), "settings": entries, "best": best, "recommended": recommended_setting(entries),
+            "recommendation": recommendation_lines(best, options.gates.min_speedup)}
 
 
 def _serve_each_kind(
@@ -187,6 +246,10 @@ def _report_data(
         "baseline": runs["baseline"].to_dict(),
         "eagle3": runs["eagle3"].to_dict(),
         "speedup": verdict.speedup,
+        # Per named concurrency level (smoke.concurrency_levels): the speedup there, and where EAGLE-3 stops paying.
+        **({"levels": [s.to_dict(options.gates.min_speedup) for s in verdict.levels], "crossover": verdict.crossover,
+            "crossover_line": crossover_line(verdict.levels, options.gates.min_speedup)}
+           if options.concurrency_levels else {}),
         "accept_length": verdict.accept_length,
         "agreement": verdict.agreement,
         "gates": options.gates.model_dump(),

@@ -208,6 +208,8 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
         measured = _single_stream_runs(client, kind, options, log)
         single, single_results, _ = measured[0]
         concurrent, results_n = _concurrent_phase(client, kind, options, log)
+        level_phases, results_levels = _level_phases(client, kind, options, log)
+        results_n = [*results_n, *results_levels]
         server_info = _server_info_or_none(client)
     finally:
         client.close()
@@ -219,6 +221,7 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
         single=single,
         concurrent=concurrent,
         outputs={r.prompt: r.text for r in single_results if r.ok},
+        level_phases=level_phases,
         accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
         accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
         runs=tuple(
@@ -304,6 +307,24 @@ def _concurrent_phase(
         f"{concurrent.tokens_per_s:.1f} tok/s per stream"
     )
     return concurrent, results_n
+
+
+def _level_phases(
+    client: SGLangClient, kind: str, options: SmokeOptions, log: Log
+) -> tuple[dict[int, PhaseStats], list[Generation]]:
+    """A phase at each named concurrency level the two phases above did not measure (smoke.concurrency_levels)."""
+    phases: dict[int, PhaseStats] = {}
+    results: list[Generation] = []
+    for level in options.concurrency_levels:
+        if level == 1 or (level == options.concurrency and options.concurrency > 1):
+            continue
+        phase, level_results = run_phase(client, prompt_set(max(options.num_prompts, level)), level,
+                                         options.max_new_tokens)
+        log(f"smoke: {kind}: concurrency {level}: {phase.aggregate_tokens_per_s:.1f} tok/s aggregate, "
+            f"{phase.tokens_per_s:.1f} tok/s per stream")
+        phases[level] = phase
+        results += level_results
+    return phases, results
 
 
 def _server_info_or_none(client: SGLangClient) -> dict[str, Any] | None:

@@ -37,6 +37,7 @@ from ..core.console import console as make_console
 from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.folderlock import file_lock
+from ..core.inputs import read_json
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.progress import progress
 from ..core.records import build_root, require_writable, write_output
@@ -56,6 +57,7 @@ from . import plan as planner
 from .argv import check_argv
 from .releases import ReleasePins, release_pins
 from .report import to_json, to_markdown
+from .speculative import sweep_advice
 from .stacksfile import check_editable, edited, read_text
 
 EXIT_BAD_INPUT = 2
@@ -134,6 +136,17 @@ def resolve_lock(stack: Stack, previous: Lock | None, base_glibc: str | None) ->
     return resolve_stack(stack, previous=previous, base_glibc=base_glibc)
 
 
+def last_sweep_report(stack: Stack) -> tuple[dict[str, Any] | None, str]:
+    """The stack's last smoke report (where `invoke smoke --stack` writes it) and its path; None when there is none
+    or it cannot be read as a report: the upgrade then says how to make one, it does not fail."""
+    path = build_root() / stack.name / "smoke-report.json"
+    try:
+        report = read_json(path, what="smoke report")
+    except (OSError, SglstackError):
+        return None, str(path)
+    return (report if isinstance(report, dict) else None), str(path)
+
+
 @dataclass
 class Engines:
     """The outside world, one callable each (tests pass doubles for the slow ones)."""
@@ -147,6 +160,7 @@ class Engines:
     resolve: Callable[[Stack, Lock | None, str | None], Lock] = resolve_lock
     coverage: Callable[[Stack], dict[str, Any] | None] = coverage_document
     argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv
+    sweep_report: Callable[[Stack], tuple[dict[str, Any] | None, str]] = last_sweep_report
 
 
 # ---- the command -----------------------------------------------------------------------------------
@@ -276,7 +290,9 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     family = engines.family(stack, target, base_glibc or planner.BASELINE_GLIBC)
     derivation = planner.derive(stack, target, requires, family=family, wheel_filename=pw.name if pw else None,
                                 base_glibc=base_glibc, patch_status={k: v[0] for k, v in patches.items()})
-    text, notes, new_stack = _edit_one_stack(inputs, derivation.edits)
+    # The last smoke sweep's recommended speculative setting: shown, and part of what --write writes.
+    speculative = sweep_advice(stack, *engines.sweep_report(stack))
+    text, notes, new_stack = _edit_one_stack(inputs, {**derivation.edits, **speculative["edits"]})
     conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
     old_lock_file = lock_path(inputs.stacks_file, stack.name)
     old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None
@@ -308,7 +324,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
                                                                      version),
-        reasons=reasons, notes=notes, guesses=guesses)
+        reasons=reasons, notes=notes, guesses=guesses, speculative=speculative)
     return plan, text, new_lock
 
 

@@ -339,6 +339,7 @@ class Plan:
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     guesses: dict[str, str] = field(default_factory=dict)  # package -> why its new pin is not confirmed
+    speculative: dict[str, Any] = field(default_factory=dict)  # the last smoke sweep's advice (upgrade/speculative.py)
 
     @property
     def verdict(self) -> str:

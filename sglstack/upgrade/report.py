@@ -27,6 +27,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
         "bisect": plan.bisect_command,
         "notes": [*d.notes, *plan.notes],
         "guesses": dict(plan.guesses),
+        "speculative": {k: v for k, v in plan.speculative.items() if k != "lines"},
         "reasons": list(plan.reasons),
         "verdict": plan.verdict,
     }
@@ -99,6 +100,8 @@ def to_markdown(plan: Plan) -> str:
     notes = [*d.notes, *plan.notes]
     if notes:
         out += ["", "## Notes", "", *[f"- {_cell(n)}" for n in notes]]
+    if plan.speculative.get("lines"):
+        out += ["", "## Speculative settings", "", *plan.speculative["lines"]]
     out += ["", "## If the new image is slower", "",
             f"Search the release range with `{plan.bisect_command}` (every release between the two is built and "
             f"smoke-tested until the first slower one is named).", ""]

@@ -144,7 +144,7 @@ def test_the_json_document_whole() -> None:
         "platform": {"wheel": None, "glibc": "2.34"},
         "coverage": plan.coverage, "closure": plan.closure, "argv": plan.argv,
         "conflicts": ["pins y==1 | but"], "lock_error": None, "bisect": BISECT,
-        "notes": ["a derivation note", "a plan note"], "guesses": {},
+        "notes": ["a derivation note", "a plan note"], "guesses": {}, "speculative": {},
         "reasons": ["first | reason\nwrapped", "second"], "verdict": "review"}
     assert to_json(_plan(lock_error="no"))["lock_error"] == "no"
     assert to_json(_plan())["verdict"] == "ready"

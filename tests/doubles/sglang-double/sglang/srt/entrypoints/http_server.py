@@ -10,6 +10,12 @@ Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_TTFT_S            prefill time before the first token (default 0.005); a prompt seen
                                   before hits the radix cache and prefills 10x faster until /flush_cache
   SGLANG_DOUBLE_BATCH_SLOWDOWN    per-stream slowdown per extra running request (default 0.02)
+  SGLANG_DOUBLE_SPEC_SPEEDUP_BY_RUNNING  "1=2.0,4=0.25": under speculation, the speed factor while at least N
+                                  requests run (the largest N not above the running count; replaces
+                                  SGLANG_DOUBLE_SPEC_SPEEDUP there): EAGLE-3 that pays alone and not in a batch.
+                                  "7@1=3.0,7@2=1.8": the same for a server started with
+                                  --speculative-num-steps 7 only (a sweep's settings differ); a server whose
+                                  steps have such entries uses only those
   SGLANG_DOUBLE_STARTUP_DELAY_S   seconds of 503 from /health* before ready (default 0.3)
   SGLANG_DOUBLE_CRASH_AT_START    exit 1 with a traceback while loading
   SGLANG_DOUBLE_NEVER_HEALTHY     stay in the starting state (503) forever
@@ -144,6 +150,14 @@ class Engine:
         if self.speculative:
             self.tokens_per_s *= _env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 2.0)
         self.accept_length = max(1.0, _env_float("SGLANG_DOUBLE_ACCEPT_LENGTH", 3.0)) if self.speculative else 1.0
+        by_running = os.environ.get("SGLANG_DOUBLE_SPEC_SPEEDUP_BY_RUNNING", "") if self.speculative else ""
+        pairs = [pair.split("=", 1) for pair in by_running.split(",") if "=" in pair]
+        steps = str(server_args.get("speculative_num_steps"))
+        mine = [(n.split("@", 1)[1], f) for n, f in pairs if "@" in n and n.split("@", 1)[0] == steps]
+        pairs = mine or [(n, f) for n, f in pairs if "@" not in n]
+        self.speedup_by_running = sorted((int(n), float(f)) for n, f in pairs)
+        self.base_tokens_per_s = self.tokens_per_s / (_env_float("SGLANG_DOUBLE_SPEC_SPEEDUP", 2.0)
+                                                      if self.speculative else 1.0)
         self.diverge = _env_float("SGLANG_DOUBLE_DIVERGE", 0.0) if self.speculative else 0.0
         self.ttft_s = _env_float("SGLANG_DOUBLE_TTFT_S", 0.005)
         self.batch_slowdown = _env_float("SGLANG_DOUBLE_BATCH_SLOWDOWN", 0.02)
@@ -203,7 +217,7 @@ class Engine:
             sizes = self.steps(max_new_tokens)
             for step, size in enumerate(sizes, start=1):
                 with self.lock:
-                    rate = self.tokens_per_s / (1.0 + self.batch_slowdown * (self.running - 1))
+                    rate = self._speed(self.running) / (1.0 + self.batch_slowdown * (self.running - 1))
                 due += size / rate
                 delay = due - time.perf_counter()
                 if delay > 0:
@@ -222,6 +236,11 @@ class Engine:
         finally:
             with self.lock:
                 self.running -= 1
+
+    def _speed(self, running: int) -> float:
+        """One stream's decode speed with `running` requests in the batch, before the batch slowdown."""
+        factors = [factor for at_least, factor in self.speedup_by_running if at_least <= running]
+        return self.base_tokens_per_s * factors[-1] if factors else self.tokens_per_s
 
     def internal_state(self) -> dict:
         state = {

@@ -1,0 +1,58 @@
+"""Pure: what `invoke upgrade` recommends for a stack's speculative settings, from the stack's last smoke sweep.
+
+`invoke smoke --stack S --sweep 3:1:4,7:1:8` serves each setting and records, in its report
+(BUILD_ROOT/S/smoke-report.json), the best setting per concurrency level and `recommended`: the one setting that
+passes every gate at every level the stack names, with the highest worst-level speedup. The upgrade's report shows
+it beside the stack's own setting; the edit is part of what `--write` writes, and nothing is written without it.
+The sweep measured the release the stack had: the report says so, and the smoke of the new image re-checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..config.schema import Stack
+
+SWEEP_HINT = "--sweep 3:1:4,7:1:8"
+
+
+def current_setting(stack: Stack) -> str | None:
+    spec = stack.serving.speculative
+    return None if spec is None else f"{spec.num_steps}:{spec.eagle_topk}:{spec.num_draft_tokens}"
+
+
+def sweep_advice(stack: Stack, report: Mapping[str, Any] | None, source: str) -> dict[str, Any]:
+    """The report's `speculative` section: the stack's setting, the sweep's recommendation and per-level best,
+    and the edit `--write` makes (empty when there is nothing to change or no sweep to go by)."""
+    current = current_setting(stack)
+    advice: dict[str, Any] = {"current": current, "source": source, "found": False, "recommended": None,
+                              "best": [], "edits": {}}
+    sweep = (report or {}).get("sweep")
+    if current is None:
+        advice["lines"] = ["The stack serves no speculative decoding: nothing to recommend."]
+        return advice
+    if not isinstance(sweep, Mapping) or (report or {}).get("stack") != stack.name:
+        advice["lines"] = [f"No sweep recorded for stack '{stack.name}' (`{source}`): `invoke smoke --stack "
+                           f"{stack.name} {SWEEP_HINT}` measures the settings and names the best per level."]
+        return advice
+    recommended = sweep.get("recommended")
+    advice.update(found=True, time=report.get("time") if report else None, levels=list(sweep.get("levels") or []),
+                  best=list(sweep.get("best") or []), recommended=recommended)
+    measured = f"the sweep of {advice['time']} (`{source}`), measured on the image of sglang before this upgrade"
+    lines = [f"| concurrency {row['concurrency']} | {row['setting'] or 'no speculation'} | "
+             f"{'n/a' if row['speedup'] is None else format(row['speedup'], '.2f') + 'x'} |" for row in advice["best"]]
+    head = ["Best setting per level (steps:topk:draft tokens), from " + measured + ":", "",
+            "| level | best | speedup |", "| --- | --- | --- |", *lines, ""]
+    if recommended is None:
+        advice["lines"] = [*head, f"No setting passed every gate at every level: the stack keeps {current}."]
+    elif recommended["setting"] == current:
+        advice["lines"] = [*head, f"The stack's setting {current} is the recommended one "
+                                  f"({recommended['worst_speedup']:.2f}x at its worst level)."]
+    else:
+        advice["edits"] = {"serving": {"speculative": {key: recommended[key] for key in
+                                                       ("num_steps", "eagle_topk", "num_draft_tokens")}}}
+        advice["lines"] = [*head, f"Recommended: {recommended['setting']} instead of the stack's {current} "
+                                  f"({recommended['worst_speedup']:.2f}x at its worst level); `--write` writes it "
+                                  f"into the entry's serving.speculative with the upgrade."]
+    return advice
