@@ -182,3 +182,11 @@ def test_the_chart_draws_the_speedup_per_level_and_names_the_crossover():
     assert [round(bar.get_height(), 2) for bar in levels_ax.patches] == [1.51, 0.51]
     assert smoke_chart(report, []).startswith(b"\x89PNG")
     assert len(chart_figure({k: v for k, v in report.items() if k != "levels"}, []).axes) == 2  # as before
+
+
+def test_a_level_left_out_is_not_gated_but_concurrency_1_still_feeds_accept_and_agreement():
+    """A deployment that names only 4: EAGLE-3 slower alone does not fail it; a low accept length still does."""
+    baseline, eagle3 = server("baseline", 600, 1000), server("eagle3", 500, 1500, accept=1.2)
+    verdict = evaluate(GATES, baseline, eagle3, 1.0, None, (4,))
+    assert list(verdict.failures) == ["min_accept_length: accept length 1.20 is below 2.00"]
+    assert [s.concurrency for s in verdict.levels] == [4] and verdict.crossover is None
