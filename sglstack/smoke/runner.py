@@ -125,7 +125,8 @@ def _serve_sweep(
     """The EAGLE-3 server at each sweep setting besides the stack's own, in turn: (setting, run, argv)."""
     out: list[tuple[Any, ServerRun, list[str] | None]] = []
     for setting in extra_settings(options):
-        if any(r.failure for r in runs.values()) or not runs["baseline"].started:
+        # Only the baseline decides: an EAGLE-3 setting that did not start says nothing about the next one.
+        if runs["baseline"].failure or not runs["baseline"].started:
             log(f"smoke: sweep {setting.key} skipped: the baseline server failed")
             out.append((setting, ServerRun(kind="eagle3", started=False, failure="not served: the baseline failed"),
                         None))

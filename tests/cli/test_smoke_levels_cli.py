@@ -78,3 +78,16 @@ def test_a_bad_sweep_or_level_is_one_line_before_any_server_starts(double_env, t
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [message]
     assert not report.exists() and not list(tmp_path.glob("report.*.log"))
+
+
+def test_a_sweep_after_a_failed_baseline_serves_nothing_more_and_says_why(double_env, tmp_path):
+    report = tmp_path / "report.json"
+    proc = run_invoke(*_args(double_env, report, "--sweep", "7:1:8", "--env", "SGLANG_DOUBLE_CRASH_AT_START=baseline"),
+                      cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    entries = {e["setting"]: e for e in data["sweep"]["settings"]}
+    assert entries["7:1:8"]["eagle3"]["failure"] == "not served: the baseline failed"
+    assert entries["7:1:8"]["verdict"] == "fail" and data["sweep"]["recommended"] is None
+    assert "smoke: sweep 7:1:8 skipped: the baseline server failed" in proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("report.*.log")) == ["report.baseline.log"]
