@@ -44,7 +44,7 @@ from .sweep import (
     sweep_levels,
     with_setting,
 )
-from .sweepspec import setting_of
+from .sweepspec import SpecSetting, setting_of
 
 
 def _stderr(message: str) -> None:
@@ -121,9 +121,9 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
 def _serve_sweep(
     engine: docker.DockerClient | None, image_info: Mapping[str, Any], options: SmokeOptions, report_path: Path,
     log: Log, runs: Mapping[str, ServerRun],
-) -> list[tuple[Any, ServerRun, list[str] | None]]:
+) -> list[tuple[SpecSetting, ServerRun, list[str] | None]]:
     """The EAGLE-3 server at each sweep setting besides the stack's own, in turn: (setting, run, argv)."""
-    out: list[tuple[Any, ServerRun, list[str] | None]] = []
+    out: list[tuple[SpecSetting, ServerRun, list[str] | None]] = []
     for setting in extra_settings(options):
         # Only the baseline decides: an EAGLE-3 setting that did not start says nothing about the next one.
         if runs["baseline"].failure or not runs["baseline"].started:
@@ -149,7 +149,7 @@ def _serve_sweep(
 
 
 def _sweep_data(options: SmokeOptions, runs: Mapping[str, ServerRun], commands: Mapping[str, list[str]],
-                swept: list[tuple[Any, ServerRun, list[str] | None]]) -> dict[str, Any]:
+                swept: list[tuple[SpecSetting, ServerRun, list[str] | None]]) -> dict[str, Any]:
     """Each setting judged by the smoke's gates at the sweep's levels, and the best setting per level."""
     levels = sweep_levels(options)
     spec = options.serving.speculative
