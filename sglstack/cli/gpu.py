@@ -80,6 +80,10 @@ class SmokeOptions(ReportOptions):
     timeout: str | None = option("seconds each server may take to answer /health_generate (default: "
                                  "serving.startup_timeout_s)")
     concurrency: str | None = option("the higher concurrency measured after concurrency 1")
+    concurrency_levels: str | None = option("the concurrency levels served, e.g. 1,4,16: each measured and gated "
+                                            "(default: smoke.concurrency_levels)")
+    sweep: str | None = option("more EAGLE-3 settings to serve and judge, STEPS:TOPK:DRAFT_TOKENS,... (e.g. "
+                               "3:1:4,7:1:8); the report names the best per level")
     num_prompts: str | None = option("prompts per phase")
     max_new_tokens: str | None = option("tokens generated per request")
     min_speedup: str | None = option("gate: EAGLE-3 tok/s over baseline tok/s")
@@ -138,7 +142,8 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
     serving: dict[str, Any] = dict(
         model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,
         env=list(o.env) or None, labels=list(o.label) or None, docker_host=o.docker_host, timeout=o.timeout,
-        concurrency=o.concurrency, num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens, report=o.report,
+        concurrency=o.concurrency, concurrency_levels=o.concurrency_levels, sweep=o.sweep, num_prompts=o.num_prompts,
+        max_new_tokens=o.max_new_tokens, report=o.report,
         skip_preflight=o.skip_preflight or None, kernel_cache=o.kernel_cache or None, warm_start=o.warm_start or None,
         cache_store=o.cache_store, max_warm_start_s=o.max_warm_start_s, no_warm_compile=o.no_warm_compile or None,
         max_start_regression=o.max_start_regression)
@@ -146,6 +151,8 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
         _refuse_input_report(o.report, o.stacks_file)
     if not o.bisect_exit:
         _refuse_bisect_only(o)
+    if o.bisect_exit and o.sweep:
+        raise BadOption("smoke: --sweep is not for --bisect-exit (a bisect step compares one setting)")
     if o.bisect_exit:
         from ..bisect.gitexit import smoke_bisect_exit  # at call time: the smoke runner loads the Docker SDK
 

@@ -91,6 +91,8 @@ OPTIONS: dict[str, Meaning] = {
     "tail": Meaning(INT, "only the last N lines"),
     # measuring
     "concurrency": Meaning(INT, "the higher concurrency measured after concurrency 1"),
+    "concurrency_levels": Meaning("LEVELS", "the concurrency levels served (e.g. 1,4,16): each measured and gated"),
+    "sweep": Meaning("SETTINGS", "EAGLE-3 settings to serve and judge in one run, STEPS:TOPK:DRAFT_TOKENS,..."),
     "num_prompts": Meaning(INT, "prompts per measured run"),
     "max_new_tokens": Meaning(INT, "tokens generated per request"),
     "runs": Meaning(INT, "measured runs per server start, the cache flushed before each"),

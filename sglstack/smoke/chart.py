@@ -4,6 +4,8 @@ Left: baseline vs EAGLE-3 output tokens/s per stream at concurrency 1 (what the 
 min_speedup gate drawn where EAGLE-3 has to reach. Right: tokens/s of every tested image measured with the
 same settings, in the order they were tested (each tick: image digest and UTC time), failed runs marked,
 and the max_regression gate drawn as a band under the last passing run that this run was compared with.
+With named concurrency levels (smoke.concurrency_levels) a third panel: the speedup at each level against
+min_speedup, the crossover marked.
 """
 
 from __future__ import annotations
@@ -53,15 +55,17 @@ def chart_figure(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]]
     # matplotlib takes ~0.7 s to import; only writing a report needs it, not every task that imports smoke.
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(13, 5.2), dpi=100, layout="constrained")
-    with_starts = bool(starts(report))  # a third panel: each start by phase
-    if with_starts:
-        fig.set_size_inches(19, 5.2)
-    axes = fig.subplots(1, 3 if with_starts else 2, width_ratios=(1, 2.1, 1.6) if with_starts else (1, 2.1))
+    levels = report.get("levels") or []
+    with_starts = bool(starts(report))  # a panel more: each start by phase
+    panels: list[float] = [1, 2.1] + ([1.2] if levels else []) + ([1.6] if with_starts else [])
+    fig = Figure(figsize=(13 + 4 * (len(panels) - 2), 5.2), dpi=100, layout="constrained")
+    axes = fig.subplots(1, len(panels), width_ratios=tuple(panels))
     _draw_run(axes[0], report)
     _draw_history(axes[1], report, history)
+    if levels:
+        _draw_levels(axes[2], report, levels)
     if with_starts:
-        draw_phases(axes[2], report)
+        draw_phases(axes[-1], report)
     image = (report.get("image") or {}).get("digest") or (report.get("image") or {}).get("ref") or "?"
     verdict = str(report.get("verdict", "?")).upper()
     fig.suptitle(f"Smoke {verdict}: {report.get('stack') or 'no stack'}, image {str(image)[:19]}  "
@@ -151,6 +155,28 @@ def _draw_history(ax: Any, report: Mapping[str, Any], history: Sequence[Mapping[
     ax.set_xlabel("tested image (digest) and when (UTC), oldest first")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right", fontsize=9.5, framealpha=0.9)
+
+
+def _draw_levels(ax: Any, report: Mapping[str, Any], levels: Sequence[Mapping[str, Any]]) -> None:
+    """EAGLE-3's speedup at each named level (per stream at 1, aggregate above), min_speedup as a line."""
+    min_speedup = float((report.get("gates") or {}).get("min_speedup") or 0.0)
+    names = [str(row["concurrency"]) for row in levels]
+    values = [float(row["speedup"] or 0.0) for row in levels]
+    colors = [PASS_COLOR if row["pays"] else FAIL_COLOR for row in levels]
+    bars = ax.bar(names, values, color=colors, width=0.6)
+    for bar, row in zip(bars, levels, strict=True):
+        text = "no data" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 4),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=11, fontweight="bold")
+    ax.axhline(min_speedup, color=FAIL_COLOR, linestyle="--", linewidth=1.5, label=f"min_speedup {min_speedup:.2f}x")
+    ax.set_ylim(0, max([*values, min_speedup, 1.0]) * 1.3)
+    crossover = report.get("crossover")
+    ax.set_title("speedup per concurrency level" + (f": stops paying at {crossover}" if crossover else ""),
+                 fontsize=12)
+    ax.set_xlabel("concurrency (1: per stream; above: aggregate)")
+    ax.set_ylabel("EAGLE-3 / baseline")
+    ax.legend(loc="upper right", fontsize=9.5, framealpha=0.9)
+    ax.grid(axis="y", alpha=0.3)
 
 
 def _tick_label(record: Mapping[str, Any]) -> str:

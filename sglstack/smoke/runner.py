@@ -46,7 +46,7 @@ from .sweep import (
     sweep_levels,
     with_setting,
 )
-from .sweepspec import setting_of
+from .sweepspec import SpecSetting, setting_of
 from .warm import KernelCaches, warm_starts
 
 
@@ -157,11 +157,12 @@ def start_report(options: SmokeOptions, runs: Mapping[str, ServerRun], warm: Map
 def _serve_sweep(
     engine: docker.DockerClient | None, image_info: Mapping[str, Any], options: SmokeOptions, report_path: Path,
     log: Log, runs: Mapping[str, ServerRun],
-) -> list[tuple[Any, ServerRun, list[str] | None]]:
+) -> list[tuple[SpecSetting, ServerRun, list[str] | None]]:
     """The EAGLE-3 server at each sweep setting besides the stack's own, in turn: (setting, run, argv)."""
-    out: list[tuple[Any, ServerRun, list[str] | None]] = []
+    out: list[tuple[SpecSetting, ServerRun, list[str] | None]] = []
     for setting in extra_settings(options):
-        if any(r.failure for r in runs.values()) or not runs["baseline"].started:
+        # Only the baseline decides: an EAGLE-3 setting that did not start says nothing about the next one.
+        if runs["baseline"].failure or not runs["baseline"].started:
             log(f"smoke: sweep {setting.key} skipped: the baseline server failed")
             out.append((setting, ServerRun(kind="eagle3", started=False, failure="not served: the baseline failed"),
                         None))
@@ -184,7 +185,7 @@ def _serve_sweep(
 
 
 def _sweep_data(options: SmokeOptions, runs: Mapping[str, ServerRun], commands: Mapping[str, list[str]],
-                swept: list[tuple[Any, ServerRun, list[str] | None]]) -> dict[str, Any]:
+                swept: list[tuple[SpecSetting, ServerRun, list[str] | None]]) -> dict[str, Any]:
     """Each setting judged by the smoke's gates at the sweep's levels, and the best setting per level."""
     levels = sweep_levels(options)
     spec = options.serving.speculative

@@ -164,3 +164,29 @@ def test_a_bad_level_option_is_one_line(value, message):
     with pytest.raises(SmokeInputError) as info:
         smoke_options(stack, concurrency_levels=value)
     assert str(info.value) == message
+
+
+def test_the_chart_draws_the_speedup_per_level_and_names_the_crossover():
+    from sglstack.smoke.chart import chart_figure, smoke_chart
+
+    verdict = evaluate(GATES, *THREE_STEPS, 1.0, None, (1, 4))
+    report = {"verdict": "fail", "stack": "h200-field", "time": "2026-12-05T04:00:00Z", "image": {"ref": "env"},
+              "baseline": THREE_STEPS[0].to_dict(), "eagle3": THREE_STEPS[1].to_dict(), "speedup": verdict.speedup,
+              "gates": GATES.model_dump(), "regression_reference": None,
+              "levels": [s.to_dict(1.0) for s in verdict.levels], "crossover": verdict.crossover}
+    fig = chart_figure(report, [])
+    assert len(fig.axes) == 3
+    levels_ax = fig.axes[2]
+    assert levels_ax.get_title() == "speedup per concurrency level: stops paying at 4"
+    assert [t.get_text() for t in levels_ax.texts] == ["1.51x", "0.51x"]
+    assert [round(bar.get_height(), 2) for bar in levels_ax.patches] == [1.51, 0.51]
+    assert smoke_chart(report, []).startswith(b"\x89PNG")
+    assert len(chart_figure({k: v for k, v in report.items() if k != "levels"}, []).axes) == 2  # as before
+
+
+def test_a_level_left_out_is_not_gated_but_concurrency_1_still_feeds_accept_and_agreement():
+    """A deployment that names only 4: EAGLE-3 slower alone does not fail it; a low accept length still does."""
+    baseline, eagle3 = server("baseline", 600, 1000), server("eagle3", 500, 1500, accept=1.2)
+    verdict = evaluate(GATES, baseline, eagle3, 1.0, None, (4,))
+    assert list(verdict.failures) == ["min_accept_length: accept length 1.20 is below 2.00"]
+    assert [s.concurrency for s in verdict.levels] == [4] and verdict.crossover is None
