@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.settings import Gates
+from .acceptance import nothing_accepted, nothing_accepted_failure
 from .measure import ServerRun
 
 LABELS = {"baseline": "baseline", "eagle3": "EAGLE-3"}
@@ -60,6 +61,8 @@ def evaluate(
                 "min_accept_length: the EAGLE-3 server reported no accept length "
                 "(no meta_info spec_verify_ct, no avg_spec_accept_length)"
             )
+        elif evidence := nothing_accepted(accept, eagle3.accept_length_server, eagle3.acceptance):
+            failures.append(nothing_accepted_failure(evidence, accept))  # whatever the gate: speculation did nothing
         elif accept < gates.min_accept_length:
             failures.append(f"min_accept_length: accept length {accept:.2f} is below {gates.min_accept_length:.2f}")
         if agreement is None:

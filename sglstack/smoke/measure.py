@@ -82,6 +82,8 @@ class ServerRun:
     accept_length_server: float | None = None
     # One entry per measured concurrency-1 run: tokens_per_s, ttft_s, accept_length (meta_info), flushed.
     runs: tuple[Mapping[str, Any], ...] = ()
+    # The draft's acceptance where the server gives it (`acceptance.draft_acceptance`: totals, per position).
+    acceptance: Mapping[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -114,4 +116,6 @@ class ServerRun:
             "accept_length_meta": self.accept_length_meta,
             "accept_length_server": self.accept_length_server,
             "runs": [dict(r) for r in self.runs],
+            # Only when measured: a report written before it was recorded reads back the same.
+            **({"acceptance": dict(self.acceptance)} if self.acceptance is not None else {}),
         }
