@@ -91,3 +91,13 @@ def test_deploy_refuses_the_draft_before_preflight_and_the_engine(tmp_path):
                       timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == _lines(str(models), "/models/target", "/models/draft", "EAGLE", "draft-misfit")
+
+
+def test_a_release_refuses_the_draft_before_the_build(tmp_path):
+    models = _models(tmp_path / "m")
+    proc = run_invoke("build", "--stack", "draft-misfit", "--stacks-file", str(_stacks_file(tmp_path, models)),
+                      "--push", "--unsigned", "--dry-run", cwd=tmp_path,
+                      env={**NO_ENGINE, "SGLSTACK_BUILD_DIR": str(tmp_path / "b"), "SGLSTACK_SIGNING_KEY": ""},
+                      timeout=300)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == _lines(str(models), "/models/target", "/models/draft", "EAGLE", "draft-misfit")
