@@ -52,7 +52,8 @@ def host_folder(spec: ServingSpec, model: str, *, container: bool, env: Mapping[
             target = mount.target.rstrip("/")
             if path == target or path.startswith(target + "/"):
                 return Path(os.path.expanduser(mount.source)) / path[len(target):].lstrip("/")
-        return None
+        # No mount: the folder at that path here, if any (a model the image holds at it cannot be read from here).
+        return Path(model)
     repo = Path(hf_cache_hub(spec, env)) / f"models--{model.replace('/', '--')}"
     try:
         revision = (repo / "refs" / "main").read_text(encoding="utf-8").strip()

@@ -101,3 +101,12 @@ def test_a_release_refuses_the_draft_before_the_build(tmp_path):
                       timeout=300)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.splitlines() == _lines(str(models), "/models/target", "/models/draft", "EAGLE", "draft-misfit")
+
+
+def test_smoke_in_a_container_reads_an_unmounted_model_path_that_is_a_folder_here(tmp_path):
+    models = _models(tmp_path / "m")
+    proc = run_invoke("smoke", "--image", "x:1", "--model", str(models / "target"), "--draft-model",
+                      str(models / "draft"), "--gpus", "0", cwd=tmp_path,
+                      env={**NO_ENGINE, "SGLSTACK_BUILD_DIR": str(tmp_path / "b")}, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == _lines(str(models), str(models / "target"), str(models / "draft"))

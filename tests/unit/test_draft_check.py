@@ -3,6 +3,8 @@ server starts, one line per mismatch; each class of mismatch has a config here, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from draft_fixtures import DRAFT, MAPS, TARGET, model_folder, write_safetensors
 
@@ -141,7 +143,7 @@ def test_a_fitting_draft_on_disk_passes_and_models_not_at_hand_are_not_checked(t
 def test_a_container_path_is_found_through_its_mount_and_a_repo_id_in_the_hf_cache(tmp_path):
     spec = _spec(tmp_path, mounts=[Mount(source=str(tmp_path / "host"), target="/models")])
     assert host_folder(spec, "/models/field/draft", container=True, env={}) == tmp_path / "host" / "field" / "draft"
-    assert host_folder(spec, "/elsewhere/draft", container=True, env={}) is None
+    assert host_folder(spec, "/elsewhere/draft", container=True, env={}) == Path("/elsewhere/draft")
     repo = tmp_path / "hub" / "models--org--draft"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("abc123\n")
