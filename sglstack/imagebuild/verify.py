@@ -358,9 +358,9 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
 
 
 def image_check_command(stack: Stack) -> list[str]:
-    """`imagecheck.py`'s command line: shared libraries always; the server's --help and the serving argv
-    where SGLang is installed with its requirements (a `install_deps: false` test stack's
-    SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
+    """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
+    import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
+    test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
     command = ["python", IMAGECHECK]
     if stack.sglang.install_deps:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
