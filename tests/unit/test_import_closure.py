@@ -204,3 +204,11 @@ def test_declared_exceptions_waive_with_their_reasons_and_stale_ones_are_named()
     assert verdict["stale"] == ["runtime_imports exception 'nothing_imports_this' matches no import: remove it"]
     assert judge_imports({"error": "exit 1: boom"}, policy)["errors"] == [
         "import closure: the check did not run: exit 1: boom"]
+
+
+def test_the_first_pass_sees_every_name_an_import_statement_can_bring_in():
+    """Only a file naming something not provided is parsed: the cheap pass must miss no name the parse would see."""
+    assert importcheck.mentioned_imports(SOURCE) >= {name for name, _, _ in importcheck.top_level_imports(
+        ast.parse(SOURCE))}
+    assert importcheck.mentioned_imports("import a.b as c, d;import e\nx = 1; from f.g import (h,\n  i)\n"
+                                         "    import j  # k\n") == {"a", "d", "e", "f", "j"}

@@ -31,6 +31,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import sys
 import sysconfig
 import time
@@ -211,12 +212,37 @@ class Provided:
         return self.found[name]
 
 
+# Every name a file's import statements could bring in, wherever they stand: a cheap first pass, so that only
+# a file importing something not provided here is parsed (a serving image holds tens of thousands of files).
+_IMPORT_NAMES = re.compile(r"(?:^|;)[ \t]*import[ \t]+([^\n#;]+)|(?:^|;)[ \t]*from[ \t]+([A-Za-z_][\w]*)", re.M)
+
+
+def mentioned_imports(text: str) -> set[str]:
+    names = set()
+    for listed, source in _IMPORT_NAMES.findall(text):
+        if source:
+            names.add(source)
+        for part in listed.replace("(", " ").replace(")", " ").replace("\\", " ").split(","):
+            words = part.split()
+            if words:
+                names.add(words[0].split(".")[0])
+    return names
+
+
 def scan(files: list[str], serving: set[str]) -> tuple[list[dict], int]:
     provided = Provided()
     unprovided = []
     for path in files:
-        tree = _parse(path)
-        if tree is None:
+        try:
+            with open(path, "rb") as f:
+                source = f.read()
+        except OSError:
+            continue
+        if all(provided(n) for n in mentioned_imports(source.decode("utf-8", "replace")) if n.isidentifier()):
+            continue
+        try:
+            tree = ast.parse(source, filename=path)
+        except (SyntaxError, ValueError, RecursionError):
             continue
         for name, line, conditional in top_level_imports(tree):
             if not provided(name):
