@@ -15,7 +15,9 @@ the safetensors headers, no weights loaded: `draftfiles`) and the serving flags;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from ..core.errors import SglstackError, one_line
@@ -61,11 +63,25 @@ def serving_context(extra_args: Sequence[str], target: Mapping[str, Any]) -> int
         elif arg.startswith(CONTEXT_FLAG + "="):
             value = arg.split("=", 1)[1]
     if value is not None:
-        try:
-            return int(value)
-        except ValueError:
-            return None  # SGLang's own parser refuses it, with its own words
+        return context_value(value)
     return _int(target.get("max_position_embeddings"))
+
+
+# SGLang 0.5.2x reads --context-length with `human_readable_int`: 32k, 25.6k, 128Ki (SI and IEC suffixes).
+_SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+
+
+def context_value(text: str) -> int | None:
+    """`--context-length`'s value as SGLang reads it; None for one its parser refuses (it says so itself)."""
+    text = text.strip()
+    found = _HUMAN.fullmatch(text)
+    if found:
+        number, suffix = found.groups()
+        if "." in number and suffix.endswith("i"):
+            return None
+        return int(Decimal(number) * _SUFFIXES[suffix])
+    return int(text) if text.isdigit() else None
 
 
 def _int(value: Any) -> int | None:

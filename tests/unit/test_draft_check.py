@@ -80,6 +80,10 @@ def test_a_draft_trained_for_a_shorter_context_than_the_served_one_is_refused():
     assert check(draft=short) == [line.format(8192)]  # the target's own context, when the flags set none
     assert check(draft=short, extra_args=("--context-length=4096",)) == [line.format(4096)]
     assert check(draft=short, extra_args=("--context-length", "2048")) == []
+    # SGLang reads the value with its human_readable_int: 4k is 4000, 4Ki 4096
+    assert check(draft=short, extra_args=("--context-length", "4Ki")) == [line.format(4096)]
+    assert check(draft=short, extra_args=("--context-length=2.5k",)) == [line.format(2500)]
+    assert check(draft=short, extra_args=("--context-length", "2.5Ki")) == []  # SGLang refuses it, in its words
 
 
 def test_aux_layer_ids_past_the_targets_layers_are_refused():
