@@ -91,7 +91,9 @@ def _run(what: str, call: Callable[[], int | None]) -> None:
             code = call()
     except SglstackError as exc:
         # Errors quote outside values (a label, a server's reply, a file name): one line, no terminal escapes.
-        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        # An error of several findings (a draft that misfits in two ways) is one such line per finding.
+        for line in getattr(exc, "lines", None) or (str(exc),):
+            print(f"error: {one_line(line)}", file=sys.stderr)
         raise Exit(code=exc.exit_code) from None
     except OSError as exc:
         # A path the OS refuses that no check of ours caught (a name over 255 bytes, a loop of links): one

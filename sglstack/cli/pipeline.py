@@ -33,7 +33,7 @@ from ..lockfile.model import lock_path
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
-from ..serving import check_mount_sources, serving_argv, serving_spec
+from ..serving import check_mount_sources, require_draft_fits, serving_argv, serving_spec
 
 
 def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) -> str | None:
@@ -101,6 +101,9 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
         # As the release smoke checks them, but before the build: a bind source missing on this machine
         # (a typed `--smoke-opt mount=` or the stack's own) would fail the smoke after the whole build.
         check_mount_sources(smoke.serving, local=is_local_docker_host(smoke.docker_host))
+    if "eagle3" in smoke.kinds and (smoke.runner == "process" or is_local_docker_host(smoke.docker_host)):
+        # A draft that cannot fit would fail the release smoke after the whole build: refused now.
+        require_draft_fits(smoke.serving, container=smoke.runner != "process")
     return signing_key
 
 

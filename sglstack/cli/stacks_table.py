@@ -14,6 +14,7 @@ from ..core.jsonreport import NO_JSON, JsonReport
 from ..lock.conflicts import check_matrix, lock_findings, resolve_findings, sglang_requires_dist, trusted_locks
 from ..lock.flow import resolve_for_base
 from ..lockfile.model import Lock
+from ..serving import DraftMismatch, draft_check, serving_spec
 
 COLUMNS = ("stack", "base image", "CUDA", "python", "torch", "kernel package", "flashinfer", "sglang", "patches",
            "overrides")
@@ -44,6 +45,12 @@ def stacks_command(stacks_file: str, *, check: bool, resolve: bool = False,
     if not check:
         as_json.emit(document)
         return 0
+    # Where a stack's model and draft are on this machine (a mounted folder, the Hugging Face cache), a draft
+    # that cannot fit is bad input, refused before the resolver's long work.
+    misfits = [line for s in matrix.stacks.values() if s.serving.speculative
+               for line in draft_check(serving_spec(s), container=True)]
+    if misfits:
+        raise DraftMismatch(misfits)
     findings = (check_matrix(matrix, requires_dist) + lock_findings(matrix, stacks_file)
                 + (resolve_findings(matrix, resolver, trusted_locks(matrix, stacks_file)) if resolve else []))
     for f in findings:

@@ -41,6 +41,7 @@ from .settings import (
     PatchPolicy,
     PublishSettings,
     RegistryCache,
+    RuntimeImportsPolicy,
     ServingSettings,
     SharedLibrariesPolicy,
     SizePolicy,
@@ -172,6 +173,7 @@ class Stack(StrictModel):
     labels: Mapping[LabelKey, OneLine] = Field(default_factory=dict)
     coverage: CoveragePolicy = CoveragePolicy()
     shared_libraries: SharedLibrariesPolicy = SharedLibrariesPolicy()
+    runtime_imports: RuntimeImportsPolicy = RuntimeImportsPolicy()
     size: SizePolicy | None = None
     cache: RegistryCache | None = None
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.

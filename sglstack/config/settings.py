@@ -191,6 +191,26 @@ class SharedLibrariesPolicy(StrictModel):
     exceptions: tuple[LibraryException, ...] = ()
 
 
+class ImportException(StrictModel):
+    """An import that no installed distribution provides which this stack accepts, with the reason (like a
+    coverage exception): a module an optional feature or another platform's code path imports."""
+
+    module: str = Field(min_length=1)  # the top-level module name imported, e.g. "vllm"; globs allowed
+    importer: str | None = Field(default=None, min_length=1)  # a glob on the importing file under site-packages
+    reason: str = Field(min_length=1)
+
+
+class RuntimeImportsPolicy(StrictModel):
+    """The build's import-closure check: the serving path's modules import, and no file imports a module no
+    installed distribution provides (an error on the serving path, a listed warning elsewhere), except the
+    imports declared here. `architectures`: the served model's classes (its config.json's `architectures`),
+    whose SGLang model module is on the serving path; when not given, read from the model's config.json where
+    its files are at hand."""
+
+    architectures: tuple[OneLine, ...] = ()
+    exceptions: tuple[ImportException, ...] = ()
+
+
 class RegistryCache(StrictModel):
     """BuildKit's registry cache of a stack's layers: `cache-from` on every build, `cache-to` where the
     builder can export one (buildx; not the classic builder)."""

@@ -9,7 +9,7 @@ import contextlib
 from dataclasses import asdict
 from pathlib import Path
 
-from ..adapters.docker import docker_client
+from ..adapters.docker import docker_client, is_local_docker_host
 from ..adapters.kubectl import find_kubectl
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
@@ -27,6 +27,7 @@ from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import HF_TOKEN_SECRET, K8sOptions, k8s_spec
+from ..serving import require_draft_fits
 from .checks import check_options
 from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
@@ -188,7 +189,9 @@ def deploy_command(
     dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
     served = compose_options(options)
     # Every option is checked before the (slower) preflight and before anything on the host changes.
-    check_options(dep.stack, served, options.wait_timeout)
+    spec = check_options(dep.stack, served, options.wait_timeout)
+    if is_local_docker_host(options.docker_host):  # a remote engine's model files are on its host, not here
+        require_draft_fits(spec, container=True)
     ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
                                          build_root=dep.build_root), options.verify_key, say, stack=dep.stack,
                        stacks_file=options.stacks_file)

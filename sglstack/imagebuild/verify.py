@@ -36,6 +36,7 @@ from ..lockfile.current import compare_installed, source_mismatches
 from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
+from .importclosure import import_closure_option, import_closure_record, judge_imports
 
 
 def torch_version_matches(reported: str, pinned: str) -> bool:
@@ -357,12 +358,13 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
 
 
 def image_check_command(stack: Stack) -> list[str]:
-    """`imagecheck.py`'s command line: shared libraries always; the server's --help and the serving argv
-    where SGLang is installed with its requirements (a `install_deps: false` test stack's
-    SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
+    """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
+    import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
+    test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
     command = ["python", IMAGECHECK]
     if stack.sglang.install_deps:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
+                    import_closure_option(stack)]
     if stack.cuda and stack.cuda_arch_list:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     return command
@@ -383,11 +385,13 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
         last = (err or out).strip().splitlines()
         raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
                                f"{last[-1] if last else f'exit {code}'}")
-    problems = image_check_problems(report, stack.shared_libraries, stack.cuda)
+    imports = judge_imports(report.get("import_closure"), stack.runtime_imports)
+    problems = image_check_problems(report, stack.shared_libraries, stack.cuda) + imports["errors"]
     if problems:
         raise ImageCheckFailed(f"stack '{stack.name}': the image fails its in-image checks: {'; '.join(problems)}")
     _, waived, stale = waived_libraries(report, stack.shared_libraries)
-    return {**report, "waived_libraries": waived, "notes": stale}
+    return {**report, "import_closure": import_closure_record(report.get("import_closure"), imports),
+            "waived_libraries": waived, "notes": stale + imports["stale"]}
 
 
 def sbom_inventory(client: docker.DockerClient, image: str, stack: Stack, lock: Lock | None) -> Inventory:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.settings import Gates
+from .acceptance import nothing_accepted, nothing_accepted_failure
 from .levels import LABELS, LevelSpeedup, crossover, level_failures, level_regressions, level_speedups
 from .measure import ServerRun
 
@@ -68,6 +69,8 @@ def evaluate(
                 "min_accept_length: the EAGLE-3 server reported no accept length "
                 "(no meta_info spec_verify_ct, no avg_spec_accept_length)"
             )
+        elif evidence := nothing_accepted(accept, eagle3.accept_length_server, eagle3.acceptance):
+            failures.append(nothing_accepted_failure(evidence, accept))  # whatever the gate: speculation did nothing
         elif accept < gates.min_accept_length:
             failures.append(f"min_accept_length: accept length {accept:.2f} is below {gates.min_accept_length:.2f}")
         if agreement is None:

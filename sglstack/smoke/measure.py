@@ -112,6 +112,8 @@ class ServerRun:
     def load_phases(self) -> list[PhaseStats]:
         """The measured load phases (concurrency 1, `concurrent`, the named levels) this run has."""
         return [p for p in (self.single, self.concurrent, *self.level_phases.values()) if p]
+    # The draft's acceptance where the server gives it (`acceptance.draft_acceptance`: totals, per position).
+    acceptance: Mapping[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -137,7 +139,7 @@ class ServerRun:
                    single=phase_from_dict(run["concurrency_1"]), concurrent=phase_from_dict(run["concurrency_n"]),
                    accept_length_meta=run["accept_length_meta"], accept_length_server=run["accept_length_server"],
                    runs=tuple(run.get("runs") or ()), level_phases={k: v for k, v in levels.items() if v},
-                   phases=run.get("phases"), kernel_cache=run.get("kernel_cache"))
+                   phases=run.get("phases"), kernel_cache=run.get("kernel_cache"), acceptance=run.get("acceptance"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,4 +162,6 @@ class ServerRun:
             # Only when the stack names levels beyond these two phases: a report without them keeps its shape.
             **({"concurrency_levels": {str(n): phase.to_dict() for n, phase in sorted(self.level_phases.items())}}
                if self.level_phases else {}),
+            # Only when measured: a report written before it was recorded reads back the same.
+            **({"acceptance": dict(self.acceptance)} if self.acceptance is not None else {}),
         }

@@ -25,10 +25,10 @@ from ..core.errors import SmokeInputError
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link
 from ..diff.snapshots import local_snapshot
-from ..serving import check_mount_sources
+from ..serving import check_mount_sources, require_draft_fits
 from . import history as hist
 from .gates import Verdict, evaluate
-from .launch import check_secret_references, container_plan, process_plan
+from .launch import check_secret_references, container_plan, process_plan, run_spec
 from .levels import crossover_line
 from .measure import ServerRun, agreement
 from .plan import RUN_KINDS, SmokeOptions, redact_argv
@@ -92,6 +92,9 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
         notice := check_mount_sources(options.serving, local=is_local_docker_host(options.docker_host))
     ):
         log(f"smoke: {notice}")
+    # A draft that cannot fit its target or its flags is refused now, not found after an hour on a GPU.
+    if "eagle3" in options.kinds and (options.runner == "process" or is_local_docker_host(options.docker_host)):
+        require_draft_fits(run_spec(options, "eagle3"), container=options.runner != "process")
     check_secret_references(options.serving)
     report_path, history_file = check_outputs(options, stack)
     caches = KernelCaches.plan(options, stack.name if stack else None, report_path)

@@ -22,6 +22,7 @@ from ..adapters.process import log_tail as file_log_tail
 from ..adapters.process import running_process
 from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.safefiles import containing_root, write_bytes
+from .acceptance import draft_acceptance
 from .client import Generation, SGLangClient
 from .launch import ContainerPlan, ProcessPlan
 from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
@@ -224,6 +225,7 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
         level_phases=level_phases,
         accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
         accept_length_server=accept_length_from_server_info(server_info) if speculative else None,
+        acceptance=draft_acceptance([*single_results, *results_n]) if speculative else None,
         runs=tuple(
             {"tokens_per_s": phase.tokens_per_s, "ttft_s": phase.ttft_s, "completed": phase.completed,
              "requests": phase.requests, "flushed": flushed,

@@ -49,6 +49,21 @@ def judge_probe(output: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any
 def check_argv(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[str], str], *,
                fetch: Callable[[str, str], Path] = fetch_wheel) -> dict[str, Any]:
     """Run the probe on `argv` (the server's arguments, without `python3 -m sglang.launch_server`)."""
+    output = probe_output(sglang_wheel, argv, version_of, fetch=fetch)
+    if "skipped" in output:
+        return {"checked": False, "argv": list(argv), "skipped": output["skipped"]}
+    return judge_probe(output, argv)
+
+
+def release_flags(sglang_wheel: Path, version_of: Callable[[str], str], *,
+                  fetch: Callable[[str, str], Path] = fetch_wheel) -> dict[str, Any]:
+    """The release's parser: every flag and the deprecated ones (`{"skipped": why}` when it cannot load)."""
+    return probe_output(sglang_wheel, [], version_of, fetch=fetch)
+
+
+def probe_output(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[str], str], *,
+                 fetch: Callable[[str, str], Path] = fetch_wheel) -> dict[str, Any]:
+    """The probe's JSON for `argv`, or `{"skipped": why}`."""
     with tempfile.TemporaryDirectory(prefix="sglstack-argv-") as tmp:
         root, lib = Path(tmp) / "sglang", Path(tmp) / "lib"
         try:
@@ -56,16 +71,16 @@ def check_argv(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[st
             for name in REAL_PACKAGES:
                 _unpack(fetch(name, version_of(name)), lib)
         except (OSError, zipfile.BadZipFile) as exc:
-            return {"checked": False, "argv": list(argv), "skipped": f"cannot unpack the wheels: {exc}"}
+            return {"skipped": f"cannot unpack the wheels: {exc}"}
         env = {"PATH": os.defpath, "HOME": tmp, "LANG": "C.UTF-8", "TMPDIR": tmp}
         cmd = [sys.executable, "-I", "-S", str(PROBE), str(root), str(lib), ",".join(ABSENT), *argv]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=PROBE_TIMEOUT_S,
                                   check=False)
         except subprocess.TimeoutExpired:
-            return {"checked": False, "argv": list(argv), "skipped": f"the parser did not load in {PROBE_TIMEOUT_S} s"}
+            return {"skipped": f"the parser did not load in {PROBE_TIMEOUT_S} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"checked": False, "argv": list(argv), "skipped": f"sglang's parser could not be loaded: {why}"}
-    return judge_probe(loads(lines[-1]), argv)
+        return {"skipped": f"sglang's parser could not be loaded: {why}"}
+    return dict(loads(lines[-1]))

@@ -11,7 +11,8 @@ its flags, choices and types exactly as the release defines them, without a GPU 
 SGLang's 200 dependencies. The import names in ABSENT (comma-separated: the optional back ends nobody
 installs on a CUDA server, torch_npu, habana_frameworks...) stay missing, so
 SGLang's own "is this installed?" probes answer as they do on one. Prints one JSON object on stdout:
-{"flags": [every option string], "unknown": [argv flags the parser lacks], "errors": [argparse's complaints]}.
+{"flags": [every option string], "unknown": [argv flags the parser lacks], "errors": [argparse's complaints],
+"deprecated": {flag: the replacement its action names}}.
 """
 
 from __future__ import annotations
@@ -188,7 +189,11 @@ def main(argv: list[str]) -> int:
     unknown = sorted({a.split("=", 1)[0] for a in args if a.startswith("--")} - set(flags))
     with contextlib.suppress(SystemExit):  # Parser.error recorded the complaint
         parser.parse_known_args(args)
-    print(json.dumps({"flags": flags, "unknown": unknown, "errors": errors}))
+    # A retired flag SGLang still parses (its Deprecated*Action), with what it says to use instead.
+    deprecated = {flag: str(getattr(action, "new_flag", None) or getattr(action, "error_message", None) or "")
+                  for flag, action in parser._option_string_actions.items()
+                  if type(action).__name__.startswith("Deprecated")}
+    print(json.dumps({"flags": flags, "unknown": unknown, "errors": errors, "deprecated": deprecated}))
     return 0
 
 

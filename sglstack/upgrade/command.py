@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,8 +55,9 @@ from ..lockfile.model import Lock, lock_path
 from ..lockfile.text import read_lock, render_lock
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
-from .argv import check_argv
+from .argv import check_argv, release_flags
 from .releases import ReleasePins, release_pins
+from .renames import EnvFacts, stack_renames, wheel_env
 from .report import to_json, to_markdown
 from .speculative import sweep_advice
 from .stacksfile import check_editable, edited, read_text
@@ -161,6 +163,8 @@ class Engines:
     coverage: Callable[[Stack], dict[str, Any] | None] = coverage_document
     argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv
     sweep_report: Callable[[Stack], tuple[dict[str, Any] | None, str]] = last_sweep_report
+    flags: Callable[[Path, Callable[[str], str]], dict[str, Any]] = release_flags
+    env: Callable[[Path], EnvFacts] = wheel_env
 
 
 # ---- the command -----------------------------------------------------------------------------------
@@ -315,8 +319,11 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         argv_result = engines.argv(wheel, argv, _version_of(new_lock, target, engines.available))
     except ServingError as exc:
         argv_result = {"checked": False, "argv": [], "skipped": str(exc)}
+    progress(f"what sglang {version} renames of the flags and environment the stack sets")
+    renames = _renames(stack, new_stack, wheel, list(argv_result.get("argv") or []), engines,
+                       _version_of(new_lock, target, engines.available))
     guesses = planner.guessed_pins(stack.pins(), new_stack.pins(), new_lock, lock_error)
-    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error, guesses)
+    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error, guesses) + renames
     plan = planner.Plan(
         stack=stack.name, new_stack=new_stack.name, from_version=stack.sglang.version or "", to_version=version,
         pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
@@ -326,6 +333,19 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
                                                                      version),
         reasons=reasons, notes=notes, guesses=guesses, speculative=speculative)
     return plan, text, new_lock
+
+
+def _renames(stack: Stack, new_stack: Stack, wheel: Path, argv: list[str], engines: Engines,
+             version_of: Callable[[str], str]) -> tuple[str, ...]:
+    """What the new release renames of the flags and env the stack sets, from both releases' parsers and sources."""
+    try:
+        old_wheel = engines.sglang_wheel(stack.sglang.version or "")
+        old_flags, new_flags = engines.flags(old_wheel, version_of), engines.flags(wheel, version_of)
+        old_env, new_env = engines.env(old_wheel), engines.env(wheel)
+    except (WheelFetchError, OSError, zipfile.BadZipFile) as exc:
+        return (f"renamed flags and environment not checked: sglang {stack.sglang.version}'s wheel: {exc}",)
+    return tuple(stack_renames(argv, new_stack.serving.env, old_flags, new_flags, old_env, new_env,
+                               new_stack.sglang.version or ""))
 
 
 def _edit_one_stack(inputs: Inputs, edits: dict[str, Any]) -> tuple[str, tuple[str, ...], Stack]:

@@ -166,5 +166,10 @@ def test_the_build_runs_the_server_checks_only_where_sglang_has_its_requirements
     assert full[2] == "--server-help"
     assert json.loads(full[3].removeprefix("--argv="))[-1] == "--trust-remote-code"
     assert "lightseekorg/kimi-k2.5-eagle3-mla" in full[3]
+    # the import closure of its serving path: the entry point, Kimi K2.5's and its draft's model classes, EAGLE
+    assert json.loads(full[5].removeprefix("--import-closure=")) == [
+        "--module=sglang.launch_server", "--module=sglang.srt.entrypoints.http_server",
+        "--architecture=KimiK25ForConditionalGeneration", "--architecture=Eagle3DeepseekV2ForCausalLM",
+        "--speculative"]
     # a CUDA stack's JIT toolchain, for each capability it is built for
-    assert full[5:] == ["--jit-arch=9.0", "--jit-arch=10.0", "--jit-arch=10.3", "--jit-arch=12.0"]
+    assert full[6:] == ["--jit-arch=9.0", "--jit-arch=10.0", "--jit-arch=10.3", "--jit-arch=12.0"]

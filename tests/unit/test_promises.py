@@ -474,6 +474,7 @@ STACK_FIELDS_NOT_IN_THE_IMAGE = {
     "serving": "how the image is run (deploy, smoke), not what it holds",
     "smoke": "the smoke's workload and gates", "publish": "where the image is pushed and its tag names",
     "coverage": "a check of the built image", "shared_libraries": "a check of the built image",
+    "runtime_imports": "a check of the built image",
     "size": "a budget checked after the build", "cache": "where BuildKit keeps layers, not what they hold",
     "credentials": "logins to the indexes: never in the context (the URLs keep none)",
 }
@@ -481,6 +482,7 @@ _NOT_IN_IMAGE_CHANGES = {
     "inherits": "base", "glibc": "2.36", "serving": {"model": "o/other"}, "smoke": {"max_new_tokens": 64},
     "publish": {"repository": "127.0.0.1:5000/x/y"}, "coverage": {"require": "ptx"},
     "shared_libraries": {"exceptions": [{"file": "x/*", "reason": "r"}]}, "size": {"max_gb": 10},
+    "runtime_imports": {"exceptions": [{"module": "x", "reason": "r"}]},
     "cache": {"registry": "127.0.0.1:5000/cache/x"},
 }
 

@@ -165,6 +165,15 @@ CONFIG = Config(1, y="from-a-stub-base")
 PARSERS = []
 
 
+class DeprecatedAliasStoreAction(argparse.Action):  # SGLang's retired-flag actions carry their new flag
+    def __init__(self, option_strings, dest, new_flag=None, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+
+
 class ServerArgs:
     @staticmethod
     def add_cli_args(parser):
@@ -179,6 +188,7 @@ class ServerArgs:
             parser.add_argument("--cuda-only", action="store_true")
         parser.add_argument(f"--{reallib.NAME}", default=CONFIG.y)
         parser.add_argument("--nn", default=str(nn.Module.__name__))
+        parser.add_argument("--old-backend", action=DeprecatedAliasStoreAction, new_flag="--backend")
 '''
 
 
@@ -206,14 +216,15 @@ def _probe(probe_env: Path, capsys, *args: str) -> dict[str, Any]:
     return json.loads(out)
 
 
-FLAGS = ["--cuda-only", "--model", "--model-path", "--newest-torch", "--nn", "--real-lib", "--tensor-parallel-size",
-         "--tp-size"]
+FLAGS = ["--cuda-only", "--model", "--model-path", "--newest-torch", "--nn", "--old-backend", "--real-lib",
+         "--tensor-parallel-size", "--tp-size"]
+DEPRECATED = {"--old-backend": "--backend"}
 
 
 def test_the_probe_runs_the_release_parser_on_stubs(probe_env, capsys) -> None:
     path = list(sys.path)
     out = _probe(probe_env, capsys, "--model-path", "m", "--tp-size", "8", "--gone=1=2", "--gone", "2", "--old", "x")
-    assert out == {"flags": FLAGS, "unknown": ["--gone", "--old"], "errors": []}
+    assert out == {"flags": FLAGS, "unknown": ["--gone", "--old"], "errors": [], "deprecated": DEPRECATED}
     assert sys.path == [str(probe_env / "root"), str(probe_env / "lib"), *path]
     assert isinstance(sys.meta_path[-1], probe._StubFinder)
     (parser,) = sys.modules["sglang.srt.server_args"].PARSERS
@@ -224,7 +235,7 @@ def test_the_probe_runs_the_release_parser_on_stubs(probe_env, capsys) -> None:
 
 def test_the_probe_collects_every_complaint_instead_of_exiting(probe_env, capsys) -> None:
     out = _probe(probe_env, capsys, "--tp-size", "eight")
-    assert out == {"flags": FLAGS, "unknown": [],
+    assert out == {"flags": FLAGS, "unknown": [], "deprecated": DEPRECATED,
                    "errors": ["argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"]}
     missing = _probe(probe_env, capsys)
     assert missing["errors"] == ["the following arguments are required: --model-path/--model"]

@@ -82,7 +82,8 @@ class World:
     def engines(self, **kw: Any) -> command.Engines:
         return command.Engines(available=self.available, sglang_wheel=self.wheel, platform_wheel=self.platform,
                                patches=self.patches, family=self.family, base_glibc=self.glibc,
-                               resolve=self.resolve, coverage=self.coverage, argv=self.argv, **kw)
+                               resolve=self.resolve, coverage=self.coverage, argv=self.argv, flags=self.flags,
+                               **kw)
 
     def available(self, name: str) -> list[str]:
         self.calls.append(("available", name))
@@ -123,6 +124,10 @@ class World:
         self.calls.append(("coverage", stack.name, stack.sglang.version))
         return None
 
+    def flags(self, wheel: Path, version_of) -> dict[str, Any]:
+        self.calls.append(("flags", wheel.name))
+        return {"flags": ["--model-path", "--tp-size", "--host", "--port", "--mem-fraction-static"], "deprecated": {}}
+
     def argv(self, wheel: Path, argv: list[str], version_of) -> dict[str, Any]:
         self.calls.append(("argv", wheel.name, argv, version_of("xgrammar"), version_of("outlines"),
                            version_of("msgspec")))
@@ -139,7 +144,8 @@ def clock(monkeypatch) -> None:
 
 PHASES = ["reading sglang 0.5.10's METADATA", "judging the patches",
           "finding sglang 0.5.10's wheel for Python 3.12", "resolving torch's family", "resolving the new lock",
-          "kernel coverage before and after", "the serving argv through sglang 0.5.10's parser"]
+          "kernel coverage before and after", "the serving argv through sglang 0.5.10's parser",
+          "what sglang 0.5.10 renames of the flags and environment the stack sets"]
 
 
 def _lines(capsys) -> list[str]:
@@ -160,7 +166,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     doc = json.loads((out / "report.json").read_text())
     assert (tmp_path / "u.json").read_text() == (out / "report.json").read_text()
     assert (out / "report.json").read_text() == json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    assert doc["seconds"] == 2.2 and doc["phases_s"] == dict.fromkeys(PHASES, 0.2)  # 2.25 and 0.25, to tenths
+    assert doc["seconds"] == 2.5 and doc["phases_s"] == dict.fromkeys(PHASES, 0.2)  # 2.5 and 0.25, to tenths
     assert doc["verdict"] == "ready" and doc["reasons"] == [] and doc["conflicts"] == [] and doc["notes"] == []
     assert doc["to"] == {"stack": "s1", "sglang": "0.5.10",
                          "edits": {"description": "SGLang 0.5.10 on Debian", "sglang": {"version": "0.5.10"}}}
@@ -192,7 +198,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     lines = [line.rstrip() for line in printed.out.splitlines()]
     assert lines[:3] == ["Upgrade s1: SGLang 0.5.9 -> 0.5.10", "",
                            "Verdict: ready (nothing needs a reviewer's decision)"]  # the report, rendered
-    assert lines[-1] == f"upgrade s1 -> sglang 0.5.10: ready in 2.2 s; report {out / 'report.md'}"
+    assert lines[-1] == f"upgrade s1 -> sglang 0.5.10: ready in 2.5 s; report {out / 'report.md'}"
 
 
 def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, capsys) -> None:
@@ -214,7 +220,7 @@ def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, ca
     # no temporary file left beside either
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert [p.name for p in (tmp_path / "locks").iterdir()] == ["s1-next.txt"]
-    assert _lines(capsys)[-1] == (f"upgrade s1 -> sglang 0.5.10: ready in 2.2 s; report {out / 'report.md'}; "
+    assert _lines(capsys)[-1] == (f"upgrade s1 -> sglang 0.5.10: ready in 2.5 s; report {out / 'report.md'}; "
                                   f"wrote {repo} and {lock_path(repo, 's1-next')}")
 
 
@@ -231,7 +237,7 @@ def test_a_conflict_makes_review_and_write_writes_nothing(repo, tmp_path, clock,
                             f"({repo} is unchanged)"]
     assert sorted(p.name for p in (tmp_path / "build" / "s1" / "upgrade").iterdir()) == ["report.json", "report.md"]
     out = tmp_path / "build" / "s1" / "upgrade"
-    assert _lines(capsys)[-1] == f"upgrade s1 -> sglang 0.5.10: review in 2.2 s; report {out / 'report.md'}"
+    assert _lines(capsys)[-1] == f"upgrade s1 -> sglang 0.5.10: review in 2.5 s; report {out / 'report.md'}"
 
 
 def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
@@ -616,5 +622,5 @@ def test_the_last_line_is_not_highlighted(repo, tmp_path, clock, monkeypatch) ->
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
     assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     report = tmp_path / "build" / "s1" / "upgrade" / "report.md"
-    assert out.getvalue().splitlines()[-1] == (f"upgrade s1 -> sglang 0.5.10: \x1b[1mready\x1b[0m in 2.2 s; "
+    assert out.getvalue().splitlines()[-1] == (f"upgrade s1 -> sglang 0.5.10: \x1b[1mready\x1b[0m in 2.5 s; "
                                                f"report {report}")

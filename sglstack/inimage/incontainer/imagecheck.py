@@ -16,7 +16,11 @@ verified image, from `imageinfo.py`, and is judged with the stack's declared ove
   `lib64` fails the build here instead of the first request there. `-lcuda` is the driver's, mounted at
   run time: the check only finds what it will link (`lib64/stubs/libcuda.so`, a stub or a link to it).
 
+- the import closure (`importcheck.py`, in a process of its own): the serving path's modules imported, the
+  installed tree's imports that no installed distribution provides.
+
     python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--jit-arch 9.0 ...] [--site DIR ...]
+                         [--import-closure JSON_LIST]
 """
 
 from __future__ import annotations
@@ -142,6 +146,27 @@ def parse_argv(argvs: list[list[str]]) -> dict:
     return {"error": None, "results": results, "seconds": round(time.monotonic() - start, 2)}
 
 
+IMPORT_TIMEOUT_S = 900
+
+
+def import_closure(args: list[str], timeout: float = IMPORT_TIMEOUT_S) -> dict:
+    """importcheck.py with `args`, in a child: an import that crashes the interpreter is its finding, not ours."""
+    start = time.monotonic()
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "importcheck.py")
+    with tempfile.TemporaryDirectory(prefix="sglstack-imports-") as tmp:
+        out = os.path.join(tmp, "imports.json")
+        try:
+            proc = subprocess.run([sys.executable, script, *args, "--out", out], capture_output=True, text=True,
+                                  check=False, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no answer within {timeout:g} s", "seconds": round(time.monotonic() - start, 2)}
+        if proc.returncode != 0 or not os.path.isfile(out):
+            return {"error": f"exit {proc.returncode}: {_tail(proc.stderr or proc.stdout)}",
+                    "seconds": round(time.monotonic() - start, 2)}
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+
+
 def main(args: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-help", action="store_true")
@@ -149,6 +174,7 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv (after the module)")
     ap.add_argument("--site", action="append", default=[], help="folders to check the shared libraries of")
     ap.add_argument("--jit-arch", action="append", default=[], help="a CUDA capability the JIT check compiles for")
+    ap.add_argument("--import-closure", help="a JSON list: importcheck.py's arguments (the serving path)")
     opts = ap.parse_args(args)
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
@@ -157,6 +183,8 @@ def main(args: list[str] | None = None) -> int:
         out["server_help"] = server_help(opts.help_timeout)
     if opts.argv:
         out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
+    if opts.import_closure is not None:
+        out["import_closure"] = import_closure(json.loads(opts.import_closure))
     if opts.jit_arch:
         out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"))
     json.dump(out, sys.stdout, indent=1, sort_keys=True)

@@ -1,0 +1,310 @@
+"""The import closure of a built image (stdlib only): the runtime imports `pip check` cannot see.
+
+`pip check` compares what distributions declare; a package that imports a module no requirement declares
+passes it and fails at run time (upstream images without `distro`: sgl-project/sglang#25693; without
+`cachetools`: verl-project/verl#5596). Run by imagecheck.py in a process of its own, network off, no GPU:
+
+1. the serving path: each module the stack's configuration serves with is imported (the entry point, the
+   model class of each served architecture, found by the `EntryClass` of SGLang's model files; the EAGLE
+   speculative workers; the attention backends named, found in SGLang's `attention_registry` by their
+   registering decorator), and every module then loaded is a file on the serving path;
+2. the tree: every `.py` file of site-packages (test suites left out) and of the serving path is parsed with
+   `ast` (nothing runs), and the top-level name of each import its module level runs is looked up: the
+   standard library, `importlib.metadata.packages_distributions()`, else anything importable by that name.
+   Not counted: an import handled when absent (`try: ... except ImportError`), one for type checkers only, one
+   for another interpreter or OS. A function's imports run only when it is called: optional by convention.
+
+Prints one JSON object; the host judges it (`imagebuild/importclosure.py`): a serving-path module that does
+not import for a missing module, or an unconditional import in a serving-path file that nothing provides, is an
+error naming module and importer; any other is a listed warning.
+
+    python importcheck.py [--module M ...] [--architecture A ...] [--speculative] [--attention-backend B ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import sys
+import sysconfig
+import time
+import traceback
+
+SPECULATIVE_PREFIX = "eagle_worker"  # sglang/srt/speculative/eagle_worker*.py: the EAGLE / EAGLE3 workers
+OPTIONAL_HANDLERS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+SKIPPED_FOLDERS = {"tests", "test", "__pycache__"}
+
+
+def sglang_folder() -> str | None:
+    spec = importlib.util.find_spec("sglang")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return locations[0] if locations else None
+
+
+def model_modules(root: str, architectures: list[str]) -> tuple[dict[str, str], list[str]]:
+    """{architecture: module} from each model file's `EntryClass` (SGLang's registry reads the same), and the
+    architectures no model file names."""
+    found: dict[str, str] = {}
+    folder = os.path.join(root, "srt", "models")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".py"):
+            continue
+        tree = _parse(os.path.join(folder, name))
+        for node in tree.body if tree else []:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
+                                                    for t in node.targets):
+                values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+                for value in values:
+                    if isinstance(value, ast.Name) and value.id in architectures:
+                        found.setdefault(value.id, f"sglang.srt.models.{name[:-3]}")
+    return found, [a for a in architectures if a not in found]
+
+
+def speculative_modules(root: str) -> list[str]:
+    folder = os.path.join(root, "srt", "speculative")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return [f"sglang.srt.speculative.{n[:-3]}" for n in names if n.startswith(SPECULATIVE_PREFIX) and n.endswith(".py")]
+
+
+def attention_modules(root: str, backends: list[str]) -> tuple[list[str], list[str]]:
+    """The modules each backend's registered factory imports (`@register_attention_backend("fa3")`), and the
+    backends no factory registers."""
+    path = os.path.join(root, "srt", "layers", "attention", "attention_registry.py")
+    tree = _parse(path) if os.path.isfile(path) else None
+    if tree is None:
+        return [], list(backends)
+    modules: list[str] = ["sglang.srt.layers.attention.attention_registry"]
+    registered: set[str] = set()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        names = {d.args[0].value for d in node.decorator_list if isinstance(d, ast.Call) and d.args
+                 and isinstance(d.args[0], ast.Constant) and isinstance(d.args[0].value, str)}
+        if not names & set(backends):
+            continue
+        registered |= names
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.ImportFrom) and inner.level == 0 and inner.module:
+                modules.append(inner.module)
+    return list(dict.fromkeys(modules)), [b for b in backends if b not in registered]
+
+
+def _importer(exc: BaseException) -> str | None:
+    """The file whose import statement raised: the innermost frame that is not the import system's own."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    return frames[-1].filename if frames else None
+
+
+def import_each(modules: list[str]) -> list[dict]:
+    results = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+            results.append({"module": module, "ok": True})
+        except ModuleNotFoundError as exc:
+            results.append({"module": module, "ok": False, "missing": exc.name, "importer": _importer(exc),
+                            "error": f"ModuleNotFoundError: {exc}"})
+        except (Exception, SystemExit) as exc:  # a module that cannot load without a GPU is reported, not fatal
+            results.append({"module": module, "ok": False, "missing": None, "importer": _importer(exc),
+                            "error": f"{type(exc).__name__}: {exc}"[:2000]})
+    return results
+
+
+def _parse(path: str) -> ast.Module | None:
+    try:
+        with open(path, "rb") as f:
+            return ast.parse(f.read(), filename=path)
+    except (SyntaxError, ValueError, OSError, RecursionError):
+        return None
+
+
+def _handles_absence(node: ast.Try | ast.TryStar) -> bool:
+    for handler in node.handlers:
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        for kind in kinds:
+            if kind is None or (isinstance(kind, ast.Name) and kind.id in OPTIONAL_HANDLERS) or \
+                    (isinstance(kind, ast.Attribute) and kind.attr in OPTIONAL_HANDLERS):
+                return True
+    return False
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+# A branch on the interpreter or the OS is another platform's code, not this image's.
+PLATFORM_TESTS = ("version_info", "platform", "os.name", "sys.implementation", "PY3", "PY2")
+
+
+def _other_platform(node: ast.If) -> bool:
+    text = ast.unparse(node.test)
+    return any(word in text for word in PLATFORM_TESTS)
+
+
+def top_level_imports(tree: ast.Module) -> list[tuple[str, int, bool]]:
+    """(top-level module name, line, conditional) of each absolute import a file runs when it is imported (its
+    module level, class bodies included; a function's imports run only if it is called). Not counted: an
+    import handled when absent (in a `try` whose handler takes ImportError, and its fallback in the handler),
+    one only for type checkers, one for another interpreter or OS. `conditional`: under an `if` (a GPU's branch,
+    a feature flag), which this machine may not have taken."""
+    out: list[tuple[str, int, bool]] = []
+
+    def visit(body: list[ast.stmt], conditional: bool) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                out.extend((alias.name.split(".")[0], node.lineno, conditional) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0 and node.module:
+                    out.append((node.module.split(".")[0], node.lineno, conditional))
+            elif isinstance(node, ast.Try | ast.TryStar):
+                if not _handles_absence(node):
+                    visit(node.body, conditional)
+                    for handler in node.handlers:
+                        visit(handler.body, True)
+                visit(node.orelse, conditional)
+                visit(node.finalbody, conditional)
+            elif isinstance(node, ast.If):
+                if _type_checking(node) or _other_platform(node):
+                    continue
+                visit(node.body, True)
+                visit(node.orelse, True)
+            elif isinstance(node, ast.With | ast.ClassDef):
+                visit(node.body, conditional)
+
+    visit(tree.body, False)
+    return out
+
+
+def tree_files(sites: list[str]) -> list[str]:
+    files: list[str] = []
+    for site in sites:
+        for folder, dirs, names in os.walk(site):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.endswith((".dist-info", ".data")))
+            files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+    return files
+
+
+class Provided:
+    """Is a top-level module name importable here, from the standard library or an installed distribution?"""
+
+    def __init__(self) -> None:
+        self.names = set(sys.stdlib_module_names) | set(sys.builtin_module_names) | {"__main__"}
+        self.names |= set(importlib.metadata.packages_distributions())
+        self.found: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        if name in self.names:
+            return True
+        if name not in self.found:
+            try:  # a top-level name: finding it runs no package code
+                self.found[name] = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                self.found[name] = False
+        return self.found[name]
+
+
+# Every name a file's import statements could bring in, wherever they stand: a cheap first pass, so that only
+# a file importing something not provided here is parsed (a serving image holds tens of thousands of files).
+_IMPORT_NAMES = re.compile(r"(?:^|;)[ \t]*import[ \t]+([^\n#;]+)|(?:^|;)[ \t]*from[ \t]+([A-Za-z_][\w]*)", re.M)
+
+
+def mentioned_imports(text: str) -> set[str]:
+    names = set()
+    for listed, source in _IMPORT_NAMES.findall(text):
+        if source:
+            names.add(source)
+        for part in listed.replace("(", " ").replace(")", " ").replace("\\", " ").split(","):
+            words = part.split()
+            if words:
+                names.add(words[0].split(".")[0])
+    return names
+
+
+def scan(files: list[str], serving: set[str]) -> tuple[list[dict], int]:
+    provided = Provided()
+    unprovided = []
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                source = f.read()
+        except OSError:
+            continue
+        if all(provided(n) for n in mentioned_imports(source.decode("utf-8", "replace")) if n.isidentifier()):
+            continue
+        try:
+            tree = ast.parse(source, filename=path)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for name, line, conditional in top_level_imports(tree):
+            if not provided(name):
+                unprovided.append({"module": name, "importer": path, "line": line, "serving": path in serving,
+                                   "conditional": conditional})
+    return unprovided, len(files)
+
+
+def loaded_files(roots: list[str]) -> set[str]:
+    """The files of the modules loaded now that live under `roots` (the sites and SGLang's folder): the
+    standard library is not the image's packages."""
+    folders = tuple(os.path.realpath(r).rstrip("/") + "/" for r in roots)
+    files = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py") and os.path.realpath(path).startswith(folders):
+            files.add(os.path.realpath(path))
+    return files
+
+
+def main(args: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--module", action="append", default=[])
+    ap.add_argument("--architecture", action="append", default=[])
+    ap.add_argument("--speculative", action="store_true")
+    ap.add_argument("--attention-backend", action="append", default=[])
+    ap.add_argument("--site", action="append", default=[])
+    ap.add_argument("--out", help="write the report here (what the imports print cannot mix into it)")
+    opts = ap.parse_args(args)
+    start = time.monotonic()
+    paths = sysconfig.get_paths()
+    sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+    root = sglang_folder()
+    roots = [*sites, *([os.path.dirname(root)] if root else [])]
+    before = loaded_files(roots)
+    modules = list(opts.module)
+    architectures: dict[str, str] = {}
+    unknown_archs, unknown_backends = list(opts.architecture), list(opts.attention_backend)
+    if root is not None:
+        architectures, unknown_archs = model_modules(root, opts.architecture)
+        modules += list(architectures.values())
+        if opts.speculative:
+            modules += speculative_modules(root)
+        backend_modules, unknown_backends = attention_modules(root, opts.attention_backend)
+        modules += backend_modules
+    modules = list(dict.fromkeys(modules))
+    with contextlib.redirect_stdout(sys.stderr):  # what an imported module prints is not the report
+        results = import_each(modules)
+    # The serving path: what importing it loaded, and the files whose imports failed on the way.
+    serving = loaded_files(roots) - before
+    serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
+    files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
+    unprovided, scanned = scan(files, serving)
+    report = {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
+               "unknown_attention_backends": unknown_backends, "serving_files": len(serving),
+               "scanned_files": scanned, "unprovided": unprovided, "sites": sites,
+               "seconds": round(time.monotonic() - start, 2)}
+    with open(opts.out, "w", encoding="utf-8") if opts.out else contextlib.nullcontext(sys.stdout) as out:
+        json.dump(report, out, indent=1, sort_keys=True)
+        out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
