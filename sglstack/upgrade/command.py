@@ -38,7 +38,6 @@ from ..core.console import console as make_console
 from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.folderlock import file_lock
-from ..core.inputs import read_json
 from ..core.jsonreport import NO_JSON, JsonReport, dumps
 from ..core.progress import progress
 from ..core.records import build_root, require_writable, write_output
@@ -59,7 +58,7 @@ from .argv import check_argv, release_flags
 from .releases import ReleasePins, release_pins
 from .renames import EnvFacts, stack_renames, wheel_env
 from .report import to_json, to_markdown
-from .speculative import sweep_advice
+from .speculative import last_sweep_report, sweep_advice
 from .stacksfile import check_editable, edited, read_text
 
 EXIT_BAD_INPUT = 2
@@ -136,17 +135,6 @@ def coverage_document(stack: Stack) -> dict[str, Any] | None:
 def resolve_lock(stack: Stack, previous: Lock | None, base_glibc: str | None) -> Lock:
     """The project's lock resolution, the earlier lock as the starting point (unrelated pins stay put)."""
     return resolve_stack(stack, previous=previous, base_glibc=base_glibc)
-
-
-def last_sweep_report(stack: Stack) -> tuple[dict[str, Any] | None, str]:
-    """The stack's last smoke report (where `invoke smoke --stack` writes it) and its path; None when there is none
-    or it cannot be read as a report: the upgrade then says how to make one, it does not fail."""
-    path = build_root() / stack.name / "smoke-report.json"
-    try:
-        report = read_json(path, what="smoke report")
-    except (OSError, SglstackError):
-        return None, str(path)
-    return (report if isinstance(report, dict) else None), str(path)
 
 
 @dataclass

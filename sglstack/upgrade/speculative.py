@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.schema import Stack
+from ..core.errors import SglstackError
+from ..core.inputs import read_json
+from ..core.records import build_root
 
 SWEEP_HINT = "--sweep 3:1:4,7:1:8"
 
@@ -56,3 +59,14 @@ def sweep_advice(stack: Stack, report: Mapping[str, Any] | None, source: str) ->
                                   f"({recommended['worst_speedup']:.2f}x at its worst level); `--write` writes it "
                                   f"into the entry's serving.speculative with the upgrade."]
     return advice
+
+
+def last_sweep_report(stack: Stack) -> tuple[dict[str, Any] | None, str]:
+    """The stack's last smoke report (where `invoke smoke --stack` writes it) and its path; None when there is none
+    or it cannot be read as a report: the upgrade then says how to make one, it does not fail."""
+    path = build_root() / stack.name / "smoke-report.json"
+    try:
+        report = read_json(path, what="smoke report")
+    except (OSError, SglstackError):
+        return None, str(path)
+    return (report if isinstance(report, dict) else None), str(path)

@@ -56,7 +56,9 @@ def test_the_random_draft_fails_speed_at_every_level_the_stack_serves(path):
         f"min_speedup: at concurrency 4 EAGLE-3 {e['aggregate_tokens_per_s']:.1f} tok/s aggregate vs baseline "
         f"{b['aggregate_tokens_per_s']:.1f} tok/s is {e['aggregate_tokens_per_s'] / b['aggregate_tokens_per_s']:.2f}x,"
         " below 1.00x",
-        f"min_accept_length: accept length {report['accept_length']:.2f} is below 2.00",
+        # The server's accept length is exactly 1.00 (accept rate 0.00): named as a draft none of whose tokens
+        # were accepted (tests/unit/test_field_recording.py has the whole line).
+        next(f for f in verdict.failures if f.startswith("min_accept_length: no draft token was accepted: ")),
     ]
     assert verdict.crossover == 1
     assert all(s.speedup is not None and s.speedup < 0.8 for s in verdict.levels)
