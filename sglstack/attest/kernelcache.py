@@ -25,7 +25,15 @@ from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore
 from ..kernelcache.layout import MAX_CACHE_BYTES, MAX_MANIFEST_BYTES
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
 from .errors import NotVerified
-from .signing import Attached, key_id, open_envelope, sign_envelope, signed_attestations, signed_payload
+from .signing import (
+    Attached,
+    key_id,
+    load_public_key,
+    open_envelope,
+    sign_envelope,
+    signed_attestations,
+    signed_payload,
+)
 from .store import EMPTY_BLOB, EMPTY_DIGEST, EMPTY_MEDIA_TYPE, KIND_ANNOTATION
 
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.signature.v1+json"
@@ -158,3 +166,11 @@ def fetch_kernel_cache(client: RegistryClient, repo: str, image_digest: str, wan
     if nearest is None:
         raise KernelCacheError(f"kernel cache: none attached to {repo}@{image_digest[:19]}; starting cold")
     raise KernelCacheError(one_line(mismatch_line(want, nearest[1].key)))
+
+
+def fetch_from_registry(registry: str, repo: str, image_digest: str, want: CacheKey, store: LayoutStore,
+                        verify_key: str | None) -> str:
+    """`fetch_kernel_cache` from `registry` (credentials as every registry call finds them), trusting only
+    signatures by the public key file `verify_key` when one is given."""
+    public = load_public_key(verify_key) if verify_key else None
+    return fetch_kernel_cache(RegistryClient.from_environment(registry), repo, image_digest, want, store, public)

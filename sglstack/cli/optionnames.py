@@ -106,7 +106,7 @@ OPTIONS: dict[str, Meaning] = {
     "bisect_exit": Meaning("BASELINE", "for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE"),
     "runner": Meaning("docker|process", "how the server runs"),
     "python_env": Meaning("PATH", "a venv or prefix whose bin/python3 runs the server"),
-    "kernel_cache": Meaning(FLAG, "point the server's kernel caches at one folder, pack it after a passing smoke"),
+    "kernel_cache": Meaning(FLAG, "kernel caches: smoke packs what a passing start filled, deploy restores a match"),
     "warm_start": Meaning(FLAG, "measure a second start with the kernel cache restored"),
     "cache_store": Meaning("PATH", "an OCI image layout folder of kernel-cache artifacts"),
     "max_warm_start_s": Meaning(FLOAT, "gate: seconds the warm start may take to healthy at most"),

@@ -60,6 +60,7 @@ def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
         node_rank=options.node_rank,
         dist_init_addr=options.dist_init_addr,
         healthcheck_interval_s=options.health_interval,
+        kernel_cache=options.kernel_cache,
     )
 
 
@@ -198,7 +199,7 @@ def deploy_command(
         require_ready(dep.stack, docker_host=options.docker_host, image=ref)
     try:
         with _stack_lock(dep.build_root, dep.stack.name, "deploy"):
-            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say)
+            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say, verify_key=options.verify_key)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise

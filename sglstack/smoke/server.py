@@ -22,10 +22,10 @@ from ..adapters.process import log_tail as file_log_tail
 from ..adapters.process import running_process
 from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.safefiles import containing_root, write_bytes
+from ..serving.phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .client import Generation, SGLangClient
 from .launch import ContainerPlan, ProcessPlan
 from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
-from .phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .plan import SmokeOptions
 from .workload import prompt_set, run_phase, warm_up
 

@@ -78,7 +78,7 @@ def test_a_deploy_applies_waits_and_records_every_field(cluster):
         "image_id": "", "time": "T", "host": "kind-sglstack", "docker_host": "",
         "project": f"k8s:kind-sglstack/-/{NAME}", "compose_tool": "kubectl v1.32.4-double (context kind-sglstack)",
         "compose_file": f"k8s/{k8s.LWS_FILE}", "options": OPTIONS.to_record(), "smoke_report": "f" * 64, "note": "",
-        "target": "k8s",
+        "target": "k8s", "kernel_cache": "", "phases": {},
     }
     assert read_records(dep.build_root, "tiny") == [record]
     assert calls(state) == [
