@@ -59,7 +59,8 @@ def test_the_compose_file_fills_a_volume_before_the_server_starts():
     assert f"kernel-cache:{CONTAINER_CACHE_ROOT}" in server["volumes"]
     assert server["environment"]["TRITON_CACHE_DIR"] == f"{CONTAINER_CACHE_ROOT}/triton"
     assert server["environment"]["XDG_CACHE_HOME"] == f"{CONTAINER_CACHE_ROOT}/xdg"
-    assert init["image"] == f"r@{DIGEST}" and init["volumes"] == ["./kernel-cache-restored:/restore:ro", "kernel-cache:/cache"]
+    assert init["image"] == f"r@{DIGEST}"
+    assert init["volumes"] == ["./kernel-cache-restored:/restore:ro", "kernel-cache:/cache"]
     assert init["command"] == ["sh", "-c", "find /cache -mindepth 1 -delete && cp -a /restore/. /cache/"]
     assert doc["volumes"] == {"kernel-cache": {}}
     plain = yaml.safe_load(render_compose(stack(), f"r@{DIGEST}", options=ComposeOptions()))
