@@ -174,3 +174,25 @@ def fetch_from_registry(registry: str, repo: str, image_digest: str, want: Cache
     signatures by the public key file `verify_key` when one is given."""
     public = load_public_key(verify_key) if verify_key else None
     return fetch_kernel_cache(RegistryClient.from_environment(registry), repo, image_digest, want, store, public)
+
+
+GPU_FIELDS = ("gpu_name", "compute_capability", "driver_major")
+
+
+def node_candidates(registry: str, repo: str, image_digest: str, want: CacheKey, verify_key: str | None
+                    ) -> tuple[str, list[dict[str, object]]]:
+    """For a deployment whose nodes' GPU only the nodes know (Kubernetes): the blob URL of the repository and
+    each kernel cache of the image whose key is `want` in every field but the GPU's (signed by `verify_key`'s
+    key when given), as the init container picks among them (`inimage/incontainer/kernelcache_init.py`)."""
+    public = load_public_key(verify_key) if verify_key else None
+    client = RegistryClient.from_environment(registry)
+    out: list[dict[str, object]] = []
+    for found in find_kernel_caches(client, repo, image_digest):
+        if set(want.differences(found.key)) - set(GPU_FIELDS):
+            continue
+        if public is not None and not _signed_by(client, repo, image_digest, found, public):
+            continue
+        layer = found.manifest["layers"][0]  # type: ignore[index]
+        out.append({"artifact": found.manifest_digest, "layer": layer["digest"], "size": layer["size"],
+                    **{f: getattr(found.key, f) for f in GPU_FIELDS}})
+    return f"{client.scheme}://{client.api_host}/v2/{repo}/blobs/", out

@@ -24,6 +24,7 @@ from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s
 from ..render import k8s_lws as lws
+from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec
 from .files import discard_saved, restore_files, write_files
 from .flow import DeployFailed, Say, say_stderr
@@ -113,10 +114,11 @@ def wait_ready(dep: K8sDeployment, limit_s: float, say: Say) -> str | None:
 
 
 def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, wait_timeout_s: float | None = None,
-               action: str = "deploy", smoke_report: str | None = None, say: Say = say_stderr) -> DeploymentRecord:
+               action: str = "deploy", smoke_report: str | None = None, say: Say = say_stderr,
+               caches: CacheCandidates | None = None) -> DeploymentRecord:
     """Render, apply, wait until ready, record; on failure the previous deployment comes back."""
     spec = k8s.k8s_spec(dep.stack, options)
-    files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report)  # validated here
+    files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report, caches=caches)  # validated
     tool = dep.kubectl.label()
     say(f"k8s: {tool}")
     check_owner(dep)

@@ -19,12 +19,13 @@ import docker
 import docker.errors
 
 from ..adapters.gpu import gpu_facts
-from ..attest.kernelcache import fetch_from_registry
+from ..attest.kernelcache import fetch_from_registry, node_candidates
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..core.errors import RegistryError, SglstackError, one_line
 from ..core.safefiles import replace_folder
 from ..kernelcache import CONTAINER_CACHE_ROOT, CacheKey, KernelCacheError, LayoutStore, NodeGpu, cache_key
 from ..render import compose as cmp
+from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec, serving_argv
 from ..serving.phases import docker_log_lines, docker_time, start_phases
 from .health import project_containers
@@ -76,6 +77,26 @@ def _restore(build_root: Path, stack: str, folder: Path, spec: ServingSpec, imag
         return one_line(str(exc))
     except SglstackError as exc:  # a store or folder that cannot be read or written: cold, said
         return f"kernel cache: not restored ({one_line(str(exc))}); starting cold"
+
+
+def k8s_caches(spec: ServingSpec, image_ref: str, verify_key: str | None, say: Say) -> CacheCandidates:
+    """The kernel caches each pod's init container may choose from on its node (none: every pod starts cold)."""
+    digest = pinned_digest(image_ref)
+    if not digest:
+        say("kernel cache: the image is not a registry digest; starting cold")
+        return CacheCandidates()
+    want = deployment_key(spec, digest, NodeGpu())  # the GPU is each node's: the init container checks it
+    ref = parse_image_reference(image_ref)
+    try:
+        blobs, found = node_candidates(ref.repository.registry, ref.repository.path, digest, want, verify_key)
+    except (KernelCacheError, RegistryError) as exc:
+        say(f"kernel cache: not looked up ({one_line(str(exc))}); starting cold")
+        return CacheCandidates()
+    gpus = ", ".join(sorted({f"{c['gpu_name']} (CC {c['compute_capability']}, driver {c['driver_major']})"
+                             for c in found})) or "none"
+    say(f"kernel cache: {len(found)} artifact(s) of {digest[:19]} match this deployment (GPUs: {gpus}); each pod's "
+        "init container restores the one of its node's GPU, else starts cold")
+    return CacheCandidates(blobs, tuple(found))
 
 
 def deployed_phases(client: docker.DockerClient, project: str) -> dict[str, Any]:
