@@ -36,7 +36,7 @@ from .server import Log, serve_and_measure, serve_process_and_measure
 from .since import since_last_pass
 from .startgates import start_failures, warm_saving
 from .subject import check_what_to_serve, open_what_to_serve
-from .warm import KernelCaches, warm_starts
+from .warm import KernelCaches, precompile_deep_gemm, warm_starts
 
 
 def _stderr(message: str) -> None:
@@ -158,6 +158,8 @@ def _serve_each_kind(
         if caches is not None:  # a cold start: its cache folder empty, and every cache pointed at it
             caches.empty(kind)
             served = caches.options_for(kind)
+            if options.precompile_deep_gemm:
+                precompile_deep_gemm(caches, kind, engine, image_info, report_path, log)
         if engine is None:
             pplan = process_plan(served, kind, free_tcp_port())
             commands[kind] = redact_argv(pplan.argv)

@@ -32,11 +32,11 @@ from ..kernelcache import (
     new_files,
 )
 from ..serving import Mount, serving_argv
-from ..serving.caches import with_kernel_caches
+from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
 from .launch import container_plan, process_plan, run_spec
 from .measure import ServerRun
-from .plan import SmokeOptions
-from .server import Log, measure_start, serve_and_measure, serve_process_and_measure
+from .plan import SmokeOptions, redact_argv
+from .server import Log, container_to_end, measure_start, run_to_end, serve_and_measure, serve_process_and_measure
 
 SHOWN_NEW_FILES = 20
 
@@ -128,6 +128,31 @@ class KernelCaches:
                 "gpu": {"name": self.gpu.name, "compute_capability": self.gpu.compute_capability,
                         "driver_major": self.gpu.driver_major},
                 "packed": dict(packed)}
+
+
+def precompile_deep_gemm(caches: KernelCaches, kind: str, engine: docker.DockerClient | None,
+                         image_info: Mapping[str, Any], report_path: Path, log: Log) -> str:
+    """`python3 -m sglang.compile_deep_gemm` with this kind's serving flags and cache folder, waited for (at most
+    the startup budget again); the line logged. Its failure fails nothing: the cold start compiles the rest."""
+    options = caches.options_for(kind)
+    budget = options.timeout
+    log_path = report_path.with_suffix(f".{kind}.deepgemm.log")
+    if engine is None:
+        plan = process_plan(options, kind, free_tcp_port())
+        argv = compile_deep_gemm_argv(plan.argv, budget)
+        log(f"smoke: {kind}: precompiling DeepGEMM: {' '.join(redact_argv(argv))}")
+        code = run_to_end(argv, plan.environment, log_path, containing_root(log_path.parent,
+                                                                            Path(options.build_dir)), budget + 60)
+    else:
+        cplan = container_plan(options, str(image_info["id"]), kind)
+        argv = compile_deep_gemm_argv(cplan.command, budget)
+        log(f"smoke: {kind}: precompiling DeepGEMM: {' '.join(redact_argv(argv))}")
+        code = container_to_end(engine, replace(cplan, command=tuple(argv)), budget + 60)
+    files = len(cache_files(caches.folder(kind) / "deep_gemm"))
+    line = (f"smoke: {kind}: DeepGEMM precompile {'done' if code == 0 else f'ended with {code}'}: {files} files "
+            "in the cache's deep_gemm folder")
+    log(line)
+    return line
 
 
 def warm_log_path(report_path: Path, kind: str) -> Path:

@@ -104,3 +104,18 @@ def test_the_start_gates_word_each_failure():
         "(2026-12-05T03:00:00Z), more than 25%",
     ]
     assert start_failures(StartGates(max_warm_start_s=80, max_start_regression=0.5), cold, warm, last) == []
+
+
+def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(tmp_path, env_dir):
+    lines: list[str] = []
+    report = run_smoke(None, None, options(tmp_path, env_dir, kernel_cache=True, precompile_deep_gemm=True),
+                       log=lines.append)
+    assert report.data["verdict"] == "pass"
+    ran = [line for line in lines if "precompiling DeepGEMM" in line]
+    assert len(ran) == 1 and " -m sglang.compile_deep_gemm --model-path m --tp-size 1 " in ran[0]
+    assert ran[0].endswith(" --timeout 60")
+    assert "smoke: baseline: DeepGEMM precompile done: 4 files in the cache's deep_gemm folder" in lines
+    # 4 Triton + 4 FlashInfer files from the start, 4 DeepGEMM files from the precompile: all in the artifact.
+    assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12
+    with pytest.raises(SmokeInputError, match=r"^--precompile-deep-gemm compiles into the kernel cache"):
+        options(tmp_path, env_dir, precompile_deep_gemm=True)
