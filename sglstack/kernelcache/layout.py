@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
 from .files import LAYER_MEDIA_TYPE, KernelCacheError, pack, unpack
@@ -149,8 +150,11 @@ class LayoutStore:
         if not path.exists():
             return []
         try:
-            index = loads(read_bytes(path, limit=MAX_MANIFEST_BYTES, what="kernel cache store index"))
-            manifests = index["manifests"]
+            raw = read_bytes(path, limit=MAX_MANIFEST_BYTES, what="kernel cache store index")
+        except ConfigError as exc:
+            raise KernelCacheError(f"kernel cache store {path}: {exc}") from None
+        try:
+            manifests = loads(raw)["manifests"]
             if not isinstance(manifests, list):
                 raise TypeError
         except (ValueError, KeyError, TypeError) as exc:
@@ -158,7 +162,10 @@ class LayoutStore:
         return [m for m in manifests if isinstance(m, dict)]
 
     def read_blob(self, digest: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:
-        data = read_bytes(self.blob_path(digest), limit=limit, what="kernel cache blob")
+        try:
+            data = read_bytes(self.blob_path(digest), limit=limit, what="kernel cache blob")
+        except ConfigError as exc:  # missing, too large, not a regular file: one line, as the store's own
+            raise KernelCacheError(f"kernel cache store {self.path}: {exc}") from None
         if sha256_digest(data) != digest:
             raise KernelCacheError(f"kernel cache store {self.path}: blob {digest[:19]} does not hash to its name")
         return data

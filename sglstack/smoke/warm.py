@@ -20,6 +20,7 @@ import docker
 
 from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
+from ..core.errors import SglstackError, one_line
 from ..core.safefiles import containing_root, refuse_link, replace_folder
 from ..kernelcache import (
     CONTAINER_CACHE_ROOT,
@@ -116,7 +117,11 @@ class KernelCaches:
         """Each kind's folder into the store under its key: kind -> artifact digest, files, bytes."""
         packed: dict[str, Any] = {}
         for kind in kinds:
-            done = self.store.put(self.key(kind), self.folder(kind))
+            try:
+                done = self.store.put(self.key(kind), self.folder(kind))
+            except SglstackError as exc:  # a full disk, a link in the way: the smoke stands, the cache is not kept
+                log(f"smoke: {kind}: kernel cache not packed: {one_line(str(exc))}")
+                continue
             log(f"smoke: {kind}: kernel cache packed: {done.files} files, {done.layer_size} bytes, artifact "
                 f"{done.manifest_digest} in {self.store.path}")
             packed[kind] = {"artifact": done.manifest_digest, "files": done.files, "layer_bytes": done.layer_size,
@@ -166,7 +171,10 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
     runs: dict[str, ServerRun] = {}
     for kind in caches.options.kinds:
         key = caches.key(kind)
-        restore = caches.store.restore(key, caches.folder(kind), caches.root)
+        try:
+            restore = caches.store.restore(key, caches.folder(kind), caches.root)
+        except SglstackError as exc:  # an unreadable store or layer: cold, said (nothing half-restored)
+            restore = Restore(False, f"{one_line(str(exc))}; starting cold")
         log(f"smoke: {kind}: warm start: {restore.line}")
         if not restore.matched:
             caches.empty(kind)
