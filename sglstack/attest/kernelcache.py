@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..core import labels as lb
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
 from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore, artifact_manifest, mismatch_line
@@ -39,7 +40,7 @@ from .store import EMPTY_BLOB, EMPTY_DIGEST, EMPTY_MEDIA_TYPE, KIND_ANNOTATION
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.signature.v1+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 KIND = "kernel-cache"
-CACHE_ANNOTATION = "io.sglstack.kernel-cache.artifact"
+CACHE_ANNOTATION = lb.KERNEL_CACHE_ARTIFACT_ANNOTATION
 
 
 def cache_tag(image_digest: str, key: CacheKey) -> str:
@@ -71,7 +72,7 @@ def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, st
     subject = {"mediaType": image.media_type, "digest": image.digest, "size": len(image.body)}
     client.put_blob(repo, cache_key.canonical())
     client.put_blob(repo, layer)
-    files = int(manifest.get("annotations", {}).get("io.sglstack.kernel-cache.files", "0"))
+    files = int(manifest.get("annotations", {}).get(lb.KERNEL_CACHE_FILES_ANNOTATION, "0"))
     body = artifact_manifest(cache_key, layer_desc["digest"], len(layer), files, subject)
     digest, indexed = client.put_artifact(repo, compute_digest(body), body, OCI_MANIFEST)
     tag = cache_tag(image_digest, cache_key)
