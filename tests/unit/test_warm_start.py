@@ -119,3 +119,21 @@ def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(tmp_path,
     assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12
     with pytest.raises(SmokeInputError, match=r"^--precompile-deep-gemm compiles into the kernel cache"):
         options(tmp_path, env_dir, precompile_deep_gemm=True)
+
+
+@pytest.mark.parametrize("smoke_lines, message", [
+    ("    start_gates:\n      no_warm_compile: true\n",
+     "stack 'cpu-test': key 'smoke.start_gates': gates a warm start: set smoke.warm_start: true"),
+    ("    warm_start: true\n    start_gates:\n      max_warm_start_s: -5\n",
+     "stack 'cpu-test': key 'smoke.start_gates.max_warm_start_s': Input should be greater than 0"),
+])
+def test_the_start_gates_in_stacks_yaml_are_checked_in_one_line(tmp_path, repo_root, smoke_lines, message):
+    from sglstack.config.matrix import load_matrix
+    from sglstack.core.errors import ConfigError
+
+    text = (repo_root / "tests" / "fixtures" / "stacks-cpu.yaml").read_text()
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text.replace("    num_prompts: 4\n", "    num_prompts: 4\n" + smoke_lines, 1))
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path).get("cpu-test")
+    assert str(info.value).split(": ", 1)[1] == message and "\n" not in str(info.value)
