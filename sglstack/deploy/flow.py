@@ -45,7 +45,7 @@ from ..core.safefiles import (
 from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
-from ..serving.phases import phases_line
+from ..serving.phases import MILESTONES, phases_line
 from .checks import check_host, check_options
 from .files import Saved, discard_saved, restore_files, write_files
 from .health import answers_200, container_log_tail, wait_healthy
@@ -184,7 +184,7 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
         raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
 
     phases = deployed_phases(client, project)
-    if phases:
+    if phases and len(phases["unknown"]) < len(MILESTONES):
         say(phases_line(cmp.SERVICE, phases).removeprefix("smoke: "))
     record = replace(attempt, result="healthy", time=utc_timestamp(), phases=phases)
     try:

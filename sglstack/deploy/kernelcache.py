@@ -19,6 +19,7 @@ import docker
 import docker.errors
 
 from ..adapters.gpu import gpu_facts
+from ..adapters.kubectl import Kubectl
 from ..attest.kernelcache import fetch_from_registry, node_candidates
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..core.errors import RegistryError, SglstackError, one_line
@@ -97,6 +98,24 @@ def k8s_caches(spec: ServingSpec, image_ref: str, verify_key: str | None, say: S
     say(f"kernel cache: {len(found)} artifact(s) of {digest[:19]} match this deployment (GPUs: {gpus}); each pod's "
         "init container restores the one of its node's GPU, else starts cold")
     return CacheCandidates(blobs, tuple(found))
+
+
+def k8s_phases(kubectl: Kubectl, lws_name: str, container: str) -> dict[str, Any]:
+    """The start by phase of the first group's leader pod (`NAME-0`), from its container's log with the
+    cluster's stamps and the container's `startedAt` ({} when either cannot be read)."""
+    pod = f"{lws_name}-0"
+    try:
+        obj = kubectl.get_json("pod", pod)
+        statuses = ((obj or {}).get("status") or {}).get("containerStatuses") or []
+        running = next(((s.get("state") or {}).get("running") or {} for s in statuses if s.get("name") == container),
+                       {})
+        started = docker_time(str(running.get("startedAt") or ""))
+        text = kubectl.logs(pod, container) if started is not None else None
+    except SglstackError:
+        return {}
+    if started is None or text is None:
+        return {}
+    return start_phases(docker_log_lines(text), started, None)
 
 
 def deployed_phases(client: docker.DockerClient, project: str) -> dict[str, Any]:
