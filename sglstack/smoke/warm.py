@@ -20,8 +20,9 @@ import docker
 
 from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
-from ..core.errors import SglstackError, one_line
-from ..core.safefiles import containing_root, refuse_link, replace_folder
+from ..core.errors import SglstackError, SmokeInputError, one_line
+from ..core.records import require_writable
+from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, replace_folder
 from ..kernelcache import (
     CONTAINER_CACHE_ROOT,
     CacheKey,
@@ -63,6 +64,12 @@ class KernelCaches:
         root = containing_root(base, build)
         store_path = Path(options.cache_store) if options.cache_store else base / "store"
         store = LayoutStore(store_path, containing_root(store_path, build))
+        try:  # found now, not after an hour of serving: a store that cannot be written packs nothing
+            require_writable(store_path / "index.json", what="kernel cache store", create=False)
+        except OutputNotWritable as exc:
+            if options.cache_store:  # the user named it: bad input
+                raise SmokeInputError(f"--cache-store: {exc}") from None
+            raise
         for kind in options.kinds:
             refuse_link(root, base / kind)
             refuse_link(containing_root(report_path.parent, build), warm_log_path(report_path, kind))

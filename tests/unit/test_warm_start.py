@@ -137,3 +137,13 @@ def test_the_start_gates_in_stacks_yaml_are_checked_in_one_line(tmp_path, repo_r
     with pytest.raises(ConfigError) as info:
         load_matrix(path).get("cpu-test")
     assert str(info.value).split(": ", 1)[1] == message and "\n" not in str(info.value)
+
+
+def test_a_cache_store_that_cannot_be_written_is_refused_before_any_server_starts(tmp_path, env_dir):
+    (tmp_path / "store").write_text("a file, not a folder")
+    opts = options(tmp_path, env_dir, warm_start=True, cache_store=str(tmp_path / "store"))
+    with pytest.raises(SmokeInputError) as info:
+        run_smoke(None, None, opts, log=lambda _line: None)
+    assert str(info.value).startswith(f"--cache-store: kernel cache store {tmp_path / 'store' / 'index.json'}: "
+                                      "cannot be written (")
+    assert not (tmp_path / "out").exists()  # no server ran, no report
