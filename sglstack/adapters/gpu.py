@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from ..core.credentials import tool_environment
+
 QUERY = ("nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
 
 
@@ -16,7 +18,8 @@ def gpu_facts(timeout_s: float = 30.0) -> tuple[str, str, str]:
     if tool is None:
         return "none", "none", "none"
     try:
-        out = subprocess.run([tool, *QUERY[1:]], capture_output=True, text=True, timeout=timeout_s, check=False)
+        out = subprocess.run([tool, *QUERY[1:]], capture_output=True, text=True, timeout=timeout_s, check=False,
+                             env=tool_environment())
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", "unknown", "unknown"
     return parse_gpu_line(out.stdout if out.returncode == 0 else "")

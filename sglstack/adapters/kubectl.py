@@ -95,6 +95,12 @@ class Kubectl:
         return data if isinstance(data, dict) else None
 
 
+    def logs(self, pod: str, container: str) -> str | None:
+        """`kubectl logs POD -c CONTAINER --timestamps` (each line with its UTC time); None when unreadable."""
+        proc = self.run(["logs", pod, "-c", container, "--timestamps"])
+        return proc.stdout if proc.returncode == 0 else None
+
+
 def find_kubectl(context: str | None, namespace: str | None) -> Kubectl:
     """kubectl on PATH and a context to use (the given one, which must exist, else the current one)."""
     binary = shutil.which("kubectl")

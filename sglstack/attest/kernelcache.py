@@ -19,19 +19,28 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..core import labels as lb
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
 from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore, artifact_manifest, mismatch_line
 from ..kernelcache.layout import MAX_CACHE_BYTES, MAX_MANIFEST_BYTES
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
 from .errors import NotVerified
-from .signing import Attached, key_id, open_envelope, sign_envelope, signed_attestations, signed_payload
+from .signing import (
+    Attached,
+    key_id,
+    load_public_key,
+    open_envelope,
+    sign_envelope,
+    signed_attestations,
+    signed_payload,
+)
 from .store import EMPTY_BLOB, EMPTY_DIGEST, EMPTY_MEDIA_TYPE, KIND_ANNOTATION
 
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.signature.v1+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 KIND = "kernel-cache"
-CACHE_ANNOTATION = "io.sglstack.kernel-cache.artifact"
+CACHE_ANNOTATION = lb.KERNEL_CACHE_ARTIFACT_ANNOTATION
 
 
 def cache_tag(image_digest: str, key: CacheKey) -> str:
@@ -63,7 +72,7 @@ def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, st
     subject = {"mediaType": image.media_type, "digest": image.digest, "size": len(image.body)}
     client.put_blob(repo, cache_key.canonical())
     client.put_blob(repo, layer)
-    files = int(manifest.get("annotations", {}).get("io.sglstack.kernel-cache.files", "0"))
+    files = int(manifest.get("annotations", {}).get(lb.KERNEL_CACHE_FILES_ANNOTATION, "0"))
     body = artifact_manifest(cache_key, layer_desc["digest"], len(layer), files, subject)
     digest, indexed = client.put_artifact(repo, compute_digest(body), body, OCI_MANIFEST)
     tag = cache_tag(image_digest, cache_key)
@@ -158,3 +167,33 @@ def fetch_kernel_cache(client: RegistryClient, repo: str, image_digest: str, wan
     if nearest is None:
         raise KernelCacheError(f"kernel cache: none attached to {repo}@{image_digest[:19]}; starting cold")
     raise KernelCacheError(one_line(mismatch_line(want, nearest[1].key)))
+
+
+def fetch_from_registry(registry: str, repo: str, image_digest: str, want: CacheKey, store: LayoutStore,
+                        verify_key: str | None) -> str:
+    """`fetch_kernel_cache` from `registry` (credentials as every registry call finds them), trusting only
+    signatures by the public key file `verify_key` when one is given."""
+    public = load_public_key(verify_key) if verify_key else None
+    return fetch_kernel_cache(RegistryClient.from_environment(registry), repo, image_digest, want, store, public)
+
+
+GPU_FIELDS = ("gpu_name", "compute_capability", "driver_major")
+
+
+def node_candidates(registry: str, repo: str, image_digest: str, want: CacheKey, verify_key: str | None
+                    ) -> tuple[str, list[dict[str, object]]]:
+    """For a deployment whose nodes' GPU only the nodes know (Kubernetes): the blob URL of the repository and
+    each kernel cache of the image whose key is `want` in every field but the GPU's (signed by `verify_key`'s
+    key when given), as the init container picks among them (`inimage/incontainer/kernelcache_init.py`)."""
+    public = load_public_key(verify_key) if verify_key else None
+    client = RegistryClient.from_environment(registry)
+    out: list[dict[str, object]] = []
+    for found in find_kernel_caches(client, repo, image_digest):
+        if set(want.differences(found.key)) - set(GPU_FIELDS):
+            continue
+        if public is not None and not _signed_by(client, repo, image_digest, found, public):
+            continue
+        layer = found.manifest["layers"][0]  # type: ignore[index]
+        out.append({"artifact": found.manifest_digest, "layer": layer["digest"], "size": layer["size"],
+                    **{f: getattr(found.key, f) for f in GPU_FIELDS}})
+    return f"{client.scheme}://{client.api_host}/v2/{repo}/blobs/", out

@@ -111,6 +111,8 @@ class SmokeOptions(ReportOptions):
     no_warm_compile: bool = option("gate: the warm start adds no file to the kernel cache", False, kind=bool)
     max_start_regression: str | None = option("gate: allowed cold-start slowdown against the last passing run "
                                               "(0.25 = 25%)")
+    precompile_deep_gemm: bool = option("before each cold start, run `python3 -m sglang.compile_deep_gemm` with the "
+                                        "serving flags into the kernel cache", False, kind=bool)
 
 
 def _refuse_input_report(report: str, stacks_file: str) -> None:
@@ -146,7 +148,7 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
         max_new_tokens=o.max_new_tokens, report=o.report,
         skip_preflight=o.skip_preflight or None, kernel_cache=o.kernel_cache or None, warm_start=o.warm_start or None,
         cache_store=o.cache_store, max_warm_start_s=o.max_warm_start_s, no_warm_compile=o.no_warm_compile or None,
-        max_start_regression=o.max_start_regression)
+        max_start_regression=o.max_start_regression, precompile_deep_gemm=o.precompile_deep_gemm or None)
     if o.report:
         _refuse_input_report(o.report, o.stacks_file)
     if not o.bisect_exit:

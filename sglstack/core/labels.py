@@ -70,3 +70,11 @@ def parse_coverage_label(value: str) -> dict[str, str]:
             raise ValueError(f"'{item}' is not CAPABILITY:native|ptx|missing")
         out[cap] = cell
     return out
+
+
+# The kernel-cache artifact's annotations (kernelcache/layout.py writes them; attest and deploy read them).
+KERNEL_CACHE_KEY_ANNOTATION = "io.sglstack.kernel-cache.key"
+KERNEL_CACHE_IMAGE_ANNOTATION = "io.sglstack.kernel-cache.image"
+KERNEL_CACHE_FILES_ANNOTATION = "io.sglstack.kernel-cache.files"
+KERNEL_CACHE_ARTIFACT_ANNOTATION = "io.sglstack.kernel-cache.artifact"  # on a cache's signature: the cache
+OCI_REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"  # an OCI image layout's name of an index entry

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -162,6 +163,15 @@ def parse_utc(text: object) -> dt.datetime | None:
     except ValueError:
         return None
     return when.astimezone(dt.UTC) if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def parse_local_stamp(text: str) -> float | None:
+    """`YYYY-mm-dd HH:MM:SS` in this machine's local time (how SGLang stamps its log lines) as epoch seconds;
+    None for anything else."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def utc_today() -> dt.date:

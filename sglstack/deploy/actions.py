@@ -33,6 +33,7 @@ from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
+from .kernelcache import k8s_caches
 from .lifecycle import rollback, service_logs, undeploy
 from .options import (
     TARGETS,
@@ -61,6 +62,7 @@ def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
         node_rank=options.node_rank,
         dist_init_addr=options.dist_init_addr,
         healthcheck_interval_s=options.health_interval,
+        kernel_cache=options.kernel_cache,
     )
 
 
@@ -100,6 +102,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
         hf_cache=options.hf_cache,
         hf_token_secret=options.hf_token_secret or HF_TOKEN_SECRET,
         start_period_s=options.start_period,
+        kernel_cache=options.kernel_cache,
     )
 
 
@@ -172,8 +175,9 @@ def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None
     try:
         digest = pinned_digest(ref) or ""
         with _stack_lock(root, stack.name, "deploy"):
+            caches = k8s_caches(spec, ref, options.verify_key, say) if served.kernel_cache else None
             return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
-                              smoke_report=smoke_report_for(stack.name, digest, root), say=say)
+                              smoke_report=smoke_report_for(stack.name, digest, root), say=say, caches=caches)
     except DeployFailed as exc:
         if exc.log_tail:
             say(exc.log_tail.rstrip())
@@ -201,7 +205,7 @@ def deploy_command(
         require_ready(dep.stack, docker_host=options.docker_host, image=ref)
     try:
         with _stack_lock(dep.build_root, dep.stack.name, "deploy"):
-            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say)
+            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say, verify_key=options.verify_key)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise

@@ -45,10 +45,12 @@ from ..core.safefiles import (
 from ..core.signals import Interrupted
 from ..render import compose as cmp
 from ..serving import ServingSpec
+from ..serving.phases import MILESTONES, phases_line
 from .checks import check_host, check_options
 from .files import Saved, discard_saved, restore_files, write_files
 from .health import answers_200, container_log_tail, wait_healthy
 from .images import ensure_image, image_identity, smoke_report_for
+from .kernelcache import deployed_phases, restore_for_compose
 from .store import (
     DeploymentRecord,
     append_record,
@@ -119,6 +121,7 @@ def deploy(
     action: str = "deploy",
     smoke_report: str | None = None,
     say: Say = say_stderr,
+    verify_key: str | None = None,
 ) -> DeploymentRecord:
     """Check, render, `up -d`, wait until healthy, record. On failure the previous deployment comes back
     (or, when there was none, the failed one is taken down) and `DeployFailed` says which."""
@@ -142,8 +145,10 @@ def deploy(
     compose_file = dep.out_dir / cmp.compose_filename(options)
     saved = _write_checked_files(dep, compose, options, files, compose_file, say)
     try:
+        cache_line = restore_for_compose(dep.build_root, stack.name, dep.out_dir, spec, image_ref, digest or image_id,
+                                         local=local, verify_key=verify_key, say=say) if options.kernel_cache else ""
         return _switch(dep, client, compose, image_ref, options, spec, saved, compose_file, digest, image_id, report,
-                       action, local, previous, wait_timeout_s, say)
+                       action, local, previous, wait_timeout_s, say, cache_line)
     finally:
         discard_saved(saved)
 
@@ -151,14 +156,15 @@ def deploy(
 def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, image_ref: str,
             options: cmp.ComposeOptions, spec: ServingSpec, saved: Saved, compose_file: Path, digest: str,
             image_id: str, report: str | None, action: str, local: bool, previous: DeploymentRecord | None,
-            wait_timeout_s: float | None, say: Say) -> DeploymentRecord:
+            wait_timeout_s: float | None, say: Say, cache_line: str = "") -> DeploymentRecord:
     """`up` the written files, wait, record; undo on any failure (see the module's doc)."""
     stack, project = dep.stack, dep.project_name
     attempt = DeploymentRecord(stack=stack.name, action=action, result="failed", image=image_ref, digest=digest,
                                image_id=image_id, time=utc_timestamp(), host=_engine_name(client),
                                docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""), project=project,
                                compose_tool=compose.label, compose_file=compose_file.name,
-                               options=options.to_record(), smoke_report=report or cmp.UNKNOWN)
+                               options=options.to_record(), smoke_report=report or cmp.UNKNOWN,
+                               kernel_cache=cache_line)
     say(f"deploying stack '{stack.name}' as project {project}: {image_ref}")
     try:
         failure, extra = _come_up(dep, client, compose, compose_file, spec, wait_limit(spec, wait_timeout_s),
@@ -177,7 +183,10 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
             raise
         raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
 
-    record = replace(attempt, result="healthy", time=utc_timestamp())
+    phases = deployed_phases(client, project)
+    if phases and len(phases["unknown"]) < len(MILESTONES):
+        say(phases_line(cmp.SERVICE, phases).removeprefix("smoke: "))
+    record = replace(attempt, result="healthy", time=utc_timestamp(), phases=phases)
     try:
         append_record(dep.build_root, record)
     except OutputNotWritable as exc:

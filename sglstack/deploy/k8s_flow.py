@@ -24,9 +24,12 @@ from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s
 from ..render import k8s_lws as lws
+from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec
+from ..serving.phases import MILESTONES, phases_line
 from .files import discard_saved, restore_files, write_files
 from .flow import DeployFailed, Say, say_stderr
+from .kernelcache import k8s_phases
 from .store import (
     DeploymentRecord,
     append_record,
@@ -113,10 +116,11 @@ def wait_ready(dep: K8sDeployment, limit_s: float, say: Say) -> str | None:
 
 
 def deploy_k8s(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, *, wait_timeout_s: float | None = None,
-               action: str = "deploy", smoke_report: str | None = None, say: Say = say_stderr) -> DeploymentRecord:
+               action: str = "deploy", smoke_report: str | None = None, say: Say = say_stderr,
+               caches: CacheCandidates | None = None) -> DeploymentRecord:
     """Render, apply, wait until ready, record; on failure the previous deployment comes back."""
     spec = k8s.k8s_spec(dep.stack, options)
-    files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report)  # validated here
+    files = k8s.render_k8s(dep.stack, image_ref, options, smoke_report=smoke_report, caches=caches)  # validated
     tool = dep.kubectl.label()
     say(f"k8s: {tool}")
     check_owner(dep)
@@ -173,7 +177,10 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
     if failure is not None:
         outcome = _recover_shielded(dep, attempt, previous, failure, say, unfinished="the rollback did not finish")
         raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {failure}; {outcome}", "")
-    record = replace(attempt, result="healthy", time=utc_timestamp())
+    phases = k8s_phases(dep.kubectl, dep.name, k8s.CONTAINER)
+    if phases and len(phases["unknown"]) < len(MILESTONES):  # a log with none of the lines says nothing
+        say(phases_line(f"{dep.name}-0", phases).removeprefix("smoke: "))
+    record = replace(attempt, result="healthy", time=utc_timestamp(), phases=phases)
     try:
         append_record(dep.build_root, record)
     except OutputNotWritable as exc:

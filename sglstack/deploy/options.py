@@ -75,6 +75,8 @@ class DeployOptions(DeployTaskOptions):
                                          "serving.env) the pods read (default hf-token)")
     verify_key: str | None = option("refuse an image that does not verify against this ed25519 public key "
                                     "(PEM): signature, SBOM and provenance by digest (invoke verify-image)")
+    kernel_cache: bool = option("restore the image's kernel caches whose key matches this node and deployment "
+                                "(else start cold, said in one line)", False, kind=bool)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ other lines and the engine know, and the task exits 1 (it ran, and found a probl
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,19 @@ class StackStatus:
     node: str
     smoke_report: str = ""
     image_id: str = ""
+    start: str = ""  # the start by phase its deployment record holds ("" when none was read)
+    kernel_cache: str = ""  # that deployment's kernel-cache line
+
+
+def start_cell(phases: Mapping[str, Any]) -> str:
+    """`healthy 63.0s: imports 37.1, weights 1.0, cuda_graphs 5.2, to_healthy 19.7` ("" when none was read)."""
+    milestones = phases.get("milestones_s") or {}
+    if not milestones:
+        return ""
+    parts = ", ".join(f"{name} {'?' if value is None else f'{value:.1f}'}"
+                      for name, value in (phases.get("phases_s") or {}).items() if name != "first_token")
+    healthy = milestones.get("healthy")
+    return f"healthy {'?' if healthy is None else f'{healthy:.1f}s'}: {parts}"
 
 
 def deployment_status(
@@ -91,6 +105,7 @@ def _container_row(c: Any, store: _Records, now: dt.datetime) -> StackStatus:
     )
     state = c.attrs.get("State") or {}
     verdict = (state.get("Health") or {}).get("Status", "none")
+    served = next((r for r in reversed(records) if r.image == image and r.result == "healthy"), None)
     return StackStatus(
         stack=name,
         project=proj,
@@ -105,6 +120,8 @@ def _container_row(c: Any, store: _Records, now: dt.datetime) -> StackStatus:
         node=labels.get(cmp.LABEL_NODE, ""),
         smoke_report=labels.get(cmp.LABEL_SMOKE_REPORT, ""),
         image_id=c.attrs.get("Image", ""),
+        start=start_cell(served.phases) if served else "",
+        kernel_cache=served.kernel_cache if served else "",
     )
 
 
@@ -164,7 +181,8 @@ def _short(digest: str) -> str:
     return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else (digest or "-")
 
 
-COLUMNS = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node")
+COLUMNS = ("stack", "project", "state", "health", "uptime", "digest", "smoke report", "model", "EAGLE-3", "node",
+           "start by phase (s)", "kernel cache")
 NARROW = ("stack", "state", "health", "uptime", "digest", "model")  # at a narrow terminal, without -o wide
 
 
@@ -182,6 +200,8 @@ def print_status(rows: list[StackStatus], *, wide: bool = False) -> None:
             r.model or "-",
             r.speculative or "-",
             r.node or "-",
+            r.start or "-",
+            r.kernel_cache or "-",
         )
         cells_of.append(tuple(map(plain, cells)))  # records, the engine and the server say these
     table = fitted_table(console(), COLUMNS, cells_of, narrow=NARROW, wide=wide, title="sglstack deployments")

@@ -51,6 +51,8 @@ class DeploymentRecord:
     smoke_report: str = "unknown"  # sha256 of the smoke report that passed the image, or "unknown"
     note: str = ""  # why an attempt failed, what a restore followed
     target: str = "compose"  # compose | k8s (a LeaderWorkerSet applied with kubectl)
+    kernel_cache: str = ""  # the kernel-cache restore's line ("" when the deployment used none)
+    phases: Mapping[str, object] = field(default_factory=dict)  # the start by phase (serving/phases.py)
 
     @property
     def registry_digest(self) -> str:
@@ -59,7 +61,7 @@ class DeploymentRecord:
         return "" if self.digest == self.image_id else self.digest
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self) | {"options": dict(self.options)}
+        return asdict(self) | {"options": dict(self.options), "phases": dict(self.phases)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> DeploymentRecord:

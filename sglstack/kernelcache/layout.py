@@ -22,6 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..core import labels as lb
+from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
 from .files import LAYER_MEDIA_TYPE, KernelCacheError, pack, unpack
@@ -32,9 +34,9 @@ KEY_MEDIA_TYPE = "application/vnd.sglstack.kernel-cache.key.v1+json"
 # The OCI media types (the registry part names them too; the kernel cache does not import the registry).
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-KEY_ANNOTATION = "io.sglstack.kernel-cache.key"
-IMAGE_ANNOTATION = "io.sglstack.kernel-cache.image"
-FILES_ANNOTATION = "io.sglstack.kernel-cache.files"
+KEY_ANNOTATION = lb.KERNEL_CACHE_KEY_ANNOTATION
+IMAGE_ANNOTATION = lb.KERNEL_CACHE_IMAGE_ANNOTATION
+FILES_ANNOTATION = lb.KERNEL_CACHE_FILES_ANNOTATION
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # DeepGEMM's and FlashInfer's caches of a large MoE model are hundreds of MB; no cache is 64 GiB.
 MAX_CACHE_BYTES = 64 * 1024**3
@@ -136,7 +138,7 @@ class LayoutStore:
         entry = {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
                  "artifactType": ARTIFACT_TYPE,
                  "annotations": {KEY_ANNOTATION: key.digest(), IMAGE_ANNOTATION: key.image,
-                                 "org.opencontainers.image.ref.name": key.digest().removeprefix("sha256:")[:16]}}
+                                 lb.OCI_REF_NAME_ANNOTATION: key.digest().removeprefix("sha256:")[:16]}}
         kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
         write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
@@ -149,8 +151,11 @@ class LayoutStore:
         if not path.exists():
             return []
         try:
-            index = loads(read_bytes(path, limit=MAX_MANIFEST_BYTES, what="kernel cache store index"))
-            manifests = index["manifests"]
+            raw = read_bytes(path, limit=MAX_MANIFEST_BYTES, what="kernel cache store index")
+        except ConfigError as exc:
+            raise KernelCacheError(f"kernel cache store {path}: {exc}") from None
+        try:
+            manifests = loads(raw)["manifests"]
             if not isinstance(manifests, list):
                 raise TypeError
         except (ValueError, KeyError, TypeError) as exc:
@@ -158,7 +163,10 @@ class LayoutStore:
         return [m for m in manifests if isinstance(m, dict)]
 
     def read_blob(self, digest: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:
-        data = read_bytes(self.blob_path(digest), limit=limit, what="kernel cache blob")
+        try:
+            data = read_bytes(self.blob_path(digest), limit=limit, what="kernel cache blob")
+        except ConfigError as exc:  # missing, too large, not a regular file: one line, as the store's own
+            raise KernelCacheError(f"kernel cache store {self.path}: {exc}") from None
         if sha256_digest(data) != digest:
             raise KernelCacheError(f"kernel cache store {self.path}: blob {digest[:19]} does not hash to its name")
         return data

@@ -33,6 +33,7 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
+from ..serving.caches import CONTAINER_CACHE_ROOT, with_kernel_caches
 
 TEMPLATES_DIR = COMPOSE_DIR
 COMPOSE_TEMPLATE = "compose.yaml.j2"
@@ -73,6 +74,9 @@ class ComposeOptions(RecordedOptions):
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None  # HOST:PORT of node 0, required when nnodes > 1
+    # Serve with the kernel caches in a volume that an init service fills from KERNEL_CACHE_FOLDER beside the
+    # compose file (what `invoke deploy` restored there when the key matched; empty: a cold start).
+    kernel_cache: bool = False
 
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(
@@ -102,10 +106,19 @@ class ComposeOptions(RecordedOptions):
             raise ServingError("--env-file: needs a path", stack=stack_name)
 
 
+# The kernel-cache volume, the folder beside the compose file it is filled from, and the init step that fills
+# it: the volume is emptied first (it outlives deployments, and a cache of another image or key must not stay),
+# then the restored folder is copied in whole; an empty folder is a cold start.
+KERNEL_CACHE_VOLUME = "kernel-cache"
+KERNEL_CACHE_FOLDER = "kernel-cache-restored"  # beside the compose file; not the smoke's kernel-cache/ of the stack
+KERNEL_CACHE_INIT = "find /cache -mindepth 1 -delete && cp -a /restore/. /cache/"
+
+
 def deploy_spec(stack: Stack, options: ComposeOptions) -> ServingSpec:
     """The serving spec a deployment with `options` serves (every option checked, one line each)."""
     options.check(stack.name)
-    return serving_spec(stack, options.serving_overrides())
+    spec = serving_spec(stack, options.serving_overrides())
+    return with_kernel_caches(spec) if options.kernel_cache else spec
 
 
 def project_name(stack_name: str) -> str:
@@ -206,7 +219,12 @@ def compose_text(
             ulimits=[(u.name, u.soft, u.hard) for u in spec.ulimits],
             env_file=options.env_file,
             environment=environment_entries(spec),
-            volumes=[m.bind for m in spec.mounts],
+            volumes=[m.bind for m in spec.mounts]
+            + ([f"{KERNEL_CACHE_VOLUME}:{CONTAINER_CACHE_ROOT}"] if options.kernel_cache else []),
+            kernel_cache=options.kernel_cache,
+            kernel_cache_volume=KERNEL_CACHE_VOLUME,
+            kernel_cache_restore=f"./{KERNEL_CACHE_FOLDER}:/restore:ro",
+            kernel_cache_command=["sh", "-c", KERNEL_CACHE_INIT],
             healthcheck=["CMD", "python3", "-c", probe],
             healthcheck_interval=f"{health.interval_s}s",
             # The probe's own timeout plus the interpreter's start.

@@ -37,7 +37,9 @@ from ..serving import (
     serving_argv,
     serving_spec,
 )
+from ..serving.caches import with_kernel_caches
 from . import k8s_lws as lws
+from .k8s_cache import CacheCandidates, cache_volume, init_container
 
 K8S_DIR = "k8s"
 LWS_FILE = "leaderworkerset.yaml"
@@ -78,6 +80,8 @@ class K8sOptions(RecordedOptions):
     hf_token_secret: str = HF_TOKEN_SECRET
     dist_init_port: int = DIST_INIT_PORT
     start_period_s: int | None = None  # startup probe budget; default: the stack's serving.startup_timeout_s
+    # The server's kernel caches in a volume an init container fills on the node (render/k8s_cache.py).
+    kernel_cache: bool = False
 
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(
@@ -162,7 +166,7 @@ def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
     spec = serving_spec(stack, options.serving_overrides())
     if options.dist_init_port == spec.port:
         raise bad(f"--dist-init-port {options.dist_init_port}: the serving port; torch.distributed needs another")
-    return spec
+    return with_kernel_caches(spec) if options.kernel_cache else spec
 
 
 def shm_quantity(shm_size: str) -> str:
@@ -216,7 +220,8 @@ def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
             for i, t in enumerate(argv)]
 
 
-def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool) -> dict[str, Any]:
+def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool,
+                 caches: CacheCandidates | None = None) -> dict[str, Any]:
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in spec.plain_env]
     # A `${NAME}` reference of serving.env is key NAME of the same Secret as the HF token; it is required
     # (the stack asked for it), where the HF token is optional (public models need none).
@@ -251,6 +256,11 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         container["ports"] = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
         container.update(_probes(spec))
     pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if options.kernel_cache:
+        volume, mount = cache_volume()
+        volumes.append(volume)
+        mounts.append(mount)
+        pod["initContainers"] = [init_container(image_ref, caches or CacheCandidates(), limits)]
     if options.host_network:
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # cluster DNS still resolves the leader's address
@@ -259,7 +269,8 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
 
 
 def manifests(
-    stack: Stack, image_ref: str, options: K8sOptions, *, smoke_report: str | None = None
+    stack: Stack, image_ref: str, options: K8sOptions, *, smoke_report: str | None = None,
+    caches: CacheCandidates | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{file name: object}: the LeaderWorkerSet and the Service serving `image_ref` (a digest)."""
     spec = k8s_spec(stack, options)
@@ -293,8 +304,8 @@ def manifests(
                 "size": options.nnodes,
                 # One lost rank stalls every collective: the whole group restarts together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": pod_template(spec, image_ref, options, leader=True),
-                "workerTemplate": pod_template(spec, image_ref, options, leader=False),
+                "leaderTemplate": pod_template(spec, image_ref, options, leader=True, caches=caches),
+                "workerTemplate": pod_template(spec, image_ref, options, leader=False, caches=caches),
             },
         },
     }
@@ -355,9 +366,10 @@ def dump(obj: Mapping[str, Any]) -> str:
 
 
 def render_k8s(
-    stack: Stack, image_ref: str, options: K8sOptions | None = None, *, smoke_report: str | None = None
+    stack: Stack, image_ref: str, options: K8sOptions | None = None, *, smoke_report: str | None = None,
+    caches: CacheCandidates | None = None,
 ) -> dict[str, str]:
     """{file name: YAML}: checked against the schemas before anything is written."""
-    objects = manifests(stack, image_ref, options or K8sOptions(), smoke_report=smoke_report)
+    objects = manifests(stack, image_ref, options or K8sOptions(), smoke_report=smoke_report, caches=caches)
     validate_manifests(objects)
     return {name: dump(obj) for name, obj in objects.items()}

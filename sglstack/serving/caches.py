@@ -42,6 +42,19 @@ def cache_environment(root: str) -> dict[str, str]:
     return {name: posixpath.join(root, sub) for name, sub in CACHE_DIRS.items()}
 
 
+# SGLang's DeepGEMM pre-compiler: the server's own arguments plus --timeout (sglang/compile_deep_gemm.py).
+COMPILE_DEEP_GEMM = "sglang.compile_deep_gemm"
+
+
+def compile_deep_gemm_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> list[str]:
+    """The serving argv (`PYTHON -m sglang.launch_server ARGS`) as `PYTHON -m sglang.compile_deep_gemm ARGS
+    --timeout N`: the same flags, so the same GEMM shapes are compiled."""
+    words = list(argv)
+    if words[1:3] != ["-m", "sglang.launch_server"]:
+        raise ValueError(f"not a serving argv: {' '.join(words[:3])}")
+    return [words[0], "-m", COMPILE_DEEP_GEMM, *words[3:], "--timeout", str(max(1, int(timeout_s)))]
+
+
 def with_kernel_caches(spec: ServingSpec, root: str = CONTAINER_CACHE_ROOT) -> ServingSpec:
     """`spec` with every kernel cache pointed under `root` (its own values for these variables replaced)."""
     env = {**dict(spec.env), **cache_environment(root)}

@@ -80,7 +80,7 @@ def history_record(report: Mapping[str, Any], fingerprint: Mapping[str, Any]) ->
 
 def start_summary(run: Mapping[str, Any]) -> dict[str, Any]:
     """A start as the history keeps it: seconds to healthy, each phase, and the kernel-cache files it added."""
-    out: dict[str, Any] = {"startup_s": run.get("startup_s")}
+    out: dict[str, Any] = {} if run.get("startup_s") is None else {"startup_s": run["startup_s"]}
     if run.get("phases"):
         out["phases_s"] = run["phases"].get("phases_s")
     cache = run.get("kernel_cache")

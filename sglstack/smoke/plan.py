@@ -81,6 +81,8 @@ class SmokeOptions:
     @property
     def sweep_settings(self) -> tuple[SpecSetting, ...]:
         return parse_sweep(self.sweep) if self.sweep else ()
+    # Before each cold start: `python3 -m sglang.compile_deep_gemm` with the serving flags, into the cache folder.
+    precompile_deep_gemm: bool = False
 
     # Read-only views of the server, for the runner and reports.
     @property
@@ -261,7 +263,8 @@ def _read_typed(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
         serving = {field_name: _read(given.pop(key), kind, key) for key, (field_name, kind) in _SERVING.items()
                    if key in given}
         measure = {key: _read(given.pop(key), kind, key) for key, kind in _MEASURE.items() if key in given}
-        switches = ("no_history", "pull", "skip_preflight", "flush_cache", "kernel_cache", "warm_start")
+        switches = ("no_history", "pull", "skip_preflight", "flush_cache", "kernel_cache", "warm_start",
+                    "precompile_deep_gemm")
         flags: dict[str, bool] = {k: _flag(given.pop(k), k) for k in switches if k in given}
     except ValueError as exc:
         raise SmokeInputError(f"invalid smoke option: {exc}") from None
@@ -318,6 +321,9 @@ def _check_warm(opts: SmokeOptions) -> None:
     if (gates.max_warm_start_s is not None or gates.no_warm_compile) and not opts.warm_start:
         name = "max_warm_start_s" if gates.max_warm_start_s is not None else "no_warm_compile"
         raise SmokeInputError(f"smoke gate {name} gates a warm start: pass --warm-start")
+    if opts.precompile_deep_gemm and not (opts.kernel_cache or opts.warm_start):
+        raise SmokeInputError("--precompile-deep-gemm compiles into the kernel cache: pass --kernel-cache or "
+                              "--warm-start")
     if opts.cache_store is not None and not (opts.kernel_cache or opts.warm_start):
         raise SmokeInputError("--cache-store is where kernel caches are packed: pass --kernel-cache or --warm-start")
     caching = opts.kernel_cache or opts.warm_start

@@ -47,7 +47,7 @@ from .sweep import (
     with_setting,
 )
 from .sweepspec import SpecSetting, setting_of
-from .warm import KernelCaches, warm_starts
+from .warm import KernelCaches, precompile_deep_gemm, warm_starts
 
 
 def _stderr(message: str) -> None:
@@ -221,6 +221,8 @@ def _serve_each_kind(
         if caches is not None:  # a cold start: its cache folder empty, and every cache pointed at it
             caches.empty(kind)
             served = caches.options_for(kind)
+            if options.precompile_deep_gemm:
+                precompile_deep_gemm(caches, kind, engine, image_info, report_path, log)
         if engine is None:
             pplan = process_plan(served, kind, free_tcp_port())
             commands[kind] = redact_argv(pplan.argv)

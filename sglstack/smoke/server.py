@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,11 +22,11 @@ from ..adapters.process import log_tail as file_log_tail
 from ..adapters.process import running_process
 from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.safefiles import containing_root, write_bytes
+from ..serving.phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .acceptance import draft_acceptance
 from .client import Generation, SGLangClient
 from .launch import ContainerPlan, ProcessPlan
 from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
-from .phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .plan import SmokeOptions
 from .workload import prompt_set, run_phase, warm_up
 
@@ -177,6 +177,32 @@ def serve_process_and_measure(plan: ProcessPlan, options: SmokeOptions, log_path
         return ServerRun(kind=plan.kind, started=False, failure=f"the server process could not start: {exc}")
     finally:
         _hide_in_log(log_path, plan.secrets)
+
+
+def run_to_end(argv: list[str], env: Mapping[str, str], log_path: Path, log_root: Path, timeout_s: float
+               ) -> int | str:
+    """A one-off process (the DeepGEMM pre-compiler) to its end: its exit code, or "a timeout" (its group ended)."""
+    try:
+        with running_process(argv, env=env, log_path=log_path, log_root=log_root) as proc:
+            try:
+                return proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return f"a timeout after {timeout_s:g}s"
+    except OSError as exc:
+        return f"an error ({exc.strerror})"
+
+
+def container_to_end(engine: docker.DockerClient, plan: ContainerPlan, timeout_s: float) -> int | str:
+    """A one-off container of `plan` to its end (removed however this returns): its exit code, or why not."""
+    try:
+        with running_container(engine, plan.image, command=list(plan.command), name_prefix=NAME_PREFIX,
+                               labels=plan.labels, **docker_run_kwargs(plan)) as container:
+            try:
+                return int(container.wait(timeout=timeout_s).get("StatusCode", -1))
+            except Exception:  # the engine's read timeout: requests' or urllib3's, by version
+                return f"a timeout after {timeout_s:g}s"
+    except docker.errors.APIError as exc:
+        return f"an error ({(exc.explanation or str(exc)).splitlines()[0][:200]})"
 
 
 def _hide_in_log(path: Path, secrets: tuple[str, ...]) -> None:

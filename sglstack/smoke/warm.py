@@ -20,7 +20,9 @@ import docker
 
 from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
-from ..core.safefiles import containing_root, refuse_link, replace_folder
+from ..core.errors import SglstackError, SmokeInputError, one_line
+from ..core.records import require_writable
+from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, replace_folder
 from ..kernelcache import (
     CONTAINER_CACHE_ROOT,
     CacheKey,
@@ -32,11 +34,11 @@ from ..kernelcache import (
     new_files,
 )
 from ..serving import Mount, serving_argv
-from ..serving.caches import with_kernel_caches
+from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
 from .launch import container_plan, process_plan, run_spec
 from .measure import ServerRun
-from .plan import SmokeOptions
-from .server import Log, measure_start, serve_and_measure, serve_process_and_measure
+from .plan import SmokeOptions, redact_argv
+from .server import Log, container_to_end, measure_start, run_to_end, serve_and_measure, serve_process_and_measure
 
 SHOWN_NEW_FILES = 20
 
@@ -62,6 +64,12 @@ class KernelCaches:
         root = containing_root(base, build)
         store_path = Path(options.cache_store) if options.cache_store else base / "store"
         store = LayoutStore(store_path, containing_root(store_path, build))
+        try:  # found now, not after an hour of serving: a store that cannot be written packs nothing
+            require_writable(store_path / "index.json", what="kernel cache store", create=False)
+        except OutputNotWritable as exc:
+            if options.cache_store:  # the user named it: bad input
+                raise SmokeInputError(f"--cache-store: {exc}") from None
+            raise
         for kind in options.kinds:
             refuse_link(root, base / kind)
             refuse_link(containing_root(report_path.parent, build), warm_log_path(report_path, kind))
@@ -116,7 +124,11 @@ class KernelCaches:
         """Each kind's folder into the store under its key: kind -> artifact digest, files, bytes."""
         packed: dict[str, Any] = {}
         for kind in kinds:
-            done = self.store.put(self.key(kind), self.folder(kind))
+            try:
+                done = self.store.put(self.key(kind), self.folder(kind))
+            except SglstackError as exc:  # a full disk, a link in the way: the smoke stands, the cache is not kept
+                log(f"smoke: {kind}: kernel cache not packed: {one_line(str(exc))}")
+                continue
             log(f"smoke: {kind}: kernel cache packed: {done.files} files, {done.layer_size} bytes, artifact "
                 f"{done.manifest_digest} in {self.store.path}")
             packed[kind] = {"artifact": done.manifest_digest, "files": done.files, "layer_bytes": done.layer_size,
@@ -130,6 +142,31 @@ class KernelCaches:
                 "packed": dict(packed)}
 
 
+def precompile_deep_gemm(caches: KernelCaches, kind: str, engine: docker.DockerClient | None,
+                         image_info: Mapping[str, Any], report_path: Path, log: Log) -> str:
+    """`python3 -m sglang.compile_deep_gemm` with this kind's serving flags and cache folder, waited for (at most
+    the startup budget again); the line logged. Its failure fails nothing: the cold start compiles the rest."""
+    options = caches.options_for(kind)
+    budget = options.timeout
+    log_path = report_path.with_suffix(f".{kind}.deepgemm.log")
+    if engine is None:
+        plan = process_plan(options, kind, free_tcp_port())
+        argv = compile_deep_gemm_argv(plan.argv, budget)
+        log(f"smoke: {kind}: precompiling DeepGEMM: {' '.join(redact_argv(argv))}")
+        code = run_to_end(argv, plan.environment, log_path, containing_root(log_path.parent,
+                                                                            Path(options.build_dir)), budget + 60)
+    else:
+        cplan = container_plan(options, str(image_info["id"]), kind)
+        argv = compile_deep_gemm_argv(cplan.command, budget)
+        log(f"smoke: {kind}: precompiling DeepGEMM: {' '.join(redact_argv(argv))}")
+        code = container_to_end(engine, replace(cplan, command=tuple(argv)), budget + 60)
+    files = len(cache_files(caches.folder(kind) / "deep_gemm"))
+    line = (f"smoke: {kind}: DeepGEMM precompile {'done' if code == 0 else f'ended with {code}'}: {files} files "
+            "in the cache's deep_gemm folder")
+    log(line)
+    return line
+
+
 def warm_log_path(report_path: Path, kind: str) -> Path:
     """report.json -> report.baseline.warm.log (the process runner's warm start's output)."""
     return report_path.with_suffix(f".{kind}.warm.log")
@@ -141,7 +178,10 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
     runs: dict[str, ServerRun] = {}
     for kind in caches.options.kinds:
         key = caches.key(kind)
-        restore = caches.store.restore(key, caches.folder(kind), caches.root)
+        try:
+            restore = caches.store.restore(key, caches.folder(kind), caches.root)
+        except SglstackError as exc:  # an unreadable store or layer: cold, said (nothing half-restored)
+            restore = Restore(False, f"{one_line(str(exc))}; starting cold")
         log(f"smoke: {kind}: warm start: {restore.line}")
         if not restore.matched:
             caches.empty(kind)

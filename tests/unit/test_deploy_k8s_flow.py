@@ -23,6 +23,7 @@ from sglstack.deploy.flow import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s
+from sglstack.serving.phases import MILESTONES, PHASES
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kubectl"
 REPO = "127.0.0.1:5000/sglstack/sglang"
@@ -37,7 +38,8 @@ def cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("KUBECTL_DOUBLE_STATE", str(tmp_path / "kube"))
     monkeypatch.setenv("KUBECTL_DOUBLE_CONTEXT", "kind-sglstack")
-    for name in ("KUBECTL_DOUBLE_UNREADY", "KUBECTL_DOUBLE_QUOTA", "KUBECTL_DOUBLE_FORBID_DELETE"):
+    for name in ("KUBECTL_DOUBLE_UNREADY", "KUBECTL_DOUBLE_QUOTA", "KUBECTL_DOUBLE_FORBID_DELETE",
+                 "KUBECTL_DOUBLE_POD_STARTED"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     clock = FakeClock(100.0)
@@ -78,7 +80,10 @@ def test_a_deploy_applies_waits_and_records_every_field(cluster):
         "image_id": "", "time": "T", "host": "kind-sglstack", "docker_host": "",
         "project": f"k8s:kind-sglstack/-/{NAME}", "compose_tool": "kubectl v1.32.4-double (context kind-sglstack)",
         "compose_file": f"k8s/{k8s.LWS_FILE}", "options": OPTIONS.to_record(), "smoke_report": "f" * 64, "note": "",
-        "target": "k8s",
+        "target": "k8s", "kernel_cache": "",
+        # the leader pod's log (the double's is empty): every milestone unknown, none guessed
+        "phases": {"milestones_s": dict.fromkeys(MILESTONES), "phases_s": dict.fromkeys(p for p, _, _ in PHASES),
+                   "unknown": list(MILESTONES), "resolution_s": 0.001},
     }
     assert read_records(dep.build_root, "tiny") == [record]
     assert calls(state) == [
@@ -88,9 +93,29 @@ def test_a_deploy_applies_waits_and_records_every_field(cluster):
         ["apply", "--server-side", "--field-manager=sglstack", "--force-conflicts", "-f",
          str(dep.build_root / "tiny" / "k8s")],
         ["get", "leaderworkerset", NAME, "-o", "json"],
+        ["get", "pod", f"{NAME}-0", "-o", "json"],
+        ["logs", f"{NAME}-0", "-c", "sglang", "--timestamps"],
     ]
     assert clock.sleeps == []
     assert sorted(p.name for p in (dep.build_root / "tiny" / "k8s").iterdir()) == [k8s.LWS_FILE, "service.yaml"]
+
+
+def test_the_record_keeps_the_leaders_start_by_phase_from_its_log(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_POD_STARTED", "2026-12-05T03:00:00Z")
+    logs = state / "pod-logs"
+    logs.mkdir(parents=True)
+    (logs / f"{NAME}-0.sglang.log").write_text(
+        "2026-12-05T03:00:38.500000000Z [2026-12-05 03:00:38] server_args=ServerArgs(model_path='m')\n"
+        "2026-12-05T03:00:40.000000000Z [2026-12-05 03:00:40 TP0] Load weight end. elapsed=1.2 s\n"
+        "2026-12-05T03:02:02.000000000Z [2026-12-05 03:02:02 TP0] Capture target decode CUDA graph end. elapsed=82 s\n"
+        "2026-12-05T03:02:10.250000000Z [2026-12-05 03:02:10] The server is fired up and ready to roll!\n")
+    record = deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert record.phases["milestones_s"] == {"imports_done": 38.5, "weights_loaded": 40.0,
+                                             "cuda_graphs_captured": 122.0, "healthy": 130.25, "first_token": None}
+    assert f"{NAME}-0: start by phase: imports 38.5s, weights 1.5s, cuda_graphs 82.0s, to_healthy 8.2s, " \
+           "first_token unknown" in said
+    assert read_records(dep.build_root, "tiny")[-1].phases == record.phases
 
 
 def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cluster, monkeypatch):

@@ -152,3 +152,10 @@ def test_a_layer_that_is_not_a_gzip_tar_is_one_line(tmp_path):
     from sglstack.kernelcache.files import unpack
     with pytest.raises(KernelCacheError, match=r"^kernel cache layer: not a gzip tar"):
         unpack(tmp_path, tmp_path / "r", lambda: io.BytesIO(gzip.compress(b"not a tar") + b"junk"), max_bytes=1 << 20)
+
+
+def test_a_store_index_that_is_not_one_is_one_line(tmp_path):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "index.json").write_text("{not json")
+    with pytest.raises(KernelCacheError, match=r"^kernel cache store .*index\.json: not an OCI image index"):
+        LayoutStore(tmp_path / "store").restore(key(), tmp_path / "r", tmp_path)

@@ -134,3 +134,30 @@ def test_a_cache_made_for_another_image_is_not_attached(tmp_path, packed):
     registry.manifests[compute_digest(other)] = other
     with pytest.raises(KernelCacheError, match="was made for"):
         attach_kernel_cache(registry, "r", compute_digest(other), store, artifact, None)
+
+
+def test_a_release_attaches_what_its_smoke_packed_and_says_when_it_cannot(tmp_path, packed):
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from sglstack.config.imageref import Repository
+    from sglstack.publish.release import _attach_kernel_caches
+
+    store, artifact = packed
+    registry = MemoryRegistry(True)
+    out = io.StringIO()
+    report = {"kernel_cache": {"store": str(store.path), "packed": {"eagle3": {"artifact": artifact}}}}
+    stack = SimpleNamespace(name="tiny")
+    _attach_kernel_caches(Console(file=out, width=400), registry, Repository("r.example", "r"), stack, IMAGE_DIGEST,
+                          report, Ed25519PrivateKey.generate())
+    said = out.getvalue().strip()
+    assert said.startswith("tiny: eagle3: attached kernel cache sha256:") and "signed by key" in said
+    out.truncate(0)
+    out.seek(0)
+    broken = {"kernel_cache": {"store": str(tmp_path / "gone"), "packed": {"eagle3": {"artifact": artifact}}}}
+    _attach_kernel_caches(Console(file=out, width=400), registry, Repository("r.example", "r"), stack, IMAGE_DIGEST,
+                          broken, None)
+    assert out.getvalue().strip().startswith("tiny: eagle3: kernel cache of eagle3 not attached (")
+    assert out.getvalue().strip().endswith("); deployments start cold")

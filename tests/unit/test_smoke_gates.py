@@ -343,11 +343,10 @@ def test_a_server_run_and_a_history_line_keep_every_headline_figure():
     fp = {"model": "m", "tp": 1}
     assert history_record(report, fp) == {
         "time": "t1", "verdict": "pass", "image": "img@sha256:x",
-        # startup_s is kept: the regression gate covers start time (max_start_regression).
+        # startup_s too: the start-time regression gate compares it (issue 40)
         "baseline": {"tokens_per_s": 50.0, "aggregate_tokens_per_s": 90.0, "ttft_s": 0.1, "completed": 4,
                      "startup_s": 9.0},
-        "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4,
-                   "startup_s": None},
+        "eagle3": {"tokens_per_s": 75.0, "aggregate_tokens_per_s": 120.0, "ttft_s": 0.2, "completed": 4},
         "speedup": 1.5, "accept_length": 3.0, "agreement": 1.0, "failures": [], "fingerprint": fp,
         "runner": "docker"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from sglstack.smoke.phases import (
+from sglstack.serving.phases import (
     LogLine,
     docker_log_lines,
     phases_line,

@@ -104,3 +104,46 @@ def test_the_start_gates_word_each_failure():
         "(2026-12-05T03:00:00Z), more than 25%",
     ]
     assert start_failures(StartGates(max_warm_start_s=80, max_start_regression=0.5), cold, warm, last) == []
+
+
+def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(tmp_path, env_dir):
+    lines: list[str] = []
+    report = run_smoke(None, None, options(tmp_path, env_dir, kernel_cache=True, precompile_deep_gemm=True),
+                       log=lines.append)
+    assert report.data["verdict"] == "pass"
+    ran = [line for line in lines if "precompiling DeepGEMM" in line]
+    assert len(ran) == 1 and " -m sglang.compile_deep_gemm --model-path m --tp-size 1 " in ran[0]
+    assert ran[0].endswith(" --timeout 60")
+    assert "smoke: baseline: DeepGEMM precompile done: 4 files in the cache's deep_gemm folder" in lines
+    # 4 Triton + 4 FlashInfer files from the start, 4 DeepGEMM files from the precompile: all in the artifact.
+    assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12
+    with pytest.raises(SmokeInputError, match=r"^--precompile-deep-gemm compiles into the kernel cache"):
+        options(tmp_path, env_dir, precompile_deep_gemm=True)
+
+
+@pytest.mark.parametrize("smoke_lines, message", [
+    ("    start_gates:\n      no_warm_compile: true\n",
+     "stack 'cpu-test': key 'smoke.start_gates': gates a warm start: set smoke.warm_start: true"),
+    ("    warm_start: true\n    start_gates:\n      max_warm_start_s: -5\n",
+     "stack 'cpu-test': key 'smoke.start_gates.max_warm_start_s': Input should be greater than 0"),
+])
+def test_the_start_gates_in_stacks_yaml_are_checked_in_one_line(tmp_path, repo_root, smoke_lines, message):
+    from sglstack.config.matrix import load_matrix
+    from sglstack.core.errors import ConfigError
+
+    text = (repo_root / "tests" / "fixtures" / "stacks-cpu.yaml").read_text()
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text.replace("    num_prompts: 4\n", "    num_prompts: 4\n" + smoke_lines, 1))
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path).get("cpu-test")
+    assert str(info.value).split(": ", 1)[1] == message and "\n" not in str(info.value)
+
+
+def test_a_cache_store_that_cannot_be_written_is_refused_before_any_server_starts(tmp_path, env_dir):
+    (tmp_path / "store").write_text("a file, not a folder")
+    opts = options(tmp_path, env_dir, warm_start=True, cache_store=str(tmp_path / "store"))
+    with pytest.raises(SmokeInputError) as info:
+        run_smoke(None, None, opts, log=lambda _line: None)
+    assert str(info.value).startswith(f"--cache-store: kernel cache store {tmp_path / 'store' / 'index.json'}: "
+                                      "cannot be written (")
+    assert not (tmp_path / "out").exists()  # no server ran, no report

@@ -25,12 +25,12 @@ runner reads the engine's own per-line timestamps (`docker logs --timestamps`, U
 
 from __future__ import annotations
 
-import datetime as dt
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..core.records import parse_local_stamp, parse_utc
 
 MILESTONES = ("imports_done", "weights_loaded", "cuda_graphs_captured", "healthy", "first_token")
 # phase name -> (from milestone, to milestone); "process_start" is 0.
@@ -63,14 +63,11 @@ class LogLine:
 def sglang_stamp(text: str) -> tuple[float | None, float]:
     """(epoch seconds of SGLang's `[date time(.ms)]` prefix in this machine's local time, its resolution)."""
     found = _SGLANG_STAMP.match(text)
-    if not found:
-        return None, 1.0
-    try:
-        struct = time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S")
-    except ValueError:
+    at = parse_local_stamp(found.group(1)) if found else None
+    if found is None or at is None:
         return None, 1.0
     fraction = found.group(2)
-    return time.mktime(struct) + (float(fraction) if fraction else 0.0), (0.001 if fraction else 1.0)
+    return at + (float(fraction) if fraction else 0.0), (0.001 if fraction else 1.0)
 
 
 def process_log_lines(text: str) -> tuple[list[LogLine], float]:
@@ -98,14 +95,9 @@ def docker_log_lines(text: str) -> list[LogLine]:
 
 
 def docker_time(text: str) -> float | None:
-    """Docker's RFC 3339 time (`2026-12-05T03:30:00.123456789Z` or without the Z) as epoch seconds."""
-    text = text.rstrip("Z")
-    whole, _, fraction = text.partition(".")
-    try:
-        stamp = dt.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-    return stamp + (float("0." + fraction[:6]) if fraction.isdigit() else 0.0)
+    """Docker's RFC 3339 time (`2026-12-05T03:30:00.123456789Z`) as epoch seconds (None: not one)."""
+    when = parse_utc(text)
+    return None if when is None else when.timestamp()
 
 
 def milestones_of(lines: Iterable[LogLine]) -> dict[str, float | None]:
