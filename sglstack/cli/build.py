@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..core.jsonreport import NO_JSON
 from ..core.options import (
     ReportOptions,
     TaskOptions,
@@ -17,6 +20,8 @@ from ..core.options import (
 from .options import command
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..core.jsonreport import JsonReport
 
 CA_BUNDLE = "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDLE)"
@@ -49,8 +54,6 @@ class BuildOptions(ReportOptions):
 def build(o: BuildOptions, as_json: JsonReport) -> int:
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it (--json,
     --json-out: the plan of --dry-run)."""
-    from .pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
-
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
@@ -73,7 +76,67 @@ class BakeOptions(TaskOptions):
 @command(BakeOptions)
 def bake(o: BakeOptions) -> int:
     """Write build/docker-bake.json (a target per stack and stage) and its contexts; print the bake command."""
-    from ..imagebuild.bake import bake_command  # at call time: the matrix and the renderer are slow to import
-
     return bake_command(o.stacks_file, list(o.stack), out=o.out, print_only=o.print, builder_name=o.builder,
                         ca_bundle=o.ca_bundle, docker_cli=o.docker_cli, run=o.run)
+
+
+def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
+                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+                  docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
+                  smoke_opts: list[str] | None = None, builder_name: str | None = None,
+                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
+    """Every input checked, then the plan printed (--dry-run) or the build (and release) run."""
+    # at call time: the Docker SDK and the matrix are slow to import
+    from ..attest.errors import BadInput
+    from ..core.console import console as make_console
+    from ..core.console import plain
+    from ..core.errors import one_line
+    from ..pipeline.flow import build_and_release, describe_plan, plan_build
+
+    if as_json and not dry_run:
+        raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
+    plan = plan_build(stacks_file, stack_name, target=target, no_cache=no_cache, force=force, dry_run=dry_run,
+                      push=push, ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
+                      registry=registry, smoke_opts=smoke_opts, builder_name=builder_name, key=key, unsigned=unsigned)
+    if plan.lock_missing:
+        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(plan.lock_missing)}", highlight=False)
+    if not dry_run:
+        return build_and_release(plan, push=push, registry=registry, smoke_opts=smoke_opts)
+    lines = describe_plan(plan.stack, plan.settings, push=push, registry=registry, signed=not unsigned)
+    steps = [line.partition(":") for line in lines]  # each line is `step: what`, the step padded for the eye
+    as_json.emit({"stack": plan.stack.name, "push": push,
+                  "plan": [{"step": step.strip(), "detail": detail.strip()} for step, _, detail in steps]})
+    if not as_json.stdout:
+        for line in lines:
+            make_console().print(one_line(line), highlight=False, markup=False)
+    return 0
+
+
+def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | None = None,
+                 print_only: bool = False, builder_name: str | None = None, ca_bundle: str | None = None,
+                 docker_cli: str | None = None, run: bool = False) -> int:
+    """Write the bake file and every context it points at (`sglstack.imagebuild.bake`); print (or run) the bake."""
+    # at call time: the matrix and the renderer are slow to import
+    from ..core.console import console as make_console
+    from ..core.console import plain
+    from ..imagebuild.bake import DEFAULT_GROUP, bake_argv, buildx_client, run_bake, write_bake
+    from ..imagebuild.plan import INDEX_NETRC_ENV
+
+    written = write_bake(stacks_file, stack_names, out=out, ca_bundle=ca_bundle)
+    console = make_console()
+    if print_only:
+        print(json.dumps(written.definition, indent=2))
+    else:
+        console.print(f"bake file: {plain(written.path)} ({len(written.definition['target'])} targets, "
+                      f"{len(written.stacks)} stacks; group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)
+    cli = buildx_client(docker_cli) if run else None
+    argv = bake_argv(cli or "docker", written.path, builder_name=builder_name)
+    if written.logins and not print_only:
+        console.print(f"credentials: the targets read the netrc of {', '.join(x.host for x in written.logins)} from "
+                      f"{INDEX_NETRC_ENV} (a BuildKit secret): set it to that netrc before running bake "
+                      "yourself (--run sets it from stacks.yaml)", highlight=False, markup=False)
+    if not print_only:
+        console.print(f"run: {shlex.join(argv)}", highlight=False, markup=False)
+        console.print("then: invoke build --stack STACK [--builder NAME] [--push] verifies, tags and releases "
+                      "each image from the same cache", highlight=False, markup=False)
+    return run_bake(written, cli, argv) if run else 0

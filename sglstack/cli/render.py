@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..config.imageref import not_an_image
 from ..core.options import TaskOptions, option, required, stacks_file_option
+from .attest import expected_identity
 from .options import command
 
 
@@ -27,20 +28,14 @@ class RenderOptions(TaskOptions):
 @command(RenderOptions)
 def render(o: RenderOptions) -> None:
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
-    from ..imagebuild.context import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
+    # at call time: pydantic and jinja2 would slow `invoke --list`
+    from ..imagebuild.context import render_stack_folder
     from ..render.k8s import K8sOptions  # at call time: as above
 
     image = o.image
     if o.verify_key:
-        # at call time: only with --verify-key
-        from ..attest.provenance import BuildIdentity
-        from ..attest.verify import verified_for_render
-        from ..config.matrix import load_matrix
-        from ..lock.trust import lock_for_build
-        from ..render.dockerfile import released_config_hash
+        from ..attest.verify import verified_for_render  # at call time: only with --verify-key
 
-        stack = load_matrix(o.stacks_file).get(o.stack)
-        expect = BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(o.stacks_file, stack)))
-        image = verified_for_render(image, o.verify_key, expect)
+        image = verified_for_render(image, o.verify_key, expected_identity(o.stacks_file, o.stack))
     options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
-    render_command(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)
+    render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

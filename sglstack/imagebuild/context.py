@@ -1,5 +1,5 @@
 """Writing what render made: the build context folder (`write_build_context`) and `invoke render`'s
-output folder (`render_command`). render/ returns content and writes nothing; this module owns the
+output folder (`render_stack_folder`). render/ returns content and writes nothing; this module owns the
 temp folder, the swap and the removal of what an earlier render left.
 """
 
@@ -133,7 +133,7 @@ def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list
             if name not in owned and os.path.lexists(out / name.rstrip("/"))]
 
 
-def render_command(
+def render_stack_folder(
     stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
     k8s_options: K8sOptions | None = None,
 ) -> RenderedContext:

@@ -51,7 +51,7 @@ from .images import ImageVanished, existing_verified_image, held_image, stamp_la
 from .plan import (
     CA_BUNDLE_ENV,
     HF_TOKEN_ENV,
-    BuildOptions,
+    BuildSettings,
     BuildResult,
     add_git_source,
     build_request,
@@ -98,7 +98,7 @@ class PhaseTimer:
 
 # ---- the build -------------------------------------------------------------------------------------
 
-def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
+def build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
     """Build, verify, stamp and tag one stack; skip when a verified image of this config exists.
 
     Under the stack's lock: two builds of one stack would render into one context and hash it half
@@ -108,13 +108,13 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         return _build_stack(stack, options)
 
 
-def check_build_folder(stack: Stack, options: BuildOptions) -> None:
+def check_build_folder(stack: Stack, options: BuildSettings) -> None:
     """A build folder that cannot be written is one line before anything (its lock included) is made."""
     require_writable(record_path_for(out_dir_for(stack, options), options.effective_target),
                      what="build record (under the build folder)")
 
 
-def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
+def _build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
     console = make_console()
     timer = PhaseTimer()
     out_dir = out_dir_for(stack, options)
@@ -165,7 +165,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
 
 
-def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildOptions, config_hash: str, tag: str,
+def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildSettings, config_hash: str, tag: str,
                   out_dir: Path) -> BuildResult | None:
     """The result of a verified image of this config, here or (the serving target) in the registry; None if none."""
     console = make_console()
@@ -190,7 +190,7 @@ def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildOptio
 
 
 def _build_and_hold(hold: contextlib.ExitStack, client: docker.DockerClient, builder: Builder, request: BuildRequest,
-                    stack: Stack, options: BuildOptions, config_hash: str, timer: PhaseTimer, out_dir: Path) -> str:
+                    stack: Stack, options: BuildSettings, config_hash: str, timer: PhaseTimer, out_dir: Path) -> str:
     """Run BuildKit and hold its image under a temporary tag of this build's (released when `hold` closes)."""
     for attempt in range(2):
         with timer.phase("build"):
@@ -221,7 +221,7 @@ class _Facts:
     base_image_id: str | None
 
 
-def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildOptions, timer: PhaseTimer,
+def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildSettings, timer: PhaseTimer,
             out_dir: Path, console: Console) -> _Facts:
     target = options.effective_target
     with timer.phase("verify"):
@@ -249,7 +249,7 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
     return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None)
 
 
-def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: RenderedContext, builder: Builder,
+def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered: RenderedContext, builder: Builder,
                   timer: PhaseTimer, *, image_id: str, tag: str, config_hash: str, built_at: dt.datetime,
                   started_at: str, labels: dict[str, str]) -> dict[str, Any]:
     info = facts.info or {}
@@ -283,7 +283,7 @@ def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: 
 
 # ---- the dry run -----------------------------------------------------------------------------------
 
-def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]:
+def describe_build(stack: Stack, options: BuildSettings) -> tuple[list[str], str]:
     """What the build would do, without touching Docker (rendering goes to a temp folder), and the
     config hash it would build."""
     target = options.effective_target
@@ -332,7 +332,7 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
     return lines, config_hash
 
 
-def _planned_secrets(options: BuildOptions) -> tuple[dict[str, Path], dict[str, str]]:
+def _planned_secrets(options: BuildSettings) -> tuple[dict[str, Path], dict[str, str]]:
     value = options.ca_bundle or os.environ.get(CA_BUNDLE_ENV)
     files = {"ca_bundle": Path(value)} if value else {}
     env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}

@@ -41,7 +41,7 @@ RemoteLookup = Callable[[Stack, str], str | None]
 
 
 @dataclass(frozen=True)
-class BuildOptions:
+class BuildSettings:
     target: str | None = None
     no_cache: bool = False
     force: bool = False
@@ -79,7 +79,7 @@ class BuildResult:
 
 # ---- pure planning ---------------------------------------------------------------------------------
 
-def out_dir_for(stack: Stack, options: BuildOptions) -> Path:
+def out_dir_for(stack: Stack, options: BuildSettings) -> Path:
     return options.out_dir or build_root() / stack.name
 
 

@@ -202,7 +202,7 @@ def _probes(spec: ServingSpec) -> dict[str, Any]:
     }
 
 
-def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
+def pod_argv(spec: ServingSpec, options: K8sOptions) -> list[str]:
     """The smoke-tested argv, with only the LWS placement values left for Kubernetes to expand."""
     node = node_args(options)
     # Placeholders no argument can hold (a NUL ends an argv string): where they land is where LWS's
@@ -239,7 +239,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         "name": CONTAINER,
         "image": image_ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": pod_command(spec, options),
+        "command": pod_argv(spec, options),
         "env": env,
         "resources": {"limits": limits} if limits else {},
         "volumeMounts": mounts,

@@ -112,7 +112,7 @@ def _serve_each_kind(
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
     runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
     # The argv each server was started with (the process runner's port is the free one it picked).
-    commands = {kind: launch_command(options, image, kind) for kind in options.kinds}
+    commands = {kind: launch_argv(options, image, kind) for kind in options.kinds}
     for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
@@ -173,7 +173,7 @@ def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | Non
     }
 
 
-def launch_command(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
+def launch_argv(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
     """The argv as the report shows it, secrets hidden (a process run replaces it with the one it started)."""
     if options.runner == "process":
         return redact_argv(process_plan(options, kind, options.port, host_env={}).argv)

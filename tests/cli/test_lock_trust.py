@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from clirun import run_invoke
 
-from sglstack.cli import coverage as coverage_mod
+from sglstack.coverage import stack as coverage_mod
 from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError

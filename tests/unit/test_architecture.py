@@ -107,8 +107,7 @@ MAY_USE: dict[str, set[str]] = {
     "adapters": {"core"},
     # lockfile: the lock model (the parsed lock file, its text format, when it is current), below lock, diff, render
     "lockfile": {"config", "core"},
-    # diff: `invoke lock` shows what changed against the lock it replaces
-    "lock": {"config", "lockfile", "adapters", "core", "inimage", "diff"},
+    "lock": {"config", "lockfile", "adapters", "core", "inimage"},
     "coverage": {"config", "adapters", "core"},
     # size: the size report of an image and the CUDA libraries a stage holds twice (build gates on it, diff shows it)
     "size": {"config", "adapters", "core"},
@@ -125,9 +124,13 @@ MAY_USE: dict[str, set[str]] = {
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
     "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "inimage",
                 "adapters", "core"},
-    # the face: every task parses its options and calls one library function; nothing imports it
+    # build, then (--push) release: the one place image build and publish meet, above both
+    "pipeline": {"config", "serving", "lock", "lockfile", "imagebuild", "publish", "attest", "registry", "adapters",
+                 "core"},
+    # the face: every task parses its options, calls its part and prints; nothing imports it. It talks to no
+    # registry and no engine itself (`test_the_face_talks_to_no_registry_or_engine`).
     "cli": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "diff", "registry", "attest",
-            "imagebuild", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "adapters",
+            "imagebuild", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "pipeline", "inimage",
             "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
@@ -287,6 +290,53 @@ def test_the_process_call_finder_sees_a_tool_found_by_which():
               "kubectl = shutil.which('kubectl')\nsubprocess.run([kubectl, 'apply'])\ngo(['hadolint', '-'])\n")
     assert _process_calls(source) == [(5, {"kubectl", "apply"}), (6, {"kubectl", "hadolint", "-"})]
     assert _process_calls("import subprocess\nsubprocess.CompletedProcess\n") == []
+
+
+# ---- the face and the parts: one seam ------------------------------------------------------------------
+
+def _task_entries(source: str) -> list[str]:
+    """Functions named like a task entry (`*_command`), at any depth."""
+    return [node.name for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("_command")]
+
+
+def test_no_part_holds_a_task_entry():
+    """A task's entry (its options turned into a call, what it prints, its exit code) is the face's, in
+    `cli/<task or part>.py`; a part takes a Stack and typed values and returns results."""
+    entries = sorted(f"{m}.{name}" for m, p in MODULES.items() if _part(m) != "cli"
+                     for name in _task_entries(p.read_text(encoding="utf-8")))
+    assert entries == [], f"move these task entries into sglstack/cli/ (a part returns results): {entries}"
+
+
+def test_the_task_entry_finder_sees_methods_and_nested_functions():
+    source = "def lock_command():\n    def inner_command(): pass\nclass A:\n    def b_command(self): pass\n" \
+             "def pod_argv(): pass\n"
+    assert sorted(_task_entries(source)) == ["b_command", "inner_command", "lock_command"]
+
+
+# The registry's HTTP client, every adapter and the libraries they wrap; `registry.local` is a part's task
+# (`invoke registry.up`) like any other.
+FACE_MAY_NOT_TOUCH = ("sglstack.registry.client", "sglstack.registry.session", "sglstack.registry.transport",
+                      "sglstack.registry.auth", "sglstack.adapters", "docker", "requests")
+
+
+def _outside_imports(module: str) -> set[str]:
+    """Every module name `module` imports (ours resolved, third-party as written)."""
+    names = {t for _, t in _imports(module)}
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_face_talks_to_no_registry_or_engine():
+    """cli/ parses options and prints: the registry, the Docker engine and every other outside system are
+    reached through a part (a task that did it itself held domain logic the part's tests never saw)."""
+    wrong = sorted(f"{m} -> {name}" for m in MODULES if _part(m) == "cli" for name in _outside_imports(m)
+                   if any(name == x or name.startswith(x + ".") for x in FACE_MAY_NOT_TOUCH))
+    assert wrong == [], wrong
 
 
 CLI_MODULES = {"command", "commands", "cli"}

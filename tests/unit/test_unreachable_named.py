@@ -11,7 +11,7 @@ import pytest
 
 from sglstack.adapters import wheels
 from sglstack.attest.errors import AttestationError
-from sglstack.cli import attest
+from sglstack.attest import shown as attest
 
 ADVICE = ("check this machine's network, DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host "
           "can be reached")
