@@ -6,8 +6,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.options import ReportOptions, docker_host_option, option, repeatable, required, stacks_file_option
+from .cmdoptions import (
+    ca_bundle_option,
+    docker_cli_option,
+    max_new_tokens_option,
+    model_option,
+    skip_preflight_option,
+    stack_option,
+    tp_option,
+)
 from .options import command
-from .preflight import SKIP_PREFLIGHT
 
 if TYPE_CHECKING:
     from ..bisect.driver import BisectRequest
@@ -16,7 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BisectOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     good: str = required("the last known good SGLang ref: a release (PyPI stacks) or a commit, tag, branch "
                          "(git stacks)")
     bad: str = required("the first known bad SGLang ref (a newer release, or a descendant commit)")
@@ -27,20 +35,20 @@ class BisectOptions(ReportOptions):
                        kind=int)
     threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
     max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=int)
-    ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
-    docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
+    ca_bundle: str | None = ca_bundle_option()
+    docker_cli: str | None = docker_cli_option()
     docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "
                                                  "local socket)")
     gpus: int | None = option("GPUs per server (0: none, for CPU test doubles)", kind=int)
-    tp: int | None = option("tensor parallel size", kind=int)
-    model: str | None = option("target model path or HF repo")
+    tp: int | None = tp_option(int)
+    model: str | None = model_option()
     draft_model: str | None = option("EAGLE-3 draft model (eagle3/speedup metrics)")
     mount: tuple[str, ...] = repeatable("HOST:CONTAINER bind mount for the servers, e.g. the HF cache (repeatable)")
     env: tuple[str, ...] = repeatable("K=V for the server containers (repeatable)")
     timeout: float | None = option("seconds each server may take to answer /health_generate", kind=float)
     num_prompts: int | None = option("prompts per measured run", kind=int)
-    max_new_tokens: int | None = option("tokens generated per request", kind=int)
-    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
+    max_new_tokens: int | None = max_new_tokens_option(int)
+    skip_preflight: bool = skip_preflight_option()
     smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
 
 

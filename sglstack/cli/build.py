@@ -14,9 +14,9 @@ from ..core.options import (
     docker_host_option,
     option,
     repeatable,
-    required,
     stacks_file_option,
 )
+from .cmdoptions import ca_bundle_option, docker_cli_option, stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -24,12 +24,10 @@ if TYPE_CHECKING:
 
     from ..core.jsonreport import JsonReport
 
-CA_BUNDLE = "extra CA bundle passed as a BuildKit secret (also SGLSTACK_CA_BUNDLE)"
-
 
 @dataclass(frozen=True)
 class BuildOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
     target: str | None = option("build one stage only (e.g. sglang-src)")
     no_cache: bool = option("build without BuildKit's cache", False, kind=bool)
@@ -37,8 +35,8 @@ class BuildOptions(ReportOptions):
     dry_run: bool = option("print the plan (render, build command, tags, smoke) without touching Docker", False,
                            kind=bool)
     push: bool = option("release: push a candidate, smoke it by digest, promote the tested digest", False, kind=bool)
-    ca_bundle: str | None = option(CA_BUNDLE)
-    docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
+    ca_bundle: str | None = ca_bundle_option()
+    docker_cli: str | None = docker_cli_option()
     docker_host: str | None = docker_host_option(
         "Docker engine URL for the build (default: DOCKER_HOST / local socket)")
     registry: str | None = option("registry repository to push to (default: the stack's publish.repository)")
@@ -68,7 +66,7 @@ class BakeOptions(TaskOptions):
     out: str | None = option("the bake file (default: build/docker-bake.json, under SGLSTACK_BUILD_DIR if set)")
     print: bool = option("print the bake file's JSON instead of the summary", False, kind=bool)
     builder: str | None = option("buildx builder instance for the printed (or run) bake command")
-    ca_bundle: str | None = option(CA_BUNDLE)
+    ca_bundle: str | None = ca_bundle_option()
     docker_cli: str | None = option("docker client with buildx, for --run (also SGLSTACK_DOCKER_CLI)")
     run: bool = option("run docker buildx bake too (needs buildx)", False, kind=bool)
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.jsonreport import NO_JSON
-from ..core.options import ReportOptions, required, stacks_file_option
+from ..core.options import ReportOptions, stacks_file_option
+from .cmdoptions import stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CoverageOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..core.jsonreport import NO_JSON
-from ..core.options import ReportOptions, repeatable, required, stacks_file_option
+from ..core.options import ReportOptions, repeatable, stacks_file_option
+from .cmdoptions import stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LockOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
     upgrade_package: tuple[str, ...] = repeatable("re-resolve only this package and what depends on it (repeatable)")
 

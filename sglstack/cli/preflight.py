@@ -6,18 +6,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config.imageref import not_an_image
-from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
+from ..core.options import ReportOptions, docker_host_option, option, stacks_file_option
+from .cmdoptions import stack_option
 from .options import command
 
 if TYPE_CHECKING:
     from ..core.jsonreport import JsonReport
 
-SKIP_PREFLIGHT = "do not run `invoke preflight` on the GPU node first"
-
 
 @dataclass(frozen=True)
 class PreflightOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
     docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
                                                  "tcp://, unix://)")

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from ..config.imageref import not_an_image
 from ..core.jsonreport import NO_JSON
-from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
+from ..core.options import ReportOptions, docker_host_option, option, stacks_file_option
+from .cmdoptions import stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SizeOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
     image: str | None = option("the image to measure (default: the one the stack's last build recorded)",
                                check=not_an_image)

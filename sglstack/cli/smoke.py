@@ -10,8 +10,8 @@ from ..config.defaults import default_stacks_file
 from ..config.imageref import not_an_image
 from ..core.jsonreport import NO_JSON
 from ..core.options import BadOption, ReportOptions, docker_host_option, option, repeatable, stacks_file_option
+from .cmdoptions import max_new_tokens_option, model_option, skip_preflight_option, tp_option
 from .options import command
-from .preflight import SKIP_PREFLIGHT
 
 if TYPE_CHECKING:
     from ..core.jsonreport import JsonReport
@@ -25,9 +25,9 @@ class SmokeOptions(ReportOptions):
                                check=not_an_image)
     stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
-    model: str | None = option("target model path or HF repo")
+    model: str | None = model_option()
     draft_model: str | None = option("EAGLE-3 draft model path or HF repo")
-    tp: str | None = option("tensor parallel size")
+    tp: str | None = tp_option()
     gpus: str | None = option("GPUs to request (0: none, for CPU test doubles)")
     mount: tuple[str, ...] = repeatable("HOST:CONTAINER[:ro] bind mount of an existing host folder, e.g. the HF cache "
                               "(repeatable)")
@@ -40,14 +40,14 @@ class SmokeOptions(ReportOptions):
                                  "serving.startup_timeout_s)")
     concurrency: str | None = option("the higher concurrency measured after concurrency 1")
     num_prompts: str | None = option("prompts per phase")
-    max_new_tokens: str | None = option("tokens generated per request")
+    max_new_tokens: str | None = max_new_tokens_option()
     min_speedup: str | None = option("gate: EAGLE-3 tok/s over baseline tok/s")
     min_accept_length: str | None = option("gate: accept length")
     min_agreement: str | None = option("gate: share of identical greedy outputs")
     max_regression: str | None = option("gate: allowed tok/s drop against the stack's last passing run (0.05 = 5%)")
     report: str | None = option("JSON report path (a .md summary and .png chart are written next to it)")
     no_history: bool = option("neither compare with nor append to build/STACK/smoke-history.jsonl", False, kind=bool)
-    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
+    skip_preflight: bool = skip_preflight_option()
     bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
                                      "commit's smoke report (JSON) or a number")
     metric: str | None = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..core.jsonreport import NO_JSON
 from ..core.options import ReportOptions, option, required, stacks_file_option
+from .cmdoptions import stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, as_json
 
 @dataclass(frozen=True)
 class UpgradeOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     sglang: str = required("the SGLang release to move to")
     as_: str | None = option("write the upgraded entry as a new stack NEW (inherits NAME; default: NAME in place)")
     write: bool = option("edit the stacks file (comments kept) and write locks/NEW.txt, when the entry would pass "

@@ -339,6 +339,32 @@ def test_the_face_talks_to_no_registry_or_engine():
     assert wrong == [], wrong
 
 
+_OPTION_MAKERS = {"option", "required", "repeatable", "stacks_file_option", "docker_host_option"}
+
+
+def _option_helps(source: str) -> list[str]:
+    """The help text written out in each option declaration of `source` (`option("...")` and the like)."""
+    return [node.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _OPTION_MAKERS
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_an_option_shared_by_tasks_is_declared_once():
+    """An option two tasks share is one declaration in `cli/cmdoptions.py` (or `core/options.py`), as pip's
+    cmdoptions: the same help text written in two task modules is a twin waiting to drift."""
+    where: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if _part(module) == "cli":
+            for text in _option_helps(path.read_text(encoding="utf-8")):
+                where.setdefault(text, []).append(module)
+    assert {text: modules for text, modules in where.items() if len(modules) > 1} == {}
+
+
+def test_the_option_help_finder_reads_each_declaration():
+    source = 'a: str = option("x y")\nb: str = required("z", check=f)\nc: int = option(HELP)\nd = other("w")\n'
+    assert _option_helps(source) == ["x y", "z"]
+
+
 CLI_MODULES = {"command", "commands", "cli"}
 CLI_DEBTS: set[str] = set()
 

@@ -22,6 +22,8 @@ from sglstack.adapters.uv import (
 from sglstack.cli.lock import lock_command
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import FlashInferPin, KernelPin, Matrix, TorchPin
+from sglstack.core import console as console_mod
+from sglstack.core import progress as progress_mod
 from sglstack.core.errors import ConfigError
 from sglstack.lock import entries, flow
 from sglstack.lock.conflicts import Finding, resolve_findings
@@ -956,8 +958,8 @@ def _terminal(monkeypatch):
     from rich.console import Console
 
     out = io.StringIO()
-    monkeypatch.setattr(flow, "make_console", lambda: Console(file=out, force_terminal=True, color_system="standard",
-                                                              width=400))
+    monkeypatch.setattr(console_mod, "console", lambda: Console(file=out, force_terminal=True, color_system="standard",
+                                                                width=400))
     return out
 
 
@@ -1049,7 +1051,7 @@ def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, 
     def no_progress(*args, **kwargs):
         raise AssertionError("the progress started before the stack name was checked")
 
-    monkeypatch.setattr(flow, "progress", no_progress)
+    monkeypatch.setattr(progress_mod, "progress", no_progress)
     with pytest.raises(ConfigError) as err:
         lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
     assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")
