@@ -22,7 +22,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from ..core import labels as lb
-from ..core.errors import DockerUnavailable
+from ..core.errors import DockerUnavailable, first_line
 from ..core.options import BadOption
 
 OWNER_LABEL = lb.OWNER_LABEL
@@ -83,7 +83,7 @@ def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> dock
         client.ping()
     except docker.errors.DockerException as exc:
         where = docker_host or os.environ.get("DOCKER_HOST") or "the default Docker socket"
-        reason = str(exc).splitlines()[0][:200]
+        reason = first_line(str(exc))
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {reason}") from None
     except ValueError:  # the URL does not parse (urllib's own words name no option)
         where = f"--docker-host '{docker_host}'" if docker_host else f"DOCKER_HOST '{os.environ.get('DOCKER_HOST')}'"

@@ -12,7 +12,7 @@ import docker.errors
 from ..adapters.docker import docker_client
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
-from ..core.errors import RegistryError
+from ..core.errors import RegistryError, first_line
 from ..core.inputs import loads
 from ..core.network import explained
 from ..core.records import parse_utc, utc_now
@@ -113,7 +113,7 @@ def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
         try:
             image = client.images.pull(ref)
         except docker.errors.APIError as exc:
-            reason = str(exc.explanation or exc).splitlines()[0][:200]
+            reason = first_line(str(exc.explanation or exc))
             raise AttestationError(f"image '{ref}' is neither attached to a registry SBOM nor pullable: "
                                    f"{explained(reason) or reason}") from None
     created = _created(image.attrs.get("Created"))

@@ -34,7 +34,7 @@ from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
 from ..core import signals
 from ..core.console import printable_lines
-from ..core.errors import ConfigError, DeployError, SglstackError
+from ..core.errors import ConfigError, DeployError, SglstackError, first_line
 from ..core.records import build_root as default_build_root
 from ..core.records import utc_timestamp
 from ..core.safefiles import (
@@ -246,7 +246,7 @@ def _come_up(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
 
 
 def _describe(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return first_line(str(exc)) if str(exc) else type(exc).__name__
 
 
 def _health_failure(

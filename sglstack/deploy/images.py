@@ -13,7 +13,7 @@ import docker.errors
 from ..adapters.docker import image_exists, local_image
 from ..config.imageref import is_digest, parse_image_reference, registry_digest
 from ..config.schema import Stack
-from ..core.errors import ConfigError, DeployError
+from ..core.errors import ConfigError, DeployError, first_line
 from ..core.network import explained
 from ..core.records import build_root as default_build_root
 from ..publish import PublishedRelease, published_release
@@ -62,7 +62,7 @@ def ensure_image(client: docker.DockerClient, ref: str, stack_name: str, say: Ca
     try:
         client.images.pull(ref)
     except docker.errors.DockerException as exc:
-        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        reason = first_line(str(getattr(exc, "explanation", None) or exc))
         raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {explained(reason) or reason} (nothing was "
                           "changed)") from None
     if not image_exists(client, ref):
@@ -75,7 +75,7 @@ def image_identity(client: docker.DockerClient, ref: str) -> tuple[str, str]:
     try:
         found = local_image(client, ref)
     except docker.errors.APIError as exc:
-        raise DeployError(f"image {ref}: {str(exc).splitlines()[0]}") from None
+        raise DeployError(f"image {ref}: {first_line(str(exc))}") from None
     repo_digests = found.repo_digests if found is not None else ()
     return registry_digest(ref, repo_digests) or "", found.id if found is not None else ""
 

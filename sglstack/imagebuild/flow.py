@@ -51,8 +51,8 @@ from .images import ImageVanished, existing_verified_image, held_image, stamp_la
 from .plan import (
     CA_BUNDLE_ENV,
     HF_TOKEN_ENV,
-    BuildSettings,
     BuildResult,
+    BuildSettings,
     add_git_source,
     build_request,
     compute_config_hash,

@@ -24,7 +24,7 @@ from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.credentials import argv_references
-from ..core.errors import one_line
+from ..core.errors import first_line, one_line
 from ..core.quoting import k8s_literal, one_line_problem
 from ..serving import (
     SECRET_ENV,
@@ -342,7 +342,7 @@ def _kv(module: Any, obj: dict[str, Any], version: str, where: str) -> None:
         module.validate(obj, version, strict=True)
     except module.ValidationError as exc:
         path = ".".join(str(p) for p in exc.path) or "(top)"
-        raise ServingError(f"{where}: {path}: {exc.message.splitlines()[0][:200]}") from None
+        raise ServingError(f"{where}: {path}: {first_line(exc.message)}") from None
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # libyaml when built

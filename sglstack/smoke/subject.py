@@ -18,7 +18,7 @@ import docker.errors
 from ..adapters.docker import docker_client, local_image
 from ..config.imageref import not_an_image, registry_digest
 from ..config.schema import Stack
-from ..core.errors import SmokeError, SmokeInputError, one_line, shown
+from ..core.errors import SmokeError, SmokeInputError, first_line, one_line, shown
 from ..core.network import explained
 from ..preflight.gate import require_ready
 from .launch import env_interpreter
@@ -110,14 +110,14 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
             try:
                 engine.images.pull(ref)
             except docker.errors.APIError as exc:
-                reason = (exc.explanation or str(exc)).splitlines()[0][:200]
+                reason = first_line(exc.explanation or str(exc))
                 raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: "
                                  f"{explained(reason) or reason}") from None
             found = local_image(engine, ref)
             if found is None:
                 raise SmokeError(f"image {ref}: not on the Docker host after the pull")
     except docker.errors.APIError as exc:
-        raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
+        raise SmokeError(f"image {ref}: {first_line(exc.explanation or str(exc))}") from None
     return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
             "repo_digests": list(found.repo_digests)}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.wheels import fetch_wheel, open_wheel
+from ..core.errors import last_line
 from ..core.inputs import loads
 
 PROBE = Path(__file__).with_name("argv_probe.py")
@@ -66,6 +67,6 @@ def check_argv(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[st
             return {"checked": False, "argv": list(argv), "skipped": f"the parser did not load in {PROBE_TIMEOUT_S} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        why = last_line(proc.stderr)
         return {"checked": False, "argv": list(argv), "skipped": f"sglang's parser could not be loaded: {why}"}
     return judge_probe(loads(lines[-1]), argv)

@@ -120,7 +120,8 @@ MAY_USE: dict[str, set[str]] = {
     "smoke": {"config", "serving", "diff", "preflight", "adapters", "core"},
     "bisect": {"config", "imagebuild", "smoke", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
-    "preflight": {"config", "adapters", "core"},
+    # inimage: the node side of preflight (its checks, the report) is in-image code, shipped into the stack image
+    "preflight": {"config", "inimage", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
     "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "inimage",
                 "adapters", "core"},
@@ -243,7 +244,6 @@ PROCESS_DEBTS = {
     "sglstack.attest.identity": "git (the checkout's own commit)",
     "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
-    "sglstack.preflight.probe": "nvidia-smi",
     "sglstack.registry.local": "the embedded registry's binary",
     "sglstack.upgrade.argv": "the release's own serving-argv parser, in a throwaway venv",
 }
