@@ -117,22 +117,24 @@ MAY_USE: dict[str, set[str]] = {
     # imagebuild: the image build (not named `build`: packaging and import-graph tools skip that name)
     "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage",
                    "adapters", "core"},
+    # patches: the host side of the patch engine (which patches, a release checked, a tree patched)
+    "patches": {"config", "inimage", "adapters", "core"},
     "smoke": {"config", "serving", "diff", "preflight", "adapters", "core"},
-    "bisect": {"config", "imagebuild", "smoke", "inimage", "adapters", "core"},
+    "bisect": {"config", "imagebuild", "smoke", "patches", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "adapters", "core"},
     # inimage: the node side of preflight (its checks, the report) is in-image code, shipped into the stack image
     "preflight": {"config", "inimage", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "adapters", "core"},
-    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "inimage",
-                "adapters", "core"},
+    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "patches",
+                "inimage", "adapters", "core"},
     # build, then (--push) release: the one place image build and publish meet, above both
     "pipeline": {"config", "serving", "lock", "lockfile", "imagebuild", "publish", "attest", "registry", "adapters",
                  "core"},
     # the face: every task parses its options, calls its part and prints; nothing imports it. It talks to no
     # registry and no engine itself (`test_the_face_talks_to_no_registry_or_engine`).
     "cli": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "diff", "registry", "attest",
-            "imagebuild", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "pipeline", "inimage",
-            "core"},
+            "imagebuild", "patches", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "pipeline",
+            "inimage", "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
 DEBTS: set[tuple[str, str]] = set()
