@@ -111,6 +111,7 @@ def smoke_command(image: str | None, *, stack: str | None = None, stacks_file: s
     """The smoke run (`sglstack.smoke.run_smoke`) and its summary: 0 only when every gate passed; the JSON
     report is `--report`'s document."""
     # at call time: the smoke runner loads the Docker SDK
+    from ..config.imageref import image_name
     from ..config.matrix import load_matrix
     from ..core.errors import one_line
     from ..smoke import run_smoke, smoke_options
@@ -121,7 +122,7 @@ def smoke_command(image: str | None, *, stack: str | None = None, stacks_file: s
     as_json.emit(data)
     runner = (data.get("runner") or {}).get("kind", "docker")
     served = image or data["image"]["ref"]
-    shown = data["image"].get("digest") or data["image"].get("id")  # a local build has no registry digest
+    shown = image_name(data["image"].get("digest"), data["image"].get("id"))
     print(f"smoke {report.verdict.upper()}: {served} ({shown}, {runner} runner)")
     b, e = data["baseline"], data["eagle3"]
     speedup = f"{data['speedup']:.2f}x" if data["speedup"] is not None else "n/a"

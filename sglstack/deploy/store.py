@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
+from ..config.imageref import image_name
 from ..core.errors import DeployError
 from ..core.records import (
     BadLine,
@@ -140,7 +141,7 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 
 def _identity(record: DeploymentRecord) -> str:
     """Which image a record served: its registry digest, else its image id (a tag can move), else the reference."""
-    return record.digest or record.image_id or record.image
+    return image_name(record.digest, record.image_id) or record.image
 
 
 def display_path(path: Path) -> str:

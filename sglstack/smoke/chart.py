@@ -13,6 +13,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..config.imageref import image_name
 from ..core.records import parse_utc
 
 if TYPE_CHECKING:
@@ -149,6 +150,6 @@ def _draw_history(ax: Any, report: Mapping[str, Any], history: Sequence[Mapping[
 
 def _tick_label(record: Mapping[str, Any]) -> str:
     image = record.get("image") or {}
-    digest = str(image.get("digest") or image.get("id") or "?").removeprefix("sha256:")[:7]
+    digest = (image_name(image.get("digest"), image.get("id")) or "?").removeprefix("sha256:")[:7]
     when = _when(record.get("time"))
     return f"{digest}\n{when:%m-%d %H:%M}" if when else digest

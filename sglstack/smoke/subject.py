@@ -16,7 +16,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client, local_image
-from ..config.imageref import not_an_image, registry_digest
+from ..config.imageref import image_name, not_an_image, registry_digest
 from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, first_line, one_line, shown
 from ..core.network import explained
@@ -124,4 +124,4 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
 
 def image_label(image_info: Mapping[str, Any]) -> str:
     """How a log line names the image: its registry digest, else its image id."""
-    return str(image_info.get("digest") or image_info.get("id") or "?")
+    return image_name(image_info.get("digest"), image_info.get("id")) or "?"

@@ -42,12 +42,12 @@ from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
-from ..patches.host import check_version
 from ..lock.conflicts import check_stack_pins
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform
 from ..lockfile.model import Lock, lock_path
 from ..lockfile.text import read_lock, render_lock
+from ..patches.host import check_version
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sglstack.config.imageref import image_name
 from sglstack.core.errors import MESSAGE_CUT, first_line, last_line
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sglstack"
@@ -55,3 +56,42 @@ def test_an_outside_message_is_cut_only_by_first_line_or_last_line():
 def test_the_line_cut_finder_sees_each_spelling():
     source = "a = s.splitlines()[0][:300]\nb = (s.splitlines() or [''])[-1]\nc = s.splitlines()[1]\nd = s.split()[0]\n"
     assert sorted(_line_cuts(source)) == [1, 2]
+
+
+# ---- how an image is named: its registry digest, else its image id -----------------------------------
+
+DIGEST, IMAGE_ID = "sha256:" + "d" * 64, "sha256:" + "1" * 64
+
+
+@pytest.mark.parametrize(("digest", "image_id", "name"), [
+    (DIGEST, IMAGE_ID, DIGEST), (None, IMAGE_ID, IMAGE_ID), ("", IMAGE_ID, IMAGE_ID), (None, None, None), ("", "", None),
+])
+def test_an_image_is_named_by_its_registry_digest_else_its_image_id(digest, image_id, name):
+    assert image_name(digest, image_id) == name
+
+
+def _names_an_image(source: str) -> list[int]:
+    """Lines that spell the rule themselves: `digest or image_id`, `x.get("digest") or x.get("id")`."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) >= 2:
+            first, second = node.values[0], node.values[1]
+            if not isinstance(second, ast.Attribute | ast.Call | ast.Name):
+                continue  # a condition (`not x.image_id`) or a sentence that shows both
+            a, b = ast.unparse(first), ast.unparse(second)
+            if "digest" in a and (b.endswith("image_id") or b.endswith(".get('id')")):
+                out.append(node.lineno)
+    return out
+
+
+def test_an_image_is_named_only_by_image_name():
+    home = PACKAGE / "config" / "imageref.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _names_an_image(p.read_text(encoding="utf-8"))}
+    assert found == set(), "use sglstack.config.imageref.image_name"
+
+
+def test_the_image_name_finder_sees_each_spelling():
+    source = ("a = r.digest or r.image_id or r.image\nb = i.get('digest') or i.get('id')\n"
+              "c = r.digest or not r.image_id\nd = r.digest or r.tag\n")
+    assert sorted(_names_an_image(source)) == [1, 2]
