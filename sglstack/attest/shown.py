@@ -7,14 +7,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-import docker.errors
-
-from ..adapters.docker import docker_client
+from ..adapters.docker import PullFailed, docker_client, present_or_pulled
 from ..config.imageref import ImageReference, names_its_registry
 from ..core.console import console
-from ..core.errors import RegistryError, first_line
+from ..core.errors import RegistryError
 from ..core.inputs import loads
-from ..core.network import explained
 from ..core.records import parse_utc, utc_now
 from ..registry.client import RegistryClient
 from .errors import AttestationError, BadInput, NotVerified
@@ -108,17 +105,11 @@ UNSIGNED_LISTED = "unsigned: listed here, covered by no signature"
 def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
     client = docker_client(docker_host)
     try:
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        try:
-            image = client.images.pull(ref)
-        except docker.errors.APIError as exc:
-            reason = first_line(str(exc.explanation or exc))
-            raise AttestationError(f"image '{ref}' is neither attached to a registry SBOM nor pullable: "
-                                   f"{explained(reason) or reason}") from None
-    created = _created(image.attrs.get("Created"))
-    return sbom_document(image_inventory(client, str(image.id)), image_name=ref, image_id=str(image.id),
-                         created=created), str(image.id)
+        image = present_or_pulled(client, ref)
+    except PullFailed as exc:
+        raise AttestationError(f"image '{ref}' is neither attached to a registry SBOM nor pullable: {exc}") from None
+    return sbom_document(image_inventory(client, image.id), image_name=ref, image_id=image.id,
+                         created=_created(image.created)), image.id
 
 
 def _created(value: Any) -> dt.datetime:

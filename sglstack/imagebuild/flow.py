@@ -32,7 +32,7 @@ from ..adapters.buildkit import (
     detect_builder,
     run_build,
 )
-from ..adapters.docker import docker_client, local_image
+from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
 from ..attest.identity import sglstack_identity
 from ..attest.provenance import tree_sha256
 from ..attest.sbom import Inventory
@@ -40,7 +40,7 @@ from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain, printable_lines
-from ..core.errors import SglstackError
+from ..core.errors import BuildError, SglstackError
 from ..core.records import require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage, build_coverage
@@ -182,11 +182,14 @@ def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildSetti
         return None
     console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
                   f"pulling it instead of rebuilding (--force rebuilds)")
-    image = client.images.pull(remote)
-    image.tag(tag)
-    record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
+    try:
+        pulled = present_or_pulled(client, remote)
+    except PullFailed as exc:
+        raise BuildError(f"stack '{stack.name}': pulling {remote}: {exc} (--force rebuilds instead)") from None
+    client.images.get(pulled.id).tag(tag)
+    record_path = record_for_reused_image(client, stack, pulled.id, tag, config_hash, target, out_dir,
                                           source=remote)
-    return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
+    return BuildResult(stack.name, target, config_hash, pulled.id, tag, True, record_path, "none")
 
 
 def _build_and_hold(hold: contextlib.ExitStack, client: docker.DockerClient, builder: Builder, request: BuildRequest,

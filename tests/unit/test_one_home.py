@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import docker.errors
 import pytest
 
+from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
 from sglstack.config.imageref import image_name
 from sglstack.core.errors import MESSAGE_CUT, first_line, last_line
 
@@ -41,7 +43,8 @@ def _line_cuts(source: str) -> list[int]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Subscript) and ast.unparse(node.slice) in ("0", "-1"):
             value = node.value.values[0] if isinstance(node.value, ast.BoolOp) else node.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "splitlines":
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                    and value.func.attr == "splitlines":
                 out.append(node.lineno)
     return out
 
@@ -64,7 +67,8 @@ DIGEST, IMAGE_ID = "sha256:" + "d" * 64, "sha256:" + "1" * 64
 
 
 @pytest.mark.parametrize(("digest", "image_id", "name"), [
-    (DIGEST, IMAGE_ID, DIGEST), (None, IMAGE_ID, IMAGE_ID), ("", IMAGE_ID, IMAGE_ID), (None, None, None), ("", "", None),
+    (DIGEST, IMAGE_ID, DIGEST), (None, IMAGE_ID, IMAGE_ID), ("", IMAGE_ID, IMAGE_ID), (None, None, None),
+    ("", "", None),
 ])
 def test_an_image_is_named_by_its_registry_digest_else_its_image_id(digest, image_id, name):
     assert image_name(digest, image_id) == name
@@ -95,3 +99,71 @@ def test_the_image_name_finder_sees_each_spelling():
     source = ("a = r.digest or r.image_id or r.image\nb = i.get('digest') or i.get('id')\n"
               "c = r.digest or not r.image_id\nd = r.digest or r.tag\n")
     assert sorted(_names_an_image(source)) == [1, 2]
+
+
+# ---- an image found or pulled, then identified: through the Docker adapter -----------------------------
+
+class _Image:
+    def __init__(self, image_id: str, repo_digests: list[str]) -> None:
+        self.id, self.attrs = image_id, {"RepoDigests": repo_digests, "Created": "2026-01-02T03:04:05.123456789Z"}
+
+
+class _Engine:
+    """docker-py's `client.images`: `get`, and `pull` bringing what its registry holds (or failing)."""
+
+    def __init__(self, local=None, registry=None, pull_error=None) -> None:
+        self.images, self.local, self.registry = self, dict(local or {}), dict(registry or {})
+        self.pull_error = pull_error
+        self.pulled: list[str] = []
+
+    def get(self, ref):
+        if ref not in self.local:
+            raise docker.errors.ImageNotFound(ref)
+        return self.local[ref]
+
+    def pull(self, ref):
+        self.pulled.append(ref)
+        if self.pull_error is not None:
+            raise self.pull_error
+        if ref in self.registry:
+            self.local[ref] = self.registry[ref]
+
+
+REF = "reg:5000/a/b:1"
+PULLED = LocalImage(IMAGE_ID, (f"reg:5000/a/b@{DIGEST}",), "2026-01-02T03:04:05.123456789Z")
+
+
+def test_an_image_the_engine_has_is_not_pulled_and_one_it_lacks_is():
+    here = _Engine(local={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    said: list[str] = []
+    assert present_or_pulled(here, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
+    assert (here.pulled, said) == ([], [])
+    there = _Engine(registry={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    assert present_or_pulled(there, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
+    assert (there.pulled, said) == ([REF], ["pulling"])
+
+
+def test_a_pull_that_fails_or_brings_nothing_is_one_line():
+    refused = _Engine(pull_error=docker.errors.APIError("500", explanation="pull access denied\nmore" + "x" * 400))
+    with pytest.raises(PullFailed) as err:
+        present_or_pulled(refused, REF)  # type: ignore[arg-type]
+    assert (str(err.value), err.value.vanished) == ("pull access denied", False)
+    with pytest.raises(PullFailed) as err:
+        present_or_pulled(_Engine(), REF)  # type: ignore[arg-type]
+    assert (str(err.value), err.value.vanished) == ("not on the engine after the pull", True)
+
+
+def _pulls(source: str) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "pull"
+            and ast.unparse(node.func.value).endswith("images")]
+
+
+def test_only_the_docker_adapter_pulls_an_image():
+    home = PACKAGE / "adapters" / "docker.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home for line in _pulls(p.read_text())}
+    assert found == set(), "pull through sglstack.adapters.docker.present_or_pulled"
+
+
+def test_the_pull_finder_sees_a_pull():
+    assert _pulls("client.images.pull(ref)\nengine.images.pull('r', tag='2')\ngit.pull()\n") == [1, 2]
