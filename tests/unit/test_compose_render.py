@@ -512,8 +512,10 @@ def test_a_value_the_template_is_not_given_fails_the_render_instead_of_writing_n
     """A template naming a value the renderer forgot must not write an empty `image:` or `restart:`."""
     import jinja2
 
+    from sglstack.render.templates import yaml_environment
+
     with pytest.raises(jinja2.UndefinedError, match="'restart' is undefined"):
-        cmp._environment().from_string("    restart: {{ restart }}\n").render(image=DIGEST_REF)
+        yaml_environment().from_string("    restart: {{ restart }}\n").render(image=DIGEST_REF)
 
 
 @pytest.mark.parametrize("fails", ["Dockerfile", "compose.yaml", ".sglstack-render.json"])

@@ -167,3 +167,18 @@ def test_only_the_docker_adapter_pulls_an_image():
 
 def test_the_pull_finder_sees_a_pull():
     assert _pulls("client.images.pull(ref)\nengine.images.pull('r', tag='2')\ngit.pull()\n") == [1, 2]
+
+
+# ---- one Jinja environment ---------------------------------------------------------------------------
+
+def test_every_template_renders_in_the_one_jinja_environment():
+    from sglstack.render import templates
+
+    home = PACKAGE / "render" / "templates.py"
+    made = {f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in _ours() if p != home
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("jinja2.Environment", "Environment", "jinja2.Template", "Template")}
+    assert made == set(), "render through sglstack.render.templates"
+    env, yaml_env = templates.environment(), templates.yaml_environment()
+    assert yaml_env.filters is env.filters or dict(yaml_env.filters) == dict(env.filters)
+    assert (env.trim_blocks, yaml_env.trim_blocks, yaml_env.undefined) == (False, True, env.undefined)
