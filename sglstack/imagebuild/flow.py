@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import shlex
 import tempfile
 import time
@@ -49,8 +48,6 @@ from ..size.measure import measure_and_gate
 from .context import RenderedContext, write_build_context
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
 from .plan import (
-    CA_BUNDLE_ENV,
-    HF_TOKEN_ENV,
     BuildResult,
     BuildSettings,
     add_git_source,
@@ -295,7 +292,8 @@ def describe_build(stack: Stack, options: BuildSettings) -> tuple[list[str], str
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
         copies = cuda_copies(rendered.dockerfile.read_text(encoding="utf-8"), lock_parts(options.lock))
     out_dir = out_dir_for(stack, options)
-    secret_files, secret_env = _planned_secrets(options)
+    # The secrets the build hands BuildKit, read as the build reads them (a CA bundle that is no file: one line).
+    secret_files, secret_env = secret_sources(resolve_ca_bundle(options.ca_bundle))
     shown_secrets = [*secret_files, *secret_env, *index_netrc_secret(stack)[0]]
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
@@ -333,10 +331,3 @@ def describe_build(stack: Stack, options: BuildSettings) -> tuple[list[str], str
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     return lines, config_hash
-
-
-def _planned_secrets(options: BuildSettings) -> tuple[dict[str, Path], dict[str, str]]:
-    value = options.ca_bundle or os.environ.get(CA_BUNDLE_ENV)
-    files = {"ca_bundle": Path(value)} if value else {}
-    env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}
-    return files, env

@@ -182,3 +182,28 @@ def test_every_template_renders_in_the_one_jinja_environment():
     env, yaml_env = templates.environment(), templates.yaml_environment()
     assert yaml_env.filters is env.filters or dict(yaml_env.filters) == dict(env.filters)
     assert (env.trim_blocks, yaml_env.trim_blocks, yaml_env.undefined) == (False, True, env.undefined)
+
+
+# ---- the build's BuildKit secrets: the plan shows what the build hands over ---------------------------
+
+def test_the_dry_run_plan_names_the_build_secrets_as_the_build_reads_them(tmp_path, monkeypatch):
+    """The plan read --ca-bundle itself (unexpanded, unchecked): it showed `src=~/ca.pem`, which no build used."""
+    from sglstack.config.matrix import load_matrix
+    from sglstack.core.errors import BuildInputError
+    from sglstack.imagebuild.flow import describe_build
+    from sglstack.imagebuild.plan import BuildSettings
+    from sglstack.lock.trust import lock_for_build
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SGLSTACK_CA_BUNDLE", raising=False)
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    stacks = PACKAGE.parent / "stacks.yaml"
+    stack = load_matrix(stacks).get("cu130")
+    lock = lock_for_build(str(stacks), stack)
+    lines, _ = describe_build(stack, BuildSettings(ca_bundle="~/ca.pem", lock=lock))
+    build = next(line for line in lines if line.startswith("build:"))
+    assert f"id=ca_bundle,src={tmp_path / 'ca.pem'}" in build.split()
+    with pytest.raises(BuildInputError) as err:
+        describe_build(stack, BuildSettings(ca_bundle=str(tmp_path / "none.pem"), lock=lock))
+    assert str(err.value) == (f"CA bundle '{tmp_path / 'none.pem'}' (from --ca-bundle or SGLSTACK_CA_BUNDLE) is "
+                              "not a file")
