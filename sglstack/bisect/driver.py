@@ -31,7 +31,7 @@ from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matri
 from ..config.schema import Stack
 from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SmokeError
-from ..core.records import build_root, stack_lock
+from ..core.records import BISECT_DIR, build_root, stack_dir, stack_lock
 from ..imagebuild.flow import build_stack
 from ..imagebuild.plan import BuildSettings, resolve_ca_bundle
 from ..smoke import SmokeOptions, run_smoke, smoke_options
@@ -132,7 +132,7 @@ class Session:
         self.request, self.stack, self.metric, self.config = request, stack, metric, config
         self.overrides = dict(overrides)
         self.say = log
-        self.folder = build_root() / stack.name / "bisect"
+        self.folder = stack_dir(stack.name) / BISECT_DIR
         self.log = BisectLog(self.folder)
         self.patches_dir = request.patches_dir or DEFAULT_PATCHES_DIR
         self.images: dict[str, StepImage | None] = {}

@@ -18,7 +18,7 @@ from ..config.matrix import load_matrix
 from ..config.schema import Stack
 from ..core.errors import DeployError
 from ..core.folderlock import folder_lock
-from ..core.records import BadLine
+from ..core.records import BadLine, stack_dir
 from ..core.records import build_root as default_build_root
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
@@ -215,4 +215,4 @@ def _stack_lock(build_root: Path | None, stack: str, task: str) -> contextlib.Ab
     if not stack or Path(stack).name != stack or stack in (".", ".."):
         return contextlib.nullcontext()  # not a stack name: the matrix says so, in its own one line
     root = build_root or default_build_root()
-    return folder_lock(root / stack, task, root=root, stack=stack)
+    return folder_lock(stack_dir(stack, root), task, root=root, stack=stack)

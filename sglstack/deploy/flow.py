@@ -36,7 +36,7 @@ from ..core import signals
 from ..core.console import printable_lines
 from ..core.errors import ConfigError, DeployError, SglstackError, first_line
 from ..core.records import build_root as default_build_root
-from ..core.records import utc_timestamp
+from ..core.records import stack_dir, utc_timestamp
 from ..core.safefiles import (
     OutputNotWritable,
     containing_root,
@@ -88,7 +88,7 @@ class Deployment:
 
     @property
     def out_dir(self) -> Path:
-        return self.build_root / self.stack.name
+        return stack_dir(self.stack.name, self.build_root)
 
     @property
     def project_name(self) -> str:

@@ -19,7 +19,7 @@ from ..config.imageref import pinned_digest
 from ..config.schema import Stack
 from ..core import signals
 from ..core.errors import DeployError, SglstackError, first_line
-from ..core.records import utc_timestamp
+from ..core.records import stack_dir, utc_timestamp
 from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s
@@ -52,7 +52,7 @@ class K8sDeployment:
 
     @property
     def out_dir(self) -> Path:
-        return self.build_root / self.stack.name / k8s.K8S_DIR
+        return stack_dir(self.stack.name, self.build_root) / k8s.K8S_DIR
 
     @property
     def name(self) -> str:

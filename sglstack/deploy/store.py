@@ -18,6 +18,7 @@ from ..core.records import (
     json_type,
     read_jsonl_lenient,
     require_store_writable,
+    stack_dir,
 )
 from ..core.safefiles import OutputNotWritable
 from ..render.compose import ComposeOptions
@@ -86,7 +87,7 @@ class DeploymentRecord:
 
 
 def records_path(build_root: Path, stack_name: str) -> Path:
-    return build_root / stack_name / RECORDS_FILE
+    return stack_dir(stack_name, build_root) / RECORDS_FILE
 
 
 def append_record(build_root: Path, record: DeploymentRecord) -> None:

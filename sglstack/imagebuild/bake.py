@@ -23,7 +23,7 @@ from ..config.schema import Stack
 from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.folderlock import folder_lock
-from ..core.records import build_root, require_writable
+from ..core.records import build_root, require_writable, stack_dir
 from ..core.safefiles import containing_root, write_text
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
@@ -170,7 +170,7 @@ def write_bake(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | 
         raise ConfigError(problem)
     require_writable(bake_file, what="bake file")
     requests = [target for stack in stacks
-                for target in render_stack_targets(stack, build_root() / stack.name, locks[stack.name], secrets)]
+                for target in render_stack_targets(stack, stack_dir(stack.name), locks[stack.name], secrets)]
     definition = bake_definition(plan_targets(requests))
     write_bake_file(bake_file, definition)
     return WrittenBake(bake_file, definition, tuple(stacks), tuple(logins))

@@ -20,7 +20,7 @@ from ..core.console import plain
 from ..core.errors import one_line
 from ..core.folderlock import LOCK_NAME, folder_lock
 from ..core.inputs import loads, read_small_file
-from ..core.records import build_root
+from ..core.records import build_root, stack_dir
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
     OutputNotWritable,
@@ -107,7 +107,7 @@ def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: Compo
 
 def default_out_dir(stack_name: str) -> Path:
     """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
-    return build_root() / stack_name
+    return stack_dir(stack_name)
 
 
 # What `invoke render` wrote into its folder, so that a later render replaces or removes only those.

@@ -14,7 +14,7 @@ from ..config.schema import Stack
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.progress import progress
-from ..core.records import build_root
+from ..core.records import RECORD_FILE, stack_dir
 from .measure import measure
 from .report import (
     OverBudget,
@@ -40,7 +40,7 @@ class StackSize:
 
 
 def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
-    path = build_root() / stack / "record.json"
+    path = stack_dir(stack) / RECORD_FILE
     if not os.path.lexists(path):
         return path, None
     try:  # bounded, never from a FIFO put in its place

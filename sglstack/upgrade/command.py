@@ -36,7 +36,7 @@ from ..core.errors import ConfigError, SglstackError, shown
 from ..core.folderlock import file_lock
 from ..core.jsonreport import dumps
 from ..core.progress import progress
-from ..core.records import build_root, require_writable, write_output
+from ..core.records import UPGRADE_DIR, build_root, require_writable, stack_dir, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
 from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
@@ -219,7 +219,7 @@ def _stacks(names: list[str]) -> str:
 def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
     """Every place the run writes can be written, before any work: the report's folder, and with
     `--write` the stacks file (the file a link leads to) and the locks' folder (a read-only checkout)."""
-    out_dir = build_root() / new_name / "upgrade"
+    out_dir = stack_dir(new_name) / UPGRADE_DIR
     check_inside(build_root(), out_dir)
     # nothing made yet: the release may still not be on the index
     require_writable(out_dir / "report.json", what="the upgrade's report", create=False)
@@ -284,7 +284,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     except LockError as exc:
         lock_error = str(exc).removeprefix(f"stack '{new_stack.name}': ")
     where = str(lock_path(inputs.stacks_file, new_stack.name)) if inputs.write else \
-        str(build_root() / new_stack.name / "upgrade" / "lock.txt")
+        str(stack_dir(new_stack.name) / UPGRADE_DIR / "lock.txt")
     progress("kernel coverage before and after")
     before_cov, after_cov = engines.coverage(stack), engines.coverage(new_stack)
     coverage = planner.coverage_change(before_cov, after_cov)
@@ -410,7 +410,7 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     elif inputs.write and not writable:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
-    out_dir = build_root() / plan.new_stack / "upgrade"
+    out_dir = stack_dir(plan.new_stack) / UPGRADE_DIR
     if lock is not None and not inputs.write:
         write_output(out_dir / "lock.txt", render_lock(lock))
     markdown = to_markdown(plan)

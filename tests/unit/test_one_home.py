@@ -207,3 +207,35 @@ def test_the_dry_run_plan_names_the_build_secrets_as_the_build_reads_them(tmp_pa
         describe_build(stack, BuildSettings(ca_bundle=str(tmp_path / "none.pem"), lock=lock))
     assert str(err.value) == (f"CA bundle '{tmp_path / 'none.pem'}' (from --ca-bundle or SGLSTACK_CA_BUNDLE) is "
                               "not a file")
+
+
+# ---- one build-root layout -----------------------------------------------------------------------------
+
+def _layout_spelled(source: str) -> list[int]:
+    """Lines that spell a stack folder or the build record's name themselves: `build_root() / stack.name`,
+    `root / stack_name`, "record.json"."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = ast.unparse(node.left), ast.unparse(node.right)
+            if left.split(".")[-1] in ("build_root()", "build_root", "root") and "stack" in right:
+                out.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value == "record.json":
+            out.append(node.lineno)
+    return out
+
+
+def test_the_build_root_layout_is_spelled_only_in_core_records():
+    from sglstack.core.records import RECORD_FILE, stack_dir
+
+    home = PACKAGE / "core" / "records.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _layout_spelled(p.read_text(encoding="utf-8"))}
+    assert found == set(), "name the folder with sglstack.core.records.stack_dir (and RECORD_FILE)"
+    assert (stack_dir("cu130", Path("/b")), RECORD_FILE) == (Path("/b/cu130"), "record.json")
+
+
+def test_the_layout_finder_sees_each_spelling():
+    source = ("a = build_root() / stack.name\nb = self.build_root / self.stack.name / 'k8s'\n"
+              "c = root / stack\nd = build_root() / BAKE_FILE\ne = path / 'record.json'\n")
+    assert sorted(_layout_spelled(source)) == [1, 2, 3, 5]
