@@ -1,6 +1,6 @@
 """Credentials in stacks.yaml URLs reach the real tools that need them, and nothing they write.
 
-A private index and git repository behind HTTP basic auth (tests/auth_index.py) answer 401 without the
+A private index and git repository behind HTTP basic auth (tests/lib/auth_index.py) answer 401 without the
 right header, so every pass here means the tool got the credentials: uv (`invoke lock`) and pip
 (coverage's wheel download) from a netrc in memory named in their environment, git from an auth header
 in its environment, pip inside a real BuildKit build from the `index_netrc` secret. Then the lock, the
