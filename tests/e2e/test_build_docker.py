@@ -20,7 +20,6 @@ import pytest
 from clirun import run_invoke
 from docker import errors as docker_errors
 
-from sglstack.pipeline.flow import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 from sglstack.imagebuild import flow as build_mod
@@ -28,6 +27,7 @@ from sglstack.imagebuild import images as images_mod
 from sglstack.imagebuild.flow import build_stack
 from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildSettings
 from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
+from sglstack.pipeline.flow import describe_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"

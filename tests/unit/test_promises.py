@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sglstack.pipeline.flow import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
 from sglstack.config.settings import ServingSettings, SpeculativeSettings
@@ -34,6 +33,7 @@ from sglstack.imagebuild.context import write_build_context
 from sglstack.imagebuild.plan import BuildSettings, compute_config_hash
 from sglstack.lock.trust import lock_for_build
 from sglstack.lockfile.model import LockedPackage
+from sglstack.pipeline.flow import describe_plan
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
