@@ -25,6 +25,7 @@ from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
+from ..serving import check_secret_references
 from .checks import check_options
 from .errors import DeployOptionError
 from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
@@ -116,8 +117,9 @@ def deploy_with_compose(stack_name: str, served: cmp.ComposeOptions, *, stacks_f
     """The stack's image served by compose on `docker_host`, the node checked first (GPUs asked for), /health
     waited for, recorded; a failed redeploy restores the previous deployment."""
     dep = _deployment(stacks_file, stack_name, docker_host, build_root, project)
-    # Every option is checked before the (slower) preflight and before anything on the host changes.
-    check_options(dep.stack, served, wait_timeout)
+    # Every option is checked before the (slower) preflight and before anything on the host changes; so is
+    # each `${NAME}` compose interpolates from this environment (compose itself would refuse it only at `up`).
+    check_secret_references(check_options(dep.stack, served, wait_timeout))
     ref = verified_ref(resolve_image_ref(dep.stack, digest=digest, image=image, build_root=dep.build_root),
                        verify_key, say, stack=dep.stack, stacks_file=stacks_file)
     if served.gpus != 0 and not skip_preflight:

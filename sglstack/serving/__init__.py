@@ -4,7 +4,8 @@ argv, environment, mounts, /dev/shm, ulimits, GPUs, ports, healthcheck and node 
 that the smoke containers, the compose file and any later manifest (Kubernetes LeaderWorkerSet) serve
 exactly what the smoke gate tested. `spec` holds the values and the argv written from them, `derive` makes
 them from a stack and the command line. Everything is pure except `check_mount_sources`, which looks at this
-machine's file system. The names below are the part's surface: import them from `sglstack.serving`.
+machine's file system, and `check_secret_references`, which looks at this process's environment. The names
+below are the part's surface: import them from `sglstack.serving`.
 """
 
 from .derive import (
@@ -13,6 +14,7 @@ from .derive import (
     SPECULATIVE_DEFAULTS,
     ServingOverrides,
     check_mount_sources,
+    check_secret_references,
     serving_spec,
 )
 from .spec import (
@@ -44,5 +46,6 @@ __all__ = [
     "CPU_ULIMITS", "DEFAULT_FLAGS", "GPU_ULIMITS", "HEALTHCHECK_DEFAULTS", "HEALTH_PATH", "HF_CACHE_TARGET", "LAUNCH",
     "LISTEN_HOST", "SECRET_ENV", "SPECULATIVE_DEFAULTS", "STACK_BYTES", "UNLIMITED", "Bad", "Healthcheck", "Mount",
     "NodeArgs", "Nodes", "RecordedOptions", "ServingError", "ServingOverrides", "ServingSpec", "Ulimit",
-    "check_mount_sources", "gpu_count", "node_argv", "serving_argv", "serving_spec", "speculative_argv",
+    "check_mount_sources", "check_secret_references", "gpu_count", "node_argv", "serving_argv", "serving_spec",
+    "speculative_argv",
 ]

@@ -24,10 +24,10 @@ from ..core.errors import SmokeInputError
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link
 from ..diff.snapshots import local_snapshot
-from ..serving import check_mount_sources
+from ..serving import check_mount_sources, check_secret_references
 from . import history as hist
 from .gates import Verdict, evaluate
-from .launch import check_secret_references, container_plan, process_plan
+from .launch import container_plan, process_plan
 from .measure import ServerRun, agreement
 from .plan import RUN_KINDS, SmokeOptions, redact_argv
 from .report import SmokeReport, write_report
