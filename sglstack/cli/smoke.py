@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class SmokeOptions(ReportOptions):
+class SmokeTaskOptions(ReportOptions):
+    """`invoke smoke`'s flags; `smoke_options` turns them into the smoke's own typed value (`smoke.SmokeOptions`)."""
+
     at_most_one = (("bisect_exit", "json"), ("bisect_exit", "json_out"))  # `git bisect run` reads the exit code
 
     image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
@@ -71,7 +73,7 @@ def _refuse_input_report(report: str, stacks_file: str) -> None:
             raise ConfigError(problem)
 
 
-def _refuse_bisect_only(o: SmokeOptions) -> None:
+def _refuse_bisect_only(o: SmokeTaskOptions) -> None:
     """--runs, --metric and --threshold judge a commit under --bisect-exit; a plain smoke would drop them
     unread, so a script that forgot --bisect-exit is told rather than gated differently than it meant."""
     why = {"runs": "without it the smoke runs once per phase", "metric": "the gates judge a plain smoke",
@@ -81,8 +83,8 @@ def _refuse_bisect_only(o: SmokeOptions) -> None:
             raise BadOption(f"smoke: --{name} is for --bisect-exit ({reason})")
 
 
-@command(SmokeOptions)
-def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
+@command(SmokeTaskOptions)
+def smoke(o: SmokeTaskOptions, as_json: JsonReport) -> int:
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     serving: dict[str, Any] = dict(
         model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,

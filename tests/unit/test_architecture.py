@@ -367,6 +367,19 @@ def test_the_option_help_finder_reads_each_declaration():
     assert _option_helps(source) == ["x y", "z"]
 
 
+def _class_names(part_of: dict[str, Path]) -> set[str]:
+    return {node.name for path in part_of.values() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ClassDef)}
+
+
+def test_no_class_name_is_declared_on_both_sides_of_the_seam():
+    """The face's options (`BuildOptions`) and a part's typed value (`BuildSettings`) are different things with
+    different names: one `BuildOptions` in cli/ and another in imagebuild/ left a reader to guess which."""
+    face = _class_names({m: p for m, p in MODULES.items() if _part(m) == "cli"})
+    parts = _class_names({m: p for m, p in MODULES.items() if _part(m) != "cli"})
+    assert face & parts == set()
+
+
 CLI_MODULES = {"command", "commands", "cli"}
 CLI_DEBTS: set[str] = set()
 
