@@ -30,8 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sglstack.cli.build import bake_command
 from sglstack.config.matrix import DEFAULT_STACKS_FILE, load_matrix
-from sglstack.imagebuild.bake import bake_command, bake_definition, plan_targets, render_stack_targets
+from sglstack.imagebuild.bake import bake_definition, plan_targets, render_stack_targets
 from sglstack.imagebuild.context import write_build_context, write_compose
 from sglstack.imagebuild.plan import secret_sources
 from sglstack.render.compose import moving_tag_ref

@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 
 from sglstack.bisect import driver  # noqa: E402
 from sglstack.bisect.planner import Measure, Outcome, Planner, PlannerConfig  # noqa: E402

@@ -34,7 +34,7 @@ from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.core.resources import DEFAULT_PATCHES_DIR  # noqa: E402
 from sglstack.imagebuild import flow as build_mod  # noqa: E402
 from sglstack.imagebuild.flow import build_stack  # noqa: E402
-from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
+from sglstack.imagebuild.plan import BuildSettings  # noqa: E402
 
 
 def timed(fn):
@@ -82,9 +82,9 @@ def main() -> int:
     client = docker_client()
 
     print(f"heavy layer: {args.heavy} (no deps); work dir {tmp}")
-    warm, t_first = timed(lambda: build_stack(stack, BuildOptions(force=True, **base)))
+    warm, t_first = timed(lambda: build_stack(stack, BuildSettings(force=True, **base)))
     print(f"first build (fills pip's download cache): {t_first:.1f} s")
-    cold, t_cold = timed(lambda: build_stack(stack, BuildOptions(force=True, no_cache=True, **base)))
+    cold, t_cold = timed(lambda: build_stack(stack, BuildSettings(force=True, no_cache=True, **base)))
     print(f"1. cold build via sglstack (--no-cache):  {t_cold:.1f} s")
     # The same run's own phase times: what sglstack adds around the BuildKit call, free of the network and
     # apt-mirror variance that separates two cold builds.
@@ -100,7 +100,7 @@ def main() -> int:
     edit = f'"""Get embedding and LM head weights (benchmark edit {secrets.token_hex(4)})."""'
     methods.write_text(methods.read_text().replace(
         '"""Get embedding and LM head weights for speculative decoding."""', edit))
-    changed, t_patch = timed(lambda: build_stack(stack, BuildOptions(**base)))
+    changed, t_patch = timed(lambda: build_stack(stack, BuildSettings(**base)))
     heavy_steps = step_results(out / "build.log", args.heavy)
     slowest = sorted(step_times(out / "build.log"), reverse=True)[:4]
     b = client.images.get(changed.image_id).attrs["RootFS"]["Layers"]
@@ -116,7 +116,7 @@ def main() -> int:
 
     real_detect = build_mod.detect_builder
     build_mod.detect_builder = no_buildkit
-    noop, t_noop = timed(lambda: build_stack(stack, BuildOptions(**base)))
+    noop, t_noop = timed(lambda: build_stack(stack, BuildSettings(**base)))
     build_mod.detect_builder = real_detect
     print(f"4. no-op rebuild:                         {t_noop:.2f} s   skipped={noop.skipped}, no BuildKit call "
           f"(target < 2 s)")

@@ -35,7 +35,7 @@ from benchmarks.bench_pypi_stack import STACK, _copy_matrix  # noqa: E402
 from sglstack.adapters.docker import docker_client  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.imagebuild.flow import build_stack  # noqa: E402
-from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
+from sglstack.imagebuild.plan import BuildSettings  # noqa: E402
 from sglstack.lock.trust import lock_for_build  # noqa: E402
 from sglstack.size.measure import image_layers, measure  # noqa: E402
 from sglstack.size.report import pull_bytes  # noqa: E402
@@ -88,7 +88,7 @@ def patch_pull(registry: str | None) -> dict:
         methods.write_text(methods.read_text() + f"\n# bench {time.time_ns()}\n")
         stack = load_matrix(stacks, patches_dir=Path(tmp) / "patches").get(STACK)
         start = time.monotonic()
-        result = build_stack(stack, BuildOptions(lock=lock_for_build(str(stacks), stack),
+        result = build_stack(stack, BuildSettings(lock=lock_for_build(str(stacks), stack),
                                                  patches_dir=Path(tmp) / "patches", out_dir=Path(tmp) / "out",
                                                  show_progress=False))
         seconds = round(time.monotonic() - start, 1)

@@ -29,9 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sglstack.adapters.wheels import fetch_wheel  # noqa: E402
+from sglstack.cli.patches import check_command  # noqa: E402
 from sglstack.config.matrix import DEFAULT_PATCHES_DIR, load_matrix  # noqa: E402
-from sglstack.imagebuild.patches import check_command, check_stack_patches, unpack_for_patches  # noqa: E402
 from sglstack.inimage import patchkit  # noqa: E402
+from sglstack.patches.host import check_stack_patches, unpack_for_patches  # noqa: E402
 
 
 def _matrix_check(matrix) -> dict[str, str]:

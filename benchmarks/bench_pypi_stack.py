@@ -32,7 +32,7 @@ from sglstack.adapters.docker import docker_client, run_to_completion  # noqa: E
 from sglstack.adapters.uv import ResolveRequest, compile_requirements  # noqa: E402
 from sglstack.config.matrix import load_matrix  # noqa: E402
 from sglstack.imagebuild.flow import build_stack  # noqa: E402
-from sglstack.imagebuild.plan import BuildOptions  # noqa: E402
+from sglstack.imagebuild.plan import BuildSettings  # noqa: E402
 from sglstack.lock.trust import lock_for_build  # noqa: E402
 from sglstack.lockfile.model import lock_path  # noqa: E402
 from sglstack.lockfile.text import read_lock, write_lock  # noqa: E402
@@ -125,7 +125,7 @@ def _copy_matrix(tmp: Path) -> Path:
 
 def _build(stacks: Path, patches: Path, label: str) -> dict:
     stack = load_matrix(stacks, patches_dir=patches).get(STACK)
-    options = BuildOptions(lock=lock_for_build(str(stacks), stack), patches_dir=patches)
+    options = BuildSettings(lock=lock_for_build(str(stacks), stack), patches_dir=patches)
     start = time.monotonic()
     result = build_stack(stack, options)
     seconds = round(time.monotonic() - start, 1)

@@ -6,6 +6,7 @@ import locale
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from hypothesis import settings
 from sglstack.adapters.docker import docker_client as make_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The helpers the test files share (fixtures, doubles, `clirun`) live in tests/lib/ and are imported by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 # pytester: tests/unit/test_tiers.py runs a small pytest of its own to check the tier marks.
 pytest_plugins = ("pytester",)
 
@@ -93,7 +96,7 @@ CLI = TESTS / "cli"
 
 @pytest.fixture(autouse=True)
 def _invoke_in_a_fork(request, monkeypatch):
-    """tests/cli: `invoke` runs in a fork of the test process (tests/clirun.py says why that is the same);
+    """tests/cli: `invoke` runs in a fork of the test process (tests/lib/clirun.py says why that is the same);
     elsewhere as a real child. (Here, not in a tests/cli/conftest.py: a second module named `conftest`
     would shadow this one for the tests that import it.)"""
     if Path(str(request.node.path)).is_relative_to(CLI):

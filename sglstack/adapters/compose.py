@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.credentials import tool_environment
-from ..core.errors import DeployError, DockerUnavailable
+from ..core.errors import DeployError, DockerUnavailable, last_line
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,6 @@ def _detect_compose(preferred: str | None, path: str) -> ComposeCLI:
             return ComposeCLI(argv=tuple(argv), version=version, major=major)
     tried = ", ".join(shlex.join(c) for c in candidates) or "docker compose, docker-compose (not on PATH)"
     raise DockerUnavailable(f"no compose CLI found (tried {tried}); install the compose plugin or docker-compose")
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
 
 
 def error_line(text: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.credentials import tool_environment
-from ..core.errors import SglstackError
+from ..core.errors import SglstackError, last_line
 from ..core.inputs import loads
 from ..core.records import append_jsonl
 from .wheels import cache_dir as wheel_cache_dir
@@ -151,7 +151,7 @@ def install_cuobjdump(requirement: str = CUOBJDUMP_REQUIREMENT) -> Path:
             capture_output=True, text=True, check=False, env=tool_environment())
         staged = _installed_binary(tmp)
         if proc.returncode != 0 or staged is None:
-            last = (proc.stderr.strip().splitlines() or ["no cuobjdump in the wheel"])[-1]
+            last = last_line(proc.stderr) if proc.stderr.strip() else "no cuobjdump in the wheel"
             raise CuobjdumpError(f"pip install {requirement}: {last}")
         staged.chmod(staged.stat().st_mode | 0o111)
         try:

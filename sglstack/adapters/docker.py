@@ -12,7 +12,7 @@ import ipaddress
 import os
 import secrets
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +22,8 @@ import docker.errors
 from docker.models.containers import Container
 
 from ..core import labels as lb
-from ..core.errors import DockerUnavailable
+from ..core.errors import DockerUnavailable, first_line
+from ..core.network import explained
 from ..core.options import BadOption
 
 OWNER_LABEL = lb.OWNER_LABEL
@@ -83,7 +84,7 @@ def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> dock
         client.ping()
     except docker.errors.DockerException as exc:
         where = docker_host or os.environ.get("DOCKER_HOST") or "the default Docker socket"
-        reason = str(exc).splitlines()[0][:200]
+        reason = first_line(str(exc))
         raise DockerUnavailable(f"cannot reach the Docker engine at {where}: {reason}") from None
     except ValueError:  # the URL does not parse (urllib's own words name no option)
         where = f"--docker-host '{docker_host}'" if docker_host else f"DOCKER_HOST '{os.environ.get('DOCKER_HOST')}'"
@@ -224,6 +225,7 @@ class LocalImage:
 
     id: str
     repo_digests: tuple[str, ...]
+    created: str = ""  # the engine's `Created` (RFC 3339, nanoseconds), as it says it
 
 
 def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
@@ -233,7 +235,38 @@ def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
         return None
-    return LocalImage(id=str(image.id), repo_digests=tuple(image.attrs.get("RepoDigests") or ()))
+    return LocalImage(id=str(image.id), repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
+                      created=str(image.attrs.get("Created") or ""))
+
+
+class PullFailed(Exception):
+    """The engine could not pull an image: `str()` is one line, the engine's first (and what to do when it
+    is the network); each caller says it in its own words and error class. `vanished`: the pull went through
+    but the engine still has no such image (another client removed it, or the reference names another)."""
+
+    def __init__(self, reason: str, *, vanished: bool = False) -> None:
+        super().__init__(reason)
+        self.vanished = vanished
+
+
+def present_or_pulled(client: docker.DockerClient, ref: str, *,
+                      before_pull: Callable[[], None] | None = None) -> LocalImage:
+    """The local image `ref` names, pulled first when the engine lacks it (`before_pull` says so), identified
+    by the engine after the pull: its image id and the registry digests it now has."""
+    found = local_image(client, ref)
+    if found is not None:
+        return found
+    if before_pull is not None:
+        before_pull()
+    try:
+        client.images.pull(ref)
+    except docker.errors.DockerException as exc:
+        reason = first_line(str(getattr(exc, "explanation", None) or exc))
+        raise PullFailed(explained(reason) or reason) from None
+    found = local_image(client, ref)
+    if found is None:
+        raise PullFailed("not on the engine after the pull", vanished=True)
+    return found
 
 
 def local_image_id(client: docker.DockerClient, ref: str) -> str | None:

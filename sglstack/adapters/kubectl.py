@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.credentials import tool_environment
-from ..core.errors import DeployError
+from ..core.errors import DeployError, last_line
 from ..core.inputs import loads
 
 FIELD_MANAGER = "sglstack"
@@ -26,11 +26,6 @@ class ApplyFailed(DeployError):
     def __init__(self, message: str, applied: tuple[str, ...]) -> None:
         super().__init__(message)
         self.applied = applied
-
-
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
 
 
 @dataclass(frozen=True)
@@ -50,7 +45,7 @@ class Kubectl:
         except subprocess.TimeoutExpired:
             raise DeployError(f"kubectl {' '.join(args[:2])}: no answer within {TIMEOUT_S}s") from None
         if check and proc.returncode != 0:
-            raise DeployError(f"{check}: kubectl {' '.join(args[:2])} failed: {_first_line(proc.stderr)}")
+            raise DeployError(f"{check}: kubectl {' '.join(args[:2])} failed: {last_line(proc.stderr)}")
         return proc
 
     def label(self) -> str:
@@ -72,7 +67,7 @@ class Kubectl:
             applied = tuple(line.split()[0] for line in proc.stdout.splitlines()
                             if line.strip().endswith(("serverside-applied", "configured", "created", "unchanged")))
             partly = f" (after applying {', '.join(applied)})" if applied else ""
-            raise ApplyFailed(f"{what}: kubectl apply --server-side failed{partly}: {_first_line(proc.stderr)}",
+            raise ApplyFailed(f"{what}: kubectl apply --server-side failed{partly}: {last_line(proc.stderr)}",
                               applied)
         return proc.stdout
 
@@ -87,7 +82,7 @@ class Kubectl:
         if proc.returncode != 0:
             if "NotFound" in proc.stderr or "not found" in proc.stderr:
                 return None
-            raise DeployError(f"kubectl get {kind} {name} failed: {_first_line(proc.stderr)}")
+            raise DeployError(f"kubectl get {kind} {name} failed: {last_line(proc.stderr)}")
         try:
             data = loads(proc.stdout)
         except ValueError:
@@ -112,7 +107,7 @@ def find_kubectl(context: str | None, namespace: str | None) -> Kubectl:
         current = proc.stdout.strip()
         if proc.returncode != 0 or not current:
             raise DeployError("--on k8s: no current kubectl context "
-                              f"({_first_line(proc.stderr)}); pass --context or run `kubectl config use-context`")
+                              f"({last_line(proc.stderr)}); pass --context or run `kubectl config use-context`")
         return Kubectl(binary, current, namespace)
     proc = subprocess.run([binary, "config", "get-contexts", "-o", "name"], capture_output=True, text=True,
                           timeout=TIMEOUT_S, check=False, env=tool_environment())

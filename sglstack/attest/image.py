@@ -12,6 +12,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import running_container
+from ..core.errors import first_line, last_line
 from ..core.inputs import loads
 from ..core.resources import TOOLS_DIR
 from .errors import AttestationError
@@ -33,13 +34,13 @@ def image_inventory(client: docker.DockerClient, image: str, *, labels: Mapping[
     except docker.errors.ImageNotFound:
         raise AttestationError(f"image '{image}' is not in the engine") from None
     except docker.errors.APIError as exc:
-        reason = str(exc.explanation or exc).splitlines()[0][:200]
+        reason = first_line(str(exc.explanation or exc))
         if "executable file not found" in reason or "no such file" in reason.lower():
             raise AttestationError(f"image '{image}' has no python3 on its PATH: its packages cannot be listed "
                                    f"for an SBOM") from None
         raise AttestationError(f"listing the packages of image '{image}' failed: {reason}") from None
     if code != 0:
-        last = err.splitlines()[-1] if err else f"exit {code}"
+        last = last_line(err) if err.strip() else f"exit {code}"
         raise AttestationError(f"listing the packages of image '{image}' failed: {last}")
     try:
         return Inventory.from_listing(loads(out))

@@ -1,7 +1,7 @@
 """The bisect loop: build the stack at the ref the planner asks for, smoke it, record, repeat.
 
 Build and Smoke are used as they are, through their public entry points only
-(`build.build_stack(stack, BuildOptions)`, `smoke.smoke_options(stack, **overrides)`,
+(`build.build_stack(stack, BuildSettings)`, `smoke.smoke_options(stack, **overrides)`,
 `smoke.run_smoke(stack, image, options)`); this module is the one place that knows them, so it is the
 one place to adapt when they change. A step whose image exists (same config hash) is not rebuilt:
 Build itself skips it, and the step records `built: false`.
@@ -31,10 +31,9 @@ from ..config.matrix import DEFAULT_PATCHES_DIR, DEFAULT_STACKS_FILE, load_matri
 from ..config.schema import Stack
 from ..core.console import printable_lines
 from ..core.errors import BuildError, ConfigError, SmokeError
-from ..core.jsonreport import NO_JSON, JsonReport
-from ..core.records import build_root, stack_lock
+from ..core.records import BISECT_DIR, build_root, stack_dir, stack_lock
 from ..imagebuild.flow import build_stack
-from ..imagebuild.plan import BuildOptions, resolve_ca_bundle
+from ..imagebuild.plan import BuildSettings, resolve_ca_bundle
 from ..smoke import SmokeOptions, run_smoke, smoke_options
 from ..smoke.options import SmokeOptionError
 from ..smoke.options import smoke_overrides as smoke_option_overrides
@@ -133,7 +132,7 @@ class Session:
         self.request, self.stack, self.metric, self.config = request, stack, metric, config
         self.overrides = dict(overrides)
         self.say = log
-        self.folder = build_root() / stack.name / "bisect"
+        self.folder = stack_dir(stack.name) / BISECT_DIR
         self.log = BisectLog(self.folder)
         self.patches_dir = request.patches_dir or DEFAULT_PATCHES_DIR
         self.images: dict[str, StepImage | None] = {}
@@ -173,7 +172,7 @@ class Session:
             planner.record_skip(ref, reason)
             self.images[ref] = None
             return None
-        options = BuildOptions(ca_bundle=self.request.ca_bundle, docker_cli=self.request.docker_cli,
+        options = BuildSettings(ca_bundle=self.request.ca_bundle, docker_cli=self.request.docker_cli,
                                docker_host=self.request.docker_host, show_progress=False,
                                out_dir=self.folder / "steps" / short(ref), patches_dir=self.request.patches_dir)
         start = time.monotonic()
@@ -346,20 +345,6 @@ def run_bisect(request: BisectRequest, *, log: Log | None = None) -> BisectResul
         return session.run(bisect_key(stack, good, bad, metric, config, options))
 
 
-def bisect_command(stacks_file: str | Path, stack: str, *, good: str, bad: str, metric: str = "baseline",
-                   repeats: int = 5, threshold: float = 5.0, max_batches: int = 4, ca_bundle: str | None = None,
-                   docker_cli: str | None = None, docker_host: str | None = None,
-                   smoke: Mapping[str, Any] | None = None, as_json: JsonReport = NO_JSON) -> int:
-    """`invoke bisect`: 0 when a first bad change is named, 1 when the range can't be decided, 2 bad input;
-    the JSON report is the one written beside the bisect log."""
-    request = BisectRequest(stack=stack, good=good, bad=bad, stacks_file=stacks_file, metric=metric,
-                            repeats=repeats, threshold_pct=threshold, max_batches=max_batches, ca_bundle=ca_bundle,
-                            docker_cli=docker_cli, docker_host=docker_host, smoke=dict(smoke or {}))
-    result = run_bisect(request)
-    as_json.emit(dict(result.data))
-    return result.exit_code
-
-
 def smoke_overrides(pairs: list[str], **named: Any) -> dict[str, Any]:
     """The task's smoke flags plus `--smoke-opt KEY=VALUE` pairs, read by smoke's one parser; None = not given."""
     try:
@@ -372,5 +357,5 @@ def _stdout(message: str) -> None:
     print(printable_lines(message), file=sys.stdout, flush=True)
 
 
-__all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "bisect_command", "patch_skip",
+__all__ = ["FOUND", "BisectInputError", "BisectRequest", "BisectResult", "patch_skip",
            "refs_between", "run_bisect", "smoke_overrides", "source_version", "stack_at"]

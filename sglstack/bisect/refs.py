@@ -15,8 +15,8 @@ from ..adapters.wheels import WheelFetchError, available_versions, fetch_wheel
 from ..config.schema import Stack
 from ..core.errors import SglstackError, shown
 from ..core.versions import version_problem
-from ..imagebuild.patches import load_specs, unpack_for_patches
 from ..inimage import patchkit
+from ..patches.host import load_specs, unpack_for_patches
 from .releases import ReleaseRangeError, releases_between
 
 MODE_GIT = "git"

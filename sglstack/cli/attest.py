@@ -1,34 +1,63 @@
-"""`invoke sbom` and `invoke verify-image`: find or list the SBOM, verify a signature, print or write JSON.
-The check itself (and the one `deploy --verify-key` and `render --verify-key` run) is `attest.verify`'s."""
+"""`invoke sbom` and `invoke verify-image`: their options, and what each prints or writes as JSON. Finding or
+listing the SBOM is `attest.shown`'s; the check (the one `deploy --verify-key` and `render --verify-key` run
+too) is `attest.verify`'s."""
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import docker.errors
+from ..config.imageref import not_an_image
+from ..core.jsonreport import NO_JSON, dumps
+from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
+from .options import command
 
-from ..adapters.docker import docker_client
-from ..attest.errors import AttestationError, BadInput, NotVerified
-from ..attest.image import image_inventory
-from ..attest.provenance import BuildIdentity
-from ..attest.sbom import read_sbom, sbom_document
-from ..attest.store import MAX_DOCUMENT_BYTES, find_attestations
-from ..attest.verify import parse_ref, resolve_digest, verified_line, verified_reference
-from ..config.imageref import ImageReference, names_its_registry
-from ..core.console import console
-from ..core.errors import RegistryError, one_line
-from ..core.inputs import loads
-from ..core.jsonreport import NO_JSON, JsonReport, dumps
-from ..core.network import explained
-from ..core.records import parse_utc, utc_now
-from ..registry.client import RegistryClient
+if TYPE_CHECKING:
+    from ..attest.provenance import BuildIdentity
+    from ..core.jsonreport import JsonReport
+
+
+@dataclass(frozen=True)
+class SbomOptions(ReportOptions):
+    ref: str = required("the image: REPO:TAG or REPO@sha256:... in a registry (or a local image)",
+                        check=not_an_image)
+    generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
+    docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
+                                                 "local socket)")
+    verify_key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
+                             "when none does); without it the SBOM is marked unsigned")
+
+
+@command(SbomOptions, positional=("ref",))
+def sbom(o: SbomOptions, as_json: JsonReport) -> int:
+    """invoke sbom REF [--verify-key PUB] [--json-out PATH]: the image's SBOM (the signed one with --verify-key;
+    else the attached one, else listed from the image, marked unsigned), printed as JSON unless --json-out alone
+    names a file for it."""
+    return sbom_command(o.ref, as_json=as_json, docker_host=o.docker_host, generate=o.generate, key=o.verify_key)
+
+
+@dataclass(frozen=True)
+class VerifyImageOptions(ReportOptions):
+    ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...", check=not_an_image)
+    verify_key: str | None = option("the signer's ed25519 public key (PEM)")
+    stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
+                               "matrix gives it now) and its SGLang release")
+    stacks_file: str | None = stacks_file_option("the matrix file of --stack (default: stacks.yaml)")
+
+
+@command(VerifyImageOptions, name="verify-image", positional=("ref",))
+def verify_image(o: VerifyImageOptions, as_json: JsonReport) -> int:
+    """invoke verify-image REF --verify-key PUB [--stack NAME]: exit 0 only when a signature by that key covers exactly
+    REF's digest and the SBOM and provenance it names, and (with --stack) they name that stack's build
+    (1: refused, 2: bad input)."""
+    return verify_image_command(o.ref, key=o.verify_key, as_json=as_json, stack=o.stack, stacks_file=o.stacks_file)
 
 
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
     """What a signature must name to be this stack's release now: its name, config hash and SGLang release."""
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
+    from ..attest.provenance import BuildIdentity
     from ..config.defaults import default_stacks_file
     from ..config.matrix import load_matrix
     from ..lock.trust import lock_for_build
@@ -43,6 +72,12 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
                          stacks_file: str | None = None) -> int:
     """Exit 0 when verified; NotVerified (exit 1) or BadInput (exit 2) otherwise; the JSON report either way.
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
+    # at call time: cryptography and the registry would slow `invoke --list`
+    from ..attest.errors import BadInput, NotVerified
+    from ..attest.verify import verified_line, verified_reference
+    from ..core.console import console
+    from ..core.errors import one_line
+
     expect = expected_identity(stacks_file, stack) if stack else None  # the matrix's one line first
     if not key:
         raise BadInput("verify-image: --verify-key PUB (the signer's ed25519 public key, PEM) is required")
@@ -62,107 +97,23 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
     return 0
 
 
-SIGNATURE_PROPERTY = "sglstack:signature"  # what `invoke sbom` adds: whether a verified signature covers it
-
-
-def _attached_sbom(parsed: ImageReference) -> tuple[str, bytes] | None:
-    client = RegistryClient.from_environment(parsed.repository.registry)
-    repo = parsed.repository.path
-    digest = resolve_digest(client, parsed)
-    for art in find_attestations(client, repo, digest):
-        if art.kind == "sbom" and art.subject == digest:
-            try:
-                return digest, client.get_blob(repo, art.document_digest, max_bytes=MAX_DOCUMENT_BYTES)
-            except RegistryError as exc:
-                console(stderr=True).print(f"skipped: sbom {art.manifest_digest[:19]}: {exc}", markup=False,
-                                           highlight=False)
-    return None
-
-
-def _signed_sbom(parsed: ImageReference, key: str) -> tuple[bytes, str]:
-    """The SBOM a signature by `key` covers (its bytes checked by `verify_image`), and what says so."""
-    _, result = verified_reference(str(parsed), key, what="--verify-key")
-    sbom_digest = result.attestations["sbom"]["digest"]
-    client = RegistryClient.from_environment(parsed.repository.registry)
-    body = client.get_blob(parsed.repository.path, sbom_digest, max_bytes=MAX_DOCUMENT_BYTES)
-    return body, (f"signed: covered by the signature of key {result.key_id[:16]} on "
-                  f"{parsed.repository.ref(result.digest)}")
-
-
-def _marked(body: bytes, signature: str) -> dict[str, Any]:
-    """The document with one CycloneDX property saying whether a verified signature covers it."""
-    doc = loads(body)
-    metadata = doc.setdefault("metadata", {})
-    props = [p for p in metadata.get("properties") or []
-             if not (isinstance(p, dict) and p.get("name") == SIGNATURE_PROPERTY)]
-    metadata["properties"] = [*props, {"name": SIGNATURE_PROPERTY, "value": signature}]
-    return doc
-
-
-UNSIGNED_ATTACHED = ("unsigned: not checked against any signature (anyone who can push may attach an SBOM; give "
-                     "--verify-key PUB to show only a signed one)")
-UNSIGNED_LISTED = "unsigned: listed here, covered by no signature"
-
-
 def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None,
                  generate: bool = False, key: str | None = None) -> int:
-    """The SBOM of REF. With `--verify-key`: only the one a signature by that key covers (exit 1 when none does).
-    Without: the one attached to its digest in the registry, else (or with `--generate`) one listed from
-    the image itself; either way marked (a `sglstack:signature` property) and said on stderr as unsigned."""
-    if key and generate:
-        raise BadInput("sbom: give --verify-key (the signed SBOM) or --generate (listed from the image), not both")
-    parsed = parse_ref(ref) if names_its_registry(ref) else None
-    if key and parsed is None:
-        raise BadInput(f"sbom: --verify-key needs REF in a registry (REPO:TAG or REPO@sha256:...), not '{ref}'")
-    body: bytes | None = None
-    source, signature = "", UNSIGNED_LISTED
-    if parsed is not None and key:
-        try:
-            body, signature = _signed_sbom(parsed, key)
-        except NotVerified as exc:
-            raise NotVerified(f"{ref}: no SBOM shown: {exc}") from None
-        source = "attached"
-    elif parsed is not None and not generate:
-        try:
-            found = _attached_sbom(parsed)
-        except NotVerified:
-            found = None  # not in the registry under that name: list the image itself instead
-        if found:
-            body, source, signature = found[1], f"attached to {parsed.repository.ref(found[0])}", UNSIGNED_ATTACHED
-    if body is None:
-        body, image_id = _listed_sbom(ref, docker_host)
-        source = f"listed from image {image_id[:19]}"
-    summary = read_sbom(body)
-    # The SBOM is the report: printed unless it goes only to --json-out's file.
-    document = _marked(body, signature)
+    """The SBOM of REF (`sglstack.attest.shown`), printed as JSON unless it goes only to --json-out's file, and
+    one line on stderr saying where it came from and whether a signature covers it."""
+    # at call time: cyclonedx, the Docker SDK and the registry would slow `invoke --list`
+    from ..attest.shown import sbom_to_show
+    from ..core.console import console
+    from ..core.errors import one_line
+
+    shown = sbom_to_show(ref, docker_host=docker_host, generate=generate, key=key)
     if as_json:
-        as_json.emit(document)
+        as_json.emit(shown.document)
     else:
-        sys.stdout.write(dumps(document))
-    console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} Python, "
-                               f"{summary.debian} Debian), {source}; {signature}"
+        sys.stdout.write(dumps(shown.document))
+    summary = shown.summary
+    console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} "
+                               f"Python, {summary.debian} Debian), {shown.source}; {shown.signature}"
                                + (f"; written to {as_json.path}" if as_json.path else ""),
                                markup=False, highlight=False)
     return 0
-
-
-def _listed_sbom(ref: str, docker_host: str | None) -> tuple[bytes, str]:
-    client = docker_client(docker_host)
-    try:
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        try:
-            image = client.images.pull(ref)
-        except docker.errors.APIError as exc:
-            reason = str(exc.explanation or exc).splitlines()[0][:200]
-            raise AttestationError(f"image '{ref}' is neither attached to a registry SBOM nor pullable: "
-                                   f"{explained(reason) or reason}") from None
-    created = _created(image.attrs.get("Created"))
-    return sbom_document(image_inventory(client, str(image.id)), image_name=ref, image_id=str(image.id),
-                         created=created), str(image.id)
-
-
-def _created(value: Any) -> dt.datetime:
-    """The engine's `Created` (RFC 3339 with nanoseconds) to the second, UTC."""
-    created = parse_utc(value)
-    return created.replace(microsecond=0) if created is not None else utc_now()

@@ -7,16 +7,33 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from . import build, deploy, gpu, images, patches, publish, render, stacks, testing
+from . import (
+    attest,
+    bisect,
+    build,
+    coverage,
+    deploy,
+    diff,
+    lock,
+    patches,
+    preflight,
+    publish,
+    render,
+    size,
+    smoke,
+    stacks,
+    testing,
+    upgrade,
+)
 
 
 def task_collection() -> Collection:
     """A new collection of every task (invoke configures the one it is given)."""
     ns = Collection()
     for task in (
-        gpu.preflight, stacks.stacks, stacks.lock, images.diff, render.render, build.build, images.sbom,
-        images.verify_image, build.bake, images.coverage, images.size, stacks.releases, stacks.upgrade,
-        gpu.smoke, gpu.bisect, publish.publish,
+        preflight.preflight, stacks.stacks, lock.lock, diff.diff, render.render, build.build, attest.sbom,
+        attest.verify_image, build.bake, coverage.coverage, size.size, upgrade.releases, upgrade.upgrade,
+        smoke.smoke, bisect.bisect, publish.publish,
         deploy.deploy, deploy.status, deploy.logs, deploy.undeploy, deploy.rollback, testing.test_,
     ):
         ns.add_task(task)

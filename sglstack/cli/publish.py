@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..core.options import TaskOptions, option, required, stacks_file_option
+from .cmdoptions import only_stack_option, stack_option
 from .options import command
 
 REGISTRY = "registry host or repository (default: the stack's publish.repository)"
@@ -13,7 +14,7 @@ REGISTRY = "registry host or repository (default: the stack's publish.repository
 
 @dataclass(frozen=True)
 class PublishOptions(TaskOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     digest: str = required("the smoke-tested manifest digest (sha256:..., or REPO@sha256:... of the stack's "
                            "repository) to promote, or an older one to roll back to")
     stacks_file: str = stacks_file_option()
@@ -71,7 +72,7 @@ def registry_down(o: RegistryDownOptions) -> None:
 
 @dataclass(frozen=True)
 class CleanupOptions(TaskOptions):
-    stack: str | None = option("only this stack (default: all)")
+    stack: str | None = only_stack_option()
     stacks_file: str = stacks_file_option()
     registry: str | None = option("registry host or repository (default: each stack's repository)")
     older_than_days: str | None = option("remove candidates older than this (default 7)")

@@ -5,20 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.imageref import not_an_image
-from ..core.options import TaskOptions, option, required, stacks_file_option
+from ..core.options import TaskOptions, option, stacks_file_option
+from .attest import expected_identity
+from .cmdoptions import host_network_option, rdma_option, stack_option
 from .options import command
 
 
 @dataclass(frozen=True)
 class RenderOptions(TaskOptions):
-    stack: str = required("stack name from the matrix")
+    stack: str = stack_option()
     stacks_file: str = stacks_file_option()
     out: str | None = option("output folder (default: build/STACK, under SGLSTACK_BUILD_DIR if set)")
     image: str | None = option("image reference the compose file serves (default: the moving tag REPOSITORY:STACK); "
                                "REPO@sha256:... also writes the Kubernetes manifests (k8s/)", check=not_an_image)
     nnodes: int = option("k8s: pods (nodes) per LeaderWorkerSet group (default 1)", 1, kind=int)
-    host_network: bool = option("k8s: pods use the node's network (NCCL over the host's NICs)", False, kind=bool)
-    rdma: str | None = option("k8s: an RDMA device-plugin resource per pod, RESOURCE[=COUNT] (e.g. rdma/ib)")
+    host_network: bool = host_network_option()
+    rdma: str | None = rdma_option()
     verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM) "
                                     "and its signed provenance names this stack, its config hash and SGLang "
                                     "release; the manifests then name the verified digest")
@@ -27,20 +29,14 @@ class RenderOptions(TaskOptions):
 @command(RenderOptions)
 def render(o: RenderOptions) -> None:
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
-    from ..imagebuild.context import render_command  # at call time: pydantic and jinja2 would slow `invoke --list`
+    # at call time: pydantic and jinja2 would slow `invoke --list`
+    from ..imagebuild.context import render_stack_folder
     from ..render.k8s import K8sOptions  # at call time: as above
 
     image = o.image
     if o.verify_key:
-        # at call time: only with --verify-key
-        from ..attest.provenance import BuildIdentity
-        from ..attest.verify import verified_for_render
-        from ..config.matrix import load_matrix
-        from ..lock.trust import lock_for_build
-        from ..render.dockerfile import released_config_hash
+        from ..attest.verify import verified_for_render  # at call time: only with --verify-key
 
-        stack = load_matrix(o.stacks_file).get(o.stack)
-        expect = BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(o.stacks_file, stack)))
-        image = verified_for_render(image, o.verify_key, expect)
+        image = verified_for_render(image, o.verify_key, expected_identity(o.stacks_file, o.stack))
     options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
-    render_command(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)
+    render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

@@ -2,87 +2,66 @@
 
 The image is the one the stack's last build recorded (`build/NAME/record.json`), or `--image`. Exit 0,
 1 when the image is over the stack's `size.max_gb` (with what grew since the recorded build), 2 for bad input.
+The measure is `sglstack.size.stack`'s; this module holds the options and prints the report.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import sys
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..adapters.docker import docker_client
-from ..config.matrix import load_matrix
-from ..core.console import console as make_console
-from ..core.console import printable_lines
-from ..core.errors import ConfigError, one_line
-from ..core.inputs import loads, read_bytes
-from ..core.jsonreport import NO_JSON, JsonReport
-from ..core.progress import progress
-from ..core.records import build_root
-from ..size.measure import measure
-from ..size.report import (
-    copies_message,
-    over_budget,
-    recorded_size,
-    report_text,
-    report_to_json,
-    size_summary,
-    undeclared_copies,
-)
+from ..config.imageref import not_an_image
+from ..core.jsonreport import NO_JSON
+from ..core.options import ReportOptions, docker_host_option, option, stacks_file_option
+from .cmdoptions import stack_option
+from .options import command
+
+if TYPE_CHECKING:
+    from ..core.jsonreport import JsonReport
 
 
-def recorded_build(stack: str) -> tuple[Path, dict[str, Any] | None]:
-    path = build_root() / stack / "record.json"
-    if not os.path.lexists(path):
-        return path, None
-    try:  # bounded, never from a FIFO put in its place
-        record = loads(read_bytes(path, what="build record"))
-    except ConfigError as exc:
-        raise ConfigError(f"the build record cannot be read ({exc.reason})", file=str(path), stack=stack) from None
-    except ValueError as exc:
-        raise ConfigError(f"the build record cannot be read ({exc})", file=str(path), stack=stack) from None
-    return path, record if isinstance(record, dict) else None
+@dataclass(frozen=True)
+class SizeOptions(ReportOptions):
+    stack: str = stack_option()
+    stacks_file: str = stacks_file_option()
+    image: str | None = option("the image to measure (default: the one the stack's last build recorded)",
+                               check=not_an_image)
+    docker_host: str | None = docker_host_option("Docker engine URL the image is on (default: DOCKER_HOST / local "
+                                                 "socket)")
+
+
+@command(SizeOptions)
+def size(o: SizeOptions, as_json: JsonReport) -> int:
+    """The image's size by layer, its 20 largest packages, files present twice; exit 1 over size.max_gb."""
+    return size_command(o.stacks_file, o.stack, image=o.image, as_json=as_json, docker_host=o.docker_host)
 
 
 def size_command(stacks_file: str, stack_name: str, *, image: str | None = None, as_json: JsonReport = NO_JSON,
                  docker_host: str | None = None) -> int:
+    # at call time: the Docker SDK, rich and the matrix would slow `invoke --list`
+    from ..config.matrix import load_matrix
+    from ..core.console import console as make_console
+    from ..core.console import printable_lines
+    from ..core.errors import one_line
+    from ..size.report import report_text
+    from ..size.stack import measure_stack
+
     stack = load_matrix(stacks_file).get(stack_name)
-    path, record = recorded_build(stack.name)
-    if image is None:
-        if record is None or not record.get("image_id"):
-            raise ConfigError("no image to measure: build the stack first, or name one with --image",
-                              file=str(path), stack=stack.name)
-        image = str(record["image_id"])  # the recorded image itself, even if its tag has moved since
-    with progress(f"size: measuring {image}"):
-        report = measure(docker_client(docker_host), image)
-    if record and image == record.get("image_id") and record.get("tag"):
-        report = dataclasses.replace(report, image=str(record["tag"]))
-    summary = size_summary(report)
-    # Against the recorded build, unless that build is the image measured: then nothing can have grown.
-    previous = recorded_size(record, stack.name) if record and record.get("image_id") != report.image_id else None
-    max_gb = stack.size.max_gb if stack.size else None
-    verdict = over_budget(stack.name, summary, max_gb, previous) if max_gb else None
-    copies = undeclared_copies(report.same_name, [c.file for c in stack.size.library_copies]) if stack.size else []
-    problems = [*([verdict.headline] if verdict else []), *([copies_message(stack.name, copies)] if copies else [])]
-    data = report_to_json(report)
-    data["stack"] = stack.name
-    data["max_gb"] = max_gb
-    data["over_budget"] = verdict.headline if verdict else None
-    data["undeclared_library_copies"] = [c.name for c in copies]
-    as_json.emit(data)
+    measured = measure_stack(stack, image, docker_host)
+    report, verdict = measured.report, measured.verdict
+    as_json.emit(measured.data)
     if not as_json.stdout:
         console = make_console()
         console.print(printable_lines(report_text(report)), markup=False, highlight=False, soft_wrap=True)
-        if max_gb and verdict is None:
-            console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {max_gb:g}",
+        if measured.max_gb and verdict is None:
+            console.print(f"within the size budget: {report.bytes / 1e9:.3f} GB <= size.max_gb {measured.max_gb:g}",
                           markup=False, highlight=False)
         elif verdict is not None:
             console.print(printable_lines(verdict.table), markup=False, highlight=False, soft_wrap=True)
-        if stack.size and not copies:
+        if stack.size and not measured.copies:
             console.print("each CUDA library once, beside the copies size.library_copies declares",
                           markup=False, highlight=False)
-    for problem in problems:
+    for problem in measured.problems:
         print(f"error: {one_line(problem)}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if measured.problems else 0

@@ -233,6 +233,12 @@ def registry_digest(ref: str, repo_digests: Iterable[str]) -> str | None:
     return None
 
 
+def image_name(digest: str | None, image_id: str | None) -> str | None:
+    """How sglstack names an image that ran or was measured: its registry digest (what a registry serves again,
+    where a tag can move), else its image id (a local build has no digest), else None."""
+    return digest or image_id or None
+
+
 def is_digest(value: str) -> bool:
     """A registry digest, `sha256:<64 lowercase hex>` (not a config hash)."""
     return DIGEST_RE.fullmatch(value) is not None

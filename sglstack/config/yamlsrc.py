@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, first_line
 from ..core.inputs import read_text
 
 KeyPath = tuple[str | int, ...]
@@ -124,7 +124,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
         return "found a duplicate anchor"
     if problem:
         return f"{context} {problem}" if context and str(context).startswith("expected") else str(problem)
-    return (str(exc).splitlines() or ["unreadable"])[0]
+    return first_line(str(exc)) or "unreadable"
 
 
 def _yaml_line(exc: yaml.YAMLError, text: str) -> int | None:

@@ -26,6 +26,22 @@ def shown(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+MESSAGE_CUT = 300  # the most of an outside message an error line quotes
+
+
+def first_line(text: str, limit: int = MESSAGE_CUT) -> str:
+    """The first line of an outside message (an engine's, a tool's, a library's exception), at most `limit`
+    characters: what went wrong, never the page of a traceback or an HTML body after it ("" for none)."""
+    return (text.splitlines() or [""])[0][:limit]
+
+
+def last_line(text: str, limit: int = MESSAGE_CUT) -> str:
+    """The last non-empty line of a tool's output, at most `limit` characters: where a failing command line
+    tool says what went wrong, after its progress lines ("no output" for none)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else "no output"
+
+
 # `git bisect run` aborts on an exit of 128 or more and marks the commit bad on any other but 0 and 125: what
 # `smoke --bisect-exit` answers when it cannot judge, bad input on its command line included.
 EXIT_ABORT_GIT_BISECT = 128

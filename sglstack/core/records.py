@@ -46,7 +46,7 @@ from .safefiles import (
 T = TypeVar("T")
 BUILD_DIR_ENV = "SGLSTACK_BUILD_DIR"
 __all__ = ["BadLine", "OutputNotWritable", "append_jsonl", "build_root", "check_field_types", "read_jsonl",
-           "read_jsonl_lenient", "require_store_writable", "require_writable", "stack_lock"]
+           "read_jsonl_lenient", "require_store_writable", "require_writable", "stack_dir", "stack_lock"]
 
 
 def build_root() -> Path:
@@ -55,10 +55,21 @@ def build_root() -> Path:
     return Path(os.environ.get(BUILD_DIR_ENV) or "build")
 
 
+# The layout under the build root, named once: build/STACK/ holds all of one stack's outputs (the render, the
+# build record, smoke history, deployments, the bisect and upgrade folders); build/publish/ the releases.
+RECORD_FILE = "record.json"  # a stack's build record, in its stack folder
+BISECT_DIR, UPGRADE_DIR = "bisect", "upgrade"  # a stack's bisect log and upgrade report, in its stack folder
+
+
+def stack_dir(stack_name: str, root: Path | None = None) -> Path:
+    """build/STACK under `root` (default: the one build root)."""
+    return (root if root is not None else build_root()) / stack_name
+
+
 def stack_lock(stack_name: str, task: str) -> contextlib.AbstractContextManager[None]:
     """The one lock of a stack (`build/NAME/.lock`), taken by build, deploy, bisect and render: a second
     task of the same stack is refused with one line (`folderlock.folder_lock` says why not a wait)."""
-    return folder_lock(build_root() / stack_name, task, root=build_root(), stack=stack_name)
+    return folder_lock(stack_dir(stack_name), task, root=build_root(), stack=stack_name)
 
 
 def require_writable(path: Path, *, what: str, create: bool = True) -> None:

@@ -1,12 +1,13 @@
 """Compose deployment of a published stack: deploy, status, logs, undeploy, rollback.
 
-One module per job: `options` (every task option, defined once), `actions` (what each task does),
+One module per job: `errors` (its bad input), `actions` (what each task does, from typed values: the
+options are the face's, `sglstack.cli.deploy`),
 `flow` (deploy / rollback / undeploy, with the restore of the previous deployment after a failed one),
 `checks` (what is checked before anything changes), `images` (which image, and the smoke report that
 passed it), `health`, `store` (the deployment records), `status` (the table); `ComposeCLI` and
 `detect_compose` come from the compose adapter (`sglstack.adapters.compose`).
 
-Names are re-exported lazily: `sglstack.cli.deploy` imports `sglstack.deploy.options` at start-up, and loading the
+Names are re-exported lazily: `sglstack.cli.deploy` imports `sglstack.deploy.errors` at start-up, and loading the
 Docker SDK there would slow down every `invoke` call, including `invoke --list`.
 """
 
@@ -38,13 +39,6 @@ _EXPORTS = {
     "StackStatus": "status",
     "deployment_status": "status",
     "format_duration": "status",
-    "DeployOptions": "options",
-    "RollbackOptions": "options",
-    "deploy_command": "actions",
-    "status_command": "actions",
-    "logs_command": "actions",
-    "undeploy_command": "actions",
-    "rollback_command": "actions",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,12 +1,11 @@
-"""The deployment actions: what `invoke deploy / status / logs / undeploy / rollback` do.
-
-Each takes its options dataclass (`options.py`, the one definition of every flag) and calls the flow.
+"""The deployment actions: what `invoke deploy / status / logs / undeploy / rollback` do, from typed values
+(the face, `sglstack.cli.deploy`, turns its options into them): the deployment looked up, the image verified,
+the node checked, the stack's lock held, then the flow.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict
 from pathlib import Path
 
 from ..adapters.docker import docker_client, is_local_docker_host
@@ -17,53 +16,26 @@ from ..config.defaults import default_stacks_file
 from ..config.imageref import pinned_digest
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.errors import DeployError, did_you_mean
+from ..core.errors import DeployError
 from ..core.folderlock import folder_lock
-from ..core.jsonreport import NO_JSON, JsonReport
-from ..core.records import BadLine
+from ..core.records import BadLine, stack_dir
 from ..core.records import build_root as default_build_root
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
-from ..render.k8s import HF_TOKEN_SECRET, K8sOptions, k8s_spec
-from ..serving import require_draft_fits
+from ..render.k8s import K8sOptions, k8s_spec
+from ..serving import check_secret_references, require_draft_fits
 from .checks import check_options
+from .errors import DeployOptionError
 from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s
 from .kernelcache import k8s_caches
 from .lifecycle import rollback, service_logs, undeploy
-from .options import (
-    TARGETS,
-    DeployOptionError,
-    DeployOptions,
-    LogsOptions,
-    RollbackOptions,
-    StatusOptions,
-    UndeployOptions,
-)
-from .status import deployment_status, print_status
-from .store import DeploymentRecord, bad_record_line, read_records, records_path
-
-
-def compose_options(options: DeployOptions) -> cmp.ComposeOptions:
-    """The deploy options that shape the served service (recorded, so a rollback serves the same)."""
-    return cmp.ComposeOptions(
-        eagle3=options.eagle3,
-        gpus=options.gpus,
-        port=options.port,
-        hf_cache=options.hf_cache,
-        start_period_s=options.start_period,
-        restart=options.restart,
-        env_file=str(Path(options.env_file).resolve()) if options.env_file else cmp.ENV_FILE,
-        nnodes=options.nnodes,
-        node_rank=options.node_rank,
-        dist_init_addr=options.dist_init_addr,
-        healthcheck_interval_s=options.health_interval,
-        kernel_cache=options.kernel_cache,
-    )
+from .status import StackStatus, deployment_status
+from .store import DeploymentRecord, read_records, records_path
 
 
 def _deployment(
@@ -89,51 +61,6 @@ def _deployment(
     return dep
 
 
-def k8s_options(options: DeployOptions) -> K8sOptions:
-    """The deploy options that shape the LeaderWorkerSet (recorded, so a rollback applies the same)."""
-    return K8sOptions(
-        eagle3=options.eagle3,
-        gpus=options.gpus,
-        nnodes=options.nnodes,
-        replicas=1 if options.replicas is None else options.replicas,
-        namespace=options.namespace,
-        host_network=options.host_network,
-        rdma=options.rdma,
-        hf_cache=options.hf_cache,
-        hf_token_secret=options.hf_token_secret or HF_TOKEN_SECRET,
-        start_period_s=options.start_period,
-        kernel_cache=options.kernel_cache,
-    )
-
-
-def _target(target: str) -> str:
-    if target not in TARGETS:
-        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}{did_you_mean(target, TARGETS)}")
-    return target
-
-
-def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str) -> None:
-    """An option of the other target is bad input (exit 2), before anything is looked up: it would be
-    dropped unread, and a script that forgot `--on k8s` would deploy somewhere else than it meant."""
-    other: list[tuple[str, object]]
-    if on == "k8s":
-        other = [("--docker-host", options.docker_host)]
-        if isinstance(options, DeployOptions):
-            other += [("--env-file", options.env_file), ("--port", options.port), ("--node-rank", options.node_rank),
-                      ("--dist-init-addr", options.dist_init_addr)]
-        why = "compose only (LWS places the pods)"
-    else:
-        other = [("--context", options.context), ("--namespace", options.namespace)]
-        if isinstance(options, DeployOptions):
-            other += [("--replicas", options.replicas is not None), ("--host-network", options.host_network),
-                      ("--rdma", options.rdma), ("--hf-token-secret", options.hf_token_secret)]
-        why = "--on k8s only (compose would drop {})"
-    if given := [flag for flag, value in other if value]:
-        several = len(given) > 1
-        raise DeployOptionError(f"--on {on}: {', '.join(given)} {'apply' if several else 'applies'} to "
-                                + why.format("them" if several else "it"))
-
-
 def _k8s_deployment(stacks_file: str | None, stack_name: str, build_root: Path | None, context: str | None,
                     namespace: str | None) -> K8sDeployment:
     stack = load_matrix(stacks_file or default_stacks_file()).get(stack_name)
@@ -154,80 +81,76 @@ def verified_ref(ref: str, verify_key: str | None, say: Say, *, stack: Stack, st
     return verified
 
 
-def deploy_k8s_command(options: DeployOptions, *, build_root: Path | None = None, say: Say = say_stderr
-                       ) -> DeploymentRecord:
-    _refuse_the_other_targets(options, "k8s")
-    served = k8s_options(options)
-    stack = load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)
+def deploy_on_k8s(stack_name: str, served: K8sOptions, *, stacks_file: str | None = None, digest: str | None = None,
+                  image: str | None = None, verify_key: str | None = None, context: str | None = None,
+                  namespace: str | None = None, wait_timeout: float | None = None, skip_preflight: bool = False,
+                  build_root: Path | None = None, say: Say = say_stderr) -> DeploymentRecord:
+    """A LeaderWorkerSet of the stack's image (by `digest`, else `image`, else the last published), applied
+    with kubectl and waited for; recorded."""
+    stack = load_matrix(stacks_file or default_stacks_file()).get(stack_name)
     spec = k8s_spec(stack, served)  # every option, before kubectl is even looked for
-    if options.wait_timeout is not None and not options.wait_timeout > 0:
-        raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {options.wait_timeout:g}: must be more than 0 "
-                                "seconds")
+    if wait_timeout is not None and not wait_timeout > 0:
+        raise DeployOptionError(f"stack '{stack.name}': --wait-timeout {wait_timeout:g}: must be more than 0 seconds")
     root = build_root or default_build_root()
     # The cluster is found before the image is verified (registry calls): no context is one line at once.
-    kubectl = find_kubectl(options.context, options.namespace)
-    ref = verified_ref(resolve_image_ref(stack, digest=options.digest, image=options.image, build_root=root),
-                       options.verify_key, say, stack=stack, stacks_file=options.stacks_file)
+    kubectl = find_kubectl(context, namespace)
+    ref = verified_ref(resolve_image_ref(stack, digest=digest, image=image, build_root=root),
+                       verify_key, say, stack=stack, stacks_file=stacks_file)
     dep = K8sDeployment(stack=stack, build_root=root, kubectl=kubectl)
-    if spec.gpus and not options.skip_preflight:
+    if spec.gpus and not skip_preflight:
         say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
     try:
-        digest = pinned_digest(ref) or ""
         with _stack_lock(root, stack.name, "deploy"):
-            caches = k8s_caches(spec, ref, options.verify_key, say) if served.kernel_cache else None
-            return deploy_k8s(dep, ref, served, wait_timeout_s=options.wait_timeout,
-                              smoke_report=smoke_report_for(stack.name, digest, root), say=say, caches=caches)
+            caches = k8s_caches(spec, ref, verify_key, say) if served.kernel_cache else None
+            return deploy_k8s(dep, ref, served, wait_timeout_s=wait_timeout,
+                              smoke_report=smoke_report_for(stack.name, pinned_digest(ref) or "", root), say=say,
+                              caches=caches)
     except DeployFailed as exc:
         if exc.log_tail:
             say(exc.log_tail.rstrip())
         raise
 
 
-def deploy_command(
-    options: DeployOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
-) -> DeploymentRecord:
-    if _target(options.on) == "k8s":
-        return deploy_k8s_command(options, build_root=build_root, say=say)
-    _refuse_the_other_targets(options, "compose")
-    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project)
-    served = compose_options(options)
-    # Every option is checked before the (slower) preflight and before anything on the host changes.
-    spec = check_options(dep.stack, served, options.wait_timeout)
-    if is_local_docker_host(options.docker_host):  # a remote engine's model files are on its host, not here
+def deploy_with_compose(stack_name: str, served: cmp.ComposeOptions, *, stacks_file: str | None = None,
+                        digest: str | None = None, image: str | None = None, verify_key: str | None = None,
+                        docker_host: str | None = None, wait_timeout: float | None = None,
+                        skip_preflight: bool = False, build_root: Path | None = None, project: str | None = None,
+                        say: Say = say_stderr) -> DeploymentRecord:
+    """The stack's image served by compose on `docker_host`, the node checked first (GPUs asked for), /health
+    waited for, recorded; a failed redeploy restores the previous deployment."""
+    dep = _deployment(stacks_file, stack_name, docker_host, build_root, project)
+    # Every option is checked before the (slower) preflight and before anything on the host changes; so is
+    # each `${NAME}` compose interpolates from this environment (compose itself would refuse it only at `up`).
+    spec = check_options(dep.stack, served, wait_timeout)
+    check_secret_references(spec)
+    if is_local_docker_host(docker_host):  # a remote engine's model files are on its host, not here
         require_draft_fits(spec, container=True)
-    ref = verified_ref(resolve_image_ref(dep.stack, digest=options.digest, image=options.image,
-                                         build_root=dep.build_root), options.verify_key, say, stack=dep.stack,
-                       stacks_file=options.stacks_file)
-    if options.gpus != 0 and not options.skip_preflight:
+    ref = verified_ref(resolve_image_ref(dep.stack, digest=digest, image=image, build_root=dep.build_root),
+                       verify_key, say, stack=dep.stack, stacks_file=stacks_file)
+    if served.gpus != 0 and not skip_preflight:
         # The GPU node is checked before compose replaces a running deployment with one that cannot start.
-        say(f"preflight of the GPU node ({options.docker_host or 'local engine'}) in {ref}")
-        require_ready(dep.stack, docker_host=options.docker_host, image=ref)
+        say(f"preflight of the GPU node ({docker_host or 'local engine'}) in {ref}")
+        require_ready(dep.stack, docker_host=docker_host, image=ref)
     try:
         with _stack_lock(dep.build_root, dep.stack.name, "deploy"):
-            return deploy(dep, ref, served, wait_timeout_s=options.wait_timeout, say=say, verify_key=options.verify_key)
+            return deploy(dep, ref, served, wait_timeout_s=wait_timeout, say=say, verify_key=verify_key)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise
 
 
-def status_command(options: StatusOptions, *, build_root: Path | None = None, say: Say = say_stderr,
-                   as_json: JsonReport = NO_JSON) -> int:
-    """Print the table (and the JSON report); 1 when a records line did not read (each named on stderr), else 0."""
+def status_rows(stack: str | None = None, *, docker_host: str | None = None, build_root: Path | None = None
+                ) -> tuple[list[StackStatus], list[BadLine]]:
+    """Each deployed stack's row (or `stack`'s), and the records lines that did not read."""
     root = build_root or default_build_root()
-    if options.stack and not records_path(root, options.stack).parent.is_dir():
+    if stack and not records_path(root, stack).parent.is_dir():
         # No records of it: a stack of stacks.yaml not deployed yet ("nothing deployed"), or a typo, which
         # gets the refusal (and "did you mean") of every task's --stack, not an empty table and exit 0.
-        load_matrix(default_stacks_file()).get(options.stack)
+        load_matrix(default_stacks_file()).get(stack)
     bad: list[BadLine] = []
-    rows = deployment_status(
-        build_root=root, docker_host=options.docker_host, stack=options.stack, bad_lines=bad,
-    )
-    print_status(rows, wide=options.wide)
-    as_json.emit({"deployments": [asdict(row) for row in rows], "unreadable_record_lines": len(bad)})
-    for line in bad:
-        say(f"error: {bad_record_line(line)}: skipped, the rows above are what the other lines and the engine show")
-    return 1 if bad else 0
+    rows = deployment_status(build_root=root, docker_host=docker_host, stack=stack, bad_lines=bad)
+    return rows, bad
 
 
 class NotDeployed(DeployError):
@@ -243,44 +166,51 @@ def require_deployed(dep: Deployment) -> None:
                           "container on the engine)")
 
 
-def logs_command(options: LogsOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
-    if options.tail is not None and options.tail < 1:
-        raise DeployOptionError(f"--tail {options.tail}: must be at least 1 line")
-    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+def stack_logs(stack_name: str, *, stacks_file: str | None = None, docker_host: str | None = None,
+               tail: int | None = None, build_root: Path | None = None, project: str | None = None) -> str:
+    """The deployed stack's server logs (the last `tail` lines)."""
+    if tail is not None and tail < 1:
+        raise DeployOptionError(f"--tail {tail}: must be at least 1 line")
+    dep = _deployment(stacks_file, stack_name, docker_host, build_root, project, from_records=True)
     require_deployed(dep)
-    print(service_logs(dep, tail=options.tail), end="")
+    return service_logs(dep, tail=tail)
 
 
-def undeploy_command(options: UndeployOptions, *, build_root: Path | None = None, project: str | None = None) -> None:
-    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+def undeploy_stack(stack_name: str, *, stacks_file: str | None = None, docker_host: str | None = None,
+                   build_root: Path | None = None, project: str | None = None) -> None:
+    dep = _deployment(stacks_file, stack_name, docker_host, build_root, project, from_records=True)
     require_deployed(dep)  # before the lock: nothing deployed writes nothing, not even the lock
     with _stack_lock(dep.build_root, dep.stack.name, "undeploy"):
         undeploy(dep)
 
 
-def rollback_command(
-    options: RollbackOptions, *, build_root: Path | None = None, project: str | None = None, say: Say = say_stderr
-) -> DeploymentRecord:
-    _refuse_the_other_targets(options, _target(options.on))
-    if options.on == "k8s":
-        root = build_root or default_build_root()
-        namespace = options.namespace
-        if namespace is None:  # the namespace the last k8s deployment of the stack went to
-            k8s_rows = [r for r in read_records(root, options.stack) if r.target == "k8s"]
-            namespace = k8s_rows[-1].options.get("namespace") if k8s_rows else None  # type: ignore[assignment]
-        if not any(r.target == "k8s" for r in read_records(root, options.stack)):
-            load_matrix(options.stacks_file or default_stacks_file()).get(options.stack)  # a typo: did you mean
-            raise NotDeployed(f"stack '{options.stack}' is not deployed on k8s (no k8s deployment in "
-                              f"{records_path(root, options.stack)})")
-        k8s_dep = _k8s_deployment(options.stacks_file, options.stack, root, options.context, namespace)
-        with _stack_lock(root, options.stack, "rollback"):
-            return rollback_k8s(k8s_dep, wait_timeout_s=options.wait_timeout, say=say)
-    dep = _deployment(options.stacks_file, options.stack, options.docker_host, build_root, project, from_records=True)
+def rollback_on_k8s(stack_name: str, *, stacks_file: str | None = None, context: str | None = None,
+                    namespace: str | None = None, wait_timeout: float | None = None, build_root: Path | None = None,
+                    say: Say = say_stderr) -> DeploymentRecord:
+    """The LeaderWorkerSet of the k8s deployment recorded before the current one, applied again."""
+    root = build_root or default_build_root()
+    records = [r for r in read_records(root, stack_name) if r.target == "k8s"]
+    if not records:
+        load_matrix(stacks_file or default_stacks_file()).get(stack_name)  # a typo: did you mean
+        raise NotDeployed(f"stack '{stack_name}' is not deployed on k8s (no k8s deployment in "
+                          f"{records_path(root, stack_name)})")
+    if namespace is None:  # the namespace the last k8s deployment of the stack went to
+        namespace = records[-1].options.get("namespace")  # type: ignore[assignment]
+    k8s_dep = _k8s_deployment(stacks_file, stack_name, root, context, namespace)
+    with _stack_lock(root, stack_name, "rollback"):
+        return rollback_k8s(k8s_dep, wait_timeout_s=wait_timeout, say=say)
+
+
+def rollback_with_compose(stack_name: str, *, stacks_file: str | None = None, docker_host: str | None = None,
+                          wait_timeout: float | None = None, build_root: Path | None = None,
+                          project: str | None = None, say: Say = say_stderr) -> DeploymentRecord:
+    """The image recorded before the current one, redeployed with the options it ran with."""
+    dep = _deployment(stacks_file, stack_name, docker_host, build_root, project, from_records=True)
     try:
         # The options are checked by `deploy` before anything changes, as for a deploy.
         require_deployed(dep)  # before the lock, as for undeploy
         with _stack_lock(dep.build_root, dep.stack.name, "rollback"):
-            return rollback(dep, wait_timeout_s=options.wait_timeout, say=say)
+            return rollback(dep, wait_timeout_s=wait_timeout, say=say)
     except DeployFailed as exc:
         say(exc.log_tail.rstrip())
         raise
@@ -293,4 +223,4 @@ def _stack_lock(build_root: Path | None, stack: str, task: str) -> contextlib.Ab
     if not stack or Path(stack).name != stack or stack in (".", ".."):
         return contextlib.nullcontext()  # not a stack name: the matrix says so, in its own one line
     root = build_root or default_build_root()
-    return folder_lock(root / stack, task, root=root, stack=stack)
+    return folder_lock(stack_dir(stack, root), task, root=root, stack=stack)

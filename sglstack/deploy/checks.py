@@ -18,8 +18,8 @@ from ..config.schema import Stack
 from ..core.errors import DeployError
 from ..render import compose as cmp
 from ..serving import ServingSpec, check_mount_sources
+from .errors import DeployOptionError
 from .health import COMPOSE_PROJECT_LABEL, project_containers
-from .options import DeployOptionError
 
 
 def check_options(stack: Stack, options: cmp.ComposeOptions, wait_timeout_s: float | None) -> ServingSpec:

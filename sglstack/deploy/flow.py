@@ -34,9 +34,9 @@ from ..config.imageref import parse_image_reference, pinned_digest
 from ..config.schema import Stack
 from ..core import signals
 from ..core.console import printable_lines
-from ..core.errors import ConfigError, DeployError, SglstackError
+from ..core.errors import ConfigError, DeployError, SglstackError, first_line
 from ..core.records import build_root as default_build_root
-from ..core.records import utc_timestamp
+from ..core.records import stack_dir, utc_timestamp
 from ..core.safefiles import (
     OutputNotWritable,
     containing_root,
@@ -90,7 +90,7 @@ class Deployment:
 
     @property
     def out_dir(self) -> Path:
-        return self.build_root / self.stack.name
+        return stack_dir(self.stack.name, self.build_root)
 
     @property
     def project_name(self) -> str:
@@ -255,7 +255,7 @@ def _come_up(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
 
 
 def _describe(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return first_line(str(exc)) if str(exc) else type(exc).__name__
 
 
 def _health_failure(

@@ -10,11 +10,10 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from ..adapters.docker import image_exists, local_image
+from ..adapters.docker import PullFailed, local_image, present_or_pulled
 from ..config.imageref import is_digest, parse_image_reference, registry_digest
 from ..config.schema import Stack
-from ..core.errors import ConfigError, DeployError
-from ..core.network import explained
+from ..core.errors import ConfigError, DeployError, first_line
 from ..core.records import build_root as default_build_root
 from ..publish import PublishedRelease, published_release
 from .store import display_path
@@ -56,17 +55,12 @@ def resolve_image_ref(
 
 def ensure_image(client: docker.DockerClient, ref: str, stack_name: str, say: Callable[[str], None]) -> None:
     """Pull `ref` unless the engine has it: an image that cannot be fetched changes nothing."""
-    if image_exists(client, ref):
-        return
-    say(f"pulling {ref}")
     try:
-        client.images.pull(ref)
-    except docker.errors.DockerException as exc:
-        reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
-        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {explained(reason) or reason} (nothing was "
-                          "changed)") from None
-    if not image_exists(client, ref):
-        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: not on the engine after the pull")
+        present_or_pulled(client, ref, before_pull=lambda: say(f"pulling {ref}"))
+    except PullFailed as exc:
+        raise DeployError(f"stack '{stack_name}': cannot pull {ref}: {exc} (nothing was changed)") from None
+    except docker.errors.APIError as exc:
+        raise DeployError(f"image {ref}: {first_line(str(exc))}") from None
 
 
 def image_identity(client: docker.DockerClient, ref: str) -> tuple[str, str]:
@@ -75,7 +69,7 @@ def image_identity(client: docker.DockerClient, ref: str) -> tuple[str, str]:
     try:
         found = local_image(client, ref)
     except docker.errors.APIError as exc:
-        raise DeployError(f"image {ref}: {str(exc).splitlines()[0]}") from None
+        raise DeployError(f"image {ref}: {first_line(str(exc))}") from None
     repo_digests = found.repo_digests if found is not None else ()
     return registry_digest(ref, repo_digests) or "", found.id if found is not None else ""
 

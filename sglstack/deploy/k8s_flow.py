@@ -18,8 +18,8 @@ from ..adapters.kubectl import Kubectl
 from ..config.imageref import pinned_digest
 from ..config.schema import Stack
 from ..core import signals
-from ..core.errors import DeployError, SglstackError
-from ..core.records import utc_timestamp
+from ..core.errors import DeployError, SglstackError, first_line
+from ..core.records import stack_dir, utc_timestamp
 from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s
@@ -55,7 +55,7 @@ class K8sDeployment:
 
     @property
     def out_dir(self) -> Path:
-        return self.build_root / self.stack.name / k8s.K8S_DIR
+        return stack_dir(self.stack.name, self.build_root) / k8s.K8S_DIR
 
     @property
     def name(self) -> str:
@@ -163,7 +163,7 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
             record_or_why(dep.build_root, replace(attempt, time=utc_timestamp(), note=str(exc)))
             raise
         why = (f"interrupted ({exc.name})" if isinstance(exc, Interrupted) else
-               "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc).splitlines()[0][:300])
+               "interrupted" if isinstance(exc, KeyboardInterrupt) else first_line(str(exc)))
         outcome = "the rollback did not finish"
         try:
             with signals.deferred():
@@ -172,7 +172,7 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
             say(f"{why}; {outcome}" if why.startswith(f"stack '{dep.stack.name}'") else
                 f"stack '{dep.stack.name}': {why}; {outcome}")
         if isinstance(exc, DeployError):  # the error line says what was undone, like a failed wait's
-            raise DeployFailed(f"{str(exc).splitlines()[0][:300]}; {outcome}", "") from None
+            raise DeployFailed(f"{first_line(str(exc))}; {outcome}", "") from None
         raise
     if failure is not None:
         outcome = _recover_shielded(dep, attempt, previous, failure, say, unfinished="the rollback did not finish")
@@ -248,7 +248,7 @@ def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: Deployment
         try:
             dep.kubectl.delete(dep.out_dir)
         except (SglstackError, OSError) as exc:
-            return f"no earlier deployment to roll back to, and {str(exc).splitlines()[0][:300]}" + not_recorded(
+            return f"no earlier deployment to roll back to, and {first_line(str(exc))}" + not_recorded(
                 unrecorded)
         return "no earlier deployment to roll back to: deleted what was applied" + not_recorded(unrecorded)
     say(f"rolling back leaderworkerset/{dep.name} to {previous.digest} (its manifests re-applied)")
@@ -261,7 +261,7 @@ def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: Deployment
         dep.kubectl.apply(dep.out_dir, f"stack '{dep.stack.name}'")
         detail = wait_ready(dep, wait_limit(spec, None), say)
     except (SglstackError, OSError) as exc:
-        detail = str(exc).splitlines()[0][:300]
+        detail = first_line(str(exc))
     unrecorded = unrecorded or record_or_why(dep.build_root, replace(
         previous, action="restore", result="failed" if detail else "healthy", time=utc_timestamp(),
         note=f"after the failed {attempt.action} of {attempt.image}" + (f": {detail}" if detail else "")))

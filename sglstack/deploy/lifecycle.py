@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..adapters.compose import ComposeCLI, detect_compose, last_line
+from ..adapters.compose import ComposeCLI, detect_compose
 from ..adapters.docker import docker_client
-from ..core.errors import DeployError
+from ..core.errors import DeployError, last_line
 from ..core.records import utc_timestamp
 from ..render import compose as cmp
 from .checks import check_project_owner

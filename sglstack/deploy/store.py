@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
+from ..config.imageref import image_name
 from ..core.errors import DeployError
 from ..core.records import (
     BadLine,
@@ -17,6 +18,7 @@ from ..core.records import (
     json_type,
     read_jsonl_lenient,
     require_store_writable,
+    stack_dir,
 )
 from ..core.safefiles import OutputNotWritable
 from ..render.compose import ComposeOptions
@@ -87,7 +89,7 @@ class DeploymentRecord:
 
 
 def records_path(build_root: Path, stack_name: str) -> Path:
-    return build_root / stack_name / RECORDS_FILE
+    return stack_dir(stack_name, build_root) / RECORDS_FILE
 
 
 def append_record(build_root: Path, record: DeploymentRecord) -> None:
@@ -142,7 +144,7 @@ def rollback_target(records: list[DeploymentRecord]) -> DeploymentRecord | None:
 
 def _identity(record: DeploymentRecord) -> str:
     """Which image a record served: its registry digest, else its image id (a tag can move), else the reference."""
-    return record.digest or record.image_id or record.image
+    return image_name(record.digest, record.image_id) or record.image
 
 
 def display_path(path: Path) -> str:

@@ -357,6 +357,6 @@ def image_name_for_diff(image: Mapping[str, Any]) -> str:
     return str(digests[0] if digests else image.get("id") or image.get("ref") or "")
 
 
-def diff_command_for(current_image: str, last_passing_image: str) -> str:
+def diff_invocation_for(current_image: str, last_passing_image: str) -> str:
     """The command a failed regression gate prints: what changed since the last image that passed."""
     return f"invoke diff {shlex.quote(last_passing_image)} {shlex.quote(current_image)}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError, DockerUnavailable
 from ..core.inputs import loads, read_json, read_text
-from ..core.records import build_root
+from ..core.records import RECORD_FILE, build_root
 from ..lockfile.text import parse_lock
 from .compare import Snapshot, image_snapshot, lock_snapshot, record_problem, record_snapshot
 
@@ -23,7 +23,7 @@ LOCK_MAGIC = "# sglstack lock"
 
 def snapshot_from_file(path: Path, ref: str) -> Snapshot:
     if path.is_dir():
-        path = path / "record.json"
+        path = path / RECORD_FILE
         if not path.is_file():
             raise ConfigError("a folder given to diff must hold a build record (record.json)", file=str(path.parent))
     # a regular file of bounded size: a FIFO would hang the diff, /dev/zero fill the memory

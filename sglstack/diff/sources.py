@@ -1,4 +1,4 @@
-"""`invoke diff A B`, the shell: turn each argument into a snapshot, then print the pure diff.
+"""What `invoke diff A B` compares: each argument turned into a snapshot (`invoke diff` prints their diff).
 
 An argument is, in this order: a file (a build record `record.json`, or a lock `locks/NAME.txt`), a build
 folder holding `record.json`, an image the Docker engine has (tag, id, or `repo@sha256:...`; its labels,
@@ -17,13 +17,11 @@ import zlib
 from typing import Any
 
 from ..config.imageref import DOCKER_HUB, not_an_image, parse_image_reference
-from ..core.console import console as make_console
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
 from ..core.inputs import loads
-from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.records import build_root
 from ..registry.client import RegistryClient
-from .compare import Snapshot, diff_to_json, image_snapshot, print_diff, snapshot_diff
+from .compare import Snapshot, image_snapshot
 from .snapshots import IMAGE_FACTS, local_snapshot
 
 # Registry layers are read top-down looking for those facts; the serving image's last layers are small,
@@ -160,13 +158,3 @@ def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
         raise ConfigError(f"'{spec}': no local image and no build record under {build_root()} has this id; "
                           f"name a registry image as host:port/path@{spec}")
     return _registry_snapshot(spec)
-
-
-def diff_command(a: str, b: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None) -> int:
-    """Print what changed from A to B (a table, and/or the JSON report); exit 0 either way: a difference is
-    an answer."""
-    diff = snapshot_diff(load_snapshot(a, docker_host=docker_host), load_snapshot(b, docker_host=docker_host))
-    as_json.emit(diff_to_json(diff))
-    if not as_json.stdout:
-        print_diff(diff, make_console())
-    return 0

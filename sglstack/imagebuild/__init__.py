@@ -1,3 +1,3 @@
-"""Build: render, BuildKit, verify in the image, record; bake; host-side patch commands. Build and push,
-where Build meets Publish, is the face's (`sglstack.cli.pipeline`): Build knows no registry.
+"""Build: render, BuildKit, verify in the image, record; bake. Build and push, where Build meets Publish, is
+`sglstack.pipeline`'s, a part above both: Build knows no registry.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,12 +20,10 @@ from typing import Any
 from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.console import console as make_console
-from ..core.console import plain
-from ..core.credentials import CredentialError, merge_logins, netrc_text, tool_environment
+from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.folderlock import folder_lock
-from ..core.records import build_root, require_writable
+from ..core.records import build_root, require_writable, stack_dir
 from ..core.safefiles import containing_root, write_text
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
@@ -131,7 +128,8 @@ def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
     write_text(containing_root(path.parent, build_root()), path, json.dumps(definition, indent=2) + "\n")
 
 
-def _buildx_client(docker_cli: str | None) -> str | None:
+def buildx_client(docker_cli: str | None) -> str | None:
+    """The first docker client (`--docker-cli`, SGLSTACK_DOCKER_CLI, then PATH) that has buildx."""
     for cli in candidate_clis(docker_cli):
         try:
             found = subprocess.run([cli, "buildx", "version"], capture_output=True, timeout=30, check=False,
@@ -143,10 +141,19 @@ def _buildx_client(docker_cli: str | None) -> str | None:
     return None
 
 
-def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | None = None,
-                 print_only: bool = False, builder_name: str | None = None, ca_bundle: str | None = None,
-                 docker_cli: str | None = None, run: bool = False) -> int:
-    """`invoke bake`: write the bake file and every context it points at; print (or run) the bake."""
+@dataclass(frozen=True)
+class WrittenBake:
+    """A bake file written: where, its definition, the stacks in it, and the index logins its targets read."""
+
+    path: Path
+    definition: dict[str, Any]
+    stacks: tuple[Stack, ...]
+    logins: tuple[HostLogin, ...]
+
+
+def write_bake(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | None = None,
+               ca_bundle: str | None = None) -> WrittenBake:
+    """The bake file of the stacks (default: the whole matrix) and every context it points at, written."""
     matrix = load_matrix(stacks_file)
     names = list(dict.fromkeys(stack_names)) or matrix.names()  # a stack named twice is baked once
     stacks = [matrix.get(name) for name in names]
@@ -163,29 +170,17 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
         raise ConfigError(problem)
     require_writable(bake_file, what="bake file")
     requests = [target for stack in stacks
-                for target in render_stack_targets(stack, build_root() / stack.name, locks[stack.name], secrets)]
+                for target in render_stack_targets(stack, stack_dir(stack.name), locks[stack.name], secrets)]
     definition = bake_definition(plan_targets(requests))
     write_bake_file(bake_file, definition)
-    console = make_console()
-    if print_only:
-        print(json.dumps(definition, indent=2))
-    else:
-        console.print(f"bake file: {plain(bake_file)} ({len(definition['target'])} targets, {len(stacks)} stacks; "
-                      f"group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)
-    cli = _buildx_client(docker_cli) if run else None
-    argv = bake_argv(cli or "docker", bake_file, builder_name=builder_name)
-    if logins and not print_only:
-        console.print(f"credentials: the targets read the netrc of {', '.join(x.host for x in logins)} from "
-                      f"{INDEX_NETRC_ENV} (a BuildKit secret): set it to that netrc before running bake "
-                      "yourself (--run sets it from stacks.yaml)", highlight=False, markup=False)
-    if not print_only:
-        console.print(f"run: {shlex.join(argv)}", highlight=False, markup=False)
-        console.print("then: invoke build --stack STACK [--builder NAME] [--push] verifies, tags and releases "
-                      "each image from the same cache", highlight=False, markup=False)
-    if not run:
-        return 0
+    return WrittenBake(bake_file, definition, tuple(stacks), tuple(logins))
+
+
+def run_bake(plan: WrittenBake, cli: str | None, argv: Sequence[str]) -> int:
+    """`docker buildx bake` by `cli` (`buildx_client`'s; None: none here has buildx, a one-line refusal), with
+    the netrc of the targets' index logins as a BuildKit secret's source."""
     if cli is None:
         raise DockerUnavailable("bake not run: no docker client here has buildx (docker buildx version failed); "
                                 "the bake file is written, run the command above where buildx is installed")
-    netrc_env = {INDEX_NETRC_ENV: netrc_text(logins)} if logins else {}
-    return subprocess.run(argv, check=False, env=tool_environment(netrc_env)).returncode
+    netrc_env = {INDEX_NETRC_ENV: netrc_text(plan.logins)} if plan.logins else {}
+    return subprocess.run(list(argv), check=False, env=tool_environment(netrc_env)).returncode

@@ -1,5 +1,5 @@
 """Writing what render made: the build context folder (`write_build_context`) and `invoke render`'s
-output folder (`render_command`). render/ returns content and writes nothing; this module owns the
+output folder (`render_stack_folder`). render/ returns content and writes nothing; this module owns the
 temp folder, the swap and the removal of what an earlier render left.
 """
 
@@ -20,7 +20,7 @@ from ..core.console import plain
 from ..core.errors import one_line
 from ..core.folderlock import LOCK_NAME, folder_lock
 from ..core.inputs import loads, read_small_file
-from ..core.records import build_root
+from ..core.records import build_root, stack_dir
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..core.safefiles import (
     OutputNotWritable,
@@ -107,7 +107,7 @@ def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: Compo
 
 def default_out_dir(stack_name: str) -> Path:
     """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
-    return build_root() / stack_name
+    return stack_dir(stack_name)
 
 
 # What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
@@ -133,7 +133,7 @@ def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list
             if name not in owned and os.path.lexists(out / name.rstrip("/"))]
 
 
-def render_command(
+def render_stack_folder(
     stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
     k8s_options: K8sOptions | None = None,
 ) -> RenderedContext:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import shlex
 import tempfile
 import time
@@ -32,7 +31,7 @@ from ..adapters.buildkit import (
     detect_builder,
     run_build,
 )
-from ..adapters.docker import docker_client, local_image
+from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
 from ..attest.identity import sglstack_identity
 from ..attest.provenance import tree_sha256
 from ..attest.sbom import Inventory
@@ -40,7 +39,7 @@ from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
 from ..core.console import plain, printable_lines
-from ..core.errors import SglstackError
+from ..core.errors import BuildError, SglstackError
 from ..core.records import require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage, build_coverage
@@ -49,10 +48,8 @@ from ..size.measure import measure_and_gate
 from .context import RenderedContext, write_build_context
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
 from .plan import (
-    CA_BUNDLE_ENV,
-    HF_TOKEN_ENV,
-    BuildOptions,
     BuildResult,
+    BuildSettings,
     add_git_source,
     build_request,
     compute_config_hash,
@@ -98,7 +95,7 @@ class PhaseTimer:
 
 # ---- the build -------------------------------------------------------------------------------------
 
-def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
+def build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
     """Build, verify, stamp and tag one stack; skip when a verified image of this config exists.
 
     Under the stack's lock: two builds of one stack would render into one context and hash it half
@@ -108,13 +105,13 @@ def build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
         return _build_stack(stack, options)
 
 
-def check_build_folder(stack: Stack, options: BuildOptions) -> None:
+def check_build_folder(stack: Stack, options: BuildSettings) -> None:
     """A build folder that cannot be written is one line before anything (its lock included) is made."""
     require_writable(record_path_for(out_dir_for(stack, options), options.effective_target),
                      what="build record (under the build folder)")
 
 
-def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
+def _build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
     console = make_console()
     timer = PhaseTimer()
     out_dir = out_dir_for(stack, options)
@@ -165,7 +162,7 @@ def _build_stack(stack: Stack, options: BuildOptions) -> BuildResult:
     return BuildResult(stack.name, target, config_hash, final_id, tag, False, record_path, builder.kind)
 
 
-def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildOptions, config_hash: str, tag: str,
+def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildSettings, config_hash: str, tag: str,
                   out_dir: Path) -> BuildResult | None:
     """The result of a verified image of this config, here or (the serving target) in the registry; None if none."""
     console = make_console()
@@ -182,15 +179,18 @@ def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildOptio
         return None
     console.print(f"[green]{stack.name}[/]: {remote} was built and verified from config {config_hash[:12]}: "
                   f"pulling it instead of rebuilding (--force rebuilds)")
-    image = client.images.pull(remote)
-    image.tag(tag)
-    record_path = record_for_reused_image(client, stack, str(image.id), tag, config_hash, target, out_dir,
+    try:
+        pulled = present_or_pulled(client, remote)
+    except PullFailed as exc:
+        raise BuildError(f"stack '{stack.name}': pulling {remote}: {exc} (--force rebuilds instead)") from None
+    client.images.get(pulled.id).tag(tag)
+    record_path = record_for_reused_image(client, stack, pulled.id, tag, config_hash, target, out_dir,
                                           source=remote)
-    return BuildResult(stack.name, target, config_hash, str(image.id), tag, True, record_path, "none")
+    return BuildResult(stack.name, target, config_hash, pulled.id, tag, True, record_path, "none")
 
 
 def _build_and_hold(hold: contextlib.ExitStack, client: docker.DockerClient, builder: Builder, request: BuildRequest,
-                    stack: Stack, options: BuildOptions, config_hash: str, timer: PhaseTimer, out_dir: Path) -> str:
+                    stack: Stack, options: BuildSettings, config_hash: str, timer: PhaseTimer, out_dir: Path) -> str:
     """Run BuildKit and hold its image under a temporary tag of this build's (released when `hold` closes)."""
     for attempt in range(2):
         with timer.phase("build"):
@@ -221,7 +221,7 @@ class _Facts:
     base_image_id: str | None
 
 
-def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildOptions, timer: PhaseTimer,
+def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildSettings, timer: PhaseTimer,
             out_dir: Path, console: Console) -> _Facts:
     target = options.effective_target
     with timer.phase("verify"):
@@ -249,7 +249,7 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
     return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None)
 
 
-def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: RenderedContext, builder: Builder,
+def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered: RenderedContext, builder: Builder,
                   timer: PhaseTimer, *, image_id: str, tag: str, config_hash: str, built_at: dt.datetime,
                   started_at: str, labels: dict[str, str]) -> dict[str, Any]:
     info = facts.info or {}
@@ -283,7 +283,7 @@ def _build_record(stack: Stack, options: BuildOptions, facts: _Facts, rendered: 
 
 # ---- the dry run -----------------------------------------------------------------------------------
 
-def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]:
+def describe_build(stack: Stack, options: BuildSettings) -> tuple[list[str], str]:
     """What the build would do, without touching Docker (rendering goes to a temp folder), and the
     config hash it would build."""
     target = options.effective_target
@@ -292,7 +292,8 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
         config_hash = compute_config_hash(rendered, target, stack.build_platform)
         copies = cuda_copies(rendered.dockerfile.read_text(encoding="utf-8"), lock_parts(options.lock))
     out_dir = out_dir_for(stack, options)
-    secret_files, secret_env = _planned_secrets(options)
+    # The secrets the build hands BuildKit, read as the build reads them (a CA bundle that is no file: one line).
+    secret_files, secret_env = secret_sources(resolve_ca_bundle(options.ca_bundle))
     shown_secrets = [*secret_files, *secret_env, *index_netrc_secret(stack)[0]]
     lines = [f"stack:        {stack.name} ({stack.description})",
              f"render:       {out_dir / 'Dockerfile'} + {out_dir / 'context'}/ ({len(rendered.files)} files)",
@@ -330,10 +331,3 @@ def describe_build(stack: Stack, options: BuildOptions) -> tuple[list[str], str]
     else:
         lines.append("verify:       patchkit verify on the patched tree, in a container of the image")
     return lines, config_hash
-
-
-def _planned_secrets(options: BuildOptions) -> tuple[dict[str, Path], dict[str, str]]:
-    value = options.ca_bundle or os.environ.get(CA_BUNDLE_ENV)
-    files = {"ca_bundle": Path(value)} if value else {}
-    env = {"hf_token": HF_TOKEN_ENV} if os.environ.get(HF_TOKEN_ENV) else {}
-    return files, env

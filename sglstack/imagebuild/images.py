@@ -20,7 +20,7 @@ from ..adapters.buildkit import (
     run_build,
 )
 from ..config.imageref import parse_image_reference
-from ..core.errors import BuildError
+from ..core.errors import BuildError, first_line
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.safefiles import write_text
 
@@ -56,7 +56,7 @@ def _untag(client: docker.DockerClient, ref: str) -> None:
         except requests.RequestException as exc:
             last = exc
         time.sleep(0.2 * 2 ** attempt)
-    reason = str(last).splitlines()[0][:200] if last else "unknown"
+    reason = first_line(str(last)) if last else "unknown"
     raise BuildError(f"could not remove the temporary tag {ref} ({reason}); remove it with: docker rmi {ref}")
 
 

@@ -19,7 +19,7 @@ from ..config.schema import Stack
 from ..core.credentials import netrc_text
 from ..core.errors import BuildInputError, did_you_mean
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
-from ..core.records import build_root
+from ..core.records import stack_dir
 from ..lockfile.model import Lock
 from ..render import confighash
 from ..render.dockerfile import GIT_SOURCE_DIR, INDEX_NETRC_SECRET, dockerfile_stages, render_dockerfile
@@ -41,7 +41,7 @@ RemoteLookup = Callable[[Stack, str], str | None]
 
 
 @dataclass(frozen=True)
-class BuildOptions:
+class BuildSettings:
     target: str | None = None
     no_cache: bool = False
     force: bool = False
@@ -49,7 +49,7 @@ class BuildOptions:
     docker_cli: str | None = None
     docker_host: str | None = None
     builder_name: str | None = None  # a buildx builder instance (`--builder NAME`)
-    out_dir: Path | None = None  # default: records.build_root() / STACK
+    out_dir: Path | None = None  # default: records.stack_dir(STACK)
     show_progress: bool = True
     # Where else a verified image of this config may already be (a registry's candidate, found by
     # Publish's tags): `(stack, config_hash) -> repo@sha256:...`. The pipeline passes it; Build knows
@@ -79,8 +79,8 @@ class BuildResult:
 
 # ---- pure planning ---------------------------------------------------------------------------------
 
-def out_dir_for(stack: Stack, options: BuildOptions) -> Path:
-    return options.out_dir or build_root() / stack.name
+def out_dir_for(stack: Stack, options: BuildSettings) -> Path:
+    return options.out_dir or stack_dir(stack.name)
 
 
 def local_tag(stack: Stack, config_hash: str, target: str) -> str:

@@ -18,7 +18,7 @@ from ..core import labels as lb
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.labels import PATCH_LABEL_PREFIX
-from ..core.records import build_root
+from ..core.records import RECORD_FILE, build_root
 from ..core.safefiles import containing_root, write_bytes, write_text
 from ..lockfile.model import Lock, lock_content_sha256
 from .verify import (
@@ -27,7 +27,7 @@ from .verify import (
 
 
 def record_path_for(out_dir: Path, target: str) -> Path:
-    return out_dir / ("record.json" if target == FINAL_TARGET else f"record-{target}.json")
+    return out_dir / (RECORD_FILE if target == FINAL_TARGET else f"record-{target}.json")
 
 
 def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id: str, tag: str, config_hash: str,

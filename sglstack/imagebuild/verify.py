@@ -357,7 +357,7 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
     return argvs
 
 
-def image_check_command(stack: Stack) -> list[str]:
+def image_check_argv(stack: Stack) -> list[str]:
     """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
     import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
     test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
@@ -372,7 +372,7 @@ def image_check_command(stack: Stack) -> list[str]:
 
 def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
     """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
-    with running_container(client, image, command=image_check_command(stack), name_prefix="sglstack-check",
+    with running_container(client, image, command=image_check_argv(stack), name_prefix="sglstack-check",
                            labels=container_labels(stack), entrypoint=[], network_disabled=True) as container:
         code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")

@@ -26,7 +26,6 @@ How each kind of layer appears in the lock:
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -46,15 +45,9 @@ from ..adapters.uv import (
 )
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.console import console as make_console
-from ..core.console import plain
-from ..core.errors import ConfigError, did_you_mean, one_line
+from ..core.errors import ConfigError, did_you_mean
 from ..core.folderlock import file_lock
-from ..core.jsonreport import NO_JSON, JsonReport
-from ..core.network import network_advice, network_problem
-from ..core.progress import progress
 from ..core.records import require_writable, utc_timestamp
-from ..diff.compare import diff_to_json, lock_snapshot, print_diff, snapshot_diff
 from ..lockfile.current import stack_input_hash
 from ..lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges
 from ..lockfile.text import read_lock, write_lock, written_sha256
@@ -332,40 +325,3 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
                                    base_glibc=base_glibc), previous)
     write_lock(path, lock, stacks_file=Path(stacks_file).name)
     return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
-
-
-def lock_command(stacks_file: str, stack_name: str, *, upgrade_packages: Sequence[str] = (),
-                 as_json: JsonReport = NO_JSON) -> int:
-    console = make_console()
-    load_matrix(stacks_file).get(stack_name)  # a typo is refused before the progress names it
-    with progress(f"lock {stack_name}: resolving"):
-        result = lock_stack(stacks_file, stack_name, upgrade_packages=upgrade_packages)
-    lock = result.lock
-    changes = None if result.previous is None else replace(snapshot_diff(
-        lock_snapshot(result.previous, f"{result.path} (before)"), lock_snapshot(lock, f"{result.path} (now)")),
-        unknown=())  # two locks know only packages: the sections no lock holds are not news
-    as_json.emit({"stack": stack_name, "lock": str(result.path), "python": lock.python,
-                  "platforms": list(lock.platforms), "seconds": result.seconds,
-                  "packages": [{"name": p.name, "version": p.version, "layer": p.layer, "hashed": p.hashed}
-                               for p in lock.packages],
-                  "unresolved": [{"layer": u.layer, "with_dependencies": u.with_dependencies, "reason": u.reason}
-                                 for u in lock.unresolved],
-                  "notes": list(lock.notes), "changes": diff_to_json(changes) if changes else None})
-    console.print(f"[green]{stack_name}[/]: locked {len(lock.packages)} packages ({lock.hashed_count} hashed) "
-                  f"for Python {lock.python} {' '.join(lock.platforms)} in {result.seconds:.1f} s -> {result.path}")
-    for u in lock.unresolved:
-        console.print(f"[yellow]{stack_name}[/]: not resolved: layer {plain(u)}", highlight=False)
-    for note in lock.notes:
-        console.print(f"[dim]{stack_name}: {plain(note)}[/]", highlight=False)
-    if changes is not None:
-        print_diff(changes, console)
-    if lock.unresolved:
-        # Written all the same (a lock that says what it could not see is what the build installs from),
-        # but a partial lock is not a success: what is missing and why, in one line, exit 1.
-        missing = "; ".join(f"{u.layer} ({u.reason})" for u in lock.unresolved)
-        network = network_problem(u.reason for u in lock.unresolved)
-        advice = f"; {network_advice(network, ca_option=None, ca_given=False)}" if network else ""
-        print(f"error: stack '{stack_name}': the lock is partial: {len(lock.unresolved)} layer(s) not resolved: "
-              f"{one_line(missing)}; {result.path} leaves them unhashed{advice}", file=sys.stderr)
-        return 1
-    return 0

@@ -13,9 +13,9 @@ from rich.console import Console
 from ..config.schema import Stack
 from ..core.errors import ConfigError
 from ..core.progress import progress
-from .checks import FAIL, Requirements, parse_size
+from ..inimage.preflight.checks import FAIL, Requirements, parse_size
+from ..inimage.preflight.node import NodeReport, inspect_node
 from .errors import PreflightFailed, PreflightUnavailable
-from .node import NodeReport, inspect_node
 from .remote import run_in_image
 
 DEFAULT_SIZES = "1M,64M,1G"

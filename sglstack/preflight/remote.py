@@ -15,17 +15,18 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
 from ..adapters.docker import OWNER_LABEL, docker_client, remove_container, unique_name
+from ..core.errors import first_line, last_line
 from ..core.inputs import loads
 from ..core.labels import COVERAGE_LABEL, parse_coverage_label
-from .__main__ import REPORT_BEGIN, REPORT_END
-from .allreduce import MULTICAST_OFF_ENV
-from .checks import FAIL, Check, GpuInfo, Requirements, check_kernel_coverage
+from ..inimage.preflight.__main__ import REPORT_BEGIN, REPORT_END
+from ..inimage.preflight.allreduce import MULTICAST_OFF_ENV
+from ..inimage.preflight.checks import FAIL, Check, GpuInfo, Requirements, check_kernel_coverage
+from ..inimage.preflight.node import NodeReport
 from .errors import PreflightUnavailable
-from .node import NodeReport
 
 IN_IMAGE_PARENT = "/opt"  # exists in every Debian/Ubuntu-based image; the archive adds its own folder
-# What runs in the image: standard library and torch only (checked by tests/unit/test_preflight_remote.py).
-NODE_MODULES = ("__init__.py", "__main__.py", "checks.py", "parse.py", "probe.py", "allreduce.py", "node.py")
+# What runs in the image: in-image code, the standard library and torch only (tests/unit/test_preflight_remote.py).
+NODE_DIR = Path(__file__).resolve().parents[1] / "inimage" / "preflight"
 CONTAINER_TIMEOUT_S = 900
 GPU_RUNTIME_CHECK = "gpu runtime"
 # dockerd's answer to a GPU device request when no GPU runtime (nvidia-container-toolkit) is installed.
@@ -33,8 +34,8 @@ NO_GPU_RUNTIME = "could not select device driver"
 
 
 def node_package_archive() -> bytes:
-    """A tar of sglstack/preflight's node-side modules under a stub `sglstack` package."""
-    here = Path(__file__).resolve().parent
+    """A tar of the node side (every module of `sglstack.inimage.preflight`) as the package
+    `sglstack.preflight` under a stub `sglstack` package: `python3 -m sglstack.preflight` in the image."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
 
@@ -44,8 +45,8 @@ def node_package_archive() -> bytes:
             tar.addfile(info, io.BytesIO(data))
 
         add("sglstack/__init__.py", b'"""The preflight part of sglstack, copied in by `invoke preflight`."""\n')
-        for module in NODE_MODULES:
-            add(f"sglstack/preflight/{module}", (here / module).read_bytes())
+        for module in sorted(NODE_DIR.glob("*.py")):
+            add(f"sglstack/preflight/{module.name}", module.read_bytes())
     return buf.getvalue()
 
 
@@ -112,9 +113,8 @@ def run_in_image(
         remove_container(client, name)
     report = extract_report(log)
     if report is None:
-        tail = next((line for line in reversed(log.splitlines()) if line.strip()), "no output")
         raise PreflightUnavailable(
-            f"preflight in {image} exited {status.get('StatusCode')} without a report: {tail.strip()[:200]}"
+            f"preflight in {image} exited {status.get('StatusCode')} without a report: {last_line(log)}"
         )
     if not report.fatal:
         report.checks.append(image_coverage_check(client.images.get(image).labels or {}, report))
@@ -140,4 +140,4 @@ def image_coverage_check(labels: dict[str, str], report: NodeReport) -> Check:
 
 def _reason(exc: docker.errors.APIError) -> str:
     text = exc.explanation if isinstance(exc.explanation, str) else str(exc)
-    return text.splitlines()[0][:200]
+    return first_line(text)

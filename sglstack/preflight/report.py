@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..core.console import plain, report_table
-from .checks import FAIL, PASS, WARN
-from .node import NodeReport
+from ..inimage.preflight.checks import FAIL, PASS, WARN
+from ..inimage.preflight.node import NodeReport
 
 _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 

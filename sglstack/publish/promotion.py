@@ -23,7 +23,7 @@ from pathlib import Path
 from ..config.imageref import Repository, parse_repository
 from ..config.schema import Stack
 from ..core.console import console
-from ..core.errors import RegistryError, one_line
+from ..core.errors import RegistryError, first_line, one_line
 from ..core.records import require_store_writable
 from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted, deferred
@@ -119,7 +119,7 @@ def _cause(exc: BaseException, registry: str) -> str:
         return f"interrupted by {exc.name}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = first_line(str(exc)) if str(exc) else type(exc).__name__
     return text.removeprefix(f"registry {registry}: ")
 
 

@@ -23,7 +23,7 @@ from ..attest.kernelcache import attach_kernel_cache
 from ..config.imageref import Repository
 from ..config.schema import Stack
 from ..core.console import console
-from ..core.errors import RegistryError, one_line
+from ..core.errors import RegistryError, first_line, one_line
 from ..core.records import build_root, utc_timestamp, utc_today
 from ..core.safefiles import containing_root, make_folder, write_text
 from ..kernelcache import KernelCacheError, LayoutStore
@@ -97,7 +97,7 @@ def push_candidate(engine: Any, image_ref: str, repo: Repository, tag: str, clie
             if "error" in chunk:
                 detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
                 raise RegistryError(
-                    f"registry {repo.registry}: push of {repo.ref(tag)} failed: {str(detail).splitlines()[0][:300]}"
+                    f"registry {repo.registry}: push of {repo.ref(tag)} failed: {first_line(str(detail))}"
                 )
             pushed = (chunk.get("aux") or {}).get("Digest") or pushed
     except docker.errors.APIError as exc:
@@ -283,7 +283,7 @@ def _attest_candidate(
         summary = attest(client, repo, digest)
     except BaseException as exc:
         append_records(records, [tag_record("attest-failed", stack, repo, tags.candidate, "candidate", digest,
-                                            config_hash, cause=str(exc).splitlines()[0] if str(exc) else
+                                            config_hash, cause=first_line(str(exc)) if str(exc) else
                                             type(exc).__name__)])
         if isinstance(exc, Exception):
             raise PublishError(f"stack '{stack.name}': attaching the attestations to {repo.ref(digest)} failed, no "

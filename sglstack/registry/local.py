@@ -24,7 +24,7 @@ import docker.errors
 import requests
 import yaml
 
-from ..adapters.docker import docker_client, image_exists
+from ..adapters.docker import PullFailed, docker_client, present_or_pulled
 from ..core.errors import ConfigError, RegistryError
 from ..core.inputs import loads, read_bytes
 from ..core.labels import OWNER_LABEL
@@ -208,11 +208,9 @@ def _running_port(folder: Path) -> int | None:
 
 
 def _image_available(client: Any) -> bool:
-    if image_exists(client, REGISTRY_IMAGE):
-        return True
     try:
-        client.images.pull("registry", tag="2")
-    except docker.errors.DockerException:
+        present_or_pulled(client, REGISTRY_IMAGE)
+    except (PullFailed, docker.errors.DockerException):
         return False
     return True
 

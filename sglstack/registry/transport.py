@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
 from ..core.console import console
-from ..core.errors import RegistryError
+from ..core.errors import RegistryError, first_line
 from ..core.inputs import loads
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -54,7 +54,7 @@ def error_detail(resp: requests.Response) -> str:
         if errors:
             first = errors[0]
             text = f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")
-            return (text.splitlines() or [""])[0][:300]
+            return first_line(text)
     except (ValueError, AttributeError, KeyError, TypeError):
         pass
     return resp.reason or ""

@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import jinja2
-
 from ..config.names import compose_project
 from ..config.schema import Stack
 from ..config.tagtemplates import RELEASE_INDEPENDENT, render_tag, template_fields
@@ -23,7 +21,6 @@ from ..core import labels as lb
 from ..core.credentials import argv_references
 from ..core.errors import ConfigError, did_you_mean
 from ..core.quoting import compose_string
-from ..core.resources import COMPOSE_DIR
 from ..serving import (
     RecordedOptions,
     ServingError,
@@ -34,8 +31,8 @@ from ..serving import (
     serving_spec,
 )
 from ..serving.caches import CONTAINER_CACHE_ROOT, with_kernel_caches
+from .templates import yaml_environment
 
-TEMPLATES_DIR = COMPOSE_DIR
 COMPOSE_TEMPLATE = "compose.yaml.j2"
 ENV_EXAMPLE_TEMPLATE = "compose.env.example.j2"
 COMPOSE_FILE = "compose.yaml"
@@ -148,19 +145,6 @@ def moving_tag_ref(stack: Stack) -> str:
     return f"{stack.publish.repository}:{tag}"
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["q"] = compose_string
-    return env
-
-
 def _interpolated(name: str) -> str:
     """What compose replaces with NAME's value from the environment of `invoke deploy`, refusing without it."""
     return f"${{{name}:?set {name} in the environment of invoke deploy}}"
@@ -203,7 +187,7 @@ def compose_text(
         LABEL_SMOKE_REPORT: smoke_report or UNKNOWN,
     }
     return (
-        _environment()
+        yaml_environment()
         .get_template(COMPOSE_TEMPLATE)
         .render(
             stack_name=spec.stack,
@@ -265,7 +249,7 @@ def render_env_example(stack: Stack, *, options: ComposeOptions | None = None) -
     spec = deploy_spec(stack, options)
     models = spec.models()
     return (
-        _environment()
+        yaml_environment()
         .get_template(ENV_EXAMPLE_TEMPLATE)
         .render(stack_name=stack.name, env_file=Path(options.env_file).name, models=", ".join(models),
                 references=sorted({name for _, name in spec.secret_references} | set(spec.argv_secret_names)))

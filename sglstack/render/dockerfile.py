@@ -7,30 +7,23 @@ config hash (`confighash.py`) of a rendered context identifies a build.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from ..config.cudaimages import cuda_image_tag
-from ..config.imageref import image_reference_problem
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.quoting import (
-    QuotingError,
-    dockerfile_comment,
-    dockerfile_label_key,
-    dockerfile_string,
     shell_word,
     shell_word_with,
 )
-from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
+from ..core.resources import DEFAULT_PATCHES_DIR, PATCHKIT_DIR, TOOLS_DIR
 from ..lockfile.model import Lock
 from . import confighash
+from .templates import environment
 
 # pip matches --platform tags exactly, so the src stage lists every manylinux minor it accepts.
 MANYLINUX_MINORS = tuple(range(17, 40))
@@ -166,29 +159,9 @@ def stack_manifest(stack: Stack) -> dict:
     }
 
 
-def _from_image(ref: str) -> str:
-    if problem := image_reference_problem(ref):
-        raise QuotingError(f"image '{dockerfile_comment(ref)}' {problem}")
-    return ref
-
-
-@functools.cache
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(IMAGES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    # Every value the template writes goes through the rule of the language it lands in (quoting.py).
-    env.filters.update(comment=dockerfile_comment, dq=dockerfile_string, label_key=dockerfile_label_key,
-                       shell=shell_word, image=_from_image)
-    return env
-
-
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
     layers = install_layers(stack, lock)
-    return _environment().get_template("Dockerfile.j2").render(
+    return environment().get_template("Dockerfile.j2").render(
         lock_mount=LOCK_MOUNT,
         locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
         locked_sglang=bool(lock and lock.installs_layer("sglang")),

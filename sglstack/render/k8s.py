@@ -24,7 +24,7 @@ from ..config.names import k8s_object_name, k8s_service_name
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.credentials import argv_references
-from ..core.errors import one_line
+from ..core.errors import first_line, one_line
 from ..core.quoting import k8s_literal, one_line_problem
 from ..serving import (
     SECRET_ENV,
@@ -206,7 +206,7 @@ def _probes(spec: ServingSpec) -> dict[str, Any]:
     }
 
 
-def pod_command(spec: ServingSpec, options: K8sOptions) -> list[str]:
+def pod_argv(spec: ServingSpec, options: K8sOptions) -> list[str]:
     """The smoke-tested argv, with only the LWS placement values left for Kubernetes to expand."""
     node = node_args(options)
     # Placeholders no argument can hold (a NUL ends an argv string): where they land is where LWS's
@@ -244,7 +244,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         "name": CONTAINER,
         "image": image_ref,
         "imagePullPolicy": "IfNotPresent",
-        "command": pod_command(spec, options),
+        "command": pod_argv(spec, options),
         "env": env,
         "resources": {"limits": limits} if limits else {},
         "volumeMounts": mounts,
@@ -353,7 +353,7 @@ def _kv(module: Any, obj: dict[str, Any], version: str, where: str) -> None:
         module.validate(obj, version, strict=True)
     except module.ValidationError as exc:
         path = ".".join(str(p) for p in exc.path) or "(top)"
-        raise ServingError(f"{where}: {path}: {exc.message.splitlines()[0][:200]}") from None
+        raise ServingError(f"{where}: {path}: {first_line(exc.message)}") from None
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # libyaml when built

@@ -4,8 +4,9 @@ argv, environment, mounts, /dev/shm, ulimits, GPUs, ports, healthcheck and node 
 that the smoke containers, the compose file and any later manifest (Kubernetes LeaderWorkerSet) serve
 exactly what the smoke gate tested. `spec` holds the values and the argv written from them, `derive` makes
 them from a stack and the command line. Everything is pure except `check_mount_sources`, which looks at this
-machine's file system, and the draft check's reading of model files (`draftfiles`; its rules, pure, are
-`draft`). The names below are the part's surface: import them from `sglstack.serving`.
+machine's file system, `check_secret_references`, which looks at this process's environment, and the draft
+check's reading of model files (`draftfiles`; its rules, pure, are `draft`). The names below are the part's
+surface: import them from `sglstack.serving`.
 """
 
 from .derive import (
@@ -14,6 +15,7 @@ from .derive import (
     SPECULATIVE_DEFAULTS,
     ServingOverrides,
     check_mount_sources,
+    check_secret_references,
     serving_spec,
 )
 from .draft import DraftMismatch, draft_mismatches
@@ -47,6 +49,6 @@ __all__ = [
     "CPU_ULIMITS", "DEFAULT_FLAGS", "GPU_ULIMITS", "HEALTHCHECK_DEFAULTS", "HEALTH_PATH", "HF_CACHE_TARGET", "LAUNCH",
     "LISTEN_HOST", "SECRET_ENV", "SPECULATIVE_DEFAULTS", "STACK_BYTES", "UNLIMITED", "Bad", "DraftMismatch",
     "Healthcheck", "Mount", "NodeArgs", "Nodes", "RecordedOptions", "ServingError", "ServingOverrides", "ServingSpec",
-    "Ulimit", "check_mount_sources", "draft_check", "draft_mismatches", "gpu_count", "node_argv",
-    "require_draft_fits", "serving_argv", "serving_spec", "speculative_argv",
+    "Ulimit", "check_mount_sources", "check_secret_references", "draft_check", "draft_mismatches", "gpu_count",
+    "node_argv", "require_draft_fits", "serving_argv", "serving_spec", "speculative_argv",
 ]

@@ -285,3 +285,18 @@ def check_mount_sources(spec: ServingSpec, *, local: bool) -> str | None:
                 stack=spec.stack,
             )
     return None
+
+
+def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
+    """Each `${NAME}` of serving.env and of a secret flag in extra_args must be set where the server gets it
+    from (the smoke's environment, compose's interpolation by `invoke deploy`): one line naming the first that
+    is not, before anything starts."""
+    host_env = os.environ if host_env is None else host_env
+    for key, name in spec.secret_references:
+        if name not in host_env:
+            raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)
+    for name in spec.argv_secret_names:
+        if name not in host_env:
+            raise ServingError(f"serving.extra_args refers to ${{{name}}}, which is not set in this environment",
+                               stack=spec.stack)

@@ -14,7 +14,7 @@ import docker
 import docker.errors
 
 from ..config.settings import SizePolicy
-from ..core.errors import BuildError, ConfigError
+from ..core.errors import BuildError, ConfigError, last_line
 from ..core.inputs import loads, read_bytes
 from ..core.resources import TOOLS_DIR
 from .report import (
@@ -74,7 +74,7 @@ def image_files(client: docker.DockerClient, ref: str, shown: str | None = None)
     lines = out.strip().splitlines()
     if code != 0 or not lines:
         raise BuildError(f"image {shown}: listing its files failed (exit {code}): "
-                         f"{lines[-1] if lines else 'no output'}")
+                         f"{last_line(out)}")
     try:
         return loads(lines[-1])
     except ValueError as exc:

@@ -15,6 +15,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..config.imageref import image_name
 from ..core.records import parse_utc
 from .startreport import draw_phases, starts
 
@@ -181,6 +182,6 @@ def _draw_levels(ax: Any, report: Mapping[str, Any], levels: Sequence[Mapping[st
 
 def _tick_label(record: Mapping[str, Any]) -> str:
     image = record.get("image") or {}
-    digest = str(image.get("digest") or image.get("id") or "?").removeprefix("sha256:")[:7]
+    digest = (image_name(image.get("digest"), image.get("id")) or "?").removeprefix("sha256:")[:7]
     when = _when(record.get("time"))
     return f"{digest}\n{when:%m-%d %H:%M}" if when else digest

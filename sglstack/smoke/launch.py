@@ -13,7 +13,7 @@ from ..adapters.docker import is_local_docker_host
 from ..core import labels as lb
 from ..core.credentials import names_secret, resolve_argv, secret_values_of
 from ..core.errors import SmokeInputError
-from ..serving import LAUNCH, SECRET_ENV, Mount, ServingError, ServingSpec, serving_argv
+from ..serving import LAUNCH, SECRET_ENV, Mount, ServingSpec, serving_argv
 from .plan import SmokeOptions
 from .processenv import passes_to_process
 
@@ -43,7 +43,6 @@ class ContainerPlan:
     def secret_values(self) -> tuple[str, ...]:
         """What the server's log lines may echo and no report may show (SGLang logs its server_args)."""
         return secret_values_of(self.environment, self.referenced, self.command)
-
 
 
 # ---- the two launches ------------------------------------------------------------------------------
@@ -92,20 +91,6 @@ def container_plan(
         bind_address="127.0.0.1" if is_local_docker_host(options.docker_host) else "0.0.0.0",
         referenced=frozenset(k for k, _ in spec.secret_references),
     )
-
-
-def check_secret_references(spec: ServingSpec, host_env: Mapping[str, str] | None = None) -> None:
-    """Each `${NAME}` of serving.env and of a secret flag in extra_args must be set where the smoke runs:
-    one line naming the first that is not."""
-    host_env = os.environ if host_env is None else host_env
-    for key, name in spec.secret_references:
-        if name not in host_env:
-            raise ServingError(f"serving.env.{key} refers to ${{{name}}}, which is not set in this environment",
-                               stack=spec.stack)
-    for name in spec.argv_secret_names:
-        if name not in host_env:
-            raise ServingError(f"serving.extra_args refers to ${{{name}}}, which is not set in this environment",
-                               stack=spec.stack)
 
 
 def _bind(mount: Mount) -> str:

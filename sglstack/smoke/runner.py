@@ -25,10 +25,10 @@ from ..core.errors import SmokeInputError
 from ..core.records import require_writable, utc_timestamp
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link
 from ..diff.snapshots import local_snapshot
-from ..serving import check_mount_sources, require_draft_fits
+from ..serving import check_mount_sources, check_secret_references, require_draft_fits
 from . import history as hist
 from .gates import Verdict, evaluate
-from .launch import check_secret_references, container_plan, process_plan, run_spec
+from .launch import container_plan, process_plan, run_spec
 from .levels import crossover_line
 from .measure import ServerRun, agreement
 from .plan import RUN_KINDS, SmokeOptions, redact_argv
@@ -211,7 +211,7 @@ def _serve_each_kind(
     # A kind that is not run is reported as not started, with no failure (a baseline-only bisect step).
     runs: dict[str, ServerRun] = {kind: ServerRun(kind=kind, started=False) for kind in RUN_KINDS}
     # The argv each server was started with (the process runner's port is the free one it picked).
-    commands = {kind: launch_command(options, image, kind) for kind in options.kinds}
+    commands = {kind: launch_argv(options, image, kind) for kind in options.kinds}
     for kind in options.kinds:
         if any(r.failure for r in runs.values()):
             log(f"smoke: {kind} skipped: the baseline server failed")
@@ -284,7 +284,7 @@ def _reference_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | Non
     }
 
 
-def launch_command(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
+def launch_argv(options: SmokeOptions, image: str | None, kind: str) -> list[str]:
     """The argv as the report shows it, secrets hidden (a process run replaces it with the one it started)."""
     if options.runner == "process":
         return redact_argv(process_plan(options, kind, options.port, host_env={}).argv)

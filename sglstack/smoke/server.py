@@ -21,6 +21,7 @@ from ..adapters.docker import docker_host_address, running_container
 from ..adapters.process import log_tail as file_log_tail
 from ..adapters.process import running_process
 from ..core.credentials import REDACTED, redact_text, secret_slots
+from ..core.errors import first_line
 from ..core.safefiles import containing_root, write_bytes
 from ..serving.phases import LogLine, docker_log_lines, docker_time, phases_line, process_log_lines, start_phases
 from .acceptance import draft_acceptance
@@ -159,7 +160,7 @@ def serve_and_measure(engine: docker.DockerClient, plan: ContainerPlan, options:
         with cm as container:
             return measure(ContainerServer(container, plan, options), _api_key(plan.command), options, log)
     except docker.errors.APIError as exc:
-        reason = (exc.explanation or str(exc)).splitlines()[0][:300]
+        reason = first_line(exc.explanation or str(exc))
         return ServerRun(kind=plan.kind, started=False, failure=f"the container could not start: {reason}")
 
 
@@ -294,7 +295,7 @@ def measure_start(server: Server, api_key: str | None, options: SmokeOptions, lo
 
 def _not_started(server: Server, failure: str, log: Log) -> ServerRun:
     """A server that never became healthy: its failure and last log lines, logged and in one line."""
-    log(f"smoke: {server.kind}: {failure.splitlines()[0]}")
+    log(f"smoke: {server.kind}: {first_line(failure)}")
     tail = server.log_tail()
     for line in tail:
         log(f"  | {line}")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.errors import SglstackError
-from ..diff.compare import Snapshot, diff_command_for, diff_summary, image_name_for_diff, snapshot_diff
+from ..diff.compare import Snapshot, diff_invocation_for, diff_summary, image_name_for_diff, snapshot_diff
 
 # Reads one image by name from this host only; None when nothing here names it.
 ReadLocal = Callable[[str], Snapshot | None]
@@ -47,7 +47,7 @@ def since_last_pass(reference: Mapping[str, Any] | None, image: Mapping[str, Any
         return None
     old_name, new_name = image_name_for_diff(old), image_name_for_diff(image)
     out: dict[str, Any] = {"last_pass_time": reference.get("time"), "last_pass_image": old_name,
-                           "command": diff_command_for(new_name, old_name), "summary": None, "unreadable": None}
+                           "command": diff_invocation_for(new_name, old_name), "summary": None, "unreadable": None}
     before, why_before = _read(old, read)
     after, why_after = _read(image, read)
     if before is None or after is None:

@@ -15,11 +15,10 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..adapters.docker import docker_client, local_image
-from ..config.imageref import not_an_image, registry_digest
+from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
+from ..config.imageref import image_name, not_an_image, registry_digest
 from ..config.schema import Stack
-from ..core.errors import SmokeError, SmokeInputError, one_line, shown
-from ..core.network import explained
+from ..core.errors import SmokeError, SmokeInputError, first_line, one_line, shown
 from ..preflight.gate import require_ready
 from .launch import env_interpreter
 from .plan import SmokeOptions
@@ -103,25 +102,18 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
     """Find (or pull) `ref` on the engine; return its ref, registry digest (None for a local build), image id
     and repo digests. A digest ref is its own digest."""
     try:
-        found = local_image(engine, ref)
+        found = local_image(engine, ref) if not pull else present_or_pulled(engine, ref)
         if found is None:
-            if not pull:
-                raise SmokeError(f"image {ref}: not found on the Docker host")
-            try:
-                engine.images.pull(ref)
-            except docker.errors.APIError as exc:
-                reason = (exc.explanation or str(exc)).splitlines()[0][:200]
-                raise SmokeError(f"image {ref}: not on the Docker host and the pull failed: "
-                                 f"{explained(reason) or reason}") from None
-            found = local_image(engine, ref)
-            if found is None:
-                raise SmokeError(f"image {ref}: not on the Docker host after the pull")
+            raise SmokeError(f"image {ref}: not found on the Docker host")
+    except PullFailed as exc:
+        failed = "after the pull" if exc.vanished else f"and the pull failed: {exc}"
+        raise SmokeError(f"image {ref}: not on the Docker host {failed}") from None
     except docker.errors.APIError as exc:
-        raise SmokeError(f"image {ref}: {(exc.explanation or str(exc)).splitlines()[0][:200]}") from None
+        raise SmokeError(f"image {ref}: {first_line(exc.explanation or str(exc))}") from None
     return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
             "repo_digests": list(found.repo_digests)}
 
 
 def image_label(image_info: Mapping[str, Any]) -> str:
     """How a log line names the image: its registry digest, else its image id."""
-    return str(image_info.get("digest") or image_info.get("id") or "?")
+    return image_name(image_info.get("digest"), image_info.get("id")) or "?"

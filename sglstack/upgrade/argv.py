@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.wheels import fetch_wheel, open_wheel
+from ..core.errors import last_line
 from ..core.inputs import loads
 
 PROBE = Path(__file__).with_name("argv_probe.py")
@@ -81,6 +82,6 @@ def probe_output(sglang_wheel: Path, argv: Sequence[str], version_of: Callable[[
             return {"skipped": f"the parser did not load in {PROBE_TIMEOUT_S} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        why = last_line(proc.stderr)
         return {"skipped": f"sglang's parser could not be loaded: {why}"}
     return dict(loads(lines[-1]))

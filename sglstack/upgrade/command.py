@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import zipfile
 from collections.abc import Callable
@@ -34,24 +33,22 @@ from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
 from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
-from ..core.console import console as make_console
-from ..core.console import print_markdown
 from ..core.errors import ConfigError, SglstackError, shown
 from ..core.folderlock import file_lock
-from ..core.jsonreport import NO_JSON, JsonReport, dumps
+from ..core.jsonreport import dumps
 from ..core.progress import progress
-from ..core.records import build_root, require_writable, write_output
+from ..core.records import UPGRADE_DIR, build_root, require_writable, stack_dir, write_output
 from ..core.replacing import replace_together, sibling_mode, staged
 from ..core.safefiles import check_inside, make_folder
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..diff.compare import lock_snapshot, snapshot_diff
-from ..imagebuild.patches import check_version
 from ..lock.conflicts import check_stack_pins
 from ..lock.flow import LockError, resolve_stack
 from ..lock.plan import base_image_glibc, python_platform
 from ..lockfile.model import Lock, lock_path
 from ..lockfile.text import read_lock, render_lock
+from ..patches.host import check_version
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import plan as planner
 from .argv import check_argv, release_flags
@@ -228,7 +225,7 @@ def _stacks(names: list[str]) -> str:
 def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
     """Every place the run writes can be written, before any work: the report's folder, and with
     `--write` the stacks file (the file a link leads to) and the locks' folder (a read-only checkout)."""
-    out_dir = build_root() / new_name / "upgrade"
+    out_dir = stack_dir(new_name) / UPGRADE_DIR
     check_inside(build_root(), out_dir)
     # nothing made yet: the release may still not be on the index
     require_writable(out_dir / "report.json", what="the upgrade's report", create=False)
@@ -295,7 +292,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     except LockError as exc:
         lock_error = str(exc).removeprefix(f"stack '{new_stack.name}': ")
     where = str(lock_path(inputs.stacks_file, new_stack.name)) if inputs.write else \
-        str(build_root() / new_stack.name / "upgrade" / "lock.txt")
+        str(stack_dir(new_stack.name) / UPGRADE_DIR / "lock.txt")
     progress("kernel coverage before and after")
     before_cov, after_cov = engines.coverage(stack), engines.coverage(new_stack)
     coverage = planner.coverage_change(before_cov, after_cov)
@@ -317,7 +314,7 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
         patches={k: v[0] for k, v in patches.items()}, patch_details={k: v[1] for k, v in patches.items()},
         conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
-        lock_error=lock_error, bisect_command=planner.bisect_command(new_stack.name, stack.sglang.version or "",
+        lock_error=lock_error, bisect_command=planner.bisect_invocation(new_stack.name, stack.sglang.version or "",
                                                                      version),
         reasons=reasons, notes=notes, guesses=guesses, speculative=speculative)
     return plan, text, new_lock
@@ -393,18 +390,31 @@ def _unchanged_since_read(inputs: Inputs) -> None:
                             "upgrade again on the file as it is now)")
 
 
-def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
-                    write: bool = False, as_json: JsonReport = NO_JSON, engines: Engines | None = None) -> int:
+@dataclass(frozen=True)
+class UpgradeOutcome:
+    """What an upgrade found and left: the plan, its report (written under `out_dir`), and the two files
+    `--write` replaced (None: nothing written)."""
+
+    plan: planner.Plan
+    markdown: str
+    document: dict[str, Any]
+    out_dir: Path
+    written: tuple[Path, Path] | None
+
+
+def upgrade_stack(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
+                  write: bool = False, engines: Engines | None = None) -> UpgradeOutcome:
+    """Plan the move of a stack to an SGLang release, write its report under build/NEW/upgrade/, and with
+    `write` replace the stacks file and write locks/NEW.txt (only when the entry would pass the check)."""
     engines = engines or Engines()
     # no file (or not one): nothing to lock, and check_inputs says what is wrong with it
     locked = write and Path(stacks_file).is_file()
     with file_lock(Path(stacks_file), "upgrade --write") if locked else contextlib.nullcontext():
-        return _upgrade(stacks_file, stack_name, version, as_name, write, as_json, engines)
+        return _upgrade(stacks_file, stack_name, version, as_name, write, engines)
 
 
 def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | None, write: bool,
-             as_json: JsonReport, engines: Engines) -> int:
-    console = make_console()
+             engines: Engines) -> UpgradeOutcome:
     inputs = check_inputs(stacks_file, stack_name, version, as_name, write, engines.available)
     start = time.monotonic()
     phases: list[tuple[str, float]] = []  # (what started, when): the report says where the time went
@@ -424,23 +434,16 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     elif inputs.write and not writable:
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
-    out_dir = build_root() / plan.new_stack / "upgrade"
+    out_dir = stack_dir(plan.new_stack) / UPGRADE_DIR
     if lock is not None and not inputs.write:
         write_output(out_dir / "lock.txt", render_lock(lock))
     markdown = to_markdown(plan)
     write_output(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
     write_output(out_dir / "report.json", dumps(document))
-    as_json.emit(document)
+    written = None
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
-        write_upgrade(inputs.stacks_file, text, lock_path(inputs.stacks_file, plan.new_stack), lock)
-    print_markdown(console, markdown)
-    written = (f"; wrote {inputs.stacks_file} and {lock_path(inputs.stacks_file, plan.new_stack)}"
-               if inputs.write and writable else "")
-    console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in {document['seconds']} s; "
-                  f"report {out_dir / 'report.md'}{written}", highlight=False)
-    if inputs.write and plan.guesses:
-        print(f"error: --write: nothing written: the new pin(s) of {', '.join(plan.guesses)} are guesses (see the "
-              f"report); {stacks_file} is unchanged", file=sys.stderr)
-    return plan.exit_code
+        written = (inputs.stacks_file, lock_path(inputs.stacks_file, plan.new_stack))
+        write_upgrade(inputs.stacks_file, text, written[1], lock)
+    return UpgradeOutcome(plan, markdown, document, out_dir, written)

@@ -377,5 +377,5 @@ def review_reasons(derivation: Derivation, conflicts: Sequence[str], coverage: M
     return tuple(reasons)
 
 
-def bisect_command(stack: str, good: str, bad: str) -> str:
+def bisect_invocation(stack: str, good: str, bad: str) -> str:
     return f"invoke bisect --stack {stack} --good {good} --bad {bad}"

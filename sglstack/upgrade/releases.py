@@ -18,11 +18,7 @@ from packaging.version import InvalidVersion, Version
 from ..adapters.index import IndexMetadata, index_settings
 from ..adapters.wheels import available_versions, fetch_wheel, wheel_metadata
 from ..bisect.releases import releases_between
-from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.console import console as make_console
-from ..core.console import report_table
-from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.progress import progress
 from ..lock.conflicts import applicable_requirements
 
@@ -97,7 +93,7 @@ def _is_pre(version: str) -> bool:
         return True
 
 
-# ---- the task --------------------------------------------------------------------------------------
+# ---- each stack's newer releases -----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class StackReleases:
@@ -115,11 +111,8 @@ def stack_releases(stack: Stack, available: Sequence[str],
                          tuple(release_pins(v, metadata_of(v), stack.python, stack.platforms) for v in newer))
 
 
-def releases_command(stacks_file: str, *, stack_name: str | None = None, as_json: JsonReport = NO_JSON) -> int:
-    """Each stack's newer releases, a table per stack and the JSON report (`--json-out` checked by the face)."""
-    matrix = load_matrix(stacks_file)
-    stacks = [matrix.get(stack_name)] if stack_name else list(matrix.stacks.values())
-    console = make_console()
+def releases_of(stacks: Sequence[Stack]) -> list[StackReleases]:
+    """Each stack's releases on the index newer than its pin, with what each requires (one index read)."""
     with progress("releases: the index") as steps:
         available = available_versions("sglang")
         source = IndexMetadata(index_settings())
@@ -134,18 +127,5 @@ def releases_command(stacks_file: str, *, stack_name: str | None = None, as_json
                 steps.advance()
             return metadata[version]
 
-        results = [stack_releases(s, available, metadata_of) for s in stacks]
-    for result in results:
-        if result.pinned is None:
-            console.print(f"{result.stack}: SGLang from git: no release to compare with")
-            continue
-        table = report_table(("sglang", "torch", "kernel package", "flashinfer-python", "python"),
-                             title=f"{result.stack}: releases newer than sglang {result.pinned}")
-        for r in result.releases:
-            table.add_row(r.sglang, r.torch or "-", f"{r.kernel_package}=={r.kernel}" if r.kernel else "-",
-                          r.flashinfer or "-", r.requires_python or "-")
-        console.print(table if result.releases else f"{result.stack}: sglang {result.pinned} is the newest release")
-    as_json.emit({r.stack: {"pinned": r.pinned, "releases": [{**x.summary(), "requires": x.exact} for x in r.releases]}
-                  for r in results})
-    return 0
+        return [stack_releases(s, available, metadata_of) for s in stacks]
 

@@ -25,7 +25,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 
-from ..core.errors import ConfigError, one_line
+from ..core.errors import ConfigError, first_line, one_line
 from .splice import spliced
 
 
@@ -244,7 +244,7 @@ def _load(y: YAML, text: str, file: str) -> Any:
         return y.load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(one_line(f"cannot be edited by invoke upgrade ({str(exc).splitlines()[0]}): write that "
+        raise ConfigError(one_line(f"cannot be edited by invoke upgrade ({first_line(str(exc))}): write that "
                                    "line as plain block YAML (spaces, no tabs)"),
                           file=file, line=mark.line + 1 if mark is not None else None) from None
 

@@ -22,11 +22,10 @@ from sglstack.attest.signing import Attached, key_id, public_pem, sign_envelope,
 from sglstack.attest.store import KINDS, attach, fallback_tag
 from sglstack.attest.verify import verify_image
 from sglstack.cli.attest import sbom_command, verify_image_command
+from sglstack.cli.deploy import DeployOptions, deploy_command
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.jsonreport import JsonReport
-from sglstack.deploy.actions import deploy_command
-from sglstack.deploy.options import DeployOptions
 from sglstack.lock.trust import lock_for_build
 from sglstack.publish import cleanup_candidates, read_records, records_path, release
 from sglstack.publish.digest import publish_digest

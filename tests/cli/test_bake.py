@@ -15,12 +15,12 @@ from clirun import run_invoke
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglstack.adapters.buildkit import Builder, BuildRequest, build_argv
-from sglstack.cli.pipeline import build_command
+from sglstack.cli.build import bake_command, build_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable
-from sglstack.imagebuild.bake import BAKE_FILE, STAGES, bake_command, plan_targets, target_name
+from sglstack.imagebuild.bake import BAKE_FILE, STAGES, plan_targets, target_name
 from sglstack.imagebuild.flow import FINAL_TARGET, describe_build
-from sglstack.imagebuild.plan import BuildOptions
+from sglstack.imagebuild.plan import BuildSettings
 from sglstack.lock.trust import lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def test_every_bake_target_is_what_invoke_build_passes(buildx_env, tmp_path, cac
     for stack in matrix.stacks.values():
         lock = lock_for_build(stacks_file, stack)
         for stage in STAGES:
-            lines, config_hash = describe_build(stack, BuildOptions(target=stage, builder_name="ci", lock=lock))
+            lines, config_hash = describe_build(stack, BuildSettings(target=stage, builder_name="ci", lock=lock))
             build_line = next(line for line in lines if line.startswith("build:"))
             parsed = parse_buildx_argv(shlex.split(build_line.removeprefix("build:")))
             assert parsed["builder"] == "ci"
@@ -157,7 +157,7 @@ def test_classic_builder_imports_the_cache_and_says_it_cannot_export_it(tmp_path
     stacks_file = matrix_with(tmp_path, CACHE_DEFAULT)
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     stack = load_matrix(stacks_file).get("cu130")
-    options = BuildOptions(docker_cli="/usr/bin/docker", lock=lock_for_build(stacks_file, stack))
+    options = BuildSettings(docker_cli="/usr/bin/docker", lock=lock_for_build(stacks_file, stack))
     lines, _ = describe_build(stack, options)
     argv = shlex.split(next(line for line in lines if line.startswith("build:")).removeprefix("build:"))
     ref = "registry.example.com:5000/team/sglstack-cache:cu130"

@@ -19,6 +19,7 @@ from clirun import run_invoke
 from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
 from sglstack.bisect.log import BisectLog
+from sglstack.cli.bisect import BisectOptions, bisect_request
 from sglstack.core.errors import BuildError
 from sglstack.imagebuild.plan import BuildResult
 from sglstack.smoke import SmokeReport
@@ -387,23 +388,14 @@ def test_source_version_falls_back_and_gives_up_plainly(tmp_path):
     assert source_version(tree) == "0.3.1"
 
 
-def test_bisect_command_passes_every_option_on_and_returns_the_exit_code(monkeypatch):
-    seen = []
-
-    def fake_run(req, **_kw):
-        seen.append(req)
-        return driver.BisectResult(1, None, Path("r.json"), {})
-
-    monkeypatch.setattr(driver, "run_bisect", fake_run)
-    code = driver.bisect_command("s.yaml", "synth", good="a", bad="b", metric="eagle3", repeats=7, threshold=2.5,
-                                 max_batches=6, ca_bundle="ca.pem", docker_cli="dk", docker_host="tcp://h:1",
-                                 smoke={"gpus": 2})
-    assert code == 1
-    assert seen == [BisectRequest(stack="synth", good="a", bad="b", stacks_file="s.yaml", metric="eagle3", repeats=7,
-                                  threshold_pct=2.5, max_batches=6, ca_bundle="ca.pem", docker_cli="dk",
-                                  docker_host="tcp://h:1", smoke={"gpus": 2})]
-    assert driver.bisect_command("s.yaml", "synth", good="a", bad="b") == 1
-    assert seen[-1] == BisectRequest(stack="synth", good="a", bad="b", stacks_file="s.yaml")
+def test_the_bisect_task_passes_every_option_on_as_one_request():
+    o = BisectOptions(stack="synth", good="a", bad="b", stacks_file="s.yaml", metric="eagle3", runs=7, threshold="2.5",
+                      max_batches=6, ca_bundle="ca.pem", docker_cli="dk", docker_host="tcp://h:1", gpus=2)
+    assert bisect_request(o) == BisectRequest(
+        stack="synth", good="a", bad="b", stacks_file="s.yaml", metric="eagle3", repeats=7, threshold_pct="2.5",
+        max_batches=6, ca_bundle="ca.pem", docker_cli="dk", docker_host="tcp://h:1", smoke={"gpus": 2})
+    assert bisect_request(BisectOptions(stack="synth", good="a", bad="b", stacks_file="s.yaml")) == BisectRequest(
+        stack="synth", good="a", bad="b", stacks_file="s.yaml", threshold_pct="5")
 
 
 def test_smoke_overrides_are_smoke_s_own_and_a_bad_pair_is_bad_input(capsys):

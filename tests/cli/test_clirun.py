@@ -1,4 +1,4 @@
-"""tests/clirun.py: a task run in a fork of the test process ends as it ends in a real `python -m invoke`,
+"""tests/lib/clirun.py: a task run in a fork of the test process ends as it ends in a real `python -m invoke`,
 starts as a fresh Python would (whatever the test process set before), and leaves nothing behind in it."""
 
 from __future__ import annotations

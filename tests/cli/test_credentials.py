@@ -19,8 +19,8 @@ from sglstack.core.errors import ConfigError
 from sglstack.render.compose import render_compose, render_env_example
 from sglstack.render.dockerfile import render_dockerfile, stack_manifest
 from sglstack.render.k8s import K8sOptions, render_k8s
-from sglstack.serving import ServingError
-from sglstack.smoke.launch import check_secret_references, container_plan
+from sglstack.serving import ServingError, check_secret_references
+from sglstack.smoke.launch import container_plan
 from sglstack.smoke.plan import smoke_options
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
@@ -334,6 +334,24 @@ def test_a_secret_flag_reference_reaches_compose_k8s_and_smoke_as_a_reference(tm
         check_secret_references(smoke_options(stack).serving, {})
     assert str(err.value) == ("stack 'cpu-test': serving.extra_args refers to ${OPENAI_KEY}, which is not set in "
                               "this environment")
+
+
+@pytest.mark.parametrize("serving_extra", [{"env": {"OPENAI_API_KEY": "${OPENAI_KEY}"}},
+                                           {"extra_args": ["--trust-remote-code", "--api-key", "${OPENAI_KEY}"]}])
+def test_deploy_refuses_a_secret_reference_its_environment_lacks_before_anything_runs(tmp_path, serving_extra):
+    """Compose refused the `${OPENAI_KEY:?...}` only at `up`, after the preflight and the pull: one line now, from
+    the one check the smoke makes too, and nothing written."""
+    data = yaml.safe_load(CPU_MATRIX.read_text())
+    matrix = write_matrix(tmp_path / "stacks.yaml", serving={**data["defaults"]["serving"], **serving_extra})
+    out = tmp_path / "build"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_KEY"}
+    proc = run_invoke("deploy", "--stack", "cpu-test", "--stacks-file", str(matrix), "--image", DIGEST, "--gpus",
+                      "0", "--docker-host", "tcp://127.0.0.1:9", cwd=tmp_path,
+                      env={**env, "SGLSTACK_BUILD_DIR": str(out)})
+    where = "serving.env.OPENAI_API_KEY" if "env" in serving_extra else "serving.extra_args"
+    assert (proc.returncode, proc.stderr.strip()) == (2, (
+        f"error: stack 'cpu-test': {where} refers to ${{OPENAI_KEY}}, which is not set in this environment"))
+    assert not out.exists() or not any(out.rglob("*.jsonl"))
 
 
 def test_a_secret_flag_reference_may_not_clash_with_a_serving_env_key(tmp_path):

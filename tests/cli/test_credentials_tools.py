@@ -1,6 +1,6 @@
 """Credentials in stacks.yaml URLs reach the real tools that need them, and nothing they write.
 
-A private index and git repository behind HTTP basic auth (tests/auth_index.py) answer 401 without the
+A private index and git repository behind HTTP basic auth (tests/lib/auth_index.py) answer 401 without the
 right header, so every pass here means the tool got the credentials: uv (`invoke lock`) and pip
 (coverage's wheel download) from a netrc in memory named in their environment, git from an auth header
 in its environment, pip inside a real BuildKit build from the `index_netrc` secret. Then the lock, the
@@ -183,7 +183,7 @@ def bridge_index(docker_client, password):
 def test_a_real_build_installs_from_the_private_index_and_keeps_the_password_out_of_everything(
         tmp_path, bridge_index, password, docker_cli, docker_client, ca_bundle):
     from sglstack.imagebuild.flow import build_stack
-    from sglstack.imagebuild.plan import BuildOptions
+    from sglstack.imagebuild.plan import BuildSettings
 
     bundle = tmp_path / "ca.pem"  # the proxy's CA (PyPI, for the sglang-src stage) and the index's own
     bundle.write_text(ca_bundle.read_text() + "\n" + bridge_index.ca_pem)
@@ -195,7 +195,7 @@ def test_a_real_build_installs_from_the_private_index_and_keeps_the_password_out
     out = tmp_path / "build"
     result = None
     try:
-        result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(bundle), docker_cli=docker_cli,
+        result = build_stack(stack, BuildSettings(force=True, ca_bundle=str(bundle), docker_cli=docker_cli,
                                                  out_dir=out, show_progress=False))
         assert "/files/sglstack_probe-1.0-py3-none-any.whl" in bridge_index.authorised()
         # ... which nobody gets without the credentials: only the netrc secret can have let pip in.

@@ -12,11 +12,11 @@ from clirun import run_invoke
 from deploy_fixtures import make_test_stack, write_test_matrix
 
 from sglstack.adapters.compose import detect_compose
+from sglstack.cli.deploy import DeployOptions, LogsOptions
 from sglstack.core.errors import DeployError, DockerUnavailable
 from sglstack.deploy import health as health_mod
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, health_verdict, wait_healthy
 from sglstack.deploy.images import passing_smoke_report, published_image_ref, resolve_image_ref
-from sglstack.deploy.options import DeployOptions, LogsOptions
 from sglstack.deploy.status import format_duration
 from sglstack.deploy.store import (
     DeploymentRecord,

@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 from deploy_fixtures import make_test_stack
 
+from sglstack.cli.deploy import StatusOptions, status_command
 from sglstack.core.errors import DeployError
 from sglstack.deploy import flow, lifecycle
 from sglstack.deploy import status as status_mod
-from sglstack.deploy.actions import status_command
 from sglstack.deploy.files import SAVED_SUFFIX
-from sglstack.deploy.options import StatusOptions
 from sglstack.deploy.store import DeploymentRecord, read_records, records_path, serving_now
 from sglstack.render import compose as cmp
 

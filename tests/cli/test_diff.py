@@ -14,7 +14,7 @@ from sglstack.diff.compare import (
     Change,
     Snapshot,
     StackDiff,
-    diff_command_for,
+    diff_invocation_for,
     diff_summary,
     diff_table,
     diff_to_json,
@@ -138,9 +138,9 @@ def test_json_output_carries_the_kind_of_every_change():
 
 
 def test_the_regression_gate_prints_the_diff_from_the_last_passing_image():
-    assert diff_command_for("reg:5000/x@sha256:" + SHA["2"], "reg:5000/x@sha256:" + SHA["1"]) == (
+    assert diff_invocation_for("reg:5000/x@sha256:" + SHA["2"], "reg:5000/x@sha256:" + SHA["1"]) == (
         f"invoke diff reg:5000/x@sha256:{SHA['1']} reg:5000/x@sha256:{SHA['2']}")
-    assert diff_command_for("a b", "c") == "invoke diff c 'a b'"
+    assert diff_invocation_for("a b", "c") == "invoke diff c 'a b'"
 
 
 def test_diff_task_on_records_and_locks(tmp_path):

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from clirun import run_invoke
 
-from sglstack.cli import coverage as coverage_mod
 from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
+from sglstack.coverage import stack as coverage_mod
 from sglstack.imagebuild.verify import pip_check_problems
 from sglstack.lock.trust import StaleLock, UntrustedLock, lock_for_build
 from sglstack.lockfile.model import lock_path

@@ -84,6 +84,7 @@ def test_an_error_quoting_an_outside_value_is_one_plain_line(capsys):
 
 def test_size_prints_hostile_package_names_and_versions_as_plain_text(tmp_path, monkeypatch, capsys):
     from sglstack.cli import size as size_cli
+    from sglstack.size import stack as size_stack
     from sglstack.size.report import report_from
 
     stacks = tmp_path / "stacks.yaml"
@@ -91,8 +92,8 @@ def test_size_prints_hostile_package_names_and_versions_as_plain_text(tmp_path, 
                       "    serving: {model: org/model}\n")
     packages = [[f"pkg{i}{value}", f"1.{i}{value}", 1000 - i] for i, value in enumerate(sorted(HOSTILE))]
     report = report_from("img:1", "sha256:" + "a" * 64, 10_000, (), {"packages": packages, "files": 3})
-    monkeypatch.setattr(size_cli, "docker_client", lambda host: None)
-    monkeypatch.setattr(size_cli, "measure", lambda client, image: report)
+    monkeypatch.setattr(size_stack, "docker_client", lambda host: None)
+    monkeypatch.setattr(size_stack, "measure", lambda client, image: report)
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     assert size_cli.size_command(str(stacks), "s", image="img:1") == 0
     out = capsys.readouterr().out

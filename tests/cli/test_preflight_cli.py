@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from sglstack.preflight.node import SCHEMA
+from sglstack.inimage.preflight.node import SCHEMA
 
 NO_GPU = shutil.which("nvidia-smi") is None
 pytestmark = pytest.mark.skipif(not NO_GPU, reason="these tests are the no-GPU path; this machine has a driver")

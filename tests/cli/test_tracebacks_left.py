@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 from clirun import run_invoke
 
-from sglstack.cli.images import CoverageOptions
+from sglstack.cli.coverage import CoverageOptions
 from sglstack.cli.reporting import json_report
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
 from sglstack.core.options import BadOption

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.imagebuild.plan import BuildOptions
+from sglstack.imagebuild.plan import BuildSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_classic_build_with_a_registry_cache_reads_it_warns_and_still_builds(tmp
     matrix_file.write_text(text.replace("\ndefaults:\n", "\ndefaults:\n  cache:\n    registry: "
                                         "127.0.0.1:1/sglstack-cache:{stack}\n", 1))
     stack = load_matrix(matrix_file).get("cpu-test")
-    result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+    result = build_stack(stack, BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path / "out", show_progress=False))
     assert not result.skipped and result.builder == "classic"
     command = (tmp_path / "out" / "build.log").read_text().splitlines()[0]

@@ -20,14 +20,14 @@ import pytest
 from clirun import run_invoke
 from docker import errors as docker_errors
 
-from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, PinMismatch
 from sglstack.imagebuild import flow as build_mod
 from sglstack.imagebuild import images as images_mod
 from sglstack.imagebuild.flow import build_stack
-from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildSettings
 from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
+from sglstack.pipeline.flow import describe_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
@@ -59,7 +59,7 @@ def built(tmp_path_factory, secret_values, docker_cli, docker_client):
     try:
         result = build_stack(
             stack,
-            BuildOptions(
+            BuildSettings(
                 force=True,
                 ca_bundle=str(secret_values["bundle"]),
                 docker_cli=docker_cli,
@@ -152,7 +152,7 @@ def test_unchanged_config_is_not_rebuilt(built, monkeypatch, docker_cli):
         raise AssertionError("BuildKit must not be called for an unchanged config")
 
     monkeypatch.setattr(build_mod, "detect_builder", no_buildkit)
-    again = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, show_progress=False))
+    again = build_stack(stack, BuildSettings(docker_cli=docker_cli, out_dir=out, show_progress=False))
     assert again.skipped and again.image_id == result.image_id and again.tag == result.tag
 
 
@@ -172,13 +172,13 @@ def test_a_patch_edit_is_built_again_not_skipped(built, tmp_path, monkeypatch, d
         raise BuildKitCalled
 
     monkeypatch.setattr(build_mod, "detect_builder", buildkit_called)
-    unedited = build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
+    unedited = build_stack(stack, BuildSettings(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
                                                show_progress=False))
     assert unedited.skipped and unedited.image_id == result.image_id
     methods = patches / "kimi-k25-eagle3" / "methods.py"
     methods.write_text(methods.read_text() + "\n# edited after the image was built\n")
     with pytest.raises(BuildKitCalled):
-        build_stack(stack, BuildOptions(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
+        build_stack(stack, BuildSettings(docker_cli=docker_cli, out_dir=out, patches_dir=patches,
                                         show_progress=False))
 
 
@@ -206,7 +206,7 @@ def test_pin_mismatch_fails_and_tags_nothing(tmp_path, docker_cli, docker_client
     with pytest.raises(PinMismatch) as info:
         build_stack(
             stack,
-            BuildOptions(
+            BuildSettings(
                 force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path, show_progress=False
             ),
         )
@@ -218,7 +218,7 @@ def test_production_cu130_sglang_src_target_builds_and_verifies(tmp_path, docker
     stack = load_matrix(REPO / "stacks.yaml").get("cu130")
     result = build_stack(
         stack,
-        BuildOptions(
+        BuildSettings(
             target="sglang-src",
             force=True,
             ca_bundle=str(ca_bundle),
@@ -241,7 +241,7 @@ def test_failed_build_prints_the_failing_step(tmp_path, docker_cli, ca_bundle):
     bad = stack.model_copy(update={"name": "cpu-test-broken", "system_packages": ("no-such-package-sglstack",)})
     with pytest.raises(BuildError) as info:
         build_stack(
-            bad, BuildOptions(ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path, show_progress=False)
+            bad, BuildSettings(ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path, show_progress=False)
         )
     message = str(info.value)
     assert "failed step [runtime" in message and "apt-get" in message
@@ -289,11 +289,11 @@ def test_installed_record_describes_the_patched_file(built, docker_client):
 
 def test_dry_run_without_push_still_shows_the_release_tags_and_smoke():
     stack = load_matrix(REPO / "stacks.yaml").get("cu130")
-    out = "\n".join(describe_plan(stack, BuildOptions(), push=False, registry=None))
+    out = "\n".join(describe_plan(stack, BuildSettings(), push=False, registry=None))
     assert "push:         no" in out
     assert "candidate-cu130-" in out and "0.5.9-cu130-" in out
     assert "--speculative-algorithm EAGLE3" in out and "--tp-size 8" in out
-    src = "\n".join(describe_plan(stack, BuildOptions(target="sglang-src"), push=False, registry=None))
+    src = "\n".join(describe_plan(stack, BuildSettings(target="sglang-src"), push=False, registry=None))
     assert "candidate" not in src and "launch_server" not in src
 
 
@@ -309,7 +309,7 @@ def test_two_concurrent_builds_of_one_config_leave_no_temporary_tag(tmp_path, do
     try:
         for round_ in range(2):
             with ThreadPoolExecutor(max_workers=2) as pool:
-                futures = [pool.submit(build_stack, stack, BuildOptions(out_dir=tmp_path / f"{round_}-{i}", **options))
+                futures = [pool.submit(build_stack, stack, BuildSettings(out_dir=tmp_path / f"{round_}-{i}", **options))
                            for i in range(2)]
                 results = [f.result(timeout=900) for f in futures]
             assert _temporary_tags(docker_client, stack.name) == []
@@ -380,7 +380,7 @@ def test_hf_token_never_touches_a_disk_during_a_build(tmp_path, docker_cli, ca_b
 
     monkeypatch.setattr(build_mod, "run_build", watched)
     stack = load_matrix(CPU_MATRIX).get("cpu-test")
-    build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+    build_stack(stack, BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                     out_dir=tmp_path / "out", show_progress=False))
     main_build = seen[0]
     assert "id=hf_token,env=HF_TOKEN" in main_build and not any(token in arg for arg in main_build)
@@ -406,7 +406,7 @@ def test_an_image_removed_before_it_is_held_is_built_again(tmp_path, docker_cli,
     monkeypatch.setattr(build_mod, "run_build", counting_run_build)
     monkeypatch.setattr(images_mod, "run_build", counting_run_build)  # the stamp is a FROM-only build
     monkeypatch.setattr(build_mod, "held_image", vanished_once)
-    result = build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+    result = build_stack(stack, BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path, show_progress=False))
     assert len(builds) == 3  # the main build twice, then the stamp
     assert docker_client.images.get(result.tag).labels["io.sglstack.verified"] == "true"

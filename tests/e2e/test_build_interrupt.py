@@ -23,7 +23,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.signals import Interrupted
 from sglstack.imagebuild import flow as build_mod
 from sglstack.imagebuild.flow import build_stack
-from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildSettings
 from sglstack.imagebuild.verify import BUILD_CONTAINER_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def test_signal_while_the_image_is_held_removes_the_temporary_tag(tmp_path, dock
 
     monkeypatch.setattr(build_mod, "stamp_labels", interrupted_stamp)
     with pytest.raises(Interrupted):
-        build_stack(stack, BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+        build_stack(stack, BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                         out_dir=tmp_path, show_progress=False))
     assert [t.split(":")[0] for t in seen["tags"]] == [f"{TEMP_REPOSITORY}/cpu-test-held"]
     assert leftovers(docker_client, stack.name) == {"tags": [], "containers": []}

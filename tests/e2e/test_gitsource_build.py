@@ -9,7 +9,7 @@ from bisect_fixtures import make_history, stack_yaml
 
 from sglstack.config.matrix import load_matrix
 from sglstack.imagebuild.flow import build_stack
-from sglstack.imagebuild.plan import BuildOptions
+from sglstack.imagebuild.plan import BuildSettings
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_a_local_repository_builds_through_buildkit(tmp_path, cache, docker_cli,
     matrix = tmp_path / "stacks.yaml"
     matrix.write_text(stack_yaml(f"file://{repo_path}", shas[1]))
     stack = load_matrix(matrix).get("synth")
-    result = build_stack(stack, BuildOptions(target="sglang-src", ca_bundle=str(ca_bundle), docker_cli=docker_cli,
+    result = build_stack(stack, BuildSettings(target="sglang-src", ca_bundle=str(ca_bundle), docker_cli=docker_cli,
                                              out_dir=tmp_path / "out", show_progress=False))
     try:
         out = docker_client.containers.run(result.image_id, ["bash", "-c", "ls /src/dist; cat /out/patches.json"],

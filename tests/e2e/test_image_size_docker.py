@@ -16,7 +16,7 @@ from docker import errors as docker_errors
 
 from sglstack.config.matrix import load_matrix
 from sglstack.imagebuild.flow import build_stack
-from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildOptions
+from sglstack.imagebuild.plan import TEMP_REPOSITORY, BuildSettings
 from sglstack.size.measure import SizeOverBudget, image_layers, measure
 from sglstack.size.report import pull_bytes
 
@@ -101,7 +101,7 @@ def test_a_build_over_its_budget_fails_after_verification_and_tags_nothing(tmp_p
     matrix = tmp_path / "stacks.yaml"
     matrix.write_text(CPU_MATRIX.read_text().replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: 0.01}\n", 1))
     stack = load_matrix(matrix).get("cpu-test")
-    options = BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path / "out",
+    options = BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path / "out",
                            show_progress=False)
     with pytest.raises(SizeOverBudget) as err:
         build_stack(stack, options)
@@ -117,7 +117,7 @@ def test_a_build_over_its_budget_fails_after_verification_and_tags_nothing(tmp_p
 def test_a_build_over_budget_compares_with_the_last_recorded_build(tmp_path, docker_cli, ca_bundle, capsys):
     text = CPU_MATRIX.read_text()
     matrix = tmp_path / "stacks.yaml"
-    options = BuildOptions(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path / "out",
+    options = BuildSettings(force=True, ca_bundle=str(ca_bundle), docker_cli=docker_cli, out_dir=tmp_path / "out",
                            show_progress=False)
     matrix.write_text(text.replace("  cpu-test:\n", "  cpu-test:\n    size: {max_gb: 5}\n", 1))
     result = build_stack(load_matrix(matrix).get("cpu-test"), options)

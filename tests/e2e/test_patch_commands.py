@@ -11,9 +11,9 @@ import pytest
 from patch_fixtures import KIMI, KIMI_FILE, KIMI_METHODS, PATCHES_DIR, class_members, make_tree, pristine, target
 from rich.console import Console
 
-from sglstack.cli.patch_commands import apply_command, check_command, list_command, verify_command
+from sglstack.cli.patches import apply_command, check_command, list_command, verify_command
 from sglstack.core.errors import PatchCommandError, SglstackError
-from sglstack.imagebuild.patches import check_version
+from sglstack.patches.host import check_version
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,6 +18,7 @@ import yaml
 from clirun import run_invoke
 
 from sglstack.adapters.wheels import available_versions, fetch_wheel, wheel_metadata
+from sglstack.cli.upgrade import upgrade_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.jsonreport import JsonReport
 from sglstack.lock.conflicts import check_matrix, lock_findings
@@ -56,7 +57,7 @@ def test_0_5_9_to_0_5_10_pins_a_write_that_cannot_confirm_every_pin_is_refused(r
     where both answer, the stack is moved and the lock written."""
     before = repo_copy.read_text()
     lock_before = lock_path(repo_copy, "cu130").read_bytes()
-    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+    code = upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=command.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
@@ -84,7 +85,7 @@ def test_an_upgrade_every_pin_of_which_resolves_is_written_and_passes_stacks_che
     """h200-field installs from PyPI alone: 0.5.17 -> 0.5.18 resolves whole, so `--write` moves the stack in
     place, writes its lock, and leaves every other line of the file as it was."""
     before = repo_copy.read_text()
-    code = command.upgrade_command(str(repo_copy), "h200-field", "0.5.18", write=True,
+    code = upgrade_command(str(repo_copy), "h200-field", "0.5.18", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=command.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
@@ -105,7 +106,7 @@ def test_an_upgrade_every_pin_of_which_resolves_is_written_and_passes_stacks_che
 
 
 def test_0_5_9_to_0_5_23_renames_the_kernel_and_moves_the_platform_tag(repo_copy, tmp_path):
-    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.23", as_name="cu130-next",
+    code = upgrade_command(str(repo_copy), "cu130", "0.5.23", as_name="cu130-next",
                                    as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=command.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
@@ -137,7 +138,7 @@ def test_a_release_whose_pins_need_an_override_is_review_and_writes_nothing(repo
     # the conflict is found in METADATA, before any resolution: the earlier lock stands in for uv's (which
     # would fail on the same conflict, after half a minute)
     engines = command.Engines(coverage=coverage_double, resolve=lambda stack, previous, glibc: old_lock)
-    code = command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+    code = upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"), engines=engines)
     doc = json.loads((tmp_path / "u.json").read_text())
     assert code == 1 and doc["verdict"] == "review"
@@ -203,7 +204,7 @@ def test_an_interrupt_leaves_the_stacks_file_and_its_folder_as_they_were(repo_co
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        command.upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
+        upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
                                 engines=command.Engines(coverage=coverage_double, resolve=interrupted))
     after = sorted(p.name for p in repo_copy.parent.iterdir() if p.name != "build"), repo_copy.read_bytes()
     assert after == before  # no temporary stacks file left beside it, the file unchanged

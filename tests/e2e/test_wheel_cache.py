@@ -12,7 +12,7 @@ import pytest
 from clirun import run_invoke
 
 from sglstack.adapters.wheels import BadWheel, fetch_wheel, sidecar, wheel_metadata
-from sglstack.imagebuild.patches import unpack_for_patches
+from sglstack.patches.host import unpack_for_patches
 
 pytestmark = pytest.mark.network
 

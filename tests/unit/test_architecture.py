@@ -107,8 +107,7 @@ MAY_USE: dict[str, set[str]] = {
     "adapters": {"core"},
     # lockfile: the lock model (the parsed lock file, its text format, when it is current), below lock, diff, render
     "lockfile": {"config", "core"},
-    # diff: `invoke lock` shows what changed against the lock it replaces
-    "lock": {"config", "lockfile", "adapters", "core", "inimage", "diff"},
+    "lock": {"config", "lockfile", "adapters", "core", "inimage"},
     "coverage": {"config", "adapters", "core"},
     # size: the size report of an image and the CUDA libraries a stage holds twice (build gates on it, diff shows it)
     "size": {"config", "adapters", "core"},
@@ -120,18 +119,25 @@ MAY_USE: dict[str, set[str]] = {
                    "adapters", "core"},
     # kernelcache: the kernel-cache artifact (key, layer, on-disk OCI layout), below smoke, attest and deploy
     "kernelcache": {"config", "serving", "core"},
+    # patches: the host side of the patch engine (which patches, a release checked, a tree patched)
+    "patches": {"config", "inimage", "adapters", "core"},
     "smoke": {"config", "serving", "diff", "preflight", "kernelcache", "adapters", "core"},
-    "bisect": {"config", "imagebuild", "smoke", "inimage", "adapters", "core"},
+    "bisect": {"config", "imagebuild", "smoke", "patches", "inimage", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "kernelcache", "adapters", "core"},
-    "preflight": {"config", "adapters", "core"},
+    # inimage: the node side of preflight (its checks, the report) is in-image code, shipped into the stack image
+    "preflight": {"config", "inimage", "adapters", "core"},
     "deploy": {"config", "serving", "render", "lock", "publish", "attest", "preflight", "kernelcache", "adapters",
                "core"},
-    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "inimage",
-                "adapters", "core"},
-    # the face: every task parses its options and calls one library function; nothing imports it
+    "upgrade": {"config", "serving", "lock", "lockfile", "coverage", "diff", "imagebuild", "bisect", "patches",
+                "inimage", "adapters", "core"},
+    # build, then (--push) release: the one place image build and publish meet, above both
+    "pipeline": {"config", "serving", "lock", "lockfile", "imagebuild", "publish", "attest", "registry", "adapters",
+                 "core"},
+    # the face: every task parses its options, calls its part and prints; nothing imports it. It talks to no
+    # registry and no engine itself (`test_the_face_talks_to_no_registry_or_engine`).
     "cli": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "diff", "registry", "attest",
-            "imagebuild", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "inimage", "kernelcache",
-            "adapters", "core"},
+            "imagebuild", "patches", "smoke", "bisect", "publish", "preflight", "deploy", "upgrade", "pipeline",
+            "inimage", "kernelcache", "core"},
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
 DEBTS: set[tuple[str, str]] = set()
@@ -243,7 +249,6 @@ PROCESS_DEBTS = {
     "sglstack.attest.identity": "git (the checkout's own commit)",
     "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
-    "sglstack.preflight.probe": "nvidia-smi",
     "sglstack.registry.local": "the embedded registry's binary",
     "sglstack.upgrade.argv": "the release's own serving-argv parser, in a throwaway venv",
 }
@@ -290,6 +295,92 @@ def test_the_process_call_finder_sees_a_tool_found_by_which():
               "kubectl = shutil.which('kubectl')\nsubprocess.run([kubectl, 'apply'])\ngo(['hadolint', '-'])\n")
     assert _process_calls(source) == [(5, {"kubectl", "apply"}), (6, {"kubectl", "hadolint", "-"})]
     assert _process_calls("import subprocess\nsubprocess.CompletedProcess\n") == []
+
+
+# ---- the face and the parts: one seam ------------------------------------------------------------------
+
+def _task_entries(source: str) -> list[str]:
+    """Functions named like a task entry (`*_command`), at any depth."""
+    return [node.name for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("_command")]
+
+
+def test_no_part_holds_a_task_entry():
+    """A task's entry (its options turned into a call, what it prints, its exit code) is the face's, in
+    `cli/<task or part>.py`; a part takes a Stack and typed values and returns results."""
+    entries = sorted(f"{m}.{name}" for m, p in MODULES.items() if _part(m) != "cli"
+                     for name in _task_entries(p.read_text(encoding="utf-8")))
+    assert entries == [], f"move these task entries into sglstack/cli/ (a part returns results): {entries}"
+
+
+def test_the_task_entry_finder_sees_methods_and_nested_functions():
+    source = "def lock_command():\n    def inner_command(): pass\nclass A:\n    def b_command(self): pass\n" \
+             "def pod_argv(): pass\n"
+    assert sorted(_task_entries(source)) == ["b_command", "inner_command", "lock_command"]
+
+
+# The registry's HTTP client, every adapter and the libraries they wrap; `registry.local` is a part's task
+# (`invoke registry.up`) like any other.
+FACE_MAY_NOT_TOUCH = ("sglstack.registry.client", "sglstack.registry.session", "sglstack.registry.transport",
+                      "sglstack.registry.auth", "sglstack.adapters", "docker", "requests")
+
+
+def _outside_imports(module: str) -> set[str]:
+    """Every module name `module` imports (ours resolved, third-party as written)."""
+    names = {t for _, t in _imports(module)}
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_face_talks_to_no_registry_or_engine():
+    """cli/ parses options and prints: the registry, the Docker engine and every other outside system are
+    reached through a part (a task that did it itself held domain logic the part's tests never saw)."""
+    wrong = sorted(f"{m} -> {name}" for m in MODULES if _part(m) == "cli" for name in _outside_imports(m)
+                   if any(name == x or name.startswith(x + ".") for x in FACE_MAY_NOT_TOUCH))
+    assert wrong == [], wrong
+
+
+_OPTION_MAKERS = {"option", "required", "repeatable", "stacks_file_option", "docker_host_option"}
+
+
+def _option_helps(source: str) -> list[str]:
+    """The help text written out in each option declaration of `source` (`option("...")` and the like)."""
+    return [node.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _OPTION_MAKERS
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_an_option_shared_by_tasks_is_declared_once():
+    """An option two tasks share is one declaration in `cli/cmdoptions.py` (or `core/options.py`), as pip's
+    cmdoptions: the same help text written in two task modules is a twin waiting to drift."""
+    where: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if _part(module) == "cli":
+            for text in _option_helps(path.read_text(encoding="utf-8")):
+                where.setdefault(text, []).append(module)
+    assert {text: modules for text, modules in where.items() if len(modules) > 1} == {}
+
+
+def test_the_option_help_finder_reads_each_declaration():
+    source = 'a: str = option("x y")\nb: str = required("z", check=f)\nc: int = option(HELP)\nd = other("w")\n'
+    assert _option_helps(source) == ["x y", "z"]
+
+
+def _class_names(part_of: dict[str, Path]) -> set[str]:
+    return {node.name for path in part_of.values() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ClassDef)}
+
+
+def test_no_class_name_is_declared_on_both_sides_of_the_seam():
+    """The face's options (`BuildOptions`) and a part's typed value (`BuildSettings`) are different things with
+    different names: one `BuildOptions` in cli/ and another in imagebuild/ left a reader to guess which."""
+    face = _class_names({m: p for m, p in MODULES.items() if _part(m) == "cli"})
+    parts = _class_names({m: p for m, p in MODULES.items() if _part(m) != "cli"})
+    assert face & parts == set()
 
 
 CLI_MODULES = {"command", "commands", "cli"}

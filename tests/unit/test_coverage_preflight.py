@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sglstack.core.labels import COVERAGE_LABEL
-from sglstack.preflight.checks import PASS, WARN, Check, GpuInfo, Requirements, check_kernel_coverage
-from sglstack.preflight.node import NodeReport
+from sglstack.inimage.preflight.checks import PASS, WARN, Check, GpuInfo, Requirements, check_kernel_coverage
+from sglstack.inimage.preflight.node import NodeReport
 from sglstack.preflight.remote import image_coverage_check
 
 LABEL = {"9.0": "native", "10.0": "native", "10.3": "ptx", "12.0": "missing"}

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from sglstack.cli.diff import diff_command
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.diff import sources
 from sglstack.diff.compare import Snapshot, image_snapshot, lock_snapshot, record_snapshot
 from sglstack.diff.snapshots import local_snapshot, snapshot_from_file
-from sglstack.diff.sources import _facts_in_layer, diff_command, load_snapshot
+from sglstack.diff.sources import _facts_in_layer, load_snapshot
 from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.lockfile.text import parse_lock, render_lock
 from sglstack.registry.client import Manifest

@@ -23,7 +23,7 @@ import scipy
 
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
-from sglstack.imagebuild.verify import image_check_command, image_check_problems, serving_argvs, waived_libraries
+from sglstack.imagebuild.verify import image_check_argv, image_check_problems, serving_argvs, waived_libraries
 from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,8 +161,8 @@ def test_the_stacks_serving_argv_parses_and_a_renamed_flag_is_refused(tmp_path):
 
 def test_the_build_runs_the_server_checks_only_where_sglang_has_its_requirements():
     matrix = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml")
-    assert image_check_command(matrix.get("cpu-test")) == ["python", "/opt/sglstack/tools/imagecheck.py"]
-    full = image_check_command(load_matrix(REPO / "stacks.yaml").get("pypi-cu130"))
+    assert image_check_argv(matrix.get("cpu-test")) == ["python", "/opt/sglstack/tools/imagecheck.py"]
+    full = image_check_argv(load_matrix(REPO / "stacks.yaml").get("pypi-cu130"))
     assert full[2] == "--server-help"
     assert json.loads(full[3].removeprefix("--argv="))[-1] == "--trust-remote-code"
     assert "lightseekorg/kimi-k2.5-eagle3-mla" in full[3]

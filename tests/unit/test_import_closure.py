@@ -13,7 +13,7 @@ from pathlib import Path
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import RuntimeImportsPolicy
 from sglstack.imagebuild.importclosure import flag_values, import_closure_args, judge_imports
-from sglstack.imagebuild.verify import image_check_command
+from sglstack.imagebuild.verify import image_check_argv
 from sglstack.inimage.incontainer import importcheck
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,8 +152,8 @@ def test_the_stacks_serving_path_is_the_entry_point_the_architectures_the_worker
         "--module=sglang.launch_server", "--module=sglang.srt.entrypoints.http_server",
         "--architecture=LlamaForCausalLM", "--architecture=LlamaForCausalLMEagle3", "--speculative",
         "--attention-backend=fa3", "--attention-backend=triton"]
-    assert image_check_command(stack)[-1] == f"--import-closure={json.dumps(import_closure_args(stack))}"
-    assert not any(a.startswith("--import-closure") for a in image_check_command(load_matrix(stacks).get("cpu-test")))
+    assert image_check_argv(stack)[-1] == f"--import-closure={json.dumps(import_closure_args(stack))}"
+    assert not any(a.startswith("--import-closure") for a in image_check_argv(load_matrix(stacks).get("cpu-test")))
     assert flag_values(["--attention-backend"], ["--attention-backend"]) == []
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from sglstack.adapters import index as idx
 from sglstack.adapters.index import IndexMetadata, IndexSettings, MetadataMismatch, index_settings
+from sglstack.cli.upgrade import releases_command
 from sglstack.core.jsonreport import JsonReport
 from sglstack.upgrade import releases
 
@@ -183,7 +184,7 @@ def test_the_releases_command_reads_metadata_files_only(index, monkeypatch, tmp_
     (tmp_path / "stacks.yaml").write_text((Path(__file__).parents[2] / "stacks.yaml").read_text())
     out = tmp_path / "r.json"
     report = JsonReport(path=out)
-    assert releases.releases_command(str(tmp_path / "stacks.yaml"), stack_name="cu130", as_json=report) == 0
+    assert releases_command(str(tmp_path / "stacks.yaml"), stack_name="cu130", as_json=report) == 0
     doc = json.loads(out.read_text())
     assert [(r["sglang"], r["torch"], r["kernel"]) for r in doc["cu130"]["releases"]] == [
         ("0.5.10", "2.9.1", "0.4.1"), ("0.5.11", "2.10.0", None)]

@@ -19,8 +19,11 @@ from sglstack.adapters.uv import (
     ResolverError,
     SourceUnreachable,
 )
+from sglstack.cli.lock import lock_command
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import FlashInferPin, KernelPin, Matrix, TorchPin
+from sglstack.core import console as console_mod
+from sglstack.core import progress as progress_mod
 from sglstack.core.errors import ConfigError
 from sglstack.lock import entries, flow
 from sglstack.lock.conflicts import Finding, resolve_findings
@@ -148,14 +151,14 @@ def test_upgrade_package_is_checked_against_the_previous_lock_before_resolving(s
 
 def test_the_command_prints_what_it_locked_and_what_moved(stacks, capsys, monkeypatch):
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv()))
-    assert flow.lock_command(str(stacks), "tiny") == 0
+    assert lock_command(str(stacks), "tiny") == 0
     first = capsys.readouterr().out.splitlines()
     path = lock_path(stacks, "tiny")
     assert re.fullmatch(rf"tiny: locked 7 packages \(7 hashed\) for Python 3\.11 linux/amd64 in \d+\.\d+ s -> "
                         rf"{re.escape(str(path))}", first[0])
     assert len(first) == 1  # nothing before it to compare with
     monkeypatch.setitem(VERSIONS, "numpy", "2.3.5")
-    assert flow.lock_command(str(stacks), "tiny") == 0
+    assert lock_command(str(stacks), "tiny") == 0
     out = capsys.readouterr().out
     assert re.search(r"numpy\s.*2\.3\.4.*2\.3\.5", out)
     assert "packages: 0 added, 0 removed, 1 changed" in out
@@ -165,7 +168,7 @@ def test_the_command_prints_what_it_locked_and_what_moved(stacks, capsys, monkey
 def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypatch):
     unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
-    assert flow.lock_command(str(stacks), "tiny") == 1  # a partial lock is not a success
+    assert lock_command(str(stacks), "tiny") == 1  # a partial lock is not a success
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         f"error: stack 'tiny': the lock is partial: 1 layer(s) not resolved: sglang-kernel (index {KERNEL_INDEX} "
@@ -955,8 +958,8 @@ def _terminal(monkeypatch):
     from rich.console import Console
 
     out = io.StringIO()
-    monkeypatch.setattr(flow, "make_console", lambda: Console(file=out, force_terminal=True, color_system="standard",
-                                                              width=400))
+    monkeypatch.setattr(console_mod, "console", lambda: Console(file=out, force_terminal=True, color_system="standard",
+                                                                width=400))
     return out
 
 
@@ -964,7 +967,7 @@ def test_the_commands_lines_are_styled_but_never_highlighted(stacks, monkeypatch
     out = _terminal(monkeypatch)
     unreachable = SourceUnreachable(f"{KERNEL_INDEX}/sglang-kernel/", "dns error")
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv(unreachable)))
-    assert flow.lock_command(str(stacks), "tiny") == 1  # partial (the error line is on stderr)
+    assert lock_command(str(stacks), "tiny") == 1  # partial (the error line is on stderr)
     lines = out.getvalue().splitlines()
     assert lines[1] == (f"\x1b[33mtiny\x1b[0m: not resolved: layer sglang-kernel (with dependencies): index "
                         f"{KERNEL_INDEX} unreachable: dns error")
@@ -978,10 +981,10 @@ def test_the_commands_lines_are_styled_but_never_highlighted(stacks, monkeypatch
 def test_the_command_names_every_platform_and_passes_the_packages_to_upgrade(stacks, capsys, monkeypatch):
     stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv()))
-    assert flow.lock_command(str(stacks), "tiny") == 0
+    assert lock_command(str(stacks), "tiny") == 0
     assert "for Python 3.11 linux/amd64 linux/arm64 in " in capsys.readouterr().out.splitlines()[0]
     with pytest.raises(ConfigError) as err:
-        flow.lock_command(str(stacks), "tiny", upgrade_packages=["no-such"])
+        lock_command(str(stacks), "tiny", upgrade_packages=["no-such"])
     assert str(err.value) == f"stack 'tiny': --upgrade-package no-such: not in {lock_path(stacks, 'tiny')}"
 
 
@@ -1048,7 +1051,7 @@ def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, 
     def no_progress(*args, **kwargs):
         raise AssertionError("the progress started before the stack name was checked")
 
-    monkeypatch.setattr(flow, "progress", no_progress)
+    monkeypatch.setattr(progress_mod, "progress", no_progress)
     with pytest.raises(ConfigError) as err:
-        flow.lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
+        lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
     assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")

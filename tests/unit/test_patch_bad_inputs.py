@@ -1,6 +1,6 @@
 """Bad patch inputs are one line naming the patch, and an apply that cannot finish changes nothing.
 
-The patches here are our own small ones (tests/patch_fixtures.make_patch) on small trees; the engine is
+The patches here are our own small ones (tests/lib/patch_fixtures.make_patch) on small trees; the engine is
 run in process and as `python3 -S -m patchkit`, the command the image build runs.
 """
 

@@ -1,7 +1,7 @@
 """The ast rules apply and verify share (sglstack/inimage/patchkit/structure.py), and apply/verify on small trees,
 each refusal as its exact one-line message.
 
-Pure: our own small patches (tests/patch_fixtures.make_patch) on small trees under tmp_path.
+Pure: our own small patches (tests/lib/patch_fixtures.make_patch) on small trees under tmp_path.
 """
 
 from __future__ import annotations

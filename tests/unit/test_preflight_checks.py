@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglstack.preflight import checks as C
-from sglstack.preflight.checks import FAIL, PASS, WARN, AllReduceResult, GpuInfo
+from sglstack.inimage.preflight import checks as C
+from sglstack.inimage.preflight.checks import FAIL, PASS, WARN, AllReduceResult, GpuInfo
 
 H200 = GpuInfo(
     0, "NVIDIA H200", compute_cap="9.0", memory_total_mib=143771, memory_used_mib=615, memory_free_mib=143155

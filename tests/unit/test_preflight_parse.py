@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.preflight import checks as C
-from sglstack.preflight import node, parse, probe
+from sglstack.inimage.preflight import checks as C
+from sglstack.inimage.preflight import node, parse, probe
 
 H200_RUN = Path(__file__).resolve().parents[1] / "data" / "preflight" / "h200-1gpu"
 

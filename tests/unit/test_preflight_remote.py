@@ -10,11 +10,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+from sglstack.inimage.preflight.checks import GiB, MiB, Requirements
+from sglstack.inimage.preflight.node import SCHEMA
 from sglstack.preflight import remote
-from sglstack.preflight.checks import GiB, MiB, Requirements
-from sglstack.preflight.node import SCHEMA
 
-PACKAGE = Path(remote.__file__).resolve().parent
+PACKAGE = remote.NODE_DIR
+NODE_MODULES = sorted(p.name for p in PACKAGE.glob("*.py"))
+# What `invoke preflight --image` ships into the image, byte for byte: the node side, nothing of the host's.
+SHIPPED = ("__init__.py", "__main__.py", "allreduce.py", "checks.py", "node.py", "parse.py", "probe.py")
 ALLOWED_THIRD_PARTY = {"torch", "pynvml"}  # torch is in every stack image; pynvml is optional
 
 
@@ -26,14 +29,14 @@ def _imported_top_levels(path: Path) -> set[str]:
         elif isinstance(item, ast.ImportFrom) and item.level == 0:
             names.add(item.module.split(".")[0])
         elif isinstance(item, ast.ImportFrom) and item.level == 1 and item.module:
-            assert f"{item.module}.py" in remote.NODE_MODULES, f"{path.name} imports host-only .{item.module}"
+            assert f"{item.module}.py" in NODE_MODULES, f"{path.name} imports host-only .{item.module}"
         elif isinstance(item, ast.ImportFrom) and item.level > 1:
             raise AssertionError(f"{path.name} imports outside sglstack.preflight")
     return names
 
 
 def test_node_modules_import_only_stdlib_and_torch():
-    for module in remote.NODE_MODULES:
+    for module in NODE_MODULES:
         outside = _imported_top_levels(PACKAGE / module) - set(sys.stdlib_module_names) - ALLOWED_THIRD_PARTY
         assert not outside, f"{module} imports {outside}: it must run in a stack image"
 
@@ -53,7 +56,11 @@ def test_archive_runs_without_site_packages(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(remote.node_package_archive())) as tar:
         names = tar.getnames()
         tar.extractall(tmp_path, filter="data")
-    assert "sglstack-preflight/sglstack/preflight/node.py" in names
+    assert sorted(names) == ["sglstack-preflight/sglstack/__init__.py",
+                             *(f"sglstack-preflight/sglstack/preflight/{m}" for m in SHIPPED)]
+    for module in SHIPPED:
+        assert (tmp_path / "sglstack-preflight/sglstack/preflight" / module).read_bytes() == \
+            (PACKAGE / module).read_bytes()
     assert not any(n.endswith(("command.py", "remote.py", "report.py")) for n in names)
     req = Requirements(stack="cu130", cuda="13.0.1", tp=8, arch_list=("9.0",))
     proc = subprocess.run(

@@ -15,8 +15,8 @@ from sglstack.core.progress import progress
 PACKAGE = Path(__file__).resolve().parents[2] / "sglstack"
 # The tasks that can work for more than a few seconds, by the module that runs their slow part.
 SLOW = {
-    "releases": "upgrade/releases.py", "upgrade": "upgrade/command.py", "coverage": "cli/coverage.py",
-    "lock": "lock/flow.py", "size": "cli/size.py", "patches.check": "cli/patch_commands.py",
+    "releases": "upgrade/releases.py", "upgrade": "upgrade/command.py", "coverage": "coverage/stack.py",
+    "lock": "cli/lock.py", "size": "size/stack.py", "patches.check": "patches/host.py",
     "preflight": "preflight/gate.py",
 }
 

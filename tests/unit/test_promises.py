@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sglstack.cli.pipeline import describe_plan
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
 from sglstack.config.settings import ServingSettings, SpeculativeSettings
@@ -31,9 +30,10 @@ from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
 from sglstack.core.records import utc_timestamp, utc_today
 from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.imagebuild.context import write_build_context
-from sglstack.imagebuild.plan import BuildOptions, compute_config_hash
+from sglstack.imagebuild.plan import BuildSettings, compute_config_hash
 from sglstack.lock.trust import lock_for_build
 from sglstack.lockfile.model import LockedPackage
+from sglstack.pipeline.flow import describe_plan
 from sglstack.publish.tags import release_tags
 from sglstack.render import compose as cmp
 from sglstack.render import k8s
@@ -421,7 +421,7 @@ def test_the_plan_of_a_release_dates_its_tag_in_utc(tmp_path: Path, monkeypatch:
     for offset in (14 * 60, -12 * 60):
         with _time_zone(offset):
             before = _utc_dates()
-            lines = describe_plan(CPU_STACK, BuildOptions(), push=True, registry=None)
+            lines = describe_plan(CPU_STACK, BuildSettings(), push=True, registry=None)
             after = _utc_dates()
         promote = next(line for line in lines if line.startswith("promote"))
         assert any(f"-{day.strftime('%Y%m%d')}-" in promote for day in before | after), (offset, promote)

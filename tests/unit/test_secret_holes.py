@@ -18,7 +18,7 @@ SECRET = "pw-9f3c1e7d"
 
 # Children that are not a tool sglstack hands this process's environment to: the node-side preflight
 # modules run inside an image (standard library only); `invoke test` runs the project's own test suite.
-_OWN_ENVIRONMENT = {"preflight/probe.py", "cli/testing.py"}
+_OWN_ENVIRONMENT = {"inimage/preflight/probe.py", "cli/testing.py"}
 
 
 def test_every_child_process_gets_an_environment_made_for_it():

@@ -7,6 +7,7 @@ import io
 import pytest
 
 import sglstack.smoke as smoke
+from sglstack.cli.smoke import smoke_command
 from sglstack.config.settings import Gates
 from sglstack.smoke.chart import BASELINE_COLOR, EAGLE3_COLOR, chart_figure, smoke_chart
 from sglstack.smoke.client import Generation
@@ -382,5 +383,5 @@ def _smoked(gates: Gates, baseline: ServerRun, eagle3: ServerRun, share: float |
 def test_smoke_prints_its_verdict_the_measures_and_every_failure(monkeypatch, capsys, eagle3, share, code,
                                                                    expected):
     monkeypatch.setattr(smoke, "run_smoke", _smoked(GATES, run("baseline", 82), eagle3, share))
-    exit_code = smoke.smoke_command("img:1", model="o/m", draft_model="o/d")
+    exit_code = smoke_command("img:1", model="o/m", draft_model="o/d")
     assert (exit_code, capsys.readouterr().out.splitlines()) == (code, expected)

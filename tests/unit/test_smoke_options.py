@@ -16,9 +16,9 @@ import pytest
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import Gates, SmokeSettings
 from sglstack.core.errors import SmokeError
-from sglstack.serving import ServingError
+from sglstack.serving import ServingError, check_secret_references
 from sglstack.smoke import plan
-from sglstack.smoke.launch import check_secret_references, container_plan, env_interpreter, launch_argvs, process_plan
+from sglstack.smoke.launch import container_plan, env_interpreter, launch_argvs, process_plan
 from sglstack.smoke.plan import redact_argv, smoke_options
 
 BASE = {"model": "o/m", "draft_model": "o/d"}

@@ -12,7 +12,7 @@ import docker.errors
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.core.errors import SmokeError
+from sglstack.core.errors import MESSAGE_CUT, SmokeError
 from sglstack.smoke import options as smoke_opts
 from sglstack.smoke import subject
 from sglstack.smoke.plan import smoke_options
@@ -134,13 +134,13 @@ def test_a_missing_image_is_pulled_once_or_refused_without_pull():
     assert (info["digest"], info["id"], engine.pulled) == (DIGEST, IMAGE_ID, ["reg:5000/a/b:1"])
 
 
-def test_a_failed_pull_says_the_engines_first_line_cut_to_200_characters():
-    long = "x" * 300
+def test_a_failed_pull_says_the_engines_first_line_cut_to_300_characters():
+    long = "x" * 400
     engine = _Engine(pull_error=docker.errors.APIError("500", explanation=f"manifest unknown: {long}\nmore"))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(engine, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == ("image reg/a:1: not on the Docker host and the pull failed: "
-                              + f"manifest unknown: {long}"[:200])
+                              + f"manifest unknown: {long}"[:MESSAGE_CUT])
     plain = _Engine(pull_error=docker.errors.APIError("pull access denied\nsecond line"))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(plain, "reg/a:1")  # type: ignore[arg-type]
@@ -162,14 +162,14 @@ def test_a_pull_that_brings_nothing_and_an_engine_that_fails_are_one_line_each()
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(_Engine(), "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: not on the Docker host after the pull"
-    failing = _Engine(get_error=docker.errors.APIError("boom", explanation="engine said no\nand more" + "y" * 300))
+    failing = _Engine(get_error=docker.errors.APIError("boom", explanation="engine said no\nand more" + "y" * 400))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(failing, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: engine said no"
-    bare = _Engine(get_error=docker.errors.APIError("z" * 250))
+    bare = _Engine(get_error=docker.errors.APIError("z" * 350))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(bare, "reg/a:1")  # type: ignore[arg-type]
-    assert str(err.value) == "image reg/a:1: " + str(docker.errors.APIError("z" * 250))[:200]
+    assert str(err.value) == "image reg/a:1: " + str(docker.errors.APIError("z" * 350))[:MESSAGE_CUT]
 
 
 def test_the_image_label_is_the_digest_else_the_id():

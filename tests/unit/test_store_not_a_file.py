@@ -127,7 +127,7 @@ def test_a_build_record_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, monkeypa
     """`invoke size`, `attest` and a reused image's build read build/STACK/record.json: a FIFO there blocked
     them for ever."""
     from sglstack.attest.release import read_record
-    from sglstack.cli.size import recorded_build
+    from sglstack.size.stack import recorded_build
 
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
     record = tmp_path / "tiny" / "record.json"

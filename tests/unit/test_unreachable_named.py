@@ -10,8 +10,8 @@ import docker.errors
 import pytest
 
 from sglstack.adapters import wheels
+from sglstack.attest import shown as attest
 from sglstack.attest.errors import AttestationError
-from sglstack.cli import attest
 
 ADVICE = ("check this machine's network, DNS and proxy settings (HTTPS_PROXY, NO_PROXY), or run where the host "
           "can be reached")

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from sglstack.cli.upgrade import upgrade_command
+from sglstack.core import console as console_mod
 from sglstack.core.errors import SglstackError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
@@ -156,7 +158,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
     write_lock(lock_path(repo, "s1"), _lock("s1", sglang="0.5.9", xgrammar="0.1.27", gone="1.0"))
     new = _lock("s1", sglang="0.5.10", xgrammar="0.1.30", added="2.0")
     world = World(tmp_path, lock=new)
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", as_json=JsonReport(path=tmp_path / "u.json"),
+    code = upgrade_command(str(repo), "s1", "0.5.10", as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=world.engines())
     assert code == 0
     assert repo.read_text() == STACKS and read_lock(lock_path(repo, "s1")).get("sglang").version == "0.5.9"
@@ -204,7 +206,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
 def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, capsys) -> None:
     new = _lock("s1-next", sglang="0.5.10", xgrammar="0.1.27")
     world = World(tmp_path, lock=new)
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", as_name="s1-next", write=True, engines=world.engines())
+    code = upgrade_command(str(repo), "s1", "0.5.10", as_name="s1-next", write=True, engines=world.engines())
     assert code == 0
     assert repo.read_text() == STACKS + "\n  s1-next:\n    description: SGLang 0.5.10 on Debian\n    inherits: s1\n" \
                                         "    sglang:\n      version: 0.5.10\n"
@@ -226,7 +228,7 @@ def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, ca
 
 def test_a_conflict_makes_review_and_write_writes_nothing(repo, tmp_path, clock, capsys) -> None:
     world = World(tmp_path, requires="xgrammar==0.1.32", lock=_lock("s1", sglang="0.5.10"))
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=world.engines())
+    code = upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=world.engines())
     assert code == 1
     assert repo.read_text() == STACKS and not lock_path(repo, "s1").exists()
     doc = json.loads((tmp_path / "build" / "s1" / "upgrade" / "report.json").read_text())
@@ -242,14 +244,14 @@ def test_a_conflict_makes_review_and_write_writes_nothing(repo, tmp_path, clock,
 
 def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
     world = World(tmp_path, lock_error="layer grammar: no solution")
-    assert command.upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=world.engines()) == 1
+    assert upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=world.engines()) == 1
     doc = json.loads((tmp_path / "build" / "s1" / "upgrade" / "report.json").read_text())
     assert doc["lock_error"] == "layer grammar: no solution" and doc["closure"] == {}
     assert doc["reasons"] == ["the lock does not resolve: layer grammar: no solution"]
     assert doc["notes"][-1].startswith("--write: nothing written")
     assert repo.read_text() == STACKS
     # without --write there is nothing to say about writing
-    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 1
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 1
     assert json.loads((tmp_path / "build" / "s1" / "upgrade" / "report.json").read_text())["notes"] == []
 
 
@@ -512,7 +514,7 @@ def test_pins_of_a_layer_the_lock_could_not_reach_are_guesses_and_write_refuses_
         "unresolved": (UnresolvedLayer("torch", True, why),)})
     world = World(tmp_path, requires="torch==2.10.0", lock=unreached)
     world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
-    code = command.upgrade_command(str(repo), "t1", "0.5.10", write=True, engines=world.engines())
+    code = upgrade_command(str(repo), "t1", "0.5.10", write=True, engines=world.engines())
     assert code == 1
     assert repo.read_text() == STACKS + TORCH_STACK and not lock_path(repo, "t1").exists()  # no guess written
     assert capsys.readouterr().err.splitlines() == [
@@ -608,8 +610,8 @@ def test_write_upgrade_stages_beside_each_file_and_makes_the_lock_folder(tmp_pat
 
 def test_a_second_run_reuses_its_report_folder(repo, tmp_path, clock) -> None:
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
-    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
-    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     assert sorted(p.name for p in (tmp_path / "build" / "s1" / "upgrade").iterdir()) == [
         "lock.txt", "report.json", "report.md"]
 
@@ -618,9 +620,9 @@ def test_the_last_line_is_not_highlighted(repo, tmp_path, clock, monkeypatch) ->
     """On a terminal: the verdict is bold, and nothing else of the line is coloured (numbers, paths)."""
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="standard", width=400)
-    monkeypatch.setattr(command, "make_console", lambda: console)
+    monkeypatch.setattr(console_mod, "console", lambda: console)
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
-    assert command.upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     report = tmp_path / "build" / "s1" / "upgrade" / "report.md"
     assert out.getvalue().splitlines()[-1] == (f"upgrade s1 -> sglang 0.5.10: \x1b[1mready\x1b[0m in 2.5 s; "
                                                f"report {report}")

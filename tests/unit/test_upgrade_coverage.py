@@ -89,8 +89,8 @@ def test_every_review_reason_in_order_and_exact() -> None:
     assert planner.review_reasons(planner.Derivation({}, (), (), None, "2.39"), [], {}, {}, None) == ()
 
 
-def test_the_bisect_command_names_the_two_releases() -> None:
-    assert planner.bisect_command("cu130", "v0.5.9", "v0.5.10") == (
+def test_the_bisect_invocation_names_the_two_releases() -> None:
+    assert planner.bisect_invocation("cu130", "v0.5.9", "v0.5.10") == (
         "invoke bisect --stack cu130 --good v0.5.9 --bad v0.5.10")
 
 

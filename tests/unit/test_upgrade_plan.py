@@ -239,7 +239,7 @@ def test_report_markdown_and_json_shape(stacks_file):
                      coverage={"checked": False, "why": "test"}, argv={"checked": True, "argv": ["--tp-size", "8"],
                                                                        "accepted": True, "unknown": {}, "errors": [],
                                                                        "flags": 300},
-                     lock_error=None, bisect_command=planner.bisect_command("cu130", "0.5.9", "0.5.10"))
+                     lock_error=None, bisect_command=planner.bisect_invocation("cu130", "0.5.9", "0.5.10"))
     doc = to_json(p)
     assert doc["verdict"] == "ready" and p.exit_code == 0
     assert doc["patches"] == {"kimi-k25-eagle3": "upstream"}

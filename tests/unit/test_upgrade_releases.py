@@ -10,7 +10,7 @@ import pytest
 
 from sglstack.adapters.index import IndexSettings
 from sglstack.cli.reporting import json_report
-from sglstack.cli.stacks import ReleasesOptions
+from sglstack.cli.upgrade import ReleasesOptions, releases_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.options import BadOption
@@ -132,7 +132,7 @@ def index(monkeypatch):
 def test_the_releases_command_prints_a_table_per_stack(tmp_path, index, capsys) -> None:
     (tmp_path / "stacks.yaml").write_text(STACKS)
     out = tmp_path / "r.json"
-    assert releases.releases_command(str(tmp_path / "stacks.yaml"), as_json=JsonReport(path=out)) == 0
+    assert releases_command(str(tmp_path / "stacks.yaml"), as_json=JsonReport(path=out)) == 0
     # each release's METADATA is read once, for every stack that needs it
     assert index == [("available", "sglang"), ("fetch", "sglang", "0.5.10"), ("fetch", "sglang", "0.5.10.post1"),
                      ("fetch", "sglang", "0.5.11")]
@@ -169,7 +169,7 @@ def test_the_releases_command_prints_a_table_per_stack(tmp_path, index, capsys) 
 
 def test_the_releases_command_for_one_stack(tmp_path, index, capsys) -> None:
     (tmp_path / "stacks.yaml").write_text(STACKS)
-    assert releases.releases_command(str(tmp_path / "stacks.yaml"), stack_name="newest") == 0
+    assert releases_command(str(tmp_path / "stacks.yaml"), stack_name="newest") == 0
     assert capsys.readouterr().out == "newest: sglang 0.5.11 is the newest release\n"
     assert index == [("available", "sglang")]
     assert not list(tmp_path.glob("*.json"))

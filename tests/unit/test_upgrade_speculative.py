@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from test_upgrade_command import World, _lock
 
+from sglstack.cli.upgrade import upgrade_command
 from sglstack.config.matrix import load_matrix
 from sglstack.lockfile.model import lock_path
 from sglstack.upgrade import command
@@ -99,7 +100,7 @@ def _world(tmp_path: Path, report: dict[str, Any] | None) -> command.Engines:
 
 
 def test_without_write_the_report_recommends_and_nothing_is_written(repo, tmp_path):
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", engines=_world(tmp_path, sweep_report()))
+    code = upgrade_command(str(repo), "s1", "0.5.10", engines=_world(tmp_path, sweep_report()))
     assert code == 0 and repo.read_text() == STACKS
     out = tmp_path / "build" / "s1" / "upgrade"
     doc = json.loads((out / "report.json").read_text())
@@ -110,7 +111,7 @@ def test_without_write_the_report_recommends_and_nothing_is_written(repo, tmp_pa
 
 
 def test_write_puts_it_into_that_stack_only_byte_for_byte_elsewhere(repo, tmp_path):
-    code = command.upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=_world(tmp_path, sweep_report()))
+    code = upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=_world(tmp_path, sweep_report()))
     assert code == 0
     text = repo.read_text()
     assert text == STACKS.replace(

@@ -28,7 +28,7 @@ from test_upgrade_command import STACKS, World, _lock
 from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.cli.reporting import json_report
-from sglstack.cli.stacks import UpgradeOptions
+from sglstack.cli.upgrade import UpgradeOptions, upgrade_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core import safefiles
 from sglstack.core.folderlock import BUSY_EXIT, FileBusy, file_lock
@@ -63,7 +63,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
 
 
 def run(stacks_file: Path, stack: str, world: World, **kw: Any) -> int:
-    return command.upgrade_command(str(stacks_file), stack, "0.5.10", engines=world.engines(), **kw)
+    return upgrade_command(str(stacks_file), stack, "0.5.10", engines=world.engines(), **kw)
 
 
 def report(workdir: Path, stack: str) -> dict[str, Any]:
@@ -332,7 +332,7 @@ def test_write_goes_through_a_link_to_the_stacks_file_and_keeps_modes(workdir) -
                                                                                 "stacks.yaml"]
     # an existing lock keeps its own mode
     lock_path(link, "s1").chmod(0o600)
-    assert command.upgrade_command(str(link), "s1", "0.5.11rc1", engines=World(
+    assert upgrade_command(str(link), "s1", "0.5.11rc1", engines=World(
         workdir, lock=_lock("s1", sglang="0.5.11rc1")).engines(), write=True) == 0
     assert stat.S_IMODE(lock_path(link, "s1").stat().st_mode) == 0o600
 
@@ -489,7 +489,7 @@ def test_a_full_disk_while_the_upgraded_matrix_is_checked_is_one_line_and_leaves
 def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
     """A release the index does not have is refused after the output checks: they leave nothing behind."""
     with pytest.raises(command.UpgradeInputError) as err:
-        command.upgrade_command(str(repo), "s1", "0.5.99", engines=World(workdir).engines(), write=True,
+        upgrade_command(str(repo), "s1", "0.5.99", engines=World(workdir).engines(), write=True,
                                 as_json=JsonReport(path=workdir / "u.json"))
     assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]

@@ -327,7 +327,7 @@ def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_wai
     engine.container = FakeContainer(0, json.dumps(report))
     out = verify.run_image_checks(CLIENT, "img:1", stack)
     image, kwargs = engine.runs[0]
-    assert image == "img:1" and kwargs["command"] == verify.image_check_command(stack)
+    assert image == "img:1" and kwargs["command"] == verify.image_check_argv(stack)
     assert kwargs["network_disabled"] is True and kwargs["entrypoint"] == []
     assert kwargs["labels"] == {lb.BUILD_CONTAINER_LABEL: "pypi-cu130"} and kwargs["name_prefix"] == "sglstack-check"
     assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S
@@ -468,9 +468,9 @@ def test_small_rules_of_the_verdicts(matrix):
     assert not verify.same_version("13.0.3", "not a version!")
     cu130 = matrix.get("cu130")
     no_cuda = cu130.model_copy(update={"cuda": None})
-    assert not [a for a in verify.image_check_command(no_cuda) if a.startswith("--jit-arch")]
+    assert not [a for a in verify.image_check_argv(no_cuda) if a.startswith("--jit-arch")]
     no_archs = cu130.model_copy(update={"cuda_arch_list": ()})
-    assert not [a for a in verify.image_check_command(no_archs) if a.startswith("--jit-arch")]
+    assert not [a for a in verify.image_check_argv(no_archs) if a.startswith("--jit-arch")]
     spec, baseline = verify.serving_argvs(cu130)
     assert "--speculative-algorithm" in spec and "--speculative-algorithm" not in baseline
     assert baseline[:2] == ["--model-path", "moonshotai/Kimi-K2.5"]

@@ -42,7 +42,7 @@ ALLOWED = {
     ("sglstack/adapters/cuobjdump.py", "tempfile.mkdtemp"): "a tool installed into the cache, then renamed",
     ("sglstack/adapters/cuobjdump.py", ".rename()"): "the tool's own folder in the cache",
     ("sglstack/adapters/git.py", ".extractall()"): "a git tree into the fresh folder export made (data filter)",
-    ("sglstack/imagebuild/patches.py", ".extract()"): "wheel members into a TemporaryDirectory of its own",
+    ("sglstack/patches/host.py", ".extract()"): "wheel members into a TemporaryDirectory of its own",
     ("sglstack/upgrade/argv.py", ".extractall()"): "wheel members into a TemporaryDirectory of its own",
 }
 OPEN_FLAGS = ("O_CREAT", "O_WRONLY", "O_RDWR", "O_APPEND", "O_TRUNC")

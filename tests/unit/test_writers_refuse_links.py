@@ -12,11 +12,11 @@ from deploy_fixtures import make_test_stack
 from test_upgrade_command import STACKS, World, _lock
 
 from sglstack.adapters.process import running_process
+from sglstack.cli.upgrade import upgrade_command
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.deploy import flow
 from sglstack.publish.release import _smoke_candidate
 from sglstack.render import compose as cmp
-from sglstack.upgrade import command
 
 SECRET = "HF_TOKEN=not-for-this-container\n"
 
@@ -109,7 +109,7 @@ def test_a_missing_compose_env_is_created_empty_and_private(world) -> None:
 def _upgrade(tmp_path: Path) -> int:
     (tmp_path / "stacks.yaml").write_text(STACKS)
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10", xgrammar="0.1.27"))
-    return command.upgrade_command(str(tmp_path / "stacks.yaml"), "s1", "0.5.10", engines=world.engines())
+    return upgrade_command(str(tmp_path / "stacks.yaml"), "s1", "0.5.10", engines=world.engines())
 
 
 def test_upgrade_s_report_is_never_written_through_a_link(world, tmp_path) -> None:

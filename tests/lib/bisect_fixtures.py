@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglstack.adapters.wheels import fetch_wheel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "sglang-double" / "sglang"
 SPEED_DEFAULT = '_env_float("SGLANG_DOUBLE_TOKENS_PER_S", 1500.0)'
 KIMI = "sglang/srt/models/kimi_k25.py"

@@ -1,4 +1,4 @@
-"""`invoke build`: the one place Build and Publish meet, so it is the face's, above both.
+"""`invoke build [--push]`: the one place Build and Publish meet, so it is a part above both.
 
 Build knows no registry and no smoke; Publish never builds. The pipeline renders the plan of a dry run,
 builds (reusing a verified candidate a registry already has), and with `--push` hands the verified image
@@ -8,6 +8,7 @@ to Publish's release (candidate push, smoke by digest, promotion).
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -19,14 +20,11 @@ from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.console import console as make_console
-from ..core.console import plain
-from ..core.errors import BuildError, RegistryError, one_line
-from ..core.jsonreport import NO_JSON, JsonReport
+from ..core.errors import BuildError, RegistryError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
-from ..imagebuild.plan import BuildOptions, check_target, resolve_ca_bundle
+from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build
 from ..lockfile.current import missing_message
 from ..lockfile.model import lock_path
@@ -54,7 +52,7 @@ def candidate_in_registry(stack: Stack, config_hash: str, registry: str | None) 
     return None
 
 
-def describe_plan(stack: Stack, options: BuildOptions, *, push: bool, registry: str | None,
+def describe_plan(stack: Stack, options: BuildSettings, *, push: bool, registry: str | None,
                   signed: bool = True) -> list[str]:
     """What `invoke build [--push]` would do: the build, then what a release would push, serve and tag."""
     lines, config_hash = describe_build(stack, options)
@@ -107,13 +105,23 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
     return signing_key
 
 
-def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
-                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
-                  docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
-                  smoke_opts: list[str] | None = None, builder_name: str | None = None,
-                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
-    if as_json and not dry_run:
-        raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
+@dataclass(frozen=True)
+class BuildPlan:
+    """A build checked before any Docker work: the stack, the build's settings, the release's signing key
+    (None: no release, or --unsigned), and why no lock pins it (None: one does)."""
+
+    stack: Stack
+    settings: BuildSettings
+    signing_key: Ed25519PrivateKey | None
+    lock_missing: str | None
+
+
+def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
+               force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+               docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
+               smoke_opts: list[str] | None = None, builder_name: str | None = None, key: str | None = None,
+               unsigned: bool = False) -> BuildPlan:
+    """Every input of `invoke build [--push]` checked (bad input, exit 2), the dry run's as the real one's."""
     stack = load_matrix(stacks_file).get(stack_name)
     check_target(stack, target)
     resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
@@ -128,30 +136,26 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
         detect_builder(docker_cli, builder_name)
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
-    if lock is None:
-        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
-        make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(missing)}", highlight=False)
-    options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                           docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
-                           remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
-    if dry_run:
-        plan = describe_plan(stack, options, push=push, registry=registry, signed=not unsigned)
-        # each line is `step: what`, the step padded for the eye
-        steps = [line.partition(":") for line in plan]
-        as_json.emit({"stack": stack.name, "push": push,
-                      "plan": [{"step": step.strip(), "detail": detail.strip()} for step, _, detail in steps]})
-        if not as_json.stdout:
-            for line in plan:
-                make_console().print(one_line(line), highlight=False, markup=False)
-        return 0
-    check_build_folder(stack, options)
+    missing = None if lock is not None else missing_message(stack_name, lock_path(stacks_file, stack_name))
+    settings = BuildSettings(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
+                             docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
+                             remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
+    return BuildPlan(stack, settings, signing_key, missing)
+
+
+def build_and_release(plan: BuildPlan, *, push: bool = False, registry: str | None = None,
+                      smoke_opts: list[str] | None = None) -> int:
+    """Build (reusing a verified candidate), verify, record; with `push`, release the image: candidate push,
+    smoke by digest, attestations, promotion. The exit code."""
+    stack, settings = plan.stack, plan.settings
+    check_build_folder(stack, settings)
     with stack_lock(stack.name, "build"):  # the release too: its smoke and records belong to this build
-        result = build_stack(stack, options)
+        result = build_stack(stack, settings)
         if not push:
             return 0
         if result.record_path is None:  # nothing to make the attestations from: not a release
-            raise BuildError(f"stack '{stack_name}': the build left no record, so nothing can be attested")
-        attest = AttestPlan(result.record_path, signing_key, docker_host)
+            raise BuildError(f"stack '{stack.name}': the build left no record, so nothing can be attested")
+        attest = AttestPlan(result.record_path, plan.signing_key, settings.docker_host)
         return release(stack, image_ref=result.tag, config_hash=result.config_hash, registry=registry,
-                       docker_host=docker_host, smoke_opts=list(smoke_opts or []), force=force,
-                       attest=attest, sign_published=attest.sign_published if signing_key else None).exit_code
+                       docker_host=settings.docker_host, smoke_opts=list(smoke_opts or []), force=settings.force,
+                       attest=attest, sign_published=attest.sign_published if plan.signing_key else None).exit_code

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sglstack.lockfile.text import parse_lock, written_sha256
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SIX = ("six==1.16.0 \\\n    --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254\n"
        "    # via requests\n")
 def forged_lock_text(text: str, entry: str = SIX, edge: str = "six") -> str:

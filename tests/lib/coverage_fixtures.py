@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent / "data" / "coverage"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "coverage"
 
 # Written for these tests (not sgl-kernel's code): it carries the lines the loader model checks for.
 FAKE_LOAD_UTILS = '''"""Stand-in for sgl_kernel/load_utils.py: the variant choice the coverage model reads."""

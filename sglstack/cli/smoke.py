@@ -1,74 +1,36 @@
-"""On the GPU node: `invoke preflight`, `smoke`, `bisect`."""
+"""`invoke smoke`: serve an image with and without EAGLE-3, measure, gate (its options, and what it prints)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.defaults import default_stacks_file
 from ..config.imageref import not_an_image
-from ..core.options import (
-    BadOption,
-    ReportOptions,
-    docker_host_option,
-    option,
-    repeatable,
-    required,
-    stacks_file_option,
-)
+from ..core.jsonreport import NO_JSON
+from ..core.options import BadOption, ReportOptions, docker_host_option, option, repeatable, stacks_file_option
+from .cmdoptions import max_new_tokens_option, model_option, skip_preflight_option, tp_option
 from .options import command
 
 if TYPE_CHECKING:
     from ..core.jsonreport import JsonReport
 
-SKIP_PREFLIGHT = "do not run `invoke preflight` on the GPU node first"
-
 
 @dataclass(frozen=True)
-class PreflightOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
-    stacks_file: str = stacks_file_option()
-    docker_host: str | None = docker_host_option("run the checks inside --image on this Docker engine (ssh://, "
-                                                 "tcp://, unix://)")
-    image: str | None = option("the stack image to run the checks in (with every GPU requested)",
-                               check=not_an_image)
-    sizes: str | None = option("all-reduce message sizes (default: 1M,64M,1G)")
+class SmokeTaskOptions(ReportOptions):
+    """`invoke smoke`'s flags; `smoke_options` turns them into the smoke's own typed value (`smoke.SmokeOptions`)."""
 
-
-@command(PreflightOptions)
-def preflight(o: PreflightOptions, as_json: JsonReport) -> int:
-    """Check a GPU node before the expensive run: driver, GPUs, topology, copy and NCCL bandwidth, limits."""
-    # at call time: rich and the matrix are slow to import
-    from ..config.matrix import load_matrix
-    from ..core.console import console as make_console
-    from ..preflight.errors import PreflightUnavailable
-    from ..preflight.gate import parse_sizes, run_preflight
-    from ..preflight.report import render_report
-
-    console = make_console()
-    stack = load_matrix(o.stacks_file).get(o.stack)
-    report = run_preflight(stack, docker_host=o.docker_host, image=o.image,
-                           sizes=parse_sizes(o.sizes) if o.sizes else None, console=console)
-    as_json.emit(report.to_dict())
-    if report.fatal:
-        where = f" in {o.image}" if o.image else ""
-        raise PreflightUnavailable(f"preflight for stack '{o.stack}'{where}: {report.fatal}")
-    render_report(report, console, where=f"{o.image} on {o.docker_host or 'the local engine'}" if o.image
-                  else report.node.get("hostname") or "this node")
-    return report.exit_code
-
-
-@dataclass(frozen=True)
-class SmokeOptions(ReportOptions):
     at_most_one = (("bisect_exit", "json"), ("bisect_exit", "json_out"))  # `git bisect run` reads the exit code
 
     image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
                                check=not_an_image)
     stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
-    model: str | None = option("target model path or HF repo")
+    model: str | None = model_option()
     draft_model: str | None = option("EAGLE-3 draft model path or HF repo")
-    tp: str | None = option("tensor parallel size")
+    tp: str | None = tp_option()
     gpus: str | None = option("GPUs to request (0: none, for CPU test doubles)")
     mount: tuple[str, ...] = repeatable("HOST:CONTAINER[:ro] bind mount of an existing host folder, e.g. the HF cache "
                               "(repeatable)")
@@ -85,14 +47,14 @@ class SmokeOptions(ReportOptions):
     sweep: str | None = option("more EAGLE-3 settings to serve and judge, STEPS:TOPK:DRAFT_TOKENS,... (e.g. "
                                "3:1:4,7:1:8); the report names the best per level")
     num_prompts: str | None = option("prompts per phase")
-    max_new_tokens: str | None = option("tokens generated per request")
+    max_new_tokens: str | None = max_new_tokens_option()
     min_speedup: str | None = option("gate: EAGLE-3 tok/s over baseline tok/s")
     min_accept_length: str | None = option("gate: accept length")
     min_agreement: str | None = option("gate: share of identical greedy outputs")
     max_regression: str | None = option("gate: allowed tok/s drop against the stack's last passing run (0.05 = 5%)")
     report: str | None = option("JSON report path (a .md summary and .png chart are written next to it)")
     no_history: bool = option("neither compare with nor append to build/STACK/smoke-history.jsonl", False, kind=bool)
-    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
+    skip_preflight: bool = skip_preflight_option()
     bisect_exit: str | None = option("for `git bisect run`: exit 0 good, 1 bad, 125 skip against BASELINE, the good "
                                      "commit's smoke report (JSON) or a number")
     metric: str | None = option("with --bisect-exit: baseline (default), eagle3, speedup, accept_length")
@@ -128,7 +90,7 @@ def _refuse_input_report(report: str, stacks_file: str) -> None:
             raise ConfigError(problem)
 
 
-def _refuse_bisect_only(o: SmokeOptions) -> None:
+def _refuse_bisect_only(o: SmokeTaskOptions) -> None:
     """--runs, --metric and --threshold judge a commit under --bisect-exit; a plain smoke would drop them
     unread, so a script that forgot --bisect-exit is told rather than gated differently than it meant."""
     why = {"runs": "without it the smoke runs once per phase", "metric": "the gates judge a plain smoke",
@@ -138,8 +100,8 @@ def _refuse_bisect_only(o: SmokeOptions) -> None:
             raise BadOption(f"smoke: --{name} is for --bisect-exit ({reason})")
 
 
-@command(SmokeOptions)
-def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
+@command(SmokeTaskOptions)
+def smoke(o: SmokeTaskOptions, as_json: JsonReport) -> int:
     """Serve IMAGE with and without EAGLE-3, measure, gate; exit 0 only on pass (--bisect-exit: 0/1/125)."""
     serving: dict[str, Any] = dict(
         model=o.model, draft_model=o.draft_model, tp=o.tp, gpus=o.gpus, mounts=list(o.mount) or None,
@@ -162,56 +124,55 @@ def smoke(o: SmokeOptions, as_json: JsonReport) -> int:
         return smoke_bisect_exit(o.image, o.bisect_exit,  # type: ignore[arg-type]
                                  stack=o.stack, stacks_file=o.stacks_file, metric=o.metric or "baseline",
                                  threshold=o.threshold or "5", runs=o.runs, **serving)
-    from ..smoke import smoke_command  # at call time: the smoke runner loads the Docker SDK
-
     return smoke_command(o.image, stack=o.stack, stacks_file=o.stacks_file, min_speedup=o.min_speedup,
                          min_accept_length=o.min_accept_length, min_agreement=o.min_agreement,
                          max_regression=o.max_regression, no_history=o.no_history or None, runner=o.runner,
                          python_env=o.python_env, as_json=as_json, **serving)
 
 
-@dataclass(frozen=True)
-class BisectOptions(ReportOptions):
-    stack: str = required("stack name from the matrix")
-    good: str = required("the last known good SGLang ref: a release (PyPI stacks) or a commit, tag, branch "
-                         "(git stacks)")
-    bad: str = required("the first known bad SGLang ref (a newer release, or a descendant commit)")
-    stacks_file: str = stacks_file_option()
-    metric: str = option("baseline (default: only the baseline server, no draft model), eagle3, speedup, "
-                         "accept_length", "baseline")
-    runs: int = option("measured runs per server start (default 5); undecided refs get more server starts", 5,
-                       kind=int)
-    threshold: str = option("the smallest change that matters, in percent (default 5)", "5")
-    max_batches: int = option("server starts per ref at most (default 4): the bound on runs", 4, kind=int)
-    ca_bundle: str | None = option("extra CA bundle passed to builds as a BuildKit secret (also SGLSTACK_CA_BUNDLE)")
-    docker_cli: str | None = option("BuildKit-capable docker client binary (also SGLSTACK_DOCKER_CLI)")
-    docker_host: str | None = docker_host_option("Docker engine that builds and serves (default: DOCKER_HOST / "
-                                                 "local socket)")
-    gpus: int | None = option("GPUs per server (0: none, for CPU test doubles)", kind=int)
-    tp: int | None = option("tensor parallel size", kind=int)
-    model: str | None = option("target model path or HF repo")
-    draft_model: str | None = option("EAGLE-3 draft model (eagle3/speedup metrics)")
-    mount: tuple[str, ...] = repeatable("HOST:CONTAINER bind mount for the servers, e.g. the HF cache (repeatable)")
-    env: tuple[str, ...] = repeatable("K=V for the server containers (repeatable)")
-    timeout: float | None = option("seconds each server may take to answer /health_generate", kind=float)
-    num_prompts: int | None = option("prompts per measured run", kind=int)
-    max_new_tokens: int | None = option("tokens generated per request", kind=int)
-    skip_preflight: bool = option(SKIP_PREFLIGHT, False, kind=bool)
-    smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
+def smoke_command(image: str | None, *, stack: str | None = None, stacks_file: str | Path | None = None,
+                  as_json: JsonReport = NO_JSON, **overrides: Any) -> int:
+    """The smoke run (`sglstack.smoke.run_smoke`) and its summary: 0 only when every gate passed; the JSON
+    report is `--report`'s document."""
+    # at call time: the smoke runner loads the Docker SDK
+    from ..config.imageref import image_name
+    from ..config.matrix import load_matrix
+    from ..core.errors import one_line
+    from ..smoke import run_smoke, smoke_options
+
+    stack_obj = load_matrix(stacks_file or default_stacks_file()).get(stack) if stack else None
+    report = run_smoke(stack_obj, image, smoke_options(stack_obj, **overrides))
+    data = report.data
+    as_json.emit(data)
+    runner = (data.get("runner") or {}).get("kind", "docker")
+    served = image or data["image"]["ref"]
+    shown = image_name(data["image"].get("digest"), data["image"].get("id"))
+    print(f"smoke {report.verdict.upper()}: {served} ({shown}, {runner} runner)")
+    b, e = data["baseline"], data["eagle3"]
+    speedup = f"{data['speedup']:.2f}x" if data["speedup"] is not None else "n/a"
+    accept = f"{data['accept_length']:.2f}" if data["accept_length"] is not None else "n/a"
+    agree = f"{data['agreement']:.0%}" if data["agreement"] is not None else "n/a"
+    print(f"  baseline {b['tokens_per_s']:.1f} tok/s, EAGLE-3 {e['tokens_per_s']:.1f} tok/s, speedup {speedup}, "
+          f"accept length {accept}, agreement {agree}")
+    for line in _start_level_and_sweep_lines(data):
+        print(f"  {line}")
+    for failure in report.failures:
+        print(f"  FAIL {one_line(failure)}")
+    return 0 if report.passed else 1
 
 
-@command(BisectOptions)
-def bisect(o: BisectOptions, as_json: JsonReport) -> int:
-    """Find the SGLang commit or release that changed a serving metric: build, smoke, decide; resumable.
-
-    Exit 0 when a first bad change is named, 1 when the range can't be decided, 2 for bad input."""
-    from ..bisect.driver import bisect_command, smoke_overrides  # at call time: builds and smokes load Docker
-
-    smoke = smoke_overrides(list(o.smoke_opt), gpus=o.gpus, tp=o.tp, model=o.model, draft_model=o.draft_model,
-                            mounts=list(o.mount) or None, env=list(o.env) or None, timeout=o.timeout,
-                            num_prompts=o.num_prompts, max_new_tokens=o.max_new_tokens,
-                            skip_preflight=o.skip_preflight or None)
-    return bisect_command(o.stacks_file, o.stack, good=o.good, bad=o.bad, metric=o.metric, repeats=o.runs,
-                          threshold=o.threshold,  # type: ignore[arg-type]  # the text, parsed by the request
-                          max_batches=o.max_batches, ca_bundle=o.ca_bundle,
-                          docker_cli=o.docker_cli, docker_host=o.docker_host, smoke=smoke, as_json=as_json)
+def _start_level_and_sweep_lines(data: Mapping[str, Any]) -> list[str]:
+    """The summary's warm-start, per-concurrency-level and sweep lines (each only when the run had them)."""
+    lines = []
+    for kind, run in (data.get("warm") or {}).items():
+        cold, saving = data[kind].get("startup_s"), run.get("saving")
+        new = (run.get("kernel_cache") or {}).get("new_files")
+        lines.append(f"{kind} start: cold {cold or 0:.1f}s, warm {run.get('startup_s') or 0:.1f}s"
+                     + (f" (saved {saving:.0%})" if saving is not None else "") + f", {new} new kernel cache files")
+    for row in data.get("levels") or []:
+        speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "n/a"
+        lines.append(f"concurrency {row['concurrency']}: speedup {speedup} ({row['measure']})")
+    if data.get("crossover_line"):
+        lines.append(data["crossover_line"])
+    lines += [f"best at {line}" for line in (data.get("sweep") or {}).get("recommendation", [])]
+    return lines

@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Read by Python itself as it starts (or by the locale it sets up then): a fork has started already, so a
 # call that sets one of these runs as a real child.
 _STARTUP_VARIABLES = ("PYTHON", "LC_", "LANG")

@@ -1,0 +1,1 @@
+"""Build, then release: `invoke build [--push]`, above both image build and publish (neither knows the other)."""
