@@ -30,7 +30,7 @@ import docker.errors
 
 from ..adapters.compose import ComposeCLI, detect_compose, error_line
 from ..adapters.docker import docker_client, image_exists, is_local_docker_host
-from ..config.imageref import parse_image_reference, pinned_digest
+from ..config.imageref import image_name, parse_image_reference, pinned_digest
 from ..config.schema import Stack
 from ..core import signals
 from ..core.console import printable_lines
@@ -145,7 +145,8 @@ def deploy(
     compose_file = dep.out_dir / cmp.compose_filename(options)
     saved = _write_checked_files(dep, compose, options, files, compose_file, say)
     try:
-        cache_line = restore_for_compose(dep.build_root, stack.name, dep.out_dir, spec, image_ref, digest or image_id,
+        cache_line = restore_for_compose(dep.build_root, stack.name, dep.out_dir, spec, image_ref,
+                                         image_name(digest, image_id) or "",
                                          local=local, verify_key=verify_key, say=say) if options.kernel_cache else ""
         return _switch(dep, client, compose, image_ref, options, spec, saved, compose_file, digest, image_id, report,
                        action, local, previous, wait_timeout_s, say, cache_line)

@@ -23,6 +23,7 @@ from ..adapters.kubectl import Kubectl
 from ..attest.kernelcache import fetch_from_registry, node_candidates
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..core.errors import RegistryError, SglstackError, one_line
+from ..core.records import stack_dir
 from ..core.safefiles import replace_folder
 from ..kernelcache import CONTAINER_CACHE_ROOT, CacheKey, KernelCacheError, LayoutStore, NodeGpu, cache_key
 from ..render import compose as cmp
@@ -43,7 +44,7 @@ def deployment_key(spec: ServingSpec, image: str, gpu: NodeGpu) -> CacheKey:
 
 def smoke_store(build_root: Path, stack: str) -> LayoutStore:
     """The store a smoke of `stack` on this machine packs into (smoke's default `--cache-store`)."""
-    path = build_root / stack / "kernel-cache" / "store"
+    path = stack_dir(stack, build_root) / "kernel-cache" / "store"
     return LayoutStore(path, build_root)
 
 

@@ -203,7 +203,7 @@ def container_to_end(engine: docker.DockerClient, plan: ContainerPlan, timeout_s
             except Exception:  # the engine's read timeout: requests' or urllib3's, by version
                 return f"a timeout after {timeout_s:g}s"
     except docker.errors.APIError as exc:
-        return f"an error ({(exc.explanation or str(exc)).splitlines()[0][:200]})"
+        return f"an error ({first_line(exc.explanation or str(exc))})"
 
 
 def _hide_in_log(path: Path, secrets: tuple[str, ...]) -> None:

@@ -20,6 +20,7 @@ import docker
 
 from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
+from ..config.imageref import image_name
 from ..core.errors import SglstackError, SmokeInputError, one_line
 from ..core.records import require_writable
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, replace_folder
@@ -79,7 +80,7 @@ class KernelCaches:
         """With what the key names about the image and this node (read once the image is known)."""
         name, capability, driver = gpu_facts() if self.options.gpus > 0 or self.options.runner == "process" \
             else ("none", "none", "none")
-        image = str(image_info.get("digest") or image_info.get("id") or "")
+        image = image_name(image_info.get("digest"), image_info.get("id")) or ""
         return replace(self, image=image, gpu=NodeGpu(name, capability, driver))
 
     def folder(self, kind: str) -> Path:

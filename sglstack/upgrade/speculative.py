@@ -15,7 +15,7 @@ from typing import Any
 from ..config.schema import Stack
 from ..core.errors import SglstackError
 from ..core.inputs import read_json
-from ..core.records import build_root
+from ..core.records import stack_dir
 
 SWEEP_HINT = "--sweep 3:1:4,7:1:8"
 
@@ -64,7 +64,7 @@ def sweep_advice(stack: Stack, report: Mapping[str, Any] | None, source: str) ->
 def last_sweep_report(stack: Stack) -> tuple[dict[str, Any] | None, str]:
     """The stack's last smoke report (where `invoke smoke --stack` writes it) and its path; None when there is none
     or it cannot be read as a report: the upgrade then says how to make one, it does not fail."""
-    path = build_root() / stack.name / "smoke-report.json"
+    path = stack_dir(stack.name) / "smoke-report.json"
     try:
         report = read_json(path, what="smoke report")
     except (OSError, SglstackError):
