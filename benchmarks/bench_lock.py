@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglstack.adapters.uv import SourceUnreachable, compile_many
-from sglstack.config.matrix import REPO_ROOT
 from sglstack.lock.flow import lock_stack
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"cpu-lock": REPO_ROOT / "tests" / "fixtures" / "stacks-lock.yaml", "cu129": REPO_ROOT / "stacks.yaml",
            "cu130": REPO_ROOT / "stacks.yaml"}
 
