@@ -163,6 +163,8 @@ def stack_manifest(stack: Stack) -> dict:
         # The base pinned by image id (a local base): not in the Dockerfile, so here, for the config hash to
         # change with it; only when set, so that no other stack's hash moves.
         **({"base_image_id": stack.base_image_id} if stack.base_image_id else {}),
+        # A seeded base is its root file system: another digest is another image.
+        **({"base_rootfs": {p: stack.base_seed.rootfs[p] for p in stack.platforms}} if stack.base_seed else {}),
     }
 
 
