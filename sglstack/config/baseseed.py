@@ -14,9 +14,12 @@ else can make.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import json
 import re
-from collections.abc import Mapping
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -41,15 +44,18 @@ class BaseSeed(StrictModel):
     # SOURCE_DATE_EPOCH: every file's time in the tar, so the bytes do not depend on when it was made.
     epoch: int = Field(default=1735689600, ge=0)
     # sha256 of the root file system tar (= the image's one layer diff id) per platform.
-    rootfs: Mapping[Literal["linux/amd64", "linux/arm64"], Digest] = Field(min_length=1)
+    rootfs: Mapping[str, Digest] = Field(min_length=1)
     # sha256 of its package manifest (`name=version arch` lines, sorted), per platform: what the tar holds,
     # comparable when the bytes are not (the seed says which of the two moved).
-    manifest: Mapping[Literal["linux/amd64", "linux/arm64"], Digest] = Field(default_factory=dict)
+    manifest: Mapping[str, Digest] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _digests(self) -> BaseSeed:
         for key in ("rootfs", "manifest"):
             for platform, digest in getattr(self, key).items():
+                if platform not in ARCH_OF_PLATFORM:
+                    raise KeyedValueError((key, platform), f"'{platform}' is not a platform "
+                                                           f"({', '.join(ARCH_OF_PLATFORM)})")
                 if not re.fullmatch(DIGEST_PATTERN, digest):
                     raise KeyedValueError((key, platform), f"'{digest}' is not a sha256:<64 hex> digest")
         return self
@@ -84,3 +90,45 @@ def manifest_digest(packages: Mapping[str, str]) -> Digest:
     text = "".join(f"{name}={version}\n" for name, version in sorted(packages.items()))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
+
+
+def image_config(seed: BaseSeed, platform: str, rootfs: Digest) -> bytes:
+    """The image's config, every field fixed by the seed: its sha256 (the image id) is the same on every
+    machine that makes the same root file system (`docker import` would stamp the time of the import)."""
+    arch = ARCH_OF_PLATFORM[platform]
+    created = dt.datetime.fromtimestamp(seed.epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    config = {"architecture": arch, "os": "linux", **({"variant": "v8"} if arch == "arm64" else {}),
+              "config": {"Cmd": ["bash"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+              "created": created,
+              "history": [{"created": created, "created_by": f"mmdebstrap --variant=minbase {seed.suite} (sglstack "
+                                                            f"seed-base)"}],
+              "rootfs": {"type": "layers", "diff_ids": [rootfs]}}
+    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+
+
+def docker_archive(config: bytes, tag: str, layer_size: int, layer_chunks: Iterable[bytes],
+                   mtime: int) -> Iterator[bytes]:
+    """`docker load`'s input (a docker-archive tar: config, manifest, the one layer), as a stream: the root
+    file system is read once, never copied to disk again."""
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    layer_name = f"{hashlib.sha256(config).hexdigest()}/layer.tar"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": [layer_name]}]).encode()
+
+    def header(name: str, size: int) -> bytes:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = size, mtime, 0o644
+        return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+    def pad(size: int) -> bytes:
+        return b"\0" * (-size % tarfile.BLOCKSIZE)
+
+    for name, data in ((config_name, config), ("manifest.json", manifest)):
+        yield header(name, len(data)) + data + pad(len(data))
+    yield header(layer_name, layer_size)
+    sent = 0
+    for chunk in layer_chunks:
+        sent += len(chunk)
+        yield chunk
+    if sent != layer_size:
+        raise ValueError(f"the root file system changed while it was loaded ({sent} of {layer_size} bytes)")
+    yield pad(layer_size) + b"\0" * (2 * tarfile.BLOCKSIZE)

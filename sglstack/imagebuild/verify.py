@@ -333,7 +333,13 @@ IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded
 
 
 def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
-    """A stack that pins its base by image id builds only on that image (one line otherwise)."""
+    """A stack that pins its base by image id builds only on that image, a seeded base only on its pinned root
+    file system for the platform built (one line otherwise)."""
+    if stack.base_seed:
+        from .seedbase import check_seeded_base
+
+        check_seeded_base(client, stack.for_platform(stack.platforms[0]))
+        return
     if not stack.base_image_id:
         return
     try:

@@ -326,9 +326,11 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
 def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str],
                 compile_fn: CompileFn) -> LockResult:
     stack = load_matrix(stacks_file).get(stack_name)
-    paths: dict[str, Path] = {p: lock_path(stacks_file, stack_name, stack.for_platform(p).lock_platform) for p in stack.platforms}
+    paths: dict[str, Path] = {p: lock_path(stacks_file, stack_name, stack.for_platform(p).lock_platform)
+                              for p in stack.platforms}
     path = paths[stack.platforms[0]]
-    previous_of: dict[str, Lock] = {p: read_lock(x) for p, x in paths.items() if x.exists() or x.is_symlink()}  # a folder: one line
+    # a folder: one line
+    previous_of: dict[str, Lock] = {p: read_lock(x) for p, x in paths.items() if x.exists() or x.is_symlink()}
     previous = previous_of.get(stack.platforms[0])
     # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
     for x in paths.values():
