@@ -43,6 +43,8 @@ class BuildOptions(ReportOptions):
     signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
                              "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
+    platform: str | None = option("the stack's platform to build (linux/amd64, linux/arm64; default: its first): "
+                                  "its base, its lock; a foreign one runs its RUN steps under QEMU")
 
 
 @command(BuildOptions)
@@ -55,7 +57,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
                          builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,
-                         as_json=as_json)
+                         as_json=as_json, platform=o.platform)
 
 
 @dataclass(frozen=True)

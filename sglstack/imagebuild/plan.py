@@ -80,7 +80,9 @@ class BuildResult:
 # ---- pure planning ---------------------------------------------------------------------------------
 
 def out_dir_for(stack: Stack, options: BuildOptions) -> Path:
-    return options.out_dir or build_root() / stack.name
+    """build/NAME; a further platform of a stack of several (`Stack.lock_platform`): build/NAME.OS-ARCH."""
+    suffix = f".{stack.lock_platform.replace('/', '-')}" if stack.lock_platform else ""
+    return options.out_dir or build_root() / f"{stack.name}{suffix}"
 
 
 def local_tag(stack: Stack, config_hash: str, target: str) -> str:

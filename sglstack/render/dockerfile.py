@@ -188,7 +188,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def _one_platform(stack: Stack) -> Stack:
+    """A seeded base has a name per platform: a stack not narrowed to one (`Stack.for_platform`) renders its first."""
+    return stack.for_platform(stack.platforms[0]) if stack.base_seed and stack.whole is None else stack
+
+
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
+    stack = _one_platform(stack)
     layers = install_layers(stack, lock)
     return _environment().get_template("Dockerfile.j2").render(
         lock_mount=LOCK_MOUNT,
@@ -252,7 +258,9 @@ def _tree_files(src: Path, prefix: str) -> dict[str, Path]:
 
 
 def build_context(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR, lock: Lock | None = None) -> BuildContext:
-    """The Dockerfile and its context for `stack` (pure: reads the tools and patches, writes nothing)."""
+    """The Dockerfile and its context for `stack` (pure: reads the tools and patches, writes nothing). A stack
+    on a seeded base not narrowed to a platform (`Stack.for_platform`) is rendered for its first."""
+    stack = _one_platform(stack)
     sources = {f"tools/{name}": TOOLS_DIR / name for name in CONTEXT_TOOLS}
     sources.update(_tree_files(PATCHKIT_DIR, "tools/patchkit"))
     for pid in stack.patches:

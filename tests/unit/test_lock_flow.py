@@ -1084,3 +1084,48 @@ def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, 
     with pytest.raises(ConfigError) as err:
         flow.lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
     assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")
+
+
+# ---- one lock per platform: stacks --check reads each, and refuses platforms that disagree -------------------
+
+def _two_platforms(stacks: Path) -> None:
+    stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
+
+
+def test_stacks_check_reads_each_platforms_lock(stacks):
+    from sglstack.lock.conflicts import lock_findings
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert lock_findings(load_matrix(stacks), str(stacks)) == []
+    (stacks.parent / "locks" / "tiny.linux-arm64.txt").unlink()
+    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
+        "tiny", "no-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): the image is not "
+                           "reproducible to the last package; run invoke lock --stack tiny")]
+
+
+def test_stacks_check_refuses_platform_locks_that_disagree_naming_the_package_and_both_versions(stacks,
+                                                                                                 monkeypatch):
+    """Locks written apart (another sglstack, a merge of two branches): each is sound, together they are not."""
+    from sglstack.lock.conflicts import lock_findings
+
+    _two_platforms(stacks)
+    monkeypatch.setattr(flow, "platform_disagreements", lambda locks: [])
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv(platforms_differ=True))
+    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
+        "tiny", "conflict", f"the platforms resolve 1 package(s) to different versions: idna {VERSIONS['idna']} on "
+                            "linux/amd64, 3.10 on linux/arm64 (a release without a wheel for one platform makes the "
+                            "resolver fall back to an older one): pin versions every platform has wheels for")]
+
+
+def test_a_lock_of_another_platform_is_not_taken_for_this_one(stacks):
+    from sglstack.lock.trust import UntrustedLock, lock_for_build
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    locks = stacks.parent / "locks"
+    (locks / "tiny.txt").write_bytes((locks / "tiny.linux-arm64.txt").read_bytes())
+    with pytest.raises(UntrustedLock) as err:
+        lock_for_build(stacks, load_matrix(stacks).get("tiny"))
+    assert str(err.value) == (f"{locks / 'tiny.txt'}: stack 'tiny': this lock is for linux/arm64, not linux/amd64 "
+                              "(each platform has its own lock): run invoke lock --stack tiny")
