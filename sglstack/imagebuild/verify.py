@@ -213,6 +213,10 @@ def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy =
                         "declare an exception under 'shared_libraries' with its reason, or add the library")
     for path, why in sorted((libs.get("unreadable") or {}).items())[:1]:
         problems.append(f"shared libraries: cannot read {path}: {why}")
+    if foreign := sorted((libs.get("foreign") or {}).items()):
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        problems.append(f"shared libraries: {foreign[0][0]} is built for {foreign[0][1]}, not for the image's CPU"
+                        f"{more}: a wheel of another platform was installed")
     helped = report.get("server_help")
     if helped is not None and (helped.get("returncode") != 0 or not helped.get("lists_model_path")):
         last = (helped.get("error") or "").strip().splitlines()
