@@ -43,8 +43,8 @@ class BuildOptions(ReportOptions):
     signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
                              "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
-    platform: str | None = option("the stack's platform to build (linux/amd64, linux/arm64; default: its first): "
-                                  "its base, its lock; a foreign one runs its RUN steps under QEMU")
+    platform: str | None = option("the stack's platform to build (default: its first): its base, its lock; a "
+                                  "foreign one runs its RUN steps under QEMU")
 
 
 @command(BuildOptions)

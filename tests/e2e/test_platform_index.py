@@ -1,0 +1,106 @@
+# ruff: noqa: F811 - pytest fixtures imported from registry_fixtures are parameters here
+"""One release of two platforms in a real registry: each platform's image pushed by digest with the real engine,
+one index over them (`publish-index`), read back as both platforms; an entry listed for the wrong platform is
+refused, and a deploy's node check refuses a node the image has no platform for, before anything is pulled."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import secrets
+import tarfile
+
+import pytest
+from clirun import REPO, run_invoke
+from registry_fixtures import plain_registry  # noqa: F401 - fixture
+
+from sglstack.config.baseseed import BaseSeed, docker_archive, image_config
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import DeployError
+from sglstack.publish.history import PublishError
+from sglstack.publish.index import make_index, publish_index
+from sglstack.publish.platforms import check_node_platform, reference_platforms
+from sglstack.registry.client import DOCKER_MANIFEST_LIST, RegistryClient
+
+pytestmark = pytest.mark.docker
+
+
+def _image(docker_client, platform: str, tag: str) -> None:
+    """A one-file image of `platform`, loaded as the seed loads its base (no emulation, no BuildKit)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        data = f"{platform} {secrets.token_hex(8)}\n".encode()
+        info = tarfile.TarInfo("./platform")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    rootfs = buf.getvalue()
+    digest = "sha256:" + hashlib.sha256(rootfs).hexdigest()
+    config = image_config(BaseSeed(rootfs={platform: digest}), platform, digest)
+    docker_client.images.load(b"".join(docker_archive(config, tag, len(rootfs), [rootfs], 0)))
+
+
+@pytest.fixture
+def pushed(docker_client, plain_registry):
+    """Each platform's image pushed to the registry by the engine: (repository, {platform: digest})."""
+    repo = f"{plain_registry.host}/sglstack-test/multi-{secrets.token_hex(4)}"
+    digests = {}
+    for platform in ("linux/amd64", "linux/arm64"):
+        tag = f"{repo}:{platform.split('/')[1]}"
+        _image(docker_client, platform, tag)
+        docker_client.images.push(tag)
+        digests[platform] = RegistryClient(plain_registry.host).manifest_digest(repo.split("/", 1)[1],
+                                                                                 platform.split("/")[1])
+    yield repo, digests
+    for platform in digests:
+        docker_client.images.remove(f"{repo}:{platform.split('/')[1]}", force=True)
+
+
+def test_one_index_lists_both_platforms_and_a_node_is_checked_against_it(pushed, docker_client):
+    repo, digests = pushed
+    stack = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    made = publish_index(stack, [f"{p}={d}" for p, d in digests.items()], tag="candidate-index", registry=repo)
+    assert made.platforms == ("linux/amd64", "linux/arm64")
+    manifest = RegistryClient(repo.split("/")[0]).get_manifest(repo.split("/", 1)[1], made.digest)
+    assert manifest.media_type == DOCKER_MANIFEST_LIST  # a 20.10 engine pushes Docker manifests
+    assert [(m["digest"], m["platform"]) for m in manifest.json()["manifests"]] == [
+        (digests["linux/amd64"], {"architecture": "amd64", "os": "linux"}),
+        (digests["linux/arm64"], {"architecture": "arm64", "os": "linux", "variant": "v8"})]
+    assert reference_platforms(made.ref) == ("linux/amd64", "linux/arm64")
+    said: list[str] = []
+    check_node_platform("pypi-cu130-gb", made.ref, "the node (gb200-1)", ("linux/arm64",), said.append)
+    check_node_platform("pypi-cu130-gb", made.ref, "the node (h200-1)", ("linux/amd64",), said.append)
+    assert said == []
+    x86_only = f"{repo}@{digests['linux/amd64']}"
+    with pytest.raises(DeployError) as err:
+        check_node_platform("pypi-cu130-gb", x86_only, "every node of gb200-nvl72", ("linux/arm64",), said.append)
+    assert str(err.value) == (f"stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is "
+                              "linux/arm64: the image cannot run there (nothing was pulled or changed)")
+
+
+def test_an_image_listed_for_another_platform_is_refused_and_nothing_is_written(pushed):
+    repo, digests = pushed
+    client = RegistryClient(repo.split("/")[0])
+    path = repo.split("/", 1)[1]
+    with pytest.raises(PublishError) as err:
+        make_index(client, path, {"linux/amd64": digests["linux/amd64"], "linux/arm64": digests["linux/amd64"]},
+                   "candidate-wrong")
+    assert str(err.value) == (f"{path}@{digests['linux/amd64']} is a linux/amd64 image, listed for linux/arm64: "
+                              "nothing was written")
+    assert client.manifest_digest(path, "candidate-wrong") is None
+
+
+def test_the_task_writes_the_index_and_says_how_to_promote_it(pushed, tmp_path):
+    repo, digests = pushed
+    proc = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "candidate-idx",
+                      *(x for p, d in digests.items() for x in ("--platform-digest", f"{p}={d}")), cwd=tmp_path,
+                      timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    digest = RegistryClient(repo.split("/")[0]).manifest_digest(repo.split("/", 1)[1], "candidate-idx")
+    assert proc.stdout.splitlines() == [
+        f"pypi-cu130-gb: index {repo}@{digest} (linux/amd64 linux/arm64) under tag candidate-idx: smoke it where the "
+        f"node matches, then invoke publish --stack pypi-cu130-gb --digest {digest}"]
+    missing = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "t",
+                         "--platform-digest", f"linux/amd64={digests['linux/amd64']}", cwd=tmp_path, timeout=120)
+    assert (missing.returncode, missing.stderr.splitlines()) == (2, [
+        "error: stack 'pypi-cu130-gb': no --platform-digest for linux/arm64: an index of the stack lists every "
+        "platform it builds"])
