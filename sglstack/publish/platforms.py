@@ -14,12 +14,9 @@ import docker
 import docker.errors
 
 from ..config.imageref import names_its_registry, parse_image_reference
-from ..config.platforms import MACHINE, PLATFORM_OF_ARCH
+from ..config.platforms import PLATFORM_OF_ARCH, PLATFORM_OF_MACHINE
 from ..core.errors import DeployError, SglstackError
 from ..registry.client import RegistryClient
-
-# `uname -m` (the engine's `Architecture`, a node's) -> the platform.
-PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine in MACHINE.items()}
 
 
 def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> tuple[str, ...] | None:

@@ -201,6 +201,8 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
         locked_sglang=bool(lock and lock.installs_layer("sglang")),
         stack=stack,
+        # only where another platform than amd64 is built: every amd64-only stack's Dockerfile stays as it was
+        src_on_build_platform=(stack.whole or stack).platforms != ("linux/amd64",),
         manylinux_minors=MANYLINUX_MINORS,
         git_source_dir=GIT_SOURCE_DIR,
         apt_packages=apt_packages(stack),

@@ -5,7 +5,9 @@
 # no registry to fetch a frontend image from.
 
 # ---- stage 1: fetch the pinned SGLang, apply and verify this stack's patches -----------------------
-FROM debian:bookworm-slim AS sglang-src
+# The src stage's output is Python source, the same for every platform: it runs natively on the build
+# machine (and its image is the build machine's), never under emulation.
+FROM --platform=$BUILDPLATFORM debian:bookworm-slim AS sglang-src
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TARGETARCH
 # The src stage only runs stdlib Python to fetch and patch a wheel; its apt packages are not shipped,
