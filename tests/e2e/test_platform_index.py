@@ -104,3 +104,32 @@ def test_the_task_writes_the_index_and_says_how_to_promote_it(pushed, tmp_path):
     assert (missing.returncode, missing.stderr.splitlines()) == (2, [
         "error: stack 'pypi-cu130-gb': no --platform-digest for linux/arm64: an index of the stack lists every "
         "platform it builds"])
+
+
+def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_anything(docker_client, tmp_path):
+    """The x86-tag-on-GB200 failure, the other way round on this amd64 engine: one line, nothing pulled, run or
+    recorded (the image is local here, so its platform is the engine's record of it)."""
+    from deploy_fixtures import free_port, make_test_stack
+
+    from sglstack.deploy.flow import Deployment, deploy
+    from sglstack.publish.platforms import engine_platform
+    from sglstack.render import compose as cmp
+
+    assert engine_platform(docker_client) == "linux/amd64"
+    tag = f"sglstack-test/arm-only:{secrets.token_hex(4)}"
+    _image(docker_client, "linux/arm64", tag)
+    dep = Deployment(stack=make_test_stack(tmp_path), build_root=tmp_path / "build",
+                     project=f"sglstack-test-arm-{secrets.token_hex(4)}")
+    (tmp_path / "hf").mkdir()
+    said: list[str] = []
+    try:
+        with pytest.raises(DeployError) as err:
+            deploy(dep, tag, cmp.ComposeOptions(gpus=0, port=free_port(), hf_cache=str(tmp_path / "hf")),
+                   say=said.append)
+    finally:
+        docker_client.images.remove(tag, force=True)
+    name = docker_client.info()["Name"]
+    assert str(err.value) == (f"stack 'tiny': {tag} is for linux/arm64, the node ({name}) is linux/amd64: the image "
+                              "cannot run there (nothing was pulled or changed)")
+    assert not [m for m in said if m.startswith(("pulling", "deploying"))]
+    assert not (tmp_path / "build" / "tiny" / "deployments.jsonl").exists()
