@@ -56,11 +56,9 @@ class PublishIndexOptions(TaskOptions):
 @command(PublishIndexOptions)
 def publish_index(o: PublishIndexOptions) -> int:
     """Write one index of the stack's per-platform images (each checked to be its platform) under --tag."""
-    from ..config.matrix import load_matrix  # at call time: the registry client and the matrix are slow to import
-    from ..publish.index import publish_index_command
+    from ..publish.index import publish_index_command  # at call time: the registry client is slow to import
 
-    return publish_index_command(load_matrix(o.stacks_file).get(o.stack), list(o.platform_digest), tag=o.tag,
-                                 registry=o.registry)
+    return publish_index_command(o.stacks_file, o.stack, list(o.platform_digest), tag=o.tag, registry=o.registry)
 
 
 @dataclass(frozen=True)

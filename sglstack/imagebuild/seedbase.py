@@ -10,9 +10,7 @@ base builds nothing on it.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform as host
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -25,6 +23,7 @@ import docker
 import docker.errors
 
 from ..adapters.docker import docker_client
+from ..adapters.mmdebstrap import mmdebstrap_missing, run_mmdebstrap
 from ..config.baseseed import (
     BaseSeed,
     docker_archive,
@@ -39,7 +38,6 @@ from ..config.schema import Stack
 from ..core.errors import BuildError, ConfigError, one_line
 
 CHUNK = 1 << 20
-SEED_TIMEOUT_S = 1800  # an emulated root file system takes minutes on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -89,11 +87,9 @@ def seed_stack(stacks_file: str, stack_name: str, *, platform: str | None = None
         raise ConfigError("the stack has no base_seed: its base comes from a registry (pull it by digest)",
                           stack=stack_name, key="base_seed")
     platforms = [stack.for_platform(platform).platforms[0]] if platform else list(stack.platforms)
-    missing = [tool for tool in ("mmdebstrap",) if not any((Path(d) / tool).is_file()
-                                                            for d in os.environ.get("PATH", "").split(os.pathsep))]
-    if missing:
-        raise ConfigError(f"{missing[0]} is not installed: run .ci/provision.sh (apt-get install mmdebstrap "
-                          f"qemu-user-static binfmt-support)", stack=stack_name)
+    if mmdebstrap_missing():
+        raise ConfigError("mmdebstrap is not installed: run .ci/provision.sh (apt-get install mmdebstrap "
+                          "qemu-user-static binfmt-support)", stack=stack_name)
     client = docker_client(docker_host)
     return [_seed_one(client, stack.for_platform(p), stack.base_seed, p) for p in platforms]
 
@@ -107,13 +103,9 @@ def _seed_one(client: docker.DockerClient, one: Stack, seed: BaseSeed, platform:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglstack-seed-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(seed.epoch), "LC_ALL": "C.UTF-8"}
-        done = subprocess.run(mmdebstrap_argv(seed, platform, str(tar)), env=env, capture_output=True, text=True,
-                              timeout=SEED_TIMEOUT_S, check=False)
-        if done.returncode != 0:
-            last = (done.stderr or done.stdout).strip().splitlines()
-            raise BuildError(f"stack '{one.name}': {platform}: mmdebstrap failed: "
-                             f"{one_line(last[-1]) if last else f'exit {done.returncode}'}"
+        failed = run_mmdebstrap(mmdebstrap_argv(seed, platform, str(tar)), epoch=seed.epoch)
+        if failed is not None:
+            raise BuildError(f"stack '{one.name}': {platform}: mmdebstrap failed: {one_line(failed)}"
                              f"{_binfmt_hint(platform) if emulated else ''}")
         rootfs, manifest = _digests(tar)
         if rootfs != want:

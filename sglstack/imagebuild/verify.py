@@ -36,6 +36,7 @@ from ..lockfile.current import compare_installed, source_mismatches
 from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
+from .seedbase import check_seeded_base
 
 
 def torch_version_matches(reported: str, pinned: str) -> bool:
@@ -340,8 +341,6 @@ def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
     """A stack that pins its base by image id builds only on that image, a seeded base only on its pinned root
     file system for the platform built (one line otherwise)."""
     if stack.base_seed:
-        from .seedbase import check_seeded_base
-
         check_seeded_base(client, stack.for_platform(stack.platforms[0]))
         return
     if not stack.base_image_id:

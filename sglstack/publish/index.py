@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config.imageref import is_digest, tag_problem
+from ..config.matrix import load_matrix
 from ..config.platforms import ARCH_OF_PLATFORM
 from ..config.schema import Stack
 from ..core.errors import ConfigError, shown
@@ -90,7 +91,9 @@ def publish_index(stack: Stack, given: list[str], *, tag: str, registry: str | N
     return PlatformIndex(str(repo), tag, digest, tuple(children))
 
 
-def publish_index_command(stack: Stack, given: list[str], *, tag: str, registry: str | None = None) -> int:
+def publish_index_command(stacks_file: str, stack_name: str, given: list[str], *, tag: str,
+                          registry: str | None = None) -> int:
+    stack = load_matrix(stacks_file).get(stack_name)
     made = publish_index(stack, given, tag=tag, registry=registry)
     print(f"{stack.name}: index {made.ref} ({' '.join(made.platforms)}) under tag {made.tag}: smoke it where the "
           f"node matches, then invoke publish --stack {stack.name} --digest {made.digest}")
