@@ -133,3 +133,31 @@ def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_any
                               "cannot run there (nothing was pulled or changed)")
     assert not [m for m in said if m.startswith(("pulling", "deploying"))]
     assert not (tmp_path / "build" / "tiny" / "deployments.jsonl").exists()
+
+
+def test_a_k8s_deploy_of_an_x86_only_image_to_grace_nodes_is_refused_before_anything_is_applied(pushed, tmp_path):
+    """InferenceX PR#1582's failure (an x86-only tag on GB200 nodes) as one line, with the recording kubectl
+    stand-in's nodes all arm64: nothing applied, nothing recorded; the index deploys to the same nodes."""
+    import json
+    import os
+    from pathlib import Path
+
+    repo, digests = pushed
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "gb200-nvl72",
+           "KUBECTL_DOUBLE_NODES": "arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    x86_only = f"{repo}@{digests['linux/amd64']}"
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", x86_only, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is linux/arm64: the "
+        "image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
+    assert not [c for c in calls if "apply" in c]
+    assert not (Path(env["SGLSTACK_BUILD_DIR"]) / "pypi-cu130-gb" / "deployments.jsonl").exists()
+    index = publish_index(load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb"),
+                          [f"{p}={d}" for p, d in digests.items()], tag="candidate-k8s", registry=repo)
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", index.ref, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
