@@ -43,6 +43,8 @@ class BuildOptions(ReportOptions):
     signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
                              "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
+    platform: str | None = option("the stack's platform to build (default: its first): its base, its lock; a "
+                                  "foreign one runs its RUN steps under QEMU")
 
 
 @command(BuildOptions)
@@ -55,7 +57,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
                          builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,
-                         as_json=as_json)
+                         as_json=as_json, platform=o.platform)
 
 
 @dataclass(frozen=True)
@@ -77,3 +79,21 @@ def bake(o: BakeOptions) -> int:
 
     return bake_command(o.stacks_file, list(o.stack), out=o.out, print_only=o.print, builder_name=o.builder,
                         ca_bundle=o.ca_bundle, docker_cli=o.docker_cli, run=o.run)
+
+
+@dataclass(frozen=True)
+class SeedBaseOptions(TaskOptions):
+    stack: str = required("stack name from the matrix (one with base_seed)")
+    stacks_file: str = stacks_file_option()
+    platform: str | None = option("only this platform of the stack (linux/amd64, linux/arm64; default: each)")
+    docker_host: str | None = docker_host_option("Docker engine URL to load the base into (default: DOCKER_HOST / "
+                                                 "local socket)")
+
+
+@command(SeedBaseOptions)
+def seed_base(o: SeedBaseOptions) -> int:
+    """Make the stack's seeded Debian base for each platform (mmdebstrap; QEMU for a foreign one) and load it;
+    exit 1 when the bytes made here are not the pinned root file system."""
+    from ..imagebuild.seedbase import seed_command  # at call time: the Docker SDK is slow to import
+
+    return seed_command(o.stacks_file, o.stack, platform=o.platform, docker_host=o.docker_host)

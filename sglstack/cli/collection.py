@@ -16,7 +16,7 @@ def task_collection() -> Collection:
     for task in (
         gpu.preflight, stacks.stacks, stacks.lock, images.diff, render.render, build.build, images.sbom,
         images.verify_image, build.bake, images.coverage, images.size, stacks.releases, stacks.upgrade,
-        gpu.smoke, gpu.bisect, publish.publish,
+        gpu.smoke, gpu.bisect, publish.publish, publish.publish_index, build.seed_base,
         deploy.deploy, deploy.status, deploy.logs, deploy.undeploy, deploy.rollback, testing.test_,
     ):
         ns.add_task(task)

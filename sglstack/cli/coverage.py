@@ -108,15 +108,17 @@ def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport =
         raise CoverageInputError("cuda_arch_list is empty: there is no capability to check", stack=stack.name,
                                  key="cuda_arch_list")
     reports = []
-    # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).
-    lock = lock_for_build(stacks_file, stack)
-    versions = {p.name: p.version for p in lock.packages} if lock else None
+    # The versions each platform's build installs: the build's own check of that platform's lock (stale, edited,
+    # another stack's or platform's: one line), every lock before any wheel is fetched.
+    locks = {p: lock_for_build(stacks_file, stack.for_platform(p)) for p in stack.platforms}
     try:
         with progress(f"coverage of {stack.name}", total=len(stack.platforms)) as steps:
             for platform in stack.platforms:
                 def working_on(message: str, platform: str = platform) -> None:
                     steps.working_on(f"{platform}: {message}")
 
+                lock = locks[platform]
+                versions = {p.name: p.version for p in lock.packages} if lock else None
                 reports.append(check_wheels(stack, platform, versions=versions, progress=working_on))
                 steps.advance()
     except CuobjdumpError as exc:

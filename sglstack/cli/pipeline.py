@@ -111,10 +111,13 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None, builder_name: str | None = None,
-                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
+                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON,
+                  platform: str | None = None) -> int:
     if as_json and not dry_run:
         raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
-    stack = load_matrix(stacks_file).get(stack_name)
+    whole = load_matrix(stacks_file).get(stack_name)
+    # One platform per build (BuildKit --platform): its base, its lock, its record (default: the first).
+    stack = whole.for_platform(platform or whole.platforms[0])
     check_target(stack, target)
     resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
     signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
@@ -129,7 +132,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         detect_builder(docker_cli, builder_name)
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     if lock is None:
-        missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
+        missing = missing_message(stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
         make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(missing)}", highlight=False)
     options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
                            docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,

@@ -79,8 +79,13 @@ class BuildResult:
 
 # ---- pure planning ---------------------------------------------------------------------------------
 
+def stack_folder_name(stack: Stack) -> str:
+    """NAME; a further platform of a stack of several (`Stack.lock_platform`): NAME.OS-ARCH."""
+    return f"{stack.name}.{stack.lock_platform.replace('/', '-')}" if stack.lock_platform else stack.name
+
+
 def out_dir_for(stack: Stack, options: BuildOptions) -> Path:
-    return options.out_dir or build_root() / stack.name
+    return options.out_dir or build_root() / stack_folder_name(stack)
 
 
 def local_tag(stack: Stack, config_hash: str, target: str) -> str:
