@@ -4,17 +4,23 @@ kubectl call, on each way a rollout ends. The wait's clock is the test's, so no 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 from deploy_fixtures import make_test_stack
 from fake_clock import FakeClock
 
+from sglstack.adapters import kubectl as kubectl_adapter
 from sglstack.adapters.kubectl import Kubectl
 from sglstack.core.errors import DeployError
 from sglstack.core.signals import Interrupted
@@ -32,8 +38,32 @@ OPTIONS = k8s.K8sOptions(gpus=False, nnodes=2)
 NAME = k8s.object_name("tiny")  # sglstack-tiny
 
 
+_DOUBLE_CODE = compile((DOUBLE / "kubectl").read_text(encoding="utf-8"), str(DOUBLE / "kubectl"), "exec")
+_real_run = subprocess.run
+
+
+def _kubectl_in_process(argv, *, env=None, **kwargs):
+    """The kubectl stand-in's own code, run in this process with the argv and environment the adapter gives
+    it, its exit and output returned as `subprocess.run` returns them. A fresh Python per kubectl call
+    cost ~0.1 s of CPU, 5-100 a test: most of this module's time. What these tests check is the flow;
+    the adapter's real child process is tests/cli/test_deploy_k8s.py's (and the first test here)."""
+    if argv[0] != str(DOUBLE / "kubectl"):
+        return _real_run(argv, env=env, **kwargs)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, env or {}, clear=True), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(_DOUBLE_CODE, {"__name__": "kubectl_double"})
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
+def cluster(tmp_path, monkeypatch, request):
+    if "kubectl_as_a_child" not in request.fixturenames:
+        monkeypatch.setattr(kubectl_adapter.subprocess, "run", _kubectl_in_process)
     monkeypatch.setenv("PATH", f"{DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("KUBECTL_DOUBLE_STATE", str(tmp_path / "kube"))
     monkeypatch.setenv("KUBECTL_DOUBLE_CONTEXT", "kind-sglstack")
@@ -60,11 +90,24 @@ def applied_image(state: Path) -> str | None:
     return obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"]
 
 
+@pytest.fixture
+def one_poll_per_wait(monkeypatch):
+    """A rollback that never gets ready waits its recorded options' whole limit (540 s here): at the 5 s poll
+    that is 108 runs of the kubectl stand-in (a Python program, ~0.1 s of CPU each). The poll is this
+    module's own setting and these tests assert what is said and recorded at the deadline, not the polls."""
+    monkeypatch.setattr(k8s_flow, "POLL_S", 10_000.0)
+
+
 def rows(dep: K8sDeployment) -> list[tuple[str, str, str, str]]:
     return [(r.action, r.result, r.image, r.note) for r in read_records(dep.build_root, "tiny")]
 
 
-def test_a_deploy_applies_waits_and_records_every_field(cluster):
+@pytest.fixture
+def kubectl_as_a_child():
+    """Asked for by a test that runs the stand-in as a real child process, as the adapter does in use."""
+
+
+def test_a_deploy_applies_waits_and_records_every_field(kubectl_as_a_child, cluster):
     dep, said, clock, state = cluster
     record = deploy_k8s(dep, A, OPTIONS, smoke_report="f" * 64, say=said.append)
     assert said == [
@@ -124,7 +167,7 @@ def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cl
     assert (restore.options, restore.smoke_report) == (first.to_record(), "f" * 64)
 
 
-def test_a_rollback_that_does_not_get_ready_either_says_so(cluster, monkeypatch):
+def test_a_rollback_that_does_not_get_ready_either_says_so(cluster, monkeypatch, one_poll_per_wait):
     dep, said, _clock, _state = cluster
     deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
     monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", f"{'a' * 64},{'b' * 64}")
@@ -415,7 +458,8 @@ def test_a_rollback_whose_apply_is_refused_says_why_in_one_line(cluster, monkeyp
     ("b" * 64, f"rolled back to sha256:{'a' * 64} (ready); not recorded (the disk is full)"),
     (f"{'a' * 64},{'b' * 64}", f"rolling back to sha256:{'a' * 64} failed too: not ready within "),
 ])
-def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, unready, outcome):
+def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, one_poll_per_wait, unready,
+                                                          outcome):
     dep, said, _clock, _state = cluster
     deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
     monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", unready)
