@@ -97,7 +97,8 @@ def test_image_files_runs_the_walker_as_a_program_text_with_the_network_off(list
 
 
 @pytest.mark.parametrize(("code", "out", "line"), [
-    (1, "Traceback\nOSError: boom\n", "error: image img:tag: listing its files failed (exit 1): OSError: boom"),
+    (1, "Traceback\n  File x\nOSError: boom\n",
+     "error: image img:tag: listing its files failed (exit 1): OSError: boom"),
     (0, "  \n", "error: image img:tag: listing its files failed (exit 0): no output"),
     (3, "", "error: image img:tag: listing its files failed (exit 3): no output"),
 ])
@@ -145,7 +146,16 @@ def test_measure_lists_the_files_of_the_image_id_and_reports_under_the_reference
     assert (rep.image, rep.image_id, rep.bytes, rep.files, rep.seconds) == ("img:tag", IMAGE_ID, 120 * MB, 7, 2.3)
     assert rep.packages == (("torch", "2.1", 10 * MB),)
     assert len(rep.layers) == 2
-    assert seen[0][1] == IMAGE_ID
+    assert engine.calls == [("get", "img:tag"), ("history", IMAGE_ID)]
+    assert [(client, image) for client, image, _, _ in seen] == [(engine, IMAGE_ID)]
+
+
+def test_a_listing_that_fails_while_measuring_names_the_reference_not_the_id(listing):
+    _, answer = listing
+    answer.update(code=1, out="")
+    with pytest.raises(BuildError) as caught:
+        measure_module.measure(_Engine(), "img:tag")
+    assert str(caught.value) == "image img:tag: listing its files failed (exit 1): no output"
 
 
 def test_measure_of_an_image_not_in_the_engine_is_bad_input(listing):
@@ -197,10 +207,15 @@ def test_over_budget_shows_what_grew_since_the_stack_s_last_record(tmp_path, lis
     assert (str(caught.value), shown) == (verdict.headline, [verdict.table])
 
 
-def test_a_budget_met_returns_the_summary_and_shows_nothing(tmp_path, listing):
+def test_a_budget_met_returns_the_summary_and_shows_nothing(tmp_path, listing, monkeypatch):
+    engines: list[_Engine] = []
+    monkeypatch.setattr(measure_module, "image_layers",
+                        lambda client, ref: engines.append(client) or client.calls.append(("layers of", ref))
+                        or (IMAGE_ID, 120 * MB, ()))
     gate, shown = _gate(tmp_path, listing, {"max_gb": 1, "library_copies": DECLARED})
     summary = gate()
     assert summary["bytes"] == 120 * MB and shown == []
+    assert engines[0].calls == [("layers of", "img:tag")]
 
 
 def test_copies_are_refused_before_the_budget_is_looked_at(tmp_path, listing):
