@@ -41,7 +41,8 @@ def _serve(tmp_path, monkeypatch, measured):
 
     monkeypatch.setattr(server_mod, "measure_server", measure)
     options = SimpleNamespace(build_dir=str(tmp_path / "build"))
-    return lambda: server_mod.serve_process_and_measure(plan, options, log_path, lambda _m: None), log_path
+    return (lambda: server_mod.serve_process_and_measure(plan, options, log_path, lambda _m: None),  # type: ignore[arg-type]
+            log_path)
 
 
 def test_a_run_that_measured_keeps_its_log_with_the_key_hidden(tmp_path, monkeypatch):
