@@ -115,8 +115,12 @@ def test_verified_reference_reads_the_key_first_and_answers_repo_at_digest(tmp_p
         return _result(expected=expect)
 
     monkeypatch.setattr(verify_mod, "verify_image", verify_image)
-    with pytest.raises(BadInput):  # no key file: refused before the reference is even parsed or the registry asked
-        verify_mod.verified_reference("Bad Ref!!", str(tmp_path / "none.pem"))
+    missing = tmp_path / "none.pem"
+    for kwargs, option in (({}, "--verify-key"), ({"what": "--key"}, "--key")):
+        # no key file: refused before the reference is even parsed or the registry asked, naming the option
+        with pytest.raises(BadInput) as caught:
+            verify_mod.verified_reference("Bad Ref!!", str(missing), **kwargs)
+        assert str(caught.value).startswith(f"{option}: cannot read key file '{missing}' (")
     assert asked == []
     key = Ed25519PrivateKey.generate().public_key()
     pem = tmp_path / "pub.pem"
@@ -133,13 +137,16 @@ def test_verified_reference_reads_the_key_first_and_answers_repo_at_digest(tmp_p
     (b"{not json", "build record {p}: cannot be read ("),
     (b"[1]", "build record {p}: not a build record"),
     (b'{"stack": "s"}', "build record {p}: not a build record"),
+    ("folder", "build record {p}: cannot be read (is a directory, not a build record)"),
 ])
 def test_a_build_record_that_cannot_be_used_is_one_line(tmp_path, text, line):
     from sglstack.attest.errors import AttestationError
     from sglstack.attest.release import read_record
 
     path = tmp_path / "build.json"
-    if text is not None:
+    if text == "folder":
+        path.mkdir()
+    elif text is not None:
         path.write_bytes(text)
     with pytest.raises(AttestationError) as caught:
         read_record(path)
@@ -166,8 +173,10 @@ def test_signing_a_published_digest_binds_it_to_the_records_stack_and_config(tmp
     key = Ed25519PrivateKey.generate()
     plan = release_mod.AttestPlan(record, key)
     seen: list[tuple] = []
+    made_for: list[tuple[str, str]] = []
     monkeypatch.setattr(plan.__class__, "documents",
-                        lambda self, repository, digest: [("sbom", b"s"), ("provenance", b"p"), ("signature", b"x")])
+                        lambda self, repository, digest: made_for.append((repository, digest))
+                        or [("sbom", b"s"), ("provenance", b"p"), ("signature", b"x")])
 
     def ensure_signed(client, repo, digest, signing_key, expect, *, documents):
         seen.append((client, str(repo), digest, signing_key, expect, documents()))
@@ -178,3 +187,4 @@ def test_signing_a_published_digest_binds_it_to_the_records_stack_and_config(tmp
     assert plan.sign_published("client", repo, DIGEST) == "signed"
     assert seen == [("client", "r.io/a/b", DIGEST, key, BuildIdentity("cu130", "c0ffee"),
                      [("sbom", b"s"), ("provenance", b"p")])]
+    assert made_for == [("r.io/a/b", DIGEST)]  # the documents are made for the published repository and digest
