@@ -468,3 +468,29 @@ def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch
         deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
     assert outcome in str(failed.value)
     assert str(failed.value).endswith("; not recorded (the disk is full)")
+
+
+def test_a_refused_delete_s_reason_is_cut_at_300_characters(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+
+    def refused(_folder):
+        raise DeployError("d" * 400 + "\nsecond line")
+
+    monkeypatch.setattr(Kubectl, "delete", lambda self, folder: refused(folder))
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value).endswith("; no earlier deployment to roll back to, and " + "d" * 300)
+
+
+def test_each_record_of_a_rolled_back_deploy_has_the_time_it_was_written(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    stamps = iter(f"2026-12-05T00:00:0{n}Z" for n in range(10))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    with pytest.raises(DeployFailed):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert [(r.action, r.result, r.time) for r in read_records(dep.build_root, "tiny")] == [
+        ("deploy", "healthy", "2026-12-05T00:00:01Z"), ("deploy", "failed", "2026-12-05T00:00:03Z"),
+        ("restore", "healthy", "2026-12-05T00:00:04Z")]
