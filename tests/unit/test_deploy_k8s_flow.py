@@ -56,7 +56,7 @@ def _kubectl_in_process(argv, *, env=None, **kwargs):
         try:
             exec(_DOUBLE_CODE, {"__name__": "kubectl_double"})
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1  # as Python exits
     return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
