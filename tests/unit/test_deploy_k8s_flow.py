@@ -494,3 +494,12 @@ def test_each_record_of_a_rolled_back_deploy_has_the_time_it_was_written(cluster
     assert [(r.action, r.result, r.time) for r in read_records(dep.build_root, "tiny")] == [
         ("deploy", "healthy", "2026-12-05T00:00:01Z"), ("deploy", "failed", "2026-12-05T00:00:03Z"),
         ("restore", "healthy", "2026-12-05T00:00:04Z")]
+
+
+def test_the_k8s_wait_limit_is_the_startup_probe_budget_plus_pulls_and_scheduling(tmp_path):
+    spec = k8s.k8s_spec(make_test_stack(tmp_path / "m"), OPTIONS)
+    h = spec.healthcheck
+    assert (h.start_period_s, h.interval_s, h.retries) == (120, 30, 3)
+    # 120 s start period + (3 retries + the first probe) x 30 s + 300 s for image pulls and scheduling
+    assert k8s_flow.wait_limit(spec, None) == 540
+    assert k8s_flow.wait_limit(spec, 7) == 7
