@@ -503,3 +503,11 @@ def test_the_k8s_wait_limit_is_the_startup_probe_budget_plus_pulls_and_schedulin
     # 120 s start period + (3 retries + the first probe) x 30 s + 300 s for image pulls and scheduling
     assert k8s_flow.wait_limit(spec, None) == 540
     assert k8s_flow.wait_limit(spec, 7) == 7
+
+
+def test_what_is_applied_is_rendered_with_the_deploy_s_options_and_smoke_report(cluster):
+    dep, _said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, smoke_report="f" * 64, say=lambda _m: None)
+    obj = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
+    assert obj["spec"]["leaderWorkerTemplate"]["size"] == 2  # OPTIONS' nnodes, not the default's 1
+    assert obj["metadata"]["annotations"][k8s.ANNOTATION_PREFIX + "smoke-report"] == "f" * 64
