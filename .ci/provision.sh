@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for sglstack's tests: a real Docker engine (dockerd 20.10 from Debian, whose
-# CLI runs BuildKit), Compose v1, the distribution registry, debootstrap, and a locally seeded
-# debian:bookworm-slim (no registry is reachable, so nothing can be pulled).
+# CLI runs BuildKit), Compose v1, the distribution registry, debootstrap, mmdebstrap and QEMU's aarch64
+# handler (linux/arm64 root file systems and images run under emulation), a locally seeded
+# debian:bookworm-slim (no registry is reachable, so nothing can be pulled), and the seeded bases of
+# stacks.yaml (`invoke seed-base`: the same bytes on every machine, pinned by digest).
 set -euo pipefail
 
 log() { printf '[provision] %s\n' "$*"; }
@@ -11,6 +13,13 @@ if ! command -v dockerd >/dev/null || [ ! -x /usr/bin/docker ]; then need_pkgs+=
 command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+command -v mmdebstrap >/dev/null || need_pkgs+=(mmdebstrap)
+# arm64 user space on an x86_64 machine: the statically linked QEMU, registered with binfmt_misc (flags F:
+# the interpreter is opened now, so it works inside containers and chroots too).
+if [ "$(uname -m)" != aarch64 ]; then
+  [ -x /usr/bin/qemu-aarch64-static ] || need_pkgs+=(qemu-user-static)
+  command -v update-binfmts >/dev/null || need_pkgs+=(binfmt-support)
+fi
 # The host compiler nvcc drives (the JIT toolchain tests compile with NVIDIA's nvcc wheel).
 command -v g++ >/dev/null || need_pkgs+=(g++)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
@@ -18,6 +27,18 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if [ "$(uname -m)" != aarch64 ]; then
+  if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then
+    log "mounting binfmt_misc"
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  fi
+  if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    log "registering the qemu-aarch64 handler"
+    update-binfmts --enable qemu-aarch64
+  fi
+  log "qemu-aarch64: $(head -1 /proc/sys/fs/binfmt_misc/qemu-aarch64)"
 fi
 
 # The 20.10 CLI shipped with docker.io: the one on PATH may be a newer CLI without buildx.
@@ -52,3 +73,11 @@ if ! "$DOCKER" image inspect debian:bookworm-slim >/dev/null 2>&1; then
   rm -rf "$root"
 fi
 log "debian:bookworm-slim $("$DOCKER" image inspect -f '{{.Id}}' debian:bookworm-slim | cut -c1-19)"
+
+# The seeded bases the stacks pin (a minute for amd64, about three emulated for arm64; already there: nothing).
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${SGLSTACK_SEED_BASES:-1}" = 1 ] && command -v invoke >/dev/null; then
+  for stack in pypi-cu130 pypi-cu130-gb; do
+    (cd "$here" && invoke seed-base --stack "$stack") || { log "seed-base --stack $stack failed"; exit 1; }
+  done
+fi

@@ -60,11 +60,11 @@ MODULES=(
   "upgrade-command|sglstack/upgrade/command.py|tests/unit/test_upgrade_command.py tests/unit/test_upgrade_plan.py"
   "registry|sglstack/registry/client.py sglstack/registry/session.py sglstack/registry/transport.py sglstack/registry/auth.py|tests/unit/test_registry_client.py tests/unit/test_registry_client_api.py tests/unit/test_registry_credentials.py tests/unit/test_registry_transport.py"
   "deploy-flow|sglstack/deploy/flow.py sglstack/deploy/lifecycle.py|tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_store_trust.py tests/cli/test_deploy_records.py"
-  "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
+  "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_secret_holes.py"
-  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py"
-  "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py"
-  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/attest/image.py sglstack/attest/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py"
+  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
+  "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
+  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/attest/image.py sglstack/attest/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then

@@ -76,6 +76,19 @@ class Kubectl:
         self.run(["delete", "--ignore-not-found", "--wait=false", "-f", str(folder)],
                  check="deleting what was applied")
 
+    def node_platforms(self) -> tuple[str, ...] | str:
+        """The platforms (`os/arch`) of the cluster's nodes, each once; or why they cannot be read (a role
+        without `list nodes`), for the caller to say that the platform was not checked."""
+        proc = self.run(["get", "nodes", "-o", "json"])
+        if proc.returncode != 0:
+            return last_line(proc.stderr)
+        try:
+            items = loads(proc.stdout).get("items") or []
+            return tuple(dict.fromkeys(f"{i['status']['nodeInfo']['operatingSystem']}/"
+                                       f"{i['status']['nodeInfo']['architecture']}" for i in items))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "kubectl get nodes: not the JSON of a node list"
+
     def get_json(self, kind: str, name: str) -> dict[str, Any] | None:
         """The object as `kubectl get KIND NAME -o json` shows it; None when it does not exist."""
         proc = self.run(["get", kind, name, "-o", "json"])

@@ -14,6 +14,7 @@ from ..core.options import (
     docker_host_option,
     option,
     repeatable,
+    required,
     stacks_file_option,
 )
 from .cmdoptions import ca_bundle_option, docker_cli_option, stack_option
@@ -46,6 +47,8 @@ class BuildOptions(ReportOptions):
     signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
                              "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
+    platform: str | None = option("the stack's platform to build (default: its first): its base, its lock; a "
+                                  "foreign one runs its RUN steps under QEMU")
 
 
 @command(BuildOptions)
@@ -56,7 +59,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
                          builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,
-                         as_json=as_json)
+                         as_json=as_json, platform=o.platform)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
                   force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None, builder_name: str | None = None,
-                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
+                  key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON,
+                  platform: str | None = None) -> int:
     """Every input checked, then the plan printed (--dry-run) or the build (and release) run."""
     # at call time: the Docker SDK and the matrix are slow to import
     from ..attest.errors import BadInput
@@ -95,7 +99,8 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
         raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
     plan = plan_build(stacks_file, stack_name, target=target, no_cache=no_cache, force=force, dry_run=dry_run,
                       push=push, ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
-                      registry=registry, smoke_opts=smoke_opts, builder_name=builder_name, key=key, unsigned=unsigned)
+                      registry=registry, smoke_opts=smoke_opts, builder_name=builder_name, key=key, unsigned=unsigned,
+                      platform=platform)
     if plan.lock_missing:
         make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(plan.lock_missing)}", highlight=False)
     if not dry_run:
@@ -138,3 +143,24 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
         console.print("then: invoke build --stack STACK [--builder NAME] [--push] verifies, tags and releases "
                       "each image from the same cache", highlight=False, markup=False)
     return run_bake(written, cli, argv) if run else 0
+
+
+@dataclass(frozen=True)
+class SeedBaseOptions(TaskOptions):
+    stack: str = required("stack name from the matrix (one with base_seed)")
+    stacks_file: str = stacks_file_option()
+    platform: str | None = option("only this platform of the stack (linux/amd64, linux/arm64; default: each)")
+    docker_host: str | None = docker_host_option("Docker engine URL to load the base into (default: DOCKER_HOST / "
+                                                 "local socket)")
+
+
+@command(SeedBaseOptions)
+def seed_base(o: SeedBaseOptions) -> int:
+    """Make the stack's seeded Debian base for each platform (mmdebstrap; QEMU for a foreign one) and load it;
+    exit 1 when the bytes made here are not the pinned root file system."""
+    from ..imagebuild.seedbase import seed_stack  # at call time: the Docker SDK is slow to import
+
+    for s in seed_stack(o.stacks_file, o.stack, platform=o.platform, docker_host=o.docker_host):
+        how = "already there" if s.already else f"seeded in {s.seconds:.0f} s{' (emulated)' if s.emulated else ''}"
+        print(f"{o.stack}: {s.platform}: {s.image} {how}: rootfs {s.rootfs}, image {s.image_id}")
+    return 0

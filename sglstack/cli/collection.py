@@ -33,7 +33,7 @@ def task_collection() -> Collection:
     for task in (
         preflight.preflight, stacks.stacks, lock.lock, diff.diff, render.render, build.build, attest.sbom,
         attest.verify_image, build.bake, coverage.coverage, size.size, upgrade.releases, upgrade.upgrade,
-        smoke.smoke, bisect.bisect, publish.publish,
+        smoke.smoke, bisect.bisect, publish.publish, publish.publish_index, build.seed_base,
         deploy.deploy, deploy.status, deploy.logs, deploy.undeploy, deploy.rollback, testing.test_,
     ):
         ns.add_task(task)

@@ -55,9 +55,11 @@ def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport =
     except ConfigError as exc:
         raise CoverageInputError(exc.reason, file=exc.file, stack=exc.stack, key=exc.key, line=exc.line) from None
     require_capabilities(stack)
-    # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).
-    lock = lock_for_build(stacks_file, stack)
-    reports = check_stack(stack, {p.name: p.version for p in lock.packages} if lock else None)
+    # The versions each platform's build installs: the build's own check of that platform's lock (stale, edited,
+    # another stack's or platform's: one line), every lock before any wheel is fetched.
+    locks = {p: lock_for_build(stacks_file, stack.for_platform(p)) for p in stack.platforms}
+    reports = check_stack(stack, {p: {x.name: x.version for x in lock.packages} if lock else None
+                                  for p, lock in locks.items()})
     for report in reports:
         render_report(report, console)
     as_json.emit(reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]})
@@ -99,5 +101,3 @@ def render_report(report: CoverageReport, console: Console) -> None:
     label = report.label()
     console.print(f"coverage {verdict[report.exit_code]}" + (f"; label {plain(label)}" if label else ""),
                   highlight=False)
-
-

@@ -34,6 +34,10 @@ OPTIONS: dict[str, Meaning] = {
     "write": Meaning(FLAG, "edit the stacks file and write the lock (otherwise only report)"),
     # building
     "target": Meaning("STAGE", "a stage of the rendered Dockerfile to build alone"),
+    "platform": Meaning("PLATFORM", "one platform of the stack: linux/amd64 or linux/arm64 (default: each, or its "
+                                    "first where one is built at a time)"),
+    "platform_digest": Meaning("PLATFORM=DIGEST", "one platform's pushed image, linux/arm64=sha256:... (repeatable)"),
+    "tag": Meaning("TAG", "the tag to write under"),
     "no_cache": Meaning(FLAG, "build without BuildKit's cache"),
     "force": Meaning(FLAG, "do it even when it is already done (rebuild, re-point tags)"),
     "dry_run": Meaning(FLAG, "say what would be done, change nothing"),
@@ -182,12 +186,15 @@ EXAMPLES: dict[str, str] = {
     "patches.verify": "invoke patches.verify --root /opt/venv/lib/python3.12/site-packages --stack cu130",
     "preflight": "invoke preflight --stack cu130 --image registry.example/sglstack:cu130",
     "publish": "invoke publish --stack cu130 --digest sha256:... --signing-key release.pem",
+    "publish-index": "invoke publish-index --stack pypi-cu130-gb --tag candidate-gb --platform-digest "
+                     "linux/amd64=sha256:... --platform-digest linux/arm64=sha256:...",
     "registry.cleanup": "invoke registry.cleanup --older-than-days 7 --dry-run",
     "registry.down": "invoke registry.down",
     "registry.up": "invoke registry.up --port 5000",
     "releases": "invoke releases --stack cu130",
     "render": "invoke render --stack cu130 --out /tmp/cu130",
     "rollback": "invoke rollback --stack cu130",
+    "seed-base": "invoke seed-base --stack pypi-cu130-gb --platform linux/arm64",
     "sbom": "invoke sbom registry.example/sglstack:cu130 --verify-key release.pub",
     "size": "invoke size --stack cu130",
     "smoke": "invoke smoke --stack cu130 --image sglstack:cu130 --mount ~/.cache/huggingface:/root/.cache/huggingface",

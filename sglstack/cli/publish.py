@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..core.options import TaskOptions, option, required, stacks_file_option
+from ..core.options import TaskOptions, option, repeatable, required, stacks_file_option
 from .cmdoptions import only_stack_option, stack_option
 from .options import command
 
@@ -42,6 +42,30 @@ def publish(o: PublishOptions) -> int:
     signing_key = None if o.unsigned else load_signing_key(o.signing_key)  # before the registry is asked anything
     return publish_digest(stack, o.digest, key=signing_key, unsigned=o.unsigned, registry=o.registry,
                           config_hash=o.config_hash, force=o.force, smoke_report=o.smoke_report)
+
+
+@dataclass(frozen=True)
+class PublishIndexOptions(TaskOptions):
+    stack: str = required("stack name from the matrix (one of several platforms)")
+    tag: str = required("the tag to write the index under (a candidate tag: promote it with publish --digest)")
+    platform_digest: tuple[str, ...] = repeatable("PLATFORM=sha256:... of each platform's pushed image "
+                                                  "(repeatable, one per platform of the stack)")
+    stacks_file: str = stacks_file_option()
+    registry: str | None = option(REGISTRY)
+
+
+@command(PublishIndexOptions)
+def publish_index(o: PublishIndexOptions) -> int:
+    """Write one index of the stack's per-platform images (each checked to be its platform) under --tag."""
+    # at call time: the registry client and the matrix are slow to import
+    from ..config.matrix import load_matrix
+    from ..publish.index import publish_index as write_index
+
+    stack = load_matrix(o.stacks_file).get(o.stack)
+    made = write_index(stack, list(o.platform_digest), tag=o.tag, registry=o.registry)
+    print(f"{stack.name}: index {made.ref} ({' '.join(made.platforms)}) under tag {made.tag}: smoke it where the "
+          f"node matches, then invoke publish --stack {stack.name} --digest {made.digest}")
+    return 0
 
 
 @dataclass(frozen=True)

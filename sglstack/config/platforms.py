@@ -7,4 +7,9 @@ from __future__ import annotations
 MACHINE: dict[str, str] = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 # Docker's image `Architecture` field -> the platform.
 PLATFORM_OF_ARCH: dict[str, str] = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
+ARCH_OF_PLATFORM: dict[str, str] = {p: a for a, p in PLATFORM_OF_ARCH.items()}
+# The ELF e_machine of the platform's shared objects (EM_X86_64, EM_AARCH64).
+ELF_MACHINE: dict[str, int] = {"linux/amd64": 62, "linux/arm64": 183}
+# `uname -m` (an engine's `Architecture`, a node's) -> the platform.
+PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine in MACHINE.items()}
 PLATFORMS: tuple[str, ...] = tuple(MACHINE)

@@ -18,6 +18,7 @@ from ..core.credentials import (
     redact_url,
 )
 from ..core.errors import ConfigError, did_you_mean, shown
+from .baseseed import BaseSeed, seeded_tag
 from .fields import (
     AnyRequirement,
     AptPackage,
@@ -146,6 +147,9 @@ class Stack(StrictModel):
     # The base's image id, for a base no registry holds (a locally made one has no manifest digest to pin
     # with `@sha256:`): the build refuses a base_image whose id differs, before it builds anything.
     base_image_id: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    # A base made here (`invoke seed-base`), the same bytes on every machine: pinned by its root file system's
+    # digest per platform; each platform's image is `base_image` + `-ARCH` (config.baseseed).
+    base_seed: BaseSeed | None = None
     src_image: PinnedImage = "debian:bookworm-slim"
     cuda: ExactVersion | None = None
     python: str = Field(default="3.12", pattern=r"^3\.[0-9]+$")
@@ -176,6 +180,9 @@ class Stack(StrictModel):
     runtime_imports: RuntimeImportsPolicy = RuntimeImportsPolicy()
     size: SizePolicy | None = None
     cache: RegistryCache | None = None
+    # The stack as written, when this is one platform of it (`for_platform`): its lock and records are the
+    # whole stack's, narrowed to that platform.
+    whole: Stack | None = Field(default=None, exclude=True, repr=False)
     # The credentials the stack's URLs carried (their URLs above keep none): never dumped, never shown.
     credentials: tuple[HostLogin, ...] = Field(default=(), exclude=True, repr=False)
 
@@ -184,6 +191,8 @@ class Stack(StrictModel):
     def _split_credentials(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
+        if "whole" in data:  # set by for_platform only, never written
+            raise KeyedValueError(("whole",), "unknown key")
         given = data.get("credentials", ())
         if not isinstance(given, tuple) or not all(isinstance(x, HostLogin) for x in given):
             raise KeyedValueError(("credentials",), "unknown key (credentials go inside the URLs that need them)")
@@ -205,6 +214,17 @@ class Stack(StrictModel):
             if exception.capability is not None and exception.capability not in arch:
                 raise KeyedValueError(("coverage", "exceptions", i, "capability"),
                                        f"capability {exception.capability} is not in cuda_arch_list")
+        return self
+
+    @model_validator(mode="after")
+    def _seeded_base(self) -> Stack:
+        if self.base_seed and self.whole is None:
+            if self.base_image_id:
+                raise KeyedValueError(("base_image_id",), "a seeded base (base_seed) is pinned by its rootfs digests, "
+                                                          "not by an image id: set one of the two")
+            if set(self.base_seed.rootfs) != set(self.platforms):
+                raise KeyedValueError(("base_seed", "rootfs"), f"pins {' '.join(sorted(self.base_seed.rootfs))}; the "
+                                                               f"stack's platforms are {' '.join(self.platforms)}")
         return self
 
     @model_validator(mode="after")
@@ -273,6 +293,23 @@ class Stack(StrictModel):
     def local_image(self) -> str:
         """The name of this stack's local images (the part before `:tag`)."""
         return f"{LOCAL_REPOSITORY}/{self.name}"
+
+    def for_platform(self, platform: str) -> Stack:
+        """The stack as one platform builds it: that platform only, and that platform's base."""
+        if platform not in self.platforms:
+            raise ConfigError(f"platform {shown(platform, 40)} is not one of the stack's ({' '.join(self.platforms)})",
+                              stack=self.name)
+        if self.whole is not None or (self.platforms == (platform,) and not self.base_seed):
+            return self
+        update: dict[str, Any] = {"platforms": (platform,), "whole": self}
+        if self.base_seed:
+            update["base_image"] = seeded_tag(self.base_image, platform)
+        return self.model_copy(update=update)
+
+    @property
+    def lock_platform(self) -> str | None:
+        """The platform whose lock is `locks/NAME.PLATFORM.txt` (None: `locks/NAME.txt`, the first platform's)."""
+        return self.platforms[0] if self.whole and self.platforms[0] != self.whole.platforms[0] else None
 
     @property
     def build_platform(self) -> str | None:

@@ -61,9 +61,14 @@ RECORD_FILE = "record.json"  # a stack's build record, in its stack folder
 BISECT_DIR, UPGRADE_DIR = "bisect", "upgrade"  # a stack's bisect log and upgrade report, in its stack folder
 
 
-def stack_dir(stack_name: str, root: Path | None = None) -> Path:
-    """build/STACK under `root` (default: the one build root)."""
-    return (root if root is not None else build_root()) / stack_name
+def stack_folder_name(stack_name: str, platform: str | None = None) -> str:
+    """NAME; a further platform of a stack of several (`Stack.lock_platform`, `linux/arm64`): NAME.OS-ARCH."""
+    return f"{stack_name}.{platform.replace('/', '-')}" if platform else stack_name
+
+
+def stack_dir(stack_name: str, root: Path | None = None, *, platform: str | None = None) -> Path:
+    """build/STACK (a further platform's: build/STACK.OS-ARCH) under `root` (default: the one build root)."""
+    return (root if root is not None else build_root()) / stack_folder_name(stack_name, platform)
 
 
 def stack_lock(stack_name: str, task: str) -> contextlib.AbstractContextManager[None]:

@@ -33,9 +33,9 @@ def require_capabilities(stack: Stack) -> None:
                                  key="cuda_arch_list")
 
 
-def check_stack(stack: Stack, versions: Mapping[str, str] | None) -> list[CoverageReport]:
-    """One report per platform of the stack: its CUDA wheels at `versions` (the lock's; None: the stack's
-    pins) fetched and listed."""
+def check_stack(stack: Stack, versions: Mapping[str, Mapping[str, str] | None]) -> list[CoverageReport]:
+    """One report per platform of the stack: its CUDA wheels at that platform's `versions` (its lock's; None:
+    the stack's pins) fetched and listed."""
     require_capabilities(stack)
     reports = []
     try:
@@ -44,7 +44,7 @@ def check_stack(stack: Stack, versions: Mapping[str, str] | None) -> list[Covera
                 def working_on(message: str, platform: str = platform) -> None:
                     steps.working_on(f"{platform}: {message}")
 
-                reports.append(check_wheels(stack, platform, versions=versions, progress=working_on))
+                reports.append(check_wheels(stack, platform, versions=versions.get(platform), progress=working_on))
                 steps.advance()
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None

@@ -22,6 +22,7 @@ from ..core.records import BadLine, stack_dir
 from ..core.records import build_root as default_build_root
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
+from ..publish import check_node_platform
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
@@ -100,6 +101,11 @@ def deploy_on_k8s(stack_name: str, served: K8sOptions, *, stacks_file: str | Non
     if spec.gpus and not skip_preflight:
         say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
+    nodes = kubectl.node_platforms()
+    if isinstance(nodes, str):
+        say(f"platform: the nodes of {kubectl.context} cannot be listed ({nodes}): not checked against {ref}")
+    else:  # before anything is applied: an image no node can run never reaches the cluster
+        check_node_platform(stack.name, ref, f"every node of {kubectl.context}", nodes, say)
     try:
         with _stack_lock(root, stack.name, "deploy"):
             caches = k8s_caches(spec, ref, verify_key, say) if served.kernel_cache else None

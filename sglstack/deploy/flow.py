@@ -43,6 +43,7 @@ from ..core.safefiles import (
     create_empty,
 )
 from ..core.signals import Interrupted
+from ..publish import check_node_platform, engine_platform
 from ..render import compose as cmp
 from ..serving import ServingSpec
 from ..serving.phases import MILESTONES, phases_line
@@ -135,6 +136,9 @@ def deploy(
     for notice in check_host(client, spec, options, project=project, local=local, docker_host=dep.docker_host):
         say(notice)
     previous = serving_now(dep.records())
+    # Before the pull: an image for another platform is one line, not `exec format error` in a restart loop.
+    check_node_platform(stack.name, image_ref, f"the node ({_engine_name(client) or 'local engine'})",
+                        (engine_platform(client),), say, client)
     ensure_image(client, image_ref, stack.name, say)
     digest, image_id = image_identity(client, image_ref)
     report = smoke_report or smoke_report_for(stack.name, digest, dep.build_root)

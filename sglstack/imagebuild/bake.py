@@ -30,7 +30,15 @@ from ..lock.trust import lock_for_build
 from ..lockfile.model import Lock
 from .context import write_build_context
 from .flow import FINAL_TARGET
-from .plan import INDEX_NETRC_ENV, add_git_source, build_request, compute_config_hash, resolve_ca_bundle, secret_sources
+from .plan import (
+    INDEX_NETRC_ENV,
+    add_git_source,
+    build_request,
+    compute_config_hash,
+    resolve_ca_bundle,
+    secret_sources,
+    stack_folder_name,
+)
 
 BAKE_FILE = "docker-bake.json"
 SRC_TARGET = "sglang-src"
@@ -118,7 +126,7 @@ def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
     with folder_lock(out_dir, "bake", root=containing_root(out_dir, build_root()), stack=stack.name):
         rendered = add_git_source(stack, write_build_context(stack, out_dir, lock=lock))
     dockerfile, context = rendered.dockerfile.resolve(), rendered.context.resolve()
-    return [(stack.name, stage, build_request(
+    return [(stack_folder_name(stack), stage, build_request(
         stack, dockerfile=dockerfile, context=context, target=stage, builder_kind="buildx", secrets=secrets,
         config_hash=compute_config_hash(rendered, stage, stack.build_platform))) for stage in STAGES]
 
@@ -157,8 +165,11 @@ def write_bake(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | 
     matrix = load_matrix(stacks_file)
     names = list(dict.fromkeys(stack_names)) or matrix.names()  # a stack named twice is baked once
     stacks = [matrix.get(name) for name in names]
+    # A target per platform of each stack (its base, its lock): bake's own multi-platform targets would share
+    # one lock and one base between platforms.
+    ones = [stack.for_platform(p) for stack in stacks for p in stack.platforms]
     # Everything that can refuse the run does so before anything is rendered.
-    locks = {stack.name: lock_for_build(stacks_file, stack) for stack in stacks}
+    locks = {stack_folder_name(one): lock_for_build(stacks_file, one) for one in ones}
     secrets = secret_sources(resolve_ca_bundle(ca_bundle))
     try:  # one bake run, one client environment: the stacks' netrc entries must agree per host
         logins = merge_logins(login for stack in stacks for login in stack.credentials)
@@ -169,8 +180,9 @@ def write_bake(stacks_file: str, stack_names: Sequence[str] = (), *, out: str | 
     if problem:
         raise ConfigError(problem)
     require_writable(bake_file, what="bake file")
-    requests = [target for stack in stacks
-                for target in render_stack_targets(stack, stack_dir(stack.name), locks[stack.name], secrets)]
+    requests = [target for one in ones
+                for target in render_stack_targets(one, stack_dir(one.name, platform=one.lock_platform),
+                                                   locks[stack_folder_name(one)], secrets)]
     definition = bake_definition(plan_targets(requests))
     write_bake_file(bake_file, definition)
     return WrittenBake(bake_file, definition, tuple(stacks), tuple(logins))

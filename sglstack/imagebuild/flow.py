@@ -146,7 +146,7 @@ def _build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
             final_id = stamp_labels(builder, held, {**verified_labels(facts.manifest, facts.info),
                                                     **facts.coverage.labels,
                                                     **lock_labels(options.lock, facts.base_digest)},
-                                    options.docker_host)
+                                    options.docker_host, stack.build_platform)
             client.images.get(final_id).tag(tag)
     built_at = utc_now()
     record = _build_record(stack, options, facts, rendered, builder, timer,

@@ -81,12 +81,15 @@ def held_image(client: docker.DockerClient, image_id: str, ref: str) -> Iterator
         _untag(client, ref)
 
 
-def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None) -> str:
+def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker_host: str | None,
+                 platform: str | None = None) -> str:
     """The image `base_ref` names, with `labels` added and no layer added (a FROM-only build).
 
     BuildKit cannot build FROM an image id, so the caller holds the image under a temporary tag. That
     tag exists only in the local engine, which a buildx builder of its own (docker-container, remote,
     kubernetes: `--builder NAME`) cannot see: the stamp runs on the engine's own builder, `default`.
+    The image's `platform` too: BuildKit looks FROM up for the build machine's platform by default, and an
+    arm64 image held here is not that (it would go and pull `base_ref` from Docker Hub).
     """
     if builder.instance is not None:
         builder = dataclasses.replace(builder, instance="default")
@@ -96,7 +99,7 @@ def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker
         write_text(work, dockerfile, f"FROM {base_ref}\n")
         empty = work / "context"
         empty.mkdir()
-        req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels)
+        req = BuildRequest(dockerfile=dockerfile, context=empty, labels=labels, platform=platform)
         return run_build(builder, req, log_path=work / "stamp.log", docker_host=docker_host, show_progress=False)
 
 

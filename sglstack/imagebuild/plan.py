@@ -16,6 +16,7 @@ from ..adapters.buildkit import (
 )
 from ..adapters.git import GitSource
 from ..config.schema import Stack
+from ..core import records
 from ..core.credentials import netrc_text
 from ..core.errors import BuildInputError, did_you_mean
 from ..core.labels import BUILDER_LABEL, CONFIG_HASH_LABEL, TARGET_LABEL
@@ -79,8 +80,13 @@ class BuildResult:
 
 # ---- pure planning ---------------------------------------------------------------------------------
 
+def stack_folder_name(stack: Stack) -> str:
+    """NAME; a further platform of a stack of several (`Stack.lock_platform`): NAME.OS-ARCH."""
+    return records.stack_folder_name(stack.name, stack.lock_platform)
+
+
 def out_dir_for(stack: Stack, options: BuildSettings) -> Path:
-    return options.out_dir or stack_dir(stack.name)
+    return options.out_dir or stack_dir(stack.name, platform=stack.lock_platform)
 
 
 def local_tag(stack: Stack, config_hash: str, target: str) -> str:

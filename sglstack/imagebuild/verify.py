@@ -37,6 +37,7 @@ from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
 from .importclosure import import_closure_option, import_closure_record, judge_imports
+from .seedbase import check_seeded_base
 
 
 def torch_version_matches(reported: str, pinned: str) -> bool:
@@ -214,6 +215,10 @@ def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy =
                         "declare an exception under 'shared_libraries' with its reason, or add the library")
     for path, why in sorted((libs.get("unreadable") or {}).items())[:1]:
         problems.append(f"shared libraries: cannot read {path}: {why}")
+    if foreign := sorted((libs.get("foreign") or {}).items()):
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        problems.append(f"shared libraries: {foreign[0][0]} is built for {foreign[0][1]}, not for the image's CPU"
+                        f"{more}: a wheel of another platform was installed")
     helped = report.get("server_help")
     if helped is not None and (helped.get("returncode") != 0 or not helped.get("lists_model_path")):
         last = (helped.get("error") or "").strip().splitlines()
@@ -334,7 +339,11 @@ IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded
 
 
 def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
-    """A stack that pins its base by image id builds only on that image (one line otherwise)."""
+    """A stack that pins its base by image id builds only on that image, a seeded base only on its pinned root
+    file system for the platform built (one line otherwise)."""
+    if stack.base_seed:
+        check_seeded_base(client, stack.for_platform(stack.platforms[0]))
+        return
     if not stack.base_image_id:
         return
     try:

@@ -22,7 +22,7 @@ from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
 from ..lockfile.current import missing_message, stale_message
-from ..lockfile.model import Lock, lock_path
+from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
 from .flow import LockError, resolve_for_base
 from .plan import LockUnreachable
 from .trust import StaleLock, lock_differences, lock_for_build
@@ -151,19 +151,25 @@ def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sgl
 
 
 def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
-    """Each stack's `locks/NAME.txt` against its entry: a stale lock fails, a missing one is a notice."""
+    """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice;
+    the platforms' locks must agree on every package both install (`platform_disagreements`)."""
     findings = []
     for stack in matrix.stacks.values():
-        path = lock_path(stacks_file, stack.name)
-        if not path.exists() and not path.is_symlink():
-            findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
-            continue
-        try:
-            lock_for_build(stacks_file, stack)  # the build's own check: stale, another stack's, edited
-        except StaleLock:
-            findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
-        except ConfigError as exc:  # unreadable or edited by hand: a lock the build would refuse
-            findings.append(Finding(stack.name, "bad-lock", f"{path}: {exc.reason}"))
+        locks = {}
+        for platform in stack.platforms:
+            one = stack.for_platform(platform)
+            path = lock_path(stacks_file, stack.name, one.lock_platform)
+            if not path.exists() and not path.is_symlink():
+                findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
+                continue
+            try:
+                locks[platform] = lock_for_build(stacks_file, one)  # the build's own check: stale, edited, ...
+            except StaleLock:
+                findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
+            except ConfigError as exc:  # unreadable or edited by hand: a lock the build would refuse
+                findings.append(Finding(stack.name, "bad-lock", f"{path}: {exc.reason}"))
+        if differ := platform_disagreements({p: x for p, x in locks.items() if x is not None}):
+            findings.append(Finding(stack.name, "conflict", disagreement_text(differ)))
     return findings
 
 

@@ -27,7 +27,7 @@ How each kind of layer appears in the lock:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,7 +49,15 @@ from ..core.errors import ConfigError, did_you_mean
 from ..core.folderlock import file_lock
 from ..core.records import require_writable, utc_timestamp
 from ..lockfile.current import stack_input_hash
-from ..lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path, with_edges
+from ..lockfile.model import (
+    Lock,
+    LockedPackage,
+    UnresolvedLayer,
+    disagreement_text,
+    lock_path,
+    platform_disagreements,
+    with_edges,
+)
 from ..lockfile.text import read_lock, write_lock, written_sha256
 from .entries import (
     PlatformPart,
@@ -235,35 +243,39 @@ class _PlatformResolution:
         return out
 
 
-def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),
-                  compile_fn: CompileFn = compile_many, base_glibc: str | None = None) -> Lock:
-    """Resolve the stack for its Python and each of its platforms; one lock (platforms must agree).
+def resolve_platforms(stack: Stack, *, previous: Mapping[str, Lock] | None = None, upgrade: Sequence[str] = (),
+                      compile_fn: CompileFn = compile_many, base_glibc: str | None = None) -> dict[str, Lock]:
+    """One lock per platform of the stack (`Stack.for_platform`), which must agree: a package both platforms
+    install at two versions is a LockError naming it and both (the silent fallback of a resolver to an older
+    release, or a placeholder, when a wheel for one platform is missing).
 
     The manylinux tag follows the stack's `glibc`, else `base_glibc` (read from its base image), else the
     2.28 baseline."""
     upgrade = tuple(canonicalize_name(u) for u in upgrade)
     glibc = stack.glibc or base_glibc
+    locks: dict[str, Lock] = {}
     with git_tree(stack) as tree:
-        parts = [(platform, _resolve_platform(stack, platform, previous, upgrade, compile_fn, tree, glibc))
-                 for platform in stack.platforms]
-        layers = tuple(x.name for x in plan_layers(stack, stack.platforms[0], tree))
-    first_platform, part = parts[0]
-    for platform, other in parts[1:]:
-        a = {(p.name, p.version, p.url) for p in part.packages}
-        b = {(p.name, p.version, p.url) for p in other.packages}
-        if a != b:
-            differ = sorted({x[0] for x in a ^ b})
-            raise LockError(f"stack '{stack.name}': {first_platform} and {platform} resolve differently "
-                            f"({', '.join(differ)}): one lock per platform is not supported yet")
-        hashes = {p.name: set(p.hashes) for p in other.packages}
-        part = replace(part, packages=tuple(replace(p, hashes=tuple(sorted(set(p.hashes) | hashes[p.name])))
-                                            for p in part.packages))
-    return Lock(stack=stack.name, stack_sha256=stack_input_hash(stack), resolved_at=utc_timestamp(),
+        for platform in stack.platforms:
+            one = stack.for_platform(platform)
+            part = _resolve_platform(one, platform, (previous or {}).get(platform), upgrade, compile_fn, tree, glibc)
+            locks[platform] = Lock(
+                stack=stack.name, stack_sha256=stack_input_hash(one), resolved_at=utc_timestamp(),
                 resolver=f"uv {part.uv_version} (uv pip compile --generate-hashes)", python=stack.python,
-                platforms=stack.platforms, layers=layers,
+                platforms=(platform,), layers=tuple(x.name for x in plan_layers(one, platform, tree)),
                 sglang_commit=stack.sglang.git.ref if stack.sglang.git else None,
                 packages=with_edges(part.packages), indexes=part.indexes, unresolved=part.unresolved,
-                notes=part.notes, python_platforms=tuple(python_platform(p, glibc) for p in stack.platforms))
+                notes=part.notes, python_platforms=(python_platform(platform, glibc),))
+    if differ := platform_disagreements(locks):
+        raise LockError(f"stack '{stack.name}': {disagreement_text(differ)}")
+    return locks
+
+
+def resolve_stack(stack: Stack, *, previous: Lock | None = None, upgrade: Sequence[str] = (),
+                  compile_fn: CompileFn = compile_many, base_glibc: str | None = None) -> Lock:
+    """The lock of the stack's first platform, of `resolve_platforms` (every platform resolved and agreeing)."""
+    first = stack.platforms[0]
+    return resolve_platforms(stack, previous={first: previous} if previous else None, upgrade=upgrade,
+                             compile_fn=compile_fn, base_glibc=base_glibc)[first]
 
 
 def resolve_for_base(stack: Stack, previous: Lock | None = None) -> Lock:
@@ -280,6 +292,8 @@ class LockResult:
     lock: Lock
     previous: Lock | None
     seconds: float
+    # The further platforms' locks of a stack built for several (the first platform's is the above).
+    others: tuple[LockResult, ...] = ()
 
 
 def kept_time(lock: Lock, previous: Lock | None) -> Lock:
@@ -304,10 +318,15 @@ def lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Se
 def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: Sequence[str],
                 compile_fn: CompileFn) -> LockResult:
     stack = load_matrix(stacks_file).get(stack_name)
-    path = lock_path(stacks_file, stack_name)
-    previous = read_lock(path) if path.exists() or path.is_symlink() else None  # a folder: one line
+    paths: dict[str, Path] = {p: lock_path(stacks_file, stack_name, stack.for_platform(p).lock_platform)
+                              for p in stack.platforms}
+    path = paths[stack.platforms[0]]
+    # a folder: one line
+    previous_of: dict[str, Lock] = {p: read_lock(x) for p, x in paths.items() if x.exists() or x.is_symlink()}
+    previous = previous_of.get(stack.platforms[0])
     # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
-    require_writable(path, what="lock")
+    for x in paths.values():
+        require_writable(x, what="lock")
     wanted = [canonicalize_name(u) for u in upgrade_packages]
     if wanted and previous is None:
         raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",
@@ -321,7 +340,13 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
             raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
     start = time.monotonic()
     base_glibc = None if stack.glibc else base_image_glibc(stack)
-    lock = kept_time(resolve_stack(stack, previous=previous, upgrade=wanted, compile_fn=compile_fn,
-                                   base_glibc=base_glibc), previous)
-    write_lock(path, lock, stacks_file=Path(stacks_file).name)
-    return LockResult(path, lock, previous, round(time.monotonic() - start, 2))
+    locks = resolve_platforms(stack, previous=previous_of, upgrade=wanted, compile_fn=compile_fn,
+                              base_glibc=base_glibc)
+    results = []
+    for platform, lock in locks.items():  # every platform resolved and agreeing before any file is written
+        lock = kept_time(lock, previous_of.get(platform))
+        write_lock(paths[platform], lock, stacks_file=Path(stacks_file).name)
+        results.append(LockResult(paths[platform], lock, previous_of.get(platform),
+                                  round(time.monotonic() - start, 2)))
+    return replace(results[0], others=tuple(results[1:]))
+

@@ -33,8 +33,10 @@ class UntrustedLock(ConfigError):
 
 def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
     """The stack's current, trustworthy lock; None when it has none; a one-line `ConfigError` otherwise:
-    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack."""
-    path = lock_path(stacks_file, stack.name)
+    `StaleLock` when the entry moved on, `UntrustedLock` when the file disagrees with itself or its stack.
+    A stack of several platforms has a lock per platform: `stack.for_platform(P)` reads P's; the whole
+    stack reads its first platform's."""
+    path = lock_path(stacks_file, stack.name, stack.lock_platform)
     if not path.exists() and not path.is_symlink():
         return None
     lock = read_lock(path)
@@ -44,6 +46,10 @@ def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
     if lock.declared_written_sha256 is None:
         raise UntrustedLock(f"the lock has no 'written-sha256:' line (an older sglstack wrote it, or it was "
                             f"edited): run invoke lock --stack {stack.name}", file=str(path), stack=stack.name)
+    if lock.platforms != stack.platforms[:1]:
+        raise UntrustedLock(f"this lock is for {' '.join(lock.platforms)}, not {stack.platforms[0]} (each platform "
+                            f"has its own lock): run invoke lock --stack {stack.name}", file=str(path),
+                            stack=stack.name)
     if not is_current(lock, stack):
         raise StaleLock(stale_message(stack.name, path), stack=stack.name)
     problem = untrusted_reason(lock, stack)

@@ -16,7 +16,9 @@ from .model import RESOLUTION_KEYS, VENV_BOOTSTRAP, Lock
 
 
 def stack_input_hash(stack: Stack) -> str:
-    """sha256 of the stack's resolution inputs (RESOLUTION_KEYS; an override's reason is prose, not input)."""
+    """sha256 of the stack's resolution inputs (RESOLUTION_KEYS; an override's reason is prose, not input).
+    One platform of a stack (`Stack.for_platform`) has the whole stack's: each platform's lock is of that entry."""
+    stack = stack.whole or stack
     data = stack.model_dump(mode="json", include=set(RESOLUTION_KEYS))
     # Keys added to the schema later count only when set, so the locks written before them stay current.
     if data.get("glibc") is None:

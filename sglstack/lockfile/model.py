@@ -7,6 +7,7 @@ into the build context), so none of them needs another's flow to read one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -115,10 +116,31 @@ class Lock:
 
 
 
-def lock_path(stacks_file: str | Path, stack_name: str) -> Path:
-    """`locks/NAME.txt` in the folder of the stacks file."""
-    return Path(stacks_file).parent / LOCKS_DIR / f"{stack_name}.txt"
+def lock_path(stacks_file: str | Path, stack_name: str, platform: str | None = None) -> Path:
+    """`locks/NAME.txt` in the folder of the stacks file: the lock of the stack's first platform; each further
+    platform's is `locks/NAME.OS-ARCH.txt` (`pypi-cu130.linux-arm64.txt`), as `Stack.lock_platform` says."""
+    suffix = f".{platform.replace('/', '-')}" if platform else ""
+    return Path(stacks_file).parent / LOCKS_DIR / f"{stack_name}{suffix}.txt"
 
+
+
+def platform_disagreements(locks: Mapping[str, Lock]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Each package the platforms' locks hold at more than one version: (name, ((platform, version), ...)).
+    A package only one platform installs (a `platform_machine` marker) is no disagreement."""
+    seen: dict[str, dict[str, str]] = {}
+    for platform, lock in locks.items():
+        for p in lock.packages:
+            seen.setdefault(p.name, {})[platform] = p.version
+    return [(name, tuple(by.items())) for name, by in sorted(seen.items()) if len(set(by.values())) > 1]
+
+
+def disagreement_text(differ: list[tuple[str, tuple[tuple[str, str], ...]]]) -> str:
+    """One line for `platform_disagreements`: what the build and `stacks --check` refuse with."""
+    each = "; ".join(f"{name} " + ", ".join(f"{version} on {platform}" for platform, version in by)
+                     for name, by in differ)
+    return (f"the platforms resolve {len(differ)} package(s) to different versions: {each} (a release without "
+            f"a wheel for one platform makes the resolver fall back to an older one): pin versions every "
+            f"platform has wheels for")
 
 
 def with_edges(packages: tuple[LockedPackage, ...]) -> tuple[LockedPackage, ...]:

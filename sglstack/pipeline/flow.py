@@ -120,9 +120,11 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
                force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
                docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                smoke_opts: list[str] | None = None, builder_name: str | None = None, key: str | None = None,
-               unsigned: bool = False) -> BuildPlan:
+               unsigned: bool = False, platform: str | None = None) -> BuildPlan:
     """Every input of `invoke build [--push]` checked (bad input, exit 2), the dry run's as the real one's."""
-    stack = load_matrix(stacks_file).get(stack_name)
+    whole = load_matrix(stacks_file).get(stack_name)
+    # One platform per build (BuildKit --platform): its base, its lock, its record (default: the first).
+    stack = whole.for_platform(platform or whole.platforms[0])
     check_target(stack, target)
     resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
     signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
@@ -136,7 +138,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
         # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
         detect_builder(docker_cli, builder_name)
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
-    missing = None if lock is not None else missing_message(stack_name, lock_path(stacks_file, stack_name))
+    missing = None if lock is not None else missing_message(
+        stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
                              docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                              remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))

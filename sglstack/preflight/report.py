@@ -14,7 +14,8 @@ _STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 def render_report(report: NodeReport, console: Console, *, where: str = "this node") -> None:
     node = report.node
     title = f"preflight: stack {report.requirements.stack or '-'} on {plain(where)}"
-    caption = ", ".join(f"{k} {plain(node[k])}" for k in ("hostname", "driver", "torch", "nccl", "date") if node.get(k))
+    caption = ", ".join(f"{k} {plain(node[k])}" for k in ("hostname", "platform", "driver", "torch", "nccl", "date")
+                        if node.get(k))
     table = report_table(("check", "status", "value", "threshold", "detail"), title=title, caption=caption or None)
     for check in report.checks:
         style = _STYLE.get(check.status, "")

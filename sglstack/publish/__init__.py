@@ -20,6 +20,7 @@ from .history import (
     read_records,
     records_path,
 )
+from .platforms import check_node_platform, engine_platform, reference_platforms
 from .promotion import (
     ImmutableTagCollision,
     PromotionError,
@@ -41,7 +42,9 @@ __all__ = [
     "already_published",
     "append_records",
     "check_immutable",
+    "check_node_platform",
     "cleanup_candidates",
+    "engine_platform",
     "parse_smoke_opts",
     "promote",
     "publish_digest",
@@ -49,6 +52,7 @@ __all__ = [
     "push_candidate",
     "read_records",
     "records_path",
+    "reference_platforms",
     "release",
     "release_smoke_options",
     "target_repository",

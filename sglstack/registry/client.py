@@ -266,6 +266,23 @@ class RegistryClient(RegistrySession):
             if not children:
                 raise self._fail(f"index {repo}@{manifest.digest} lists no manifests")
             manifest = self.get_manifest(repo, children[0])
+        return self._config_of(repo, manifest)
+
+    def image_platforms(self, repo: str, reference: str) -> tuple[str, ...]:
+        """The platforms (`os/arch`) a reference serves: each image of an index (its attestation manifests,
+        `unknown/unknown`, are not platforms), or the one of an image manifest's config."""
+        manifest = self.get_manifest(repo, reference)
+        if not manifest.is_index:
+            config = self._config_of(repo, manifest)
+            return (f"{config.get('os') or 'linux'}/{config.get('architecture') or 'unknown'}",)
+        out = []
+        for entry in manifest.json().get("manifests", []):
+            found = entry.get("platform") if isinstance(entry, dict) else None
+            if isinstance(found, dict) and found.get("os") not in (None, "unknown") and found.get("architecture"):
+                out.append(f"{found['os']}/{found['architecture']}")
+        return tuple(dict.fromkeys(out))
+
+    def _config_of(self, repo: str, manifest: Manifest) -> dict[str, Any]:
         blob = manifest.blobs()[0]
         try:
             config = loads(self.get_blob(repo, blob, max_bytes=MAX_CONFIG_BYTES))

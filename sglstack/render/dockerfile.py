@@ -156,16 +156,26 @@ def stack_manifest(stack: Stack) -> dict:
         # The base pinned by image id (a local base): not in the Dockerfile, so here, for the config hash to
         # change with it; only when set, so that no other stack's hash moves.
         **({"base_image_id": stack.base_image_id} if stack.base_image_id else {}),
+        # A seeded base is its root file system: another digest is another image.
+        **({"base_rootfs": {p: stack.base_seed.rootfs[p] for p in stack.platforms}} if stack.base_seed else {}),
     }
 
 
+def _one_platform(stack: Stack) -> Stack:
+    """A seeded base has a name per platform: a stack not narrowed to one (`Stack.for_platform`) renders its first."""
+    return stack.for_platform(stack.platforms[0]) if stack.base_seed and stack.whole is None else stack
+
+
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
+    stack = _one_platform(stack)
     layers = install_layers(stack, lock)
     return environment().get_template("Dockerfile.j2").render(
         lock_mount=LOCK_MOUNT,
         locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
         locked_sglang=bool(lock and lock.installs_layer("sglang")),
         stack=stack,
+        # only where another platform than amd64 is built: every amd64-only stack's Dockerfile stays as it was
+        src_on_build_platform=(stack.whole or stack).platforms != ("linux/amd64",),
         manylinux_minors=MANYLINUX_MINORS,
         git_source_dir=GIT_SOURCE_DIR,
         apt_packages=apt_packages(stack),
@@ -223,7 +233,9 @@ def _tree_files(src: Path, prefix: str) -> dict[str, Path]:
 
 
 def build_context(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR, lock: Lock | None = None) -> BuildContext:
-    """The Dockerfile and its context for `stack` (pure: reads the tools and patches, writes nothing)."""
+    """The Dockerfile and its context for `stack` (pure: reads the tools and patches, writes nothing). A stack
+    on a seeded base not narrowed to a platform (`Stack.for_platform`) is rendered for its first."""
+    stack = _one_platform(stack)
     sources = {f"tools/{name}": TOOLS_DIR / name for name in CONTEXT_TOOLS}
     sources.update(_tree_files(PATCHKIT_DIR, "tools/patchkit"))
     for pid in stack.patches:

@@ -26,7 +26,7 @@ from sglstack.attest.signing import (
     signed_attestations,
     signed_payload,
 )
-from sglstack.attest.store import attach, fallback_tag, find_attestations
+from sglstack.attest.store import KINDS, artifact_manifest, attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
 from sglstack.config.imageref import parse_image_reference
 from sglstack.lockfile.model import Lock, LockedPackage
@@ -239,6 +239,35 @@ def test_with_the_referrers_api_attestations_are_found_by_subject_without_tags(r
     sbom = next(a for a in found if a.kind == "sbom")
     client.delete_manifest("team/img", sbom.manifest_digest)
     with pytest.raises(NotVerified, match=r"the sbom the signature names .* is not attached"):
+        verify_image(client, ref, key.public_key())
+
+
+def test_a_signed_document_attached_only_to_another_image_is_not_this_images(referrers_registry):
+    """Someone with push access puts the artifact of the same (signed) SBOM, attached to another image, under
+    this image's tag-scheme name: it is found, and its bytes are the signed ones, but it is not attached to
+    this image, whose own SBOM is gone: refused as not attached, not taken for this image's."""
+    client = RegistryClient(referrers_registry.host)
+    digest, config = _push_image(client, "team/img")
+    other = client.put_manifest("team/img", "v2", json.dumps({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
+        "layers": [], "annotations": {"other": "image"}}).encode(), OCI_MANIFEST)
+    key = Ed25519PrivateKey.generate()
+    documents = signed_documents(key, repository=f"{referrers_registry.host}/team/img", digest=digest,
+                                 config_digest=config)
+    attach(client, "team/img", digest, documents)
+    ref = parse_image_reference(f"{referrers_registry.host}/team/img:v1")
+    assert verify_image(client, ref, key.public_key()).digest == digest
+    sbom = next(a for a in find_attestations(client, "team/img", digest) if a.kind == "sbom")
+    client.delete_manifest("team/img", sbom.manifest_digest)
+    body = dict(documents)["sbom"]
+    image = client.get_manifest("team/img", other)
+    manifest = artifact_manifest("sbom", Attached("sbom", KINDS["sbom"], compute_digest(body), len(body)),
+                                 image.media_type, other, len(image.body))
+    client.put_artifact("team/img", fallback_tag(digest, "sbom"), manifest, OCI_MANIFEST)
+    assert [(a.kind, a.subject) for a in find_attestations(client, "team/img", digest) if a.kind == "sbom"] == [
+        ("sbom", other)]
+    with pytest.raises(NotVerified, match=r"the sbom the signature names .* is not attached: deleted or never"):
         verify_image(client, ref, key.public_key())
 
 

@@ -75,6 +75,7 @@ OPTION_VALUES = {
     "bad": "0.5.10",
     "sglang": "0.5.10",
     "ref": "example/image:1",
+    "tag": "candidate-1",
 }
 
 

@@ -20,7 +20,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import BuildError, ConfigError, DockerUnavailable
 from sglstack.imagebuild.bake import BAKE_FILE, STAGES, plan_targets, target_name
 from sglstack.imagebuild.flow import FINAL_TARGET, describe_build
-from sglstack.imagebuild.plan import BuildSettings
+from sglstack.imagebuild.plan import BuildSettings, stack_folder_name
 from sglstack.lock.trust import lock_for_build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,16 +132,21 @@ def test_every_bake_target_is_what_invoke_build_passes(buildx_env, tmp_path, cac
     bake = json.loads((tmp_path / "build" / BAKE_FILE).read_text())
     _BakeFile.model_validate(bake)
     matrix = load_matrix(stacks_file)
-    assert set(bake["target"]) == {target_name(s, stage) for s in matrix.names() for stage in STAGES}
-    for stack in matrix.stacks.values():
+    # a target per platform of each stack, as `invoke build --platform P` builds it
+    ones = [stack.for_platform(p) for stack in matrix.stacks.values() for p in stack.platforms]
+    assert set(bake["target"]) == {target_name(stack_folder_name(s), stage) for s in ones for stage in STAGES}
+    assert "pypi-cu130-gb_linux-arm64-runtime" in bake["target"]
+    for stack in ones:
         lock = lock_for_build(stacks_file, stack)
+        name = stack_folder_name(stack)
         for stage in STAGES:
             lines, config_hash = describe_build(stack, BuildSettings(target=stage, builder_name="ci", lock=lock))
             build_line = next(line for line in lines if line.startswith("build:"))
             parsed = parse_buildx_argv(shlex.split(build_line.removeprefix("build:")))
             assert parsed["builder"] == "ci"
-            assert bake["target"][target_name(stack.name, stage)] == parsed["fields"], (stack.name, stage)
-            target = bake["target"][target_name(stack.name, stage)]
+            assert bake["target"][target_name(name, stage)] == parsed["fields"], (name, stage)
+            target = bake["target"][target_name(name, stage)]
+            assert target["platforms"] == list(stack.platforms)
             assert target["labels"]["io.sglstack.config-hash"] == config_hash
             assert sorted(target["secret"]) == [f"id=ca_bundle,src={tmp_path / 'ca.pem'}", "id=hf_token,env=HF_TOKEN"]
             ref = f"registry.example.com:5000/team/sglstack-cache:{stack.name}"
@@ -150,7 +155,7 @@ def test_every_bake_target_is_what_invoke_build_passes(buildx_env, tmp_path, cac
             exported = [f"type=registry,ref={ref},mode=max"] if cached and stage == FINAL_TARGET else None
             assert target.get("cache-to") == exported
             assert Path(target["context"]).is_dir() and Path(target["dockerfile"]).is_file()
-    assert bake["group"]["default"]["targets"] == [target_name(s, FINAL_TARGET) for s in matrix.names()]
+    assert bake["group"]["default"]["targets"] == [target_name(stack_folder_name(s), FINAL_TARGET) for s in ones]
 
 
 def test_classic_builder_imports_the_cache_and_says_it_cannot_export_it(tmp_path, monkeypatch):

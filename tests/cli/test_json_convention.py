@@ -17,7 +17,7 @@ REPORTING = {
 # Tasks that act (write files, move tags, start or stop services) and say what they did, with no report.
 ACTIONS = {
     "render", "bake", "publish", "deploy", "logs", "undeploy", "rollback", "test", "registry.up", "registry.down",
-    "registry.cleanup", "patches.apply",
+    "registry.cleanup", "patches.apply", "seed-base", "publish-index",
 }
 # The fewest arguments each reporting task takes past invoke's parser (checked: none is looked at first).
 REQUIRED = {

@@ -263,7 +263,7 @@ def test_an_unknown_stack_names_the_known_ones():
     with pytest.raises(ConfigError) as info:
         load_matrix(REPO / "stacks.yaml").get("zz")
     assert str(info.value).endswith(
-        "stacks.yaml: stack 'zz': unknown stack (known: cu129, cu130, h200-field, pypi-cu130)")
+        "stacks.yaml: stack 'zz': unknown stack (known: cu129, cu130, h200-field, pypi-cu130, pypi-cu130-gb)")
 
 
 # ---- the pure value checks, each with its exact message ---------------------------------------------

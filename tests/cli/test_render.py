@@ -194,10 +194,12 @@ def test_stack_json_gives_the_in_build_tools_the_stacks_facts():
     }
     assert (manifest["patches"], manifest["patch_policy"]) == (["kimi-k25-eagle3"], "notice")
     assert manifest["pins"]["sglang"] == "0.5.9" and manifest["pins"]["torch"] == "2.9.1+cu130"
-    # A base pinned by image id is a fact of the build too (and moves the config hash).
-    local = load_matrix(REPO / "stacks.yaml").get("pypi-cu130")
-    assert json.loads(build_context(local).files["stack.json"])["base_image_id"] == local.base_image_id
-    assert local.base_image_id.startswith("sha256:")
+    # A seeded base's root file system is a fact of the build too (and moves the config hash), per platform.
+    gb = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    for platform in gb.platforms:
+        one = build_context(gb.for_platform(platform))
+        assert json.loads(one.files["stack.json"])["base_rootfs"] == {platform: gb.base_seed.rootfs[platform]}
+        assert f"FROM sglstack/base:debian12-slim-{platform.split('/')[1]} AS runtime\n" in one.dockerfile
 
 
 def test_a_patch_folder_linked_into_the_patches_is_copied_as_files(tmp_path):

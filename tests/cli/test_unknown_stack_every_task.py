@@ -30,7 +30,7 @@ def test_a_mistyped_stack_is_one_line_with_the_nearest(tmp_path, task):
                       env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build"), "DOCKER_HOST": "tcp://127.0.0.1:9"})
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == (f"error: {REPO / 'stacks.yaml'}: stack 'cu13': unknown stack (known: cu129, cu130, "
-                           f"h200-field, pypi-cu130); did you mean 'cu130'?\n")
+                           f"h200-field, pypi-cu130, pypi-cu130-gb); did you mean 'cu130'?\n")
     assert list(tmp_path.iterdir()) == []
 
 

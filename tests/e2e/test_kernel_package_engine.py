@@ -48,7 +48,7 @@ def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
     client = docker_client()
     bookworm = client.images.get("debian:bookworm-slim").id
     stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim",
-                                                        "base_image_id": bookworm})
+                                                        "base_image_id": bookworm, "base_seed": None})
     check_base_image(client, stack)  # the same image: nothing to say
     other = stack.model_copy(update={"base_image_id": "sha256:" + "0" * 64})
     with pytest.raises(BuildError) as err:

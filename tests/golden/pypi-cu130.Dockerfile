@@ -42,7 +42,7 @@ RUN python3 -m patchkit apply --root /src/tree --patches-dir /opt/sglstack/patch
  && python3 /opt/sglstack/tools/wheelkit.py overlay /src/tree /src/dist/sglang-*.whl /out/overlay
 
 # ---- stage 2: the serving image --------------------------------------------------------------------
-FROM sglstack/base:debian12-slim-5ebdceea6080 AS runtime
+FROM sglstack/base:debian12-slim-amd64 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -142,7 +142,7 @@ LABEL io.sglstack.cuda="13.0" \
       io.sglstack.python="3.11" \
       io.sglstack.sglang="0.5.23" \
       io.sglstack.stack="pypi-cu130" \
-      org.opencontainers.image.base.name="sglstack/base:debian12-slim-5ebdceea6080" \
+      org.opencontainers.image.base.name="sglstack/base:debian12-slim-amd64" \
       org.opencontainers.image.description="SGLang 0.5.23 from PyPI alone (PyTorch 2.14.1 with NVIDIA's CUDA 13.0 wheels, sglang-kernel 0.4.10, FlashInfer 0.7.2) on Debian 12" \
       org.opencontainers.image.title="sglstack pypi-cu130" \
       org.opencontainers.image.vendor="sglstack" \

@@ -4,17 +4,23 @@ kubectl call, on each way a rollout ends. The wait's clock is the test's, so no 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 from deploy_fixtures import make_test_stack
 from fake_clock import FakeClock
 
+from sglstack.adapters import kubectl as kubectl_adapter
 from sglstack.adapters.kubectl import Kubectl
 from sglstack.core.errors import DeployError
 from sglstack.core.signals import Interrupted
@@ -33,8 +39,32 @@ OPTIONS = k8s.K8sOptions(gpus=False, nnodes=2)
 NAME = k8s.object_name("tiny")  # sglstack-tiny
 
 
+_DOUBLE_CODE = compile((DOUBLE / "kubectl").read_text(encoding="utf-8"), str(DOUBLE / "kubectl"), "exec")
+_real_run = subprocess.run
+
+
+def _kubectl_in_process(argv, *, env=None, **kwargs):
+    """The kubectl stand-in's own code, run in this process with the argv and environment the adapter gives
+    it, its exit and output returned as `subprocess.run` returns them. A fresh Python per kubectl call
+    cost ~0.1 s of CPU, 5-100 a test: most of this module's time. What these tests check is the flow;
+    the adapter's real child process is tests/cli/test_deploy_k8s.py's (and the first test here)."""
+    if argv[0] != str(DOUBLE / "kubectl"):
+        return _real_run(argv, env=env, **kwargs)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, env or {}, clear=True), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(_DOUBLE_CODE, {"__name__": "kubectl_double"})
+        except SystemExit as exc:
+            code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1  # as Python exits
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
+def cluster(tmp_path, monkeypatch, request):
+    if "kubectl_as_a_child" not in request.fixturenames:
+        monkeypatch.setattr(kubectl_adapter.subprocess, "run", _kubectl_in_process)
     monkeypatch.setenv("PATH", f"{DOUBLE}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("KUBECTL_DOUBLE_STATE", str(tmp_path / "kube"))
     monkeypatch.setenv("KUBECTL_DOUBLE_CONTEXT", "kind-sglstack")
@@ -62,11 +92,24 @@ def applied_image(state: Path) -> str | None:
     return obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"]
 
 
+@pytest.fixture
+def one_poll_per_wait(monkeypatch):
+    """A rollback that never gets ready waits its recorded options' whole limit (540 s here): at the 5 s poll
+    that is 108 runs of the kubectl stand-in (a Python program, ~0.1 s of CPU each). The poll is this
+    module's own setting and these tests assert what is said and recorded at the deadline, not the polls."""
+    monkeypatch.setattr(k8s_flow, "POLL_S", 10_000.0)
+
+
 def rows(dep: K8sDeployment) -> list[tuple[str, str, str, str]]:
     return [(r.action, r.result, r.image, r.note) for r in read_records(dep.build_root, "tiny")]
 
 
-def test_a_deploy_applies_waits_and_records_every_field(cluster):
+@pytest.fixture
+def kubectl_as_a_child():
+    """Asked for by a test that runs the stand-in as a real child process, as the adapter does in use."""
+
+
+def test_a_deploy_applies_waits_and_records_every_field(kubectl_as_a_child, cluster):
     dep, said, clock, state = cluster
     record = deploy_k8s(dep, A, OPTIONS, smoke_report="f" * 64, say=said.append)
     assert said == [
@@ -149,7 +192,7 @@ def test_an_unready_update_rolls_back_to_the_previous_digest_with_its_options(cl
     assert (restore.options, restore.smoke_report) == (first.to_record(), "f" * 64)
 
 
-def test_a_rollback_that_does_not_get_ready_either_says_so(cluster, monkeypatch):
+def test_a_rollback_that_does_not_get_ready_either_says_so(cluster, monkeypatch, one_poll_per_wait):
     dep, said, _clock, _state = cluster
     deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
     monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", f"{'a' * 64},{'b' * 64}")
@@ -440,7 +483,8 @@ def test_a_rollback_whose_apply_is_refused_says_why_in_one_line(cluster, monkeyp
     ("b" * 64, f"rolled back to sha256:{'a' * 64} (ready); not recorded (the disk is full)"),
     (f"{'a' * 64},{'b' * 64}", f"rolling back to sha256:{'a' * 64} failed too: not ready within "),
 ])
-def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, unready, outcome):
+def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch, one_poll_per_wait, unready,
+                                                          outcome):
     dep, said, _clock, _state = cluster
     deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
     monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", unready)
@@ -449,3 +493,46 @@ def test_a_rollback_whose_records_cannot_be_written_says_so(cluster, monkeypatch
         deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
     assert outcome in str(failed.value)
     assert str(failed.value).endswith("; not recorded (the disk is full)")
+
+
+def test_a_refused_delete_s_reason_is_cut_at_300_characters(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "a" * 64)
+
+    def refused(_folder):
+        raise DeployError("d" * 400 + "\nsecond line")
+
+    monkeypatch.setattr(Kubectl, "delete", lambda self, folder: refused(folder))
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, A, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert str(failed.value).endswith("; no earlier deployment to roll back to, and " + "d" * 300)
+
+
+def test_each_record_of_a_rolled_back_deploy_has_the_time_it_was_written(cluster, monkeypatch):
+    dep, said, _clock, _state = cluster
+    stamps = iter(f"2026-12-05T00:00:0{n}Z" for n in range(10))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    with pytest.raises(DeployFailed):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=1, say=said.append)
+    assert [(r.action, r.result, r.time) for r in read_records(dep.build_root, "tiny")] == [
+        ("deploy", "healthy", "2026-12-05T00:00:01Z"), ("deploy", "failed", "2026-12-05T00:00:03Z"),
+        ("restore", "healthy", "2026-12-05T00:00:04Z")]
+
+
+def test_the_k8s_wait_limit_is_the_startup_probe_budget_plus_pulls_and_scheduling(tmp_path):
+    spec = k8s.k8s_spec(make_test_stack(tmp_path / "m"), OPTIONS)
+    h = spec.healthcheck
+    assert (h.start_period_s, h.interval_s, h.retries) == (120, 30, 3)
+    # 120 s start period + (3 retries + the first probe) x 30 s + 300 s for image pulls and scheduling
+    assert k8s_flow.wait_limit(spec, None) == 540
+    assert k8s_flow.wait_limit(spec, 7) == 7
+
+
+def test_what_is_applied_is_rendered_with_the_deploy_s_options_and_smoke_report(cluster):
+    dep, _said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, smoke_report="f" * 64, say=lambda _m: None)
+    obj = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
+    assert obj["spec"]["leaderWorkerTemplate"]["size"] == 2  # OPTIONS' nnodes, not the default's 1
+    assert obj["metadata"]["annotations"][k8s.ANNOTATION_PREFIX + "smoke-report"] == "f" * 64

@@ -173,3 +173,18 @@ def test_the_build_runs_the_server_checks_only_where_sglang_has_its_requirements
         "--speculative"]
     # a CUDA stack's JIT toolchain, for each capability it is built for
     assert full[6:] == ["--jit-arch=9.0", "--jit-arch=10.0", "--jit-arch=10.3", "--jit-arch=12.0"]
+
+
+def test_a_shared_object_of_another_cpu_is_named_not_taken_for_the_images(image_root):
+    """A wheel of the wrong platform in an arm64 image (or the reverse): its .so files are foreign, named."""
+    root, ext, _ = image_root
+    path = root / SITE.lstrip("/") / ext
+    data = bytearray(path.read_bytes())
+    data[18:20] = (183 if os.uname().machine == "x86_64" else 62).to_bytes(2, "little")  # ELF e_machine
+    path.write_bytes(bytes(data))
+    other = "aarch64" if os.uname().machine == "x86_64" else "x86_64"
+    report = check_needs([SITE], root=str(root), machine=os.uname().machine)
+    assert report.foreign == {f"{SITE}/{ext}": other} and report.unresolved == {}
+    problems = image_check_problems({"shared_libraries": {**report.to_dict(), "folders": [SITE]}})
+    assert problems == [f"shared libraries: {SITE}/{ext} is built for {other}, not for the image's CPU: a wheel of "
+                        "another platform was installed"]

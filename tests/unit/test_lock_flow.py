@@ -183,29 +183,53 @@ def test_the_command_names_unresolved_layers_and_notes(stacks, capsys, monkeypat
 
 # ---- one resolution, several platforms -------------------------------------------------------------
 
-def test_platforms_that_agree_make_one_lock_with_every_files_hash(tiny):
+def test_each_platform_gets_its_own_lock_resolved_for_its_tag(tiny):
     both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
     uv = Uv()
-    lock = flow.resolve_stack(both, compile_fn=uv)
-    assert lock.platforms == ("linux/amd64", "linux/arm64")
-    assert lock.python_platforms == ("x86_64-manylinux_2_36", "aarch64-manylinux_2_36")
+    locks = flow.resolve_platforms(both, compile_fn=uv)
+    assert [(p, x.platforms, x.python_platforms) for p, x in locks.items()] == [
+        ("linux/amd64", ("linux/amd64",), ("x86_64-manylinux_2_36",)),
+        ("linux/arm64", ("linux/arm64",), ("aarch64-manylinux_2_36",))]
     assert {r.python_platform for r in uv.requests} == {"x86_64-manylinux_2_36", "aarch64-manylinux_2_36"}
+    assert flow.resolve_stack(both, compile_fn=Uv()) == locks["linux/amd64"]
+    assert {x.stack_sha256 for x in locks.values()} == {stack_input_hash(both)}
 
 
-def test_platforms_that_resolve_differently_are_one_line(tiny):
+def test_platforms_that_resolve_a_package_to_two_versions_are_one_line_naming_both(tiny):
     both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
     with pytest.raises(LockError) as err:
         flow.resolve_stack(both, compile_fn=Uv(platforms_differ=True))
-    assert str(err.value) == ("stack 'tiny': linux/amd64 and linux/arm64 resolve differently (idna): one lock per "
-                              "platform is not supported yet")
+    assert str(err.value) == (
+        f"stack 'tiny': the platforms resolve 1 package(s) to different versions: idna {VERSIONS['idna']} on "
+        "linux/amd64, 3.10 on linux/arm64 (a release without a wheel for one platform makes the resolver fall back "
+        "to an older one): pin versions every platform has wheels for")
 
 
-def test_hashes_of_platforms_are_merged(tiny):
+def test_a_package_only_one_platform_installs_is_no_disagreement(tiny):
+    from dataclasses import replace
+
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv()
+    real = uv.resolve
+
+    def resolve(request):
+        r = real(request)
+        if request.python_platform.startswith("aarch64"):  # an x86_64-only dependency (a platform marker)
+            return replace(r, packages=tuple(p for p in r.packages if p.name != "idna"))
+        return r
+
+    uv.resolve = resolve  # type: ignore[method-assign]
+    locks = flow.resolve_platforms(both, compile_fn=uv)
+    assert locks["linux/amd64"].get("idna") is not None and locks["linux/arm64"].get("idna") is None
+
+
+def test_each_platforms_lock_keeps_its_own_hashes(tiny):
     both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
     uv = Uv()
     uv.resolve = _two_hashes(uv.resolve)  # type: ignore[method-assign]
-    lock = flow.resolve_stack(both, compile_fn=uv)
-    assert lock.get("idna").hashes == (HASH_A, HASH_B)
+    locks = flow.resolve_platforms(both, compile_fn=uv)
+    assert (locks["linux/amd64"].get("idna").hashes, locks["linux/arm64"].get("idna").hashes) == ((HASH_A,),
+                                                                                                   (HASH_B,))
 
 
 def _two_hashes(resolve):
@@ -908,8 +932,11 @@ def test_platforms_that_resolve_differently_name_every_package_that_differs(tiny
     uv.resolve = resolve  # type: ignore[method-assign]
     with pytest.raises(LockError) as err:
         flow.resolve_stack(both, compile_fn=uv)
-    assert str(err.value) == ("stack 'tiny': linux/amd64 and linux/arm64 resolve differently (idna, numpy): one lock "
-                              "per platform is not supported yet")
+    assert str(err.value) == (
+        f"stack 'tiny': the platforms resolve 2 package(s) to different versions: idna {VERSIONS['idna']} on "
+        f"linux/amd64, 0.1 on linux/arm64; numpy {VERSIONS['numpy']} on linux/amd64, 0.1 on linux/arm64 (a release "
+        "without a wheel for one platform makes the resolver fall back to an older one): pin versions every "
+        "platform has wheels for")
 
 
 # ---- the base image's glibc, the task's timing and its console lines ------------------------------------
@@ -978,11 +1005,16 @@ def test_the_commands_lines_are_styled_but_never_highlighted(stacks, monkeypatch
     assert len(lines) == 3
 
 
-def test_the_command_names_every_platform_and_passes_the_packages_to_upgrade(stacks, capsys, monkeypatch):
+def test_the_command_writes_a_lock_per_platform_and_passes_the_packages_to_upgrade(stacks, capsys, monkeypatch):
     stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
     monkeypatch.setattr(flow, "lock_stack", functools.partial(REAL_LOCK_STACK, compile_fn=Uv()))
     assert lock_command(str(stacks), "tiny") == 0
-    assert "for Python 3.11 linux/amd64 linux/arm64 in " in capsys.readouterr().out.splitlines()[0]
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny: locked")]
+    assert [line.split(" for Python ")[1].split(" in ")[0] for line in out] == ["3.11 linux/amd64", "3.11 linux/arm64"]
+    assert [line.split(" -> ")[1] for line in out] == [str(stacks.parent / "locks" / "tiny.txt"),
+                                                       str(stacks.parent / "locks" / "tiny.linux-arm64.txt")]
+    assert [read_lock(stacks.parent / "locks" / f).platforms for f in ("tiny.txt", "tiny.linux-arm64.txt")] == [
+        ("linux/amd64",), ("linux/arm64",)]
     with pytest.raises(ConfigError) as err:
         lock_command(str(stacks), "tiny", upgrade_packages=["no-such"])
     assert str(err.value) == f"stack 'tiny': --upgrade-package no-such: not in {lock_path(stacks, 'tiny')}"
@@ -1055,3 +1087,48 @@ def test_lock_command_refuses_a_stack_typo_before_its_progress_starts(tmp_path, 
     with pytest.raises(ConfigError) as err:
         lock_command(str(tmp_path / "stacks.yaml"), "tinyy")
     assert str(err.value).endswith("stack 'tinyy': unknown stack (known: tiny); did you mean 'tiny'?")
+
+
+# ---- one lock per platform: stacks --check reads each, and refuses platforms that disagree -------------------
+
+def _two_platforms(stacks: Path) -> None:
+    stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
+
+
+def test_stacks_check_reads_each_platforms_lock(stacks):
+    from sglstack.lock.conflicts import lock_findings
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert lock_findings(load_matrix(stacks), str(stacks)) == []
+    (stacks.parent / "locks" / "tiny.linux-arm64.txt").unlink()
+    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
+        "tiny", "no-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): the image is not "
+                           "reproducible to the last package; run invoke lock --stack tiny")]
+
+
+def test_stacks_check_refuses_platform_locks_that_disagree_naming_the_package_and_both_versions(stacks,
+                                                                                                 monkeypatch):
+    """Locks written apart (another sglstack, a merge of two branches): each is sound, together they are not."""
+    from sglstack.lock.conflicts import lock_findings
+
+    _two_platforms(stacks)
+    monkeypatch.setattr(flow, "platform_disagreements", lambda locks: [])
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv(platforms_differ=True))
+    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
+        "tiny", "conflict", f"the platforms resolve 1 package(s) to different versions: idna {VERSIONS['idna']} on "
+                            "linux/amd64, 3.10 on linux/arm64 (a release without a wheel for one platform makes the "
+                            "resolver fall back to an older one): pin versions every platform has wheels for")]
+
+
+def test_a_lock_of_another_platform_is_not_taken_for_this_one(stacks):
+    from sglstack.lock.trust import UntrustedLock, lock_for_build
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    locks = stacks.parent / "locks"
+    (locks / "tiny.txt").write_bytes((locks / "tiny.linux-arm64.txt").read_bytes())
+    with pytest.raises(UntrustedLock) as err:
+        lock_for_build(stacks, load_matrix(stacks).get("tiny"))
+    assert str(err.value) == (f"{locks / 'tiny.txt'}: stack 'tiny': this lock is for linux/arm64, not linux/amd64 "
+                              "(each platform has its own lock): run invoke lock --stack tiny")

@@ -567,3 +567,10 @@ def test_check_to_dict():
         "detail": "the stack's tp 8 needs 8 GPUs",
         "measured": 1.0,
     }
+
+
+def test_the_node_names_its_platform_as_deploy_checks_it():
+    from sglstack.config.platforms import PLATFORM_OF_MACHINE
+    from sglstack.inimage.preflight.node import NODE_PLATFORMS
+
+    assert NODE_PLATFORMS == PLATFORM_OF_MACHINE

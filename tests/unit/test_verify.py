@@ -435,7 +435,9 @@ def test_the_serving_images_pins_are_checked_against_its_lock_too(engine, matrix
 def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
     import docker.errors
 
-    stack = matrix.get("pypi-cu130")
+    stack = matrix.get("pypi-cu130").model_copy(update={
+        "base_image": "sglstack/base:debian12-slim-5ebdceea6080", "base_seed": None,
+        "base_image_id": "sha256:5ebdceea608057fb31ed1f18296f09367307d2021c72d1557d16ee0f1b62de26"})
 
     class Images:
         def __init__(self, found):

@@ -200,12 +200,16 @@ class NeedsReport:
     host: dict[str, int] = field(default_factory=dict)  # host-provided library -> files needing it
     unresolved: dict[str, list[str]] = field(default_factory=dict)  # file -> its needs found nowhere
     unreadable: dict[str, str] = field(default_factory=dict)  # file -> why its headers could not be read
+    # file -> its CPU, for shared objects built for another CPU than the image's (a wheel of the wrong
+    # platform: ld.so refuses it, "wrong ELF class" or "cannot open shared object file")
+    foreign: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"files": self.files, "needs": self.needs, "by_path": self.by_path, "by_name": self.by_name,
                 "host_provided": dict(sorted(self.host.items())),
                 "unresolved": {k: v for k, v in sorted(self.unresolved.items())},
-                "unreadable": dict(sorted(self.unreadable.items()))}
+                "unreadable": dict(sorted(self.unreadable.items())),
+                "foreign": dict(sorted(self.foreign.items()))}
 
 
 def _walk(folders: Iterable[str]) -> Iterator[tuple[str, bool]]:
@@ -248,6 +252,9 @@ def check_needs(folders: Sequence[str], *, root: str = "/", machine: str | None 
             if dyn.soname:
                 names.add(dyn.soname)
     arch = machine or next((HOST_MACHINES[d.machine] for d in objects.values()), "x86_64")
+    for path in [p for p, d in objects.items() if HOST_MACHINES[d.machine] != arch and ".so" in os.path.basename(p)]:
+        inside = "/" + os.path.relpath(path, root) if root not in ("", "/") else path
+        report.foreign[inside] = HOST_MACHINES[objects.pop(path).machine]
     trusted = system_dirs(arch, root)
     env_dirs = [d for d in ld_library_path.split(":") if d]
     found_cache: dict[str, bool] = {}

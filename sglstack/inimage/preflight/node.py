@@ -57,6 +57,11 @@ class NodeReport:
         )
 
 
+# config.platforms.PLATFORM_OF_MACHINE, which this module cannot import (it runs in images where only the
+# standard library is; tests/unit/test_preflight_checks.py holds the two equal).
+NODE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+
+
 def _save_raw(raw_dir: Path | None, name: str, content: str | None) -> None:
     if raw_dir is not None and content is not None:
         raw_dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +76,8 @@ def inspect_node(
         req,
         node={
             "hostname": platform.node(),
+            # what deploy checks an image's platforms against (an x86-only tag cannot run on a Grace node)
+            "platform": NODE_PLATFORMS.get(platform.machine(), f"linux/{platform.machine()}"),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "multicast_off_env": MULTICAST_OFF_ENV,
         },

@@ -1,0 +1,68 @@
+"""Which platforms an image serves, and whether a node can run it: the check deploy makes before it pulls.
+
+A reference that names its registry is asked there (an index lists one image per platform; an image manifest
+has one, in its config); a local image (`--image` of a local build) says its own. An x86-only tag sent to
+Grace nodes (arm64) then fails as one line before anything is pulled or changed, instead of as `exec format
+error` in a crash loop on the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import docker
+import docker.errors
+
+from ..config.imageref import names_its_registry, parse_image_reference
+from ..config.platforms import PLATFORM_OF_ARCH, PLATFORM_OF_MACHINE
+from ..core.errors import DeployError, SglstackError
+from ..registry.client import RegistryClient
+
+
+def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> tuple[str, ...] | None:
+    """The platforms `ref` serves: the engine's image when it holds `ref` (nothing to ask), else its registry's
+    answer; None when neither knows it."""
+    if client is not None:
+        try:
+            attrs = client.images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            attrs = None
+        if attrs is not None:
+            arch = str(attrs.get("Architecture", ""))
+            return (PLATFORM_OF_ARCH.get(arch, f"{attrs.get('Os', 'linux')}/{arch}"),)
+    if not names_its_registry(ref):
+        return None
+    parsed = parse_image_reference(ref)
+    registry = RegistryClient.from_environment(parsed.repository.registry)
+    return registry.image_platforms(parsed.repository.path, parsed.digest or parsed.tag or "latest")
+
+
+def engine_platform(client: docker.DockerClient) -> str:
+    """The platform of the machine a Docker engine runs on (`docker info`'s OSType and Architecture)."""
+    info = client.info()
+    machine = str(info.get("Architecture", ""))
+    return PLATFORM_OF_MACHINE.get(machine, f"{info.get('OSType', 'linux')}/{machine}")
+
+
+def platform_problem(ref: str, image_platforms: tuple[str, ...], node: str, node_platforms: tuple[str, ...]
+                     ) -> str | None:
+    """Why no node can run `ref` (one line), or None when one of `node_platforms` is among the image's."""
+    if set(node_platforms) & set(image_platforms):
+        return None
+    return (f"{ref} is for {' '.join(image_platforms) or 'no platform'}, {node} is {' '.join(node_platforms)}: "
+            f"the image cannot run there (nothing was pulled or changed)")
+
+
+def check_node_platform(stack_name: str, ref: str, node: str, node_platforms: tuple[str, ...],
+                        say: Callable[[str], None], client: docker.DockerClient | None = None) -> None:
+    """Refuse (DeployError) a node no platform of the image runs on. An image whose platforms cannot be read
+    from here (a registry only the nodes reach) is said, and left to the node's pull."""
+    try:
+        found = reference_platforms(ref, client)
+    except SglstackError as exc:
+        say(f"platform: {ref}'s platforms cannot be read from here ({exc}): not checked against {node}")
+        return
+    if found is None:
+        say(f"platform: {ref} is neither on the engine nor in a registry named by it: not checked against {node}")
+    elif problem := platform_problem(ref, found, node, node_platforms):
+        raise DeployError(f"stack '{stack_name}': {problem}")

@@ -1,0 +1,163 @@
+# ruff: noqa: F811 - pytest fixtures imported from registry_fixtures are parameters here
+"""One release of two platforms in a real registry: each platform's image pushed by digest with the real engine,
+one index over them (`publish-index`), read back as both platforms; an entry listed for the wrong platform is
+refused, and a deploy's node check refuses a node the image has no platform for, before anything is pulled."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import secrets
+import tarfile
+
+import pytest
+from clirun import REPO, run_invoke
+from registry_fixtures import plain_registry  # noqa: F401 - fixture
+
+from sglstack.config.baseseed import BaseSeed, docker_archive, image_config
+from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import DeployError
+from sglstack.publish.history import PublishError
+from sglstack.publish.index import make_index, publish_index
+from sglstack.publish.platforms import check_node_platform, reference_platforms
+from sglstack.registry.client import DOCKER_MANIFEST_LIST, RegistryClient
+
+pytestmark = pytest.mark.docker
+
+
+def _image(docker_client, platform: str, tag: str) -> None:
+    """A one-file image of `platform`, loaded as the seed loads its base (no emulation, no BuildKit)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        data = f"{platform} {secrets.token_hex(8)}\n".encode()
+        info = tarfile.TarInfo("./platform")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    rootfs = buf.getvalue()
+    digest = "sha256:" + hashlib.sha256(rootfs).hexdigest()
+    config = image_config(BaseSeed(rootfs={platform: digest}), platform, digest)
+    docker_client.images.load(b"".join(docker_archive(config, tag, len(rootfs), [rootfs], 0)))
+
+
+@pytest.fixture
+def pushed(docker_client, plain_registry):
+    """Each platform's image pushed to the registry by the engine: (repository, {platform: digest})."""
+    repo = f"{plain_registry.host}/sglstack-test/multi-{secrets.token_hex(4)}"
+    digests = {}
+    for platform in ("linux/amd64", "linux/arm64"):
+        tag = f"{repo}:{platform.split('/')[1]}"
+        _image(docker_client, platform, tag)
+        docker_client.images.push(tag)
+        digests[platform] = RegistryClient(plain_registry.host).manifest_digest(repo.split("/", 1)[1],
+                                                                                 platform.split("/")[1])
+    yield repo, digests
+    for platform in digests:
+        docker_client.images.remove(f"{repo}:{platform.split('/')[1]}", force=True)
+
+
+def test_one_index_lists_both_platforms_and_a_node_is_checked_against_it(pushed, docker_client):
+    repo, digests = pushed
+    stack = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    made = publish_index(stack, [f"{p}={d}" for p, d in digests.items()], tag="candidate-index", registry=repo)
+    assert made.platforms == ("linux/amd64", "linux/arm64")
+    manifest = RegistryClient(repo.split("/")[0]).get_manifest(repo.split("/", 1)[1], made.digest)
+    assert manifest.media_type == DOCKER_MANIFEST_LIST  # a 20.10 engine pushes Docker manifests
+    assert [(m["digest"], m["platform"]) for m in manifest.json()["manifests"]] == [
+        (digests["linux/amd64"], {"architecture": "amd64", "os": "linux"}),
+        (digests["linux/arm64"], {"architecture": "arm64", "os": "linux", "variant": "v8"})]
+    assert reference_platforms(made.ref) == ("linux/amd64", "linux/arm64")
+    said: list[str] = []
+    check_node_platform("pypi-cu130-gb", made.ref, "the node (gb200-1)", ("linux/arm64",), said.append)
+    check_node_platform("pypi-cu130-gb", made.ref, "the node (h200-1)", ("linux/amd64",), said.append)
+    assert said == []
+    x86_only = f"{repo}@{digests['linux/amd64']}"
+    with pytest.raises(DeployError) as err:
+        check_node_platform("pypi-cu130-gb", x86_only, "every node of gb200-nvl72", ("linux/arm64",), said.append)
+    assert str(err.value) == (f"stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is "
+                              "linux/arm64: the image cannot run there (nothing was pulled or changed)")
+
+
+def test_an_image_listed_for_another_platform_is_refused_and_nothing_is_written(pushed):
+    repo, digests = pushed
+    client = RegistryClient(repo.split("/")[0])
+    path = repo.split("/", 1)[1]
+    with pytest.raises(PublishError) as err:
+        make_index(client, path, {"linux/amd64": digests["linux/amd64"], "linux/arm64": digests["linux/amd64"]},
+                   "candidate-wrong")
+    assert str(err.value) == (f"{path}@{digests['linux/amd64']} is a linux/amd64 image, listed for linux/arm64: "
+                              "nothing was written")
+    assert client.manifest_digest(path, "candidate-wrong") is None
+
+
+def test_the_task_writes_the_index_and_says_how_to_promote_it(pushed, tmp_path):
+    repo, digests = pushed
+    proc = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "candidate-idx",
+                      *(x for p, d in digests.items() for x in ("--platform-digest", f"{p}={d}")), cwd=tmp_path,
+                      timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    digest = RegistryClient(repo.split("/")[0]).manifest_digest(repo.split("/", 1)[1], "candidate-idx")
+    assert proc.stdout.splitlines() == [
+        f"pypi-cu130-gb: index {repo}@{digest} (linux/amd64 linux/arm64) under tag candidate-idx: smoke it where the "
+        f"node matches, then invoke publish --stack pypi-cu130-gb --digest {digest}"]
+    missing = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "t",
+                         "--platform-digest", f"linux/amd64={digests['linux/amd64']}", cwd=tmp_path, timeout=120)
+    assert (missing.returncode, missing.stderr.splitlines()) == (2, [
+        "error: stack 'pypi-cu130-gb': no --platform-digest for linux/arm64: an index of the stack lists every "
+        "platform it builds"])
+
+
+def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_anything(docker_client, tmp_path):
+    """The x86-tag-on-GB200 failure, the other way round on this amd64 engine: one line, nothing pulled, run or
+    recorded (the image is local here, so its platform is the engine's record of it)."""
+    from deploy_fixtures import free_port, make_test_stack
+
+    from sglstack.deploy.flow import Deployment, deploy
+    from sglstack.publish.platforms import engine_platform
+    from sglstack.render import compose as cmp
+
+    assert engine_platform(docker_client) == "linux/amd64"
+    tag = f"sglstack-test/arm-only:{secrets.token_hex(4)}"
+    _image(docker_client, "linux/arm64", tag)
+    dep = Deployment(stack=make_test_stack(tmp_path), build_root=tmp_path / "build",
+                     project=f"sglstack-test-arm-{secrets.token_hex(4)}")
+    (tmp_path / "hf").mkdir()
+    said: list[str] = []
+    try:
+        with pytest.raises(DeployError) as err:
+            deploy(dep, tag, cmp.ComposeOptions(gpus=0, port=free_port(), hf_cache=str(tmp_path / "hf")),
+                   say=said.append)
+    finally:
+        docker_client.images.remove(tag, force=True)
+    name = docker_client.info()["Name"]
+    assert str(err.value) == (f"stack 'tiny': {tag} is for linux/arm64, the node ({name}) is linux/amd64: the image "
+                              "cannot run there (nothing was pulled or changed)")
+    assert not [m for m in said if m.startswith(("pulling", "deploying"))]
+    assert not (tmp_path / "build" / "tiny" / "deployments.jsonl").exists()
+
+
+def test_a_k8s_deploy_of_an_x86_only_image_to_grace_nodes_is_refused_before_anything_is_applied(pushed, tmp_path):
+    """InferenceX PR#1582's failure (an x86-only tag on GB200 nodes) as one line, with the recording kubectl
+    stand-in's nodes all arm64: nothing applied, nothing recorded; the index deploys to the same nodes."""
+    import json
+    import os
+    from pathlib import Path
+
+    repo, digests = pushed
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "gb200-nvl72",
+           "KUBECTL_DOUBLE_NODES": "arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    x86_only = f"{repo}@{digests['linux/amd64']}"
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", x86_only, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is linux/arm64: the "
+        "image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
+    assert not [c for c in calls if "apply" in c]
+    assert not (Path(env["SGLSTACK_BUILD_DIR"]) / "pypi-cu130-gb" / "deployments.jsonl").exists()
+    index = publish_index(load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb"),
+                          [f"{p}={d}" for p, d in digests.items()], tag="candidate-k8s", registry=repo)
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", index.ref, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr

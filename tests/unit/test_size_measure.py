@@ -1,0 +1,230 @@
+"""size/measure.py's Docker side with an engine double: what it asks the engine, what it makes of each answer,
+and the size gate's order (copies before budget, the last record read only with a budget). No Docker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import docker.errors
+import pytest
+
+from sglstack.adapters import docker as docker_adapter
+from sglstack.config.settings import SizePolicy
+from sglstack.core.errors import BuildError
+from sglstack.size import measure as measure_module
+from sglstack.size.measure import IMAGEFILES, IMAGEFILES_TIMEOUT_S, ImageNotInEngine, LibraryCopies, SizeOverBudget
+from sglstack.size.report import MB, Layer, over_budget, recorded_size, size_summary
+
+IMAGE_ID = "sha256:" + "b" * 64
+HISTORY = [
+    {"Size": 0, "CreatedBy": "LABEL a=b"},
+    {"Size": 20 * MB, "CreatedBy": "RUN pip install x"},
+    {"Size": 0, "CreatedBy": "ENV A=1"},
+    {"Size": 100 * MB, "CreatedBy": ""},
+]
+DIFF_IDS = ["sha256:" + "1" * 64, "sha256:" + "2" * 64]
+FILES = {"files": 7, "bytes": 120 * MB, "packages": [["torch", "2.1", 10 * MB, 3]], "duplicates": [],
+         "same_name": []}
+
+
+class _Image:
+    def __init__(self, attrs):
+        self.id = IMAGE_ID
+        self.attrs = attrs
+
+
+class _Engine:
+    """images.get and api.history as the docker SDK has them; records every call."""
+
+    def __init__(self, attrs=None, missing=False):
+        self.calls: list[tuple] = []
+        self.attrs = {"Size": 120 * MB, "RootFS": {"Layers": DIFF_IDS}} if attrs is None else attrs
+        self.missing = missing
+        self.images = self
+        self.api = self
+
+    def get(self, ref):
+        self.calls.append(("get", ref))
+        if self.missing:
+            raise docker.errors.ImageNotFound("no such image")
+        return _Image(self.attrs)
+
+    def history(self, image_id):
+        self.calls.append(("history", image_id))
+        return HISTORY
+
+
+@pytest.fixture
+def listing(monkeypatch):
+    """run_to_completion's stand-in: records its arguments, answers what the test sets."""
+    seen: list[tuple] = []
+    answer: dict = {"code": 0, "out": "a note\n" + json.dumps(FILES) + "\n", "error": None}
+
+    def run(client, image, command, **kwargs):
+        seen.append((client, image, command, kwargs))
+        if answer["error"] is not None:
+            raise answer["error"]
+        return answer["code"], answer["out"]
+
+    monkeypatch.setattr(docker_adapter, "run_to_completion", run)
+    return seen, answer
+
+
+def test_image_layers_reads_id_size_and_layers_bottom_first():
+    engine = _Engine()
+    image_id, size, layers = measure_module.image_layers(engine, "img:tag")
+    assert (image_id, size) == (IMAGE_ID, 120 * MB)
+    assert layers == (Layer(0, 100 * MB, "", DIFF_IDS[0]), Layer(1, 20 * MB, "RUN pip install x", DIFF_IDS[1]))
+    assert engine.calls == [("get", "img:tag"), ("history", IMAGE_ID)]
+
+
+@pytest.mark.parametrize("attrs", [{}, {"Size": None, "RootFS": None}, {"Size": 0, "RootFS": {"Layers": None}}])
+def test_image_layers_without_size_or_rootfs_keeps_layers_without_digests(attrs):
+    _, size, layers = measure_module.image_layers(_Engine(attrs), "img:tag")
+    assert size == 0
+    assert [(layer.bytes, layer.diff_id) for layer in layers] == [(100 * MB, None), (20 * MB, None)]
+
+
+def test_image_files_runs_the_walker_as_a_program_text_with_the_network_off(listing):
+    seen, _ = listing
+    engine = object()
+    assert measure_module.image_files(engine, IMAGE_ID, shown="img:tag") == FILES
+    assert seen == [(engine, IMAGE_ID, ["python3", "-c", IMAGEFILES.read_text(encoding="utf-8")],
+                     {"name_prefix": "sglstack-size", "timeout": IMAGEFILES_TIMEOUT_S, "entrypoint": [],
+                      "network_disabled": True})]
+    assert IMAGEFILES_TIMEOUT_S == 900
+
+
+@pytest.mark.parametrize(("code", "out", "line"), [
+    (1, "Traceback\n  File x\nOSError: boom\n",
+     "error: image img:tag: listing its files failed (exit 1): OSError: boom"),
+    (0, "  \n", "error: image img:tag: listing its files failed (exit 0): no output"),
+    (3, "", "error: image img:tag: listing its files failed (exit 3): no output"),
+])
+def test_image_files_failing_says_the_exit_and_the_last_line(listing, code, out, line):
+    _, answer = listing
+    answer.update(code=code, out=out)
+    with pytest.raises(BuildError) as caught:
+        measure_module.image_files(object(), IMAGE_ID, shown="img:tag")
+    assert f"error: {caught.value}" == line
+
+
+def test_image_files_names_the_reference_it_is_given_when_none_is_shown(listing):
+    _, answer = listing
+    answer.update(code=2, out="")
+    with pytest.raises(BuildError) as caught:
+        measure_module.image_files(object(), "img:tag")
+    assert str(caught.value) == "image img:tag: listing its files failed (exit 2): no output"
+
+
+def test_image_files_not_json_is_a_build_error(listing):
+    _, answer = listing
+    answer.update(out="{not json\n")
+    with pytest.raises(BuildError) as caught:
+        measure_module.image_files(object(), IMAGE_ID, shown="img:tag")
+    assert str(caught.value).startswith("image img:tag: its file listing is not JSON (")
+
+
+@pytest.mark.parametrize(("explanation", "said"), [("no python3 here", "no python3 here"), (None, "bare")])
+def test_an_image_without_python_cannot_list_its_files(listing, explanation, said):
+    _, answer = listing
+    answer["error"] = docker.errors.APIError("bare", explanation=explanation)
+    with pytest.raises(BuildError) as caught:
+        measure_module.image_files(object(), IMAGE_ID, shown="img:tag")
+    assert str(caught.value).startswith("image img:tag: its files cannot be listed in a container: ")
+    assert said in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_measure_lists_the_files_of_the_image_id_and_reports_under_the_reference(listing, monkeypatch):
+    seen, _ = listing
+    ticks = iter([100.0, 102.26])
+    monkeypatch.setattr(time, "monotonic", lambda: next(ticks))
+    engine = _Engine()
+    rep = measure_module.measure(engine, "img:tag")
+    assert (rep.image, rep.image_id, rep.bytes, rep.files, rep.seconds) == ("img:tag", IMAGE_ID, 120 * MB, 7, 2.3)
+    assert rep.packages == (("torch", "2.1", 10 * MB),)
+    assert len(rep.layers) == 2
+    assert engine.calls == [("get", "img:tag"), ("history", IMAGE_ID)]
+    assert [(client, image) for client, image, _, _ in seen] == [(engine, IMAGE_ID)]
+
+
+def test_a_listing_that_fails_while_measuring_names_the_reference_not_the_id(listing):
+    _, answer = listing
+    answer.update(code=1, out="")
+    with pytest.raises(BuildError) as caught:
+        measure_module.measure(_Engine(), "img:tag")
+    assert str(caught.value) == "image img:tag: listing its files failed (exit 1): no output"
+
+
+def test_measure_of_an_image_not_in_the_engine_is_bad_input(listing):
+    with pytest.raises(ImageNotInEngine) as caught:
+        measure_module.measure(_Engine(missing=True), "img:tag")
+    assert str(caught.value) == "image img:tag: not in the Docker engine"
+    assert caught.value.exit_code == 2 and caught.value.__suppress_context__
+    assert listing[0] == []  # nothing run
+
+
+def _gate(tmp_path, listing, policy, record=None):
+    _, answer = listing
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    files = dict(FILES, same_name=[{"name": "libcublas.so.13", "paths": [
+        ["/usr/local/cuda/lib64/libcublas.so.13", None, 500], [site + "nvidia/cu13/lib/libcublas.so.13", "x", 600]]}])
+    answer["out"] = json.dumps(files)
+    last = tmp_path / "record.json"
+    if record is not None:
+        last.write_text(record)
+    shown: list[str] = []
+    size_policy = None if policy is None else SizePolicy.model_validate(policy)
+    return lambda: measure_module.measure_and_gate(_Engine(), "img:tag", "s", size_policy, last, shown.append), shown
+
+
+DECLARED = [{"file": "nvidia/cu13/lib/libcublas*", "reason": "r"}]
+
+
+@pytest.mark.parametrize("record", [None, "{not json", json.dumps({"stack": "other", "size": {"bytes": 1}})])
+def test_over_budget_without_a_usable_last_record_has_nothing_to_compare(tmp_path, listing, record):
+    gate, shown = _gate(tmp_path, listing, {"max_gb": 0.1, "library_copies": DECLARED}, record)
+    with pytest.raises(SizeOverBudget) as caught:
+        gate()
+    summary = size_summary(measure_module.measure(_Engine(), "img:tag"))
+    verdict = over_budget("s", summary, 0.1, None)
+    assert verdict is not None
+    assert (str(caught.value), shown) == (verdict.headline, [verdict.table])
+
+
+def test_over_budget_shows_what_grew_since_the_stack_s_last_record(tmp_path, listing):
+    record = json.dumps({"stack": "s", "size": {"bytes": 100 * MB, "layers": [], "packages": []}})
+    gate, shown = _gate(tmp_path, listing, {"max_gb": 0.1, "library_copies": DECLARED}, record)
+    with pytest.raises(SizeOverBudget) as caught:
+        gate()
+    summary = size_summary(measure_module.measure(_Engine(), "img:tag"))
+    previous = recorded_size(json.loads(record), "s")
+    assert previous is not None
+    verdict = over_budget("s", summary, 0.1, previous)
+    assert verdict is not None and verdict != over_budget("s", summary, 0.1, None)
+    assert (str(caught.value), shown) == (verdict.headline, [verdict.table])
+
+
+def test_a_budget_met_returns_the_summary_and_shows_nothing(tmp_path, listing, monkeypatch):
+    engines: list[_Engine] = []
+    monkeypatch.setattr(measure_module, "image_layers",
+                        lambda client, ref: engines.append(client) or client.calls.append(("layers of", ref))
+                        or (IMAGE_ID, 120 * MB, ()))
+    gate, shown = _gate(tmp_path, listing, {"max_gb": 1, "library_copies": DECLARED})
+    summary = gate()
+    assert summary["bytes"] == 120 * MB and shown == []
+    assert engines[0].calls == [("layers of", "img:tag")]
+
+
+def test_copies_are_refused_before_the_budget_is_looked_at(tmp_path, listing):
+    gate, shown = _gate(tmp_path, listing, {"max_gb": 0.1})
+    with pytest.raises(LibraryCopies):
+        gate()
+    assert shown == []
+
+
+def test_without_a_policy_the_summary_is_returned_ungated(tmp_path, listing):
+    gate, shown = _gate(tmp_path, listing, None)
+    assert gate()["bytes"] == 120 * MB and shown == []
