@@ -154,7 +154,7 @@ class SeedBaseOptions(TaskOptions):
                                                  "local socket)")
 
 
-@command(SeedBaseOptions)
+@command(SeedBaseOptions, name="seed-base")
 def seed_base(o: SeedBaseOptions) -> int:
     """Make the stack's seeded Debian base for each platform (mmdebstrap; QEMU for a foreign one) and load it;
     exit 1 when the bytes made here are not the pinned root file system."""

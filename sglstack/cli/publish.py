@@ -54,7 +54,7 @@ class PublishIndexOptions(TaskOptions):
     registry: str | None = option(REGISTRY)
 
 
-@command(PublishIndexOptions)
+@command(PublishIndexOptions, name="publish-index")
 def publish_index(o: PublishIndexOptions) -> int:
     """Write one index of the stack's per-platform images (each checked to be its platform) under --tag."""
     # at call time: the registry client and the matrix are slow to import

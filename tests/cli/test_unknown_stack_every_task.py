@@ -11,7 +11,8 @@ DIGEST = "sha256:" + "a" * 64
 # what each task needs besides --stack to get as far as reading it
 NEEDS = {"bisect": ("--good", "a", "--bad", "b"), "patches.apply": ("--root", "{tree}"),
          "patches.verify": ("--root", "{tree}"),
-         "publish": ("--digest", DIGEST), "upgrade": ("--sglang", "0.5.9"), "verify-image": ("img:1",)}
+         "publish": ("--digest", DIGEST), "publish-index": ("--tag", "candidate"), "upgrade": ("--sglang", "0.5.9"),
+         "verify-image": ("img:1",)}
 ns = task_collection()
 TASKS = sorted(name for name in ns.task_names if any(a.name == "stack" for a in ns[name].get_arguments()))
 
