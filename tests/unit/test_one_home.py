@@ -233,6 +233,8 @@ def test_the_build_root_layout_is_spelled_only_in_core_records():
              for line in _layout_spelled(p.read_text(encoding="utf-8"))}
     assert found == set(), "name the folder with sglstack.core.records.stack_dir (and RECORD_FILE)"
     assert (stack_dir("cu130", Path("/b")), RECORD_FILE) == (Path("/b/cu130"), "record.json")
+    # a further platform of a stack of several builds in its own folder, NAME.OS-ARCH
+    assert stack_dir("g", Path("/b"), platform="linux/arm64") == Path("/b/g.linux-arm64")
 
 
 def test_the_layout_finder_sees_each_spelling():
