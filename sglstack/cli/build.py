@@ -29,6 +29,8 @@ class BuildOptions(ReportOptions):
     target: str | None = option("build one stage only (e.g. sglang-src)")
     no_cache: bool = option("build without BuildKit's cache", False, kind=bool)
     force: bool = option("rebuild even when an image of this config hash exists", False, kind=bool)
+    full_verify: bool = option("run every check of the verify step again, reusing none (each check otherwise "
+                               "runs only where the files it reads changed)", False, kind=bool)
     dry_run: bool = option("print the plan (render, build command, tags, smoke) without touching Docker", False,
                            kind=bool)
     push: bool = option("release: push a candidate, smoke it by digest, promote the tested digest", False, kind=bool)
@@ -52,6 +54,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
     from .pipeline import build_command  # at call time: the Docker SDK and the matrix are slow to import
 
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
+                         full_verify=o.full_verify,
                          dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
                          docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
                          builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,

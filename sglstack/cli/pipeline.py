@@ -105,7 +105,8 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
 
 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
-                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+                  force: bool = False, full_verify: bool = False, dry_run: bool = False, push: bool = False,
+                  ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None, builder_name: str | None = None,
                   key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON) -> int:
@@ -128,7 +129,8 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     if lock is None:
         missing = missing_message(stack_name, lock_path(stacks_file, stack_name))
         make_console().print(f"[yellow]warning[/]: stack '{stack_name}': {plain(missing)}", highlight=False)
-    options = BuildOptions(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
+    options = BuildOptions(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
+                           ca_bundle=ca_bundle,
                            docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
                            remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     if dry_run:
