@@ -111,13 +111,15 @@ def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport =
     # The versions the build installs: the build's own check of the lock (stale, edited, another stack's: one line).
     lock = lock_for_build(stacks_file, stack)
     versions = {p.name: p.version for p in lock.packages} if lock else None
+    hashes = {p.name: p.hashes for p in lock.packages} if lock else None
     try:
         with progress(f"coverage of {stack.name}", total=len(stack.platforms)) as steps:
             for platform in stack.platforms:
                 def working_on(message: str, platform: str = platform) -> None:
                     steps.working_on(f"{platform}: {message}")
 
-                reports.append(check_wheels(stack, platform, versions=versions, progress=working_on))
+                reports.append(check_wheels(stack, platform, versions=versions, hashes=hashes,
+                                            progress=working_on))
                 steps.advance()
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None
