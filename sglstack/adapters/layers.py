@@ -100,8 +100,12 @@ def cached_listing(diff_id: str, folder: Path) -> dict[str, str]:
     return entries
 
 
-def image_layer_files(client: Any, image: str, docker_host: str | None) -> list[tuple[str, dict[str, str]]] | None:
-    """[(diff id, {path: kind})] of every layer of `image`, bottom first; None where they cannot be read here."""
+LayerListing = tuple[str, Path, dict[str, str]]  # diff id, its folder here, {path: kind}
+
+
+def image_layer_files(client: Any, image: str, docker_host: str | None) -> list[LayerListing] | None:
+    """[(diff id, its folder here, {path: kind})] of every layer of `image`, bottom first; None where they cannot
+    be read here. A regular file of a layer is read in its folder as it is in the image (no copy)."""
     if not is_local_docker_host(docker_host):
         return None
     try:
@@ -111,4 +115,4 @@ def image_layer_files(client: Any, image: str, docker_host: str | None) -> list[
     dirs = layer_dirs(attrs)
     if dirs is None or not all(_readable(folder) for _, folder in dirs):
         return None
-    return [(diff_id, cached_listing(diff_id, folder)) for diff_id, folder in dirs]
+    return [(diff_id, folder, cached_listing(diff_id, folder)) for diff_id, folder in dirs]

@@ -149,13 +149,14 @@ def record_sha256s(text: str) -> dict[str, str]:
 class RecordCoverage:
     report: CoverageReport
     cached: int  # objects whose listing came from the cache, by their RECORD sha256
-    listed: int  # objects copied out of the image and listed with cuobjdump
+    listed: int  # objects listed with cuobjdump (read where their layer is, or copied out of the image)
 
 
 def coverage_from_records(client: Any, image: str, stack: Stack, found: ImagePackages, *,
-                          jobs: int | None = None) -> RecordCoverage:
+                          local: Mapping[str, Path] | None = None, jobs: int | None = None) -> RecordCoverage:
     """The coverage report of the image's CUDA distributions, their objects listed by RECORD sha256 (only the
-    ones in no cache copied out); the caller has checked, or reused a check, that the files are RECORD's."""
+    ones in no cache listed: read in place where `local` ({image path: file here}) has them, else copied out);
+    the caller has checked, or reused a check, that the files are RECORD's."""
     tool: Cuobjdump | None = None
     listings: ListingCache | None = None
     statuses: list[PackageStatus] = []
@@ -179,10 +180,13 @@ def coverage_from_records(client: Any, image: str, stack: Stack, found: ImagePac
             wanted = {p for p in files if is_device_object_name(p)}
             known = {p: code for p in wanted if p in hashes and (code := listings.get(hashes[p])) is not None}
             loaders = {p for p in LOADER_PATHS if p in files}
-            fetch = (wanted - set(known)) | loaders
+            needed = (wanted - set(known)) | loaders
+            here = {p: local[f"{pkg.site}/{p}"] for p in needed if f"{pkg.site}/{p}" in (local or {})}
+            fetch = needed - set(here)
             dest = Path(tmp) / pkg.package
             dest.mkdir()
-            copied = copy_out(container, pkg.site, archive_units(files, fetch), fetch, dest) if fetch else {}
+            copied = {**here, **(copy_out(container, pkg.site, archive_units(files, fetch), fetch, dest)
+                                 if fetch else {})}
             texts = {p: copied.pop(p).read_text(encoding="utf-8", errors="replace") for p in loaders if p in copied}
             fresh = list_files(list(copied.values()), tool, cache=listings, jobs=jobs) if copied else {}
             objects = [DeviceObject(p, hashes[p], c.sass, c.ptx, c.images) for p, c in known.items()]

@@ -9,6 +9,7 @@ says for each check whether it ran or was reused, and why (the build record's `v
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from ..core.errors import ImageCheckFailed
 from ..core.records import append_jsonl, read_jsonl_lenient, utc_timestamp
 from ..coverage.image import BuildCoverage, judged_coverage, site_dirs
 from ..coverage.installed import (
+    RECORDCHECK,
     ImagePackages,
     check_records,
     coverage_from_records,
@@ -29,7 +31,7 @@ from ..coverage.installed import (
     record_problems,
 )
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
-from .verifyplan import ELF, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
+from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
 STORE_VERSION = 1
 SHARED_LIBRARIES, SERVER, JIT = "shared_libraries", "server", "jit_toolchain"
@@ -89,7 +91,9 @@ def image_check_specs(stack: Stack, env: Sequence[str], site: str, sglang_versio
 
 
 def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
-    return [CheckSpec(f"{INSTALLED_FILES}{p.where}", {}, Scope(paths=p.paths()))
+    # The program comes from this host, not the image: its own text is a parameter of the check.
+    program = hashlib.sha256(RECORDCHECK.read_bytes()).hexdigest()
+    return [CheckSpec(f"{INSTALLED_FILES}{p.where}", {"program": program}, Scope(paths=p.paths()))
             for p in (found.packages if found else ()) if p.found]
 
 
@@ -110,7 +114,8 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     env = list((attrs.get("Config") or {}).get("Env") or [])
     diff_ids = list((attrs.get("RootFS") or {}).get("Layers") or [])
     layers = image_layer_files(client, image_id, docker_host)
-    files = merged([LayerFiles(d, e) for d, e in layers]) if layers is not None else None
+    files = merged([LayerFiles(d, e) for d, _, e in layers]) if layers is not None else None
+    folders = {d: folder for d, folder, _ in layers or ()}
     site = site_dirs(env, stack.python)[0]
     found = read_installed(client, image_id, stack, installed)
     image_specs = image_check_specs(stack, env, site, (installed or {}).get("sglang"))
@@ -140,7 +145,10 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
                 new_passes.append((decisions[f"{INSTALLED_FILES}{p.where}"],
                                    {"files": r.get("files"), "bytes": r.get("bytes")}))
         start = time.monotonic()
-        listed = coverage_from_records(client, image_id, stack, found)
+        # A regular file is read where its layer keeps it on this machine; a link, or no listing, is copied out.
+        local = {path: folders[diff_id] / path.lstrip("/") for path, (kind, diff_id) in (files or {}).items()
+                 if kind in (FILE, ELF) and path.startswith(site + "/")}
+        listed = coverage_from_records(client, image_id, stack, found, local=local)
         coverage = judged_coverage(stack, listed.report,
                                    objects={"listing_cached": listed.cached, "listed": listed.listed})
         seconds["coverage"] = round(time.monotonic() - start, 2)
