@@ -73,7 +73,7 @@ def build(stacks: Path, label: str, **options: bool) -> dict:
     seconds = round(time.monotonic() - start, 1)
     record = json.loads(result.record_path.read_text()) if result.record_path else {}
     return {"what": label, "seconds": seconds, "load_before": before, "load_after": load(),
-            "image_id": result.image_id, "reused_image": result.reused, "durations_s": record.get("durations_s"),
+            "image_id": result.image_id, "skipped": result.skipped, "durations_s": record.get("durations_s"),
             "verification": record.get("verification"),
             "coverage_objects": (record.get("coverage") or {}).get("objects"),
             "coverage_label": (record.get("labels") or {}).get("io.sglstack.coverage")}

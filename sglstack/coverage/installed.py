@@ -181,7 +181,7 @@ def coverage_from_records(client: Any, image: str, stack: Stack, found: ImagePac
             known = {p: code for p in wanted if p in hashes and (code := listings.get(hashes[p])) is not None}
             loaders = {p for p in LOADER_PATHS if p in files}
             needed = (wanted - set(known)) | loaders
-            here = {p: local[f"{pkg.site}/{p}"] for p in needed if f"{pkg.site}/{p}" in (local or {})}
+            here = {p: path for p in needed if (path := (local or {}).get(f"{pkg.site}/{p}")) is not None}
             fetch = needed - set(here)
             dest = Path(tmp) / pkg.package
             dest.mkdir()

@@ -76,7 +76,8 @@ def image_check_specs(stack: Stack, env: Sequence[str], site: str, sglang_versio
     tools = "/opt/sglstack/tools"
     common = {"env": sorted(env), "python": stack.python}
     specs = [CheckSpec(SHARED_LIBRARIES, {**common, "policy": stack.shared_libraries.model_dump(mode="json")},
-                       Scope(kinds=frozenset({ELF, LINK}), under=("/etc", tools), name_part=".so"))]
+                       Scope(kinds=frozenset({ELF, LINK}), under=("/etc", tools), name_part=".so",
+                             bytecode_under=(tools,)))]
     if stack.sglang.install_deps:
         specs.append(CheckSpec(SERVER, {**common, "argvs": serving_argvs(stack)}, Scope(everything=True)))
     if stack.cuda and stack.cuda_arch_list:
@@ -86,7 +87,8 @@ def image_check_specs(stack: Stack, env: Sequence[str], site: str, sglang_versio
                                Scope(everything=True, outside=(*sglang, "/opt/sglstack/patches",
                                                                "/opt/sglstack/patches.json",
                                                                "/opt/sglstack/installed.json",
-                                                               "/opt/sglstack/stack.json"))))
+                                                               "/opt/sglstack/stack.json"),
+                                     bytecode_under=(tools,))))
     return specs
 
 

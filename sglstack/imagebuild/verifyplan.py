@@ -60,7 +60,8 @@ def merged(layers: Sequence[LayerFiles]) -> dict[str, tuple[str, str]]:
 @dataclass(frozen=True)
 class Scope:
     """The files a check reads: exactly `paths`; or every path of `kinds`, under `under` or whose name holds
-    `name_part`; or (`everything`) every path but `outside` ones (a file, or all under a folder)."""
+    `name_part`; or (`everything`) every path but `outside` ones (a file, or all under a folder). Bytecode under
+    `bytecode_under` is not read as such: Python checks it against its source (in scope) and makes it again."""
 
     paths: frozenset[str] | None = None
     kinds: frozenset[str] = frozenset()
@@ -68,10 +69,13 @@ class Scope:
     name_part: str | None = None
     everything: bool = False
     outside: tuple[str, ...] = ()
+    bytecode_under: tuple[str, ...] = ()
 
     def selects(self, path: str, kind: str) -> bool:
         if self.paths is not None:
             return path in self.paths
+        if path.endswith(".pyc") and any(_under(path, b) for b in self.bytecode_under):
+            return False
         if self.everything:
             return not any(path == o or _under(path, o) for o in self.outside)
         return (kind in self.kinds or any(_under(path, u) for u in self.under)

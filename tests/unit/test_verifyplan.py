@@ -136,3 +136,12 @@ def test_a_pass_of_another_check_with_the_same_fingerprint_is_not_taken():
     ids, files = _image(BASE, TORCH)
     stolen = [Pass("server", fingerprint(SHARED, ids, files), "sha256:" + "9" * 64, tuple(ids), "t")]
     assert plan([SHARED], ids, files, stolen)[0].run is True
+
+
+def test_the_tools_bytecode_a_build_step_leaves_is_not_read_as_an_input():
+    tools = "/opt/sglstack/tools"
+    for scope in (Scope(kinds=frozenset({ELF, LINK}), under=(tools,), bytecode_under=(tools,)),
+                  Scope(everything=True, bytecode_under=(tools,))):
+        assert scope.selects(f"{tools}/__pycache__/wheelkit.cpython-311.pyc", FILE) is False
+        assert scope.selects(f"{tools}/wheelkit.py", FILE) is True
+    assert Scope(everything=True, bytecode_under=(tools,)).selects(f"{SITE}/sglang/__pycache__/a.pyc", FILE) is True
