@@ -75,20 +75,21 @@ def image_check_specs(stack: Stack, env: Sequence[str], site: str, sglang_versio
     """The three parts of imagecheck.py, each with what it reads."""
     tools = "/opt/sglstack/tools"
     common = {"env": sorted(env), "python": stack.python}
+    # What the image never reads at run time: the patches' sources (applied at build time), sglstack's own
+    # manifests, and the tools' bytecode (Python checks it against the tools' sources, which stay in scope).
+    build_only = ("/opt/sglstack/patches", "/opt/sglstack/patches.json", "/opt/sglstack/installed.json",
+                  "/opt/sglstack/stack.json")
     specs = [CheckSpec(SHARED_LIBRARIES, {**common, "policy": stack.shared_libraries.model_dump(mode="json")},
                        Scope(kinds=frozenset({ELF, LINK}), under=("/etc", tools), name_part=".so",
                              bytecode_under=(tools,)))]
     if stack.sglang.install_deps:
-        specs.append(CheckSpec(SERVER, {**common, "argvs": serving_argvs(stack)}, Scope(everything=True)))
+        specs.append(CheckSpec(SERVER, {**common, "argvs": serving_argvs(stack)},
+                               Scope(everything=True, outside=build_only, bytecode_under=(tools,))))
     if stack.cuda and stack.cuda_arch_list:
         # nvcc, g++ and the CUDA headers compile it: nothing of SGLang's own files or of the patches.
         sglang = (f"{site}/sglang", f"{site}/sglang-{sglang_version}.dist-info") if sglang_version else ()
         specs.append(CheckSpec(JIT, {**common, "archs": list(stack.cuda_arch_list), "cuda": stack.cuda},
-                               Scope(everything=True, outside=(*sglang, "/opt/sglstack/patches",
-                                                               "/opt/sglstack/patches.json",
-                                                               "/opt/sglstack/installed.json",
-                                                               "/opt/sglstack/stack.json"),
-                                     bytecode_under=(tools,))))
+                               Scope(everything=True, outside=(*sglang, *build_only), bytecode_under=(tools,))))
     return specs
 
 

@@ -145,3 +145,31 @@ def test_the_tools_bytecode_a_build_step_leaves_is_not_read_as_an_input():
         assert scope.selects(f"{tools}/__pycache__/wheelkit.cpython-311.pyc", FILE) is False
         assert scope.selects(f"{tools}/wheelkit.py", FILE) is True
     assert Scope(everything=True, bytecode_under=(tools,)).selects(f"{SITE}/sglang/__pycache__/a.pyc", FILE) is True
+
+
+def _pypi_specs():
+    from pathlib import Path
+
+    from sglstack.config.matrix import load_matrix
+    from sglstack.imagebuild.incremental import image_check_specs
+
+    stack = load_matrix(Path(__file__).resolve().parents[2] / "stacks.yaml").get("pypi-cu130")
+    return image_check_specs(stack, ["PATH=/opt/venv/bin:/usr/bin"], SITE, "0.5.23")
+
+
+def test_the_image_checks_rerun_for_what_a_patch_changes_and_only_that():
+    specs = _pypi_specs()
+    ids, files = _image(BASE, TORCH, SGLANG)
+    passes = _passes(ids, files, specs)
+    skipped = LayerFiles("sha256:" + "e" * 64, {"/opt/sglstack/patches/p/methods.py": FILE,
+                                                "/opt/sglstack/installed.json": FILE,
+                                                "/opt/sglstack/tools/__pycache__/wheelkit.cpython-311.pyc": FILE})
+    assert {d.check: d.run for d in plan(specs, *_image(BASE, TORCH, SGLANG, skipped), passes)} == {
+        "shared_libraries": False, "server": False, "jit_toolchain": False}
+    applied = LayerFiles("sha256:" + "f" * 64, {f"{SITE}/sglang/srt/models/kimi.py": FILE,
+                                                f"{SITE}/sglang-0.5.23.dist-info/RECORD": FILE})
+    assert {d.check: d.run for d in plan(specs, *_image(BASE, TORCH, SGLANG, applied), passes)} == {
+        "shared_libraries": False, "server": True, "jit_toolchain": False}
+    tool = LayerFiles("sha256:" + "7" * 64, {"/opt/sglstack/tools/imagecheck.py": FILE})
+    assert {d.check: d.run for d in plan(specs, *_image(BASE, TORCH, SGLANG, tool), passes)} == {
+        "shared_libraries": True, "server": True, "jit_toolchain": True}
