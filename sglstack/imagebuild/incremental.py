@@ -155,7 +155,7 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
         coverage = judged_coverage(stack, listed.report,
                                    objects={"listing_cached": listed.cached, "listed": listed.listed})
         seconds["coverage"] = round(time.monotonic() - start, 2)
-    _store(new_passes, image_id, diff_ids)
+    _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
         "full": full, "layers_listed": files is not None, "seconds": seconds,
         "checks": [decisions[s.name].to_dict() for s in specs]})
