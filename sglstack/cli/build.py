@@ -33,6 +33,8 @@ class BuildOptions(ReportOptions):
     target: str | None = option("build one stage only (e.g. sglang-src)")
     no_cache: bool = option("build without BuildKit's cache", False, kind=bool)
     force: bool = option("rebuild even when an image of this config hash exists", False, kind=bool)
+    full_verify: bool = option("run every check of the verify step again, reusing none (each check otherwise "
+                               "runs only where the files it reads changed)", False, kind=bool)
     dry_run: bool = option("print the plan (render, build command, tags, smoke) without touching Docker", False,
                            kind=bool)
     push: bool = option("release: push a candidate, smoke it by digest, promote the tested digest", False, kind=bool)
@@ -56,10 +58,10 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
     """Render and build a stack with BuildKit, verify the image, record it; --push releases it (--json,
     --json-out: the plan of --dry-run)."""
     return build_command(o.stacks_file, o.stack, target=o.target, no_cache=o.no_cache, force=o.force,
-                         dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle, docker_cli=o.docker_cli,
-                         docker_host=o.docker_host, registry=o.registry, smoke_opts=list(o.smoke_opt),
-                         builder_name=o.builder, key=o.signing_key, unsigned=o.unsigned,
-                         as_json=as_json, platform=o.platform)
+                         full_verify=o.full_verify, dry_run=o.dry_run, push=o.push, ca_bundle=o.ca_bundle,
+                         docker_cli=o.docker_cli, docker_host=o.docker_host, registry=o.registry,
+                         smoke_opts=list(o.smoke_opt), builder_name=o.builder, key=o.signing_key,
+                         unsigned=o.unsigned, as_json=as_json, platform=o.platform)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def bake(o: BakeOptions) -> int:
 
 
 def build_command(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
-                  force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
+                  force: bool = False, full_verify: bool = False, dry_run: bool = False, push: bool = False,
+                  ca_bundle: str | None = None,
                   docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
                   smoke_opts: list[str] | None = None, builder_name: str | None = None,
                   key: str | None = None, unsigned: bool = False, as_json: JsonReport = NO_JSON,
@@ -97,7 +100,8 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
 
     if as_json and not dry_run:
         raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
-    plan = plan_build(stacks_file, stack_name, target=target, no_cache=no_cache, force=force, dry_run=dry_run,
+    plan = plan_build(stacks_file, stack_name, target=target, no_cache=no_cache, force=force,
+                      full_verify=full_verify, dry_run=dry_run,
                       push=push, ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                       registry=registry, smoke_opts=smoke_opts, builder_name=builder_name, key=key, unsigned=unsigned,
                       platform=platform)

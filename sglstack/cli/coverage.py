@@ -59,7 +59,8 @@ def coverage_command(stacks_file: str, stack_name: str, *, as_json: JsonReport =
     # another stack's or platform's: one line), every lock before any wheel is fetched.
     locks = {p: lock_for_build(stacks_file, stack.for_platform(p)) for p in stack.platforms}
     reports = check_stack(stack, {p: {x.name: x.version for x in lock.packages} if lock else None
-                                  for p, lock in locks.items()})
+                                  for p, lock in locks.items()},
+                          {p: {x.name: x.hashes for x in lock.packages} if lock else None for p, lock in locks.items()})
     for report in reports:
         render_report(report, console)
     as_json.emit(reports[0].to_dict() if len(reports) == 1 else {"platforms": [r.to_dict() for r in reports]})

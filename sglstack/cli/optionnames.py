@@ -40,6 +40,7 @@ OPTIONS: dict[str, Meaning] = {
     "tag": Meaning("TAG", "the tag to write under"),
     "no_cache": Meaning(FLAG, "build without BuildKit's cache"),
     "force": Meaning(FLAG, "do it even when it is already done (rebuild, re-point tags)"),
+    "full_verify": Meaning(FLAG, "run every check of the image's verify again, reusing none"),
     "dry_run": Meaning(FLAG, "say what would be done, change nothing"),
     "push": Meaning(FLAG, "release: push a candidate, smoke it by digest, promote it"),
     "ca_bundle": Meaning("PATH", "an extra CA bundle for builds (also SGLSTACK_CA_BUNDLE)"),

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,11 +51,32 @@ def inspect_files(files: Mapping[str, Path], package: str, version: str, source:
     return PackageObjects(package, version, source, tuple(objects), dict(loader_sources or {}))
 
 
+def _stored(digest: str, release: str) -> Path:
+    return coverage_cache_dir() / "wheels" / f"{digest}-{release}-v{WHEEL_CACHE_VERSION}.json"
+
+
+def stored_wheel_result(digests: Iterable[str], release: str, fits: Callable[[str], bool]) -> PackageObjects | None:
+    """A wheel's stored result found by a sha256 the lock names, without reading any wheel: pip installs only a
+    file with one of those hashes, and a result is stored under the sha256 of the wheel it was made from. Of
+    the lock's files of one release, only one whose name `fits` the stack's Python and platform is taken."""
+    for digest in sorted(d.removeprefix("sha256:") for d in digests):
+        stored = _stored(digest, release)
+        if not stored.is_file():
+            continue
+        try:
+            result = _from_json(loads(stored.read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError):
+            continue  # a damaged entry: the wheel is fetched and listed again
+        if fits(result.source):
+            return result
+    return None
+
+
 def inspect_wheel(wheel: Path, package: str, version: str, tool: Cuobjdump, *, cache: ListingCache | None = None,
                   jobs: int | None = None) -> PackageObjects:
     """Every shared object, cubin and fatbin of a wheel; the result is cached by the wheel's sha256."""
     digest = sha256_file(wheel)
-    stored = coverage_cache_dir() / "wheels" / f"{digest}-{tool.release}-v{WHEEL_CACHE_VERSION}.json"
+    stored = _stored(digest, tool.release)
     if stored.is_file():
         try:
             return _from_json(loads(stored.read_text(encoding="utf-8")))

@@ -214,6 +214,12 @@ def build_coverage(client: Any, image_id: str, stack: Stack, *, serving_image: b
     report = image_coverage(client, image_id, stack, installed=installed) if serving_image else None
     if report is None:
         return BuildCoverage({}, None)
+    return judged_coverage(stack, report)
+
+
+def judged_coverage(stack: Stack, report: CoverageReport, **extra: Any) -> BuildCoverage:
+    """The build's verdict on an image's report (KernelCoverageMissing), else its label and its table (with
+    `extra` keys beside it in the record)."""
     if report.violations:
         first = report.violations[0]
         more = f" (and {len(report.violations) - 1} more)" if len(report.violations) > 1 else ""
@@ -222,4 +228,4 @@ def build_coverage(client: Any, image_id: str, stack: Stack, *, serving_image: b
     if not report.complete:
         missing = "; ".join(p.reason for p in report.packages if not p.checked)
         raise KernelCoverageMissing(f"stack '{stack.name}': kernel coverage cannot be checked: {missing}")
-    return BuildCoverage(report.labels(), report.to_dict())
+    return BuildCoverage(report.labels(), {**report.to_dict(), **extra})

@@ -3,7 +3,7 @@ and exit code (`invoke coverage` prints them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..adapters.cuobjdump import CuobjdumpError
 from ..config.schema import Stack
@@ -33,9 +33,11 @@ def require_capabilities(stack: Stack) -> None:
                                  key="cuda_arch_list")
 
 
-def check_stack(stack: Stack, versions: Mapping[str, Mapping[str, str] | None]) -> list[CoverageReport]:
+def check_stack(stack: Stack, versions: Mapping[str, Mapping[str, str] | None],
+                hashes: Mapping[str, Mapping[str, Sequence[str]] | None] | None = None) -> list[CoverageReport]:
     """One report per platform of the stack: its CUDA wheels at that platform's `versions` (its lock's; None:
-    the stack's pins) fetched and listed."""
+    the stack's pins) fetched and listed; that platform's `hashes` (its lock's sha256s) find a wheel's stored
+    result without fetching it."""
     require_capabilities(stack)
     reports = []
     try:
@@ -44,7 +46,8 @@ def check_stack(stack: Stack, versions: Mapping[str, Mapping[str, str] | None]) 
                 def working_on(message: str, platform: str = platform) -> None:
                     steps.working_on(f"{platform}: {message}")
 
-                reports.append(check_wheels(stack, platform, versions=versions.get(platform), progress=working_on))
+                reports.append(check_wheels(stack, platform, versions=versions.get(platform),
+                                            hashes=(hashes or {}).get(platform), progress=working_on))
                 steps.advance()
     except CuobjdumpError as exc:
         raise CoverageIncomplete(f"stack '{stack.name}': {exc}") from None

@@ -6,14 +6,17 @@ prints it; `invoke upgrade` checks a release's wheels with it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump
 from ..adapters.wheels import WheelFetchError, WheelUnreachable, cache_dir, fetch_binary_wheel
 from ..config.matrix import Stack
 from ..config.platforms import MACHINE
-from .devicecode import inspect_wheel
+from .devicecode import inspect_wheel, stored_wheel_result
 from .report import CoverageReport, PackageStatus, build_report
 from .rules import (
     PackageObjects,
@@ -60,10 +63,29 @@ def fetch_source(source: WheelSource, stack: Stack, platform: str) -> Path:
                               index_url=source.index_url, extra_index=source.extra_index, logins=stack.credentials)
 
 
+def wheel_fits(filename: str, stack: Stack, platform: str) -> bool:
+    """Whether pip would install the wheel `filename` for the stack's Python on `platform` (its glibc)."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    minor = int(stack.python.split(".")[1])
+    platforms = {"any", *pip_platform_tags(platform, stack.base_image, stack.glibc)}
+
+    def python_fits(tag: Tag) -> bool:
+        if tag.interpreter in (f"cp3{minor}", "py3", f"py3{minor}"):
+            return True
+        return tag.abi == "abi3" and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:] or 99) <= minor
+
+    return any(python_fits(t) and t.platform in platforms for t in tags)
+
+
 def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None] = lambda _m: None,
-                 jobs: int | None = None, versions: Mapping[str, str] | None = None) -> CoverageReport:
+                 jobs: int | None = None, versions: Mapping[str, str] | None = None,
+                 hashes: Mapping[str, Sequence[str]] | None = None) -> CoverageReport:
     """The report for one platform of a stack, from its wheels (each fetched once into the cache);
-    `versions` ({name: version}, the lock's) pins the stack's `coverage.packages`."""
+    `versions` ({name: version}, the lock's) pins the stack's `coverage.packages`; `hashes` ({name: the lock's
+    sha256s}) finds a wheel's stored result without fetching or hashing it (a cached stack costs no wheel read)."""
     caps = capabilities_of(stack.cuda_arch_list)
     statuses: list[PackageStatus] = []
     packages: list[PackageObjects] = []
@@ -74,6 +96,17 @@ def check_wheels(stack: Stack, platform: str, *, progress: Callable[[str], None]
         if not source.version:
             statuses.append(PackageStatus(source.package, "", "lock", False,
                                           f"{source.package} has no version in the stack's lock (invoke lock)"))
+            continue
+        locked = (hashes or {}).get(source.package, ()) if source.version == (versions or {}).get(source.package) \
+            else ()
+        if locked and tool is None:
+            tool = cuobjdump()
+            listings = ListingCache(tool.release)
+        known = stored_wheel_result(locked, tool.release, lambda name: wheel_fits(name, stack, platform)) \
+            if locked and tool else None
+        if known is not None:
+            packages.append(known)
+            statuses.append(PackageStatus(source.package, source.version, known.source, True))
             continue
         where = source.index_url or source.requirement
         if where in unreachable:

@@ -42,11 +42,12 @@ from ..core.console import plain, printable_lines
 from ..core.errors import BuildError, SglstackError
 from ..core.records import require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
-from ..coverage.image import BuildCoverage, build_coverage
+from ..coverage.image import BuildCoverage
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts
 from ..size.measure import measure_and_gate
 from .context import RenderedContext, write_build_context
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
+from .incremental import verify_incrementally
 from .plan import (
     BuildResult,
     BuildSettings,
@@ -73,7 +74,6 @@ from .verify import (
     FINAL_TARGET,
     check_base_image,
     lock_mismatches,
-    run_image_checks,
     sbom_inventory,
     verified_facts,
     verified_labels,
@@ -219,6 +219,7 @@ class _Facts:
     lock_notes: list[str]
     base_digest: str | None
     base_image_id: str | None
+    verification: dict[str, Any] | None = None  # per costly check: ran or reused, and why
 
 
 def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildSettings, timer: PhaseTimer,
@@ -226,9 +227,11 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
     target = options.effective_target
     with timer.phase("verify"):
         manifest, info = verified_facts(client, held, stack, target, options.lock)
-        checks = run_image_checks(client, held, stack) if target == FINAL_TARGET else None
-        coverage = build_coverage(client, held, stack, serving_image=target == FINAL_TARGET,
-                                  installed=(info or {}).get("distributions"))
+        checks, coverage, verification = None, BuildCoverage({}, None), None
+        if target == FINAL_TARGET:
+            verified = verify_incrementally(client, held, stack, installed=(info or {}).get("distributions"),
+                                            docker_host=options.docker_host, full=options.full_verify)
+            checks, coverage, verification = verified.checks, verified.coverage, verified.verification
     size = None
     if target == FINAL_TARGET:
         # After verification, before the image is stamped and tagged: an image over budget is not released.
@@ -246,7 +249,8 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
         console.print(f"[yellow]{stack.name}[/]: {plain(note)}", highlight=False)
     base = local_image(client, stack.base_image)
     base_digest = registry_digest(stack.base_image, base.repo_digests) if base else None
-    return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None)
+    return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None,
+                  verification)
 
 
 def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered: RenderedContext, builder: Builder,
@@ -268,6 +272,7 @@ def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered:
         "torch": info.get("torch"),
         "coverage": facts.coverage.record,
         "image_checks": facts.checks,
+        "verification": facts.verification,
         "size": facts.size,
         "durations_s": timer.durations,
         "dockerfile": str(rendered.dockerfile),

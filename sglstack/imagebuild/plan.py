@@ -46,6 +46,7 @@ class BuildSettings:
     target: str | None = None
     no_cache: bool = False
     force: bool = False
+    full_verify: bool = False  # run every check of the verify step, reusing none (see imagebuild.incremental)
     ca_bundle: str | None = None
     docker_cli: str | None = None
     docker_host: str | None = None

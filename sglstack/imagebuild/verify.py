@@ -381,7 +381,12 @@ def image_check_argv(stack: Stack) -> list[str]:
 
 def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
     """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
-    with running_container(client, image, command=image_check_argv(stack), name_prefix="sglstack-check",
+    return judged_image_checks(stack, image_check_report(client, image, stack, image_check_argv(stack)))
+
+
+def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str]) -> dict[str, Any]:
+    """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged."""
+    with running_container(client, image, command=command, name_prefix="sglstack-check",
                            labels=container_labels(stack), entrypoint=[], network_disabled=True) as container:
         code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
@@ -394,6 +399,11 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
         last = (err or out).strip().splitlines()
         raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
                                f"{last[-1] if last else f'exit {code}'}")
+    return report
+
+
+def judged_image_checks(stack: Stack, report: dict[str, Any]) -> dict[str, Any]:
+    """The in-image checks' report judged: ImageCheckFailed on a problem, else the report with its notes."""
     imports = judge_imports(report.get("import_closure"), stack.runtime_imports)
     problems = image_check_problems(report, stack.shared_libraries, stack.cuda) + imports["errors"]
     if problems:

@@ -117,8 +117,9 @@ class BuildPlan:
 
 
 def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
-               force: bool = False, dry_run: bool = False, push: bool = False, ca_bundle: str | None = None,
-               docker_cli: str | None = None, docker_host: str | None = None, registry: str | None = None,
+               force: bool = False, full_verify: bool = False, dry_run: bool = False, push: bool = False,
+               ca_bundle: str | None = None, docker_cli: str | None = None, docker_host: str | None = None,
+               registry: str | None = None,
                smoke_opts: list[str] | None = None, builder_name: str | None = None, key: str | None = None,
                unsigned: bool = False, platform: str | None = None) -> BuildPlan:
     """Every input of `invoke build [--push]` checked (bad input, exit 2), the dry run's as the real one's."""
@@ -140,8 +141,9 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     missing = None if lock is not None else missing_message(
         stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
-    settings = BuildSettings(target=target, no_cache=no_cache, force=force, ca_bundle=ca_bundle,
-                             docker_cli=docker_cli, docker_host=docker_host, builder_name=builder_name, lock=lock,
+    settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
+                             ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
+                             builder_name=builder_name, lock=lock,
                              remote_lookup=lambda s, h: candidate_in_registry(s, h, registry))
     return BuildPlan(stack, settings, signing_key, missing)
 

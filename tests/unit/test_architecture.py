@@ -108,7 +108,8 @@ MAY_USE: dict[str, set[str]] = {
     # lockfile: the lock model (the parsed lock file, its text format, when it is current), below lock, diff, render
     "lockfile": {"config", "core"},
     "lock": {"config", "lockfile", "adapters", "core", "inimage"},
-    "coverage": {"config", "adapters", "core"},
+    # inimage: a RECORD's hashes are read with the in-image RECORD check's own parser (one home for the format)
+    "coverage": {"config", "adapters", "core", "inimage"},
     # size: the size report of an image and the CUDA libraries a stage holds twice (build gates on it, diff shows it)
     "size": {"config", "adapters", "core"},
     "diff": {"config", "lockfile", "registry", "size", "adapters", "core"},

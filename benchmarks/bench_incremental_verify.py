@@ -1,0 +1,169 @@
+"""Build + verify of the complete image (stack pypi-cu130) against what a change costs, in one run (issue 38).
+
+Not a CI step: it builds the ~11 GB environment several times (needs ~30 GB of disk). Steps, in this order:
+
+    cold     `--no-cache --full-verify` build + verify (every check runs)
+    noop     `invoke build` again, nothing changed (a process, as a user runs it)
+    patch    one line added to the Kimi K2.5 patch's methods.py, rebuilt + verified (incremental)
+    pin      one small package of the lock's sglang-requirements part moved, rebuilt + verified (incremental)
+    pip      `pip install --no-deps --require-hashes -r locks/pypi-cu130.txt` into a fresh venv, this machine
+    coverage `invoke coverage --stack pypi-cu130` twice (the second with every wheel cached)
+
+    python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,patch,pin,pip,coverage] [--out FILE]
+
+The matrix is copied to a temporary folder with the stack's base pinned to this machine's
+`debian:bookworm-slim` (the committed pin names an image of another machine); the lock and patches are copied
+as they are. Each step's figure comes with the load average before and after it (this machine is shared:
+the load moves every figure), and the ratios are printed from the figures of this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sglstack.adapters.docker import docker_client  # noqa: E402
+from sglstack.adapters.uv import ResolveRequest, compile_requirements  # noqa: E402
+from sglstack.config.matrix import load_matrix  # noqa: E402
+from sglstack.imagebuild.flow import build_stack  # noqa: E402
+from sglstack.imagebuild.plan import BuildSettings  # noqa: E402
+from sglstack.lock.trust import lock_for_build  # noqa: E402
+from sglstack.lockfile.model import lock_path  # noqa: E402
+from sglstack.lockfile.text import read_lock, write_lock  # noqa: E402
+
+STACK = "pypi-cu130"
+PIN = ("easydict", "1.13")  # 1.14 in the lock: a pure-Python package of the sglang-requirements part
+STEPS = ("cold", "noop", "patch", "pin", "pip", "coverage")
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def copy_matrix(tmp: Path) -> Path:
+    """stacks.yaml, locks/ and patches/ in tmp, pypi-cu130's base pinned to this machine's debian:bookworm-slim."""
+    base = docker_client().images.get("debian:bookworm-slim").id
+    text = (REPO / "stacks.yaml").read_text(encoding="utf-8")
+    start = text.index(f"\n  {STACK}:\n")
+    block = re.sub(r"(\n    base_image: ).*", r"\1debian:bookworm-slim", text[start:], count=1)
+    block = re.sub(r"(\n    base_image_id: ).*", rf"\g<1>{base}", block, count=1)
+    (tmp / "stacks.yaml").write_text(text[:start] + block, encoding="utf-8")
+    shutil.copytree(REPO / "locks", tmp / "locks")
+    shutil.copytree(REPO / "patches", tmp / "patches")
+    return tmp / "stacks.yaml"
+
+
+def build(stacks: Path, label: str, **options: bool) -> dict:
+    patches = stacks.parent / "patches"
+    stack = load_matrix(stacks, patches_dir=patches).get(STACK)
+    before = load()
+    start = time.monotonic()
+    result = build_stack(stack, BuildSettings(lock=lock_for_build(str(stacks), stack), patches_dir=patches, **options))
+    seconds = round(time.monotonic() - start, 1)
+    record = json.loads(result.record_path.read_text()) if result.record_path else {}
+    return {"what": label, "seconds": seconds, "load_before": before, "load_after": load(),
+            "image_id": result.image_id, "skipped": result.skipped, "durations_s": record.get("durations_s"),
+            "verification": record.get("verification"),
+            "coverage_objects": (record.get("coverage") or {}).get("objects"),
+            "coverage_label": (record.get("labels") or {}).get("io.sglstack.coverage")}
+
+
+def invoke(*args: str) -> dict:
+    before = load()
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
+                          check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return {"what": "invoke " + " ".join(args), "seconds": round(time.monotonic() - start, 2), "exit": proc.returncode,
+            "load_before": before, "load_after": load(), "last_line": (proc.stdout.strip().splitlines() or [""])[-1]}
+
+
+def patch_edit(stacks: Path) -> dict:
+    methods = stacks.parent / "patches" / "kimi-k25-eagle3" / "methods.py"
+    methods.write_text(methods.read_text() + f"\n# bench {time.time_ns()}\n")
+    return build(stacks, "patch edit")
+
+
+def pin_change(stacks: Path, pin: str) -> dict:
+    package, _, version = pin.partition("==")
+    path = lock_path(stacks, STACK)
+    lock = read_lock(path)
+    resolved = compile_requirements(ResolveRequest(requirements=(f"{package}=={version}",), python_version="3.11",
+                                                   python_platform="x86_64-manylinux_2_36", no_deps=True))
+    new = resolved.packages[0]
+    packages = tuple(p.__class__(**{**p.__dict__, "version": new.version, "hashes": tuple(sorted(new.hashes))})
+                     if p.name == package else p for p in lock.packages)
+    write_lock(path, lock.__class__(**{**lock.__dict__, "packages": packages}), stacks_file="stacks.yaml")
+    return build(stacks, f"pin change {package} -> {version}")
+
+
+def pip_install(stacks: Path, tmp: Path) -> dict:
+    """The same lock into a fresh venv with the stack's Python minor (this machine's python3.11)."""
+    venv = tmp / "venv"
+    before = load()
+    start = time.monotonic()
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "--require-hashes",
+                           "--disable-pip-version-check", "-r", str(lock_path(stacks, STACK))],
+                          capture_output=True, text=True, check=False)
+    seconds = round(time.monotonic() - start, 1)
+    downloads = proc.stdout.count("Downloading ")
+    shutil.rmtree(venv, ignore_errors=True)
+    return {"what": "pip install of the lock into a venv", "seconds": seconds, "exit": proc.returncode,
+            "downloaded": downloads, "load_before": before, "load_after": load(),
+            "last_line": (proc.stdout.strip().splitlines() or [""])[-1][:300]}
+
+
+def ratios(figures: dict) -> dict:
+    out: dict = {}
+    cold = figures.get("cold", {}).get("seconds")
+    if cold:
+        for step in ("patch", "pin"):
+            if step in figures:
+                out[f"{step} / cold"] = round(figures[step]["seconds"] / cold, 3)
+        if "pip" in figures:
+            out["cold / pip install"] = round(cold / figures["pip"]["seconds"], 3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", default=",".join(STEPS))
+    ap.add_argument("--out", default=str(REPO / "build" / "bench-incremental-verify.json"))
+    # BuildKit's cache outlives a run: a pin already measured once rebuilds nothing the second time.
+    ap.add_argument("--pin", default="==".join(PIN), help="NAME==VERSION the pin step moves to (default %(default)s)")
+    opts = ap.parse_args()
+    steps = opts.steps.split(",")
+    figures: dict = {}
+    out = Path(opts.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sglstack-bench-") as tmp:
+        stacks = copy_matrix(Path(tmp))
+        run = {"cold": lambda: build(stacks, "cold build + full verify", no_cache=True, full_verify=True),
+               "noop": lambda: invoke("build", "--stack", STACK, "--stacks-file", str(stacks)),
+               "patch": lambda: patch_edit(stacks),
+               "pin": lambda: pin_change(stacks, opts.pin),
+               "pip": lambda: pip_install(stacks, Path(tmp)),
+               "coverage": lambda: {"first": invoke("coverage", "--stack", STACK, "--stacks-file", str(stacks)),
+                                    "cached": invoke("coverage", "--stack", STACK, "--stacks-file", str(stacks))}}
+        for step in steps:
+            figures[step] = run[step]()
+            figures["ratios"] = ratios(figures)
+            out.write_text(json.dumps(figures, indent=1))  # what is measured so far survives a failed step
+            print(json.dumps({step: figures[step]}), flush=True)
+    print(json.dumps({"ratios": ratios(figures)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
