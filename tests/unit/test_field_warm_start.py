@@ -41,12 +41,34 @@ def rederive(recording: dict[str, Any]) -> dict[str, Any]:
             and restore["key_differences"] == [] else "fail"}
 
 
+# What each recording showed. h200-warm-start (2026-12-05): the cache made by the cold start was restored (key
+# matched) and nothing compiled, but the start saved 36% (99.3 s -> 63.2 s), not the 50% the issue asks: SGLang
+# 0.5.17 captures 58 prefill CUDA graphs on every start (60.8 s cold, 33.2 s warm), capture that no cache holds.
+EXPECTED = {"h200-warm-start": {"saving_verdict": "fail", "no_new_kernel_files": "pass", "key_matched": "pass"}}
+
+
+def _capture_seconds(milestones: list[str], graph: str) -> float:
+    line = next(m for m in milestones if f"Capture target {graph} CUDA graph end" in m)
+    return float(line.split("elapsed=")[1].split(" s")[0])
+
+
+def test_what_the_warm_start_still_spends_is_prefill_graph_capture_not_compiling():
+    recording = json.loads((REPO / "tests" / "data" / "field" / "h200-warm-start.json").read_text())
+    report, milestones = recording["report"], recording["server_milestones"]
+    warm_s = report["warm"]["baseline"]["startup_s"]
+    assert recording["warm_verdicts"]["new_kernel_files"] == 0
+    # More than half of the warm start is the prefill graphs' capture; the decode graphs' capture, where the
+    # cold start compiled, fell from 3.1 s to 1.0 s.
+    assert _capture_seconds(milestones["baseline.warm"], "prefill") > 0.5 * warm_s
+    assert _capture_seconds(milestones["baseline.warm"], "decode") < _capture_seconds(milestones["baseline"], "decode")
+
+
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
 def test_the_h200_recording_re_derives_its_verdicts(path):
     recording = json.loads(path.read_text())
     verdicts = rederive(recording)
     assert verdicts == {k: recording["warm_verdicts"][k] for k in verdicts}
-    assert verdicts == {"saving_verdict": "pass", "no_new_kernel_files": "pass", "key_matched": "pass"}
+    assert verdicts == EXPECTED[path.stem]
     assert _recorder().warm_verdicts(recording["report"]) == recording["warm_verdicts"]
     assert "H200" in recording["device"] and recording["report"]["runner"]["kind"] == "process"
     key = recording["report"]["baseline"]["kernel_cache"]["key"]

@@ -82,6 +82,13 @@ def test_a_level_nothing_measured_fails_and_is_the_crossover():
     assert verdict.failures == ("min_speedup: at concurrency 4 nothing was measured",) and verdict.crossover == 4
 
 
+def test_a_baseline_only_run_has_no_level_and_no_crossover():
+    """A warm-start run serves the baseline alone: no EAGLE-3 figure, so no level is judged and no crossover named
+    (the field's warm-start run printed "EAGLE-3 stops paying at concurrency 1 (nothing measured)")."""
+    verdict = evaluate(GATES, server("baseline", 100, 380), ServerRun(kind="eagle3", started=False), None, None, (1, 4))
+    assert verdict.levels == () and verdict.crossover is None and crossover_line(verdict.levels, 1.0) == ""
+
+
 def test_the_regression_gate_applies_at_every_named_level():
     last = {"time": "2026-12-01T00:00:00Z", "verdict": "pass",
             "levels": {"baseline": {"1": 663.0, "4": 2493.0}, "eagle3": {"1": 1002.0, "4": 1500.0}}}
