@@ -6,7 +6,8 @@ Not a CI step: it builds the ~11 GB environment several times (needs ~30 GB of d
     noop     `invoke build` again, nothing changed (a process, as a user runs it)
     patch    one line added to the Kimi K2.5 patch's methods.py, rebuilt + verified (incremental)
     pin      one small package of the lock's sglang-requirements part moved, rebuilt + verified (incremental)
-    pip      `pip install --no-deps --require-hashes -r locks/pypi-cu130.txt` into a fresh venv, this machine
+    pip      `pip install --no-deps --require-hashes -r locks/pypi-cu130.txt` into a fresh venv, this machine,
+             from PyPI (no pip cache, none of the machine's pip configuration: every wheel downloaded)
     coverage `invoke coverage --stack pypi-cu130` twice (the second with every wheel cached)
 
     python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,patch,pin,pip,coverage] [--out FILE]
@@ -108,19 +109,26 @@ def pin_change(stacks: Path, pin: str) -> dict:
 
 
 def pip_install(stacks: Path, tmp: Path) -> dict:
-    """The same lock into a fresh venv with the stack's Python minor (this machine's python3.11)."""
+    """The same lock into a fresh venv with the stack's Python minor (this machine's python3.11), from PyPI.
+
+    Like the cold build: every wheel downloaded, no pip cache, none of this machine's pip configuration (its
+    find-links and local indexes would serve torch and the CUDA wheels from disk); only its CA bundle."""
     venv = tmp / "venv"
+    cert = os.environ.get("SGLSTACK_CA_BUNDLE") or os.environ.get("PIP_CERT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     before = load()
     start = time.monotonic()
     subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
-    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "--require-hashes",
-                           "--disable-pip-version-check", "-r", str(lock_path(stacks, STACK))],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "--require-hashes", "--no-cache-dir",
+                           "--disable-pip-version-check", *(["--cert", cert] if cert else []),
+                           "-r", str(lock_path(stacks, STACK))],
+                          capture_output=True, text=True, check=False, env=env)
     seconds = round(time.monotonic() - start, 1)
     downloads = proc.stdout.count("Downloading ")
     shutil.rmtree(venv, ignore_errors=True)
     return {"what": "pip install of the lock into a venv", "seconds": seconds, "exit": proc.returncode,
-            "downloaded": downloads, "load_before": before, "load_after": load(),
+            "downloaded": downloads, "packages": len(read_lock(lock_path(stacks, STACK)).packages),
+            "load_before": before, "load_after": load(),
             "last_line": (proc.stdout.strip().splitlines() or [""])[-1][:300]}
 
 
