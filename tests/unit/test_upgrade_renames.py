@@ -1,7 +1,7 @@
 """`upgrade` names what a release renames of the flags and SGLANG_* variables a stack sets (issue 41), from the
 two releases' own sources and parsers. The sources here are small stand-ins written in the shapes SGLang uses
-(its `Envs` class, its `_DeprecatedEnv` table, an alias field); tests/e2e/test_upgrade_renames.py reads the real
-0.5.9, 0.5.18 and 0.5.23 wheels."""
+(its `Envs` class, its `_DeprecatedEnv` table, an alias field); tests/e2e/test_upgrade_renames_wheels.py reads the
+real 0.5.9, 0.5.18 and 0.5.23 wheels."""
 
 from __future__ import annotations
 
