@@ -132,7 +132,7 @@ def test_signal_while_the_image_is_held_removes_the_temporary_tag(tmp_path, dock
     stack = load_matrix(CPU_MATRIX).get("cpu-test").model_copy(update={"name": "cpu-test-held"})
     seen: dict[str, list[str]] = {}
 
-    def interrupted_stamp(builder, base_ref, labels, docker_host):
+    def interrupted_stamp(builder, base_ref, labels, docker_host, platform=None):
         seen.update(leftovers(docker_client, stack.name))
         docker_client.images.get(base_ref)  # held while the stamp runs
         raise Interrupted(signal.SIGTERM)

@@ -83,7 +83,10 @@ def test_0_5_9_to_0_5_10_pins_a_write_that_cannot_confirm_every_pin_is_refused(r
 
 def test_an_upgrade_every_pin_of_which_resolves_is_written_and_passes_stacks_check(repo_copy, tmp_path):
     """h200-field installs from PyPI alone: 0.5.17 -> 0.5.18 resolves whole, so `--write` moves the stack in
-    place, writes its lock, and leaves every other line of the file as it was."""
+    place, writes its lock, and leaves every other line of the file as it was. The stack's `--cuda-graph-max-bs`
+    is left out here: 0.5.18 deprecates it (--cuda-graph-max-bs-decode), which makes the upgrade a review
+    (tests/e2e/test_upgrade_renames_wheels.py reads such renames)."""
+    repo_copy.write_text(repo_copy.read_text().replace('"--cuda-graph-max-bs", "8", ', "", 1))
     before = repo_copy.read_text()
     code = upgrade_command(str(repo_copy), "h200-field", "0.5.18", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"),
