@@ -15,12 +15,13 @@ the safetensors headers, no weights loaded: `draftfiles`) and the serving flags;
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from ..core.errors import SglstackError, one_line
+from ..core.errors import SglstackError, one_line, shown
 
 EAGLE3 = "EAGLE3"
 # SGLang resolves these to EAGLE before it builds a worker (arg_groups/speculative_hook.py).
@@ -170,8 +171,13 @@ def draft_mismatches(target_config: Mapping[str, Any], draft_config: Mapping[str
                      extra_args: Sequence[str] = (), draft_shapes: Shapes | None = None) -> list[str]:
     """One line per way the draft does not fit the target or the flags; empty when it fits."""
     target, draft = text_config(target_config), text_config(draft_config)
-    architectures = [str(a) for a in draft.get("architectures") or []]
-    found = [algorithm_mismatch(algorithm, architectures), hidden_size_mismatch(algorithm, target, draft),
+    names = draft.get("architectures") or []
+    if isinstance(names, list):
+        architectures = [str(a) for a in names]
+        kind = algorithm_mismatch(algorithm, architectures)
+    else:  # a string would be read letter by letter, a number not at all (SGLang reads a list of class names)
+        kind = f"architectures {shown(json.dumps(names))} is not a list of class names"
+    found = [kind, hidden_size_mismatch(algorithm, target, draft),
              *vocabulary_mismatches(target, draft, draft_shapes),
              context_mismatch(draft, serving_context(extra_args, target))]
     if EAGLE_ALIASES.get(algorithm, algorithm) == EAGLE3:
