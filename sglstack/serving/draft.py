@@ -70,19 +70,23 @@ def serving_context(extra_args: Sequence[str], target: Mapping[str, Any]) -> int
 
 # SGLang 0.5.2x reads --context-length with `human_readable_int`: 32k, 25.6k, 128Ki (SI and IEC suffixes).
 _SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_PLAIN = re.compile(r"[0-9]+")
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
 
 
 def context_value(text: str) -> int | None:
     """`--context-length`'s value as SGLang reads it; None for one its parser refuses (it says so itself)."""
     text = text.strip()
+    if len(text) > 30:  # no context has 30 digits; int() and str() of a number past 4300 digits raise
+        return None
     found = _HUMAN.fullmatch(text)
     if found:
         number, suffix = found.groups()
         if "." in number and suffix.endswith("i"):
             return None
         return int(Decimal(number) * _SUFFIXES[suffix])
-    return int(text) if text.isdigit() else None
+    # ASCII digits: str.isdigit() takes '²', which int() refuses.
+    return int(text) if _PLAIN.fullmatch(text) else None
 
 
 def _int(value: Any) -> int | None:

@@ -87,6 +87,15 @@ def test_a_draft_trained_for_a_shorter_context_than_the_served_one_is_refused():
     assert check(draft=short, extra_args=("--context-length", "2.5Ki")) == []  # SGLang refuses it, in its words
 
 
+
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5000, "9" * 5000 + "k"], ids=["superscript", "digits", "digits-k"])
+def test_a_context_length_int_cannot_read_is_left_to_sglang_never_a_traceback(value):
+    """'²' passes str.isdigit() and int() refuses it; int() refuses past 4300 digits: both were a ValueError
+    traceback out of `smoke` and `stacks --check`."""
+    short = {**DRAFT, "max_position_embeddings": 2048}
+    assert check(draft=short, extra_args=("--context-length", value)) == []  # SGLang refuses it, in its words
+
+
 def test_aux_layer_ids_past_the_targets_layers_are_refused():
     draft = {**DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 31, 40]}}
     assert check(draft=draft) == [
