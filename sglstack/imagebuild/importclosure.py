@@ -50,8 +50,9 @@ def served_architectures(stack: Stack, spec: ServingSpec) -> list[str]:
     models = [spec.model] + ([spec.speculative.draft_model] if spec.speculative else [])
     for model in models:
         files = read_model(host_folder(spec, model, container=True, env={}))
-        names = (files.config.get("architectures") if files else None) or []
-        found += [str(a) for a in names if isinstance(a, str)]
+        names = files.config.get("architectures") if files else None
+        # a list of class names; anything else names none (a string is not read letter by letter)
+        found += [a for a in names if isinstance(a, str)] if isinstance(names, list) else []
     return list(dict.fromkeys(found))
 
 

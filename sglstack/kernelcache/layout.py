@@ -183,14 +183,27 @@ class LayoutStore:
                 continue  # unreadable or not ours: it restores nothing
             yield entry["digest"], key, manifest
 
+    def _layer(self, digest: str, manifest: Any) -> tuple[str, int]:
+        """The (digest, size) of the artifact's one layer; a manifest that names none usable is refused."""
+        try:
+            layer = manifest["layers"][0]
+            layer_digest, size = layer["digest"], layer["size"]
+            if not isinstance(layer_digest, str) or not isinstance(size, int) or isinstance(size, bool):
+                raise TypeError
+            self.blob_path(layer_digest)
+        except (KeyError, IndexError, TypeError, KernelCacheError):
+            raise KernelCacheError(f"kernel cache store {self.path}: artifact {digest[:19]}: its manifest names no "
+                                   "layer to restore; not restored") from None
+        return layer_digest, size
+
     def restore(self, want: CacheKey, folder: Path, root: Path) -> Restore:
         """Restore the artifact of exactly `want` into `folder` (replaced whole); else say why not."""
         nearest: tuple[int, str, CacheKey] | None = None
         for digest, key, manifest in self.artifacts():
             if not want.differences(key):
-                layer = manifest["layers"][0]
-                path = self.blob_path(str(layer["digest"]))
-                _check_file(path, str(layer["digest"]), int(layer["size"]))
+                layer_digest, layer_size = self._layer(digest, manifest)
+                path = self.blob_path(layer_digest)
+                _check_file(path, layer_digest, layer_size)
                 files = unpack(root, folder, partial(_open, path), max_bytes=MAX_CACHE_BYTES)
                 line = f"kernel cache: restored {files} files from {digest[:19]} (key {want.digest()[:19]} matched)"
                 return Restore(True, line, files, digest)

@@ -15,12 +15,13 @@ the safetensors headers, no weights loaded: `draftfiles`) and the serving flags;
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from ..core.errors import SglstackError, one_line
+from ..core.errors import SglstackError, one_line, shown
 
 EAGLE3 = "EAGLE3"
 # SGLang resolves these to EAGLE before it builds a worker (arg_groups/speculative_hook.py).
@@ -69,19 +70,23 @@ def serving_context(extra_args: Sequence[str], target: Mapping[str, Any]) -> int
 
 # SGLang 0.5.2x reads --context-length with `human_readable_int`: 32k, 25.6k, 128Ki (SI and IEC suffixes).
 _SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_PLAIN = re.compile(r"[0-9]+")
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
 
 
 def context_value(text: str) -> int | None:
     """`--context-length`'s value as SGLang reads it; None for one its parser refuses (it says so itself)."""
     text = text.strip()
+    if len(text) > 30:  # no context has 30 digits; int() and str() of a number past 4300 digits raise
+        return None
     found = _HUMAN.fullmatch(text)
     if found:
         number, suffix = found.groups()
         if "." in number and suffix.endswith("i"):
             return None
         return int(Decimal(number) * _SUFFIXES[suffix])
-    return int(text) if text.isdigit() else None
+    # ASCII digits: str.isdigit() takes '²', which int() refuses.
+    return int(text) if _PLAIN.fullmatch(text) else None
 
 
 def _int(value: Any) -> int | None:
@@ -170,8 +175,13 @@ def draft_mismatches(target_config: Mapping[str, Any], draft_config: Mapping[str
                      extra_args: Sequence[str] = (), draft_shapes: Shapes | None = None) -> list[str]:
     """One line per way the draft does not fit the target or the flags; empty when it fits."""
     target, draft = text_config(target_config), text_config(draft_config)
-    architectures = [str(a) for a in draft.get("architectures") or []]
-    found = [algorithm_mismatch(algorithm, architectures), hidden_size_mismatch(algorithm, target, draft),
+    names = draft.get("architectures") or []
+    if isinstance(names, list):
+        architectures = [str(a) for a in names]
+        kind = algorithm_mismatch(algorithm, architectures)
+    else:  # a string would be read letter by letter, a number not at all (SGLang reads a list of class names)
+        kind = f"architectures {shown(json.dumps(names))} is not a list of class names"
+    found = [kind, hidden_size_mismatch(algorithm, target, draft),
              *vocabulary_mismatches(target, draft, draft_shapes),
              context_mismatch(draft, serving_context(extra_args, target))]
     if EAGLE_ALIASES.get(algorithm, algorithm) == EAGLE3:

@@ -22,6 +22,7 @@ from .spec import HF_CACHE_TARGET, ServingSpec
 CONFIG_LIMIT = 4 * 1024 * 1024
 HEADER_LIMIT = 100 * 1024 * 1024  # the safetensors format's own bound on a header
 INDEX_FILE = "model.safetensors.index.json"
+PATH_STARTS = ("/", ".", "~")  # a model path, not a Hugging Face repo id
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def hf_cache_hub(spec: ServingSpec, env: Mapping[str, str]) -> Path:
 
 def host_folder(spec: ServingSpec, model: str, *, container: bool, env: Mapping[str, str]) -> Path | None:
     """Where `model` (a path or a repo id, as the argv names it) is on this machine, if it is."""
-    if model.startswith(("/", ".", "~")):
+    if model.startswith(PATH_STARTS):
         if not container:
             return Path(os.path.expanduser(model))
         path = posixpath.normpath(model)
@@ -63,8 +64,17 @@ def host_folder(spec: ServingSpec, model: str, *, container: bool, env: Mapping[
 
 
 def read_model(folder: Path | None) -> ModelFiles | None:
-    if folder is None or not (folder / "config.json").is_file():
+    if folder is None:
         return None
+    path = folder / "config.json"
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not at hand
+    except OSError as exc:  # a symlink loop, no permission: the server could not read it either
+        raise ConfigError(f"cannot be read ({exc.strerror or exc})", file=str(path)) from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError("is not a regular file", file=str(path))
     config = read_json(folder / "config.json", limit=CONFIG_LIMIT, what="model config.json")
     if not isinstance(config, Mapping):
         raise ConfigError("is not a JSON object", file=str(folder / "config.json"))
@@ -73,7 +83,10 @@ def read_model(folder: Path | None) -> ModelFiles | None:
 
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape in one safetensors file, from its header alone."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:  # a symlink loop, a dangling link, no permission
+        raise ConfigError(f"cannot be read ({exc.strerror or exc})", file=str(path)) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ConfigError("is not a regular file", file=str(path))
@@ -117,13 +130,21 @@ def draft_check(spec: ServingSpec, *, container: bool, env: Mapping[str, str] | 
     if speculative is None or not spec.eagle3:
         return []
     env = os.environ if env is None else env
-    target = read_model(host_folder(spec, spec.model, container=container, env=env))
-    draft = read_model(host_folder(spec, speculative.draft_model, container=container, env=env))
+    where = f"stack '{spec.stack}': " if spec.stack else ""
+    folders = {role: host_folder(spec, name, container=container, env=env)
+               for role, name in (("target", spec.model), ("draft", speculative.draft_model))}
+    if not container:  # the process runner serves from this machine: a path that is not here fails the server
+        named = (("target", spec.model), ("draft", speculative.draft_model))
+        missing = [f"{where}{role} {name}: no folder {folders[role]} on this machine (the process runner's server "
+                   "would fail to load it)" for role, name in named
+                   if name.startswith(PATH_STARTS) and not os.path.isdir(folders[role] or "")]
+        if missing:
+            return missing
+    target, draft = read_model(folders["target"]), read_model(folders["draft"])
     if target is None or draft is None:
         return []
     lines = draft_mismatches(target.config, draft.config, algorithm=speculative.algorithm,
                              extra_args=spec.extra_args, draft_shapes=map_shapes(draft.folder))
-    where = f"stack '{spec.stack}': " if spec.stack else ""
     return [f"{where}draft {speculative.draft_model} ({draft.folder}) against target {spec.model}: {line}"
             for line in lines]
 

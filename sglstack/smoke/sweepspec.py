@@ -3,6 +3,7 @@ serves and ranks them)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,10 @@ from ..config.settings import SpeculativeSettings
 from ..core.errors import SmokeInputError, shown
 
 SYNTAX = "STEPS:TOPK:DRAFT_TOKENS"
+# ASCII digits only: str.isdigit() takes '²' (which int() refuses) and int() takes fullwidth digits.
+_NUMBER = re.compile(r"[0-9]+")
+# Each setting is one more EAGLE-3 server start (minutes on a GPU); refused at once beyond this.
+MAX_SETTINGS = 256
 
 
 @dataclass(frozen=True, order=True)
@@ -45,17 +50,30 @@ def setting_of(spec: SpeculativeSettings) -> SpecSetting:
 def parse_sweep(value: str | Iterable[Any]) -> tuple[SpecSetting, ...]:
     """`3:1:4,7:1:8` (or a sequence of such items) -> settings, in the order given; one line naming a bad item."""
     items = [i.strip() for i in value.split(",")] if isinstance(value, str) else [str(i).strip() for i in value]
+    if len(items) > MAX_SETTINGS:
+        raise SmokeInputError(f"smoke option sweep: {len(items)} settings, at most {MAX_SETTINGS} (each is a server "
+                              "start)")
     out: list[SpecSetting] = []
+    seen: set[SpecSetting] = set()
     for item in items:
-        parts = item.split(":")
-        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        parts = [p.strip() for p in item.split(":")]
+        if len(parts) != 3 or not all(_NUMBER.fullmatch(p) for p in parts):
             raise SmokeInputError(f"smoke option sweep: '{shown(item)}' is not {SYNTAX} (e.g. 3:1:4)")
-        numbers = [int(p) for p in parts]
+        if any(len(p.lstrip("0")) > len(str(MAX_COUNT)) for p in parts):  # before int(): 5000 digits raise
+            numbers = [MAX_COUNT + 1]
+        else:
+            numbers = [int(p) for p in parts]
         if not all(1 <= n <= MAX_COUNT for n in numbers):
-            raise SmokeInputError(f"smoke option sweep: '{item}': each number must be >= 1 and <= {MAX_COUNT}")
+            raise SmokeInputError(f"smoke option sweep: '{shown(item)}': each number must be >= 1 and <= {MAX_COUNT}")
         setting = SpecSetting(*numbers)
-        if setting in out:
-            raise SmokeInputError(f"smoke option sweep: '{item}' is named twice")
+        if setting.eagle_topk == 1 and setting.num_draft_tokens != setting.num_steps + 1:
+            # SGLang's server_args sets draft tokens to steps + 1 when topk is 1 (a warning in its log): the
+            # report would name a setting that was never served.
+            raise SmokeInputError(f"smoke option sweep: '{shown(item)}': with topk 1 SGLang serves "
+                                  f"{setting.num_steps + 1} draft tokens (steps + 1), not {setting.num_draft_tokens}")
+        if setting in seen:
+            raise SmokeInputError(f"smoke option sweep: '{shown(item)}' is named twice")
+        seen.add(setting)
         out.append(setting)
     if not out:
         raise SmokeInputError(f"smoke option sweep: name at least one {SYNTAX}")

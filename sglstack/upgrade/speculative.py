@@ -9,7 +9,7 @@ The sweep measured the release the stack had: the report says so, and the smoke 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.schema import Stack
@@ -39,6 +39,10 @@ def sweep_advice(stack: Stack, report: Mapping[str, Any] | None, source: str) ->
         advice["lines"] = [f"No sweep recorded for stack '{stack.name}' (`{source}`): `invoke smoke --stack "
                            f"{stack.name} {SWEEP_HINT}` measures the settings and names the best per level."]
         return advice
+    if problem := sweep_problem(sweep):
+        advice["lines"] = [f"The sweep recorded for stack '{stack.name}' (`{source}`) cannot be read ({problem}): "
+                           f"`invoke smoke --stack {stack.name} {SWEEP_HINT}` measures the settings again."]
+        return advice
     recommended = sweep.get("recommended")
     advice.update(found=True, time=report.get("time") if report else None, levels=list(sweep.get("levels") or []),
                   best=list(sweep.get("best") or []), recommended=recommended)
@@ -59,6 +63,40 @@ def sweep_advice(stack: Stack, report: Mapping[str, Any] | None, source: str) ->
                                   f"({recommended['worst_speedup']:.2f}x at its worst level); `--write` writes it "
                                   f"into the entry's serving.speculative with the upgrade."]
     return advice
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _figure(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def sweep_problem(sweep: Mapping[str, Any]) -> str | None:
+    """What in a recorded sweep is not as the smoke writes it (a report edited by hand, cut short, or of another
+    version), or None: its figures are printed and its recommendation may be written into the stack."""
+    recommended, best = sweep.get("recommended"), sweep.get("best")
+    if recommended is not None:
+        if not isinstance(recommended, Mapping):
+            return "'recommended' is not a setting"
+        for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
+            if not _count(recommended.get(key)):
+                return f"'recommended.{key}' is not a whole number from 1"
+        if not isinstance(recommended.get("setting"), str) or not _figure(recommended.get("worst_speedup")):
+            return "'recommended' has no setting or no worst_speedup"
+    if best is not None:
+        if not isinstance(best, Sequence) or isinstance(best, str):
+            return "'best' is not a list"
+        for row in best:
+            if not (isinstance(row, Mapping) and _count(row.get("concurrency"))
+                    and (row.get("setting") is None or isinstance(row.get("setting"), str))
+                    and (row.get("speedup") is None or _figure(row.get("speedup")))):
+                return "a row of 'best' is not a concurrency, a setting and a speedup"
+    levels = sweep.get("levels")
+    if levels is not None and (not isinstance(levels, Sequence) or isinstance(levels, str)):
+        return "'levels' is not a list"
+    return None
 
 
 def last_sweep_report(stack: Stack) -> tuple[dict[str, Any] | None, str]:

@@ -3,6 +3,7 @@ server starts, one line per mismatch; each class of mismatch has a config here, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,15 @@ def test_a_draft_trained_for_a_shorter_context_than_the_served_one_is_refused():
     assert check(draft=short, extra_args=("--context-length", "2.5Ki")) == []  # SGLang refuses it, in its words
 
 
+
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5000, "9" * 5000 + "k"], ids=["superscript", "digits", "digits-k"])
+def test_a_context_length_int_cannot_read_is_left_to_sglang_never_a_traceback(value):
+    """'²' passes str.isdigit() and int() refuses it; int() refuses past 4300 digits: both were a ValueError
+    traceback out of `smoke` and `stacks --check`."""
+    short = {**DRAFT, "max_position_embeddings": 2048}
+    assert check(draft=short, extra_args=("--context-length", value)) == []  # SGLang refuses it, in its words
+
+
 def test_aux_layer_ids_past_the_targets_layers_are_refused():
     draft = {**DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 31, 40]}}
     assert check(draft=draft) == [
@@ -137,7 +147,8 @@ def test_the_files_are_read_and_each_mismatch_is_refused_in_a_line_naming_the_dr
 
 
 def test_a_fitting_draft_on_disk_passes_and_models_not_at_hand_are_not_checked(tmp_path):
-    assert draft_check(_spec(tmp_path), container=False, env={}) == []  # no files: nothing to read
+    # no files here for a container (the image or the node may hold them): nothing to read
+    assert draft_check(_spec(tmp_path), container=True, env={}) == []
     model_folder(tmp_path / "target", TARGET)
     model_folder(tmp_path / "draft", DRAFT, MAPS)
     require_draft_fits(_spec(tmp_path), container=False, env={})
@@ -166,3 +177,40 @@ def test_safetensors_headers_are_read_without_the_weights(tmp_path):
 
 def test_speculative_settings_used_here_are_the_stacks():
     assert set(SpeculativeSettings.model_fields) >= {"algorithm", "draft_model"}
+
+
+# ---- files that are there but cannot be read as a model, and folders that are not there -----------------------
+
+
+def test_a_draft_folder_missing_for_the_process_runner_is_refused_and_one_for_a_container_is_not(tmp_path):
+    """The process runner's server loads the paths on this machine: SGLang would take a missing one for a repo id
+    and fail, the draft after the target has loaded."""
+    model_folder(tmp_path / "target", TARGET)
+    with pytest.raises(DraftMismatch) as err:
+        require_draft_fits(_spec(tmp_path), container=False, env={})
+    assert err.value.lines == (f"draft {tmp_path}/draft: no folder {tmp_path}/draft on this machine (the process "
+                               "runner's server would fail to load it)",)
+    assert draft_check(_spec(tmp_path), container=True, env={}) == []
+
+
+@pytest.mark.parametrize("names", ["LlamaForCausalLMEagle3", 5, {"a": 1}])
+def test_architectures_that_are_not_a_list_is_one_line(names):
+    """A string was read letter by letter ("architecture L, l, a, ..."), a number was a TypeError traceback."""
+    lines = check(draft={**DRAFT, "architectures": names})
+    assert lines == [f"architectures {json.dumps(names)} is not a list of class names"]
+
+
+def test_a_symlink_loop_is_one_line_naming_the_file_never_a_traceback_nor_silence(tmp_path):
+    model_folder(tmp_path / "target", TARGET)
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").symlink_to("config.json")  # was: not a file, so nothing checked
+    with pytest.raises(ConfigError) as err:
+        draft_check(_spec(tmp_path), container=False, env={})
+    assert str(err.value) == f"{tmp_path}/draft/config.json: cannot be read (Too many levels of symbolic links)"
+    (tmp_path / "draft" / "config.json").unlink()
+    model_folder(tmp_path / "draft", DRAFT)
+    (tmp_path / "draft" / "model.safetensors").symlink_to("model.safetensors")  # was: an OSError traceback
+    with pytest.raises(ConfigError) as err:
+        draft_check(_spec(tmp_path), container=False, env={})
+    assert str(err.value) == (f"{tmp_path}/draft/model.safetensors: cannot be read (Too many levels of symbolic "
+                              "links)")

@@ -212,3 +212,25 @@ def test_the_first_pass_sees_every_name_an_import_statement_can_bring_in():
         ast.parse(SOURCE))}
     assert importcheck.mentioned_imports("import a.b as c, d;import e\nx = 1; from f.g import (h,\n  i)\n"
                                          "    import j  # k\n") == {"a", "d", "e", "f", "j"}
+
+
+def test_architectures_read_from_a_config_that_are_not_a_list_are_not_letters_nor_a_traceback(tmp_path):
+    """The model's config.json at hand (through a serving mount) with `architectures` a string or a number: a
+    string was passed on letter by letter (--architecture=L, --architecture=l, ...), a number was a TypeError."""
+    from draft_fixtures import model_folder
+
+    stacks = tmp_path / "stacks.yaml"
+    cpu = (REPO / "tests" / "fixtures" / "stacks-cpu.yaml").read_text()
+    stacks.write_text(cpu + textwrap.indent(textwrap.dedent(f"""\
+          served:
+            inherits: cpu-test
+            serving:
+              model: /models/target
+              speculative: {{draft_model: /models/draft, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}}
+              mounts: ["{tmp_path / 'm'}:/models:ro"]
+        """), "  "))
+    model_folder(tmp_path / "m" / "draft", {"architectures": ["LlamaForCausalLMEagle3"]})
+    for names in ("LlamaForCausalLM", 5):
+        model_folder(tmp_path / "m" / "target", {"architectures": names})
+        args = import_closure_args(load_matrix(stacks).get("served"))
+        assert [a for a in args if a.startswith("--architecture=")] == ["--architecture=LlamaForCausalLMEagle3"]

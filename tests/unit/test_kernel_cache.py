@@ -159,3 +159,26 @@ def test_a_store_index_that_is_not_one_is_one_line(tmp_path):
     (tmp_path / "store" / "index.json").write_text("{not json")
     with pytest.raises(KernelCacheError, match=r"^kernel cache store .*index\.json: not an OCI image index"):
         LayoutStore(tmp_path / "store").restore(key(), tmp_path / "r", tmp_path)
+
+
+@pytest.mark.parametrize("layers", [[], [{}], [{"digest": 5, "size": 1}], [{"digest": "sha256:" + "0" * 64,
+                                                                            "size": "many"}], "layer"],
+                         ids=["none", "empty", "digest-number", "size-text", "not-a-list"])
+def test_an_artifact_whose_manifest_names_no_usable_layer_is_one_line_not_restored(tmp_path, layers):
+    """A manifest that hashes to its name (imported from a registry, or written by hand) with its key's config and
+    no usable layer: a KernelCacheError line (the warm start and deploy start cold on it), never an IndexError,
+    KeyError or ValueError traceback."""
+    store = LayoutStore(tmp_path / "store")
+    cache = tmp_path / "cache"
+    fill(cache, {"a": b"1"})
+    packed = store.put(key(), cache)
+    manifest = json.loads(store.read_blob(packed.manifest_digest))
+    manifest["layers"] = layers
+    store.import_artifact(key(), json.dumps(manifest).encode(), b"")
+    target = tmp_path / "r"
+    fill(target, {"kept": b"1"})
+    with pytest.raises(KernelCacheError) as err:
+        store.restore(key(), target, tmp_path)
+    assert str(err.value).startswith(f"kernel cache store {tmp_path / 'store'}: artifact sha256:")
+    assert str(err.value).endswith(": its manifest names no layer to restore; not restored")
+    assert cache_files(target) == {"kept": 1}

@@ -135,3 +135,29 @@ def test_the_default_engine_reads_the_stacks_own_smoke_report(repo, tmp_path):
     assert command.last_sweep_report(stack) == (sweep_report(), str(path))
     path.write_text("{not json")  # unreadable: the upgrade says how to make one, it does not fail
     assert command.last_sweep_report(stack)[0] is None
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda sweep: sweep.update(recommended="7:1:8"), "'recommended' is not a setting"),
+    (lambda sweep: sweep["recommended"].pop("num_steps"), "'recommended.num_steps' is not a whole number from 1"),
+    (lambda sweep: sweep["recommended"].update(eagle_topk="1\nx: 2"),
+     "'recommended.eagle_topk' is not a whole number from 1"),
+    (lambda sweep: sweep["recommended"].update(worst_speedup=None), "'recommended' has no setting or no worst_speedup"),
+    (lambda sweep: sweep.update(best="7:1:8"), "'best' is not a list"),
+    (lambda sweep: sweep.update(best=[{}]), "a row of 'best' is not a concurrency, a setting and a speedup"),
+    (lambda sweep: sweep.update(best=[_row(1, "7:1:8", "fast")]),
+     "a row of 'best' is not a concurrency, a setting and a speedup"),
+    (lambda sweep: sweep.update(levels=4), "'levels' is not a list"),
+], ids=["recommended-text", "no-steps", "topk-text", "no-worst", "best-text", "best-row-empty", "speedup-text",
+        "levels-number"])
+def test_a_sweep_not_as_the_smoke_writes_it_is_said_in_one_line_and_never_written(repo, tmp_path, change, problem):
+    """A smoke report edited by hand, cut short or of another version: a line saying so, not a traceback."""
+    report = sweep_report()
+    change(report["sweep"])
+    advice = sweep_advice(_stack(repo), report, "build/s1/smoke-report.json")
+    assert advice["found"] is False and advice["edits"] == {}
+    assert advice["lines"] == [f"The sweep recorded for stack 's1' (`build/s1/smoke-report.json`) cannot be read "
+                               f"({problem}): `invoke smoke --stack s1 --sweep 3:1:4,7:1:8` measures the settings "
+                               f"again."]
+    code = upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=_world(tmp_path, report))
+    assert code == 0 and "serving:" not in repo.read_text().split("stacks:")[1]
