@@ -25,7 +25,7 @@ def double_env(tmp_path_factory, repo_root) -> Path:
 def _args(env_dir: Path, report: Path, *more: str) -> list[str]:
     return ["smoke", "--runner", "process", "--python-env", str(env_dir), "--model", FAST["model"],
             "--draft-model", FAST["draft_model"], "--gpus", "0", "--timeout", "60", "--num-prompts", "4",
-            "--max-new-tokens", "16", "--concurrency", "2", "--report", str(report),
+            "--max-new-tokens", "64", "--concurrency", "2", "--report", str(report),
             *[arg for key, value in SPEEDS.items() for arg in ("--env", f"{key}={value}")], *more]
 
 

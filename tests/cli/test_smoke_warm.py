@@ -15,7 +15,7 @@ def args(env_dir: Path, tmp_path: Path, *more: str) -> list[str]:
     env = {**DOUBLE_ENV, "SGLANG_DOUBLE_KERNELS": "3"}
     return ["smoke", "--runner", "process", "--python-env", str(env_dir), "--model", FAST["model"],
             "--draft-model", FAST["draft_model"], "--gpus", "0", "--timeout", "60", "--num-prompts", "2",
-            "--max-new-tokens", "8", "--concurrency", "2", "--no-history", "--report", str(tmp_path / "r.json"),
+            "--max-new-tokens", "64", "--concurrency", "2", "--no-history", "--report", str(tmp_path / "r.json"),
             *[a for k, v in env.items() for a in ("--env", f"{k}={v}")], *more]
 
 

@@ -30,7 +30,7 @@ def test_record_compose_file_and_smoke_report_land_in_one_tree(tmp_path, docker_
     assert build.returncode == 0, build.stderr
     label = f"{LABEL}=build-root-{tmp_path.name}"
     smoke = run_invoke("smoke", "--image", sglang_double_image, *common, "--num-prompts", "2",
-                       "--max-new-tokens", "8", "--concurrency", "2", "--label", label,
+                       "--max-new-tokens", "64", "--concurrency", "2", "--label", label,
                        *[arg for k, v in DOUBLE_ENV.items() for arg in ("--env", f"{k}={v}")],
                        cwd=elsewhere, env=env, timeout=300)
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr

@@ -120,7 +120,7 @@ def test_the_driver_sweeps_in_one_run_and_the_recorder_keeps_what_rederives(tmp_
     run = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "field_run.py"), "--python-env", str(env_dir),
          "--model", str(model / "target"), "--draft", str(model / "draft"), "--out", str(out), "--gpus", "0",
-         "--timeout", "60", "--extra-args", "", "--max-new-tokens", "16", "--num-prompts", "4",
+         "--timeout", "60", "--extra-args", "", "--max-new-tokens", "64", "--num-prompts", "4",
          "--sweep", "3:1:4,7:1:8", *(f"--env={k}={v}" for k, v in speeds.items())],
         capture_output=True, text=True, timeout=180, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
