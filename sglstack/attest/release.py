@@ -35,7 +35,7 @@ from .provenance import (
 from .sbom import SBOM_FILE, SBOM_MEDIA_TYPE, read_sbom, sbom_document
 from .signing import Attached, key_id, sign_envelope, signed_payload
 from .store import MAX_DOCUMENT_BYTES, Artifact, attach, find_attestations
-from .verify import verify_image
+from .verify import verify_image, verify_index_signature
 
 # (registry client, repository, image digest) -> a one-line summary of what was attached
 Attester = Callable[[RegistryClient, Repository, str], str]
@@ -183,3 +183,34 @@ def _fitting(client: RegistryClient, repo: Repository, found: list[Artifact], ki
         except (RegistryError, AttestationError):
             continue  # unreadable, or not ours: it is not what gets signed
     return None
+
+
+def index_payload_signature(key: Ed25519PrivateKey, index_digest: str) -> bytes:
+    """The signature of an index: over its digest alone. The index's bytes name each platform's manifest by
+    digest, so this pins the set; each platform's SBOM and provenance are its own manifest's, signed there."""
+    return sign_envelope(key, signed_payload(index_digest, []))
+
+
+def ensure_index_signed(client: RegistryClient, repo: Repository, index_digest: str, children: dict[str, str],
+                        key: Ed25519PrivateKey, expect: BuildIdentity) -> list[str]:
+    """Every platform's manifest, then the index, verified against `key` before the index's tag is written.
+
+    A platform already signed by this key (its own `build --push --signing-key`) is verified, not signed again;
+    one released `--unsigned` gets its attached SBOM and provenance signed (`ensure_signed`); one with neither
+    is refused, and so is the index. The index gets one signature over its digest (again: none when this key
+    already made one). What was signed before a refusal stays: it verifies, and a retry finds it done."""
+    said = [f"{platform}: {ensure_signed(client, repo, digest, key, expect)}" for platform, digest in children.items()]
+    public = key.public_key()
+    try:
+        verify_index_signature(client, repo, index_digest, public)
+        said.append(f"index {repo.ref(index_digest)} is already signed by key {key_id(public)[:16]}")
+        return said
+    except NotVerified:
+        pass
+    attach(client, repo.path, index_digest, [("signature", index_payload_signature(key, index_digest))])
+    try:
+        verify_index_signature(client, repo, index_digest, public)
+    except NotVerified as exc:
+        raise AttestationError(f"{repo.ref(index_digest)}: signed, but it does not verify: {exc}") from None
+    said.append(f"index {repo.ref(index_digest)} signed by key {key_id(public)[:16]}")
+    return said

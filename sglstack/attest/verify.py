@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..config.imageref import ImageReference, parse_image_reference
+from ..config.imageref import ImageReference, Repository, parse_image_reference
 from ..core.console import console
 from ..core.errors import ConfigError, RegistryError, one_line
 from ..registry.client import ManifestNotFound, RegistryClient
@@ -43,8 +43,17 @@ class Verification:
     signed: BuildIdentity | None = None  # what the signed provenance names
     expected: BuildIdentity | None = None  # what it was bound to (None: the digest only)
     skipped: list[str] = field(default_factory=list)  # artifacts that could verify nothing, and why
+    platforms: list[dict[str, Any]] = field(default_factory=list)  # an index: each platform's verdict
+
+    @property
+    def verified(self) -> bool:
+        return all(p["verified"] for p in self.platforms)
 
     def as_dict(self) -> dict[str, Any]:
+        if self.platforms:  # an index: its own signature's checks, and each platform's verdict
+            return {"image": self.image, "digest": self.digest, "index": True, "verified": self.verified,
+                    "key_id": self.key_id, "checked": self.checked, "platforms": self.platforms,
+                    "bound_to": self.expected.as_dict() if self.expected else None, "skipped": self.skipped}
         return {"image": self.image, "digest": self.digest, "verified": True, "key_id": self.key_id,
                 "checked": self.checked, "attestations": self.attestations,
                 "signed_for": self.signed.as_dict() if self.signed else None,
@@ -107,6 +116,8 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
     repo = ref.repository.path
     digest = resolve_digest(client, ref)
     result = Verification(image=str(ref), digest=digest, key_id=key_id(public), expected=expect)
+    if client.get_manifest(repo, digest).is_index:
+        return _verify_index(client, ref, digest, public, result)
     found = find_attestations(client, repo, digest, result.skipped)
     signatures = [a for a in found if a.kind == "signature" and a.subject == digest]
     if not signatures:
@@ -140,6 +151,58 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
             raise NotVerified(f"{ref.repository.ref(digest)}: signed for another build: {'; '.join(differences)}")
         result.checked.append(f"the signed provenance names {expect.describe()}")
     return result
+
+
+def verify_index_signature(client: RegistryClient, repository: Repository, digest: str, public: Ed25519PublicKey,
+                           skipped: list[str] | None = None) -> str:
+    """The line saying a signature by `public` covers the index `digest` (its bytes name each platform's
+    manifest by digest); NotVerified otherwise."""
+    skipped = [] if skipped is None else skipped
+    found = find_attestations(client, repository.path, digest, skipped)
+    signatures = [a for a in found if a.kind == "signature" and a.subject == digest]
+    if not signatures:
+        raise NotVerified(f"{repository.ref(digest)}: the index has no signature attached")
+    signed_digest, _ = signed_attestations(_open_signature(client, repository.path, signatures, public, skipped))
+    if signed_digest != digest:
+        raise NotVerified(f"{repository.ref(digest)}: the signature covers {signed_digest[:19]}, not this index")
+    return f"signature by key {key_id(public)[:16]} covers the index {digest}"
+
+
+def _verify_index(client: RegistryClient, ref: ImageReference, digest: str, public: Ed25519PublicKey,
+                  result: Verification) -> Verification:
+    """An index: its own signature, then each platform's manifest as an image of its own. Every verdict is
+    in `result.platforms` (the index's own as platform "index"); NotVerified naming each that failed, with
+    the whole report in its `verification`."""
+    repository = ref.repository
+    try:
+        result.checked.append(verify_index_signature(client, repository, digest, public, result.skipped))
+        result.platforms.append({"platform": "index", "digest": digest, "verified": True})
+    except NotVerified as exc:
+        result.platforms.append({"platform": "index", "digest": digest, "verified": False, "reason": str(exc)})
+    for entry in client.get_manifest(repository.path, digest).json().get("manifests", []):
+        plat = entry.get("platform") or {}
+        name = f"{plat.get('os')}/{plat.get('architecture')}"
+        child = str(entry.get("digest"))
+        try:
+            done = verify_image(client, parse_image_reference(repository.ref(child)), public, result.expected)
+            result.platforms.append({"platform": name, "digest": child, "verified": True,
+                                     "signed_for": done.signed.as_dict() if done.signed else None})
+            result.checked.extend(f"{name}: {line}" for line in done.checked)
+        except NotVerified as exc:
+            result.platforms.append({"platform": name, "digest": child, "verified": False, "reason": str(exc)})
+    if not result.verified:
+        failed = [p for p in result.platforms if not p["verified"]]
+        raise IndexNotVerified("; ".join(f"{p['platform']} {p['digest'][:19]}: {p['reason']}" for p in failed),
+                               result)
+    return result
+
+
+class IndexNotVerified(NotVerified):
+    """An index one of whose signatures does not verify; `verification` holds every platform's verdict."""
+
+    def __init__(self, message: str, verification: Verification) -> None:
+        super().__init__(message)
+        self.verification = verification
 
 
 def _check_document(result: Verification, want: Attached, body: bytes, digest: str, config: str | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config.imageref import not_an_image
 from ..core.jsonreport import NO_JSON, dumps
@@ -74,7 +74,7 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
     With `--stack`, the signed provenance must name that stack, its config hash and its SGLang release."""
     # at call time: cryptography and the registry would slow `invoke --list`
     from ..attest.errors import BadInput, NotVerified
-    from ..attest.verify import verified_line, verified_reference
+    from ..attest.verify import IndexNotVerified, verified_line, verified_reference
     from ..core.console import console
     from ..core.errors import one_line
 
@@ -83,11 +83,21 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
         raise BadInput("verify-image: --verify-key PUB (the signer's ed25519 public key, PEM) is required")
     try:
         _, result = verified_reference(ref, key, what="--verify-key", expect=expect)
+    except IndexNotVerified as exc:  # an index: every platform's verdict, then the one refusal
+        as_json.emit(exc.verification.as_dict())
+        _print_platforms(exc.verification.platforms)
+        raise NotVerified(f"{ref}: NOT verified: {exc}") from None
     except NotVerified as exc:
         as_json.emit({"image": ref, "verified": False, "reason": str(exc),
                       "bound_to": expect.as_dict() if expect else None})
         raise NotVerified(f"{ref}: NOT verified: {exc}") from None
     as_json.emit(result.as_dict())
+    if result.platforms:
+        _print_platforms(result.platforms)
+        console().print(f"verified: {one_line(ref)} is the index {result.digest} of "
+                        f"{len(result.platforms) - 1} platform(s), each signed by key {result.key_id[:16]}",
+                        markup=False, highlight=False)
+        return 0
     out = console()
     for line in result.checked:
         out.print(f"  ok: {one_line(line)}", markup=False, highlight=False)
@@ -95,6 +105,17 @@ def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_
         console(stderr=True).print(f"skipped: {one_line(line)}", markup=False, highlight=False)
     out.print(verified_line(ref, result), markup=False, highlight=False)
     return 0
+
+
+def _print_platforms(platforms: list[dict[str, Any]]) -> None:
+    """One line per platform of an index (and the index itself): its digest and verdict."""
+    # at call time: rich would slow `invoke --list`
+    from ..core.console import console
+    from ..core.errors import one_line
+
+    for p in platforms:
+        verdict = "verified" if p["verified"] else f"NOT verified: {p['reason']}"
+        console().print(one_line(f"  {p['platform']:<12} {p['digest']}  {verdict}"), markup=False, highlight=False)
 
 
 def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | None = None,

@@ -52,17 +52,28 @@ class PublishIndexOptions(TaskOptions):
                                                   "(repeatable, one per platform of the stack)")
     stacks_file: str = stacks_file_option()
     registry: str | None = option(REGISTRY)
+    signing_key: str | None = option("the ed25519 private key (PEM) the index and each platform's manifest are "
+                                     "signed with before the tag is written: a platform this key already "
+                                     "signed is verified, not signed again (also SGLSTACK_SIGNING_KEY)")
+    unsigned: bool = option("write the index without a signature (the only way without a key)", False, kind=bool)
 
 
 @command(PublishIndexOptions, name="publish-index")
 def publish_index(o: PublishIndexOptions) -> int:
-    """Write one index of the stack's per-platform images (each checked to be its platform) under --tag."""
-    # at call time: the registry client and the matrix are slow to import
+    """Write one index of the stack's per-platform images (each checked to be its platform) under --tag; the
+    index and each platform signed with --signing-key (or SGLSTACK_SIGNING_KEY) first, or explicitly --unsigned."""
+    # at call time: the registry client, cryptography and the matrix are slow to import
+    from ..attest.signing import KEY_ENV, load_signing_key
     from ..config.matrix import load_matrix
+    from ..publish.digest import signed_or_unsigned
     from ..publish.index import publish_index as write_index
 
     stack = load_matrix(o.stacks_file).get(o.stack)
-    made = write_index(stack, list(o.platform_digest), tag=o.tag, registry=o.registry)
+    signed_or_unsigned(o.stack, bool(o.signing_key or os.environ.get(KEY_ENV)), o.unsigned, index=True)
+    signing_key = None if o.unsigned else load_signing_key(o.signing_key)  # before the registry is asked anything
+    made = write_index(stack, list(o.platform_digest), tag=o.tag, registry=o.registry, key=signing_key)
+    for line in made.signed:
+        print(f"  signed: {line}")
     print(f"{stack.name}: index {made.ref} ({' '.join(made.platforms)}) under tag {made.tag}: smoke it where the "
           f"node matches, then invoke publish --stack {stack.name} --digest {made.digest}")
     return 0

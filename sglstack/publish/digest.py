@@ -134,10 +134,14 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     return 0
 
 
-def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool) -> None:
-    """A release is signed or says it is not: one of the two, before a key is read or the registry asked."""
+def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool, *, index: bool = False) -> None:
+    """A release (or an index: `publish-index`) is signed or says it is not: one of the two, before a key is read
+    or the registry asked."""
     if has_key and unsigned:
         raise BadInput(f"stack '{stack}': give --signing-key or --unsigned, not both")
+    if not has_key and not unsigned and index:
+        raise BadInput(f"stack '{stack}': publish-index needs --signing-key (or {KEY_ENV}) to sign the index and "
+                       f"each platform's image, or --unsigned to write it without a signature")
     if not has_key and not unsigned:
         raise BadInput(f"stack '{stack}': publish needs --signing-key (or {KEY_ENV}) to sign the release, or "
                        f"--unsigned to promote it without a signature")

@@ -14,6 +14,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..attest.provenance import BuildIdentity
+from ..attest.release import ensure_index_signed
 from ..config.imageref import is_digest, tag_problem
 from ..config.platforms import ARCH_OF_PLATFORM
 from ..config.schema import Stack
@@ -23,6 +27,7 @@ from ..registry.client import (
     DOCKER_MANIFEST_LIST,
     OCI_INDEX,
     RegistryClient,
+    compute_digest,
 )
 from .history import PublishError
 from .promotion import target_repository
@@ -34,6 +39,7 @@ class PlatformIndex:
     tag: str
     digest: str
     platforms: tuple[str, ...]
+    signed: tuple[str, ...] = ()  # what signing did, one line each (none: --unsigned)
 
     @property
     def ref(self) -> str:
@@ -61,8 +67,9 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
     return out
 
 
-def make_index(client: RegistryClient, repo: str, children: Mapping[str, str], tag: str) -> tuple[str, str]:
-    """Write the index of `children` (platform -> manifest digest, each checked) under `tag`: (digest, type)."""
+def index_body(client: RegistryClient, repo: str, children: Mapping[str, str]) -> tuple[bytes, str]:
+    """The index of `children` (platform -> manifest digest, each checked to be that platform's image):
+    (its bytes, its media type). Nothing is written."""
     entries, types = [], set()
     for platform, digest in children.items():
         manifest = client.get_manifest(repo, digest)
@@ -79,13 +86,26 @@ def make_index(client: RegistryClient, repo: str, children: Mapping[str, str], t
         types.add(manifest.media_type)
     media_type = DOCKER_MANIFEST_LIST if types == {DOCKER_MANIFEST} else OCI_INDEX
     body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": entries}, indent=2).encode()
+    return body, media_type
+
+
+def make_index(client: RegistryClient, repo: str, children: Mapping[str, str], tag: str) -> tuple[str, str]:
+    """Write the index of `children` (platform -> manifest digest, each checked) under `tag`: (digest, type)."""
+    body, media_type = index_body(client, repo, children)
     return client.put_manifest(repo, tag, body, media_type), media_type
 
 
-def publish_index(stack: Stack, given: list[str], *, tag: str, registry: str | None = None) -> PlatformIndex:
+def publish_index(stack: Stack, given: list[str], *, tag: str, registry: str | None = None,
+                  key: Ed25519PrivateKey | None = None) -> PlatformIndex:
+    """The index written by digest, then (with `key`) every platform's manifest and the index signed and
+    verified (`ensure_index_signed`), and only then its tag: a signature that fails moves no tag."""
     children = parse_platform_digests(stack, given, tag)
     repo = target_repository(stack, registry)
     client = RegistryClient.from_environment(repo.registry)
-    digest, _ = make_index(client, repo.path, children, tag)
-    return PlatformIndex(str(repo), tag, digest, tuple(children))
-
+    body, media_type = index_body(client, repo.path, children)
+    digest = client.put_manifest(repo.path, compute_digest(body), body, media_type)
+    signed: list[str] = []
+    if key is not None:
+        signed = ensure_index_signed(client, repo, digest, children, key, BuildIdentity(stack.name))
+    client.put_manifest(repo.path, tag, body, media_type)
+    return PlatformIndex(str(repo), tag, digest, tuple(children), tuple(signed))

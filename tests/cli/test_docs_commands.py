@@ -74,6 +74,9 @@ HOW: dict[str, tuple[str, int]] = {
     "invoke sbom registry.example/sglstack:cu130 --verify-key release.pub": (PARSE, 0),
     "invoke deploy --stack cu130 --verify-key release.pub": (PARSE, 0),
     "invoke publish --stack cu130 --digest sha256:... --signing-key release.pem": (PARSE, 0),
+    "invoke publish-index --stack pypi-cu130-gb --tag candidate-2 --signing-key release.pem --platform-digest "
+    "linux/amd64=sha256:... --platform-digest linux/arm64=sha256:...": (PARSE, 0),
+    "invoke verify-image registry.example/sglstack:candidate-2 --verify-key release.pub --json": (PARSE, 0),
     # the CPU stand-in's image and Docker
     "invoke smoke --image sglstack-test/sglang-double:latest-test --model moonshotai/Kimi-K2.5 "
     "--draft-model AQ-MedAI/Kimi-K25-eagle3 --tp 1 --gpus 0 --timeout 60 --num-prompts 8 --max-new-tokens 32 "

@@ -92,18 +92,84 @@ def test_an_image_listed_for_another_platform_is_refused_and_nothing_is_written(
 def test_the_task_writes_the_index_and_says_how_to_promote_it(pushed, tmp_path):
     repo, digests = pushed
     proc = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "candidate-idx",
-                      *(x for p, d in digests.items() for x in ("--platform-digest", f"{p}={d}")), cwd=tmp_path,
-                      timeout=120)
+                      "--unsigned", *(x for p, d in digests.items() for x in ("--platform-digest", f"{p}={d}")),
+                      cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     digest = RegistryClient(repo.split("/")[0]).manifest_digest(repo.split("/", 1)[1], "candidate-idx")
     assert proc.stdout.splitlines() == [
         f"pypi-cu130-gb: index {repo}@{digest} (linux/amd64 linux/arm64) under tag candidate-idx: smoke it where the "
         f"node matches, then invoke publish --stack pypi-cu130-gb --digest {digest}"]
-    missing = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "t",
+    missing = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "t", "--unsigned",
                          "--platform-digest", f"linux/amd64={digests['linux/amd64']}", cwd=tmp_path, timeout=120)
     assert (missing.returncode, missing.stderr.splitlines()) == (2, [
         "error: stack 'pypi-cu130-gb': no --platform-digest for linux/arm64: an index of the stack lists every "
         "platform it builds"])
+
+
+def _release_unsigned(client: RegistryClient, repo: str, digest: str) -> None:
+    """What `build --push --unsigned` attaches to a platform's image: its SBOM and provenance, no signature."""
+    import datetime as dt
+
+    from sglstack.attest.provenance import provenance_statement
+    from sglstack.attest.sbom import Inventory, sbom_document
+    from sglstack.attest.store import attach
+
+    path = repo.split("/", 1)[1]
+    config = client.get_manifest(path, digest).blobs()[0]
+    record = {"stack": "pypi-cu130-gb", "target": "runtime", "image_id": config, "config_hash": "c" * 64,
+              "built_at": "2026-12-03T19:00:00Z", "builder": {"kind": "classic"}, "pins": {},
+              "base_image": {"name": "seed", "digest": None}, "sglang": {"version": "0.5.23", "git": None},
+              "provenance": {"patches": {}, "sglstack": {}}}
+    sbom = sbom_document(Inventory(python={"wheel": "0.45"}, debian=()), image_name=repo, image_id=config,
+                         created=dt.datetime(2026, 12, 3, tzinfo=dt.UTC))
+    attach(client, path, digest, [("sbom", sbom), ("provenance", provenance_statement(record, repository=repo,
+                                                                                      digest=digest))])
+
+
+def test_a_signed_index_verifies_platform_by_platform_and_an_unsigned_platform_moves_no_tag(pushed, tmp_path):
+    """`publish-index --signing-key` signs each platform's released image and the index before the tag; verify-image
+    of the tag lists each platform and its verdict (exit 0), and exits 1 for another key, naming every platform."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sglstack.attest.signing import public_pem
+
+    repo, digests = pushed
+    client = RegistryClient(repo.split("/")[0])
+    path = repo.split("/", 1)[1]
+    key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    (tmp_path / "pub.pem").write_bytes(public_pem(key))
+    (tmp_path / "other.pem").write_bytes(public_pem(other))
+    args = ["publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--signing-key", str(tmp_path / "key.pem"),
+            *(x for p, d in digests.items() for x in ("--platform-digest", f"{p}={d}"))]
+    _release_unsigned(client, repo, digests["linux/amd64"])  # arm64 has no SBOM and provenance: nothing to sign
+    refused = run_invoke(*args, "--tag", "candidate-refused", cwd=tmp_path, timeout=120)
+    assert refused.returncode == 1 and "no SBOM and provenance of stack 'pypi-cu130-gb'" in refused.stderr
+    assert client.manifest_digest(path, "candidate-refused") is None
+    _release_unsigned(client, repo, digests["linux/arm64"])
+    proc = run_invoke(*args, "--tag", "candidate-signed", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    index = client.manifest_digest(path, "candidate-signed")
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()[:3]] == [
+        "  signed", "  signed", "  signed"]
+    verify = run_invoke("verify-image", f"{repo}:candidate-signed", "--verify-key", str(tmp_path / "pub.pem"),
+                        "--json", cwd=tmp_path, timeout=120)
+    assert verify.returncode == 0, verify.stderr
+    report = json.loads(verify.stdout)
+    assert (report["digest"], report["verified"]) == (index, True)
+    assert [(p["platform"], p["digest"], p["verified"]) for p in report["platforms"]] == [
+        ("index", index, True), ("linux/amd64", digests["linux/amd64"], True),
+        ("linux/arm64", digests["linux/arm64"], True)]
+    wrong = run_invoke("verify-image", f"{repo}:candidate-signed", "--verify-key", str(tmp_path / "other.pem"),
+                       cwd=tmp_path, timeout=120)
+    assert wrong.returncode == 1
+    assert [line.split()[:3] for line in wrong.stdout.splitlines()] == [
+        ["index", index, "NOT"], ["linux/amd64", digests["linux/amd64"], "NOT"],
+        ["linux/arm64", digests["linux/arm64"], "NOT"]]
 
 
 def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_anything(docker_client, tmp_path):

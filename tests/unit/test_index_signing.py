@@ -1,0 +1,165 @@
+"""An index signed and verified, against an in-memory registry: `publish-index --signing-key` signs each platform's
+manifest (its attached SBOM and provenance) and the index before the tag is written, verifies rather than signs
+again what this key already signed, and writes no tag when any platform cannot be signed; `verify-image` of an
+index gives every platform's digest and verdict, and refuses when any one fails."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sglstack.attest.errors import AttestationError
+from sglstack.attest.provenance import BuildIdentity, provenance_statement
+from sglstack.attest.release import ensure_signed
+from sglstack.attest.sbom import Inventory, sbom_document
+from sglstack.attest.signing import key_id
+from sglstack.attest.store import attach
+from sglstack.attest.verify import IndexNotVerified, verify_image
+from sglstack.config.imageref import parse_image_reference, parse_repository
+from sglstack.config.matrix import load_matrix
+from sglstack.publish import index as index_mod
+from sglstack.registry.client import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, ManifestNotFound, compute_digest
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = "127.0.0.1:5000/team/multi"
+PATH = "team/multi"
+STACK = "pypi-cu130-gb"
+
+
+class MemoryRegistry:
+    """The RegistryClient calls publishing and verifying an index make, kept in dicts (no referrers API)."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[str, tuple[str, bytes]] = {}
+        self.tags: dict[str, str] = {}
+
+    def get_manifest(self, repo, reference):
+        digest = self.tags.get(reference, reference)
+        if digest not in self.manifests:
+            raise ManifestNotFound(reference)
+        media, body = self.manifests[digest]
+        return Manifest(media, body, digest)
+
+    def manifest_digest(self, repo, reference):
+        return self.tags.get(reference) or (reference if reference in self.manifests else None)
+
+    def put_blob(self, repo, data):
+        self.blobs[compute_digest(data)] = data
+        return compute_digest(data)
+
+    def get_blob(self, repo, digest, *, max_bytes=None):
+        return self.blobs[digest]
+
+    def put_manifest(self, repo, reference, body, media_type):
+        digest = compute_digest(body)
+        self.manifests[digest] = (media_type, body)
+        if not reference.startswith("sha256:"):
+            self.tags[reference] = digest
+        return digest
+
+    def put_artifact(self, repo, reference, body, media_type):
+        return self.put_manifest(repo, reference, body, media_type), False
+
+    def referrers(self, repo, digest):
+        return None
+
+    def image_config(self, repo, reference):
+        return json.loads(self.blobs[self.get_manifest(repo, reference).blobs()[0]])
+
+
+def _image(registry: MemoryRegistry, platform: str) -> str:
+    """One platform's image manifest, released `--unsigned`: its SBOM and provenance attached, no signature."""
+    os_name, arch = platform.split("/")
+    config = registry.put_blob(PATH, json.dumps({"os": os_name, "architecture": arch}).encode())
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": config,
+                                  "size": 1}, "layers": []}).encode()
+    digest = registry.put_manifest(PATH, compute_digest(body), body, DOCKER_MANIFEST)
+    record = {"stack": STACK, "target": "runtime", "image_id": config, "config_hash": "c" * 64,
+              "built_at": "2026-12-03T19:00:00Z", "builder": {"kind": "classic"}, "pins": {},
+              "base_image": {"name": "debian", "digest": None}, "sglang": {"version": "0.5.23", "git": None},
+              "provenance": {"patches": {}, "sglstack": {}}}
+    sbom = sbom_document(Inventory(python={"wheel": "0.45"}, debian=()), image_name="x", image_id=config,
+                         created=dt.datetime(2026, 12, 3, tzinfo=dt.UTC))
+    attach(registry, PATH, digest, [("sbom", sbom), ("provenance", provenance_statement(
+        record, repository=REGISTRY, digest=digest))])
+    return digest
+
+
+@pytest.fixture
+def released(monkeypatch):
+    registry = MemoryRegistry()
+    monkeypatch.setattr(index_mod, "RegistryClient", SimpleNamespace(from_environment=lambda host: registry))
+    digests = {p: _image(registry, p) for p in ("linux/amd64", "linux/arm64")}
+    return registry, digests, load_matrix(ROOT / "stacks.yaml").get(STACK)
+
+
+def _publish(stack, digests, key, tag="candidate-idx"):
+    return index_mod.publish_index(stack, [f"{p}={d}" for p, d in digests.items()], tag=tag, registry=REGISTRY,
+                                   key=key)
+
+
+def test_each_platform_and_the_index_are_signed_before_the_tag_and_verify(released):
+    registry, digests, stack = released
+    key = Ed25519PrivateKey.generate()
+    kid = key_id(key.public_key())[:16]
+    made = _publish(stack, digests, key)
+    assert registry.tags["candidate-idx"] == made.digest
+    assert made.signed == (
+        f"linux/amd64: signed the SBOM and provenance attached to it: {REGISTRY}@{digests['linux/amd64']}, signed by "
+        f"key {kid}",
+        f"linux/arm64: signed the SBOM and provenance attached to it: {REGISTRY}@{digests['linux/arm64']}, signed by "
+        f"key {kid}",
+        f"index {REGISTRY}@{made.digest} signed by key {kid}")
+    result = verify_image(registry, parse_image_reference(f"{REGISTRY}:candidate-idx"), key.public_key())
+    assert [(p["platform"], p["digest"], p["verified"]) for p in result.platforms] == [
+        ("index", made.digest, True), ("linux/amd64", digests["linux/amd64"], True),
+        ("linux/arm64", digests["linux/arm64"], True)]
+    assert result.as_dict()["verified"] is True and result.as_dict()["index"] is True
+    # again: what this key signed is verified, not signed again; nothing new is pushed
+    before = dict(registry.manifests)
+    again = _publish(stack, digests, key, tag="candidate-again")
+    assert again.digest == made.digest and set(registry.manifests) == set(before)
+    assert again.signed[0] == f"linux/amd64: {REGISTRY}@{digests['linux/amd64']} is already signed by key {kid}"
+    assert again.signed[-1] == f"index {REGISTRY}@{made.digest} is already signed by key {kid}"
+
+
+def test_a_platform_that_cannot_be_signed_writes_no_tag(released):
+    registry, digests, stack = released
+    bare = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": "x", "digest": registry.put_blob(PATH, b'{"os": "linux", "architecture": "arm64"}'), "size": 1},
+        "layers": []}).encode()
+    digests["linux/arm64"] = registry.put_manifest(PATH, compute_digest(bare), bare, OCI_MANIFEST)
+    with pytest.raises(AttestationError) as err:
+        _publish(stack, digests, Ed25519PrivateKey.generate())
+    assert "no SBOM and provenance of stack 'pypi-cu130-gb'" in str(err.value)
+    assert str(err.value).startswith(f"{REGISTRY}@{digests['linux/arm64']}: not signed by key")
+    assert "candidate-idx" not in registry.tags
+
+
+def test_unsigned_writes_the_tag_and_verify_lists_every_platforms_verdict(released):
+    registry, digests, stack = released
+    made = _publish(stack, digests, None)
+    assert made.signed == () and registry.tags["candidate-idx"] == made.digest
+    key = Ed25519PrivateKey.generate()
+    with pytest.raises(IndexNotVerified) as err:
+        verify_image(registry, parse_image_reference(f"{REGISTRY}@{made.digest}"), key.public_key())
+    verdicts = err.value.verification.as_dict()
+    assert verdicts["verified"] is False
+    assert [(p["platform"], p["verified"]) for p in verdicts["platforms"]] == [
+        ("index", False), ("linux/amd64", False), ("linux/arm64", False)]
+    assert verdicts["platforms"][0]["reason"] == f"{REGISTRY}@{made.digest}: the index has no signature attached"
+    # the amd64 image signed by the key (its own release), the rest not: only amd64 passes
+    ensure_signed(registry, parse_repository(REGISTRY), digests["linux/amd64"], key, BuildIdentity(STACK))
+    with pytest.raises(IndexNotVerified) as err:
+        verify_image(registry, parse_image_reference(f"{REGISTRY}@{made.digest}"), key.public_key())
+    assert [(p["platform"], p["verified"]) for p in err.value.verification.platforms] == [
+        ("index", False), ("linux/amd64", True), ("linux/arm64", False)]
+    assert str(err.value).startswith(f"index {made.digest[:19]}: {REGISTRY}@{made.digest}: the index has no "
+                                     f"signature attached; linux/arm64 {digests['linux/arm64'][:19]}: ")
