@@ -60,6 +60,30 @@ def sbom_to_show(ref: str, *, docker_host: str | None = None, generate: bool = F
     return ShownSbom(_marked(body, signature), read_sbom(body), source, signature)
 
 
+def index_platforms(ref: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """(index digest, [(platform, REPO@child digest)]) when REF names an index in a registry; None for anything
+    else (an image manifest, a local image, a reference no registry has). A buildx attestation manifest
+    (platform unknown/unknown) is no platform."""
+    if not names_its_registry(ref):
+        return None
+    parsed = parse_ref(ref)
+    client = RegistryClient.from_environment(parsed.repository.registry)
+    try:
+        digest = resolve_digest(client, parsed)
+    except NotVerified:
+        return None
+    manifest = client.get_manifest(parsed.repository.path, digest)
+    if not manifest.is_index:
+        return None
+    out = []
+    for entry in manifest.json().get("manifests", []):
+        plat = entry.get("platform") if isinstance(entry, dict) else None
+        name = f"{plat.get('os')}/{plat.get('architecture')}" if isinstance(plat, dict) else "unknown/unknown"
+        if name != "unknown/unknown" and isinstance(entry.get("digest"), str):
+            out.append((name, parsed.repository.ref(entry["digest"])))
+    return digest, out
+
+
 SIGNATURE_PROPERTY = "sglstack:signature"  # what `invoke sbom` adds: whether a verified signature covers it
 
 

@@ -123,10 +123,25 @@ def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | 
     """The SBOM of REF (`sglstack.attest.shown`), printed as JSON unless it goes only to --json-out's file, and
     one line on stderr saying where it came from and whether a signature covers it."""
     # at call time: cyclonedx, the Docker SDK and the registry would slow `invoke --list`
-    from ..attest.shown import sbom_to_show
+    from ..attest.shown import index_platforms, sbom_to_show
     from ..core.console import console
     from ..core.errors import one_line
 
+    if (index := index_platforms(ref)) is not None:  # an index: each platform's SBOM, one line each on stderr
+        shown_each = [(platform, child, sbom_to_show(child, docker_host=docker_host, generate=generate, key=key))
+                      for platform, child in index[1]]
+        document = {"image": ref, "index": index[0], "platforms": [
+            {"platform": p, "image": c, "source": s.source, "signature": s.signature, "sbom": s.document}
+            for p, c, s in shown_each]}
+        if as_json:
+            as_json.emit(document)
+        else:
+            sys.stdout.write(dumps(document))
+        for platform, child, s in shown_each:
+            console(stderr=True).print(one_line(
+                f"sbom: {platform} {child}: {s.summary.components} components ({len(s.summary.python)} Python, "
+                f"{s.summary.debian} Debian), {s.source}; {s.signature}"), markup=False, highlight=False)
+        return 0
     shown = sbom_to_show(ref, docker_host=docker_host, generate=generate, key=key)
     if as_json:
         as_json.emit(shown.document)

@@ -170,6 +170,16 @@ def test_a_signed_index_verifies_platform_by_platform_and_an_unsigned_platform_m
     assert [line.split()[:3] for line in wrong.stdout.splitlines()] == [
         ["index", index, "NOT"], ["linux/amd64", digests["linux/amd64"], "NOT"],
         ["linux/arm64", digests["linux/arm64"], "NOT"]]
+    sbom = run_invoke("sbom", f"{repo}:candidate-signed", "--verify-key", str(tmp_path / "pub.pem"), cwd=tmp_path,
+                      timeout=120)
+    assert sbom.returncode == 0, sbom.stderr
+    shown = json.loads(sbom.stdout)
+    assert shown["index"] == index
+    assert [(p["platform"], p["image"], p["signature"].split(":")[0]) for p in shown["platforms"]] == [
+        ("linux/amd64", f"{repo}@{digests['linux/amd64']}", "signed"),
+        ("linux/arm64", f"{repo}@{digests['linux/arm64']}", "signed")]
+    assert [line.split()[:2] for line in sbom.stderr.splitlines()] == [["sbom:", "linux/amd64"],
+                                                                        ["sbom:", "linux/arm64"]]
 
 
 def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_anything(docker_client, tmp_path):
