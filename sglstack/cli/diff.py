@@ -24,7 +24,8 @@ class DiffOptions(ReportOptions):
 
 @command(DiffOptions, positional=("before", "after"))
 def diff(o: DiffOptions, as_json: JsonReport) -> int:
-    """invoke diff BEFORE AFTER [--json]: what changed (base image, pins, packages, patches, SGLang, labels)."""
+    """invoke diff BEFORE AFTER [--json]: what changed (base image, pins, packages, patches, SGLang, labels); an
+    index on either side: platform by platform, and the platforms added or removed."""
     return diff_command(o.before, o.after, as_json=as_json, docker_host=o.docker_host)
 
 
@@ -34,9 +35,17 @@ def diff_command(a: str, b: str, *, as_json: JsonReport = NO_JSON, docker_host: 
     # at call time: the Docker SDK and the registry client would slow `invoke --list`
     from ..core.console import console as make_console
     from ..diff.compare import diff_to_json, print_diff, snapshot_diff
-    from ..diff.sources import load_snapshot
+    from ..diff.platforms import index_diff, index_diff_to_json, print_index_diff
+    from ..diff.sources import load_side
 
-    changes = snapshot_diff(load_snapshot(a, docker_host=docker_host), load_snapshot(b, docker_host=docker_host))
+    before, after = load_side(a, docker_host=docker_host), load_side(b, docker_host=docker_host)
+    if before.index or after.index:  # platform by platform, and which platforms came or went
+        by_platform = index_diff(before, after)
+        as_json.emit(index_diff_to_json(by_platform))
+        if not as_json.stdout:
+            print_index_diff(by_platform, make_console())
+        return 0
+    changes = snapshot_diff(next(iter(before.platforms.values())), next(iter(after.platforms.values())))
     as_json.emit(diff_to_json(changes))
     if not as_json.stdout:
         print_diff(changes, make_console())

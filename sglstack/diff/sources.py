@@ -16,12 +16,13 @@ import tarfile
 import zlib
 from typing import Any
 
-from ..config.imageref import DOCKER_HUB, not_an_image, parse_image_reference
+from ..config.imageref import DOCKER_HUB, names_its_registry, not_an_image, parse_image_reference
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
 from ..core.inputs import loads
 from ..core.records import build_root
 from ..registry.client import RegistryClient
 from .compare import Snapshot, image_snapshot
+from .platforms import Side
 from .snapshots import IMAGE_FACTS, local_snapshot
 
 # Registry layers are read top-down looking for those facts; the serving image's last layers are small,
@@ -108,7 +109,8 @@ def _layer_size(client: RegistryClient, ref: str, layer: dict[str, Any]) -> int:
     return size
 
 
-def _registry_snapshot(ref: str) -> Snapshot:
+def _registry_snapshot(ref: str, child: str | None = None) -> Snapshot:
+    """The image REF names in its registry (an index: its first platform's, or `child`'s: one manifest digest)."""
     if problem := not_an_image(ref):  # in the words of every other task's image check, not the matrix's
         raise ConfigError(f"'{ref}' is not a file, a local image or a build record's image, and {problem}")
     parsed = parse_image_reference(ref)
@@ -118,8 +120,10 @@ def _registry_snapshot(ref: str) -> Snapshot:
                           f"image with its host (host:port/path:tag or ...@sha256:...)")
     reference = parsed.digest or parsed.tag or "latest"
     client = RegistryClient.from_environment(repo.registry)
-    manifest = client.get_manifest(repo.path, reference)
-    if manifest.is_index:
+    manifest = client.get_manifest(repo.path, child or reference)
+    if child is not None:
+        ref = repo.ref(child)
+    elif manifest.is_index:
         children = manifest.children()
         if not children:
             raise RegistryError(f"registry {repo.registry}: index {ref} lists no manifests")
@@ -158,3 +162,50 @@ def load_snapshot(spec: str, *, docker_host: str | None = None) -> Snapshot:
         raise ConfigError(f"'{spec}': no local image and no build record under {build_root()} has this id; "
                           f"name a registry image as host:port/path@{spec}")
     return _registry_snapshot(spec)
+
+
+def _registry_platforms(spec: str) -> tuple[bool, dict[str, str]] | None:
+    """(is an index, {platform: manifest digest}) of a registry image; None when `spec` is no registry image
+    this can read (`load_snapshot` then says why, in its own words). An index's unknown/unknown entries
+    (buildx attestation manifests) are no platform. A registry that does not answer raises, as
+    `load_snapshot` would (once: not asked again through it)."""
+    if not names_its_registry(spec) or not_an_image(spec):
+        return None
+    try:
+        parsed = parse_image_reference(spec)
+        client = RegistryClient.from_environment(parsed.repository.registry)
+        manifest = client.get_manifest(parsed.repository.path, parsed.digest or parsed.tag or "latest")
+        if not manifest.is_index:
+            config = client.image_config(parsed.repository.path, manifest.digest)
+            return False, {f"{config.get('os')}/{config.get('architecture')}": manifest.digest}
+        out: dict[str, str] = {}
+        for entry in manifest.json().get("manifests", []):
+            plat = entry.get("platform") if isinstance(entry, dict) else None
+            name = f"{plat.get('os')}/{plat.get('architecture')}" if isinstance(plat, dict) else "unknown/unknown"
+            if name != "unknown/unknown" and isinstance(entry.get("digest"), str):
+                out.setdefault(name, entry["digest"])
+        return True, out
+    except ConfigError:
+        return None
+
+
+def load_side(spec: str, *, docker_host: str | None = None) -> Side:
+    """`spec` as one side of a diff: each platform's snapshot of an index in a registry; else the one snapshot
+    `load_snapshot` reads, under its platform when a registry says it (None: a local image, record or lock)."""
+    down: DockerUnavailable | None = None
+    try:
+        found = local_snapshot(spec, docker_host=docker_host)
+    except DockerUnavailable as exc:
+        found, down = None, exc
+    if found is not None:
+        return Side(spec, {None: found}, index=False)
+    try:
+        platforms = _registry_platforms(spec)
+    except RegistryError:
+        if down is not None:  # as load_snapshot: with the engine down, that is the answer
+            raise down from None
+        raise
+    if platforms is not None and platforms[0]:
+        return Side(spec, {p: _registry_snapshot(spec, child) for p, child in platforms[1].items()}, index=True)
+    platform = next(iter(platforms[1])) if platforms is not None else None
+    return Side(spec, {platform: load_snapshot(spec, docker_host=docker_host)}, index=False)

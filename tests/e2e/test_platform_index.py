@@ -77,6 +77,26 @@ def test_one_index_lists_both_platforms_and_a_node_is_checked_against_it(pushed,
                               "linux/arm64: the image cannot run there (nothing was pulled or changed)")
 
 
+def test_diff_of_two_indexes_is_platform_by_platform(pushed, tmp_path):
+    """`invoke diff` of an index and one of fewer platforms: the platform both have compared, the other removed."""
+    import json
+
+    repo, digests = pushed
+    client = RegistryClient(repo.split("/")[0])
+    path = repo.split("/", 1)[1]
+    make_index(client, path, digests, "both")
+    make_index(client, path, {"linux/amd64": digests["linux/amd64"]}, "amd64-only")
+    proc = run_invoke("diff", f"{repo}:both", f"{repo}:amd64-only", "--json", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["index"], data["added_platforms"], data["removed_platforms"]) == (True, [], ["linux/arm64"])
+    assert [(p["platform"], p["a"], p["identical"]) for p in data["platforms"]] == [
+        ("linux/amd64", f"{repo}@{digests['linux/amd64']} (image)", True)]
+    text = run_invoke("diff", f"{repo}:amd64-only", f"{repo}:both", cwd=tmp_path, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "platform linux/arm64: added (only B has it)" in text.stdout.splitlines()
+
+
 def test_an_image_listed_for_another_platform_is_refused_and_nothing_is_written(pushed):
     repo, digests = pushed
     client = RegistryClient(repo.split("/")[0])

@@ -1,0 +1,79 @@
+"""`invoke diff` where either side is an index of several platforms (pure): each platform compared with the same
+platform of the other side, and the platforms only one side has said as added or removed.
+
+A side that is one image is a side of one platform: the one its registry's config names, or (a local image, a
+build record, a lock: nothing says) none, which is compared with the other side's first platform, and said so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from ..core.console import plain
+from .compare import Snapshot, StackDiff, diff_to_json, print_diff, snapshot_diff
+
+
+@dataclass(frozen=True)
+class Side:
+    """One argument of `invoke diff`: its snapshot per platform (key None: a platform nothing names)."""
+
+    ref: str
+    platforms: Mapping[str | None, Snapshot]
+    index: bool
+
+
+@dataclass(frozen=True)
+class IndexDiff:
+    a: str
+    b: str
+    added: tuple[str, ...]  # platforms only B has
+    removed: tuple[str, ...]  # platforms only A has
+    platforms: tuple[tuple[str, StackDiff], ...]  # each platform both have, A's order
+    notes: tuple[str, ...] = ()
+
+    @property
+    def identical(self) -> bool:
+        return not (self.added or self.removed) and all(d.identical for _, d in self.platforms)
+
+
+def _named(side: Side, other: Side, notes: list[str], letter: str) -> dict[str, Snapshot]:
+    """The side's snapshots by platform; a platform nothing names takes the other side's first one."""
+    if None not in side.platforms:
+        return {str(p): s for p, s in side.platforms.items()}
+    first = next((p for p in other.platforms if p is not None), None)
+    if first is None:
+        return {"": side.platforms[None]}
+    notes.append(f"{letter} ({side.ref}) names no platform (a local image, a build record or a lock): compared "
+                 f"with {first}, the other side's first")
+    return {first: side.platforms[None]}
+
+
+def index_diff(a: Side, b: Side) -> IndexDiff:
+    notes: list[str] = []
+    left, right = _named(a, b, notes, "A"), _named(b, a, notes, "B")
+    both = tuple((p, snapshot_diff(left[p], right[p])) for p in left if p in right)
+    return IndexDiff(a.ref, b.ref, added=tuple(p for p in right if p not in left),
+                     removed=tuple(p for p in left if p not in right), platforms=both, notes=tuple(notes))
+
+
+def index_diff_to_json(diff: IndexDiff) -> dict[str, Any]:
+    return {"a": diff.a, "b": diff.b, "index": True, "identical": diff.identical, "added_platforms": list(diff.added),
+            "removed_platforms": list(diff.removed), "notes": list(diff.notes),
+            "platforms": [{"platform": p, **diff_to_json(d)} for p, d in diff.platforms]}
+
+
+def print_index_diff(diff: IndexDiff, console: Console) -> None:
+    console.print(f"A = {plain(diff.a)}\nB = {plain(diff.b)}", highlight=False)
+    for platform in diff.added:
+        console.print(f"platform {platform}: added (only B has it)", highlight=False)
+    for platform in diff.removed:
+        console.print(f"platform {platform}: removed (only A has it)", highlight=False)
+    for platform, changes in diff.platforms:
+        console.print(f"platform {platform}:", highlight=False)
+        print_diff(changes, console)
+    for line in diff.notes:
+        console.print(plain(line), highlight=False)
