@@ -13,7 +13,7 @@ release attaches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -170,10 +170,13 @@ def verify_index_signature(client: RegistryClient, repository: Repository, diges
 
 def _verify_index(client: RegistryClient, ref: ImageReference, digest: str, public: Ed25519PublicKey,
                   result: Verification) -> Verification:
-    """An index: its own signature, then each platform's manifest as an image of its own. Every verdict is
+    """An index: its own signature, then each platform's manifest as an image of its own (bound to the stack and
+    SGLang release `result.expected` names, not its config hash: each platform has its own). Every verdict is
     in `result.platforms` (the index's own as platform "index"); NotVerified naming each that failed, with
     the whole report in its `verification`."""
     repository = ref.repository
+    # each platform bound to the stack and SGLang release: a config hash is one platform's, not the index's
+    expect = replace(result.expected, config_hash=None) if result.expected else None
     try:
         result.checked.append(verify_index_signature(client, repository, digest, public, result.skipped))
         result.platforms.append({"platform": "index", "digest": digest, "verified": True})
@@ -184,7 +187,7 @@ def _verify_index(client: RegistryClient, ref: ImageReference, digest: str, publ
         name = f"{plat.get('os')}/{plat.get('architecture')}"
         child = str(entry.get("digest"))
         try:
-            done = verify_image(client, parse_image_reference(repository.ref(child)), public, result.expected)
+            done = verify_image(client, parse_image_reference(repository.ref(child)), public, expect)
             result.platforms.append({"platform": name, "digest": child, "verified": True,
                                      "signed_for": done.signed.as_dict() if done.signed else None})
             result.checked.extend(f"{name}: {line}" for line in done.checked)

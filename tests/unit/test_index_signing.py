@@ -122,6 +122,10 @@ def test_each_platform_and_the_index_are_signed_before_the_tag_and_verify(releas
         ("index", made.digest, True), ("linux/amd64", digests["linux/amd64"], True),
         ("linux/arm64", digests["linux/arm64"], True)]
     assert result.as_dict()["verified"] is True and result.as_dict()["index"] is True
+    # promoting the index (publish --digest --signing-key) finds it signed: each platform bound to the stack, not
+    # to one platform's config hash
+    assert ensure_signed(registry, parse_repository(REGISTRY), made.digest, key, BuildIdentity(STACK, "d" * 64)) == (
+        f"{REGISTRY}@{made.digest} is already signed by key {kid}")
     # again: what this key signed is verified, not signed again; nothing new is pushed
     before = dict(registry.manifests)
     again = _publish(stack, digests, key, tag="candidate-again")
