@@ -451,6 +451,22 @@ def test_invoke_publish_without_a_key_or_unsigned_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "build").exists()
 
 
+def test_invoke_publish_index_without_a_key_or_unsigned_is_one_line_exit_2(tmp_path):
+    from clirun import REPO, run_invoke  # starts a process
+
+    env = {"SGLSTACK_SIGNING_KEY": ""}
+    args = ("publish-index", "--stack", "pypi-cu130-gb", "--stacks-file", str(REPO / "stacks.yaml"), "--tag", "t",
+            "--registry", "127.0.0.1:1/never/asked", "--platform-digest", "linux/amd64=sha256:" + "a" * 64,
+            "--platform-digest", "linux/arm64=sha256:" + "b" * 64)
+    proc = run_invoke(*args, cwd=tmp_path, env=env)
+    assert (proc.returncode, proc.stderr.strip()) == (2, (
+        "error: stack 'pypi-cu130-gb': publish-index needs --signing-key (or SGLSTACK_SIGNING_KEY) to sign the index "
+        "and each platform's image, or --unsigned to write it without a signature"))
+    both = run_invoke(*args, "--signing-key", "k.pem", "--unsigned", cwd=tmp_path, env=env)
+    assert (both.returncode, both.stderr.strip()) == (
+        2, "error: stack 'pypi-cu130-gb': give --signing-key or --unsigned, not both")
+
+
 def test_a_signed_manifest_without_a_config_is_refused_in_one_line(reg):
     client = RegistryClient(reg.host)
     odd = reg.store(REPO, json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}).encode(),
