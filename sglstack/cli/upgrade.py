@@ -85,7 +85,8 @@ def upgrade_command(stacks_file: str, stack_name: str, version: str, *, as_name:
     as_json.emit(outcome.document)
     console = make_console()
     print_markdown(console, outcome.markdown)
-    written = f"; wrote {outcome.written[0]} and {outcome.written[1]}" if outcome.written else ""
+    *files, last = outcome.written or ("",)
+    written = f"; wrote {', '.join(str(f) for f in files)} and {last}" if outcome.written else ""
     console.print(f"upgrade {plan.stack} -> sglang {version}: [bold]{plan.verdict}[/] in "
                   f"{outcome.document['seconds']} s; report {outcome.out_dir / 'report.md'}{written}", highlight=False)
     if write and plan.guesses:

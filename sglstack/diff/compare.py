@@ -48,6 +48,12 @@ class Snapshot:
     sglang_git: tuple[str, str] | None = None  # (repo, full commit) for a git source
     labels: Mapping[str, str] | None = None
     size: Mapping[str, Any] | None = None  # a record's size summary; for an image, {"bytes": N} from the engine
+    platform: str | None = None  # a lock's platform (a stack of several has one lock each)
+
+    @property
+    def heading(self) -> str:
+        """How the diff names this side: what the user named, its kind, and a lock's platform."""
+        return f"{self.ref} ({self.kind}{f', {self.platform}' if self.platform else ''})"
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class StackDiff:
     labels: tuple[Change, ...] = ()
     unknown: tuple[str, ...] = field(default=())  # sections one side cannot tell
     size: tuple[Growth, ...] = ()  # the image, then the layers and packages that moved (a result, not a cause)
+    platform: Change | None = None  # two locks of different platforms (of one stack: not an error, but said)
 
     @property
     def identical(self) -> bool:
@@ -190,7 +197,8 @@ def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
 def lock_snapshot(lock: Lock, ref: str) -> Snapshot:
     sglang = lock.get("sglang")
     return Snapshot(ref=ref, kind="lock", stack=lock.stack, packages=dict(sorted(lock.pins.items())),
-                    sglang=sglang.version if sglang and sglang.version else None)
+                    sglang=sglang.version if sglang and sglang.version else None,
+                    platform=lock.platforms[0] if len(lock.platforms) == 1 else None)
 
 
 def image_snapshot(ref: str, labels: Mapping[str, str], files: Mapping[str, bytes]) -> Snapshot:
@@ -269,9 +277,11 @@ def snapshot_diff(a: Snapshot, b: Snapshot) -> StackDiff:
     size: tuple[Growth, ...] = ()
     if a.size and b.size and a.size["bytes"] != b.size["bytes"]:
         size = tuple(size_changes(a.size, b.size))
-    return StackDiff(a=f"{a.ref} ({a.kind})", b=f"{b.ref} ({b.kind})", base=tuple(base), config_hash=config,
+    platform = Change("platform", a.platform, b.platform) if a.platform and b.platform and \
+        a.platform != b.platform else None
+    return StackDiff(a=a.heading, b=b.heading, base=tuple(base), config_hash=config,
                      pins=pins, packages=packages, patches=patches, sglang=sglang, sglang_commits=commits,
-                     labels=labels, unknown=tuple(unknown), size=size)
+                     labels=labels, unknown=tuple(unknown), size=size, platform=platform)
 
 
 # ---- output ----------------------------------------------------------------------------------------
@@ -284,7 +294,7 @@ def diff_to_json(diff: StackDiff) -> dict[str, Any]:
 
     for key in ("base", "pins", "packages", "patches", "labels"):
         data[key] = with_kind(data[key])
-    for key in ("config_hash", "sglang"):
+    for key in ("config_hash", "sglang", "platform"):
         if data[key]:
             data[key] = with_kind([data[key]])[0]
     data["size"] = [{**asdict(g), "delta": g.delta} for g in diff.size]
@@ -293,8 +303,9 @@ def diff_to_json(diff: StackDiff) -> dict[str, Any]:
 
 
 def diff_table(diff: StackDiff) -> Table:
-    table = report_table(("section", "name", "change", "A", "B"), title=f"A = {plain(diff.a)}\nB = {plain(diff.b)}",
-                         title_justify="left")
+    title = f"A = {plain(diff.a)}\nB = {plain(diff.b)}" + (f"\n{plain(platforms_line(diff.platform))}"
+                                                         if diff.platform else "")
+    table = report_table(("section", "name", "change", "A", "B"), title=title, title_justify="left")
 
     def rows(section: str, changes: tuple[Change, ...]) -> None:
         for c in changes:
@@ -319,9 +330,17 @@ def diff_table(diff: StackDiff) -> Table:
     return table
 
 
+def platforms_line(platform: Change) -> str:
+    """The heading's line for two locks of different platforms: their packages may differ for that alone."""
+    return (f"locks of two platforms: A is {platform.before}, B is {platform.after} (a package only one platform "
+            "installs differs for that alone)")
+
+
 def print_diff(diff: StackDiff, console: Console) -> None:
     if diff.identical:
         console.print(f"no difference between {plain(diff.a)} and {plain(diff.b)}", highlight=False)
+        if diff.platform:
+            console.print(plain(platforms_line(diff.platform)), highlight=False)
         for g in diff.size[:1]:  # the same contents built again can still differ by a few bytes: say so
             console.print(f"size: {g.before} -> {g.after} bytes ({g.delta:+,})", highlight=False)
     else:

@@ -38,20 +38,21 @@ from ..core.folderlock import file_lock
 from ..core.jsonreport import dumps
 from ..core.progress import progress
 from ..core.records import UPGRADE_DIR, build_root, require_writable, stack_dir, write_output
-from ..core.replacing import replace_together, sibling_mode, staged
-from ..core.safefiles import check_inside, make_folder
+from ..core.replacing import staged
+from ..core.safefiles import check_inside
 from ..core.versions import version_problem
 from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
-from ..diff.compare import lock_snapshot, snapshot_diff
 from ..lock.conflicts import check_stack_pins
-from ..lock.flow import LockError, resolve_stack
+from ..lock.flow import LockError
 from ..lock.plan import base_image_glibc, python_platform
-from ..lockfile.model import Lock, lock_path
-from ..lockfile.text import read_lock, render_lock
+from ..lockfile.model import Lock
+from ..lockfile.text import render_lock
 from ..patches.host import check_version
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
+from . import locks as platform_locks
 from . import plan as planner
 from .argv import check_argv, release_flags
+from .locks import ResolveAll, ResolveOne, lock_paths, report_lock_name, resolve_lock, resolve_locks, write_upgrade
 from .releases import ReleasePins, release_pins
 from .renames import EnvFacts, stack_renames, wheel_env
 from .report import to_json, to_markdown
@@ -129,11 +130,6 @@ def coverage_document(stack: Stack) -> dict[str, Any] | None:
         return None
 
 
-def resolve_lock(stack: Stack, previous: Lock | None, base_glibc: str | None) -> Lock:
-    """The project's lock resolution, the earlier lock as the starting point (unrelated pins stay put)."""
-    return resolve_stack(stack, previous=previous, base_glibc=base_glibc)
-
-
 @dataclass
 class Engines:
     """The outside world, one callable each (tests pass doubles for the slow ones)."""
@@ -144,7 +140,8 @@ class Engines:
     patches: Callable[[str, Stack], dict[str, tuple[str, str]]] = patch_statuses
     family: Callable[[Stack, ReleasePins, str], dict[str, str]] = torch_family
     base_glibc: Callable[[Stack], str | None] = known_base_glibc
-    resolve: Callable[[Stack, Lock | None, str | None], Lock] = resolve_lock
+    resolve: ResolveOne = resolve_lock
+    resolve_platforms: ResolveAll = resolve_locks  # a stack of several platforms: every platform's lock
     coverage: Callable[[Stack], dict[str, Any] | None] = coverage_document
     argv: Callable[[Path, list[str], Callable[[str], str]], dict[str, Any]] = check_argv
     sweep_report: Callable[[Stack], tuple[dict[str, Any] | None, str]] = last_sweep_report
@@ -204,7 +201,7 @@ def check_inputs(stacks_file: str, stack_name: str, version: str, as_name: str |
     if Version(version) == Version(stack.sglang.version):
         raise UpgradeInputError(f"--sglang {version}: the stack already pins it", stack=stack_name, key="sglang")
     new_name = as_name or stack_name
-    _check_writable(Path(stacks_file), new_name, write)
+    _check_writable(Path(stacks_file), stack, new_name, write)
     try:
         releases = available("sglang")
     except WheelFetchError as exc:
@@ -222,9 +219,9 @@ def _stacks(names: list[str]) -> str:
     return f"stack{'s' * (len(names) > 1)} " + ", ".join(f"'{n}'" for n in names)
 
 
-def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
+def _check_writable(stacks_file: Path, stack: Stack, new_name: str, write: bool) -> None:
     """Every place the run writes can be written, before any work: the report's folder, and with
-    `--write` the stacks file (the file a link leads to) and the locks' folder (a read-only checkout)."""
+    `--write` the stacks file (the file a link leads to) and each platform's lock (a read-only checkout)."""
     out_dir = stack_dir(new_name) / UPGRADE_DIR
     check_inside(build_root(), out_dir)
     # nothing made yet: the release may still not be on the index
@@ -232,22 +229,9 @@ def _check_writable(stacks_file: Path, new_name: str, write: bool) -> None:
     if not write:
         return
     require_writable(Path(os.path.realpath(stacks_file)), what="--write: the stacks file")
-    new_lock = lock_path(stacks_file, new_name)
-    if new_lock.parent.is_dir():  # else it is made in the stacks file's folder, checked just above
-        require_writable(new_lock, what="--write: the lock")
-
-
-def _closure(old: Lock | None, new: Lock | None, where: str) -> dict[str, Any]:
-    if new is None:
-        return {}
-    if old is None:
-        return {"before_count": None, "after_count": len(new.packages), "packages": [], "lock_path": where,
-                "counts": {}, "note": "no earlier lock to compare with"}
-    diff = snapshot_diff(lock_snapshot(old, "before"), lock_snapshot(new, "after"))
-    rows = [{"name": c.name, "before": c.before, "after": c.after, "kind": c.kind} for c in diff.packages]
-    counts = {k: sum(1 for r in rows if r["kind"] == k) for k in ("added", "removed", "changed")}
-    return {"before_count": len(old.packages), "after_count": len(new.packages), "packages": rows,
-            "counts": counts, "lock_path": where}
+    for new_lock in lock_paths(stacks_file, stack, new_name).values():
+        if new_lock.parent.is_dir():  # else it is made in the stacks file's folder, checked just above
+            require_writable(new_lock, what="--write: the lock")
 
 
 def _version_of(lock: Lock | None, target: ReleasePins, available: Callable[[str], list[str]]) -> Callable[[str], str]:
@@ -263,7 +247,15 @@ def _version_of(lock: Lock | None, target: ReleasePins, available: Callable[[str
 
 def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], None] = lambda _m: None
                  ) -> tuple[planner.Plan, str, Lock | None]:
-    """The plan, the upgraded stacks file's text and the new lock (nothing written yet)."""
+    """The plan, the upgraded stacks file's text and the new lock of the first platform (nothing written yet)."""
+    plan, text, locks = plan_upgrade_locks(inputs, engines, progress=progress)
+    return plan, text, next(iter(locks.values()), None)
+
+
+def plan_upgrade_locks(inputs: Inputs, engines: Engines, *, progress: Callable[[str], None] = lambda _m: None
+                       ) -> tuple[planner.Plan, str, dict[str, Lock]]:
+    """The plan, the upgraded stacks file's text and every platform's new lock, the first platform's first
+    (none: the lock does not resolve; nothing written yet)."""
     stack, version = inputs.stack, inputs.version
     progress(f"reading sglang {version}'s METADATA")
     wheel = engines.sglang_wheel(version)
@@ -283,16 +275,9 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
     speculative = sweep_advice(stack, *engines.sweep_report(stack))
     text, notes, new_stack = _edit_one_stack(inputs, {**derivation.edits, **speculative["edits"]})
     conflicts = tuple(f.message for f in check_stack_pins(new_stack, requires, version) if f.kind == "conflict")
-    old_lock_file = lock_path(inputs.stacks_file, stack.name)
-    old_lock = read_lock(old_lock_file) if old_lock_file.is_file() else None
     progress("resolving the new lock")
-    lock_error, new_lock = None, None
-    try:
-        new_lock = engines.resolve(new_stack, old_lock, base_glibc)
-    except LockError as exc:
-        lock_error = str(exc).removeprefix(f"stack '{new_stack.name}': ")
-    where = str(lock_path(inputs.stacks_file, new_stack.name)) if inputs.write else \
-        str(stack_dir(new_stack.name) / UPGRADE_DIR / "lock.txt")
+    locks, lock_error, closures = _new_locks(inputs, new_stack, base_glibc, engines)
+    new_lock = locks.get(new_stack.platforms[0])
     progress("kernel coverage before and after")
     before_cov, after_cov = engines.coverage(stack), engines.coverage(new_stack)
     coverage = planner.coverage_change(before_cov, after_cov)
@@ -313,11 +298,29 @@ def plan_upgrade(inputs: Inputs, engines: Engines, *, progress: Callable[[str], 
         stack=stack.name, new_stack=new_stack.name, from_version=stack.sglang.version or "", to_version=version,
         pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
         patches={k: v[0] for k, v in patches.items()}, patch_details={k: v[1] for k, v in patches.items()},
-        conflicts=conflicts, closure=_closure(old_lock, new_lock, where), coverage=coverage, argv=argv_result,
+        conflicts=conflicts, closure=closures.pop(new_stack.platforms[0], {}), platform_closures=closures,
+        coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_invocation(new_stack.name, stack.sglang.version or "",
                                                                      version),
         reasons=reasons, notes=notes, guesses=guesses, speculative=speculative)
-    return plan, text, new_lock
+    return plan, text, locks
+
+
+def _new_locks(inputs: Inputs, new_stack: Stack, base_glibc: str | None, engines: Engines
+               ) -> tuple[dict[str, Lock], str | None, dict[str, dict[str, Any]]]:
+    """Every platform's new lock from its earlier one, why they do not resolve (or agree), and what each
+    changes (by platform: the first platform's is the report's closure, each further one's its own section)."""
+    old = platform_locks.previous_locks(inputs.stacks_file, inputs.stack)
+    try:
+        locks = platform_locks.new_locks(new_stack, old, base_glibc, engines.resolve, engines.resolve_platforms)
+    except LockError as exc:
+        return {}, str(exc).removeprefix(f"stack '{new_stack.name}': "), {}
+    if inputs.write:
+        where = {p: str(x) for p, x in lock_paths(inputs.stacks_file, new_stack).items()}
+    else:
+        out = stack_dir(new_stack.name) / UPGRADE_DIR
+        where = {p: str(out / report_lock_name(new_stack.for_platform(p).lock_platform)) for p in locks}
+    return locks, None, {p: platform_locks.closure(old.get(p), x, where[p]) for p, x in locks.items()}
 
 
 def _renames(stack: Stack, new_stack: Stack, wheel: Path, argv: list[str], engines: Engines,
@@ -368,17 +371,6 @@ def _upgraded_matrix(stacks_file: Path, text: str, name: str) -> Matrix:
                                 f"{stacks_file} is unchanged") from None
 
 
-def write_upgrade(stacks_file: Path, text: str, lock_file: Path, lock: Lock) -> None:
-    """The lock, then the stacks file, together (`replace_together`: both written whole first; if the
-    second rename fails the first is undone, so the pair never disagrees). The stacks file is replaced
-    through a link to it (the link stays) and keeps its mode; a new lock takes its siblings' mode."""
-    target = Path(os.path.realpath(stacks_file))
-    make_folder(lock_file.parent, lock_file.parent)
-    replace_together([(lock_file, render_lock(lock, stacks_file=stacks_file.name).encode("utf-8"),
-                       sibling_mode(lock_file, "*.txt")),
-                      (target, text.encode("utf-8"), sibling_mode(target, target.name))])
-
-
 def _unchanged_since_read(inputs: Inputs) -> None:
     """Refuse to replace a stacks file someone edited while the upgrade ran: their edit would be lost."""
     try:
@@ -392,20 +384,21 @@ def _unchanged_since_read(inputs: Inputs) -> None:
 
 @dataclass(frozen=True)
 class UpgradeOutcome:
-    """What an upgrade found and left: the plan, its report (written under `out_dir`), and the two files
-    `--write` replaced (None: nothing written)."""
+    """What an upgrade found and left: the plan, its report (written under `out_dir`), and the files `--write`
+    replaced: the stacks file and each platform's lock (None: nothing written)."""
 
     plan: planner.Plan
     markdown: str
     document: dict[str, Any]
     out_dir: Path
-    written: tuple[Path, Path] | None
+    written: tuple[Path, ...] | None
 
 
 def upgrade_stack(stacks_file: str, stack_name: str, version: str, *, as_name: str | None = None,
                   write: bool = False, engines: Engines | None = None) -> UpgradeOutcome:
     """Plan the move of a stack to an SGLang release, write its report under build/NEW/upgrade/, and with
-    `write` replace the stacks file and write locks/NEW.txt (only when the entry would pass the check)."""
+    `write` replace the stacks file and write locks/NEW.txt, and each further platform's lock (only when the
+    entry would pass the check, and every platform's lock resolves)."""
     engines = engines or Engines()
     # no file (or not one): nothing to lock, and check_inputs says what is wrong with it
     locked = write and Path(stacks_file).is_file()
@@ -424,7 +417,8 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
             phases.append((message, time.monotonic()))
             steps.working_on(message)
 
-        plan, text, lock = plan_upgrade(inputs, engines, progress=phase)
+        plan, text, locks = plan_upgrade_locks(inputs, engines, progress=phase)
+    lock = next(iter(locks.values()), None)
     ends = [t for _, t in phases[1:]] + [time.monotonic()]
     seconds_per_phase = {m: round(end - t, 1) for (m, t), end in zip(phases, ends, strict=True)}
     writable = lock is not None and not plan.conflicts and not plan.guesses
@@ -435,8 +429,9 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
         plan = replace(plan, notes=(*plan.notes, f"--write: nothing written: the new entry would not pass "
                                                  f"`invoke stacks --check` ({stacks_file} is unchanged)"))
     out_dir = stack_dir(plan.new_stack) / UPGRADE_DIR
-    if lock is not None and not inputs.write:
-        write_output(out_dir / "lock.txt", render_lock(lock))
+    if not inputs.write:
+        for platform, x in locks.items():
+            write_output(out_dir / report_lock_name(inputs.stack.for_platform(platform).lock_platform), render_lock(x))
     markdown = to_markdown(plan)
     write_output(out_dir / "report.md", markdown)
     document = {**to_json(plan), "seconds": round(time.monotonic() - start, 1), "phases_s": seconds_per_phase}
@@ -444,6 +439,8 @@ def _upgrade(stacks_file: str, stack_name: str, version: str, as_name: str | Non
     written = None
     if inputs.write and writable and lock is not None:
         _unchanged_since_read(inputs)
-        written = (inputs.stacks_file, lock_path(inputs.stacks_file, plan.new_stack))
-        write_upgrade(inputs.stacks_file, text, written[1], lock)
+        paths = lock_paths(inputs.stacks_file, inputs.stack, plan.new_stack)
+        (first, _), *others = [(paths[p], x) for p, x in locks.items()]
+        written = (inputs.stacks_file, first, *(path for path, _ in others))
+        write_upgrade(inputs.stacks_file, text, first, lock, others)
     return UpgradeOutcome(plan, markdown, document, out_dir, written)

@@ -340,6 +340,8 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     guesses: dict[str, str] = field(default_factory=dict)  # package -> why its new pin is not confirmed
     speculative: dict[str, Any] = field(default_factory=dict)  # the last smoke sweep's advice (upgrade/speculative.py)
+    # a stack of several platforms: each further platform's closure (its own lock), as `closure` is the first's
+    platform_closures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:

@@ -21,6 +21,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
         "platform": {"wheel": d.wheel_tag, "glibc": d.glibc},
         "coverage": plan.coverage,
         "closure": plan.closure,
+        **({"platform_closures": plan.platform_closures} if plan.platform_closures else {}),
         "argv": plan.argv,
         "conflicts": list(plan.conflicts),
         "lock_error": plan.lock_error,
@@ -85,18 +86,12 @@ def to_markdown(plan: Plan) -> str:
         else:
             out.append("no cell changed.")
     out += ["", "## Closure (the lock)", ""]
-    cl = plan.closure
     if plan.lock_error:
         out.append(f"not resolved: {_cell(plan.lock_error)}")
-    elif cl.get("packages") is not None:
-        counts = cl.get("counts", {})
-        out.append(f"{cl.get('before_count')} -> {cl.get('after_count')} packages: {counts.get('added', 0)} added, "
-                   f"{counts.get('removed', 0)} removed, {counts.get('changed', 0)} moved; lock: "
-                   f"`{cl.get('lock_path')}`.")
-        rows = cl["packages"][:MAX_PACKAGE_ROWS]
-        if rows:
-            out += ["", "| package | before | after |", "| --- | --- | --- |"]
-            out += [f"| {r['name']} | {r['before'] or '-'} | {r['after'] or '-'} |" for r in rows]
+    else:
+        out += _closure_lines(plan.closure)
+    for platform, cl in plan.platform_closures.items():  # a stack of several platforms: each further lock
+        out += ["", f"## Closure (the lock of {platform})", "", *_closure_lines(cl)]
     notes = [*d.notes, *plan.notes]
     if notes:
         out += ["", "## Notes", "", *[f"- {_cell(n)}" for n in notes]]
@@ -106,3 +101,17 @@ def to_markdown(plan: Plan) -> str:
             f"Search the release range with `{plan.bisect_command}` (every release between the two is built and "
             f"smoke-tested until the first slower one is named).", ""]
     return "\n".join(out)
+
+
+def _closure_lines(cl: dict[str, Any]) -> list[str]:
+    """What one lock changes: the counts, where the lock is, and a row per package that moved."""
+    if cl.get("packages") is None:
+        return []
+    counts = cl.get("counts", {})
+    out = [f"{cl.get('before_count')} -> {cl.get('after_count')} packages: {counts.get('added', 0)} added, "
+           f"{counts.get('removed', 0)} removed, {counts.get('changed', 0)} moved; lock: `{cl.get('lock_path')}`."]
+    rows = cl["packages"][:MAX_PACKAGE_ROWS]
+    if rows:
+        out += ["", "| package | before | after |", "| --- | --- | --- |"]
+        out += [f"| {r['name']} | {r['before'] or '-'} | {r['after'] or '-'} |" for r in rows]
+    return out

@@ -227,7 +227,7 @@ def test_a_lock_snapshot_knows_its_packages_and_sglang_only():
     locked = lock(torch="2.9.1+cu130", sglang="0.5.9", idna="3.7")
     assert lock_snapshot(locked, "locks/cu130.txt") == Snapshot(
         ref="locks/cu130.txt", kind="lock", stack="cu130",
-        packages={"idna": "3.7", "sglang": "0.5.9", "torch": "2.9.1+cu130"}, sglang="0.5.9")
+        packages={"idna": "3.7", "sglang": "0.5.9", "torch": "2.9.1+cu130"}, sglang="0.5.9", platform="linux/amd64")
     assert list(lock_snapshot(locked, "x").packages or {}) == ["idna", "sglang", "torch"]
     assert lock_snapshot(lock(idna="3.7"), "x").sglang is None
     from_url = replace(locked, packages=(LockedPackage("sglang", "", "deps", url="https://example.invalid/s.whl",
@@ -323,7 +323,8 @@ def test_print_diff_says_no_difference_or_counts_the_packages():
     same = snapshot_diff(record_snapshot(record(), "a"), lock_snapshot(lock(**record()["installed"]), "l"))
     print_diff(same, console)
     assert console.file.getvalue().splitlines() == [
-        "no difference between a (record) and l (lock)", "base image: not known for l", "stack pins: not known for l",
+        "no difference between a (record) and l (lock, linux/amd64)", "base image: not known for l",
+        "stack pins: not known for l",
         "patches: not known for l", "labels: not known for l"]
     console = Console(file=io.StringIO(), width=240, color_system=None)
     print_diff(_a_bumped_diff(), console)
@@ -379,7 +380,7 @@ def test_json_output_of_single_changes_carries_their_kind():
 def test_the_whole_diff_of_a_record_against_a_lock():
     diff = snapshot_diff(lock_snapshot(lock(idna="3.7", sglang="0.5.9"), "l"), record_snapshot(record(), "r"))
     assert diff == StackDiff(
-        a="l (lock)", b="r (record)",
+        a="l (lock, linux/amd64)", b="r (record)",
         packages=(Change("chardet", None, "5.2.0"), Change("flashinfer-python", None, "0.6.4"),
                   Change("pip", None, "24.0"), Change("torch", None, "2.9.1+cu130")),
         unknown=("base image: not known for l", "stack pins: not known for l", "patches: not known for l",
@@ -426,6 +427,7 @@ def test_the_diff_prints_plain_words_in_a_colour_terminal():
 
     locked = lock_snapshot(lock(**record()["installed"]), "locks/cu130.txt")
     same = snapshot_diff(record_snapshot(record(), "build/cu130/record.json"), locked)
-    assert printed(same)[:2] == ["no difference between build/cu130/record.json (record) and locks/cu130.txt (lock)",
+    assert printed(same)[:2] == ["no difference between build/cu130/record.json (record) and locks/cu130.txt (lock, "
+                                 "linux/amd64)",
                                  "\x1b[2mbase image: not known for locks/cu130.txt\x1b[0m"]
     assert printed(_a_bumped_diff())[-1] == "packages: 1 added, 1 removed, 2 changed"

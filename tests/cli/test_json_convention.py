@@ -79,8 +79,8 @@ OFFLINE = {
     "status": (("status", "--stack", "cu129"), ["deployments", "unreadable_record_lines"]),
     "build --dry-run": (("build", "--stack", "cu130", "--dry-run"), ["plan", "push", "stack"]),
     "diff": (("diff", str(REPO / "locks" / "cu129.txt"), str(REPO / "locks" / "cu130.txt")),
-             ["a", "b", "base", "config_hash", "identical", "labels", "packages", "patches", "pins", "sglang",
-              "sglang_commits", "size", "unknown"]),
+             ["a", "b", "base", "config_hash", "identical", "labels", "packages", "patches", "pins", "platform",
+              "sglang", "sglang_commits", "size", "unknown"]),
 }
 
 

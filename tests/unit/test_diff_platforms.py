@@ -1,42 +1,63 @@
-"""`invoke diff` of indexes, pure: each platform compared with the same platform of the other side, the platforms
-only one side has said as added or removed, and a side that names no platform compared with the other's first."""
+"""`invoke diff` of the locks of a stack built for several platforms: the per-platform lock
+(`locks/NAME.OS-ARCH.txt`) is read as a lock, each side is named with its platform, and two locks of different
+platforms are compared (not refused), the heading saying so."""
 
 from __future__ import annotations
 
-from sglstack.diff.compare import Snapshot
-from sglstack.diff.platforms import Side, index_diff, index_diff_to_json
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from sglstack.cli.diff import diff_command
+from sglstack.core.jsonreport import JsonReport
+from sglstack.diff.compare import print_diff, snapshot_diff
+from sglstack.diff.sources import load_snapshot
+from sglstack.lockfile.model import Lock, LockedPackage, lock_path
+from sglstack.lockfile.text import write_lock
+
+HASH = "sha256:" + "a" * 64
 
 
-def _snap(ref: str, sglang: str) -> Snapshot:
-    return Snapshot(ref=ref, kind="image", stack="s", sglang=sglang, labels={})
+def _lock(platform: str, **versions: str) -> Lock:
+    return Lock("gb", "0" * 64, "2026-12-01T00:00:00Z", "uv 0.9.0", "3.12", (platform,), ("sglang",),
+                tuple(LockedPackage(n, v, "sglang", hashes=(HASH,)) for n, v in versions.items()))
 
 
-def test_platforms_are_matched_by_platform_and_the_others_are_added_or_removed():
-    a = Side("r/x:1", {"linux/amd64": _snap("a1", "0.5.9"), "linux/arm64": _snap("a2", "0.5.9")}, index=True)
-    b = Side("r/x:2", {"linux/arm64": _snap("b2", "0.5.10"), "linux/riscv64": _snap("b3", "0.5.10")}, index=True)
-    diff = index_diff(a, b)
-    assert (diff.added, diff.removed) == (("linux/riscv64",), ("linux/amd64",))
-    assert [(p, d.a, d.b, d.sglang.before, d.sglang.after) for p, d in diff.platforms] == [
-        ("linux/arm64", "a2 (image)", "b2 (image)", "0.5.9", "0.5.10")]
-    assert not diff.identical and diff.notes == ()
-    data = index_diff_to_json(diff)
-    assert (data["added_platforms"], data["removed_platforms"], data["index"]) == (["linux/riscv64"],
-                                                                                   ["linux/amd64"], True)
-    assert [p["platform"] for p in data["platforms"]] == ["linux/arm64"]
+def _printed(a: str, b: str) -> list[str]:
+    console = Console(file=io.StringIO(), width=240, color_system=None)
+    print_diff(snapshot_diff(load_snapshot(a), load_snapshot(b)), console)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]
 
 
-def test_the_same_index_is_identical_and_a_single_image_is_matched_by_its_platform():
-    both = {"linux/amd64": _snap("a1", "0.5.9"), "linux/arm64": _snap("a2", "0.5.9")}
-    assert index_diff(Side("i", both, True), Side("i", both, True)).identical
-    single = Side("r/x@sha256:a", {"linux/arm64": _snap("s", "0.5.9")}, index=False)
-    diff = index_diff(Side("i", both, True), single)
-    assert (diff.removed, [p for p, _ in diff.platforms], diff.identical) == (("linux/amd64",), ["linux/arm64"],
-                                                                             False)
+def test_two_platforms_locks_are_compared_and_the_heading_names_each_platform(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # short names: the heading is not wrapped
+    stacks = Path("stacks.yaml")
+    amd, arm = lock_path(stacks, "gb"), lock_path(stacks, "gb", "linux/arm64")
+    write_lock(amd, _lock("linux/amd64", sglang="0.5.23", nvidia_x86="1.0"))
+    write_lock(arm, _lock("linux/arm64", sglang="0.5.23"))
+    text = " ".join(_printed(str(amd), str(arm)))  # the table's title wraps at the table's width
+    assert (f"A = {amd} (lock, linux/amd64) B = {arm} (lock, linux/arm64) locks of two platforms: A is linux/amd64, "
+            "B is linux/arm64 (a package only one platform installs differs for that alone)") in text
+    assert diff_command(str(amd), str(arm), as_json=JsonReport(stdout=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"] == f"{amd} (lock, linux/amd64)" and doc["b"] == f"{arm} (lock, linux/arm64)"
+    assert doc["platform"] == {"name": "platform", "before": "linux/amd64", "after": "linux/arm64", "kind": "changed"}
+    assert doc["packages"] == [{"name": "nvidia-x86", "before": "1.0", "after": None, "kind": "removed"}]
 
 
-def test_a_side_that_names_no_platform_is_compared_with_the_others_first_and_said_so():
-    index = Side("i", {"linux/amd64": _snap("a1", "0.5.9"), "linux/arm64": _snap("a2", "0.5.9")}, True)
-    diff = index_diff(Side("build/s/record.json", {None: _snap("r", "0.5.9")}, False), index)
-    assert [p for p, _ in diff.platforms] == ["linux/amd64"] and diff.added == ("linux/arm64",)
-    assert diff.notes == ("A (build/s/record.json) names no platform (a local image, a build record or a lock): "
-                          "compared with linux/amd64, the other side's first",)
+def test_two_locks_of_one_further_platform_name_it_and_no_platform_change(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    old, new = Path("gb.linux-arm64.txt"), Path("locks") / "gb.linux-arm64.txt"
+    write_lock(old, _lock("linux/arm64", sglang="0.5.22"))
+    write_lock(new, _lock("linux/arm64", sglang="0.5.23"))
+    diff = snapshot_diff(load_snapshot(str(old)), load_snapshot(str(new)))
+    assert diff.platform is None and (diff.a, diff.b) == (f"{old} (lock, linux/arm64)", f"{new} (lock, linux/arm64)")
+    assert not [line for line in _printed(str(old), str(new)) if line.startswith("locks of two platforms")]
+    # the same packages on two platforms: no difference, and still said which platforms
+    write_lock(new, _lock("linux/amd64", sglang="0.5.22"))
+    assert _printed(str(old), str(new))[:2] == [
+        f"no difference between {old} (lock, linux/arm64) and {new} (lock, linux/amd64)",
+        "locks of two platforms: A is linux/arm64, B is linux/amd64 (a package only one platform installs differs "
+        "for that alone)"]

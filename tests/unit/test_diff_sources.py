@@ -68,7 +68,8 @@ def test_a_folder_without_a_record_is_one_line(tmp_path):
 def test_a_lock_file_is_read_as_a_lock(tmp_path):
     path = _write(tmp_path / "locks" / "cu130.txt", _lock_text())
     assert local_snapshot(str(path)) == lock_snapshot(parse_lock(_lock_text()), str(path))
-    assert local_snapshot(str(path)) == Snapshot(ref=str(path), kind="lock", stack="cu130", packages={"idna": "3.7"})
+    assert local_snapshot(str(path)) == Snapshot(ref=str(path), kind="lock", stack="cu130", packages={"idna": "3.7"},
+                                                      platform="linux/amd64")
 
 
 def test_a_damaged_lock_is_one_line_naming_the_file_and_line(tmp_path):
@@ -467,7 +468,7 @@ def test_diff_prints_the_table_or_json_and_exits_0(tmp_path, capsys):
     out = capsys.readouterr().out
     assert json.loads(out) == {
         "a": f"{a} (record)", "b": f"{b.parent} (record)", "base": [], "config_hash": None, "identical": False,
-        "labels": [], "packages": [{"after": "3.7", "before": None, "kind": "added", "name": "idna"},
+        "labels": [], "platform": None, "packages": [{"after": "3.7", "before": None, "kind": "added", "name": "idna"},
                                    {"after": "2.9.2", "before": "2.9.1", "kind": "changed", "name": "torch"}],
         "patches": [], "pins": [], "sglang": None, "sglang_commits": None, "size": [], "unknown": unknown}
     assert out == json.dumps(json.loads(out), indent=2, sort_keys=True) + "\n"

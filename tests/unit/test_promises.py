@@ -262,7 +262,8 @@ RECORD = {  # a build record as build.py writes it
 # and the one carried by another: a git source's commit is also its `sglang` value (git-<commit12>).
 SNAPSHOT_IDENTITY = {"ref": "named in the header", "kind": "named in the header",
                      "stack": "which stack, not what it holds", "sglang_git": "varies with sglang",
-                     "size": "a consequence of the fields compared: shown, never a difference by itself"}
+                     "size": "a consequence of the fields compared: shown, never a difference by itself",
+                     "platform": "a lock's platform, named in the header (two platforms: a line of its own)"}
 _value = st.text(alphabet="0123456789abcdefz.+-", min_size=1, max_size=10)
 
 

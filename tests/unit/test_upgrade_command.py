@@ -460,9 +460,14 @@ def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo
     monkeypatch.setattr(command, "check_wheels", no_tool)
     assert command.coverage_document(cuda) is None
 
-    monkeypatch.setattr(command, "resolve_stack", lambda s, previous, base_glibc: (s.name, previous, base_glibc))
+    monkeypatch.setattr(command.platform_locks, "resolve_stack",
+                        lambda s, previous, base_glibc: (s.name, previous, base_glibc))
     previous = _lock("s1")
     assert command.resolve_lock(stack, previous, "2.36") == ("s1", previous, "2.36")  # type: ignore[comparison-overlap]
+    monkeypatch.setattr(command.platform_locks, "resolve_platforms",
+                        lambda s, previous, base_glibc: (s.name, previous, base_glibc))
+    assert command.resolve_locks(stack, {"linux/amd64": previous}, None) == (  # type: ignore[comparison-overlap]
+        "s1", {"linux/amd64": previous}, None)
 
 
 def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> None:
