@@ -63,7 +63,7 @@ def index_diff(a: Side, b: Side) -> IndexDiff:
 def index_diff_to_json(diff: IndexDiff) -> dict[str, Any]:
     return {"a": diff.a, "b": diff.b, "index": True, "identical": diff.identical, "added_platforms": list(diff.added),
             "removed_platforms": list(diff.removed), "notes": list(diff.notes),
-            "platforms": [{"platform": p, **diff_to_json(d)} for p, d in diff.platforms]}
+            "platforms": [{**diff_to_json(d), "platform": p} for p, d in diff.platforms]}
 
 
 def print_index_diff(diff: IndexDiff, console: Console) -> None:
