@@ -30,7 +30,7 @@ from ..core.errors import BuildError
 from ..core.safefiles import write_with
 from .devicecode import coverage_cache_dir, inspect_files
 from .report import CoverageReport, PackageStatus, build_report
-from .rules import LOADER_PATHS, PackageObjects, capabilities_of, device_code_wheels
+from .rules import LOADER_PATHS, Capability, PackageObjects, WheelSource, capabilities_of, device_code_wheels
 
 # A folder is copied whole when the files in it that are not wanted add up to at most this much.
 WASTE_LIMIT_BYTES = 64 << 20
@@ -153,17 +153,43 @@ def copy_out(container: Any, site: str, units: Iterable[str], wanted: set[str], 
     return out
 
 
-def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = None,
-                   installed: Mapping[str, str] | None = None) -> CoverageReport | None:
-    """The coverage report of an image's installed CUDA packages (`installed`: the image's {name: version},
-    for the stack's `coverage.packages`); None when the stack pins none of them or lists no capability."""
+@dataclass(frozen=True)
+class ImageSources:
+    """What an image's coverage reads: its platform, the stack's capabilities, the CUDA distributions the stack's
+    coverage wants, and the image's site-packages folders."""
+
+    platform: str
+    caps: tuple[Capability, ...]
+    sources: tuple[WheelSource, ...]
+    sites: list[str]
+
+
+def image_sources(client: Any, image: str, stack: Stack, installed: Mapping[str, str] | None) -> ImageSources | None:
+    """None when the stack lists no capability or pins none of the CUDA distributions coverage reads."""
     caps = capabilities_of(stack.cuda_arch_list)
     attrs = client.images.get(image).attrs
     platform = PLATFORM_OF_ARCH.get(attrs.get("Architecture", ""), "linux/amd64")
     sources = device_code_wheels(stack, platform, installed)
     if not caps or not sources:
         return None
-    sites = site_dirs((attrs.get("Config") or {}).get("Env") or [], stack.python)
+    return ImageSources(platform, tuple(caps), tuple(sources),
+                        site_dirs((attrs.get("Config") or {}).get("Env") or [], stack.python))
+
+
+def find_record(container: Any, sites: list[str], dist_info: str) -> tuple[str, bytes] | None:
+    """(site, RECORD bytes) of the first site-packages folder holding `dist_info`."""
+    return next(((site, text) for site in sites
+                 if (text := read_file(container, f"{site}/{dist_info}/RECORD")) is not None), None)
+
+
+def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = None,
+                   installed: Mapping[str, str] | None = None) -> CoverageReport | None:
+    """The coverage report of an image's installed CUDA packages (`installed`: the image's {name: version},
+    for the stack's `coverage.packages`); None when the stack pins none of them or lists no capability."""
+    inputs = image_sources(client, image, stack, installed)
+    if inputs is None:
+        return None
+    platform, caps, sources, sites = inputs.platform, inputs.caps, inputs.sources, inputs.sites
     statuses: list[PackageStatus] = []
     packages: list[PackageObjects] = []
     tool: Cuobjdump | None = None
@@ -179,8 +205,7 @@ def image_coverage(client: Any, image: str, stack: Stack, *, jobs: int | None = 
                                               f"{source.package} is not installed in the image"))
                 continue
             dist_info = f"{source.package.replace('-', '_')}-{source.version}.dist-info"
-            found = next(((site, text) for site in sites
-                          if (text := read_file(container, f"{site}/{dist_info}/RECORD")) is not None), None)
+            found = find_record(container, sites, dist_info)
             if found is None:
                 statuses.append(PackageStatus(source.package, source.version, dist_info, False,
                                               f"no {dist_info} in the image (looked in {', '.join(sites)})"))

@@ -20,15 +20,14 @@ from typing import Any
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name, list_files
 from ..adapters.docker import created_container, run_to_completion
-from ..config.platforms import PLATFORM_OF_ARCH
 from ..config.schema import Stack
 from ..core.inputs import loads
 from ..core.resources import TOOLS_DIR
 from ..inimage.incontainer.recordcheck import record_sha256
 from .devicecode import coverage_cache_dir
-from .image import archive_units, copy_out, read_file, record_files, site_dirs
+from .image import archive_units, copy_out, find_record, image_sources, record_files
 from .report import CoverageReport, PackageStatus, build_report
-from .rules import LOADER_PATHS, Capability, DeviceObject, PackageObjects, capabilities_of, device_code_wheels
+from .rules import LOADER_PATHS, Capability, DeviceObject, PackageObjects
 
 RECORDCHECK = TOOLS_DIR / "recordcheck.py"
 RECORDCHECK_TIMEOUT_S = 1800  # hashing ~10 GB of installed files on a loaded 2-core machine
@@ -68,30 +67,26 @@ class ImagePackages:
 
 def read_installed(client: Any, image: str, stack: Stack, installed: Mapping[str, str] | None) -> ImagePackages | None:
     """The RECORD of each CUDA distribution the stack's coverage wants; None when there is nothing to check."""
-    caps = capabilities_of(stack.cuda_arch_list)
-    attrs = client.images.get(image).attrs
-    platform = PLATFORM_OF_ARCH.get(attrs.get("Architecture", ""), "linux/amd64")
-    sources = device_code_wheels(stack, platform, installed)
-    if not caps or not sources:
+    inputs = image_sources(client, image, stack, installed)
+    if inputs is None:
         return None
-    sites = site_dirs((attrs.get("Config") or {}).get("Env") or [], stack.python)
+    sites = inputs.sites
     out = []
     with created_container(client, image, name_prefix="sglstack-coverage", command=["/bin/true"], entrypoint=[],
                            network_disabled=True) as container:
-        for source in sources:
+        for source in inputs.sources:
             if not source.version:
                 out.append(Installed(source.package, "", reason=f"{source.package} is not installed in the image"))
                 continue
             dist_info = f"{source.package.replace('-', '_')}-{source.version}.dist-info"
-            found = next(((site, text) for site in sites
-                          if (text := read_file(container, f"{site}/{dist_info}/RECORD")) is not None), None)
+            found = find_record(container, sites, dist_info)
             if found is None:
                 out.append(Installed(source.package, source.version, dist_info=dist_info,
                                      reason=f"no {dist_info} in the image (looked in {', '.join(sites)})"))
                 continue
             out.append(Installed(source.package, source.version, found[0], dist_info,
                                  found[1].decode("utf-8", "replace")))
-    return ImagePackages(platform, caps, tuple(out))
+    return ImagePackages(inputs.platform, inputs.caps, tuple(out))
 
 
 def check_records(client: Any, image: str, packages: Sequence[Installed]) -> dict[str, dict[str, Any]]:
