@@ -37,6 +37,19 @@ class SpeculativeSettings(StrictModel):
     eagle_topk: int = Field(ge=1, le=MAX_COUNT)
     num_draft_tokens: int = Field(ge=1, le=MAX_COUNT)
 
+    @model_validator(mode="after")
+    def _draft_tokens_served(self) -> SpeculativeSettings:
+        # SGLang's server_args sets draft tokens to steps + 1 whenever topk is 1 (a warning in its log only), so
+        # any other count would be a setting the stack names but never serves.
+        if self.eagle_topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise KeyedValueError(("num_draft_tokens",), topk_one_problem(self.num_steps, self.num_draft_tokens))
+        return self
+
+
+def topk_one_problem(num_steps: int, num_draft_tokens: int) -> str:
+    return (f"with topk 1 SGLang serves steps + 1 = {num_steps + 1} draft tokens, not {num_draft_tokens} "
+            f"(set {num_steps + 1}, or a topk above 1)")
+
 
 class ServingSettings(StrictModel):
     """How the stack's image is served: the one source of the server's command line, env and resources.

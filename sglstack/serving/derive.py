@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import serverflags
-from ..config.fields import MAX_DURATION_S, bound_text, parse_bind, size_bytes
+from ..config.fields import MAX_DURATION_S, KeyedValueError, bound_text, parse_bind, size_bytes
 from ..config.schema import Stack
 from ..config.settings import ServingSettings, SpeculativeSettings
 from ..core.errors import one_line
@@ -186,13 +186,20 @@ def _speculative(base: SpeculativeSettings | None, o: ServingOverrides, bad: Bad
     if base is None and "draft_model" not in given:
         return None
     values = {**SPECULATIVE_DEFAULTS, **(base.model_dump() if base else {}), **given}
+    if values["eagle_topk"] == 1 and "num_draft_tokens" not in given:
+        # `--num-steps 5` over a topk-1 stack: the draft tokens follow, as SGLang itself would set them.
+        values["num_draft_tokens"] = values["num_steps"] + 1
     try:
         return SpeculativeSettings(**values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = str(err["loc"][0]) if err["loc"] else "draft_model"
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyedValueError):  # a check across the settings, about the key it names
+            key, why = str(cause.key[0]), str(cause)
+        else:
+            key, why = (str(err["loc"][0]) if err["loc"] else "draft_model"), bound_text(err)
         flag = o.flag("speculative_algorithm" if key == "algorithm" else key)
-        raise bad(f"{flag} '{values.get(key)}': {bound_text(err)}") from None
+        raise bad(f"{flag} '{values.get(key)}': {why}") from None
 
 
 def _nodes(o: ServingOverrides, bad: Bad) -> Nodes:

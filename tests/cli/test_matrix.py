@@ -488,3 +488,23 @@ def test_a_shared_cache_reference_points_at_the_registry_line(tmp_path):
     assert load_error(path) == (
         f"{path}:17: stack 'c': key 'cache.registry': cache reference 'ghcr.io/t/c' is also stack 'b''s: each "
         "build would overwrite the other's cache (put '{stack}' in the reference)")
+
+
+SPECULATIVE = "    speculative:\n      draft_model: org/draft\n      num_steps: {steps}\n      eagle_topk: {topk}\n" \
+              "      num_draft_tokens: {draft}\n"
+
+
+@pytest.mark.parametrize(("steps", "topk", "draft", "refused"), [
+    (3, 1, 4, False), (3, 1, 5, True), (5, 1, 4, True), (1, 1, 1, True), (3, 2, 5, False), (3, 4, 16, False)])
+def test_topk_one_takes_only_the_draft_tokens_sglang_serves(tmp_path, steps, topk, draft, refused):
+    """With topk 1 SGLang's server_args sets draft tokens to steps + 1 and only warns in its log, so any other
+    count names a setting never served (and a sweep or history keyed by it): refused at its key and line."""
+    text = GOOD.replace("    gpus: 1\n", "    gpus: 1\n" + SPECULATIVE.format(steps=steps, topk=topk, draft=draft), 1)
+    if not refused:
+        spec = load_matrix(write(tmp_path, text)).get("base").serving.speculative
+        assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (steps, topk, draft)
+        return
+    err = error_for(tmp_path, text)
+    assert err.stack == "base" and err.key == "serving.speculative.num_draft_tokens" and err.line == 12
+    assert str(err).endswith(f"with topk 1 SGLang serves steps + 1 = {steps + 1} draft tokens, not {draft} "
+                             f"(set {steps + 1}, or a topk above 1)")

@@ -59,9 +59,14 @@ SPECULATIVE_FIELDS = {
     "eagle_topk": st.integers(1, 16),
     "num_draft_tokens": st.integers(1, 64),
 }
+def _served(values: dict) -> dict:
+    """The settings SGLang serves as given: with topk 1 it serves steps + 1 draft tokens, whatever was asked."""
+    return {**values, "num_draft_tokens": values["num_steps"] + 1} if values["eagle_topk"] == 1 else values
+
+
 SERVING_FIELDS = {
     "model": _model,
-    "speculative": st.fixed_dictionaries(SPECULATIVE_FIELDS).map(lambda d: SpeculativeSettings(**d)),
+    "speculative": st.fixed_dictionaries(SPECULATIVE_FIELDS).map(lambda d: SpeculativeSettings(**_served(d))),
     "tp": st.integers(1, 8),
     "gpus": st.integers(0, 8),
     # (not the port torch.distributed uses between pods: k8s refuses that one, one line, tested elsewhere)
@@ -147,14 +152,26 @@ SPECULATIVE_OVERRIDES = {
     {}, optional={name: SPECULATIVE_FIELDS[field] for name, (field, _) in SPECULATIVE_OVERRIDES.items()}))
 def test_a_speculative_setting_given_to_smoke_wins_and_the_others_stay_the_stacks(serving, given_) -> None:
     """`invoke smoke --num-steps 5` (or any subset of the five): those flags take the given values, every
-    other one keeps the stack's value, never a built-in default."""
+    other one keeps the stack's value, never a built-in default; except that with topk 1 the draft tokens
+    not given follow the steps (steps + 1, what SGLang serves), and given ones that differ are refused."""
     assert {field for field, _ in SPECULATIVE_OVERRIDES.values()} == set(SpeculativeSettings.model_fields)
     stack = CPU_STACK.model_copy(update={"serving": serving})
-    argv = launch_argvs(smoke_options(stack, **given_))["eagle3"]
     assert serving.speculative is not None
+    want = {field: given_.get(name, getattr(serving.speculative, field))
+            for name, (field, _) in SPECULATIVE_OVERRIDES.items()}
+    if want["eagle_topk"] == 1:
+        served = want["num_steps"] + 1
+        if "num_draft_tokens" in given_ and given_["num_draft_tokens"] != served:
+            with pytest.raises(SmokeError) as err:
+                smoke_options(stack, **given_)
+            assert str(err.value) == (f"stack 'cpu-test': --num-draft-tokens '{given_['num_draft_tokens']}': "
+                                      f"with topk 1 SGLang serves steps + 1 = {served} draft tokens, not "
+                                      f"{given_['num_draft_tokens']} (set {served}, or a topk above 1)")
+            return
+        want["num_draft_tokens"] = served
+    argv = launch_argvs(smoke_options(stack, **given_))["eagle3"]
     for name, (field, flag) in SPECULATIVE_OVERRIDES.items():
-        want = given_.get(name, getattr(serving.speculative, field))
-        assert argv[argv.index(flag) + 1] == str(want), (name, given_)
+        assert argv[argv.index(flag) + 1] == str(want[field]), (name, given_)
 
 
 @pytest.mark.parametrize(("name", "value", "why"), [

@@ -347,8 +347,8 @@ def test_speculative_settings_come_from_the_draft_given_or_the_stack() -> None:
     assert serving_spec(None, ServingOverrides(model="m", num_steps=5)).speculative is None
     drafted = serving_spec(None, ServingOverrides(model="m", draft_model="d", num_steps=5)).speculative
     assert drafted == SpeculativeSettings(
-        algorithm="EAGLE3", draft_model="d", num_steps=5, eagle_topk=1, num_draft_tokens=4
-    )
+        algorithm="EAGLE3", draft_model="d", num_steps=5, eagle_topk=1, num_draft_tokens=6
+    )  # topk 1: the draft tokens follow the steps, as SGLang serves them
     # Given values replace the stack's one by one.
     stacked = serving_spec(CPU_TEST, ServingOverrides(eagle_topk=2, speculative_algorithm="NEXTN")).speculative
     assert stacked == CPU_TEST.serving.speculative.model_copy(update={"eagle_topk": 2, "algorithm": "NEXTN"})
