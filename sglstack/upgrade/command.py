@@ -25,12 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
 from packaging.version import Version
 
-from ..adapters.cuobjdump import CuobjdumpError
-from ..adapters.uv import ResolveRequest, ResolverError, compile_requirements
-from ..adapters.wheels import WheelFetchError, available_versions, fetch_binary_wheel, fetch_wheel, wheel_metadata
+from ..adapters.wheels import WheelFetchError, available_versions, wheel_metadata
 from ..config.matrix import descendants, load_matrix, stack_name_problem
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError, SglstackError, shown
@@ -41,17 +38,22 @@ from ..core.records import UPGRADE_DIR, build_root, require_writable, stack_dir,
 from ..core.replacing import staged
 from ..core.safefiles import check_inside
 from ..core.versions import version_problem
-from ..coverage.wheels import check_wheels, pip_platform_tags, ubuntu_glibc_minor, wheel_dir
 from ..lock.conflicts import check_stack_pins
 from ..lock.flow import LockError
-from ..lock.plan import base_image_glibc, python_platform
 from ..lockfile.model import Lock
 from ..lockfile.text import render_lock
-from ..patches.host import check_version
 from ..serving import LAUNCH, ServingError, serving_argv, serving_spec
 from . import locks as platform_locks
 from . import plan as planner
 from .argv import check_argv, release_flags
+from .engines import (
+    coverage_document,
+    known_base_glibc,
+    patch_statuses,
+    platform_wheel,
+    sglang_host_wheel,
+    torch_family,
+)
 from .locks import ResolveAll, ResolveOne, lock_paths, report_lock_name, resolve_lock, resolve_locks, write_upgrade
 from .releases import ReleasePins, release_pins
 from .renames import EnvFacts, stack_renames, wheel_env
@@ -68,67 +70,7 @@ class UpgradeInputError(ConfigError):
     exit_code = EXIT_BAD_INPUT
 
 
-# ---- the default engines ---------------------------------------------------------------------------
-
-def sglang_host_wheel(version: str) -> Path:
-    """SGLang `version`'s wheel for this machine's Python: its METADATA, patches and parser are read from it."""
-    return fetch_wheel("sglang", version)
-
-
-def platform_wheel(stack: Stack, version: str) -> Path | None:
-    """SGLang `version`'s wheel for the stack's Python and first platform, on its base image's glibc."""
-    platform = stack.platforms[0]
-    try:
-        return fetch_binary_wheel(f"sglang=={version}", dest=wheel_dir(stack, platform), python_version=stack.python,
-                                  platform_tags=pip_platform_tags(platform, stack.base_image, stack.glibc))
-    except WheelFetchError:
-        return None
-
-
-def patch_statuses(version: str, stack: Stack) -> dict[str, tuple[str, str]]:
-    """Each patch of the stack judged against `version` by the patch engine: (status, detail)."""
-    out = {}
-    for row in check_version(version, stack.patches, policy=stack.patch_policy.on_upstream):
-        status = (planner.UPSTREAM if row.outcome == "already upstream" else
-                  planner.APPLIES if row.ok else planner.DRIFTED)
-        out[row.patch] = (status, row.detail if row.ok else f"{row.outcome}: {row.detail}")
-    return out
-
-
-def torch_family(stack: Stack, target: ReleasePins, glibc: str) -> dict[str, str]:
-    """The versions of torch's family the resolver picks with the release's torch (public versions)."""
-    if not stack.torch or not target.torch:
-        return {}
-    names = [Requirement(p).name for p in stack.torch.packages]
-    reqs = (f"torch=={target.torch}",
-            *(f"{n}=={target.exact[n.lower()]}" if n.lower() in target.exact else n for n in names))
-    request = ResolveRequest(reqs, stack.python, python_platform(stack.platforms[0], glibc))
-    try:
-        resolution = compile_requirements(request)
-    except ResolverError:
-        return {}  # the planner says which member has no version, and the lock names the conflict
-    return {p.name: p.version for p in resolution.packages if p.name in {"torch", *(n.lower() for n in names)}}
-
-
-def known_base_glibc(stack: Stack) -> str | None:
-    """The base image's glibc: declared, read from the local image, or known for an Ubuntu CUDA base."""
-    if stack.glibc:
-        return stack.glibc
-    found = base_image_glibc(stack)
-    if found:
-        return found
-    minor = ubuntu_glibc_minor(stack.base_image)
-    return f"2.{minor}" if minor else None
-
-
-def coverage_document(stack: Stack) -> dict[str, Any] | None:
-    if not stack.cuda_arch_list:
-        return None
-    try:
-        return check_wheels(stack, stack.platforms[0]).to_dict()
-    except CuobjdumpError:
-        return None
-
+# ---- the default engines: engines.py ----------------------------------------------------------------
 
 @dataclass
 class Engines:
@@ -267,6 +209,9 @@ def plan_upgrade_locks(inputs: Inputs, engines: Engines, *, progress: Callable[[
     base_glibc = engines.base_glibc(stack)
     progress(f"finding sglang {version}'s wheel for Python {stack.python}")
     pw = engines.platform_wheel(stack, version)
+    further = stack.platforms[1:]  # a stack of several platforms: the release must have each one's wheel
+    further_wheels: dict[str, str | None] = {
+        p: (w.name if (w := engines.platform_wheel(stack.for_platform(p), version)) else None) for p in further}
     progress("resolving torch's family")
     family = engines.family(stack, target, base_glibc or planner.BASELINE_GLIBC)
     derivation = planner.derive(stack, target, requires, family=family, wheel_filename=pw.name if pw else None,
@@ -280,9 +225,9 @@ def plan_upgrade_locks(inputs: Inputs, engines: Engines, *, progress: Callable[[
     new_lock = locks.get(new_stack.platforms[0])
     progress("kernel coverage before and after")
     before_cov, after_cov = engines.coverage(stack), engines.coverage(new_stack)
-    coverage = planner.coverage_change(before_cov, after_cov)
-    if not coverage["checked"]:
-        coverage["why"] = "the stack lists no cuda_arch_list, or cuobjdump is not available"
+    coverage = _coverage(before_cov, after_cov)
+    platform_coverage: dict[str, dict[str, Any]] = {p: _coverage(engines.coverage(stack.for_platform(p)),
+                                      engines.coverage(new_stack.for_platform(p))) for p in further}
     progress(f"the serving argv through sglang {version}'s parser")
     try:
         argv = serving_argv(serving_spec(new_stack))[len(LAUNCH):]
@@ -293,17 +238,27 @@ def plan_upgrade_locks(inputs: Inputs, engines: Engines, *, progress: Callable[[
     renames = _renames(stack, new_stack, wheel, list(argv_result.get("argv") or []), engines,
                        _version_of(new_lock, target, engines.available))
     guesses = planner.guessed_pins(stack.pins(), new_stack.pins(), new_lock, lock_error)
-    reasons = planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error, guesses) + renames
+    reasons = (planner.review_reasons(derivation, conflicts, coverage, argv_result, lock_error, guesses,
+                                      platform_coverage)
+               + tuple(planner.missing_wheel_reasons(version, stack.python, further_wheels)) + renames)
     plan = planner.Plan(
         stack=stack.name, new_stack=new_stack.name, from_version=stack.sglang.version or "", to_version=version,
         pins_before=stack.pins(), pins=new_stack.pins(), derivation=derivation,
         patches={k: v[0] for k, v in patches.items()}, patch_details={k: v[1] for k, v in patches.items()},
         conflicts=conflicts, closure=closures.pop(new_stack.platforms[0], {}), platform_closures=closures,
+        platform_coverage=platform_coverage,
         coverage=coverage, argv=argv_result,
         lock_error=lock_error, bisect_command=planner.bisect_invocation(new_stack.name, stack.sglang.version or "",
                                                                      version),
         reasons=reasons, notes=notes, guesses=guesses, speculative=speculative)
     return plan, text, locks
+
+
+def _coverage(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    change = planner.coverage_change(before, after)
+    if not change["checked"]:
+        change["why"] = "the stack lists no cuda_arch_list, or cuobjdump is not available"
+    return change
 
 
 def _new_locks(inputs: Inputs, new_stack: Stack, base_glibc: str | None, engines: Engines

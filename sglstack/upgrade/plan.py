@@ -342,6 +342,8 @@ class Plan:
     speculative: dict[str, Any] = field(default_factory=dict)  # the last smoke sweep's advice (upgrade/speculative.py)
     # a stack of several platforms: each further platform's closure (its own lock), as `closure` is the first's
     platform_closures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ... and each further platform's coverage change (its own wheels), as `coverage` is the first's
+    platform_coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -354,22 +356,16 @@ class Plan:
 
 def review_reasons(derivation: Derivation, conflicts: Sequence[str], coverage: Mapping[str, Any],
                    argv: Mapping[str, Any], lock_error: str | None,
-                   guesses: Mapping[str, str] | None = None) -> tuple[str, ...]:
+                   guesses: Mapping[str, str] | None = None,
+                   platform_coverage: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[str, ...]:
     reasons = list(derivation.review)
     reasons += [f"the new pin of {name} is a guess: {why}" for name, why in sorted((guesses or {}).items())]
     reasons += [f"needs an override: {c}" for c in conflicts]
     if lock_error:
         reasons.append(f"the lock does not resolve: {lock_error}")
-    for cell in coverage.get("lost", []):
-        reasons.append(f"kernel coverage lost: {cell['extension']} on {cell['capability']} "
-                       f"({cell['before']} -> {cell['after']})")
-    for v in coverage.get("new_violations", []):
-        if not any(c["extension"] == v["extension"] and c["capability"] == v["capability"]
-                   for c in coverage.get("lost", [])):
-            reasons.append(f"kernel coverage below the policy: {v['extension']} on {v['capability']} ({v['cell']})")
-    if coverage.get("unchecked_changed"):
-        reasons.append("kernel coverage could not be checked for what changed: "
-                       + ", ".join(coverage["unchecked_changed"]))
+    reasons += coverage_reasons(coverage)
+    for platform, change in (platform_coverage or {}).items():  # each further platform's own wheels
+        reasons += [f"{platform}: {r}" for r in coverage_reasons(change)]
     for flag, hint in sorted(argv.get("unknown", {}).items()):
         reasons.append(f"serving flag {flag} is not accepted by sglang's parser" + (f" (renamed to {hint}?)"
                                                                                      if hint else " (removed)"))
@@ -377,6 +373,26 @@ def review_reasons(derivation: Derivation, conflicts: Sequence[str], coverage: M
     if argv.get("skipped"):
         reasons.append(f"serving argv not checked: {argv['skipped']}")
     return tuple(reasons)
+
+
+def coverage_reasons(coverage: Mapping[str, Any]) -> list[str]:
+    """Why one coverage change (`coverage_change`) needs a reviewer: cells lost, policy broken, unknown."""
+    reasons = [f"kernel coverage lost: {cell['extension']} on {cell['capability']} "
+               f"({cell['before']} -> {cell['after']})" for cell in coverage.get("lost", [])]
+    for v in coverage.get("new_violations", []):
+        if not any(c["extension"] == v["extension"] and c["capability"] == v["capability"]
+                   for c in coverage.get("lost", [])):
+            reasons.append(f"kernel coverage below the policy: {v['extension']} on {v['capability']} ({v['cell']})")
+    if coverage.get("unchecked_changed"):
+        reasons.append("kernel coverage could not be checked for what changed: "
+                       + ", ".join(coverage["unchecked_changed"]))
+    return reasons
+
+
+def missing_wheel_reasons(version: str, python: str, wheels: Mapping[str, str | None]) -> list[str]:
+    """A further platform of the stack for which the release has no wheel (the first's is `derive`'s)."""
+    return [f"sglang {version} has no wheel for Python {python} on {platform}"
+            for platform, wheel in wheels.items() if wheel is None]
 
 
 def bisect_invocation(stack: str, good: str, bad: str) -> str:

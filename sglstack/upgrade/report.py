@@ -22,6 +22,7 @@ def to_json(plan: Plan) -> dict[str, Any]:
         "coverage": plan.coverage,
         "closure": plan.closure,
         **({"platform_closures": plan.platform_closures} if plan.platform_closures else {}),
+        **({"platform_coverage": plan.platform_coverage} if plan.platform_coverage else {}),
         "argv": plan.argv,
         "conflicts": list(plan.conflicts),
         "lock_error": plan.lock_error,
@@ -72,19 +73,9 @@ def to_markdown(plan: Plan) -> str:
         out += [f"- {_cell(e)}" for e in a.get("errors", [])]
     else:
         out.append(f"not checked: {_cell(a.get('skipped', 'unknown'))}")
-    out += ["", "## Kernel coverage", ""]
-    c = plan.coverage
-    if not c.get("checked"):
-        out.append(f"not checked: {_cell(c.get('why', 'no report'))}")
-    else:
-        out.append(f"label: `{c.get('label_before')}` -> `{c.get('label_after')}`"
-                   + ("" if c.get("complete") else f"; not checked: {', '.join(c.get('unchecked', []))}"))
-        if c["changes"]:
-            out += ["", "| extension | capability | before | after |", "| --- | --- | --- | --- |"]
-            out += [f"| {x['extension']} | {x['capability']} | {x['before'] or '-'} | {x['after'] or '-'} |"
-                    for x in c["changes"]]
-        else:
-            out.append("no cell changed.")
+    out += ["", "## Kernel coverage", "", *_coverage_lines(plan.coverage)]
+    for platform, change in plan.platform_coverage.items():  # a stack of several platforms: each one's wheels
+        out += ["", f"## Kernel coverage ({platform})", "", *_coverage_lines(change)]
     out += ["", "## Closure (the lock)", ""]
     if plan.lock_error:
         out.append(f"not resolved: {_cell(plan.lock_error)}")
@@ -101,6 +92,19 @@ def to_markdown(plan: Plan) -> str:
             f"Search the release range with `{plan.bisect_command}` (every release between the two is built and "
             f"smoke-tested until the first slower one is named).", ""]
     return "\n".join(out)
+
+
+def _coverage_lines(c: dict[str, Any]) -> list[str]:
+    """One coverage change: the label before and after, and a row per cell that moved."""
+    if not c.get("checked"):
+        return [f"not checked: {_cell(c.get('why', 'no report'))}"]
+    out = [f"label: `{c.get('label_before')}` -> `{c.get('label_after')}`"
+           + ("" if c.get("complete") else f"; not checked: {', '.join(c.get('unchecked', []))}")]
+    if not c["changes"]:
+        return [*out, "no cell changed."]
+    out += ["", "| extension | capability | before | after |", "| --- | --- | --- | --- |"]
+    return out + [f"| {x['extension']} | {x['capability']} | {x['before'] or '-'} | {x['after'] or '-'} |"
+                  for x in c["changes"]]
 
 
 def _closure_lines(cl: dict[str, Any]) -> list[str]:

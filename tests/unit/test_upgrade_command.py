@@ -22,7 +22,7 @@ from sglstack.core.safefiles import OutputNotWritable
 from sglstack.lock.flow import LockError
 from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path
 from sglstack.lockfile.text import read_lock, render_lock, write_lock
-from sglstack.upgrade import command
+from sglstack.upgrade import command, engines
 from sglstack.upgrade import plan as planner
 from sglstack.upgrade.releases import ReleasePins
 
@@ -408,16 +408,16 @@ def test_the_version_of_a_package_for_the_parser(tmp_path) -> None:
 def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, repo) -> None:
     stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     asked: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(command, "fetch_wheel", lambda n, v: asked.append(("fetch", n, v)) or Path("w.whl"))
+    monkeypatch.setattr(engines, "fetch_wheel", lambda n, v: asked.append(("fetch", n, v)) or Path("w.whl"))
     assert command.sglang_host_wheel("0.5.10") == Path("w.whl") and asked == [("fetch", "sglang", "0.5.10")]
 
     def binary(requirement, *, dest, python_version, platform_tags):
         asked.append(("binary", requirement, dest, python_version, platform_tags))
         return Path("b.whl")
 
-    monkeypatch.setattr(command, "fetch_binary_wheel", binary)
-    monkeypatch.setattr(command, "wheel_dir", lambda s, p: Path(f"wheels/{s.name}/{p}"))
-    monkeypatch.setattr(command, "pip_platform_tags", lambda p, base, glibc: (f"tag-{p}-{base}-{glibc}",))
+    monkeypatch.setattr(engines, "fetch_binary_wheel", binary)
+    monkeypatch.setattr(engines, "wheel_dir", lambda s, p: Path(f"wheels/{s.name}/{p}"))
+    monkeypatch.setattr(engines, "pip_platform_tags", lambda p, base, glibc: (f"tag-{p}-{base}-{glibc}",))
     assert command.platform_wheel(stack.model_copy(update={"glibc": "2.31"}), "0.5.10") == Path("b.whl")
     assert asked[-1] == ("binary", "sglang==0.5.10", Path("wheels/s1/linux/amd64"), "3.12",
                          ("tag-linux/amd64-debian:bookworm-slim-2.31",))
@@ -425,13 +425,13 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
     def no_wheel(*a, **kw):
         raise command.WheelFetchError("none")
 
-    monkeypatch.setattr(command, "fetch_binary_wheel", no_wheel)
+    monkeypatch.setattr(engines, "fetch_binary_wheel", no_wheel)
     assert command.platform_wheel(stack, "0.5.10") is None
 
     rows = [types.SimpleNamespace(patch="a", outcome="already upstream", ok=True, detail="in 0.5.10"),
             types.SimpleNamespace(patch="b", outcome="applies", ok=True, detail="3 hunks"),
             types.SimpleNamespace(patch="c", outcome="conflict", ok=False, detail="hunk 2")]
-    monkeypatch.setattr(command, "check_version", lambda v, patches, policy: asked.append(
+    monkeypatch.setattr(engines, "check_version", lambda v, patches, policy: asked.append(
         ("check", v, patches, policy)) or rows)
     patched = stack.model_copy(update={"patches": ("a", "b", "c")})
     assert command.patch_statuses("0.5.10", patched) == {"a": ("upstream", "in 0.5.10"), "b": ("applies", "3 hunks"),
@@ -442,22 +442,22 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
 def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo) -> None:
     stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     assert command.known_base_glibc(stack.model_copy(update={"glibc": "2.31"})) == "2.31"
-    monkeypatch.setattr(command, "base_image_glibc", lambda s: "2.36" if s is stack else None)
+    monkeypatch.setattr(engines, "base_image_glibc", lambda s: "2.36" if s is stack else None)
     assert command.known_base_glibc(stack) == "2.36"
-    monkeypatch.setattr(command, "base_image_glibc", lambda s: None)
+    monkeypatch.setattr(engines, "base_image_glibc", lambda s: None)
     assert command.known_base_glibc(stack) is None  # debian: not an Ubuntu base whose glibc is known
     assert command.known_base_glibc(stack.model_copy(update={"base_image": "ubuntu:24.04"})) == "2.39"
 
     assert command.coverage_document(stack) is None  # no cuda_arch_list
     cuda = stack.model_copy(update={"cuda_arch_list": ("9.0",)})
-    monkeypatch.setattr(command, "check_wheels", lambda s, p: types.SimpleNamespace(
+    monkeypatch.setattr(engines, "check_wheels", lambda s, p: types.SimpleNamespace(
         to_dict=lambda: {"p": p, "arch": s.cuda_arch_list}))
     assert command.coverage_document(cuda) == {"p": "linux/amd64", "arch": ("9.0",)}
 
     def no_tool(s, p):
-        raise command.CuobjdumpError("no cuobjdump")
+        raise engines.CuobjdumpError("no cuobjdump")
 
-    monkeypatch.setattr(command, "check_wheels", no_tool)
+    monkeypatch.setattr(engines, "check_wheels", no_tool)
     assert command.coverage_document(cuda) is None
 
     monkeypatch.setattr(command.platform_locks, "resolve_stack",
@@ -484,17 +484,17 @@ def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> N
         return types.SimpleNamespace(packages=[types.SimpleNamespace(name=n, version=v) for n, v in (
             ("torch", "2.9.1"), ("torchvision", "0.24.1"), ("torchaudio", "2.9.1"), ("numpy", "2.0"))])
 
-    monkeypatch.setattr(command, "compile_requirements", compile_requirements)
+    monkeypatch.setattr(engines, "compile_requirements", compile_requirements)
     assert command.torch_family(torch, target, "2.34") == {"torch": "2.9.1", "torchvision": "0.24.1",
                                                            "torchaudio": "2.9.1"}
     (request,) = requests
-    assert request == command.ResolveRequest(("torch==2.9.1", "TorchVision", "torchaudio==2.9.1"), "3.12",
-                                             command.python_platform("linux/amd64", "2.34"))
+    assert request == engines.ResolveRequest(("torch==2.9.1", "TorchVision", "torchaudio==2.9.1"), "3.12",
+                                             engines.python_platform("linux/amd64", "2.34"))
 
     def no_solution(request):
-        raise command.ResolverError("no solution")
+        raise engines.ResolverError("no solution")
 
-    monkeypatch.setattr(command, "compile_requirements", no_solution)
+    monkeypatch.setattr(engines, "compile_requirements", no_solution)
     assert command.torch_family(torch, target, "2.34") == {}
 
 

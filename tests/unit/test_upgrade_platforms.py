@@ -161,3 +161,59 @@ def test_a_lock_that_cannot_be_replaced_puts_back_those_before_it(repo, monkeypa
         command.write_upgrade(repo, "new\n", lock_path(repo, "s1"), _lock("s1", sglang="0.5.10"),
                               [(lock_path(repo, "s1", ARM), _lock("s1", sglang="0.5.10"))])
     assert _files(repo) == before
+
+
+def _cov(label: str, cell: str) -> dict[str, Any]:
+    """A `CoverageReport.to_dict()` document of one extension on 10.0."""
+    return {"label": label, "complete": True, "packages": [], "violations": [],
+            "extensions": [{"name": "sgl_kernel/common_ops.so", "cells": {"10.0": cell}}]}
+
+
+class PerPlatformWorld(TwoWorld):
+    """The release's wheel and kernels, per platform: arm64's wheel or kernels may be what is missing."""
+
+    def __init__(self, tmp: Path, *, arm_wheel: bool = True, arm_after: str = "native") -> None:
+        super().__init__(tmp, Uv())
+        self.arm_wheel, self.arm_after = arm_wheel, arm_after
+
+    def platform(self, stack, version: str) -> Path | None:
+        self.calls.append(("platform", stack.name, stack.platforms, version))
+        if stack.platforms == (ARM,):
+            return Path(f"sglang-{version}-py3-none-manylinux_2_36_aarch64.whl") if self.arm_wheel else None
+        return Path(f"sglang-{version}-py3-none-manylinux_2_28_x86_64.whl")
+
+    def coverage(self, stack) -> dict[str, Any] | None:
+        self.calls.append(("coverage", stack.name, stack.platforms, stack.sglang.version))
+        after = stack.sglang.version != "0.5.9"
+        cell = self.arm_after if after and stack.platforms == (ARM,) else "native"
+        return _cov("10.0:" + cell, cell)
+
+
+def test_each_platform_is_asked_for_the_releases_wheel_and_its_kernels(repo) -> None:
+    world = PerPlatformWorld(repo.parent)
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
+    asked = [c[2] for c in world.calls if c[0] == "platform"]
+    assert ("linux/amd64", ARM) in asked and (ARM,) in asked
+    assert {c[2] for c in world.calls if c[0] == "coverage"} >= {(ARM,)}
+    doc = _report(repo)
+    assert list(doc["platform_coverage"]) == [ARM]
+    assert doc["platform_coverage"][ARM]["checked"] and doc["platform_coverage"][ARM]["lost"] == []
+    markdown = (repo.parent / "build" / "s1" / "upgrade" / "report.md").read_text()
+    assert f"## Kernel coverage ({ARM})" in markdown
+
+
+def test_a_release_without_the_second_platforms_wheel_is_a_review_naming_the_platform(repo) -> None:
+    world = PerPlatformWorld(repo.parent, arm_wheel=False)
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 1
+    assert _report(repo)["verdict"] == "review"
+    assert f"sglang 0.5.10 has no wheel for Python 3.12 on {ARM}" in _report(repo)["reasons"]
+
+
+def test_kernels_lost_on_the_second_platform_only_are_a_review_naming_it(repo) -> None:
+    world = PerPlatformWorld(repo.parent, arm_after="ptx")
+    assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 1
+    doc = _report(repo)
+    assert doc["coverage"]["lost"] == []  # the first platform kept its kernels
+    assert f"{ARM}: kernel coverage lost: sgl_kernel/common_ops.so on 10.0 (native -> ptx)" in doc["reasons"]
+    markdown = (repo.parent / "build" / "s1" / "upgrade" / "report.md").read_text()
+    assert "| sgl_kernel/common_ops.so | 10.0 | native | ptx |" in markdown.split(f"## Kernel coverage ({ARM})")[1]
