@@ -226,6 +226,8 @@ class LocalImage:
     id: str
     repo_digests: tuple[str, ...]
     created: str = ""  # the engine's `Created` (RFC 3339, nanoseconds), as it says it
+    os: str = ""  # the image config's `os` and `architecture` (Docker's names: linux, amd64, arm64)
+    architecture: str = ""
 
 
 def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
@@ -236,7 +238,14 @@ def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
     except docker.errors.ImageNotFound:
         return None
     return LocalImage(id=str(image.id), repo_digests=tuple(image.attrs.get("RepoDigests") or ()),
-                      created=str(image.attrs.get("Created") or ""))
+                      created=str(image.attrs.get("Created") or ""), os=str(image.attrs.get("Os") or ""),
+                      architecture=str(image.attrs.get("Architecture") or ""))
+
+
+def engine_machine(client: docker.DockerClient) -> tuple[str, str]:
+    """The OS type and machine (`uname -m`: x86_64, aarch64) of the host a Docker engine runs on."""
+    info = client.info()
+    return str(info.get("OSType") or "linux"), str(info.get("Architecture") or "")
 
 
 class PullFailed(Exception):

@@ -13,3 +13,13 @@ ELF_MACHINE: dict[str, int] = {"linux/amd64": 62, "linux/arm64": 183}
 # `uname -m` (an engine's `Architecture`, a node's) -> the platform.
 PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine in MACHINE.items()}
 PLATFORMS: tuple[str, ...] = tuple(MACHINE)
+
+
+def platform_of_image(os_name: str, architecture: str) -> str:
+    """An image config's os and architecture (`linux`, `arm64`) as a platform (`linux/arm64`)."""
+    return PLATFORM_OF_ARCH.get(architecture, f"{os_name or 'linux'}/{architecture}")
+
+
+def platform_of_machine(os_type: str, machine: str) -> str:
+    """A host's OS type and `uname -m` (`linux`, `aarch64`) as a platform (`linux/arm64`)."""
+    return PLATFORM_OF_MACHINE.get(machine, f"{os_type or 'linux'}/{machine}")

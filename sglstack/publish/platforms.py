@@ -13,8 +13,9 @@ from collections.abc import Callable
 import docker
 import docker.errors
 
+from ..adapters.docker import engine_machine
 from ..config.imageref import names_its_registry, parse_image_reference
-from ..config.platforms import PLATFORM_OF_ARCH, PLATFORM_OF_MACHINE
+from ..config.platforms import platform_of_image, platform_of_machine
 from ..core.errors import DeployError, SglstackError
 from ..registry.client import RegistryClient
 
@@ -28,8 +29,7 @@ def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> 
         except docker.errors.ImageNotFound:
             attrs = None
         if attrs is not None:
-            arch = str(attrs.get("Architecture", ""))
-            return (PLATFORM_OF_ARCH.get(arch, f"{attrs.get('Os', 'linux')}/{arch}"),)
+            return (platform_of_image(str(attrs.get("Os") or ""), str(attrs.get("Architecture") or "")),)
     if not names_its_registry(ref):
         return None
     parsed = parse_image_reference(ref)
@@ -39,9 +39,7 @@ def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> 
 
 def engine_platform(client: docker.DockerClient) -> str:
     """The platform of the machine a Docker engine runs on (`docker info`'s OSType and Architecture)."""
-    info = client.info()
-    machine = str(info.get("Architecture", ""))
-    return PLATFORM_OF_MACHINE.get(machine, f"{info.get('OSType', 'linux')}/{machine}")
+    return platform_of_machine(*engine_machine(client))
 
 
 def platform_problem(ref: str, image_platforms: tuple[str, ...], node: str, node_platforms: tuple[str, ...]

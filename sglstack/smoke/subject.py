@@ -15,8 +15,9 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
+from ..adapters.docker import LocalImage, PullFailed, docker_client, engine_machine, local_image, present_or_pulled
 from ..config.imageref import image_name, not_an_image, registry_digest
+from ..config.platforms import platform_of_image, platform_of_machine
 from ..config.schema import Stack
 from ..core.errors import SmokeError, SmokeInputError, first_line, one_line, shown
 from ..preflight.gate import require_ready
@@ -110,8 +111,23 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
         raise SmokeError(f"image {ref}: not on the Docker host {failed}") from None
     except docker.errors.APIError as exc:
         raise SmokeError(f"image {ref}: {first_line(exc.explanation or str(exc))}") from None
+    _require_native(engine, ref, found)
     return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
-            "repo_digests": list(found.repo_digests)}
+            "repo_digests": list(found.repo_digests),
+            **({"platform": platform_of_image(found.os, found.architecture)} if found.architecture else {})}
+
+
+def _require_native(engine: docker.DockerClient, ref: str, found: LocalImage) -> None:
+    """Refuse an image built for another platform than the Docker host's: the engine would run it under QEMU
+    (binfmt makes that silent), so the GPU would never be touched and every figure would be the emulator's.
+    An index pulled by digest is already the host's own platform's image (the engine picks it)."""
+    if not found.architecture:
+        return
+    image, node = platform_of_image(found.os, found.architecture), platform_of_machine(*engine_machine(engine))
+    if image != node:
+        raise SmokeInputError(f"image {ref} is for {image}, the Docker host is {node}: it would run emulated, not "
+                              f"on the host's GPUs; smoke it on a {image} node (an index by digest picks each "
+                              "node's own)")
 
 
 def image_label(image_info: Mapping[str, Any]) -> str:

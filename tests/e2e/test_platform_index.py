@@ -5,11 +5,13 @@ refused, and a deploy's node check refuses a node the image has no platform for,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import secrets
 import tarfile
 
+import docker.errors
 import pytest
 from clirun import REPO, run_invoke
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
@@ -257,3 +259,48 @@ def test_a_k8s_deploy_of_an_x86_only_image_to_grace_nodes_is_refused_before_anyt
     proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", index.ref, "--wait-timeout",
                       "30", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_smoke_serves_an_index_by_its_digest_and_refuses_another_platforms_image(
+        docker_client, plain_registry, sglang_double_image, tmp_path):
+    """`smoke --image REPO@sha256:INDEX` on this x86 host: the engine pulls the index's linux/amd64 image (the
+    SGLang double), the report names the index digest (what `publish --digest` promotes) and the platform served.
+    The arm64 image of the same index, smoked here by its own digest, is refused before any server starts:
+    binfmt would run it under QEMU."""
+    from smoke_fixtures import LABEL, fast_options
+
+    from sglstack.core.errors import SmokeInputError
+    from sglstack.smoke import run_smoke
+
+    repo = f"{plain_registry.host}/sglstack-test/smoke-index-{secrets.token_hex(4)}"
+    path = repo.split("/", 1)[1]
+    tags = {"linux/amd64": f"{repo}:amd64", "linux/arm64": f"{repo}:arm64"}
+    docker_client.images.get(sglang_double_image).tag(tags["linux/amd64"])
+    _image(docker_client, "linux/arm64", tags["linux/arm64"])
+    client = RegistryClient(plain_registry.host)
+    label = f"smoke-{secrets.token_hex(4)}"
+    try:
+        for tag in tags.values():
+            docker_client.images.push(tag)
+        digests = {p: client.manifest_digest(path, t.rsplit(":", 1)[1]) for p, t in tags.items()}
+        index, _ = make_index(client, path, digests, "candidate")
+        for tag in tags.values():  # the engine now holds neither: the index is pulled by its digest
+            docker_client.images.remove(tag)
+        report = run_smoke(None, f"{repo}@{index}", fast_options(tmp_path, label))
+        assert report.passed, report.failures
+        image = report.data["image"]
+        assert (image["digest"], image["platform"]) == (index, "linux/amd64")
+        assert image["id"] == docker_client.images.get(sglang_double_image).id
+
+        arm = f"{repo}@{digests['linux/arm64']}"
+        with pytest.raises(SmokeInputError) as err:
+            run_smoke(None, arm, fast_options(tmp_path, label))
+        assert str(err.value).startswith(f"image {arm} is for linux/arm64, the Docker host is linux/amd64: ")
+        assert not docker_client.containers.list(all=True, filters={"label": f"{LABEL}={label}"})
+    finally:
+        for container in docker_client.containers.list(all=True, filters={"label": f"{LABEL}={label}"}):
+            container.remove(force=True)
+        for ref in (*tags.values(), f"{repo}@{digests['linux/arm64']}" if "digests" in locals() else None):
+            if ref:
+                with contextlib.suppress(docker.errors.DockerException):
+                    docker_client.images.remove(ref, force=True)

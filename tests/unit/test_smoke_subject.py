@@ -12,7 +12,7 @@ import docker.errors
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.core.errors import MESSAGE_CUT, SmokeError
+from sglstack.core.errors import MESSAGE_CUT, SmokeError, SmokeInputError
 from sglstack.smoke import options as smoke_opts
 from sglstack.smoke import subject
 from sglstack.smoke.plan import smoke_options
@@ -88,8 +88,10 @@ def test_a_named_pair_flag_without_a_name_is_its_exact_line(key, value, line):
 
 
 class _Image:
-    def __init__(self, image_id: str, repo_digests: list[str]) -> None:
+    def __init__(self, image_id: str, repo_digests: list[str], architecture: str | None = None) -> None:
         self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
+        if architecture:  # what the engine says of an image it holds
+            self.attrs.update(Os="linux", Architecture=architecture)
 
 
 class _Engine:
@@ -101,6 +103,9 @@ class _Engine:
         self.registry = dict(registry or {})
         self.get_error, self.pull_error = get_error, pull_error
         self.pulled: list[str] = []
+
+    def info(self):
+        return {"OSType": "linux", "Architecture": "x86_64"}  # `docker info` of an x86 host
 
     def get(self, ref):
         if self.get_error is not None:
@@ -298,3 +303,18 @@ def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due
     pulling = smoke_options(stack, gpus=0, docker_host=host, kinds=["baseline"])
     assert subject.open_what_to_serve(stack, "reg/a:1", pulling, None, lines.append)[1]["id"] == IMAGE_ID
     assert engine.pulled == ["reg/a:1"]
+
+
+def test_an_image_of_another_platform_is_refused_before_any_server_starts():
+    """binfmt would run an arm64 image on this x86 host under QEMU, silently: every figure the emulator's."""
+    arm = _Engine({"reg/a:arm": _Image(IMAGE_ID, [], "arm64")})
+    with pytest.raises(SmokeInputError) as err:
+        subject.resolve_image(arm, "reg/a:arm")  # type: ignore[arg-type]
+    assert str(err.value) == ("image reg/a:arm is for linux/arm64, the Docker host is linux/amd64: it would run "
+                              "emulated, not on the host's GPUs; smoke it on a linux/arm64 node (an index by digest "
+                              "picks each node's own)")
+    # an index pulled by its digest: the engine holds the host's platform's image under the index's digest
+    index = f"reg:5000/a/b@{DIGEST}"
+    native = _Engine(registry={index: _Image(IMAGE_ID, [index], "amd64")})
+    info = subject.resolve_image(native, index)  # type: ignore[arg-type]
+    assert (info["digest"], info["platform"], native.pulled) == (DIGEST, "linux/amd64", [index])
