@@ -39,7 +39,7 @@ class Plant:
 PLANTS = (
     Plant("P01", "size policy with only library_copies: the copies check skipped", "sglstack/size/stack.py",
           "if stack.size else []", "if stack.size and stack.size.max_gb else []",
-          ("tests/unit/test_image_size.py",)),
+          ("tests/unit/test_image_size.py", "tests/unit/test_size_measure.py")),
     Plant("P02", "registry tags: only the quoted `rel=\"next\"` form followed", "sglstack/registry/client.py",
           'rel=\\"?next\\"?', 'rel=\\"next\\"', ("tests/unit/test_registry_client.py",
                                                   "tests/unit/test_registry_client_api.py")),
