@@ -98,12 +98,13 @@ def run_plant(plant: Plant) -> tuple[str, float, str]:
         target = copy / plant.file
         text = target.read_text(encoding="utf-8")
         if text.count(plant.old) != plant.count:
-            return "stale", 0.0, f"{plant.file}: expected {plant.count} of the planted text, found {text.count(plant.old)}"
+            found = text.count(plant.old)
+            return "stale", 0.0, f"{plant.file}: expected {plant.count} of the planted text, found {found}"
         target.write_text(text.replace(plant.old, plant.new), encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                               *plant.tests], cwd=copy, env=env, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *plant.tests],
+                              cwd=copy, env=env, capture_output=True, text=True)
         seconds = time.monotonic() - start
         failed = next((line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")), "")
         if proc.returncode == 0:

@@ -228,3 +228,37 @@ def test_copies_are_refused_before_the_budget_is_looked_at(tmp_path, listing):
 def test_without_a_policy_the_summary_is_returned_ungated(tmp_path, listing):
     gate, shown = _gate(tmp_path, listing, None)
     assert gate()["bytes"] == 120 * MB and shown == []
+
+
+# ---- `invoke size`'s stack measure: every shape of policy, with and without a copy held twice ----------
+
+@pytest.mark.parametrize(("policy", "copy_declared", "over", "copies_refused"), [
+    (None, False, False, False),                                             # no policy: nothing gated
+    ({"library_copies": DECLARED}, True, False, False),                       # only copies, the copy declared
+    ({"library_copies": [{"file": "other/lib*", "reason": "r"}]}, False, False, True),  # only copies, not this one
+    ({"max_gb": 0.1}, False, True, True),                                     # only a budget: over, copy undeclared
+    ({"max_gb": 1}, False, False, True),                                      # only a budget: within
+    ({"max_gb": 1, "library_copies": DECLARED}, True, False, False),          # both, all well
+    ({"max_gb": 0.1, "library_copies": DECLARED}, True, True, False),         # both, over the budget
+])
+def test_the_stack_measure_applies_each_part_of_the_policy_that_is_set(tmp_path, listing, monkeypatch, policy,
+                                                                       copy_declared, over, copies_refused):
+    from sglstack.config.matrix import load_matrix
+    from sglstack.size import stack as stack_module
+
+    _, answer = listing
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    answer["out"] = json.dumps(dict(FILES, same_name=[{"name": "libcublas.so.13", "paths": [
+        ["/usr/local/cuda/lib64/libcublas.so.13", None, 500], [site + "nvidia/cu13/lib/libcublas.so.13", "x", 600]]}]))
+    monkeypatch.setattr(stack_module, "docker_client", lambda host: _Engine())
+    monkeypatch.setattr(stack_module, "recorded_build", lambda name: (tmp_path / "record.json", None))
+    stack = load_matrix("tests/fixtures/stacks-cpu.yaml").get("cpu-test")
+    stack = stack.model_copy(update={"size": None if policy is None else SizePolicy.model_validate(policy)})
+    measured = stack_module.measure_stack(stack, "img:tag")
+    assert measured.max_gb == (policy or {}).get("max_gb")
+    assert (measured.verdict is not None) == over
+    assert [c.name for c in measured.copies] == (["libcublas.so.13"] if copies_refused else [])
+    assert measured.data["undeclared_library_copies"] == [c.name for c in measured.copies]
+    assert len(measured.problems) == over + copies_refused
+    if copies_refused:
+        assert "libcublas.so.13" in measured.problems[-1] and "size.library_copies" in measured.problems[-1]
