@@ -9,7 +9,7 @@ import docker.errors
 import pytest
 
 from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
-from sglstack.config.imageref import image_name
+from sglstack.config.imageref import image_name, registry_digest
 from sglstack.core.errors import MESSAGE_CUT, first_line, last_line
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sglstack"
@@ -72,6 +72,21 @@ DIGEST, IMAGE_ID = "sha256:" + "d" * 64, "sha256:" + "1" * 64
 ])
 def test_an_image_is_named_by_its_registry_digest_else_its_image_id(digest, image_id, name):
     assert image_name(digest, image_id) == name
+
+
+OTHER = "sha256:" + "e" * 64
+
+
+@pytest.mark.parametrize(("ref", "repo_digests", "digest"), [
+    ("reg:5000/a/b:1", [f"other/x@{OTHER}", f"reg:5000/a/b@{DIGEST}"], DIGEST),  # its own repository's, not the first
+    ("reg:5000/a/b:1", [f"other/x@{OTHER}"], None),  # known only under another repository: not its digest
+    ("reg:5000/a/b:1", [f"reg:5000/a/c@{OTHER}", f"reg:5000/a/b@{DIGEST}"], DIGEST),
+    (f"reg:5000/a/b@{DIGEST}", [f"reg:5000/a/b@{OTHER}"], DIGEST),  # a digest ref is its own digest
+    ("reg:5000/a/b:1", [], None),  # a local build
+    (IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], None),  # an image id names no repository
+])
+def test_the_registry_digest_of_an_image_is_its_own_repositorys(ref, repo_digests, digest):
+    assert registry_digest(ref, repo_digests) == digest
 
 
 def _names_an_image(source: str) -> list[int]:
