@@ -20,10 +20,10 @@ from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_ke
 from sglstack.attest.signing import key_id
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
+from sglstack.core.errors import RegistryError
 from sglstack.deploy.kernelcache import deployment_key, restore_for_compose, smoke_store
 from sglstack.kernelcache import ARTIFACT_TYPE, KernelCacheError, LayoutStore, NodeGpu, cache_files
 from sglstack.publish import push_candidate
-from sglstack.core.errors import RegistryError
 from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
 from sglstack.render.compose import ComposeOptions, deploy_spec
 
@@ -69,7 +69,7 @@ def test_attached_by_tag_signed_and_fetched_by_exactly_the_deployments_key(pushe
     client, repo, digest = pushed
     key = deployment_key(spec, digest, NodeGpu())
     store, artifact, content = packed(tmp_path, key)
-    release, public = signer(tmp_path)
+    release, _ = signer(tmp_path)
     line = attach_kernel_cache(client, repo.path, digest, store, artifact, release)
     assert line.endswith(f"to {repo.path}@{digest[:19]}; signed by key {key_id(release.public_key())[:16]}")
     # distribution 2.8 has no referrers API: the artifact and its signature are found by their tags.
