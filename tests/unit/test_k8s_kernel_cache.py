@@ -257,3 +257,20 @@ def test_without_or_with_wrong_or_unreadable_credentials_it_starts_cold_in_one_l
         assert done.stdout.strip() == line, config
         assert done.stderr == "" and PASSWORD not in done.stdout
         assert files_in(tmp_path / "cache") == []
+
+
+def test_the_docker_configs_entry_is_found_by_host_as_the_docker_cli_names_it(tmp_path, monkeypatch):
+    from sglstack.inimage.incontainer import kernelcache_init as init
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert init.credentials("r.example:5000") is None  # no config.json: anonymous
+    hub = base64.b64encode(b"hubuser:hubpw").decode()
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "https://index.docker.io/v1/": {"auth": hub},  # what `docker login` writes for Docker Hub
+        "https://r.example:5000": {"username": "u", "password": "p"},
+        "r.example": {"auth": base64.b64encode(b"other:port").decode()},
+    }}))
+    assert init.credentials("registry-1.docker.io") == ("hubuser", "hubpw")  # the Hub's API host
+    assert init.credentials("r.example:5000") == ("u", "p")
+    assert init.credentials("r.example") == ("other", "port")
+    assert init.credentials("r.example:443") is None
