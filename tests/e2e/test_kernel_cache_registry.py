@@ -21,7 +21,7 @@ from sglstack.attest.signing import key_id
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import RegistryError
-from sglstack.deploy.kernelcache import deployment_key, restore_for_compose, smoke_store
+from sglstack.deploy.kernelcache import deployment_key, k8s_caches, restore_for_compose, smoke_store
 from sglstack.kernelcache import ARTIFACT_TYPE, KernelCacheError, LayoutStore, NodeGpu, cache_files
 from sglstack.publish import push_candidate
 from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
@@ -211,3 +211,46 @@ def test_deploy_restores_the_attached_cache_through_the_registry_and_then_from_i
     line = restore_for_compose(build_root, STACK, out, spec, "unreachable.invalid/x@" + digest, digest, local=True,
                                verify_key=str(public), say=said.append)
     assert line == f"kernel cache: restored 1 files from {fetched[:19]} (key {key.digest()[:19]} matched)"
+
+
+def test_k8s_hands_the_init_container_each_gpus_signed_cache_of_this_deployment_and_no_other(pushed, spec,
+                                                                                              tmp_path):
+    """`k8s_caches` (what `deploy --on k8s --kernel-cache` renders from): the node's GPU is not known here, so
+    every artifact whose key differs only in the GPU's fields is a candidate; another serving argv is not, and
+    with --verify-key only those signed by that key for this image are."""
+    client, repo, digest = pushed
+    key = deployment_key(spec, digest, NodeGpu())
+    (tmp_path / "keys").mkdir()
+    release, public = signer(tmp_path / "keys")
+    _, other_public = signer(tmp_path / "keys")
+    gpus = {"h200": NodeGpu("NVIDIA H200", "9.0", "580"), "b200": NodeGpu("NVIDIA B200", "10.0", "580")}
+    for name, gpu in gpus.items():
+        gpu_key = replace(key, gpu_name=gpu.name, compute_capability=gpu.compute_capability,
+                          driver_major=gpu.driver_major)
+        store, artifact, _ = packed(tmp_path / name, gpu_key)
+        attach_kernel_cache(client, repo.path, digest, store, artifact, release)
+    argv_key = replace(key, gpu_name="NVIDIA H200", serving_hash="sha256:" + "1" * 64)  # signed, another argv
+    store, artifact, _ = packed(tmp_path / "argv", argv_key)
+    attach_kernel_cache(client, repo.path, digest, store, artifact, release)
+    a100 = replace(key, gpu_name="NVIDIA A100", compute_capability="8.0")
+    store, artifact, _ = packed(tmp_path / "unsigned", a100)
+    attach_kernel_cache(client, repo.path, digest, store, artifact, None)
+
+    said: list[str] = []
+    found = k8s_caches(spec, repo.ref(digest), str(public), said.append)
+    assert found.blobs_url == f"http://{repo.registry}/v2/{repo.path}/blobs/"
+    # Only this key signed these two (the other tests' artifacts in the repository have other signers): not
+    # the H200 one of another argv, not the unsigned A100 one.
+    assert sorted(c["gpu_name"] for c in found.candidates) == ["NVIDIA B200", "NVIDIA H200"]
+    by_gpu = {c["gpu_name"]: c for c in found.candidates}
+    assert by_gpu["NVIDIA B200"]["compute_capability"] == "10.0"
+    for cand in found.candidates:  # each layer is there to download by digest, and is the artifact's own
+        manifest = client.get_manifest(repo.path, cand["artifact"]).json()
+        assert manifest["layers"][0]["digest"] == cand["layer"] and client.blob_exists(repo.path, cand["layer"])
+        key_found = json.loads(client.get_blob(repo.path, manifest["config"]["digest"]))
+        assert key_found["serving_hash"] == key.serving_hash
+    assert said[-1].startswith(f"kernel cache: {len(found.candidates)} artifact(s) of {digest[:19]} match")
+    assert k8s_caches(spec, repo.ref(digest), str(other_public), said.append).candidates == ()
+    assert said[-1].startswith(f"kernel cache: 0 artifact(s) of {digest[:19]} match this deployment (GPUs: none)")
+    assert {c["gpu_name"] for c in k8s_caches(spec, repo.ref(digest), None, said.append).candidates} >= {
+        "NVIDIA H200", "NVIDIA B200", "NVIDIA A100"}
