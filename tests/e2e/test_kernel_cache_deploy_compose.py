@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from registry_fixtures import plain_registry  # noqa: F401 - fixture
 from sglstack.adapters.compose import detect_compose
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag
 from sglstack.config.imageref import Repository
+from sglstack.core.safefiles import OutputNotWritable
 from sglstack.deploy.flow import Deployment, deploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
 from sglstack.deploy.kernelcache import deployment_key
@@ -94,6 +96,19 @@ def test_deploy_fetches_the_signed_cache_from_the_registry_into_the_servers_volu
                                    f"matched) (kernel cache {artifact[:19]} fetched from {repo.path})")
     assert record.kernel_cache in said
     assert server_cache_files(deployment.project_name) == [f"{CONTAINER_CACHE_ROOT}/triton/k/a.cubin"]
+
+    # A file in the way of the restored folder: one line, and the running deployment's files are put back.
+    compose_file = deployment.out_dir / cmp.COMPOSE_FILE
+    before = {p.name: p.read_bytes() for p in deployment.out_dir.iterdir() if p.is_file()}
+    restored = deployment.out_dir / cmp.KERNEL_CACHE_FOLDER
+    shutil.rmtree(restored)
+    restored.write_text("not a folder")
+    with pytest.raises(OutputNotWritable) as info:
+        deploy(deployment, repo.ref(digest), options(tmp_path, eagle3=False), verify_key=str(public), say=said.append)
+    assert str(info.value) == f"{restored}: cannot be written (a file is in the way of this folder)"
+    assert {p.name: p.read_bytes() for p in deployment.out_dir.iterdir() if p.is_file() and p != restored} == before
+    assert compose_file.name in before and server_cache_files(deployment.project_name) != []
+    restored.unlink()
 
     # Served without EAGLE-3: another key. The volume (it outlives deployments) is emptied, said in one line.
     record = deploy(deployment, repo.ref(digest), options(tmp_path, eagle3=False), verify_key=str(public),
