@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -23,11 +24,12 @@ from registry_fixtures import htpasswd_registry, tiny_image, token_registry  # n
 from sglstack.attest.kernelcache import attach_kernel_cache
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
-from sglstack.deploy.kernelcache import deployment_key, k8s_caches
+from sglstack.deploy.kernelcache import deployment_key, k8s_caches, restore_for_compose
 from sglstack.kernelcache import LayoutStore, NodeGpu
 from sglstack.publish import push_candidate
 from sglstack.registry.client import RegistryClient
 from sglstack.render import k8s
+from sglstack.render.compose import ComposeOptions, deploy_spec
 from sglstack.render.k8s_cache import DOCKER_CONFIG_DIR
 
 pytestmark = pytest.mark.docker
@@ -77,7 +79,8 @@ def deployed(private, tiny_image, docker_client, repo_root, tmp_path, monkeypatc
     for shown in (text, *said):  # no credential of the deploying machine reaches the manifest or the output
         assert reg.password not in shown
         assert base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode() not in shown
-    return yaml.safe_load(text)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"], digest
+    pod = yaml.safe_load(text)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    return SimpleNamespace(pod=pod, digest=digest, repo=repo, client=client, stack=stack, spec=spec)
 
 
 def run_init_container(pod: dict, tmp_path: Path, secret: dict | None) -> tuple[str, list[str]]:
@@ -101,7 +104,7 @@ def run_init_container(pod: dict, tmp_path: Path, secret: dict | None) -> tuple[
 
 def test_the_init_container_fetches_with_the_pull_secret_and_says_so_without_it(private, deployed, tmp_path):
     reg, anonymous = private
-    pod, digest = deployed
+    pod, digest = deployed.pod, deployed.digest
     assert pod["imagePullSecrets"] == [{"name": SECRET}]
     folder = tmp_path / "pod" / "kernel-cache-pull-secret"
 
@@ -124,3 +127,33 @@ def test_the_init_container_fetches_with_the_pull_secret_and_says_so_without_it(
     assert line == (f"kernel cache: not restored (registry {reg.host}: {refused} with the credentials of the "
                     f"Docker config in {folder}); starting cold")
     assert files == [] and wrong not in line
+
+
+def test_the_deploying_machines_lookup_and_compose_restore_use_its_credentials_and_say_when_it_has_none(
+        private, deployed, tmp_path, monkeypatch):
+    reg, _ = private
+    repo, digest = deployed.repo, deployed.digest
+    compose_spec = deploy_spec(deployed.stack, ComposeOptions(kernel_cache=True))
+    made = tmp_path / "compose-made" / "triton"
+    made.mkdir(parents=True)
+    (made / "b.cubin").write_bytes(b"compose kernel")
+    store = LayoutStore(tmp_path / "compose-store")
+    key = deployment_key(compose_spec, digest, NodeGpu())
+    attach_kernel_cache(deployed.client, repo.path, digest, store, store.put(key, made.parent).manifest_digest, None)
+    out = tmp_path / "deploy" / "cpu-test"
+    said: list[str] = []
+    line = restore_for_compose(tmp_path / "deploy", "cpu-test", out, compose_spec, repo.ref(digest), digest,
+                               local=True, verify_key=None, say=said.append)
+    assert line.startswith("kernel cache: restored 1 files from sha256:") and line.endswith(f"from {repo.path})")
+    assert (out / "kernel-cache-restored" / "triton" / "b.cubin").read_bytes() == b"compose kernel"
+
+    # This machine has no credentials for the registry: each lookup is one line that says so, and how to log in.
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "nobody"))
+    none = (f"registry {reg.host}: authentication required and no credentials found (set SGLSTACK_REGISTRY_USER/"
+            f"SGLSTACK_REGISTRY_PASSWORD or run `docker login {reg.host}`)")
+    assert k8s_caches(deployed.spec, repo.ref(digest), None, said.append).candidates == ()
+    assert said[-1] == f"kernel cache: not looked up ({none}); starting cold"
+    line = restore_for_compose(tmp_path / "deploy2", "cpu-test", out, compose_spec, repo.ref(digest), digest,
+                               local=True, verify_key=None, say=said.append)
+    assert line == f"kernel cache: not fetched ({none}); starting cold"
+    assert not any((out / "kernel-cache-restored").iterdir())
