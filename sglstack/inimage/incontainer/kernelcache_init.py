@@ -124,13 +124,13 @@ def refusal(host, creds, what):
 def fetch(url):
     """GET `url`, answering the registry's 401 challenge once: Basic or Bearer, with the pod's credentials."""
     host = urllib.parse.urlsplit(url).netloc
-    creds = credentials(host)
     try:
         return urllib.request.urlopen(request(url), timeout=600)
     except urllib.error.HTTPError as exc:
         challenge = exc.headers.get("WWW-Authenticate", "")
         if exc.code != 401:
             raise
+    creds = credentials(host)  # read only when asked for: a public registry needs no Docker config
     scheme = challenge.split(" ", 1)[0].lower()
     if scheme == "basic":
         if creds is None:
