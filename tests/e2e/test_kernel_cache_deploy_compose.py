@@ -28,6 +28,7 @@ from sglstack.deploy.flow import Deployment, deploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
 from sglstack.deploy.kernelcache import deployment_key
 from sglstack.deploy.lifecycle import undeploy
+from sglstack.deploy.status import deployment_status
 from sglstack.kernelcache import CONTAINER_CACHE_ROOT, LayoutStore, NodeGpu
 from sglstack.publish import push_candidate
 from sglstack.registry.client import RegistryClient
@@ -96,6 +97,9 @@ def test_deploy_fetches_the_signed_cache_from_the_registry_into_the_servers_volu
                                    f"matched) (kernel cache {artifact[:19]} fetched from {repo.path})")
     assert record.kernel_cache in said
     assert server_cache_files(deployment.project_name) == [f"{CONTAINER_CACHE_ROOT}/triton/k/a.cubin"]
+    # `invoke status` shows the server, not the init service's exited container, and the line restored.
+    (row,) = deployment_status(build_root=deployment.build_root, project=deployment.project_name)
+    assert (row.container.split("_")[-2], row.state, row.kernel_cache) == ("sglang", "running", record.kernel_cache)
 
     # A file in the way of the restored folder: one line, and the running deployment's files are put back.
     compose_file = deployment.out_dir / cmp.COMPOSE_FILE
