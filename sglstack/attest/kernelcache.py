@@ -25,6 +25,7 @@ from ..core.inputs import loads
 from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore, artifact_manifest, mismatch_line
 from ..kernelcache.layout import MAX_CACHE_BYTES, MAX_MANIFEST_BYTES
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
+from ..registry.session import RegistryAuthError
 from .errors import NotVerified
 from .signing import (
     Attached,
@@ -110,6 +111,10 @@ def find_kernel_caches(client: RegistryClient, repo: str, image_digest: str) -> 
     prefix = f"sha256-{image_digest.removeprefix('sha256:')}.kcache-"
     try:
         tags = [t for t in client.list_tags(repo) if t.startswith(prefix) and not t.endswith(".sig")]
+    except RegistryAuthError:
+        # No credentials, or refused: said as such, not read as "no cache attached". (distribution 2.x
+        # answers the referrers route 404 before it asks for credentials: this is where a 401 shows.)
+        raise
     except RegistryError:
         tags = []
     for tag in tags:

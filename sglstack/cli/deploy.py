@@ -88,6 +88,8 @@ class DeployOptions(DeployTaskOptions):
     rdma: str | None = rdma_option()
     hf_token_secret: str | None = option("k8s: the Secret whose key HF_TOKEN (and key NAME of each ${NAME} in "
                                          "serving.env) the pods read (default hf-token)")
+    image_pull_secret: str | None = option("k8s: the Secret (kubernetes.io/dockerconfigjson) the pods pull the "
+                                           "image with; --kernel-cache's init container reads the registry with it")
     verify_key: str | None = option("refuse an image that does not verify against this ed25519 public key "
                                     "(PEM): signature, SBOM and provenance by digest (invoke verify-image)")
     kernel_cache: bool = option("restore the image's kernel caches whose key matches this node and deployment "
@@ -170,6 +172,7 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
         hf_token_secret=options.hf_token_secret or HF_TOKEN_SECRET,
         start_period_s=options.start_period,
         kernel_cache=options.kernel_cache,
+        image_pull_secret=options.image_pull_secret,
     )
 
 
@@ -193,7 +196,8 @@ def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str)
         other = [("--context", options.context), ("--namespace", options.namespace)]
         if isinstance(options, DeployOptions):
             other += [("--replicas", options.replicas is not None), ("--host-network", options.host_network),
-                      ("--rdma", options.rdma), ("--hf-token-secret", options.hf_token_secret)]
+                      ("--rdma", options.rdma), ("--hf-token-secret", options.hf_token_secret),
+                      ("--image-pull-secret", options.image_pull_secret)]
         why = "--on k8s only (compose would drop {})"
     if given := [flag for flag, value in other if value]:
         several = len(given) > 1

@@ -82,6 +82,7 @@ OPTIONS: dict[str, Meaning] = {
     "rdma": Meaning("RESOURCE[=COUNT]", "an RDMA device-plugin resource per pod"),
     "hf_cache": Meaning("PATH", "the host folder of the Hugging Face cache"),
     "hf_token_secret": Meaning("NAME", "the Kubernetes Secret holding HF_TOKEN"),
+    "image_pull_secret": Meaning("NAME", "the Kubernetes Secret (a Docker config) the pods pull the image with"),
     "mount": Meaning("HOST:CONTAINER[:ro]", "a bind mount of a host folder into the server (repeatable)"),
     "env": Meaning("NAME=VALUE", "an environment variable of the server (repeatable)"),
     "label": Meaning("NAME=VALUE", "a label on the server containers (repeatable)"),

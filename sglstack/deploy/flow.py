@@ -149,9 +149,13 @@ def deploy(
     compose_file = dep.out_dir / cmp.compose_filename(options)
     saved = _write_checked_files(dep, compose, options, files, compose_file, say)
     try:
-        cache_line = restore_for_compose(dep.build_root, stack.name, dep.out_dir, spec, image_ref,
-                                         image_name(digest, image_id) or "",
-                                         local=local, verify_key=verify_key, say=say) if options.kernel_cache else ""
+        try:  # a registry fetch may take minutes: a signal or a folder in the way puts the running files back
+            cache_line = restore_for_compose(dep.build_root, stack.name, dep.out_dir, spec, image_ref,
+                                             image_name(digest, image_id) or "", local=local, verify_key=verify_key,
+                                             say=say) if options.kernel_cache else ""
+        except BaseException:
+            restore_files(saved)
+            raise
         return _switch(dep, client, compose, image_ref, options, spec, saved, compose_file, digest, image_id, report,
                        action, local, previous, wait_timeout_s, say, cache_line)
     finally:

@@ -75,8 +75,10 @@ def _restore(build_root: Path, stack: str, folder: Path, spec: ServingSpec, imag
         fetched = fetch_from_registry(ref.repository.registry, ref.repository.path, str(pinned_digest(image_ref)),
                                       want, store, verify_key)
         return store.restore(want, folder, build_root).line + f" ({fetched.split(' (')[0]})"
-    except (KernelCacheError, RegistryError) as exc:
+    except KernelCacheError as exc:
         return one_line(str(exc))
+    except RegistryError as exc:  # unreachable, refused, or a blob that does not hash to its digest
+        return f"kernel cache: not fetched ({one_line(str(exc))}); starting cold"
     except SglstackError as exc:  # a store or folder that cannot be read or written: cold, said
         return f"kernel cache: not restored ({one_line(str(exc))}); starting cold"
 

@@ -18,7 +18,7 @@ from ..core.console import console, fitted_table, plain
 from ..core.records import BadLine, parse_utc, utc_now
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
-from .health import COMPOSE_PROJECT_LABEL
+from .health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL
 from .store import RECORDS_FILE, DeploymentRecord, read_records_lenient
 
 
@@ -67,7 +67,9 @@ def deployment_status(
     label_filter = [cmp.LABEL_STACK + (f"={stack}" if stack else "")]
     if project:
         label_filter.append(f"{COMPOSE_PROJECT_LABEL}={project}")
-    containers = client.containers.list(all=True, filters={"label": label_filter})
+    # The server's containers: not the kernel-cache init service's, which carries the stack's label too.
+    containers = [c for c in client.containers.list(all=True, filters={"label": label_filter})
+                  if c.labels.get(COMPOSE_SERVICE_LABEL, cmp.SERVICE) == cmp.SERVICE]
     build_root = build_root or default_build_root()
     now = now or utc_now()
     store = _Records(build_root)

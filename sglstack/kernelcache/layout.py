@@ -144,6 +144,19 @@ class LayoutStore:
         write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
         return manifest_digest
 
+    def check(self) -> None:
+        """Before anything is served: the store is a new or empty folder, or an OCI image layout whose index
+        reads. A folder of other things is refused (the store would write its blobs among them)."""
+        try:
+            foreign = (self.path.is_dir() and not (self.path / "oci-layout").exists()
+                       and any(True for _ in self.path.iterdir()))
+        except OSError as exc:
+            raise KernelCacheError(f"kernel cache store {self.path}: cannot be read ({exc.strerror})") from None
+        if foreign:
+            raise KernelCacheError(f"kernel cache store {self.path}: a folder that is neither empty nor an OCI image "
+                                   "layout (no oci-layout file); name a new or empty folder, or a kernel cache store")
+        self._index()
+
     # ---- reading ----------------------------------------------------------------------------------
 
     def _index(self) -> list[dict[str, Any]]:

@@ -218,6 +218,7 @@ def compose_text(
             nnodes=nodes.nnodes,
             node_rank=nodes.node_rank,
             labels=sorted(labels.items()),
+            init_labels=[(LABEL_STACK, spec.stack or "")],
         )
     )
 

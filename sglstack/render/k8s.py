@@ -39,7 +39,7 @@ from ..serving import (
 )
 from ..serving.caches import with_kernel_caches
 from . import k8s_lws as lws
-from .k8s_cache import CacheCandidates, cache_volume, init_container
+from .k8s_cache import CacheCandidates, cache_volume, init_container, pull_secret_volume
 
 K8S_DIR = "k8s"
 LWS_FILE = "leaderworkerset.yaml"
@@ -82,6 +82,9 @@ class K8sOptions(RecordedOptions):
     start_period_s: int | None = None  # startup probe budget; default: the stack's serving.startup_timeout_s
     # The server's kernel caches in a volume an init container fills on the node (render/k8s_cache.py).
     kernel_cache: bool = False
+    # The Secret (kubernetes.io/dockerconfigjson) the pods pull the image with; the kernel-cache init
+    # container reads the registry with it too. None: the node's or the service account's pull credentials.
+    image_pull_secret: str | None = None
 
     def serving_overrides(self) -> ServingOverrides:
         return ServingOverrides(
@@ -159,10 +162,11 @@ def k8s_spec(stack: Stack, options: K8sOptions) -> ServingSpec:
             raise bad(f"--rdma '{one_line(options.rdma)}': {rdma_problem(options.rdma)}")
         if gpu_count(options.gpus) == 0:
             raise bad("--rdma: needs GPUs (it was given with --gpus 0)")
-    secret = options.hf_token_secret
-    if not (DNS_SUBDOMAIN.fullmatch(secret) and len(secret) <= DNS_SUBDOMAIN_MAX):
-        raise bad(f"--hf-token-secret '{one_line(secret)}': not a Secret name (a DNS subdomain: lowercase letters, "
-                  "digits, '-' and '.')")
+    for flag, secret in (("--hf-token-secret", options.hf_token_secret),
+                         ("--image-pull-secret", options.image_pull_secret)):
+        if secret is not None and not (DNS_SUBDOMAIN.fullmatch(secret) and len(secret) <= DNS_SUBDOMAIN_MAX):
+            raise bad(f"{flag} '{one_line(secret)}': not a Secret name (a DNS subdomain: lowercase letters, "
+                      "digits, '-' and '.')")
     spec = serving_spec(stack, options.serving_overrides())
     if options.dist_init_port == spec.port:
         raise bad(f"--dist-init-port {options.dist_init_port}: the serving port; torch.distributed needs another")
@@ -256,11 +260,16 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
         container["ports"] = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
         container.update(_probes(spec))
     pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if options.image_pull_secret is not None:
+        pod["imagePullSecrets"] = [{"name": options.image_pull_secret}]
     if options.kernel_cache:
         volume, mount = cache_volume()
         volumes.append(volume)
         mounts.append(mount)
-        pod["initContainers"] = [init_container(image_ref, caches or CacheCandidates(), limits)]
+        if options.image_pull_secret is not None:
+            volumes.append(pull_secret_volume(options.image_pull_secret))
+        pod["initContainers"] = [init_container(image_ref, caches or CacheCandidates(), limits,
+                                                options.image_pull_secret)]
     if options.host_network:
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # cluster DNS still resolves the leader's address

@@ -27,6 +27,7 @@ from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, re
 from ..kernelcache import (
     CONTAINER_CACHE_ROOT,
     CacheKey,
+    KernelCacheError,
     LayoutStore,
     NodeGpu,
     Restore,
@@ -65,9 +66,10 @@ class KernelCaches:
         root = containing_root(base, build)
         store_path = Path(options.cache_store) if options.cache_store else base / "store"
         store = LayoutStore(store_path, containing_root(store_path, build))
-        try:  # found now, not after an hour of serving: a store that cannot be written packs nothing
+        try:  # found now, not after an hour of serving: a store that cannot be written or read packs nothing
             require_writable(store_path / "index.json", what="kernel cache store", create=False)
-        except OutputNotWritable as exc:
+            store.check()
+        except (OutputNotWritable, KernelCacheError) as exc:
             if options.cache_store:  # the user named it: bad input
                 raise SmokeInputError(f"--cache-store: {exc}") from None
             raise

@@ -188,3 +188,19 @@ def test_rollout_state_reads_the_status_the_lws_controller_writes(obj: dict | No
 
     assert rollout_state(obj)[0] is ready
     assert says in rollout_state(obj)[1]
+
+
+def test_the_pods_pull_with_the_named_secret_and_a_bad_name_is_one_line(cluster: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    proc = deploy(cluster, tmp_path, A, "--image-pull-secret", "regcred")
+    assert proc.returncode == 0, proc.stderr
+    path = Path(cluster["KUBECTL_DOUBLE_STATE"]) / "objects" / f"LeaderWorkerSet.default.{NAME}.json"
+    template = json.loads(path.read_text())["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert template[role]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert records(cluster)[-1]["options"]["image_pull_secret"] == "regcred"  # a rollback pulls the same way
+    proc = deploy(cluster, tmp_path, B, "--image-pull-secret", "Reg_Cred")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: stack '{STACK}': --image-pull-secret 'Reg_Cred': not a Secret name (a DNS subdomain: lowercase "
+        "letters, digits, '-' and '.')"]

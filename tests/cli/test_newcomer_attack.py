@@ -156,6 +156,8 @@ def test_diff_refuses_a_reference_in_the_words_of_every_image_option(ref, why):
     (["deploy", "--rdma", "rdma/ib"], "error: --on compose: --rdma applies to --on k8s only (compose would drop it)"),
     (["deploy", "--hf-token-secret", "s"],
      "error: --on compose: --hf-token-secret applies to --on k8s only (compose would drop it)"),
+    (["deploy", "--image-pull-secret", "regcred"],
+     "error: --on compose: --image-pull-secret applies to --on k8s only (compose would drop it)"),
     (["rollback", "--context", "c"], "error: --on compose: --context applies to --on k8s only (compose would drop it)"),
     # the other way was refused before, as exit 1
     (["deploy", "--on", "k8s", "--env-file", "x"],

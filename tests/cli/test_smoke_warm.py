@@ -40,3 +40,17 @@ def test_a_warm_gate_without_a_warm_start_is_bad_input(tmp_path, repo_root):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "error: smoke gate max_warm_start_s gates a warm start: pass --warm-start"]
+
+
+def test_a_cache_store_of_other_things_is_bad_input_in_one_line(tmp_path, repo_root):
+    env_dir = make_double_env(tmp_path / "venv", repo_root)
+    store = tmp_path / "mine"
+    store.mkdir()
+    (store / "notes.txt").write_text("the user's own files")
+    done = run_invoke(*args(env_dir, tmp_path, "--kernel-cache", "--cache-store", str(store)), cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: --cache-store: kernel cache store {store}: a folder that is neither empty nor an OCI image layout "
+        "(no oci-layout file); name a new or empty folder, or a kernel cache store"]
+    assert sorted(p.name for p in store.iterdir()) == ["notes.txt"] and not (tmp_path / "r.json").exists()

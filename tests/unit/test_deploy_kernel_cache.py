@@ -62,6 +62,8 @@ def test_the_compose_file_fills_a_volume_before_the_server_starts():
     assert init["image"] == f"r@{DIGEST}"
     assert init["volumes"] == ["./kernel-cache-restored:/restore:ro", "kernel-cache:/cache"]
     assert init["command"] == ["sh", "-c", "find /cache -mindepth 1 -delete && cp -a /restore/. /cache/"]
+    # The init service's container is the stack's too: a redeploy's ownership check finds it labelled.
+    assert init["labels"] == {"io.sglstack.stack": "cpu-test"}
     assert doc["volumes"] == {"kernel-cache": {}}
     plain = yaml.safe_load(render_compose(stack(), f"r@{DIGEST}", options=ComposeOptions()))
     assert set(plain["services"]) == {"sglang"} and "volumes" not in plain

@@ -4,6 +4,7 @@ that node's GPU, by digest, hash-checked; any other node starts cold and says wh
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -21,6 +22,7 @@ import yaml
 from sglstack.config.matrix import load_matrix
 from sglstack.render import k8s
 from sglstack.render.k8s_cache import INIT_SCRIPT, CacheCandidates
+from sglstack.serving import ServingError
 
 REPO = Path(__file__).resolve().parents[2]
 REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "b" * 64
@@ -117,3 +119,158 @@ def test_another_node_or_a_changed_layer_starts_cold_with_its_line(tmp_path, blo
     assert run_init(tmp_path, blobs, []) == (
         "kernel cache: no artifact of the image matches this deployment; starting cold")
     assert files_in(tmp_path / "cache") == []
+
+
+# ---- a private registry: the pod's image pull Secret ---------------------------------------------------
+
+
+def test_the_init_container_reads_the_registry_with_the_pods_pull_secret_and_no_value_is_rendered(monkeypatch):
+    # The deploying machine's own credentials are in its environment: none of them may reach the manifest.
+    monkeypatch.setenv("SGLSTACK_REGISTRY_USER", "deployer")
+    monkeypatch.setenv("SGLSTACK_REGISTRY_PASSWORD", "pw-never-rendered")
+    stack = load_matrix(str(REPO / "stacks.yaml")).get("h200-field")
+    found = CacheCandidates("http://127.0.0.1:5000/v2/sglstack/sglang/blobs/", (candidate(gpu_name="NVIDIA H200"),))
+    options = k8s.K8sOptions(kernel_cache=True, image_pull_secret="regcred")
+    files = k8s.render_k8s(stack, REF, options, caches=found)  # schema-validated (strict)
+    assert "pw-never-rendered" not in "".join(files.values()) and "deployer" not in "".join(files.values())
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = yaml.safe_load(files[k8s.LWS_FILE])["spec"]["leaderWorkerTemplate"][role]["spec"]
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+        assert {"name": "kernel-cache-pull-secret",
+                "secret": {"secretName": "regcred", "optional": True,
+                           "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}} in pod["volumes"]
+        init = pod["initContainers"][0]
+        assert {"name": "DOCKER_CONFIG", "value": "/run/sglstack/docker-config"} in init["env"]
+        assert init["volumeMounts"] == [{"name": "kernel-cache", "mountPath": "/cache"},
+                                        {"name": "kernel-cache-pull-secret", "mountPath": "/run/sglstack/docker-config",
+                                         "readOnly": True}]
+        server = pod["containers"][0]  # the server needs no registry credentials: it is not given them
+        assert all(m["name"] != "kernel-cache-pull-secret" for m in server["volumeMounts"])
+        assert all(e["name"] != "DOCKER_CONFIG" for e in server["env"])
+    # Without --kernel-cache the pods still pull with the Secret; nothing else of it is rendered.
+    pod = yaml.safe_load(k8s.render_k8s(stack, REF, k8s.K8sOptions(image_pull_secret="regcred"))[k8s.LWS_FILE])
+    spec = pod["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}] and "initContainers" not in spec
+    assert all("secret" not in v for v in spec["volumes"])
+    plain = yaml.safe_load(k8s.render_k8s(stack, REF, k8s.K8sOptions(kernel_cache=True), caches=found)[k8s.LWS_FILE])
+    plain_pod = plain["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert "imagePullSecrets" not in plain_pod
+    assert all(e["name"] != "DOCKER_CONFIG" for e in plain_pod["initContainers"][0]["env"])
+
+
+def test_a_pull_secret_that_is_not_a_secret_name_is_one_line():
+    stack = load_matrix(str(REPO / "stacks.yaml")).get("h200-field")
+    with pytest.raises(ServingError) as info:
+        k8s.render_k8s(stack, REF, k8s.K8sOptions(kernel_cache=True, image_pull_secret="Reg_Cred\nx"))
+    assert str(info.value) == ("stack 'h200-field': --image-pull-secret 'Reg_Cred\\nx': not a Secret name (a DNS "
+                               "subdomain: lowercase letters, digits, '-' and '.')")
+
+
+USER, PASSWORD = "puller", "pw-" + "9" * 12
+
+
+@pytest.fixture
+def private():
+    """A private registry's blob endpoint: Basic auth, and an authorized GET redirected to a blob store (as
+    distribution on S3 does), which records what Authorization reached it."""
+    seen: dict[str, list[str | None]] = {"store": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/store/"):
+                seen["store"].append(self.headers.get("Authorization"))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(LAYER_BYTES)))
+                self.end_headers()
+                self.wfile.write(LAYER_BYTES)
+                return
+            want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+            if self.headers.get("Authorization") != want:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="private"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{port}/store/{self.path.rsplit('/', 1)[-1]}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{port}/v2/r/blobs/", f"127.0.0.1:{port}", seen
+    server.shutdown()
+
+
+def run_with_config(tmp_path: Path, blobs_url: str, config: dict | str | None) -> subprocess.CompletedProcess:
+    folder = tmp_path / "docker-config"
+    folder.mkdir(exist_ok=True)
+    if config is not None:
+        (folder / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    env = {"PATH": str(tmp_path / "no-nvidia-smi"), "SGLSTACK_KC_DIR": str(tmp_path / "cache"),
+           "SGLSTACK_KC_BLOBS": blobs_url, "SGLSTACK_KC_CANDIDATES": json.dumps([candidate()]),
+           "DOCKER_CONFIG": str(folder)}
+    return subprocess.run([sys.executable, "-c", INIT_SCRIPT.read_text()], env=env, capture_output=True, text=True,
+                          timeout=60, check=True)
+
+
+@pytest.mark.parametrize("entry", [
+    {"auth": base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()},
+    {"username": USER, "password": PASSWORD},
+], ids=["auth", "username-password"])
+def test_a_private_registry_is_read_with_the_docker_configs_credentials_never_sent_to_the_blob_store(
+        tmp_path, private, entry):
+    url, host, seen = private
+    done = run_with_config(tmp_path, url, {"auths": {f"http://{host}/v1/": {"email": "x"}, host: entry}})
+    assert done.stdout.strip() == "kernel cache: restored 1 files from sha256:cccccccccccc (key matched on this node)"
+    assert files_in(tmp_path / "cache") == ["triton/k/a.cubin"]
+    assert seen["store"] == [None]  # the redirect to the blob store carried no credentials
+    assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_without_or_with_wrong_or_unreadable_credentials_it_starts_cold_in_one_line(tmp_path, private):
+    url, host, _ = private
+    folder = tmp_path / "docker-config"
+    cases = [
+        (None, f"kernel cache: not restored (registry {host}: it asks for credentials (HTTP 401), and the Docker "
+               f"config in {folder} has no credentials for it); starting cold"),
+        ({"auths": {"other.example": {"auth": base64.b64encode(b"u:p").decode()}}},
+         f"kernel cache: not restored (registry {host}: it asks for credentials (HTTP 401), and the Docker config "
+         f"in {folder} has no credentials for it); starting cold"),
+        ({"auths": {host: {"username": USER, "password": "wrong-" + PASSWORD}}},
+         f"kernel cache: not restored (registry {host}: the blob was refused (HTTP 401) with the credentials of "
+         f"the Docker config in {folder}); starting cold"),
+        ({"auths": {host: {"auth": "not base64 at all"}}},
+         f"kernel cache: not restored (the Docker config {folder}/config.json: the 'auths' entry of {host} is not "
+         "base64 user:password); starting cold"),
+        ("{not json", f"kernel cache: not restored (the Docker config {folder}/config.json cannot be read "
+                      "(JSONDecodeError)); starting cold"),
+    ]
+    for config, line in cases:
+        if (folder / "config.json").exists():
+            (folder / "config.json").unlink()
+        done = run_with_config(tmp_path, url, config)
+        assert done.stdout.strip() == line, config
+        assert done.stderr == "" and PASSWORD not in done.stdout
+        assert files_in(tmp_path / "cache") == []
+
+
+def test_the_docker_configs_entry_is_found_by_host_as_the_docker_cli_names_it(tmp_path, monkeypatch):
+    from sglstack.inimage.incontainer import kernelcache_init as init
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert init.credentials("r.example:5000") is None  # no config.json: anonymous
+    hub = base64.b64encode(b"hubuser:hubpw").decode()
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "https://index.docker.io/v1/": {"auth": hub},  # what `docker login` writes for Docker Hub
+        "https://r.example:5000": {"username": "u", "password": "p"},
+        "r.example": {"auth": base64.b64encode(b"other:port").decode()},
+    }}))
+    assert init.credentials("registry-1.docker.io") == ("hubuser", "hubpw")  # the Hub's API host
+    assert init.credentials("r.example:5000") == ("u", "p")
+    assert init.credentials("r.example") == ("other", "port")
+    assert init.credentials("r.example:443") is None

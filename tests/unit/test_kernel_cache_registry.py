@@ -161,3 +161,27 @@ def test_a_release_attaches_what_its_smoke_packed_and_says_when_it_cannot(tmp_pa
                           broken, None)
     assert out.getvalue().strip().startswith("tiny: eagle3: kernel cache of eagle3 not attached (")
     assert out.getvalue().strip().endswith("); deployments start cold")
+
+
+def test_the_tag_scheme_names_are_tags_every_registry_takes():
+    import re
+
+    # The distribution spec's tag grammar: at most 128 characters (distribution 2.8 stores them in the e2e test).
+    tag = cache_tag(IMAGE_DIGEST, make_key())
+    for name in (tag, tag + ".sig"):
+        assert re.fullmatch(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}", name), name
+    assert tag.startswith(f"sha256-{IMAGE_DIGEST.removeprefix('sha256:')}.kcache-")
+    assert cache_tag(IMAGE_DIGEST, make_key(tp_size=2)) != tag  # one tag per key: two GPUs' caches coexist
+
+
+def test_a_registry_that_wants_credentials_is_said_not_read_as_no_cache(tmp_path):
+    from sglstack.registry.session import RegistryAuthError
+
+    class Private(MemoryRegistry):
+        """distribution 2.x with auth: the referrers route is 404 before any auth; the tag list is a 401."""
+
+        def list_tags(self, repo):
+            raise RegistryAuthError("registry r.example: authentication required and no credentials found")
+
+    with pytest.raises(RegistryAuthError, match="authentication required"):
+        fetch_kernel_cache(Private(False), "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)

@@ -147,3 +147,35 @@ def test_a_cache_store_that_cannot_be_written_is_refused_before_any_server_start
     assert str(info.value).startswith(f"--cache-store: kernel cache store {tmp_path / 'store' / 'index.json'}: "
                                       "cannot be written (")
     assert not (tmp_path / "out").exists()  # no server ran, no report
+
+
+@pytest.mark.parametrize(("contents", "why"), [
+    ({"oci-layout": '{"imageLayoutVersion":"1.0.0"}', "index.json": "{not json"},
+     "index.json: not an OCI image index ("),
+    ({"oci-layout": '{"imageLayoutVersion":"1.0.0"}', "index.json": '{"manifests": {}}'},
+     "index.json: not an OCI image index ("),
+    ({"notes.txt": "the user's own files"},
+     ": a folder that is neither empty nor an OCI image layout (no oci-layout file); name a new or empty folder, or "
+     "a kernel cache store"),
+], ids=["index-not-json", "index-not-an-index", "a-folder-of-other-things"])
+def test_a_cache_store_that_is_no_store_is_refused_in_one_line_before_any_server_starts(tmp_path, env_dir, contents,
+                                                                                        why):
+    store = tmp_path / "store"
+    store.mkdir()
+    for name, text in contents.items():
+        (store / name).write_text(text)
+    opts = options(tmp_path, env_dir, kernel_cache=True, cache_store=str(store))
+    with pytest.raises(SmokeInputError) as info:
+        run_smoke(None, None, opts, log=lambda _line: None)
+    said = str(info.value)
+    assert said.startswith(f"--cache-store: kernel cache store {store}") and why in said and "\n" not in said
+    assert not (tmp_path / "out").exists()  # no server ran, no report
+    assert sorted(p.name for p in store.iterdir()) == sorted(contents)  # nothing written into it
+
+
+def test_an_empty_or_new_cache_store_is_taken(tmp_path, env_dir):
+    from sglstack.kernelcache import LayoutStore
+
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "new"):
+        LayoutStore(path).check()  # no error: the first pack makes it a store

@@ -5,15 +5,24 @@ image, as `python3 -c` of this file's text).
 in everything but the node's GPU (and, with --verify-key, signed for the image by that key), and hands them in
 SGLSTACK_KC_CANDIDATES (JSON: artifact, layer digest and size, gpu_name, compute_capability, driver_major).
 Here, on the node, `nvidia-smi` says which GPU it is: the candidate with exactly these three is downloaded by
-digest from SGLSTACK_KC_BLOBS (the registry's blob URL of the repository, read anonymously), checked against
-its sha256 and unpacked into SGLSTACK_KC_DIR (the pod's cache volume). Anything else: one line saying why, an
-empty volume, and the server starts cold. It always exits 0: a cache is a speed-up, never a reason not to serve.
+digest from SGLSTACK_KC_BLOBS (the registry's blob URL of the repository), checked against its sha256 and
+unpacked into SGLSTACK_KC_DIR (the pod's cache volume). Anything else: one line saying why, an empty volume, and
+the server starts cold. It always exits 0: a cache is a speed-up, never a reason not to serve.
+
+A private registry: the credentials are the pod's image pull Secret's (`--image-pull-secret`), its
+`.dockerconfigjson` mounted read-only as `config.json` in the folder DOCKER_CONFIG names, read here as the Docker
+CLI reads an `auths` entry (base64 `auth`, or `username` and `password`). A registry's 401 is answered as
+distribution answers it: `Basic` with them, or `Bearer` with a token its realm gives for them (anonymously
+when there are none). They are sent to the registry's own host only (never along a redirect to a blob store)
+and never printed.
 """
 
+import base64
 import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,20 +48,104 @@ def node_gpu():
     return (parts[0], parts[1], parts[2].split(".")[0])
 
 
-def fetch(url):
-    """GET `url`, answering an anonymous Bearer challenge once (a public repository's pull token)."""
+class Refused(Exception):
+    """The registry (or its token service) wants credentials this pod does not have, or refused them."""
+
+
+HUB_NAMES = ("registry-1.docker.io", "index.docker.io", "docker.io")
+
+
+def config_folder():
+    return os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+
+
+def credentials(host):
+    """(user, password) of `host` in the Docker config, or None (no config, or no entry for it)."""
+    path = os.path.join(config_folder(), "config.json")
     try:
-        return urllib.request.urlopen(url, timeout=600)
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise Refused(f"the Docker config {path} cannot be read ({type(exc).__name__})") from None
+    names = HUB_NAMES if host in HUB_NAMES else (host,)
+    for key, entry in ((data.get("auths") if isinstance(data, dict) else None) or {}).items():
+        name = key.split("://", 1)[-1].split("/", 1)[0]
+        if name not in names or not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, sep, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                sep = ""
+            if not sep:
+                raise Refused(f"the Docker config {path}: the 'auths' entry of {name} is not base64 user:password")
+            return user, password
+        if entry.get("username") and "password" in entry:
+            return entry["username"], entry["password"]
+    return None
+
+
+def basic(user_password):
+    return "Basic " + base64.b64encode(":".join(user_password).encode()).decode()
+
+
+def request(url, authorization=None):
+    req = urllib.request.Request(url)
+    if authorization:
+        req.add_unredirected_header("Authorization", authorization)  # not to a blob store it redirects to
+    return req
+
+
+def token(challenge, creds, host):
+    """A Bearer token from the challenge's realm for its service and scope (with `creds` when there are)."""
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", "")
+    if not realm:
+        raise Refused(f"registry {host} answered 401 with a Bearer challenge naming no realm")
+    url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(params)
+    try:
+        with urllib.request.urlopen(request(url, basic(creds) if creds else None), timeout=60) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise Refused(refusal(host, creds, f"its token service answered HTTP {exc.code}")) from None
+        raise
+    return body.get("token") or body.get("access_token") or ""
+
+
+def refusal(host, creds, what):
+    if creds is None:
+        return f"registry {host}: {what}, and the Docker config in {config_folder()} has no credentials for it"
+    return f"registry {host}: {what} with the credentials of the Docker config in {config_folder()}"
+
+
+def fetch(url):
+    """GET `url`, answering the registry's 401 challenge once: Basic or Bearer, with the pod's credentials."""
+    host = urllib.parse.urlsplit(url).netloc
+    try:
+        return urllib.request.urlopen(request(url), timeout=600)
     except urllib.error.HTTPError as exc:
         challenge = exc.headers.get("WWW-Authenticate", "")
-        if exc.code != 401 or not challenge.lower().startswith("bearer "):
+        if exc.code != 401:
             raise
-    params = dict(part.split("=", 1) for part in challenge[7:].replace('"', "").split(","))
-    realm = params.pop("realm")
-    with urllib.request.urlopen(realm + "?" + urllib.parse.urlencode(params), timeout=60) as resp:
-        token = json.loads(resp.read()).get("token") or ""
-    return urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + token}),
-                                  timeout=600)
+    creds = credentials(host)  # read only when asked for: a public registry needs no Docker config
+    scheme = challenge.split(" ", 1)[0].lower()
+    if scheme == "basic":
+        if creds is None:
+            raise Refused(refusal(host, None, "it asks for credentials (HTTP 401)"))
+        authorization = basic(creds)
+    elif scheme == "bearer":
+        authorization = "Bearer " + token(challenge, creds, host)
+    else:
+        raise Refused(f"registry {host}: HTTP 401 with a challenge neither Basic nor Bearer")
+    try:
+        return urllib.request.urlopen(request(url, authorization), timeout=600)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise Refused(refusal(host, creds, f"the blob was refused (HTTP {exc.code})")) from None
+        raise
 
 
 def unpack(layer_path, target):
@@ -120,6 +213,10 @@ def main():
 if __name__ == "__main__":
     try:
         line = main()
+    except Refused as exc:
+        with contextlib.suppress(OSError):
+            empty(os.environ.get("SGLSTACK_KC_DIR", "/cache"))
+        line = f"kernel cache: not restored ({exc}); starting cold"
     except Exception as exc:  # a cache is a speed-up: whatever went wrong, the server starts cold
         with contextlib.suppress(OSError):
             empty(os.environ.get("SGLSTACK_KC_DIR", "/cache"))
