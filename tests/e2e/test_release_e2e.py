@@ -40,7 +40,7 @@ def release_matrix(tmp_path: Path, base_image: str, registry: str, speedup: str,
             gpus: 0
             startup_timeout_s: 90
             shm_size: 256m
-            env: {{SGLANG_DOUBLE_SPEC_SPEEDUP: "{speedup}"}}
+            env: {{SGLANG_DOUBLE_SPEC_SPEEDUP: "{speedup}", SGLANG_DOUBLE_TOKENS_PER_S: "300"}}
           smoke:
             max_new_tokens: 24
             concurrency: 2
