@@ -21,8 +21,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..adapters.docker import created_container, running_container
-from ..attest.image import image_inventory
-from ..attest.sbom import Inventory, lock_problems
 from ..config.fields import cuda_release
 from ..config.schema import Stack
 from ..config.settings import SharedLibrariesPolicy
@@ -30,6 +28,8 @@ from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
 from ..core.inputs import loads
 from ..core.labels import PATCH_LABEL_PREFIX, VERIFIED_LABEL
+from ..inventory.listing import image_inventory
+from ..inventory.model import Inventory, lock_problems
 from ..lock.plan import root_names
 from ..lock.trust import unrequired_in_image
 from ..lockfile.current import compare_installed, source_mismatches

@@ -133,8 +133,9 @@ def _release_unsigned(client: RegistryClient, repo: str, digest: str) -> None:
     import datetime as dt
 
     from sglstack.attest.provenance import provenance_statement
-    from sglstack.attest.sbom import Inventory, sbom_document
     from sglstack.attest.store import attach
+    from sglstack.inventory.model import Inventory
+    from sglstack.inventory.sbom import sbom_document
 
     path = repo.split("/", 1)[1]
     config = client.get_manifest(path, digest).blobs()[0]

@@ -114,9 +114,13 @@ MAY_USE: dict[str, set[str]] = {
     "size": {"config", "adapters", "core"},
     "diff": {"config", "lockfile", "registry", "size", "adapters", "core"},
     "registry": {"config", "adapters", "core"},
-    "attest": {"config", "lockfile", "registry", "kernelcache", "adapters", "core"},
+    # inventory: what an image holds (listed inside it, compared with the lock, its SBOM document), below
+    # imagebuild (whose verify lists it and writes the SBOM beside the record) and attest (which signs what the
+    # build recorded): the build never imports attest
+    "inventory": {"lockfile", "adapters", "core"},
+    "attest": {"config", "lockfile", "inventory", "registry", "kernelcache", "adapters", "core"},
     # imagebuild: the image build (not named `build`: packaging and import-graph tools skip that name)
-    "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage",
+    "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "inventory", "inimage",
                    "adapters", "core"},
     # kernelcache: the kernel-cache artifact (key, layer, on-disk OCI layout), below smoke, attest and deploy
     "kernelcache": {"config", "serving", "core"},
@@ -247,7 +251,6 @@ ADAPTED_TOOLS = {"kubectl", "compose", "docker-compose", "hadolint"}
 # Modules outside adapters/ (and inimage/, which runs inside images) that still start a process themselves, and
 # what they start; each waits for its adapter. A test fails when one is added unlisted, or paid and still listed.
 PROCESS_DEBTS = {
-    "sglstack.attest.identity": "git (the checkout's own commit)",
     "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
     "sglstack.registry.local": "the embedded registry's binary",

@@ -16,12 +16,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sglstack.attest.errors import AttestationError
 from sglstack.attest.provenance import BuildIdentity, provenance_statement
 from sglstack.attest.release import ensure_signed
-from sglstack.attest.sbom import Inventory, sbom_document
 from sglstack.attest.signing import key_id
 from sglstack.attest.store import attach
 from sglstack.attest.verify import IndexNotVerified, verify_image
 from sglstack.config.imageref import parse_image_reference, parse_repository
 from sglstack.config.matrix import load_matrix
+from sglstack.inventory.model import Inventory
+from sglstack.inventory.sbom import sbom_document
 from sglstack.publish import index as index_mod
 from sglstack.registry.client import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, ManifestNotFound, compute_digest
 
