@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -221,18 +222,40 @@ def _hide_in_log(path: Path, secrets: tuple[str, ...]) -> None:
         write_bytes(path.parent, path, hidden)
 
 
-def measure_server(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
+@dataclass(frozen=True)
+class _Healthy:
+    """A server that answered healthy: its client (the caller closes it) and when the wait for it began."""
+
+    client: SGLangClient
+    start: float  # time.monotonic() when the wait began
+    startup_s: float
+
+    def since_start(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _healthy_or_not_started(server: Server, api_key: str | None, options: SmokeOptions, log: Log, *,
+                            next_step: str = "") -> _Healthy | ServerRun:
+    """The one wait before any measurement: until healthy (logged, with what comes next), else the run of a
+    server that never started (its failure and log tail, logged)."""
     start = time.monotonic()
     client, failure = wait_until_healthy(server, api_key, options)
     if failure:
         return _not_started(server, failure, log)
     assert client is not None
     startup = time.monotonic() - start
-    log(f"smoke: {server.kind}: healthy after {startup:.1f}s; warming up")
+    log(f"smoke: {server.kind}: healthy after {startup:.1f}s{next_step}")
+    return _Healthy(client, start, startup)
+
+
+def measure_server(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
+    healthy = _healthy_or_not_started(server, api_key, options, log, next_step="; warming up")
+    if isinstance(healthy, ServerRun):
+        return healthy
+    client, startup = healthy.client, healthy.startup_s
     kind = server.kind
     try:
-        before_warm_up = time.monotonic() - start
-        phases = start_phases_of(server, before_warm_up, warm_up(client, options.max_new_tokens), log)
+        phases = start_phases_of(server, healthy.since_start(), warm_up(client, options.max_new_tokens), log)
         measured = _single_stream_runs(client, kind, options, log)
         single, single_results, _ = measured[0]
         concurrent, results_n = _concurrent_phase(client, kind, options, log)
@@ -279,18 +302,15 @@ def start_phases_of(server: Server, before_warm_up_s: float, warm_up_runs: list[
 
 def measure_start(server: Server, api_key: str | None, options: SmokeOptions, log: Log) -> ServerRun:
     """A start and nothing more (the warm start): healthy, its first token, its phases."""
-    start = time.monotonic()
-    client, failure = wait_until_healthy(server, api_key, options)
-    if failure:
-        return _not_started(server, failure, log)
-    assert client is not None
-    startup = time.monotonic() - start
-    log(f"smoke: {server.kind}: healthy after {startup:.1f}s")
+    healthy = _healthy_or_not_started(server, api_key, options, log)
+    if isinstance(healthy, ServerRun):
+        return healthy
     try:
-        phases = start_phases_of(server, time.monotonic() - start, warm_up(client, options.max_new_tokens, 1), log)
+        phases = start_phases_of(server, healthy.since_start(), warm_up(healthy.client, options.max_new_tokens, 1),
+                                 log)
     finally:
-        client.close()
-    return ServerRun(kind=server.kind, started=True, startup_s=startup, phases=phases)
+        healthy.client.close()
+    return ServerRun(kind=server.kind, started=True, startup_s=healthy.startup_s, phases=phases)
 
 
 def _not_started(server: Server, failure: str, log: Log) -> ServerRun:
