@@ -9,11 +9,11 @@ import json
 import docker.errors
 import pytest
 
-from sglstack.inventory.model import InventoryError
 from sglstack.attest.release import reused_facts
 from sglstack.core import labels as lb
 from sglstack.core.errors import MESSAGE_CUT
 from sglstack.inventory import listing as image_mod
+from sglstack.inventory.model import InventoryError
 
 LISTING = {"python": "3.11.2", "python_distributions": [{"name": "six", "version": "1.16.0"}],
            "debian_packages": [{"name": "bash", "version": "5.2", "arch": "amd64"}]}

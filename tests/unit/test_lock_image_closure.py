@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from lock_forgery import FIXTURES, SIX, forged_lock_text
 
-from sglstack.inventory.model import InventoryError
 from sglstack.config.matrix import load_matrix
-from sglstack.inventory.model import Inventory
+from sglstack.inventory.model import Inventory, InventoryError
 from sglstack.lock.plan import root_names
 from sglstack.lock.trust import lock_for_build, unrequired_in_image
 from sglstack.lockfile.model import lock_path
