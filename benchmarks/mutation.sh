@@ -34,7 +34,7 @@ MODULES=(
   "bisect-stats|sglstack/bisect/stats.py|tests/unit/test_bisect_stats.py"
   "serving|sglstack/serving/spec.py sglstack/serving/derive.py|tests/unit/test_serving.py tests/unit/test_promises.py tests/cli/test_smoke_plan.py tests/unit/test_compose_render.py tests/unit/test_k8s_render.py"
   "bisect-planner|sglstack/bisect/planner.py|tests/unit/test_bisect_planner.py"
-  "smoke-plan|sglstack/smoke/plan.py sglstack/smoke/launch.py|tests/cli/test_smoke_plan.py tests/unit/test_smoke_options.py tests/unit/test_promises.py tests/unit/test_serving.py"
+  "smoke-plan|sglstack/smoke/plan.py sglstack/smoke/overrides.py sglstack/smoke/launch.py|tests/cli/test_smoke_plan.py tests/unit/test_smoke_options.py tests/unit/test_promises.py tests/unit/test_serving.py"
   "upgrade-plan|sglstack/upgrade/plan.py|tests/unit/test_upgrade_plan.py tests/unit/test_upgrade_coverage.py"
   "size-report|sglstack/size/report.py|tests/unit/test_image_size.py"
   "records|sglstack/core/records.py|tests/cli/test_files_and_records.py tests/unit/test_promises.py tests/cli/test_build_root.py"
@@ -62,7 +62,7 @@ MODULES=(
   "deploy-flow|sglstack/deploy/flow.py sglstack/deploy/lifecycle.py|tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_store_trust.py tests/cli/test_deploy_records.py"
   "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_secret_holes.py"
-  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
+  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
   "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
   "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py"
 )
