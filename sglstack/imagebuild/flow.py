@@ -47,6 +47,7 @@ from .context import RenderedContext, write_build_context
 from .identity import sglstack_identity, tree_sha256
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
 from .incremental import verify_incrementally
+from .judge import lock_mismatches
 from .plan import (
     BuildResult,
     BuildSettings,
@@ -72,7 +73,6 @@ from .record import (
 from .verify import (
     FINAL_TARGET,
     check_base_image,
-    lock_mismatches,
     sbom_inventory,
     verified_facts,
     verified_labels,
