@@ -192,7 +192,7 @@ def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str)
 # ---- the tasks ----------------------------------------------------------------------------------------
 
 def _say_stderr(line: str) -> None:
-    from ..deploy.flow import say_stderr  # at call time: the deploy part loads the Docker SDK
+    from ..deploy.deployment import say_stderr  # at call time: the deploy part loads the Docker SDK
 
     say_stderr(line)
 
