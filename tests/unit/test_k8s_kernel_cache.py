@@ -192,15 +192,13 @@ def private():
                 self.end_headers()
                 return
             self.send_response(307)
-            self.send_header("Location", f"http://127.0.0.1:{port}/store/{self.path.rsplit('/', 1)[-1]}")
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/store/"
+                                         f"{self.path.rsplit('/', 1)[-1]}")
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}/v2/r/blobs/", f"127.0.0.1:{port}", seen
-    server.shutdown()
+    with ThreadedServer(Handler) as served:
+        yield f"{served.url}/v2/r/blobs/", served.host, seen
 
 
 def run_with_config(tmp_path: Path, blobs_url: str, config: dict | str | None) -> subprocess.CompletedProcess:

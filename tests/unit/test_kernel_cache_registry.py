@@ -145,5 +145,7 @@ def test_a_registry_that_wants_credentials_is_said_not_read_as_no_cache(tmp_path
         def list_tags(self, repo):
             raise RegistryAuthError("registry r.example: authentication required and no credentials found")
 
+    registry = Private()
+    registry.put_manifest("r", IMAGE_DIGEST, IMAGE, OCI_MANIFEST)  # the image the caches are of
     with pytest.raises(RegistryAuthError, match="authentication required"):
-        fetch_kernel_cache(Private(False), "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)
