@@ -22,11 +22,11 @@ from bench_publish_promotion import Counter, free_port  # the byte-counting prox
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sglstack.adapters.docker import docker_client
-from sglstack.attest.image import image_inventory
 from sglstack.attest.release import AttestPlan
-from sglstack.attest.sbom import SBOM_FILE, sbom_document
 from sglstack.attest.verify import verify_image
 from sglstack.config.imageref import parse_image_reference, parse_repository
+from sglstack.inventory.listing import image_inventory
+from sglstack.inventory.sbom import SBOM_FILE, sbom_document
 from sglstack.publish import promote, push_candidate
 from sglstack.registry.client import RegistryClient
 from sglstack.registry.local import registry_config, start_binary, stop_process

@@ -47,6 +47,20 @@ class GitSourceError(SglstackError):
     """git could not fetch a source, resolve a ref or export a tree (the message names the source)."""
 
 
+def checkout_commit(folder: Path) -> str | None:
+    """The commit a git checkout is at, suffixed `-dirty` with local edits to tracked files; None when git
+    cannot say (no git, not a repository git can read)."""
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True, env=tool_environment()).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True,
+                               env=tool_environment()).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head
+
+
 def git_cache_dir() -> Path:
     return cache_root() / "git"
 

@@ -10,11 +10,9 @@ buildx's `--load` exporter drops attestations; ours records what BuildKit could 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..config.schema import Stack
@@ -26,14 +24,6 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
 PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
 BUILD_TYPE = "https://sglstack.dev/build/stack-image/v1"  # an identifier of our build's shape, not a URL to fetch
-
-
-def tree_sha256(folder: Path) -> str:
-    """sha256 over a folder's files (relative path and content hash, sorted): a patch's identity."""
-    lines = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        lines.append(f"{path.relative_to(folder).as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n")
-    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def _sglang_dependency(sglang: Mapping[str, Any], lock_commit: str | None) -> dict[str, Any]:

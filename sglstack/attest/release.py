@@ -21,9 +21,11 @@ from ..core import labels as lb
 from ..core.errors import ConfigError, RegistryError
 from ..core.inputs import loads, read_bytes
 from ..core.records import parse_utc
+from ..inventory.listing import image_inventory
+from ..inventory.model import InventoryError
+from ..inventory.sbom import SBOM_FILE, SBOM_MEDIA_TYPE, read_sbom, sbom_document
 from ..registry.client import RegistryClient, compute_digest
 from .errors import AttestationError, NotVerified
-from .image import image_inventory
 from .provenance import (
     PROVENANCE_MEDIA_TYPE,
     BuildIdentity,
@@ -32,7 +34,6 @@ from .provenance import (
     statement_identity,
     statement_subjects,
 )
-from .sbom import SBOM_FILE, SBOM_MEDIA_TYPE, read_sbom, sbom_document
 from .signing import Attached, key_id, sign_envelope, signed_payload
 from .store import MAX_DOCUMENT_BYTES, Artifact, attach, find_attestations
 from .verify import verify_image, verify_index_signature
@@ -180,7 +181,7 @@ def _fitting(client: RegistryClient, repo: Repository, found: list[Artifact], ki
             body = client.get_blob(repo.path, art.document_digest, max_bytes=MAX_DOCUMENT_BYTES)
             if fits(body):
                 return kind, body
-        except (RegistryError, AttestationError):
+        except (RegistryError, AttestationError, InventoryError):
             continue  # unreadable, or not ours: it is not what gets signed
     return None
 

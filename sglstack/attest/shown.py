@@ -13,10 +13,10 @@ from ..core.console import console
 from ..core.errors import RegistryError
 from ..core.inputs import loads
 from ..core.records import parse_utc, utc_now
+from ..inventory.listing import image_inventory
+from ..inventory.sbom import SbomSummary, read_sbom, sbom_document
 from ..registry.client import RegistryClient
 from .errors import AttestationError, BadInput, NotVerified
-from .image import image_inventory
-from .sbom import SbomSummary, read_sbom, sbom_document
 from .store import MAX_DOCUMENT_BYTES, find_attestations
 from .verify import parse_ref, resolve_digest, verified_reference
 

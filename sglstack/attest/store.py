@@ -20,11 +20,11 @@ from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.signals import deferred
+from ..inventory.sbom import SBOM_MEDIA_TYPE
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
 from ..registry.transport import ReferrersUnreadable
 from .errors import AttestationError
 from .provenance import PROVENANCE_MEDIA_TYPE
-from .sbom import SBOM_MEDIA_TYPE
 from .signing import SIGNATURE_MEDIA_TYPE, Attached
 
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"

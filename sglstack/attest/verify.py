@@ -21,10 +21,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..config.imageref import ImageReference, Repository, parse_image_reference
 from ..core.console import console
 from ..core.errors import ConfigError, RegistryError, one_line
+from ..inventory.model import InventoryError
+from ..inventory.sbom import read_sbom
 from ..registry.client import ManifestNotFound, RegistryClient
 from .errors import AttestationError, BadInput, NotVerified
 from .provenance import BuildIdentity, identity_differences, statement_identity, statement_subjects
-from .sbom import read_sbom
 from .signing import Attached, key_id, load_public_key, open_envelope, signed_attestations
 from .store import MAX_DOCUMENT_BYTES, Artifact, find_attestations
 
@@ -142,7 +143,7 @@ def verify_image(client: RegistryClient, ref: ImageReference, public: Ed25519Pub
         body = _document(client, repo, want, found, digest)
         try:
             _check_document(result, want, body, digest, config)
-        except AttestationError as exc:  # a signed document we cannot read vouches for nothing
+        except (AttestationError, InventoryError) as exc:  # a signed document we cannot read vouches for nothing
             raise NotVerified(str(exc)) from None
         result.checked.append(f"{want.kind} {want.digest} ({want.size} bytes) attached and unchanged")
     if expect is not None and result.signed is not None:

@@ -135,45 +135,29 @@ class StatusOptions(DeployTaskOptions, ReportOptions):
 
 # ---- the options as the typed values the deploy part takes ----------------------------------------------
 
+# The deploy options that shape what is served fill the recorded `ComposeOptions` and `K8sOptions` by name,
+# in one place (`RecordedOptions.from_options`): a field takes the option of its own name unless renamed here,
+# and these fields take no option (their default). tests/cli/test_deploy_records.py checks every field of both
+# has its option or is listed, so a new field cannot be left unfilled.
+OPTION_OF_FIELD = {"start_period_s": "start_period", "healthcheck_interval_s": "health_interval"}
+FIELDS_WITHOUT_OPTION = frozenset({"healthcheck_timeout_s", "healthcheck_retries", "stop_grace_period_s",
+                                   "dist_init_port"})
+
+
 def compose_options(options: DeployOptions) -> ComposeOptions:
     """The deploy options that shape the served service (recorded, so a rollback serves the same)."""
     # at call time: pydantic and the renderer would slow `invoke --list`
-    from ..render.compose import ENV_FILE, ComposeOptions
+    from ..render.compose import ComposeOptions
 
-    return ComposeOptions(
-        eagle3=options.eagle3,
-        gpus=options.gpus,
-        port=options.port,
-        hf_cache=options.hf_cache,
-        start_period_s=options.start_period,
-        restart=options.restart,
-        env_file=str(Path(options.env_file).resolve()) if options.env_file else ENV_FILE,
-        nnodes=options.nnodes,
-        node_rank=options.node_rank,
-        dist_init_addr=options.dist_init_addr,
-        healthcheck_interval_s=options.health_interval,
-        kernel_cache=options.kernel_cache,
-    )
+    env_file = str(Path(options.env_file).resolve()) if options.env_file else None
+    return ComposeOptions.from_options(options, renamed=OPTION_OF_FIELD, env_file=env_file)
 
 
 def k8s_options(options: DeployOptions) -> K8sOptions:
     """The deploy options that shape the LeaderWorkerSet (recorded, so a rollback applies the same)."""
-    from ..render.k8s import HF_TOKEN_SECRET, K8sOptions  # at call time: as above
+    from ..render.k8s import K8sOptions  # at call time: as above
 
-    return K8sOptions(
-        eagle3=options.eagle3,
-        gpus=options.gpus,
-        nnodes=options.nnodes,
-        replicas=1 if options.replicas is None else options.replicas,
-        namespace=options.namespace,
-        host_network=options.host_network,
-        rdma=options.rdma,
-        hf_cache=options.hf_cache,
-        hf_token_secret=options.hf_token_secret or HF_TOKEN_SECRET,
-        start_period_s=options.start_period,
-        kernel_cache=options.kernel_cache,
-        image_pull_secret=options.image_pull_secret,
-    )
+    return K8sOptions.from_options(options, renamed=OPTION_OF_FIELD)
 
 
 def target_of(target: str) -> str:
@@ -208,7 +192,7 @@ def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str)
 # ---- the tasks ----------------------------------------------------------------------------------------
 
 def _say_stderr(line: str) -> None:
-    from ..deploy.flow import say_stderr  # at call time: the deploy part loads the Docker SDK
+    from ..deploy.deployment import say_stderr  # at call time: the deploy part loads the Docker SDK
 
     say_stderr(line)
 

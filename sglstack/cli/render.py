@@ -38,5 +38,5 @@ def render(o: RenderOptions) -> None:
         from ..attest.verify import verified_for_render  # at call time: only with --verify-key
 
         image = verified_for_render(image, o.verify_key, expected_identity(o.stacks_file, o.stack))
-    options = K8sOptions(nnodes=o.nnodes, host_network=o.host_network, rdma=o.rdma)
+    options = K8sOptions.from_options(o)  # nnodes, host_network, rdma: the rest are deploy's
     render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)

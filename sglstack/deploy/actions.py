@@ -28,8 +28,9 @@ from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
 from ..serving import check_secret_references, require_draft_fits
 from .checks import check_options
+from .deployment import DeployFailed, Deployment, Say, say_stderr
 from .errors import DeployOptionError
-from .flow import DeployFailed, Deployment, Say, deploy, say_stderr
+from .flow import deploy
 from .health import project_containers
 from .images import resolve_image_ref, smoke_report_for
 from .k8s_flow import K8sDeployment, deploy_k8s, rollback_k8s

@@ -27,8 +27,8 @@ from ..render import k8s_lws as lws
 from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec
 from ..serving.phases import MILESTONES, phases_line
+from .deployment import DeployFailed, Say, say_stderr
 from .files import discard_saved, restore_files, write_files
-from .flow import DeployFailed, Say, say_stderr
 from .kernelcache import k8s_phases
 from .store import (
     DeploymentRecord,

@@ -12,7 +12,8 @@ from ..core.errors import DeployError, last_line
 from ..core.records import utc_timestamp
 from ..render import compose as cmp
 from .checks import check_project_owner
-from .flow import LOG_TAIL_LINES, Deployment, Say, deploy, say_stderr
+from .deployment import LOG_TAIL_LINES, Deployment, Say, say_stderr
+from .flow import deploy
 from .health import COMPOSE_PROJECT_LABEL, project_containers
 from .store import (
     DeploymentRecord,

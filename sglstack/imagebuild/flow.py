@@ -32,9 +32,6 @@ from ..adapters.buildkit import (
     run_build,
 )
 from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
-from ..attest.identity import sglstack_identity
-from ..attest.provenance import tree_sha256
-from ..attest.sbom import Inventory
 from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -43,11 +40,14 @@ from ..core.errors import BuildError, SglstackError
 from ..core.records import require_writable, stack_lock, utc_now, utc_timestamp
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage
+from ..inventory.model import Inventory
 from ..size.cudacopies import copies_line, cuda_copies, lock_parts
 from ..size.measure import measure_and_gate
 from .context import RenderedContext, write_build_context
+from .identity import sglstack_identity, tree_sha256
 from .images import ImageVanished, existing_verified_image, held_image, stamp_labels
 from .incremental import verify_incrementally
+from .judge import lock_mismatches
 from .plan import (
     BuildResult,
     BuildSettings,
@@ -73,7 +73,6 @@ from .record import (
 from .verify import (
     FINAL_TARGET,
     check_base_image,
-    lock_mismatches,
     sbom_inventory,
     verified_facts,
     verified_labels,

@@ -12,7 +12,6 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..attest.sbom import SBOM_FILE, Inventory, sbom_document
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.errors import ConfigError
@@ -20,6 +19,8 @@ from ..core.inputs import loads, read_bytes
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import RECORD_FILE, build_root
 from ..core.safefiles import containing_root, write_bytes, write_text
+from ..inventory.model import Inventory
+from ..inventory.sbom import SBOM_FILE, sbom_document
 from ..lockfile.model import Lock, lock_content_sha256
 from .verify import (
     FINAL_TARGET,

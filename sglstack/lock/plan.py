@@ -149,11 +149,10 @@ def python_platform(platform: str, glibc: str | None = None) -> str:
     return f"{MACHINE[platform]}-manylinux_{tag}"
 
 
-# Where glibc lives in the base images stacks use (Debian/Ubuntu multiarch, then RHEL-likes' lib64).
-LIBC_PATHS = {"linux/amd64": ("/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6",
-                              "/usr/lib64/libc.so.6"),
-              "linux/arm64": ("/usr/lib/aarch64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
-                              "/usr/lib64/libc.so.6")}
+# Where glibc lives in the base images stacks use (Debian/Ubuntu multiarch, whose triplet starts with the
+# platform's machine name, then RHEL-likes' lib64).
+LIBC_PATHS = {platform: (f"/usr/lib/{machine}-linux-gnu/libc.so.6", f"/lib/{machine}-linux-gnu/libc.so.6",
+                         "/usr/lib64/libc.so.6") for platform, machine in MACHINE.items()}
 
 
 _GLIBC_BANNER = re.compile(rb"GNU C Library [^\n]*? release version (\d+\.\d+)")

@@ -38,6 +38,19 @@ class RecordedOptions:
         names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    @classmethod
+    def from_options(cls, options: object, *, renamed: Mapping[str, str] | None = None, **given: object) -> Self:
+        """From a task's options (a dataclass), the one copy of option to field: each field takes the option
+        of its own name (or `renamed[field]`'s), or the value `given` for it; an option the task does not
+        have, or left unset (None), keeps the field's default."""
+        held = {f.name: getattr(options, f.name) for f in fields(options)}  # type: ignore[arg-type]
+        values = {}
+        for name in (f.name for f in fields(cls)):  # type: ignore[arg-type]
+            value = given[name] if name in given else held.get((renamed or {}).get(name, name))
+            if value is not None:
+                values[name] = value
+        return cls(**values)
+
 
 def gpu_count(value: int | bool | None) -> int | None:
     """GPUs per node as deploy's options hold them (None: the stack's); a record from before `--gpus N` holds

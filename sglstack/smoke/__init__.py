@@ -8,7 +8,8 @@ plan (pure: options, the two launches' argv) -> runner (containers, requests) ->
 from __future__ import annotations
 
 from .launch import launch_argvs
-from .plan import SmokeOptions, smoke_options
+from .overrides import smoke_options
+from .plan import SmokeOptions
 from .report import SmokeReport
 from .runner import run_smoke
 

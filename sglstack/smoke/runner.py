@@ -31,9 +31,10 @@ from .gates import Verdict, evaluate
 from .launch import container_plan, process_plan, run_spec
 from .levels import crossover_line
 from .measure import ServerRun, agreement
+from .measured import Log
 from .plan import RUN_KINDS, SmokeOptions, redact_argv
 from .report import SmokeReport, write_report
-from .server import Log, serve_and_measure, serve_process_and_measure
+from .server import serve_and_measure, serve_process_and_measure
 from .since import since_last_pass
 from .startgates import start_failures, warm_saving
 from .subject import check_what_to_serve, open_what_to_serve

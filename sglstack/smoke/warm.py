@@ -39,8 +39,9 @@ from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
 from .launch import container_plan, process_plan, run_spec
 from .measure import ServerRun
+from .measured import Log, measure_start
 from .plan import SmokeOptions, redact_argv
-from .server import Log, container_to_end, measure_start, run_to_end, serve_and_measure, serve_process_and_measure
+from .server import container_to_end, run_to_end, serve_and_measure, serve_process_and_measure
 
 SHOWN_NEW_FILES = 20
 

@@ -15,7 +15,6 @@ from oci_referrers_double import ReferrersRegistry
 
 from sglstack.attest.errors import BadInput, NotVerified
 from sglstack.attest.provenance import provenance_statement, statement_subjects
-from sglstack.attest.sbom import Inventory, lock_problems, read_sbom, sbom_document
 from sglstack.attest.signing import (
     Attached,
     load_public_key,
@@ -29,6 +28,8 @@ from sglstack.attest.signing import (
 from sglstack.attest.store import KINDS, artifact_manifest, attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
 from sglstack.config.imageref import parse_image_reference
+from sglstack.inventory.model import Inventory, lock_problems
+from sglstack.inventory.sbom import read_sbom, sbom_document
 from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
 

@@ -17,7 +17,6 @@ from sglstack.attest import verify as verify_mod
 from sglstack.attest.errors import BadInput, NotVerified
 from sglstack.attest.provenance import BuildIdentity, identity_differences, provenance_statement
 from sglstack.attest.release import AttestPlan
-from sglstack.attest.sbom import SBOM_FILE, Inventory, sbom_document
 from sglstack.attest.signing import Attached, key_id, public_pem, sign_envelope, signed_payload
 from sglstack.attest.store import KINDS, attach, fallback_tag
 from sglstack.attest.verify import verify_image
@@ -26,6 +25,8 @@ from sglstack.cli.deploy import DeployOptions, deploy_command
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.jsonreport import JsonReport
+from sglstack.inventory.model import Inventory
+from sglstack.inventory.sbom import SBOM_FILE, sbom_document
 from sglstack.lock.trust import lock_for_build
 from sglstack.publish import cleanup_candidates, read_records, records_path, release
 from sglstack.publish.digest import publish_digest

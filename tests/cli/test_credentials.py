@@ -21,7 +21,7 @@ from sglstack.render.dockerfile import render_dockerfile, stack_manifest
 from sglstack.render.k8s import K8sOptions, render_k8s
 from sglstack.serving import ServingError, check_secret_references
 from sglstack.smoke.launch import container_plan
-from sglstack.smoke.plan import smoke_options
+from sglstack.smoke.overrides import smoke_options
 
 CPU_MATRIX = REPO / "tests" / "fixtures" / "stacks-cpu.yaml"
 PASSWORD = "pw-9f3c1e7d"  # what every test looks for in what was written

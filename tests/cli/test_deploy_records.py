@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,15 @@ from clirun import run_invoke
 from deploy_fixtures import make_test_stack, write_test_matrix
 
 from sglstack.adapters.compose import detect_compose
-from sglstack.cli.deploy import DeployOptions, LogsOptions
+from sglstack.cli.deploy import (
+    FIELDS_WITHOUT_OPTION,
+    OPTION_OF_FIELD,
+    DeployOptions,
+    LogsOptions,
+    compose_options,
+    k8s_options,
+)
+from sglstack.cli.render import RenderOptions
 from sglstack.core.errors import DeployError, DockerUnavailable
 from sglstack.deploy import health as health_mod
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL, health_verdict, wait_healthy
@@ -28,6 +37,7 @@ from sglstack.deploy.store import (
 )
 from sglstack.publish import PublishedRelease
 from sglstack.render import compose as cmp
+from sglstack.render.k8s import K8sOptions
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -324,6 +334,40 @@ def test_the_deploy_options_are_defined_once_and_parsed_with_one_line_errors() -
         assert str(info.value).startswith(f"--{name.replace('_', '-')} 'abc': not a")
     with pytest.raises(DeployError, match="--tail 'x': not a whole number"):
         LogsOptions.from_cli({"stack": "tiny", "tail": "x"})
+
+
+def test_every_recorded_serving_field_is_filled_from_its_deploy_option_or_listed_as_none() -> None:
+    """ComposeOptions and K8sOptions are filled by name from DeployOptions (`from_options`): a field added to
+    either with no option of its name (or a rename) and not listed would silently keep its default."""
+    options = {f.name for f in dataclasses.fields(DeployOptions)}
+    for model in (cmp.ComposeOptions, K8sOptions):
+        unfilled = {f.name for f in dataclasses.fields(model)
+                    if OPTION_OF_FIELD.get(f.name, f.name) not in options and f.name not in FIELDS_WITHOUT_OPTION}
+        assert unfilled == set(), (model.__name__, unfilled)
+    every_field = {f.name for m in (cmp.ComposeOptions, K8sOptions) for f in dataclasses.fields(m)}
+    assert every_field >= FIELDS_WITHOUT_OPTION and set(OPTION_OF_FIELD) <= every_field
+    assert set(OPTION_OF_FIELD.values()) <= options
+
+
+def test_the_deploy_options_become_the_recorded_serving_options(tmp_path: Path) -> None:
+    assert compose_options(DeployOptions(stack="tiny")) == cmp.ComposeOptions()
+    assert k8s_options(DeployOptions(stack="tiny")) == K8sOptions()
+    given = DeployOptions(stack="tiny", eagle3=False, gpus=0, port=8080, hf_cache="/hf", start_period=90,
+                          restart="always", env_file=str(tmp_path / "my.env"), nnodes=2, node_rank=1,
+                          dist_init_addr="n0:5000", health_interval=7, kernel_cache=True, replicas=3,
+                          namespace="ns", host_network=True, rdma="rdma/ib=2", hf_token_secret="tok",
+                          image_pull_secret="pull")
+    assert compose_options(given) == cmp.ComposeOptions(
+        eagle3=False, gpus=0, port=8080, hf_cache="/hf", start_period_s=90, restart="always",
+        env_file=str((tmp_path / "my.env").resolve()), nnodes=2, node_rank=1, dist_init_addr="n0:5000",
+        healthcheck_interval_s=7, kernel_cache=True)
+    assert k8s_options(given) == K8sOptions(eagle3=False, gpus=0, nnodes=2, replicas=3, namespace="ns",
+                                            host_network=True, rdma="rdma/ib=2", hf_cache="/hf",
+                                            hf_token_secret="tok", start_period_s=90, kernel_cache=True,
+                                            image_pull_secret="pull")
+    # `invoke render --nnodes/--host-network/--rdma`: the same one copy, from the options render has
+    render = RenderOptions(stack="tiny", stacks_file="s.yaml", nnodes=2, host_network=True, rdma="rdma/ib")
+    assert K8sOptions.from_options(render) == K8sOptions(nnodes=2, host_network=True, rdma="rdma/ib")
 
 
 @pytest.mark.parametrize(

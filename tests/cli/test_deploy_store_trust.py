@@ -20,7 +20,7 @@ from deploy_fixtures import make_test_stack
 
 from sglstack.cli.deploy import StatusOptions, status_command
 from sglstack.core.errors import DeployError
-from sglstack.deploy import flow, lifecycle
+from sglstack.deploy import deployment, flow, lifecycle, restore
 from sglstack.deploy import status as status_mod
 from sglstack.deploy.files import SAVED_SUFFIX
 from sglstack.deploy.store import DeploymentRecord, read_records, records_path, serving_now
@@ -91,31 +91,32 @@ def engine(monkeypatch):
     monkeypatch.setattr(flow, "image_identity", lambda _c, ref: (ref.split("@")[1], "sha256:" + "9" * 64))
     monkeypatch.setattr(flow, "smoke_report_for", lambda *a: None)
     monkeypatch.setattr(flow, "_engine_name", lambda _c: "engine")
-    monkeypatch.setattr(flow, "container_log_tail", lambda *a: "")
+    monkeypatch.setattr(restore, "container_log_tail", lambda *a: "")
     monkeypatch.setattr(flow, "deployed_phases", lambda *a: {})  # the start by phase reads the container's log
-    monkeypatch.setattr(flow, "pinned_image", lambda _c, record: record.image)
-    monkeypatch.setattr(flow, "_health_failure", lambda *a: "exited with code 3"
-                        if serving["compose"].ups[-1] == BAD else None)
+    monkeypatch.setattr(restore, "pinned_image", lambda _c, record: record.image)
+    for module in (flow, restore):  # the deploy's health wait and the restore's
+        monkeypatch.setattr(module, "health_failure", lambda *a: "exited with code 3"
+                            if serving["compose"].ups[-1] == BAD else None)
     return serving
 
 
-def _deploy(dep: flow.Deployment, compose: ComposeDouble, image: str) -> DeploymentRecord:
+def _deploy(dep: deployment.Deployment, compose: ComposeDouble, image: str) -> DeploymentRecord:
     return flow.deploy(dep, image, OPTIONS, compose=compose, wait_timeout_s=5, say=lambda _m: None)  # type: ignore[arg-type]
 
 
-def _setup(tmp_path: Path, root: Path, engine: dict, monkeypatch) -> tuple[flow.Deployment, ComposeDouble]:
+def _setup(tmp_path: Path, root: Path, engine: dict, monkeypatch) -> tuple[deployment.Deployment, ComposeDouble]:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(root))
-    dep = flow.Deployment(stack=make_test_stack(tmp_path / "m"), build_root=root)
+    dep = deployment.Deployment(stack=make_test_stack(tmp_path / "m"), build_root=root)
     compose = engine["compose"] = ComposeDouble()
     _deploy(dep, compose, GOOD)
     return dep, compose
 
 
-def _served(dep: flow.Deployment) -> list[tuple[str, str, str]]:
+def _served(dep: deployment.Deployment) -> list[tuple[str, str, str]]:
     return [(r.action, r.result, r.image) for r in read_records(dep.build_root, "tiny")]
 
 
-def _serving(dep: flow.Deployment) -> str | None:
+def _serving(dep: deployment.Deployment) -> str | None:
     """The image the records say serves now, and that no line records the unrecordable attempt."""
     records = read_records(dep.build_root, "tiny")
     assert {r.image for r in records} == {GOOD}
@@ -176,7 +177,7 @@ def test_a_healthy_deploy_whose_record_cannot_be_written_is_undone(tmp_path, sma
     dep, compose = _setup(tmp_path, small_disk / "build", engine, monkeypatch)
     before = (dep.out_dir / cmp.COMPOSE_FILE).read_text()
     compose.on_up = lambda: fill(small_disk) if compose.ups[-1] == NEW else None
-    with pytest.raises(flow.DeployFailed) as info:
+    with pytest.raises(deployment.DeployFailed) as info:
         _deploy(dep, compose, NEW)
     line = str(info.value)
     assert line.startswith(f"stack 'tiny' (project {dep.project_name}): healthy, but its record was not written ("
@@ -192,7 +193,7 @@ def test_a_failed_deploy_restores_the_previous_one_even_when_the_failure_cannot_
         tmp_path, small_disk, engine, monkeypatch) -> None:
     dep, compose = _setup(tmp_path, small_disk / "build", engine, monkeypatch)
     compose.on_up = lambda: fill(small_disk) if compose.ups[-1] == BAD else None
-    with pytest.raises(flow.DeployFailed) as info:
+    with pytest.raises(deployment.DeployFailed) as info:
         _deploy(dep, compose, BAD)
     line = str(info.value)
     assert line.startswith(f"stack 'tiny' (project {dep.project_name}): exited with code 3; restored "
@@ -237,7 +238,7 @@ def test_a_record_of_the_wrong_shape_is_named_by_file_line_and_why(tmp_path, row
 
 
 def test_rollback_over_a_record_whose_options_are_not_an_object_is_one_line(tmp_path) -> None:
-    dep = flow.Deployment(stack=make_test_stack(tmp_path / "m"), build_root=tmp_path / "build")
+    dep = deployment.Deployment(stack=make_test_stack(tmp_path / "m"), build_root=tmp_path / "build")
     path = records_path(dep.build_root, "tiny")
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in (_record(GOOD, options="x"), _record(NEW))))

@@ -25,7 +25,8 @@ from sglstack.adapters.compose import detect_compose
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError, SglstackError
 from sglstack.deploy.checks import project_owner_problem
-from sglstack.deploy.flow import Deployment, deploy
+from sglstack.deploy.deployment import Deployment
+from sglstack.deploy.flow import deploy
 from sglstack.deploy.k8s_flow import owner_problem
 from sglstack.deploy.lifecycle import undeploy
 from sglstack.render import k8s

@@ -23,7 +23,7 @@ from sglstack.cli.coverage import coverage_command
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError
 from sglstack.coverage import stack as coverage_mod
-from sglstack.imagebuild.verify import pip_check_problems
+from sglstack.imagebuild.judge import pip_check_problems
 from sglstack.lock.trust import StaleLock, UntrustedLock, lock_for_build
 from sglstack.lockfile.model import lock_path
 

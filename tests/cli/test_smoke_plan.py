@@ -142,7 +142,8 @@ def test_bad_options_are_one_line_errors(overrides, message):
 
 
 def test_api_keys_are_redacted_in_logs_and_reports():
-    from sglstack.smoke.plan import redact_argv, smoke_options
+    from sglstack.smoke.overrides import smoke_options
+    from sglstack.smoke.plan import redact_argv
 
     cmd = ["python3", "-m", "sglang.launch_server", "--api-key", "sk-secret", "--admin-api-key=adm-secret",
            "--tp-size", "8"]

@@ -19,15 +19,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
 from sglstack.attest.errors import AttestationError, NotVerified
-from sglstack.attest.image import image_inventory
 from sglstack.attest.release import AttestPlan
-from sglstack.attest.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.attest.store import attach, fallback_tag, find_attestations
 from sglstack.attest.verify import verify_image
 from sglstack.config.imageref import parse_image_reference
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.imagebuild.verify import sbom_inventory
+from sglstack.inventory.listing import image_inventory
+from sglstack.inventory.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.lock.trust import lock_for_build
 from sglstack.lockfile.model import Lock, LockedPackage
 from sglstack.publish import cleanup_candidates, push_candidate, read_records, records_path, release, target_repository

@@ -24,7 +24,8 @@ from deploy_fixtures import free_port, make_test_stack, write_test_matrix
 from sglstack.adapters.compose import detect_compose
 from sglstack.adapters.docker import running_container
 from sglstack.core.errors import DeployError
-from sglstack.deploy.flow import DeployFailed, Deployment, deploy
+from sglstack.deploy.deployment import DeployFailed, Deployment
+from sglstack.deploy.flow import deploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
 from sglstack.deploy.lifecycle import rollback, undeploy
 from sglstack.deploy.status import deployment_status

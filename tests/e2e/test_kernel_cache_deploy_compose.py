@@ -24,7 +24,8 @@ from sglstack.adapters.compose import detect_compose
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag
 from sglstack.config.imageref import Repository
 from sglstack.core.safefiles import OutputNotWritable
-from sglstack.deploy.flow import Deployment, deploy
+from sglstack.deploy.deployment import Deployment
+from sglstack.deploy.flow import deploy
 from sglstack.deploy.health import COMPOSE_PROJECT_LABEL
 from sglstack.deploy.kernelcache import deployment_key
 from sglstack.deploy.lifecycle import undeploy

@@ -14,14 +14,14 @@ import pytest
 from clirun import run_invoke
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
-from sglstack.attest.provenance import tree_sha256
-from sglstack.attest.sbom import SBOM_FILE, read_sbom
 from sglstack.config.imageref import Repository
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import PinMismatch
 from sglstack.diff.compare import snapshot_diff
 from sglstack.diff.sources import load_snapshot
 from sglstack.imagebuild import verify as verify_mod
+from sglstack.imagebuild.identity import tree_sha256
+from sglstack.inventory.sbom import SBOM_FILE, read_sbom
 from sglstack.lockfile.model import VENV_BOOTSTRAP, LockedPackage, lock_content_sha256, lock_path
 from sglstack.lockfile.text import read_lock
 from sglstack.publish import push_candidate

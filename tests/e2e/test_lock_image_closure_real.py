@@ -11,9 +11,9 @@ import venv
 import pytest
 from lock_forgery import FIXTURES, forged_lock_text
 
-from sglstack.attest.image import LISTER
-from sglstack.attest.sbom import Inventory
 from sglstack.config.matrix import load_matrix
+from sglstack.inventory.listing import LISTER
+from sglstack.inventory.model import Inventory
 from sglstack.lock.plan import root_names
 from sglstack.lock.trust import unrequired_in_image
 from sglstack.lockfile.text import parse_lock

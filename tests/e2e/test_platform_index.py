@@ -133,8 +133,9 @@ def _release_unsigned(client: RegistryClient, repo: str, digest: str) -> None:
     import datetime as dt
 
     from sglstack.attest.provenance import provenance_statement
-    from sglstack.attest.sbom import Inventory, sbom_document
     from sglstack.attest.store import attach
+    from sglstack.inventory.model import Inventory
+    from sglstack.inventory.sbom import sbom_document
 
     path = repo.split("/", 1)[1]
     config = client.get_manifest(path, digest).blobs()[0]
@@ -209,7 +210,8 @@ def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_any
     recorded (the image is local here, so its platform is the engine's record of it)."""
     from deploy_fixtures import free_port, make_test_stack
 
-    from sglstack.deploy.flow import Deployment, deploy
+    from sglstack.deploy.deployment import Deployment
+    from sglstack.deploy.flow import deploy
     from sglstack.publish.platforms import engine_platform
     from sglstack.render import compose as cmp
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultproxy import Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
-from sglstack.attest.sbom import read_sbom
+from sglstack.inventory.sbom import read_sbom
 from sglstack.registry.client import RegistryClient
 
 REPO = Path(__file__).resolve().parents[2]

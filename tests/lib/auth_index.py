@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import hashlib
 import io
 import ipaddress
 import ssl
 import subprocess
 import tempfile
-import threading
 import zipfile
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from engine_refs import free_port
+from httpserve import ThreadedServer
 
 
 def make_wheel(name: str, version: str) -> tuple[str, bytes]:
@@ -55,7 +55,7 @@ class AuthIndex:
     require_auth: bool = True  # False: a public index (what uv's default index stands for in a test)
     ca_pem: str = ""
     requests: list[tuple[str, bool]] = field(default_factory=list)  # (path, authorised)
-    _server: ThreadingHTTPServer | None = field(default=None, repr=False)
+    _server: ThreadedServer | None = field(default=None, repr=False)
 
     @property
     def scheme(self) -> str:
@@ -123,18 +123,17 @@ class AuthIndex:
             def log_message(self, *args) -> None:
                 pass
 
-        self.port = self.port or free_port()
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        wrap = None
         if self.tls:
             self.ca_pem, context = _tls_context(self.host)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+            wrap = functools.partial(context.wrap_socket, server_side=True)
+        self._server = ThreadedServer(Handler, host=self.host, port=self.port, wrap=wrap)
+        self.port = self._server.port
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
 
 
 def _tls_context(host: str) -> tuple[str, ssl.SSLContext]:

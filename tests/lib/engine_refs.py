@@ -25,6 +25,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    return claim_port(port)
+
+
+def claim_port(port: int) -> int:
+    """Claim a loopback port this session listens on (`httpserve.ThreadedServer` claims its own)."""
     CLAIMED_HOSTS.add(f"127.0.0.1:{port}")
     return port
 

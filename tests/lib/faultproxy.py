@@ -21,9 +21,10 @@ import select
 import socket
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from engine_refs import free_port
+from httpserve import ThreadedServer
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -152,10 +153,8 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
 
-        self.port = free_port()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = ThreadedServer(Handler)
+        self.port = self._server.port  # handler threads are daemons (ThreadingHTTPServer's own default)
 
     @property
     def host(self) -> str:
@@ -189,8 +188,7 @@ class FaultProxy:
 
     def close(self) -> None:
         self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 class BlackHole:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 from engine_refs import free_port
+from httpserve import ThreadedServer
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 ROUTE = re.compile(r"^/v2/(?P<name>.+?)/(?P<kind>blobs/uploads|blobs|manifests|referrers|tags)/?(?P<ref>[^/]*)$")
@@ -168,16 +168,14 @@ class ReferrersRegistry:
                 self._send(200, json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": found}).encode(),
                            headers)
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self._http = ThreadedServer(Handler, port=self.port)
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        self._http.close()
 
     def store(self, name: str, body: bytes, media_type: str, tag: str | None = None) -> str:
         """Keep manifest bytes as they are (no check, as no real registry would take them), under `tag` too."""

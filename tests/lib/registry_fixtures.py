@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from engine_refs import free_port
+from httpserve import ThreadedServer
 
 from sglstack.registry.local import TokenAuth, registry_config, start_binary, stop_process
 
@@ -171,9 +172,8 @@ class TokenService:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.port = free_port()
-        self._http = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self._http = ThreadedServer(Handler)
+        self.port = self._http.port
 
     @property
     def auth(self) -> TokenAuth:
@@ -210,7 +210,7 @@ class TokenService:
         return f"{signing_input}.{_b64(signature)}"
 
     def close(self) -> None:
-        self._http.shutdown()
+        self._http.close()
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------

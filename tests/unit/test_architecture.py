@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -114,9 +115,13 @@ MAY_USE: dict[str, set[str]] = {
     "size": {"config", "adapters", "core"},
     "diff": {"config", "lockfile", "registry", "size", "adapters", "core"},
     "registry": {"config", "adapters", "core"},
-    "attest": {"config", "lockfile", "registry", "kernelcache", "adapters", "core"},
+    # inventory: what an image holds (listed inside it, compared with the lock, its SBOM document), below
+    # imagebuild (whose verify lists it and writes the SBOM beside the record) and attest (which signs what the
+    # build recorded): the build never imports attest
+    "inventory": {"lockfile", "adapters", "core"},
+    "attest": {"config", "lockfile", "inventory", "registry", "kernelcache", "adapters", "core"},
     # imagebuild: the image build (not named `build`: packaging and import-graph tools skip that name)
-    "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "attest", "inimage",
+    "imagebuild": {"config", "serving", "render", "lock", "lockfile", "coverage", "size", "inventory", "inimage",
                    "adapters", "core"},
     # kernelcache: the kernel-cache artifact (key, layer, on-disk OCI layout), below smoke, attest and deploy
     "kernelcache": {"config", "serving", "core"},
@@ -142,6 +147,33 @@ MAY_USE: dict[str, set[str]] = {
 }
 # Edges the design does not want, each waiting for its move (empty when the house is as designed).
 DEBTS: set[tuple[str, str]] = set()
+
+
+def _documented_may_use(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's "What each part may use" table as {part: parts it may import} (the face's row,
+    which says it in words, left out; a parenthesis is a reason, not a part)."""
+    section = text.split("## What each part may use", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("part", "---") or cells[0].startswith("face"):
+            continue
+        uses = re.sub(r"\([^)]*\)", "", cells[1])
+        named = set() if uses.strip() == "nothing of ours" else {u.strip() for u in uses.split(",") if u.strip()}
+        out.update({part.strip(): named for part in cells[0].split(",")})
+    return out
+
+
+def test_the_documented_table_is_may_use():
+    """The page a newcomer reads states the same rules the test enforces (the face's row aside)."""
+    documented = _documented_may_use((PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert documented == {part: uses for part, uses in MAY_USE.items() if part != "cli"}
+
+
+def test_the_table_reader_reads_reasons_and_shared_rows():
+    page = ("## What each part may use\n\n| part | may import |\n| --- | --- |\n| core, inimage | nothing of ours |\n"
+            "| render | config, lock (why, and how), core |\n| face (`cli`) | every part |\n\n## Never\n| x | y |\n")
+    assert _documented_may_use(page) == {"core": set(), "inimage": set(), "render": {"config", "lock", "core"}}
 
 
 def test_each_part_imports_only_what_the_design_allows():
@@ -247,7 +279,6 @@ ADAPTED_TOOLS = {"kubectl", "compose", "docker-compose", "hadolint"}
 # Modules outside adapters/ (and inimage/, which runs inside images) that still start a process themselves, and
 # what they start; each waits for its adapter. A test fails when one is added unlisted, or paid and still listed.
 PROCESS_DEBTS = {
-    "sglstack.attest.identity": "git (the checkout's own commit)",
     "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
     "sglstack.registry.local": "the embedded registry's binary",

@@ -17,8 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sglstack.attest.errors import AttestationError, BadInput, NotVerified
-from sglstack.attest.provenance import provenance_statement, statement_subjects, tree_sha256
-from sglstack.attest.sbom import Inventory, read_sbom, sbom_document
+from sglstack.attest.provenance import provenance_statement, statement_subjects
 from sglstack.attest.signing import (
     Attached,
     load_public_key,
@@ -30,6 +29,9 @@ from sglstack.attest.signing import (
     signed_attestations,
     signed_payload,
 )
+from sglstack.imagebuild.identity import tree_sha256
+from sglstack.inventory.model import Inventory, InventoryError
+from sglstack.inventory.sbom import read_sbom, sbom_document
 from sglstack.lockfile.model import Lock, LockedPackage
 
 PAYLOAD_TYPE = "application/vnd.sglstack.attestations.v1+json"
@@ -180,7 +182,7 @@ def test_an_inventory_is_read_whole_from_the_listing():
                                   debian=(("libc6", "2.36", "amd64"), ("tzdata", "2024a", "")),
                                   python_version="3.11.2", requires={"idna": (), "pip": (), "six": ()})
     assert list(inventory.python) == ["idna", "pip", "six"]
-    with pytest.raises(AttestationError) as err:
+    with pytest.raises(InventoryError) as err:
         Inventory.from_listing({"python_distributions": [{"name": "x"}], "debian_packages": []})
     assert str(err.value) == "the image's inventory is malformed (missing 'version')"
 
@@ -258,10 +260,10 @@ def test_an_sbom_read_back_and_what_is_not_one():
                                                {"name": "nopurl", "version": "1"},
                                                {"name": "npm", "purl": "pkg:npm/left-pad@1.0.0"}]}))
     assert (odd.image_id, odd.python, odd.debian) == (None, {"nover": ""}, 0)
-    with pytest.raises(AttestationError) as err:
+    with pytest.raises(InventoryError) as err:
         read_sbom(_canonical({"bomFormat": "SPDX"}))
     assert str(err.value) == "the SBOM is not a CycloneDX JSON document this tool wrote (not CycloneDX)"
-    with pytest.raises(AttestationError) as err:
+    with pytest.raises(InventoryError) as err:
         read_sbom(_canonical({"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/x@1"}]}))
     assert str(err.value) == "the SBOM is not a CycloneDX JSON document this tool wrote ('name')"
 

@@ -9,11 +9,11 @@ import json
 import docker.errors
 import pytest
 
-from sglstack.attest import image as image_mod
-from sglstack.attest.errors import AttestationError
 from sglstack.attest.release import reused_facts
 from sglstack.core import labels as lb
 from sglstack.core.errors import MESSAGE_CUT
+from sglstack.inventory import listing as image_mod
+from sglstack.inventory.model import InventoryError
 
 LISTING = {"python": "3.11.2", "python_distributions": [{"name": "six", "version": "1.16.0"}],
            "debian_packages": [{"name": "bash", "version": "5.2", "arch": "amd64"}]}
@@ -70,7 +70,7 @@ def test_the_default_wait_and_no_labels(engine):
 ])
 def test_a_lister_that_fails_is_one_line(engine, code, out, err, line):
     engine["container"] = _Container(code, out, err)
-    with pytest.raises(AttestationError) as caught:
+    with pytest.raises(InventoryError) as caught:
         image_mod.image_inventory("client", "img:1")
     assert str(caught.value) == line
 
@@ -87,7 +87,7 @@ def test_a_lister_that_fails_is_one_line(engine, code, out, err, line):
 ])
 def test_an_engine_refusal_is_one_line(engine, error, line):
     engine["error"] = error
-    with pytest.raises(AttestationError) as caught:
+    with pytest.raises(InventoryError) as caught:
         image_mod.image_inventory("client", "img:1")
     assert str(caught.value) == line and caught.value.__suppress_context__
 

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from sglstack import __version__
-from sglstack.attest import identity as identity_mod
 from sglstack.attest.provenance import BuildIdentity
 from sglstack.attest.verify import Verification, verified_line
+from sglstack.imagebuild import identity as identity_mod
 
 DIGEST = "sha256:" + "d" * 64
 SIGNED = BuildIdentity("cu130", "1a2b3c4d5e6f7890", "pkg:pypi/sglang@0.5.9")

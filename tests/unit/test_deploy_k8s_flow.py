@@ -25,7 +25,7 @@ from sglstack.adapters.kubectl import Kubectl
 from sglstack.core.errors import DeployError
 from sglstack.core.signals import Interrupted
 from sglstack.deploy import k8s_flow
-from sglstack.deploy.flow import DeployFailed
+from sglstack.deploy.deployment import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglstack.deploy import flow, k8s_flow
+from sglstack.deploy import deployment, k8s_flow
 from sglstack.serving import Healthcheck
 
 healthchecks = st.builds(Healthcheck, path=st.just("/health"), interval_s=st.integers(1, 600),
@@ -25,7 +25,7 @@ def _last_probe_ends(h: Healthcheck) -> int:
 
 @given(healthchecks)
 def test_compose_waits_past_the_last_probe_of_a_slow_server(h):
-    limit = flow.wait_limit(SimpleNamespace(healthcheck=h), None)
+    limit = deployment.wait_limit(SimpleNamespace(healthcheck=h), None)
     assert limit >= _last_probe_ends(h) + h.interval_s
 
 
@@ -35,7 +35,7 @@ def test_kubernetes_waits_past_the_startup_probe_and_a_pull(h):
     assert limit >= h.start_period_s + h.interval_s * (h.retries + 1) + 300
 
 
-@pytest.mark.parametrize("wait_limit", [flow.wait_limit, k8s_flow.wait_limit])
+@pytest.mark.parametrize("wait_limit", [deployment.wait_limit, k8s_flow.wait_limit])
 def test_the_wait_timeout_option_is_taken_as_given(wait_limit):
     slow = Healthcheck(path="/health", interval_s=30, timeout_s=20, retries=3, start_period_s=1800)
     assert wait_limit(SimpleNamespace(healthcheck=slow), 5.0) == 5.0

@@ -19,7 +19,7 @@ from sglstack.config.settings import Gates
 from sglstack.smoke.gates import evaluate
 from sglstack.smoke.launch import process_plan
 from sglstack.smoke.measure import ServerRun
-from sglstack.smoke.plan import smoke_options
+from sglstack.smoke.overrides import smoke_options
 
 REPO = Path(__file__).resolve().parents[2]
 # Two runs on two machine starts (the second after the SIGTERM check of benchmarks/field_sigterm.sh).

@@ -23,7 +23,8 @@ import scipy
 
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
-from sglstack.imagebuild.verify import image_check_argv, image_check_problems, serving_argvs, waived_libraries
+from sglstack.imagebuild.judge import image_check_problems, waived_libraries
+from sglstack.imagebuild.verify import image_check_argv, serving_argvs
 from sglstack.inimage.incontainer.elfdeps import check_needs, read_dynamic
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,12 +13,12 @@ import hashlib
 import io
 import json
 import os
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from httpserve import ThreadedServer
 
 from sglstack.adapters import index as idx
 from sglstack.adapters.index import IndexMetadata, IndexSettings, MetadataMismatch, index_settings
@@ -90,14 +90,8 @@ def index(tmp_path, monkeypatch):
                                         "ranges": True})
     for version, body in METADATA.items():
         handler.served[f"/files/sglang-{version}-py3-none-any.whl.metadata"] = body
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_port}/simple"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ThreadedServer(handler) as served:
+        yield handler, f"{served.url}/simple"
 
 
 def _no_wheels(monkeypatch):

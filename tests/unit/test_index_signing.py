@@ -12,65 +12,25 @@ from types import SimpleNamespace
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from memory_registry import MemoryRegistry
 
 from sglstack.attest.errors import AttestationError
 from sglstack.attest.provenance import BuildIdentity, provenance_statement
 from sglstack.attest.release import ensure_signed
-from sglstack.attest.sbom import Inventory, sbom_document
 from sglstack.attest.signing import key_id
 from sglstack.attest.store import attach
 from sglstack.attest.verify import IndexNotVerified, verify_image
 from sglstack.config.imageref import parse_image_reference, parse_repository
 from sglstack.config.matrix import load_matrix
+from sglstack.inventory.model import Inventory
+from sglstack.inventory.sbom import sbom_document
 from sglstack.publish import index as index_mod
-from sglstack.registry.client import DOCKER_MANIFEST, OCI_MANIFEST, Manifest, ManifestNotFound, compute_digest
+from sglstack.registry.client import DOCKER_MANIFEST, OCI_MANIFEST, compute_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "127.0.0.1:5000/team/multi"
 PATH = "team/multi"
 STACK = "pypi-cu130-gb"
-
-
-class MemoryRegistry:
-    """The RegistryClient calls publishing and verifying an index make, kept in dicts (no referrers API)."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.manifests: dict[str, tuple[str, bytes]] = {}
-        self.tags: dict[str, str] = {}
-
-    def get_manifest(self, repo, reference):
-        digest = self.tags.get(reference, reference)
-        if digest not in self.manifests:
-            raise ManifestNotFound(reference)
-        media, body = self.manifests[digest]
-        return Manifest(media, body, digest)
-
-    def manifest_digest(self, repo, reference):
-        return self.tags.get(reference) or (reference if reference in self.manifests else None)
-
-    def put_blob(self, repo, data):
-        self.blobs[compute_digest(data)] = data
-        return compute_digest(data)
-
-    def get_blob(self, repo, digest, *, max_bytes=None):
-        return self.blobs[digest]
-
-    def put_manifest(self, repo, reference, body, media_type):
-        digest = compute_digest(body)
-        self.manifests[digest] = (media_type, body)
-        if not reference.startswith("sha256:"):
-            self.tags[reference] = digest
-        return digest
-
-    def put_artifact(self, repo, reference, body, media_type):
-        return self.put_manifest(repo, reference, body, media_type), False
-
-    def referrers(self, repo, digest):
-        return None
-
-    def image_config(self, repo, reference):
-        return json.loads(self.blobs[self.get_manifest(repo, reference).blobs()[0]])
 
 
 def _image(registry: MemoryRegistry, platform: str) -> str:

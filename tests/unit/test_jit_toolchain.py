@@ -17,7 +17,7 @@ import pytest
 from jit_fixtures import cuda_wheel_toolkits  # noqa: F401 - a fixture
 
 from sglstack.config.matrix import load_matrix
-from sglstack.imagebuild.verify import image_check_problems, jit_problems
+from sglstack.imagebuild.judge import image_check_problems, jit_problems
 from sglstack.render.dockerfile import render_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,12 @@ import os
 import subprocess
 import sys
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
+from httpserve import ThreadedServer
 
 from sglstack.config.matrix import load_matrix
 from sglstack.render import k8s
@@ -72,7 +72,7 @@ def blobs():
                 body = b'{"token": "anon"}'
             elif self.headers.get("Authorization") != "Bearer anon":
                 self.send_response(401)
-                self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{port}/token",service="r"')
+                self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{self.server.server_port}/token",service="r"')
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -83,11 +83,8 @@ def blobs():
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}/v2/r/blobs/"
-    server.shutdown()
+    with ThreadedServer(Handler) as served:
+        yield f"{served.url}/v2/r/blobs/"
 
 
 def run_init(tmp_path: Path, blobs_url: str, candidates: list[dict]) -> str:
@@ -195,15 +192,13 @@ def private():
                 self.end_headers()
                 return
             self.send_response(307)
-            self.send_header("Location", f"http://127.0.0.1:{port}/store/{self.path.rsplit('/', 1)[-1]}")
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/store/"
+                                         f"{self.path.rsplit('/', 1)[-1]}")
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}/v2/r/blobs/", f"127.0.0.1:{port}", seen
-    server.shutdown()
+    with ThreadedServer(Handler) as served:
+        yield f"{served.url}/v2/r/blobs/", served.host, seen
 
 
 def run_with_config(tmp_path: Path, blobs_url: str, config: dict | str | None) -> subprocess.CompletedProcess:

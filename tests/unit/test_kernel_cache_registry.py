@@ -10,60 +10,22 @@ from dataclasses import replace
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from memory_registry import MemoryRegistry
 
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_kernel_cache
 from sglstack.attest.signing import key_id
 from sglstack.kernelcache import KernelCacheError, LayoutStore, NodeGpu, cache_files, cache_key
-from sglstack.registry.client import OCI_MANIFEST, Manifest, ManifestNotFound, compute_digest
+from sglstack.registry.client import OCI_MANIFEST, compute_digest
 
 IMAGE = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}).encode()
 IMAGE_DIGEST = compute_digest(IMAGE)
 
 
-class MemoryRegistry:
-    """The RegistryClient calls the kernel-cache code makes, kept in dicts; `referrers_api` as a registry has it."""
-
-    def __init__(self, referrers_api: bool) -> None:
-        self.referrers_api = referrers_api
-        self.blobs: dict[str, bytes] = {}
-        self.manifests: dict[str, bytes] = {IMAGE_DIGEST: IMAGE}
-        self.tags: dict[str, str] = {}
-
-    def get_manifest(self, repo, reference):
-        digest = self.tags.get(reference, reference)
-        if digest not in self.manifests:
-            raise ManifestNotFound(reference)
-        return Manifest(OCI_MANIFEST, self.manifests[digest], digest)
-
-    def manifest_digest(self, repo, reference):
-        return self.tags.get(reference) or (reference if reference in self.manifests else None)
-
-    def put_blob(self, repo, data):
-        self.blobs[compute_digest(data)] = data
-        return compute_digest(data)
-
-    def get_blob(self, repo, digest, *, max_bytes=None):
-        return self.blobs[digest]
-
-    def put_artifact(self, repo, reference, body, media_type):
-        digest = compute_digest(body)
-        self.manifests[digest] = body
-        if not reference.startswith("sha256:"):
-            self.tags[reference] = digest
-        return digest, self.referrers_api
-
-    def referrers(self, repo, digest):
-        if not self.referrers_api:
-            return None
-        out = []
-        for d, body in self.manifests.items():
-            data = json.loads(body)
-            if (data.get("subject") or {}).get("digest") == digest:
-                out.append({"digest": d, "artifactType": data.get("artifactType")})
-        return out
-
-    def list_tags(self, repo):
-        return sorted(self.tags)
+def memory_registry(referrers_api: bool) -> MemoryRegistry:
+    """The shared stand-in, holding the image the caches are of."""
+    registry = MemoryRegistry(referrers_api=referrers_api)
+    registry.put_manifest("r", IMAGE_DIGEST, IMAGE, OCI_MANIFEST)
+    return registry
 
 
 def make_key(**changes):
@@ -85,11 +47,11 @@ def packed(tmp_path):
 @pytest.mark.parametrize("referrers_api", [True, False], ids=["referrers-api", "tag-scheme"])
 def test_attached_signed_and_fetched_by_exactly_the_deployments_key(tmp_path, packed, referrers_api):
     store, artifact = packed
-    registry = MemoryRegistry(referrers_api)
+    registry = memory_registry(referrers_api)
     signer = Ed25519PrivateKey.generate()
     line = attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, signer)
     layer = json.loads(store.read_blob(artifact))["layers"][0]
-    attached = [d for d, body in registry.manifests.items() if json.loads(body).get("config", {}).get("mediaType")
+    attached = [d for d, (_, body) in registry.manifests.items() if json.loads(body).get("config", {}).get("mediaType")
                 == "application/vnd.sglstack.kernel-cache.key.v1+json"]
     assert line == (f"attached kernel cache {attached[0][:19]} (1 files, {layer['size']} bytes; key "
                     f"{make_key().digest()[:19]}: NVIDIA H200, CC 9.0, tp 1) to r@{IMAGE_DIGEST[:19]}; signed by key "
@@ -103,13 +65,13 @@ def test_attached_signed_and_fetched_by_exactly_the_deployments_key(tmp_path, pa
     restored = local.restore(make_key(), tmp_path / "restored", tmp_path)
     assert restored.matched and cache_files(tmp_path / "restored") == {"triton/k/a.cubin": 6}
     # The artifact's subject is the image: promotion by tag carries it along.
-    manifest = json.loads(registry.manifests[restored.manifest_digest])
+    manifest = json.loads(registry.manifests[restored.manifest_digest][1])
     assert manifest["subject"]["digest"] == IMAGE_DIGEST
 
 
 def test_another_key_or_another_signer_fetches_nothing_in_one_line(tmp_path, packed):
     store, artifact = packed
-    registry = MemoryRegistry(True)
+    registry = memory_registry(True)
     signer = Ed25519PrivateKey.generate()
     attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, signer)
     local = LayoutStore(tmp_path / "node-store")
@@ -124,14 +86,14 @@ def test_another_key_or_another_signer_fetches_nothing_in_one_line(tmp_path, pac
         fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, other.public_key())
     assert not (tmp_path / "node-store" / "index.json").exists()
     with pytest.raises(KernelCacheError, match=r"^kernel cache: none attached to r@sha256:\w+; starting cold$"):
-        fetch_kernel_cache(MemoryRegistry(True), "r", IMAGE_DIGEST, make_key(), local, None)
+        fetch_kernel_cache(memory_registry(True), "r", IMAGE_DIGEST, make_key(), local, None)
 
 
 def test_a_cache_made_for_another_image_is_not_attached(tmp_path, packed):
     store, artifact = packed
-    registry = MemoryRegistry(True)
+    registry = memory_registry(True)
     other = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [], "x": 1}).encode()
-    registry.manifests[compute_digest(other)] = other
+    registry.manifests[compute_digest(other)] = (OCI_MANIFEST, other)
     with pytest.raises(KernelCacheError, match="was made for"):
         attach_kernel_cache(registry, "r", compute_digest(other), store, artifact, None)
 
@@ -146,7 +108,7 @@ def test_a_release_attaches_what_its_smoke_packed_and_says_when_it_cannot(tmp_pa
     from sglstack.publish.release import _attach_kernel_caches
 
     store, artifact = packed
-    registry = MemoryRegistry(True)
+    registry = memory_registry(True)
     out = io.StringIO()
     report = {"kernel_cache": {"store": str(store.path), "packed": {"eagle3": {"artifact": artifact}}}}
     stack = SimpleNamespace(name="tiny")
@@ -183,5 +145,7 @@ def test_a_registry_that_wants_credentials_is_said_not_read_as_no_cache(tmp_path
         def list_tags(self, repo):
             raise RegistryAuthError("registry r.example: authentication required and no credentials found")
 
+    registry = Private()
+    registry.put_manifest("r", IMAGE_DIGEST, IMAGE, OCI_MANIFEST)  # the image the caches are of
     with pytest.raises(RegistryAuthError, match="authentication required"):
-        fetch_kernel_cache(Private(False), "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)

@@ -116,7 +116,7 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 # ---- verifying the PyPI stack's image --------------------------------------------------------------
 
 def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
-    from sglstack.imagebuild.verify import pin_mismatches  # the verify half of this file's story
+    from sglstack.imagebuild.judge import pin_mismatches  # the verify half of this file's story
 
     stack = matrix.get("pypi-cu130")
     info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
@@ -130,7 +130,7 @@ def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
 
 def test_a_pin_is_met_by_the_same_version_in_another_spelling(matrix):
     """`cuda-toolkit==13.0.3` installs the wheel 13.0.3.0 (PEP 440 pads the release): the same version."""
-    from sglstack.imagebuild.verify import pin_mismatches
+    from sglstack.imagebuild.judge import pin_mismatches
 
     stack = matrix.get("pypi-cu130")
     assert stack.pins()["cuda-toolkit"] == "13.0.3"

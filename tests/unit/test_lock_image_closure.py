@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from lock_forgery import FIXTURES, SIX, forged_lock_text
 
-from sglstack.attest.errors import AttestationError
-from sglstack.attest.sbom import Inventory
 from sglstack.config.matrix import load_matrix
+from sglstack.inventory.model import Inventory, InventoryError
 from sglstack.lock.plan import root_names
 from sglstack.lock.trust import lock_for_build, unrequired_in_image
 from sglstack.lockfile.model import lock_path
@@ -69,5 +68,5 @@ def test_the_listing_carries_requires_and_refuses_a_malformed_one():
     inventory = Inventory.from_listing(listing)
     assert inventory.requires == {"requests": ("idna", "pysocks"), "old-lister": ()}
     listing["python_distributions"][0]["requires"] = "idna"
-    with pytest.raises(AttestationError, match=r"^the image's inventory is malformed \(a distribution's 'requires'"):
+    with pytest.raises(InventoryError, match=r"^the image's inventory is malformed \(a distribution's 'requires'"):
         Inventory.from_listing(listing)

@@ -256,3 +256,28 @@ def test_the_layout_finder_sees_each_spelling():
     source = ("a = build_root() / stack.name\nb = self.build_root / self.stack.name / 'k8s'\n"
               "c = root / stack\nd = build_root() / BAKE_FILE\ne = path / 'record.json'\n")
     assert sorted(_layout_spelled(source)) == [1, 2, 3, 5]
+
+
+# ---- a test's own HTTP server: tests/lib/httpserve, started and always shut down in one place ----------------
+
+TESTS = PACKAGE.parent / "tests"
+
+
+def _serves_http(source: str) -> list[int]:
+    """Lines that make an HTTP server themselves: `ThreadingHTTPServer(...)`, `HTTPServer(...)`."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] in ("ThreadingHTTPServer", "HTTPServer")]
+
+
+def test_a_test_serves_http_only_through_httpserve():
+    home = TESTS / "lib" / "httpserve.py"
+    doubles = TESTS / "doubles"  # stand-ins run as programs of their own (SGLang's server, kubectl)
+    found = {f"{p.relative_to(TESTS)}:{line}" for p in sorted(TESTS.rglob("*.py"))
+             if p != home and not p.is_relative_to(doubles) for line in _serves_http(p.read_text(encoding="utf-8"))}
+    assert found == set(), "serve with tests/lib/httpserve.ThreadedServer (it always shuts the server down)"
+
+
+def test_the_http_server_finder_sees_each_spelling():
+    source = ("a = ThreadingHTTPServer(('127.0.0.1', 0), H)\nb = http.server.HTTPServer(x, H)\n"
+              "c = ThreadedServer(H)\n")
+    assert _serves_http(source) == [1, 2]

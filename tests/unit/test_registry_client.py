@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from engine_refs import free_port
+from httpserve import ThreadedServer
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.auth import Credentials, resolve_credentials
@@ -165,9 +164,8 @@ class _Scripted:
 
             do_GET = do_HEAD = _answer
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.served = ThreadedServer(Handler)
+        self.port = self.served.port
 
     def client(self, **kw):
         return RegistryClient(f"127.0.0.1:{self.port}", **kw)
@@ -179,7 +177,7 @@ def test_transient_5xx_is_retried_with_bounded_backoff():
     server.client(sleep=delays.append, backoff_s=0.5).ping()
     assert server.seen == 3
     assert delays == [0.5, 1.0]
-    server.server.shutdown()
+    server.served.close()
 
 
 def test_retries_are_bounded_and_the_error_names_the_registry():
@@ -189,7 +187,7 @@ def test_retries_are_bounded_and_the_error_names_the_registry():
         server.client(sleep=delays.append, attempts=4, backoff_s=1, max_backoff_s=2).ping()
     assert server.seen == 4 and delays == [1, 2, 2]
     assert f"registry 127.0.0.1:{server.port}" in str(err.value) and "after 4 attempts" in str(err.value)
-    server.server.shutdown()
+    server.served.close()
 
 
 @pytest.mark.parametrize("status", [401, 403, 404])
@@ -203,7 +201,7 @@ def test_permanent_errors_fail_at_once(status):
         with pytest.raises(RegistryAuthError, match=f"registry 127.0.0.1:{server.port}"):
             client.ping()
     assert server.seen == 1 and delays == []
-    server.server.shutdown()
+    server.served.close()
 
 
 
@@ -225,14 +223,13 @@ def test_a_200_that_is_not_json_names_the_registry_and_the_request():
             self.end_headers()
             self.wfile.write(body)
 
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Garbled)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    served = ThreadedServer(Garbled)
+    port = served.port
     try:
         with pytest.raises(RegistryError) as err:
             RegistryClient(f"127.0.0.1:{port}").list_tags("team/app")
     finally:
-        server.shutdown()
+        served.close()
     assert str(err.value) == (
         f"registry 127.0.0.1:{port}: GET /v2/team/app/tags/list answered HTTP 200 with a body that is not JSON "
         "(text/html, 33 bytes)"
@@ -278,9 +275,8 @@ class _PagedTags:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.served = ThreadedServer(Handler)
+        self.port = self.served.port
 
 
 @pytest.mark.parametrize("style", sorted(_PagedTags.STYLES))
@@ -291,7 +287,7 @@ def test_every_page_of_tags_is_read_whatever_the_link_form(style, count):
     try:
         assert RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app") == tags
     finally:
-        server.server.shutdown()
+        server.served.close()
     assert len(server.requests) == max(1, -(-count // 2))  # one request a page, an empty list one page too
 
 
@@ -301,6 +297,6 @@ def test_a_registry_whose_pages_link_back_is_refused_not_followed_forever():
         with pytest.raises(RegistryError) as err:
             RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app")
     finally:
-        server.server.shutdown()
+        server.served.close()
     assert str(err.value) == (f"registry 127.0.0.1:{server.port}: GET /v2/team/app/tags/list: page 4 links back "
                               "to a page it already served")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from engine_refs import free_port
+from httpserve import ThreadedServer
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry import client as client_mod
@@ -74,10 +74,9 @@ class Registry:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
 
-        self.port = free_port()
-        self.host = f"127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.served = ThreadedServer(Handler, poll_interval=0.02)
+        self.port = self.served.port
+        self.host = self.served.host
 
     def client(self, **kw) -> RegistryClient:
         return RegistryClient(self.host, sleep=lambda _s: None, attempts=1, **kw)
@@ -96,8 +95,7 @@ def registry():
 
     yield make
     for r in made:
-        r.server.shutdown()
-        r.server.server_close()
+        r.served.close()
 
 
 def _json(status, data, **headers):
@@ -706,15 +704,12 @@ class _Endless:
                     return
                 owner.stop.wait(30)
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.served = ThreadedServer(Handler, poll_interval=0.02)
+        self.port = self.served.port
 
     def close(self) -> None:
         self.stop.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.served.close()
 
 
 @pytest.mark.parametrize(("call", "message"), [

@@ -8,13 +8,14 @@ import io
 import threading
 import time
 from http.client import RemoteDisconnected
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
 import requests
 from engine_refs import free_port
 from fake_clock import FakeClock
+from httpserve import ThreadedServer
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry import transport as transport_mod
@@ -194,9 +195,8 @@ class _RetryAfter:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.served = ThreadedServer(Handler, poll_interval=0.02)
+        self.port = self.served.port
 
 
 @pytest.mark.parametrize(("retry_after", "backoff", "cap", "slept"), [
@@ -213,8 +213,7 @@ def test_a_retry_after_stretches_the_backoff_up_to_its_cap(retry_after, backoff,
         RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=backoff, max_backoff_s=cap,
                        timeout_s=30).ping()
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.served.close()
     assert (server.seen, delays) == (2, slept)
 
 
@@ -228,10 +227,8 @@ def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
         def do_GET(self):
             done.wait(10)
 
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Silent)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    served = ThreadedServer(Silent, poll_interval=0.02)
+    port = served.port
     notices: list[str] = []
     start = time.monotonic()
     try:
@@ -239,8 +236,7 @@ def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
             RegistryClient(f"127.0.0.1:{port}", timeout_s=0.4, notify=notices.append, sleep=lambda _s: None).ping()
     finally:
         done.set()
-        server.shutdown()
-        server.server_close()
+        served.close()
     assert time.monotonic() - start < 8  # the deadline, not the server's 10 s
     assert str(err.value).startswith(f"registry 127.0.0.1:{port}: GET /v2/: no answer within 0 s (")
     assert str(err.value).endswith("last: no answer (timed out))")
@@ -259,8 +255,7 @@ def test_a_wait_never_reaches_past_the_deadline(monkeypatch):
         RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=0.5, max_backoff_s=8,
                        timeout_s=0.5).ping()
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.served.close()
     assert delays == [0.5]  # Retry-After's 3 s, cut to what is left
 
 
@@ -275,8 +270,7 @@ def test_giving_up_says_whether_the_deadline_or_the_attempts_ran_out(monkeypatch
         with pytest.raises(RegistryError) as err:
             RegistryClient(f"127.0.0.1:{server.port}", sleep=lambda _s: None, attempts=1, timeout_s=timeout).ping()
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.served.close()
     assert str(err.value).startswith(f"registry 127.0.0.1:{server.port}: {said}")
 
 
@@ -314,16 +308,14 @@ class _FirstFails:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.served = ThreadedServer(Handler, poll_interval=0.02)
+        self.port = self.served.port
 
     def ping(self, **kw) -> None:
         try:
             RegistryClient(f"127.0.0.1:{self.port}", sleep=lambda _s: None, timeout_s=5, attempts=3, **kw).ping()
         finally:
-            self.server.shutdown()
-            self.server.server_close()
+            self.served.close()
 
 
 @pytest.mark.parametrize("then", [5.0, 7.0])
@@ -360,8 +352,7 @@ def test_a_budget_bounds_every_operation_inside_it(monkeypatch):
         with pytest.raises(RegistryError) as err, client.budget(0.04), client.budget(30):
             client.ping()
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.served.close()
     assert str(err.value).startswith(
         f"registry 127.0.0.1:{server.port}: GET /v2/: no answer within 0 s (1 attempt(s), ")
     assert client.timeout_s == 60

@@ -16,7 +16,7 @@ from sglstack.smoke.gates import evaluate
 from sglstack.smoke.history import history_record, last_passing
 from sglstack.smoke.levels import crossover_line, level_regressions, recorded_at
 from sglstack.smoke.measure import PhaseStats, ServerRun
-from sglstack.smoke.plan import smoke_options
+from sglstack.smoke.overrides import smoke_options
 from sglstack.smoke.report import markdown
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """`invoke smoke`'s options as it receives them (strings, from invoke's untyped flags), in process.
 
-Each option named in smoke.plan's tables is given once and read back from where it lands (the served
+Each option named in smoke.overrides's tables is given once and read back from where it lands (the served
 argv, the measure, the gates, the report view): a new option is covered by the tables it joins. Every
 refusal is its exact one line. (These guard the logic the CLI tests check through a child `invoke`.)
 """
@@ -17,9 +17,10 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import Gates, SmokeSettings
 from sglstack.core.errors import SmokeError
 from sglstack.serving import ServingError, check_secret_references
-from sglstack.smoke import plan
+from sglstack.smoke import overrides
 from sglstack.smoke.launch import container_plan, env_interpreter, launch_argvs, process_plan
-from sglstack.smoke.plan import redact_argv, smoke_options
+from sglstack.smoke.overrides import smoke_options
+from sglstack.smoke.plan import redact_argv
 
 BASE = {"model": "o/m", "draft_model": "o/d"}
 # A value of each served option (as a CLI string), and the flag of the launch argv that carries it.
@@ -35,7 +36,7 @@ SERVED_ELSEWHERE = {"gpus": ("4", "gpus", 4), "timeout": ("90.5", "startup_timeo
 
 
 def test_the_tables_name_every_served_option() -> None:
-    assert set(SERVED) | set(SERVED_ELSEWHERE) == set(plan._SERVING)
+    assert set(SERVED) | set(SERVED_ELSEWHERE) == set(overrides._SERVING)
 
 
 @pytest.mark.parametrize("key", sorted(SERVED))
@@ -62,7 +63,7 @@ MEASURES = {"concurrency": ("3", 3), "num_prompts": ("5", 5), "max_new_tokens": 
 
 
 def test_the_measure_options_are_read_typed_from_strings() -> None:
-    assert set(MEASURES) == set(plan._MEASURE)
+    assert set(MEASURES) == set(overrides._MEASURE)
     options = smoke_options(None, **BASE, **{k: v for k, (v, _) in MEASURES.items()})
     for key, (_, typed) in MEASURES.items():
         assert getattr(options, key) == typed and type(getattr(options, key)) is type(typed), key

@@ -15,7 +15,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import MESSAGE_CUT, SmokeError, SmokeInputError
 from sglstack.smoke import options as smoke_opts
 from sglstack.smoke import subject
-from sglstack.smoke.plan import smoke_options
+from sglstack.smoke.overrides import smoke_options
 
 BASE = {"model": "o/m", "draft_model": "o/d"}
 DIGEST = "sha256:" + "ab" * 32

@@ -16,8 +16,8 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
-from sglstack.imagebuild import verify
-from sglstack.imagebuild.verify import image_check_problems, jit_problems
+from sglstack.imagebuild import judge, verify
+from sglstack.imagebuild.judge import image_check_problems, jit_problems
 from sglstack.lock.plan import root_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,14 +221,14 @@ def test_pins_torch_and_its_cuda_are_each_named(matrix):
     stack = matrix.get("pypi-cu130")
     pins = stack.pins()
     info = {"distributions": {k: v for k, v in pins.items() if k != "sglang"}, "torch": {"import_error": "boom"}}
-    assert verify.pin_mismatches(stack, info) == [
+    assert judge.pin_mismatches(stack, info) == [
         "sglang: pinned 0.5.23, not installed", "torch: pinned 2.14.1, but 'import torch' failed: boom"]
-    assert verify.pin_mismatches(stack, {"distributions": pins})[-1] == (
+    assert judge.pin_mismatches(stack, {"distributions": pins})[-1] == (
         "torch: pinned 2.14.1, but 'import torch' failed: not importable")
     cpu = {"distributions": pins, "torch": {"version": "2.14.1", "cuda": None}}
-    assert verify.pin_mismatches(stack, cpu) == ["torch 2.14.1 is a CPU build; the stack needs CUDA 13.0"]
+    assert judge.pin_mismatches(stack, cpu) == ["torch 2.14.1 is a CPU build; the stack needs CUDA 13.0"]
     other = {"distributions": pins, "torch": {"version": "2.14.1", "cuda": "12.9"}}
-    assert verify.pin_mismatches(stack, other) == ["torch was built for CUDA 12.9, the stack needs CUDA 13.0"]
+    assert judge.pin_mismatches(stack, other) == ["torch was built for CUDA 12.9, the stack needs CUDA 13.0"]
     with pytest.raises(PinMismatch) as err:
         verify.check_pins(stack, other)
     assert str(err.value) == ("stack 'pypi-cu130': the image does not match its pins: torch was built for CUDA 12.9, "
@@ -241,7 +241,7 @@ def test_pins_torch_and_its_cuda_are_each_named(matrix):
     ("2.14.1+cu129", "2.14.1+cu130", False), ("2.14.0+cu130", "2.14.1", False), ("nonsense!", "2.14.1", False),
 ])
 def test_torch_reports_a_local_label_its_pin_may_lack(reported, pinned, ok):
-    assert verify.torch_version_matches(reported, pinned) is ok
+    assert judge.torch_version_matches(reported, pinned) is ok
 
 
 def test_pip_check_keeps_what_the_stack_did_not_declare(matrix):
@@ -252,21 +252,21 @@ def test_pip_check_keeps_what_the_stack_did_not_declare(matrix):
              "foo 1.0 requires bar, which is not installed.",
              "something pip says in another form"]
     info = {"pip_check": {"ran": True, "problems": lines}}
-    assert verify.pip_check_problems(cu130, info) == [
+    assert judge.pip_check_problems(cu130, info) == [
         "pip check: sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.2",
         "pip check: sglang 0.5.9 requires flashinfer_python==0.6.3, which is not installed",
         "pip check: foo 1.0 requires bar, which is not installed",
         "pip check: something pip says in another form"]
-    assert verify.pip_check_problems(cu130, {}) == []
-    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": False, "error": "no pip"}}) == [
+    assert judge.pip_check_problems(cu130, {}) == []
+    assert judge.pip_check_problems(cu130, {"pip_check": {"ran": False, "error": "no pip"}}) == [
         "pip check could not run in the image: no pip"]
-    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": False}}) == [
+    assert judge.pip_check_problems(cu130, {"pip_check": {"ran": False}}) == [
         "pip check could not run in the image: unknown error"]
 
 
 def test_site_relative_names_a_file_as_an_exception_does():
-    assert verify.site_relative("/a/site/x/y.so", ["/b", "/a/site/"]) == "x/y.so"
-    assert verify.site_relative("/a/sitex/y.so", ["/a/site"]) == "/a/sitex/y.so"
+    assert judge.site_relative("/a/site/x/y.so", ["/b", "/a/site/"]) == "x/y.so"
+    assert judge.site_relative("/a/sitex/y.so", ["/a/site"]) == "/a/sitex/y.so"
 
 
 # ---- the container-driven steps, against a stand-in engine (the real one: tests/e2e) -------------------
@@ -466,8 +466,8 @@ def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
 
 
 def test_small_rules_of_the_verdicts(matrix):
-    assert verify.same_version("13.0.3.0", "13.0.3") and not verify.same_version("weird!", "13.0.3")
-    assert not verify.same_version("13.0.3", "not a version!")
+    assert judge.same_version("13.0.3.0", "13.0.3") and not judge.same_version("weird!", "13.0.3")
+    assert not judge.same_version("13.0.3", "not a version!")
     cu130 = matrix.get("cu130")
     no_cuda = cu130.model_copy(update={"cuda": None})
     assert not [a for a in verify.image_check_argv(no_cuda) if a.startswith("--jit-arch")]
@@ -476,8 +476,8 @@ def test_small_rules_of_the_verdicts(matrix):
     spec, baseline = verify.serving_argvs(cu130)
     assert "--speculative-algorithm" in spec and "--speculative-algorithm" not in baseline
     assert baseline[:2] == ["--model-path", "moonshotai/Kimi-K2.5"]
-    assert verify.pip_check_problems(cu130, {"pip_check": {"ran": True}}) == []
-    assert verify.pin_mismatches(cu130.model_copy(update={"torch": None}), {}) == [
+    assert judge.pip_check_problems(cu130, {"pip_check": {"ran": True}}) == []
+    assert judge.pin_mismatches(cu130.model_copy(update={"torch": None}), {}) == [
         f"{name}: pinned {version}, not installed" for name, version in sorted(
             cu130.model_copy(update={"torch": None}).pins().items())]
     assert verify.verified_labels([], {})[lb.FREEZE_LABEL] == hashlib.sha256(b"").hexdigest()
@@ -489,11 +489,11 @@ def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_r
     lines = ["sglang 0.5.9 requires torch==2.9.1, which is not installed.",
              "sglang 0.5.9 has requirement numpy<2, but you have numpy 2.3.4.",
              "foo 1.0 requires bar, which is not installed."]
-    assert verify.pip_check_problems(bare, {"pip_check": {"ran": True, "problems": lines}}) == [
+    assert judge.pip_check_problems(bare, {"pip_check": {"ran": True, "problems": lines}}) == [
         "pip check: foo 1.0 requires bar, which is not installed"]
     replaced = ["sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed."]
     # an override that names the same package (flashinfer-cubin 0.6.4 for 0.6.3) leaves a missing one a finding
-    assert verify.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": replaced}}) == [
+    assert judge.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": replaced}}) == [
         "pip check: sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed"]
 
 
@@ -639,9 +639,9 @@ def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
     dists = {p.name: p.version for p in lock.packages}
     info = {"distributions": {**dists, "sglang": "0.0.1"}, "torch": {"version": "2.14.1+cu130", "cuda": "13.0"},
             "pip_check": {"ran": True, "problems": ["foo 1.0 requires bar, which is not installed."]}}
-    expected = (verify.pin_mismatches(stack, info) + verify.pip_check_problems(stack, info)
-                + verify.source_mismatches(lock, stack) + verify.lock_mismatches(lock, info)[0])
-    assert verify.pin_mismatches(stack, info) and verify.lock_mismatches(lock, info)[0]
+    expected = (judge.pin_mismatches(stack, info) + judge.pip_check_problems(stack, info)
+                + verify.source_mismatches(lock, stack) + judge.lock_mismatches(lock, info)[0])
+    assert judge.pin_mismatches(stack, info) and judge.lock_mismatches(lock, info)[0]
     with pytest.raises(PinMismatch) as err:
         verify.check_pins(stack, info, lock)
     assert str(err.value) == f"stack 'pypi-cu130': the image does not match its pins: {'; '.join(expected)}"
@@ -652,8 +652,8 @@ def test_an_image_without_a_distribution_list_misses_every_locked_package(matrix
     from sglstack.lockfile.text import read_lock
 
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
-    assert verify.lock_mismatches(lock, {}) == verify.lock_mismatches(lock, {"distributions": {}})
-    assert len(verify.lock_mismatches(lock, {})[0]) >= len(lock.packages) // 2
+    assert judge.lock_mismatches(lock, {}) == judge.lock_mismatches(lock, {"distributions": {}})
+    assert len(judge.lock_mismatches(lock, {})[0]) >= len(lock.packages) // 2
 
 
 def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_declared_choice(matrix):
@@ -664,5 +664,5 @@ def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_de
                                                             pin="flashinfer-jit-cache==0.6.4", reason="r"),)})
     lines = ["sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed.",
              "weird line from a newer pip about libX."]
-    assert verify.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": lines}}) == [
+    assert judge.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": lines}}) == [
         "pip check: weird line from a newer pip about libX"]

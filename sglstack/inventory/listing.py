@@ -1,4 +1,4 @@
-"""The engine side of the SBOM: run the stdlib lister (`incontainer/inventory.py`) inside an image.
+"""The engine side of the inventory: run the stdlib lister (`incontainer/inventory.py`) inside an image.
 
 Its source goes in as `python3 -c SOURCE`, so any image with a Python 3.8+ interpreter on its PATH can
 be listed, ours or not; nothing is copied into it and it runs without a network.
@@ -15,8 +15,7 @@ from ..adapters.docker import running_container
 from ..core.errors import first_line, last_line
 from ..core.inputs import loads
 from ..core.resources import TOOLS_DIR
-from .errors import AttestationError
-from .sbom import Inventory
+from .model import Inventory, InventoryError
 
 LISTER = TOOLS_DIR / "inventory.py"
 
@@ -32,17 +31,17 @@ def image_inventory(client: docker.DockerClient, image: str, *, labels: Mapping[
             out = container.logs(stdout=True, stderr=False)
             err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace").strip()
     except docker.errors.ImageNotFound:
-        raise AttestationError(f"image '{image}' is not in the engine") from None
+        raise InventoryError(f"image '{image}' is not in the engine") from None
     except docker.errors.APIError as exc:
         reason = first_line(str(exc.explanation or exc))
         if "executable file not found" in reason or "no such file" in reason.lower():
-            raise AttestationError(f"image '{image}' has no python3 on its PATH: its packages cannot be listed "
+            raise InventoryError(f"image '{image}' has no python3 on its PATH: its packages cannot be listed "
                                    f"for an SBOM") from None
-        raise AttestationError(f"listing the packages of image '{image}' failed: {reason}") from None
+        raise InventoryError(f"listing the packages of image '{image}' failed: {reason}") from None
     if code != 0:
         last = last_line(err) if err.strip() else f"exit {code}"
-        raise AttestationError(f"listing the packages of image '{image}' failed: {last}")
+        raise InventoryError(f"listing the packages of image '{image}' failed: {last}")
     try:
         return Inventory.from_listing(loads(out))
     except ValueError:
-        raise AttestationError(f"listing the packages of image '{image}' printed no JSON") from None
+        raise InventoryError(f"listing the packages of image '{image}' printed no JSON") from None

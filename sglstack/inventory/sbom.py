@@ -1,13 +1,8 @@
-"""The SBOM: a CycloneDX 1.6 JSON document from an image's inventory, and its check against the lock (pure).
+"""The SBOM: a CycloneDX 1.6 JSON document from an image's inventory, and the same document read back (pure).
 
-The inventory is what `incontainer/inventory.py` listed inside the image: its Python distributions and
-its Debian packages. The document is deterministic (bom-refs are purls, the serial number is derived
-from the image id, the timestamp is the build's), so the same image and build give the same bytes.
-
-What is compared with the lock: every Python distribution. What is listed and not compared: the Debian
-packages (the base image's and the apt layer's; the lock pins Python only) and the interpreter's own
-bootstrap (`pip`, `setuptools`, `wheel` of the venv, `lockfile.VENV_BOOTSTRAP`). The comparison is the
-build's own rule (`lockfile.compare_installed`): one rule, one home.
+The document is deterministic (bom-refs are purls, the serial number is derived from the image id, the
+timestamp is the build's), so the same image and build give the same bytes. The build writes it beside its
+record (`SBOM_FILE`); attest signs and attaches that file, and `verify-image` reads it back (`read_sbom`).
 """
 
 from __future__ import annotations
@@ -16,64 +11,20 @@ import datetime as dt
 import json
 import uuid
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
-from packaging.utils import canonicalize_name
 
 from ..core.inputs import loads
-from ..lockfile.current import compare_installed
 from ..lockfile.model import VENV_BOOTSTRAP, Lock
-from .errors import AttestationError
+from .model import Inventory, InventoryError
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SBOM_FILE = "sbom.cdx.json"  # beside the build record
 SBOM_NAMESPACE = uuid.UUID("6f2b1c1e-8a4e-4d55-9c1e-5b1f0c2a7d31")  # serial numbers: uuid5(this, image id)
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """What one image contains, as listed inside it."""
-
-    python: dict[str, str]  # canonical name -> version
-    debian: tuple[tuple[str, str, str], ...]  # (package, version, architecture)
-    python_version: str | None = None
-    # canonical name -> the canonical names its Requires-Dist names (any marker, any extra); empty from a
-    # listing made before the field existed
-    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    @classmethod
-    def from_listing(cls, listing: Mapping[str, Any]) -> Inventory:
-        """From `incontainer/inventory.py`'s JSON; a malformed listing is one line."""
-        try:
-            python = {str(canonicalize_name(d["name"])): str(d["version"])
-                      for d in listing["python_distributions"]}
-            requires = {str(canonicalize_name(d["name"])): _required_names(d.get("requires", ()))
-                        for d in listing["python_distributions"]}
-            debian = tuple(sorted((str(p["name"]), str(p["version"]), str(p.get("arch") or ""))
-                                  for p in listing["debian_packages"]))
-        except (KeyError, TypeError) as exc:
-            raise AttestationError(f"the image's inventory is malformed (missing {exc})") from None
-        return cls(python=dict(sorted(python.items())), debian=debian, python_version=listing.get("python"),
-                   requires=requires)
-
-
-def _required_names(names: Any) -> tuple[str, ...]:
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise AttestationError("the image's inventory is malformed (a distribution's 'requires' is not a list "
-                               "of names)")
-    return tuple(sorted({str(canonicalize_name(n)) for n in names}))
-
-
-def lock_problems(inventory: Inventory, lock: Lock) -> list[str]:
-    """Every Python distribution in the image and not in the lock, in the lock and not in the image, or at
-    another version; empty when they agree. Debian packages and the venv's bootstrap are not compared."""
-    return list(compare_installed(lock, inventory.python).problems)
 
 
 def _purl_pypi(name: str, version: str) -> PackageURL:
@@ -148,5 +99,5 @@ def read_sbom(body: bytes) -> SbomSummary:
                 debian += 1
         image_id = ((doc.get("metadata") or {}).get("component") or {}).get("version")
     except (ValueError, AttributeError, KeyError, TypeError) as exc:
-        raise AttestationError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({exc})") from None
+        raise InventoryError(f"the SBOM is not a CycloneDX JSON document this tool wrote ({exc})") from None
     return SbomSummary(image_id=image_id if isinstance(image_id, str) else None, python=python, debian=debian)

@@ -1,0 +1,66 @@
+"""One in-memory stand-in for `RegistryClient`: the calls that attach, sign and read artifacts by digest
+(publishing and verifying an index, a kernel-cache artifact), with blobs, manifests and tags kept in dicts.
+
+It speaks the client's interface (the same names, arguments and answers: `ManifestNotFound` for an unknown
+reference, `(digest, indexed)` from `put_artifact`); `referrers_api` is whether the registry has the referrers
+API (without it, `referrers` answers None and an artifact's PUT says it was not indexed). `manifests` maps
+each digest to `(media type, body)`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sglstack.registry.client import Manifest, ManifestNotFound, compute_digest
+
+
+class MemoryRegistry:
+    def __init__(self, *, referrers_api: bool = False) -> None:
+        self.referrers_api = referrers_api
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[str, tuple[str, bytes]] = {}
+        self.tags: dict[str, str] = {}
+
+    def get_manifest(self, repo: str, reference: str) -> Manifest:
+        digest = self.tags.get(reference, reference)
+        if digest not in self.manifests:
+            raise ManifestNotFound(reference)
+        media, body = self.manifests[digest]
+        return Manifest(media, body, digest)
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        return self.tags.get(reference) or (reference if reference in self.manifests else None)
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        self.blobs[compute_digest(data)] = data
+        return compute_digest(data)
+
+    def get_blob(self, repo: str, digest: str, *, max_bytes: int | None = None) -> bytes:
+        return self.blobs[digest]
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
+        digest = compute_digest(body)
+        self.manifests[digest] = (media_type, body)
+        if not reference.startswith("sha256:"):
+            self.tags[reference] = digest
+        return digest
+
+    def put_artifact(self, repo: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
+        return self.put_manifest(repo, reference, body, media_type), self.referrers_api
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
+        if not self.referrers_api:
+            return None
+        out = []
+        for found, (_, body) in self.manifests.items():
+            data = json.loads(body)
+            if (data.get("subject") or {}).get("digest") == digest:
+                out.append({"digest": found, "artifactType": data.get("artifactType")})
+        return out
+
+    def image_config(self, repo: str, reference: str) -> Any:
+        return json.loads(self.blobs[self.get_manifest(repo, reference).blobs()[0]])
+
+    def list_tags(self, repo: str) -> list[str]:
+        return sorted(self.tags)
