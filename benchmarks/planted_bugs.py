@@ -46,7 +46,7 @@ PLANTS = (
     Plant("P03", "registry tags: each page replaces the ones before", "sglstack/registry/client.py",
           "tags += page or []", "tags = page or []",
           ("tests/unit/test_registry_client.py", "tests/unit/test_registry_client_api.py")),
-    Plant("P04", "deploy's wait limit forgets the healthcheck's start period", "sglstack/deploy/flow.py",
+    Plant("P04", "deploy's wait limit forgets the healthcheck's start period", "sglstack/deploy/deployment.py",
           "return h.start_period_s + h.interval_s * (h.retries + 1) + h.timeout_s + 30",
           "return h.interval_s * (h.retries + 1) + h.timeout_s + 30",
           ("tests/unit/test_deploy_wait_limit.py",)),
