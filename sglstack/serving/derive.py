@@ -198,6 +198,8 @@ def _speculative(base: SpeculativeSettings | None, o: ServingOverrides, bad: Bad
             key, why = str(cause.key[0]), str(cause)
         else:
             key, why = (str(err["loc"][0]) if err["loc"] else "draft_model"), bound_text(err)
+        if key == "num_draft_tokens" and "num_draft_tokens" not in given:  # derived from the steps given
+            key, why = "num_steps", f"with topk 1 it serves steps + 1 draft tokens, which {why}"
         flag = o.flag("speculative_algorithm" if key == "algorithm" else key)
         raise bad(f"{flag} '{values.get(key)}': {why}") from None
 

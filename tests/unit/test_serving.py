@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from sglstack.adapters.docker import docker_host_address, effective_docker_host, is_local_docker_host
+from sglstack.config.fields import MAX_COUNT
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import SpeculativeSettings
 from sglstack.core.errors import ConfigError
@@ -354,6 +355,13 @@ def test_speculative_settings_come_from_the_draft_given_or_the_stack() -> None:
     assert stacked == CPU_TEST.serving.speculative.model_copy(update={"eagle_topk": 2, "algorithm": "NEXTN"})
     assert _refused(None, draft_model="d", model="m", num_steps=0) == (
         "--num-steps '0': must be >= 1"
+    )
+    # steps whose derived draft tokens (steps + 1, topk 1) pass the bound: the flag given is the one named
+    assert _refused(None, draft_model="d", model="m", num_steps=MAX_COUNT) == (
+        f"--num-steps '{MAX_COUNT}': with topk 1 it serves steps + 1 draft tokens, which must be <= {MAX_COUNT}"
+    )
+    assert _refused(None, draft_model="d", model="m", num_steps=3, num_draft_tokens=5) == (
+        "--num-draft-tokens '5': with topk 1 SGLang serves steps + 1 = 4 draft tokens, not 5 (set 4, or a topk above 1)"
     )
 
 
