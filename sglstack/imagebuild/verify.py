@@ -24,6 +24,7 @@ from ..adapters.docker import created_container, running_container
 from ..attest.image import image_inventory
 from ..attest.sbom import Inventory, lock_problems
 from ..config.fields import cuda_release
+from ..config.platforms import PLATFORM_OF_MACHINE
 from ..config.schema import Stack
 from ..config.settings import SharedLibrariesPolicy
 from ..core import labels as lb
@@ -336,6 +337,22 @@ IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
 
 
 IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded 2-core machine takes minutes
+HELP_TIMEOUT_S = 600  # imagecheck.py's own --help-timeout default
+# An image of another platform than the engine's runs its checks under QEMU: its time limits are this many
+# times the native ones (Python under user-mode QEMU runs several times slower; a limit is a hang guard, not a
+# speed gate).
+EMULATED_SLOWDOWN = 4
+
+
+def time_scale(client: Any, stack: Stack) -> int:
+    """EMULATED_SLOWDOWN when the engine's platform is not the (narrowed) stack's, else 1."""
+    engine = PLATFORM_OF_MACHINE.get(str((client.info() or {}).get("Architecture")))
+    return EMULATED_SLOWDOWN if engine is not None and engine != stack.platforms[0] else 1
+
+
+def help_timeout_option(scale: int) -> list[str]:
+    """imagecheck.py's --help-timeout, only where it is not the default (a native check's argv is unchanged)."""
+    return [] if scale == 1 else [f"--help-timeout={HELP_TIMEOUT_S * scale}"]
 
 
 def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
@@ -366,14 +383,14 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
     return argvs
 
 
-def image_check_argv(stack: Stack) -> list[str]:
+def image_check_argv(stack: Stack, scale: int = 1) -> list[str]:
     """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
     import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
     test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
     command = ["python", IMAGECHECK]
     if stack.sglang.install_deps:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
-                    import_closure_option(stack)]
+        command += ["--server-help", *help_timeout_option(scale),
+                    *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)), import_closure_option(stack)]
     if stack.cuda and stack.cuda_arch_list:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     return command
@@ -381,14 +398,17 @@ def image_check_argv(stack: Stack) -> list[str]:
 
 def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
     """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
-    return judged_image_checks(stack, image_check_report(client, image, stack, image_check_argv(stack)))
+    scale = time_scale(client, stack)
+    return judged_image_checks(stack, image_check_report(client, image, stack, image_check_argv(stack, scale), scale))
 
 
-def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str]) -> dict[str, Any]:
-    """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged."""
+def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str],
+                       scale: int = 1) -> dict[str, Any]:
+    """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged; `scale`
+    multiplies the time it is given (`time_scale`: an emulated platform's)."""
     with running_container(client, image, command=command, name_prefix="sglstack-check",
                            labels=container_labels(stack), entrypoint=[], network_disabled=True) as container:
-        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
+        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S * scale).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     try:

@@ -271,7 +271,17 @@ def test_site_relative_names_a_file_as_an_exception_does():
 
 # ---- the container-driven steps, against a stand-in engine (the real one: tests/e2e) -------------------
 
-CLIENT = object()  # the engine client verify is given, passed on as it is
+class Engine:
+    """The engine client verify is given: passed on as it is, asked only its `info()` (the platform it runs)."""
+
+    def __init__(self, machine: str = "x86_64") -> None:
+        self.machine = machine
+
+    def info(self) -> dict:
+        return {"Architecture": self.machine, "OSType": "linux"}
+
+
+CLIENT = Engine()
 
 
 class FakeContainer:
@@ -666,3 +676,25 @@ def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_de
              "weird line from a newer pip about libX."]
     assert verify.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": lines}}) == [
         "pip check: weird line from a newer pip about libX"]
+
+
+def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine, matrix, monkeypatch):
+    """Its checks run under QEMU: the container's wait and the server's --help limit are scaled; a native
+    image's argv and limit stay as they were."""
+    import json
+
+    whole = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    arm = whole.for_platform("linux/arm64")
+    report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {}}, "jit_toolchain": jit()}
+    engine.container = FakeContainer(0, json.dumps(report))
+    verify.run_image_checks(CLIENT, "img:1", arm)  # this x86_64 engine runs an arm64 image under QEMU
+    _, kwargs = engine.runs[-1]
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * verify.EMULATED_SLOWDOWN
+    assert f"--help-timeout={verify.HELP_TIMEOUT_S * verify.EMULATED_SLOWDOWN}" in kwargs["command"]
+    engine.container = FakeContainer(0, json.dumps(report))
+    monkeypatch.setattr(CLIENT, "machine", "aarch64")
+    verify.run_image_checks(CLIENT, "img:1", arm)  # an arm64 engine runs it natively
+    _, kwargs = engine.runs[-1]
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S
+    assert kwargs["command"] == verify.image_check_argv(arm)
+    assert not any("--help-timeout" in a for a in kwargs["command"])
