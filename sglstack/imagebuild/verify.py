@@ -4,14 +4,18 @@ argv), each in a container of its own with the network off."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import io
 import json
+import os
 import re
 import shlex
 import tarfile
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -350,6 +354,31 @@ def time_scale(client: Any, stack: Stack) -> int:
     return EMULATED_SLOWDOWN if engine is not None and engine != stack.platforms[0] else 1
 
 
+# What a container under user-mode QEMU reads as /proc/cpuinfo instead of the build machine's: PyTorch's CPU
+# detection (cpuinfo) finds no CPU of its architecture in an x86 file and `import torch` dies of SIGSEGV. One
+# processor of an Arm Neoverse N1 (ARMv8.2); features still come from the emulator's HWCAP.
+EMULATED_CPUINFO = {"linux/arm64": ("processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes pmull "
+                                    "sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs\n"
+                                    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
+                                    "CPU part\t: 0xd0c\nCPU revision\t: 1\n\n")}
+
+
+@contextlib.contextmanager
+def emulated_cpuinfo(stack: Stack, scale: int) -> Iterator[dict[str, Any]]:
+    """The container options giving an emulated image its platform's /proc/cpuinfo (a file bind-mounted over it,
+    as LXCFS does; removed after the run); none for a native one or a platform without one."""
+    text = EMULATED_CPUINFO.get(stack.platforms[0]) if scale > 1 else None
+    if text is None:
+        yield {}
+        return
+    with tempfile.TemporaryDirectory(prefix="sglstack-cpuinfo-") as folder:
+        path = Path(folder) / "cpuinfo"
+        path.write_text("".join(text.format(n=n) for n in range(os.cpu_count() or 1)))
+        path.chmod(0o644)
+        Path(folder).chmod(0o755)
+        yield {"volumes": {str(path): {"bind": "/proc/cpuinfo", "mode": "ro"}}}
+
+
 def help_timeout_option(scale: int) -> list[str]:
     """imagecheck.py's --help-timeout, only where it is not the default (a native check's argv is unchanged)."""
     return [] if scale == 1 else [f"--help-timeout={HELP_TIMEOUT_S * scale}"]
@@ -406,8 +435,9 @@ def image_check_report(client: docker.DockerClient, image: str, stack: Stack, co
                        scale: int = 1) -> dict[str, Any]:
     """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged; `scale`
     multiplies the time it is given (`time_scale`: an emulated platform's)."""
-    with running_container(client, image, command=command, name_prefix="sglstack-check",
-                           labels=container_labels(stack), entrypoint=[], network_disabled=True) as container:
+    with emulated_cpuinfo(stack, scale) as cpuinfo, running_container(
+            client, image, command=command, name_prefix="sglstack-check", labels=container_labels(stack),
+            entrypoint=[], network_disabled=True, **cpuinfo) as container:
         code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S * scale).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
