@@ -687,14 +687,25 @@ def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine
     arm = whole.for_platform("linux/arm64")
     report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {}}, "jit_toolchain": jit()}
     engine.container = FakeContainer(0, json.dumps(report))
+    given = {}
+    running = verify.running_container
+
+    def reading(client, image, **kwargs):  # the file mounted over /proc/cpuinfo, read while the container runs
+        given.update({bind["bind"]: Path(src).read_text() for src, bind in kwargs.get("volumes", {}).items()})
+        return running(client, image, **kwargs)
+
+    monkeypatch.setattr(verify, "running_container", reading)
     verify.run_image_checks(CLIENT, "img:1", arm)  # this x86_64 engine runs an arm64 image under QEMU
     _, kwargs = engine.runs[-1]
+    assert list(given) == ["/proc/cpuinfo"] and "CPU implementer\t: 0x41" in given["/proc/cpuinfo"]
+    assert kwargs["volumes"][next(iter(kwargs["volumes"]))]["mode"] == "ro"
+    assert not any(Path(src).exists() for src in kwargs["volumes"])  # removed after the run
     assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * verify.EMULATED_SLOWDOWN
     assert f"--help-timeout={verify.HELP_TIMEOUT_S * verify.EMULATED_SLOWDOWN}" in kwargs["command"]
     engine.container = FakeContainer(0, json.dumps(report))
     monkeypatch.setattr(CLIENT, "machine", "aarch64")
     verify.run_image_checks(CLIENT, "img:1", arm)  # an arm64 engine runs it natively
     _, kwargs = engine.runs[-1]
-    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S and "volumes" not in kwargs
     assert kwargs["command"] == verify.image_check_argv(arm)
     assert not any("--help-timeout" in a for a in kwargs["command"])
