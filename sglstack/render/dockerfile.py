@@ -22,7 +22,7 @@ from ..core.quoting import (
     shell_word_with,
 )
 from ..core.resources import DEFAULT_PATCHES_DIR, PATCHKIT_DIR, TOOLS_DIR
-from ..lockfile.model import Lock
+from ..lockfile.model import VENV_BOOTSTRAP, Lock
 from . import confighash
 from .templates import environment
 
@@ -211,6 +211,7 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         wheels_root=WHEELS_ROOT,
         wheels_apt=tuple(p.format(v=stack.python) for p in WHEELS_APT),
         wheels_layers=_wheels_layers(layers, lock) if wheels_stage else (),
+        replaced_bootstrap=_replaced_bootstrap(lock) if wheels_stage else (),
         target_tags=target_platform_tags(stack, lock),
         manylinux_minors=MANYLINUX_MINORS,
         git_source_dir=GIT_SOURCE_DIR,
@@ -238,6 +239,11 @@ def _wheels_layers(layers: tuple[InstallLayer, ...], lock: Lock | None) -> tuple
         parts.append(_Part("sglang-requirements", "SGLang's own requirements, as resolved into the lock"))
     parts += [_Part(x.name, x.comment) for x in layers if x.on_build_platform and x.after_sglang]
     return tuple(parts)
+
+
+def _replaced_bootstrap(lock: Lock | None) -> tuple[str, ...]:
+    """`name==version` of each package the venv brings itself (pip, setuptools) that the lock installs too."""
+    return tuple(f"{p.name}=={p.version}" for p in (lock.packages if lock else ()) if p.name in VENV_BOOTSTRAP)
 
 
 _STAGE = re.compile(r"^FROM\s+(?:--\S+\s+)*\S+\s+AS\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)

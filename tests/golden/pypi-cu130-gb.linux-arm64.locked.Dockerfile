@@ -170,11 +170,13 @@ COPY stack.json /opt/sglstack/stack.json
 COPY tools/ /opt/sglstack/tools/
 COPY patches/ /opt/sglstack/patches/
 COPY --from=sglang-src /out/overlay/ /opt/venv/lib/python3.11/site-packages/
+# The venv's own copies of what a copied part brings again go first (pip would have replaced them; a copy cannot),
 # RECORD is brought up to date for the patched files (pip uninstall and `pip show -f` stay truthful),
 # only the changed modules are recompiled, the patches are verified where they will run (the installed
 # tree), and what is really installed is written down once: `invoke build` reads patches.json and
 # installed.json back from the image and compares them with the stack's pins, without running it again.
 RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && python /opt/sglstack/tools/wheelkit.py keep-only "$site" setuptools==84.2.1 \
  && python /opt/sglstack/tools/wheelkit.py refresh-record "$site" sglang \
  && python -m compileall -q "$site/sglang" \
  && PYTHONPATH=/opt/sglstack/tools python -m patchkit verify --root "$site" --patches-dir /opt/sglstack/patches \
