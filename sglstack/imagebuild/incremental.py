@@ -30,15 +30,9 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
+from .emulation import help_timeout_option, time_scale
 from .importclosure import import_closure_option
-from .verify import (
-    IMAGECHECK,
-    help_timeout_option,
-    image_check_report,
-    judged_image_checks,
-    serving_argvs,
-    time_scale,
-)
+from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
 STORE_VERSION = 1

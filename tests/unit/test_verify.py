@@ -16,7 +16,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
-from sglstack.imagebuild import verify
+from sglstack.imagebuild import emulation, verify
 from sglstack.imagebuild.verify import image_check_problems, jit_problems
 from sglstack.lock.plan import root_names
 
@@ -700,8 +700,8 @@ def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine
     assert list(given) == ["/proc/cpuinfo"] and "CPU implementer\t: 0x41" in given["/proc/cpuinfo"]
     assert kwargs["volumes"][next(iter(kwargs["volumes"]))]["mode"] == "ro"
     assert not any(Path(src).exists() for src in kwargs["volumes"])  # removed after the run
-    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * verify.EMULATED_SLOWDOWN
-    assert f"--help-timeout={verify.HELP_TIMEOUT_S * verify.EMULATED_SLOWDOWN}" in kwargs["command"]
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * emulation.EMULATED_SLOWDOWN
+    assert f"--help-timeout={emulation.HELP_TIMEOUT_S * emulation.EMULATED_SLOWDOWN}" in kwargs["command"]
     engine.container = FakeContainer(0, json.dumps(report))
     monkeypatch.setattr(CLIENT, "machine", "aarch64")
     verify.run_image_checks(CLIENT, "img:1", arm)  # an arm64 engine runs it natively
