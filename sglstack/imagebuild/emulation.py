@@ -51,6 +51,12 @@ def emulated_cpuinfo(stack: Stack, scale: int) -> Iterator[dict[str, Any]]:
         yield {"volumes": {str(path): {"bind": "/proc/cpuinfo", "mode": "ro"}}}
 
 
-def help_timeout_option(scale: int) -> list[str]:
-    """imagecheck.py's --help-timeout, only where it is not the default (a native check's argv is unchanged)."""
-    return [] if scale == 1 else [f"--help-timeout={HELP_TIMEOUT_S * scale}"]
+IMPORT_TIMEOUT_S = JIT_TIMEOUT_S = 900  # imagecheck.py's own --import-timeout and --jit-timeout defaults
+
+
+def timeout_options(scale: int) -> list[str]:
+    """imagecheck.py's time limits (the server's --help, the import closure, the JIT compile), only where they are
+    not the defaults (a native check's argv is unchanged)."""
+    return [] if scale == 1 else [f"--help-timeout={HELP_TIMEOUT_S * scale}",
+                                  f"--import-timeout={IMPORT_TIMEOUT_S * scale}",
+                                  f"--jit-timeout={JIT_TIMEOUT_S * scale}"]

@@ -30,7 +30,7 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
-from .emulation import help_timeout_option, time_scale
+from .emulation import time_scale, timeout_options
 from .importclosure import import_closure_option
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
@@ -107,10 +107,10 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
 def imagecheck_argv(stack: Stack, run: set[str], scale: int = 1) -> list[str]:
     """imagecheck.py with the parts that must run (its shared-library part always runs); the server part
     with the import closure of the serving path (`verify.image_check_argv`'s, whole)."""
-    command = ["python", IMAGECHECK]
+    command = ["python", IMAGECHECK, *timeout_options(scale)]
     if SERVER in run:
-        command += ["--server-help", *help_timeout_option(scale),
-                    *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)), import_closure_option(stack)]
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
+                    import_closure_option(stack)]
     if JIT in run:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     return command

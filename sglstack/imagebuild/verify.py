@@ -36,7 +36,7 @@ from ..lockfile.current import compare_installed, source_mismatches
 from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
-from .emulation import emulated_cpuinfo, help_timeout_option, time_scale
+from .emulation import emulated_cpuinfo, time_scale, timeout_options
 from .importclosure import import_closure_option, import_closure_record, judge_imports
 from .seedbase import check_seeded_base
 
@@ -386,10 +386,10 @@ def image_check_argv(stack: Stack, scale: int = 1) -> list[str]:
     """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
     import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
     test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
-    command = ["python", IMAGECHECK]
+    command = ["python", IMAGECHECK, *timeout_options(scale)]
     if stack.sglang.install_deps:
-        command += ["--server-help", *help_timeout_option(scale),
-                    *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)), import_closure_option(stack)]
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
+                    import_closure_option(stack)]
     if stack.cuda and stack.cuda_arch_list:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     return command

@@ -701,7 +701,10 @@ def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine
     assert kwargs["volumes"][next(iter(kwargs["volumes"]))]["mode"] == "ro"
     assert not any(Path(src).exists() for src in kwargs["volumes"])  # removed after the run
     assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * emulation.EMULATED_SLOWDOWN
-    assert f"--help-timeout={emulation.HELP_TIMEOUT_S * emulation.EMULATED_SLOWDOWN}" in kwargs["command"]
+    scaled = emulation.EMULATED_SLOWDOWN
+    assert kwargs["command"][2:5] == [f"--help-timeout={emulation.HELP_TIMEOUT_S * scaled}",
+                                      f"--import-timeout={emulation.IMPORT_TIMEOUT_S * scaled}",
+                                      f"--jit-timeout={emulation.JIT_TIMEOUT_S * scaled}"]
     engine.container = FakeContainer(0, json.dumps(report))
     monkeypatch.setattr(CLIENT, "machine", "aarch64")
     verify.run_image_checks(CLIENT, "img:1", arm)  # an arm64 engine runs it natively
