@@ -258,6 +258,7 @@ def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered:
     info = facts.info or {}
     return {
         "stack": stack.name,
+        "platform": stack.platforms[0],  # what the image was built for (`--platform`; a stack's first by default)
         "target": options.effective_target,
         "image_id": image_id,
         "tag": tag,

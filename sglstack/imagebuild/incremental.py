@@ -30,6 +30,7 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
+from .emulation import time_scale, timeout_options
 from .importclosure import import_closure_option
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
@@ -103,10 +104,10 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
             for p in (found.packages if found else ()) if p.found]
 
 
-def imagecheck_argv(stack: Stack, run: set[str]) -> list[str]:
+def imagecheck_argv(stack: Stack, run: set[str], scale: int = 1) -> list[str]:
     """imagecheck.py with the parts that must run (its shared-library part always runs); the server part
     with the import closure of the serving path (`verify.image_check_argv`'s, whole)."""
-    command = ["python", IMAGECHECK]
+    command = ["python", IMAGECHECK, *timeout_options(scale)]
     if SERVER in run:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
                     import_closure_option(stack)]
@@ -174,7 +175,8 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     fresh: dict[str, Any] = {}
     if run:
         start = time.monotonic()
-        fresh = image_check_report(client, image_id, stack, imagecheck_argv(stack, run))
+        scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
+        fresh = image_check_report(client, image_id, stack, imagecheck_argv(stack, run, scale), scale)
         seconds["image_checks"] = round(time.monotonic() - start, 2)
         if SHARED_LIBRARIES not in run:  # it runs with any other part: say so
             d = decisions[SHARED_LIBRARIES]

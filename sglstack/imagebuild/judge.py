@@ -125,7 +125,10 @@ def site_relative(path: str, folders: Sequence[str]) -> str:
 
 def waived_libraries(report: dict[str, Any], policy: SharedLibrariesPolicy) -> tuple[dict[str, list[str]],
                                                                                    dict[str, str], list[str]]:
-    """(unresolved files no exception covers, {covered file: reason}, stale exceptions matching nothing)."""
+    """(unresolved files no exception covers, {covered file: reason}, stale exceptions matching nothing).
+
+    An exception covers a file with a missing library and a file built for another CPU alike (a wheel's
+    cross-compilation stubs for the other platform, never loaded here): `foreign_libraries` gives the rest."""
     libs = report.get("shared_libraries") or {}
     folders = libs.get("folders") or []
     left: dict[str, list[str]] = {}
@@ -139,9 +142,23 @@ def waived_libraries(report: dict[str, Any], policy: SharedLibrariesPolicy) -> t
         else:
             used.add(exc)
             waived[rel] = policy.exceptions[exc].reason
-    stale = [f"shared_libraries exception '{e.file}' matches no file with a missing library: remove it"
-             for i, e in enumerate(policy.exceptions) if i not in used]
+    for path in sorted(libs.get("foreign") or {}):
+        rel = site_relative(path, folders)
+        exc = next((i for i, e in enumerate(policy.exceptions) if fnmatch.fnmatchcase(rel, e.file)), None)
+        if exc is not None:
+            used.add(exc)
+            waived[rel] = policy.exceptions[exc].reason
+    stale = [f"shared_libraries exception '{e.file}' matches no file with a missing library or of another CPU: "
+             "remove it" for i, e in enumerate(policy.exceptions) if i not in used]
     return left, waived, stale
+
+
+def foreign_libraries(report: dict[str, Any], policy: SharedLibrariesPolicy) -> list[tuple[str, str]]:
+    """(file, its CPU) of each compiled file built for another CPU than the image's that no exception covers."""
+    libs = report.get("shared_libraries") or {}
+    folders = libs.get("folders") or []
+    return [(path, machine) for path, machine in sorted((libs.get("foreign") or {}).items())
+            if not any(fnmatch.fnmatchcase(site_relative(path, folders), e.file) for e in policy.exceptions)]
 
 
 NO_LIBRARY_EXCEPTIONS = SharedLibrariesPolicy()
@@ -186,7 +203,7 @@ def image_check_problems(report: dict[str, Any], policy: SharedLibrariesPolicy =
                         "declare an exception under 'shared_libraries' with its reason, or add the library")
     for path, why in sorted((libs.get("unreadable") or {}).items())[:1]:
         problems.append(f"shared libraries: cannot read {path}: {why}")
-    if foreign := sorted((libs.get("foreign") or {}).items()):
+    if foreign := foreign_libraries(report, policy):
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         problems.append(f"shared libraries: {foreign[0][0]} is built for {foreign[0][1]}, not for the image's CPU"
                         f"{more}: a wheel of another platform was installed")

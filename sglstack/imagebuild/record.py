@@ -43,7 +43,8 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
             pass
     labels = client.images.get(image_id).labels or {}
     write_record(path, {
-        "stack": stack.name, "target": target, "image_id": image_id, "tag": tag, "config_hash": config_hash,
+        "stack": stack.name, "platform": stack.platforms[0], "target": target, "image_id": image_id, "tag": tag,
+        "config_hash": config_hash,
         "reused": source or "local image", "pins": stack.pins(),
         "patches": {k.removeprefix(PATCH_LABEL_PREFIX): v for k, v in labels.items()
                     if k.startswith(PATCH_LABEL_PREFIX)},

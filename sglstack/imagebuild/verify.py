@@ -29,6 +29,7 @@ from ..lockfile.current import source_mismatches
 from ..lockfile.model import Lock
 from ..render.dockerfile import RELEASED_TARGET
 from ..serving import LAUNCH, serving_argv, serving_spec
+from .emulation import emulated_cpuinfo, time_scale, timeout_options
 from .importclosure import import_closure_option, import_closure_record, judge_imports
 from .judge import image_check_problems, lock_mismatches, pin_mismatches, pip_check_problems, waived_libraries
 from .seedbase import check_seeded_base
@@ -132,8 +133,6 @@ IMAGECHECK = "/opt/sglstack/tools/imagecheck.py"
 
 
 IMAGECHECK_TIMEOUT_S = 1200  # importing SGLang and torch for --help on a loaded 2-core machine takes minutes
-
-
 def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
     """A stack that pins its base by image id builds only on that image, a seeded base only on its pinned root
     file system for the platform built (one line otherwise)."""
@@ -162,11 +161,11 @@ def serving_argvs(stack: Stack) -> list[list[str]]:
     return argvs
 
 
-def image_check_argv(stack: Stack) -> list[str]:
+def image_check_argv(stack: Stack, scale: int = 1) -> list[str]:
     """`imagecheck.py`'s command line: shared libraries always; the server's --help, the serving argv and the
     import closure of the serving path where SGLang is installed with its requirements (a `install_deps: false`
     test stack's SGLang cannot import, by design); the JIT toolchain for a CUDA stack's capabilities."""
-    command = ["python", IMAGECHECK]
+    command = ["python", IMAGECHECK, *timeout_options(scale)]
     if stack.sglang.install_deps:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
                     import_closure_option(stack)]
@@ -177,14 +176,18 @@ def image_check_argv(stack: Stack) -> list[str]:
 
 def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> dict[str, Any]:
     """Run the in-image checks in a container of `image` (network off); raise ImageCheckFailed on a problem."""
-    return judged_image_checks(stack, image_check_report(client, image, stack, image_check_argv(stack)))
+    scale = time_scale(client, stack)
+    return judged_image_checks(stack, image_check_report(client, image, stack, image_check_argv(stack, scale), scale))
 
 
-def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str]) -> dict[str, Any]:
-    """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged."""
-    with running_container(client, image, command=command, name_prefix="sglstack-check",
-                           labels=container_labels(stack), entrypoint=[], network_disabled=True) as container:
-        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S).get("StatusCode", 1))
+def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str],
+                       scale: int = 1) -> dict[str, Any]:
+    """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged; `scale`
+    multiplies the time it is given (`time_scale`: an emulated platform's)."""
+    with emulated_cpuinfo(stack, scale) as cpuinfo, running_container(
+            client, image, command=command, name_prefix="sglstack-check", labels=container_labels(stack),
+            entrypoint=[], network_disabled=True, **cpuinfo) as container:
+        code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S * scale).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     try:

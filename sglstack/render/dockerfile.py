@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.cudaimages import cuda_image_tag
+from ..config.platforms import MACHINE
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.quoting import (
@@ -21,7 +22,7 @@ from ..core.quoting import (
     shell_word_with,
 )
 from ..core.resources import DEFAULT_PATCHES_DIR, PATCHKIT_DIR, TOOLS_DIR
-from ..lockfile.model import Lock
+from ..lockfile.model import VENV_BOOTSTRAP, Lock
 from . import confighash
 from .templates import environment
 
@@ -44,9 +45,16 @@ class InstallLayer:
     uses_arch: bool = False
     after_sglang: bool = False
     lock_part: str | None = None  # installs context file lock/<name>.txt (hash-checked, no resolution)
+    on_build_platform: bool = False  # a locked part unpacked in the wheels stage, natively; the runtime copies it
 
 
 LOCK_MOUNT = "/run/sglstack-lock"
+# Where the wheels stage unpacks each locked part (`<root>/<part>/opt/venv/...`), for the runtime to COPY.
+WHEELS_ROOT = "/stage"
+# The wheels stage's build tools: the stack's Python, its venv, and pypa's installer (Debian's python3-installer).
+WHEELS_APT = ("python{v}", "python{v}-venv", "python3-installer", "ca-certificates")
+# The glibc a lock resolves for when neither the lock nor the stack names one (`lock.plan.MANYLINUX`).
+BASELINE_GLIBC_MINOR = 28
 # The BuildKit secret that carries the netrc of a stack whose URLs had credentials (`credentials.py`);
 # pip-env.sh points NETRC at /run/secrets/<this id>. Mounted only by stacks that have credentials.
 INDEX_NETRC_SECRET = "index_netrc"
@@ -166,9 +174,32 @@ def _one_platform(stack: Stack) -> Stack:
     return stack.for_platform(stack.platforms[0]) if stack.base_seed and stack.whole is None else stack
 
 
+def target_platform_tags(stack: Stack, lock: Lock | None) -> tuple[str, ...]:
+    """pip's exact `--platform` tags for the (narrowed) stack's platform, newest glibc first: every manylinux
+    minor from the one the lock resolved for (its `resolved-for`, else the stack's `glibc`, else 2.28) down to
+    2.17, then manylinux2014 (which pip widens to manylinux2010/1 on x86_64). Never a newer glibc than the
+    lock's: a manylinux_2_39 file of a locked version would pass the hash check and not run on a 2.36 base."""
+    machine = MACHINE[stack.platforms[0]]
+    resolved = [p for p in (lock.python_platforms if lock else ()) if p.startswith(f"{machine}-manylinux_2_")]
+    if resolved:
+        newest = int(resolved[0].rsplit("_", 1)[1])
+    else:
+        newest = int(stack.glibc.split(".")[1]) if stack.glibc else BASELINE_GLIBC_MINOR
+    return (*(f"manylinux_2_{minor}_{machine}" for minor in range(newest, 16, -1)), f"manylinux2014_{machine}")
+
+
+def _wheels_stage(stack: Stack, lock: Lock | None) -> bool:
+    """A stack built for more than amd64 unpacks its locked parts on the build machine (every platform alike,
+    so one Dockerfile shape serves them all); an amd64-only stack's Dockerfile stays as it was."""
+    multi = (stack.whole or stack).platforms != ("linux/amd64",)
+    return multi and lock is not None and any(lock.installs_layer(name) for name in lock.layers)
+
+
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
     stack = _one_platform(stack)
-    layers = install_layers(stack, lock)
+    wheels_stage = _wheels_stage(stack, lock)
+    layers = tuple(dataclasses.replace(x, on_build_platform=wheels_stage and x.lock_part is not None)
+                   for x in install_layers(stack, lock))
     return environment().get_template("Dockerfile.j2").render(
         lock_mount=LOCK_MOUNT,
         locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
@@ -176,6 +207,12 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         stack=stack,
         # only where another platform than amd64 is built: every amd64-only stack's Dockerfile stays as it was
         src_on_build_platform=(stack.whole or stack).platforms != ("linux/amd64",),
+        wheels_stage=wheels_stage,
+        wheels_root=WHEELS_ROOT,
+        wheels_apt=tuple(p.format(v=stack.python) for p in WHEELS_APT),
+        wheels_layers=_wheels_layers(layers, lock) if wheels_stage else (),
+        replaced_bootstrap=_replaced_bootstrap(lock) if wheels_stage else (),
+        target_tags=target_platform_tags(stack, lock),
         manylinux_minors=MANYLINUX_MINORS,
         git_source_dir=GIT_SOURCE_DIR,
         apt_packages=apt_packages(stack),
@@ -186,6 +223,27 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         wheel_cuda_home=bool(stack.cuda) and stack.cuda_home.startswith("/opt/venv/"),
         runtime_env=nvidia_runtime_cuda(stack),
     )
+
+
+@dataclass(frozen=True)
+class _Part:
+    name: str
+    comment: str
+
+
+def _wheels_layers(layers: tuple[InstallLayer, ...], lock: Lock | None) -> tuple[_Part, ...]:
+    """The parts the wheels stage unpacks, in the runtime's order: the layers before SGLang's requirements,
+    those requirements, the layers after them."""
+    parts = [_Part(x.name, x.comment) for x in layers if x.on_build_platform and not x.after_sglang]
+    if lock is not None and lock.installs_layer("sglang-requirements"):
+        parts.append(_Part("sglang-requirements", "SGLang's own requirements, as resolved into the lock"))
+    parts += [_Part(x.name, x.comment) for x in layers if x.on_build_platform and x.after_sglang]
+    return tuple(parts)
+
+
+def _replaced_bootstrap(lock: Lock | None) -> tuple[str, ...]:
+    """`name==version` of each package the venv brings itself (pip, setuptools) that the lock installs too."""
+    return tuple(f"{p.name}=={p.version}" for p in (lock.packages if lock else ()) if p.name in VENV_BOOTSTRAP)
 
 
 _STAGE = re.compile(r"^FROM\s+(?:--\S+\s+)*\S+\s+AS\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)

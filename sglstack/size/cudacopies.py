@@ -40,7 +40,10 @@ TORCH_CUDA_WHEELS = ("nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cufft", "nv
                      "nvidia-cuda-cupti", "nvidia-cudnn", "nvidia-cusparselt", "nvidia-cufile")
 _CU_SUFFIX = re.compile(r"-cu\d+$")
 _FROM = re.compile(r"^FROM\s+(?P<image>\S+)(?:\s+AS\s+(?P<name>\S+))?\s*$", re.IGNORECASE | re.MULTILINE)
-_LOCK_PART = re.compile(r"source=lock/(?P<part>[A-Za-z0-9._-]+)\.txt")
+# A step installing a lock part: pip from its context file, or (a stack built for more than amd64) a COPY of
+# the tree the wheels stage unpacked it into (render.dockerfile.WHEELS_ROOT).
+_LOCK_PART = re.compile(r"source=lock/(?P<part>[A-Za-z0-9._-]+)\.txt"
+                        r"|COPY --from=wheels /stage/(?P<copied>[A-Za-z0-9._-]+)/")
 _PIP_ARGS = re.compile(r"pip install (?P<args>[^\n]*)$", re.MULTILINE)
 _REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?(?:[=<>!~].*)?$")
 
@@ -92,7 +95,7 @@ def stage_wheels(stage: str, lock_parts: Mapping[str, Iterable[str]]) -> dict[st
             found.setdefault(library, set()).add(why)
 
     for m in _LOCK_PART.finditer(stage):
-        for name in lock_parts.get(m["part"], ()):
+        for name in lock_parts.get(m["part"] or m["copied"], ()):
             add(name, name)
     for m in _PIP_ARGS.finditer(stage):
         for arg in m["args"].replace('"', " ").split():

@@ -23,6 +23,8 @@ _CONFIG_ONLY = re.compile(r"^(?:/bin/sh -c #\(nop\) )?\s*(ENV|LABEL|EXPOSE|SHELL
                           r"STOPSIGNAL|HEALTHCHECK|MAINTAINER|ONBUILD)\b")
 _SHELL_PREFIX = re.compile(r"^(?:RUN )?(?:\|\d+ \S+ )?/bin/(?:ba)?sh (?:-o pipefail )?-c ")
 _LOCK_PART = re.compile(r"/run/sglstack-lock/([A-Za-z0-9._-]+)\.txt")
+# A part the wheels stage unpacked, copied in (render.dockerfile.WHEELS_ROOT): `COPY /stage/torch/opt/venv/ ...`.
+_COPIED_PART = re.compile(r"^COPY (?:--from=\S+ )?/stage/([A-Za-z0-9._-]+)/opt/venv/ ")
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def layer_step(created_by: str) -> str:
         return "base image"
     if m := _LOCK_PART.search(text):
         return f"pip: lock part {m[1]}"
+    if m := _COPIED_PART.match(text):
+        return "pip: the SGLang wheel" if m[1] == "sglang" else f"pip: lock part {m[1]}"
     if "#(nop)" in text:  # the classic builder's way of writing a non-RUN instruction
         return text.split("#(nop)", 1)[1].strip()[:100]
     text = _SHELL_PREFIX.sub("RUN ", text)

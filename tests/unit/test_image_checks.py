@@ -130,7 +130,8 @@ def test_a_declared_exception_waives_the_file_and_an_unused_one_is_stale(image_r
     assert image_check_problems(report, policy) == []
     left, waived, stale = waived_libraries(report, policy)
     assert left == {} and waived == {str(ext): "a plugin this image does not load"}
-    assert stale == ["shared_libraries exception 'nothing/*' matches no file with a missing library: remove it"]
+    assert stale == ["shared_libraries exception 'nothing/*' matches no file with a missing library or of another "
+                     "CPU: remove it"]
 
 
 # ---- pip check and the serving argv: imagecheck.py as the image runs it ---------------------------
@@ -189,3 +190,24 @@ def test_a_shared_object_of_another_cpu_is_named_not_taken_for_the_images(image_
     problems = image_check_problems({"shared_libraries": {**report.to_dict(), "folders": [SITE]}})
     assert problems == [f"shared libraries: {SITE}/{ext} is built for {other}, not for the image's CPU: a wheel of "
                         "another platform was installed"]
+
+
+def test_a_declared_exception_covers_a_wheels_stubs_for_the_other_cpu(image_root):
+    """nvidia-cutlass-dsl-libs' x86_64 wheels carry aarch64 stubs for cross-compiling: declared, with a reason,
+    they are waived and named in the report; any other foreign file still fails the build."""
+    root, ext, _ = image_root
+    path = root / SITE.lstrip("/") / ext
+    data = bytearray(path.read_bytes())
+    data[18:20] = (183 if os.uname().machine == "x86_64" else 62).to_bytes(2, "little")  # ELF e_machine
+    path.write_bytes(bytes(data))
+    report = {"shared_libraries": {**check_needs([SITE], root=str(root), machine=os.uname().machine).to_dict(),
+                                   "folders": [SITE]}}
+    covering = SharedLibrariesPolicy(exceptions=(LibraryException(file=str(ext), reason="cross-compilation stubs"),))
+    assert image_check_problems(report, covering) == []
+    _, waived, stale = waived_libraries(report, covering)
+    assert waived == {str(ext): "cross-compilation stubs"} and stale == []
+    other = SharedLibrariesPolicy(exceptions=(LibraryException(file="elsewhere/*", reason="x"),))
+    [problem] = image_check_problems(report, other)
+    assert problem.startswith(f"shared libraries: {SITE}/{ext} is built for ")
+    assert waived_libraries(report, other)[2] == ["shared_libraries exception 'elsewhere/*' matches no file with a "
+                                                  "missing library or of another CPU: remove it"]

@@ -46,6 +46,10 @@ SOURCE = textwrap.dedent("""\
         import in_function
     with lock:
         import in_with
+    with suppress(ImportError):
+        import suppressed_one
+    with contextlib.suppress(KeyError):
+        import suppressed_other
     """)
 
 
@@ -53,7 +57,7 @@ def test_the_scan_counts_what_module_level_runs_and_says_which_is_conditional():
     assert importcheck.top_level_imports(ast.parse(SOURCE)) == [
         ("os", 1, False), ("undeclared_top", 1, False), ("undeclared_from", 2, False), ("typing", 4, False),
         ("gpu_only", 10, True), ("cpu_only", 12, True), ("plain_try", 18, False), ("in_handler", 20, True),
-        ("in_class_body", 22, False), ("in_with", 26, False)]
+        ("in_class_body", 22, False), ("in_with", 26, False), ("suppressed_other", 30, False)]
 
 
 def _site(root: Path) -> Path:

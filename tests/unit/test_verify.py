@@ -16,7 +16,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import LibraryException, SharedLibrariesPolicy
 from sglstack.core import labels as lb
 from sglstack.core.errors import PinMismatch
-from sglstack.imagebuild import judge, verify
+from sglstack.imagebuild import emulation, judge, verify
 from sglstack.imagebuild.judge import image_check_problems, jit_problems
 from sglstack.lock.plan import root_names
 
@@ -271,7 +271,17 @@ def test_site_relative_names_a_file_as_an_exception_does():
 
 # ---- the container-driven steps, against a stand-in engine (the real one: tests/e2e) -------------------
 
-CLIENT = object()  # the engine client verify is given, passed on as it is
+class Engine:
+    """The engine client verify is given: passed on as it is, asked only its `info()` (the platform it runs)."""
+
+    def __init__(self, machine: str = "x86_64") -> None:
+        self.machine = machine
+
+    def info(self) -> dict:
+        return {"Architecture": self.machine, "OSType": "linux"}
+
+
+CLIENT = Engine()
 
 
 class FakeContainer:
@@ -666,3 +676,39 @@ def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_de
              "weird line from a newer pip about libX."]
     assert judge.pip_check_problems(stack, {"pip_check": {"ran": True, "problems": lines}}) == [
         "pip check: weird line from a newer pip about libX"]
+
+
+def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine, matrix, monkeypatch):
+    """Its checks run under QEMU: the container's wait and the server's --help limit are scaled; a native
+    image's argv and limit stay as they were."""
+    import json
+
+    whole = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    arm = whole.for_platform("linux/arm64")
+    report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {}}, "jit_toolchain": jit()}
+    engine.container = FakeContainer(0, json.dumps(report))
+    given = {}
+    running = verify.running_container
+
+    def reading(client, image, **kwargs):  # the file mounted over /proc/cpuinfo, read while the container runs
+        given.update({bind["bind"]: Path(src).read_text() for src, bind in kwargs.get("volumes", {}).items()})
+        return running(client, image, **kwargs)
+
+    monkeypatch.setattr(verify, "running_container", reading)
+    verify.run_image_checks(CLIENT, "img:1", arm)  # this x86_64 engine runs an arm64 image under QEMU
+    _, kwargs = engine.runs[-1]
+    assert list(given) == ["/proc/cpuinfo"] and "CPU implementer\t: 0x41" in given["/proc/cpuinfo"]
+    assert kwargs["volumes"][next(iter(kwargs["volumes"]))]["mode"] == "ro"
+    assert not any(Path(src).exists() for src in kwargs["volumes"])  # removed after the run
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S * emulation.EMULATED_SLOWDOWN
+    scaled = emulation.EMULATED_SLOWDOWN
+    assert kwargs["command"][2:5] == [f"--help-timeout={emulation.HELP_TIMEOUT_S * scaled}",
+                                      f"--import-timeout={emulation.IMPORT_TIMEOUT_S * scaled}",
+                                      f"--jit-timeout={emulation.JIT_TIMEOUT_S * scaled}"]
+    engine.container = FakeContainer(0, json.dumps(report))
+    monkeypatch.setattr(CLIENT, "machine", "aarch64")
+    verify.run_image_checks(CLIENT, "img:1", arm)  # an arm64 engine runs it natively
+    _, kwargs = engine.runs[-1]
+    assert engine.container.waited == verify.IMAGECHECK_TIMEOUT_S and "volumes" not in kwargs
+    assert kwargs["command"] == verify.image_check_argv(arm)
+    assert not any("--help-timeout" in a for a in kwargs["command"])

@@ -171,6 +171,8 @@ def main(args: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-help", action="store_true")
     ap.add_argument("--help-timeout", type=float, default=600)
+    ap.add_argument("--import-timeout", type=float, default=IMPORT_TIMEOUT_S)
+    ap.add_argument("--jit-timeout", type=float, default=JIT_TIMEOUT_S)
     ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv (after the module)")
     ap.add_argument("--site", action="append", default=[], help="folders to check the shared libraries of")
     ap.add_argument("--jit-arch", action="append", default=[], help="a CUDA capability the JIT check compiles for")
@@ -184,9 +186,9 @@ def main(args: list[str] | None = None) -> int:
     if opts.argv:
         out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     if opts.import_closure is not None:
-        out["import_closure"] = import_closure(json.loads(opts.import_closure))
+        out["import_closure"] = import_closure(json.loads(opts.import_closure), opts.import_timeout)
     if opts.jit_arch:
-        out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"))
+        out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"), opts.jit_timeout)
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()
     return 0

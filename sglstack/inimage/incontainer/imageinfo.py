@@ -7,8 +7,11 @@ contains, rather than with what the Dockerfile asked for; `pip check`'s findings
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata as md
+import importlib.util
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -25,12 +28,50 @@ def distributions() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+TORCH_FACTS = ("import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+               "'git': torch.version.git_version}))")
+# /proc/cpuinfo names the CPU with these on each machine; under user-mode QEMU it is the build machine's file.
+CPUINFO_MARK = {"aarch64": "CPU implementer", "x86_64": "vendor_id"}
+
+
+def emulated(machine: str, cpuinfo: str) -> bool:
+    """True when this process runs under user-mode emulation: the kernel's /proc/cpuinfo is another machine's."""
+    mark = CPUINFO_MARK.get(machine)
+    return mark is not None and mark not in cpuinfo
+
+
+def version_file_facts(torch_dir: str) -> dict:
+    """torch/version.py's constants, read without importing torch (it is a file of plain assignments)."""
+    names: dict = {}
+    with open(os.path.join(torch_dir, "version.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    names[target.id] = node.value.value
+    return {"version": names.get("__version__"), "cuda": names.get("cuda"), "git": names.get("git_version")}
+
+
 def torch_info() -> dict | None:
-    try:
-        import torch  # optional: CPU test images have no torch
-    except Exception as exc:  # an import that crashes is a finding, not a reason to stop
-        return {"import_error": f"{type(exc).__name__}: {exc}"} if "No module named" not in str(exc) else None
-    return {"version": torch.__version__, "cuda": torch.version.cuda, "git": torch.version.git_version}
+    """torch's version and CUDA, from importing it in a child process (an import that crashes is a finding, not
+    a reason to stop). Under user-mode QEMU, PyTorch's CPU detection reads the build machine's /proc/cpuinfo and
+    can die of a signal: there the facts come from torch/version.py and the crash is said (`import_crash`); the
+    import is checked again by the build's verification, which gives the container the target's /proc/cpuinfo."""
+    spec = importlib.util.find_spec("torch")  # optional: CPU test images have no torch
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    proc = subprocess.run([sys.executable, "-c", TORCH_FACTS], capture_output=True, text=True, check=False,
+                          timeout=3600)
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+        cpuinfo = f.read()
+    if proc.returncode < 0 and emulated(platform.machine(), cpuinfo):
+        crash = f"signal {-proc.returncode} under user-mode emulation ({why})"
+        return {**version_file_facts(next(iter(spec.submodule_search_locations))), "import_crash": crash}
+    return {"import_error": why}
 
 
 def pip_check() -> dict:

@@ -11,8 +11,9 @@ passes it and fails at run time (upstream images without `distro`: sgl-project/s
 2. the tree: every `.py` file of site-packages (test suites left out) and of the serving path is parsed with
    `ast` (nothing runs), and the top-level name of each import its module level runs is looked up: the
    standard library, `importlib.metadata.packages_distributions()`, else anything importable by that name.
-   Not counted: an import handled when absent (`try: ... except ImportError`), one for type checkers only, one
-   for another interpreter or OS. A function's imports run only when it is called: optional by convention.
+   Not counted: an import handled when absent (`try: ... except ImportError`, `with suppress(ImportError)`),
+   one for type checkers only, one for another interpreter or OS. A function's imports run only when it is
+   called: optional by convention.
 
 Prints one JSON object; the host judges it (`imagebuild/importclosure.py`): a serving-path module that does
 not import for a missing module, or an unconditional import in a serving-path file that nothing provides, is an
@@ -135,6 +136,20 @@ def _handles_absence(node: ast.Try | ast.TryStar) -> bool:
     return False
 
 
+def _suppresses_absence(node: ast.With) -> bool:
+    """`with suppress(ImportError):` (contextlib's): the body's imports are handled when absent, as in a try."""
+    for item in node.items:
+        call = item.context_expr
+        suppress = isinstance(call, ast.Call) and (
+            (isinstance(call.func, ast.Name) and call.func.id == "suppress")
+            or (isinstance(call.func, ast.Attribute) and call.func.attr == "suppress"))
+        if suppress and any((isinstance(a, ast.Name) and a.id in OPTIONAL_HANDLERS)
+                            or (isinstance(a, ast.Attribute) and a.attr in OPTIONAL_HANDLERS)
+                            for a in getattr(call, "args", ())):
+            return True
+    return False
+
+
 def _type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
@@ -177,6 +192,8 @@ def top_level_imports(tree: ast.Module) -> list[tuple[str, int, bool]]:
                     continue
                 visit(node.body, True)
                 visit(node.orelse, True)
+            elif isinstance(node, ast.With) and _suppresses_absence(node):
+                continue
             elif isinstance(node, ast.With | ast.ClassDef):
                 visit(node.body, conditional)
 

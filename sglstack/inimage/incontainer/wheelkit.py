@@ -4,6 +4,7 @@
     python3 wheelkit.py requirements WHEEL STACK_JSON OUT      # SGLang's requirements, overrides applied
     python3 wheelkit.py overlay DIR ORIGINAL_WHEEL OUT_DIR    # the files of DIR that differ from the wheel
     python3 wheelkit.py refresh-record SITE_PACKAGES DIST     # installed RECORD rows of changed files
+    python3 wheelkit.py keep-only SITE_PACKAGES NAME==VERSION # drop every other install of NAME
     python3 wheelkit.py version DIR                           # the unpacked distribution's version
 
 Overrides are applied here, in the open, rather than by a resolver flag: the rewritten requirements file
@@ -174,6 +175,55 @@ def refresh_record(site: Path, dist: str) -> list[str]:
     return updated
 
 
+def _installs(site: Path, name: str) -> list[tuple[str, Path]]:
+    """(version, dist-info folder) of each install of `name` in `site`, by its METADATA."""
+    out = []
+    for info in sorted(site.glob("*.dist-info")):
+        try:
+            text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+            meta = Parser().parsestr(text, headersonly=True)
+        except OSError:
+            continue
+        if meta["Name"] and canonical(meta["Name"]) == canonical(name):
+            out.append((str(meta["Version"]), info))
+    return out
+
+
+def _record_files(site: Path, info: Path) -> set[Path]:
+    """The files a dist-info's RECORD names, as absolute paths (rows are relative to site-packages)."""
+    with open(info / "RECORD", newline="", encoding="utf-8") as fh:
+        return {Path(os.path.normpath(site / row[0])) for row in csv.reader(fh) if row}
+
+
+def keep_only(site: Path, pin: str) -> list[str]:
+    """Remove every install of NAME but the pinned one: its files that the kept install does not name, then its
+    dist-info. A part unpacked in the wheels stage is copied over the venv, and a copy cannot remove what pip
+    would have replaced (the venv's own setuptools under the lock's); this does, from the RECORDs."""
+    name, sep, version = pin.partition("==")
+    found = _installs(site, name)
+    keep = [info for v, info in found if v == version]
+    if not sep or len(keep) != 1:
+        raise WheelKitError(f"keep-only {pin}: installed {', '.join(v for v, _ in found) or 'nothing'} in {site}")
+    kept = _record_files(site, keep[0])
+    removed = []
+    for v, info in found:
+        if info == keep[0]:
+            continue
+        for path in sorted(_record_files(site, info) - kept, reverse=True):
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+                folder = path.parent
+                while folder != site and folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+                    folder = folder.parent
+        if info.exists():
+            for leftover in sorted(info.rglob("*"), reverse=True):
+                leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+            info.rmdir()
+        removed.append(f"{canonical(name)} {v}")
+    return removed
+
+
 def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["unpack"] and len(argv) == 3:
@@ -188,6 +238,10 @@ def main(argv: list[str]) -> int:
         elif argv[:1] == ["overlay"] and len(argv) == 4:
             for rel in overlay(Path(argv[1]), Path(argv[2]), Path(argv[3])):
                 print(f"overlay: {rel}")
+        elif argv[:1] == ["keep-only"] and len(argv) >= 3:
+            for pin in argv[2:]:
+                for gone in keep_only(Path(argv[1]), pin):
+                    print(f"removed {gone}: {pin} replaces it")
         elif argv[:1] == ["refresh-record"] and len(argv) == 3:
             for rel in refresh_record(Path(argv[1]), argv[2]):
                 print(f"RECORD updated: {rel}")
