@@ -6,6 +6,7 @@ on the test's clock; every line said, every record field and every compose call 
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -241,6 +242,7 @@ def test_a_healthy_deploy_says_each_step_and_records_every_field(world):
                    "unknown": list(MILESTONES), "resolution_s": 0.001},
     }
     assert read_records(world.dep.build_root, "tiny") == [record]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.time)
     assert calls(world) == [(["compose.yaml"], ["config", "-q"], None), (["compose.yaml"], UP, None)]
     assert world.asked["client"] == [None]
     assert world.asked["host"] == [(True, "tiny", OPTIONS, PROJECT, True, None)]
@@ -270,6 +272,9 @@ def test_an_image_with_no_known_smoke_report_is_labelled_unknown(world):
     assert world.said[-1] == ("stack 'tiny' is healthy (sglstack-local/tiny:dev); recorded in "
                               "build/tiny/deployments.jsonl")
     assert (record.digest, record.image_id) == ("", ID_B)
+    world.said.clear()
+    deploy(world, smoke_report="unknown")  # a rollback's target recorded before any report was known
+    assert world.said[1] == NO_REPORT.format(DIGEST_A)
 
 
 def test_an_absolute_env_file_is_used_as_it_is(world, tmp_path):
@@ -312,6 +317,11 @@ def test_a_remote_engine_is_named_checked_as_remote_and_not_asked_over_http(worl
     assert world.asked["http"] == []
     assert {c[2] for c in calls(world)} == {"tcp://10.1.2.3:2375"}
     assert record.docker_host == "tcp://10.1.2.3:2375"
+    world.engine.health[B] = [CRASHED]
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B)
+    assert str(failed.value).endswith(f"restored {DIGEST_A} on port 30000 (healthy)")
+    assert world.asked["http"] == []  # nor for the restore
     world.dep.docker_host = None
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.9.9.9:2375")
     assert deploy(world, smoke_report="s").docker_host == "tcp://10.9.9.9:2375"
@@ -448,6 +458,20 @@ def test_a_restore_that_crashes_too_leaves_it_running_and_says_nothing_healthy_s
     assert world.engine.running == {PROJECT: A}
     assert rows(world)[1:] == [("deploy", "failed", B, detail),
                                ("restore", "failed", A, f"after the failed deploy of {B}: {detail}")]
+
+
+def test_a_restore_waits_the_previous_deployments_own_limit_not_the_option(world):
+    deploy(world, smoke_report="s")
+    world.engine.health[A] = [STARTING]
+    world.engine.health[B] = [CRASHED]
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B, wait_timeout_s=5)
+    limit = flow.wait_limit(cmp.deploy_spec(world.dep.stack, OPTIONS), None)
+    assert limit > 100
+    assert str(failed.value).endswith(
+        f"failed too: not healthy after {limit:.0f} s (starting); nothing healthy is serving, its container is left "
+        "running, not healthy (`invoke logs --stack tiny`)")
+    assert world.engine.running == {PROJECT: A}
 
 
 def test_a_restore_whose_up_fails_takes_the_failed_one_down(world):
