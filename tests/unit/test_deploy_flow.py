@@ -157,7 +157,8 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(health, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    # The default build root is not the deployment's: a record written to the default one is not found.
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "default-build"))
     asked: dict[str, list[Any]] = {"client": [], "host": [], "platform": [], "pull": [], "http": [], "cache": []}
     answers = {"http": True, "notices": []}
 

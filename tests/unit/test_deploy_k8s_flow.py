@@ -72,6 +72,8 @@ def cluster(tmp_path, monkeypatch, request):
                  "KUBECTL_DOUBLE_POD_STARTED"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
+    # The default build root is not the deployment's: a record written to the default one is not found.
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "default-build"))
     clock = FakeClock(100.0)
     monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     said: list[str] = []
