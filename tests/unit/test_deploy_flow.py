@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
 from types import SimpleNamespace
 from typing import Any
 
@@ -43,7 +43,7 @@ class Container:
     def __init__(self, engine: Engine, image: str) -> None:
         self.engine, self.image = engine, image
         self.id = "c" + image[-11:]
-        self.name, self.labels = f"{PROJECT}-sglang-1", {cmp.LABEL_STACK: "tiny"}
+        self.name, self.labels = f"{PROJECT}-sglang-1", {cmp.LABEL_STACK: engine.owner}
         self.attrs = {"State": {"StartedAt": "2026-12-05T03:00:00.000000000Z"}}
         self.removed = False
 
@@ -76,6 +76,7 @@ class Engine:
         self.logs_fail = False
         self.tags: dict[str, str] = {}  # a reference (or an image id) -> the image id it names on the engine
         self.info_fails = False
+        self.owner = "tiny"  # the stack label of the containers it runs
         self.inspect_error: Exception | None = None
         self.removed: list[str] = []
         self.networks_removed: list[str] = []
@@ -128,7 +129,7 @@ class Compose:
         self.fail_image: dict[str, str] = {}  # `up` of this image fails with this stderr
 
     def run(self, project: str, files, args: list[str], *, docker_host: str | None = None, cwd: Path | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+            timeout: float = 600) -> CompletedProcess[str]:
         paths = [Path(f) for f in files]
         self.calls.append((project, [p.name for p in paths], args, docker_host))
         code, err = self.fail.get(args[0], (0, ""))
@@ -137,15 +138,15 @@ class Compose:
             image = next(line.split(":", 1)[1].strip().strip('"') for line in text.splitlines()
                          if line.strip().startswith("image:"))
             if image in self.fail_image:
-                return subprocess.CompletedProcess(args, 1, "", self.fail_image[image])
+                return CompletedProcess(args, 1, "", self.fail_image[image])
             if code == 0:
                 self.engine.running[project] = image
                 self.engine.polls.pop(image, None)
         if args[0] == "down" and code == 0:
             self.engine.running.pop(project, None)
         if args[0] == "logs":
-            return subprocess.CompletedProcess(args, code, "sglang-1  | ready\n", err)
-        return subprocess.CompletedProcess(args, code, "", err)
+            return CompletedProcess(args, code, "sglang-1  | ready\n", err)
+        return CompletedProcess(args, code, "", err)
 
 
 @pytest.fixture
@@ -706,7 +707,19 @@ def test_rollback_deploys_the_healthy_image_before_with_its_options_and_report(w
     assert world.said[0] == f"rolling back stack 'tiny' to {A} (deployed {first_time})"
     assert (record.action, record.result, record.image, record.options, record.smoke_report) == (
         "rollback", "healthy", A, first.to_record(), "r1")
+    assert world.said[1] == "compose: docker compose 2.29.0 (v2)"  # the deploy says its steps to the same `say`
     assert world.engine.running == {PROJECT: A}
+
+
+def test_rollback_waits_as_long_as_it_is_told(world):
+    deploy(world, smoke_report="r1")
+    deploy(world, B, smoke_report="r2")
+    world.engine.health[A] = [STARTING]
+    with pytest.raises(DeployFailed) as failed:
+        lifecycle.rollback(world.dep, compose=world.compose, wait_timeout_s=9, say=world.said.append)
+    assert str(failed.value) == (f"stack 'tiny' (project {PROJECT}): not healthy after 9 s (starting); "
+                                 f"restored {DIGEST_B} on port 30000 (healthy)")
+    assert rows(world)[-2][:2] == ("rollback", "failed")
 
 
 def test_rollback_with_nothing_before_is_refused(world):
@@ -723,8 +736,13 @@ def test_service_logs_asks_compose_for_the_tail_of_the_current_file(world):
     assert calls(world)[-1] == (["compose.yaml"], ["logs", "--no-color", "--tail", "40"], None)
     lifecycle.service_logs(world.dep, compose=world.compose, tail=None)
     assert calls(world)[-1][1] == ["logs", "--no-color"]
+    world.compose.fail["logs"] = (0, "a warning\n")
+    assert lifecycle.service_logs(world.dep, compose=world.compose) == "sglang-1  | ready\n"  # stderr when it fails
     world.compose.fail["logs"] = (1, "no such service\n")
     assert lifecycle.service_logs(world.dep, compose=world.compose) == "sglang-1  | ready\nno such service\n"
+    world.dep.docker_host = "ssh://node-2"
+    lifecycle.service_logs(world.dep, compose=world.compose)
+    assert calls(world)[-1][2] == "ssh://node-2"
 
 
 def test_logs_before_any_deploy_say_to_deploy_first(world):
@@ -743,6 +761,36 @@ def test_undeploy_takes_the_project_down_and_records_it(world):
     last = read_records(world.dep.build_root, "tiny")[-1]
     assert (last.action, last.result, last.note, last.image) == ("undeploy", "removed", "", A)
     assert world.engine.running == {}
+
+
+def test_undeploy_on_a_remote_engine_asks_that_engine(world):
+    world.dep.docker_host = "ssh://node-2"
+    deploy(world, smoke_report="s")
+    lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
+    assert world.asked["client"] == ["ssh://node-2", "ssh://node-2"]
+    assert calls(world)[-1] == (["compose.yaml"], DOWN, "ssh://node-2")
+
+
+def test_undeploy_of_another_stacks_project_is_refused(world):
+    deploy(world, smoke_report="s")
+    world.engine.owner = "audit"
+    with pytest.raises(DeployError) as refused:
+        lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
+    assert str(refused.value).startswith("stack 'tiny': ")
+    assert "audit" in str(refused.value)
+    assert world.engine.running == {PROJECT: A}
+    assert [c[1][0] for c in calls(world)] == ["config", "up"]
+
+
+def test_undeploy_whose_record_cannot_be_written_changes_nothing(world):
+    deploy(world, smoke_report="s")
+    records = world.dep.out_dir / "deployments.jsonl"
+    records.unlink()
+    records.mkdir()  # not a file: no record can be appended there
+    with pytest.raises(DeployError) as refused:
+        lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
+    assert str(refused.value).endswith("nothing was changed (a deployment that cannot be recorded is not started)")
+    assert world.engine.running == {PROJECT: A}
 
 
 def test_undeploy_without_its_build_folder_removes_what_carries_the_project_label(world):
@@ -766,7 +814,7 @@ def test_undeploy_that_compose_cannot_finish_is_refused(world):
 
 def test_undeploy_that_leaves_a_container_is_refused(world):
     deploy(world, smoke_report="s")
-    world.compose.run = lambda *a, **k: subprocess.CompletedProcess(a, 0, "", "")  # says done, removes nothing
+    world.compose.run = lambda *a, **k: CompletedProcess(a, 0, "", "")  # says done, removes nothing
     with pytest.raises(DeployError) as refused:
         lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
     assert str(refused.value) == f"project {PROJECT}: 1 container(s) still present after down"
