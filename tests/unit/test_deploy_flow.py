@@ -559,6 +559,20 @@ def test_a_signal_while_waiting_brings_the_previous_back_says_it_and_goes_on(wor
     assert world.engine.running == {PROJECT: A}
 
 
+def test_a_restore_cut_short_after_a_signal_says_it_did_not_finish(world, monkeypatch):
+    deploy(world, smoke_report="s")
+    world.engine.health[B] = [STARTING]
+    _interrupt_on_sleep(world, monkeypatch, Interrupted(signal.SIGTERM))
+
+    def engine_lost(*_a, **_k):
+        raise docker.errors.DockerException("the engine went away")
+
+    monkeypatch.setattr(flow, "_recover", engine_lost)
+    with pytest.raises(docker.errors.DockerException):
+        deploy(world, B)
+    assert world.said[-1] == "stack 'tiny': interrupted (SIGTERM); the restore did not finish"
+
+
 def test_a_signal_on_a_first_deploy_takes_it_down(world, monkeypatch):
     world.engine.health[A] = [STARTING]
     _interrupt_on_sleep(world, monkeypatch, Interrupted(signal.SIGINT))
@@ -812,7 +826,7 @@ def test_undeploy_that_compose_cannot_finish_is_refused(world):
     assert rows(world) == [("deploy", "healthy", A, "")]
 
 
-def test_undeploy_that_leaves_a_container_is_refused(world):
+def test_undeploy_that_leaves_a_container_behind_is_refused(world):
     deploy(world, smoke_report="s")
     world.compose.run = lambda *a, **k: CompletedProcess(a, 0, "", "")  # says done, removes nothing
     with pytest.raises(DeployError) as refused:
