@@ -6,7 +6,6 @@ on the test's clock; every line said, every record field and every compose call 
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -77,6 +76,7 @@ class Engine:
         self.tags: dict[str, str] = {}  # a reference (or an image id) -> the image id it names on the engine
         self.info_fails = False
         self.owner = "tiny"  # the stack label of the containers it runs
+        self.init_log: bytes | None = None  # a kernel-cache init service's container in the project, and its log
         self.inspect_error: Exception | None = None
         self.removed: list[str] = []
         self.networks_removed: list[str] = []
@@ -101,7 +101,12 @@ class Engine:
         project = labels[0].removeprefix(f"{health.COMPOSE_PROJECT_LABEL}=")
         assert labels[1:] in ([], [f"{health.COMPOSE_SERVICE_LABEL}={cmp.SERVICE}"]), labels
         image = self.running.get(project)
-        return [Container(self, image)] if image else []
+        found = [Container(self, image)] if image else []
+        if image and self.init_log is not None and not labels[1:]:  # another service of the project
+            init = Container(self, "kernel-cache-init")
+            self.log["kernel-cache-init"] = self.init_log
+            found.append(init)
+        return found
 
     def _networks(self, *, filters: dict[str, str]) -> list[SimpleNamespace]:
         assert filters == {"label": f"{health.COMPOSE_PROJECT_LABEL}={PROJECT}"}
@@ -195,6 +200,9 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(flow, "restore_for_compose", restore_for_compose)
     monkeypatch.setattr(flow, "answers_200", answers_200)
     monkeypatch.setattr(lifecycle, "docker_client", client)
+    stamps = iter(f"2026-12-05T03:{n // 60:02d}:{n % 60:02d}Z" for n in range(1, 3600))
+    monkeypatch.setattr(flow, "utc_timestamp", lambda: next(stamps))
+    monkeypatch.setattr(lifecycle, "utc_timestamp", lambda: next(stamps))
     dep = Deployment(stack=make_test_stack(tmp_path / "m"), build_root=tmp_path / "build")
     return SimpleNamespace(dep=dep, engine=engine, compose=compose, clock=clock, asked=asked, answers=answers,
                            said=[])
@@ -244,7 +252,7 @@ def test_a_healthy_deploy_says_each_step_and_records_every_field(world):
                    "unknown": list(MILESTONES), "resolution_s": 0.001},
     }
     assert read_records(world.dep.build_root, "tiny") == [record]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.time)
+    assert record.time == "2026-12-05T03:00:02Z"  # when it was healthy, not when it started
     assert calls(world) == [(["compose.yaml"], ["config", "-q"], None), (["compose.yaml"], UP, None)]
     assert world.asked["client"] == [None]
     assert world.asked["host"] == [(True, "tiny", OPTIONS, PROJECT, True, None)]
@@ -324,6 +332,12 @@ def test_a_remote_engine_is_named_checked_as_remote_and_not_asked_over_http(worl
         deploy(world, B)
     assert str(failed.value).endswith(f"restored {DIGEST_A} on port 30000 (healthy)")
     assert world.asked["http"] == []  # nor for the restore
+    assert {c[2] for c in calls(world)} == {"tcp://10.1.2.3:2375"}
+    world.compose.fail_image[A] = "Error: no space left on device\n"
+    with pytest.raises(DeployFailed):
+        deploy(world, B)
+    assert calls(world)[-1] == (["compose.yaml"], DOWN, "tcp://10.1.2.3:2375")
+    world.compose.fail_image.clear()
     world.dep.docker_host = None
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.9.9.9:2375")
     assert deploy(world, smoke_report="s").docker_host == "tcp://10.9.9.9:2375"
@@ -377,6 +391,8 @@ def test_an_unhealthy_update_brings_the_previous_deployment_back_with_its_option
     deploy(world, options=first, smoke_report="r1")
     world.engine.health[B] = [STARTING, STARTING, CRASHED]
     world.engine.log[B] = b"Traceback: boom\n"
+    world.engine.init_log = b"kernel cache: copied 3 files\n"  # another service's log is not the server's
+    world.compose.label = "docker-compose 1.29.2 (v1)"
     world.said.clear()
     with pytest.raises(DeployFailed) as failed:
         deploy(world, B, wait_timeout_s=60)
@@ -394,9 +410,11 @@ def test_an_unhealthy_update_brings_the_previous_deployment_back_with_its_option
     assert (failed_record.options, failed_record.smoke_report, failed_record.image_id) == (
         OPTIONS.to_record(), "unknown", ID_B)
     assert (restore.options, restore.smoke_report, restore.compose_tool, restore.digest) == (
-        first.to_record(), "r1", "docker compose 2.29.0 (v2)", DIGEST_A)
+        first.to_record(), "r1", "docker-compose 1.29.2 (v1)", DIGEST_A)
+    assert [r.time for r in read_records(world.dep.build_root, "tiny")] == [
+        "2026-12-05T03:00:02Z", "2026-12-05T03:00:04Z", "2026-12-05T03:00:05Z"]
     assert "31000:30000" in (world.dep.out_dir / "compose.yaml").read_text()
-    assert world.asked["http"][-1] == "http://127.0.0.1:31000/health"
+    assert world.asked["http"] == ["http://127.0.0.1:31000/health"] * 2  # the restore is asked too
     assert not [p for p in world.dep.out_dir.iterdir() if p.name.endswith((".tmp", SAVED_SUFFIX))]
 
 
@@ -505,6 +523,17 @@ def test_a_restore_of_an_image_that_is_gone_says_why(world):
         f"image that ran ({ID_A[:19]}), and that image is gone from the engine; nothing healthy is serving, the "
         "failed one was taken down (`invoke logs --stack tiny`)")
     assert world.engine.running == {}
+    assert rows(world)[-1][:3] == ("restore", "failed", "sglstack-local/tiny:dev")
+
+
+def test_an_old_record_without_an_image_id_is_shown_by_its_reference(world):
+    deploy(world, "sglstack-local/tiny:old", smoke_report="s")  # the engine gave no image id
+    world.engine.tags["sglstack-local/tiny:old"] = ID_A
+    world.engine.health[B] = [CRASHED]
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B)
+    assert world.said[-1] == "restoring the previous deployment of stack 'tiny': sglstack-local/tiny:old"
+    assert str(failed.value).endswith("restored sglstack-local/tiny:old on port 30000 (healthy)")
 
 
 def test_a_moved_tag_is_restored_as_the_image_that_ran_rendered_again(world):
@@ -630,6 +659,7 @@ def test_a_healthy_deploy_whose_record_cannot_be_written_is_undone(world, monkey
     assert str(failed.value) == (f"stack 'tiny' (project {PROJECT}): {why}; undone: restored {DIGEST_A} on port "
                                  "30000 (healthy)")
     assert failed.value.__suppress_context__
+    assert failed.value.log_tail == ""
     assert world.engine.running == {PROJECT: A}
     assert rows(world)[1:] == [("deploy", "failed", B, why),
                                ("restore", "healthy", A, f"after the failed deploy of {B}")]
@@ -704,7 +734,9 @@ def test_pinned_image_is_exactly_the_image_that_ran():
     assert str(gone.value) == (f"r/z:1 no longer points to the image that ran ({ID_A[:19]}), and that image is gone "
                                "from the engine")
     with pytest.raises(DeployError):
-        pinned_image(engine, _record("r/y:1", "", ID_A))  # a tag the engine does not hold, no digest
+        pinned_image(engine, _record("r/y:1", "", ID_A))
+    with pytest.raises(DeployError):
+        pinned_image(engine, _record("r/y:1"))  # nor without an image id  # a tag the engine does not hold, no digest
     with pytest.raises(DeployError):
         pinned_image(engine, _record("Not A Ref", DIGEST_A, ID_A))  # no name to pull the digest by
 
