@@ -77,6 +77,7 @@ class Engine:
         self.info_fails = False
         self.owner = "tiny"  # the stack label of the containers it runs
         self.init_log: bytes | None = None  # a kernel-cache init service's container in the project, and its log
+        self.unlistable: set[str] = set()  # images whose containers cannot be listed once their health was read
         self.inspect_error: Exception | None = None
         self.removed: list[str] = []
         self.networks_removed: list[str] = []
@@ -101,6 +102,8 @@ class Engine:
         project = labels[0].removeprefix(f"{health.COMPOSE_PROJECT_LABEL}=")
         assert labels[1:] in ([], [f"{health.COMPOSE_SERVICE_LABEL}={cmp.SERVICE}"]), labels
         image = self.running.get(project)
+        if image in self.unlistable and self.polls.get(image):
+            raise docker.errors.DockerException("the engine stopped answering")
         found = [Container(self, image)] if image else []
         if image and self.init_log is not None and not labels[1:]:  # another service of the project
             init = Container(self, "kernel-cache-init")
@@ -115,6 +118,8 @@ class Engine:
     def _inspect(self, cid: str) -> dict[str, Any]:
         if self.inspect_error is not None:
             raise self.inspect_error
+        if cid == "c" + "kernel-cache-init"[-11:]:  # the init service: done, exited 0
+            return {"State": {"Status": "exited", "ExitCode": 0}, "RestartCount": 0}
         image = next(i for i in self.running.values() if cid == "c" + i[-11:])
         script = self.health.get(image, [HEALTHY])
         n = self.polls[image] = self.polls.get(image, 0) + 1
@@ -418,6 +423,36 @@ def test_an_unhealthy_update_brings_the_previous_deployment_back_with_its_option
     assert not [p for p in world.dep.out_dir.iterdir() if p.name.endswith((".tmp", SAVED_SUFFIX))]
 
 
+def test_another_service_of_the_project_is_neither_waited_for_nor_its_log_shown(world):
+    world.engine.init_log = b"kernel cache: copied 3 files\n"
+    deploy(world, smoke_report="s")
+    world.engine.health[B] = [CRASHED]
+    world.engine.log[B] = b"Traceback: boom\n"
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B)
+    assert failed.value.log_tail == "Traceback: boom\n"
+    assert str(failed.value).endswith(f"restored {DIGEST_A} on port 30000 (healthy)")
+
+
+def test_a_log_the_engine_cannot_list_is_left_out(world):
+    deploy(world, smoke_report="s")
+    world.engine.health[B] = [CRASHED]
+    world.engine.unlistable.add(B)
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B)
+    assert failed.value.log_tail == ""
+    assert str(failed.value).endswith(f"restored {DIGEST_A} on port 30000 (healthy)")
+
+
+def test_a_failed_up_shows_the_running_ones_log_then_compose_s_error(world):
+    world.engine.log[A] = b"A serving\n"
+    deploy(world, smoke_report="s")
+    world.compose.fail_image[B] = "Error: pull access denied\n"
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, B)
+    assert failed.value.log_tail == "A serving\n\nError: pull access denied"
+
+
 def test_not_healthy_within_the_wait_limit(world):
     deploy(world, smoke_report="s")
     world.engine.health[B] = [STARTING]
@@ -438,6 +473,14 @@ def test_a_first_deploy_that_fails_is_taken_down(world):
     assert world.engine.running == {}
     assert rows(world) == [("deploy", "failed", A, "exited with code 3 (restarts: 2)")]
     assert not [p for p in world.dep.out_dir.iterdir() if p.name.endswith((".tmp", SAVED_SUFFIX))]
+
+
+def test_a_first_deploy_that_fails_on_a_remote_engine_is_taken_down_there(world):
+    world.dep.docker_host = "tcp://10.1.2.3:2375"
+    world.engine.health[A] = [CRASHED]
+    with pytest.raises(DeployFailed):
+        deploy(world, smoke_report="s")
+    assert calls(world)[-1] == (["compose.yaml"], DOWN, "tcp://10.1.2.3:2375")
 
 
 def test_a_failed_deploy_after_an_undeploy_says_how_to_get_the_last_healthy_one_back(world):
@@ -683,6 +726,14 @@ def test_a_failure_that_cannot_be_recorded_is_undone_and_says_so(world, monkeypa
     assert str(failed.value).endswith(f"restored {DIGEST_A} on port 30000 (healthy); not recorded (the disk is full)")
     assert world.engine.running == {PROJECT: A}
     assert rows(world) == [("deploy", "healthy", A, ""), ("restore", "healthy", A, f"after the failed deploy of {B}")]
+
+
+def test_a_failed_first_deploy_that_cannot_be_recorded_says_so(world, monkeypatch):
+    _refuse(monkeypatch, result="failed")
+    world.engine.health[A] = [CRASHED]
+    with pytest.raises(DeployFailed) as failed:
+        deploy(world, smoke_report="s")
+    assert str(failed.value).endswith("took it down (its last log lines are above); not recorded (the disk is full)")
 
 
 def test_a_restore_that_cannot_be_recorded_says_so(world, monkeypatch):
