@@ -30,7 +30,7 @@ from sglstack.serving.phases import MILESTONES, PHASES
 REPO = "127.0.0.1:5000/sglstack/sglang"
 A = f"{REPO}@sha256:{'a' * 64}"
 B = f"{REPO}@sha256:{'b' * 64}"
-ID_A, ID_B = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+ID_A, ID_B, PULLED = "sha256:" + "1" * 64, "sha256:" + "2" * 64, "sha256:" + "3" * 64
 OPTIONS = cmp.ComposeOptions(gpus=0)
 PROJECT = cmp.project_name("tiny")
 HEALTHY = {"State": {"Status": "running", "Health": {"Status": "healthy"}}, "RestartCount": 0}
@@ -75,6 +75,7 @@ class Engine:
         self.logs_fail = False
         self.tags: dict[str, str] = {}  # a reference (or an image id) -> the image id it names on the engine
         self.info_fails = False
+        self.name: str | None = "node-1"
         self.owner = "tiny"  # the stack label of the containers it runs
         self.init_log: bytes | None = None  # a kernel-cache init service's container in the project, and its log
         self.unlistable: set[str] = set()  # images whose containers cannot be listed once their health was read
@@ -89,7 +90,7 @@ class Engine:
     def info(self) -> dict[str, Any]:
         if self.info_fails:
             raise docker.errors.APIError("info refused")
-        return {"Name": "node-1", "ServerVersion": "20.10"}
+        return {"ServerVersion": "20.10"} | ({"Name": self.name} if self.name else {})
 
     def _image(self, ref: str) -> SimpleNamespace:
         if ref not in self.tags:
@@ -170,8 +171,9 @@ def world(tmp_path, monkeypatch):
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     # The default build root is not the deployment's: a record written to the default one is not found.
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "default-build"))
-    asked: dict[str, list[Any]] = {"client": [], "host": [], "platform": [], "pull": [], "http": [], "cache": []}
-    answers = {"http": True, "notices": []}
+    asked: dict[str, list[Any]] = {"client": [], "host": [], "platform": [], "pull": [], "http": [], "cache": [],
+                                   "report": []}
+    answers: dict[str, Any] = {"http": True, "notices": [], "reports": {}}
 
     def client(host=None):
         asked["client"].append(host)
@@ -183,9 +185,22 @@ def world(tmp_path, monkeypatch):
 
     def check_node_platform(stack, ref, where, platforms, say, c):
         asked["platform"].append((stack, ref, where, platforms, c is engine))
+        if ref not in engine.tags:
+            say(f"platform: {ref} is neither on the engine nor in a registry named by it: not checked against {where}")
 
     def ensure_image(c, ref, stack, say):
         asked["pull"].append((c is engine, ref, stack))
+        if ref not in engine.tags:
+            say(f"pulling {ref}")
+            engine.tags[ref] = PULLED
+
+    def image_identity(c, ref):
+        assert c is engine
+        return (ref.split("@")[1] if "@" in ref else "", engine.tags.get(ref, ""))
+
+    def smoke_report_for(stack, digest, root):
+        asked["report"].append((stack, digest, root))
+        return answers["reports"].get(digest)
 
     def restore_for_compose(root, stack, out, spec, ref, name, *, local, verify_key, say):
         asked["cache"].append((root, stack, out, spec.stack, ref, name, local, verify_key))
@@ -197,11 +212,11 @@ def world(tmp_path, monkeypatch):
 
     monkeypatch.setattr(flow, "docker_client", client)
     monkeypatch.setattr(flow, "check_host", check_host)
-    monkeypatch.setattr(flow, "engine_platform", lambda c: "linux/amd64")
+    monkeypatch.setattr(flow, "engine_platform", lambda c: "linux/amd64" if c is engine else "?")
     monkeypatch.setattr(flow, "check_node_platform", check_node_platform)
     monkeypatch.setattr(flow, "ensure_image", ensure_image)
-    monkeypatch.setattr(flow, "image_identity", lambda c, ref: (ref.split("@")[1] if "@" in ref else "",
-                                                                 engine.tags.get(ref, "")))
+    monkeypatch.setattr(flow, "image_identity", image_identity)
+    monkeypatch.setattr(flow, "smoke_report_for", smoke_report_for)
     monkeypatch.setattr(flow, "restore_for_compose", restore_for_compose)
     monkeypatch.setattr(flow, "answers_200", answers_200)
     monkeypatch.setattr(lifecycle, "docker_client", client)
@@ -346,6 +361,49 @@ def test_a_remote_engine_is_named_checked_as_remote_and_not_asked_over_http(worl
     world.dep.docker_host = None
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.9.9.9:2375")
     assert deploy(world, smoke_report="s").docker_host == "tcp://10.9.9.9:2375"
+
+
+def test_an_engine_without_a_name_is_the_local_engine(world):
+    world.engine.name = None
+    record = deploy(world, smoke_report="s")
+    assert record.host == ""
+    assert world.asked["platform"][0][2] == "the node (local engine)"
+
+
+def test_the_smoke_report_that_passed_the_digest_is_looked_up_and_labelled(world):
+    world.answers["reports"][DIGEST_A] = "sha256:" + "e" * 64
+    record = deploy(world)
+    assert world.asked["report"] == [("tiny", DIGEST_A, world.dep.build_root)]
+    assert record.smoke_report == "sha256:" + "e" * 64
+    assert not any(line.startswith("no passing smoke report") for line in world.said)
+    deploy(world, smoke_report="sha256:" + "d" * 64)
+    assert len(world.asked["report"]) == 1  # a report given is not looked up
+
+
+def test_an_image_the_engine_lacks_is_said_to_be_pulled(world):
+    world.engine.tags.pop(B)
+    record = deploy(world, B, smoke_report="s")
+    assert record.image_id == PULLED
+    assert world.said[1:3] == [
+        f"platform: {B} is neither on the engine nor in a registry named by it: not checked against the node (node-1)",
+        f"pulling {B}"]
+
+
+@pytest.mark.parametrize("wait", [0, -1, float("nan")])
+def test_a_bad_wait_limit_is_refused_before_anything_changes(world, wait):
+    with pytest.raises(DeployError) as refused:
+        deploy(world, wait_timeout_s=wait, smoke_report="s")
+    assert str(refused.value) == f"stack 'tiny': --wait-timeout {wait:g}: must be more than 0 seconds"
+    assert world.compose.calls == [] and world.asked["client"] == []
+
+
+def test_a_deploy_whose_records_cannot_be_written_is_refused_before_anything_changes(world):
+    records = world.dep.out_dir / "deployments.jsonl"
+    records.mkdir(parents=True)
+    with pytest.raises(DeployError) as refused:
+        deploy(world, smoke_report="s")
+    assert str(refused.value).endswith("nothing was changed (a deployment that cannot be recorded is not started)")
+    assert world.compose.calls == [] and world.engine.running == {}
 
 
 def test_an_engine_that_will_not_say_its_name_is_the_local_engine(world):
@@ -857,6 +915,16 @@ def test_undeploy_takes_the_project_down_and_records_it(world):
     assert world.said == ["compose: docker compose 2.29.0 (v2)", f"stack 'tiny' (project {PROJECT}) removed"]
     last = read_records(world.dep.build_root, "tiny")[-1]
     assert (last.action, last.result, last.note, last.image) == ("undeploy", "removed", "", A)
+    assert last.time == "2026-12-05T03:00:03Z"
+
+
+def test_undeploy_after_a_restore_records_no_note(world):
+    deploy(world, smoke_report="s")
+    world.engine.health[B] = [CRASHED]
+    with pytest.raises(DeployFailed):
+        deploy(world, B)
+    lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
+    assert rows(world)[-1] == ("undeploy", "removed", A, "")
     assert world.engine.running == {}
 
 
