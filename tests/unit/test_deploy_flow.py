@@ -628,7 +628,11 @@ def test_a_restore_of_an_image_that_is_gone_says_why(world):
 
 
 def test_an_old_record_without_an_image_id_is_shown_by_its_reference(world):
-    deploy(world, "sglstack-local/tiny:old", smoke_report="s")  # the engine gave no image id
+    # written before records held image ids: no digest, no id; its compose file is gone too
+    append_record(world.dep.build_root, DeploymentRecord(
+        stack="tiny", action="deploy", result="healthy", image="sglstack-local/tiny:old", digest="", image_id="",
+        time="2026-01-01T00:00:00Z", host="node-1", docker_host="", project=PROJECT, compose_tool="c",
+        compose_file="compose.yaml", options=OPTIONS.to_record()))
     world.engine.tags["sglstack-local/tiny:old"] = ID_A
     world.engine.health[B] = [CRASHED]
     with pytest.raises(DeployFailed) as failed:
