@@ -204,6 +204,7 @@ def world(tmp_path, monkeypatch):
 
     def restore_for_compose(root, stack, out, spec, ref, name, *, local, verify_key, say):
         asked["cache"].append((root, stack, out, spec.stack, ref, name, local, verify_key))
+        say(f"kernel cache: restoring the caches of {name}")
         return "kernel cache: restored 3 files"
 
     def answers_200(url):
@@ -419,6 +420,7 @@ def test_a_kernel_cache_deploy_restores_it_and_records_its_line(world):
     root = world.dep.build_root
     assert world.asked["cache"] == [(root, "tiny", root / "tiny", "tiny", A, DIGEST_A, True, "cosign.pub")]
     assert record.kernel_cache == "kernel cache: restored 3 files"
+    assert f"kernel cache: restoring the caches of {DIGEST_A}" in world.said
     world.engine.tags["sglstack-local/tiny:dev"] = ID_B
     deploy(world, "sglstack-local/tiny:dev", options=options, smoke_report="s")
     assert world.asked["cache"][-1][5] == ID_B  # no registry digest: the image id names it
