@@ -989,3 +989,11 @@ def test_undeploy_that_leaves_a_container_behind_is_refused(world):
     with pytest.raises(DeployError) as refused:
         lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append)
     assert str(refused.value) == f"project {PROJECT}: 1 container(s) still present after down"
+
+
+def test_the_default_say_prints_each_line_to_stderr_with_control_characters_shown(capsys):
+    flow.say_stderr("healthy\x1b[2J reply")
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.endswith(" reply\n") and err.startswith("healthy")
+    assert "\x1b" not in err
