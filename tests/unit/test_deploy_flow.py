@@ -590,7 +590,9 @@ def test_a_restore_waits_the_previous_deployments_own_limit_not_the_option(world
     with pytest.raises(DeployFailed) as failed:
         deploy(world, B, wait_timeout_s=5)
     limit = flow.wait_limit(cmp.deploy_spec(world.dep.stack, OPTIONS), None)
-    assert limit > 100
+    # the stack's start period (120), then every probe of its healthcheck (30 s apart, 3 retries), the last
+    # probe's timeout (10), and 30 s to spare
+    assert limit == 120 + 30 * (3 + 1) + 10 + 30
     assert str(failed.value).endswith(
         f"failed too: not healthy after {limit:.0f} s (starting); nothing healthy is serving, its container is left "
         "running, not healthy (`invoke logs --stack tiny`)")
@@ -915,6 +917,7 @@ def test_logs_before_any_deploy_say_to_deploy_first(world):
 def test_undeploy_takes_the_project_down_and_records_it(world):
     deploy(world, options=cmp.ComposeOptions(gpus=0, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000"),
            smoke_report="s")
+    assert world.said[2] == "rendered build/tiny/compose.node1.yaml (+ compose.node0.yaml, compose.env.example)"
     world.said.clear()
     assert lifecycle.undeploy(world.dep, compose=world.compose, say=world.said.append) == 0
     assert calls(world)[-1] == (["compose.node1.yaml"], DOWN, None)
