@@ -29,6 +29,7 @@ from sglstack.deploy.flow import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s
+from sglstack.render.k8s_cache import CacheCandidates
 from sglstack.serving.phases import MILESTONES, PHASES
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kubectl"
@@ -538,3 +539,15 @@ def test_what_is_applied_is_rendered_with_the_deploy_s_options_and_smoke_report(
     obj = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
     assert obj["spec"]["leaderWorkerTemplate"]["size"] == 2  # OPTIONS' nnodes, not the default's 1
     assert obj["metadata"]["annotations"][k8s.ANNOTATION_PREFIX + "smoke-report"] == "f" * 64
+
+
+def test_the_kernel_caches_found_are_rendered_into_what_is_applied(cluster):
+    dep, said, _clock, state = cluster
+    found = CacheCandidates("http://127.0.0.1:5000/v2/sglstack/sglang/blobs/",
+                            ({"artifact": "sha256:" + "c" * 64, "layer": "sha256:" + "d" * 64, "size": 6},))
+    deploy_k8s(dep, A, k8s.K8sOptions(gpus=False, nnodes=2, kernel_cache=True), say=said.append, caches=found)
+    lws = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
+    init = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["initContainers"][0]
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env["SGLSTACK_KC_BLOBS"] == found.blobs_url
+    assert json.loads(env["SGLSTACK_KC_CANDIDATES"]) == list(found.candidates)
