@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess, TimeoutExpired
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -42,6 +43,7 @@ NAME = k8s.object_name("tiny")  # sglstack-tiny
 
 _DOUBLE_CODE = compile((DOUBLE / "kubectl").read_text(encoding="utf-8"), str(DOUBLE / "kubectl"), "exec")
 _real_run = subprocess.run
+_ADAPTER_PROCESSES = kubectl_adapter.subprocess  # what the adapter starts kubectl with
 
 
 def _kubectl_in_process(argv, *, env=None, **kwargs):
@@ -551,3 +553,93 @@ def test_the_kernel_caches_found_are_rendered_into_what_is_applied(cluster):
     env = {e["name"]: e["value"] for e in init["env"]}
     assert env["SGLSTACK_KC_BLOBS"] == found.blobs_url
     assert json.loads(env["SGLSTACK_KC_CANDIDATES"]) == list(found.candidates)
+
+
+def _stamps(monkeypatch):
+    stamps = iter(f"2026-12-05T03:00:{n:02d}Z" for n in range(1, 60))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+
+
+def test_no_smoke_report_is_recorded_as_unknown(cluster):
+    dep, said, _clock, _state = cluster
+    record = deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert record.smoke_report == "unknown"
+
+
+def test_an_apply_with_no_answer_changes_nothing_and_is_recorded(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    _stamps(monkeypatch)
+    inner = _ADAPTER_PROCESSES.run
+
+    def run(argv, **kwargs):
+        if "apply" in argv:
+            raise TimeoutExpired(argv, kubectl_adapter.TIMEOUT_S)
+        return inner(argv, **kwargs)
+
+    monkeypatch.setattr(_ADAPTER_PROCESSES, "run", run)
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert not isinstance(refused.value, DeployFailed)
+    assert str(refused.value).endswith(f"no answer within {kubectl_adapter.TIMEOUT_S}s")
+    assert rows(dep)[-1] == ("deploy", "failed", B, str(refused.value))
+    assert read_records(dep.build_root, "tiny")[-1].time == "2026-12-05T03:00:02Z"  # when it failed
+    assert applied_image(state) == A
+
+
+def test_an_error_while_waiting_after_the_apply_rolls_back(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    inner = _ADAPTER_PROCESSES.run
+    seen = {"apply": False, "failed": False}
+
+    def run(argv, **kwargs):
+        if "apply" in argv:
+            seen["apply"] = True
+        elif seen["apply"] and not seen["failed"] and "get" in argv and "leaderworkerset" in argv:
+            seen["failed"] = True
+            return CompletedProcess(argv, 1, "", "Unable to connect to the server: EOF\n")
+        return inner(argv, **kwargs)
+
+    monkeypatch.setattr(_ADAPTER_PROCESSES, "run", run)
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=30, say=said.append)
+    assert str(failed.value) == (f"kubectl get leaderworkerset {NAME} failed: Unable to connect to the server: EOF; "
+                                 f"rolled back to sha256:{'a' * 64} (ready)")
+    assert failed.value.log_tail == ""
+    assert applied_image(state) == A
+
+
+def test_a_plain_interrupt_while_waiting_rolls_back_and_says_interrupted(cluster, monkeypatch):
+    dep, said, clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+
+    def interrupted(_seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=60, say=said.append)
+    assert said[-1] == f"stack 'tiny': interrupted; rolled back to sha256:{'a' * 64} (ready)"
+    assert applied_image(state) == A
+    assert rows(dep)[1][3] == "interrupted"
+
+
+def test_a_rollback_cut_short_after_a_signal_says_it_did_not_finish(cluster, monkeypatch):
+    dep, said, clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+
+    def interrupted(_seconds):
+        raise Interrupted(signal.SIGTERM)
+
+    def cluster_lost(*_a, **_k):
+        raise DeployError("the cluster went away")
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=interrupted))
+    monkeypatch.setattr(k8s_flow, "_recover", cluster_lost)
+    with pytest.raises(DeployError):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=60, say=said.append)
+    assert said[-1] == "stack 'tiny': interrupted (SIGTERM); the rollback did not finish"
