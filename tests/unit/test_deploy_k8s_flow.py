@@ -315,6 +315,29 @@ def test_a_ready_deploy_whose_record_cannot_be_written_is_undone(cluster, monkey
         f"stack 'tiny' (leaderworkerset/{NAME}): ready, but its record was not written (the disk is full); "
         f"undone: rolled back to sha256:{'a' * 64} (ready)")
     assert applied_image(state) == A
+    assert failed.value.log_tail == ""
+    assert rows(dep)[1:] == [("deploy", "failed", B, "ready, but its record was not written (the disk is full)"),
+                             ("restore", "healthy", A, f"after the failed deploy of {B}")]
+    said.clear()
+
+    def signalled(*_a, **_k):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(k8s_flow, "_recover", signalled)
+    with pytest.raises(Interrupted):
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert said[-1] == ("stack 'tiny': ready, but its record was not written (the disk is full); "
+                        "the undo did not finish")
+
+
+def test_a_deploy_whose_records_cannot_be_written_applies_nothing(cluster):
+    dep, said, _clock, state = cluster
+    (dep.build_root / "tiny" / "deployments.jsonl").mkdir(parents=True)  # not a file: nothing can be appended
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert str(refused.value).endswith("nothing was changed (a deployment that cannot be recorded is not started)")
+    assert applied_image(state) is None
+    assert not any(c[0] == "apply" for c in calls(state))
 
 
 def test_another_stacks_objects_are_refused_before_any_apply(cluster):
