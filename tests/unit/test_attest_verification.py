@@ -3,7 +3,7 @@ or not, a signed identity or none), and sglstack's own identity inside and outsi
 
 from __future__ import annotations
 
-import subprocess
+from subprocess import run as run_git  # git, not a Python child: mutation runs keep it
 
 import pytest
 
@@ -32,6 +32,17 @@ def test_the_report_document_of_a_verification_bound_to_a_stack():
         "skipped": ["artifact x: y"]}
 
 
+def test_the_report_document_of_an_index_verification():
+    platforms = [{"platform": "linux/amd64", "verified": True}, {"platform": "linux/arm64", "verified": False}]
+    result = _result(checked=["index signature"], platforms=platforms, expected=EXPECTED, skipped=["s: t"])
+    assert result.as_dict() == {
+        "image": "r/x:1", "digest": DIGEST, "index": True, "verified": False, "key_id": "0123456789abcdef0123",
+        "checked": ["index signature"], "platforms": platforms,
+        "bound_to": {"stack": "cu130", "config_hash": None, "sglang": "pkg:pypi/sglang@0.5.9"}, "skipped": ["s: t"]}
+    assert _result(platforms=platforms[:1]).as_dict()["bound_to"] is None
+    assert _result(platforms=platforms[:1]).as_dict()["verified"] is True
+
+
 def test_the_report_document_of_a_digest_only_verification():
     assert _result().as_dict() == {
         "image": "r/x:1", "digest": DIGEST, "verified": True, "key_id": "0123456789abcdef0123", "checked": [],
@@ -58,17 +69,17 @@ def test_sglstack_identity_outside_a_git_checkout(tmp_path, monkeypatch):
 
 
 def _git(cwd, *args):
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+    run_git(["git", "-C", str(cwd), *args], check=True, capture_output=True,
                    env={"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
                         "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd)})
 
 
-def test_sglstack_identity_in_a_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
+def test_sglstack_identity_in_a_git_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
     _git(tmp_path, "init", "-q")
     (tmp_path / "f").write_text("1")
     _git(tmp_path, "add", "f")
     _git(tmp_path, "commit", "-qm", "c")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
+    head = run_git(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
     assert identity_mod.sglstack_identity() == {"version": __version__, "commit": head}
