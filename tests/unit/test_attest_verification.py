@@ -3,14 +3,17 @@ or not, a signed identity or none), and sglstack's own identity inside and outsi
 
 from __future__ import annotations
 
+import contextlib
 from subprocess import run as run_git  # git, not a Python child: mutation runs keep it
 
 import pytest
 
 from sglstack import __version__
 from sglstack.attest import identity as identity_mod
+from sglstack.attest import store
 from sglstack.attest.provenance import BuildIdentity
 from sglstack.attest.verify import Verification, verified_line
+from sglstack.registry.client import ManifestNotFound
 
 DIGEST = "sha256:" + "d" * 64
 SIGNED = BuildIdentity("cu130", "1a2b3c4d5e6f7890", "pkg:pypi/sglang@0.5.9")
@@ -199,3 +202,40 @@ def test_signing_a_published_digest_binds_it_to_the_records_stack_and_config(tmp
     assert seen == [("client", "r.io/a/b", DIGEST, key, BuildIdentity("cu130", "c0ffee"),
                      [("sbom", b"s"), ("provenance", b"p")])]
     assert made_for == [("r.io/a/b", DIGEST)]  # the documents are made for the published repository and digest
+
+
+class _Registry:
+    """`RegistryClient`'s deletion side: one budget per operation, a manifest deleted once, then not found."""
+
+    timeout_s = 30.0
+
+    def __init__(self, present):
+        self.present, self.deleted, self.budgets = set(present), [], []
+
+    @contextlib.contextmanager
+    def budget(self, seconds):
+        self.budgets.append(seconds)
+        yield
+
+    def delete_manifest(self, repo, digest):
+        if digest not in self.present:
+            raise ManifestNotFound(f"{repo}@{digest}: no such manifest")
+        self.present.discard(digest)
+        self.deleted.append((repo, digest))
+
+
+def test_remove_manifests_deletes_each_once_within_one_budget_and_says_what_went():
+    registry = _Registry({"sha256:a", "sha256:b"})
+    removed = store.remove_manifests(registry, "r/x", ["sha256:a", "sha256:gone", "sha256:a", "sha256:b"])
+    assert removed == ["sha256:a", "sha256:b"]  # one already gone is not an error, and not said to be removed
+    assert registry.deleted == [("r/x", "sha256:a"), ("r/x", "sha256:b")]
+    assert registry.budgets == [30.0]
+
+
+def test_a_value_someone_attached_is_shown_at_most_80_characters_of_json():
+    assert store._shown("x" * 100) == '"' + "x" * 79
+    assert store._shown({"a": 1}) == '{"a": 1}'
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert store._shown(nested) == "(nested too deeply)"
