@@ -73,8 +73,15 @@ def test_sglstack_identity_outside_a_git_checkout(tmp_path, monkeypatch):
 
 def _git(cwd, *args):
     run_git(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                   env={"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd)})
+            env={"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                 "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd)})
+
+
+def test_sglstack_identity_of_a_folder_git_refuses_names_no_commit(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()  # there, but not a repository: git fails, and no commit is made up
+    monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
 
 
 def test_sglstack_identity_in_a_git_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
@@ -83,7 +90,7 @@ def test_sglstack_identity_in_a_git_checkout_clean_and_with_local_edits(tmp_path
     _git(tmp_path, "add", "f")
     _git(tmp_path, "commit", "-qm", "c")
     head = run_git(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+                   check=True).stdout.strip()
     monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
     assert identity_mod.sglstack_identity() == {"version": __version__, "commit": head}
     (tmp_path / "f").write_text("2")
