@@ -69,6 +69,7 @@ def test_the_default_wait_and_no_labels(engine):
     (None, b"", b"", "listing the packages of image 'img:1' failed: exit 1"),  # no status: not a success
     (0, b"not json", b"", "listing the packages of image 'img:1' printed no JSON"),
     (1, b"[partial", b"Traceback\nOSError: boom\n", "listing the packages of image 'img:1' failed: OSError: boom"),
+    (1, b"[partial", b"", "listing the packages of image 'img:1' failed: exit 1"),  # stdout is not the error
     (2, b"", b"UnicodeError: \xff\xfe not text\n",
      "listing the packages of image 'img:1' failed: UnicodeError: \ufffd\ufffd not text"),  # shown, not raised
 ])
