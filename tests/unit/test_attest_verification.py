@@ -84,6 +84,17 @@ def test_sglstack_identity_of_a_folder_git_refuses_names_no_commit(tmp_path, mon
     assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
 
 
+def test_sglstack_identity_names_no_commit_when_either_git_question_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
+    _git(tmp_path, "init", "-q")  # no commit yet: `rev-parse HEAD` fails, `status` answers
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
+    (tmp_path / "f").write_text("1")
+    _git(tmp_path, "add", "f")
+    _git(tmp_path, "commit", "-qm", "c")
+    (tmp_path / ".git" / "index").write_bytes(b"not an index")  # `rev-parse HEAD` answers, `status` fails
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
+
+
 def test_sglstack_identity_in_a_git_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
     _git(tmp_path, "init", "-q")
     (tmp_path / "f").write_text("1")
