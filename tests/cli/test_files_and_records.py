@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import time
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from clirun import REPO, run_invoke
 from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.bisect.log import BisectLog
+from sglstack.core import records as records_mod
 from sglstack.core.errors import ConfigError
 from sglstack.core.folderlock import BUSY_EXIT, StackBusy
 from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
@@ -633,3 +636,37 @@ def test_a_second_bisect_is_refused_and_does_not_move_the_first_ones_log(tmp_pat
         _busy(proc, "synth", "bisect", pid)
     assert log.read_bytes() == before
     assert sorted(p.name for p in log.parent.iterdir()) == ["log.jsonl"]
+
+
+@pytest.mark.parametrize(("hint", "value", "answer"), [
+    (typing.Any, {"x": 1}, (True, "anything")),
+    (object, None, (True, "anything")),
+    (type(None), None, (True, "null")),
+    (type(None), 0, (False, "null")),
+    (bool, True, (True, "true or false")),
+    (bool, 1, (False, "true or false")),
+    (int, 3, (True, "a whole number")),
+    (int, True, (False, "a whole number")),  # JSON true is not a number
+    (int, 3.5, (False, "a whole number")),
+    (float, 3, (True, "a number")),
+    (float, 2.5, (True, "a number")),
+    (float, False, (False, "a number")),
+    (float, "1", (False, "a number")),
+    (str, "s", (True, "a string")),
+    (str, 1, (False, "a string")),
+    (dict[str, int], {}, (True, "an object")),
+    (dict, [], (False, "an object")),
+    (Mapping[str, object], {"a": 1}, (True, "an object")),
+    (Mapping, {}, (True, "an object")),
+    (list[str], [], (True, "a list")),
+    (tuple[str, ...], [], (True, "a list")),  # JSON has no tuples: a list
+    (Sequence[int], {}, (False, "a list")),
+    (list, "ab", (False, "a list")),
+    (tuple, [], (True, "a list")),
+    (str | None, None, (True, "a string or null")),
+    (str | None, 3, (False, "a string or null")),
+    (typing.Optional[int], 2, (True, "a whole number or null")),  # noqa: UP045 - the typing spelling too
+    (Path, 3, (True, "anything")),  # a type no record field uses: not judged
+])
+def test_a_record_field_accepts_what_its_annotation_says(hint, value, answer):
+    assert records_mod._accepts(hint, value) == answer

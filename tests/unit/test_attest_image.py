@@ -29,7 +29,8 @@ class _Container:
         return {} if self.code is None else {"StatusCode": self.code}
 
     def logs(self, *, stdout, stderr):
-        return self.out if stdout and not stderr else self.err
+        """As the engine answers: the streams asked for, both interleaved (here: one after the other)."""
+        return (self.out if stdout else b"") + (self.err if stderr else b"")
 
 
 @pytest.fixture
@@ -67,6 +68,10 @@ def test_the_default_wait_and_no_labels(engine):
     (3, b"", b"  ", "listing the packages of image 'img:1' failed: exit 3"),
     (None, b"", b"", "listing the packages of image 'img:1' failed: exit 1"),  # no status: not a success
     (0, b"not json", b"", "listing the packages of image 'img:1' printed no JSON"),
+    (1, b"[partial", b"Traceback\nOSError: boom\n", "listing the packages of image 'img:1' failed: OSError: boom"),
+    (1, b"[partial", b"", "listing the packages of image 'img:1' failed: exit 1"),  # stdout is not the error
+    (2, b"", b"UnicodeError: \xff\xfe not text\n",
+     "listing the packages of image 'img:1' failed: UnicodeError: \ufffd\ufffd not text"),  # shown, not raised
 ])
 def test_a_lister_that_fails_is_one_line(engine, code, out, err, line):
     engine["container"] = _Container(code, out, err)

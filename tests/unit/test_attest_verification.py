@@ -3,14 +3,17 @@ or not, a signed identity or none), and sglstack's own identity inside and outsi
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+from subprocess import run as run_git  # git, not a Python child: mutation runs keep it
 
 import pytest
 
 from sglstack import __version__
+from sglstack.attest import store
 from sglstack.attest.provenance import BuildIdentity
 from sglstack.attest.verify import Verification, verified_line
 from sglstack.imagebuild import identity as identity_mod
+from sglstack.registry.client import ManifestNotFound
 
 DIGEST = "sha256:" + "d" * 64
 SIGNED = BuildIdentity("cu130", "1a2b3c4d5e6f7890", "pkg:pypi/sglang@0.5.9")
@@ -30,6 +33,17 @@ def test_the_report_document_of_a_verification_bound_to_a_stack():
         "signed_for": {"stack": "cu130", "config_hash": "1a2b3c4d5e6f7890", "sglang": "pkg:pypi/sglang@0.5.9"},
         "bound_to": {"stack": "cu130", "config_hash": None, "sglang": "pkg:pypi/sglang@0.5.9"},
         "skipped": ["artifact x: y"]}
+
+
+def test_the_report_document_of_an_index_verification():
+    platforms = [{"platform": "linux/amd64", "verified": True}, {"platform": "linux/arm64", "verified": False}]
+    result = _result(checked=["index signature"], platforms=platforms, expected=EXPECTED, skipped=["s: t"])
+    assert result.as_dict() == {
+        "image": "r/x:1", "digest": DIGEST, "index": True, "verified": False, "key_id": "0123456789abcdef0123",
+        "checked": ["index signature"], "platforms": platforms,
+        "bound_to": {"stack": "cu130", "config_hash": None, "sglang": "pkg:pypi/sglang@0.5.9"}, "skipped": ["s: t"]}
+    assert _result(platforms=platforms[:1]).as_dict()["bound_to"] is None
+    assert _result(platforms=platforms[:1]).as_dict()["verified"] is True
 
 
 def test_the_report_document_of_a_digest_only_verification():
@@ -58,18 +72,36 @@ def test_sglstack_identity_outside_a_git_checkout(tmp_path, monkeypatch):
 
 
 def _git(cwd, *args):
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                   env={"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd)})
+    run_git(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+            env={"PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                 "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd)})
 
 
-def test_sglstack_identity_in_a_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
+def test_sglstack_identity_of_a_folder_git_refuses_names_no_commit(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()  # there, but not a repository: git fails, and no commit is made up
+    monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
+
+
+def test_sglstack_identity_names_no_commit_when_either_git_question_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
+    _git(tmp_path, "init", "-q")  # no commit yet: `rev-parse HEAD` fails, `status` answers
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
+    (tmp_path / "f").write_text("1")
+    _git(tmp_path, "add", "f")
+    _git(tmp_path, "commit", "-qm", "c")
+    (tmp_path / ".git" / "index").write_bytes(b"not an index")  # `rev-parse HEAD` answers, `status` fails
+    assert identity_mod.sglstack_identity() == {"version": __version__, "commit": None}
+
+
+def test_sglstack_identity_in_a_git_checkout_clean_and_with_local_edits(tmp_path, monkeypatch):
     _git(tmp_path, "init", "-q")
     (tmp_path / "f").write_text("1")
     _git(tmp_path, "add", "f")
     _git(tmp_path, "commit", "-qm", "c")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = run_git(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                   check=True).stdout.strip()
     monkeypatch.setattr(identity_mod, "CHECKOUT_DIR", tmp_path)
     assert identity_mod.sglstack_identity() == {"version": __version__, "commit": head}
     (tmp_path / "f").write_text("2")
@@ -188,3 +220,40 @@ def test_signing_a_published_digest_binds_it_to_the_records_stack_and_config(tmp
     assert seen == [("client", "r.io/a/b", DIGEST, key, BuildIdentity("cu130", "c0ffee"),
                      [("sbom", b"s"), ("provenance", b"p")])]
     assert made_for == [("r.io/a/b", DIGEST)]  # the documents are made for the published repository and digest
+
+
+class _Registry:
+    """`RegistryClient`'s deletion side: one budget per operation, a manifest deleted once, then not found."""
+
+    timeout_s = 30.0
+
+    def __init__(self, present):
+        self.present, self.deleted, self.budgets = set(present), [], []
+
+    @contextlib.contextmanager
+    def budget(self, seconds):
+        self.budgets.append(seconds)
+        yield
+
+    def delete_manifest(self, repo, digest):
+        if digest not in self.present:
+            raise ManifestNotFound(f"{repo}@{digest}: no such manifest")
+        self.present.discard(digest)
+        self.deleted.append((repo, digest))
+
+
+def test_remove_manifests_deletes_each_once_within_one_budget_and_says_what_went():
+    registry = _Registry({"sha256:a", "sha256:b"})
+    removed = store.remove_manifests(registry, "r/x", ["sha256:a", "sha256:gone", "sha256:a", "sha256:b"])
+    assert removed == ["sha256:a", "sha256:b"]  # one already gone is not an error, and not said to be removed
+    assert registry.deleted == [("r/x", "sha256:a"), ("r/x", "sha256:b")]
+    assert registry.budgets == [30.0]
+
+
+def test_a_value_someone_attached_is_shown_at_most_80_characters_of_json():
+    assert store._shown("x" * 100) == '"' + "x" * 79
+    assert store._shown({"a": 1}) == '{"a": 1}'
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert store._shown(nested) == "(nested too deeply)"

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess, TimeoutExpired
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -29,6 +30,7 @@ from sglstack.deploy.deployment import DeployFailed
 from sglstack.deploy.k8s_flow import K8sDeployment, deploy_k8s, owner_problem, rollback_k8s
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records
 from sglstack.render import k8s
+from sglstack.render.k8s_cache import CacheCandidates
 from sglstack.serving.phases import MILESTONES, PHASES
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kubectl"
@@ -41,6 +43,7 @@ NAME = k8s.object_name("tiny")  # sglstack-tiny
 
 _DOUBLE_CODE = compile((DOUBLE / "kubectl").read_text(encoding="utf-8"), str(DOUBLE / "kubectl"), "exec")
 _real_run = subprocess.run
+_ADAPTER_PROCESSES = kubectl_adapter.subprocess  # what the adapter starts kubectl with
 
 
 def _kubectl_in_process(argv, *, env=None, **kwargs):
@@ -72,6 +75,8 @@ def cluster(tmp_path, monkeypatch, request):
                  "KUBECTL_DOUBLE_POD_STARTED"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
+    # The default build root is not the deployment's: a record written to the default one is not found.
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "default-build"))
     clock = FakeClock(100.0)
     monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     said: list[str] = []
@@ -310,6 +315,29 @@ def test_a_ready_deploy_whose_record_cannot_be_written_is_undone(cluster, monkey
         f"stack 'tiny' (leaderworkerset/{NAME}): ready, but its record was not written (the disk is full); "
         f"undone: rolled back to sha256:{'a' * 64} (ready)")
     assert applied_image(state) == A
+    assert failed.value.log_tail == ""
+    assert rows(dep)[1:] == [("deploy", "failed", B, "ready, but its record was not written (the disk is full)"),
+                             ("restore", "healthy", A, f"after the failed deploy of {B}")]
+    said.clear()
+
+    def signalled(*_a, **_k):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(k8s_flow, "_recover", signalled)
+    with pytest.raises(Interrupted):
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert said[-1] == ("stack 'tiny': ready, but its record was not written (the disk is full); "
+                        "the undo did not finish")
+
+
+def test_a_deploy_whose_records_cannot_be_written_applies_nothing(cluster):
+    dep, said, _clock, state = cluster
+    (dep.build_root / "tiny" / "deployments.jsonl").mkdir(parents=True)  # not a file: nothing can be appended
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert str(refused.value).endswith("nothing was changed (a deployment that cannot be recorded is not started)")
+    assert applied_image(state) is None
+    assert not any(c[0] == "apply" for c in calls(state))
 
 
 def test_another_stacks_objects_are_refused_before_any_apply(cluster):
@@ -536,3 +564,105 @@ def test_what_is_applied_is_rendered_with_the_deploy_s_options_and_smoke_report(
     obj = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
     assert obj["spec"]["leaderWorkerTemplate"]["size"] == 2  # OPTIONS' nnodes, not the default's 1
     assert obj["metadata"]["annotations"][k8s.ANNOTATION_PREFIX + "smoke-report"] == "f" * 64
+
+
+def test_the_kernel_caches_found_are_rendered_into_what_is_applied(cluster):
+    dep, said, _clock, state = cluster
+    found = CacheCandidates("http://127.0.0.1:5000/v2/sglstack/sglang/blobs/",
+                            ({"artifact": "sha256:" + "c" * 64, "layer": "sha256:" + "d" * 64, "size": 6},))
+    deploy_k8s(dep, A, k8s.K8sOptions(gpus=False, nnodes=2, kernel_cache=True), say=said.append, caches=found)
+    lws = json.loads((state / "objects" / f"LeaderWorkerSet.default.{NAME}.json").read_text())
+    init = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["initContainers"][0]
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env["SGLSTACK_KC_BLOBS"] == found.blobs_url
+    assert json.loads(env["SGLSTACK_KC_CANDIDATES"]) == list(found.candidates)
+
+
+def _stamps(monkeypatch):
+    stamps = iter(f"2026-12-05T03:00:{n:02d}Z" for n in range(1, 60))
+    monkeypatch.setattr(k8s_flow, "utc_timestamp", lambda: next(stamps))
+
+
+def test_no_smoke_report_is_recorded_as_unknown(cluster):
+    dep, said, _clock, _state = cluster
+    record = deploy_k8s(dep, A, OPTIONS, say=said.append)
+    assert record.smoke_report == "unknown"
+
+
+def test_an_apply_with_no_answer_changes_nothing_and_is_recorded(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    _stamps(monkeypatch)
+    inner = _ADAPTER_PROCESSES.run
+
+    def run(argv, **kwargs):
+        if "apply" in argv:
+            raise TimeoutExpired(argv, kubectl_adapter.TIMEOUT_S)
+        return inner(argv, **kwargs)
+
+    monkeypatch.setattr(_ADAPTER_PROCESSES, "run", run)
+    with pytest.raises(DeployError) as refused:
+        deploy_k8s(dep, B, OPTIONS, say=said.append)
+    assert not isinstance(refused.value, DeployFailed)
+    assert str(refused.value).endswith(f"no answer within {kubectl_adapter.TIMEOUT_S}s")
+    assert rows(dep)[-1] == ("deploy", "failed", B, str(refused.value))
+    assert read_records(dep.build_root, "tiny")[-1].time == "2026-12-05T03:00:02Z"  # when it failed
+    assert applied_image(state) == A
+
+
+def test_an_error_while_waiting_after_the_apply_rolls_back(cluster, monkeypatch):
+    dep, said, _clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+    inner = _ADAPTER_PROCESSES.run
+    seen = {"apply": False, "failed": False}
+
+    def run(argv, **kwargs):
+        if "apply" in argv:
+            seen["apply"] = True
+        elif seen["apply"] and not seen["failed"] and "get" in argv and "leaderworkerset" in argv:
+            seen["failed"] = True
+            return CompletedProcess(argv, 1, "", "Unable to connect to the server: EOF\n")
+        return inner(argv, **kwargs)
+
+    monkeypatch.setattr(_ADAPTER_PROCESSES, "run", run)
+    with pytest.raises(DeployFailed) as failed:
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=30, say=said.append)
+    assert str(failed.value) == (f"kubectl get leaderworkerset {NAME} failed: Unable to connect to the server: EOF; "
+                                 f"rolled back to sha256:{'a' * 64} (ready)")
+    assert failed.value.log_tail == ""
+    assert applied_image(state) == A
+
+
+def test_a_plain_interrupt_while_waiting_rolls_back_and_says_interrupted(cluster, monkeypatch):
+    dep, said, clock, state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+
+    def interrupted(_seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=60, say=said.append)
+    assert said[-1] == f"stack 'tiny': interrupted; rolled back to sha256:{'a' * 64} (ready)"
+    assert applied_image(state) == A
+    assert rows(dep)[1][3] == "interrupted"
+
+
+def test_a_rollback_cut_short_after_a_signal_says_it_did_not_finish(cluster, monkeypatch):
+    dep, said, clock, _state = cluster
+    deploy_k8s(dep, A, OPTIONS, say=lambda _m: None)
+    monkeypatch.setenv("KUBECTL_DOUBLE_UNREADY", "b" * 64)
+
+    def interrupted(_seconds):
+        raise Interrupted(signal.SIGTERM)
+
+    def cluster_lost(*_a, **_k):
+        raise DeployError("the cluster went away")
+
+    monkeypatch.setattr(k8s_flow, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=interrupted))
+    monkeypatch.setattr(k8s_flow, "_recover", cluster_lost)
+    with pytest.raises(DeployError):
+        deploy_k8s(dep, B, OPTIONS, wait_timeout_s=60, say=said.append)
+    assert said[-1] == "stack 'tiny': interrupted (SIGTERM); the rollback did not finish"

@@ -59,3 +59,10 @@ def test_a_status_the_controller_has_not_filled_reads_as_nothing_observed():
         False, "generation 1 not yet observed by the LWS controller")
     assert rollout_state({"metadata": {"generation": 1}, "spec": {"replicas": 1}, "status": None}) == (
         False, "generation 1 not yet observed by the LWS controller")
+
+
+def test_counts_the_controller_has_not_written_yet_read_as_none():
+    observed = {"metadata": {"generation": 1}, "spec": {"replicas": 1}, "status": {"observedGeneration": 1}}
+    assert rollout_state(observed) == (False, "0/1 groups updated")
+    observed["status"]["updatedReplicas"] = 1
+    assert rollout_state(observed) == (False, "0/1 groups ready (leader /health)")
