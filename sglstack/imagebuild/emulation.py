@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config.platforms import PLATFORM_OF_MACHINE
 from ..config.schema import Stack
+from ..core.safefiles import write_text
 
 HELP_TIMEOUT_S = 600  # imagecheck.py's own --help-timeout default
 # An image of another platform than the engine's runs its checks under QEMU: its time limits are this many
@@ -44,9 +45,8 @@ def emulated_cpuinfo(stack: Stack, scale: int) -> Iterator[dict[str, Any]]:
         yield {}
         return
     with tempfile.TemporaryDirectory(prefix="sglstack-cpuinfo-") as folder:
-        path = Path(folder) / "cpuinfo"
-        path.write_text("".join(text.format(n=n) for n in range(os.cpu_count() or 1)))
-        path.chmod(0o644)
+        path = write_text(Path(folder), Path(folder) / "cpuinfo",
+                          "".join(text.format(n=n) for n in range(os.cpu_count() or 1)), mode=0o644)
         Path(folder).chmod(0o755)
         yield {"volumes": {str(path): {"bind": "/proc/cpuinfo", "mode": "ro"}}}
 
