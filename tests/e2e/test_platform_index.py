@@ -6,8 +6,10 @@ refused, and a deploy's node check refuses a node the image has no platform for,
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import io
+import json
 import secrets
 import tarfile
 
@@ -293,6 +295,19 @@ def test_smoke_serves_an_index_by_its_digest_and_refuses_another_platforms_image
         image = report.data["image"]
         assert (image["digest"], image["platform"]) == (index, "linux/amd64")
         assert image["id"] == docker_client.images.get(sglang_double_image).id
+
+        # the index smoke-tested is the digest promoted: every release tag points to the index, or none
+        from sglstack.publish.digest import publish_digest
+        from sglstack.publish.tags import release_tags
+        stack = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+        (tmp_path / "smoke-report.json").write_text(json.dumps(report.data))
+        assert publish_digest(stack, index, unsigned=True, registry=repo, config_hash="0123456789ab",
+                              smoke_report=str(tmp_path / "smoke-report.json"), build_dir=tmp_path / "build",
+                              today=dt.date(2026, 12, 2)) == 0
+        released = release_tags(stack, "0123456789ab", dt.date(2026, 12, 2))
+        for tag in (released.immutable, *released.moving):
+            assert client.manifest_digest(path, tag) == index, tag
+        assert client.image_platforms(path, released.moving[0]) == ("linux/amd64", "linux/arm64")
 
         arm = f"{repo}@{digests['linux/arm64']}"
         with pytest.raises(SmokeInputError) as err:
