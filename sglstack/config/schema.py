@@ -37,6 +37,7 @@ from .fields import (
     url_at,
 )
 from .names import LOCAL_REPOSITORY
+from .platforms import MACHINE
 from .settings import (
     CoveragePolicy,
     PatchPolicy,
@@ -81,6 +82,16 @@ class KernelPin(WheelPin):
     """SGLang's kernel package: `package` is its distribution name (the import name stays `sgl_kernel`)."""
 
     package: Annotated[str, AfterValidator(package_name)] = DEFAULT_KERNEL_PACKAGE
+
+    def url_for(self, platform: str) -> str | None:
+        """The wheel URL for `platform` (its `{arch}` as `uname -m` there); None: the package comes from an index.
+        A platform with no machine name is refused, never given another platform's wheel."""
+        if not self.url:
+            return None
+        if platform not in MACHINE:
+            raise ConfigError(f"kernel package {self.package}: no wheel URL for platform {shown(platform, 40)} "
+                              f"(known: {' '.join(MACHINE)})")
+        return self.url.replace("{arch}", MACHINE[platform])
 
 
 class FlashInferPin(StrictModel):

@@ -20,7 +20,6 @@ from typing import Any, Literal
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..config.platforms import MACHINE
 from ..config.schema import Stack
 
 Cell = Literal["native", "ptx", "missing"]
@@ -374,7 +373,7 @@ def device_code_wheels(stack: Stack, platform: str, versions: Mapping[str, str] 
     out: list[WheelSource] = []
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
-        req = pin.url.replace("{arch}", MACHINE.get(platform, "x86_64")) if pin.url else f"{pin.package}=={pin.version}"
+        req = pin.url_for(platform) or f"{pin.package}=={pin.version}"
         out.append(WheelSource(pin.package, pin.version, req, None if pin.url else pin.index_url))
     if stack.flashinfer:
         for name in stack.flashinfer.packages:

@@ -117,8 +117,7 @@ def plan_layers(stack: Stack, platform: str, tree: GitTree | None = None) -> tup
         layers.append(PlannedLayer("torch", stack.torch.requirements(), stack.torch.index_url, True))
     if stack.sgl_kernel:
         pin = stack.sgl_kernel
-        if pin.url:
-            url = pin.url.replace("{arch}", MACHINE[platform])
+        if url := pin.url_for(platform):
             layers.append(PlannedLayer(pin.package, (f"{pin.package} @ {url}",), no_deps=True))
         else:
             layers.append(PlannedLayer(pin.package, (f"{pin.package}=={pin.version}",), pin.index_url, True))

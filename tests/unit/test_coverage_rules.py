@@ -9,6 +9,7 @@ import pytest
 from sglstack.adapters.cuobjdump import is_device_object_name, parse_listing
 from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import CoverageException, CoveragePolicy
+from sglstack.core.errors import ConfigError
 from sglstack.core.labels import COVERAGE_LABEL, format_coverage_label, parse_coverage_label
 from sglstack.coverage.report import PackageStatus, build_report
 from sglstack.coverage.rules import (
@@ -460,7 +461,7 @@ def test_flashinfer_cubin_rows_details_and_what_is_not_a_cubin_of_a_group():
                               "sm_90"}
 
 
-def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_platform():
+def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_refused_on_an_unknown_platform():
     from sglstack.config.schema import KernelPin
     from sglstack.coverage.rules import WheelSource
 
@@ -477,9 +478,14 @@ def test_device_code_wheels_are_exact_for_an_index_pin_and_a_url_on_an_unknown_p
     flashinfer = cu129.flashinfer.model_copy(update={"index_url": "https://fi/whl"})
     url = cu129.model_copy(update={"flashinfer": flashinfer, "sgl_kernel": KernelPin(
         version="0.3.21", url="https://x/sgl_kernel-{arch}.whl", index_url="https://ignored")})
-    wheels = device_code_wheels(url, "linux/s390x")
-    assert wheels[0] == WheelSource("sgl-kernel", "0.3.21", "https://x/sgl_kernel-x86_64.whl", None)
+    wheels = device_code_wheels(url, "linux/arm64")
+    assert wheels[0] == WheelSource("sgl-kernel", "0.3.21", "https://x/sgl_kernel-aarch64.whl", None)
     assert wheels[1] == WheelSource("flashinfer-cubin", "0.6.3", "flashinfer-cubin==0.6.3", "https://fi/whl", True)
+    # never another platform's wheel for a platform with no machine name (the silent fallback class)
+    with pytest.raises(ConfigError) as err:
+        device_code_wheels(url, "linux/s390x")
+    assert str(err.value) == ("kernel package sgl-kernel: no wheel URL for platform linux/s390x "
+                              "(known: linux/amd64 linux/arm64)")
 
 
 def test_the_report_of_several_packages_keeps_every_row_and_note_and_serialises_exactly():
