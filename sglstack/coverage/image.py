@@ -24,7 +24,7 @@ import docker.errors
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
 from ..adapters.docker import created_container
-from ..config.platforms import PLATFORM_OF_ARCH
+from ..config.platforms import platform_of_image
 from ..config.schema import Stack
 from ..core.errors import BuildError
 from ..core.safefiles import write_with
@@ -168,7 +168,8 @@ def image_sources(client: Any, image: str, stack: Stack, installed: Mapping[str,
     """None when the stack lists no capability or pins none of the CUDA distributions coverage reads."""
     caps = capabilities_of(stack.cuda_arch_list)
     attrs = client.images.get(image).attrs
-    platform = PLATFORM_OF_ARCH.get(attrs.get("Architecture", ""), "linux/amd64")
+    # the image's own platform (never another's wheels for an architecture nothing maps: url_for refuses it)
+    platform = platform_of_image(str(attrs.get("Os") or ""), str(attrs.get("Architecture") or "amd64"))
     sources = device_code_wheels(stack, platform, installed)
     if not caps or not sources:
         return None
