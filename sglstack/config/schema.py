@@ -228,6 +228,16 @@ class Stack(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _platforms_listed_once(self) -> Stack:
+        if not self.platforms:
+            raise KeyedValueError(("platforms",), "empty: a stack builds for at least one platform (linux/amd64, "
+                                                  "linux/arm64)")
+        for i, platform in enumerate(self.platforms):
+            if platform in self.platforms[:i]:
+                raise KeyedValueError(("platforms", i), f"{platform} is listed twice")
+        return self
+
+    @model_validator(mode="after")
     def _seeded_base(self) -> Stack:
         if self.base_seed and self.whole is None:
             if self.base_image_id:

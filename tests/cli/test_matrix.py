@@ -508,3 +508,16 @@ def test_topk_one_takes_only_the_draft_tokens_sglang_serves(tmp_path, steps, top
     assert err.stack == "base" and err.key == "serving.speculative.num_draft_tokens" and err.line == 12
     assert str(err).endswith(f"with topk 1 SGLang serves steps + 1 = {steps + 1} draft tokens, not {draft} "
                              f"(set {steps + 1}, or a topk above 1)")
+
+
+@pytest.mark.parametrize(("platforms", "key", "line", "why"), [
+    ("[]", "platforms", 11, "empty: a stack builds for at least one platform (linux/amd64, linux/arm64)"),
+    ("[linux/amd64, linux/arm64, linux/arm64]", "platforms.2", 11, "linux/arm64 is listed twice")])
+def test_a_stack_lists_each_platform_once_and_at_least_one(tmp_path, platforms, key, line, why):
+    """An empty list planned nothing (a bake of no targets, an IndexError in build and lock); a repeated one
+    doubled every per-platform step."""
+    text = GOOD.replace("    base_image: debian:bookworm-slim\n", f"    base_image: debian:bookworm-slim\n"
+                        f"    platforms: {platforms}\n", 1)
+    err = error_for(tmp_path, text)
+    assert (err.stack, err.key, err.line) == ("base", key, line)
+    assert str(err).endswith(why)
