@@ -9,7 +9,7 @@ import contextlib
 from pathlib import Path
 
 from ..adapters.docker import docker_client, is_local_docker_host
-from ..adapters.kubectl import find_kubectl
+from ..adapters.kubectl import Kubectl, find_kubectl
 from ..attest.provenance import BuildIdentity
 from ..attest.verify import verified_line, verified_reference
 from ..config.defaults import default_stacks_file
@@ -102,11 +102,7 @@ def deploy_on_k8s(stack_name: str, served: K8sOptions, *, stacks_file: str | Non
     if spec.gpus and not skip_preflight:
         say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
-    nodes = kubectl.node_platforms()
-    if isinstance(nodes, str):
-        say(f"platform: the nodes of {kubectl.context} cannot be listed ({nodes}): not checked against {ref}")
-    else:  # before anything is applied: an image no node can run never reaches the cluster
-        check_node_platform(stack.name, ref, f"every node of {kubectl.context}", nodes, say)
+    _check_nodes(kubectl, stack.name, ref, say)
     try:
         with _stack_lock(root, stack.name, "deploy"):
             caches = k8s_caches(spec, ref, verify_key, say) if served.kernel_cache else None
@@ -205,7 +201,17 @@ def rollback_on_k8s(stack_name: str, *, stacks_file: str | None = None, context:
         namespace = records[-1].options.get("namespace")  # type: ignore[assignment]
     k8s_dep = _k8s_deployment(stacks_file, stack_name, root, context, namespace)
     with _stack_lock(root, stack_name, "rollback"):
-        return rollback_k8s(k8s_dep, wait_timeout_s=wait_timeout, say=say)
+        return rollback_k8s(k8s_dep, wait_timeout_s=wait_timeout, say=say,
+                            check_image=lambda ref: _check_nodes(k8s_dep.kubectl, stack_name, ref, say))
+
+
+def _check_nodes(kubectl: Kubectl, stack_name: str, ref: str, say: Say) -> None:
+    """Before anything is applied (a deploy or a rollback): an image no node can run never reaches the cluster."""
+    nodes = kubectl.node_platforms()
+    if isinstance(nodes, str):
+        say(f"platform: the nodes of {kubectl.context} cannot be listed ({nodes}): not checked against {ref}")
+    else:
+        check_node_platform(stack_name, ref, f"every node of {kubectl.context}", nodes, say)
 
 
 def rollback_with_compose(stack_name: str, *, stacks_file: str | None = None, docker_host: str | None = None,

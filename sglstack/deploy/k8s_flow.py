@@ -10,6 +10,7 @@ and applied again and waited for; without one, what was applied is deleted. Both
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -270,13 +271,15 @@ def _recover(dep: K8sDeployment, attempt: DeploymentRecord, previous: Deployment
     return f"rolling back to {previous.digest} failed too: {detail}" + not_recorded(unrecorded)
 
 
-def rollback_k8s(dep: K8sDeployment, *, wait_timeout_s: float | None = None, say: Say = say_stderr
-                 ) -> DeploymentRecord:
-    """Apply the healthy digest recorded before the current one, with the options it ran with."""
+def rollback_k8s(dep: K8sDeployment, *, wait_timeout_s: float | None = None, say: Say = say_stderr,
+                 check_image: Callable[[str], None] = lambda _ref: None) -> DeploymentRecord:
+    """Apply the healthy digest recorded before the current one, with the options it ran with; `check_image`
+    (the nodes' platforms against it, as a deploy checks them) runs before anything is applied."""
     target = rollback_target(dep.records())
     if target is None:
         raise DeployError(f"stack '{dep.stack.name}': no earlier healthy k8s deployment ({dep.project}) to roll "
                           f"back to in {display_path(records_path(dep.build_root, dep.stack.name))}")
+    check_image(target.image)
     say(f"rolling back stack '{dep.stack.name}' to {target.image} (deployed {target.time})")
     return deploy_k8s(dep, target.image, k8s.K8sOptions.from_record(target.options), wait_timeout_s=wait_timeout_s,
                       action="rollback", smoke_report=target.smoke_report, say=say)

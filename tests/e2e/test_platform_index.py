@@ -264,6 +264,24 @@ def test_a_k8s_deploy_of_an_x86_only_image_to_grace_nodes_is_refused_before_anyt
                       "30", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
+    # A rollback is checked as a deploy is: the x86-only image, healthy once on x86 nodes, is not put back on
+    # the Grace nodes the index now serves on.
+    records = Path(env["SGLSTACK_BUILD_DIR"]) / "pypi-cu130-gb" / "deployments.jsonl"
+    lines = records.read_text().splitlines()
+    first = {**json.loads(lines[-1]), "image": x86_only, "digest": digests["linux/amd64"],
+             "time": "2026-12-01T00:00:00Z"}
+    records.write_text(json.dumps(first) + "\n" + "\n".join(lines) + "\n")  # the x86 deployment came first
+    before = len((tmp_path / "kube" / "argv.jsonl").read_text().splitlines())
+    proc = run_invoke("rollback", "--stack", "pypi-cu130-gb", "--on", "k8s", "--wait-timeout", "30", cwd=tmp_path,
+                      env=env, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is linux/arm64: the "
+        "image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
+    assert not [c for c in calls[before:] if "apply" in c]
+    assert len(records.read_text().splitlines()) == len(lines) + 1  # nothing recorded
+
 
 def test_smoke_serves_an_index_by_its_digest_and_refuses_another_platforms_image(
         docker_client, plain_registry, sglang_double_image, tmp_path):
