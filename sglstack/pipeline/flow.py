@@ -10,15 +10,17 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+import docker.errors
 import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..adapters.buildkit import detect_builder
-from ..adapters.docker import is_local_docker_host
+from ..adapters.docker import docker_client, engine_machine, is_local_docker_host
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
 from ..config.matrix import load_matrix
+from ..config.platforms import platform_of_machine
 from ..config.schema import Stack
 from ..core.errors import BuildError, RegistryError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
@@ -72,7 +74,12 @@ def describe_plan(stack: Stack, options: BuildSettings, *, push: bool, registry:
     signature = "ed25519 signature" if signed else "no signature (--unsigned)"
     lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), {signature} -> "
                  f"{repo}@<tested digest> (referrers API or sha256-<hex>.<kind> tags)")
-    lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
+    platforms = (stack.whole or stack).platforms
+    if len(platforms) > 1:  # released as one index of every platform, not as this platform's image
+        lines.append(f"promote{when}: none for {stack.platforms[0]} alone: the stack ({' '.join(platforms)}) is "
+                     "released as one index (invoke publish-index, then invoke publish --digest INDEX)")
+    else:
+        lines.append(f"promote{when}: {', '.join(f'{repo}:{t}' for t in tags.release)} -> the tested digest")
     return lines
 
 
@@ -99,10 +106,24 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
         # As the release smoke checks them, but before the build: a bind source missing on this machine
         # (a typed `--smoke-opt mount=` or the stack's own) would fail the smoke after the whole build.
         check_mount_sources(smoke.serving, local=is_local_docker_host(smoke.docker_host))
+    if smoke.runner != "process" and is_local_docker_host(smoke.docker_host):
+        _require_smoke_host_platform(stack, smoke.docker_host)
     if "eagle3" in smoke.kinds and (smoke.runner == "process" or is_local_docker_host(smoke.docker_host)):
         # A draft that cannot fit would fail the release smoke after the whole build: refused now.
         require_draft_fits(smoke.serving, container=smoke.runner != "process")
     return signing_key
+
+
+def _require_smoke_host_platform(stack: Stack, docker_host: str | None) -> None:
+    """The release smoke serves the image on the smoke's Docker host, which must be of the platform built: an
+    arm64 build smoked on this x86 engine would be refused there (it would run emulated), after the whole build."""
+    try:
+        node = platform_of_machine(*engine_machine(docker_client(docker_host, timeout=10)))
+    except docker.errors.DockerException:
+        return  # an engine that does not answer is said where the smoke uses it
+    if node != stack.platforms[0]:
+        raise BadInput(f"stack '{stack.name}': --push smoke-tests the {stack.platforms[0]} image on the local Docker "
+                       f"host, which is {node}: give --smoke-opt docker_host=<a {stack.platforms[0]} node's engine>")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
         client.get_manifest(repo.path, digest)
     except ManifestNotFound:
         raise PublishError(f"registry {repo.registry}: {repo}@{digest} does not exist") from None
+    _require_every_platform(client, repo, stack, digest)
     mine = released_records(records, stack, repo, digest)
     partial = unresolved_partial(records, stack, repo, digest)
     immutable = next((r["tag"] for r in reversed(mine) if r.get("kind") == "immutable"), None)
@@ -132,6 +133,19 @@ def publish_digest(stack: Stack, digest: str, *, key: Ed25519PrivateKey | None =
     verb = "rolled back" if event == "rollback" else "published"
     out.print(f"{stack.name}: {verb}: " + ", ".join(f"{repo.ref(t)} -> {digest}" for t in previous))
     return 0
+
+
+def _require_every_platform(client: RegistryClient, repo: Repository, stack: Stack, digest: str) -> None:
+    """A stack of several platforms is released as the index of all of them: one platform's image under its tags
+    would send the other platform's nodes an image they cannot run (and the two builds would overwrite each
+    other's tags)."""
+    if len(stack.platforms) < 2:
+        return
+    serves = client.image_platforms(repo.path, digest)
+    if missing := [p for p in stack.platforms if p not in serves]:
+        raise BadInput(f"stack '{stack.name}' is released for {' '.join(stack.platforms)}: {repo}@{digest} serves "
+                       f"{' '.join(serves) or 'no platform'}, not {' '.join(missing)}; promote the index of every "
+                       "platform (invoke publish-index)")
 
 
 def signed_or_unsigned(stack: str, has_key: bool, unsigned: bool, *, index: bool = False) -> None:

@@ -121,11 +121,14 @@ class ReleaseResult:
     tags: ReleaseTags
     published: bool
     smoke_report: Path | None
+    # one platform of a stack of several: smoke-tested and attested, released later as part of the index
+    awaits_index: bool = False
 
     @property
     def exit_code(self) -> int:
-        """0: published, or already published; 1: the smoke failed (no release tag moved)."""
-        return 0 if self.published or self.digest is None else 1
+        """0: published, already published, or (one platform of several) passed; 1: the smoke failed (no release
+        tag moved)."""
+        return 0 if self.published or self.awaits_index or self.digest is None else 1
 
 
 def release(
@@ -181,6 +184,14 @@ def release(
     if attest is not None:
         _attest_candidate(out, attest, client, repo, stack, tags, digest, config_hash, records)
         _attach_kernel_caches(out, client, repo, stack, digest, report, getattr(attest, "key", None))
+    if len((stack.whole or stack).platforms) > 1:
+        # One platform's image under the stack's tags would reach the other platform's nodes (and each
+        # platform's release would overwrite the other's): a stack of several platforms is released as its index.
+        out.print(f"{stack.name}: {stack.platforms[0]} candidate {repo.ref(digest)} passed its smoke; no release tag "
+                  f"moved: a stack of {' '.join((stack.whole or stack).platforms)} is released as one index "
+                  f"(invoke publish-index --stack {stack.name} --platform-digest {stack.platforms[0]}={digest} ..., "
+                  "then invoke publish --digest INDEX)")
+        return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path, awaits_index=True)
     promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
                      moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
     out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))

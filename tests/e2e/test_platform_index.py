@@ -339,3 +339,23 @@ def test_smoke_serves_an_index_by_its_digest_and_refuses_another_platforms_image
             if ref:
                 with contextlib.suppress(docker.errors.DockerException):
                     docker_client.images.remove(ref, force=True)
+
+
+def test_a_stack_of_two_platforms_promotes_only_a_digest_that_serves_both(pushed, tmp_path):
+    """`publish --digest` of one platform's image would send every node of the other platform an image it cannot
+    run (and two platforms' releases would overwrite each other's tags): refused before any tag moves."""
+    from sglstack.attest.errors import BadInput
+    from sglstack.publish.digest import publish_digest
+
+    repo, digests = pushed
+    stack = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    client = RegistryClient(repo.split("/", 1)[0])
+    path = repo.split("/", 1)[1]
+    for platform, other in (("linux/amd64", "linux/arm64"), ("linux/arm64", "linux/amd64")):
+        with pytest.raises(BadInput) as err:
+            publish_digest(stack, digests[platform], unsigned=True, registry=repo, config_hash="0123456789ab",
+                           build_dir=tmp_path)
+        assert str(err.value) == (
+            f"stack 'pypi-cu130-gb' is released for linux/amd64 linux/arm64: {repo}@{digests[platform]} serves "
+            f"{platform}, not {other}; promote the index of every platform (invoke publish-index)")
+    assert sorted(client.list_tags(path)) == ["amd64", "arm64"]  # no release tag moved

@@ -1,0 +1,62 @@
+"""A stack of several platforms is released as one index: `build --push` of one platform smoke-tests and
+attests it but moves no release tag (its plan says so), its smoke host must be of the platform built (checked
+before the build), and `publish --digest` promotes only a digest that serves every platform of the stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import run_invoke
+
+from sglstack.attest.errors import BadInput
+from sglstack.config.matrix import load_matrix
+from sglstack.imagebuild.plan import BuildSettings
+from sglstack.lock.trust import lock_for_build
+from sglstack.pipeline.flow import check_release_inputs, describe_plan
+from sglstack.publish.release import ReleaseResult
+from sglstack.publish.tags import ReleaseTags
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix(REPO / "stacks.yaml")
+
+
+@pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
+def test_the_plan_of_one_platform_of_several_promotes_nothing(platform):
+    whole = MATRIX.get("pypi-cu130-gb")
+    stack = whole.for_platform(platform)
+    lock = lock_for_build(REPO / "stacks.yaml", stack)
+    lines = describe_plan(stack, BuildSettings(lock=lock), push=True, registry="127.0.0.1:5000/s/sglang")
+    assert lines[-1] == (f"promote: none for {platform} alone: the stack (linux/amd64 linux/arm64) is released as "
+                         "one index (invoke publish-index, then invoke publish --digest INDEX)")
+    single = MATRIX.get("pypi-cu130")
+    lines = describe_plan(single, BuildSettings(lock=lock_for_build(REPO / "stacks.yaml", single)), push=True,
+                          registry="127.0.0.1:5000/s/sglang")
+    assert lines[-1].startswith("promote: 127.0.0.1:5000/s/sglang:0.5.23-pypi-cu130-") and "none" not in lines[-1]
+
+
+def test_a_platform_that_passed_and_awaits_its_index_exits_0():
+    tags = ReleaseTags(candidate="c", immutable="i", moving=("m",))
+    assert ReleaseResult("sha256:" + "a" * 64, tags, published=False, smoke_report=None, awaits_index=True
+                         ).exit_code == 0
+    assert ReleaseResult("sha256:" + "a" * 64, tags, published=False, smoke_report=None).exit_code == 1  # failed
+
+
+@pytest.mark.docker
+def test_an_arm64_release_smoked_on_this_x86_engine_is_refused_before_the_build(tmp_path, monkeypatch):
+    """The smoke would refuse the arm64 image on this host (it would run emulated): found before an hour of
+    emulated build, with the way out (an arm64 node's engine for the smoke)."""
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)  # the stack's own model-cache mount, as a user has it
+    monkeypatch.setenv("HOME", str(home))
+    stack = MATRIX.get("pypi-cu130-gb").for_platform("linux/arm64")
+    with pytest.raises(BadInput) as err:
+        check_release_inputs(stack, push=True, target=None, key=None, unsigned=True, smoke_opts=[], registry=None,
+                             docker_host=None)
+    assert str(err.value) == ("stack 'pypi-cu130-gb': --push smoke-tests the linux/arm64 image on the local Docker "
+                              "host, which is linux/amd64: give --smoke-opt docker_host=<a linux/arm64 node's "
+                              "engine>")
+    proc = run_invoke("build", "--stack", "pypi-cu130-gb", "--platform", "linux/arm64", "--push", "--unsigned",
+                      "--dry-run", cwd=tmp_path, env={"HOME": str(home)}, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {err.value}"
