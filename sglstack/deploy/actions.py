@@ -16,13 +16,13 @@ from ..config.defaults import default_stacks_file
 from ..config.imageref import pinned_digest
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.errors import DeployError
+from ..core.errors import DeployError, SglstackError
 from ..core.folderlock import folder_lock
 from ..core.records import BadLine, stack_dir
 from ..core.records import build_root as default_build_root
 from ..lock.trust import lock_for_build
 from ..preflight.gate import require_ready
-from ..publish import check_node_platform
+from ..publish import check_node_platform, reference_platforms
 from ..render import compose as cmp
 from ..render.dockerfile import released_config_hash
 from ..render.k8s import K8sOptions, k8s_spec
@@ -102,7 +102,7 @@ def deploy_on_k8s(stack_name: str, served: K8sOptions, *, stacks_file: str | Non
     if spec.gpus and not skip_preflight:
         say("preflight: not run for --on k8s (the GPU nodes are the cluster's); the startup probe waits "
             f"up to {spec.healthcheck.start_period_s}s for /health")
-    _check_nodes(kubectl, stack.name, ref, say)
+    _check_nodes(kubectl, stack, ref, say)
     try:
         with _stack_lock(root, stack.name, "deploy"):
             caches = k8s_caches(spec, ref, verify_key, say) if served.kernel_cache else None
@@ -202,16 +202,29 @@ def rollback_on_k8s(stack_name: str, *, stacks_file: str | None = None, context:
     k8s_dep = _k8s_deployment(stacks_file, stack_name, root, context, namespace)
     with _stack_lock(root, stack_name, "rollback"):
         return rollback_k8s(k8s_dep, wait_timeout_s=wait_timeout, say=say,
-                            check_image=lambda ref: _check_nodes(k8s_dep.kubectl, stack_name, ref, say))
+                            check_image=lambda ref: _check_nodes(k8s_dep.kubectl, k8s_dep.stack, ref, say))
 
 
-def _check_nodes(kubectl: Kubectl, stack_name: str, ref: str, say: Say) -> None:
-    """Before anything is applied (a deploy or a rollback): an image no node can run never reaches the cluster."""
+def _check_nodes(kubectl: Kubectl, stack: Stack, ref: str, say: Say) -> None:
+    """Before anything is applied (a deploy or a rollback): the pods land on nodes of the stack's platforms (their
+    node affinity), so the image must serve every platform such a node of the cluster has; an image no node can
+    run never reaches the cluster."""
     nodes = kubectl.node_platforms()
     if isinstance(nodes, str):
         say(f"platform: the nodes of {kubectl.context} cannot be listed ({nodes}): not checked against {ref}")
-    else:
-        check_node_platform(stack_name, ref, f"every node of {kubectl.context}", nodes, say)
+        return
+    check_node_platform(stack.name, ref, f"every node of {kubectl.context}", nodes, say)
+    reachable = [p for p in stack.platforms if p in nodes]
+    if len(reachable) < 2:
+        return  # the one platform the pods may land on is the image's (checked above)
+    try:  # a mixed cluster: every platform the pods may land on must be served
+        served = reference_platforms(ref) or tuple(reachable)
+    except SglstackError:
+        return  # said by the check above
+    if missing := [p for p in reachable if p not in served]:
+        raise DeployError(f"stack '{stack.name}': {ref} is for {' '.join(served)}, and {kubectl.context} has "
+                          f"{' '.join(missing)} nodes the pods may land on (the stack is {' '.join(stack.platforms)}): "
+                          "the image cannot run there (nothing was pulled or changed)")
 
 
 def rollback_with_compose(stack_name: str, *, stacks_file: str | None = None, docker_host: str | None = None,

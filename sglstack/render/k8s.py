@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from ..config.fields import SIZE_RE, bound_text
 from ..config.imageref import names_a_digest
 from ..config.names import k8s_object_name, k8s_service_name
+from ..config.platforms import ARCH_OF_PLATFORM
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.credentials import argv_references
@@ -51,6 +52,7 @@ HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"
 # The schema version kubernetes-validate checks the core objects against (LWS needs Kubernetes >= 1.26).
 SCHEMA_VERSION = "1.32.0"
+ARCH_NODE_LABEL = "kubernetes.io/arch"  # the well-known label every kubelet sets from its GOARCH
 STARTUP_PERIOD_S = 10
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 RESOURCE_NAME_MAX = 63  # the name part of a qualified name; its prefix is a DNS subdomain
@@ -224,8 +226,17 @@ def pod_argv(spec: ServingSpec, options: K8sOptions) -> list[str]:
             for i, t in enumerate(argv)]
 
 
+def node_affinity(platforms: tuple[str, ...]) -> dict[str, Any]:
+    """Pods only on nodes of the stack's platforms (`kubernetes.io/arch`): on a cluster of x86 and Grace nodes an
+    image of one architecture never lands on the other's (an `exec format error` crash loop)."""
+    archs = [ARCH_OF_PLATFORM[p] for p in platforms]
+    term = {"matchExpressions": [{"key": ARCH_NODE_LABEL, "operator": "In", "values": archs}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, leader: bool,
-                 caches: CacheCandidates | None = None) -> dict[str, Any]:
+                 caches: CacheCandidates | None = None, platforms: tuple[str, ...] = ("linux/amd64",)
+                 ) -> dict[str, Any]:
     env: list[dict[str, Any]] = [{"name": k, "value": k8s_literal(v)} for k, v in spec.plain_env]
     # A `${NAME}` reference of serving.env is key NAME of the same Secret as the HF token; it is required
     # (the stack asked for it), where the HF token is optional (public models need none).
@@ -259,7 +270,7 @@ def pod_template(spec: ServingSpec, image_ref: str, options: K8sOptions, *, lead
     if leader:
         container["ports"] = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
         container.update(_probes(spec))
-    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes, "affinity": node_affinity(platforms)}
     if options.image_pull_secret is not None:
         pod["imagePullSecrets"] = [{"name": options.image_pull_secret}]
     if options.kernel_cache:
@@ -313,8 +324,10 @@ def manifests(
                 "size": options.nnodes,
                 # One lost rank stalls every collective: the whole group restarts together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": pod_template(spec, image_ref, options, leader=True, caches=caches),
-                "workerTemplate": pod_template(spec, image_ref, options, leader=False, caches=caches),
+                "leaderTemplate": pod_template(spec, image_ref, options, leader=True, caches=caches,
+                                               platforms=stack.platforms),
+                "workerTemplate": pod_template(spec, image_ref, options, leader=False, caches=caches,
+                                               platforms=stack.platforms),
             },
         },
     }

@@ -359,3 +359,33 @@ def test_a_stack_of_two_platforms_promotes_only_a_digest_that_serves_both(pushed
             f"stack 'pypi-cu130-gb' is released for linux/amd64 linux/arm64: {repo}@{digests[platform]} serves "
             f"{platform}, not {other}; promote the index of every platform (invoke publish-index)")
     assert sorted(client.list_tags(path)) == ["amd64", "arm64"]  # no release tag moved
+
+
+def test_a_mixed_cluster_takes_only_an_image_of_every_platform_its_pods_may_land_on(pushed, tmp_path):
+    """GB200 racks beside x86 nodes: the pods of a two-platform stack may land on either (their node affinity), so
+    an x86-only image is refused there (it passed when any node matched), and the index of both deploys."""
+    import json
+    import os
+
+    repo, digests = pushed
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "mixed",
+           "KUBECTL_DOUBLE_NODES": "amd64,arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    x86_only = f"{repo}@{digests['linux/amd64']}"
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", x86_only, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, and mixed has linux/arm64 nodes the pods may "
+        "land on (the stack is linux/amd64 linux/arm64): the image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
+    assert not [c for c in calls if "apply" in c]
+    index = publish_index(load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb"),
+                          [f"{p}={d}" for p, d in digests.items()], tag="candidate-mixed", registry=repo)
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", index.ref, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    applied = json.loads(next((tmp_path / "kube" / "objects").glob("LeaderWorkerSet.*.json")).read_text())
+    pod = applied["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]

@@ -241,7 +241,9 @@ def test_the_objects_with_every_option_field_by_field() -> None:
         assert {k: v for k, v in pod.items() if k != "containers"} == {
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
                         {"name": "mount-0", "hostPath": {"path": "/data/hf", "type": "DirectoryOrCreate"}}],
-            "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
+            "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}}}
         expected = {
             "name": "sglang", "image": REF, "imagePullPolicy": "IfNotPresent",
             "env": [{"name": "HF_TOKEN", "valueFrom": token}, {"name": "HUGGING_FACE_HUB_TOKEN", "valueFrom": token}],
@@ -280,7 +282,7 @@ def test_the_defaults_add_no_namespace_no_resources_without_gpus_and_an_unknown_
     assert "namespace" not in meta and "namespace" not in objs[k8s.SERVICE_FILE]["metadata"]
     assert meta["annotations"]["io.sglstack/smoke-report"] == "unknown"
     pod = objs[k8s.LWS_FILE]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    assert set(pod) == {"containers", "volumes"}
+    assert set(pod) == {"containers", "volumes", "affinity"}  # the affinity: the stack's platforms, always
     (c,) = pod["containers"]
     assert c["resources"] == {} and "securityContext" not in c and "ports" not in c
     assert pod["volumes"][1:] == [{"name": "mount-0", "hostPath": {"path": "/models", "type": "DirectoryOrCreate"}},
@@ -428,3 +430,14 @@ def test_a_tag_and_a_bad_leader_template_are_refused_word_for_word() -> None:
     with pytest.raises(ServingError) as err:
         k8s.validate_manifests(objs)
     assert str(err.value).startswith("leaderworkerset.yaml (leaderTemplate): template.spec.containers.0: ")
+
+
+def test_the_pods_land_only_on_nodes_of_the_stacks_platforms() -> None:
+    """A cluster of x86 and Grace nodes: pods of an x86 stack on x86 nodes only, of a two-platform stack on
+    either (the deploy checks the image serves every platform its pods may land on)."""
+    for name, archs in (("cu129", ["amd64"]), ("pypi-cu130-gb", ["amd64", "arm64"])):
+        lws_obj = k8s.manifests(STACKS.get(name), REF, k8s.K8sOptions())[k8s.LWS_FILE]
+        for role in ("leaderTemplate", "workerTemplate"):
+            terms = lws_obj["spec"]["leaderWorkerTemplate"][role]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            assert terms == [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": archs}]}]
