@@ -162,6 +162,11 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     missing = None if lock is not None else missing_message(
         stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
+    if missing and len((stack.whole or stack).platforms) > 1:
+        # Without its lock a platform resolves in the build, where a wrong tag falls back silently (an older
+        # pure-Python SGLang, a placeholder package) and the platforms' agreement is never checked.
+        raise BadInput(f"stack '{stack_name}': {missing.split(':', 1)[0]}: a stack of several platforms builds "
+                       f"each from its own lock; run invoke lock --stack {stack_name}")
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
                              ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                              builder_name=builder_name, lock=lock,

@@ -60,3 +60,23 @@ def test_an_arm64_release_smoked_on_this_x86_engine_is_refused_before_the_build(
                       "--dry-run", cwd=tmp_path, env={"HOME": str(home)}, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"error: {err.value}"
+
+
+def test_a_platform_without_its_lock_is_refused_before_any_work(tmp_path):
+    """Without its lock the arm64 build would resolve in the build (a wrong tag falls back silently to an older
+    pure-Python SGLang or a placeholder package), and the platforms' agreement would never be checked."""
+    import shutil
+
+    (tmp_path / "locks").mkdir()
+    shutil.copy(REPO / "stacks.yaml", tmp_path / "stacks.yaml")
+    shutil.copy(REPO / "locks" / "pypi-cu130-gb.txt", tmp_path / "locks")
+    shutil.copy(REPO / "locks" / "pypi-cu130.txt", tmp_path / "locks")
+    proc = run_invoke("build", "--stacks-file", str(tmp_path / "stacks.yaml"), "--stack", "pypi-cu130-gb",
+                      "--platform", "linux/arm64", "--dry-run", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: stack 'pypi-cu130-gb': no lock ({tmp_path / 'locks' / 'pypi-cu130-gb.linux-arm64.txt'}): a stack of "
+        "several platforms builds each from its own lock; run invoke lock --stack pypi-cu130-gb")
+    amd = run_invoke("build", "--stacks-file", str(tmp_path / "stacks.yaml"), "--stack", "pypi-cu130-gb",
+                     "--platform", "linux/amd64", "--dry-run", cwd=tmp_path, timeout=120)
+    assert amd.returncode == 0, amd.stdout + amd.stderr  # its own lock is there
