@@ -29,7 +29,7 @@ from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, des
 from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build
 from ..lockfile.current import missing_message
-from ..lockfile.model import lock_path
+from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
@@ -114,6 +114,16 @@ def check_release_inputs(stack: Stack, *, push: bool, target: str | None, key: s
     return signing_key
 
 
+def _require_platforms_agree(stacks_file: str, whole: Stack) -> None:
+    """The platforms' locks pin every package both install at one version, checked where each platform is
+    built (not only by `stacks --check`, which a CI job may skip): a placeholder one platform fell back to
+    never ships."""
+    locks: dict[str, Lock] = {p: x for p in whole.platforms
+                              if (x := lock_for_build(stacks_file, whole.for_platform(p))) is not None}
+    if differ := platform_disagreements(locks):
+        raise BadInput(f"stack '{whole.name}': {disagreement_text(differ)}")
+
+
 def _require_smoke_host_platform(stack: Stack, docker_host: str | None) -> None:
     """The release smoke serves the image on the smoke's Docker host, which must be of the platform built: an
     arm64 build smoked on this x86 engine would be refused there (it would run emulated), after the whole build."""
@@ -167,6 +177,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
         # pure-Python SGLang, a placeholder package) and the platforms' agreement is never checked.
         raise BadInput(f"stack '{stack_name}': {missing.split(':', 1)[0]}: a stack of several platforms builds "
                        f"each from its own lock; run invoke lock --stack {stack_name}")
+    if lock is not None and len((stack.whole or stack).platforms) > 1:
+        _require_platforms_agree(stacks_file, stack.whole or stack)
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
                              ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                              builder_name=builder_name, lock=lock,

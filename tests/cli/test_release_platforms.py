@@ -80,3 +80,31 @@ def test_a_platform_without_its_lock_is_refused_before_any_work(tmp_path):
     amd = run_invoke("build", "--stacks-file", str(tmp_path / "stacks.yaml"), "--stack", "pypi-cu130-gb",
                      "--platform", "linux/amd64", "--dry-run", cwd=tmp_path, timeout=120)
     assert amd.returncode == 0, amd.stdout + amd.stderr  # its own lock is there
+
+
+def test_platforms_whose_locks_disagree_are_refused_where_each_is_built(tmp_path):
+    """The agreement `stacks --check` checks, checked by the build too (a CI job may never run `stacks --check`):
+    an arm64 lock that fell back to sgl-deep-gemm's placeholder never ships."""
+    import dataclasses
+    import shutil
+
+    from sglstack.lockfile.text import read_lock, render_lock
+
+    (tmp_path / "locks").mkdir()
+    shutil.copy(REPO / "stacks.yaml", tmp_path / "stacks.yaml")
+    for name in ("pypi-cu130-gb.txt", "pypi-cu130.txt"):
+        shutil.copy(REPO / "locks" / name, tmp_path / "locks")
+    arm = read_lock(REPO / "locks" / "pypi-cu130-gb.linux-arm64.txt")
+    amd_version = read_lock(REPO / "locks" / "pypi-cu130-gb.txt").get("sgl-deep-gemm").version
+    fallen = tuple(dataclasses.replace(p, version="0.0.1rc1") if p.name == "sgl-deep-gemm" else p
+                   for p in arm.packages)
+    (tmp_path / "locks" / "pypi-cu130-gb.linux-arm64.txt").write_text(
+        render_lock(dataclasses.replace(arm, packages=fallen), stacks_file="stacks.yaml"))
+    for platform in ("linux/amd64", "linux/arm64"):
+        proc = run_invoke("build", "--stacks-file", str(tmp_path / "stacks.yaml"), "--stack", "pypi-cu130-gb",
+                          "--platform", platform, "--dry-run", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "error: stack 'pypi-cu130-gb': the platforms resolve 1 package(s) to different versions: sgl-deep-gemm "
+            f"{amd_version} on linux/amd64, 0.0.1rc1 on linux/arm64 (a release without a wheel for one platform makes "
+            "the resolver fall back to an older one): pin versions every platform has wheels for")
