@@ -190,3 +190,13 @@ def test_only_the_bisect_tests_of_the_engine_run_beside_the_rest_of_it():
     bisect = [name for name in every if conftest.engine_group(conftest.E2E / name) == conftest.ENGINE_BISECT_GROUP]
     assert bisect == sorted(conftest.BISECT_FILES)
     assert conftest.engine_group(conftest.TESTS / "cli" / "test_bisect_e2e.py") == conftest.ENGINE_GROUP
+
+
+def test_no_two_test_files_share_a_name():
+    """The test folders are not packages: pytest imports each file by its base name, so a second file of that
+    name elsewhere is an import-mismatch error of the whole collection (a CI run was red on it)."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in (Path(__file__).resolve().parents[1]).rglob("test_*.py"))
+    assert [name for name, n in names.items() if n > 1] == []
