@@ -331,13 +331,16 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     if wanted and previous is None:
         raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",
                           stack=stack_name)
-    for name in wanted:
-        entry = previous.get(name) if previous else None
-        if entry is None:
-            known = [p.name for p in previous.packages] if previous else []
-            raise ConfigError(f"--upgrade-package {name}: not in {path}{did_you_mean(name, known)}", stack=stack_name)
-        if not entry.hashed:
-            raise ConfigError(f"--upgrade-package {name}: not resolved in {path} ({entry.unhashed})", stack=stack_name)
+    for name in wanted:  # in any platform's lock: a package only one platform installs is upgraded there
+        held = {p: entry for p, lock in previous_of.items() if (entry := lock.get(name)) is not None}
+        if not held:
+            known = sorted({x.name for lock in previous_of.values() for x in lock.packages})
+            where = " or ".join(str(paths[p]) for p in previous_of)
+            raise ConfigError(f"--upgrade-package {name}: not in {where}{did_you_mean(name, known)}", stack=stack_name)
+        for platform, entry in held.items():
+            if not entry.hashed:
+                raise ConfigError(f"--upgrade-package {name}: not resolved in {paths[platform]} ({entry.unhashed})",
+                                  stack=stack_name)
     start = time.monotonic()
     base_glibc = None if stack.glibc else base_image_glibc(stack)
     locks = resolve_platforms(stack, previous=previous_of, upgrade=wanted, compile_fn=compile_fn,

@@ -67,6 +67,12 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
     return out
 
 
+class IndexEntryRefused(PublishError):
+    """An entry given for the index is not that platform's image (bad input, exit 2: nothing was written)."""
+
+    exit_code = 2
+
+
 def index_body(client: RegistryClient, repo: str, children: Mapping[str, str]) -> tuple[bytes, str]:
     """The index of `children` (platform -> manifest digest, each checked to be that platform's image):
     (its bytes, its media type). Nothing is written."""
@@ -74,11 +80,11 @@ def index_body(client: RegistryClient, repo: str, children: Mapping[str, str]) -
     for platform, digest in children.items():
         manifest = client.get_manifest(repo, digest)
         if manifest.is_index:
-            raise PublishError(f"{repo}@{digest} ({platform}) is an index, not one platform's image")
+            raise IndexEntryRefused(f"{repo}@{digest} ({platform}) is an index, not one platform's image")
         config = client.image_config(repo, digest)
         found = f"{config.get('os')}/{config.get('architecture')}"
         if found != platform:
-            raise PublishError(f"{repo}@{digest} is a {found} image, listed for {platform}: nothing was written")
+            raise IndexEntryRefused(f"{repo}@{digest} is a {found} image, listed for {platform}: nothing was written")
         arch = ARCH_OF_PLATFORM[platform]
         entries.append({"mediaType": manifest.media_type, "digest": digest, "size": len(manifest.body),
                         "platform": {"architecture": arch, "os": "linux",

@@ -110,6 +110,7 @@ def test_an_image_listed_for_another_platform_is_refused_and_nothing_is_written(
                    "candidate-wrong")
     assert str(err.value) == (f"{path}@{digests['linux/amd64']} is a linux/amd64 image, listed for linux/arm64: "
                               "nothing was written")
+    assert err.value.exit_code == 2  # bad input: the entry given is not that platform's image
     assert client.manifest_digest(path, "candidate-wrong") is None
 
 
