@@ -185,17 +185,21 @@ def release(
         _attest_candidate(out, attest, client, repo, stack, tags, digest, config_hash, records)
         _attach_kernel_caches(out, client, repo, stack, digest, report, getattr(attest, "key", None))
     if len((stack.whole or stack).platforms) > 1:
-        # One platform's image under the stack's tags would reach the other platform's nodes (and each
-        # platform's release would overwrite the other's): a stack of several platforms is released as its index.
-        out.print(f"{stack.name}: {stack.platforms[0]} candidate {repo.ref(digest)} passed its smoke; no release tag "
-                  f"moved: a stack of {' '.join((stack.whole or stack).platforms)} is released as one index "
-                  f"(invoke publish-index --stack {stack.name} --platform-digest {stack.platforms[0]}={digest} ..., "
-                  "then invoke publish --digest INDEX)")
+        _say_awaits_index(out, stack, repo, digest)
         return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path, awaits_index=True)
     promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
                      moving=tags.moving, event="published", records=records, smoke_report=str(report_path))
     out.print(f"{stack.name}: published {digest} as " + ", ".join(repo.ref(t) for t in tags.release))
     return ReleaseResult(digest=digest, tags=tags, published=True, smoke_report=report_path)
+
+
+def _say_awaits_index(out: Console, stack: Stack, repo: Repository, digest: str) -> None:
+    """One platform of several passed: one platform's image under the stack's tags would reach the other
+    platform's nodes (and each platform's release would overwrite the other's), so the index is what is released."""
+    out.print(f"{stack.name}: {stack.platforms[0]} candidate {repo.ref(digest)} passed its smoke; no release tag "
+              f"moved: a stack of {' '.join((stack.whole or stack).platforms)} is released as one index "
+              f"(invoke publish-index --stack {stack.name} --platform-digest {stack.platforms[0]}={digest} ..., "
+              "then invoke publish --digest INDEX)")
 
 
 def _already_released(
