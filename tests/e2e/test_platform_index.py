@@ -242,15 +242,21 @@ def test_a_k8s_deploy_of_an_x86_only_image_to_grace_nodes_is_refused_before_anyt
     """InferenceX PR#1582's failure (an x86-only tag on GB200 nodes) as one line, with the recording kubectl
     stand-in's nodes all arm64: nothing applied, nothing recorded; the index deploys to the same nodes."""
     import json
+    import os
     from pathlib import Path
 
     repo, digests = pushed
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "gb200-nvl72",
+           "KUBECTL_DOUBLE_NODES": "arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
     x86_only = f"{repo}@{digests['linux/amd64']}"
-    proc, env, calls = _deploy_k8s(tmp_path, "gb200-nvl72", "arm64,arm64", x86_only)
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", x86_only, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, every node of gb200-nvl72 is linux/arm64: the "
         "image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
     assert not [c for c in calls if "apply" in c]
     assert not (Path(env["SGLSTACK_BUILD_DIR"]) / "pypi-cu130-gb" / "deployments.jsonl").exists()
     index = publish_index(load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb"),
@@ -360,14 +366,20 @@ def test_a_mixed_cluster_takes_only_an_image_of_every_platform_its_pods_may_land
     """GB200 racks beside x86 nodes: the pods of a two-platform stack may land on either (their node affinity), so
     an x86-only image is refused there (it passed when any node matched), and the index of both deploys."""
     import json
+    import os
 
     repo, digests = pushed
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "mixed",
+           "KUBECTL_DOUBLE_NODES": "amd64,arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
     x86_only = f"{repo}@{digests['linux/amd64']}"
-    proc, env, calls = _deploy_k8s(tmp_path, "mixed", "amd64,arm64,arm64", x86_only)
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", x86_only, "--wait-timeout",
+                      "30", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: stack 'pypi-cu130-gb': {x86_only} is for linux/amd64, and mixed has linux/arm64 nodes the pods may "
         "land on (the stack is linux/amd64 linux/arm64): the image cannot run there (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
     assert not [c for c in calls if "apply" in c]
     index = publish_index(load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb"),
                           [f"{p}={d}" for p, d in digests.items()], tag="candidate-mixed", registry=repo)
@@ -378,18 +390,3 @@ def test_a_mixed_cluster_takes_only_an_image_of_every_platform_its_pods_may_land
     pod = applied["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]
-
-
-def _deploy_k8s(tmp_path, context: str, nodes: str, image: str):
-    """`invoke deploy --on k8s` of pypi-cu130-gb with the recording kubectl stand-in's nodes (their architectures):
-    (the process, the env it ran with, the kubectl calls so far)."""
-    import json
-    import os
-
-    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
-           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": context,
-           "KUBECTL_DOUBLE_NODES": nodes, "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
-    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", image, "--wait-timeout",
-                      "30", cwd=tmp_path, env=env, timeout=120)
-    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
-    return proc, env, calls
