@@ -67,14 +67,17 @@ def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, st
     if cache_key.image != image_digest:
         raise KernelCacheError(f"kernel cache {artifact[:19]} was made for {cache_key.image[:19]}, not "
                                f"{image_digest[:19]}")
-    layer_desc = manifest["layers"][0]
-    layer = store.read_blob(layer_desc["digest"], limit=MAX_CACHE_BYTES)
+    layer_digest, size = store.layer_of(artifact, manifest)
+    if size > MAX_CACHE_BYTES:
+        raise KernelCacheError(f"kernel cache {artifact[:19]}: its layer is {size} bytes, over the "
+                               f"{MAX_CACHE_BYTES}-byte limit; not attached")
+    layer_path = store.layer_file(layer_digest, size)
     image = client.get_manifest(repo, image_digest)
     subject = {"mediaType": image.media_type, "digest": image.digest, "size": len(image.body)}
     client.put_blob(repo, cache_key.canonical())
-    client.put_blob(repo, layer)
+    client.push_blob_file(repo, layer_path, layer_digest, size)  # streamed; the registry checks its digest
     files = int(manifest.get("annotations", {}).get(lb.KERNEL_CACHE_FILES_ANNOTATION, "0"))
-    body = artifact_manifest(cache_key, layer_desc["digest"], len(layer), files, subject)
+    body = artifact_manifest(cache_key, layer_digest, size, files, subject)
     digest, indexed = client.put_artifact(repo, compute_digest(body), body, OCI_MANIFEST)
     tag = cache_tag(image_digest, cache_key)
     if not indexed:
@@ -89,7 +92,7 @@ def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, st
         if not sig_indexed:
             client.put_artifact(repo, tag + ".sig", sig, OCI_MANIFEST)
         signed = f"signed by key {key_id(key.public_key())[:16]}"
-    return (f"attached kernel cache {digest[:19]} ({files} files, {len(layer)} bytes; key {cache_key.digest()[:19]}: "
+    return (f"attached kernel cache {digest[:19]} ({files} files, {size} bytes; key {cache_key.digest()[:19]}: "
             f"{cache_key.gpu_name}, CC {cache_key.compute_capability}, tp {cache_key.tp_size}) to "
             f"{repo}@{image_digest[:19]}; {signed}")
 
@@ -124,6 +127,9 @@ def find_kernel_caches(client: RegistryClient, repo: str, image_digest: str) -> 
         try:
             found = client.get_manifest(repo, digest)
             manifest = found.json()
+            subject = manifest.get("subject")
+            if isinstance(subject, dict) and subject.get("digest") != image_digest:
+                continue  # a cache of another image under this one's tag: never used for this one
             config = client.get_blob(repo, manifest["config"]["digest"], max_bytes=MAX_MANIFEST_BYTES)
             yield Found(found.digest, CacheKey.from_dict(loads(config)), manifest, found.body)
         except (RegistryError, ManifestNotFound, KeyError, TypeError, ValueError):
@@ -165,13 +171,29 @@ def fetch_kernel_cache(client: RegistryClient, repo: str, image_digest: str, wan
         if public is not None and not _signed_by(client, repo, image_digest, found, public):
             raise KernelCacheError(f"kernel cache {found.manifest_digest[:19]}: not signed for {image_digest[:19]} "
                                    f"by key {key_id(public)[:16]}; starting cold")
-        layer_desc = found.manifest["layers"][0]  # type: ignore[index]
-        layer = client.get_blob(repo, layer_desc["digest"], max_bytes=MAX_CACHE_BYTES)
-        store.import_artifact(found.key, found.body, layer)
+        _import(client, repo, found, store)
         return f"kernel cache {found.manifest_digest[:19]} fetched from {repo} (key {want.digest()[:19]} matched)"
     if nearest is None:
         raise KernelCacheError(f"kernel cache: none attached to {repo}@{image_digest[:19]}; starting cold")
     raise KernelCacheError(one_line(mismatch_line(want, nearest[1].key)))
+
+
+def _import(client: RegistryClient, repo: str, found: Found, store: LayoutStore) -> None:
+    """Stream the artifact's layer into `store` (its declared size checked against the limit before the
+    request, its digest before it is kept), then its key and manifest; a failure or a signal after the
+    layer was fetched takes it out again, so the store holds the whole artifact or nothing new."""
+    layer_digest, size = store.layer_of(found.manifest_digest, found.manifest)
+    if size > MAX_CACHE_BYTES:
+        raise KernelCacheError(f"kernel cache {found.manifest_digest[:19]}: its layer is declared {size} bytes, "
+                               f"over the {MAX_CACHE_BYTES}-byte limit; starting cold")
+    fetched = store.fetch_layer(layer_digest, size, lambda fh: client.fetch_blob_to(repo, layer_digest, size, fh,
+                                                                                   limit=MAX_CACHE_BYTES))
+    try:
+        store.import_artifact(found.key, found.body)
+    except BaseException:
+        if fetched:
+            store.remove_blob(layer_digest)
+        raise
 
 
 def fetch_from_registry(registry: str, repo: str, image_digest: str, want: CacheKey, store: LayoutStore,

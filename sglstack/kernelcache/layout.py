@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -26,7 +27,7 @@ from ..core import labels as lb
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
-from .files import LAYER_MEDIA_TYPE, KernelCacheError, pack, unpack
+from .files import LAYER_MEDIA_TYPE, HashingWriter, KernelCacheError, pack, unpack
 from .key import CacheKey, mismatch_line
 
 ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.v1"
@@ -109,27 +110,75 @@ class LayoutStore:
         return digest
 
     def put(self, key: CacheKey, folder: Path) -> Packed:
-        """Pack `folder` as the artifact of `key` (replacing an earlier one of the same key in the index)."""
-        make_folder(self.root, self.blobs)
-        write_bytes(self.root, self.path / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}\n')
+        """Pack `folder` as the artifact of `key` (replacing an earlier one of the same key in the index). The
+        layer is written to a temp file while its sha256 is taken, then renamed to its digest: one pass, and a
+        cache of GBs is never in memory."""
+        self._start()
         tmp = self.blobs / f".packing-{os.getpid()}.tmp"
+        packed: list[tuple[str, int, int]] = []
+
+        def fill(fh: BinaryIO) -> None:
+            writer = HashingWriter(fh)
+            files = pack(folder, writer)
+            packed.append((writer.digest, writer.size, files))
+
         try:
-            counted = [0]
-            write_with(self.root, tmp, lambda fh: counted.__setitem__(0, pack(folder, fh)))
-            layer_digest, size = _file_digest(tmp)
+            write_with(self.root, tmp, fill)
+            layer_digest, size, files = packed[0]
             rename_inside(self.root, tmp, self.blob_path(layer_digest))
         finally:
             remove_file(self.root, tmp)
         self.put_bytes(key.canonical())
-        manifest = artifact_manifest(key, layer_digest, size, counted[0])
-        return Packed(self._list(key, manifest), counted[0], size)
+        manifest = artifact_manifest(key, layer_digest, size, files)
+        return Packed(self._list(key, manifest), files, size)
 
-    def import_artifact(self, key: CacheKey, manifest: bytes, layer: bytes) -> str:
-        """Keep an artifact fetched from a registry (its manifest as it was, `subject` and all)."""
+    def _start(self) -> None:
         make_folder(self.root, self.blobs)
         write_bytes(self.root, self.path / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}\n')
+
+    def fetch_layer(self, digest: str, size: int, fill: Callable[[BinaryIO], None]) -> bool:
+        """Keep the layer `digest` of `size` bytes that `fill` writes (a download that checks what it writes and
+        raises on a wrong byte): to a temp file, renamed to its digest only once whole and checked; on any
+        failure or a signal nothing of it is left. False when the store already holds it intact (not fetched)."""
+        path = self.blob_path(digest)
+        if path.is_file() and not path.is_symlink():
+            try:
+                _check_file(path, digest, size)
+                return False
+            except KernelCacheError:
+                pass  # a damaged copy: fetched again over it
+        self._start()
+        write_with(self.root, path, fill)
+        try:
+            _check_file(path, digest, size)  # `fill` checked as it wrote; this reads what was renamed in
+        except KernelCacheError:
+            self.remove_blob(digest)
+            raise
+        return True
+
+    def layer_file(self, digest: str, size: int) -> Path:
+        """The path of the layer blob `digest`, a regular file of `size` bytes (what an upload reads)."""
+        path = self.blob_path(digest)
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            raise KernelCacheError(f"kernel cache store {self.path}: layer {digest[:19]} cannot be read "
+                                   f"({exc.strerror})") from None
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise KernelCacheError(f"kernel cache store {self.path}: layer {digest[:19]} is not a file of the {size} "
+                                   "bytes its manifest declares")
+        return path
+
+    def remove_blob(self, digest: str) -> None:
+        remove_file(self.root, self.blob_path(digest))
+
+    def import_artifact(self, key: CacheKey, manifest: bytes, layer: bytes | None = None) -> str:
+        """Keep an artifact fetched from a registry (its manifest as it was, `subject` and all); its layer is
+        already in the store (`fetch_layer`) unless given as bytes. The index entry is written last."""
+        self._start()
         self.put_bytes(key.canonical())
-        self.put_bytes(layer)
+        if layer is not None:
+            self.put_bytes(layer)
         return self._list(key, manifest)
 
     def _list(self, key: CacheKey, manifest: bytes) -> str:
@@ -196,7 +245,7 @@ class LayoutStore:
                 continue  # unreadable or not ours: it restores nothing
             yield entry["digest"], key, manifest
 
-    def _layer(self, digest: str, manifest: Any) -> tuple[str, int]:
+    def layer_of(self, digest: str, manifest: Any) -> tuple[str, int]:
         """The (digest, size) of the artifact's one layer; a manifest that names none usable is refused."""
         try:
             layer = manifest["layers"][0]
@@ -214,7 +263,7 @@ class LayoutStore:
         nearest: tuple[int, str, CacheKey] | None = None
         for digest, key, manifest in self.artifacts():
             if not want.differences(key):
-                layer_digest, layer_size = self._layer(digest, manifest)
+                layer_digest, layer_size = self.layer_of(digest, manifest)
                 path = self.blob_path(layer_digest)
                 _check_file(path, layer_digest, layer_size)
                 files = unpack(root, folder, partial(_open, path), max_bytes=MAX_CACHE_BYTES)

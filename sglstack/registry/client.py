@@ -18,7 +18,7 @@ from ..config.imageref import is_digest
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.inputs import loads
-from .session import RegistrySession
+from .blobs import BlobStreams
 from .transport import error_detail, read_capped, read_index
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -90,8 +90,9 @@ def _media_type(resp: requests.Response, body: bytes) -> str:
 # ---- the client: the endpoints --------------------------------------------------------------------
 
 
-class RegistryClient(RegistrySession):
-    """The registry's endpoints: manifests, referrers, blobs, tags, deletes (the session is `RegistrySession`)."""
+class RegistryClient(BlobStreams):
+    """The registry's endpoints: manifests, referrers, blobs, tags, deletes (the session is `RegistrySession`;
+    large blobs streamed to and from files are `BlobStreams`')."""
 
 
     def ping(self) -> None:

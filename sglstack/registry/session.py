@@ -146,7 +146,7 @@ class RegistrySession:
             f"{self.credentials.source} (wrong user or password?)"
         )
 
-    def _send_authorized(self, method: str, url: str, scope: str, headers: Mapping[str, str], data: bytes | None,
+    def _send_authorized(self, method: str, url: str, scope: str, headers: Mapping[str, str], data: Any,
                          allow_redirects: bool, stream: bool = False) -> requests.Response:
         # Credentials are read at send time, not captured once: answering a challenge in `request`
         # changes them (a new bearer token for `scope`, or Basic switched on), and the retry must carry them.
@@ -154,14 +154,16 @@ class RegistrySession:
                           auth=self._basic_auth(), allow_redirects=allow_redirects, stream=stream)
 
     def request(self, method: str, path: str, *, scope: str, what: str | None = None,
-                headers: Mapping[str, str] | None = None, data: bytes | None = None, allow_redirects: bool = True,
+                headers: Mapping[str, str] | None = None, data: Any = None, allow_redirects: bool = True,
                 stream: bool = False) -> requests.Response:
         """A /v2 request as one operation, answering one auth challenge.
 
-        Returns any non-transient, non-auth response; `what` names it in waits and errors.
+        Returns any non-transient, non-auth response; `what` names it in waits and errors. `data` is bytes, or
+        a file-like body streamed from where it stands (rewound there to answer the challenge).
         """
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
+        start = data.tell() if hasattr(data, "seek") and hasattr(data, "tell") else None
         with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
             resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
             if resp.status_code == 401:
@@ -173,6 +175,8 @@ class RegistrySession:
                     self._basic = True
                 else:
                     raise self._auth_failed("the registry")
+                if start is not None:
+                    data.seek(start)
                 resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
                 if resp.status_code == 401:
                     raise self._auth_failed("the registry")

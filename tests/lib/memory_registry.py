@@ -10,9 +10,12 @@ each digest to `(media type, body)`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
+from sglstack.core.errors import RegistryError
 from sglstack.registry.client import Manifest, ManifestNotFound, compute_digest
+from sglstack.registry.transport import TooLarge
 
 
 class MemoryRegistry:
@@ -38,6 +41,32 @@ class MemoryRegistry:
 
     def get_blob(self, repo: str, digest: str, *, max_bytes: int | None = None) -> bytes:
         return self.blobs[digest]
+
+    def blob_size(self, repo: str, digest: str) -> int | None:
+        return len(self.blobs[digest]) if digest in self.blobs else None
+
+    def push_blob_file(self, repo: str, path: Path, digest: str, size: int, **_: Any) -> bool:
+        """As the real one: the registry takes only bytes that hash to `digest` (the double reads the file
+        whole: its blobs are small)."""
+        if self.blob_size(repo, digest) == size:
+            return False
+        data = path.read_bytes()
+        if compute_digest(data) != digest or len(data) != size:
+            raise RegistryError(f"registry memory: PUT blob {repo}@{digest}: HTTP 400 DIGEST_INVALID")
+        self.blobs[digest] = data
+        return True
+
+    def fetch_blob_to(self, repo: str, digest: str, size: int, out: BinaryIO, *, limit: int, **_: Any) -> None:
+        """As the real one: refused over `limit` before reading, and a body of another size or digest is one
+        line (the double writes it before saying so, as a download cut short would have)."""
+        if size > limit:
+            raise TooLarge(f"registry memory: GET blob {repo}@{digest}: declared {size} bytes, over the limit")
+        if digest not in self.blobs:
+            raise RegistryError(f"registry memory: GET blob {repo}@{digest}: HTTP 404")
+        data = self.blobs[digest]
+        out.write(data[:size + 1])
+        if len(data) != size or compute_digest(data) != digest:
+            raise RegistryError(f"registry memory: blob {repo}@{digest} content does not match its digest")
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         digest = compute_digest(body)

@@ -1,0 +1,160 @@
+"""Large blobs streamed between a file and a registry, never held in memory whole (a kernel cache of GBs).
+
+Upload (Distribution API): `POST /v2/<name>/blobs/uploads/` opens an upload, each chunk is a `PATCH` of at most
+`chunk_bytes` read straight from the file (`Content-Range: start-end`, `Content-Length`), the registry's `Range`
+answer must say it holds exactly the bytes sent so far, and `PUT ...?digest=` with no body closes it (the
+registry checks the digest itself and answers it in `Docker-Content-Digest`). A blob the repository already
+has at the same size is not sent again. Chunks keep every request short (a registry's front with a request
+size limit takes them) and bound each by the operation deadline of `transport.py`.
+
+Download: one streamed `GET` written to the caller's file chunk by chunk while its sha256 is taken. The size
+the manifest declares is checked before the request (over the caller's limit: refused, nothing read), against
+`Content-Length`, and as the bytes come (one byte over: stopped there). A short or wrong body is one line, and
+the caller, who writes to a temp file (`core/safefiles.write_with`), keeps nothing of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import requests
+
+from ..core.errors import RegistryError
+from .session import RegistrySession
+from .transport import TooLarge, error_detail
+
+CHUNK_BYTES = 32 * 1024 * 1024  # an upload chunk; ECR wants at least 5 MiB, fronts often cap a request at 100 MB
+READ_BYTES = 1024 * 1024  # what is in memory at once, either way
+Progress = Callable[[int], None]  # told the bytes moved so far
+
+
+class FileSlice:
+    """`size` bytes of `fh` from `start`, as a file requests streams (and urllib3 rewinds for a retry)."""
+
+    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
+        self._fh, self._start, self._size, self._pos = fh, start, size, 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._size - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        if n <= 0:
+            return b""
+        self._fh.seek(self._start + self._pos)
+        data = self._fh.read(n)
+        self._pos += len(data)
+        return data
+
+
+def _upload_path(location: str) -> str:
+    return location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
+
+
+class BlobStreams(RegistrySession):
+    """The streamed blob endpoints (`RegistryClient` has them)."""
+
+    def blob_size(self, repo: str, digest: str) -> int | None:
+        """The size of the repository's blob `digest` (HEAD), or None when it has none."""
+        what = f"HEAD blob {repo}@{digest}"
+        resp = self.request("HEAD", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what)
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(f"{what}: HTTP {resp.status_code}")
+        length = resp.headers.get("Content-Length", "")
+        return int(length) if length.isdigit() else -1
+
+    def push_blob_file(self, repo: str, path: Path, digest: str, size: int, *, chunk_bytes: int = CHUNK_BYTES,
+                       progress: Progress | None = None) -> bool:
+        """Upload the file at `path` (`size` bytes, sha256 `digest`) in chunks; False when the repository already
+        had it. The registry refuses a file whose bytes are not `digest` (one line); nothing is kept of it."""
+        if self.blob_size(repo, digest) == size:
+            return False
+        scope = f"repository:{repo}:pull,push"
+        what = f"POST blob upload {repo}"
+        resp = self.request("POST", f"{repo}/blobs/uploads/", scope=scope, what=what, allow_redirects=False)
+        location = resp.headers.get("Location", "")
+        if resp.status_code != 202 or not location:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size != size:
+                raise self._fail(f"blob {digest[:19]}: {path} is not the {size} bytes its manifest declares")
+            done = 0
+            while done < size:
+                n = min(chunk_bytes, size - done)
+                location = self._patch(repo, scope, location, FileSlice(fh, done, n), done, digest)
+                done += n
+                if progress is not None:
+                    progress(done)
+        path_q = _upload_path(location)
+        path_q += ("&" if "?" in path_q else "?") + f"digest={digest}"
+        what = f"PUT blob {repo}@{digest}"
+        resp = self.request("PUT", path_q, scope=scope, what=what, data=b"",
+                            headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
+        if resp.status_code not in (201, 204):
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        stored = resp.headers.get("Docker-Content-Digest")
+        if stored and stored != digest:
+            raise self._fail(f"{what}: registry stored {stored}, expected {digest}")
+        return True
+
+    def _patch(self, repo: str, scope: str, location: str, body: FileSlice, start: int, digest: str) -> str:
+        """One chunk; the upload's next location. The registry must hold exactly bytes 0..start+len-1 after it."""
+        end = start + len(body) - 1
+        what = f"PATCH blob {repo}@{digest[:19]} bytes {start}-{end}"
+        resp = self.request("PATCH", _upload_path(location), scope=scope, what=what, data=body,
+                            headers={"Content-Type": "application/octet-stream", "Content-Range": f"{start}-{end}",
+                                     "Content-Length": str(len(body))})
+        if resp.status_code != 202:
+            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        held = resp.headers.get("Range", "")
+        if held not in (f"0-{end}", f"bytes=0-{end}"):
+            raise self._fail(f"{what}: the registry holds {held or 'an unknown range'}, not 0-{end}")
+        return resp.headers.get("Location") or location
+
+    def fetch_blob_to(self, repo: str, digest: str, size: int, out: BinaryIO, *, limit: int,
+                      progress: Progress | None = None) -> None:
+        """Write blob `digest` of the declared `size` to `out`, checked: not over `limit` (refused before any
+        request), exactly `size` bytes (stopped at the first byte over), hashing to `digest`."""
+        what = f"GET blob {repo}@{digest}"
+        if size > limit:
+            raise TooLarge(f"registry {self.registry}: {what}: declared {size} bytes, over the {limit}-byte limit")
+        resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what, stream=True)
+        try:
+            if resp.status_code != 200:
+                raise self._fail(f"{what}: HTTP {resp.status_code}")
+            length = resp.headers.get("Content-Length", "")
+            if length.isdigit() and int(length) != size:
+                raise self._fail(f"blob {repo}@{digest} is {length} bytes, not the {size} its manifest declares")
+            h, got = hashlib.sha256(), 0
+            for chunk in resp.iter_content(READ_BYTES):
+                got += len(chunk)
+                if got > size:
+                    raise self._fail(f"blob {repo}@{digest} is more than the {size} bytes its manifest declares")
+                h.update(chunk)
+                out.write(chunk)
+                if progress is not None:
+                    progress(got)
+        except requests.RequestException as exc:
+            raise RegistryError(f"registry {self.registry}: {what}: the answer broke off ({type(exc).__name__})"
+                                ) from None
+        finally:
+            resp.close()
+        if got != size:
+            raise self._fail(f"blob {repo}@{digest} ended after {got} of the {size} bytes its manifest declares")
+        if "sha256:" + h.hexdigest() != digest:
+            raise self._fail(f"blob {repo}@{digest} content does not match its digest")
