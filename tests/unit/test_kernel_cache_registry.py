@@ -14,6 +14,7 @@ from memory_registry import MemoryRegistry
 
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_kernel_cache
 from sglstack.attest.signing import key_id
+from sglstack.core.errors import RegistryError
 from sglstack.kernelcache import KernelCacheError, LayoutStore, NodeGpu, cache_files, cache_key
 from sglstack.registry.client import OCI_MANIFEST, compute_digest
 
@@ -149,3 +150,82 @@ def test_a_registry_that_wants_credentials_is_said_not_read_as_no_cache(tmp_path
     registry.put_manifest("r", IMAGE_DIGEST, IMAGE, OCI_MANIFEST)  # the image the caches are of
     with pytest.raises(RegistryAuthError, match="authentication required"):
         fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), LayoutStore(tmp_path / "s"), None)
+
+
+def _blobs_left(store: LayoutStore) -> list[str]:
+    return sorted(p.name for p in store.blobs.iterdir()) if store.blobs.exists() else []
+
+
+def test_a_layer_that_does_not_hash_to_its_digest_leaves_no_temp_file_and_no_blob(tmp_path, packed):
+    store, artifact = packed
+    registry = memory_registry(True)
+    attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, None)
+    layer = json.loads(store.read_blob(artifact))["layers"][0]["digest"]
+    registry.blobs[layer] = registry.blobs[layer][:-1] + b"!"  # same size, other bytes: written, then refused
+    local = LayoutStore(tmp_path / "node-store")
+    with pytest.raises(RegistryError, match=r"content does not match its digest$"):
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    assert _blobs_left(local) == [] and not (local.path / "index.json").exists()
+
+
+def test_a_signal_after_the_layer_was_fetched_takes_it_out_again(tmp_path, packed, monkeypatch):
+    """Ctrl-C between the layer's rename and the index entry: the store holds the whole artifact or nothing new."""
+    store, artifact = packed
+    registry = memory_registry(True)
+    attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, None)
+    local = LayoutStore(tmp_path / "node-store")
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LayoutStore, "_list", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    layer = json.loads(store.read_blob(artifact))["layers"][0]["digest"]
+    assert layer.removeprefix("sha256:") not in _blobs_left(local)
+    assert all(not name.endswith(".tmp") for name in _blobs_left(local))
+    monkeypatch.undo()
+    fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    assert local.restore(make_key(), tmp_path / "restored", tmp_path).matched
+
+
+def test_a_damaged_copy_in_the_node_store_is_fetched_again_not_trusted(tmp_path, packed):
+    store, artifact = packed
+    registry = memory_registry(True)
+    attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, None)
+    local = LayoutStore(tmp_path / "node-store")
+    fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    layer = json.loads(store.read_blob(artifact))["layers"][0]["digest"]
+    path = local.blob_path(layer)
+    path.write_bytes(b"\0" * path.stat().st_size)
+    fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    assert path.read_bytes() == registry.blobs[layer]
+    assert local.restore(make_key(), tmp_path / "restored", tmp_path).matched
+
+
+def test_a_layer_file_of_another_size_than_its_manifest_is_not_attached(tmp_path, packed):
+    store, artifact = packed
+    layer = json.loads(store.read_blob(artifact))["layers"][0]
+    with open(store.blob_path(layer["digest"]), "ab") as fh:
+        fh.write(b"more")
+    with pytest.raises(KernelCacheError, match=rf"layer {layer['digest'][:19]} is not a file of the {layer['size']} "
+                                               "bytes its manifest declares$"):
+        attach_kernel_cache(memory_registry(True), "r", IMAGE_DIGEST, store, artifact, None)
+
+
+def test_the_same_cache_packs_to_the_same_layer(tmp_path, packed):
+    """Reproducible gzip (no name, mtime 0 in its header): packing again at another time, into another store,
+    gives the same digest, so a re-attach uploads nothing."""
+    import gzip
+    import os
+    import time
+
+    store, artifact = packed
+    first = json.loads(store.read_blob(artifact))["layers"][0]
+    os.utime(tmp_path / "cache" / "triton" / "k" / "a.cubin", (time.time() + 100, time.time() + 100))
+    again = LayoutStore(tmp_path / "other-store")
+    second = json.loads(again.read_blob(again.put(make_key(), tmp_path / "cache").manifest_digest))["layers"][0]
+    assert second == first
+    header = again.blob_path(first["digest"]).read_bytes()[:10]
+    assert header[3] == 0 and header[4:8] == b"\0\0\0\0"  # no FNAME flag, MTIME 0
+    assert gzip.decompress(again.blob_path(first["digest"]).read_bytes())[:16].startswith(b"triton/k/a.cubin")

@@ -1,0 +1,229 @@
+"""Streamed blob uploads and downloads (`registry/blobs.py`) against an in-test registry that speaks the upload
+protocol of the Distribution API as distribution 2.8 does (POST → 202 + Location, PATCH with Content-Range →
+202 + Range + a new Location, PUT ?digest= → 201 after checking the digest) and records each request; and the
+answers a registry or a man in the middle may give instead: a Range that is not what was sent, a body longer or
+shorter than declared, without a Content-Length, of another digest, an expired token in the middle of an upload.
+The real registry's cases are tests/e2e/test_kernel_cache_streaming.py."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import itertools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from httpserve import ThreadedServer
+
+from sglstack.core.errors import RegistryError
+from sglstack.registry.blobs import FileSlice
+from sglstack.registry.client import RegistryClient
+from sglstack.registry.transport import TooLarge
+
+DATA = bytes(range(256)) * 41  # 10496 bytes: three chunks of 4096 and a short last one
+DIGEST = "sha256:" + hashlib.sha256(DATA).hexdigest()
+
+
+class UploadRegistry:
+    """Blobs kept in a dict; uploads as distribution keeps them. `faults`: what to answer wrong, once or always."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.uploads: dict[str, bytearray] = {}
+        self.seen: list[tuple[str, str, dict[str, str], int]] = []  # method, path, some headers, body length
+        self.faults: set[str] = set()
+        self.lock = threading.Lock()
+        ids = itertools.count(1)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def handle(self):  # a client that stops reading at the first byte over closes on us: as it should
+                with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                    super().handle()
+
+            def _send(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"",
+                      length: bool = True) -> None:
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                if length and "Content-Length" not in (headers or {}):
+                    self.send_header("Content-Length", str(len(body)))
+                elif not length:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _body(self) -> bytes:
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def do_HEAD(self):
+                self._record(0)
+                blob = owner.blobs.get(self.path.rsplit("/", 1)[-1])
+                self._send(404) if blob is None else self._send(200, {"Content-Length": str(len(blob))}, b"")
+
+            def do_POST(self):
+                self._record(len(self._body()))
+                uid = str(next(ids))
+                owner.uploads[uid] = bytearray()
+                self._send(202, {"Location": f"/v2/a/blobs/uploads/{uid}?_state=s0"})
+
+            def do_PATCH(self):
+                body = self._body()
+                self._record(len(body))
+                uid = urlparse(self.path).path.rsplit("/", 1)[-1]
+                if "expire-token-once" in owner.faults and self.headers.get("Authorization") != "Bearer t2":
+                    owner.faults.discard("expire-token-once")
+                    return self._send(401, {"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token"'})
+                held = owner.uploads[uid]
+                start = int(self.headers["Content-Range"].split("-")[0])
+                if start != len(held):
+                    return self._send(416, {"Content-Type": "application/json"},
+                                      b'{"errors":[{"code":"BLOB_UPLOAD_INVALID","message":"range"}]}')
+                held += body
+                end = len(held) - 1 - (1 if "short-range" in owner.faults else 0)
+                self._send(202, {"Range": f"0-{end}", "Location": f"/v2/a/blobs/uploads/{uid}?_state=s{len(held)}"})
+
+            def do_PUT(self):
+                body = self._body()
+                self._record(len(body))
+                url = urlparse(self.path)
+                uid, digest = url.path.rsplit("/", 1)[-1], parse_qs(url.query)["digest"][0]
+                held = owner.uploads.pop(uid) + body
+                if "sha256:" + hashlib.sha256(held).hexdigest() != digest:
+                    return self._send(400, {"Content-Type": "application/json"},
+                                      b'{"errors":[{"code":"DIGEST_INVALID","message":"digest did not match"}]}')
+                owner.blobs[digest] = bytes(held)
+                self._send(201, {"Docker-Content-Digest": digest, "Location": f"/v2/a/blobs/{digest}"})
+
+            def do_GET(self):
+                self._record(0)
+                if self.path.startswith("/token"):
+                    return self._send(200, {}, json.dumps({"token": "t2"}).encode())
+                blob = owner.blobs.get(self.path.rsplit("/", 1)[-1])
+                if blob is None:
+                    return self._send(404)
+                if "flip" in owner.faults:
+                    blob = blob[:-1] + bytes([blob[-1] ^ 1])
+                if "longer" in owner.faults:
+                    blob += b"x" * 5000
+                if "shorter" in owner.faults:
+                    blob = blob[:-10]
+                self._send(200, {}, blob, length="no-length" not in owner.faults)
+
+            def _record(self, n: int) -> None:
+                keep = {k: v for k, v in self.headers.items() if k in ("Content-Range", "Content-Length",
+                                                                         "Authorization")}
+                with owner.lock:
+                    owner.seen.append((self.command, self.path, keep, n))
+
+        self.served = ThreadedServer(Handler, poll_interval=0.02)
+
+    def client(self) -> RegistryClient:
+        return RegistryClient(self.served.host, sleep=lambda _s: None, attempts=1)
+
+
+@pytest.fixture
+def registry():
+    reg = UploadRegistry()
+    yield reg
+    reg.served.close()
+
+
+@pytest.fixture
+def blob_file(tmp_path):
+    path = tmp_path / "layer"
+    path.write_bytes(DATA)
+    return path
+
+
+def test_a_file_is_uploaded_in_chunks_each_confirmed_then_closed_by_its_digest(registry, blob_file):
+    said: list[int] = []
+    assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096,
+                                            progress=said.append) is True
+    assert registry.blobs == {DIGEST: DATA}
+    patches = [(h["Content-Range"], h["Content-Length"], n) for m, _, h, n in registry.seen if m == "PATCH"]
+    assert patches == [("0-4095", "4096", 4096), ("4096-8191", "4096", 4096), ("8192-10495", "2304", 2304)]
+    # Each PATCH went to the Location the previous answer gave, and the PUT carries the digest and no body.
+    paths = [p for m, p, _, _ in registry.seen if m in ("PATCH", "PUT")]
+    assert paths[1].endswith("?_state=s4096") and paths[2].endswith("?_state=s8192")
+    assert paths[3] == f"/v2/a/blobs/uploads/1?_state=s10496&digest={DIGEST}"
+    assert registry.seen[-1][3] == 0 and said == [4096, 8192, 10496]
+    # Present at that size: not sent again.
+    registry.seen.clear()
+    assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA)) is False
+    assert [m for m, *_ in registry.seen] == ["HEAD"]
+
+
+def test_a_range_the_registry_does_not_hold_stops_the_upload_in_one_line(registry, blob_file):
+    registry.faults.add("short-range")
+    with pytest.raises(RegistryError) as info:
+        registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
+    assert str(info.value) == (f"registry {registry.served.host}: PATCH blob a@{DIGEST[:19]} bytes 0-4095: the "
+                               "registry holds 0-4094, not 0-4095")
+    assert registry.blobs == {}
+
+
+def test_a_file_that_is_not_its_digest_is_refused_by_the_registry(registry, blob_file):
+    wrong = "sha256:" + "0" * 64
+    with pytest.raises(RegistryError, match=r"PUT blob a@sha256:0{64}: HTTP 400 DIGEST_INVALID: digest did not "):
+        registry.client().push_blob_file("a", blob_file, wrong, len(DATA))
+    with pytest.raises(RegistryError, match=r"is not the 10 bytes its manifest declares$"):
+        registry.client().push_blob_file("a", blob_file, DIGEST, 10)
+    assert registry.blobs == {}
+
+
+def test_an_expired_token_in_the_middle_of_an_upload_sends_the_chunk_again_whole(registry, blob_file):
+    registry.faults.add("expire-token-once")
+    registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
+    assert registry.blobs == {DIGEST: DATA}
+    first_two = [(h.get("Authorization"), n) for m, _, h, n in registry.seen if m == "PATCH"][:2]
+    assert first_two == [(None, 4096), ("Bearer t2", 4096)]  # the answer to the challenge carried the same bytes
+
+
+def test_a_download_is_written_as_it_comes_and_checked(registry):
+    registry.blobs[DIGEST] = DATA
+    out, said = io.BytesIO(), []
+    registry.client().fetch_blob_to("a", DIGEST, len(DATA), out, limit=1 << 20, progress=said.append)
+    assert out.getvalue() == DATA and said[-1] == len(DATA)
+
+
+@pytest.mark.parametrize(("faults", "message"), [
+    ({"flip"}, f"blob a@{DIGEST} content does not match its digest"),
+    ({"longer"}, f"blob a@{DIGEST} is 15496 bytes, not the 10496 its manifest declares"),
+    ({"shorter"}, f"blob a@{DIGEST} is 10486 bytes, not the 10496 its manifest declares"),
+    ({"longer", "no-length"}, f"blob a@{DIGEST} is more than the 10496 bytes its manifest declares"),
+    ({"shorter", "no-length"}, f"blob a@{DIGEST} ended after 10486 of the 10496 bytes its manifest declares"),
+], ids=["flipped", "longer", "shorter", "longer-no-length", "shorter-no-length"])
+def test_a_download_of_another_size_or_digest_is_one_line(registry, faults, message):
+    registry.blobs[DIGEST] = DATA
+    registry.faults |= faults
+    out = io.BytesIO()
+    with pytest.raises(RegistryError) as info:
+        registry.client().fetch_blob_to("a", DIGEST, len(DATA), out, limit=1 << 20)
+    assert str(info.value) == f"registry {registry.served.host}: {message}"
+    assert len(out.getvalue()) <= len(DATA)  # never a byte past the declared size
+
+
+def test_a_declared_size_over_the_limit_is_refused_before_any_request(registry):
+    with pytest.raises(TooLarge, match=r"declared 10496 bytes, over the 10495-byte limit$"):
+        registry.client().fetch_blob_to("a", DIGEST, len(DATA), io.BytesIO(), limit=len(DATA) - 1)
+    assert registry.seen == []
+
+
+def test_a_file_slice_reads_seeks_and_measures_only_its_bytes():
+    part = FileSlice(io.BytesIO(DATA), 100, 50)
+    assert len(part) == 50 and part.read(10) == DATA[100:110] and part.tell() == 10
+    assert part.read() == DATA[110:150] and part.read() == b""
+    part.seek(0)
+    assert part.read(1000) == DATA[100:150]
+    assert part.seek(-5, 2) == 45 and part.read() == DATA[145:150]
