@@ -161,9 +161,10 @@ def main() -> None:
         print(f"kernel cache {args.kind}: {cache_bytes / MIB:.0f} MiB in {packed.files} files, layer "
               f"{size / MIB:.1f} MiB (gzip level {args.level}); load {os.getloadavg()[0]:.1f}, "
               f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
-        print(f"{'step':<8}{'seconds':>9}{'MB/s':>8}{'RSS peak MiB':>14}{'heap peak MiB':>15}{'heap/layer':>12}")
+        print(f"{'step':<8}{'seconds':>9}{'layer MiB/s':>12}{'RSS peak MiB':>14}{'heap peak MiB':>15}"
+              f"{'heap/layer':>12}")
         for name, (seconds, rss, heap) in rows.items():
-            print(f"{name:<8}{seconds:>9.2f}{size / MIB / seconds:>8.0f}{rss / MIB:>14.1f}{heap / MIB:>15.2f}"
+            print(f"{name:<8}{seconds:>9.2f}{size / MIB / seconds:>12.0f}{rss / MIB:>14.1f}{heap / MIB:>15.2f}"
                   f"{heap / size:>12.4f}")
 
 

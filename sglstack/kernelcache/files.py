@@ -24,7 +24,9 @@ from ..core.errors import SglstackError, one_line
 from ..core.safefiles import make_folder, replace_folder, write_with
 
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
-COMPRESS_LEVEL = 6  # zlib's default: level 9 costs about twice the time for a layer about 1% smaller
+# zlib's default. On 258 MiB of shared libraries (2 busy cores): level 9 packed in 55 s to a layer 0.6% smaller
+# than level 6's 14.6 s; level 1 in 3.7 s to one 10% larger, which every restore then downloads.
+COMPRESS_LEVEL = 6
 
 
 class KernelCacheError(SglstackError):
