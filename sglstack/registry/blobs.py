@@ -15,6 +15,7 @@ the caller, who writes to a temp file (`core/safefiles.write_with`), keeps nothi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from .transport import TooLarge, error_detail
 
 CHUNK_BYTES = 32 * 1024 * 1024  # an upload chunk; ECR wants at least 5 MiB, fronts often cap a request at 100 MB
 READ_BYTES = 1024 * 1024  # what is in memory at once, either way
+CANCEL_S = 5.0  # how long a failed upload's cancellation may take
 Progress = Callable[[int], None]  # told the bytes moved so far
 
 
@@ -90,27 +92,42 @@ class BlobStreams(RegistrySession):
         location = resp.headers.get("Location", "")
         if resp.status_code != 202 or not location:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        at = [location]  # the upload's latest location: each chunk's answer moves it
+        try:
+            self._send_chunks(repo, scope, at, path, digest, size, chunk_bytes, progress)
+            path_q = _upload_path(at[0])
+            path_q += ("&" if "?" in path_q else "?") + f"digest={digest}"
+            what = f"PUT blob {repo}@{digest}"
+            resp = self.request("PUT", path_q, scope=scope, what=what, data=b"",
+                                headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
+            if resp.status_code not in (201, 204):
+                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        except BaseException:
+            self._cancel(repo, scope, at[0])
+            raise
+        stored = resp.headers.get("Docker-Content-Digest")
+        if stored and stored != digest:
+            raise self._fail(f"{what}: registry stored {stored}, expected {digest}")
+        return True
+
+    def _send_chunks(self, repo: str, scope: str, at: list[str], path: Path, digest: str, size: int,
+                     chunk_bytes: int, progress: Progress | None) -> None:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size != size:
                 raise self._fail(f"blob {digest[:19]}: {path} is not the {size} bytes its manifest declares")
             done = 0
             while done < size:
                 n = min(chunk_bytes, size - done)
-                location = self._patch(repo, scope, location, FileSlice(fh, done, n), done, digest)
+                at[0] = self._patch(repo, scope, at[0], FileSlice(fh, done, n), done, digest)
                 done += n
                 if progress is not None:
                     progress(done)
-        path_q = _upload_path(location)
-        path_q += ("&" if "?" in path_q else "?") + f"digest={digest}"
-        what = f"PUT blob {repo}@{digest}"
-        resp = self.request("PUT", path_q, scope=scope, what=what, data=b"",
-                            headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
-        if resp.status_code not in (201, 204):
-            raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        stored = resp.headers.get("Docker-Content-Digest")
-        if stored and stored != digest:
-            raise self._fail(f"{what}: registry stored {stored}, expected {digest}")
-        return True
+
+    def _cancel(self, repo: str, scope: str, location: str) -> None:
+        """An upload that failed or was interrupted is cancelled (`DELETE` of the upload, within a few seconds):
+        the registry keeps no half-sent blob. A registry that cannot be told keeps it until it purges uploads."""
+        with contextlib.suppress(RegistryError, requests.RequestException), self.budget(CANCEL_S):
+            self.request("DELETE", _upload_path(location), scope=scope, what=f"DELETE blob upload {repo}").close()
 
     def _patch(self, repo: str, scope: str, location: str, body: FileSlice, start: int, digest: str) -> str:
         """One chunk; the upload's next location. The registry must hold exactly bytes 0..start+len-1 after it."""

@@ -242,7 +242,10 @@ class Transport:
             status=None,
             other=None,
             redirect=False,  # requests follows redirects itself
-            allowed_methods=frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"}),  # all idempotent here
+            # all idempotent here. A blob chunk (PATCH) sent again after the registry took part of it is appended
+            # (distribution 2.8 does not check Content-Range) or refused by the upload's state; the Range it
+            # answers and the digest it checks at the end stop the upload then: never a wrong blob stored
+            allowed_methods=frozenset({"GET", "HEAD", "PUT", "DELETE", "POST", "PATCH"}),
             status_forcelist=TRANSIENT_STATUS,
             backoff_factor=backoff_s,
             backoff_max=max_backoff_s,

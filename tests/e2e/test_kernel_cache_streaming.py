@@ -265,3 +265,52 @@ def test_a_cache_of_another_image_is_never_used_for_this_one(large, tmp_path):
             fetch_kernel_cache(client, repo.path, digest, key, node, None)
         assert "\n" not in str(info.value) and str(info.value).endswith("; starting cold"), case
         assert left_in(node) == [], case
+
+
+def uploads_left(registry, repo: str) -> list[int]:
+    """The sizes of the half-sent blobs distribution keeps for `repo` (each upload's `data`; a cancelled one
+    leaves only its 108-byte hash state behind, which distribution's upload purging removes)."""
+    folder = registry.workdir / "data" / "docker" / "registry" / "v2" / "repositories" / repo / "_uploads"
+    return sorted(p.stat().st_size for p in folder.glob("*/data")) if folder.exists() else []
+
+
+def test_an_upload_interrupted_after_its_first_chunk_is_cancelled_in_the_registry(plain_registry, tmp_path):
+    client = RegistryClient.from_environment(plain_registry.host)
+    repo = f"sglstack-test/kc-cancel-{secrets.token_hex(3)}"
+    data = os.urandom(4 * MIB)
+    (tmp_path / "layer").write_bytes(data)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def interrupt(done: int) -> None:
+        assert uploads_left(plain_registry, repo) == [MIB]  # the registry holds the first chunk now
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        client.push_blob_file(repo, tmp_path / "layer", digest, len(data), chunk_bytes=MIB, progress=interrupt)
+    assert uploads_left(plain_registry, repo) == [] and client.blob_size(repo, digest) is None
+    assert client.push_blob_file(repo, tmp_path / "layer", digest, len(data), chunk_bytes=MIB) is True
+    assert client.blob_size(repo, digest) == len(data) and uploads_left(plain_registry, repo) == []
+
+
+def test_a_chunk_whose_connection_drops_is_sent_again_from_its_start(plain_registry, tmp_path):
+    """The proxy reads the second PATCH and closes without an answer: the retry rewinds the chunk (not the file)
+    and the registry, which checks the digest, gets the blob whole."""
+    from faultproxy import Fault, FaultProxy
+
+    proxy = FaultProxy(plain_registry.port)
+    try:
+        fault = proxy.add(Fault("PATCH", r"/blobs/uploads/", "close", nth=2, times=1))
+        client = RegistryClient(proxy.host, sleep=lambda _s: None)
+        repo = f"sglstack-test/kc-retry-{secrets.token_hex(3)}"
+        data = os.urandom(3 * MIB + 5)
+        (tmp_path / "layer").write_bytes(data)
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        assert client.push_blob_file(repo, tmp_path / "layer", digest, len(data), chunk_bytes=MIB) is True
+        assert fault.injected == 1
+        assert [m for m, _, _ in proxy.log].count("PATCH") == 5  # four chunks, the second one twice
+        out = tmp_path / "back"
+        with open(out, "wb") as fh:
+            client.fetch_blob_to(repo, digest, len(data), fh, limit=len(data))
+        assert out.read_bytes() == data
+    finally:
+        proxy.close()
