@@ -182,3 +182,50 @@ def test_an_artifact_whose_manifest_names_no_usable_layer_is_one_line_not_restor
     assert str(err.value).startswith(f"kernel cache store {tmp_path / 'store'}: artifact sha256:")
     assert str(err.value).endswith(": its manifest names no layer to restore; not restored")
     assert cache_files(target) == {"kept": 1}
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, size: int = 1, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.linkname = kind, size if kind == tarfile.REGTYPE else 0, linkname
+    return info
+
+
+@pytest.mark.parametrize("bad", [
+    _member("hard", tarfile.LNKTYPE, linkname="/etc/passwd"),
+    _member("hard-inside", tarfile.LNKTYPE, linkname="ok"),
+    _member("fifo", tarfile.FIFOTYPE),
+    _member("tty", tarfile.CHRTYPE),
+    _member("disk", tarfile.BLKTYPE),
+    _member("a/./../../x"),
+    _member("deep/../../../x"),
+], ids=["hardlink-out", "hardlink-in", "fifo", "char-device", "block-device", "dot-dot-after-dot", "dot-dot-deep"])
+def test_any_member_but_a_file_or_folder_inside_is_refused_after_good_ones_and_nothing_is_restored(tmp_path, bad):
+    """The bad member comes after a good file: what was unpacked before it is thrown away with the new folder."""
+    from sglstack.kernelcache.files import unpack
+
+    layer = _tar([_member("ok"), bad], b"x")
+    target = tmp_path / "root" / "r"
+    fill(target, {"kept": b"1"})
+    with pytest.raises(KernelCacheError, match=r"^kernel cache layer: .*; not restored$"):
+        unpack(tmp_path / "root", target, lambda: io.BytesIO(layer), max_bytes=1 << 20)
+    assert cache_files(target) == {"kept": 1}
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["r"]  # no half-filled folder beside it
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_layer_that_unpacks_to_more_than_the_limit_is_refused_as_it_unpacks(tmp_path):
+    """A small layer of zeros that would unpack past the limit (a gzip bomb) stops at the limit, not the disk."""
+    from sglstack.kernelcache.files import unpack
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for n in range(3):
+            info = _member(f"zeros-{n}", size=4 << 20)
+            tar.addfile(info, io.BytesIO(b"\0" * (4 << 20)))
+    assert len(buf.getvalue()) < 64 << 10
+    target = tmp_path / "root" / "r"
+    fill(target, {"kept": b"1"})
+    with pytest.raises(KernelCacheError, match=r"more than 10485760 bytes unpacked; not restored$"):
+        unpack(tmp_path / "root", target, lambda: io.BytesIO(buf.getvalue()), max_bytes=10 << 20)
+    assert cache_files(target) == {"kept": 1}
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["r"]
