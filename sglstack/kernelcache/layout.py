@@ -250,7 +250,7 @@ class LayoutStore:
         try:
             layer = manifest["layers"][0]
             layer_digest, size = layer["digest"], layer["size"]
-            if not isinstance(layer_digest, str) or not isinstance(size, int) or isinstance(size, bool):
+            if not isinstance(layer_digest, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise TypeError
             self.blob_path(layer_digest)
         except (KeyError, IndexError, TypeError, KernelCacheError):

@@ -229,3 +229,24 @@ def test_the_same_cache_packs_to_the_same_layer(tmp_path, packed):
     header = again.blob_path(first["digest"]).read_bytes()[:10]
     assert header[3] == 0 and header[4:8] == b"\0\0\0\0"  # no FNAME flag, MTIME 0
     assert gzip.decompress(again.blob_path(first["digest"]).read_bytes())[:16].startswith(b"triton/k/a.cubin")
+
+
+@pytest.mark.parametrize("layer", [{"digest": "sha256:../../../etc/passwd", "size": 1},
+                                   {"digest": "md5:" + "0" * 32, "size": 1}, {"size": 1},
+                                   {"digest": "sha256:" + "0" * 64, "size": -1}],
+                         ids=["path-in-digest", "not-sha256", "no-digest", "negative-size"])
+def test_a_registry_manifest_naming_no_usable_layer_fetches_nothing_in_one_line(tmp_path, packed, layer):
+    store, artifact = packed
+    registry = memory_registry(True)
+    attach_kernel_cache(registry, "r", IMAGE_DIGEST, store, artifact, None)
+    digest = next(d for d, (_, body) in registry.manifests.items() if "layers" in json.loads(body)
+                  and json.loads(body)["layers"] and d != IMAGE_DIGEST)
+    body = json.loads(registry.manifests[digest][1])
+    body["layers"] = [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **layer}]
+    del registry.manifests[digest]
+    registry.put_manifest("r", compute_digest(json.dumps(body).encode()), json.dumps(body).encode(), OCI_MANIFEST)
+    local = LayoutStore(tmp_path / "node-store")
+    with pytest.raises(KernelCacheError) as info:
+        fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
+    assert str(info.value).endswith("its manifest names no layer to restore; not restored")
+    assert not (tmp_path / "node-store").exists() and not (tmp_path / "etc").exists()
