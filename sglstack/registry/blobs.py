@@ -31,6 +31,7 @@ from .transport import TooLarge, error_detail
 CHUNK_BYTES = 32 * 1024 * 1024  # an upload chunk; ECR wants at least 5 MiB, fronts often cap a request at 100 MB
 READ_BYTES = 1024 * 1024  # what is in memory at once, either way
 CANCEL_S = 5.0  # how long a failed upload's cancellation may take
+FLOOR_BYTES_S = 256 * 1024  # a chunk's operation gets the deadline plus its size at this rate (128 s for 32 MiB)
 Progress = Callable[[int], None]  # told the bytes moved so far
 
 
@@ -135,7 +136,7 @@ class BlobStreams(RegistrySession):
         what = f"PATCH blob {repo}@{digest[:19]} bytes {start}-{end}"
         resp = self.request("PATCH", _upload_path(location), scope=scope, what=what, data=body,
                             headers={"Content-Type": "application/octet-stream", "Content-Range": f"{start}-{end}",
-                                     "Content-Length": str(len(body))})
+                                     "Content-Length": str(len(body))}, extra_s=len(body) / FLOOR_BYTES_S)
         if resp.status_code != 202:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         held = resp.headers.get("Range", "")

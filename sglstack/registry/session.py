@@ -155,16 +155,17 @@ class RegistrySession:
 
     def request(self, method: str, path: str, *, scope: str, what: str | None = None,
                 headers: Mapping[str, str] | None = None, data: Any = None, allow_redirects: bool = True,
-                stream: bool = False) -> requests.Response:
+                stream: bool = False, extra_s: float = 0.0) -> requests.Response:
         """A /v2 request as one operation, answering one auth challenge.
 
         Returns any non-transient, non-auth response; `what` names it in waits and errors. `data` is bytes, or
-        a file-like body streamed from where it stands (rewound there to answer the challenge).
+        a file-like body streamed from where it stands (rewound there to answer the challenge); `extra_s` gives
+        its operation that much more time (a large body).
         """
         url = f"{self.scheme}://{self.api_host}/v2/{path}"
         base_headers = dict(headers or {})
         start = data.tell() if hasattr(data, "seek") and hasattr(data, "tell") else None
-        with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}"):
+        with self.transport.operation(what or f"{method} /v2/{path.split('?')[0]}", extra_s):
             resp = self._send_authorized(method, url, scope, base_headers, data, allow_redirects, stream)
             if resp.status_code == 401:
                 challenge = resp.headers.get("WWW-Authenticate", "")

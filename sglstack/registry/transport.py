@@ -271,13 +271,14 @@ class Transport:
             self._budget = outer
 
     @contextlib.contextmanager
-    def operation(self, what: str) -> Iterator[Operation]:
-        """One operation: `send` inside it shares its deadline; `what` names it in notices and errors."""
+    def operation(self, what: str, extra_s: float = 0.0) -> Iterator[Operation]:
+        """One operation: `send` inside it shares its deadline; `what` names it in notices and errors. `extra_s`:
+        seconds more for one that carries a large body (a blob chunk at a floor rate)."""
         current = _CURRENT.get()
         if current is not None:  # a token fetch inside a request: the request's deadline covers it
             yield current
             return
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.timeout_s + max(0.0, extra_s)
         if self._budget is not None:
             deadline = min(deadline, self._budget)
         op = Operation(what=what, deadline=deadline, total_s=max(0.0, deadline - time.monotonic()), sleep=self._sleep)

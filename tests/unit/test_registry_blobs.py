@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
@@ -90,6 +91,8 @@ class UploadRegistry:
                     held += body[:len(body) // 2]
                     self.close_connection = True  # no answer: the client's retry sends the chunk again
                     return
+                if "slow-answer" in owner.faults:
+                    time.sleep(1.0)  # as a registry writing a chunk to slow storage, or a slow link's last bytes
                 held += body
                 end = len(held) - 1 - (1 if "short-range" in owner.faults else 0)
                 self._send(202, {"Range": f"0-{end}", "Location": f"/v2/a/blobs/uploads/{uid}?_state=s{len(held)}"})
@@ -256,3 +259,19 @@ def test_a_file_slice_reads_seeks_and_measures_only_its_bytes():
     part.seek(0)
     assert part.read(1000) == DATA[100:150]
     assert part.seek(-5, 2) == 45 and part.read() == DATA[145:150]
+
+
+def test_a_chunks_operation_gets_time_for_its_size_beyond_the_deadline(registry, blob_file, monkeypatch):
+    """A registry that answers a chunk after 1 s, under a 0.5 s operation deadline: refused as "no answer" when
+    the chunk earns no time, accepted when its size at the floor rate gives it the second it needs."""
+    from sglstack.registry import blobs
+
+    registry.faults.add("slow-answer")
+    client = RegistryClient(registry.served.host, sleep=lambda _s: None, attempts=1, timeout_s=0.5,
+                            attempt_timeout_s=5)
+    monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1 << 30)  # 4096 bytes earn 4 microseconds
+    with pytest.raises(RegistryError, match=r"PATCH blob a@sha256:\w{12} bytes 0-4095: no answer within \d s"):
+        client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
+    monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1024)  # 4096 bytes earn 4 s
+    assert client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096) is True
+    assert registry.blobs == {DIGEST: DATA}
