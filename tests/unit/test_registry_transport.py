@@ -93,7 +93,7 @@ def test_the_retry_policy_on_the_session():
         policy = getattr(t.session.get_adapter(scheme + "r/"), "max_retries")  # noqa: B009 (typed BaseAdapter)
         assert (policy.total, policy.connect, policy.read, policy.status, policy.other, policy.redirect) == (
             0, None, None, None, None, False)
-        assert policy.allowed_methods == frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"})
+        assert policy.allowed_methods == frozenset({"GET", "HEAD", "PUT", "DELETE", "POST", "PATCH"})
         assert policy.status_forcelist == frozenset({429, 500, 502, 503, 504})
         assert (policy.backoff_factor, policy.backoff_max) == (0.25, 3)
         assert (policy.raise_on_status, policy.respect_retry_after_header) == (False, True)
