@@ -112,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=512)
     parser.add_argument("--kind", choices=("random", "binaries"), default="random")
-    parser.add_argument("--level", type=int, default=kc_files.COMPRESS_LEVEL)
+    parser.add_argument("--level", type=int, default=getattr(kc_files, "COMPRESS_LEVEL", 9))  # 9: before it was set
     args = parser.parse_args()
     kc_files.COMPRESS_LEVEL = args.level
     with tempfile.TemporaryDirectory(prefix="sglstack-bench-kc-") as tmp:
