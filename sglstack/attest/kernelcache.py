@@ -14,7 +14,7 @@ by it for this image. Anything else restores nothing and says why in one line: t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from ..core import labels as lb
 from ..core.errors import RegistryError, one_line
 from ..core.inputs import loads
+from ..core.progress import Steps, progress
 from ..kernelcache import ARTIFACT_TYPE, CacheKey, KernelCacheError, LayoutStore, artifact_manifest, mismatch_line
 from ..kernelcache.layout import MAX_CACHE_BYTES, MAX_MANIFEST_BYTES
 from ..registry.client import OCI_MANIFEST, ManifestNotFound, RegistryClient, compute_digest
@@ -75,7 +76,9 @@ def attach_kernel_cache(client: RegistryClient, repo: str, image_digest: str, st
     image = client.get_manifest(repo, image_digest)
     subject = {"mediaType": image.media_type, "digest": image.digest, "size": len(image.body)}
     client.put_blob(repo, cache_key.canonical())
-    client.push_blob_file(repo, layer_path, layer_digest, size)  # streamed; the registry checks its digest
+    with progress(f"kernel cache {layer_digest[:19]}: upload (MiB)", total=_mib(size)) as steps:
+        # streamed; the registry checks its digest
+        client.push_blob_file(repo, layer_path, layer_digest, size, progress=_bar(steps))
     files = int(manifest.get("annotations", {}).get(lb.KERNEL_CACHE_FILES_ANNOTATION, "0"))
     body = artifact_manifest(cache_key, layer_digest, size, files, subject)
     digest, indexed = client.put_artifact(repo, compute_digest(body), body, OCI_MANIFEST)
@@ -186,14 +189,31 @@ def _import(client: RegistryClient, repo: str, found: Found, store: LayoutStore)
     if size > MAX_CACHE_BYTES:
         raise KernelCacheError(f"kernel cache {found.manifest_digest[:19]}: its layer is declared {size} bytes, "
                                f"over the {MAX_CACHE_BYTES}-byte limit; starting cold")
-    fetched = store.fetch_layer(layer_digest, size, lambda fh: client.fetch_blob_to(repo, layer_digest, size, fh,
-                                                                                   limit=MAX_CACHE_BYTES))
+    with progress(f"kernel cache {layer_digest[:19]}: download (MiB)", total=_mib(size)) as steps:
+        fetched = store.fetch_layer(layer_digest, size, lambda fh: client.fetch_blob_to(
+            repo, layer_digest, size, fh, limit=MAX_CACHE_BYTES, progress=_bar(steps)))
     try:
         store.import_artifact(found.key, found.body)
     except BaseException:
         if fetched:
             store.remove_blob(layer_digest)
         raise
+
+
+def _mib(size: int) -> int:
+    return max(1, -(-size // (1024 * 1024)))
+
+
+def _bar(steps: Steps) -> Callable[[int], None]:
+    """A transfer's bytes so far as whole MiB on the progress bar (nothing drawn when stderr is not a terminal)."""
+    shown = [0]
+
+    def moved(done: int) -> None:
+        now = done // (1024 * 1024)
+        if now > shown[0]:
+            steps.advance(now - shown[0])
+            shown[0] = now
+    return moved
 
 
 def fetch_from_registry(registry: str, repo: str, image_digest: str, want: CacheKey, store: LayoutStore,

@@ -250,3 +250,21 @@ def test_a_registry_manifest_naming_no_usable_layer_fetches_nothing_in_one_line(
         fetch_kernel_cache(registry, "r", IMAGE_DIGEST, make_key(), local, None)
     assert str(info.value).endswith("its manifest names no layer to restore; not restored")
     assert not (tmp_path / "node-store").exists() and not (tmp_path / "etc").exists()
+
+
+def test_a_transfer_moves_its_progress_bar_by_whole_mib():
+    from sglstack.attest.kernelcache import _bar, _mib
+
+    class Steps:
+        def __init__(self) -> None:
+            self.advanced: list[int] = []
+
+        def advance(self, steps: int = 1) -> None:
+            self.advanced.append(steps)
+
+    steps = Steps()
+    moved = _bar(steps)  # type: ignore[arg-type]
+    for done in (1000, 1 << 20, (1 << 20) + 5, 5 << 20, (5 << 20) + 1):
+        moved(done)
+    assert steps.advanced == [1, 4] and sum(steps.advanced) == 5
+    assert (_mib(0), _mib(1), _mib(1 << 20), _mib((1 << 20) + 1)) == (1, 1, 1, 2)
