@@ -63,6 +63,10 @@ class FileSlice:
         return data
 
 
+class ChunksRefused(RegistryError):
+    """The registry takes no chunked uploads (its first PATCH answered 405 or 501): the file goes in one PUT."""
+
+
 def _upload_path(location: str) -> str:
     return location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
 
@@ -83,11 +87,26 @@ class BlobStreams(RegistrySession):
 
     def push_blob_file(self, repo: str, path: Path, digest: str, size: int, *, chunk_bytes: int = CHUNK_BYTES,
                        progress: Progress | None = None) -> bool:
-        """Upload the file at `path` (`size` bytes, sha256 `digest`) in chunks; False when the repository already
-        had it. The registry refuses a file whose bytes are not `digest` (one line); nothing is kept of it."""
+        """Upload the file at `path` (`size` bytes, sha256 `digest`) in chunks of `chunk_bytes` (0, or a registry that
+        answers the first chunk 405 or 501, which takes none: in one streamed `PUT`); False when the repository
+        already had it.
+        The registry refuses a file whose bytes are not `digest` (one line); nothing is kept of it."""
         if self.blob_size(repo, digest) == size:
             return False
         scope = f"repository:{repo}:pull,push"
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size != size:
+                raise self._fail(f"blob {digest[:19]}: {path} is not the {size} bytes its manifest declares")
+            try:
+                self._upload(repo, scope, fh, digest, size, chunk_bytes, progress)
+            except ChunksRefused:
+                self._upload(repo, scope, fh, digest, size, 0, progress)
+        return True
+
+    def _upload(self, repo: str, scope: str, fh: BinaryIO, digest: str, size: int, chunk_bytes: int,
+                progress: Progress | None) -> None:
+        """One upload: opened, its chunks (none when `chunk_bytes` is 0: the whole file goes with the closing
+        `PUT`), closed by the digest; cancelled on any failure or signal."""
         what = f"POST blob upload {repo}"
         resp = self.request("POST", f"{repo}/blobs/uploads/", scope=scope, what=what, allow_redirects=False)
         location = resp.headers.get("Location", "")
@@ -95,38 +114,34 @@ class BlobStreams(RegistrySession):
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         at = [location]  # the upload's latest location: each chunk's answer moves it
         try:
-            self._send_chunks(repo, scope, at, path, digest, size, chunk_bytes, progress)
-            path_q = _upload_path(at[0])
-            path_q += ("&" if "?" in path_q else "?") + f"digest={digest}"
-            what = f"PUT blob {repo}@{digest}"
-            resp = self.request("PUT", path_q, scope=scope, what=what, data=b"",
-                                headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
-            if resp.status_code not in (201, 204):
-                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
-        except BaseException:
-            self._cancel(repo, scope, at[0])
-            raise
-        stored = resp.headers.get("Docker-Content-Digest")
-        if stored and stored != digest:
-            raise self._fail(f"{what}: registry stored {stored}, expected {digest}")
-        return True
-
-    def _send_chunks(self, repo: str, scope: str, at: list[str], path: Path, digest: str, size: int,
-                     chunk_bytes: int, progress: Progress | None) -> None:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size != size:
-                raise self._fail(f"blob {digest[:19]}: {path} is not the {size} bytes its manifest declares")
             done = 0
-            while done < size:
+            while chunk_bytes and done < size:
                 n = min(chunk_bytes, size - done)
                 at[0] = self._patch(repo, scope, at[0], FileSlice(fh, done, n), done, digest)
                 done += n
                 if progress is not None:
                     progress(done)
+            body = FileSlice(fh, done, size - done)
+            path_q = _upload_path(at[0])
+            path_q += ("&" if "?" in path_q else "?") + f"digest={digest}"
+            what = f"PUT blob {repo}@{digest}"
+            resp = self.request("PUT", path_q, scope=scope, what=what, data=body, extra_s=len(body) / FLOOR_BYTES_S,
+                                headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(body))})
+            if resp.status_code not in (201, 204):
+                raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
+        except BaseException:
+            self._cancel(repo, scope, at[0])
+            raise
+        if progress is not None and len(body):
+            progress(size)
+        stored = resp.headers.get("Docker-Content-Digest")
+        if stored and stored != digest:
+            raise self._fail(f"{what}: registry stored {stored}, expected {digest}")
 
     def _cancel(self, repo: str, scope: str, location: str) -> None:
         """An upload that failed or was interrupted is cancelled (`DELETE` of the upload, within a few seconds):
-        the registry keeps no half-sent blob. A registry that cannot be told keeps it until it purges uploads."""
+        the registry keeps no half-sent blob. One that refuses (distribution 2.8, when bytes came after the
+        state in `location`: a chunk cut in the middle) keeps it until it purges uploads."""
         with contextlib.suppress(RegistryError, requests.RequestException), self.budget(CANCEL_S):
             self.request("DELETE", _upload_path(location), scope=scope, what=f"DELETE blob upload {repo}").close()
 
@@ -137,6 +152,8 @@ class BlobStreams(RegistrySession):
         resp = self.request("PATCH", _upload_path(location), scope=scope, what=what, data=body,
                             headers={"Content-Type": "application/octet-stream", "Content-Range": f"{start}-{end}",
                                      "Content-Length": str(len(body))}, extra_s=len(body) / FLOOR_BYTES_S)
+        if resp.status_code in (405, 501) and start == 0:
+            raise ChunksRefused(f"{what}: HTTP {resp.status_code}")
         if resp.status_code != 202:
             raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
         held = resp.headers.get("Range", "")

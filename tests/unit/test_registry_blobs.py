@@ -82,6 +82,9 @@ class UploadRegistry:
                 body = self._body()
                 self._record(len(body))
                 uid = urlparse(self.path).path.rsplit("/", 1)[-1]
+                if "no-patch" in owner.faults:
+                    return self._send(405, {"Content-Type": "application/json"},
+                                      b'{"errors":[{"code":"UNSUPPORTED","message":"chunked uploads"}]}')
                 if "expire-token-once" in owner.faults and self.headers.get("Authorization") != "Bearer t2":
                     owner.faults.discard("expire-token-once")
                     return self._send(401, {"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token"'})
@@ -275,3 +278,13 @@ def test_a_chunks_operation_gets_time_for_its_size_beyond_the_deadline(registry,
     monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1024)  # 4096 bytes earn 4 s
     assert client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096) is True
     assert registry.blobs == {DIGEST: DATA}
+
+
+def test_a_registry_without_chunked_uploads_gets_the_file_in_one_streamed_put(registry, blob_file):
+    registry.faults.add("no-patch")
+    said: list[int] = []
+    assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096,
+                                            progress=said.append) is True
+    assert [(m, n) for m, _, _, n in registry.seen] == [("HEAD", 0), ("POST", 0), ("PATCH", 4096), ("DELETE", 0),
+                                                        ("POST", 0), ("PUT", len(DATA))]
+    assert registry.blobs == {DIGEST: DATA} and registry.uploads == {} and said == [len(DATA)]
