@@ -5,7 +5,9 @@ Upload (Distribution API): `POST /v2/<name>/blobs/uploads/` opens an upload, eac
 answer must say it holds exactly the bytes sent so far, and `PUT ...?digest=` with no body closes it (the
 registry checks the digest itself and answers it in `Docker-Content-Digest`). A blob the repository already
 has at the same size is not sent again. Chunks keep every request short (a registry's front with a request
-size limit takes them) and bound each by the operation deadline of `transport.py`.
+size limit takes them); each gets the operation deadline of `transport.py` plus its size at a floor rate. A
+registry without chunked uploads (405/501 to the first PATCH) gets the file as the body of the one `PUT`. An
+upload that fails or is interrupted is cancelled (`DELETE`).
 
 Download: one streamed `GET` written to the caller's file chunk by chunk while its sha256 is taken. The size
 the manifest declares is checked before the request (over the caller's limit: refused, nothing read), against
