@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import requests
+import urllib3.exceptions
 
 from ..core.errors import RegistryError
 from .session import RegistrySession
@@ -166,10 +168,13 @@ class BlobStreams(RegistrySession):
     def fetch_blob_to(self, repo: str, digest: str, size: int, out: BinaryIO, *, limit: int,
                       progress: Progress | None = None) -> None:
         """Write blob `digest` of the declared `size` to `out`, checked: not over `limit` (refused before any
-        request), exactly `size` bytes (stopped at the first byte over), hashing to `digest`."""
+        request), exactly `size` bytes (stopped at the first byte over), hashing to `digest`, and done within the
+        operation deadline plus its size at the floor rate (a registry that trickles does not hold a deploy)."""
         what = f"GET blob {repo}@{digest}"
         if size > limit:
             raise TooLarge(f"registry {self.registry}: {what}: declared {size} bytes, over the {limit}-byte limit")
+        allowed_s = self.timeout_s + size / FLOOR_BYTES_S
+        started = time.monotonic()
         resp = self.request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", what=what, stream=True)
         try:
             if resp.status_code != 200:
@@ -178,7 +183,8 @@ class BlobStreams(RegistrySession):
             if length.isdigit() and int(length) != size:
                 raise self._fail(f"blob {repo}@{digest} is {length} bytes, not the {size} its manifest declares")
             h, got = hashlib.sha256(), 0
-            for chunk in resp.iter_content(READ_BYTES):
+            # read1: what has come, at most a MiB; a read of a fixed size would wait for all of it
+            while chunk := resp.raw.read1(READ_BYTES, decode_content=True):
                 got += len(chunk)
                 if got > size:
                     raise self._fail(f"blob {repo}@{digest} is more than the {size} bytes its manifest declares")
@@ -186,7 +192,10 @@ class BlobStreams(RegistrySession):
                 out.write(chunk)
                 if progress is not None:
                     progress(got)
-        except requests.RequestException as exc:
+                if time.monotonic() - started > allowed_s:
+                    raise self._fail(f"{what}: {got} of {size} bytes in {allowed_s:.0f} s, slower than "
+                                     f"{FLOOR_BYTES_S // 1024} KiB/s; given up")
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise RegistryError(f"registry {self.registry}: {what}: the answer broke off ({type(exc).__name__})"
                                 ) from None
         finally:

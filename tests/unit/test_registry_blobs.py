@@ -130,6 +130,14 @@ class UploadRegistry:
                     blob += b"x" * 5000
                 if "shorter" in owner.faults:
                     blob = blob[:-10]
+                if "trickle" in owner.faults:  # headers at once, then 512 bytes every 50 ms
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(blob)))
+                    self.end_headers()
+                    for at in range(0, len(blob), 512):
+                        self.wfile.write(blob[at:at + 512])
+                        time.sleep(0.05)
+                    return
                 self._send(200, {}, blob, length="no-length" not in owner.faults)
 
             def _record(self, n: int) -> None:
@@ -288,3 +296,23 @@ def test_a_registry_without_chunked_uploads_gets_the_file_in_one_streamed_put(re
     assert [(m, n) for m, _, _, n in registry.seen] == [("HEAD", 0), ("POST", 0), ("PATCH", 4096), ("DELETE", 0),
                                                         ("POST", 0), ("PUT", len(DATA))]
     assert registry.blobs == {DIGEST: DATA} and registry.uploads == {} and said == [len(DATA)]
+
+
+def test_a_registry_that_trickles_a_blob_is_given_up_on_not_waited_for(registry, monkeypatch):
+    """Each piece comes within the read timeout, so only the time the whole may take stops it: the deadline
+    plus the size at the floor rate."""
+    from sglstack.registry import blobs
+
+    registry.blobs[DIGEST] = DATA
+    registry.faults.add("trickle")
+    monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1 << 30)
+    client = RegistryClient(registry.served.host, sleep=lambda _s: None, attempts=1, timeout_s=0.3)
+    out, started = io.BytesIO(), time.monotonic()
+    with pytest.raises(RegistryError, match=rf"GET blob a@{DIGEST}: \d+ of 10496 bytes in 0 s, slower than 1048576 "
+                                            r"KiB/s; given up$"):
+        client.fetch_blob_to("a", DIGEST, len(DATA), out, limit=1 << 20)
+    assert time.monotonic() - started < 0.9 and 0 < len(out.getvalue()) < len(DATA)
+    monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1024)  # 10 s for these 10 KiB: enough for a second of trickle
+    out = io.BytesIO()
+    client.fetch_blob_to("a", DIGEST, len(DATA), out, limit=1 << 20)
+    assert out.getvalue() == DATA
