@@ -15,8 +15,15 @@ PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine i
 PLATFORMS: tuple[str, ...] = tuple(MACHINE)
 
 
-def platform_of_image(os_name: str, architecture: str) -> str:
-    """An image config's os and architecture (`linux`, `arm64`) as a platform (`linux/arm64`)."""
+# The variant an architecture has when none is named (Docker and the OCI spec: arm64 is v8): said or not, the same.
+DEFAULT_VARIANT: dict[str, str] = {"arm64": "v8"}
+
+
+def platform_of_image(os_name: str, architecture: str, variant: str = "") -> str:
+    """An image config's (or an index entry's) os, architecture and variant (`linux`, `arm64`, `v8`) as a platform
+    (`linux/arm64`); a variant other than the architecture's default is kept (`linux/arm/v7`)."""
+    if variant and variant != DEFAULT_VARIANT.get(architecture):
+        return f"{os_name or 'linux'}/{architecture}/{variant}"
     return PLATFORM_OF_ARCH.get(architecture, f"{os_name or 'linux'}/{architecture}")
 
 
