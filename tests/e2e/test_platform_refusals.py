@@ -63,3 +63,50 @@ def test_smoke_of_an_image_this_host_cannot_run_is_refused_before_the_pull(arm_o
         "linux/arm64 node, or an index that lists linux/amd64"])
     assert _absent(docker_client, ref)
     assert not [i for i in docker_client.images.list(name=repo)]
+
+
+def _push(docker_client, repo: str, platform: str, labels: dict[str, str] | None) -> str:
+    """`platform`'s one-file image with `labels` pushed under REPO:ARCH-HEX: its digest (removed from the engine)."""
+    tag = f"{repo}:{platform.split('/')[1]}-{secrets.token_hex(3)}"
+    one_file_image(docker_client, platform, tag, labels)
+    try:
+        docker_client.images.push(tag)
+    finally:
+        docker_client.images.remove(tag, force=True)
+    host, path = repo.split("/", 1)
+    digest = RegistryClient(host).manifest_digest(path, tag.rsplit(":", 1)[1])
+    assert digest is not None
+    return digest
+
+
+@pytest.mark.parametrize("case", ["another stack", "unlabelled", "unverified", "two releases", "no such manifest"])
+def test_publish_index_takes_only_verified_builds_of_the_stack_and_refuses_others_as_bad_input(
+        docker_client, plain_registry, tmp_path, case):
+    """The unsigned path checked nothing but the platform: any image of the right architecture became the
+    stack's index. Each entry is now a verified build of the stack (the labels the build stamps), both entries
+    of one SGLang release; a refusal is one line naming the entry, exit 2 (was 1), and no tag is written."""
+    from sglstack.core.labels import SGLANG_LABEL, STACK_LABEL, VERIFIED_LABEL
+
+    repo = f"{plain_registry.host}/sglstack-test/idx-{secrets.token_hex(4)}"
+    good = build_labels("pypi-cu130-gb", "linux/arm64")
+    arm_labels = {"another stack": {**good, STACK_LABEL: "cu130"}, "unlabelled": None,
+                  "unverified": {k: v for k, v in good.items() if k != VERIFIED_LABEL},
+                  "two releases": {**good, SGLANG_LABEL: "0.5.22"}, "no such manifest": good}[case]
+    amd = _push(docker_client, repo, "linux/amd64", {**build_labels("pypi-cu130-gb", "linux/amd64"),
+                                                     SGLANG_LABEL: "0.5.23"})
+    arm = _push(docker_client, repo, "linux/arm64", arm_labels)
+    if case == "no such manifest":
+        arm = "sha256:" + "0" * 64
+    proc = run_invoke("publish-index", "--stack", "pypi-cu130-gb", "--registry", repo, "--tag", "candidate",
+                      "--unsigned", "--platform-digest", f"linux/amd64={amd}", "--platform-digest",
+                      f"linux/arm64={arm}", cwd=tmp_path, timeout=120)
+    entry = f"sglstack-test/{repo.rsplit('/', 1)[1]}@{arm} (linux/arm64)"
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, ["error: " + {
+        "another stack": f"{entry} is not a build of stack 'pypi-cu130-gb' (its {STACK_LABEL} label: 'cu130')",
+        "unlabelled": f"{entry} is not a build of stack 'pypi-cu130-gb' (its {STACK_LABEL} label: none)",
+        "unverified": f"{entry} is not a verified build (no {VERIFIED_LABEL}=true label)",
+        "two releases": "the entries are builds of different SGLang releases (0.5.23 on linux/amd64, 0.5.22 on "
+                        "linux/arm64): one index is one release",
+        "no such manifest": f"{entry}: no such manifest in {plain_registry.host}",
+    }[case] + ": nothing was written"])
+    assert RegistryClient(plain_registry.host).manifest_digest(repo.split("/", 1)[1], "candidate") is None
