@@ -110,3 +110,34 @@ def test_publish_index_takes_only_verified_builds_of_the_stack_and_refuses_other
         "no such manifest": f"{entry}: no such manifest in {plain_registry.host}",
     }[case] + ": nothing was written"])
     assert RegistryClient(plain_registry.host).manifest_digest(repo.split("/", 1)[1], "candidate") is None
+
+
+def test_diff_of_a_local_arm64_image_and_an_index_compares_the_arm64_child_or_refuses(docker_client, plain_registry,
+                                                                                       tmp_path):
+    """A local image's platform was not read: a local arm64 build was diffed against the index's amd64 image (every
+    package "changed"). Its platform (the engine's Os/Architecture/Variant) picks the index's child; an index
+    without it is one line, exit 2."""
+    import json
+
+    repo = f"{plain_registry.host}/sglstack-test/diff-{secrets.token_hex(4)}"
+    host, path = repo.split("/", 1)
+    digests = {p: _push(docker_client, repo, p, build_labels("pypi-cu130-gb", p)) for p in ("linux/amd64",
+                                                                                             "linux/arm64")}
+    client = RegistryClient(host)
+    make_index(client, path, digests, "both")
+    make_index(client, path, {"linux/amd64": digests["linux/amd64"]}, "x86")
+    local = f"sglstack-test/local-arm:{secrets.token_hex(4)}"
+    one_file_image(docker_client, "linux/arm64", local, build_labels("pypi-cu130-gb", "linux/arm64"))
+    try:
+        proc = run_invoke("diff", local, f"{repo}:both", "--json", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        assert [(p["platform"], p["b"]) for p in data["platforms"]] == [
+            ("linux/arm64", f"{repo}@{digests['linux/arm64']} (image)")]
+        assert (data["removed_platforms"], data["added_platforms"], data["notes"]) == ([], ["linux/amd64"], [])
+        refused = run_invoke("diff", local, f"{repo}:x86", cwd=tmp_path, timeout=120)
+        assert (refused.returncode, refused.stderr.strip().splitlines()) == (2, [
+            f"error: diff: A ({local}) is linux/arm64, and B ({repo}:x86) is an index without linux/arm64 "
+            "(it has linux/amd64): nothing to compare"])
+    finally:
+        docker_client.images.remove(local, force=True)
