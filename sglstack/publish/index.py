@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..attest.provenance import BuildIdentity
 from ..attest.release import ensure_index_signed
 from ..config.imageref import is_digest, tag_problem
-from ..config.platforms import ARCH_OF_PLATFORM, platform_of_image
+from ..config.platforms import ARCH_OF_PLATFORM, meant_platform, platform_of_image
 from ..config.schema import Stack
 from ..core.errors import ConfigError, shown
 from ..core.labels import CONFIG_HASH_LABEL, SGLANG_LABEL, STACK_LABEL, VERIFIED_LABEL
@@ -54,8 +54,10 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
     for item in given:
         platform, _, digest = item.partition("=")
         if platform not in stack.platforms:
+            meant = meant_platform(platform)
             raise ConfigError(f"--platform-digest {shown(item, 80)}: {shown(platform, 40) or '(none)'} is not one of "
-                              f"the stack's platforms ({' '.join(stack.platforms)})", stack=stack.name)
+                              f"the stack's platforms ({' '.join(stack.platforms)})"
+                              + (f"; did you mean {meant}?" if meant in stack.platforms else ""), stack=stack.name)
         if not is_digest(digest):
             raise ConfigError(f"--platform-digest {shown(item, 80)}: give PLATFORM=sha256:<64 hex>", stack=stack.name)
         if platform in out:
