@@ -141,3 +141,28 @@ def test_diff_of_a_local_arm64_image_and_an_index_compares_the_arm64_child_or_re
             "(it has linux/amd64): nothing to compare"])
     finally:
         docker_client.images.remove(local, force=True)
+
+
+def test_a_compose_deploy_of_an_index_without_the_nodes_platform_is_refused_from_the_registry(arm_only, docker_client,
+                                                                                              tmp_path):
+    """The engine does not hold the image: its platforms are read from the registry's index (arm64 alone here),
+    before compose pulls anything; the node (this amd64 engine) is refused in one line, nothing recorded."""
+    from deploy_fixtures import free_port, make_test_stack
+
+    from sglstack.core.errors import DeployError
+    from sglstack.deploy.deployment import Deployment
+    from sglstack.deploy.flow import deploy
+    from sglstack.render import compose as cmp
+
+    repo, _, tag = arm_only
+    ref = f"{repo}:{tag}"
+    dep = Deployment(stack=make_test_stack(tmp_path), build_root=tmp_path / "build",
+                     project=f"sglstack-test-arm-{secrets.token_hex(4)}")
+    (tmp_path / "hf").mkdir()
+    said: list[str] = []
+    with pytest.raises(DeployError) as err:
+        deploy(dep, ref, cmp.ComposeOptions(gpus=0, port=free_port(), hf_cache=str(tmp_path / "hf")), say=said.append)
+    assert str(err.value) == (f"stack 'tiny': {ref} is for linux/arm64, the node ({docker_client.info()['Name']}) is "
+                              "linux/amd64: the image cannot run there (nothing was pulled or changed)")
+    assert _absent(docker_client, ref) and not (tmp_path / "build" / "tiny" / "deployments.jsonl").exists()
+    assert not [m for m in said if m.startswith(("pulling", "deploying"))]
