@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adapters.docker import docker_client
+from ..adapters.docker import docker_client, local_image
+from ..config.platforms import platform_of_image
 from ..config.schema import Stack
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
@@ -87,6 +88,8 @@ def measure_platforms(stack: Stack, image: str | None = None, docker_host: str |
     """Each platform's recorded image of the stack measured (`platform`: that one alone; `image`: that image,
     against `platform`'s record, the first's by default): (the measures, one line per platform without a
     recorded build). None recorded at all is bad input, as for a stack of one platform."""
+    if image is not None:
+        platform = image_platform(stack, image, docker_host, platform)
     if image is not None or platform is not None or len(stack.platforms) == 1:
         return [measure_stack(stack.for_platform(platform or stack.platforms[0]), image, docker_host)], []
     views = [stack.for_platform(p) for p in stack.platforms]
@@ -97,3 +100,19 @@ def measure_platforms(stack: Stack, image: str | None = None, docker_host: str |
                f"({recorded_build(v.name, v.lock_platform)[0]}): not measured (invoke build --stack {stack.name} "
                f"--platform {v.platforms[0]})" for v in views if v not in built]
     return [measure_stack(v, None, docker_host) for v in built], missing
+
+
+def image_platform(stack: Stack, image: str, docker_host: str | None, platform: str | None) -> str | None:
+    """The platform whose record and budget `--image` is held to: its own (the engine's Os/Architecture), which
+    must be one of the stack's and `platform` when given (bad input otherwise: another platform's record would
+    be compared); `platform` when the engine cannot tell (`measure` then says why)."""
+    found = local_image(docker_client(docker_host), image)
+    if found is None or not found.architecture:
+        return platform
+    own = platform_of_image(found.os, found.architecture)
+    if platform is not None and own != platform:
+        raise ConfigError(f"--image {image} is a {own} image, not {platform}", stack=stack.name)
+    if own not in stack.platforms:
+        raise ConfigError(f"--image {image} is a {own} image; the stack is built for {' '.join(stack.platforms)}",
+                          stack=stack.name)
+    return own

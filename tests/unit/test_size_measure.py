@@ -316,3 +316,29 @@ def test_size_of_a_stack_of_two_platforms_measures_each_platforms_recorded_image
     assert (str(bad.value), bad.value.exit_code, engine.calls) == (
         "stack 'pypi-cu130-gb': platform linux/aarch64 is not one of the stack's (linux/amd64 linux/arm64); did you "
         "mean linux/arm64?", 2, [])
+
+
+def test_size_of_a_named_image_is_held_to_its_own_platforms_record_and_budget(tmp_path, listing, monkeypatch, capsys):
+    """`size --image` of an arm64 image was compared with the first (amd64) platform's record; it is held to its
+    own platform's now, and an image of a platform the stack (or `--platform`) does not name is bad input."""
+    from pathlib import Path
+
+    from sglstack.cli.size import size_command
+    from sglstack.core.errors import ConfigError
+    from sglstack.core.jsonreport import JsonReport
+    from sglstack.size import stack as stack_module
+
+    engine = _Engine(attrs={"Size": 120 * MB, "RootFS": {"Layers": DIFF_IDS}, "Os": "linux", "Architecture": "arm64"})
+    monkeypatch.setattr(stack_module, "docker_client", lambda host: engine)
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    stacks = str(Path(__file__).resolve().parents[2] / "stacks.yaml")
+    assert size_command(stacks, "pypi-cu130-gb", image="img:arm", as_json=JsonReport(stdout=True)) == 0
+    assert json.loads(capsys.readouterr().out)["platform"] == "linux/arm64"
+    for stack, platform, said in (
+            ("pypi-cu130-gb", "linux/amd64", "stack 'pypi-cu130-gb': --image img:arm is a linux/arm64 image, not "
+                                             "linux/amd64"),
+            ("pypi-cu130", None, "stack 'pypi-cu130': --image img:arm is a linux/arm64 image; the stack is built for "
+                                 "linux/amd64")):
+        with pytest.raises(ConfigError) as err:
+            size_command(stacks, stack, image="img:arm", platform=platform)
+        assert (str(err.value), err.value.exit_code) == (said, 2)
