@@ -166,3 +166,59 @@ def test_a_compose_deploy_of_an_index_without_the_nodes_platform_is_refused_from
                               "linux/amd64: the image cannot run there (nothing was pulled or changed)")
     assert _absent(docker_client, ref) and not (tmp_path / "build" / "tiny" / "deployments.jsonl").exists()
     assert not [m for m in said if m.startswith(("pulling", "deploying"))]
+
+
+def _index_body(entries: list[tuple[str, str]], client: RegistryClient, path: str) -> bytes:
+    """An index written by another tool than `publish-index` (nothing checked): (digest, the architecture it is
+    listed for) each."""
+    import json
+
+    from sglstack.registry.client import DOCKER_MANIFEST_LIST
+
+    manifests = []
+    for digest, arch in entries:
+        child = client.get_manifest(path, digest)
+        manifests.append({"mediaType": child.media_type, "digest": digest, "size": len(child.body),
+                          "platform": {"architecture": arch, "os": "linux"}})
+    return json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST_LIST, "manifests": manifests}).encode()
+
+
+def test_an_index_that_lists_an_amd64_image_as_arm64_is_neither_promoted_nor_deployed(docker_client, plain_registry,
+                                                                                        tmp_path):
+    """An index made by hand (or by a tool's mistake) can list the x86 image under arm64 too: its platform list
+    passed every check, and GB200 nodes got an x86 image. Each child is read now: promotion refuses it (exit 2,
+    no tag moved), and so does a deploy to arm64 nodes (nothing applied)."""
+    import datetime as dt
+    import json
+    import os
+
+    from clirun import REPO
+
+    from sglstack.config.matrix import load_matrix
+    from sglstack.publish.digest import publish_digest
+    from sglstack.publish.platforms import IndexNotItsPlatforms
+    from sglstack.registry.client import DOCKER_MANIFEST_LIST, compute_digest
+
+    repo = f"{plain_registry.host}/sglstack-test/lying-{secrets.token_hex(4)}"
+    host, path = repo.split("/", 1)
+    amd = _push(docker_client, repo, "linux/amd64", build_labels("pypi-cu130-gb", "linux/amd64"))
+    client = RegistryClient(host)
+    body = _index_body([(amd, "amd64"), (amd, "arm64")], client, path)
+    index = client.put_manifest(path, compute_digest(body), body, DOCKER_MANIFEST_LIST)
+    said = (f"{host}/{path}@{index} lists {amd} for linux/arm64, but it is a linux/amd64 image: a node of linux/arm64 "
+            "would run another CPU's image")
+    stack = load_matrix(REPO / "stacks.yaml").get("pypi-cu130-gb")
+    with pytest.raises(IndexNotItsPlatforms) as err:
+        publish_digest(stack, index, unsigned=True, registry=repo, config_hash="0123456789ab", build_dir=tmp_path,
+                       today=dt.date(2026, 12, 5))
+    assert (str(err.value), err.value.exit_code) == (said, 2)
+    assert [t.split("-")[0] for t in client.list_tags(path)] == ["amd64"]  # no release tag moved
+    env = {"PATH": f"{REPO / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+           "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "gb200-nvl72",
+           "KUBECTL_DOUBLE_NODES": "arm64,arm64", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    proc = run_invoke("deploy", "--stack", "pypi-cu130-gb", "--on", "k8s", "--image", f"{repo}@{index}",
+                      "--wait-timeout", "30", cwd=tmp_path, env=env, timeout=120)
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (
+        1, f"error: stack 'pypi-cu130-gb': {said} (nothing was pulled or changed)")
+    calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
+    assert not [c for c in calls if "apply" in c]
