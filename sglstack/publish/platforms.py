@@ -52,7 +52,7 @@ def checked_platforms(client: RegistryClient, repo: str, reference: str) -> tupl
     for entry in manifest.json().get("manifests", []):
         if (listed := _listed(entry)) is None:
             continue
-        child = str(entry.get("digest"))  # type: ignore[union-attr]  # _listed: a dict
+        child = str(entry.get("digest"))  # an entry _listed names a platform of is a dict
         where = f"{client.registry}/{repo}@{manifest.digest} lists {child} for {listed}"
         try:
             config = client.image_config(repo, child)
