@@ -72,7 +72,8 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
 def engine_image_platform(ref: str, docker_host: str | None) -> str | None:
     """The platform of the engine's image `ref` (its config's Os, Architecture and Variant); None when the engine
     has no such image or cannot be asked."""
-    import docker.errors  # at call time, as in `_engine_snapshot`
+    # at call time: the Docker SDK is slow to import, and a diff of two files never needs it
+    import docker.errors
 
     from ..adapters.docker import docker_client
 
