@@ -9,7 +9,7 @@ has none. A build record names none: it is compared with the other side's first 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.console import Console
@@ -74,6 +74,15 @@ def index_diff(a: Side, b: Side) -> IndexDiff:
     both = tuple((p, snapshot_diff(left[p], right[p])) for p in left if p in right)
     return IndexDiff(a.ref, b.ref, added=tuple(p for p in right if p not in left),
                      removed=tuple(p for p in left if p not in right), platforms=both, notes=tuple(notes))
+
+
+def single_diff(a: Side, b: Side) -> StackDiff:
+    """Two sides of one image (or lock, or record) each, compared as they are; sides of two platforms (a local
+    amd64 image and an arm64 one) are said to be, as two locks of two platforms are."""
+    (pa, sa), (pb, sb) = next(iter(a.platforms.items())), next(iter(b.platforms.items()))
+    if pa and pb and pa != pb:
+        sa, sb = replace(sa, platform=pa), replace(sb, platform=pb)
+    return snapshot_diff(sa, sb)
 
 
 def index_diff_to_json(diff: IndexDiff) -> dict[str, Any]:

@@ -222,3 +222,25 @@ def test_an_index_that_lists_an_amd64_image_as_arm64_is_neither_promoted_nor_dep
         1, f"error: stack 'pypi-cu130-gb': {said} (nothing was pulled or changed)")
     calls = [json.loads(line) for line in (tmp_path / "kube" / "argv.jsonl").read_text().splitlines()]
     assert not [c for c in calls if "apply" in c]
+
+
+def test_diff_of_a_local_amd64_image_and_a_local_arm64_one_says_they_are_of_two_platforms(docker_client, tmp_path):
+    """Two local builds of one stack, one per platform: compared (not refused), the heading naming each side's
+    platform, as two locks of two platforms are; two images of one platform name none."""
+    import json
+
+    tags = {p: f"sglstack-test/two-{p[6:]}:{secrets.token_hex(4)}" for p in ("linux/amd64", "linux/arm64")}
+    for platform, tag in tags.items():
+        one_file_image(docker_client, platform, tag, build_labels("pypi-cu130-gb", platform))
+    try:
+        proc = run_invoke("diff", tags["linux/amd64"], tags["linux/arm64"], "--json", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        assert (data["a"], data["b"], data["platform"]) == (
+            f"{tags['linux/amd64']} (image, linux/amd64)", f"{tags['linux/arm64']} (image, linux/arm64)",
+            {"name": "platform", "before": "linux/amd64", "after": "linux/arm64", "kind": "changed"})
+        same = run_invoke("diff", tags["linux/arm64"], tags["linux/arm64"], "--json", cwd=tmp_path, timeout=120)
+        assert json.loads(same.stdout)["platform"] is None
+    finally:
+        for tag in tags.values():
+            docker_client.images.remove(tag, force=True)
