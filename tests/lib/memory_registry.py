@@ -16,6 +16,8 @@ from sglstack.registry.client import Manifest, ManifestNotFound, compute_digest
 
 
 class MemoryRegistry:
+    registry = "memory.invalid"  # the host a client names in its messages
+
     def __init__(self, *, referrers_api: bool = False) -> None:
         self.referrers_api = referrers_api
         self.blobs: dict[str, bytes] = {}
