@@ -48,7 +48,8 @@ def gate_verdicts(report: dict[str, Any]) -> dict[str, str]:
 
 def warm_verdicts(report: dict[str, Any], kind: str = "baseline") -> dict[str, Any]:
     """The warm start's verdicts, from the report's figures alone: it saved >= MIN_WARM_SAVING of the cold start
-    to healthy, it added no kernel cache file, and it restored the artifact the cold run packed (key matched)."""
+    to healthy, it added no kernel cache file and rewrote none, and it restored the artifact the cold run packed
+    (key matched)."""
     cold, warm = report[kind], report["warm"][kind]
     saving = 1.0 - warm["startup_s"] / cold["startup_s"]
     restore = warm["kernel_cache"]["restore"]
@@ -58,8 +59,16 @@ def warm_verdicts(report: dict[str, Any], kind: str = "baseline") -> dict[str, A
     return {"saving": round(saving, 4), "saving_verdict": "pass" if saving >= MIN_WARM_SAVING else "fail",
             "new_kernel_files": warm["kernel_cache"]["new_files"],
             "no_new_kernel_files": "pass" if warm["kernel_cache"]["new_files"] == 0 else "fail",
+            # Files the warm start wrote again (a kernel rebuilt in place); not counted before 2026-12-05 (sixth).
+            "no_rewritten_kernel_files": _rewritten_verdict(warm["kernel_cache"].get("rewritten_files")),
             "cold_kernel_files": cold["kernel_cache"]["files_after"],
             "key_matched": "pass" if matched else "fail"}
+
+
+def _rewritten_verdict(rewritten: int | None) -> str:
+    return "not recorded" if rewritten is None else "pass" if rewritten == 0 else "fail"
+
+
 def sweep_verdicts(report: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Per sweep setting (STEPS:TOPK:DRAFT_TOKENS): pass / fail per gate, by the same rule (a setting of a sweep
     has no regression reference: the history is the stack's own setting's)."""

@@ -248,6 +248,22 @@ def engine_machine(client: docker.DockerClient) -> tuple[str, str]:
     return str(info.get("OSType") or "linux"), str(info.get("Architecture") or "")
 
 
+def registry_platforms(client: docker.DockerClient, ref: str) -> tuple[tuple[str, str, str], ...] | None:
+    """(os, architecture, variant) of each platform the registry serves `ref` for, as the engine reads them from
+    the manifest or index (`GET /distribution/REF/json`: the engine asks the registry it would pull from, with its
+    credentials, and pulls no layer); None when the engine cannot tell (no such image, an unreachable registry):
+    the pull then says why in its own words. An index's attestation entries (unknown/unknown) are no platform."""
+    try:
+        data = client.images.get_registry_data(ref)
+    except docker.errors.DockerException:
+        return None
+    found = []
+    for entry in data.attrs.get("Platforms") or ():
+        if isinstance(entry, dict) and entry.get("architecture") not in (None, "", "unknown"):
+            found.append((str(entry.get("os") or ""), str(entry["architecture"]), str(entry.get("variant") or "")))
+    return tuple(found) or None
+
+
 class PullFailed(Exception):
     """The engine could not pull an image: `str()` is one line, the engine's first (and what to do when it
     is the network); each caller says it in its own words and error class. `vanished`: the pull went through

@@ -34,8 +34,8 @@ def diff_command(a: str, b: str, *, as_json: JsonReport = NO_JSON, docker_host: 
     an answer."""
     # at call time: the Docker SDK and the registry client would slow `invoke --list`
     from ..core.console import console as make_console
-    from ..diff.compare import diff_to_json, print_diff, snapshot_diff
-    from ..diff.platforms import index_diff, index_diff_to_json, print_index_diff
+    from ..diff.compare import diff_to_json, print_diff
+    from ..diff.platforms import index_diff, index_diff_to_json, print_index_diff, single_diff
     from ..diff.sources import load_side
 
     before, after = load_side(a, docker_host=docker_host), load_side(b, docker_host=docker_host)
@@ -45,7 +45,7 @@ def diff_command(a: str, b: str, *, as_json: JsonReport = NO_JSON, docker_host: 
         if not as_json.stdout:
             print_index_diff(by_platform, make_console())
         return 0
-    changes = snapshot_diff(next(iter(before.platforms.values())), next(iter(after.platforms.values())))
+    changes = single_diff(before, after)
     as_json.emit(diff_to_json(changes))
     if not as_json.stdout:
         print_diff(changes, make_console())

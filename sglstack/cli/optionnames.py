@@ -118,7 +118,7 @@ OPTIONS: dict[str, Meaning] = {
     "warm_start": Meaning(FLAG, "measure a second start with the kernel cache restored"),
     "cache_store": Meaning("PATH", "an OCI image layout folder of kernel-cache artifacts"),
     "max_warm_start_s": Meaning(FLOAT, "gate: seconds the warm start may take to healthy at most"),
-    "no_warm_compile": Meaning(FLAG, "gate: the warm start compiles nothing (adds no kernel cache file)"),
+    "no_warm_compile": Meaning(FLAG, "gate: the warm start compiles nothing (adds or rewrites no kernel cache file)"),
     "max_start_regression": Meaning(FLOAT, "gate: cold-start slowdown against the last passing run at most"),
     "precompile_deep_gemm": Meaning(FLAG, "run sglang.compile_deep_gemm into the kernel cache before each cold start"),
     "sizes": Meaning("SIZES", "all-reduce message sizes, e.g. 1M,64M,1G"),

@@ -24,6 +24,8 @@ class RenderOptions(TaskOptions):
     verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM) "
                                     "and its signed provenance names this stack, its config hash and SGLang "
                                     "release; the manifests then name the verified digest")
+    platform: str | None = option("the stack's platform to render (default: the stack as a whole): its base and "
+                                  "lock, into its build folder (build/STACK.OS-ARCH past the first)")
 
 
 @command(RenderOptions)
@@ -39,4 +41,5 @@ def render(o: RenderOptions) -> None:
 
         image = verified_for_render(image, o.verify_key, expected_identity(o.stacks_file, o.stack))
     options = K8sOptions.from_options(o)  # nnodes, host_network, rdma: the rest are deploy's
-    render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options)
+    render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options,
+                        platform=o.platform)

@@ -15,11 +15,33 @@ PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine i
 PLATFORMS: tuple[str, ...] = tuple(MACHINE)
 
 
-def platform_of_image(os_name: str, architecture: str) -> str:
-    """An image config's os and architecture (`linux`, `arm64`) as a platform (`linux/arm64`)."""
+# The variant an architecture has when none is named (Docker and the OCI spec: arm64 is v8): said or not, the same.
+DEFAULT_VARIANT: dict[str, str] = {"arm64": "v8"}
+
+
+def platform_of_image(os_name: str, architecture: str, variant: str = "") -> str:
+    """An image config's (or an index entry's) os, architecture and variant (`linux`, `arm64`, `v8`) as a platform
+    (`linux/arm64`); a variant other than the architecture's default is kept (`linux/arm/v7`)."""
+    if variant and variant != DEFAULT_VARIANT.get(architecture):
+        return f"{os_name or 'linux'}/{architecture}/{variant}"
     return PLATFORM_OF_ARCH.get(architecture, f"{os_name or 'linux'}/{architecture}")
 
 
 def platform_of_machine(os_type: str, machine: str) -> str:
     """A host's OS type and `uname -m` (`linux`, `aarch64`) as a platform (`linux/arm64`)."""
     return PLATFORM_OF_MACHINE.get(machine, f"{os_type or 'linux'}/{machine}")
+
+
+def meant_platform(given: str) -> str | None:
+    """The platform a near-miss spelling means (`arm64`, `aarch64`, `linux/aarch64`, `linux/arm64/v8`, `x86_64`):
+    for a "did you mean" only, never taken in its place (one spelling everywhere: the lock's, the index's)."""
+    parts = [x for x in given.strip().lower().replace("_", "-").split("/") if x]
+    if parts and parts[0] == "linux":
+        parts = parts[1:]
+    arch = {"x86-64": "amd64", "x64": "amd64", "aarch64": "arm64", "arm64v8": "arm64"}.get(parts[0], parts[0]) \
+        if parts else ""
+    variant = parts[1] if len(parts) == 2 else ""
+    if len(parts) > 2 or arch not in PLATFORM_OF_ARCH or variant not in ("", DEFAULT_VARIANT.get(arch, "")):
+        return None
+    found = PLATFORM_OF_ARCH[arch]
+    return found if found != given else None

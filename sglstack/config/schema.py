@@ -37,7 +37,7 @@ from .fields import (
     url_at,
 )
 from .names import LOCAL_REPOSITORY
-from .platforms import MACHINE
+from .platforms import MACHINE, meant_platform
 from .settings import (
     CoveragePolicy,
     PatchPolicy,
@@ -318,8 +318,10 @@ class Stack(StrictModel):
     def for_platform(self, platform: str) -> Stack:
         """The stack as one platform builds it: that platform only, and that platform's base."""
         if platform not in self.platforms:
-            raise ConfigError(f"platform {shown(platform, 40)} is not one of the stack's ({' '.join(self.platforms)})",
-                              stack=self.name)
+            meant = meant_platform(platform)
+            hint = f"; did you mean {meant}?" if meant in self.platforms else ""
+            raise ConfigError(f"platform {shown(platform, 40)} is not one of the stack's ({' '.join(self.platforms)})"
+                              f"{hint}", stack=self.name)
         if self.whole is not None or (self.platforms == (platform,) and not self.base_seed):
             return self
         update: dict[str, Any] = {"platforms": (platform,), "whole": self}

@@ -331,8 +331,9 @@ def diff_table(diff: StackDiff) -> Table:
 
 
 def platforms_line(platform: Change) -> str:
-    """The heading's line for two locks of different platforms: their packages may differ for that alone."""
-    return (f"locks of two platforms: A is {platform.before}, B is {platform.after} (a package only one platform "
+    """The heading's line for two locks (or images) of different platforms: their packages may differ for that
+    alone."""
+    return (f"two platforms: A is {platform.before}, B is {platform.after} (a package only one platform "
             "installs differs for that alone)")
 
 

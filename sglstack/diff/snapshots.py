@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..config.platforms import platform_of_image
 from ..core.errors import ConfigError, DockerUnavailable
 from ..core.inputs import loads, read_json, read_text
 from ..core.records import RECORD_FILE, build_root
@@ -66,6 +67,23 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
     # The engine's own size of the image (uncompressed): what `invoke diff` compares of two images.
     return dataclasses.replace(image_snapshot(ref, image.labels or {}, by_name),
                                size={"bytes": int(image.attrs.get("Size") or 0)})
+
+
+def engine_image_platform(ref: str, docker_host: str | None) -> str | None:
+    """The platform of the engine's image `ref` (its config's Os, Architecture and Variant); None when the engine
+    has no such image or cannot be asked."""
+    # at call time: the Docker SDK is slow to import, and a diff of two files never needs it
+    import docker.errors
+
+    from ..adapters.docker import docker_client
+
+    try:
+        attrs = docker_client(docker_host).images.get(ref).attrs
+    except (DockerUnavailable, docker.errors.DockerException):
+        return None
+    if not attrs.get("Architecture"):
+        return None
+    return platform_of_image(str(attrs.get("Os") or ""), str(attrs["Architecture"]), str(attrs.get("Variant") or ""))
 
 
 def _record_naming(image_id: str) -> Snapshot | None:

@@ -17,13 +17,14 @@ import zlib
 from typing import Any
 
 from ..config.imageref import DOCKER_HUB, names_its_registry, not_an_image, parse_image_reference
+from ..config.platforms import platform_of_image
 from ..core.errors import ConfigError, DockerUnavailable, RegistryError
 from ..core.inputs import loads
 from ..core.records import build_root
 from ..registry.client import RegistryClient
 from .compare import Snapshot, image_snapshot
 from .platforms import Side
-from .snapshots import IMAGE_FACTS, local_snapshot
+from .snapshots import IMAGE_FACTS, engine_image_platform, local_snapshot
 
 # Registry layers are read top-down looking for those facts; the serving image's last layers are small,
 # and a layer this large is torch or CUDA, which holds none of them.
@@ -177,11 +178,13 @@ def _registry_platforms(spec: str) -> tuple[bool, dict[str, str]] | None:
         manifest = client.get_manifest(parsed.repository.path, parsed.digest or parsed.tag or "latest")
         if not manifest.is_index:
             config = client.image_config(parsed.repository.path, manifest.digest)
-            return False, {f"{config.get('os')}/{config.get('architecture')}": manifest.digest}
+            return False, {platform_of_image(str(config.get("os") or ""), str(config.get("architecture") or ""),
+                                             str(config.get("variant") or "")): manifest.digest}
         out: dict[str, str] = {}
         for entry in manifest.json().get("manifests", []):
             plat = entry.get("platform") if isinstance(entry, dict) else None
-            name = f"{plat.get('os')}/{plat.get('architecture')}" if isinstance(plat, dict) else "unknown/unknown"
+            name = platform_of_image(str(plat.get("os")), str(plat.get("architecture")), str(plat.get("variant") or "")
+                                     ) if isinstance(plat, dict) else "unknown/unknown"
             if name != "unknown/unknown" and isinstance(entry.get("digest"), str):
                 out.setdefault(name, entry["digest"])
         return True, out
@@ -197,8 +200,9 @@ def load_side(spec: str, *, docker_host: str | None = None) -> Side:
         found = local_snapshot(spec, docker_host=docker_host)
     except DockerUnavailable as exc:
         found, down = None, exc
-    if found is not None:
-        return Side(spec, {None: found}, index=False)
+    if found is not None:  # a lock's platform, a local image's; a record names none
+        platform = engine_image_platform(spec, docker_host) if found.kind == "image" else found.platform
+        return Side(spec, {platform: found}, index=False)
     try:
         platforms = _registry_platforms(spec)
     except RegistryError:

@@ -105,11 +105,6 @@ def write_compose(stack: Stack, image_ref: str, out_dir: Path, *, options: Compo
     return [write_text(root, out_dir / name, text) for name, text in files.items()]
 
 
-def default_out_dir(stack_name: str) -> Path:
-    """build/STACK under the one build root (SGLSTACK_BUILD_DIR when set)."""
-    return stack_dir(stack_name)
-
-
 # What `invoke render` wrote into its folder, so that a later render replaces or removes only those.
 RENDER_MANIFEST = ".sglstack-render.json"
 MAX_MANIFEST_BYTES = 1024 * 1024  # a list of a dozen names
@@ -135,11 +130,13 @@ def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list
 
 def render_stack_folder(
     stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
-    k8s_options: K8sOptions | None = None,
+    k8s_options: K8sOptions | None = None, platform: str | None = None,
 ) -> RenderedContext:
     """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
     Kubernetes manifests. Reads no records: the compose file serves `image`, by default the stack's moving
-    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest.
+    tag, which `invoke deploy` replaces with a digest; the manifests serve only a digest. `platform` renders
+    what `build --platform` builds (that platform's base and lock) into its build folder (build/STACK.OS-ARCH
+    for a platform past the first).
 
     An `--out DIR` of the user's keeps a list of what render wrote there (`.sglstack-render.json`): a
     file render did not write is never replaced or removed (a one-line refusal before anything is
@@ -147,8 +144,11 @@ def render_stack_folder(
     """
     matrix = load_matrix(stacks_file)
     stack = matrix.get(stack_name)
-    out = Path(out_dir) if out_dir else default_out_dir(stack_name)
-    own_folder = os.path.abspath(out) == os.path.abspath(default_out_dir(stack_name))
+    if platform is not None:  # one of the stack's platforms, refused in one line before anything is written
+        stack = stack.for_platform(platform)
+    own = stack_dir(stack_name, platform=stack.lock_platform)
+    out = Path(out_dir) if out_dir else own
+    own_folder = os.path.abspath(out) == os.path.abspath(own)
     ref = image or moving_tag_ref(stack)
     # Checked (schemas included) before anything is written: bad k8s options change no file.
     k8s_files = render_k8s(stack, ref, k8s_options) if names_a_digest(ref) else None
@@ -166,7 +166,10 @@ def render_stack_folder(
     lock = lock_for_build(stacks_file, stack)  # a stale or edited lock: one line, and no folder made
     root = containing_root(out, build_root())
     fresh = not os.path.lexists(out)
-    with folder_lock(out, "render", root=root, stack=stack_name):
+    # A platform's own folder is written by that platform's build, which holds the stack's lock (build/STACK).
+    held = folder_lock(stack_dir(stack_name), "render", root=root, stack=stack_name) \
+        if own_folder and own != stack_dir(stack_name) else contextlib.nullcontext()
+    with held, folder_lock(out, "render", root=root, stack=stack_name):
         if owned is None:
             return _render_into(stack_name, stack, out, root, lock, compose_files, k8s_files, k8s_names, owned, ref)
         there = {name for name in planned if os.path.lexists(out / name.rstrip("/"))}

@@ -3,9 +3,14 @@
 Packing keeps regular files and folders only (a link in a cache could point anywhere on the node), in
 sorted order. Unpacking writes each member through `core/safefiles` into a folder filled aside and
 swapped in whole (`replace_folder`): a member with an absolute path, a `..`, a link or a device is
-refused in one line and nothing is left half-restored. Files are written with the time of the restore,
-not their packed time: FlashInfer's JIT builds with ninja, which rebuilds an output older than its inputs
-(the installed headers), so a restored kernel must be newer than the package it was compiled against.
+refused in one line and nothing is left half-restored.
+
+Each file keeps its modification time to the nanosecond (a PAX `mtime` record, read back as text, never
+through a float): FlashInfer's JIT builds with ninja, and ninja rebuilds an output whose time differs from
+the one its deps log recorded (`.ninja_deps`: "stored deps info out of date") or that is older than its
+inputs. A restore stamped with the time of the restore made every warm start on the H100 and H200 recompile
+FlashInfer's norm module with nvcc (about 30 s of the prefill CUDA-graph capture) while adding no file. The
+same image's installed headers carry the same times on every node, so the packed times stay valid there.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import stat
 import tarfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, BinaryIO
 
@@ -49,7 +54,7 @@ def cache_files(folder: Path) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def new_files(before: dict[str, int], after: dict[str, int]) -> list[str]:
+def new_files(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
     """The files a start added (a kernel compiled), sorted: none on a warm start that compiled nothing."""
     return sorted(set(after) - set(before))
 
@@ -73,10 +78,48 @@ class HashingWriter:
         return "sha256:" + self._hash.hexdigest()
 
 
+FileState = tuple[int, int]  # (size, modification time in ns)
+
+# Files a JIT writes on every load, compiled or not: its log and its lock (FlashInfer's `flashinfer_jit.log`,
+# `tmp/*.lock`). Ninja's own logs are rewritten when it builds, but also when it only compacts them.
+_BOOKKEEPING_SUFFIXES = (".log", ".lock", ".ninja_log", ".ninja_deps")
+
+
+def cache_state(folder: Path) -> dict[str, FileState]:
+    """Every regular file under `folder` -> (size, mtime in ns): what a start rewrote, not only what it added."""
+    out: dict[str, FileState] = {}
+    for rel in cache_files(folder):
+        st = os.lstat(folder / rel)
+        out[rel] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def rewritten_files(before: Mapping[str, FileState], after: Mapping[str, FileState]) -> list[str]:
+    """Files that were there before a start and were written again by it (a kernel rebuilt in place, as ninja
+    does when it judges an output stale): sorted, logs and locks left out."""
+    return sorted(rel for rel, state in after.items()
+                  if rel in before and before[rel] != state and not rel.endswith(_BOOKKEEPING_SUFFIXES))
+
+
+def _pax_mtime(mtime_ns: int) -> str:
+    sec, ns = divmod(mtime_ns, 1_000_000_000)
+    return f"{sec}.{ns:09d}"
+
+
+def _packed_mtime_ns(member: tarfile.TarInfo) -> int | None:
+    """The member's exact time from its PAX record; None for a layer packed without one (restore time used)."""
+    raw = member.pax_headers.get("mtime", "")
+    sec, _, frac = raw.partition(".")
+    if not sec.isdigit() or (frac and not frac.isdigit()) or len(frac) > 9:
+        return None
+    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0") or 0)
+
+
 def pack(folder: Path, out: BinaryIO | HashingWriter) -> int:
     """Write `folder`'s regular files as a gzip tar to `out`, streamed (a member's bytes pass a megabyte at a
-    time); returns how many files went in. Reproducible: sorted, owner 0, mtime 0 in the archive and in the
-    gzip header, no file name there (the same cache packs to the same digest, so it is not uploaded again)."""
+    time): sorted, owner 0, each file's own mtime to the ns in a PAX record (see the module's note), no time or
+    name in the gzip header (the same files pack to the same digest, so they are not uploaded again); returns
+    how many files went in."""
     files = cache_files(folder)
     with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=out, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
@@ -84,7 +127,8 @@ def pack(folder: Path, out: BinaryIO | HashingWriter) -> int:
             path = folder / rel
             info = tarfile.TarInfo(rel)
             st = os.lstat(path)
-            info.size, info.mode, info.mtime = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644, 0
+            info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
+            info.mtime, info.pax_headers = st.st_mtime_ns // 1_000_000_000, {"mtime": _pax_mtime(st.st_mtime_ns)}
             with open(path, "rb") as fh:
                 tar.addfile(info, fh)
     return len(files)
@@ -127,6 +171,9 @@ def unpack(root: Path, folder: Path, layer: Callable[[], BinaryIO], *, max_bytes
                 assert source is not None
                 write_with(tmp, tmp / member.name, _copier(source), mode=0o755 if member.mode & 0o111 else 0o644,
                            durable=False)
+                mtime_ns = _packed_mtime_ns(member)
+                if mtime_ns is not None:
+                    os.utime(tmp / member.name, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
                 count += 1
         return count
 

@@ -320,17 +320,16 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     stack = load_matrix(stacks_file).get(stack_name)
     paths: dict[str, Path] = {p: lock_path(stacks_file, stack_name, stack.for_platform(p).lock_platform)
                               for p in stack.platforms}
-    path = paths[stack.platforms[0]]
     # a folder: one line
     previous_of: dict[str, Lock] = {p: read_lock(x) for p, x in paths.items() if x.exists() or x.is_symlink()}
-    previous = previous_of.get(stack.platforms[0])
     # A read-only stacks folder or a full disk is one line now, not after minutes of resolving.
     for x in paths.values():
         require_writable(x, what="lock")
     wanted = [canonicalize_name(u) for u in upgrade_packages]
-    if wanted and previous is None:
-        raise ConfigError(f"--upgrade-package needs an existing lock ({path}): run invoke lock --stack {stack_name}",
-                          stack=stack_name)
+    # Every platform's lock: one without it would be resolved afresh, every package moved, not only these.
+    if wanted and (absent := [str(paths[p]) for p in stack.platforms if p not in previous_of]):
+        raise ConfigError(f"--upgrade-package needs an existing lock ({' and '.join(absent)}): run invoke lock --stack "
+                          f"{stack_name}", stack=stack_name)
     for name in wanted:  # in any platform's lock: a package only one platform installs is upgraded there
         held = {p: entry for p, lock in previous_of.items() if (entry := lock.get(name)) is not None}
         if not held:

@@ -34,6 +34,7 @@ from .history import (
     tag_record,
     unresolved_partial,
 )
+from .platforms import checked_platforms
 from .promotion import already_published, promote_recorded, target_repository
 from .tags import release_tags
 
@@ -141,7 +142,7 @@ def _require_every_platform(client: RegistryClient, repo: Repository, stack: Sta
     other's tags)."""
     if len(stack.platforms) < 2:
         return
-    serves = client.image_platforms(repo.path, digest)
+    serves = checked_platforms(client, repo.path, digest)  # each child read: there, and the platform it is listed for
     if missing := [p for p in stack.platforms if p not in serves]:
         raise BadInput(f"stack '{stack.name}' is released for {' '.join(stack.platforms)}: {repo}@{digest} serves "
                        f"{' '.join(serves) or 'no platform'}, not {' '.join(missing)}; promote the index of every "

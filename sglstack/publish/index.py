@@ -19,13 +19,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..attest.provenance import BuildIdentity
 from ..attest.release import ensure_index_signed
 from ..config.imageref import is_digest, tag_problem
-from ..config.platforms import ARCH_OF_PLATFORM
+from ..config.platforms import ARCH_OF_PLATFORM, meant_platform, platform_of_image
 from ..config.schema import Stack
 from ..core.errors import ConfigError, shown
+from ..core.labels import CONFIG_HASH_LABEL, SGLANG_LABEL, STACK_LABEL, VERIFIED_LABEL
 from ..registry.client import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
     OCI_INDEX,
+    ManifestNotFound,
     RegistryClient,
     compute_digest,
 )
@@ -52,8 +54,10 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
     for item in given:
         platform, _, digest = item.partition("=")
         if platform not in stack.platforms:
+            meant = meant_platform(platform)
             raise ConfigError(f"--platform-digest {shown(item, 80)}: {shown(platform, 40) or '(none)'} is not one of "
-                              f"the stack's platforms ({' '.join(stack.platforms)})", stack=stack.name)
+                              f"the stack's platforms ({' '.join(stack.platforms)})"
+                              + (f"; did you mean {meant}?" if meant in stack.platforms else ""), stack=stack.name)
         if not is_digest(digest):
             raise ConfigError(f"--platform-digest {shown(item, 80)}: give PLATFORM=sha256:<64 hex>", stack=stack.name)
         if platform in out:
@@ -73,23 +77,64 @@ class IndexEntryRefused(PublishError):
     exit_code = 2
 
 
-def index_body(client: RegistryClient, repo: str, children: Mapping[str, str]) -> tuple[bytes, str]:
-    """The index of `children` (platform -> manifest digest, each checked to be that platform's image):
-    (its bytes, its media type). Nothing is written."""
-    entries, types = [], set()
-    for platform, digest in children.items():
+def _labels(config: Mapping[str, object]) -> dict[str, str]:
+    inner = config.get("config")
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _not_this_build(stack: str, entry: str, labels: Mapping[str, str]) -> str | None:
+    """Why the image `entry` is not a verified build of `stack` (the labels the build stamps), or None."""
+    if labels.get(STACK_LABEL) != stack:
+        found = f"'{shown(labels[STACK_LABEL], 40)}'" if STACK_LABEL in labels else "none"
+        return f"{entry} is not a build of stack '{stack}' (its {STACK_LABEL} label: {found})"
+    if not labels.get(CONFIG_HASH_LABEL):
+        return f"{entry} has no {CONFIG_HASH_LABEL} label: not an image `invoke build` made"
+    if labels.get(VERIFIED_LABEL) != "true":
+        return f"{entry} is not a verified build (no {VERIFIED_LABEL}=true label)"
+    return None
+
+
+def _entry(client: RegistryClient, repo: str, platform: str, digest: str, stack: str | None
+           ) -> tuple[dict[str, object], str, dict[str, str]]:
+    """One checked entry of the index: (its descriptor, its manifest's media type, its labels)."""
+    entry = f"{repo}@{digest} ({platform})"
+    try:
         manifest = client.get_manifest(repo, digest)
-        if manifest.is_index:
-            raise IndexEntryRefused(f"{repo}@{digest} ({platform}) is an index, not one platform's image")
-        config = client.image_config(repo, digest)
-        found = f"{config.get('os')}/{config.get('architecture')}"
-        if found != platform:
-            raise IndexEntryRefused(f"{repo}@{digest} is a {found} image, listed for {platform}: nothing was written")
-        arch = ARCH_OF_PLATFORM[platform]
-        entries.append({"mediaType": manifest.media_type, "digest": digest, "size": len(manifest.body),
-                        "platform": {"architecture": arch, "os": "linux",
-                                     **({"variant": config["variant"]} if config.get("variant") else {})}})
-        types.add(manifest.media_type)
+    except ManifestNotFound:
+        raise IndexEntryRefused(f"{entry}: no such manifest in {client.registry}: nothing was written") from None
+    if manifest.is_index:
+        raise IndexEntryRefused(f"{entry} is an index, not one platform's image: nothing was written")
+    config = client.image_config(repo, digest)
+    found = platform_of_image(str(config.get("os") or ""), str(config.get("architecture") or ""),
+                              str(config.get("variant") or ""))
+    if found != platform:
+        raise IndexEntryRefused(f"{repo}@{digest} is a {found} image, listed for {platform}: nothing was written")
+    labels = _labels(config)
+    if stack is not None and (problem := _not_this_build(stack, entry, labels)):
+        raise IndexEntryRefused(f"{problem}: nothing was written")
+    descriptor = {"mediaType": manifest.media_type, "digest": digest, "size": len(manifest.body),
+                  "platform": {"architecture": ARCH_OF_PLATFORM[platform], "os": "linux",
+                               **({"variant": config["variant"]} if config.get("variant") else {})}}
+    return descriptor, manifest.media_type, labels
+
+
+def index_body(client: RegistryClient, repo: str, children: Mapping[str, str], stack: str | None = None
+               ) -> tuple[bytes, str]:
+    """The index of `children` (platform -> manifest digest, each checked to be that platform's image and, given
+    `stack`, a verified build of that stack, all of one SGLang release): (its bytes, its media type). Nothing
+    is written."""
+    entries, types, releases = [], set(), {}
+    for platform, digest in children.items():
+        descriptor, media_type, labels = _entry(client, repo, platform, digest, stack)
+        entries.append(descriptor)
+        types.add(media_type)
+        if SGLANG_LABEL in labels:
+            releases[platform] = labels[SGLANG_LABEL]
+    if stack is not None and len(set(releases.values())) > 1:
+        said = ", ".join(f"{shown(v, 40)} on {p}" for p, v in releases.items())
+        raise IndexEntryRefused(f"the entries are builds of different SGLang releases ({said}): one index is one "
+                                "release: nothing was written")
     media_type = DOCKER_MANIFEST_LIST if types == {DOCKER_MANIFEST} else OCI_INDEX
     body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": entries}, indent=2).encode()
     return body, media_type
@@ -108,7 +153,7 @@ def publish_index(stack: Stack, given: list[str], *, tag: str, registry: str | N
     children = parse_platform_digests(stack, given, tag)
     repo = target_repository(stack, registry)
     client = RegistryClient.from_environment(repo.registry)
-    body, media_type = index_body(client, repo.path, children)
+    body, media_type = index_body(client, repo.path, children, stack.name)
     digest = client.put_manifest(repo.path, compute_digest(body), body, media_type)
     signed: list[str] = []
     if key is not None:

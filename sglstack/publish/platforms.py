@@ -9,6 +9,7 @@ error` in a crash loop on the node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import docker
 import docker.errors
@@ -17,7 +18,52 @@ from ..adapters.docker import engine_machine
 from ..config.imageref import names_its_registry, parse_image_reference
 from ..config.platforms import platform_of_image, platform_of_machine
 from ..core.errors import DeployError, SglstackError
-from ..registry.client import RegistryClient
+from ..registry.client import ManifestNotFound, RegistryClient
+
+
+class IndexNotItsPlatforms(SglstackError):
+    """An index that lists a child the registry lacks, or a child of another platform than it says: bad input
+    (the digest given), exit 2."""
+
+    exit_code = 2
+
+
+def _listed(entry: object) -> str | None:
+    """The platform an index entry claims (None: an attestation manifest, unknown/unknown, or none)."""
+    plat = entry.get("platform") if isinstance(entry, dict) else None
+    if not isinstance(plat, dict) or plat.get("os") in (None, "unknown") or not plat.get("architecture"):
+        return None
+    return platform_of_image(str(plat["os"]), str(plat["architecture"]), str(plat.get("variant") or ""))
+
+
+def _config_platform(config: dict[str, Any]) -> str:
+    return platform_of_image(str(config.get("os") or ""), str(config.get("architecture") or "unknown"),
+                             str(config.get("variant") or ""))
+
+
+def checked_platforms(client: RegistryClient, repo: str, reference: str) -> tuple[str, ...]:
+    """The platforms `reference` serves, each child of an index read (one GET of its manifest and config): a child
+    the registry lacks, or whose config is another platform than the index lists it for, is refused (that
+    platform's nodes would fail at their pull, or be sent another CPU's image)."""
+    manifest = client.get_manifest(repo, reference)
+    if not manifest.is_index:
+        return (_config_platform(client.image_config(repo, manifest.digest)),)
+    out = []
+    for entry in manifest.json().get("manifests", []):
+        if (listed := _listed(entry)) is None:
+            continue
+        child = str(entry.get("digest"))  # an entry _listed names a platform of is a dict
+        where = f"{client.registry}/{repo}@{manifest.digest} lists {child} for {listed}"
+        try:
+            config = client.image_config(repo, child)
+        except ManifestNotFound:
+            raise IndexNotItsPlatforms(f"{where}, which the registry does not have: a node of {listed} would fail "
+                                       "at its pull") from None
+        if (own := _config_platform(config)) != listed:
+            raise IndexNotItsPlatforms(f"{where}, but it is a {own} image: a node of {listed} would run another "
+                                       "CPU's image")
+        out.append(listed)
+    return tuple(dict.fromkeys(out))
 
 
 def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> tuple[str, ...] | None:
@@ -34,7 +80,7 @@ def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> 
         return None
     parsed = parse_image_reference(ref)
     registry = RegistryClient.from_environment(parsed.repository.registry)
-    return registry.image_platforms(parsed.repository.path, parsed.digest or parsed.tag or "latest")
+    return checked_platforms(registry, parsed.repository.path, parsed.digest or parsed.tag or "latest")
 
 
 def engine_platform(client: docker.DockerClient) -> str:
@@ -57,6 +103,8 @@ def check_node_platform(stack_name: str, ref: str, node: str, node_platforms: tu
     from here (a registry only the nodes reach) is said, and left to the node's pull."""
     try:
         found = reference_platforms(ref, client)
+    except IndexNotItsPlatforms as exc:
+        raise DeployError(f"stack '{stack_name}': {exc} (nothing was pulled or changed)") from None
     except SglstackError as exc:
         say(f"platform: {ref}'s platforms cannot be read from here ({exc}): not checked against {node}")
         return

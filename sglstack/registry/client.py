@@ -15,6 +15,7 @@ from typing import Any
 import requests
 
 from ..config.imageref import is_digest
+from ..config.platforms import platform_of_image
 from ..core import labels as lb
 from ..core.errors import RegistryError
 from ..core.inputs import loads
@@ -275,12 +276,14 @@ class RegistryClient(BlobStreams):
         manifest = self.get_manifest(repo, reference)
         if not manifest.is_index:
             config = self._config_of(repo, manifest)
-            return (f"{config.get('os') or 'linux'}/{config.get('architecture') or 'unknown'}",)
+            return (platform_of_image(str(config.get("os") or ""), str(config.get("architecture") or "unknown"),
+                                      str(config.get("variant") or "")),)
         out = []
         for entry in manifest.json().get("manifests", []):
             found = entry.get("platform") if isinstance(entry, dict) else None
             if isinstance(found, dict) and found.get("os") not in (None, "unknown") and found.get("architecture"):
-                out.append(f"{found['os']}/{found['architecture']}")
+                out.append(platform_of_image(str(found["os"]), str(found["architecture"]),
+                                             str(found.get("variant") or "")))
         return tuple(dict.fromkeys(out))
 
     def _config_of(self, repo: str, manifest: Manifest) -> dict[str, Any]:

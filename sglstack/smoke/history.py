@@ -86,6 +86,8 @@ def start_summary(run: Mapping[str, Any]) -> dict[str, Any]:
     cache = run.get("kernel_cache")
     if cache:
         out["new_kernel_files"] = cache.get("new_files")
+        if cache.get("rewritten_files") is not None:
+            out["rewritten_kernel_files"] = cache["rewritten_files"]
         if cache.get("restore"):
             out["cache_restored"] = cache["restore"].get("matched")
     return out

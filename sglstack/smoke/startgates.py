@@ -26,10 +26,10 @@ def start_failures(gates: StartGates, cold: Mapping[str, ServerRun], warm: Mappi
             out.append(f"max_warm_start_s: the {label} warm start took {run.startup_s:.1f}s to healthy, over "
                        f"{gates.max_warm_start_s:g}s")
         cache = run.kernel_cache or {}
-        if gates.no_warm_compile and cache.get("new_files"):
-            first = ", ".join(cache.get("new_files_first") or [])
-            out.append(f"no_warm_compile: the {label} warm start compiled: {cache['new_files']} new kernel cache "
-                       f"files ({first})")
+        if gates.no_warm_compile and (cache.get("new_files") or cache.get("rewritten_files")):
+            first = ", ".join([*(cache.get("new_files_first") or []), *(cache.get("rewritten_files_first") or [])])
+            out.append(f"no_warm_compile: the {label} warm start compiled: {cache.get('new_files', 0)} new and "
+                       f"{cache.get('rewritten_files', 0)} rewritten kernel cache files ({first})")
     if gates.max_start_regression is not None and last_pass:
         for kind, run in cold.items():
             before = (last_pass.get(kind) or {}).get("startup_s")

@@ -34,13 +34,15 @@ def start_lines(data: Mapping[str, Any]) -> list[str]:
         return []
     lines = ["## Start by phase", "",
              "Seconds, from the server's own log lines (unknown: the line is missing). Kernel files: in the cache "
-             "folder after the start (new: added by it).", "",
+             "folder after the start (new: added by it; rewritten: there before and written again, a kernel rebuilt "
+             "in place).", "",
              "| start | " + " | ".join(PHASE_LABELS[p] for p in PHASE_NAMES)
-             + " | start to healthy | kernel files (new) | cache |", "|---" * (len(PHASE_NAMES) + 4) + "|"]
+             + " | start to healthy | kernel files (new, rewritten) | cache |", "|---" * (len(PHASE_NAMES) + 4) + "|"]
     for label, run in rows:
         phases = run["phases"].get("phases_s") or {}
         cache = run.get("kernel_cache") or {}
-        files = f"{cache.get('files_after')} ({cache.get('new_files')})" if cache else "n/a"
+        files = (f"{cache.get('files_after')} ({cache.get('new_files')}, {cache.get('rewritten_files', 0)})"
+                 if cache else "n/a")
         restore = cache.get("restore")
         state = ("restored" if restore["matched"] else "cold: " + restore["line"].split(": ", 1)[-1]) \
             if restore else ("empty at start" if cache else "not managed")

@@ -15,7 +15,15 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..adapters.docker import LocalImage, PullFailed, docker_client, engine_machine, local_image, present_or_pulled
+from ..adapters.docker import (
+    LocalImage,
+    PullFailed,
+    docker_client,
+    engine_machine,
+    local_image,
+    present_or_pulled,
+    registry_platforms,
+)
 from ..config.imageref import image_name, not_an_image, registry_digest
 from ..config.platforms import platform_of_image, platform_of_machine
 from ..config.schema import Stack
@@ -103,7 +111,10 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
     """Find (or pull) `ref` on the engine; return its ref, registry digest (None for a local build), image id
     and repo digests. A digest ref is its own digest."""
     try:
-        found = local_image(engine, ref) if not pull else present_or_pulled(engine, ref)
+        if pull:  # an image of no platform this host runs is refused from its registry's answer, before a pull
+            found: LocalImage | None = present_or_pulled(engine, ref, before_pull=lambda: _require_served(engine, ref))
+        else:
+            found = local_image(engine, ref)
         if found is None:
             raise SmokeError(f"image {ref}: not found on the Docker host")
     except PullFailed as exc:
@@ -115,6 +126,20 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
     return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
             "repo_digests": list(found.repo_digests),
             **({"platform": platform_of_image(found.os, found.architecture)} if found.architecture else {})}
+
+
+def _require_served(engine: docker.DockerClient, ref: str) -> None:
+    """Refuse, before the pull (an image of ~10 GB), an image whose registry serves no platform of the Docker
+    host: an index without the host's platform (the pull would say only "no matching manifest"), or another
+    platform's image (it would run emulated). A registry the engine cannot ask leaves it to the pull."""
+    served = registry_platforms(engine, ref)
+    if served is None:
+        return
+    platforms = tuple(dict.fromkeys(platform_of_image(*p) for p in served))
+    node = platform_of_machine(*engine_machine(engine))
+    if node not in platforms:
+        raise SmokeInputError(f"image {ref} is for {' '.join(platforms)}, the Docker host is {node}: nothing was "
+                              f"pulled; smoke it on a {platforms[0]} node, or an index that lists {node}")
 
 
 def _require_native(engine: docker.DockerClient, ref: str, found: LocalImage) -> None:

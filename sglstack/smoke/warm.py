@@ -33,7 +33,9 @@ from ..kernelcache import (
     Restore,
     cache_files,
     cache_key,
+    cache_state,
     new_files,
+    rewritten_files,
 )
 from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
@@ -111,14 +113,17 @@ class KernelCaches:
     def empty(self, kind: str) -> None:
         replace_folder(self.root, self.folder(kind), lambda _tmp: None)
 
-    def record(self, kind: str, before: Mapping[str, int], run: ServerRun, restore: Restore | None = None
-               ) -> ServerRun:
-        after = cache_files(self.folder(kind))
-        added = new_files(dict(before), after)
+    def record(self, kind: str, before: Mapping[str, tuple[int, int]], run: ServerRun,
+               restore: Restore | None = None) -> ServerRun:
+        """The start's cache summary: files added, and files there before that it wrote again (a kernel
+        rebuilt in place adds no file: ninja judging a restored output stale did exactly that)."""
+        after = cache_state(self.folder(kind))
+        added, rewritten = new_files(before, after), rewritten_files(before, after)
         summary: dict[str, Any] = {
             "folder": str(self.folder(kind)), "key": self.key(kind).to_dict(), "key_digest": self.key(kind).digest(),
-            "files_before": len(before), "files_after": len(after), "bytes_after": sum(after.values()),
+            "files_before": len(before), "files_after": len(after), "bytes_after": sum(s for s, _ in after.values()),
             "new_files": len(added), "new_files_first": added[:SHOWN_NEW_FILES],
+            "rewritten_files": len(rewritten), "rewritten_files_first": rewritten[:SHOWN_NEW_FILES],
         }
         if restore is not None:
             summary["restore"] = restore.to_dict()
@@ -189,7 +194,7 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
         log(f"smoke: {kind}: warm start: {restore.line}")
         if not restore.matched:
             caches.empty(kind)
-        before = cache_files(caches.folder(kind))
+        before = cache_state(caches.folder(kind))
         options = caches.options_for(kind)
         if engine is None:
             plan = process_plan(options, kind, free_tcp_port())
@@ -199,6 +204,7 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
             cplan = container_plan(options, str(image_info["id"]), kind)
             run = serve_and_measure(engine, cplan, options, log, measure=measure_start)
         runs[kind] = caches.record(kind, before, run, restore)
-        added = (runs[kind].kernel_cache or {}).get("new_files", 0)
-        log(f"smoke: {kind}: warm start: {added} new kernel cache files")
+        cache = runs[kind].kernel_cache or {}
+        log(f"smoke: {kind}: warm start: {cache.get('new_files', 0)} new kernel cache files, "
+            f"{cache.get('rewritten_files', 0)} rewritten")
     return runs

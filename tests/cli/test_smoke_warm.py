@@ -27,7 +27,7 @@ def test_a_warm_start_from_the_command_line(tmp_path, repo_root):
     lines = done.stdout.splitlines()
     for kind in ("baseline", "eagle3"):
         start = next(line for line in lines if line.startswith(f"  {kind} start: cold "))
-        assert start.endswith(", 0 new kernel cache files")
+        assert start.endswith(", 0 new and 0 rewritten kernel cache files")
     report = json.loads((tmp_path / "r.json").read_text())
     assert {k: report["warm"][k]["kernel_cache"]["restore"]["matched"] for k in ("baseline", "eagle3")} == {
         "baseline": True, "eagle3": True}

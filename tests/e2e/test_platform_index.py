@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
-import io
 import json
 import secrets
-import tarfile
 
 import docker.errors
 import pytest
 from clirun import REPO, run_invoke
+from platform_images import build_labels, one_file_image
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
-from sglstack.config.baseseed import BaseSeed, docker_archive, image_config
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import DeployError
 from sglstack.publish.history import PublishError
@@ -29,20 +26,6 @@ from sglstack.registry.client import DOCKER_MANIFEST_LIST, RegistryClient
 pytestmark = pytest.mark.docker
 
 
-def _image(docker_client, platform: str, tag: str) -> None:
-    """A one-file image of `platform`, loaded as the seed loads its base (no emulation, no BuildKit)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        data = f"{platform} {secrets.token_hex(8)}\n".encode()
-        info = tarfile.TarInfo("./platform")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    rootfs = buf.getvalue()
-    digest = "sha256:" + hashlib.sha256(rootfs).hexdigest()
-    config = image_config(BaseSeed(rootfs={platform: digest}), platform, digest)
-    docker_client.images.load(b"".join(docker_archive(config, tag, len(rootfs), [rootfs], 0)))
-
-
 @pytest.fixture
 def pushed(docker_client, plain_registry):
     """Each platform's image pushed to the registry by the engine: (repository, {platform: digest})."""
@@ -50,7 +33,7 @@ def pushed(docker_client, plain_registry):
     digests = {}
     for platform in ("linux/amd64", "linux/arm64"):
         tag = f"{repo}:{platform.split('/')[1]}"
-        _image(docker_client, platform, tag)
+        one_file_image(docker_client, platform, tag, build_labels("pypi-cu130-gb", platform))
         docker_client.images.push(tag)
         digests[platform] = RegistryClient(plain_registry.host).manifest_digest(repo.split("/", 1)[1],
                                                                                  platform.split("/")[1])
@@ -220,7 +203,7 @@ def test_a_compose_deploy_of_an_image_for_another_platform_is_refused_before_any
 
     assert engine_platform(docker_client) == "linux/amd64"
     tag = f"sglstack-test/arm-only:{secrets.token_hex(4)}"
-    _image(docker_client, "linux/arm64", tag)
+    one_file_image(docker_client, "linux/arm64", tag)
     dep = Deployment(stack=make_test_stack(tmp_path), build_root=tmp_path / "build",
                      project=f"sglstack-test-arm-{secrets.token_hex(4)}")
     (tmp_path / "hf").mkdir()
@@ -299,7 +282,7 @@ def test_smoke_serves_an_index_by_its_digest_and_refuses_another_platforms_image
     path = repo.split("/", 1)[1]
     tags = {"linux/amd64": f"{repo}:amd64", "linux/arm64": f"{repo}:arm64"}
     docker_client.images.get(sglang_double_image).tag(tags["linux/amd64"])
-    _image(docker_client, "linux/arm64", tags["linux/arm64"])
+    one_file_image(docker_client, "linux/arm64", tags["linux/arm64"])
     client = RegistryClient(plain_registry.host)
     label = f"smoke-{secrets.token_hex(4)}"
     try:

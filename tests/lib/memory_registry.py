@@ -19,6 +19,8 @@ from sglstack.registry.transport import TooLarge
 
 
 class MemoryRegistry:
+    registry = "memory.invalid"  # the host a client names in its messages
+
     def __init__(self, *, referrers_api: bool = False) -> None:
         self.referrers_api = referrers_api
         self.blobs: dict[str, bytes] = {}

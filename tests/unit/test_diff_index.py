@@ -40,3 +40,25 @@ def test_a_side_that_names_no_platform_is_compared_with_the_others_first_and_sai
     assert [p for p, _ in diff.platforms] == ["linux/amd64"] and diff.added == ("linux/arm64",)
     assert diff.notes == ("A (build/s/record.json) names no platform (a local image, a build record or a lock): "
                           "compared with linux/amd64, the other side's first",)
+
+
+def test_a_side_of_one_platform_is_compared_with_that_platform_of_an_index_and_refused_where_it_has_none():
+    """A lock (or a local image) of linux/arm64 against an index: its own platform, never the index's first; an
+    index without it is bad input (a comparison across platforms would show every package as changed)."""
+    import pytest
+
+    from sglstack.core.errors import ConfigError
+
+    index = Side("r/x:both", {"linux/amd64": _snap("a1", "0.5.9"), "linux/arm64": _snap("a2", "0.5.10")}, True)
+    arm = Side("locks/s.linux-arm64.txt", {"linux/arm64": _snap("l", "0.5.10")}, False)
+    diff = index_diff(arm, index)
+    assert ([p for p, _ in diff.platforms], diff.added, diff.notes, diff.platforms[0][1].sglang) == (
+        ["linux/arm64"], ("linux/amd64",), (), None)
+    x86 = Side("r/x:x86", {"linux/amd64": _snap("a1", "0.5.9")}, True)
+    for a, b, said in ((arm, x86, "A (locks/s.linux-arm64.txt) is linux/arm64, and B (r/x:x86)"),
+                       (x86, arm, "B (locks/s.linux-arm64.txt) is linux/arm64, and A (r/x:x86)")):
+        with pytest.raises(ConfigError) as err:
+            index_diff(a, b)
+        assert str(err.value) == (f"diff: {said} is an index without linux/arm64 (it has linux/amd64): nothing to "
+                                  "compare")
+        assert err.value.exit_code == 2

@@ -38,7 +38,7 @@ def test_two_platforms_locks_are_compared_and_the_heading_names_each_platform(tm
     write_lock(amd, _lock("linux/amd64", sglang="0.5.23", nvidia_x86="1.0"))
     write_lock(arm, _lock("linux/arm64", sglang="0.5.23"))
     text = " ".join(_printed(str(amd), str(arm)))  # the table's title wraps at the table's width
-    assert (f"A = {amd} (lock, linux/amd64) B = {arm} (lock, linux/arm64) locks of two platforms: A is linux/amd64, "
+    assert (f"A = {amd} (lock, linux/amd64) B = {arm} (lock, linux/arm64) two platforms: A is linux/amd64, "
             "B is linux/arm64 (a package only one platform installs differs for that alone)") in text
     assert diff_command(str(amd), str(arm), as_json=JsonReport(stdout=True)) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -54,10 +54,10 @@ def test_two_locks_of_one_further_platform_name_it_and_no_platform_change(tmp_pa
     write_lock(new, _lock("linux/arm64", sglang="0.5.23"))
     diff = snapshot_diff(load_snapshot(str(old)), load_snapshot(str(new)))
     assert diff.platform is None and (diff.a, diff.b) == (f"{old} (lock, linux/arm64)", f"{new} (lock, linux/arm64)")
-    assert not [line for line in _printed(str(old), str(new)) if line.startswith("locks of two platforms")]
+    assert not [line for line in _printed(str(old), str(new)) if line.startswith("two platforms")]
     # the same packages on two platforms: no difference, and still said which platforms
     write_lock(new, _lock("linux/amd64", sglang="0.5.22"))
     assert _printed(str(old), str(new))[:2] == [
         f"no difference between {old} (lock, linux/arm64) and {new} (lock, linux/amd64)",
-        "locks of two platforms: A is linux/arm64, B is linux/amd64 (a package only one platform installs differs "
+        "two platforms: A is linux/arm64, B is linux/amd64 (a package only one platform installs differs "
         "for that alone)"]

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from memory_registry import MemoryRegistry
+from platform_images import build_labels
 
 from sglstack.attest.errors import AttestationError
 from sglstack.attest.provenance import BuildIdentity, provenance_statement
@@ -36,7 +37,8 @@ STACK = "pypi-cu130-gb"
 def _image(registry: MemoryRegistry, platform: str) -> str:
     """One platform's image manifest, released `--unsigned`: its SBOM and provenance attached, no signature."""
     os_name, arch = platform.split("/")
-    config = registry.put_blob(PATH, json.dumps({"os": os_name, "architecture": arch}).encode())
+    config = registry.put_blob(PATH, json.dumps({"os": os_name, "architecture": arch,
+                                                 "config": {"Labels": build_labels(STACK, platform)}}).encode())
     body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
                        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": config,
                                   "size": 1}, "layers": []}).encode()
@@ -96,8 +98,9 @@ def test_each_platform_and_the_index_are_signed_before_the_tag_and_verify(releas
 
 def test_a_platform_that_cannot_be_signed_writes_no_tag(released):
     registry, digests, stack = released
+    config = {"os": "linux", "architecture": "arm64", "config": {"Labels": build_labels(STACK, "linux/arm64")}}
     bare = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
-        "mediaType": "x", "digest": registry.put_blob(PATH, b'{"os": "linux", "architecture": "arm64"}'), "size": 1},
+        "mediaType": "x", "digest": registry.put_blob(PATH, json.dumps(config).encode()), "size": 1},
         "layers": []}).encode()
     digests["linux/arm64"] = registry.put_manifest(PATH, compute_digest(bare), bare, OCI_MANIFEST)
     with pytest.raises(AttestationError) as err:

@@ -27,9 +27,10 @@ from sglstack.serving import ServingError
 REPO = Path(__file__).resolve().parents[2]
 REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "b" * 64
 LAYER = io.BytesIO()
-with tarfile.open(fileobj=LAYER, mode="w:gz") as _tar:
+BUILT_NS = 1_764_900_000_123_456_789  # the kernel's build time, which ninja-built caches need back exactly
+with tarfile.open(fileobj=LAYER, mode="w:gz", format=tarfile.PAX_FORMAT) as _tar:  # as kernelcache.files packs
     _info = tarfile.TarInfo("triton/k/a.cubin")
-    _info.size = 6
+    _info.size, _info.mtime, _info.pax_headers = 6, BUILT_NS // 10**9, {"mtime": "1764900000.123456789"}
     _tar.addfile(_info, io.BytesIO(b"kernel"))
 LAYER_BYTES = LAYER.getvalue()
 LAYER_DIGEST = "sha256:" + hashlib.sha256(LAYER_BYTES).hexdigest()
@@ -103,6 +104,7 @@ def test_the_init_container_restores_the_match_of_its_node(tmp_path, blobs):
     line = run_init(tmp_path, blobs, [candidate(gpu_name="NVIDIA H200"), candidate()])
     assert line == "kernel cache: restored 1 files from sha256:cccccccccccc (key matched on this node)"
     assert files_in(tmp_path / "cache") == ["triton/k/a.cubin"]
+    assert (tmp_path / "cache" / "triton" / "k" / "a.cubin").stat().st_mtime_ns == BUILT_NS
 
 
 def test_another_node_or_a_changed_layer_starts_cold_with_its_line(tmp_path, blobs):

@@ -1134,3 +1134,41 @@ def test_a_lock_of_another_platform_is_not_taken_for_this_one(stacks):
         lock_for_build(stacks, load_matrix(stacks).get("tiny"))
     assert str(err.value) == (f"{locks / 'tiny.txt'}: stack 'tiny': this lock is for linux/arm64, not linux/amd64 "
                               "(each platform has its own lock): run invoke lock --stack tiny")
+
+
+def test_upgrade_package_reads_every_platforms_lock_and_needs_each(stacks):
+    """`--upgrade-package` of a package only arm64 installs moves it there, from arm64's own pins; and with one
+    platform's lock gone it is refused (that platform would be resolved afresh: every package moved, not one)."""
+    from dataclasses import replace
+
+    stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
+
+    def arm_only_idna(uv: Uv) -> Uv:
+        real = uv.resolve
+
+        def resolve(request):
+            r = real(request)
+            if request.python_platform.startswith("x86_64"):  # an aarch64-only dependency (a platform marker)
+                return replace(r, packages=tuple(p for p in r.packages if p.name != "idna"))
+            return r
+
+        uv.resolve = resolve  # type: ignore[method-assign]
+        return uv
+
+    flow.lock_stack(stacks, "tiny", compile_fn=arm_only_idna(Uv()))
+    amd, arm = lock_path(stacks, "tiny"), lock_path(stacks, "tiny", "linux/arm64")
+    assert read_lock(amd).get("idna") is None and read_lock(arm).get("idna") is not None
+    again = arm_only_idna(Uv())
+    flow.lock_stack(stacks, "tiny", upgrade_packages=["idna"], compile_fn=again)
+    mains = {r.python_platform: r for r in again.requests if not r.no_deps and r.requirements}
+    assert mains["aarch64-manylinux_2_36"].upgrade_packages == ("idna",)
+    assert "idna==3.11" in mains["aarch64-manylinux_2_36"].preferences  # arm64's own pins are the starting point
+    assert "idna==3.11" not in mains["x86_64-manylinux_2_36"].preferences
+
+    arm.unlink()
+    refused = Uv()
+    with pytest.raises(ConfigError) as err:
+        flow.lock_stack(stacks, "tiny", upgrade_packages=["numpy"], compile_fn=refused)
+    assert str(err.value) == (f"stack 'tiny': --upgrade-package needs an existing lock ({arm}): run invoke lock "
+                              "--stack tiny")
+    assert (err.value.exit_code, refused.requests, arm.exists()) == (2, [], False)

@@ -251,7 +251,7 @@ def test_the_stack_measure_applies_each_part_of_the_policy_that_is_set(tmp_path,
     answer["out"] = json.dumps(dict(FILES, same_name=[{"name": "libcublas.so.13", "paths": [
         ["/usr/local/cuda/lib64/libcublas.so.13", None, 500], [site + "nvidia/cu13/lib/libcublas.so.13", "x", 600]]}]))
     monkeypatch.setattr(stack_module, "docker_client", lambda host: _Engine())
-    monkeypatch.setattr(stack_module, "recorded_build", lambda name: (tmp_path / "record.json", None))
+    monkeypatch.setattr(stack_module, "recorded_build", lambda name, platform=None: (tmp_path / "record.json", None))
     stack = load_matrix("tests/fixtures/stacks-cpu.yaml").get("cpu-test")
     stack = stack.model_copy(update={"size": None if policy is None else SizePolicy.model_validate(policy)})
     measured = stack_module.measure_stack(stack, "img:tag")
@@ -262,3 +262,83 @@ def test_the_stack_measure_applies_each_part_of_the_policy_that_is_set(tmp_path,
     assert len(measured.problems) == over + copies_refused
     if copies_refused:
         assert "libcublas.so.13" in measured.problems[-1] and "size.library_copies" in measured.problems[-1]
+
+
+# ---- a stack of several platforms: each platform's recorded image -----------------------------------------------
+
+def _record(build, folder: str, image_id: str) -> None:
+    (build / folder).mkdir(parents=True)
+    (build / folder / "record.json").write_text(json.dumps({"image_id": image_id, "tag": f"sglstack/x:{folder}"}))
+
+
+def test_size_of_a_stack_of_two_platforms_measures_each_platforms_recorded_image(tmp_path, listing, monkeypatch,
+                                                                                  capsys):
+    """`size --stack` measured the first platform's image only: each platform's recorded build is measured now and
+    reported under its platform; `--platform` measures one; a platform never built is said (exit 1); another
+    spelling of a platform is bad input (exit 2) before any engine is asked."""
+    from pathlib import Path
+
+    from sglstack.cli.size import size_command
+    from sglstack.core.errors import ConfigError
+    from sglstack.core.jsonreport import JsonReport
+    from sglstack.size import stack as stack_module
+
+    engine = _Engine()
+    monkeypatch.setattr(stack_module, "docker_client", lambda host: engine)
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    stacks = str(Path(__file__).resolve().parents[2] / "stacks.yaml")
+    amd, arm = "sha256:" + "a" * 64, "sha256:" + "e" * 64
+    _record(tmp_path / "build", "pypi-cu130-gb", amd)
+
+    assert size_command(stacks, "pypi-cu130-gb", as_json=JsonReport(stdout=True)) == 1  # arm64 never built
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert [(p["platform"], p["image"]) for p in data["platforms"]] == [("linux/amd64", "sglstack/x:pypi-cu130-gb")]
+    assert data["not_measured"] == err.removeprefix("error: ").splitlines() == [
+        f"stack 'pypi-cu130-gb': linux/arm64: no build recorded ({tmp_path}/build/pypi-cu130-gb.linux-arm64/"
+        "record.json): not measured (invoke build --stack pypi-cu130-gb --platform linux/arm64)"]
+
+    _record(tmp_path / "build", "pypi-cu130-gb.linux-arm64", arm)
+    engine.calls.clear()
+    assert size_command(stacks, "pypi-cu130-gb") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("platform ")] == ["platform linux/amd64:", "platform linux/arm64:"]
+    assert [c[1] for c in engine.calls if c[0] == "get"] == [amd, arm]
+
+    engine.calls.clear()
+    assert size_command(stacks, "pypi-cu130-gb", platform="linux/arm64", as_json=JsonReport(stdout=True)) == 0
+    assert json.loads(capsys.readouterr().out)["platform"] == "linux/arm64"
+    assert [c[1] for c in engine.calls if c[0] == "get"] == [arm]
+
+    engine.calls.clear()
+    with pytest.raises(ConfigError) as bad:
+        size_command(stacks, "pypi-cu130-gb", platform="linux/aarch64")
+    assert (str(bad.value), bad.value.exit_code, engine.calls) == (
+        "stack 'pypi-cu130-gb': platform linux/aarch64 is not one of the stack's (linux/amd64 linux/arm64); did you "
+        "mean linux/arm64?", 2, [])
+
+
+def test_size_of_a_named_image_is_held_to_its_own_platforms_record_and_budget(tmp_path, listing, monkeypatch, capsys):
+    """`size --image` of an arm64 image was compared with the first (amd64) platform's record; it is held to its
+    own platform's now, and an image of a platform the stack (or `--platform`) does not name is bad input."""
+    from pathlib import Path
+
+    from sglstack.cli.size import size_command
+    from sglstack.core.errors import ConfigError
+    from sglstack.core.jsonreport import JsonReport
+    from sglstack.size import stack as stack_module
+
+    engine = _Engine(attrs={"Size": 120 * MB, "RootFS": {"Layers": DIFF_IDS}, "Os": "linux", "Architecture": "arm64"})
+    monkeypatch.setattr(stack_module, "docker_client", lambda host: engine)
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    stacks = str(Path(__file__).resolve().parents[2] / "stacks.yaml")
+    assert size_command(stacks, "pypi-cu130-gb", image="img:arm", as_json=JsonReport(stdout=True)) == 0
+    assert json.loads(capsys.readouterr().out)["platform"] == "linux/arm64"
+    for stack, platform, said in (
+            ("pypi-cu130-gb", "linux/amd64", "stack 'pypi-cu130-gb': --image img:arm is a linux/arm64 image, not "
+                                             "linux/amd64"),
+            ("pypi-cu130", None, "stack 'pypi-cu130': --image img:arm is a linux/arm64 image; the stack is built for "
+                                 "linux/amd64")):
+        with pytest.raises(ConfigError) as err:
+            size_command(stacks, stack, image="img:arm", platform=platform)
+        assert (str(err.value), err.value.exit_code) == (said, 2)

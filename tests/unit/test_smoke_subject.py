@@ -94,8 +94,15 @@ class _Image:
             self.attrs.update(Os="linux", Architecture=architecture)
 
 
+class _RegistryData:
+    def __init__(self, platforms: list[dict[str, str]]) -> None:
+        self.attrs = {"Descriptor": {}, "Platforms": platforms}
+
+
 class _Engine:
-    """docker-py's `client.images`: `get` and `pull`, with what a pull brings and how the engine fails."""
+    """docker-py's `client.images`: `get`, `get_registry_data` (the engine's `GET /distribution/REF/json`: the
+    platforms a registry serves REF for, no layer pulled) and `pull`, with what a pull brings and how the engine
+    fails."""
 
     def __init__(self, local=None, registry=None, *, get_error=None, pull_error=None) -> None:
         self.images = self
@@ -113,6 +120,12 @@ class _Engine:
         if ref not in self.local:
             raise docker.errors.ImageNotFound(f"No such image: {ref}")
         return self.local[ref]
+
+    def get_registry_data(self, ref):
+        if ref not in self.registry:  # what the engine answers when the registry has no such manifest
+            raise docker.errors.NotFound(f"{ref}: manifest unknown")
+        arch = self.registry[ref].attrs.get("Architecture", "amd64")
+        return _RegistryData([{"os": "linux", "architecture": arch, **({"variant": "v8"} if arch == "arm64" else {})}])
 
     def pull(self, ref):
         self.pulled.append(ref)
@@ -137,6 +150,20 @@ def test_a_missing_image_is_pulled_once_or_refused_without_pull():
     assert str(err.value) == "image reg:5000/a/b:1: not found on the Docker host" and engine.pulled == []
     info = subject.resolve_image(engine, "reg:5000/a/b:1")  # type: ignore[arg-type]
     assert (info["digest"], info["id"], engine.pulled) == (DIGEST, IMAGE_ID, ["reg:5000/a/b:1"])
+
+
+def test_an_image_the_registry_serves_for_another_platform_only_is_refused_before_the_pull():
+    """An arm64 image (or an index of arm64 alone) on this x86 host: one line from the registry's answer, exit 2,
+    nothing pulled (a real one is ~10 GB); one the engine cannot ask about is left to the pull."""
+    engine = _Engine(registry={"reg:5000/a/b:gb": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], "arm64")})
+    with pytest.raises(SmokeInputError) as err:
+        subject.resolve_image(engine, "reg:5000/a/b:gb")  # type: ignore[arg-type]
+    assert (str(err.value), err.value.exit_code, engine.pulled) == (
+        "image reg:5000/a/b:gb is for linux/arm64, the Docker host is linux/amd64: nothing was pulled; smoke it on "
+        "a linux/arm64 node, or an index that lists linux/amd64", 2, [])
+    with pytest.raises(SmokeError) as err:
+        subject.resolve_image(engine, "reg:5000/a/b:absent")  # type: ignore[arg-type]
+    assert engine.pulled == ["reg:5000/a/b:absent"]  # the pull says why, in the engine's words
 
 
 def test_a_failed_pull_says_the_engines_first_line_cut_to_300_characters():

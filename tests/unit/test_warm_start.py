@@ -18,7 +18,7 @@ from sglstack.smoke.startgates import start_failures
 from sglstack.smoke.subject import environment_info
 from sglstack.smoke.warm import KernelCaches, warm_starts
 
-KERNELS = "4"  # each a file in Triton's cache and one in FlashInfer's: 8 files
+KERNELS = "4"  # each a file in Triton's cache and one in FlashInfer's with its ninja deps log: 12 files
 
 
 def options(tmp_path: Path, env_dir: Path, **more):
@@ -41,13 +41,15 @@ def test_the_warm_start_restores_what_the_cold_start_packed_and_compiles_nothing
     assert (data["verdict"], data["failures"]) == ("pass", [])
     cold, warm = data["baseline"], data["warm"]["baseline"]
     packed = data["kernel_cache"]["packed"]["baseline"]
-    assert cold["kernel_cache"]["files_after"] == packed["files"] == 8
+    assert cold["kernel_cache"]["files_after"] == packed["files"] == 12
     assert warm["kernel_cache"]["restore"]["matched"] is True
     assert warm["kernel_cache"]["restore"]["artifact"] == packed["artifact"]
-    assert (warm["kernel_cache"]["files_before"], warm["kernel_cache"]["new_files"]) == (8, 0)
-    assert f"smoke: baseline: warm start: kernel cache: restored 8 files from {packed['artifact'][:19]} " \
+    # Restored with their build times: the double's ninja finds FlashInfer's kernels fresh and rebuilds none.
+    assert (warm["kernel_cache"]["files_before"], warm["kernel_cache"]["new_files"]) == (12, 0)
+    assert warm["kernel_cache"]["rewritten_files"] == 0
+    assert f"smoke: baseline: warm start: kernel cache: restored 12 files from {packed['artifact'][:19]} " \
            f"(key {packed['key_digest'][:19]} matched)" in lines
-    assert "smoke: baseline: warm start: 0 new kernel cache files" in lines
+    assert "smoke: baseline: warm start: 0 new kernel cache files, 0 rewritten" in lines
     # Both starts by phase, every milestone read from the double's SGLang-worded lines.
     for run in (cold, warm):
         assert run["phases"]["unknown"] == []
@@ -58,7 +60,7 @@ def test_the_warm_start_restores_what_the_cold_start_packed_and_compiles_nothing
 def test_a_start_whose_key_differs_starts_cold_with_its_line(tmp_path, env_dir):
     opts = options(tmp_path, env_dir, kernel_cache=True)
     first = run_smoke(None, None, opts, log=lambda _line: None)
-    assert first.data["kernel_cache"]["packed"]["baseline"]["files"] == 8
+    assert first.data["kernel_cache"]["packed"]["baseline"]["files"] == 12
     report_path = tmp_path / "out" / "report.json"
     image_info = environment_info(opts, str(env_dir / "bin" / "python3"))
     caches = KernelCaches.plan(opts, None, report_path)
@@ -71,10 +73,11 @@ def test_a_start_whose_key_differs_starts_cold_with_its_line(tmp_path, env_dir):
             "HBM3', the artifact 'none' (and 2 more: compute_capability, driver_major); starting cold") in lines
     cache = warm["baseline"].kernel_cache
     assert cache is not None and cache["restore"]["matched"] is False
-    assert (cache["files_before"], cache["new_files"]) == (0, 8)  # nothing stale: an empty folder, all compiled
+    assert (cache["files_before"], cache["new_files"]) == (0, 12)  # nothing stale: an empty folder, all compiled
     failures = start_failures(StartGates(no_warm_compile=True), {}, warm, None)
     assert len(failures) == 1 and failures[0].startswith(
-        "no_warm_compile: the baseline warm start compiled: 8 new kernel cache files (flashinfer/.cache/")
+        "no_warm_compile: the baseline warm start compiled: 12 new and 0 rewritten kernel cache files "
+        "(flashinfer/.cache/")
 
 
 def test_warm_start_options_are_refused_in_one_line_before_anything_starts(tmp_path, env_dir):
@@ -115,8 +118,9 @@ def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(tmp_path,
     assert len(ran) == 1 and " -m sglang.compile_deep_gemm --model-path m --tp-size 1 " in ran[0]
     assert ran[0].endswith(" --timeout 60")
     assert "smoke: baseline: DeepGEMM precompile done: 4 files in the cache's deep_gemm folder" in lines
-    # 4 Triton + 4 FlashInfer files from the start, 4 DeepGEMM files from the precompile: all in the artifact.
-    assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12
+    # 4 Triton + 4 FlashInfer files (+ their 4 ninja deps logs) from the start, 4 DeepGEMM files from the
+    # precompile: all in the artifact.
+    assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 16
     with pytest.raises(SmokeInputError, match=r"^--precompile-deep-gemm compiles into the kernel cache"):
         options(tmp_path, env_dir, precompile_deep_gemm=True)
 
@@ -179,3 +183,28 @@ def test_an_empty_or_new_cache_store_is_taken(tmp_path, env_dir):
     (tmp_path / "empty").mkdir()
     for path in (tmp_path / "empty", tmp_path / "new"):
         LayoutStore(path).check()  # no error: the first pack makes it a store
+
+
+def test_a_restored_kernel_rebuilt_in_place_fails_the_no_compile_gate(tmp_path, env_dir, monkeypatch):
+    """The H100/H200 warm starts recompiled FlashInfer's norm module in place (ninja judged the restored output
+    stale) while adding no file: the gate counts a rewritten kernel as compiled."""
+    import sglstack.kernelcache.files as files
+
+    opts = options(tmp_path, env_dir, kernel_cache=True)
+    run_smoke(None, None, opts, log=lambda _line: None)
+    report_path = tmp_path / "out" / "report.json"
+    image_info = environment_info(opts, str(env_dir / "bin" / "python3"))
+    caches = KernelCaches.plan(opts, None, report_path)
+    assert caches is not None
+    # A restore that stamps each file with the time of the restore (what sglstack did before), as ninja sees it.
+    monkeypatch.setattr(files, "_packed_mtime_ns", lambda _member: None)
+    lines: list[str] = []
+    warm = warm_starts(caches.bound(image_info), None, image_info, report_path, lines.append)
+    cache = warm["baseline"].kernel_cache
+    assert cache is not None and cache["restore"]["matched"] is True
+    assert (cache["new_files"], cache["rewritten_files"]) == (0, 4)
+    assert all(name.endswith(".so") for name in cache["rewritten_files_first"])
+    assert "smoke: baseline: warm start: 0 new kernel cache files, 4 rewritten" in lines
+    failures = start_failures(StartGates(no_warm_compile=True), {}, warm, None)
+    assert len(failures) == 1 and failures[0].startswith(
+        "no_warm_compile: the baseline warm start compiled: 0 new and 4 rewritten kernel cache files (flashinfer/")

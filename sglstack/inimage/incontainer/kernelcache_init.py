@@ -166,8 +166,19 @@ def unpack(layer_path, target):
             with src, open(path, "wb") as out:
                 shutil.copyfileobj(src, out)
             os.chmod(path, 0o755 if member.mode & 0o111 else 0o644)
+            mtime_ns = packed_mtime_ns(member.pax_headers.get("mtime", ""))
+            if mtime_ns is not None:  # ninja (FlashInfer's JIT) rebuilds an output whose time is not its build's
+                os.utime(path, ns=(mtime_ns, mtime_ns))
             count += 1
     return count
+
+
+def packed_mtime_ns(raw):
+    """A PAX `mtime` record ("SECONDS.NANOSECONDS") as exact ns, never through a float; None if not one."""
+    sec, _, frac = raw.partition(".")
+    if not sec.isdigit() or (frac and not frac.isdigit()) or len(frac) > 9:
+        return None
+    return int(sec) * 1000000000 + int(frac.ljust(9, "0") or 0)
 
 
 def empty(target):

@@ -27,7 +27,9 @@ Behaviour comes from the environment (all optional):
   SGLANG_DOUBLE_KERNELS           kernels its "CUDA graph capture" compiles (default 0); each is a file under
                                   TRITON_CACHE_DIR and FLASHINFER_WORKSPACE_BASE when those are set, and is
                                   compiled (SGLANG_DOUBLE_COMPILE_S each, default 0.05) only when its file is not
-                                  there yet: a restored cache makes a start that compiles nothing
+                                  there yet: a restored cache makes a start that compiles nothing. FlashInfer's
+                                  file is judged as its JIT's ninja does: stale (rebuilt in place) when its
+                                  modification time is not the one its `.ninja_deps` recorded at the build
   SGLANG_LOG_MS                   "1": milliseconds in each line's stamp, as SGLang does
 The last two of the first list take "1" (always), "speculative" or "baseline" (only that kind of server).
 
@@ -123,16 +125,32 @@ def _capture_graphs(server_args: dict, speculative: bool) -> None:
         if os.environ.get("FLASHINFER_WORKSPACE_BASE"):
             paths.append(os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer", "cached_ops",
                                       f"op_{name}", f"op_{name}.so"))
-        if paths and all(os.path.isfile(p) for p in paths):
+        stale = [p for p in paths if not (os.path.isfile(p) and _ninja_fresh(p))]
+        if paths and not stale:
             continue
         time.sleep(_env_float("SGLANG_DOUBLE_COMPILE_S", 0.05))
-        for path in paths:
+        for path in stale:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as fh:
                 fh.write(hashlib.sha256(name.encode()).digest() * 64)
+            if path.endswith(".so"):  # ninja's deps log keeps the output's time as it was built
+                with open(os.path.join(os.path.dirname(path), ".ninja_deps"), "w") as fh:
+                    fh.write(str(os.stat(path).st_mtime_ns))
         compiled += 1
     _log(f"Capture target {role} CUDA graph end. elapsed={time.perf_counter() - started:.2f} s, mem usage=0.00 GB, "
          f"avail mem=0.00 GB. (double: {compiled} of {count} kernels compiled)")
+
+
+def _ninja_fresh(path: str) -> bool:
+    """A FlashInfer output is up to date for ninja only at the time its deps log recorded (ninja: "stored deps
+    info out of date" when the output is newer than that); other caches are keyed by content."""
+    if not path.endswith(".so"):
+        return True
+    try:
+        with open(os.path.join(os.path.dirname(path), ".ninja_deps")) as fh:
+            return int(fh.read().strip()) == os.stat(path).st_mtime_ns
+    except (OSError, ValueError):
+        return False
 
 
 class Engine:
