@@ -229,3 +229,39 @@ def test_a_layer_that_unpacks_to_more_than_the_limit_is_refused_as_it_unpacks(tm
         unpack(tmp_path / "root", target, lambda: io.BytesIO(buf.getvalue()), max_bytes=10 << 20)
     assert cache_files(target) == {"kept": 1}
     assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["r"]
+
+
+def test_ctrl_c_while_packing_leaves_no_temp_file_and_no_artifact(tmp_path):
+    """A real SIGINT once the layer's temp file holds a MiB: the store keeps nothing of the half-packed layer."""
+    import os
+    import signal
+    import threading
+    import time
+
+    cache = tmp_path / "cache"
+    fill(cache, {f"k{n}.cubin": os.urandom(4 << 20) for n in range(4)})  # incompressible: about 16 MiB to write
+    store = LayoutStore(tmp_path / "store")
+    fired = threading.Event()
+
+    def interrupt_when_half_written() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not fired.is_set():
+            for tmp in store.blobs.glob(".*.tmp") if store.blobs.exists() else ():
+                try:
+                    if tmp.stat().st_size >= 1 << 20:
+                        fired.set()
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=interrupt_when_half_written, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        store.put(key(), cache)  # DID NOT RAISE: packed before the watcher saw its temp file
+    fired.set()
+    watcher.join()
+    assert [p.name for p in store.blobs.iterdir()] == []
+    assert not (store.path / "index.json").exists()
+    assert store.restore(key(), tmp_path / "r", tmp_path).line.endswith("starting cold")
