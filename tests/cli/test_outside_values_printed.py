@@ -93,6 +93,7 @@ def test_size_prints_hostile_package_names_and_versions_as_plain_text(tmp_path, 
     packages = [[f"pkg{i}{value}", f"1.{i}{value}", 1000 - i] for i, value in enumerate(sorted(HOSTILE))]
     report = report_from("img:1", "sha256:" + "a" * 64, 10_000, (), {"packages": packages, "files": 3})
     monkeypatch.setattr(size_stack, "docker_client", lambda host: None)
+    monkeypatch.setattr(size_stack, "local_image", lambda client, ref: None)  # the engine cannot tell its platform
     monkeypatch.setattr(size_stack, "measure", lambda client, image: report)
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     assert size_cli.size_command(str(stacks), "s", image="img:1") == 0
