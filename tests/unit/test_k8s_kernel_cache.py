@@ -114,6 +114,10 @@ def test_another_node_or_a_changed_layer_starts_cold_with_its_line(tmp_path, blo
         "kernel cache: key differs in gpu_name: this node has 'none', the artifact 'NVIDIA H200'; starting cold")
     assert files_in(tmp_path / "cache") == []  # nothing stale stays
     assert run_init(tmp_path, blobs, [candidate(size=5)]) == (
+        "kernel cache: the layer is larger than the 5 bytes its manifest declares; starting cold")
+    assert run_init(tmp_path, blobs, [candidate(size=len(LAYER_BYTES) + 1)]) == (
+        "kernel cache: the layer does not hash to its digest; starting cold")
+    assert run_init(tmp_path, blobs, [{**candidate(), "layer": "sha256:" + "0" * 64}]) == (
         "kernel cache: the layer does not hash to its digest; starting cold")
     assert run_init(tmp_path, blobs, []) == (
         "kernel cache: no artifact of the image matches this deployment; starting cold")
@@ -271,3 +275,34 @@ def test_the_docker_configs_entry_is_found_by_host_as_the_docker_cli_names_it(tm
     assert init.credentials("r.example:5000") == ("u", "p")
     assert init.credentials("r.example") == ("other", "port")
     assert init.credentials("r.example:443") is None
+
+
+def _init_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernelcache_init", INIT_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_init_container_unpacks_no_more_than_its_limit(tmp_path):
+    init = _init_module()
+    layer = tmp_path / "layer.tar.gz"
+    with tarfile.open(layer, mode="w:gz") as tar:
+        for name in ("a", "b"):
+            info = tarfile.TarInfo(f"triton/{name}")
+            info.size = 600
+            tar.addfile(info, io.BytesIO(b"\0" * 600))
+    with pytest.raises(ValueError, match="more than 1000 bytes unpacked"):
+        init.unpack(str(layer), str(tmp_path / "cache"), max_bytes=1000)
+    assert init.unpack(str(layer), str(tmp_path / "cache2"), max_bytes=1200) == 2
+
+
+def test_the_init_container_gives_up_a_download_that_trickles(tmp_path, blobs, monkeypatch):
+    init = _init_module()
+    clock = iter([0.0, 10_000.0, 10_000.0])  # the deadline, then a chunk read long after it
+    monkeypatch.setattr(init.time, "monotonic", lambda: next(clock))
+    problem = init.download(blobs + LAYER_DIGEST, candidate(), str(tmp_path / "layer"))
+    assert problem == f"the layer came slower than 256 KiB/s ({len(LAYER_BYTES)} of {len(LAYER_BYTES)} bytes)"

@@ -28,11 +28,16 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
 FIELDS = ("gpu_name", "compute_capability", "driver_major")
+# As on the host (`kernelcache/layout.py`): no cache is 64 GiB unpacked; a download slower than 256 KiB/s over
+# its whole length (after a minute's grace) is given up: a registry that trickles must not hold the pod.
+MAX_UNPACKED_BYTES = 64 * 1024**3
+SLOWEST_BYTES_PER_S = 256 * 1024
 
 
 def node_gpu():
@@ -148,8 +153,8 @@ def fetch(url):
         raise
 
 
-def unpack(layer_path, target):
-    count = 0
+def unpack(layer_path, target, max_bytes=MAX_UNPACKED_BYTES):
+    count = total = 0
     with tarfile.open(layer_path, mode="r:gz") as tar:
         for member in tar:
             name = member.name
@@ -159,6 +164,9 @@ def unpack(layer_path, target):
             if member.isdir():
                 os.makedirs(path, exist_ok=True)
                 continue
+            total += member.size
+            if total > max_bytes:
+                raise ValueError(f"more than {max_bytes} bytes unpacked")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             src = tar.extractfile(member)
             if src is None:
@@ -179,6 +187,25 @@ def packed_mtime_ns(raw):
     if not sec.isdigit() or (frac and not frac.isdigit()) or len(frac) > 9:
         return None
     return int(sec) * 1000000000 + int(frac.ljust(9, "0") or 0)
+
+
+def download(url, cand, path):
+    """The layer into `path`, never more than the manifest declared nor slower than SLOWEST_BYTES_PER_S over
+    the whole; None when it is whole and hashes to its digest, else what is wrong."""
+    size, digest, got = cand["size"], hashlib.sha256(), 0
+    deadline = time.monotonic() + 60 + size / SLOWEST_BYTES_PER_S
+    with open(path, "wb") as out, fetch(url) as resp:
+        while chunk := resp.read(1 << 20):
+            got += len(chunk)
+            if got > size:
+                return f"the layer is larger than the {size} bytes its manifest declares"
+            if time.monotonic() > deadline:
+                return f"the layer came slower than {SLOWEST_BYTES_PER_S // 1024} KiB/s ({got} of {size} bytes)"
+            digest.update(chunk)
+            out.write(chunk)
+    if got != size or "sha256:" + digest.hexdigest() != cand["layer"]:
+        return "the layer does not hash to its digest"
+    return None
 
 
 def empty(target):
@@ -206,15 +233,12 @@ def main():
         field = next(f for f in FIELDS if first[f] != have[f] or have[f] == "unknown")
         return (f"kernel cache: key differs in {field}: this node has {have[field]!r}, the artifact "
                 f"{first[field]!r}; starting cold")
-    digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=target, prefix=".layer.", delete=False) as tmp, \
-            fetch(os.environ["SGLSTACK_KC_BLOBS"] + cand["layer"]) as resp:
-        while chunk := resp.read(1 << 20):
-            digest.update(chunk)
-            tmp.write(chunk)
+    with tempfile.NamedTemporaryFile(dir=target, prefix=".layer.", delete=False) as tmp:
+        pass
     try:
-        if "sha256:" + digest.hexdigest() != cand["layer"] or os.path.getsize(tmp.name) != cand["size"]:
-            return "kernel cache: the layer does not hash to its digest; starting cold"
+        problem = download(os.environ["SGLSTACK_KC_BLOBS"] + cand["layer"], cand, tmp.name)
+        if problem:
+            return f"kernel cache: {problem}; starting cold"
         files = unpack(tmp.name, target)
     finally:
         os.unlink(tmp.name)
