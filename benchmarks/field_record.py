@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 # The device's folders -> placeholders (longest first).
-PLACEHOLDERS = (("/root/g28/run/model/", "<field-model>/"), ("/root/site", "<carried-site>"), ("/root/out", "<out>"))
+PLACEHOLDERS = (("/root/g28/run/model/", "<field-model>/"), ("/work/main/.fieldcarry/model/", "<field-model>/"),
+                ("/root/site", "<carried-site>"), ("/root/out", "<out>"))
 MILESTONES = re.compile(r"Load weight end|KV Cache is allocated|CUDA graph end|max_total_num_tokens|fired up|"
                         r"server_args=")
 # The warm start must save at least this share of the cold start to healthy (issue 40).
@@ -90,8 +91,8 @@ def main(run_dir: Path, target: Path) -> int:
     go = (run_dir / "go.log").read_text().splitlines() if (run_dir / "go.log").exists() else []
     device = next((line for line in go if line.startswith("NVIDIA ")), None)
     recording = {
-        "what": "benchmarks/field_go.sh on one nvidia-h200 machine: SGLang 0.5.17 from the node's Python 3.12 "
-                "and torch 2.11.0+cu130 plus the carried packages, served by `smoke --runner process`",
+        "what": "benchmarks/field_go.sh on one GPU machine (the device line): SGLang 0.5.17 from the node's Python "
+                "3.12 and torch 2.11.0+cu130 plus the carried packages, served by `smoke --runner process`",
         "device": device,
         "stack": report.get("stack"),  # the stacks.yaml entry whose serving settings were served (field_run.py --stack)
         "steps": steps,
