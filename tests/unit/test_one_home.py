@@ -281,3 +281,20 @@ def test_the_http_server_finder_sees_each_spelling():
     source = ("a = ThreadingHTTPServer(('127.0.0.1', 0), H)\nb = http.server.HTTPServer(x, H)\n"
               "c = ThreadedServer(H)\n")
     assert _serves_http(source) == [1, 2]
+
+
+# ---- a hidden secret is shown as REDACTED (core/credentials), never a "***" of its own -------------------------
+
+def _redaction_spelled(source: str) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and node.value == "***"]
+
+
+def test_a_hidden_secret_is_spelled_only_as_redacted():
+    from sglstack.core.credentials import REDACTED
+
+    home = PACKAGE / "core" / "credentials.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _redaction_spelled(p.read_text(encoding="utf-8"))}
+    assert found == set(), "show a hidden value as sglstack.core.credentials.REDACTED"
+    assert _redaction_spelled(f"a = {REDACTED!r}\nb = '*'\n") == [1]
