@@ -298,3 +298,24 @@ def test_a_hidden_secret_is_spelled_only_as_redacted():
              for line in _redaction_spelled(p.read_text(encoding="utf-8"))}
     assert found == set(), "show a hidden value as sglstack.core.credentials.REDACTED"
     assert _redaction_spelled(f"a = {REDACTED!r}\nb = '*'\n") == [1]
+
+
+# ---- a UTC timestamp is formatted only by core/clock ---------------------------------------------------------
+
+def _formats_a_timestamp(source: str) -> list[int]:
+    """Lines that spell the timestamp format themselves: `strftime("%Y-%m-%dT%H:%M:%SZ")`, any `%H:%M:%S` with a T."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "%dT%H:%M:%S" in node.value]
+
+
+def test_a_utc_timestamp_is_formatted_only_by_the_clock():
+    import datetime as dt
+
+    from sglstack.core.clock import utc_timestamp
+
+    home = PACKAGE / "core" / "clock.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _formats_a_timestamp(p.read_text(encoding="utf-8"))}
+    assert found == set(), "stamp with sglstack.core.clock.utc_timestamp"
+    assert utc_timestamp(dt.datetime.fromtimestamp(0, dt.UTC)) == "1970-01-01T00:00:00Z"
+    assert _formats_a_timestamp("a = t.strftime('%Y-%m-%dT%H:%M:%SZ')\nb = '%Y-%m-%d %H:%M:%S'\n") == [1]
