@@ -319,3 +319,20 @@ def test_a_utc_timestamp_is_formatted_only_by_the_clock():
     assert found == set(), "stamp with sglstack.core.clock.utc_timestamp"
     assert utc_timestamp(dt.datetime.fromtimestamp(0, dt.UTC)) == "1970-01-01T00:00:00Z"
     assert _formats_a_timestamp("a = t.strftime('%Y-%m-%dT%H:%M:%SZ')\nb = '%Y-%m-%d %H:%M:%S'\n") == [1]
+
+
+# ---- every platform of a stack: Stack.whole_platforms ---------------------------------------------------------
+
+def _whole_platforms_spelled(source: str) -> list[int]:
+    """Lines that spell `(stack.whole or stack).platforms` themselves."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+            and node.attr == "platforms" and isinstance(node.value, ast.BoolOp)
+            and ast.unparse(node.value.values[0]).endswith("whole")]
+
+
+def test_every_platform_of_a_stack_is_read_only_through_whole_platforms():
+    home = PACKAGE / "config" / "schema.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _whole_platforms_spelled(p.read_text(encoding="utf-8"))}
+    assert found == set(), "use Stack.whole_platforms"
+    assert _whole_platforms_spelled("a = (stack.whole or stack).platforms\nb = stack.platforms\n") == [1]
