@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.imageref import image_name
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes
 from .chart import smoke_chart
@@ -106,7 +107,8 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
             "|---|---|---|---|---|---|---|",
         ]
         for rec in list(history)[-20:]:
-            digest = (rec.get("image") or {}).get("digest") or ""
+            served = rec.get("image") or {}
+            digest = image_name(served.get("digest"), served.get("id")) or ""
             lines.append(
                 f"| {rec.get('time')} | {rec.get('verdict')} | `{digest[:19]}` | "
                 f"{_fmt((rec.get('baseline') or {}).get('tokens_per_s'))} | "

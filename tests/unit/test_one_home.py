@@ -9,7 +9,7 @@ import docker.errors
 import pytest
 
 from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
-from sglstack.config.imageref import image_name, registry_digest
+from sglstack.config.imageref import image_label, image_name, registry_digest
 from sglstack.core.errors import MESSAGE_CUT, first_line, last_line
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sglstack"
@@ -74,6 +74,14 @@ def test_an_image_is_named_by_its_registry_digest_else_its_image_id(digest, imag
     assert image_name(digest, image_id) == name
 
 
+@pytest.mark.parametrize(("digest", "image_id", "ref", "label"), [
+    (DIGEST, IMAGE_ID, "a:1", DIGEST), ("", IMAGE_ID, "a:1", f"a:1 (image id {IMAGE_ID})"),
+    (None, IMAGE_ID, None, f"id {IMAGE_ID}"), ("", "", "a:1", "a:1"), (None, None, None, None),
+])
+def test_a_person_is_shown_an_image_by_the_same_rule(digest, image_id, ref, label):
+    assert image_label(digest, image_id, ref) == label
+
+
 OTHER = "sha256:" + "e" * 64
 
 
@@ -90,16 +98,25 @@ def test_the_registry_digest_of_an_image_is_its_own_repositorys(ref, repo_digest
 
 
 def _names_an_image(source: str) -> list[int]:
-    """Lines that spell the rule themselves: `digest or image_id`, `x.get("digest") or x.get("id")`."""
+    """Lines that spell the rule themselves: `digest or image_id`, `x.get("digest") or x.get("id")`, a digest
+    else a ref (`x.get("digest") or x.get("ref")`), a digest else an image id in a condition (`D if digest
+    ... else f"id {image_id}"`, `digest or (f"... {image_id}" if image_id else ref)`)."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) >= 2:
             first, second = node.values[0], node.values[1]
+            a, b = ast.unparse(first), ast.unparse(second)
+            if a.startswith(("image_name(", "image_label(")):
+                continue  # the rule's own answer, with a fallback after it
+            if isinstance(second, ast.IfExp) and "digest" in a and "image_id" in b:
+                out.append(node.lineno)
             if not isinstance(second, ast.Attribute | ast.Call | ast.Name):
                 continue  # a condition (`not x.image_id`) or a sentence that shows both
-            a, b = ast.unparse(first), ast.unparse(second)
-            if "digest" in a and (b.endswith("image_id") or b.endswith(".get('id')")):
+            if "digest" in a and (b.endswith("image_id") or b.endswith((".get('id')", ".get('ref')"))):
                 out.append(node.lineno)
+        elif isinstance(node, ast.IfExp) and "digest" in ast.unparse(node.test) \
+                and ("image_id" in ast.unparse(node.orelse) or ".get('id')" in ast.unparse(node.orelse)):
+            out.append(node.lineno)
     return out
 
 
@@ -112,8 +129,11 @@ def test_an_image_is_named_only_by_image_name():
 
 def test_the_image_name_finder_sees_each_spelling():
     source = ("a = r.digest or r.image_id or r.image\nb = i.get('digest') or i.get('id')\n"
-              "c = r.digest or not r.image_id\nd = r.digest or r.tag\n")
-    assert sorted(_names_an_image(source)) == [1, 2]
+              "c = r.digest or not r.image_id\nd = r.digest or r.tag\ne = i.get('digest') or i.get('ref')\n"
+              "f = s(r.digest) if r.digest or not r.image_id else f'id {r.image_id}'\n"
+              "g = p.digest or (f'{p.image} (image id {p.image_id})' if p.image_id else p.image)\n"
+              "h = image_name(i.get('digest'), i.get('id')) or i.get('ref')\n")
+    assert sorted(_names_an_image(source)) == [1, 2, 5, 6, 7]
 
 
 # ---- an image found or pulled, then identified: through the Docker adapter -----------------------------
