@@ -246,6 +246,9 @@ def test_the_dry_run_plan_names_the_build_secrets_as_the_build_reads_them(tmp_pa
 
 # ---- one build-root layout -----------------------------------------------------------------------------
 
+_BUILD_ROOTS = ("build_root()", "build_root", "root", "build_dir)", "build_dir", "build")
+
+
 def _layout_spelled(source: str) -> list[int]:
     """Lines that spell a stack folder or the build record's name themselves: `build_root() / stack.name`,
     `root / stack_name`, "record.json"."""
@@ -253,7 +256,8 @@ def _layout_spelled(source: str) -> list[int]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             left, right = ast.unparse(node.left), ast.unparse(node.right)
-            if left.split(".")[-1] in ("build_root()", "build_root", "root") and "stack" in right:
+            tail = left.split(".")[-1]
+            if (tail in _BUILD_ROOTS or tail.endswith("(build_dir)")) and "stack" in right:
                 out.append(node.lineno)
         elif isinstance(node, ast.Constant) and node.value == "record.json":
             out.append(node.lineno)
@@ -274,8 +278,10 @@ def test_the_build_root_layout_is_spelled_only_in_core_records():
 
 def test_the_layout_finder_sees_each_spelling():
     source = ("a = build_root() / stack.name\nb = self.build_root / self.stack.name / 'k8s'\n"
-              "c = root / stack\nd = build_root() / BAKE_FILE\ne = path / 'record.json'\n")
-    assert sorted(_layout_spelled(source)) == [1, 2, 3, 5]
+              "c = root / stack\nd = build_root() / BAKE_FILE\ne = path / 'record.json'\n"
+              "f = Path(options.build_dir) / (stack.name if stack else NO_STACK)\ng = build / (stack_name or 'x')\n"
+              "h = Path(build_dir) / (stack or NO_STACK)\n")
+    assert sorted(_layout_spelled(source)) == [1, 2, 3, 5, 6, 7, 8]
 
 
 # ---- a test's own HTTP server: tests/lib/httpserve, started and always shut down in one place ----------------
