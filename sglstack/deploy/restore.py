@@ -12,7 +12,7 @@ import docker
 import docker.errors
 
 from ..adapters.compose import ComposeCLI, error_line
-from ..adapters.docker import image_exists, is_local_docker_host
+from ..adapters.docker import engine_image, image_exists, is_local_docker_host
 from ..config.imageref import image_label, parse_image_reference, pinned_digest
 from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import utc_timestamp
@@ -131,7 +131,7 @@ def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
     if pinned_digest(record.image):
         return record.image
     try:
-        current: str | None = client.images.get(record.image).id
+        current: str | None = engine_image(client, record.image).id
     except docker.errors.ImageNotFound:
         current = None
     if current is not None and (not record.image_id or current == record.image_id):

@@ -12,6 +12,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from ..adapters.docker import engine_image
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.errors import ConfigError
@@ -41,7 +42,7 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
                 return path
         except (ConfigError, ValueError, AttributeError):
             pass
-    labels = client.images.get(image_id).labels or {}
+    labels = engine_image(client, image_id).labels or {}
     write_record(path, {
         "stack": stack.name, "platform": stack.platforms[0], "target": target, "image_id": image_id, "tag": tag,
         "config_hash": config_hash,

@@ -18,7 +18,7 @@ from typing import Any
 import docker.errors
 from rich.console import Console
 
-from ..adapters.docker import docker_client
+from ..adapters.docker import docker_client, engine_image
 from ..attest.kernelcache import attach_kernel_cache
 from ..config.imageref import Repository
 from ..config.schema import Stack
@@ -86,7 +86,7 @@ def run_real_smoke(
 def push_candidate(engine: Any, image_ref: str, repo: Repository, tag: str, client: RegistryClient) -> str:
     """Tag the local image as repo:tag, push it with the Docker engine, return the pushed digest."""
     try:
-        image = engine.images.get(image_ref)
+        image = engine_image(engine, image_ref)
     except docker.errors.ImageNotFound:
         raise PublishError(f"local image '{image_ref}' not found: build it first") from None
     image.tag(str(repo), tag)

@@ -204,6 +204,20 @@ def test_the_pull_finder_sees_a_pull():
     assert _pulls("client.images.pull(ref)\nengine.images.pull('r', tag='2')\ngit.pull()\n") == [1, 2]
 
 
+def _image_gets(source: str) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and ast.unparse(node.func.value).endswith(".images")]
+
+
+def test_only_the_docker_adapter_asks_the_engine_for_an_image():
+    home = PACKAGE / "adapters" / "docker.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home for line in _image_gets(p.read_text())}
+    assert found == set(), "ask through sglstack.adapters.docker.engine_image (or local_image)"
+    assert _image_gets("client.images.get(ref)\nself.engine.images.get(r).id\nimages.get(x)\nd.get('images')\n") \
+        == [1, 2]
+
+
 # ---- one Jinja environment ---------------------------------------------------------------------------
 
 def test_every_template_renders_in_the_one_jinja_environment():
