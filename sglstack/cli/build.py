@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.jsonreport import NO_JSON
+from ..core.jsonreport import NO_JSON, dumps
 from ..core.options import (
     ReportOptions,
     TaskOptions,
@@ -132,7 +132,7 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     written = write_bake(stacks_file, stack_names, out=out, ca_bundle=ca_bundle)
     console = make_console()
     if print_only:
-        print(json.dumps(written.definition, indent=2))
+        sys.stdout.write(dumps(written.definition))
     else:
         console.print(f"bake file: {plain(written.path)} ({len(written.definition['target'])} targets, "
                       f"{len(written.stacks)} stacks; group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)

@@ -9,7 +9,6 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,8 +22,9 @@ from ..config.schema import Stack
 from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text, tool_environment
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.folderlock import folder_lock
+from ..core.jsonreport import write_json
 from ..core.records import build_root, require_writable, stack_dir
-from ..core.safefiles import containing_root, write_text
+from ..core.safefiles import containing_root
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 from ..lockfile.model import Lock
@@ -133,7 +133,7 @@ def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
 
 def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
     """Whole or not at all: a temp file beside it, then a rename."""
-    write_text(containing_root(path.parent, build_root()), path, json.dumps(definition, indent=2) + "\n")
+    write_json(path, definition)
 
 
 def buildx_client(docker_cli: str | None) -> str | None:

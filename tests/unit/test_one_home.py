@@ -376,3 +376,31 @@ def test_every_platform_of_a_stack_is_read_only_through_whole_platforms():
              for line in _whole_platforms_spelled(p.read_text(encoding="utf-8"))}
     assert found == set(), "use Stack.whole_platforms"
     assert _whole_platforms_spelled("a = (stack.whole or stack).platforms\nb = stack.platforms\n") == [1]
+
+
+# ---- a JSON document written for people: core/jsonreport (dumps, write_json) ------------------------------
+
+# Documents whose bytes are not ours to choose, and the two writers not yet moved (each says why).
+JSON_BYTES_OF_THEIR_OWN = {
+    "publish/index.py",  # an OCI image index: its bytes are its digest
+    "kernelcache/layout.py",  # an OCI layout's index.json
+    "render/dockerfile.py",  # stack.json is in the build context: its bytes are in the config hash
+    "publish/release.py",  # not yet: the release's smoke report (default=str, unsorted)
+    "imagebuild/context.py",  # not yet: render --out's manifest of what it wrote (unsorted keys)
+}
+
+
+def _indented_dumps(source: str) -> list[int]:
+    """Lines that encode an indented JSON document themselves: `json.dumps(x, indent=...)`."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "json.dumps" and any(k.arg == "indent" for k in node.keywords)]
+
+
+def test_a_json_document_is_encoded_only_by_jsonreport():
+    home = PACKAGE / "core" / "jsonreport.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours()
+             if p != home and str(p.relative_to(PACKAGE)) not in JSON_BYTES_OF_THEIR_OWN
+             for line in _indented_dumps(p.read_text(encoding="utf-8"))}
+    assert found == set(), "write with sglstack.core.jsonreport.write_json (print with dumps)"
+    assert all((PACKAGE / f).is_file() for f in JSON_BYTES_OF_THEIR_OWN)
+    assert _indented_dumps("a = json.dumps(x, indent=2)\nb = json.dumps(x, sort_keys=True)\n") == [1]
