@@ -96,12 +96,11 @@ def list_command(stacks_file: str | Path | None = None, patches_dir: Path | None
     from ..config.matrix import load_matrix
     from ..core.console import console as make_console
     from ..core.console import plain, report_table
-    from ..inimage import patchkit
-    from ..patches.host import load_specs
+    from ..patches.host import all_specs
 
     patches_dir = _patches_dir(patches_dir)
     matrix = load_matrix(stacks_file or default_stacks_file(), patches_dir=patches_dir)
-    specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
+    specs = all_specs(patches_dir)
     table = report_table(("patch", "applies to", "fixed in", "target", "methods", "stacks"),
                          title=f"patches ({patches_dir.name}/)")
     listed = []

@@ -128,7 +128,7 @@ MAY_USE: dict[str, set[str]] = {
     # patches: the host side of the patch engine (which patches, a release checked, a tree patched)
     "patches": {"config", "inimage", "adapters", "core"},
     "smoke": {"config", "serving", "diff", "preflight", "kernelcache", "adapters", "core"},
-    "bisect": {"config", "imagebuild", "smoke", "patches", "inimage", "adapters", "core"},
+    "bisect": {"config", "imagebuild", "smoke", "patches", "adapters", "core"},
     "publish": {"config", "smoke", "registry", "attest", "kernelcache", "adapters", "core"},
     # inimage: the node side of preflight (its checks, the report) is in-image code, shipped into the stack image
     "preflight": {"config", "inimage", "adapters", "core"},
