@@ -10,16 +10,17 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
+# buildx_client is the face's too (it names the client in the command it prints): re-exported for it
+from ..adapters.buildkit import BuildRequest, registry_cache, run_buildx_bake
+from ..adapters.buildkit import buildx_client as buildx_client
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text, tool_environment
+from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.folderlock import folder_lock
 from ..core.jsonreport import write_json
@@ -136,19 +137,6 @@ def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
     write_json(path, definition)
 
 
-def buildx_client(docker_cli: str | None) -> str | None:
-    """The first docker client (`--docker-cli`, SGLSTACK_DOCKER_CLI, then PATH) that has buildx."""
-    for cli in candidate_clis(docker_cli):
-        try:
-            found = subprocess.run([cli, "buildx", "version"], capture_output=True, timeout=30, check=False,
-                                   env=tool_environment())
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if found.returncode == 0:
-            return cli
-    return None
-
-
 @dataclass(frozen=True)
 class WrittenBake:
     """A bake file written: where, its definition, the stacks in it, and the index logins its targets read."""
@@ -195,4 +183,4 @@ def run_bake(plan: WrittenBake, cli: str | None, argv: Sequence[str]) -> int:
         raise DockerUnavailable("bake not run: no docker client here has buildx (docker buildx version failed); "
                                 "the bake file is written, run the command above where buildx is installed")
     netrc_env = {INDEX_NETRC_ENV: netrc_text(plan.logins)} if plan.logins else {}
-    return subprocess.run(list(argv), check=False, env=tool_environment(netrc_env)).returncode
+    return run_buildx_bake(argv, netrc_env)

@@ -287,7 +287,6 @@ ADAPTED_TOOLS = {"kubectl", "compose", "docker-compose", "hadolint"}
 # Modules outside adapters/ (and inimage/, which runs inside images) that still start a process themselves, and
 # what they start; each waits for its adapter. A test fails when one is added unlisted, or paid and still listed.
 PROCESS_DEBTS = {
-    "sglstack.imagebuild.bake": "docker buildx bake",
     "sglstack.cli.testing": "pytest (`invoke test`)",
     "sglstack.registry.local": "the embedded registry's binary",
     "sglstack.upgrade.argv": "the release's own serving-argv parser, in a throwaway venv",
