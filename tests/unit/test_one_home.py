@@ -7,6 +7,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from engine_double import Engine
 
 from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
 from sglstack.config.imageref import image_label, image_name, registry_digest
@@ -143,48 +144,27 @@ class _Image:
         self.id, self.attrs = image_id, {"RepoDigests": repo_digests, "Created": "2026-01-02T03:04:05.123456789Z"}
 
 
-class _Engine:
-    """docker-py's `client.images`: `get`, and `pull` bringing what its registry holds (or failing)."""
-
-    def __init__(self, local=None, registry=None, pull_error=None) -> None:
-        self.images, self.local, self.registry = self, dict(local or {}), dict(registry or {})
-        self.pull_error = pull_error
-        self.pulled: list[str] = []
-
-    def get(self, ref):
-        if ref not in self.local:
-            raise docker.errors.ImageNotFound(ref)
-        return self.local[ref]
-
-    def pull(self, ref):
-        self.pulled.append(ref)
-        if self.pull_error is not None:
-            raise self.pull_error
-        if ref in self.registry:
-            self.local[ref] = self.registry[ref]
-
-
 REF = "reg:5000/a/b:1"
 PULLED = LocalImage(IMAGE_ID, (f"reg:5000/a/b@{DIGEST}",), "2026-01-02T03:04:05.123456789Z")
 
 
 def test_an_image_the_engine_has_is_not_pulled_and_one_it_lacks_is():
-    here = _Engine(local={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    here = Engine(local={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
     said: list[str] = []
     assert present_or_pulled(here, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
     assert (here.pulled, said) == ([], [])
-    there = _Engine(registry={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    there = Engine(registry={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
     assert present_or_pulled(there, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
     assert (there.pulled, said) == ([REF], ["pulling"])
 
 
 def test_a_pull_that_fails_or_brings_nothing_is_one_line():
-    refused = _Engine(pull_error=docker.errors.APIError("500", explanation="pull access denied\nmore" + "x" * 400))
+    refused = Engine(pull_error=docker.errors.APIError("500", explanation="pull access denied\nmore" + "x" * 400))
     with pytest.raises(PullFailed) as err:
         present_or_pulled(refused, REF)  # type: ignore[arg-type]
     assert (str(err.value), err.value.vanished) == ("pull access denied", False)
     with pytest.raises(PullFailed) as err:
-        present_or_pulled(_Engine(), REF)  # type: ignore[arg-type]
+        present_or_pulled(Engine(), REF)  # type: ignore[arg-type]
     assert (str(err.value), err.value.vanished) == ("not on the engine after the pull", True)
 
 
