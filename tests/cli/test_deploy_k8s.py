@@ -19,17 +19,6 @@ NAME = k8s.object_name(STACK)
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
 REPOSITORY = "127.0.0.1:5000/sglstack/sglang"
-DOUBLE_DIR = REPO / "tests" / "doubles" / "kubectl"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> dict[str, str]:
-    return {
-        "PATH": f"{DOUBLE_DIR}{os.pathsep}{os.environ['PATH']}",
-        "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"),
-        "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack",
-        "SGLSTACK_BUILD_DIR": str(tmp_path / "build"),
-    }
 
 
 def deploy(env: dict[str, str], cwd: Path, digest: str, *extra: str, **more_env: str):
