@@ -13,7 +13,7 @@ from .options import command
 
 if TYPE_CHECKING:
     from ..core.jsonreport import JsonReport
-    from ..upgrade.command import Engines
+    from ..upgrade.world import Engines
 
 
 @dataclass(frozen=True)
