@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.imageref import not_an_image
 from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
+from .cmdoptions import only_stack_option, verify_key_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -23,8 +24,8 @@ class SbomOptions(ReportOptions):
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
                                                  "local socket)")
-    verify_key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
-                             "when none does); without it the SBOM is marked unsigned")
+    verify_key: str | None = verify_key_option("show only the SBOM a signature by this ed25519 public key (PEM) "
+                                               "covers (exit 1 when none does); without it the SBOM is marked unsigned")
 
 
 @command(SbomOptions, positional=("ref",))
@@ -38,9 +39,9 @@ def sbom(o: SbomOptions, as_json: JsonReport) -> int:
 @dataclass(frozen=True)
 class VerifyImageOptions(ReportOptions):
     ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...", check=not_an_image)
-    verify_key: str | None = option("the signer's ed25519 public key (PEM)")
-    stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
-                               "matrix gives it now) and its SGLang release")
+    verify_key: str | None = verify_key_option("the signer's ed25519 public key (PEM)")
+    stack: str | None = only_stack_option("also require the signed provenance to name this stack, its config hash (as "
+                                          "the matrix gives it now) and its SGLang release")
     stacks_file: str | None = stacks_file_option("the matrix file of --stack (default: stacks.yaml)")
 
 

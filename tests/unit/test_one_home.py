@@ -384,3 +384,27 @@ def test_a_json_document_is_encoded_only_by_jsonreport():
     assert found == set(), "write with sglstack.core.jsonreport.write_json (print with dumps)"
     assert all((PACKAGE / f).is_file() for f in JSON_BYTES_OF_THEIR_OWN)
     assert _indented_dumps("a = json.dumps(x, indent=2)\nb = json.dumps(x, sort_keys=True)\n") == [1]
+
+
+# ---- an option several tasks share is declared once, in cli/cmdoptions (as pip's cmdoptions) ----------------
+
+SHARED_OPTIONS = {"stack": ("stack_option", "only_stack_option", "stacks_option"),
+                  "signing_key": ("signing_key_option",), "verify_key": ("verify_key_option",),
+                  "registry": ("registry_option",), "smoke_opt": ("smoke_opt_option",)}
+
+
+def _shared_declared_inline(source: str) -> list[str]:
+    """The shared options a task's options declare with `option(...)` and the like, not with their group."""
+    return [f"{node.target.id}:{node.lineno}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and node.target.id in SHARED_OPTIONS and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func) not in SHARED_OPTIONS[node.target.id]]
+
+
+def test_a_shared_option_is_declared_by_its_group():
+    cli = PACKAGE / "cli"
+    found = {f"{p.name}:{x}" for p in sorted(cli.glob("*.py")) if p.name != "cmdoptions.py"
+             for x in _shared_declared_inline(p.read_text(encoding="utf-8"))}
+    assert found == set(), "declare it with its sglstack.cli.cmdoptions group"
+    assert _shared_declared_inline("class O:\n    stack: str = required('x')\n    verify_key: str = "
+                                   "verify_key_option('y')\n    other: str = option('z')\n") == ["stack:2"]
