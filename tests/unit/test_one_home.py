@@ -408,3 +408,26 @@ def test_a_shared_option_is_declared_by_its_group():
     assert found == set(), "declare it with its sglstack.cli.cmdoptions group"
     assert _shared_declared_inline("class O:\n    stack: str = required('x')\n    verify_key: str = "
                                    "verify_key_option('y')\n    other: str = option('z')\n") == ["stack:2"]
+
+
+# ---- a test runs `invoke` as a child only through tests/lib/clirun (run_invoke, start_invoke) ----------------
+
+# Engine tests not yet moved (each signals or reads a build, a preflight or a deploy as it goes).
+INVOKES_OF_THEIR_OWN = {"e2e/test_build_interrupt.py", "e2e/test_preflight_interrupt.py", "e2e/test_coverage_cli.py",
+                        "e2e/test_lock_cli.py", "e2e/test_deploy_compose.py", "e2e/test_registry_auth.py"}
+
+
+def _spells_an_invoke(source: str) -> list[int]:
+    """Lines that build `[sys.executable, "-m", "invoke", ...]` themselves."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.List)
+            and [ast.unparse(e) for e in node.elts[1:3]] == ["'-m'", "'invoke'"]]
+
+
+def test_a_test_runs_invoke_only_through_clirun():
+    home = TESTS / "lib" / "clirun.py"
+    found = {f"{p.relative_to(TESTS)}:{line}" for p in sorted(TESTS.rglob("*.py"))
+             if p != home and str(p.relative_to(TESTS)) not in INVOKES_OF_THEIR_OWN
+             for line in _spells_an_invoke(p.read_text(encoding="utf-8"))}
+    assert found == set(), "run it with tests/lib/clirun.run_invoke (or start_invoke for a Popen)"
+    assert all((TESTS / f).is_file() for f in INVOKES_OF_THEIR_OWN)
+    assert _spells_an_invoke("a = [sys.executable, '-m', 'invoke', 'x']\nb = [sys.executable, '-m', 'pytest']\n") == [1]
