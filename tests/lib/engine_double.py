@@ -1,13 +1,26 @@
 """The one stand-in of a Docker engine as far as images go (docker-py's `DockerClient`): `images.get`,
 `images.get_registry_data` (the engine's `GET /distribution/REF/json`: the platforms a registry serves REF for,
 no layer pulled) and `images.pull`, `info()`; what a pull brings (`registry`) and how the engine fails
-(`get_error`, `pull_error`). It records every ref asked for (`asked`) and pulled (`pulled`)."""
+(`get_error`, `pull_error`). It records every ref asked for (`asked`) and pulled (`pulled`). `Image` is an
+image it holds."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import docker.errors
+
+
+class Image:
+    """docker-py's `Image`: its id and `attrs` (RepoDigests; Os and Architecture, Created when given)."""
+
+    def __init__(self, image_id: str, repo_digests: list[str], architecture: str | None = None, *,
+                 created: str | None = None) -> None:
+        self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
+        if architecture:  # what the engine says of an image it holds
+            self.attrs.update(Os="linux", Architecture=architecture)
+        if created:
+            self.attrs["Created"] = created
 
 
 class RegistryData:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from engine_double import Engine
+from engine_double import Engine, Image
 
 from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
 from sglstack.config.imageref import image_label, image_name, registry_digest
@@ -139,21 +139,17 @@ def test_the_image_name_finder_sees_each_spelling():
 
 # ---- an image found or pulled, then identified: through the Docker adapter -----------------------------
 
-class _Image:
-    def __init__(self, image_id: str, repo_digests: list[str]) -> None:
-        self.id, self.attrs = image_id, {"RepoDigests": repo_digests, "Created": "2026-01-02T03:04:05.123456789Z"}
-
-
+CREATED = "2026-01-02T03:04:05.123456789Z"
 REF = "reg:5000/a/b:1"
-PULLED = LocalImage(IMAGE_ID, (f"reg:5000/a/b@{DIGEST}",), "2026-01-02T03:04:05.123456789Z")
+PULLED = LocalImage(IMAGE_ID, (f"reg:5000/a/b@{DIGEST}",), CREATED)
 
 
 def test_an_image_the_engine_has_is_not_pulled_and_one_it_lacks_is():
-    here = Engine(local={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    here = Engine(local={REF: Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], created=CREATED)})
     said: list[str] = []
     assert present_or_pulled(here, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
     assert (here.pulled, said) == ([], [])
-    there = Engine(registry={REF: _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    there = Engine(registry={REF: Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], created=CREATED)})
     assert present_or_pulled(there, REF, before_pull=lambda: said.append("pulling")) == PULLED  # type: ignore[arg-type]
     assert (there.pulled, said) == ([REF], ["pulling"])
 
