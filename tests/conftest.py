@@ -110,6 +110,23 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+@pytest.fixture
+def cluster(tmp_path: Path) -> dict[str, str]:
+    """The environment of a deploy to the kubectl stand-in (tests/doubles/kubectl): its state under tmp_path,
+    its context kind-sglstack, the build folder under tmp_path."""
+    return {"PATH": f"{REPO_ROOT / 'tests' / 'doubles' / 'kubectl'}{os.pathsep}{os.environ['PATH']}",
+            "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"), "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack",
+            "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+
+
+@pytest.fixture(scope="module")
+def stacks_matrix():
+    """The project's stacks.yaml, loaded once a module (the tests read it, never change it)."""
+    from sglstack.config.matrix import load_matrix  # at use: the other tests need no matrix
+
+    return load_matrix(REPO_ROOT / "stacks.yaml")
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     return make_client()

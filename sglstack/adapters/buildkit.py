@@ -71,6 +71,16 @@ def _has_buildx(cli: str) -> bool:
         return False
 
 
+def buildx_client(configured: str | None = None) -> str | None:
+    """The first docker client (`--docker-cli`, SGLSTACK_DOCKER_CLI, then PATH) that has buildx; None if none has."""
+    return next((cli for cli in candidate_clis(configured) if _has_buildx(cli)), None)
+
+
+def run_buildx_bake(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """`docker buildx bake` (`argv`), its output on the terminal, `env` added to the tool environment; its exit code."""
+    return subprocess.run(list(argv), check=False, env=tool_environment(env)).returncode
+
+
 def _major(version: str) -> int:
     m = re.match(r"(\d+)", version)
     return int(m.group(1)) if m else 0

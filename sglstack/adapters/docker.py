@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import docker
 import docker.errors
 from docker.models.containers import Container
+from docker.models.images import Image
 
 from ..core import labels as lb
 from ..core.errors import DockerUnavailable, first_line
@@ -93,9 +94,16 @@ def docker_client(docker_host: str | None = None, *, timeout: int = 120) -> dock
     return client
 
 
+def engine_image(client: docker.DockerClient, ref: str) -> Image:
+    """The engine's image `ref` names (a tag, `repo@digest` or an image id): the one place sglstack asks an
+    engine for an image. Raises docker.errors.ImageNotFound when it has none, APIError when it fails otherwise
+    (each caller says either in its own words)."""
+    return client.images.get(ref)
+
+
 def image_exists(client: docker.DockerClient, ref: str) -> bool:
     try:
-        client.images.get(ref)
+        engine_image(client, ref)
     except docker.errors.ImageNotFound:
         return False
     return True
@@ -234,7 +242,7 @@ def local_image(client: docker.DockerClient, ref: str) -> LocalImage | None:
     """The local image `ref` names (a tag, `repo@digest` or an image id); None if the engine has none.
     An engine that fails otherwise raises docker.errors.APIError (each caller names it in its own words)."""
     try:
-        image = client.images.get(ref)
+        image = engine_image(client, ref)
     except docker.errors.ImageNotFound:
         return None
     return LocalImage(id=str(image.id), repo_digests=tuple(image.attrs.get("RepoDigests") or ()),

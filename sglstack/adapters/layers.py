@@ -18,7 +18,7 @@ import docker.errors
 
 from ..core.inputs import loads
 from ..core.safefiles import write_text
-from .docker import is_local_docker_host
+from .docker import engine_image, is_local_docker_host
 from .wheels import cache_root
 
 LISTING_VERSION = 1  # bump when what a listing holds changes
@@ -109,7 +109,7 @@ def image_layer_files(client: Any, image: str, docker_host: str | None) -> list[
     if not is_local_docker_host(docker_host):
         return None
     try:
-        attrs = client.images.get(image).attrs
+        attrs = engine_image(client, image).attrs
     except docker.errors.ImageNotFound:
         return None
     dirs = layer_dirs(attrs)

@@ -15,8 +15,7 @@ from ..adapters.wheels import WheelFetchError, available_versions, fetch_wheel
 from ..config.schema import Stack
 from ..core.errors import SglstackError, shown
 from ..core.versions import version_problem
-from ..inimage import patchkit
-from ..patches.host import load_specs, unpack_for_patches
+from ..patches.host import load_specs, stack_patch_problem, unpack_for_patches
 from .releases import ReleaseRangeError, releases_between
 
 MODE_GIT = "git"
@@ -128,8 +127,6 @@ def patch_skip(stack: Stack, ref: str, patches_dir: Path) -> tuple[str, str] | N
             wheel = fetch_wheel("sglang", ref)
             root = unpack_for_patches(wheel, load_specs(stack.patches, patches_dir), Path(tmp))
             version = ref
-        try:
-            patchkit.apply_patches(root, patches_dir, stack.patches, version, stack.patch_policy.on_upstream)
-        except patchkit.PatchError as exc:
-            return "patch", f"{exc.kind}: {exc}"
+        if problem := stack_patch_problem(root, stack, version, patches_dir):
+            return "patch", problem
     return None

@@ -19,11 +19,11 @@ report.json:
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.jsonreport import write_json
 from ..core.records import build_root, utc_timestamp
 from ..core.safefiles import containing_root, write_bytes
 from . import stats
@@ -99,7 +99,7 @@ def write_reports(data: Mapping[str, Any], folder: Path, *, chart: bool = True) 
     if chart:
         _atomic_write(paths["chart"], chart_png(data))
     _atomic_write(paths["markdown"], markdown(data, paths["chart"].name).encode("utf-8"))
-    _atomic_write(paths["json"], (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    write_json(paths["json"], data)
     return paths
 
 

@@ -4,18 +4,17 @@ too) is `attest.verify`'s."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config.imageref import not_an_image
-from ..core.jsonreport import NO_JSON, dumps
+from ..core.jsonreport import NO_JSON, JsonReport
 from ..core.options import ReportOptions, docker_host_option, option, required, stacks_file_option
+from .cmdoptions import only_stack_option, verify_key_option
 from .options import command
 
 if TYPE_CHECKING:
     from ..attest.provenance import BuildIdentity
-    from ..core.jsonreport import JsonReport
 
 
 @dataclass(frozen=True)
@@ -25,8 +24,8 @@ class SbomOptions(ReportOptions):
     generate: bool = option("list the image itself even when the registry has an SBOM attached", False, kind=bool)
     docker_host: str | None = docker_host_option("Docker engine URL to list images on (default: DOCKER_HOST / "
                                                  "local socket)")
-    verify_key: str | None = option("show only the SBOM a signature by this ed25519 public key (PEM) covers (exit 1 "
-                             "when none does); without it the SBOM is marked unsigned")
+    verify_key: str | None = verify_key_option("show only the SBOM a signature by this ed25519 public key (PEM) "
+                                               "covers (exit 1 when none does); without it the SBOM is marked unsigned")
 
 
 @command(SbomOptions, positional=("ref",))
@@ -40,9 +39,9 @@ def sbom(o: SbomOptions, as_json: JsonReport) -> int:
 @dataclass(frozen=True)
 class VerifyImageOptions(ReportOptions):
     ref: str = required("the image in its registry: REPO:TAG or REPO@sha256:...", check=not_an_image)
-    verify_key: str | None = option("the signer's ed25519 public key (PEM)")
-    stack: str | None = option("also require the signed provenance to name this stack, its config hash (as the "
-                               "matrix gives it now) and its SGLang release")
+    verify_key: str | None = verify_key_option("the signer's ed25519 public key (PEM)")
+    stack: str | None = only_stack_option("also require the signed provenance to name this stack, its config hash (as "
+                                          "the matrix gives it now) and its SGLang release")
     stacks_file: str | None = stacks_file_option("the matrix file of --stack (default: stacks.yaml)")
 
 
@@ -133,20 +132,14 @@ def sbom_command(ref: str, *, as_json: JsonReport = NO_JSON, docker_host: str | 
         document = {"image": ref, "index": index[0], "platforms": [
             {"platform": p, "image": c, "source": s.source, "signature": s.signature, "sbom": s.document}
             for p, c, s in shown_each]}
-        if as_json:
-            as_json.emit(document)
-        else:
-            sys.stdout.write(dumps(document))
+        (as_json or JsonReport(stdout=True)).emit(document)
         for platform, child, s in shown_each:
             console(stderr=True).print(one_line(
                 f"sbom: {platform} {child}: {s.summary.components} components ({len(s.summary.python)} Python, "
                 f"{s.summary.debian} Debian), {s.source}; {s.signature}"), markup=False, highlight=False)
         return 0
     shown = sbom_to_show(ref, docker_host=docker_host, generate=generate, key=key)
-    if as_json:
-        as_json.emit(shown.document)
-    else:
-        sys.stdout.write(dumps(shown.document))
+    (as_json or JsonReport(stdout=True)).emit(shown.document)
     summary = shown.summary
     console(stderr=True).print(f"sbom: {one_line(ref)}: {summary.components} components ({len(summary.python)} "
                                f"Python, {summary.debian} Debian), {shown.source}; {shown.signature}"

@@ -12,6 +12,7 @@ from .cmdoptions import (
     max_new_tokens_option,
     model_option,
     skip_preflight_option,
+    smoke_opt_option,
     stack_option,
     tp_option,
 )
@@ -49,7 +50,7 @@ class BisectOptions(ReportOptions):
     num_prompts: int | None = option("prompts per measured run", kind=int)
     max_new_tokens: int | None = max_new_tokens_option(int)
     skip_preflight: bool = skip_preflight_option()
-    smoke_opt: tuple[str, ...] = repeatable("any other smoke option, KEY=VALUE (repeatable)")
+    smoke_opt: tuple[str, ...] = smoke_opt_option("any other smoke option, KEY=VALUE (repeatable)")
 
 
 @command(BisectOptions)

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.jsonreport import NO_JSON
+from ..core.jsonreport import NO_JSON, dumps
 from ..core.options import (
     ReportOptions,
     TaskOptions,
     docker_host_option,
     option,
-    repeatable,
-    required,
     stacks_file_option,
 )
-from .cmdoptions import ca_bundle_option, docker_cli_option, stack_option
+from .cmdoptions import (
+    ca_bundle_option,
+    docker_cli_option,
+    registry_option,
+    signing_key_option,
+    smoke_opt_option,
+    stack_option,
+    stacks_option,
+)
 from .options import command
 
 if TYPE_CHECKING:
@@ -42,12 +48,13 @@ class BuildOptions(ReportOptions):
     docker_cli: str | None = docker_cli_option()
     docker_host: str | None = docker_host_option(
         "Docker engine URL for the build (default: DOCKER_HOST / local socket)")
-    registry: str | None = option("registry repository to push to (default: the stack's publish.repository)")
-    smoke_opt: tuple[str, ...] = repeatable("extra option for the release smoke, KEY=VALUE (repeatable)")
+    registry: str | None = registry_option("registry repository to push to (default: the stack's publish.repository)")
+    smoke_opt: tuple[str, ...] = smoke_opt_option("extra option for the release smoke, KEY=VALUE (repeatable)")
     builder: str | None = option("buildx builder instance to build on (docker buildx create --name NAME: "
                                  "docker-container, remote buildkitd, kubernetes); needs buildx")
-    signing_key: str | None = option("--push: the ed25519 private key (PEM) that signs the release's attestations "
-                             "(also SGLSTACK_SIGNING_KEY: a path or the PEM; never written anywhere)")
+    signing_key: str | None = signing_key_option("--push: the ed25519 private key (PEM) that signs the release's "
+                                                 "attestations (also SGLSTACK_SIGNING_KEY: a path or the PEM; never "
+                                                 "written anywhere)")
     unsigned: bool = option("--push without a signature (SBOM and provenance are still attached)", False, kind=bool)
     platform: str | None = option("the stack's platform to build (default: its first): its base, its lock; a "
                                   "foreign one runs its RUN steps under QEMU")
@@ -66,7 +73,7 @@ def build(o: BuildOptions, as_json: JsonReport) -> int:
 
 @dataclass(frozen=True)
 class BakeOptions(TaskOptions):
-    stack: tuple[str, ...] = repeatable("only this stack (repeatable; default: the whole matrix)")
+    stack: tuple[str, ...] = stacks_option("only this stack (repeatable; default: the whole matrix)")
     stacks_file: str = stacks_file_option()
     out: str | None = option("the bake file (default: build/docker-bake.json, under SGLSTACK_BUILD_DIR if set)")
     print: bool = option("print the bake file's JSON instead of the summary", False, kind=bool)
@@ -132,7 +139,7 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
     written = write_bake(stacks_file, stack_names, out=out, ca_bundle=ca_bundle)
     console = make_console()
     if print_only:
-        print(json.dumps(written.definition, indent=2))
+        sys.stdout.write(dumps(written.definition))
     else:
         console.print(f"bake file: {plain(written.path)} ({len(written.definition['target'])} targets, "
                       f"{len(written.stacks)} stacks; group '{DEFAULT_GROUP}' is the whole matrix)", highlight=False)
@@ -151,7 +158,7 @@ def bake_command(stacks_file: str, stack_names: Sequence[str] = (), *, out: str 
 
 @dataclass(frozen=True)
 class SeedBaseOptions(TaskOptions):
-    stack: str = required("stack name from the matrix (one with base_seed)")
+    stack: str = stack_option("stack name from the matrix (one with base_seed)")
     stacks_file: str = stacks_file_option()
     platform: str | None = option("only this platform of the stack (linux/amd64, linux/arm64; default: each)")
     docker_host: str | None = docker_host_option("Docker engine URL to load the base into (default: DOCKER_HOST / "

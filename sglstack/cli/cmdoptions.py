@@ -8,19 +8,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.options import option, required
+from ..core.options import option, repeatable, required
 
 STACK_HELP = "stack name from the matrix"
 
 
-def stack_option() -> Any:
+def stack_option(help: str = STACK_HELP) -> Any:
     """--stack NAME, required."""
-    return required(STACK_HELP)
+    return required(help)
 
 
-def only_stack_option() -> Any:
-    """--stack NAME, optional: the task covers every stack without it."""
-    return option("only this stack (default: all)")
+def only_stack_option(help: str = "only this stack (default: all)") -> Any:
+    """--stack NAME, optional: the task covers every stack without it (or, as `help` says, what it does then)."""
+    return option(help)
+
+
+def stacks_option(help: str) -> Any:
+    """--stack NAME, repeatable: the task covers every stack without it."""
+    return repeatable(help)
+
+
+# ---- signing and verifying (build --push, publish, publish-index; sbom, verify-image, render, deploy) -----
+
+def signing_key_option(help: str) -> Any:
+    """--signing-key PEM: the ed25519 private key (a path or the PEM; also SGLSTACK_SIGNING_KEY)."""
+    return option(help)
+
+
+def verify_key_option(help: str) -> Any:
+    """--verify-key PUB: the ed25519 public key (PEM) a signature must verify against."""
+    return option(help)
+
+
+# ---- the registry and the release's smoke (build --push, publish, publish-index, registry.cleanup, bisect) ---
+
+REGISTRY_HELP = "registry host or repository (default: the stack's publish.repository)"
+
+
+def registry_option(help: str = REGISTRY_HELP) -> Any:
+    return option(help)
+
+
+def smoke_opt_option(help: str) -> Any:
+    """--smoke-opt KEY=VALUE, repeatable: an option of the smoke the task runs."""
+    return repeatable(help)
 
 
 def ca_bundle_option() -> Any:

@@ -30,6 +30,7 @@ from .cmdoptions import (
     rdma_option,
     skip_preflight_option,
     stack_option,
+    verify_key_option,
 )
 from .options import command
 
@@ -90,8 +91,8 @@ class DeployOptions(DeployTaskOptions):
                                          "serving.env) the pods read (default hf-token)")
     image_pull_secret: str | None = option("k8s: the Secret (kubernetes.io/dockerconfigjson) the pods pull the "
                                            "image with; --kernel-cache's init container reads the registry with it")
-    verify_key: str | None = option("refuse an image that does not verify against this ed25519 public key "
-                                    "(PEM): signature, SBOM and provenance by digest (invoke verify-image)")
+    verify_key: str | None = verify_key_option("refuse an image that does not verify against this ed25519 public key "
+                                               "(PEM): signature, SBOM and provenance by digest (invoke verify-image)")
     kernel_cache: bool = option("restore the image's kernel caches whose key matches this node and deployment "
                                 "(else start cold, said in one line)", False, kind=bool)
 

@@ -11,6 +11,7 @@ from ..config.defaults import default_stacks_file
 from ..core.jsonreport import NO_JSON
 from ..core.options import ReportOptions, TaskOptions, option, required, stacks_file_option
 from ..core.resources import DEFAULT_PATCHES_DIR
+from .cmdoptions import only_stack_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def patches_list(o: ListOptions, as_json: JsonReport) -> int:
 class CheckOptions(ReportOptions):
     exactly_one = (("sglang", "stack"),)
     sglang: str | None = option("an SGLang release: check every patch against its wheel")
-    stack: str | None = option("check this stack's patches against its SGLang, with its policy")
+    stack: str | None = only_stack_option("check this stack's patches against its SGLang, with its policy")
     stacks_file: str = stacks_file_option()
 
 
@@ -51,7 +52,7 @@ def patches_check(o: CheckOptions, as_json: JsonReport) -> int:
 class ApplyOptions(TaskOptions):
     exactly_one = (("stack", "patch"),)
     root: str = required("folder holding the sglang/ package (unpacked wheel or site-packages)")
-    stack: str | None = option("apply this stack's patches")
+    stack: str | None = only_stack_option("apply this stack's patches")
     patch: str | None = option("apply this one patch")
     stacks_file: str = stacks_file_option()
     sglang: str | None = option("the SGLang release under ROOT (default: from ROOT's sglang-*.dist-info, or the "
@@ -70,7 +71,7 @@ def patches_apply(o: ApplyOptions) -> int:
 class VerifyOptions(ReportOptions):
     exactly_one = (("stack", "patch"),)
     root: str = required("folder holding the sglang/ package")
-    stack: str | None = option("this stack's patches")
+    stack: str | None = only_stack_option("this stack's patches")
     patch: str | None = option("this one patch")
     stacks_file: str = stacks_file_option()
     manifest: str | None = option("also check the sha256 recorded by apply")
@@ -96,12 +97,11 @@ def list_command(stacks_file: str | Path | None = None, patches_dir: Path | None
     from ..config.matrix import load_matrix
     from ..core.console import console as make_console
     from ..core.console import plain, report_table
-    from ..inimage import patchkit
-    from ..patches.host import load_specs
+    from ..patches.host import all_specs
 
     patches_dir = _patches_dir(patches_dir)
     matrix = load_matrix(stacks_file or default_stacks_file(), patches_dir=patches_dir)
-    specs = load_specs(patchkit.patch_ids(patches_dir), patches_dir)
+    specs = all_specs(patches_dir)
     table = report_table(("patch", "applies to", "fixed in", "target", "methods", "stacks"),
                          title=f"patches ({patches_dir.name}/)")
     listed = []

@@ -6,10 +6,8 @@ import os
 from dataclasses import dataclass
 
 from ..core.options import TaskOptions, option, repeatable, required, stacks_file_option
-from .cmdoptions import only_stack_option, stack_option
+from .cmdoptions import only_stack_option, registry_option, signing_key_option, stack_option
 from .options import command
-
-REGISTRY = "registry host or repository (default: the stack's publish.repository)"
 
 
 @dataclass(frozen=True)
@@ -18,13 +16,13 @@ class PublishOptions(TaskOptions):
     digest: str = required("the smoke-tested manifest digest (sha256:..., or REPO@sha256:... of the stack's "
                            "repository) to promote, or an older one to roll back to")
     stacks_file: str = stacks_file_option()
-    registry: str | None = option(REGISTRY)
+    registry: str | None = registry_option()
     config_hash: str | None = option("config hash of the image, when no publish record or label has it")
     smoke_report: str | None = option("path of the smoke report that passed this digest (kept in the record)")
     force: bool = option("re-point the tags even when they already point to this digest", False, kind=bool)
-    signing_key: str | None = option("the ed25519 private key (PEM) the release is signed with: a digest this "
-                                     "key has not signed gets its attached SBOM and provenance signed before any "
-                                     "tag moves (also SGLSTACK_SIGNING_KEY)")
+    signing_key: str | None = signing_key_option("the ed25519 private key (PEM) the release is signed with: a digest "
+                                                 "this key has not signed gets its attached SBOM and provenance "
+                                                 "signed before any tag moves (also SGLSTACK_SIGNING_KEY)")
     unsigned: bool = option("promote without a signature (the only way to promote without a key)", False, kind=bool)
 
 
@@ -46,15 +44,16 @@ def publish(o: PublishOptions) -> int:
 
 @dataclass(frozen=True)
 class PublishIndexOptions(TaskOptions):
-    stack: str = required("stack name from the matrix (one of several platforms)")
+    stack: str = stack_option("stack name from the matrix (one of several platforms)")
     tag: str = required("the tag to write the index under (a candidate tag: promote it with publish --digest)")
     platform_digest: tuple[str, ...] = repeatable("PLATFORM=sha256:... of each platform's pushed image "
                                                   "(repeatable, one per platform of the stack)")
     stacks_file: str = stacks_file_option()
-    registry: str | None = option(REGISTRY)
-    signing_key: str | None = option("the ed25519 private key (PEM) the index and each platform's manifest are "
-                                     "signed with before the tag is written: a platform this key already "
-                                     "signed is verified, not signed again (also SGLSTACK_SIGNING_KEY)")
+    registry: str | None = registry_option()
+    signing_key: str | None = signing_key_option("the ed25519 private key (PEM) the index and each platform's "
+                                                 "manifest are signed with before the tag is written: a platform this "
+                                                 "key already signed is verified, not signed again (also "
+                                                 "SGLSTACK_SIGNING_KEY)")
     unsigned: bool = option("write the index without a signature (the only way without a key)", False, kind=bool)
 
 
@@ -109,7 +108,7 @@ def registry_down(o: RegistryDownOptions) -> None:
 class CleanupOptions(TaskOptions):
     stack: str | None = only_stack_option()
     stacks_file: str = stacks_file_option()
-    registry: str | None = option("registry host or repository (default: each stack's repository)")
+    registry: str | None = registry_option("registry host or repository (default: each stack's repository)")
     older_than_days: str | None = option("remove candidates older than this (default 7)")
     dry_run: bool = option("list what would be removed", False, kind=bool)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..config.imageref import not_an_image
 from ..core.options import TaskOptions, option, stacks_file_option
 from .attest import expected_identity
-from .cmdoptions import host_network_option, rdma_option, stack_option
+from .cmdoptions import host_network_option, rdma_option, stack_option, verify_key_option
 from .options import command
 
 
@@ -21,9 +21,9 @@ class RenderOptions(TaskOptions):
     nnodes: int = option("k8s: pods (nodes) per LeaderWorkerSet group (default 1)", 1, kind=int)
     host_network: bool = host_network_option()
     rdma: str | None = rdma_option()
-    verify_key: str | None = option("refuse --image unless it verifies against this ed25519 public key (PEM) "
-                                    "and its signed provenance names this stack, its config hash and SGLang "
-                                    "release; the manifests then name the verified digest")
+    verify_key: str | None = verify_key_option("refuse --image unless it verifies against this ed25519 public key "
+                                               "(PEM) and its signed provenance names this stack, its config hash and "
+                                               "SGLang release; the manifests then name the verified digest")
     platform: str | None = option("the stack's platform to render (default: the stack as a whole): its base and "
                                   "lock, into its build folder (build/STACK.OS-ARCH past the first)")
 

@@ -11,7 +11,7 @@ from ..config.defaults import default_stacks_file
 from ..config.imageref import not_an_image
 from ..core.jsonreport import NO_JSON
 from ..core.options import BadOption, ReportOptions, docker_host_option, option, repeatable, stacks_file_option
-from .cmdoptions import max_new_tokens_option, model_option, skip_preflight_option, tp_option
+from .cmdoptions import max_new_tokens_option, model_option, only_stack_option, skip_preflight_option, tp_option
 from .options import command
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class SmokeTaskOptions(ReportOptions):
 
     image: str | None = option("image reference to test (tag, id, or repo@sha256:... which the Docker host pulls)",
                                check=not_an_image)
-    stack: str | None = option("stack whose serving settings, smoke settings and gates apply")
+    stack: str | None = only_stack_option("stack whose serving settings, smoke settings and gates apply")
     stacks_file: str = stacks_file_option()
     model: str | None = model_option()
     draft_model: str | None = option("EAGLE-3 draft model path or HF repo")

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING
 
 from ..core.jsonreport import NO_JSON
 from ..core.options import ReportOptions, option, required, stacks_file_option
-from .cmdoptions import stack_option
+from .cmdoptions import only_stack_option, stack_option
 from .options import command
 
 if TYPE_CHECKING:
     from ..core.jsonreport import JsonReport
-    from ..upgrade.command import Engines
+    from ..upgrade.world import Engines
 
 
 @dataclass(frozen=True)
 class ReleasesOptions(ReportOptions):
-    stack: str | None = option("only this stack (default: every stack with a release pin)")
+    stack: str | None = only_stack_option("only this stack (default: every stack with a release pin)")
     stacks_file: str = stacks_file_option()
 
 

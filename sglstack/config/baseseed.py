@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ..core.clock import utc_timestamp
 from .fields import KeyedValueError
 from .platforms import ARCH_OF_PLATFORM
 from .strict import StrictModel
@@ -96,7 +97,7 @@ def image_config(seed: BaseSeed, platform: str, rootfs: Digest) -> bytes:
     """The image's config, every field fixed by the seed: its sha256 (the image id) is the same on every
     machine that makes the same root file system (`docker import` would stamp the time of the import)."""
     arch = ARCH_OF_PLATFORM[platform]
-    created = dt.datetime.fromtimestamp(seed.epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = utc_timestamp(dt.datetime.fromtimestamp(seed.epoch, dt.UTC))
     config = {"architecture": arch, "os": "linux", **({"variant": "v8"} if arch == "arm64" else {}),
               "config": {"Cmd": ["bash"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
               "created": created,

@@ -239,6 +239,16 @@ def image_name(digest: str | None, image_id: str | None) -> str | None:
     return digest or image_id or None
 
 
+def image_label(digest: str | None, image_id: str | None, ref: str | None = None) -> str | None:
+    """How a person is shown an image, by `image_name`'s rule: its registry digest; else its image id, said to be
+    one (`REF (image id ID)`, or `id ID` without a ref: a local build has no digest); else `ref`. A caller that
+    shows them short passes them cut."""
+    name = image_name(digest, image_id)
+    if name is None or name == digest:
+        return name or ref
+    return f"{ref} (image id {name})" if ref else f"id {name}"
+
+
 def is_digest(value: str) -> bool:
     """A registry digest, `sha256:<64 lowercase hex>` (not a config hash)."""
     return DIGEST_RE.fullmatch(value) is not None

@@ -330,6 +330,11 @@ class Stack(StrictModel):
         return self.model_copy(update=update)
 
     @property
+    def whole_platforms(self) -> tuple[str, ...]:
+        """Every platform of the stack as written, even when this is one platform of it (`for_platform`)."""
+        return (self.whole or self).platforms
+
+    @property
     def lock_platform(self) -> str | None:
         """The platform whose lock is `locks/NAME.PLATFORM.txt` (None: `locks/NAME.txt`, the first platform's)."""
         return self.platforms[0] if self.whole and self.platforms[0] != self.whole.platforms[0] else None

@@ -19,10 +19,10 @@ import errno
 import fcntl
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .clock import utc_timestamp
 from .errors import SglstackError, one_line
 from .safefiles import OutputNotWritable, check_inside, make_folder, reason_of
 
@@ -104,7 +104,7 @@ def _flocked(path: Path, key: tuple[str, int], task: str, folder: Path, stack: s
         # Who holds it, for the refusal above (best effort: a full disk must not stop the task).
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            since = utc_timestamp()
             os.pwrite(fd, f"invoke {task} (pid {os.getpid()}, since {since})\n".encode(), 0)
         _HELD[key] = [fd, 1]
         try:

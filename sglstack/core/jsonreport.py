@@ -27,6 +27,12 @@ def dumps(document: Any) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
+def write_json(path: Path, document: Any) -> Path:
+    """A JSON document written as a file in the one encoding (`dumps`), whole (`records.write_output`: a temp
+    file beside it, then a rename; no link followed out of its folder): every report, record and bake file."""
+    return write_output(path, dumps(document))
+
+
 @dataclass
 class JsonReport:
     """Where a task's report goes as JSON: stdout (`--json`), a file (`--json-out`), both or neither."""

@@ -1,5 +1,5 @@
-"""The build folder, UTC time, the per-stack lock, and the append-only JSON-lines stores under it
-(publish and deploy records, smoke history, the bisect log).
+"""The build folder, UTC time (core/clock's, re-exported), the per-stack lock, and the append-only JSON-lines
+stores under it (publish and deploy records, smoke history, the bisect log).
 
 Every JSON-lines store goes through `append_jsonl` and `read_jsonl`, so that each has the same
 guarantees: whole lines written with one write and an fsync, sorted keys, no interleaving between
@@ -13,14 +13,11 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
-import datetime as dt
 import errno
 import fcntl
 import json
 import os
-import re
 import sys
-import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+# The clock is core/clock's; the names stay importable from here, where the records they stamp are.
+from .clock import parse_local_stamp as parse_local_stamp
+from .clock import parse_utc as parse_utc
+from .clock import utc_now as utc_now
+from .clock import utc_timestamp as utc_timestamp
+from .clock import utc_today as utc_today
 from .errors import ConfigError, one_line
 from .folderlock import folder_lock
 from .inputs import loads
@@ -150,49 +153,6 @@ def write_output(path: Path, data: str | bytes) -> Path:
     out of, or one a flag names elsewhere (`--json PATH`), no link leading out of its own folder."""
     body = data.encode("utf-8") if isinstance(data, str) else data
     return write_bytes(containing_root(path, build_root()), path, body)
-
-
-def utc_now() -> dt.datetime:
-    """Now, in UTC: every time sglstack records or compares is UTC."""
-    return dt.datetime.now(dt.UTC)
-
-
-def utc_timestamp(when: dt.datetime | None = None) -> str:
-    """`2026-12-02T18:48:09Z`: the one timestamp format of every record."""
-    return (when or utc_now()).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-_FRACTION_PAST_MICROSECONDS = re.compile(r"(\.\d{6})\d+")
-
-
-def parse_utc(text: object) -> dt.datetime | None:
-    """An RFC 3339 / ISO 8601 time as the engine, a registry or a record writes it (`Z`, an offset, or none:
-    UTC; nanoseconds cut to microseconds), in UTC; None for anything else. The one parser, so a time one
-    task reads another reads the same."""
-    if not isinstance(text, str):
-        return None
-    trimmed = _FRACTION_PAST_MICROSECONDS.sub(r"\1", text.strip())
-    if trimmed[-1:] in ("Z", "z"):
-        trimmed = trimmed[:-1] + "+00:00"
-    try:
-        when = dt.datetime.fromisoformat(trimmed)
-    except ValueError:
-        return None
-    return when.astimezone(dt.UTC) if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
-
-
-def parse_local_stamp(text: str) -> float | None:
-    """`YYYY-mm-dd HH:MM:SS` in this machine's local time (how SGLang stamps its log lines) as epoch seconds;
-    None for anything else."""
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S"))
-    except (ValueError, OverflowError):
-        return None
-
-
-def utc_today() -> dt.date:
-    """Today's date in UTC (tags carry it): a local date would change tags at local midnight."""
-    return utc_now().date()
 
 
 def _lock_file(path: Path) -> Path:

@@ -23,7 +23,7 @@ from typing import IO, Any
 import docker.errors
 
 from ..adapters.cuobjdump import Cuobjdump, ListingCache, cuobjdump, is_device_object_name
-from ..adapters.docker import created_container
+from ..adapters.docker import created_container, engine_image
 from ..config.platforms import platform_of_image
 from ..config.schema import Stack
 from ..core.errors import BuildError
@@ -167,7 +167,7 @@ class ImageSources:
 def image_sources(client: Any, image: str, stack: Stack, installed: Mapping[str, str] | None) -> ImageSources | None:
     """None when the stack lists no capability or pins none of the CUDA distributions coverage reads."""
     caps = capabilities_of(stack.cuda_arch_list)
-    attrs = client.images.get(image).attrs
+    attrs = engine_image(client, image).attrs
     # the image's own platform (never another's wheels for an architecture nothing maps: url_for refuses it)
     platform = platform_of_image(str(attrs.get("Os") or ""), str(attrs.get("Architecture") or "amd64"))
     sources = device_code_wheels(stack, platform, installed)

@@ -12,8 +12,8 @@ import docker
 import docker.errors
 
 from ..adapters.compose import ComposeCLI, error_line
-from ..adapters.docker import image_exists, is_local_docker_host
-from ..config.imageref import parse_image_reference, pinned_digest
+from ..adapters.docker import engine_image, image_exists, is_local_docker_host
+from ..config.imageref import image_label, parse_image_reference, pinned_digest
 from ..core.errors import ConfigError, DeployError, SglstackError
 from ..core.records import utc_timestamp
 from ..render import compose as cmp
@@ -74,8 +74,7 @@ def _restore(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
     """Bring `previous` back from the compose file it ran with, wait until healthy, record the restore.
     Returns (what was done; why its record was not written, or None)."""
     # The image that ran, not where its tag points now: a local build has an image id and no registry digest.
-    shown = previous.registry_digest or (f"{previous.image} (image id {previous.image_id[:19]})"
-                                         if previous.image_id else previous.image)
+    shown = image_label(previous.registry_digest, previous.image_id[:19], previous.image) or previous.image
     say(f"restoring the previous deployment of stack '{dep.stack.name}': {shown}")
     options = cmp.ComposeOptions.from_record(previous.options)
     prev_file = dep.out_dir / previous.compose_file
@@ -132,7 +131,7 @@ def pinned_image(client: docker.DockerClient, record: DeploymentRecord) -> str:
     if pinned_digest(record.image):
         return record.image
     try:
-        current: str | None = client.images.get(record.image).id
+        current: str | None = engine_image(client, record.image).id
     except docker.errors.ImageNotFound:
         current = None
     if current is not None and (not record.image_id or current == record.image_id):

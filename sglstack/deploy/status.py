@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.docker import docker_client
-from ..config.imageref import pinned_digest
+from ..config.imageref import image_label, pinned_digest
 from ..core.console import console, fitted_table, plain
 from ..core.records import BadLine, parse_utc, utc_now
 from ..core.records import build_root as default_build_root
@@ -197,7 +197,7 @@ def print_status(rows: list[StackStatus], *, wide: bool = False) -> None:
             r.state,
             r.health,
             r.uptime,
-            _short(r.digest) if r.digest or not r.image_id else f"id {_short(r.image_id)}",
+            image_label(r.digest and _short(r.digest), r.image_id and _short(r.image_id)) or "-",
             _short(r.smoke_report),
             r.model or "-",
             r.speculative or "-",

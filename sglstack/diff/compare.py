@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from rich.console import Console
 from rich.table import Table
 
+from ..config.imageref import image_name
 from ..core import labels as lb
 from ..core.console import plain, report_table
 from ..core.inputs import loads
@@ -374,7 +375,7 @@ def diff_summary(diff: StackDiff, *, limit: int = 10) -> dict[str, Any]:
 def image_name_for_diff(image: Mapping[str, Any]) -> str:
     """How `invoke diff` can find a smoked image later: a registry digest, else its id, else its ref."""
     digests = [d for d in image.get("repo_digests") or () if "@sha256:" in str(d)]
-    return str(digests[0] if digests else image.get("id") or image.get("ref") or "")
+    return str(image_name(digests[0] if digests else None, image.get("id")) or image.get("ref") or "")
 
 
 def diff_invocation_for(current_image: str, last_passing_image: str) -> str:

@@ -48,7 +48,7 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
     # The Docker SDK is slow to import, and a diff of two files never needs it.
     import docker.errors
 
-    from ..adapters.docker import docker_client, read_image_files
+    from ..adapters.docker import docker_client, engine_image, read_image_files
 
     try:
         client = docker_client(docker_host)
@@ -57,7 +57,7 @@ def _engine_snapshot(ref: str, docker_host: str | None) -> Snapshot | None:
             raise
         return None
     try:
-        image = client.images.get(ref)
+        image = engine_image(client, ref)
     except docker.errors.ImageNotFound:
         return None
     except docker.errors.APIError:
@@ -75,10 +75,10 @@ def engine_image_platform(ref: str, docker_host: str | None) -> str | None:
     # at call time: the Docker SDK is slow to import, and a diff of two files never needs it
     import docker.errors
 
-    from ..adapters.docker import docker_client
+    from ..adapters.docker import docker_client, engine_image
 
     try:
-        attrs = docker_client(docker_host).images.get(ref).attrs
+        attrs = engine_image(docker_client(docker_host), ref).attrs
     except (DockerUnavailable, docker.errors.DockerException):
         return None
     if not attrs.get("Architecture"):

@@ -9,22 +9,23 @@ builder (docker-container, remote buildkitd, kubernetes, Depot) and fills the sh
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adapters.buildkit import BuildRequest, candidate_clis, registry_cache
+# buildx_client is the face's too (it names the client in the command it prints): re-exported for it
+from ..adapters.buildkit import BuildRequest, registry_cache, run_buildx_bake
+from ..adapters.buildkit import buildx_client as buildx_client
 from ..config.matrix import load_matrix
 from ..config.schema import Stack
-from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text, tool_environment
+from ..core.credentials import CredentialError, HostLogin, merge_logins, netrc_text
 from ..core.errors import BuildError, ConfigError, DockerUnavailable
 from ..core.folderlock import folder_lock
+from ..core.jsonreport import write_json
 from ..core.records import build_root, require_writable, stack_dir
-from ..core.safefiles import containing_root, write_text
+from ..core.safefiles import containing_root
 from ..lock.outputs import input_path_problem
 from ..lock.trust import lock_for_build
 from ..lockfile.model import Lock
@@ -133,20 +134,7 @@ def render_stack_targets(stack: Stack, out_dir: Path, lock: Lock | None,
 
 def write_bake_file(path: Path, definition: Mapping[str, Any]) -> None:
     """Whole or not at all: a temp file beside it, then a rename."""
-    write_text(containing_root(path.parent, build_root()), path, json.dumps(definition, indent=2) + "\n")
-
-
-def buildx_client(docker_cli: str | None) -> str | None:
-    """The first docker client (`--docker-cli`, SGLSTACK_DOCKER_CLI, then PATH) that has buildx."""
-    for cli in candidate_clis(docker_cli):
-        try:
-            found = subprocess.run([cli, "buildx", "version"], capture_output=True, timeout=30, check=False,
-                                   env=tool_environment())
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if found.returncode == 0:
-            return cli
-    return None
+    write_json(path, definition)
 
 
 @dataclass(frozen=True)
@@ -195,4 +183,4 @@ def run_bake(plan: WrittenBake, cli: str | None, argv: Sequence[str]) -> int:
         raise DockerUnavailable("bake not run: no docker client here has buildx (docker buildx version failed); "
                                 "the bake file is written, run the command above where buildx is installed")
     netrc_env = {INDEX_NETRC_ENV: netrc_text(plan.logins)} if plan.logins else {}
-    return subprocess.run(list(argv), check=False, env=tool_environment(netrc_env)).returncode
+    return run_buildx_bake(argv, netrc_env)

@@ -31,7 +31,7 @@ from ..adapters.buildkit import (
     detect_builder,
     run_build,
 )
-from ..adapters.docker import PullFailed, docker_client, local_image, present_or_pulled
+from ..adapters.docker import PullFailed, docker_client, engine_image, local_image, present_or_pulled
 from ..config.imageref import registry_digest
 from ..config.schema import Stack
 from ..core.console import console as make_console
@@ -146,11 +146,11 @@ def _build_stack(stack: Stack, options: BuildSettings) -> BuildResult:
                                                     **facts.coverage.labels,
                                                     **lock_labels(options.lock, facts.base_digest)},
                                     options.docker_host, stack.build_platform)
-            client.images.get(final_id).tag(tag)
+            engine_image(client, final_id).tag(tag)
     built_at = utc_now()
     record = _build_record(stack, options, facts, rendered, builder, timer,
                            image_id=final_id, tag=tag, config_hash=config_hash, built_at=built_at,
-                           started_at=started_at, labels=client.images.get(final_id).labels or {})
+                           started_at=started_at, labels=engine_image(client, final_id).labels or {})
     if facts.inventory is not None:
         record["sbom"] = write_sbom(out_dir, facts.inventory, tag=tag, image_id=final_id, built_at=built_at,
                                     lock=options.lock)
@@ -182,7 +182,7 @@ def _reused_image(client: docker.DockerClient, stack: Stack, options: BuildSetti
         pulled = present_or_pulled(client, remote)
     except PullFailed as exc:
         raise BuildError(f"stack '{stack.name}': pulling {remote}: {exc} (--force rebuilds instead)") from None
-    client.images.get(pulled.id).tag(tag)
+    engine_image(client, pulled.id).tag(tag)
     record_path = record_for_reused_image(client, stack, pulled.id, tag, config_hash, target, out_dir,
                                           source=remote)
     return BuildResult(stack.name, target, config_hash, pulled.id, tag, True, record_path, "none")

@@ -19,6 +19,7 @@ from ..adapters.buildkit import (
     BuildRequest,
     run_build,
 )
+from ..adapters.docker import engine_image
 from ..config.imageref import parse_image_reference
 from ..core.errors import BuildError, first_line
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
@@ -105,7 +106,7 @@ def stamp_labels(builder: Builder, base_ref: str, labels: dict[str, str], docker
 
 def existing_verified_image(client: docker.DockerClient, tag: str, config_hash: str) -> str | None:
     try:
-        image = client.images.get(tag)
+        image = engine_image(client, tag)
     except docker.errors.ImageNotFound:
         return None
     labels = image.labels or {}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..adapters.docker import engine_image
 from ..adapters.layers import image_layer_files
 from ..adapters.wheels import cache_root
 from ..config.schema import Stack
@@ -119,7 +120,7 @@ def imagecheck_argv(stack: Stack, run: set[str], scale: int = 1) -> list[str]:
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
                          docker_host: str | None, full: bool = False,
                          log: Callable[[str], None] = lambda _m: None) -> Verified:
-    attrs = client.images.get(image_id).attrs
+    attrs = engine_image(client, image_id).attrs
     env = list((attrs.get("Config") or {}).get("Env") or [])
     diff_ids = list((attrs.get("RootFS") or {}).get("Layers") or [])
     layers = image_layer_files(client, image_id, docker_host)

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 
+from ..adapters.docker import engine_image
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
+from ..core.jsonreport import write_json
 from ..core.labels import PATCH_LABEL_PREFIX
 from ..core.records import RECORD_FILE, build_root
-from ..core.safefiles import containing_root, write_bytes, write_text
+from ..core.safefiles import containing_root, write_bytes
 from ..inventory.model import Inventory
 from ..inventory.sbom import SBOM_FILE, sbom_document
 from ..lockfile.model import Lock, lock_content_sha256
@@ -41,7 +42,7 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
                 return path
         except (ConfigError, ValueError, AttributeError):
             pass
-    labels = client.images.get(image_id).labels or {}
+    labels = engine_image(client, image_id).labels or {}
     write_record(path, {
         "stack": stack.name, "platform": stack.platforms[0], "target": target, "image_id": image_id, "tag": tag,
         "config_hash": config_hash,
@@ -55,7 +56,7 @@ def record_for_reused_image(client: docker.DockerClient, stack: Stack, image_id:
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Write the record whole or not at all (a temp file next to it, then an atomic rename)."""
-    write_text(containing_root(path.parent, build_root()), path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_json(path, record)
 
 
 def write_sbom(out_dir: Path, inventory: Inventory, *, tag: str, image_id: str, built_at: dt.datetime,

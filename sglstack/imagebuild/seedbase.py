@@ -22,7 +22,7 @@ from typing import BinaryIO
 import docker
 import docker.errors
 
-from ..adapters.docker import docker_client
+from ..adapters.docker import docker_client, engine_image
 from ..adapters.mmdebstrap import mmdebstrap_missing, run_mmdebstrap
 from ..config.baseseed import (
     BaseSeed,
@@ -60,7 +60,7 @@ def seed_problem(client: docker.DockerClient, stack: Stack) -> str | None:
     want = stack.base_seed.rootfs[platform]
     whole = stack.whole or stack
     try:
-        attrs = client.images.get(stack.base_image).attrs
+        attrs = engine_image(client, stack.base_image).attrs
     except docker.errors.ImageNotFound:
         return (f"base_image {stack.base_image} is not on this engine: run invoke seed-base --stack {whole.name} "
                 f"(it makes the pinned root file system {want})")
@@ -98,7 +98,7 @@ def _seed_one(client: docker.DockerClient, one: Stack, seed: BaseSeed, platform:
     want = seed.rootfs[platform]
     emulated = MACHINE[platform] != host.machine()
     if seed_problem(client, one) is None:
-        found = client.images.get(one.base_image)
+        found = engine_image(client, one.base_image)
         return Seeded(platform, one.base_image, want, str(found.id), 0.0, emulated, True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglstack-seed-") as tmp:

@@ -15,7 +15,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..adapters.docker import created_container, running_container
+from ..adapters.docker import created_container, engine_image, running_container
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.errors import BuildError, ImageCheckFailed, PinMismatch
@@ -142,7 +142,7 @@ def check_base_image(client: docker.DockerClient, stack: Stack) -> None:
     if not stack.base_image_id:
         return
     try:
-        found = str(client.images.get(stack.base_image).id)
+        found = str(engine_image(client, stack.base_image).id)
     except docker.errors.ImageNotFound:
         raise BuildError(f"stack '{stack.name}': base_image {stack.base_image} is not on this engine (the stack "
                          f"pins image {stack.base_image_id}: make or load that image and tag it so)") from None

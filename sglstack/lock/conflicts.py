@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -22,10 +23,10 @@ from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
 from ..lockfile.current import missing_message, stale_message
-from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
+from ..lockfile.model import Lock, disagreement_text, platform_disagreements
 from .flow import LockError, resolve_for_base
 from .plan import LockUnreachable
-from .trust import StaleLock, lock_differences, lock_for_build
+from .trust import StaleLock, lock_differences, lock_for_build, platform_locks
 
 
 @dataclass(frozen=True)
@@ -153,24 +154,21 @@ def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sgl
 def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
     """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice;
     the platforms' locks must agree on every package both install (`platform_disagreements`)."""
-    findings = []
+    findings: list[Finding] = []
     for stack in matrix.stacks.values():
-        locks = {}
-        for platform in stack.platforms:
-            one = stack.for_platform(platform)
-            path = lock_path(stacks_file, stack.name, one.lock_platform)
-            if not path.exists() and not path.is_symlink():
-                findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
-                continue
-            try:
-                locks[platform] = lock_for_build(stacks_file, one)  # the build's own check: stale, edited, ...
-            except StaleLock:
-                findings.append(Finding(stack.name, "stale-lock", stale_message(stack.name, path)))
-            except ConfigError as exc:  # unreadable or edited by hand: a lock the build would refuse
-                findings.append(Finding(stack.name, "bad-lock", f"{path}: {exc.reason}"))
-        if differ := platform_disagreements({p: x for p, x in locks.items() if x is not None}):
+        refused = functools.partial(_lock_refused, findings, stack.name)
+        if differ := platform_disagreements(platform_locks(stacks_file, stack, refused)):
             findings.append(Finding(stack.name, "conflict", disagreement_text(differ)))
     return findings
+
+
+def _lock_refused(findings: list[Finding], name: str, path: Path, exc: ConfigError | None) -> None:
+    if exc is None:
+        findings.append(Finding(name, "no-lock", missing_message(name, path)))
+    elif isinstance(exc, StaleLock):
+        findings.append(Finding(name, "stale-lock", stale_message(name, path)))
+    else:  # unreadable or edited by hand: a lock the build would refuse
+        findings.append(Finding(name, "bad-lock", f"{path}: {exc.reason}"))
 
 
 def trusted_locks(matrix: Matrix, stacks_file: str) -> dict[str, Lock]:

@@ -12,7 +12,7 @@ A lock written before `written-sha256` existed is refused with the one thing to 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ..config.schema import Stack
@@ -57,6 +57,28 @@ def lock_for_build(stacks_file: str | Path, stack: Stack) -> Lock | None:
         raise UntrustedLock(f"{problem}: the lock was edited by hand; run invoke lock --stack {stack.name}",
                             file=str(path), stack=stack.name)
     return lock
+
+
+def platform_locks(stacks_file: str | Path, whole: Stack,
+                   refused: Callable[[Path, ConfigError | None], None] | None = None) -> dict[str, Lock]:
+    """The lock of each platform of a stack, by platform, each through `lock_for_build` (the build's own check);
+    a platform without one is left out. A lock the build would refuse raises; with `refused`, it is handed
+    there with its path (a missing one with None) and left out, so `stacks --check` reports every one."""
+    locks: dict[str, Lock] = {}
+    for platform in whole.platforms:
+        one = whole.for_platform(platform)
+        try:
+            lock = lock_for_build(stacks_file, one)
+        except ConfigError as exc:
+            if refused is None:
+                raise
+            refused(lock_path(stacks_file, whole.name, one.lock_platform), exc)
+            continue
+        if lock is not None:
+            locks[platform] = lock
+        elif refused is not None:
+            refused(lock_path(stacks_file, whole.name, one.lock_platform), None)
+    return locks
 
 
 def untrusted_reason(lock: Lock, stack: Stack) -> str | None:

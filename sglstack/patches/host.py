@@ -55,6 +55,22 @@ def load_specs(ids: list[str] | tuple[str, ...], patches_dir: Path = DEFAULT_PAT
         raise command_error(exc) from None
 
 
+def all_specs(patches_dir: Path = DEFAULT_PATCHES_DIR) -> list[patchkit.PatchSpec]:
+    """Every patch in `patches_dir`, by id."""
+    return load_specs(patchkit.patch_ids(patches_dir), patches_dir)
+
+
+def stack_patch_problem(root: Path, stack: Stack, version: str | None,
+                        patches_dir: Path = DEFAULT_PATCHES_DIR) -> str | None:
+    """The stack's patches applied to the SGLang tree under ROOT with its policy, as the build would; why they
+    do not apply (`KIND: reason`, the engine's words), or None."""
+    try:
+        patchkit.apply_patches(root, patches_dir, stack.patches, version, stack.patch_policy.on_upstream)
+    except patchkit.PatchError as exc:
+        return f"{exc.kind}: {exc}"
+    return None
+
+
 def unpack_for_patches(wheel: Path, specs: list[patchkit.PatchSpec], dest: Path) -> Path:
     """Extract only the patched files and the dist-info METADATA/RECORD (the pre-image hashes)."""
     wanted = {s.file for s in specs}

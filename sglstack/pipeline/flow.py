@@ -27,9 +27,9 @@ from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
 from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
-from ..lock.trust import lock_for_build
+from ..lock.trust import lock_for_build, platform_locks
 from ..lockfile.current import missing_message
-from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
+from ..lockfile.model import disagreement_text, lock_path, platform_disagreements
 from ..publish import release, release_smoke_options, target_repository
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
@@ -74,7 +74,7 @@ def describe_plan(stack: Stack, options: BuildSettings, *, push: bool, registry:
     signature = "ed25519 signature" if signed else "no signature (--unsigned)"
     lines.append(f"attest{when}: SBOM (CycloneDX), provenance (in-toto SLSA v1), {signature} -> "
                  f"{repo}@<tested digest> (referrers API or sha256-<hex>.<kind> tags)")
-    platforms = (stack.whole or stack).platforms
+    platforms = stack.whole_platforms
     if len(platforms) > 1:  # released as one index of every platform, not as this platform's image
         lines.append(f"promote{when}: none for {stack.platforms[0]} alone: the stack ({' '.join(platforms)}) is "
                      "released as one index (invoke publish-index, then invoke publish --digest INDEX)")
@@ -118,9 +118,7 @@ def _require_platforms_agree(stacks_file: str, whole: Stack) -> None:
     """The platforms' locks pin every package both install at one version, checked where each platform is
     built (not only by `stacks --check`, which a CI job may skip): a placeholder one platform fell back to
     never ships."""
-    locks: dict[str, Lock] = {p: x for p in whole.platforms
-                              if (x := lock_for_build(stacks_file, whole.for_platform(p))) is not None}
-    if differ := platform_disagreements(locks):
+    if differ := platform_disagreements(platform_locks(stacks_file, whole)):
         raise BadInput(f"stack '{whole.name}': {disagreement_text(differ)}")
 
 
@@ -169,12 +167,12 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     missing = None if lock is not None else missing_message(
         stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
-    if missing and len((stack.whole or stack).platforms) > 1:
+    if missing and len(stack.whole_platforms) > 1:
         # Without its lock a platform resolves in the build, where a wrong tag falls back silently (an older
         # pure-Python SGLang, a placeholder package) and the platforms' agreement is never checked.
         raise BadInput(f"stack '{stack_name}': {missing.split(':', 1)[0]}: a stack of several platforms builds "
                        f"each from its own lock; run invoke lock --stack {stack_name}")
-    if lock is not None and len((stack.whole or stack).platforms) > 1:
+    if lock is not None and len(stack.whole_platforms) > 1:
         _require_platforms_agree(stacks_file, stack.whole or stack)
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
                              ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,

@@ -14,7 +14,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
-from ..adapters.docker import OWNER_LABEL, docker_client, remove_container, unique_name
+from ..adapters.docker import OWNER_LABEL, docker_client, engine_image, remove_container, unique_name
 from ..core.errors import first_line, last_line
 from ..core.inputs import loads
 from ..core.labels import COVERAGE_LABEL, parse_coverage_label
@@ -117,7 +117,7 @@ def run_in_image(
             f"preflight in {image} exited {status.get('StatusCode')} without a report: {last_line(log)}"
         )
     if not report.fatal:
-        report.checks.append(image_coverage_check(client.images.get(image).labels or {}, report))
+        report.checks.append(image_coverage_check(engine_image(client, image).labels or {}, report))
     return report
 
 

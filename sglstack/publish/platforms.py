@@ -14,7 +14,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..adapters.docker import engine_machine
+from ..adapters.docker import engine_image, engine_machine
 from ..config.imageref import names_its_registry, parse_image_reference
 from ..config.platforms import platform_of_image, platform_of_machine
 from ..core.errors import DeployError, SglstackError
@@ -71,7 +71,7 @@ def reference_platforms(ref: str, client: docker.DockerClient | None = None) -> 
     answer; None when neither knows it."""
     if client is not None:
         try:
-            attrs = client.images.get(ref).attrs
+            attrs = engine_image(client, ref).attrs
         except docker.errors.ImageNotFound:
             attrs = None
         if attrs is not None:

@@ -18,7 +18,7 @@ from typing import Any
 import docker.errors
 from rich.console import Console
 
-from ..adapters.docker import docker_client
+from ..adapters.docker import docker_client, engine_image
 from ..attest.kernelcache import attach_kernel_cache
 from ..config.imageref import Repository
 from ..config.schema import Stack
@@ -86,7 +86,7 @@ def run_real_smoke(
 def push_candidate(engine: Any, image_ref: str, repo: Repository, tag: str, client: RegistryClient) -> str:
     """Tag the local image as repo:tag, push it with the Docker engine, return the pushed digest."""
     try:
-        image = engine.images.get(image_ref)
+        image = engine_image(engine, image_ref)
     except docker.errors.ImageNotFound:
         raise PublishError(f"local image '{image_ref}' not found: build it first") from None
     image.tag(str(repo), tag)
@@ -184,7 +184,7 @@ def release(
     if attest is not None:
         _attest_candidate(out, attest, client, repo, stack, tags, digest, config_hash, records)
         _attach_kernel_caches(out, client, repo, stack, digest, report, getattr(attest, "key", None))
-    if len((stack.whole or stack).platforms) > 1:
+    if len(stack.whole_platforms) > 1:
         _say_awaits_index(out, stack, repo, digest)
         return ReleaseResult(digest=digest, tags=tags, published=False, smoke_report=report_path, awaits_index=True)
     promote_recorded(client, repo, stack, digest, config_hash=config_hash, immutable=tags.immutable,
@@ -197,7 +197,7 @@ def _say_awaits_index(out: Console, stack: Stack, repo: Repository, digest: str)
     """One platform of several passed: one platform's image under the stack's tags would reach the other
     platform's nodes (and each platform's release would overwrite the other's), so the index is what is released."""
     out.print(f"{stack.name}: {stack.platforms[0]} candidate {repo.ref(digest)} passed its smoke; no release tag "
-              f"moved: a stack of {' '.join((stack.whole or stack).platforms)} is released as one index "
+              f"moved: a stack of {' '.join(stack.whole_platforms)} is released as one index "
               f"(invoke publish-index --stack {stack.name} --platform-digest {stack.platforms[0]}={digest} ..., "
               "then invoke publish --digest INDEX)")
 

@@ -191,7 +191,7 @@ def target_platform_tags(stack: Stack, lock: Lock | None) -> tuple[str, ...]:
 def _wheels_stage(stack: Stack, lock: Lock | None) -> bool:
     """A stack built for more than amd64 unpacks its locked parts on the build machine (every platform alike,
     so one Dockerfile shape serves them all); an amd64-only stack's Dockerfile stays as it was."""
-    multi = (stack.whole or stack).platforms != ("linux/amd64",)
+    multi = stack.whole_platforms != ("linux/amd64",)
     return multi and lock is not None and any(lock.installs_layer(name) for name in lock.layers)
 
 
@@ -206,7 +206,7 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         locked_sglang=bool(lock and lock.installs_layer("sglang")),
         stack=stack,
         # only where another platform than amd64 is built: every amd64-only stack's Dockerfile stays as it was
-        src_on_build_platform=(stack.whole or stack).platforms != ("linux/amd64",),
+        src_on_build_platform=stack.whole_platforms != ("linux/amd64",),
         wheels_stage=wheels_stage,
         wheels_root=WHEELS_ROOT,
         wheels_apt=tuple(p.format(v=stack.python) for p in WHEELS_APT),

@@ -50,7 +50,9 @@ IMAGEFILES_TIMEOUT_S = 900  # one walk of a 10 GB image took 9 s here; a loaded 
 
 def image_layers(client: docker.DockerClient, ref: str) -> tuple[str, int, tuple[Layer, ...]]:
     """(image id, uncompressed bytes, layers bottom first) as the engine has them."""
-    image = client.images.get(ref)
+    from ..adapters.docker import engine_image  # here, as in image_files: `size.report` needs no Docker adapter
+
+    image = engine_image(client, ref)
     history = client.api.history(image.id)
     diff_ids = list((image.attrs.get("RootFS") or {}).get("Layers") or [])
     return str(image.id), int(image.attrs.get("Size") or 0), layers_from_history(history, diff_ids)

@@ -67,7 +67,8 @@ def chart_figure(report: Mapping[str, Any], history: Sequence[Mapping[str, Any]]
         _draw_levels(axes[2], report, levels)
     if with_starts:
         draw_phases(axes[-1], report)
-    image = (report.get("image") or {}).get("digest") or (report.get("image") or {}).get("ref") or "?"
+    served = report.get("image") or {}
+    image = image_name(served.get("digest"), served.get("id")) or served.get("ref") or "?"
     verdict = str(report.get("verdict", "?")).upper()
     fig.suptitle(f"Smoke {verdict}: {report.get('stack') or 'no stack'}, image {str(image)[:19]}  "
                  f"({report.get('time', '')})", fontsize=13, fontweight="bold",

@@ -11,15 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SmokeError
-from ..core.records import append_jsonl, read_jsonl
+from ..core.records import append_jsonl, read_jsonl, stack_dir
 from .levels import levels_by_kind
 
 FILE_NAME = "smoke-history.jsonl"
 NO_STACK = "_no-stack"
 
 
+def smoke_folder(build_dir: str | Path, stack: str | None) -> Path:
+    """Where a smoke's outputs live: the stack's folder under the build root (`core.records.stack_dir`), or, for
+    a smoke of no stack, `_no-stack`."""
+    return stack_dir(stack or NO_STACK, Path(build_dir))
+
+
 def history_path(build_dir: str | Path, stack: str | None) -> Path:
-    return Path(build_dir) / (stack or NO_STACK) / FILE_NAME
+    return smoke_folder(build_dir, stack) / FILE_NAME
 
 
 def _row(value: Any) -> dict[str, Any]:

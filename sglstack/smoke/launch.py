@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..adapters.docker import is_local_docker_host
 from ..core import labels as lb
-from ..core.credentials import names_secret, resolve_argv, secret_values_of
+from ..core.credentials import REDACTED, names_secret, resolve_argv, secret_values_of
 from ..core.errors import SmokeInputError
 from ..serving import LAUNCH, SECRET_ENV, Mount, ServingSpec, serving_argv
 from .plan import SmokeOptions
@@ -37,7 +37,7 @@ class ContainerPlan:
     referenced: frozenset[str] = frozenset()  # env keys whose values came from `${NAME}` references
 
     def redacted_environment(self) -> dict[str, str]:
-        return {k: ("***" if k in SECRET_ENV or names_secret(k) or k in self.referenced else v)
+        return {k: (REDACTED if k in SECRET_ENV or names_secret(k) or k in self.referenced else v)
                 for k, v in self.environment.items()}
 
     def secret_values(self) -> tuple[str, ...]:

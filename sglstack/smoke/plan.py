@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config.settings import Gates, SpeculativeSettings, StartGates
-from ..core.credentials import redact_text, secret_slots
+from ..core.credentials import REDACTED, redact_text, secret_slots
 from ..core.records import build_root
 from ..serving import ServingSpec
 from .sweepspec import SpecSetting, parse_sweep
@@ -165,5 +165,5 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     """The argv with the values of secret flags and the logins in URLs replaced, for logs and reports."""
     out = [redact_text(word) for word in argv]
     for slot in secret_slots(out):
-        out[slot.index] = f"{slot.text}***"
+        out[slot.index] = f"{slot.text}{REDACTED}"
     return out

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.imageref import image_name
+from ..core.jsonreport import write_json
 from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes
 from .chart import smoke_chart
@@ -49,7 +51,7 @@ def write_report(report: SmokeReport, json_path: Path) -> dict[str, Path]:
     data = report.to_dict()
     _write_whole(png_path, smoke_chart(data, report.history))
     _write_whole(md_path, markdown(data, report.history, png_path.name).encode("utf-8"))
-    _write_whole(json_path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    write_json(json_path, data)
     return {"json": json_path, "markdown": md_path, "chart": png_path}
 
 
@@ -106,7 +108,8 @@ def markdown(data: Mapping[str, Any], history: Sequence[Mapping[str, Any]], char
             "|---|---|---|---|---|---|---|",
         ]
         for rec in list(history)[-20:]:
-            digest = (rec.get("image") or {}).get("digest") or ""
+            served = rec.get("image") or {}
+            digest = image_name(served.get("digest"), served.get("id")) or ""
             lines.append(
                 f"| {rec.get('time')} | {rec.get('verdict')} | `{digest[:19]}` | "
                 f"{_fmt((rec.get('baseline') or {}).get('tokens_per_s'))} | "

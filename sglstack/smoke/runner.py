@@ -59,7 +59,7 @@ def report_path_for(options: SmokeOptions, stack: Stack | None) -> Path:
     """--report, else BUILD_ROOT/<stack>/smoke-report.json."""
     if options.report:
         return Path(options.report)
-    return Path(options.build_dir) / (stack.name if stack else hist.NO_STACK) / "smoke-report.json"
+    return hist.smoke_folder(options.build_dir, stack.name if stack else None) / "smoke-report.json"
 
 
 def check_outputs(options: SmokeOptions, stack: Stack | None) -> tuple[Path, Path | None]:

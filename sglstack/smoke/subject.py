@@ -122,10 +122,10 @@ def resolve_image(engine: docker.DockerClient, ref: str, *, pull: bool = True) -
         raise SmokeError(f"image {ref}: not on the Docker host {failed}") from None
     except docker.errors.APIError as exc:
         raise SmokeError(f"image {ref}: {first_line(exc.explanation or str(exc))}") from None
-    _require_native(engine, ref, found)
+    image = platform_of_image(found.os, found.architecture) if found.architecture else None
+    _require_native(engine, ref, image)
     return {"ref": ref, "digest": registry_digest(ref, found.repo_digests), "id": found.id,
-            "repo_digests": list(found.repo_digests),
-            **({"platform": platform_of_image(found.os, found.architecture)} if found.architecture else {})}
+            "repo_digests": list(found.repo_digests), **({"platform": image} if image else {})}
 
 
 def _require_served(engine: docker.DockerClient, ref: str) -> None:
@@ -142,13 +142,14 @@ def _require_served(engine: docker.DockerClient, ref: str) -> None:
                               f"pulled; smoke it on a {platforms[0]} node, or an index that lists {node}")
 
 
-def _require_native(engine: docker.DockerClient, ref: str, found: LocalImage) -> None:
+def _require_native(engine: docker.DockerClient, ref: str, image: str | None) -> None:
     """Refuse an image built for another platform than the Docker host's: the engine would run it under QEMU
     (binfmt makes that silent), so the GPU would never be touched and every figure would be the emulator's.
-    An index pulled by digest is already the host's own platform's image (the engine picks it)."""
-    if not found.architecture:
+    An index pulled by digest is already the host's own platform's image (the engine picks it). `image`: the
+    image's platform (None: the engine did not say)."""
+    if not image:
         return
-    image, node = platform_of_image(found.os, found.architecture), platform_of_machine(*engine_machine(engine))
+    node = platform_of_machine(*engine_machine(engine))
     if image != node:
         raise SmokeInputError(f"image {ref} is for {image}, the Docker host is {node}: it would run emulated, not "
                               f"on the host's GPUs; smoke it on a {image} node (an index by digest picks each "

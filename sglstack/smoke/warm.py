@@ -39,6 +39,7 @@ from ..kernelcache import (
 )
 from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
+from .history import smoke_folder
 from .launch import container_plan, process_plan, run_spec
 from .measure import ServerRun
 from .measured import Log, measure_start
@@ -65,7 +66,7 @@ class KernelCaches:
         if not (options.kernel_cache or options.warm_start):
             return None
         build = Path(options.build_dir)
-        base = build / (stack_name or "_no-stack") / "kernel-cache"
+        base = smoke_folder(build, stack_name) / "kernel-cache"
         root = containing_root(base, build)
         store_path = Path(options.cache_store) if options.cache_store else base / "store"
         store = LayoutStore(store_path, containing_root(store_path, build))

@@ -5,5 +5,6 @@
 - `report`: the Markdown review report and the JSON document (pure).
 - `stacksfile`: the stacks file edited in place, comments and layout kept (ruamel.yaml round trip).
 - `argv`, `argv_probe`: the stack's serving argv through the release's own server argument parser.
-- `command`: the shell that fetches, resolves, checks and writes, calling the project's engines.
+- `inputs`, `world`, `planning`, `edit`, `command`: the shell that checks the inputs, asks the project's engines
+  (`engines`, `locks`), builds the plan, edits the stacks file and writes.
 """

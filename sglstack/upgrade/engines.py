@@ -1,6 +1,6 @@
 """`invoke upgrade`'s default engines: the outside world the planner asks (the release's wheels, the patch
 engine, the resolver of torch's family, the base image's glibc, kernel coverage), one function each; tests
-pass doubles for them through `command.Engines`."""
+pass doubles for them through `world.Engines`."""
 
 from __future__ import annotations
 

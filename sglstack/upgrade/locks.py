@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Stack
+from ..core.records import UPGRADE_DIR, stack_dir
 from ..core.replacing import replace_together, sibling_mode
 from ..core.safefiles import make_folder
 from ..diff.compare import lock_snapshot, snapshot_diff
@@ -57,6 +58,25 @@ def new_locks(stack: Stack, previous: Mapping[str, Lock], base_glibc: str | None
     if differ := platform_disagreements(locks):
         raise LockError(f"stack '{stack.name}': {disagreement_text(differ)}")
     return {p: locks[p] for p in stack.platforms}
+
+
+def upgrade_locks(stacks_file: Path, stack: Stack, new_stack: Stack, *, write: bool, base_glibc: str | None,
+                  resolve: ResolveOne, resolve_all: ResolveAll
+                  ) -> tuple[dict[str, Lock], str | None, dict[str, dict[str, Any]]]:
+    """Every platform's new lock from its earlier one, why they do not resolve (or agree), and what each
+    changes (by platform: the first platform's is the report's closure, each further one's its own section),
+    named where it will be written (`--write`: beside the stacks file; else the upgrade's report folder)."""
+    old = previous_locks(stacks_file, stack)
+    try:
+        locks = new_locks(new_stack, old, base_glibc, resolve, resolve_all)
+    except LockError as exc:
+        return {}, str(exc).removeprefix(f"stack '{new_stack.name}': "), {}
+    if write:
+        where = {p: str(x) for p, x in lock_paths(stacks_file, new_stack).items()}
+    else:
+        out = stack_dir(new_stack.name) / UPGRADE_DIR
+        where = {p: str(out / report_lock_name(new_stack.for_platform(p).lock_platform)) for p in locks}
+    return locks, None, {p: closure(old.get(p), x, where[p]) for p, x in locks.items()}
 
 
 def closure(old: Lock | None, new: Lock | None, where: str) -> dict[str, Any]:

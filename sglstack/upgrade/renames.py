@@ -20,11 +20,14 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..adapters.wheels import open_wheel
+from ..adapters.wheels import WheelFetchError, open_wheel
+from ..config.schema import Stack
 
 ENV_NAME = re.compile(r"^SGLANG_[A-Z0-9_]+$")
 POLARITY = (("ENABLE", "DISABLE"), ("enable", "disable"))
@@ -205,3 +208,17 @@ def stack_renames(argv: Sequence[str], env_keys: Iterable[str], old_probe: Mappi
     """The flags of `argv` and the `env_keys` the new release renames, deprecates or drops, one line each."""
     return (flag_renames(argv, FlagFacts.from_probe(old_probe), FlagFacts.from_probe(new_probe), new_version)
             + env_renames(env_keys, old_env, new_env, new_version))
+
+
+def release_renames(stack: Stack, new_stack: Stack, wheel: Path, argv: list[str], engines: Any,
+                    version_of: Callable[[str], str]) -> tuple[str, ...]:
+    """What the new release renames of the flags and env the stack sets, from both releases' parsers and sources
+    (`engines`: the upgrade's `world.Engines`, whose `sglang_wheel`, `flags` and `env` are asked)."""
+    try:
+        old_wheel = engines.sglang_wheel(stack.sglang.version or "")
+        old_flags, new_flags = engines.flags(old_wheel, version_of), engines.flags(wheel, version_of)
+        old_env, new_env = engines.env(old_wheel), engines.env(wheel)
+    except (WheelFetchError, OSError, zipfile.BadZipFile) as exc:
+        return (f"renamed flags and environment not checked: sglang {stack.sglang.version}'s wheel: {exc}",)
+    return tuple(stack_renames(argv, new_stack.serving.env, old_flags, new_flags, old_env, new_env,
+                               new_stack.sglang.version or ""))

@@ -4,13 +4,12 @@ recording kubectl stand-in on PATH (no cluster here): the exact argv, the record
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from clirun import REPO, run_invoke
+from clirun import run_invoke, start_invoke
 
 from sglstack.render import k8s
 
@@ -19,17 +18,6 @@ NAME = k8s.object_name(STACK)
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
 REPOSITORY = "127.0.0.1:5000/sglstack/sglang"
-DOUBLE_DIR = REPO / "tests" / "doubles" / "kubectl"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> dict[str, str]:
-    return {
-        "PATH": f"{DOUBLE_DIR}{os.pathsep}{os.environ['PATH']}",
-        "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"),
-        "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack",
-        "SGLSTACK_BUILD_DIR": str(tmp_path / "build"),
-    }
 
 
 def deploy(env: dict[str, str], cwd: Path, digest: str, *extra: str, **more_env: str):
@@ -146,15 +134,10 @@ def test_an_unknown_target_is_one_line(cluster: dict[str, str], tmp_path: Path) 
 
 def test_sigterm_while_waiting_rolls_back_then_exits_143(cluster: dict[str, str], tmp_path: Path) -> None:
     import signal
-    import subprocess
 
     assert deploy(cluster, tmp_path, A).returncode == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "deploy", "--stack", STACK, "--on", "k8s",
-         "--digest", B, "--nnodes", "2", "--wait-timeout", "120"],
-        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **cluster, "KUBECTL_DOUBLE_UNREADY": B},
-    )
+    proc = start_invoke("deploy", "--stack", STACK, "--on", "k8s", "--digest", B, "--nnodes", "2", "--wait-timeout",
+                        "120", cwd=tmp_path, env={**cluster, "KUBECTL_DOUBLE_UNREADY": B}, stdout=None)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:

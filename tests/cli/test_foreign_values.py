@@ -18,7 +18,7 @@ import docker
 import docker.errors
 import pytest
 import yaml
-from clirun import REPO, run_invoke
+from clirun import run_invoke
 from deploy_fixtures import free_port
 
 from sglstack.adapters.compose import detect_compose
@@ -40,7 +40,6 @@ BASE = """\
     serving: {model: org/model, gpus: 0}
 """
 DIGEST = "sha256:" + "a" * 64
-DOUBLE_DIR = REPO / "tests" / "doubles" / "kubectl"
 
 
 def matrix(tmp_path: Path, stacks: dict[str, str], name: str = "stacks.yaml") -> Path:
@@ -91,12 +90,6 @@ def test_stacks_check_names_both_colliding_stacks_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: stacks.yaml:6: stack 'audit.x': stack name 'audit.x' becomes the compose project 'sglstack-audit-x', "
         "as stack 'audit-x' does: one would deploy over or remove the other; rename one of them"]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> dict[str, str]:
-    return {"PATH": f"{DOUBLE_DIR}{os.pathsep}{os.environ['PATH']}", "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"),
-            "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
 
 
 def _k8s_deploy(cluster: dict[str, str], cwd: Path, stacks_file: Path, stack: str, digest: str, *extra: str,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+from clirun import run_invoke
 
 from sglstack.inimage.preflight.node import SCHEMA
 
@@ -17,14 +17,7 @@ pytestmark = pytest.mark.skipif(not NO_GPU, reason="these tests are the no-GPU p
 
 
 def _invoke(repo_root, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "preflight", *args],
-        cwd=repo_root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "160"},
-    )
+    return run_invoke("preflight", *args, cwd=repo_root, env={"COLUMNS": "160"}, timeout=120)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess) -> str:

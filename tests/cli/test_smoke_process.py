@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clirun import interrupt_when
+from clirun import REPO, interrupt_when, start_invoke
 from smoke_fixtures import DOUBLE_ENV, FAST, make_double_env
 
 from sglstack.adapters import process as process_adapter
@@ -253,11 +253,8 @@ def test_signal_ends_the_whole_server_process_group(signum, double_env, marker, 
         *[arg for key, value in {**DOUBLE_ENV, MARKER: marker, "SGLANG_DOUBLE_WORKERS": "2",
                                  "SGLANG_DOUBLE_NEVER_HEALTHY": "1"}.items() for arg in ("--env", f"{key}={value}")],
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "-r", str(repo_root), "smoke", *args], cwd=tmp_path,
-        env={**os.environ, "SGLSTACK_BUILD_DIR": str(tmp_path / "build")},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    assert repo_root == REPO
+    proc = start_invoke("smoke", *args, cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")})
     out, err = interrupt_when(proc, lambda: len(_processes_with(marker)) >= 3, signum,
                               what="the server and its two workers")
     assert proc.returncode == 128 + signum, out + err

@@ -6,11 +6,9 @@ from __future__ import annotations
 import ast
 import os
 import pty
-import subprocess
-import sys
 
 import pytest
-from clirun import REPO
+from clirun import REPO, run_invoke, start_invoke
 
 from sglstack.config.matrix import load_matrix
 
@@ -30,9 +28,7 @@ def _long_cells() -> dict[str, list[str]]:
 def _in_a_terminal(*args: str, env: dict[str, str]) -> str:
     """`invoke ARGS` with a pseudo-terminal as its stdout (what a user at a shell sees)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=REPO,
-                            stdout=follower, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm", **env})
+    proc = start_invoke(*args, env={"TERM": "xterm", **env}, stdout=follower, text=False)
     os.close(follower)
     chunks = []
     while True:
@@ -87,8 +83,7 @@ def test_a_wide_terminal_gets_every_column():
 
 @pytest.mark.parametrize("task", ["stacks", "status"])
 def test_output_takes_wide_only(task):
-    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), task, "-o", "tall"], cwd=REPO,
-                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = run_invoke(task, "-o", "tall", cwd=REPO, real_process=True)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: --output 'tall': not one of wide\n")
 
 
@@ -98,9 +93,7 @@ def test_a_terminal_without_no_color_gets_colour():
 
 
 def test_piped_each_row_is_one_whole_line_without_escapes():
-    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "stacks"], cwd=REPO,
-                          capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"})
+    proc = run_invoke("stacks", cwd=REPO, env={"COLUMNS": "80"}, real_process=True)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "…" not in proc.stdout
     rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("│").split("│")]

@@ -7,30 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from sglstack.config.matrix import load_matrix
 from sglstack.lock.flow import LockError, resolve_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix(REPO / "stacks.yaml")
-
-
 @pytest.mark.docker
-def test_glibc_is_read_from_the_base_image_without_running_it(matrix):
+def test_glibc_is_read_from_the_base_image_without_running_it(stacks_matrix):
     from sglstack.lock.plan import base_image_glibc  # the Docker part: only this test needs an engine
 
-    stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
+    stack = stacks_matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim", "glibc": None})
     assert base_image_glibc(stack) == "2.36"
     assert base_image_glibc(stack.model_copy(update={"base_image": "sglstack-test/absent:never"})) is None
 
 
 @pytest.mark.network  # by hand: uv reaches the index itself, through no fixture
-def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(matrix):
+def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(stacks_matrix):
     """Real uv against the package index: 0.5.23 has manylinux_2_34 wheels only; at 2.28 the lock must say so."""
-    stack = matrix.get("pypi-cu130").model_copy(update={"glibc": "2.28", "torch": None, "flashinfer": None,
+    stack = stacks_matrix.get("pypi-cu130").model_copy(update={"glibc": "2.28", "torch": None, "flashinfer": None,
                                                          "sgl_kernel": None})
     with pytest.raises(LockError) as err:
         resolve_stack(stack)
@@ -40,14 +34,14 @@ def test_a_release_without_wheels_for_the_platform_fails_with_uvs_own_reason(mat
 
 
 @pytest.mark.docker
-def test_a_base_pinned_by_image_id_is_checked_before_the_build(matrix):
+def test_a_base_pinned_by_image_id_is_checked_before_the_build(stacks_matrix):
     from sglstack.adapters.docker import docker_client
     from sglstack.core.errors import BuildError
     from sglstack.imagebuild.verify import check_base_image  # the engine side: only the docker tests need it
 
     client = docker_client()
     bookworm = client.images.get("debian:bookworm-slim").id
-    stack = matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim",
+    stack = stacks_matrix.get("pypi-cu130").model_copy(update={"base_image": "debian:bookworm-slim",
                                                         "base_image_id": bookworm, "base_seed": None})
     check_base_image(client, stack)  # the same image: nothing to say
     other = stack.model_copy(update={"base_image_id": "sha256:" + "0" * 64})

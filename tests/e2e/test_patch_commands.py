@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import run_invoke
 from patch_fixtures import KIMI, KIMI_FILE, KIMI_METHODS, PATCHES_DIR, class_members, make_tree, pristine, target
 from rich.console import Console
 
@@ -116,9 +116,7 @@ def test_list_shows_ranges_and_users(stacks_file):
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_invoke(*args, cwd=REPO, timeout=120)
 
 
 def test_invoke_tasks_exit_codes_and_one_line_errors(tmp_path):

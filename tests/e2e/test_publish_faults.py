@@ -6,15 +6,14 @@ the one-line error saying what moved and whether it was put back."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from clirun import start_invoke
 from faultproxy import BlackHole, Fault, FaultProxy
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
 
@@ -208,14 +207,6 @@ def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
     assert hole.accepted >= 1
 
 
-def _invoke(*args: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-    )
-
-
 def _publish_args(s, stack_name="cpu-test"):
     return ("publish", "--stack", stack_name, "--digest", s["new"], "--registry", s["repo_name"],
             "--config-hash", s["new_hash"], "--stacks-file", str(STACKS), "--unsigned")
@@ -224,7 +215,8 @@ def _publish_args(s, stack_name="cpu-test"):
 def test_a_hanging_put_ends_at_the_deadline_with_every_tag_back(setup, proxy):
     s = setup
     proxy.add(Fault("PUT", LAST_MOVING_TAG, "hang"))
-    proc = _invoke(*_publish_args(s), env={"SGLSTACK_BUILD_DIR": str(s["build"]), "SGLSTACK_REGISTRY_TIMEOUT": "3"})
+    proc = start_invoke(*_publish_args(s), env={"SGLSTACK_BUILD_DIR": str(s["build"]),
+                                                "SGLSTACK_REGISTRY_TIMEOUT": "3"})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, out + err
     lines = err.strip().splitlines()
@@ -242,7 +234,7 @@ def test_a_hanging_put_ends_at_the_deadline_with_every_tag_back(setup, proxy):
 def test_a_signal_during_promotion_puts_every_tag_back(setup, proxy, sig):
     s = setup
     proxy.add(Fault("PUT", LAST_MOVING_TAG, "hang"))
-    proc = _invoke(*_publish_args(s), env={"SGLSTACK_BUILD_DIR": str(s["build"])})
+    proc = start_invoke(*_publish_args(s), env={"SGLSTACK_BUILD_DIR": str(s["build"])})
     try:
         assert proxy.hanging.wait(60), "the promotion never reached its third tag"
         time.sleep(0.2)  # well inside the PUT's wait for an answer
@@ -264,8 +256,8 @@ def test_cleanup_against_a_registry_answering_200_with_a_non_json_body(proxy):
     repo_name = f"{proxy.host}/sglstack-test/faults-garbled"
     proxy.add(Fault("GET", r"/tags/list", "status", status=200, body=b"<html>maintenance</html>",
                     content_type="text/html"))
-    proc = _invoke("registry.cleanup", "--stack", "cpu-test", "--registry", repo_name, "--stacks-file", str(STACKS),
-                   env={})
+    proc = start_invoke("registry.cleanup", "--stack", "cpu-test", "--registry", repo_name, "--stacks-file",
+                        str(STACKS), env={})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, out + err
     assert err.strip() == (
@@ -285,6 +277,6 @@ def test_cleanup_against_a_registry_answering_200_with_a_non_json_body(proxy):
 )
 def test_non_numeric_registry_options_are_one_line_errors(args, needle):
     extra = ("--stacks-file", str(STACKS)) if args[0] == "registry.cleanup" else ()
-    proc = _invoke(*args, *extra, env={})
+    proc = start_invoke(*args, *extra, env={})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and err.strip() == needle, out + err  # bad input

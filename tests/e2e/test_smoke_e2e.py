@@ -10,10 +10,9 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 
 import pytest
-from clirun import interrupt_when
+from clirun import REPO, interrupt_when, start_invoke
 from smoke_fixtures import DOUBLE_ENV, LABEL, UnixSocketProxy, default_docker_socket, fast_options
 
 from sglstack.smoke import run_smoke
@@ -40,16 +39,9 @@ def docker_proxy(tmp_path):
 
 
 def _invoke(repo_root, tmp_path, *args, env=None, **popen):
-    cmd = [sys.executable, "-m", "invoke", "-r", str(repo_root), "smoke", *args]
-    return subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen,
-    )
+    """`invoke smoke ARGS...` of the checkout at `repo_root` (clirun's), in `tmp_path`."""
+    assert repo_root == REPO
+    return start_invoke("smoke", *args, cwd=tmp_path, env=env, **popen)
 
 
 def _cli_args(image, label, tmp_path, *extra):

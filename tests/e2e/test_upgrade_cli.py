@@ -25,7 +25,7 @@ from sglstack.lock.conflicts import check_matrix, lock_findings
 from sglstack.lockfile.current import is_current
 from sglstack.lockfile.model import lock_path
 from sglstack.lockfile.text import read_lock
-from sglstack.upgrade import command
+from sglstack.upgrade import world as upgrade_world
 from sglstack.upgrade.argv import check_argv
 from sglstack.upgrade.releases import stack_releases
 
@@ -59,7 +59,7 @@ def test_0_5_9_to_0_5_10_pins_a_write_that_cannot_confirm_every_pin_is_refused(r
     lock_before = lock_path(repo_copy, "cu130").read_bytes()
     code = upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"),
-                                   engines=command.Engines(coverage=coverage_double))
+                                   engines=upgrade_world.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
     assert doc["patches"] == {"kimi-k25-eagle3": "upstream"}  # the Kimi K2.5 patch went upstream in 0.5.10
     assert {k: doc["pins"][k] for k in ("sglang", "torch", "sglang-kernel", "flashinfer-python")} == {
@@ -90,7 +90,7 @@ def test_an_upgrade_every_pin_of_which_resolves_is_written_and_passes_stacks_che
     before = repo_copy.read_text()
     code = upgrade_command(str(repo_copy), "h200-field", "0.5.18", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"),
-                                   engines=command.Engines(coverage=coverage_double))
+                                   engines=upgrade_world.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
     assert (code, doc["verdict"], doc["guesses"]) == (0, "ready", {}), doc["reasons"]
     assert doc["pins"]["sglang"] == "0.5.18"
@@ -111,7 +111,7 @@ def test_an_upgrade_every_pin_of_which_resolves_is_written_and_passes_stacks_che
 def test_0_5_9_to_0_5_23_renames_the_kernel_and_moves_the_platform_tag(repo_copy, tmp_path):
     code = upgrade_command(str(repo_copy), "cu130", "0.5.23", as_name="cu130-next",
                                    as_json=JsonReport(path=tmp_path / "u.json"),
-                                   engines=command.Engines(coverage=coverage_double))
+                                   engines=upgrade_world.Engines(coverage=coverage_double))
     doc = json.loads((tmp_path / "u.json").read_text())
     assert {k: doc["pins"][k] for k in ("sglang", "torch", "sglang-kernel", "flashinfer-python")} == {
         "sglang": "0.5.23", "torch": "2.14.1+cu130", "sglang-kernel": "0.4.10+cu130", "flashinfer-python": "0.7.2"}
@@ -140,7 +140,7 @@ def test_a_release_whose_pins_need_an_override_is_review_and_writes_nothing(repo
     old_lock = read_lock(lock_path(repo_copy, "cu130"))
     # the conflict is found in METADATA, before any resolution: the earlier lock stands in for uv's (which
     # would fail on the same conflict, after half a minute)
-    engines = command.Engines(coverage=coverage_double, resolve=lambda stack, previous, glibc: old_lock)
+    engines = upgrade_world.Engines(coverage=coverage_double, resolve=lambda stack, previous, glibc: old_lock)
     code = upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
                                    as_json=JsonReport(path=tmp_path / "u.json"), engines=engines)
     doc = json.loads((tmp_path / "u.json").read_text())
@@ -208,7 +208,7 @@ def test_an_interrupt_leaves_the_stacks_file_and_its_folder_as_they_were(repo_co
 
     with pytest.raises(KeyboardInterrupt):
         upgrade_command(str(repo_copy), "cu130", "0.5.10", write=True,
-                                engines=command.Engines(coverage=coverage_double, resolve=interrupted))
+                                engines=upgrade_world.Engines(coverage=coverage_double, resolve=interrupted))
     after = sorted(p.name for p in repo_copy.parent.iterdir() if p.name != "build"), repo_copy.read_bytes()
     assert after == before  # no temporary stacks file left beside it, the file unchanged
     assert lock_path(repo_copy, "cu130").read_bytes() == lock_before

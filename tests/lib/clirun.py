@@ -61,6 +61,14 @@ def run_invoke(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout
                      shown=[sys.executable, "-m", "invoke", *argv])
 
 
+def start_invoke(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """`invoke --search-root REPO ARGS...` started as a real child (a test that signals it, or reads it as it
+    goes), this checkout's sglstack on its path; its output piped as text unless `popen` says otherwise."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **popen)
+
+
 def _can_fork(env: dict[str, str]) -> bool:
     if any(name.startswith(_STARTUP_VARIABLES) and name != "PYTHONPATH" for name in env):
         return False

@@ -19,6 +19,7 @@ from sglstack.bisect.driver import BisectRequest, run_bisect
 from sglstack.bisect.log import BisectLog
 from sglstack.core.errors import BuildError, SglstackError
 from sglstack.imagebuild.plan import BuildResult
+from sglstack.inimage import patchkit
 from sglstack.smoke import SmokeReport
 
 RELEASES = ["0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.5.4", "0.5.5", "0.5.6"]
@@ -73,7 +74,7 @@ class Fakes:
     def run_smoke(self, stack, image, options):
         ref = stack.sglang.version
         self.smokes.append((ref, image, options))
-        level = 270.0 if refs.patchkit.Version.parse(ref) >= refs.patchkit.Version.parse(SLOW_FROM) else 300.0
+        level = 270.0 if patchkit.Version.parse(ref) >= patchkit.Version.parse(SLOW_FROM) else 300.0
         started = ref not in self.no_serve
         runs = [{"tokens_per_s": level * SPREAD[i % len(SPREAD)], "completed": 3, "requests": 3, "ttft_s": 0.01,
                  "flushed": True, "accept_length": None} for i in range(options.runs)]
@@ -417,10 +418,10 @@ def test_a_release_s_patches_are_tried_on_its_own_wheel_with_the_stack_s_policy(
     def apply(root, patches_dir, ids, version, on_upstream):
         calls.append(("apply", root.name, patches_dir, ids, version, on_upstream))
         if version == "0.5.3":
-            raise refs.patchkit.PatchDrift("class KimiK25 is gone", patch="p2", file="kimi.py")
+            raise patchkit.PatchDrift("class KimiK25 is gone", patch="p2", file="kimi.py")
 
     monkeypatch.setattr(refs, "unpack_for_patches", unpack)
-    monkeypatch.setattr(refs.patchkit, "apply_patches", apply)
+    monkeypatch.setattr(patchkit, "apply_patches", apply)
     patches = tmp_path / "patches"
     assert driver.patch_skip(stack, "0.5.2", patches) is None
     assert calls == [("fetch", "sglang", "0.5.2"), ("specs", ["p1", "p2"], patches),
@@ -471,7 +472,7 @@ def test_every_use_of_a_private_git_source_gets_the_stack_s_logins(loop, monkeyp
     RecordingGit.made = []
     monkeypatch.setattr(refs, "GitSource", RecordingGit)
     applied = []
-    monkeypatch.setattr(refs.patchkit, "apply_patches",
+    monkeypatch.setattr(patchkit, "apply_patches",
                         lambda root, pdir, ids, version, on_upstream: applied.append((ids, version)))
     assert refs.source_of(stack) == "git source https://git.example/sglang"
     assert refs.resolve_endpoint(stack, "abc", "good") == "abcabc"

@@ -538,7 +538,7 @@ def test_the_ubuntu_release_a_base_names_gives_its_glibc(image, minor):
 
 
 def test_the_upgrade_knows_cu130s_glibc_from_its_ubuntu_base():
-    from sglstack.upgrade.command import known_base_glibc
+    from sglstack.upgrade.engines import known_base_glibc
 
     cu130 = load_matrix(REPO / "stacks.yaml").get("cu130")
     assert cu130.base_image == "ubuntu:24.04" and cu130.glibc is None

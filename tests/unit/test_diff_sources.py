@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from engine_double import Engine
 
 from sglstack.cli.diff import diff_command
 from sglstack.core.errors import ConfigError, DockerUnavailable, RegistryError
@@ -502,26 +503,11 @@ class _EngineImage:
         self.id, self.labels, self.attrs = IMAGE_ID, labels, {"Size": size} if size is not None else {}
 
 
-class _Engine:
-    def __init__(self, images=None, error=None):
-        self.images, self._images, self._error = self, dict(images or {}), error
-        self.asked: list[str] = []
-
-    def get(self, ref):
-        self.asked.append(ref)
-        if self._error is not None:
-            raise self._error
-        if ref not in self._images:
-            import docker.errors
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
-        return self._images[ref]
-
-
 @pytest.fixture
 def engine(monkeypatch):
     import sglstack.adapters.docker as adapter
 
-    state = {"engine": _Engine(), "hosts": [], "reads": [], "files": {}}
+    state = {"engine": Engine(), "hosts": [], "reads": [], "files": {}}
 
     def client(host):
         state["hosts"].append(host)
@@ -538,7 +524,7 @@ def engine(monkeypatch):
 
 def test_an_engine_image_is_known_by_its_labels_facts_and_size(engine):
     labels = {"org.opencontainers.image.title": "x", "io.sglstack.stack": "cu130", "io.sglstack.config-hash": "c" * 64}
-    engine["engine"] = _Engine({"sglstack/cu130:abc": _EngineImage(labels, 123456789)})
+    engine["engine"] = Engine({"sglstack/cu130:abc": _EngineImage(labels, 123456789)})
     engine["files"] = {"/opt/sglstack/installed.json": json.dumps({"distributions": {"torch": "2.9.1"}}).encode(),
                        "/opt/sglstack/stack.json": json.dumps({"sglang": {"version": "0.5.9"}}).encode(),
                        "/opt/sglstack/other.json": b"{}"}
@@ -554,7 +540,7 @@ def test_an_engine_image_is_known_by_its_labels_facts_and_size(engine):
 
 
 def test_an_engine_image_without_labels_or_size_is_known_as_empty(engine):
-    engine["engine"] = _Engine({"img:1": _EngineImage(None, None)})
+    engine["engine"] = Engine({"img:1": _EngineImage(None, None)})
     snap = local_snapshot("img:1")
     assert snap == Snapshot(**{**image_snapshot("img:1", {}, {}).__dict__, "size": {"bytes": 0}})
     assert engine["hosts"] == [None]
@@ -565,11 +551,11 @@ def test_an_image_the_engine_lacks_or_cannot_give_is_not_known_here(engine):
 
     assert local_snapshot("missing:1") is None
     assert engine["engine"].asked == ["missing:1"] and engine["reads"] == []
-    engine["engine"] = _Engine(error=docker.errors.APIError("500 Server Error: engine broke"))
+    engine["engine"] = Engine(get_error=docker.errors.APIError("500 Server Error: engine broke"))
     assert local_snapshot("img:1") is None and engine["reads"] == []
     # a bare image id the engine lacks is still answered by a build record naming it
     _write(Path(build_root_of()) / "cu130" / "record.json", RECORD)
-    engine["engine"] = _Engine()
+    engine["engine"] = Engine()
     assert local_snapshot(IMAGE_ID).config_hash == "a" * 64
 
 

@@ -28,13 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 HASH = "sha256:" + "a" * 64
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix(REPO / "stacks.yaml")
-
-
-def test_the_kernel_package_is_the_stacks_name_in_pins_labels_layers_and_coverage(matrix):
-    new = matrix.get("pypi-cu130")
+def test_the_kernel_package_is_the_stacks_name_in_pins_labels_layers_and_coverage(stacks_matrix):
+    new = stacks_matrix.get("pypi-cu130")
     assert new.kernel_package == "sglang-kernel"
     assert new.pins()["sglang-kernel"] == "0.4.10" and "sgl-kernel" not in new.pins()
     assert ("io.sglstack.pin.sglang-kernel", "0.4.10") in image_labels(new)
@@ -45,13 +40,13 @@ def test_the_kernel_package_is_the_stacks_name_in_pins_labels_layers_and_coverag
         ("sglang-kernel", "sglang-kernel==0.4.10")
     # the stacks that do not name it keep sgl-kernel, and their locks stay current (same input hash)
     for name in ("cu130", "cu129"):
-        old = matrix.get(name)
+        old = stacks_matrix.get(name)
         assert old.kernel_package == "sgl-kernel" and "sgl-kernel" in old.pins()
         assert is_current(read_lock(lock_path(REPO / "stacks.yaml", name)), old), name
 
 
-def test_a_renamed_kernel_package_is_checked_against_sglangs_metadata_under_its_own_name(matrix):
-    new = matrix.get("pypi-cu130")
+def test_a_renamed_kernel_package_is_checked_against_sglangs_metadata_under_its_own_name(stacks_matrix):
+    new = stacks_matrix.get("pypi-cu130")
     requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
     assert [f for f in check_stack_pins(new, requires, "0.5.23") if f.is_failure] == []
     moved = ["sglang-kernel==0.4.11", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
@@ -70,8 +65,8 @@ def test_a_bad_kernel_package_name_is_one_line_naming_the_key(tmp_path):
     assert "'sglang kernel' is not a package name" in str(err.value)
 
 
-def test_the_default_kernel_name_and_an_unset_glibc_leave_the_input_hash_of_older_stacks_alone(matrix):
-    old = matrix.get("cu129")
+def test_the_default_kernel_name_and_an_unset_glibc_leave_the_input_hash_of_older_stacks_alone(stacks_matrix):
+    old = stacks_matrix.get("cu129")
     named = old.model_copy(update={"sgl_kernel": old.sgl_kernel.model_copy(update={"package": "sglang-kernel"})})
     assert stack_input_hash(named) != stack_input_hash(old)
     assert stack_input_hash(old.model_copy(update={"glibc": "2.39"})) != stack_input_hash(old)
@@ -91,8 +86,8 @@ def test_glibc_is_read_from_libcs_banner():
     assert glibc_version(b"\x7fELF no banner here") is None
 
 
-def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
-    stack = matrix.get("pypi-cu130")
+def test_the_lock_resolves_for_the_declared_glibc_and_records_it(stacks_matrix):
+    stack = stacks_matrix.get("pypi-cu130")
     seen = []
 
     def uv(requests):
@@ -115,24 +110,24 @@ def test_the_lock_resolves_for_the_declared_glibc_and_records_it(matrix):
 
 # ---- verifying the PyPI stack's image --------------------------------------------------------------
 
-def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(matrix):
+def test_torch_from_pypi_reports_a_local_label_that_its_pin_lacks(stacks_matrix):
     from sglstack.imagebuild.judge import pin_mismatches  # the verify half of this file's story
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     info = {"distributions": stack.pins(), "torch": {"version": "2.14.1+cu130", "cuda": "13.0"}}
     assert pin_mismatches(stack, info) == []
     older = {**info, "torch": {"version": "2.14.0+cu130", "cuda": "13.0"}}
     assert pin_mismatches(stack, older) == ["torch reports 2.14.0+cu130, pinned 2.14.1"]
-    cu130 = matrix.get("cu130")  # a pin with a label must be met exactly
+    cu130 = stacks_matrix.get("cu130")  # a pin with a label must be met exactly
     plain = {"distributions": cu130.pins(), "torch": {"version": "2.9.1", "cuda": "13.0"}}
     assert pin_mismatches(cu130, plain) == ["torch reports 2.9.1, pinned 2.9.1+cu130"]
 
 
-def test_a_pin_is_met_by_the_same_version_in_another_spelling(matrix):
+def test_a_pin_is_met_by_the_same_version_in_another_spelling(stacks_matrix):
     """`cuda-toolkit==13.0.3` installs the wheel 13.0.3.0 (PEP 440 pads the release): the same version."""
     from sglstack.imagebuild.judge import pin_mismatches
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     assert stack.pins()["cuda-toolkit"] == "13.0.3"
     torch = {"version": "2.14.1+cu130", "cuda": "13.0"}
     padded = {"distributions": {**stack.pins(), "cuda-toolkit": "13.0.3.0"}, "torch": torch}
@@ -143,8 +138,8 @@ def test_a_pin_is_met_by_the_same_version_in_another_spelling(matrix):
     assert pin_mismatches(stack, labelled) == ["cuda-toolkit: pinned 13.0.3, installed 13.0.3+local"]
 
 
-def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(matrix):
-    stack = matrix.get("pypi-cu130")
+def test_coverage_checks_the_stacks_cuda_packages_at_the_installed_versions(stacks_matrix):
+    stack = stacks_matrix.get("pypi-cu130")
     sources = {w.package: w for w in device_code_wheels(stack, "linux/amd64", {"sgl-deep-ep": "0.1.2.post1"})}
     assert sources["sgl-deep-ep"].requirement == "sgl-deep-ep==0.1.2.post1"
     assert sources["nvidia-cudnn-cu13"].version == ""  # not given: reported as not checked
@@ -163,14 +158,14 @@ def test_a_package_without_device_code_is_a_note_not_a_row():
                             "compiled at run time (JIT), for the GPU it finds",)
 
 
-def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_is_told_which_to_pin(matrix):
+def test_a_stack_pinning_the_old_kernel_name_against_a_release_that_renamed_it_is_told_which_to_pin(stacks_matrix):
     from sglstack.lock.conflicts import required_kernel_package  # the METADATA side of the rename
 
     requires = ["sglang-kernel==0.4.10", "torch==2.14.1", "flashinfer_python[cu13]==0.7.2"]
     assert required_kernel_package(requires) == "sglang-kernel"
     assert required_kernel_package(["sgl-kernel==0.3.21", "torch==2.9.1"]) == "sgl-kernel"
     assert required_kernel_package(["torch==2.9.1"]) is None
-    stale = matrix.get("pypi-cu130")
+    stale = stacks_matrix.get("pypi-cu130")
     stale = stale.model_copy(update={"sgl_kernel": stale.sgl_kernel.model_copy(update={"package": "sgl-kernel"})})
     [conflict] = [f for f in check_stack_pins(stale, requires, "0.5.23") if f.is_failure]
     assert conflict.message == ("pins the kernel package sgl-kernel, but sglang 0.5.23 requires sglang-kernel: "

@@ -12,6 +12,7 @@ from subprocess import TimeoutExpired
 
 import pytest
 from fake_clock import FakeClock
+from waits import wait_for_line
 
 from sglstack.adapters import process as proc_mod
 from sglstack.adapters.process import (
@@ -34,16 +35,6 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _wait_for_line(path: Path, line: str) -> None:
-    """Until the shell has written `line` (it has set its traps and started its children by then)."""
-    for _ in range(3000):
-        if line in path.read_text().splitlines():
-            return
-        os.sched_yield()
-        select_wait()
-    raise AssertionError(f"{line!r} never written to {path}")
-
-
 def select_wait() -> None:
     import select
 
@@ -63,7 +54,7 @@ def test_the_server_runs_in_its_own_session_logs_to_its_file_and_its_group_ends(
     script = 'echo "in $(pwd) with $ONLY"; read x || echo "stdin closed"; sleep 60 & echo started; wait'
     with running_process([SH, "-c", script], env={"ONLY": "this", "PATH": "/usr/bin:/bin"}, log_path=log,
                          cwd=str(tmp_path / "work"), log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)  # the shell has set its traps and started its children
         assert os.getsid(proc.pid) == proc.pid and os.getpgid(proc.pid) == proc.pid
         members = proc_mod._group_members(proc.pid)
         assert members is not None and proc.pid in members and len(members) == 2
@@ -91,7 +82,7 @@ def test_members_that_ignore_sigterm_are_killed_after_the_grace(tmp_path):
     script = "trap '' TERM; sleep 60 & sleep 60 & echo started; wait; wait"
     with running_process([SH, "-c", script], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)
         members = proc_mod._group_members(proc.pid)
         assert members is not None and len(members) == 3
         end_process_group(proc, grace_s=0.2)
@@ -113,7 +104,7 @@ def test_a_leader_that_exits_first_still_has_its_group_ended(tmp_path):
     log = tmp_path / "server.log"
     with running_process([SH, "-c", "sleep 60 & echo started"], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)
         proc.wait()
         left = proc_mod._group_members(proc.pid)
         assert left is not None and len(left) == 1
@@ -126,7 +117,7 @@ def test_without_proc_the_group_is_probed_with_signal_0(tmp_path, monkeypatch):
     log = tmp_path / "server.log"
     with running_process([SH, "-c", "echo started; sleep 60"], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)
         monkeypatch.setattr(proc_mod, "Path", lambda _p: tmp_path / "no-proc")
         assert proc_mod._group_members(proc.pid) is None
         assert proc_mod._group_alive(proc.pid, proc) is True
@@ -194,7 +185,7 @@ def test_the_grace_is_counted_on_the_clock_before_sigkill(tmp_path, monkeypatch,
     script = "trap '' TERM; sleep 60 & echo started; wait; wait"
     with running_process([SH, "-c", script], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)
         sent: list[tuple[int, int]] = []  # (sleeps so far, signal)
         real_signal = proc_mod._signal_group
         monkeypatch.setattr(proc_mod, "time", clock)
@@ -255,6 +246,6 @@ def test_a_command_name_holding_a_parenthesis_is_read_right(tmp_path):
     log = tmp_path / "server.log"
     with running_process([str(odd), "-c", "echo started; sleep 60"], env={"PATH": "/usr/bin:/bin"}, log_path=log,
                          log_root=tmp_path) as proc:
-        _wait_for_line(log, "started")
+        wait_for_line(log, "started", whole=True)
         members = proc_mod._group_members(proc.pid)
         assert members is not None and proc.pid in members

@@ -3,12 +3,11 @@ measured, and one ended by a signal or an error while measuring (the log is kept
 
 from __future__ import annotations
 
-import select
 import signal
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from waits import wait_for_line
 
 from sglstack.core.signals import Interrupted
 from sglstack.smoke import server as server_mod
@@ -16,14 +15,6 @@ from sglstack.smoke.launch import ProcessPlan
 from sglstack.smoke.measure import ServerRun
 
 KEY = "sk-live-7d1e"
-
-
-def _wait_for_line(path: Path, text: str) -> None:
-    for _ in range(3000):  # a count, not a deadline: until the shell has written its line
-        if path.is_file() and text in path.read_text():
-            return
-        select.select([], [], [], 0.01)
-    raise AssertionError(f"{text!r} never written to {path}")
 
 
 def _serve(tmp_path, monkeypatch, measured):
@@ -36,7 +27,7 @@ def _serve(tmp_path, monkeypatch, measured):
                        port=1, python="/bin/sh", secrets=(KEY,))
 
     def measure(server, api_key, options, log):
-        _wait_for_line(log_path, "server_args")
+        wait_for_line(log_path, "server_args")
         return measured()
 
     monkeypatch.setattr(server_mod, "measure_server", measure)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from engine_double import Engine, Image
 
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import MESSAGE_CUT, SmokeError, SmokeInputError
@@ -87,56 +88,8 @@ def test_a_named_pair_flag_without_a_name_is_its_exact_line(key, value, line):
 # ---- the subject: an image or a Python environment ---------------------------------------------------
 
 
-class _Image:
-    def __init__(self, image_id: str, repo_digests: list[str], architecture: str | None = None) -> None:
-        self.id, self.attrs = image_id, {"RepoDigests": repo_digests}
-        if architecture:  # what the engine says of an image it holds
-            self.attrs.update(Os="linux", Architecture=architecture)
-
-
-class _RegistryData:
-    def __init__(self, platforms: list[dict[str, str]]) -> None:
-        self.attrs = {"Descriptor": {}, "Platforms": platforms}
-
-
-class _Engine:
-    """docker-py's `client.images`: `get`, `get_registry_data` (the engine's `GET /distribution/REF/json`: the
-    platforms a registry serves REF for, no layer pulled) and `pull`, with what a pull brings and how the engine
-    fails."""
-
-    def __init__(self, local=None, registry=None, *, get_error=None, pull_error=None) -> None:
-        self.images = self
-        self.local = dict(local or {})
-        self.registry = dict(registry or {})
-        self.get_error, self.pull_error = get_error, pull_error
-        self.pulled: list[str] = []
-
-    def info(self):
-        return {"OSType": "linux", "Architecture": "x86_64"}  # `docker info` of an x86 host
-
-    def get(self, ref):
-        if self.get_error is not None:
-            raise self.get_error
-        if ref not in self.local:
-            raise docker.errors.ImageNotFound(f"No such image: {ref}")
-        return self.local[ref]
-
-    def get_registry_data(self, ref):
-        if ref not in self.registry:  # what the engine answers when the registry has no such manifest
-            raise docker.errors.NotFound(f"{ref}: manifest unknown")
-        arch = self.registry[ref].attrs.get("Architecture", "amd64")
-        return _RegistryData([{"os": "linux", "architecture": arch, **({"variant": "v8"} if arch == "arm64" else {})}])
-
-    def pull(self, ref):
-        self.pulled.append(ref)
-        if self.pull_error is not None:
-            raise self.pull_error
-        if ref in self.registry:
-            self.local[ref] = self.registry[ref]
-
-
 def test_a_local_image_is_found_without_a_pull():
-    engine = _Engine({"reg:5000/a/b:1": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}", f"other/x@{DIGEST}"])})
+    engine = Engine({"reg:5000/a/b:1": Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}", f"other/x@{DIGEST}"])})
     assert subject.resolve_image(engine, "reg:5000/a/b:1") == {  # type: ignore[arg-type]
         "ref": "reg:5000/a/b:1", "digest": DIGEST, "id": IMAGE_ID,
         "repo_digests": [f"reg:5000/a/b@{DIGEST}", f"other/x@{DIGEST}"]}
@@ -144,7 +97,7 @@ def test_a_local_image_is_found_without_a_pull():
 
 
 def test_a_missing_image_is_pulled_once_or_refused_without_pull():
-    engine = _Engine(registry={"reg:5000/a/b:1": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
+    engine = Engine(registry={"reg:5000/a/b:1": Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"])})
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(engine, "reg:5000/a/b:1", pull=False)  # type: ignore[arg-type]
     assert str(err.value) == "image reg:5000/a/b:1: not found on the Docker host" and engine.pulled == []
@@ -155,7 +108,7 @@ def test_a_missing_image_is_pulled_once_or_refused_without_pull():
 def test_an_image_the_registry_serves_for_another_platform_only_is_refused_before_the_pull():
     """An arm64 image (or an index of arm64 alone) on this x86 host: one line from the registry's answer, exit 2,
     nothing pulled (a real one is ~10 GB); one the engine cannot ask about is left to the pull."""
-    engine = _Engine(registry={"reg:5000/a/b:gb": _Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], "arm64")})
+    engine = Engine(registry={"reg:5000/a/b:gb": Image(IMAGE_ID, [f"reg:5000/a/b@{DIGEST}"], "arm64")})
     with pytest.raises(SmokeInputError) as err:
         subject.resolve_image(engine, "reg:5000/a/b:gb")  # type: ignore[arg-type]
     assert (str(err.value), err.value.exit_code, engine.pulled) == (
@@ -168,19 +121,19 @@ def test_an_image_the_registry_serves_for_another_platform_only_is_refused_befor
 
 def test_a_failed_pull_says_the_engines_first_line_cut_to_300_characters():
     long = "x" * 400
-    engine = _Engine(pull_error=docker.errors.APIError("500", explanation=f"manifest unknown: {long}\nmore"))
+    engine = Engine(pull_error=docker.errors.APIError("500", explanation=f"manifest unknown: {long}\nmore"))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(engine, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == ("image reg/a:1: not on the Docker host and the pull failed: "
                               + f"manifest unknown: {long}"[:MESSAGE_CUT])
-    plain = _Engine(pull_error=docker.errors.APIError("pull access denied\nsecond line"))
+    plain = Engine(pull_error=docker.errors.APIError("pull access denied\nsecond line"))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(plain, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: not on the Docker host and the pull failed: pull access denied"
 
 
 def test_a_pull_the_network_stopped_names_the_host_and_what_to_do():
-    offline = _Engine(pull_error=docker.errors.APIError("500", explanation='Get "https://registry-1.docker.io/v2/": '
+    offline = Engine(pull_error=docker.errors.APIError("500", explanation='Get "https://registry-1.docker.io/v2/": '
                                                         "dial tcp: lookup registry-1.docker.io on 10.0.0.53:53: no "
                                                         "such host"))
     with pytest.raises(SmokeError) as err:
@@ -192,13 +145,13 @@ def test_a_pull_the_network_stopped_names_the_host_and_what_to_do():
 
 def test_a_pull_that_brings_nothing_and_an_engine_that_fails_are_one_line_each():
     with pytest.raises(SmokeError) as err:
-        subject.resolve_image(_Engine(), "reg/a:1")  # type: ignore[arg-type]
+        subject.resolve_image(Engine(), "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: not on the Docker host after the pull"
-    failing = _Engine(get_error=docker.errors.APIError("boom", explanation="engine said no\nand more" + "y" * 400))
+    failing = Engine(get_error=docker.errors.APIError("boom", explanation="engine said no\nand more" + "y" * 400))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(failing, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: engine said no"
-    bare = _Engine(get_error=docker.errors.APIError("z" * 350))
+    bare = Engine(get_error=docker.errors.APIError("z" * 350))
     with pytest.raises(SmokeError) as err:
         subject.resolve_image(bare, "reg/a:1")  # type: ignore[arg-type]
     assert str(err.value) == "image reg/a:1: " + str(docker.errors.APIError("z" * 350))[:MESSAGE_CUT]
@@ -304,7 +257,7 @@ def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due
         tmp_path, monkeypatch, gpus, skip, host, preflight):
     (tmp_path / "stacks.yaml").write_text(STACKS)
     stack = load_matrix(tmp_path / "stacks.yaml").get("gpu")
-    engine = _Engine({"reg/a:1": _Image(IMAGE_ID, [f"reg/a@{DIGEST}"])})
+    engine = Engine({"reg/a:1": Image(IMAGE_ID, [f"reg/a@{DIGEST}"])})
     clients, checks = [], []
     monkeypatch.setattr(subject, "docker_client", lambda h: clients.append(h) or engine)
     monkeypatch.setattr(subject, "require_ready", lambda st, **kw: checks.append((st.name, kw)))
@@ -326,7 +279,7 @@ def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due
     with pytest.raises(SmokeError, match=r"^image reg/a:1: not found on the Docker host$"):
         subject.open_what_to_serve(stack, "reg/a:1", options, None, lines.append)
     assert engine.pulled == []
-    engine.registry["reg/a:1"] = _Image(IMAGE_ID, [f"reg/a@{DIGEST}"])
+    engine.registry["reg/a:1"] = Image(IMAGE_ID, [f"reg/a@{DIGEST}"])
     pulling = smoke_options(stack, gpus=0, docker_host=host, kinds=["baseline"])
     assert subject.open_what_to_serve(stack, "reg/a:1", pulling, None, lines.append)[1]["id"] == IMAGE_ID
     assert engine.pulled == ["reg/a:1"]
@@ -334,7 +287,7 @@ def test_opening_an_image_resolves_it_and_runs_the_gpu_node_s_preflight_when_due
 
 def test_an_image_of_another_platform_is_refused_before_any_server_starts():
     """binfmt would run an arm64 image on this x86 host under QEMU, silently: every figure the emulator's."""
-    arm = _Engine({"reg/a:arm": _Image(IMAGE_ID, [], "arm64")})
+    arm = Engine({"reg/a:arm": Image(IMAGE_ID, [], "arm64")})
     with pytest.raises(SmokeInputError) as err:
         subject.resolve_image(arm, "reg/a:arm")  # type: ignore[arg-type]
     assert str(err.value) == ("image reg/a:arm is for linux/arm64, the Docker host is linux/amd64: it would run "
@@ -342,6 +295,6 @@ def test_an_image_of_another_platform_is_refused_before_any_server_starts():
                               "picks each node's own)")
     # an index pulled by its digest: the engine holds the host's platform's image under the index's digest
     index = f"reg:5000/a/b@{DIGEST}"
-    native = _Engine(registry={index: _Image(IMAGE_ID, [index], "amd64")})
+    native = Engine(registry={index: Image(IMAGE_ID, [index], "amd64")})
     info = subject.resolve_image(native, index)  # type: ignore[arg-type]
     assert (info["digest"], info["platform"], native.pulled) == (DIGEST, "linux/amd64", [index])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 import types
 import zipfile
 from pathlib import Path
@@ -16,14 +17,18 @@ from rich.console import Console
 
 from sglstack.cli.upgrade import upgrade_command
 from sglstack.core import console as console_mod
+from sglstack.core import errors
 from sglstack.core.errors import SglstackError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.lock.flow import LockError
 from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path
 from sglstack.lockfile.text import read_lock, render_lock, write_lock
-from sglstack.upgrade import command, engines
+from sglstack.upgrade import command, edit, engines, planning
+from sglstack.upgrade import inputs as upgrade_inputs
+from sglstack.upgrade import locks as upgrade_locks
 from sglstack.upgrade import plan as planner
+from sglstack.upgrade import world as upgrade_world
 from sglstack.upgrade.releases import ReleasePins
 
 STACKS = """\
@@ -81,8 +86,8 @@ class World:
                                     "flags": 9}
         self.calls: list[tuple[Any, ...]] = []
 
-    def engines(self, **kw: Any) -> command.Engines:
-        return command.Engines(available=self.available, sglang_wheel=self.wheel, platform_wheel=self.platform,
+    def engines(self, **kw: Any) -> upgrade_world.Engines:
+        return upgrade_world.Engines(available=self.available, sglang_wheel=self.wheel, platform_wheel=self.platform,
                                patches=self.patches, family=self.family, base_glibc=self.glibc,
                                resolve=self.resolve, coverage=self.coverage, argv=self.argv, flags=self.flags,
                                **kw)
@@ -258,9 +263,9 @@ def test_a_lock_that_does_not_resolve_is_review(repo, tmp_path, clock) -> None:
 def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_path) -> None:
     """A stack with patches and a coverage report: the patch engine's statuses and details, the coverage
     change, an argv the serving spec refuses."""
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
     stack = inputs.stack.model_copy(update={"patches": ("p-a", "kimi-k25-eagle3")})
-    inputs = command.Inputs(inputs.stacks_file, inputs.matrix, stack, "0.5.10", "s1", False, None)
+    inputs = upgrade_inputs.Inputs(inputs.stacks_file, inputs.matrix, stack, "0.5.10", "s1", False, None)
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
     judged: list[tuple[str, Any]] = []
     world.patches = lambda version, s: judged.append((version, s)) or {  # type: ignore[method-assign]
@@ -270,7 +275,7 @@ def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_pat
                                                          "extensions": [{"name": "k.so", "cells": {"9.0": "ptx"}}]}])
     world.coverage = lambda s: next(reports)  # type: ignore[method-assign]
     messages: list[str] = []
-    plan, text, lock = command.plan_upgrade(inputs, world.engines(), progress=messages.append)
+    plan, text, lock = planning.plan_upgrade(inputs, world.engines(), progress=messages.append)
     assert messages == PHASES and lock == world.lock and judged == [("0.5.10", stack)]
     assert plan.patches == {"p-a": "upstream", "kimi-k25-eagle3": "drifted"}
     assert plan.patch_details == {"p-a": "upstream has it", "kimi-k25-eagle3": "hunk 1 failed"}
@@ -287,22 +292,22 @@ def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_pat
 
 def test_a_serving_spec_the_release_cannot_take_skips_the_argv(repo, tmp_path, monkeypatch) -> None:
     def refuse(spec):
-        raise command.ServingError("no serving argv: a reason")
+        raise planning.ServingError("no serving argv: a reason")
 
-    monkeypatch.setattr(command, "serving_argv", refuse)
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
-    plan, _, _ = command.plan_upgrade(inputs, World(tmp_path, lock=_lock("s1")).engines())
+    monkeypatch.setattr(planning, "serving_argv", refuse)
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
+    plan, _, _ = planning.plan_upgrade(inputs, World(tmp_path, lock=_lock("s1")).engines())
     assert plan.argv == {"checked": False, "argv": [], "skipped": "no serving argv: a reason"}
     assert plan.reasons == ("serving argv not checked: no serving argv: a reason",)
 
 
 def test_an_upgraded_entry_that_does_not_validate_leaves_the_file(repo, tmp_path, monkeypatch) -> None:
     with pytest.raises(SglstackError) as err:
-        command._load_upgraded(repo, STACKS.replace("version: 0.5.9", "version: banana"), "s1")
+        edit.load_upgraded(repo, STACKS.replace("version: 0.5.9", "version: banana"), "s1")
     assert str(err.value).startswith("the upgraded entry of stack 's1' does not validate (")
     assert str(err.value).endswith(f"); {repo} is unchanged")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stacks.yaml"]  # no temporary file left
-    assert command._load_upgraded(repo, STACKS, "s1").sglang.version == "0.5.9"
+    assert edit.load_upgraded(repo, STACKS, "s1").sglang.version == "0.5.9"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stacks.yaml"]
 
 
@@ -310,28 +315,28 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
     stacks = tmp_path / "stacks.yaml"
     stacks.write_text("old\n")
     lock_file = tmp_path / "locks" / "s1.txt"
-    real_replace = command.os.replace
+    real_replace = os.replace
 
     def replace(src, dst):
         if Path(dst) == stacks:
             raise OSError(errno.EROFS, "Read-only file system")
         real_replace(src, dst)
 
-    monkeypatch.setattr(command.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     message = f"{stacks}: cannot be written (Read-only file system); no file was replaced"
     with pytest.raises(OutputNotWritable) as err:
-        command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert str(err.value) == message
     assert not lock_file.exists() and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "stacks.yaml"]
     lock_file.write_text("previous lock\n")
     with pytest.raises(OutputNotWritable) as err:
-        command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert str(err.value) == message
     assert lock_file.read_text() == "previous lock\n" and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "s1.txt", "stacks.yaml"]
-    monkeypatch.setattr(command.os, "replace", real_replace)
-    command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    monkeypatch.setattr(os, "replace", real_replace)
+    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert stacks.read_text() == "new\n"
     assert lock_file.read_text() == render_lock(_lock("s1", sglang="0.5.10"), stacks_file="stacks.yaml")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "s1.txt", "stacks.yaml"]
@@ -341,10 +346,10 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
 
 def test_check_inputs_whole(repo, tmp_path) -> None:
     available = World(tmp_path).available
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", "s1-next", True, available)
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", "s1-next", True, available)
     assert (inputs.stacks_file, inputs.version, inputs.new_name, inputs.write) == (repo, "0.5.10", "s1-next", True)
     assert inputs.stack.name == "s1" and list(inputs.matrix.stacks) == ["s1"]
-    plain = command.check_inputs(str(repo), "s1", "0.5.10", None, False, available)
+    plain = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, available)
     assert (plain.new_name, plain.write) == ("s1", False)
 
 
@@ -361,10 +366,10 @@ def test_check_inputs_whole(repo, tmp_path) -> None:
 def test_bad_input_whole(repo, tmp_path, args, message) -> None:
     available = World(tmp_path).available
     if message is None:  # a pre-release on the index is a release one can move to
-        assert command.check_inputs(str(repo), *args, False, available).version == args[1]
+        assert upgrade_inputs.check_inputs(str(repo), *args, False, available).version == args[1]
         return
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), *args, False, available)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), *args, False, available)
     text = str(err.value)
     assert text.startswith(message.format(repo=repo)) and (message.endswith(": ") or text == message.format(repo=repo))
     assert err.value.exit_code == 2
@@ -372,44 +377,44 @@ def test_bad_input_whole(repo, tmp_path, args, message) -> None:
 
 def test_bad_input_about_the_index_and_git(repo, tmp_path) -> None:
     def unreachable(name: str) -> list[str]:
-        raise command.WheelFetchError("pip: no index")
+        raise engines.WheelFetchError("pip: no index")
 
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == "cannot list SGLang's releases: pip: no index"
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, lambda _n: ["0.6.0rc1"])
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, lambda _n: ["0.6.0rc1"])
     assert str(err.value) == "--sglang 0.5.10: no such release of sglang on the package index"
     repo.write_text(STACKS.replace("      version: 0.5.9\n", "      git:\n        repo: https://x/sglang\n"
                                    "        ref: 0123456789abcdef0123456789abcdef01234567\n"))
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == "stack 's1': key 'sglang': builds SGLang from git: `invoke upgrade` moves a release pin"
     repo.write_text(STACKS.replace('python: "3.12"', "python: 3"))
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value) == f"{repo}:3: stack 's1': key 'python': Input should be a valid string"
     assert (err.value.file, err.value.stack, err.value.key, err.value.line) == (str(repo), "s1", "python", 3)
     repo.write_text("stacks: [\n")
-    with pytest.raises(command.UpgradeInputError) as err:
-        command.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
+        upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, unreachable)
     assert str(err.value).startswith(f"{repo}") and err.value.file == str(repo)
 
 
 def test_the_version_of_a_package_for_the_parser(tmp_path) -> None:
     target = ReleasePins("0.5.10", None, None, None, None, None, {"xgrammar": "0.1.32", "outlines": "0.1.11"})
     world = World(tmp_path)
-    version_of = command._version_of(_lock("s1", xgrammar="0.1.27"), target, world.available)
+    version_of = planning._version_of(_lock("s1", xgrammar="0.1.27"), target, world.available)
     assert (version_of("xgrammar"), version_of("outlines"), version_of("msgspec")) == ("0.1.27", "0.1.11", "0.19.0")
-    no_lock = command._version_of(None, target, world.available)
+    no_lock = planning._version_of(None, target, world.available)
     assert no_lock("xgrammar") == "0.1.32"
 
 
 def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
+    stack = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     asked: list[tuple[Any, ...]] = []
     monkeypatch.setattr(engines, "fetch_wheel", lambda n, v: asked.append(("fetch", n, v)) or Path("w.whl"))
-    assert command.sglang_host_wheel("0.5.10") == Path("w.whl") and asked == [("fetch", "sglang", "0.5.10")]
+    assert engines.sglang_host_wheel("0.5.10") == Path("w.whl") and asked == [("fetch", "sglang", "0.5.10")]
 
     def binary(requirement, *, dest, python_version, platform_tags):
         asked.append(("binary", requirement, dest, python_version, platform_tags))
@@ -418,15 +423,15 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
     monkeypatch.setattr(engines, "fetch_binary_wheel", binary)
     monkeypatch.setattr(engines, "wheel_dir", lambda s, p: Path(f"wheels/{s.name}/{p}"))
     monkeypatch.setattr(engines, "pip_platform_tags", lambda p, base, glibc: (f"tag-{p}-{base}-{glibc}",))
-    assert command.platform_wheel(stack.model_copy(update={"glibc": "2.31"}), "0.5.10") == Path("b.whl")
+    assert engines.platform_wheel(stack.model_copy(update={"glibc": "2.31"}), "0.5.10") == Path("b.whl")
     assert asked[-1] == ("binary", "sglang==0.5.10", Path("wheels/s1/linux/amd64"), "3.12",
                          ("tag-linux/amd64-debian:bookworm-slim-2.31",))
 
     def no_wheel(*a, **kw):
-        raise command.WheelFetchError("none")
+        raise engines.WheelFetchError("none")
 
     monkeypatch.setattr(engines, "fetch_binary_wheel", no_wheel)
-    assert command.platform_wheel(stack, "0.5.10") is None
+    assert engines.platform_wheel(stack, "0.5.10") is None
 
     rows = [types.SimpleNamespace(patch="a", outcome="already upstream", ok=True, detail="in 0.5.10"),
             types.SimpleNamespace(patch="b", outcome="applies", ok=True, detail="3 hunks"),
@@ -434,49 +439,49 @@ def test_the_default_engines_call_the_project_engines(monkeypatch, tmp_path, rep
     monkeypatch.setattr(engines, "check_version", lambda v, patches, policy: asked.append(
         ("check", v, patches, policy)) or rows)
     patched = stack.model_copy(update={"patches": ("a", "b", "c")})
-    assert command.patch_statuses("0.5.10", patched) == {"a": ("upstream", "in 0.5.10"), "b": ("applies", "3 hunks"),
+    assert engines.patch_statuses("0.5.10", patched) == {"a": ("upstream", "in 0.5.10"), "b": ("applies", "3 hunks"),
                                                          "c": ("drifted", "conflict: hunk 2")}
     assert asked[-1] == ("check", "0.5.10", ("a", "b", "c"), patched.patch_policy.on_upstream)
 
 
 def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
-    assert command.known_base_glibc(stack.model_copy(update={"glibc": "2.31"})) == "2.31"
+    stack = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
+    assert engines.known_base_glibc(stack.model_copy(update={"glibc": "2.31"})) == "2.31"
     monkeypatch.setattr(engines, "base_image_glibc", lambda s: "2.36" if s is stack else None)
-    assert command.known_base_glibc(stack) == "2.36"
+    assert engines.known_base_glibc(stack) == "2.36"
     monkeypatch.setattr(engines, "base_image_glibc", lambda s: None)
-    assert command.known_base_glibc(stack) is None  # debian: not an Ubuntu base whose glibc is known
-    assert command.known_base_glibc(stack.model_copy(update={"base_image": "ubuntu:24.04"})) == "2.39"
+    assert engines.known_base_glibc(stack) is None  # debian: not an Ubuntu base whose glibc is known
+    assert engines.known_base_glibc(stack.model_copy(update={"base_image": "ubuntu:24.04"})) == "2.39"
 
-    assert command.coverage_document(stack) is None  # no cuda_arch_list
+    assert engines.coverage_document(stack) is None  # no cuda_arch_list
     cuda = stack.model_copy(update={"cuda_arch_list": ("9.0",)})
     monkeypatch.setattr(engines, "check_wheels", lambda s, p: types.SimpleNamespace(
         to_dict=lambda: {"p": p, "arch": s.cuda_arch_list}))
-    assert command.coverage_document(cuda) == {"p": "linux/amd64", "arch": ("9.0",)}
+    assert engines.coverage_document(cuda) == {"p": "linux/amd64", "arch": ("9.0",)}
 
     def no_tool(s, p):
         raise engines.CuobjdumpError("no cuobjdump")
 
     monkeypatch.setattr(engines, "check_wheels", no_tool)
-    assert command.coverage_document(cuda) is None
+    assert engines.coverage_document(cuda) is None
 
-    monkeypatch.setattr(command.platform_locks, "resolve_stack",
+    monkeypatch.setattr(upgrade_locks, "resolve_stack",
                         lambda s, previous, base_glibc: (s.name, previous, base_glibc))
     previous = _lock("s1")
-    assert command.resolve_lock(stack, previous, "2.36") == ("s1", previous, "2.36")  # type: ignore[comparison-overlap]
-    monkeypatch.setattr(command.platform_locks, "resolve_platforms",
+    assert upgrade_locks.resolve_lock(stack, previous, "2.36") == ("s1", previous, "2.36")  # type: ignore[comparison-overlap]
+    monkeypatch.setattr(upgrade_locks, "resolve_platforms",
                         lambda s, previous, base_glibc: (s.name, previous, base_glibc))
-    assert command.resolve_locks(stack, {"linux/amd64": previous}, None) == (  # type: ignore[comparison-overlap]
+    assert upgrade_locks.resolve_locks(stack, {"linux/amd64": previous}, None) == (  # type: ignore[comparison-overlap]
         "s1", {"linux/amd64": previous}, None)
 
 
 def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> None:
-    stack = command.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
+    stack = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available).stack
     target = ReleasePins("0.5.10", "2.9.1", None, None, None, None, {"torch": "2.9.1", "torchaudio": "2.9.1"})
-    assert command.torch_family(stack, target, "2.28") == {}  # the stack pins no torch
+    assert engines.torch_family(stack, target, "2.28") == {}  # the stack pins no torch
     torch = stack.model_copy(update={"torch": types.SimpleNamespace(packages=("TorchVision==0.24.1",
                                                                               "torchaudio==2.9.0"))})
-    assert command.torch_family(torch, ReleasePins("0.5.10", None, None, None, None, None, {}), "2.28") == {}
+    assert engines.torch_family(torch, ReleasePins("0.5.10", None, None, None, None, None, {}), "2.28") == {}
     requests = []
 
     def compile_requirements(request):
@@ -485,7 +490,7 @@ def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> N
             ("torch", "2.9.1"), ("torchvision", "0.24.1"), ("torchaudio", "2.9.1"), ("numpy", "2.0"))])
 
     monkeypatch.setattr(engines, "compile_requirements", compile_requirements)
-    assert command.torch_family(torch, target, "2.34") == {"torch": "2.9.1", "torchvision": "0.24.1",
+    assert engines.torch_family(torch, target, "2.34") == {"torch": "2.9.1", "torchvision": "0.24.1",
                                                            "torchaudio": "2.9.1"}
     (request,) = requests
     assert request == engines.ResolveRequest(("torch==2.9.1", "TorchVision", "torchaudio==2.9.1"), "3.12",
@@ -495,15 +500,15 @@ def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> N
         raise engines.ResolverError("no solution")
 
     monkeypatch.setattr(engines, "compile_requirements", no_solution)
-    assert command.torch_family(torch, target, "2.34") == {}
+    assert engines.torch_family(torch, target, "2.34") == {}
 
 
 def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None:
     repo.write_text(STACKS + TORCH_STACK)
     world = World(tmp_path, requires="torch==2.10.0", lock=_lock("t1", sglang="0.5.10"))
     world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "t1", "0.5.10", None, False, world.available)
-    plan, text, _ = command.plan_upgrade(inputs, world.engines())
+    inputs = upgrade_inputs.check_inputs(str(repo), "t1", "0.5.10", None, False, world.available)
+    plan, text, _ = planning.plan_upgrade(inputs, world.engines())
     assert plan.derivation.edits["torch"] == {"version": "2.10.0", "packages": ["torchvision==0.25.0"]}
     assert plan.pins["torchvision"] == "0.25.0" and plan.reasons == ()
     assert "    torch:\n      version: 2.10.0\n      packages: [torchvision==0.25.0]\n" in text
@@ -546,8 +551,8 @@ def test_the_release_wheel_and_the_base_glibc_reach_the_planner(repo, tmp_path, 
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
     world.platform = lambda stack, version: Path(wheel) if wheel else None  # type: ignore[method-assign]
     world.glibc = lambda stack: glibc  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
-    plan, _, _ = command.plan_upgrade(inputs, world.engines())
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    plan, _, _ = planning.plan_upgrade(inputs, world.engines())
     assert {k: v for k, v in plan.derivation.edits.items() if k == "glibc"} == edits
     assert plan.reasons == reasons
 
@@ -558,28 +563,28 @@ def test_a_release_without_requirements(repo, tmp_path) -> None:
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang-0.5.10.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
     world.wheel = lambda version: wheel  # type: ignore[method-assign]
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
-    plan, _, _ = command.plan_upgrade(inputs, world.engines())
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    plan, _, _ = planning.plan_upgrade(inputs, world.engines())
     assert plan.conflicts == () and plan.reasons == () and plan.pins["sglang"] == "0.5.10"
 
 
 def test_a_stacks_file_changed_under_the_upgrade_is_named(repo, tmp_path) -> None:
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
-    inputs = command.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     repo.write_text("stacks: [\n")
-    with pytest.raises(command.ConfigError) as err:
-        command.plan_upgrade(inputs, world.engines())
+    with pytest.raises(errors.ConfigError) as err:
+        planning.plan_upgrade(inputs, world.engines())
     assert str(err.value) == (f"{repo}:2: cannot be edited by invoke upgrade (while parsing a flow node): write that "
                               "line as plain block YAML (spaces, no tabs)")
     repo.write_bytes(b"stacks: \xff\n")
-    with pytest.raises(command.ConfigError) as err:
-        command.plan_upgrade(inputs, world.engines())
+    with pytest.raises(errors.ConfigError) as err:
+        planning.plan_upgrade(inputs, world.engines())
     assert str(err.value) == f"{repo}: cannot be read: UnicodeDecodeError"
 
 
 def test_the_upgraded_entry_is_read_from_a_hidden_file_beside_the_real_one(repo, monkeypatch) -> None:
     read: list[Path] = []
-    real = command.load_matrix
+    real = edit.load_matrix
 
     def load_matrix(path):
         read.append(Path(path))
@@ -587,8 +592,8 @@ def test_the_upgraded_entry_is_read_from_a_hidden_file_beside_the_real_one(repo,
         Path(path).unlink()  # gone before the cleanup: not an error
         return matrix
 
-    monkeypatch.setattr(command, "load_matrix", load_matrix)
-    assert command._load_upgraded(repo, STACKS, "s1").name == "s1"
+    monkeypatch.setattr(edit, "load_matrix", load_matrix)
+    assert edit.load_upgraded(repo, STACKS, "s1").name == "s1"
     (path,) = read
     assert path.parent == repo.parent and path.name.startswith(".stacks.yaml.") and path.suffix == ".tmp"
     assert sorted(p.name for p in repo.parent.iterdir()) == ["stacks.yaml"]
@@ -599,14 +604,14 @@ def test_write_upgrade_stages_beside_each_file_and_makes_the_lock_folder(tmp_pat
     stacks.write_text("old\n")
     lock_file = tmp_path / "deep" / "locks" / "s1.txt"
     moved: list[tuple[Path, Path]] = []
-    real_replace = command.os.replace
+    real_replace = os.replace
 
     def replace(src, dst):
         moved.append((Path(src), Path(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(command.os, "replace", replace)
-    command.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    monkeypatch.setattr(os, "replace", replace)
+    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert [dst for _, dst in moved] == [lock_file, stacks]
     assert [src.parent for src, _ in moved] == [lock_file.parent, stacks.parent]
     assert moved[0][0].name.startswith(".s1.txt.") and moved[1][0].name.startswith(".stacks.yaml.")

@@ -11,7 +11,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.lock.conflicts import check_stack_pins
 from sglstack.upgrade import plan as planner
 from sglstack.upgrade.argv import judge_probe
-from sglstack.upgrade.command import UpgradeInputError, check_inputs
+from sglstack.upgrade.inputs import UpgradeInputError, check_inputs
 from sglstack.upgrade.releases import newer_releases, release_pins
 from sglstack.upgrade.report import to_json, to_markdown
 from sglstack.upgrade.stacksfile import upgraded_text

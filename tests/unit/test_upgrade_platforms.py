@@ -146,7 +146,7 @@ def test_a_lock_that_cannot_be_replaced_puts_back_those_before_it(repo, monkeypa
     import os
 
     from sglstack.core.safefiles import OutputNotWritable
-    from sglstack.upgrade import command
+    from sglstack.upgrade import locks as upgrade_locks
 
     before = _files(repo)
     real_replace = os.replace
@@ -156,10 +156,10 @@ def test_a_lock_that_cannot_be_replaced_puts_back_those_before_it(repo, monkeypa
             raise OSError(30, "Read-only file system")
         real_replace(src, dst)
 
-    monkeypatch.setattr(command.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OutputNotWritable):
-        command.write_upgrade(repo, "new\n", lock_path(repo, "s1"), _lock("s1", sglang="0.5.10"),
-                              [(lock_path(repo, "s1", ARM), _lock("s1", sglang="0.5.10"))])
+        upgrade_locks.write_upgrade(repo, "new\n", lock_path(repo, "s1"), _lock("s1", sglang="0.5.10"),
+                                    [(lock_path(repo, "s1", ARM), _lock("s1", sglang="0.5.10"))])
     assert _files(repo) == before
 
 

@@ -13,7 +13,8 @@ from test_upgrade_command import World, _lock
 from sglstack.cli.upgrade import upgrade_command
 from sglstack.config.matrix import load_matrix
 from sglstack.lockfile.model import lock_path
-from sglstack.upgrade import command
+from sglstack.upgrade import speculative
+from sglstack.upgrade import world as upgrade_world
 from sglstack.upgrade.speculative import sweep_advice
 
 STACKS = """\
@@ -94,7 +95,7 @@ def test_no_edit_when_the_stack_already_has_it_none_passes_or_no_sweep_is_record
                                     "level."]
 
 
-def _world(tmp_path: Path, report: dict[str, Any] | None) -> command.Engines:
+def _world(tmp_path: Path, report: dict[str, Any] | None) -> upgrade_world.Engines:
     world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
     return world.engines(sweep_report=lambda stack: (report, f"build/{stack.name}/smoke-report.json"))
 
@@ -128,13 +129,13 @@ def test_write_puts_it_into_that_stack_only_byte_for_byte_elsewhere(repo, tmp_pa
 
 def test_the_default_engine_reads_the_stacks_own_smoke_report(repo, tmp_path):
     stack = _stack(repo)
-    assert command.last_sweep_report(stack) == (None, str(tmp_path / "build" / "s1" / "smoke-report.json"))
+    assert speculative.last_sweep_report(stack) == (None, str(tmp_path / "build" / "s1" / "smoke-report.json"))
     path = tmp_path / "build" / "s1" / "smoke-report.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(sweep_report()))
-    assert command.last_sweep_report(stack) == (sweep_report(), str(path))
+    assert speculative.last_sweep_report(stack) == (sweep_report(), str(path))
     path.write_text("{not json")  # unreadable: the upgrade says how to make one, it does not fail
-    assert command.last_sweep_report(stack)[0] is None
+    assert speculative.last_sweep_report(stack)[0] is None
 
 
 @pytest.mark.parametrize(("change", "problem"), [

@@ -30,14 +30,16 @@ from tmpfs_fixtures import fill, tmpfs
 from sglstack.cli.reporting import json_report
 from sglstack.cli.upgrade import UpgradeOptions, upgrade_command
 from sglstack.config.matrix import load_matrix
-from sglstack.core import safefiles
+from sglstack.core import errors, safefiles
 from sglstack.core.folderlock import BUSY_EXIT, FileBusy, file_lock
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.options import BadOption
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.lockfile.model import lock_path
 from sglstack.lockfile.text import render_lock
-from sglstack.upgrade import command
+from sglstack.upgrade import edit
+from sglstack.upgrade import inputs as upgrade_inputs
+from sglstack.upgrade import locks as upgrade_locks
 from sglstack.upgrade.stacksfile import edited
 
 HEAD = 'defaults:\n  python: "3.12"\n  serving:\n    model: org/model\n\nstacks:\n'
@@ -214,7 +216,7 @@ def test_a_stack_others_inherit_is_refused_with_their_names_before_any_work(work
     stacks_file = workdir / "stacks.yaml"
     stacks_file.write_text(CHAIN)
     world = World(workdir, lock=_lock(name, sglang="0.5.10"))
-    with pytest.raises(command.UpgradeInputError) as err:
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         run(stacks_file, name, world, write=True)
     assert str(err.value) == f"{stacks_file}: {message}" and err.value.exit_code == 2
     assert world.calls == [] and stacks_file.read_text() == CHAIN and not (workdir / "locks").exists()
@@ -239,14 +241,14 @@ def test_an_edit_that_would_move_another_stack_writes_nothing(workdir, monkeypat
     stacks_file = workdir / "stacks.yaml"
     text = HEAD + entry("a", PLAIN) + entry("b", PLAIN)
     stacks_file.write_text(text)
-    real = command.edited
+    real = edit.edited
 
     def careless(*args: Any, **kw: Any):
         out = real(*args, **kw)
         return type(out)(out.text.replace("version: 0.5.9", "version: 0.5.10"), out.notes)
 
-    monkeypatch.setattr(command, "edited", careless)
-    with pytest.raises(command.UpgradeInputError) as err:
+    monkeypatch.setattr(edit, "edited", careless)
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True)
     assert str(err.value) == (f"{stacks_file}: stack 'a': --write would also change stack 'b': nothing written "
                               "(write the upgrade as a new stack with --as NEW)")
@@ -259,7 +261,7 @@ def test_a_merge_key_is_refused_in_one_line_before_any_work(workdir) -> None:
                                                                                   "  <<: *srv\n  port: 30001")
     stacks_file.write_text(text)
     world = World(workdir)
-    with pytest.raises(command.UpgradeInputError) as err:
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         run(stacks_file, "a", world, write=True)
     assert str(err.value) == f"{stacks_file}:18: YAML merge keys (<<) are not supported" and world.calls == []
     assert stacks_file.read_text() == text
@@ -305,7 +307,7 @@ def test_an_edit_made_while_the_upgrade_ran_is_never_lost(repo, workdir) -> None
         return _lock(stack.name, sglang="0.5.10")
 
     world.resolve = resolve  # type: ignore[method-assign]
-    with pytest.raises(command.SglstackError) as err:
+    with pytest.raises(errors.SglstackError) as err:
         run(repo, "s1", world, as_name="s1-next", write=True)
     assert str(err.value) == (f"{repo}: changed while the upgrade ran: nothing written (run the upgrade again on the "
                               "file as it is now)")
@@ -382,7 +384,7 @@ def test_enospc_at_either_write_leaves_no_temp_file(repo, workdir, monkeypatch, 
     monkeypatch.setattr(safefiles.os, "fsync", fsync)
     lock_file = lock_path(repo, "s1")
     with pytest.raises(OutputNotWritable) as err:
-        command.write_upgrade(repo, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(repo, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
     assert str(err.value) == f"{[lock_file, repo][which - 1]}: cannot be written (No space left on device); no " \
                              "file was replaced"
     assert repo.read_text() == STACKS and not lock_file.exists()
@@ -469,7 +471,7 @@ def test_invoke_lock_and_upgrade_write_of_one_matrix_refuse_each_other(repo, wor
 
 
 def test_write_of_a_missing_stacks_file_says_so_not_that_it_cannot_be_locked(workdir) -> None:
-    with pytest.raises(command.UpgradeInputError) as err:
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         run(workdir / "missing.yaml", "s1", World(workdir), write=True)
     assert str(err.value) == f"{workdir / 'missing.yaml'}: file not found"
 
@@ -481,14 +483,14 @@ def test_a_full_disk_while_the_upgraded_matrix_is_checked_is_one_line_and_leaves
 
     monkeypatch.setattr(safefiles.os, "fsync", full)
     with pytest.raises(OutputNotWritable) as err:
-        command._upgraded_matrix(repo, STACKS, "s1")
+        edit.upgraded_matrix(repo, STACKS, "s1")
     assert str(err.value) == f"{repo}: cannot be written (No space left on device); it is as it was"
     assert sorted(p.name for p in workdir.iterdir()) == ["stacks.yaml"]
 
 
 def test_the_checks_before_the_work_make_no_folder(repo, workdir) -> None:
     """A release the index does not have is refused after the output checks: they leave nothing behind."""
-    with pytest.raises(command.UpgradeInputError) as err:
+    with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         upgrade_command(str(repo), "s1", "0.5.99", engines=World(workdir).engines(), write=True,
                                 as_json=JsonReport(path=workdir / "u.json"))
     assert str(err.value) == "--sglang 0.5.99: no such release of sglang on the package index (newest: 0.5.10)"
@@ -516,7 +518,7 @@ def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> No
     before = stacks_file.read_bytes()
     world = World(workdir, lock=_lock("a", sglang="0.5.10"))
     for write in (True, False):
-        with pytest.raises(command.UpgradeInputError) as info:
+        with pytest.raises(upgrade_inputs.UpgradeInputError) as info:
             run(stacks_file, "a", world, write=write)
         assert info.value.exit_code == 2
         assert str(info.value).startswith(f"{stacks_file}:14: cannot be edited by invoke upgrade (")

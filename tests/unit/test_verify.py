@@ -25,11 +25,6 @@ TOOLS = REPO / "sglstack" / "inimage" / "incontainer"
 HOME = "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix(REPO / "stacks.yaml")
-
-
 def jit(**fields) -> dict:
     base = {"cuda_home": HOME, "archs": ["9.0", "12.0"], "release": "13.0", "returncode": 0, "error": None,
             "driver_stub": "/usr/lib/x86_64-linux-gnu/libcuda.so.1"}
@@ -217,8 +212,8 @@ def test_verified_labels_name_each_patch_the_freeze_and_torch():
     assert lb.TORCH_LABEL not in no_torch and no_torch[lb.FREEZE_LABEL] == hashlib.sha256(b"").hexdigest()
 
 
-def test_pins_torch_and_its_cuda_are_each_named(matrix):
-    stack = matrix.get("pypi-cu130")
+def test_pins_torch_and_its_cuda_are_each_named(stacks_matrix):
+    stack = stacks_matrix.get("pypi-cu130")
     pins = stack.pins()
     info = {"distributions": {k: v for k, v in pins.items() if k != "sglang"}, "torch": {"import_error": "boom"}}
     assert judge.pin_mismatches(stack, info) == [
@@ -244,8 +239,8 @@ def test_torch_reports_a_local_label_its_pin_may_lack(reported, pinned, ok):
     assert judge.torch_version_matches(reported, pinned) is ok
 
 
-def test_pip_check_keeps_what_the_stack_did_not_declare(matrix):
-    cu130 = matrix.get("cu130")  # overrides cuda-python==12.9 with 13.0.3, flashinfer 0.6.3 with 0.6.4
+def test_pip_check_keeps_what_the_stack_did_not_declare(stacks_matrix):
+    cu130 = stacks_matrix.get("cu130")  # overrides cuda-python==12.9 with 13.0.3, flashinfer 0.6.3 with 0.6.4
     lines = ["sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.3.",
              "sglang 0.5.9 has requirement cuda-python==12.9, but you have cuda-python 13.0.2.",
              "sglang 0.5.9 requires flashinfer_python==0.6.3, which is not installed.",
@@ -328,10 +323,10 @@ def engine(monkeypatch):
     return fake
 
 
-def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_waivers(engine, matrix):
+def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_waivers(engine, stacks_matrix):
     import json
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     report = {"python": "3.11.2", "shared_libraries": {"folders": ["/s"], "unresolved": {
         "/s/numba/np/ufunc/tbbpool.so": ["libtbb.so.12"]}}, "jit_toolchain": jit()}
     engine.container = FakeContainer(0, json.dumps(report))
@@ -354,32 +349,32 @@ def test_the_image_checks_run_offline_and_a_clean_report_comes_back_with_its_wai
     (2, b"", b"\xff\xfe not utf-8\nImportError: x\n", "ImportError: x"),
     (None, "", "", "exit 1"),
 ])
-def test_checks_that_did_not_run_are_one_line(engine, matrix, code, out, err, last):
+def test_checks_that_did_not_run_are_one_line(engine, stacks_matrix, code, out, err, last):
     from sglstack.core.errors import ImageCheckFailed
 
     engine.container = FakeContainer(code, out, err)
     with pytest.raises(ImageCheckFailed) as info:
-        verify.run_image_checks(CLIENT, "img:1", matrix.get("cu130"))
+        verify.run_image_checks(CLIENT, "img:1", stacks_matrix.get("cu130"))
     assert str(info.value) == f"stack 'cu130': the in-image checks did not run: {last}"
 
 
-def test_a_failing_check_fails_the_build_with_every_problem(engine, matrix):
+def test_a_failing_check_fails_the_build_with_every_problem(engine, stacks_matrix):
     import json
 
     from sglstack.core.errors import ImageCheckFailed
 
     engine.container = FakeContainer(0, json.dumps({"jit_toolchain": jit(release="13.5", driver_stub=None)}))
     with pytest.raises(ImageCheckFailed) as info:
-        verify.run_image_checks(CLIENT, "img:1", matrix.get("pypi-cu130"))
+        verify.run_image_checks(CLIENT, "img:1", stacks_matrix.get("pypi-cu130"))
     message = str(info.value)
     assert message.startswith("stack 'pypi-cu130': the image fails its in-image checks: JIT toolchain: ")
     assert "is CUDA 13.5, the stack's CUDA is 13.0" in message and "; JIT toolchain: nothing for -lcuda" in message
 
 
-def test_the_serving_image_is_verified_from_the_files_its_last_step_wrote(engine, matrix):
+def test_the_serving_image_is_verified_from_the_files_its_last_step_wrote(engine, stacks_matrix):
     import json
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     pins = stack.pins()
     engine.files = {verify.RUNTIME_MANIFEST: json.dumps([{"id": "kimi-k25-eagle3", "status": "retired"}]).encode(),
                     verify.RUNTIME_INSTALLED: json.dumps({"distributions": pins, "torch": {
@@ -394,10 +389,10 @@ def test_the_serving_image_is_verified_from_the_files_its_last_step_wrote(engine
         verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET)
 
 
-def test_the_source_stage_is_verified_in_one_container(engine, matrix):
+def test_the_source_stage_is_verified_in_one_container(engine, stacks_matrix):
     import json
 
-    stack = matrix.get("cu130")
+    stack = stacks_matrix.get("cu130")
     engine.container = FakeContainer(0, json.dumps([{"id": "kimi-k25-eagle3", "status": "applied"}]))
     manifest, info = verify.verified_facts(CLIENT, "src:1", stack, "sglang-src")
     assert manifest == [{"id": "kimi-k25-eagle3", "status": "applied"}] and info is None
@@ -430,7 +425,7 @@ def test_the_source_stage_is_verified_in_one_container(engine, matrix):
     assert engine.runs[-1] == ("src:1", {"read": (verify.SRC_MANIFEST,), "labels": {lb.BUILD_CONTAINER_LABEL: "cu130"}})
 
 
-def test_the_serving_images_pins_are_checked_against_its_lock_too(engine, matrix, monkeypatch):
+def test_the_serving_images_pins_are_checked_against_its_lock_too(engine, stacks_matrix, monkeypatch):
     import json
 
     seen = []
@@ -438,14 +433,14 @@ def test_the_serving_images_pins_are_checked_against_its_lock_too(engine, matrix
     installed = json.dumps({"distributions": {}}).encode()
     engine.files = {verify.RUNTIME_MANIFEST: b"[]", verify.RUNTIME_INSTALLED: installed}
     lock = object()
-    verify.verified_facts(CLIENT, "img:1", matrix.get("cu130"), verify.FINAL_TARGET, lock)  # type: ignore[arg-type]
+    verify.verified_facts(CLIENT, "img:1", stacks_matrix.get("cu130"), verify.FINAL_TARGET, lock)  # type: ignore[arg-type]
     assert seen == [("cu130", {"distributions": {}}, lock)]
 
 
-def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
+def test_a_base_pinned_by_id_builds_only_on_that_image(stacks_matrix):
     import docker.errors
 
-    stack = matrix.get("pypi-cu130").model_copy(update={
+    stack = stacks_matrix.get("pypi-cu130").model_copy(update={
         "base_image": "sglstack/base:debian12-slim-5ebdceea6080", "base_seed": None,
         "base_image_id": "sha256:5ebdceea608057fb31ed1f18296f09367307d2021c72d1557d16ee0f1b62de26"})
 
@@ -472,13 +467,13 @@ def test_a_base_pinned_by_id_builds_only_on_that_image(matrix):
         verify.check_base_image(Client(None), stack)
     assert str(info.value) == (f"stack 'pypi-cu130': base_image {stack.base_image} is not on this engine (the stack "
                                f"pins image {stack.base_image_id}: make or load that image and tag it so)")
-    assert verify.check_base_image(None, matrix.get("cu130")) is None  # no id pinned: nothing asked
+    assert verify.check_base_image(None, stacks_matrix.get("cu130")) is None  # no id pinned: nothing asked
 
 
-def test_small_rules_of_the_verdicts(matrix):
+def test_small_rules_of_the_verdicts(stacks_matrix):
     assert judge.same_version("13.0.3.0", "13.0.3") and not judge.same_version("weird!", "13.0.3")
     assert not judge.same_version("13.0.3", "not a version!")
-    cu130 = matrix.get("cu130")
+    cu130 = stacks_matrix.get("cu130")
     no_cuda = cu130.model_copy(update={"cuda": None})
     assert not [a for a in verify.image_check_argv(no_cuda) if a.startswith("--jit-arch")]
     no_archs = cu130.model_copy(update={"cuda_arch_list": ()})
@@ -493,8 +488,8 @@ def test_small_rules_of_the_verdicts(matrix):
     assert verify.verified_labels([], {})[lb.FREEZE_LABEL] == hashlib.sha256(b"").hexdigest()
 
 
-def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_rest(matrix):
-    stack = matrix.get("cu130")
+def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_rest(stacks_matrix):
+    stack = stacks_matrix.get("cu130")
     bare = stack.model_copy(update={"sglang": stack.sglang.model_copy(update={"install_deps": False})})
     lines = ["sglang 0.5.9 requires torch==2.9.1, which is not installed.",
              "sglang 0.5.9 has requirement numpy<2, but you have numpy 2.3.4.",
@@ -507,12 +502,12 @@ def test_without_sglangs_requirements_pip_check_says_nothing_of_sglang_but_the_r
         "pip check: sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed"]
 
 
-def test_the_serving_images_facts_are_checked_against_the_lock(engine, matrix, tmp_path):
+def test_the_serving_images_facts_are_checked_against_the_lock(engine, stacks_matrix, tmp_path):
     import json
 
     from sglstack.lockfile.text import read_lock
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
     dists = {p.name: p.version for p in lock.packages}
     engine.files = {verify.RUNTIME_MANIFEST: b"[]", verify.RUNTIME_INSTALLED: json.dumps({
@@ -526,13 +521,14 @@ def test_the_serving_images_facts_are_checked_against_the_lock(engine, matrix, t
     assert verify.verified_facts(CLIENT, "img:1", stack, verify.FINAL_TARGET, lock)[1]["distributions"] == dists
 
 
-def test_undecodable_output_of_the_source_stage_is_still_one_line(engine, matrix):
+def test_undecodable_output_of_the_source_stage_is_still_one_line(engine, stacks_matrix):
     engine.container = FakeContainer(None, b"", b"\xff\xfe\nPatchDrift: gone\n")
     with pytest.raises(verify.BuildError) as err:
-        verify.verified_facts(CLIENT, "src:1", matrix.get("cu130"), "sglang-src")
+        verify.verified_facts(CLIENT, "src:1", stacks_matrix.get("cu130"), "sglang-src")
     assert str(err.value) == "stack 'cu130': patch verification in the built image failed: PatchDrift: gone"
     engine.container = FakeContainer(0, b'[{"id": "p", "note": "caf\xc3\xa9 \xff"}]', b"")
-    assert verify.verified_facts(CLIENT, "src:1", matrix.get("cu130"), "sglang-src")[0][0]["note"] == "café \ufffd"
+    facts = verify.verified_facts(CLIENT, "src:1", stacks_matrix.get("cu130"), "sglang-src")
+    assert facts[0][0]["note"] == "café \ufffd"
 
 
 def _tar(name: str, data: bytes | None) -> bytes:
@@ -592,8 +588,8 @@ def test_image_files_are_read_from_a_created_container_never_run(monkeypatch):
     assert str(err.value) == "/opt/empty in the built image is not a file"
 
 
-def test_the_sbom_inventory_must_match_the_lock(monkeypatch, matrix):
-    stack = matrix.get("cu130")
+def test_the_sbom_inventory_must_match_the_lock(monkeypatch, stacks_matrix):
+    stack = stacks_matrix.get("cu130")
     seen = []
     monkeypatch.setattr(verify, "image_inventory", lambda client, image, labels: seen.append((client, image, labels))
                         or "inventory")
@@ -632,19 +628,19 @@ def test_the_help_failure_names_the_last_line_of_its_error():
     (0, b"\xff\xfe{not json\n", b"", "\ufffd\ufffd{not json"),  # stdout that is not UTF-8 is decoded, not raised
     (1, b'{"python": "3.11.2"}', b"", '{"python": "3.11.2"}'),  # a report from a check that exited 1 is not taken
 ])
-def test_output_of_checks_that_failed_is_never_taken_as_a_report(engine, matrix, code, out, err, last):
+def test_output_of_checks_that_failed_is_never_taken_as_a_report(engine, stacks_matrix, code, out, err, last):
     from sglstack.core.errors import ImageCheckFailed
 
     engine.container = FakeContainer(code, out, err)
     with pytest.raises(ImageCheckFailed) as info:
-        verify.run_image_checks(CLIENT, "img:1", matrix.get("cu130"))
+        verify.run_image_checks(CLIENT, "img:1", stacks_matrix.get("cu130"))
     assert str(info.value) == f"stack 'cu130': the in-image checks did not run: {last}"
 
 
-def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
+def test_pins_pip_check_source_and_lock_problems_are_all_named(stacks_matrix):
     from sglstack.lockfile.text import read_lock
 
-    stack = matrix.get("pypi-cu130")
+    stack = stacks_matrix.get("pypi-cu130")
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
     dists = {p.name: p.version for p in lock.packages}
     info = {"distributions": {**dists, "sglang": "0.0.1"}, "torch": {"version": "2.14.1+cu130", "cuda": "13.0"},
@@ -658,7 +654,7 @@ def test_pins_pip_check_source_and_lock_problems_are_all_named(matrix):
     assert "pip check: foo 1.0 requires bar, which is not installed" in expected
 
 
-def test_an_image_without_a_distribution_list_misses_every_locked_package(matrix):
+def test_an_image_without_a_distribution_list_misses_every_locked_package(stacks_matrix):
     from sglstack.lockfile.text import read_lock
 
     lock = read_lock(REPO / "locks" / "pypi-cu130.txt")
@@ -666,10 +662,10 @@ def test_an_image_without_a_distribution_list_misses_every_locked_package(matrix
     assert len(judge.lock_mismatches(lock, {})[0]) >= len(lock.packages) // 2
 
 
-def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_declared_choice(matrix):
+def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_declared_choice(stacks_matrix):
     from sglstack.config.schema import Override
 
-    stack = matrix.get("cu130")
+    stack = stacks_matrix.get("cu130")
     stack = stack.model_copy(update={"overrides": (Override(replaces="flashinfer_cubin==0.6.3",
                                                             pin="flashinfer-jit-cache==0.6.4", reason="r"),)})
     lines = ["sglang 0.5.9 requires flashinfer_cubin==0.6.3, which is not installed.",
@@ -678,7 +674,7 @@ def test_a_missing_requirement_an_override_replaced_by_another_package_is_the_de
         "pip check: weird line from a newer pip about libX"]
 
 
-def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine, matrix, monkeypatch):
+def test_an_image_of_another_platform_than_the_engines_gets_emulated_time(engine, stacks_matrix, monkeypatch):
     """Its checks run under QEMU: the container's wait and the server's --help limit are scaled; a native
     image's argv and limit stay as they were."""
     import json
