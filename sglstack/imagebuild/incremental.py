@@ -31,8 +31,8 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
-from .emulation import time_scale, timeout_options
-from .importclosure import import_closure_option
+from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
+from .importclosure import import_closure_args, import_closure_option
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
@@ -105,16 +105,29 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
             for p in (found.packages if found else ()) if p.found]
 
 
-def imagecheck_argv(stack: Stack, run: set[str], scale: int = 1) -> list[str]:
-    """imagecheck.py with the parts that must run (its shared-library part always runs); the server part
-    with the import closure of the serving path (`verify.image_check_argv`'s, whole)."""
+# imagecheck.py's own import-closure function, run alone: the same child process, limits and report.
+_IMPORT_CLOSURE = ("import json, os, sys\n"
+                   "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+                   "import imagecheck\n"
+                   "json.dump({'import_closure': imagecheck.import_closure(json.loads(sys.argv[2]), "
+                   "float(sys.argv[3]))}, sys.stdout)\n"
+                   "print()\n")
+
+
+def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1) -> list[list[str]]:
+    """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
+    (its shared-library part always runs; the server part's --help and argv; the JIT part), and the server
+    part's import closure of the serving path in a container of its own (the longest piece). Together they
+    make the report `verify.image_check_argv`'s one run makes."""
     command = ["python", IMAGECHECK, *timeout_options(scale)]
     if SERVER in run:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
-                    import_closure_option(stack)]
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
     if JIT in run:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
-    return command
+    if SERVER not in run:
+        return [command]
+    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(import_closure_args(stack)),
+                      str(IMPORT_TIMEOUT_S * scale)]]
 
 
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
@@ -195,7 +208,10 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     if run:
         start = time.monotonic()
         scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
-        fresh = image_check_report(client, image_id, stack, imagecheck_argv(stack, run, scale), scale)
+        argvs = imagecheck_argvs(stack, run, scale)
+        with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
+            for part_report in pool.map(lambda argv: image_check_report(client, image_id, stack, argv, scale), argvs):
+                fresh.update(part_report)
         seconds["image_checks"] = round(time.monotonic() - start, 2)
         if SHARED_LIBRARIES not in run:  # it runs with any other part: say so
             d = decisions[SHARED_LIBRARIES]
