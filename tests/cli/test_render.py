@@ -366,7 +366,8 @@ RUN --mount=type=secret,id=ca_bundle,required=false \\
     uv_stage = text[text.index(" AS uv\n"):text.index(" AS runtime\n")]
     assert "--require-hashes -r /run/sglstack-lock/uv.txt" in uv_stage
     assert ("--python-version 3.11 --python-platform x86_64-manylinux_2_28 \\\n"
-            "      -r /run/sglstack-lock/sgl-kernel.txt -r /run/sglstack-lock/flashinfer.txt \\\n") in uv_stage
+            "      -r /run/sglstack-lock/sgl-kernel.txt -r /run/sglstack-lock/flashinfer.txt\n") in uv_stage
+    assert "--mount=type=tmpfs,target=/run/sglstack-prefetch" in uv_stage  # the links it makes are thrown away
     assert hadolint_problems(text, "locked-uv") is None
     # The context's Dockerfile is the locked one, beside the parts it mounts.
     context = build_context(stack, lock=lock)
