@@ -345,7 +345,7 @@ RUN --mount=type=secret,id=ca_bundle,required=false \\
     --mount=type=secret,id=index_netrc,required=false \\
     --mount=type=tmpfs,target=/run/sglstack \\
     --mount=type=cache,target=/root/.cache/uv,id=sglstack-uv-3.11 \\
-    --mount=type=bind,from=uv,source=/opt/uv,target=/run/sglstack-uv \\
+    --mount=type=bind,from=uv-sgl-kernel,source=/opt/uv,target=/run/sglstack-uv \\
     --mount=type=bind,source=lock/sgl-kernel.txt,target=/run/sglstack-lock/sgl-kernel.txt \\
     . /opt/sglstack/tools/pip-env.sh \\
  && /run/sglstack-uv/uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\
@@ -355,19 +355,23 @@ RUN --mount=type=secret,id=ca_bundle,required=false \\
     --mount=type=secret,id=index_netrc,required=false \\
     --mount=type=tmpfs,target=/run/sglstack \\
     --mount=type=cache,target=/root/.cache/uv,id=sglstack-uv-3.11 \\
-    --mount=type=bind,from=uv,source=/opt/uv,target=/run/sglstack-uv \\
+    --mount=type=bind,from=uv-flashinfer,source=/opt/uv,target=/run/sglstack-uv \\
     --mount=type=bind,source=lock/flashinfer.txt,target=/run/sglstack-lock/flashinfer.txt \\
     . /opt/sglstack/tools/pip-env.sh \\
  && /run/sglstack-uv/uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\
       --link-mode copy -r /run/sglstack-lock/flashinfer.txt
 """
-    # The uv stage fetches uv itself hash-checked (images/uv.txt, in the context), then every locked part the
-    # serving stage installs into the uv cache, for the target's Python and platform, while that stage's apt runs.
-    uv_stage = text[text.index(" AS uv\n"):text.index(" AS runtime\n")]
-    assert "--require-hashes -r /run/sglstack-lock/uv.txt" in uv_stage
-    assert ("--python-version 3.11 --python-platform x86_64-manylinux_2_28 \\\n"
-            "      -r /run/sglstack-lock/sgl-kernel.txt -r /run/sglstack-lock/flashinfer.txt\n") in uv_stage
-    assert "--mount=type=tmpfs,target=/run/sglstack-prefetch" in uv_stage  # the links it makes are thrown away
+    # The uv stage fetches uv itself hash-checked (images/uv.txt, in the context); one stage per locked part then
+    # fetches that part into the uv cache, for the target's Python and platform, while the serving stage's apt
+    # runs; each install step binds its own part's stage (a pin change fetches that part again, no other).
+    uv_stage = text[text.index(" AS uv\n"):text.index(" AS uv-sgl-kernel\n")]
+    assert "--require-hashes -r /run/sglstack-lock/uv.txt" in uv_stage and "prefetch" not in uv_stage
+    for part in ("sgl-kernel", "flashinfer"):
+        fetch = next(s for s in text.split("\nFROM ") if s.startswith(f"uv AS uv-{part}\n")).split("\n\n")[0]
+        assert "--mount=type=tmpfs,target=/run/sglstack-prefetch" in fetch  # the links it makes are thrown away
+        assert fetch.count("source=lock/") == 1
+        assert fetch.endswith(f"--python-version 3.11 --python-platform x86_64-manylinux_2_28 "
+                              f"-r /run/sglstack-lock/{part}.txt")
     assert hadolint_problems(text, "locked-uv") is None
     # The context's Dockerfile is the locked one, beside the parts it mounts.
     context = build_context(stack, lock=lock)
