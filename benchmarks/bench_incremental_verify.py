@@ -53,12 +53,16 @@ def load() -> list[float]:
 
 
 def copy_matrix(tmp: Path) -> Path:
-    """stacks.yaml, locks/ and patches/ in tmp, pypi-cu130's base pinned to this machine's debian:bookworm-slim."""
-    base = docker_client().images.get("debian:bookworm-slim").id
+    """stacks.yaml, locks/ and patches/ in tmp. A seeded base (`base_seed`, made here by `invoke seed-base`) is
+    kept; a pulled one is pinned to this machine's debian:bookworm-slim (the committed pin names another machine's)."""
     text = (REPO / "stacks.yaml").read_text(encoding="utf-8")
     start = text.index(f"\n  {STACK}:\n")
-    block = re.sub(r"(\n    base_image: ).*", r"\1debian:bookworm-slim", text[start:], count=1)
-    block = re.sub(r"(\n    base_image_id: ).*", rf"\g<1>{base}", block, count=1)
+    block = text[start:]
+    own = re.split(r"\n  [A-Za-z0-9_.-]+:\n", block[1:], maxsplit=1)[0]  # up to the next stack's key
+    if "\n    base_seed:" not in own:
+        base = docker_client().images.get("debian:bookworm-slim").id
+        block = re.sub(r"(\n    base_image: ).*", r"\1debian:bookworm-slim", block, count=1)
+        block = re.sub(r"(\n    base_image_id: ).*", rf"\g<1>{base}", block, count=1)
     (tmp / "stacks.yaml").write_text(text[:start] + block, encoding="utf-8")
     shutil.copytree(REPO / "locks", tmp / "locks")
     shutil.copytree(REPO / "patches", tmp / "patches")

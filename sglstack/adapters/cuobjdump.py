@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,11 +202,17 @@ class ListingCache:
 
 
 def list_files(paths: Sequence[Path], tool: Cuobjdump, *, cache: ListingCache | None = None,
-               jobs: int | None = None) -> dict[Path, tuple[str, DeviceCode]]:
-    """Hash and list many files in parallel: {path: (sha256, DeviceCode)}; each distinct file listed once."""
+               jobs: int | None = None,
+               known: Mapping[Path, str] | None = None) -> dict[Path, tuple[str, DeviceCode]]:
+    """Hash and list many files in parallel: {path: (sha256, DeviceCode)}; each distinct file listed once.
+
+    `known` gives the sha256 of files whose bytes the caller has already checked against it (a RECORD the same
+    verify hashed): those are not read twice. Any other file is hashed here, so a listing is cached under the
+    sha256 of the bytes it listed."""
+    known = known or {}
     pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
     try:
-        hashes = dict(zip(paths, pool.map(sha256_file, paths), strict=True))
+        hashes = dict(zip(paths, pool.map(lambda p: known.get(p) or sha256_file(p), paths), strict=True))
         todo: dict[str, Path] = {}
         for path, digest in hashes.items():
             if (cache is None or cache.get(digest) is None) and digest not in todo:

@@ -183,7 +183,9 @@ def coverage_from_records(client: Any, image: str, stack: Stack, found: ImagePac
             copied = {**here, **(copy_out(container, pkg.site, archive_units(files, fetch), fetch, dest)
                                  if fetch else {})}
             texts = {p: copied.pop(p).read_text(encoding="utf-8", errors="replace") for p in loaders if p in copied}
-            fresh = list_files(list(copied.values()), tool, cache=listings, jobs=jobs) if copied else {}
+            # Their bytes are RECORD's (checked by the caller): RECORD's sha256 keys the listing, nothing read twice.
+            fresh = list_files(list(copied.values()), tool, cache=listings, jobs=jobs,
+                               known={path: hashes[p] for p, path in copied.items() if p in hashes}) if copied else {}
             objects = [DeviceObject(p, hashes[p], c.sass, c.ptx, c.images) for p, c in known.items()]
             objects += [DeviceObject(p, fresh[local][0], fresh[local][1].sass, fresh[local][1].ptx,
                                      fresh[local][1].images) for p, local in copied.items()]

@@ -15,6 +15,7 @@ import shlex
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,21 +225,20 @@ class _Facts:
 def _verify(client: docker.DockerClient, held: str, stack: Stack, options: BuildSettings, timer: PhaseTimer,
             out_dir: Path, console: Console) -> _Facts:
     target = options.effective_target
-    with timer.phase("verify"):
-        manifest, info = verified_facts(client, held, stack, target, options.lock)
-        checks, coverage, verification = None, BuildCoverage({}, None), None
-        if target == FINAL_TARGET:
-            verified = verify_incrementally(client, held, stack, installed=(info or {}).get("distributions"),
-                                            docker_host=options.docker_host, full=options.full_verify)
-            checks, coverage, verification = verified.checks, verified.coverage, verified.verification
-    size = None
-    if target == FINAL_TARGET:
-        # After verification, before the image is stamped and tagged: an image over budget is not released.
-        with timer.phase("size"):
-            size = measure_and_gate(client, held, stack.name, stack.size,
-                                    record_path_for(out_dir, target),
-                                    lambda table: console.print(printable_lines(table), markup=False, highlight=False,
-                                                                soft_wrap=True))
+    # The size is measured in a container of its own while the verify runs (neither reads what the other
+    # writes); its gate is applied once the verify has passed, before the image is stamped and tagged: an
+    # image over budget is not released. Its phase overlaps the verify's in the record's durations.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-size") as pool:
+        sized = pool.submit(_measured_size, client, held, stack, timer, record_path_for(out_dir, target), console) \
+            if target == FINAL_TARGET else None
+        with timer.phase("verify"):
+            manifest, info = verified_facts(client, held, stack, target, options.lock)
+            checks, coverage, verification = None, BuildCoverage({}, None), None
+            if target == FINAL_TARGET:
+                verified = verify_incrementally(client, held, stack, installed=(info or {}).get("distributions"),
+                                                docker_host=options.docker_host, full=options.full_verify)
+                checks, coverage, verification = verified.checks, verified.coverage, verified.verification
+        size = sized.result() if sized else None
     inventory = None
     if target == FINAL_TARGET:
         with timer.phase("sbom"):
@@ -250,6 +250,14 @@ def _verify(client: docker.DockerClient, held: str, stack: Stack, options: Build
     base_digest = registry_digest(stack.base_image, base.repo_digests) if base else None
     return _Facts(manifest, info, checks, coverage, size, inventory, lock_notes, base_digest, base.id if base else None,
                   verification)
+
+
+def _measured_size(client: docker.DockerClient, held: str, stack: Stack, timer: PhaseTimer, last_record: Path,
+                   console: Console) -> dict[str, Any]:
+    with timer.phase("size"):
+        return measure_and_gate(client, held, stack.name, stack.size, last_record,
+                                lambda table: console.print(printable_lines(table), markup=False, highlight=False,
+                                                            soft_wrap=True))
 
 
 def _build_record(stack: Stack, options: BuildSettings, facts: _Facts, rendered: RenderedContext, builder: Builder,

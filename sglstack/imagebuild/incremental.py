@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,8 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
-from .emulation import time_scale, timeout_options
-from .importclosure import import_closure_option
+from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
+from .importclosure import import_closure_args, import_closure_option
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
@@ -105,16 +106,29 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
             for p in (found.packages if found else ()) if p.found]
 
 
-def imagecheck_argv(stack: Stack, run: set[str], scale: int = 1) -> list[str]:
-    """imagecheck.py with the parts that must run (its shared-library part always runs); the server part
-    with the import closure of the serving path (`verify.image_check_argv`'s, whole)."""
+# imagecheck.py's own import-closure function, run alone: the same child process, limits and report.
+_IMPORT_CLOSURE = ("import json, os, sys\n"
+                   "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+                   "import imagecheck\n"
+                   "json.dump({'import_closure': imagecheck.import_closure(json.loads(sys.argv[2]), "
+                   "float(sys.argv[3]))}, sys.stdout)\n"
+                   "print()\n")
+
+
+def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1) -> list[list[str]]:
+    """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
+    (its shared-library part always runs; the server part's --help and argv; the JIT part), and the server
+    part's import closure of the serving path in a container of its own (the longest piece). Together they
+    make the report `verify.image_check_argv`'s one run makes."""
     command = ["python", IMAGECHECK, *timeout_options(scale)]
     if SERVER in run:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
-                    import_closure_option(stack)]
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
     if JIT in run:
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
-    return command
+    if SERVER not in run:
+        return [command]
+    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(import_closure_args(stack)),
+                      str(IMPORT_TIMEOUT_S * scale)]]
 
 
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
@@ -136,36 +150,54 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     seconds: dict[str, float] = {}
     new_passes: list[tuple[Decision, dict[str, Any]]] = []
 
-    checks = _image_checks(client, image_id, stack, image_specs, decisions, stored, new_passes, seconds)
-
-    coverage = BuildCoverage({}, None)
-    if found is not None:
-        todo = [p for p in found.packages if p.found and decisions[f"{INSTALLED_FILES}{p.where}"].run]
-        if todo:
-            start = time.monotonic()
-            log(f"checking the installed files of {len(todo)} CUDA distribution(s) against their RECORD")
-            results = check_records(client, image_id, todo)
-            seconds["installed_files"] = round(time.monotonic() - start, 2)
-            problems = [line for p in todo for line in record_problems(p.where, results.get(p.where, {}))]
-            if problems:
-                raise ImageCheckFailed(f"stack '{stack.name}': the image's CUDA files are not what their RECORD "
-                                       f"names: {'; '.join(problems)}")
-            for p in todo:
-                r = results[p.where]
-                new_passes.append((decisions[f"{INSTALLED_FILES}{p.where}"],
-                                   {"files": r.get("files"), "bytes": r.get("bytes")}))
-        start = time.monotonic()
-        # A regular file is read where its layer keeps it on this machine; a link, or no listing, is copied out.
-        local = {path: folders[diff_id] / path.lstrip("/") for path, (kind, diff_id) in (files or {}).items()
-                 if kind in (FILE, ELF) and path.startswith(site + "/")}
-        listed = coverage_from_records(client, image_id, stack, found, local=local)
-        coverage = judged_coverage(stack, listed.report,
-                                   objects={"listing_cached": listed.cached, "listed": listed.listed})
-        seconds["coverage"] = round(time.monotonic() - start, 2)
+    # The in-image checks run in a container of their own while the RECORDs are hashed and the objects listed:
+    # neither reads what the other writes, and a failure of either fails the verify once both have ended.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
+        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, decisions, stored, new_passes,
+                                   seconds)
+        coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
+                                         local=_local_site_files(files, folders, site))
+        checks = image_checks.result()
     _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
         "full": full, "layers_listed": files is not None, "seconds": seconds,
         "checks": [decisions[s.name].to_dict() for s in specs]})
+
+
+def _local_site_files(files: Mapping[str, Any] | None, folders: Mapping[str, Any], site: str) -> dict[str, Any]:
+    """{image path: file here} of each regular file under `site` that its layer keeps on this machine."""
+    return {path: folders[diff_id] / path.lstrip("/") for path, (kind, diff_id) in (files or {}).items()
+            if kind in (FILE, ELF) and path.startswith(site + "/")}
+
+
+def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: ImagePackages | None,
+                          decisions: dict[str, Decision], new_passes: list[tuple[Decision, dict[str, Any]]],
+                          seconds: dict[str, float], log: Callable[[str], None], *,
+                          local: Mapping[str, Any]) -> BuildCoverage:
+    """Each CUDA distribution's files against its RECORD (where that must run), then the coverage from those
+    RECORDs: only once every file is known to be its RECORD's, so RECORD's sha256 may key each listing."""
+    if found is None:
+        return BuildCoverage({}, None)
+    todo = [p for p in found.packages if p.found and decisions[f"{INSTALLED_FILES}{p.where}"].run]
+    if todo:
+        start = time.monotonic()
+        log(f"checking the installed files of {len(todo)} CUDA distribution(s) against their RECORD")
+        results = check_records(client, image_id, todo)
+        seconds["installed_files"] = round(time.monotonic() - start, 2)
+        problems = [line for p in todo for line in record_problems(p.where, results.get(p.where, {}))]
+        if problems:
+            raise ImageCheckFailed(f"stack '{stack.name}': the image's CUDA files are not what their RECORD "
+                                   f"names: {'; '.join(problems)}")
+        for p in todo:
+            r = results[p.where]
+            new_passes.append((decisions[f"{INSTALLED_FILES}{p.where}"],
+                               {"files": r.get("files"), "bytes": r.get("bytes")}))
+    start = time.monotonic()
+    # A regular file is read where its layer keeps it on this machine; a link, or no listing, is copied out.
+    listed = coverage_from_records(client, image_id, stack, found, local=local)
+    coverage = judged_coverage(stack, listed.report, objects={"listing_cached": listed.cached, "listed": listed.listed})
+    seconds["coverage"] = round(time.monotonic() - start, 2)
+    return coverage
 
 
 def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[CheckSpec], decisions: dict[str, Decision],
@@ -177,7 +209,10 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     if run:
         start = time.monotonic()
         scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
-        fresh = image_check_report(client, image_id, stack, imagecheck_argv(stack, run, scale), scale)
+        argvs = imagecheck_argvs(stack, run, scale)
+        with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
+            for part_report in pool.map(lambda argv: image_check_report(client, image_id, stack, argv, scale), argvs):
+                fresh.update(part_report)
         seconds["image_checks"] = round(time.monotonic() - start, 2)
         if SHARED_LIBRARIES not in run:  # it runs with any other part: say so
             d = decisions[SHARED_LIBRARIES]

@@ -21,7 +21,7 @@ from ..core.quoting import (
     shell_word,
     shell_word_with,
 )
-from ..core.resources import DEFAULT_PATCHES_DIR, PATCHKIT_DIR, TOOLS_DIR
+from ..core.resources import DEFAULT_PATCHES_DIR, IMAGES_DIR, PATCHKIT_DIR, TOOLS_DIR
 from ..lockfile.model import VENV_BOOTSTRAP, Lock
 from . import confighash
 from .templates import environment
@@ -49,6 +49,9 @@ class InstallLayer:
 
 
 LOCK_MOUNT = "/run/sglstack-lock"
+# Where a locked RUN step of an amd64 stack finds uv (the `uv` stage's /opt/uv, pinned in images/uv.txt).
+UV_MOUNT = "/run/sglstack-uv"
+UV_REQUIREMENT = IMAGES_DIR / "uv.txt"
 # Where the wheels stage unpacks each locked part (`<root>/<part>/opt/venv/...`), for the runtime to COPY.
 WHEELS_ROOT = "/stage"
 # The wheels stage's build tools: the stack's Python, its venv, and pypa's installer (Debian's python3-installer).
@@ -195,11 +198,29 @@ def _wheels_stage(stack: Stack, lock: Lock | None) -> bool:
     return multi and lock is not None and any(lock.installs_layer(name) for name in lock.layers)
 
 
+def _uv_parts(stack: Stack, lock: Lock | None, layers: tuple[InstallLayer, ...]) -> tuple[str, ...]:
+    """The locked parts the serving stage installs with uv, in its order (none: it installs with pip). An amd64-only
+    stack's: a stack of several platforms unpacks its parts in the wheels stage instead."""
+    if lock is None or _wheels_stage(stack, lock) or (stack.whole or stack).platforms != ("linux/amd64",):
+        return ()
+    before = [x.lock_part for x in layers if x.lock_part and not x.after_sglang]
+    after = [x.lock_part for x in layers if x.lock_part and x.after_sglang]
+    middle = ["sglang-requirements"] if stack.sglang.install_deps and lock.installs_layer("sglang-requirements") else []
+    return tuple(p for p in (*before, *middle, *after) if p)
+
+
+def uv_platform(stack: Stack, lock: Lock | None) -> str:
+    """uv's `--python-platform` of the wheels the lock names: the platform it resolved for (its newest glibc)."""
+    machine = MACHINE[stack.platforms[0]]
+    return f"{machine}-{target_platform_tags(stack, lock)[0].removesuffix('_' + machine)}"
+
+
 def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
     stack = _one_platform(stack)
     wheels_stage = _wheels_stage(stack, lock)
     layers = tuple(dataclasses.replace(x, on_build_platform=wheels_stage and x.lock_part is not None)
                    for x in install_layers(stack, lock))
+    uv_parts = _uv_parts(stack, lock, layers)
     return environment().get_template("Dockerfile.j2").render(
         lock_mount=LOCK_MOUNT,
         locked_sglang_requirements=bool(lock and lock.installs_layer("sglang-requirements")),
@@ -208,6 +229,10 @@ def render_dockerfile(stack: Stack, lock: Lock | None = None) -> str:
         # only where another platform than amd64 is built: every amd64-only stack's Dockerfile stays as it was
         src_on_build_platform=stack.whole_platforms != ("linux/amd64",),
         wheels_stage=wheels_stage,
+        uv_installer=bool(uv_parts),
+        uv_parts=uv_parts,
+        uv_dir=UV_MOUNT,
+        uv_platform=uv_platform(stack, lock) if uv_parts else "",
         wheels_root=WHEELS_ROOT,
         wheels_apt=tuple(p.format(v=stack.python) for p in WHEELS_APT),
         wheels_layers=_wheels_layers(layers, lock) if wheels_stage else (),
@@ -305,9 +330,12 @@ def build_context(stack: Stack, patches_dir: Path = DEFAULT_PATCHES_DIR, lock: L
     for layer in lock.layers if lock else ():
         if lock and lock.installs_layer(layer):
             files[f"lock/{layer}.txt"] = lock.part_text(layer).encode("utf-8")
+    dockerfile = render_dockerfile(stack, lock)
+    if "source=buildtools/uv.txt" in dockerfile:
+        files["buildtools/uv.txt"] = UV_REQUIREMENT.read_bytes()
     for rel in files:
         modes.setdefault(rel, 0o644)
-    return BuildContext(render_dockerfile(stack, lock), files, modes)
+    return BuildContext(dockerfile, files, modes)
 
 
 RELEASED_TARGET = "runtime"  # the stage a release pushes (build's FINAL_TARGET): its config hash is the release's

@@ -336,28 +336,48 @@ def test_a_locked_layer_installs_exactly_its_hashed_part_of_the_lock(tmp_path):
                      False, uses_arch=False, lock_part="flashinfer"),
     )
     text = render_dockerfile(stack, lock)
+    # An amd64 stack installs each locked part with uv (the `uv` stage's, pinned in images/uv.txt), from the
+    # uv cache that stage filled: exactly the part, hash-checked, the kernel wheel reinstalled as pip's
+    # --force-reinstall would, bytecode compiled as pip does.
     assert pip_steps(text) == """\
 # sgl-kernel 0.3.21: the release wheel, as upstream installs it
 RUN --mount=type=secret,id=ca_bundle,required=false \\
     --mount=type=secret,id=index_netrc,required=false \\
     --mount=type=tmpfs,target=/run/sglstack \\
-    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    --mount=type=cache,target=/root/.cache/uv,id=sglstack-uv-3.11 \\
+    --mount=type=bind,from=uv-sgl-kernel,source=/opt/uv,target=/run/sglstack-uv \\
     --mount=type=bind,source=lock/sgl-kernel.txt,target=/run/sglstack-lock/sgl-kernel.txt \\
     . /opt/sglstack/tools/pip-env.sh \\
- && pip install --no-deps --require-hashes --force-reinstall -r /run/sglstack-lock/sgl-kernel.txt
+ && /run/sglstack-uv/uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\
+      --link-mode copy --reinstall -r /run/sglstack-lock/sgl-kernel.txt
 # FlashInfer 0.6.4
 RUN --mount=type=secret,id=ca_bundle,required=false \\
     --mount=type=secret,id=index_netrc,required=false \\
     --mount=type=tmpfs,target=/run/sglstack \\
-    --mount=type=cache,target=/root/.cache/pip,id=sglstack-pip-3.11 \\
+    --mount=type=cache,target=/root/.cache/uv,id=sglstack-uv-3.11 \\
+    --mount=type=bind,from=uv-flashinfer,source=/opt/uv,target=/run/sglstack-uv \\
     --mount=type=bind,source=lock/flashinfer.txt,target=/run/sglstack-lock/flashinfer.txt \\
     . /opt/sglstack/tools/pip-env.sh \\
- && pip install --no-deps --require-hashes -r /run/sglstack-lock/flashinfer.txt
+ && /run/sglstack-uv/uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\
+      --link-mode copy -r /run/sglstack-lock/flashinfer.txt
 """
+    # The uv stage fetches uv itself hash-checked (images/uv.txt, in the context); one stage per locked part then
+    # fetches that part into the uv cache, for the target's Python and platform, while the serving stage's apt
+    # runs; each install step binds its own part's stage (a pin change fetches that part again, no other).
+    uv_stage = text[text.index(" AS uv\n"):text.index(" AS uv-sgl-kernel\n")]
+    assert "--require-hashes -r /run/sglstack-lock/uv.txt" in uv_stage and "prefetch" not in uv_stage
+    for part in ("sgl-kernel", "flashinfer"):
+        fetch = next(s for s in text.split("\nFROM ") if s.startswith(f"uv AS uv-{part}\n")).split("\n\n")[0]
+        assert "--mount=type=tmpfs,target=/run/sglstack-prefetch" in fetch  # the links it makes are thrown away
+        assert fetch.count("source=lock/") == 1
+        assert fetch.endswith(f"--python-version 3.11 --python-platform x86_64-manylinux_2_28 "
+                              f"-r /run/sglstack-lock/{part}.txt")
+    assert hadolint_problems(text, "locked-uv") is None
     # The context's Dockerfile is the locked one, beside the parts it mounts.
     context = build_context(stack, lock=lock)
     assert context.dockerfile == text
     assert sorted(f for f in context.files if f.startswith("lock/")) == ["lock/flashinfer.txt", "lock/sgl-kernel.txt"]
+    assert context.files["buildtools/uv.txt"].decode().count("--hash=sha256:") >= 2
 
 
 def test_locked_layer_leaves_a_layer_the_lock_does_not_hash_as_it_was():

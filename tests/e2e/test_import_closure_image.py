@@ -15,7 +15,8 @@ import pytest
 
 from sglstack.config.schema import Stack
 from sglstack.core.errors import ImageCheckFailed
-from sglstack.imagebuild.verify import run_image_checks
+from sglstack.imagebuild.incremental import SERVER, SHARED_LIBRARIES, imagecheck_argvs
+from sglstack.imagebuild.verify import image_check_argv, image_check_report, judged_image_checks, run_image_checks
 
 pytestmark = [pytest.mark.docker]
 
@@ -88,3 +89,25 @@ def test_a_declared_exception_passes_with_its_reason_and_the_rest_is_listed(unde
     assert [m["module"] for m in closure["modules"]] == [
         "sglang.launch_server", "sglang.srt.entrypoints.http_server", "sglang.srt.models.llama"]
     assert checks["server_help"]["returncode"] == 0  # the other in-image checks ran as before
+
+
+def _without_seconds(value):
+    if isinstance(value, dict):
+        return {k: _without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_seconds(v) for v in value]
+    return value
+
+
+def test_the_import_closure_in_a_container_of_its_own_reports_as_the_one_run(undeclared_image, docker_client):
+    """A build's verify runs the import closure beside imagecheck.py's other parts, in a container of its own:
+    the merged report is the one run's (`run_image_checks`), and judged the same (the undeclared import fails)."""
+    s = stack()
+    argvs = imagecheck_argvs(s, {SHARED_LIBRARIES, SERVER})
+    assert len(argvs) == 2 and not [a for a in argvs[0] if a.startswith("--import-closure")]
+    parts = [image_check_report(docker_client, undeclared_image, s, argv) for argv in argvs]
+    assert set(parts[1]) == {"import_closure"} and "import_closure" not in parts[0]
+    whole = image_check_report(docker_client, undeclared_image, s, image_check_argv(s))
+    assert _without_seconds({**parts[0], **parts[1]}) == _without_seconds(whole)
+    with pytest.raises(ImageCheckFailed, match="module 'undeclared_runtime_dep', imported by servingplug"):
+        judged_image_checks(s, {**parts[0], **parts[1]})

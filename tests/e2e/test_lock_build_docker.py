@@ -78,7 +78,9 @@ def test_each_layer_installs_its_part_hash_checked_without_resolving(locked_buil
     work, _, lock, _ = locked_build
     dockerfile = (work / "build" / "cpu-lock" / "Dockerfile").read_text()
     assert "--mount=type=bind,source=lock/http-client.txt,target=/run/sglstack-lock/http-client.txt" in dockerfile
-    assert "pip install --no-deps --require-hashes -r /run/sglstack-lock/http-client.txt" in dockerfile
+    assert ("--mount=type=bind,from=uv-http-client,source=/opt/uv,target=/run/sglstack-uv \\\n" in dockerfile
+            and "uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\\n"
+                "      --link-mode copy -r /run/sglstack-lock/http-client.txt" in dockerfile)
     assert "--require-hashes -r /run/sglstack-lock/sglang.txt" in dockerfile
     assert "'requests==2.32.3'" not in dockerfile  # nothing is resolved at build time
     part = (work / "build" / "cpu-lock" / "context" / "lock" / "http-client.txt").read_text()

@@ -421,7 +421,7 @@ def test_a_layer_installs_from_the_lock_only_when_every_entry_of_it_is_hashed(un
     assert lock.installs_layer("http-client") is (not unhashed)
     assert lock.installs_layer("sglang")
     dockerfile = render_dockerfile(load_matrix(fixtures / "stacks-lock.yaml").get("cpu-lock"), lock)
-    from_lock = "pip install --no-deps --require-hashes -r /run/sglstack-lock/http-client.txt" in dockerfile
+    from_lock = "--link-mode copy -r /run/sglstack-lock/http-client.txt" in dockerfile  # uv, from the lock's part
     assert from_lock is (not unhashed)
     assert ("pip install --constraint /run/sglstack/installed.txt requests==2.32.3" in dockerfile) is bool(unhashed)
     assert "--require-hashes -r /run/sglstack-lock/sglang.txt" in dockerfile

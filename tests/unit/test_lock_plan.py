@@ -157,9 +157,10 @@ def test_the_lock_renders_the_unreachable_layers_as_without_a_lock(locked, cu130
     lock, _ = locked
     text = render_dockerfile(cu130, lock)
     assert f"--index-url {TORCH_INDEX} torch==2.9.1+cu130" in text  # as without a lock
-    assert "pip install --no-deps --require-hashes -r /run/sglstack-lock/flashinfer.txt" in text
-    assert "pip install --no-deps --require-hashes -r /run/sglstack-lock/sglang-requirements.txt" in text
-    assert "--require-hashes --force-reinstall -r /run/sglstack-lock/cu13-runtime-libs.txt" in text
+    # The locked parts install by uv (the layer before them by pip, as without a lock), hash-checked.
+    assert "--link-mode copy -r /run/sglstack-lock/flashinfer.txt" in text
+    assert "--link-mode copy -r /run/sglstack-lock/sglang-requirements.txt" in text
+    assert "--link-mode copy --reinstall -r /run/sglstack-lock/cu13-runtime-libs.txt" in text
     assert "--require-hashes -r /run/sglstack-lock/sglang.txt" in text  # the src stage's wheel download
     assert render_dockerfile(cu130) == render_dockerfile(cu130, None)
 

@@ -42,7 +42,9 @@ def test_serving_stage_keeps_nothing_of_the_build(name):
     wheels = " AS wheels" in text
     assert any("pip install" in s for s in steps) != wheels
     for step in steps:
-        if "pip install" in step:  # pip's cache lives in a BuildKit cache mount, or is not written at all
+        if "uv pip install" in step:  # uv's cache (a locked part's) lives in a BuildKit cache mount, or is not used
+            assert "--mount=type=cache,target=/root/.cache/uv," in step or " --no-cache " in step, step
+        elif "pip install" in step:  # pip's cache lives in a BuildKit cache mount, or is not written at all
             assert "--mount=type=cache,target=/root/.cache/pip" in step or "--no-cache-dir" in step, step
         if "apt-get update" in step:  # the package lists go in the same layer that fetched them
             assert step.endswith("rm -rf /var/lib/apt/lists/*") or "rm -rf /var/lib/apt/lists/* &&" in step, step

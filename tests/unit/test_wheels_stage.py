@@ -89,8 +89,13 @@ def test_an_amd64_only_stack_keeps_its_dockerfile_with_its_lock():
     stack = load_matrix(STACKS).get("pypi-cu130")
     lock = lock_for_build(STACKS, stack)
     text = render_dockerfile(stack, lock)
-    assert " AS wheels" not in text and "stage 2: the serving image" in text
-    assert "pip install --no-deps --require-hashes -r /run/sglstack-lock/torch.txt" in text
+    # No wheels stage: its locked parts are installed in the serving stage, by the `uv` stage's uv.
+    assert " AS wheels" not in text and " AS uv\n" in text and "stage 3: the serving image" in text
+    assert "uv pip install --python /opt/venv/bin/python --no-deps --require-hashes --compile-bytecode \\\n" \
+           "      --link-mode copy -r /run/sglstack-lock/torch.txt" in text
+    assert layer_step("RUN |1 TARGETARCH=amd64 /bin/bash -o pipefail -c /run/sglstack-uv/uv pip install --python "
+                      "/opt/venv/bin/python --no-deps --require-hashes -r /run/sglstack-lock/torch.txt # buildkit") \
+        == "pip: lock part torch"
 
 
 def test_cuda_copies_and_the_size_report_read_the_copied_parts():
