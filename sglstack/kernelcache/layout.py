@@ -13,6 +13,8 @@ No exact match: one line naming the first differing field of the nearest artifac
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -26,7 +28,7 @@ from typing import Any, BinaryIO
 from ..core import labels as lb
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
-from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
+from ..core.safefiles import make_folder, open_nofollow, remove_file, rename_inside, write_bytes, write_with
 from .files import LAYER_MEDIA_TYPE, HashingWriter, KernelCacheError, pack, unpack
 from .key import CacheKey, mismatch_line
 
@@ -39,6 +41,7 @@ KEY_ANNOTATION = lb.KERNEL_CACHE_KEY_ANNOTATION
 IMAGE_ANNOTATION = lb.KERNEL_CACHE_IMAGE_ANNOTATION
 FILES_ANNOTATION = lb.KERNEL_CACHE_FILES_ANNOTATION
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+INDEX_LOCK = ".index.json.lock"
 # DeepGEMM's and FlashInfer's caches of a large MoE model are hundreds of MB; no cache is 64 GiB.
 MAX_CACHE_BYTES = 64 * 1024**3
 
@@ -188,10 +191,24 @@ class LayoutStore:
                  "artifactType": ARTIFACT_TYPE,
                  "annotations": {KEY_ANNOTATION: key.digest(), IMAGE_ANNOTATION: key.image,
                                  lb.OCI_REF_NAME_ANNOTATION: key.digest().removeprefix("sha256:")[:16]}}
-        kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
-        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
-        write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+        with self._index_lock():  # two smokes sharing a store: each keeps the other's entry
+            kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
+            index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
+            write_bytes(self.root, self.path / "index.json",
+                        (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
         return manifest_digest
+
+    @contextlib.contextmanager
+    def _index_lock(self) -> Iterator[None]:
+        """An exclusive flock on `.index.json.lock` while the index is read, changed and written (a few ms, so
+        waited for): without it two stores writing at once each wrote the index they read, dropping the other's
+        new entry. OCI tools ignore the file; the kernel drops the lock however its holder ends."""
+        fd = open_nofollow(self.root, self.path / INDEX_LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def check(self) -> None:
         """Before anything is served: the store is a new or empty folder, or an OCI image layout whose index

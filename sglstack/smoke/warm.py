@@ -36,6 +36,7 @@ from ..kernelcache import (
     cache_state,
     new_files,
     rewritten_files,
+    shown_name,
 )
 from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
@@ -122,8 +123,9 @@ class KernelCaches:
         summary: dict[str, Any] = {
             "folder": str(self.folder(kind)), "key": self.key(kind).to_dict(), "key_digest": self.key(kind).digest(),
             "files_before": len(before), "files_after": len(after), "bytes_after": sum(s for s, _ in after.values()),
-            "new_files": len(added), "new_files_first": added[:SHOWN_NEW_FILES],
-            "rewritten_files": len(rewritten), "rewritten_files_first": rewritten[:SHOWN_NEW_FILES],
+            "new_files": len(added), "new_files_first": [shown_name(n) for n in added[:SHOWN_NEW_FILES]],
+            "rewritten_files": len(rewritten),
+            "rewritten_files_first": [shown_name(n) for n in rewritten[:SHOWN_NEW_FILES]],
         }
         if restore is not None:
             summary["restore"] = restore.to_dict()
