@@ -84,8 +84,11 @@ class KernelCaches:
 
     def bound(self, image_info: Mapping[str, Any]) -> KernelCaches:
         """With what the key names about the image and this node (read once the image is known)."""
-        name, capability, driver = gpu_facts() if self.options.gpus > 0 or self.options.runner == "process" \
-            else ("none", "none", "none")
+        # A local server runs on the first GPU its CUDA_VISIBLE_DEVICES names (declared, else passed on from here).
+        visible = self.options.serving.environment.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")) \
+            if self.options.runner == "process" else None
+        name, capability, driver = gpu_facts(visible=visible) if self.options.gpus > 0 or \
+            self.options.runner == "process" else ("none", "none", "none")
         image = image_name(image_info.get("digest"), image_info.get("id")) or ""
         return replace(self, image=image, gpu=NodeGpu(name, capability, driver))
 

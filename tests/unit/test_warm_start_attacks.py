@@ -66,3 +66,45 @@ def test_smokes_packing_into_one_store_at_once_keep_every_artifact(tmp_path):
     assert [proc.exitcode for proc in procs] == [0] * 8
     listed = sorted(key.model for _digest, key, _manifest in LayoutStore(store, tmp_path).artifacts())
     assert listed == [f"model-{i}" for i in range(8)]
+
+
+FAKE_SMI = """#!/bin/sh
+# nvidia-smi of a node with two GPUs: NVML lists both whatever CUDA_VISIBLE_DEVICES says; --id picks one
+case "$*" in
+  *--id=1*|*--id=GPU-2222*) echo "NVIDIA H100 80GB HBM3, 9.0, 580.65.06" ;;
+  *--id=0*) echo "NVIDIA RTX 6000 Ada Generation, 8.9, 580.65.06" ;;
+  *--id=*) echo "No devices were found" >&2; exit 6 ;;
+  *) echo "NVIDIA RTX 6000 Ada Generation, 8.9, 580.65.06"; echo "NVIDIA H100 80GB HBM3, 9.0, 580.65.06" ;;
+esac
+"""
+
+
+def test_the_key_names_the_gpu_cuda_visible_devices_serves_on(tmp_path, monkeypatch):
+    """A process-runner smoke with CUDA_VISIBLE_DEVICES=1 served on the H100 but keyed its cache by GPU 0 (the
+    Ada card): nvidia-smi lists every GPU whatever CUDA_VISIBLE_DEVICES says."""
+    from sglstack.adapters.gpu import gpu_facts
+
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert gpu_facts(visible="1") == ("NVIDIA H100 80GB HBM3", "9.0", "580")
+    assert gpu_facts(visible="GPU-2222,0") == ("NVIDIA H100 80GB HBM3", "9.0", "580")
+    assert gpu_facts(visible=None) == ("NVIDIA RTX 6000 Ada Generation", "8.9", "580")
+    assert gpu_facts(visible="") == gpu_facts(visible="-1") == ("none", "none", "none")
+    assert gpu_facts(visible="7") == ("unknown", "unknown", "unknown")  # no such GPU: matches nothing
+
+
+def test_a_process_smoke_keys_its_cache_by_the_visible_gpu(tmp_path, env_dir, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    caches = KernelCaches.plan(options(tmp_path, env_dir, warm_start=True), None, tmp_path / "out" / "report.json")
+    assert caches is not None and caches.bound({"id": "env-sha256:x"}).gpu.name == "NVIDIA H100 80GB HBM3"
+    declared = options(tmp_path, env_dir, warm_start=True, env={"CUDA_VISIBLE_DEVICES": "0"})
+    caches = KernelCaches.plan(declared, None, tmp_path / "out" / "report.json")
+    assert caches is not None and caches.bound({"id": "env-sha256:x"}).gpu.name == "NVIDIA RTX 6000 Ada Generation"
