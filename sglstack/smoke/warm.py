@@ -145,6 +145,9 @@ class KernelCaches:
                 continue
             log(f"smoke: {kind}: kernel cache packed: {done.files} files, {done.layer_size} bytes, artifact "
                 f"{done.manifest_digest} in {self.store.path}")
+            if not done.files:
+                log(f"smoke: {kind}: kernel cache: the cold start put no file in {self.folder(kind)}: a compiler "
+                    "writing where no cache variable points is not cached (a deployment restores nothing)")
             packed[kind] = {"artifact": done.manifest_digest, "files": done.files, "layer_bytes": done.layer_size,
                             "key_digest": self.key(kind).digest()}
         return packed

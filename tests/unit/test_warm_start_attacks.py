@@ -108,3 +108,23 @@ def test_a_process_smoke_keys_its_cache_by_the_visible_gpu(tmp_path, env_dir, mo
     declared = options(tmp_path, env_dir, warm_start=True, env={"CUDA_VISIBLE_DEVICES": "0"})
     caches = KernelCaches.plan(declared, None, tmp_path / "out" / "report.json")
     assert caches is not None and caches.bound({"id": "env-sha256:x"}).gpu.name == "NVIDIA RTX 6000 Ada Generation"
+
+
+def test_a_warm_start_from_an_empty_cache_does_not_pass_for_the_caches_saving(tmp_path, env_dir):
+    """A server whose compilers write to a folder of their own (no cache variable points there) packs an empty
+    cache; its warm start is fast from that folder, on this machine only, and said '0 new and 0 rewritten kernel
+    cache files' as if the artifact had made it warm."""
+    from sglstack.smoke import run_smoke
+    from sglstack.smoke.startreport import EMPTY_CACHE_NOTE, empty_cache_note, start_lines
+
+    lines: list[str] = []
+    opts = options(tmp_path, env_dir, warm_start=True, env={"SGLANG_DOUBLE_KERNELS": "0"}, concurrency=1,
+                   num_prompts=1, max_new_tokens=4)
+    data = run_smoke(None, None, opts, log=lines.append).data
+    folder = tmp_path / "build" / "_no-stack" / "kernel-cache" / "baseline"
+    assert (f"smoke: baseline: kernel cache: the cold start put no file in {folder}: a compiler writing where no "
+            "cache variable points is not cached (a deployment restores nothing)") in lines
+    assert empty_cache_note(data["warm"]["baseline"]) == EMPTY_CACHE_NOTE
+    assert any(line.endswith(f"; {EMPTY_CACHE_NOTE}.") for line in start_lines(data))
+    filled = {"kernel_cache": {"new_files": 0, "restore": {"matched": True, "files": 12}}}
+    assert empty_cache_note(filled) is None
