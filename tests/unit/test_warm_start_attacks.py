@@ -128,3 +128,25 @@ def test_a_warm_start_from_an_empty_cache_does_not_pass_for_the_caches_saving(tm
     assert any(line.endswith(f"; {EMPTY_CACHE_NOTE}.") for line in start_lines(data))
     filled = {"kernel_cache": {"new_files": 0, "restore": {"matched": True, "files": 12}}}
     assert empty_cache_note(filled) is None
+
+
+def test_stamps_of_a_server_in_another_time_zone_are_unknown_not_hours_long_phases():
+    """A process-runner server given TZ=Asia/Tokyo stamps its local time: its imports took '32400.3s'; one given
+    America/New_York stamps five hours back, and every phase was clamped to 0.0s."""
+    from sglstack.serving.phases import LogLine, phases_line, start_phases
+
+    started = 1_800_000_000.0
+    log = ["server_args=ServerArgs(...)", "Load weight end. elapsed=0.1 s", "Capture target decode CUDA graph end.",
+           "The server is fired up and ready to roll!"]
+    for offset in (9 * 3600, -5 * 3600):
+        lines = [LogLine(started + offset + i, text) for i, text in enumerate(log)]
+        phases = start_phases(lines, started, 5.0, 1.0, read_at=started + 6)
+        assert phases["off_clock"] == ["imports_done", "weights_loaded", "cuda_graphs_captured", "healthy"]
+        assert phases["phases_s"] == dict.fromkeys(["imports", "weights", "cuda_graphs", "to_healthy", "first_token"])
+        assert phases_line("baseline", phases).endswith(
+            "first_token unknown (4 log stamp(s) fall outside the start, on another clock: a time zone (TZ) of the "
+            "server's own?)")
+    # Stamped to the whole second, a line just after the start may read up to a second before it: still on time.
+    on_time = start_phases([LogLine(started - 0.9, log[0]), LogLine(started + 3, log[3])], started, 4.0, 1.0,
+                           read_at=started + 4)
+    assert "off_clock" not in on_time and on_time["milestones_s"]["healthy"] == 3.0
