@@ -10,8 +10,9 @@ at the path a deployment mounts its restored volume at, so the cache's own absol
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
 from ..config.imageref import image_name
 from ..core.errors import SglstackError, SmokeInputError, one_line
+from ..core.folderlock import StackBusy, folder_lock
 from ..core.records import require_writable
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, replace_folder
 from ..kernelcache import (
@@ -91,6 +93,20 @@ class KernelCaches:
             self.options.runner == "process" else ("none", "none", "none")
         image = image_name(image_info.get("digest"), image_info.get("id")) or ""
         return replace(self, image=image, gpu=NodeGpu(name, capability, driver))
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """This smoke's hold on its kind folders (`BASE/.lock`) while it serves, packs and warm-starts: a second
+        smoke of the same stack in the same build folder would empty, fill and pack the same folders (each
+        packed the other's kernels under its own key). It is refused at once, in one line."""
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(folder_lock(self.base, "smoke", root=self.root))
+            except StackBusy:
+                raise StackBusy(f"kernel caches {self.base}: another smoke of this stack is using them; two at once "
+                                "would pack each other's kernels: run it again when that one ends, or in another "
+                                "build folder (SGLSTACK_BUILD_DIR)") from None
+            yield
 
     def folder(self, kind: str) -> Path:
         return self.base / kind

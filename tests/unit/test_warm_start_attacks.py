@@ -150,3 +150,37 @@ def test_stamps_of_a_server_in_another_time_zone_are_unknown_not_hours_long_phas
     on_time = start_phases([LogLine(started - 0.9, log[0]), LogLine(started + 3, log[3])], started, 4.0, 1.0,
                            read_at=started + 4)
     assert "off_clock" not in on_time and on_time["milestones_s"]["healthy"] == 3.0
+
+
+def _hold(base: str, root: str, held, release) -> None:
+    from sglstack.core.folderlock import folder_lock
+
+    with folder_lock(Path(base), "smoke", root=Path(root)):
+        held.set()
+        release.wait(60)
+
+
+def test_a_second_smoke_of_the_same_cache_folders_is_refused_in_one_line(tmp_path, env_dir):
+    """Two smokes in one build folder shared each kind's cache folder: each emptied the other's, packed the
+    other's kernels under its own key (27 files for 16), and failed no_warm_compile on the other's."""
+    from sglstack.core.folderlock import StackBusy
+    from sglstack.smoke import run_smoke
+
+    opts = options(tmp_path, env_dir, warm_start=True)
+    caches = KernelCaches.plan(opts, None, tmp_path / "out" / "report.json")
+    assert caches is not None
+    ctx = multiprocessing.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+    other = ctx.Process(target=_hold, args=(str(caches.base), str(caches.root), held, release))
+    other.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(StackBusy) as refused:
+            run_smoke(None, None, opts, log=lambda _line: None)
+    finally:
+        release.set()
+        other.join(30)
+    assert str(refused.value) == (
+        f"kernel caches {caches.base}: another smoke of this stack is using them; two at once would pack each "
+        "other's kernels: run it again when that one ends, or in another build folder (SGLSTACK_BUILD_DIR)")
+    assert not (caches.base / "baseline").exists()  # refused before any server started
