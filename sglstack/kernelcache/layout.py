@@ -18,6 +18,8 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import socket
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -117,7 +119,8 @@ class LayoutStore:
         layer is written to a temp file while its sha256 is taken, then renamed to its digest: one pass, and a
         cache of GBs is never in memory."""
         self._start()
-        tmp = self.blobs / f".packing-{os.getpid()}.tmp"
+        self._sweep_dead_packs()
+        tmp = self.blobs / f".packing-{_HOST}-{os.getpid()}.tmp"
         packed: list[tuple[str, int, int]] = []
 
         def fill(fh: BinaryIO) -> None:
@@ -134,6 +137,15 @@ class LayoutStore:
         self.put_bytes(key.canonical())
         manifest = artifact_manifest(key, layer_digest, size, files)
         return Packed(self._list(key, manifest), files, size)
+
+    def _sweep_dead_packs(self) -> None:
+        """Remove the temp layers of packs whose process is gone: one killed outright (SIGKILL, no clean-up) left
+        a partial layer of up to the cache's size in the store for good. A live pack's (another smoke sharing the
+        store) is kept, and so is one of another host (a store on shared storage: its pids are not ours)."""
+        for entry in os.scandir(self.blobs):
+            found = _PACKING.match(entry.name)
+            if found and found.group(1) == _HOST and not _pid_alive(int(found.group(2))):
+                remove_file(self.root, Path(entry.path))
 
     def _start(self) -> None:
         make_folder(self.root, self.blobs)
@@ -293,6 +305,21 @@ class LayoutStore:
             return Restore(False, f"kernel cache: no artifact in {self.path}; starting cold")
         return Restore(False, mismatch_line(want, nearest[2]), manifest_digest=nearest[1],
                        key_differences=tuple(want.differences(nearest[2])))
+
+
+# `.packing-HOST-PID.tmp`, and the temp file `write_with` fills for it (`..packing-HOST-PID.tmp.XXXX.tmp`)
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+_PACKING = re.compile(r"^\.{1,2}packing-([A-Za-z0-9._-]+)-(\d+)\.tmp(?:\.[^/]*\.tmp)?$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def _open(path: Path) -> BinaryIO:

@@ -184,3 +184,25 @@ def test_a_second_smoke_of_the_same_cache_folders_is_refused_in_one_line(tmp_pat
         f"kernel caches {caches.base}: another smoke of this stack is using them; two at once would pack each "
         "other's kernels: run it again when that one ends, or in another build folder (SGLSTACK_BUILD_DIR)")
     assert not (caches.base / "baseline").exists()  # refused before any server started
+
+
+def test_a_pack_killed_outright_leaves_no_partial_layer_for_good(tmp_path):
+    """SIGKILL during a pack (no clean-up runs) left `..packing-PID.tmp.XXXX.tmp`, up to the cache's size, in the
+    store for good; the next pack removes it. A live pack's (another smoke on the store) and another host's stay."""
+    from sglstack.kernelcache import layout
+
+    gone = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    gone.start()
+    gone.join(10)
+    store = LayoutStore(tmp_path / "store", tmp_path)
+    store.blobs.mkdir(parents=True)
+    dead = store.blobs / f"..packing-{layout._HOST}-{gone.pid}.tmp.ab12cd.tmp"
+    live = store.blobs / f"..packing-{layout._HOST}-{os.getpid()}.tmp.ef34gh.tmp"
+    elsewhere = store.blobs / f"..packing-other-node-{gone.pid}.tmp.ij56kl.tmp"
+    for path in (dead, live, elsewhere):
+        path.write_bytes(b"partial layer")
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "kernel.cubin").write_text("k")
+    store.put(_key(0), folder)
+    assert (dead.exists(), live.exists(), elsewhere.exists()) == (False, True, True)
