@@ -32,7 +32,7 @@ from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
 from ..core.safefiles import make_folder, open_nofollow, remove_file, rename_inside, write_bytes, write_with
 from .files import LAYER_MEDIA_TYPE, HashingWriter, KernelCacheError, pack, unpack
-from .key import CacheKey, mismatch_line
+from .key import CacheKey, mismatch_line, unknown_gpu_fields, unknown_line
 
 ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.v1"
 KEY_MEDIA_TYPE = "application/vnd.sglstack.kernel-cache.key.v1+json"
@@ -289,6 +289,8 @@ class LayoutStore:
 
     def restore(self, want: CacheKey, folder: Path, root: Path) -> Restore:
         """Restore the artifact of exactly `want` into `folder` (replaced whole); else say why not."""
+        if unknown := unknown_gpu_fields(want):
+            return Restore(False, unknown_line(unknown[0]), key_differences=tuple(unknown))
         nearest: tuple[int, str, CacheKey] | None = None
         for digest, key, manifest in self.artifacts():
             if not want.differences(key):

@@ -40,6 +40,7 @@ from ..kernelcache import (
     rewritten_files,
     shown_name,
 )
+from ..kernelcache.key import unknown_gpu_fields
 from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
 from .launch import container_plan, process_plan, run_spec
@@ -154,6 +155,10 @@ class KernelCaches:
         """Each kind's folder into the store under its key: kind -> artifact digest, files, bytes."""
         packed: dict[str, Any] = {}
         for kind in kinds:
+            if unknown := unknown_gpu_fields(self.key(kind)):
+                log(f"smoke: {kind}: kernel cache not packed: this node's {', '.join(unknown)} unknown (nvidia-smi "
+                    "did not answer): no start could restore it")
+                continue
             try:
                 done = self.store.put(self.key(kind), self.folder(kind))
             except SglstackError as exc:  # a full disk, a link in the way: the smoke stands, the cache is not kept

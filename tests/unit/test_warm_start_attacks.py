@@ -206,3 +206,25 @@ def test_a_pack_killed_outright_leaves_no_partial_layer_for_good(tmp_path):
     (folder / "kernel.cubin").write_text("k")
     store.put(_key(0), folder)
     assert (dead.exists(), live.exists(), elsewhere.exists()) == (False, True, True)
+
+
+def test_a_node_whose_gpu_nvidia_smi_did_not_say_packs_nothing_and_says_why(tmp_path, env_dir, monkeypatch):
+    """With nvidia-smi failing ("could not communicate with the NVIDIA driver") each kind packed an artifact no
+    start could ever restore, and its warm start said "key differs in gpu_name: this start has 'unknown', the
+    artifact 'unknown'"."""
+    from sglstack.smoke import run_smoke
+
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
+                   "driver.'\nexit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    lines: list[str] = []
+    opts = options(tmp_path, env_dir, warm_start=True, concurrency=1, num_prompts=1, max_new_tokens=4)
+    data = run_smoke(None, None, opts, log=lines.append).data
+    assert ("smoke: baseline: kernel cache not packed: this node's gpu_name, compute_capability, driver_major "
+            "unknown (nvidia-smi did not answer): no start could restore it") in lines
+    assert data["kernel_cache"]["packed"] == {}
+    assert ("smoke: baseline: warm start: kernel cache: this node's gpu_name is unknown (nvidia-smi did not "
+            "answer): a cache is never restored on a guess; starting cold") in lines
