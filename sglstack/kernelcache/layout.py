@@ -210,6 +210,21 @@ class LayoutStore:
                         (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
         return manifest_digest
 
+    def forget(self, key: CacheKey) -> bool:
+        """Take `key`'s artifact out of the index (its blobs stay, unlisted): one whose warm start failed must not
+        be restored by a deployment. False when none was listed."""
+        if not (self.path / "index.json").exists():
+            return False
+        with self._index_lock():
+            manifests = self._index()
+            kept = [m for m in manifests if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
+            if len(kept) == len(manifests):
+                return False
+            index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": kept}
+            write_bytes(self.root, self.path / "index.json",
+                        (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+        return True
+
     @contextlib.contextmanager
     def _index_lock(self) -> Iterator[None]:
         """An exclusive flock on `.index.json.lock` while the index is read, changed and written (a few ms, so

@@ -233,6 +233,9 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
             cplan = container_plan(options, str(image_info["id"]), kind)
             run = serve_and_measure(engine, cplan, options, log, measure=measure_start)
         runs[kind] = caches.record(kind, before, run, restore)
+        if run.failure and restore.matched and caches.store.forget(key):
+            log(f"smoke: {kind}: warm start failed: its kernel cache artifact {restore.manifest_digest} is taken out "
+                f"of {caches.store.path} (no deployment restores it)")
         cache = runs[kind].kernel_cache or {}
         log(f"smoke: {kind}: warm start: {cache.get('new_files', 0)} new kernel cache files, "
             f"{cache.get('rewritten_files', 0)} rewritten")

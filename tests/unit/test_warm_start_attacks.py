@@ -228,3 +228,34 @@ def test_a_node_whose_gpu_nvidia_smi_did_not_say_packs_nothing_and_says_why(tmp_
     assert data["kernel_cache"]["packed"] == {}
     assert ("smoke: baseline: warm start: kernel cache: this node's gpu_name is unknown (nvidia-smi did not "
             "answer): a cache is never restored on a guess; starting cold") in lines
+
+
+def test_a_cache_whose_warm_start_failed_is_taken_out_of_the_store(tmp_path, env_dir, monkeypatch):
+    """A server that crashed on its restored cache left the artifact listed in this machine's store, where
+    `deploy --kernel-cache` looks first: the deployment got the cache that had crashed the smoke's warm start.
+    The summary also said 'warm 0.0s' for a start that never became healthy."""
+    import sglstack.smoke.warm as warm_mod
+    from sglstack.cli.smoke import _start_level_and_sweep_lines
+    from sglstack.smoke import run_smoke
+    from sglstack.smoke.subject import environment_info
+    from sglstack.smoke.warm import warm_starts
+
+    opts = options(tmp_path, env_dir, kernel_cache=True, concurrency=1, num_prompts=1, max_new_tokens=4,
+                   env={"SGLANG_DOUBLE_KERNELS": "2"})
+    run_smoke(None, None, opts, log=lambda _line: None)
+    report_path = tmp_path / "out" / "report.json"
+    image_info = environment_info(opts, str(env_dir / "bin" / "python3"))
+    caches = KernelCaches.plan(opts, None, report_path)
+    assert caches is not None
+    caches = caches.bound(image_info)
+    assert len(list(caches.store.artifacts())) == 1
+    crashed = ServerRun("baseline", False, failure="the server exited with code 1 before it was healthy")
+    monkeypatch.setattr(warm_mod, "serve_process_and_measure", lambda *_a, **_k: crashed)
+    lines: list[str] = []
+    warm = warm_starts(caches, None, image_info, report_path, lines.append)
+    assert any(line.startswith("smoke: baseline: warm start failed: its kernel cache artifact sha256:") and
+               line.endswith(f"is taken out of {caches.store.path} (no deployment restores it)") for line in lines)
+    assert list(caches.store.artifacts()) == []
+    data = {"baseline": {"startup_s": 2.7}, "warm": {"baseline": {"startup_s": warm["baseline"].startup_s,
+                                                                  "kernel_cache": warm["baseline"].kernel_cache}}}
+    assert _start_level_and_sweep_lines(data)[0].startswith("baseline start: cold 2.7s, warm start failed, ")
