@@ -11,14 +11,18 @@ from ..core.credentials import tool_environment
 QUERY = ("nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
 
 
-def gpu_facts(timeout_s: float = 30.0) -> tuple[str, str, str]:
-    """(name, compute capability, driver major) of GPU 0 as CUDA_VISIBLE_DEVICES shows it; "none" each
-    without nvidia-smi or a GPU; "unknown" each when it did not answer (a key with it matches nothing)."""
+def gpu_facts(timeout_s: float = 30.0, visible: str | None = None) -> tuple[str, str, str]:
+    """(name, compute capability, driver major) of the GPU a server started with CUDA_VISIBLE_DEVICES=`visible`
+    runs on first (None: not set, GPU 0); "none" each without nvidia-smi or a GPU; "unknown" each when it did
+    not answer (a key with it matches nothing). nvidia-smi itself ignores CUDA_VISIBLE_DEVICES (NVML lists
+    every GPU), so the first GPU it names is asked for by `--id` (an index, a UUID or a PCI bus id)."""
     tool = shutil.which(QUERY[0])
-    if tool is None:
+    first = None if visible is None else visible.split(",")[0].strip()
+    if tool is None or first == "" or (first or "").startswith("-"):  # "" or "-1": CUDA sees no GPU
         return "none", "none", "none"
     try:
-        out = subprocess.run([tool, *QUERY[1:]], capture_output=True, text=True, timeout=timeout_s, check=False,
+        which = [f"--id={first}"] if first else []
+        out = subprocess.run([tool, *QUERY[1:], *which], capture_output=True, text=True, timeout=timeout_s, check=False,
                              env=tool_environment())
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", "unknown", "unknown"

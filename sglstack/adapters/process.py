@@ -4,18 +4,22 @@ SGLang's launch_server forks a scheduler, a detokenizer and (with TP) one worker
 process we started leaves those holding the GPUs. The server therefore runs in its own session (so its own
 process group, which signals sent to the caller's terminal group do not reach), and on every exit (success,
 error, Ctrl-C, SIGTERM, SIGHUP turned into `Interrupted`) the whole group gets SIGTERM, then SIGKILL after a
-grace period, and we wait until no process of the group is left.
+grace period, and we wait until no process of the group is left. A caller killed outright (SIGKILL: an OOM
+kill, a CI job's hard timeout) runs no clean-up: on Linux the server is started with PR_SET_PDEATHSIG, so the
+kernel kills it with its parent (SGLang's own workers die with it the same way).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..core.records import build_root
@@ -42,7 +46,7 @@ def running_process(
     with open_log(log_root or containing_root(log_path.parent, build_root()), log_path) as log:
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=cwd,
+            start_new_session=True, cwd=cwd, preexec_fn=_dies_with_parent(),
         )
     try:
         yield proc
@@ -54,6 +58,27 @@ def running_process(
                 break
             except KeyboardInterrupt:
                 continue
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so that the kernel SIGKILLs it when this process dies however it dies
+    (None off Linux). Looked up here, before the fork: the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the line above: nobody will end this server
+            os._exit(1)
+    return arm
 
 
 def end_process_group(proc: subprocess.Popen[bytes], *, grace_s: float | None = None) -> None:

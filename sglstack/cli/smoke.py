@@ -163,14 +163,17 @@ def smoke_command(image: str | None, *, stack: str | None = None, stacks_file: s
 
 def _start_level_and_sweep_lines(data: Mapping[str, Any]) -> list[str]:
     """The summary's warm-start, per-concurrency-level and sweep lines (each only when the run had them)."""
+    from ..smoke.startreport import empty_cache_note  # at call time: the face stays light to import
+
     lines = []
     for kind, run in (data.get("warm") or {}).items():
         cold, saving = data[kind].get("startup_s"), run.get("saving")
         cache = run.get("kernel_cache") or {}
-        lines.append(f"{kind} start: cold {cold or 0:.1f}s, warm {run.get('startup_s') or 0:.1f}s"
+        warm = f"warm {run['startup_s']:.1f}s" if run.get("startup_s") is not None else "warm start failed"
+        lines.append(f"{kind} start: cold {cold or 0:.1f}s, {warm}"
                      + (f" (saved {saving:.0%})" if saving is not None else "")
                      + f", {cache.get('new_files')} new and {cache.get('rewritten_files', 0)} rewritten kernel "
-                       "cache files")
+                       "cache files" + (f"; {note}" if (note := empty_cache_note(run)) else ""))
     for row in data.get("levels") or []:
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "n/a"
         lines.append(f"concurrency {row['concurrency']}: speedup {speedup} ({row['measure']})")

@@ -5,10 +5,10 @@ attaches the same artifact to the image digest in a registry; deploy restores it
 """
 
 from ..serving.caches import CACHE_DIRS, CONTAINER_CACHE_ROOT, cache_environment
-from .files import KernelCacheError, cache_files, cache_state, new_files, rewritten_files
+from .files import KernelCacheError, cache_files, cache_state, new_files, rewritten_files, shown_name
 from .key import CacheKey, NodeGpu, cache_key, mismatch_line
 from .layout import ARTIFACT_TYPE, LayoutStore, Packed, Restore, artifact_manifest
 
 __all__ = ["ARTIFACT_TYPE", "CACHE_DIRS", "CONTAINER_CACHE_ROOT", "CacheKey", "KernelCacheError", "LayoutStore",
            "NodeGpu", "Packed", "Restore", "artifact_manifest", "cache_environment", "cache_files", "cache_key",
-           "cache_state", "mismatch_line", "new_files", "rewritten_files"]
+           "cache_state", "mismatch_line", "new_files", "rewritten_files", "shown_name"]

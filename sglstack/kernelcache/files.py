@@ -94,6 +94,12 @@ def cache_state(folder: Path) -> dict[str, FileState]:
     return out
 
 
+def shown_name(rel: str) -> str:
+    """A cache file's relative path as text that prints and encodes as UTF-8: a name of bytes that are not UTF-8
+    (os.walk hands them over as surrogates) shows its bytes as `\\xff` escapes."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def rewritten_files(before: Mapping[str, FileState], after: Mapping[str, FileState]) -> list[str]:
     """Files that were there before a start and were written again by it (a kernel rebuilt in place, as ninja
     does when it judges an output stale): sorted, logs and locks left out."""

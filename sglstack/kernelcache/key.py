@@ -73,9 +73,21 @@ def mismatch_line(wanted: CacheKey, found: CacheKey) -> str:
     """One line naming the first differing field: what this start needs against what the artifact holds."""
     diff = wanted.differences(found)
     name = diff[0]
+    if getattr(wanted, name) == UNKNOWN:  # not a difference with the artifact: this node's own fact is missing
+        return unknown_line(name)
     more = f" (and {len(diff) - 1} more: {', '.join(diff[1:])})" if len(diff) > 1 else ""
     return (f"kernel cache: key differs in {name}: this start has {_short(getattr(wanted, name))}, the artifact "
             f"{_short(getattr(found, name))}{more}; starting cold")
+
+
+def unknown_line(name: str) -> str:
+    return (f"kernel cache: this node's {name} is unknown (nvidia-smi did not answer): a cache is never restored on "
+            "a guess; starting cold")
+
+
+def unknown_gpu_fields(key: CacheKey) -> list[str]:
+    """The GPU facts of `key` that nvidia-smi did not give: a key with any matches no start, itself included."""
+    return [name for name in ("gpu_name", "compute_capability", "driver_major") if getattr(key, name) == UNKNOWN]
 
 
 def _short(value: Any) -> str:

@@ -13,9 +13,13 @@ No exact match: one line naming the first differing field of the nearest artifac
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
+import socket
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,9 +30,9 @@ from typing import Any, BinaryIO
 from ..core import labels as lb
 from ..core.errors import ConfigError
 from ..core.inputs import loads, read_bytes
-from ..core.safefiles import make_folder, remove_file, rename_inside, write_bytes, write_with
+from ..core.safefiles import make_folder, open_nofollow, remove_file, rename_inside, write_bytes, write_with
 from .files import LAYER_MEDIA_TYPE, HashingWriter, KernelCacheError, pack, unpack
-from .key import CacheKey, mismatch_line
+from .key import CacheKey, mismatch_line, unknown_gpu_fields, unknown_line
 
 ARTIFACT_TYPE = "application/vnd.sglstack.kernel-cache.v1"
 KEY_MEDIA_TYPE = "application/vnd.sglstack.kernel-cache.key.v1+json"
@@ -39,6 +43,7 @@ KEY_ANNOTATION = lb.KERNEL_CACHE_KEY_ANNOTATION
 IMAGE_ANNOTATION = lb.KERNEL_CACHE_IMAGE_ANNOTATION
 FILES_ANNOTATION = lb.KERNEL_CACHE_FILES_ANNOTATION
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+INDEX_LOCK = ".index.json.lock"
 # DeepGEMM's and FlashInfer's caches of a large MoE model are hundreds of MB; no cache is 64 GiB.
 MAX_CACHE_BYTES = 64 * 1024**3
 
@@ -114,7 +119,8 @@ class LayoutStore:
         layer is written to a temp file while its sha256 is taken, then renamed to its digest: one pass, and a
         cache of GBs is never in memory."""
         self._start()
-        tmp = self.blobs / f".packing-{os.getpid()}.tmp"
+        self._sweep_dead_packs()
+        tmp = self.blobs / f".packing-{_HOST}-{os.getpid()}.tmp"
         packed: list[tuple[str, int, int]] = []
 
         def fill(fh: BinaryIO) -> None:
@@ -131,6 +137,15 @@ class LayoutStore:
         self.put_bytes(key.canonical())
         manifest = artifact_manifest(key, layer_digest, size, files)
         return Packed(self._list(key, manifest), files, size)
+
+    def _sweep_dead_packs(self) -> None:
+        """Remove the temp layers of packs whose process is gone: one killed outright (SIGKILL, no clean-up) left
+        a partial layer of up to the cache's size in the store for good. A live pack's (another smoke sharing the
+        store) is kept, and so is one of another host (a store on shared storage: its pids are not ours)."""
+        for entry in os.scandir(self.blobs):
+            found = _PACKING.match(entry.name)
+            if found and found.group(1) == _HOST and not _pid_alive(int(found.group(2))):
+                remove_file(self.root, Path(entry.path))
 
     def _start(self) -> None:
         make_folder(self.root, self.blobs)
@@ -188,10 +203,39 @@ class LayoutStore:
                  "artifactType": ARTIFACT_TYPE,
                  "annotations": {KEY_ANNOTATION: key.digest(), IMAGE_ANNOTATION: key.image,
                                  lb.OCI_REF_NAME_ANNOTATION: key.digest().removeprefix("sha256:")[:16]}}
-        kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
-        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
-        write_bytes(self.root, self.path / "index.json", (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+        with self._index_lock():  # two smokes sharing a store: each keeps the other's entry
+            kept = [m for m in self._index() if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
+            index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
+            write_bytes(self.root, self.path / "index.json",
+                        (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
         return manifest_digest
+
+    def forget(self, key: CacheKey) -> bool:
+        """Take `key`'s artifact out of the index (its blobs stay, unlisted): one whose warm start failed must not
+        be restored by a deployment. False when none was listed."""
+        if not (self.path / "index.json").exists():
+            return False
+        with self._index_lock():
+            manifests = self._index()
+            kept = [m for m in manifests if (m.get("annotations") or {}).get(KEY_ANNOTATION) != key.digest()]
+            if len(kept) == len(manifests):
+                return False
+            index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": kept}
+            write_bytes(self.root, self.path / "index.json",
+                        (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+        return True
+
+    @contextlib.contextmanager
+    def _index_lock(self) -> Iterator[None]:
+        """An exclusive flock on `.index.json.lock` while the index is read, changed and written (a few ms, so
+        waited for): without it two stores writing at once each wrote the index they read, dropping the other's
+        new entry. OCI tools ignore the file; the kernel drops the lock however its holder ends."""
+        fd = open_nofollow(self.root, self.path / INDEX_LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def check(self) -> None:
         """Before anything is served: the store is a new or empty folder, or an OCI image layout whose index
@@ -260,6 +304,8 @@ class LayoutStore:
 
     def restore(self, want: CacheKey, folder: Path, root: Path) -> Restore:
         """Restore the artifact of exactly `want` into `folder` (replaced whole); else say why not."""
+        if unknown := unknown_gpu_fields(want):
+            return Restore(False, unknown_line(unknown[0]), key_differences=tuple(unknown))
         nearest: tuple[int, str, CacheKey] | None = None
         for digest, key, manifest in self.artifacts():
             if not want.differences(key):
@@ -276,6 +322,21 @@ class LayoutStore:
             return Restore(False, f"kernel cache: no artifact in {self.path}; starting cold")
         return Restore(False, mismatch_line(want, nearest[2]), manifest_digest=nearest[1],
                        key_differences=tuple(want.differences(nearest[2])))
+
+
+# `.packing-HOST-PID.tmp`, and the temp file `write_with` fills for it (`..packing-HOST-PID.tmp.XXXX.tmp`)
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+_PACKING = re.compile(r"^\.{1,2}packing-([A-Za-z0-9._-]+)-(\d+)\.tmp(?:\.[^/]*\.tmp)?$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def _open(path: Path) -> BinaryIO:

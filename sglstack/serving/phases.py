@@ -110,28 +110,44 @@ def milestones_of(lines: Iterable[LogLine]) -> dict[str, float | None]:
     return found
 
 
+# How far a stamp may fall before the process started or after the log was read, beyond the stamps' own
+# resolution, and still be on this side's clock.
+CLOCK_SLACK_S = 1.0
+
+
 def start_phases(lines: Iterable[LogLine], started_at: float, first_token_s: float | None,
-                 resolution_s: float = 0.001) -> dict[str, Any]:
+                 resolution_s: float = 0.001, read_at: float | None = None) -> dict[str, Any]:
     """The start by phase: each milestone as seconds since the process started (`started_at`, epoch seconds
     on the clock the lines are stamped by), each phase's duration, and what is unknown.
 
-    A stamp a little before `started_at` (a line stamped to the whole second) counts as 0."""
+    A stamp a little before `started_at` (a line stamped to the whole second) counts as 0. One well before it,
+    or after the log was read (`read_at`), is on another clock (a server given another TZ stamps its local time
+    hours off): unknown, and named in `off_clock`, never clamped into a phase."""
     at = milestones_of(lines)
     since: dict[str, float | None] = {"process_start": 0.0}
+    off_clock: list[str] = []
     for name in LINES:
         value = at[name]
+        if value is not None and (value < started_at - resolution_s - CLOCK_SLACK_S
+                                  or (read_at is not None and value > read_at + resolution_s + CLOCK_SLACK_S)):
+            off_clock.append(name)
+            value = None
         since[name] = None if value is None else round(max(0.0, value - started_at), 3)
     since["first_token"] = None if first_token_s is None else round(first_token_s, 3)
     phases: dict[str, float | None] = {}
     for phase, begin, end in PHASES:
         a, b = since[begin], since[end]
         phases[phase] = None if a is None or b is None else round(max(0.0, b - a), 3)
-    return {"milestones_s": {k: since[k] for k in MILESTONES}, "phases_s": phases,
-            "unknown": [k for k in MILESTONES if since[k] is None], "resolution_s": resolution_s}
+    out = {"milestones_s": {k: since[k] for k in MILESTONES}, "phases_s": phases,
+           "unknown": [k for k in MILESTONES if since[k] is None], "resolution_s": resolution_s}
+    return {**out, "off_clock": off_clock} if off_clock else out
 
 
 def phases_line(kind: str, phases: Mapping[str, Any]) -> str:
     """`smoke: baseline: start by phase: imports 37.2s, weights 1.0s, cuda_graphs unknown, ...`."""
     shown = ", ".join(f"{name} {'unknown' if value is None else f'{value:.1f}s'}"
                       for name, value in (phases.get("phases_s") or {}).items())
-    return f"smoke: {kind}: start by phase: {shown}"
+    off = phases.get("off_clock") or []
+    why = (f" ({len(off)} log stamp(s) fall outside the start, on another clock: a time zone (TZ) of the server's "
+           "own?)") if off else ""
+    return f"smoke: {kind}: start by phase: {shown}{why}"

@@ -27,6 +27,8 @@ class Server(Protocol):
     (the health wait, measurement, gates, report) goes through this one code path."""
 
     kind: str
+    # Its log is stamped by this machine's clock (a local process; a container's by its engine's, maybe remote)
+    local_clock: bool
 
     def exit_failure(self) -> str | None:
         """Why the server is gone (exit code, OOM kill), or None while it runs."""
@@ -116,9 +118,10 @@ def start_phases_of(server: Server, before_warm_up_s: float, warm_up_runs: list[
     first = warm_up_runs[0] if warm_up_runs else None
     first_token = before_warm_up_s + first.ttft_s if first is not None and first.ttft_s is not None else None
     lines, started_at, resolution = server.start_log()
+    read_at = time.time() if server.local_clock else None  # every line read was written by now, on this clock
     if started_at is None:
         lines = []  # no start on the lines' clock: every log milestone is unknown, not guessed
-    phases = start_phases(lines, started_at or 0.0, first_token, resolution)
+    phases = start_phases(lines, started_at or 0.0, first_token, resolution, read_at)
     log(phases_line(server.kind, phases))
     return phases
 

@@ -8,6 +8,7 @@ for writability before the first server starts, not found unwritable after an ho
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -99,6 +100,14 @@ def run_smoke(stack: Stack | None, image: str | None, options: SmokeOptions, *, 
     check_secret_references(options.serving)
     report_path, history_file = check_outputs(options, stack)
     caches = KernelCaches.plan(options, stack.name if stack else None, report_path)
+    # Two smokes in one build folder would share each kind's cache folder: each packed the other's kernels.
+    with caches.in_use() if caches is not None else contextlib.nullcontext():
+        return _serve_and_report(stack, image, options, log, interpreter, report_path, history_file, caches)
+
+
+def _serve_and_report(stack: Stack | None, image: str | None, options: SmokeOptions, log: Log,
+                      interpreter: str | None, report_path: Path, history_file: Path | None,
+                      caches: KernelCaches | None) -> SmokeReport:
     # Read now: a corrupt history file is found before the servers run, not after.
     records = hist.read_history(history_file) if history_file is not None else []
     engine, image_info = open_what_to_serve(stack, image, options, interpreter, log)

@@ -50,6 +50,8 @@ def docker_run_kwargs(plan: ContainerPlan) -> dict[str, Any]:
 
 
 class ContainerServer:
+    local_clock = False
+
     def __init__(self, container: Container, plan: ContainerPlan, options: SmokeOptions) -> None:
         self.container, self.plan, self.options, self.kind = container, plan, options, plan.kind
 
@@ -80,6 +82,8 @@ class ContainerServer:
 
 
 class ProcessServer:
+    local_clock = True
+
     def __init__(self, proc: subprocess.Popen[bytes], plan: ProcessPlan, log_path: Path,
                  started_at: float | None = None) -> None:
         self.proc, self.plan, self.log_path, self.kind = proc, plan, log_path, plan.kind

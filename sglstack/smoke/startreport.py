@@ -23,6 +23,21 @@ def starts(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     return out
 
 
+EMPTY_CACHE_NOTE = ("the restored cache was empty: the cold start put no file in the kernel cache folder (a compiler "
+                    "writing where no cache variable points?), so no saving is the cache's")
+
+
+def empty_cache_note(run: Mapping[str, Any]) -> str | None:
+    """Said beside a warm start restored from an artifact of no files that added none either: whatever it
+    saved, a deployment restoring that artifact gets nothing (a server whose kernels go to a folder of its
+    own, outside the one the cache variables name, is warm from that folder, on this machine only)."""
+    cache = run.get("kernel_cache") or {}
+    restore = cache.get("restore") or {}
+    if restore.get("matched") and not restore.get("files") and not cache.get("new_files"):
+        return EMPTY_CACHE_NOTE
+    return None
+
+
 def _s(value: Any) -> str:
     return "unknown" if value is None else f"{value:.1f}"
 
@@ -51,8 +66,9 @@ def start_lines(data: Mapping[str, Any]) -> list[str]:
     lines.append("")
     for kind, run in (data.get("warm") or {}).items():
         if run.get("saving") is not None:
+            note = empty_cache_note(run)
             lines.append(f"The {KIND_LABELS.get(kind, kind)} warm start saved {run['saving']:.0%} of the cold start "
-                         "to healthy.")
+                         "to healthy" + (f"; {note}." if note else "."))
     packed = (data.get("kernel_cache") or {}).get("packed") or {}
     for kind, art in packed.items():
         lines.append(f"Kernel cache of {KIND_LABELS.get(kind, kind)}: `{art['artifact']}` ({art['files']} files, "

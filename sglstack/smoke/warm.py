@@ -10,8 +10,9 @@ at the path a deployment mounts its restored volume at, so the cache's own absol
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ..adapters.gpu import gpu_facts
 from ..adapters.process import free_tcp_port
 from ..config.imageref import image_name
 from ..core.errors import SglstackError, SmokeInputError, one_line
+from ..core.folderlock import StackBusy, folder_lock
 from ..core.records import require_writable
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link, replace_folder
 from ..kernelcache import (
@@ -36,7 +38,9 @@ from ..kernelcache import (
     cache_state,
     new_files,
     rewritten_files,
+    shown_name,
 )
+from ..kernelcache.key import unknown_gpu_fields
 from ..serving import Mount, serving_argv
 from ..serving.caches import compile_deep_gemm_argv, with_kernel_caches
 from .history import smoke_folder
@@ -84,10 +88,27 @@ class KernelCaches:
 
     def bound(self, image_info: Mapping[str, Any]) -> KernelCaches:
         """With what the key names about the image and this node (read once the image is known)."""
-        name, capability, driver = gpu_facts() if self.options.gpus > 0 or self.options.runner == "process" \
-            else ("none", "none", "none")
+        # A local server runs on the first GPU its CUDA_VISIBLE_DEVICES names (declared, else passed on from here).
+        visible = self.options.serving.environment.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")) \
+            if self.options.runner == "process" else None
+        name, capability, driver = gpu_facts(visible=visible) if self.options.gpus > 0 or \
+            self.options.runner == "process" else ("none", "none", "none")
         image = image_name(image_info.get("digest"), image_info.get("id")) or ""
         return replace(self, image=image, gpu=NodeGpu(name, capability, driver))
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """This smoke's hold on its kind folders (`BASE/.lock`) while it serves, packs and warm-starts: a second
+        smoke of the same stack in the same build folder would empty, fill and pack the same folders (each
+        packed the other's kernels under its own key). It is refused at once, in one line."""
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(folder_lock(self.base, "smoke", root=self.root))
+            except StackBusy:
+                raise StackBusy(f"kernel caches {self.base}: another smoke of this stack is using them; two at once "
+                                "would pack each other's kernels: run it again when that one ends, or in another "
+                                "build folder (SGLSTACK_BUILD_DIR)") from None
+            yield
 
     def folder(self, kind: str) -> Path:
         return self.base / kind
@@ -123,8 +144,9 @@ class KernelCaches:
         summary: dict[str, Any] = {
             "folder": str(self.folder(kind)), "key": self.key(kind).to_dict(), "key_digest": self.key(kind).digest(),
             "files_before": len(before), "files_after": len(after), "bytes_after": sum(s for s, _ in after.values()),
-            "new_files": len(added), "new_files_first": added[:SHOWN_NEW_FILES],
-            "rewritten_files": len(rewritten), "rewritten_files_first": rewritten[:SHOWN_NEW_FILES],
+            "new_files": len(added), "new_files_first": [shown_name(n) for n in added[:SHOWN_NEW_FILES]],
+            "rewritten_files": len(rewritten),
+            "rewritten_files_first": [shown_name(n) for n in rewritten[:SHOWN_NEW_FILES]],
         }
         if restore is not None:
             summary["restore"] = restore.to_dict()
@@ -134,6 +156,10 @@ class KernelCaches:
         """Each kind's folder into the store under its key: kind -> artifact digest, files, bytes."""
         packed: dict[str, Any] = {}
         for kind in kinds:
+            if unknown := unknown_gpu_fields(self.key(kind)):
+                log(f"smoke: {kind}: kernel cache not packed: this node's {', '.join(unknown)} unknown (nvidia-smi "
+                    "did not answer): no start could restore it")
+                continue
             try:
                 done = self.store.put(self.key(kind), self.folder(kind))
             except SglstackError as exc:  # a full disk, a link in the way: the smoke stands, the cache is not kept
@@ -141,6 +167,9 @@ class KernelCaches:
                 continue
             log(f"smoke: {kind}: kernel cache packed: {done.files} files, {done.layer_size} bytes, artifact "
                 f"{done.manifest_digest} in {self.store.path}")
+            if not done.files:
+                log(f"smoke: {kind}: kernel cache: the cold start put no file in {self.folder(kind)}: a compiler "
+                    "writing where no cache variable points is not cached (a deployment restores nothing)")
             packed[kind] = {"artifact": done.manifest_digest, "files": done.files, "layer_bytes": done.layer_size,
                             "key_digest": self.key(kind).digest()}
         return packed
@@ -205,6 +234,9 @@ def warm_starts(caches: KernelCaches, engine: docker.DockerClient | None, image_
             cplan = container_plan(options, str(image_info["id"]), kind)
             run = serve_and_measure(engine, cplan, options, log, measure=measure_start)
         runs[kind] = caches.record(kind, before, run, restore)
+        if run.failure and restore.matched and caches.store.forget(key):
+            log(f"smoke: {kind}: warm start failed: its kernel cache artifact {restore.manifest_digest} is taken out "
+                f"of {caches.store.path} (no deployment restores it)")
         cache = runs[kind].kernel_cache or {}
         log(f"smoke: {kind}: warm start: {cache.get('new_files', 0)} new kernel cache files, "
             f"{cache.get('rewritten_files', 0)} rewritten")

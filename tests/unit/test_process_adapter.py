@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from subprocess import TimeoutExpired
 
@@ -249,3 +252,34 @@ def test_a_command_name_holding_a_parenthesis_is_read_right(tmp_path):
         wait_for_line(log, "started", whole=True)
         members = proc_mod._group_members(proc.pid)
         assert members is not None and proc.pid in members
+
+
+def test_a_caller_killed_outright_takes_its_server_with_it(tmp_path):
+    """SIGKILL of `invoke smoke` (an OOM kill, a CI job's hard timeout) runs no clean-up: the server it had
+    started lived on as an orphan, holding its port (and, on a GPU node, the GPUs)."""
+    pid_file = tmp_path / "server.pid"
+    caller = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from sglstack.adapters.process import running_process\n"
+        f"with running_process(['/bin/sh', '-c', 'echo $$ > {pid_file}; exec sleep 60'], env={{}},\n"
+        f"                     log_path=Path({str(tmp_path / 'server.log')!r}), log_root=Path({str(tmp_path)!r})):\n"
+        "    time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server = int(pid_file.read_text())
+        assert _alive(server)
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(server)
+    finally:
+        parent.kill()
+        if pid_file.exists() and pid_file.read_text().strip() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
