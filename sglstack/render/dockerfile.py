@@ -201,7 +201,7 @@ def _wheels_stage(stack: Stack, lock: Lock | None) -> bool:
 def _uv_parts(stack: Stack, lock: Lock | None, layers: tuple[InstallLayer, ...]) -> tuple[str, ...]:
     """The locked parts the serving stage installs with uv, in its order (none: it installs with pip). An amd64-only
     stack's: a stack of several platforms unpacks its parts in the wheels stage instead."""
-    if lock is None or _wheels_stage(stack, lock) or (stack.whole or stack).platforms != ("linux/amd64",):
+    if lock is None or _wheels_stage(stack, lock) or stack.whole_platforms != ("linux/amd64",):
         return ()
     before = [x.lock_part for x in layers if x.lock_part and not x.after_sglang]
     after = [x.lock_part for x in layers if x.lock_part and x.after_sglang]
