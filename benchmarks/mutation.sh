@@ -58,7 +58,7 @@ MODULES=(
   "upgrade-sources|sglstack/upgrade/releases.py sglstack/upgrade/argv_probe.py|tests/unit/test_upgrade_releases.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
   "upgrade-text|sglstack/upgrade/report.py sglstack/upgrade/stacksfile.py sglstack/upgrade/argv.py|tests/unit/test_upgrade_report.py tests/unit/test_upgrade_stacksfile.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
   "upgrade-command|sglstack/upgrade/command.py sglstack/upgrade/engines.py|tests/unit/test_upgrade_command.py tests/unit/test_upgrade_plan.py"
-  "registry|sglstack/registry/client.py sglstack/registry/session.py sglstack/registry/transport.py sglstack/registry/auth.py|tests/unit/test_registry_client.py tests/unit/test_registry_client_api.py tests/unit/test_registry_credentials.py tests/unit/test_registry_transport.py"
+  "registry|sglstack/registry/client.py sglstack/registry/session.py sglstack/registry/transport.py sglstack/registry/auth.py|tests/unit/test_registry_client.py tests/unit/test_registry_client_api.py tests/unit/test_registry_credentials.py tests/unit/test_registry_transport.py tests/unit/test_registry_platforms.py"
   "deploy-flow|sglstack/deploy/flow.py sglstack/deploy/deployment.py sglstack/deploy/restore.py sglstack/deploy/lifecycle.py|tests/unit/test_deploy_flow.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_store_trust.py tests/cli/test_deploy_records.py"
   "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_secret_holes.py"

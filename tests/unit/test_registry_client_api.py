@@ -241,6 +241,7 @@ def test_a_blob_exists_or_not_or_the_answer_is_one_line(registry):
     ("http://elsewhere:1/v2/a/blobs/uploads/u1?_state=s", "/v2/a/blobs/uploads/u1?_state=s&digest={digest}"),
     ("a/blobs/uploads/u2", "/v2/a/blobs/uploads/u2?digest={digest}"),
     ("/a/blobs/uploads/u3", "/v2/a/blobs/uploads/u3?digest={digest}"),
+    ("/XX/uploads/u4", "/v2/XX/uploads/u4?digest={digest}"),  # only the leading slash is cut
 ])
 def test_a_blob_is_uploaded_in_one_piece_at_the_location_given(registry, location, put):
     put = put.format(digest=CONFIG_DIGEST)
