@@ -757,6 +757,21 @@ def test_tags_of_a_repository_not_there_yet_are_none_and_a_refusal_is_one_line(r
     assert str(err.value) == f"registry {reg.host}: GET /v2/c/tags/list: page 3 is one too many"
 
 
+@pytest.mark.parametrize("answer", [{"name": "a", "tags": None}, {"name": "a"}, {"name": "a", "tags": []}])
+def test_a_tag_list_that_is_null_or_missing_or_empty_is_no_tags(registry, answer):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [_json(200, answer)]})
+    assert reg.client().list_tags("a") == []
+
+
+@pytest.mark.parametrize("answer", [[], ["v1"], "v1", None, 3, {"tags": "v1"}, {"tags": [1, "v1"]},
+                                    {"tags": ["v1", None]}, {"tags": {"v1": 1}}])
+def test_a_tag_list_answer_of_another_shape_is_one_line_not_no_tags(registry, answer):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [_json(200, answer)]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().list_tags("a")
+    assert str(err.value) == f"registry {reg.host}: GET /v2/a/tags/list answered JSON without a list of tags"
+
+
 def test_an_upload_start_that_redirects_is_not_followed(registry):
     reg = registry({"POST /v2/a/blobs/uploads/": [(307, {"Location": "/v2/a/blobs/uploads/elsewhere"}, b"")],
                     "POST /v2/a/blobs/uploads/elsewhere": [(202, {"Location": "/v2/a/blobs/uploads/u"}, b"")],
