@@ -772,6 +772,26 @@ def test_a_tag_list_answer_of_another_shape_is_one_line_not_no_tags(registry, an
     assert str(err.value) == f"registry {reg.host}: GET /v2/a/tags/list answered JSON without a list of tags"
 
 
+@pytest.mark.parametrize(("headers", "kind"), [({"Content-Type": "text/html; charset=utf-8"}, "text/html"),
+                                              ({"Content-Type": "text/plain"}, "text/plain"), ({}, "no content type")])
+def test_a_tag_list_that_is_not_json_says_its_content_type_without_parameters(registry, headers, kind):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [(200, headers, b"<html>down</html>")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().list_tags("a")
+    assert str(err.value) == (f"registry {reg.host}: GET /v2/a/tags/list answered HTTP 200 with a body that is not "
+                              f"JSON ({kind}, 17 bytes)")
+
+
+def test_the_next_page_of_a_repository_named_with_v2_is_cut_at_the_first_v2(registry):
+    reg = registry({
+        "GET /v2/t/v2/app/tags/list?n=1000": [_json(200, {"tags": ["a"]},
+                                                   Link='</v2/t/v2/app/tags/list?n=1000&last=a>; rel="next"')],
+        "GET /v2/t/v2/app/tags/list?n=1000&last=a": [_json(200, {"tags": ["b"]})],
+    })
+    assert reg.client().list_tags("t/v2/app") == ["a", "b"]
+    assert reg.requests() == ["GET /v2/t/v2/app/tags/list?n=1000", "GET /v2/t/v2/app/tags/list?n=1000&last=a"]
+
+
 def test_an_upload_start_that_redirects_is_not_followed(registry):
     reg = registry({"POST /v2/a/blobs/uploads/": [(307, {"Location": "/v2/a/blobs/uploads/elsewhere"}, b"")],
                     "POST /v2/a/blobs/uploads/elsewhere": [(202, {"Location": "/v2/a/blobs/uploads/u"}, b"")],
