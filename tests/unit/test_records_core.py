@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
+import time
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -406,3 +408,97 @@ def test_a_first_record_is_probed_where_its_folder_will_be_and_nothing_is_made(r
     require_store_writable(store, what="the records")
     assert store.read_text() == '{"n": 1}\n'
     assert sorted(p.name for p in store.parent.iterdir()) == [".s.jsonl.lock", "s.jsonl"]
+
+
+# ---- what the checks and the writers do on the way ----------------------------------------------------------------
+
+
+@pytest.fixture
+def local_time_not_utc(monkeypatch):
+    """This process's local time zone is five and a half hours east of UTC for the test (then put back)."""
+    monkeypatch.setenv("TZ", "IST-5:30")
+    time.tzset()
+    assert time.timezone == -19800
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_time_without_a_zone_is_utc_and_the_answer_is_in_utc_whatever_the_local_zone(local_time_not_utc):
+    assert parse_utc("2026-12-02T18:48:09") == dt.datetime(2026, 12, 2, 18, 48, 9, tzinfo=dt.UTC)
+    parsed = parse_utc("2026-12-02T20:48:09+02:00")
+    assert parsed.utcoffset() == dt.timedelta(0)
+    assert parsed.hour == 18
+
+
+def test_a_second_torn_line_is_kept_after_the_first_not_over_it(root, capsys):
+    store = root / "s.jsonl"
+    store.write_bytes(b'{"n": 1}\n{"first')
+    append_jsonl(store, [{"n": 2}])
+    with store.open("ab") as fh:
+        fh.write(b'{"second')
+    append_jsonl(store, [{"n": 3}])
+    assert store.read_bytes() == b'{"n": 1}\n{"n": 2}\n{"n": 3}\n'
+    assert (root / "s.jsonl.torn").read_bytes() == b'{"first\n{"second\n'
+
+
+def _watch_probes(monkeypatch, folder: Path) -> list[tuple[str, int]]:
+    """(name, size) of each probe file in `folder` at the moment it is fsynced."""
+    seen: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        real_fsync(fd)
+        seen.extend((p.name, p.stat().st_size) for p in folder.iterdir() if p.name.endswith(".probe"))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_store_probe_is_record_sized_and_named_after_the_store(root, monkeypatch, first):
+    store = root / "st" / "deploy.jsonl"
+    probed = root if first else store.parent
+    if not first:
+        store.parent.mkdir()
+        store.write_text("")
+    seen = _watch_probes(monkeypatch, probed)
+    require_store_writable(store, what="the records")
+    assert len(seen) == 1
+    name, size = seen[0]
+    assert name.startswith(".deploy.jsonl.") and size == records_mod.STORE_PROBE_BYTES == 16384
+    assert not any(p.name.endswith(".probe") for p in probed.iterdir())
+
+
+def test_a_first_record_whose_probe_fails_says_why_in_one_line(root, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    store = root / "st" / "deploy.jsonl"
+    with pytest.raises(OutputNotWritable) as caught:
+        require_store_writable(store, what="the records")
+    assert str(caught.value) == f"the records {store}: cannot be written (No space left on device)"
+
+
+def test_the_store_check_takes_the_writers_exclusive_lock_and_opens_the_store_to_append(root, monkeypatch):
+    store = root / "s.jsonl"
+    store.write_text('{"n": 1}\n')
+    locks: list[int] = []
+    opens: list[tuple[str, int]] = []
+    real_flock, real_open = records_mod.fcntl.flock, records_mod.open_nofollow
+
+    def flock(fd, op):
+        locks.append(op)
+        return real_flock(fd, op)
+
+    def open_nofollow(at, path, flags, *args, **kwargs):
+        opens.append((Path(path).name, flags))
+        return real_open(at, path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(records_mod.fcntl, "flock", flock)
+    monkeypatch.setattr(records_mod, "open_nofollow", open_nofollow)
+    require_store_writable(store, what="the records")
+    assert locks == [records_mod.fcntl.LOCK_EX]
+    assert ("s.jsonl", os.O_WRONLY | os.O_APPEND) in opens
+    assert store.read_text() == '{"n": 1}\n'

@@ -98,6 +98,8 @@ def test_an_index_serves_each_platform_of_its_images_once_in_its_order_and_no_at
 def test_an_index_without_platforms_serves_none(reg):
     _index(reg, [])
     assert _client(reg).image_platforms("team/app", "v1") == ()
+    reg.store("team/app", json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX}).encode(), OCI_INDEX, "bare")
+    assert _client(reg).image_platforms("team/app", "bare") == ()  # no `manifests` at all
     _index(reg, [{"digest": "sha256:" + "1" * 64, "platform": {"os": "unknown", "architecture": "unknown"}}],
            tag="v2")
     assert _client(reg).image_platforms("team/app", "v2") == ()
