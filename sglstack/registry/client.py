@@ -237,8 +237,9 @@ class RegistryClient(BlobStreams):
             if resp.status_code != 200:
                 raise self._fail(f"{what}: HTTP {resp.status_code} {error_detail(resp)}")
             data = self._json(resp, what)
-            page = data.get("tags") if isinstance(data, dict) else None
-            if page is not None and not (isinstance(page, list) and all(isinstance(t, str) for t in page)):
+            page = data.get("tags") if isinstance(data, dict) else None  # "tags": null is a repository without any
+            if not isinstance(data, dict) or (
+                    page is not None and not (isinstance(page, list) and all(isinstance(t, str) for t in page))):
                 raise self._fail(f"{what} answered JSON without a list of tags")
             tags += page or []
             match = re.search(r"<([^>]+)>;\s*rel=\"?next\"?", resp.headers.get("Link", ""))

@@ -241,6 +241,7 @@ def test_a_blob_exists_or_not_or_the_answer_is_one_line(registry):
     ("http://elsewhere:1/v2/a/blobs/uploads/u1?_state=s", "/v2/a/blobs/uploads/u1?_state=s&digest={digest}"),
     ("a/blobs/uploads/u2", "/v2/a/blobs/uploads/u2?digest={digest}"),
     ("/a/blobs/uploads/u3", "/v2/a/blobs/uploads/u3?digest={digest}"),
+    ("/XX/uploads/u4", "/v2/XX/uploads/u4?digest={digest}"),  # only the leading slash is cut
 ])
 def test_a_blob_is_uploaded_in_one_piece_at_the_location_given(registry, location, put):
     put = put.format(digest=CONFIG_DIGEST)
@@ -754,6 +755,41 @@ def test_tags_of_a_repository_not_there_yet_are_none_and_a_refusal_is_one_line(r
     with pytest.raises(RegistryError) as err:
         client.list_tags("c")
     assert str(err.value) == f"registry {reg.host}: GET /v2/c/tags/list: page 3 is one too many"
+
+
+@pytest.mark.parametrize("answer", [{"name": "a", "tags": None}, {"name": "a"}, {"name": "a", "tags": []}])
+def test_a_tag_list_that_is_null_or_missing_or_empty_is_no_tags(registry, answer):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [_json(200, answer)]})
+    assert reg.client().list_tags("a") == []
+
+
+@pytest.mark.parametrize("answer", [[], ["v1"], "v1", None, 3, {"tags": "v1"}, {"tags": [1, "v1"]},
+                                    {"tags": ["v1", None]}, {"tags": {"v1": 1}}])
+def test_a_tag_list_answer_of_another_shape_is_one_line_not_no_tags(registry, answer):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [_json(200, answer)]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().list_tags("a")
+    assert str(err.value) == f"registry {reg.host}: GET /v2/a/tags/list answered JSON without a list of tags"
+
+
+@pytest.mark.parametrize(("headers", "kind"), [({"Content-Type": "text/html; charset=utf-8"}, "text/html"),
+                                              ({"Content-Type": "text/plain"}, "text/plain"), ({}, "no content type")])
+def test_a_tag_list_that_is_not_json_says_its_content_type_without_parameters(registry, headers, kind):
+    reg = registry({"GET /v2/a/tags/list?n=1000": [(200, headers, b"<html>down</html>")]})
+    with pytest.raises(RegistryError) as err:
+        reg.client().list_tags("a")
+    assert str(err.value) == (f"registry {reg.host}: GET /v2/a/tags/list answered HTTP 200 with a body that is not "
+                              f"JSON ({kind}, 17 bytes)")
+
+
+def test_the_next_page_of_a_repository_named_with_v2_is_cut_at_the_first_v2(registry):
+    reg = registry({
+        "GET /v2/t/v2/app/tags/list?n=1000": [_json(200, {"tags": ["a"]},
+                                                   Link='</v2/t/v2/app/tags/list?n=1000&last=a>; rel="next"')],
+        "GET /v2/t/v2/app/tags/list?n=1000&last=a": [_json(200, {"tags": ["b"]})],
+    })
+    assert reg.client().list_tags("t/v2/app") == ["a", "b"]
+    assert reg.requests() == ["GET /v2/t/v2/app/tags/list?n=1000", "GET /v2/t/v2/app/tags/list?n=1000&last=a"]
 
 
 def test_an_upload_start_that_redirects_is_not_followed(registry):

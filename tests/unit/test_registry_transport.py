@@ -59,7 +59,8 @@ def test_the_reason_of_a_failed_attempt_is_short_and_says_what_happened(response
     assert failure_reason(response, error) == reason
 
 
-@pytest.mark.parametrize(("value", "seconds"), [(None, 60.0), ("", 60.0), ("2.5", 2.5), ("600", 600.0)])
+@pytest.mark.parametrize(("value", "seconds"), [(None, 60.0), ("", 60.0), ("2.5", 2.5), ("600", 600.0),
+                                                 ("0.5", 0.5)])
 def test_the_deadline_comes_from_the_environment(monkeypatch, value, seconds):
     if value is None:
         monkeypatch.delenv("SGLSTACK_REGISTRY_TIMEOUT", raising=False)

@@ -174,6 +174,20 @@ class DeprecatedAliasStoreAction(argparse.Action):  # SGLang's retired-flag acti
         setattr(namespace, self.dest, values)
 
 
+class DeprecatedRemovedAction(argparse.Action):  # a removed flag: only a message, no new flag to name
+    def __init__(self, option_strings, dest, error_message=None, **kwargs):
+        self.error_message = error_message
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        pass
+
+
+class DeprecatedQuietAction(argparse.Action):  # neither a new flag nor a message
+    def __call__(self, parser, namespace, values, option_string=None):
+        pass
+
+
 class ServerArgs:
     @staticmethod
     def add_cli_args(parser):
@@ -189,6 +203,8 @@ class ServerArgs:
         parser.add_argument(f"--{reallib.NAME}", default=CONFIG.y)
         parser.add_argument("--nn", default=str(nn.Module.__name__))
         parser.add_argument("--old-backend", action=DeprecatedAliasStoreAction, new_flag="--backend")
+        parser.add_argument("--removed-flag", action=DeprecatedRemovedAction, error_message="gone: use --x")
+        parser.add_argument("--quiet-old", action=DeprecatedQuietAction)
 '''
 
 
@@ -216,9 +232,10 @@ def _probe(probe_env: Path, capsys, *args: str) -> dict[str, Any]:
     return json.loads(out)
 
 
-FLAGS = ["--cuda-only", "--model", "--model-path", "--newest-torch", "--nn", "--old-backend", "--real-lib",
-         "--tensor-parallel-size", "--tp-size"]
-DEPRECATED = {"--old-backend": "--backend"}
+FLAGS = ["--cuda-only", "--model", "--model-path", "--newest-torch", "--nn", "--old-backend", "--quiet-old",
+         "--real-lib", "--removed-flag", "--tensor-parallel-size", "--tp-size"]
+# what each retired flag's action says to use instead: its new flag, else its message, else nothing
+DEPRECATED = {"--old-backend": "--backend", "--removed-flag": "gone: use --x", "--quiet-old": ""}
 
 
 def test_the_probe_runs_the_release_parser_on_stubs(probe_env, capsys) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -209,3 +210,32 @@ def test_a_json_path_that_is_an_input_or_a_folder_is_refused_first(tmp_path) -> 
         assert (str(err), err.exit_code) == (f"releases: --json-out {tmp_path / given}: {message}", 2)
     assert stacks.read_text() == STACKS
     assert (tmp_path / "locks" / "pinned.txt").read_text() == "a lock\n"
+
+
+class _Source:
+    """An index that has a PEP 658 metadata file for the releases in `files` only; records what it was asked."""
+
+    def __init__(self, files: dict[tuple[str, str], dict[str, list[str]]]) -> None:
+        self.files, self.asked = files, []
+
+    def metadata(self, name: str, version: str):
+        self.asked.append((name, version))
+        found = self.files.get((name, version))
+        return None if found is None else SimpleNamespace(metadata=found)
+
+
+def test_a_releases_metadata_comes_from_its_metadata_file_else_its_wheel(monkeypatch, tmp_path) -> None:
+    wheels: list[tuple[str, str]] = []
+
+    def fetch_wheel(name: str, version: str) -> Path:
+        wheels.append((name, version))
+        return tmp_path / f"{name}-{version}.whl"
+
+    monkeypatch.setattr(releases, "fetch_wheel", fetch_wheel)
+    monkeypatch.setattr(releases, "wheel_metadata", lambda path: {"Name": [path.name]})
+    source = _Source({("sglang", "0.5.10"): {"Requires-Dist": ["torch==2.9.1"]}})
+    assert releases.release_metadata(source, "sglang", "0.5.10") == {"Requires-Dist": ["torch==2.9.1"]}
+    assert wheels == []
+    assert releases.release_metadata(source, "sglang", "0.5.11") == {"Name": ["sglang-0.5.11.whl"]}
+    assert wheels == [("sglang", "0.5.11")]
+    assert source.asked == [("sglang", "0.5.10"), ("sglang", "0.5.11")]
