@@ -37,7 +37,7 @@ MODULES=(
   "smoke-plan|sglstack/smoke/plan.py sglstack/smoke/overrides.py sglstack/smoke/launch.py|tests/cli/test_smoke_plan.py tests/unit/test_smoke_options.py tests/unit/test_promises.py tests/unit/test_serving.py"
   "upgrade-plan|sglstack/upgrade/plan.py|tests/unit/test_upgrade_plan.py tests/unit/test_upgrade_coverage.py"
   "size-report|sglstack/size/report.py|tests/unit/test_image_size.py"
-  "records|sglstack/core/records.py|tests/unit/test_records_core.py tests/cli/test_files_and_records.py tests/unit/test_promises.py tests/cli/test_build_root.py tests/unit/test_store_not_a_file.py"
+  "records|sglstack/core/records.py sglstack/core/clock.py|tests/unit/test_records_core.py tests/cli/test_files_and_records.py tests/unit/test_promises.py tests/cli/test_build_root.py tests/unit/test_store_not_a_file.py"
   "compose|sglstack/render/compose.py|tests/unit/test_compose_render.py tests/unit/test_promises.py tests/unit/test_serving.py"
   "k8s|sglstack/render/k8s.py sglstack/render/k8s_lws.py|tests/unit/test_k8s_render.py tests/unit/test_promises.py"
   "render|sglstack/render/dockerfile.py|tests/cli/test_render.py tests/unit/test_confighash.py tests/unit/test_promises.py tests/unit/test_serving_stage.py tests/unit/test_lock_plan.py"

@@ -22,9 +22,12 @@ DEFAULT_VARIANT: dict[str, str] = {"arm64": "v8"}
 def platform_of_image(os_name: str, architecture: str, variant: str = "") -> str:
     """An image config's (or an index entry's) os, architecture and variant (`linux`, `arm64`, `v8`) as a platform
     (`linux/arm64`); a variant other than the architecture's default is kept (`linux/arm/v7`)."""
+    os_name = os_name or "linux"
     if variant and variant != DEFAULT_VARIANT.get(architecture):
-        return f"{os_name or 'linux'}/{architecture}/{variant}"
-    return PLATFORM_OF_ARCH.get(architecture, f"{os_name or 'linux'}/{architecture}")
+        return f"{os_name}/{architecture}/{variant}"
+    if os_name != "linux":  # a windows/amd64 child of an index is not a linux/amd64 image
+        return f"{os_name}/{architecture}"
+    return PLATFORM_OF_ARCH.get(architecture, f"linux/{architecture}")
 
 
 def platform_of_machine(os_type: str, machine: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sglstack.core import clock as clock_mod
 from sglstack.core import records as records_mod
 from sglstack.core.records import (
     BadLine,
@@ -83,7 +84,7 @@ def test_a_timestamp_is_utc_to_the_second_with_a_z():
 
 def test_a_timestamp_of_now_is_of_the_clock_utc_now_reads(monkeypatch):
     fixed = dt.datetime(2030, 7, 8, 1, 2, 3, tzinfo=dt.UTC)
-    monkeypatch.setattr(records_mod, "utc_now", lambda: fixed)
+    monkeypatch.setattr(clock_mod, "utc_now", lambda: fixed)  # the one clock (core/clock), records re-exports it
     assert utc_timestamp() == "2030-07-08T01:02:03Z"
     assert utc_today() == dt.date(2030, 7, 8)
 
