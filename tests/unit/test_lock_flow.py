@@ -205,6 +205,35 @@ def test_platforms_that_resolve_a_package_to_two_versions_are_one_line_naming_bo
         "to an older one): pin versions every platform has wheels for")
 
 
+def test_a_stack_of_several_platforms_resolves_wheels_only_and_says_why_a_source_release_is_refused(tiny, tmp_path):
+    """Its wheels stage installs with `pip download --only-binary=:all:`: a lock that took a source release (antlr4-
+    python3-runtime 4.9.3 has only an sdist) passed `lock` and `stacks --check`, and the build failed in its wheels
+    stage. Every request of such a stack now asks uv for wheels only, and uv's refusal says why."""
+    from sglstack.adapters.uv import compile_argv
+
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv()
+    flow.resolve_platforms(both, compile_fn=uv)
+    assert uv.requests and all(r.only_binary for r in uv.requests)
+    one = Uv()
+    flow.resolve_stack(tiny, compile_fn=one)  # amd64 alone: pip installs in the image, sdists build there
+    assert one.requests and not any(r.only_binary for r in one.requests)
+    argv = compile_argv(uv.requests[0], tmp_path)
+    assert argv[argv.index("--only-binary") + 1] == ":all:"
+    assert "--only-binary" not in compile_argv(one.requests[0], tmp_path)
+    sdist = ResolutionConflict("Because antlr4-python3-runtime==4.9.3 has no usable wheels and you require "
+                               "antlr4-python3-runtime==4.9.3, we can conclude that your requirements are "
+                               "unsatisfiable.")
+    with pytest.raises(LockError) as err:
+        flow.resolve_platforms(both, compile_fn=Uv(sdist))
+    assert str(err.value).endswith(
+        "; a stack built for linux/amd64 linux/arm64 installs wheels only (each is unpacked for its platform, never "
+        "built): pin a version with a wheel for every platform")
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(tiny, compile_fn=Uv(sdist))
+    assert "wheels only" not in str(err.value)
+
+
 def test_a_package_only_one_platform_installs_is_no_disagreement(tiny):
     from dataclasses import replace
 
