@@ -154,7 +154,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     whole = load_matrix(stacks_file).get(stack_name)
     # One platform per build (BuildKit --platform): its base, its lock, its record (default: the first).
     stack = whole.for_platform(platform or whole.platforms[0])
-    check_target(stack, target)
+    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
+    check_target(stack, target, lock)  # the Dockerfile the build renders: with its lock (a wheels stage)
     resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
     signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
                                        smoke_opts=smoke_opts or [], registry=registry, docker_host=docker_host)
@@ -166,7 +167,6 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
         # A client named on the command line that is not there, or without buildx for --builder, stops
         # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
         detect_builder(docker_cli, builder_name)
-    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     missing = None if lock is not None else missing_message(
         stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
     if missing and len((stack.whole or stack).platforms) > 1:

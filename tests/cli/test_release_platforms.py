@@ -108,3 +108,21 @@ def test_platforms_whose_locks_disagree_are_refused_where_each_is_built(tmp_path
             "error: stack 'pypi-cu130-gb': the platforms resolve 1 package(s) to different versions: sgl-deep-gemm "
             f"{amd_version} on linux/amd64, 0.0.1rc1 on linux/arm64 (a release without a wheel for one platform makes "
             "the resolver fall back to an older one): pin versions every platform has wheels for")
+
+
+def test_the_wheels_stage_of_a_stack_of_several_platforms_is_a_target(tmp_path):
+    """`--target wheels` (the stage that unpacks a platform's locked wheels, what one debugs when an arm64 wheel
+    is missing) was refused as "not a stage": the check rendered the Dockerfile without the lock that adds it.
+    Its build is checked as it is made (every file against the lock's hashes), so nothing runs in it after."""
+    from sglstack.imagebuild.verify import verified_facts
+
+    proc = run_invoke("build", "--stack", "pypi-cu130-gb", "--platform", "linux/arm64", "--target", "wheels",
+                      "--dry-run", cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--target wheels" in proc.stdout
+    typo = run_invoke("build", "--stack", "pypi-cu130-gb", "--target", "wheel", "--dry-run", cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert (typo.returncode, typo.stderr.strip()) == (2, "error: stack 'pypi-cu130-gb': --target 'wheel' is not a "
+                                                         "stage of its Dockerfile (stages: sglang-src, wheels, "
+                                                         "runtime); did you mean 'wheels'?")
+    assert verified_facts(None, "img", MATRIX.get("pypi-cu130-gb"), "wheels") == ([], None)  # type: ignore[arg-type]
