@@ -19,10 +19,11 @@ from ..adapters.docker import is_local_docker_host
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
+from ..config.imageref import names_its_registry
 from ..config.matrix import load_matrix
 from ..config.platforms import platform_of_machine
 from ..config.schema import Stack
-from ..core.errors import BuildError, RegistryError
+from ..core.errors import BuildError, RegistryError, SglstackError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
@@ -30,7 +31,8 @@ from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build
 from ..lockfile.current import missing_message
 from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
-from ..publish import release, release_smoke_options, target_repository
+from ..publish import reference_platforms, release, release_smoke_options, target_repository
+from ..publish.platforms import IndexNotItsPlatforms
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
 from ..serving import check_mount_sources, require_draft_fits, serving_argv, serving_spec
@@ -124,6 +126,24 @@ def _require_platforms_agree(stacks_file: str, whole: Stack) -> None:
         raise BadInput(f"stack '{whole.name}': {disagreement_text(differ)}")
 
 
+def _require_base_serves(stack: Stack) -> None:
+    """A registry base of a stack of several platforms serves the platform built. Pinned by one platform's
+    manifest digest, BuildKit takes it for any platform: an arm64 build ran on an amd64 base and was refused
+    only by the shared-library check, after the whole build, blaming a wheel. A registry out of reach is left
+    to BuildKit."""
+    if stack.base_seed or not names_its_registry(stack.base_image):
+        return
+    try:
+        served = reference_platforms(stack.base_image)
+    except IndexNotItsPlatforms as exc:
+        raise BadInput(f"stack '{stack.name}': base image: {exc}") from None
+    except SglstackError:
+        return
+    if served and stack.platforms[0] not in served:
+        raise BadInput(f"stack '{stack.name}': base image {stack.base_image} is for {' '.join(served)}, not "
+                       f"{stack.platforms[0]}: pin the digest of an index that lists every platform of the stack")
+
+
 def _require_smoke_host_platform(stack: Stack) -> None:
     """The release smoke serves the image on the smoke's Docker host, which must be of the platform built: an
     arm64 build smoked on this x86 engine would be refused there (it would run emulated), after the whole build."""
@@ -176,6 +196,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
                        f"each from its own lock; run invoke lock --stack {stack_name}")
     if lock is not None and len((stack.whole or stack).platforms) > 1:
         _require_platforms_agree(stacks_file, stack.whole or stack)
+    if len((stack.whole or stack).platforms) > 1:
+        _require_base_serves(stack)
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
                              ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                              builder_name=builder_name, lock=lock,
