@@ -21,7 +21,7 @@ from ..config.platforms import MACHINE
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
-from ..lockfile.current import missing_message, stale_message
+from ..lockfile.current import missing_message, missing_platform_lock, stale_message
 from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
 from .flow import LockError, resolve_for_base
 from .plan import LockUnreachable
@@ -151,7 +151,8 @@ def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sgl
 
 
 def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
-    """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice;
+    """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice (it
+    fails for a stack of several platforms, whose build refuses it);
     the platforms' locks must agree on every package both install (`platform_disagreements`)."""
     findings = []
     for stack in matrix.stacks.values():
@@ -160,7 +161,9 @@ def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
             one = stack.for_platform(platform)
             path = lock_path(stacks_file, stack.name, one.lock_platform)
             if not path.exists() and not path.is_symlink():
-                findings.append(Finding(stack.name, "no-lock", missing_message(stack.name, path)))
+                findings.append(Finding(stack.name, "bad-lock", missing_platform_lock(stack.name, path))
+                                if len(stack.platforms) > 1 else
+                                Finding(stack.name, "no-lock", missing_message(stack.name, path)))
                 continue
             try:
                 locks[platform] = lock_for_build(stacks_file, one)  # the build's own check: stale, edited, ...

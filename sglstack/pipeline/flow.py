@@ -29,7 +29,7 @@ from ..core.records import stack_lock, utc_today
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
 from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build
-from ..lockfile.current import missing_message
+from ..lockfile.current import missing_message, missing_platform_lock
 from ..lockfile.model import Lock, disagreement_text, lock_path, platform_disagreements
 from ..publish import reference_platforms, release, release_smoke_options, target_repository
 from ..publish.platforms import IndexNotItsPlatforms
@@ -192,8 +192,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     if missing and len((stack.whole or stack).platforms) > 1:
         # Without its lock a platform resolves in the build, where a wrong tag falls back silently (an older
         # pure-Python SGLang, a placeholder package) and the platforms' agreement is never checked.
-        raise BadInput(f"stack '{stack_name}': {missing.split(':', 1)[0]}: a stack of several platforms builds "
-                       f"each from its own lock; run invoke lock --stack {stack_name}")
+        raise BadInput(f"stack '{stack_name}': "
+                       f"{missing_platform_lock(stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))}")
     if lock is not None and len((stack.whole or stack).platforms) > 1:
         _require_platforms_agree(stacks_file, stack.whole or stack)
     if len((stack.whole or stack).platforms) > 1:

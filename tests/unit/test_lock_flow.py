@@ -1133,9 +1133,13 @@ def test_stacks_check_reads_each_platforms_lock(stacks):
     flow.lock_stack(stacks, "tiny", compile_fn=Uv())
     assert lock_findings(load_matrix(stacks), str(stacks)) == []
     (stacks.parent / "locks" / "tiny.linux-arm64.txt").unlink()
-    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
-        "tiny", "no-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): the image is not "
-                           "reproducible to the last package; run invoke lock --stack tiny")]
+    # A problem (exit 1), not a notice: the build of a stack of several platforms refuses a missing lock, so a
+    # `stacks --check` that said "matrix OK" passed CI for a stack that cannot be built.
+    [finding] = lock_findings(load_matrix(stacks), str(stacks))
+    assert finding == Finding(
+        "tiny", "bad-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): a stack of several "
+                            "platforms builds each from its own lock; run invoke lock --stack tiny")
+    assert finding.is_failure
 
 
 def test_stacks_check_refuses_platform_locks_that_disagree_naming_the_package_and_both_versions(stacks,
