@@ -43,6 +43,7 @@ from ..registry.client import (
 )
 from .history import PublishError
 from .promotion import target_repository
+from .tags import release_tag_pattern
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
                           f"platform it builds", stack=stack.name)
     if problem := tag_problem(tag):
         raise ConfigError(f"--tag {shown(tag, 80)}: {problem}", stack=stack.name)
+    if release_tag_pattern(stack).fullmatch(tag):
+        raise ConfigError(f"--tag {tag}: a release tag of the stack (publish.immutable_tag, publish.moving_tags), "
+                          "which only invoke publish --digest moves (all together, recorded; an immutable one never): "
+                          "give a candidate tag", stack=stack.name)
     return out
 
 

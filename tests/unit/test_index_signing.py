@@ -165,3 +165,24 @@ def test_platforms_built_from_two_versions_of_the_stack_entry_make_no_index(monk
     same = {"io.sglstack.pin.requests": "2.32.4", "io.sglstack.lock-sha256": "a"}  # its own lock: not compared
     digests["linux/arm64"] = _labelled(registry, "linux/arm64", same)
     assert _publish(stack, digests, None).digest == registry.tags["candidate-idx"]
+
+
+def test_a_release_tag_is_no_tag_for_an_index_and_nothing_is_written(released):
+    """`publish-index --tag` wrote any tag: the stack's immutable release tag (never overwritten by `publish`)
+    and its moving tags were moved to an unsmoked index, unrecorded. They are refused as bad input; a candidate
+    tag is written as before."""
+    from sglstack.core.errors import ConfigError
+    from sglstack.publish.tags import release_tags
+
+    registry, digests, stack = released
+    before = dict(registry.tags)  # the platforms' attestation tags
+    tags = release_tags(stack, "ab" * 32, dt.date(2026, 12, 5))
+    for tag in (tags.immutable, *tags.moving):
+        with pytest.raises(ConfigError) as err:
+            _publish(stack, digests, None, tag=tag)
+        assert err.value.exit_code == 2 and str(err.value) == (
+            f"stack '{STACK}': --tag {tag}: a release tag of the stack (publish.immutable_tag, publish.moving_tags), "
+            "which only invoke publish --digest moves (all together, recorded; an immutable one never): give a "
+            "candidate tag")
+    assert registry.tags == before
+    assert _publish(stack, digests, None, tag=f"{STACK}-latest").digest == registry.tags[f"{STACK}-latest"]
