@@ -59,7 +59,7 @@ from ..lockfile.model import (
     platform_disagreements,
     with_edges,
 )
-from ..lockfile.text import read_lock, write_lock, written_sha256
+from ..lockfile.text import read_lock, write_locks, written_sha256
 from .entries import (
     PlatformPart,
     closure,
@@ -354,11 +354,10 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     base_glibc = None if stack.glibc else base_image_glibc(stack)
     locks = resolve_platforms(stack, previous=previous_of, upgrade=wanted, compile_fn=compile_fn,
                               base_glibc=base_glibc)
-    results = []
-    for platform, lock in locks.items():  # every platform resolved and agreeing before any file is written
-        lock = kept_time(lock, previous_of.get(platform))
-        write_lock(paths[platform], lock, stacks_file=Path(stacks_file).name)
-        results.append(LockResult(paths[platform], lock, previous_of.get(platform),
-                                  round(time.monotonic() - start, 2)))
+    # every platform resolved and agreeing before any file is written; then all written together, or none
+    kept = {platform: kept_time(lock, previous_of.get(platform)) for platform, lock in locks.items()}
+    write_locks([(paths[p], lock) for p, lock in kept.items()], stacks_file=Path(stacks_file).name)
+    results = [LockResult(paths[p], lock, previous_of.get(p), round(time.monotonic() - start, 2))
+               for p, lock in kept.items()]
     return replace(results[0], others=tuple(results[1:]))
 

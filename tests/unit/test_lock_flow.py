@@ -1126,6 +1126,35 @@ def _two_platforms(stacks: Path) -> None:
     stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
 
 
+def test_the_platforms_locks_are_replaced_together_or_not_at_all(stacks, monkeypatch):
+    """They were written one by one: a rename refused (or a signal) after the first left the new amd64 lock beside
+    the old arm64 one. Now a failure at the second puts the first back: both stay as they were."""
+    import os
+
+    from sglstack.core.errors import SglstackError
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    locks = stacks.parent / "locks"
+    before = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
+    assert sorted(before) == ["tiny.linux-arm64.txt", "tiny.txt"]
+    stacks.write_text(stacks.read_text().replace('"six==1.16.0"', '"six==1.17.0"'))
+    real = os.replace
+
+    def refuse_arm64(src, dst, *args, **kwargs):
+        if str(dst).endswith("tiny.linux-arm64.txt"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refuse_arm64)
+    with pytest.raises(SglstackError) as err:
+        flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert "tiny.linux-arm64.txt" in str(err.value)
+    monkeypatch.setattr(os, "replace", real)
+    assert {p.name: p.read_bytes() for p in locks.glob("*.txt")} == before
+    assert not [p for p in locks.iterdir() if p.name not in before]  # no temp file left
+
+
 def test_stacks_check_reads_each_platforms_lock(stacks):
     from sglstack.lock.conflicts import lock_findings
 
