@@ -108,6 +108,7 @@ class ResolveRequest:
     constraints: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()  # package names left out of the resolution entirely
     no_deps: bool = False
+    only_binary: bool = False  # wheels only (`--only-binary :all:`): what a stack that unpacks its wheels installs
     preferences: tuple[str, ...] = ()  # `name==version` pins of an earlier resolution, kept where possible
     upgrade_packages: tuple[str, ...] = ()  # freed from `preferences`
     # Credentials for the indexes and URLs above (which carry none): uv reads them as a netrc named in
@@ -167,6 +168,8 @@ def compile_argv(request: ResolveRequest, workdir: Path) -> list[str]:
             "--no-progress", "--no-python-downloads"]
     if request.no_deps:
         argv.append("--no-deps")
+    if request.only_binary:
+        argv += ["--only-binary", ":all:"]
     if request.overrides:
         argv += ["--overrides", OVERRIDES_IN]
     if request.constraints:

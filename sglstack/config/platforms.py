@@ -15,6 +15,13 @@ PLATFORM_OF_MACHINE: dict[str, str] = {machine: platform for platform, machine i
 PLATFORMS: tuple[str, ...] = tuple(MACHINE)
 
 
+def unpacks_wheels(platforms: tuple[str, ...]) -> bool:
+    """A stack built for more than amd64 unpacks its locked parts on the build machine (`pip download
+    --only-binary=:all:` for the target, every platform alike): it installs wheels only, so its locks take wheels
+    only (a source distribution would pass the lock and fail the build). An amd64-only stack installs with pip."""
+    return tuple(platforms) != ("linux/amd64",)
+
+
 # The variant an architecture has when none is named (Docker and the OCI spec: arm64 is v8): said or not, the same.
 DEFAULT_VARIANT: dict[str, str] = {"arm64": "v8"}
 

@@ -218,6 +218,17 @@ class Stack(StrictModel):
         public["credentials"] = merge_logins(logins)
         return public
 
+    @model_validator(mode="before")
+    @classmethod
+    def _platforms_spelled_one_way(cls, data: Any) -> Any:
+        """`linux/aarch64`, `arm64` or `linux/arm64/v8` under `platforms:` names the one spelling, as `--platform`."""
+        given = data.get("platforms") if isinstance(data, Mapping) else None
+        for i, item in enumerate(given if isinstance(given, list | tuple) else ()):
+            if isinstance(item, str) and item not in MACHINE and (meant := meant_platform(item)):
+                raise KeyedValueError(("platforms", i), f"{shown(item, 40)} is not one of {' '.join(MACHINE)}; "
+                                                        f"did you mean {meant}?")
+        return data
+
     @model_validator(mode="after")
     def _coverage_capabilities(self) -> Stack:
         arch = {a.removesuffix("+PTX").removesuffix("a") for a in self.cuda_arch_list}

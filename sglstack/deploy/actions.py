@@ -215,6 +215,10 @@ def _check_nodes(kubectl: Kubectl, stack: Stack, ref: str, say: Say) -> None:
         return
     check_node_platform(stack.name, ref, f"every node of {kubectl.context}", nodes, say)
     reachable = [p for p in stack.platforms if p in nodes]
+    if not reachable:  # the pods' node affinity is the stack's platforms: none of them, nowhere to run
+        raise DeployError(f"stack '{stack.name}': its pods run only on {' '.join(stack.platforms)} nodes (the stack's "
+                          f"platforms), and every node of {kubectl.context} is {' '.join(nodes)}: nothing could be "
+                          "scheduled (nothing was pulled or changed)")
     if len(reachable) < 2:
         return  # the one platform the pods may land on is the image's (checked above)
     try:  # a mixed cluster: every platform the pods may land on must be served

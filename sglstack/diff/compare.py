@@ -49,7 +49,7 @@ class Snapshot:
     sglang_git: tuple[str, str] | None = None  # (repo, full commit) for a git source
     labels: Mapping[str, str] | None = None
     size: Mapping[str, Any] | None = None  # a record's size summary; for an image, {"bytes": N} from the engine
-    platform: str | None = None  # a lock's platform (a stack of several has one lock each)
+    platform: str | None = None  # a lock's or build record's platform (a stack of several has one of each)
 
     @property
     def heading(self) -> str:
@@ -192,7 +192,8 @@ def record_snapshot(record: Mapping[str, Any], ref: str) -> Snapshot:
         pins=_canonical(pins) if isinstance(pins, Mapping) else None,
         packages=_canonical(installed) if isinstance(installed, Mapping) and installed else None,
         patches=_patches_from_manifest(record.get("patches")), sglang=sglang, sglang_git=git, labels=labels,
-        size=size if isinstance(size, Mapping) and isinstance(size.get("bytes"), int) else None)
+        size=size if isinstance(size, Mapping) and isinstance(size.get("bytes"), int) else None,
+        platform=str(record["platform"]) if isinstance(record.get("platform"), str) else None)
 
 
 def lock_snapshot(lock: Lock, ref: str) -> Snapshot:

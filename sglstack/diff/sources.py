@@ -200,7 +200,7 @@ def load_side(spec: str, *, docker_host: str | None = None) -> Side:
         found = local_snapshot(spec, docker_host=docker_host)
     except DockerUnavailable as exc:
         found, down = None, exc
-    if found is not None:  # a lock's platform, a local image's; a record names none
+    if found is not None:  # a lock's platform, a build record's, a local image's
         platform = engine_image_platform(spec, docker_host) if found.kind == "image" else found.platform
         return Side(spec, {platform: found}, index=False)
     try:

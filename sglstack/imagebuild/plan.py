@@ -100,12 +100,13 @@ def temporary_ref(stack: Stack, config_hash: str) -> str:
     return f"{TEMP_REPOSITORY}/{stack.name}:{config_hash[:12]}-{pysecrets.token_hex(4)}"
 
 
-def check_target(stack: Stack, target: str | None) -> None:
-    """A `--target` names a stage of the stack's Dockerfile, checked when it is typed: a typo is one line
-    with the nearest stage, not a plan of a tag (dry run) or a failure deep inside BuildKit."""
+def check_target(stack: Stack, target: str | None, lock: Lock | None = None) -> None:
+    """A `--target` names a stage of the stack's Dockerfile (rendered with the lock the build uses: a stack of
+    several platforms has a wheels stage), checked when it is typed: a typo is one line with the nearest stage,
+    not a plan of a tag (dry run) or a failure deep inside BuildKit."""
     if target is None:
         return
-    stages = dockerfile_stages(render_dockerfile(stack))
+    stages = dockerfile_stages(render_dockerfile(stack, lock))
     if target not in stages:
         raise BuildInputError(f"stack '{stack.name}': --target '{target}' is not a stage of its Dockerfile "
                               f"(stages: {', '.join(stages)}){did_you_mean(target, stages)}")

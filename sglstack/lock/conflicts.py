@@ -22,7 +22,7 @@ from ..config.platforms import MACHINE
 from ..config.schema import Matrix, Stack
 from ..core.errors import ConfigError
 from ..inimage.incontainer.wheelkit import requirement_key
-from ..lockfile.current import missing_message, stale_message
+from ..lockfile.current import missing_message, missing_platform_lock, stale_message
 from ..lockfile.model import Lock, disagreement_text, platform_disagreements
 from .flow import LockError, resolve_for_base
 from .plan import LockUnreachable
@@ -152,19 +152,21 @@ def check_matrix(matrix: Matrix, requires_dist: Callable[[str], list[str]] = sgl
 
 
 def lock_findings(matrix: Matrix, stacks_file: str) -> list[Finding]:
-    """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice;
+    """Each stack's lock of each platform against its entry: a stale lock fails, a missing one is a notice (it
+    fails for a stack of several platforms, whose build refuses it);
     the platforms' locks must agree on every package both install (`platform_disagreements`)."""
     findings: list[Finding] = []
     for stack in matrix.stacks.values():
-        refused = functools.partial(_lock_refused, findings, stack.name)
+        refused = functools.partial(_lock_refused, findings, stack.name, len(stack.platforms) > 1)
         if differ := platform_disagreements(platform_locks(stacks_file, stack, refused)):
             findings.append(Finding(stack.name, "conflict", disagreement_text(differ)))
     return findings
 
 
-def _lock_refused(findings: list[Finding], name: str, path: Path, exc: ConfigError | None) -> None:
-    if exc is None:
-        findings.append(Finding(name, "no-lock", missing_message(name, path)))
+def _lock_refused(findings: list[Finding], name: str, several: bool, path: Path, exc: ConfigError | None) -> None:
+    if exc is None:  # a stack of several platforms builds each from its own lock: its build refuses a missing one
+        findings.append(Finding(name, "bad-lock", missing_platform_lock(name, path)) if several
+                        else Finding(name, "no-lock", missing_message(name, path)))
     elif isinstance(exc, StaleLock):
         findings.append(Finding(name, "stale-lock", stale_message(name, path)))
     else:  # unreadable or edited by hand: a lock the build would refuse

@@ -17,6 +17,7 @@ from ..adapters.uv import (
     ResolveRequest,
     SourceUnreachable,
 )
+from ..config.platforms import unpacks_wheels
 from ..config.schema import Stack
 from ..lockfile.model import LockedPackage, UnresolvedLayer
 from .plan import (
@@ -69,7 +70,8 @@ class PlatformPart:
 
 def no_deps_request(stack: Stack, layer: PlannedLayer, target: str) -> ResolveRequest:
     return ResolveRequest(requirements=layer.requirements, python_version=stack.python, python_platform=target,
-                          no_deps=True, default_index=layer.index_url if layer.exclusive_index else None,
+                          no_deps=True, only_binary=unpacks_wheels((stack.whole or stack).platforms),
+                          default_index=layer.index_url if layer.exclusive_index else None,
                           indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else (),
                           logins=stack.credentials)
 

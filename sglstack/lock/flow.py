@@ -44,6 +44,7 @@ from ..adapters.uv import (
     compile_many,
 )
 from ..config.matrix import load_matrix
+from ..config.platforms import unpacks_wheels
 from ..config.schema import Stack
 from ..core.errors import ConfigError, did_you_mean
 from ..core.folderlock import file_lock
@@ -58,7 +59,7 @@ from ..lockfile.model import (
     platform_disagreements,
     with_edges,
 )
-from ..lockfile.text import read_lock, write_lock, written_sha256
+from ..lockfile.text import read_lock, write_locks, written_sha256
 from .entries import (
     PlatformPart,
     closure,
@@ -135,6 +136,7 @@ class _PlatformResolution:
                                       if layer.index_url and layer.name not in self.unresolved))
         return ResolveRequest(requirements=tuple(dict.fromkeys(requirements)), python_version=self.stack.python,
                               python_platform=self.target, indexes=indexes,
+                              only_binary=unpacks_wheels((self.stack.whole or self.stack).platforms),
                               overrides=tuple(o.pin for o in self.stack.overrides),
                               excludes=tuple(dict.fromkeys(excludes)), preferences=self.preferences,
                               upgrade_packages=self.upgrade, logins=self.stack.credentials)
@@ -177,13 +179,21 @@ class _PlatformResolution:
                 self.stand_ins.clear()
             elif isinstance(main, ResolutionConflict):
                 raise LockError(f"stack '{name}': the resolver found a conflict for {self.target}: "
-                                f"{conflict_message(main)}")
+                                f"{conflict_message(main)}{self.wheels_only_hint(main)}")
             else:
                 raise LockError(f"stack '{name}': {main}")
             main = compile_fn([self.main_request()])[0]
         if isinstance(main, ResolverError):
             raise (LockUnreachable if isinstance(main, SourceUnreachable) else LockError)(f"stack '{name}': {main}")
         return main
+
+    def wheels_only_hint(self, conflict: ResolutionConflict) -> str:
+        """Why a source distribution does not count, where it is the cause (uv's hint names `--no-build`)."""
+        platforms = (self.stack.whole or self.stack).platforms
+        if not unpacks_wheels(platforms) or "no usable wheels" not in conflict.explanation:
+            return ""
+        return (f"; a stack built for {' '.join(platforms)} installs wheels only (each is unpacked for its "
+                "platform, never built): pin a version with a wheel for every platform")
 
     def placed(self, main: Resolution) -> list[LockedPackage]:
         """Which resolved packages the image really installs from the lock, each in the layer that installs it."""
@@ -344,11 +354,10 @@ def _lock_stack(stacks_file: str | Path, stack_name: str, *, upgrade_packages: S
     base_glibc = None if stack.glibc else base_image_glibc(stack)
     locks = resolve_platforms(stack, previous=previous_of, upgrade=wanted, compile_fn=compile_fn,
                               base_glibc=base_glibc)
-    results = []
-    for platform, lock in locks.items():  # every platform resolved and agreeing before any file is written
-        lock = kept_time(lock, previous_of.get(platform))
-        write_lock(paths[platform], lock, stacks_file=Path(stacks_file).name)
-        results.append(LockResult(paths[platform], lock, previous_of.get(platform),
-                                  round(time.monotonic() - start, 2)))
+    # every platform resolved and agreeing before any file is written; then all written together, or none
+    kept = {platform: kept_time(lock, previous_of.get(platform)) for platform, lock in locks.items()}
+    write_locks([(paths[p], lock) for p, lock in kept.items()], stacks_file=Path(stacks_file).name)
+    results = [LockResult(paths[p], lock, previous_of.get(p), round(time.monotonic() - start, 2))
+               for p, lock in kept.items()]
     return replace(results[0], others=tuple(results[1:]))
 

@@ -62,6 +62,13 @@ def missing_message(stack_name: str, path: Path) -> str:
             f"run invoke lock --stack {stack_name}")
 
 
+def missing_platform_lock(stack_name: str, path: Path) -> str:
+    """A stack of several platforms without one platform's lock: refused where it is built and by `stacks --check`
+    (without it a platform would resolve in the build, where a wrong tag falls back silently)."""
+    return (f"no lock ({path}): a stack of several platforms builds each from its own lock; "
+            f"run invoke lock --stack {stack_name}")
+
+
 # ---- the installed set against the lock --------------------------------------------------------------
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from ..core.errors import ConfigError
 from ..core.inputs import MAX_INPUT_BYTES, read_regular
-from ..core.replacing import sibling_mode
-from ..core.safefiles import write_text
+from ..core.replacing import replace_together, sibling_mode
+from ..core.safefiles import make_folder, write_text
 from .model import LOCK_FORMAT, Lock, LockedPackage, UnresolvedLayer
 
 _SECTION = re.compile(r"^# ---- layer (?P<name>[a-z0-9][a-z0-9_-]*)(?: \((?P<note>.*)\))?$")
@@ -244,6 +245,18 @@ def read_lock(path: Path) -> Lock:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"the lock is not UTF-8 text (byte {exc.start})", file=str(path)) from None
     return parse_lock(text, file=str(path))
+
+
+def write_locks(locks: Sequence[tuple[Path, Lock]], *, stacks_file: str | None = None) -> None:
+    """Each platform's lock of one stack, together (`replace_together`): all replaced whole or none. One by one,
+    a signal or a write refused between two left one platform's new lock beside another's old one."""
+    if len(locks) == 1:
+        write_lock(*locks[0], stacks_file=stacks_file)
+        return
+    for path, _ in locks:
+        make_folder(path.parent, path.parent)
+    replace_together([(path, render_lock(lock, stacks_file=stacks_file).encode("utf-8"), sibling_mode(path, "*.txt"))
+                      for path, lock in locks])
 
 
 def write_lock(path: Path, lock: Lock, *, stacks_file: str | None = None) -> None:

@@ -19,18 +19,20 @@ from ..adapters.docker import is_local_docker_host
 from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
+from ..config.imageref import names_its_registry
 from ..config.matrix import load_matrix
 from ..config.platforms import platform_of_machine
 from ..config.schema import Stack
-from ..core.errors import BuildError, RegistryError
+from ..core.errors import BuildError, RegistryError, SglstackError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
 from ..core.records import stack_lock, utc_today
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
 from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build, platform_locks
-from ..lockfile.current import missing_message
+from ..lockfile.current import missing_message, missing_platform_lock
 from ..lockfile.model import disagreement_text, lock_path, platform_disagreements
-from ..publish import release, release_smoke_options, target_repository
+from ..publish import reference_platforms, release, release_smoke_options, target_repository
+from ..publish.platforms import IndexNotItsPlatforms
 from ..publish.tags import release_tags
 from ..registry.client import RegistryClient
 from ..serving import check_mount_sources, require_draft_fits, serving_argv, serving_spec
@@ -122,6 +124,24 @@ def _require_platforms_agree(stacks_file: str, whole: Stack) -> None:
         raise BadInput(f"stack '{whole.name}': {disagreement_text(differ)}")
 
 
+def _require_base_serves(stack: Stack) -> None:
+    """A registry base of a stack of several platforms serves the platform built. Pinned by one platform's
+    manifest digest, BuildKit takes it for any platform: an arm64 build ran on an amd64 base and was refused
+    only by the shared-library check, after the whole build, blaming a wheel. A registry out of reach is left
+    to BuildKit."""
+    if stack.base_seed or not names_its_registry(stack.base_image):
+        return
+    try:
+        served = reference_platforms(stack.base_image)
+    except IndexNotItsPlatforms as exc:
+        raise BadInput(f"stack '{stack.name}': base image: {exc}") from None
+    except SglstackError:
+        return
+    if served and stack.platforms[0] not in served:
+        raise BadInput(f"stack '{stack.name}': base image {stack.base_image} is for {' '.join(served)}, not "
+                       f"{stack.platforms[0]}: pin the digest of an index that lists every platform of the stack")
+
+
 def _require_smoke_host_platform(stack: Stack) -> None:
     """The release smoke serves the image on the smoke's Docker host, which must be of the platform built: an
     arm64 build smoked on this x86 engine would be refused there (it would run emulated), after the whole build."""
@@ -152,7 +172,8 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
     whole = load_matrix(stacks_file).get(stack_name)
     # One platform per build (BuildKit --platform): its base, its lock, its record (default: the first).
     stack = whole.for_platform(platform or whole.platforms[0])
-    check_target(stack, target)
+    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
+    check_target(stack, target, lock)  # the Dockerfile the build renders: with its lock (a wheels stage)
     resolve_ca_bundle(ca_bundle)  # a CA bundle that is not a file is refused now, dry run too, not after the render
     signing_key = check_release_inputs(stack, push=push, target=target, key=key, unsigned=unsigned,
                                        smoke_opts=smoke_opts or [], registry=registry, docker_host=docker_host)
@@ -164,16 +185,17 @@ def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, 
         # A client named on the command line that is not there, or without buildx for --builder, stops
         # here, before any work, the dry run too (whose plan would otherwise show "not possible here").
         detect_builder(docker_cli, builder_name)
-    lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work
     missing = None if lock is not None else missing_message(
         stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))
     if missing and len(stack.whole_platforms) > 1:
         # Without its lock a platform resolves in the build, where a wrong tag falls back silently (an older
         # pure-Python SGLang, a placeholder package) and the platforms' agreement is never checked.
-        raise BadInput(f"stack '{stack_name}': {missing.split(':', 1)[0]}: a stack of several platforms builds "
-                       f"each from its own lock; run invoke lock --stack {stack_name}")
+        raise BadInput(f"stack '{stack_name}': "
+                       f"{missing_platform_lock(stack_name, lock_path(stacks_file, stack_name, stack.lock_platform))}")
     if lock is not None and len(stack.whole_platforms) > 1:
         _require_platforms_agree(stacks_file, stack.whole or stack)
+    if len(stack.whole_platforms) > 1:
+        _require_base_serves(stack)
     settings = BuildSettings(target=target, no_cache=no_cache, force=force, full_verify=full_verify,
                              ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                              builder_name=builder_name, lock=lock,

@@ -8,6 +8,7 @@ Either way the tags move all together or not at all (`promotion.promote`).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,27 @@ def _config_hash_of(
     for rec in reversed(records):
         if rec.get("digest") == digest and rec.get("repository") == str(repo) and rec.get("config_hash"):
             return rec["config_hash"]
+    manifest = client.get_manifest(repo.path, digest)
+    if manifest.is_index:
+        return _index_config_hash(client, repo, [str(m.get("digest")) for m in manifest.json().get("manifests", [])
+                                                 if (m.get("platform") or {}).get("os") not in (None, "unknown")])
+    return _label_config_hash(client, repo, digest)
+
+
+def _label_config_hash(client: RegistryClient, repo: Repository, digest: str) -> str | None:
     labels = (client.image_config(repo.path, digest).get("config") or {}).get("Labels") or {}
     value = labels.get(CONFIG_HASH_LABEL)
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _index_config_hash(client: RegistryClient, repo: Repository, children: list[str]) -> str | None:
+    """An index's config hash: one over every platform's (each child's label), None when one has none. The first
+    child's alone named the release, so an index whose arm64 image alone was rebuilt got the same immutable tag
+    as the last one (refused that day as a move of an immutable tag; a day later, a second tag of 'that config')."""
+    hashes = [_label_config_hash(client, repo, child) for child in children]
+    if not hashes or any(h is None for h in hashes):
+        return None
+    return hashlib.sha256("\n".join(sorted(h for h in hashes if h)).encode()).hexdigest()
 
 
 def _bare_digest(given: str, repo: Repository) -> str:

@@ -22,7 +22,17 @@ from ..config.imageref import is_digest, tag_problem
 from ..config.platforms import ARCH_OF_PLATFORM, meant_platform, platform_of_image
 from ..config.schema import Stack
 from ..core.errors import ConfigError, shown
-from ..core.labels import CONFIG_HASH_LABEL, SGLANG_LABEL, STACK_LABEL, VERIFIED_LABEL
+from ..core.labels import (
+    CONFIG_HASH_LABEL,
+    CUDA_LABEL,
+    OVERRIDE_LABEL_PREFIX,
+    PATCHES_LABEL,
+    PIN_LABEL_PREFIX,
+    PYTHON_LABEL,
+    SGLANG_LABEL,
+    STACK_LABEL,
+    VERIFIED_LABEL,
+)
 from ..registry.client import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -33,6 +43,7 @@ from ..registry.client import (
 )
 from .history import PublishError
 from .promotion import target_repository
+from .tags import release_tag_pattern
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,10 @@ def parse_platform_digests(stack: Stack, given: list[str], tag: str) -> dict[str
                           f"platform it builds", stack=stack.name)
     if problem := tag_problem(tag):
         raise ConfigError(f"--tag {shown(tag, 80)}: {problem}", stack=stack.name)
+    if release_tag_pattern(stack).fullmatch(tag):
+        raise ConfigError(f"--tag {tag}: a release tag of the stack (publish.immutable_tag, publish.moving_tags), "
+                          "which only invoke publish --digest moves (all together, recorded; an immutable one never): "
+                          "give a candidate tag", stack=stack.name)
     return out
 
 
@@ -119,22 +134,45 @@ def _entry(client: RegistryClient, repo: str, platform: str, digest: str, stack:
     return descriptor, manifest.media_type, labels
 
 
+def _entry_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels a build stamps from the stack entry alone, the same for every platform: its pins, overrides,
+    Python, CUDA and patches (not its base, lock or config hash, which are each platform's own)."""
+    prefixes = (PIN_LABEL_PREFIX, OVERRIDE_LABEL_PREFIX)
+    return {k: v for k, v in labels.items() if k in (PYTHON_LABEL, CUDA_LABEL, PATCHES_LABEL) or k.startswith(prefixes)}
+
+
+def _configs_differ(entry_labels: Mapping[str, Mapping[str, str]]) -> str | None:
+    """'io.sglstack.pin.requests: 2.32.4 on linux/amd64, 2.32.3 on linux/arm64' for the first label the entries
+    do not agree on (a platform built from an older stack entry), or None."""
+    for key in sorted({k for labels in entry_labels.values() for k in labels}):
+        values = {p: labels.get(key) for p, labels in entry_labels.items()}
+        if len(set(values.values())) > 1:
+            return f"{key}: " + ", ".join(f"{shown(v, 40) if v is not None else 'none'} on {p}"
+                                          for p, v in values.items())
+    return None
+
+
 def index_body(client: RegistryClient, repo: str, children: Mapping[str, str], stack: str | None = None
                ) -> tuple[bytes, str]:
     """The index of `children` (platform -> manifest digest, each checked to be that platform's image and, given
     `stack`, a verified build of that stack, all of one SGLang release): (its bytes, its media type). Nothing
     is written."""
-    entries, types, releases = [], set(), {}
+    entries, types, releases, entry_labels = [], set(), {}, {}
     for platform, digest in children.items():
         descriptor, media_type, labels = _entry(client, repo, platform, digest, stack)
         entries.append(descriptor)
         types.add(media_type)
         if SGLANG_LABEL in labels:
             releases[platform] = labels[SGLANG_LABEL]
+        entry_labels[platform] = _entry_labels(labels)
     if stack is not None and len(set(releases.values())) > 1:
         said = ", ".join(f"{shown(v, 40)} on {p}" for p, v in releases.items())
         raise IndexEntryRefused(f"the entries are builds of different SGLang releases ({said}): one index is one "
                                 "release: nothing was written")
+    if stack is not None and (differ := _configs_differ(entry_labels)):
+        raise IndexEntryRefused(f"the entries are builds of different versions of stack '{stack}' ({differ}): one "
+                                "index is one stack entry; rebuild the platform built from the older one: nothing "
+                                "was written")
     media_type = DOCKER_MANIFEST_LIST if types == {DOCKER_MANIFEST} else OCI_INDEX
     body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": entries}, indent=2).encode()
     return body, media_type

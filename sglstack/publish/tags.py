@@ -130,6 +130,22 @@ def immutable_tag_pattern(stack: Stack, config_hash: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
+def release_tag_pattern(stack: Stack) -> re.Pattern[str]:
+    """Matches any release tag of `stack` (its immutable tag of any config and date, its moving tags): tags only
+    `publish` moves, all together, recorded (never a candidate's tag)."""
+    wild = {"sglang": re.escape(_tag_value(stack.sglang.label)), "stack": re.escape(_tag_value(stack.name)),
+            "date": r"\d{8}", "confighash8": r"[0-9a-f]{8}", "confighash12": r"[0-9a-f]{12}"}
+    alternatives = []
+    for template in (stack.publish.immutable_tag, *stack.publish.moving_tags):
+        parts = []
+        for text, name, _, _ in string.Formatter().parse(template):
+            parts.append(re.escape(text))
+            if name is not None:
+                parts.append(wild[name])
+        alternatives.append("".join(parts))
+    return re.compile("|".join(f"(?:{a})" for a in alternatives))
+
+
 def candidate_tag_pattern(settings: PublishSettings) -> re.Pattern[str]:
     """Matches the candidate tag of any stack and config (what `registry.cleanup` may remove)."""
     wild = {

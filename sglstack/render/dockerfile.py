@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.cudaimages import cuda_image_tag
-from ..config.platforms import MACHINE
+from ..config.platforms import MACHINE, unpacks_wheels
 from ..config.schema import Stack
 from ..core import labels as lb
 from ..core.quoting import (
@@ -194,8 +194,8 @@ def target_platform_tags(stack: Stack, lock: Lock | None) -> tuple[str, ...]:
 def _wheels_stage(stack: Stack, lock: Lock | None) -> bool:
     """A stack built for more than amd64 unpacks its locked parts on the build machine (every platform alike,
     so one Dockerfile shape serves them all); an amd64-only stack's Dockerfile stays as it was."""
-    multi = stack.whole_platforms != ("linux/amd64",)
-    return multi and lock is not None and any(lock.installs_layer(name) for name in lock.layers)
+    return unpacks_wheels(stack.whole_platforms) and lock is not None \
+        and any(lock.installs_layer(name) for name in lock.layers)
 
 
 def _uv_parts(stack: Stack, lock: Lock | None, layers: tuple[InstallLayer, ...]) -> tuple[str, ...]:

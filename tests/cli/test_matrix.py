@@ -512,7 +512,15 @@ def test_topk_one_takes_only_the_draft_tokens_sglang_serves(tmp_path, steps, top
 
 @pytest.mark.parametrize(("platforms", "key", "line", "why"), [
     ("[]", "platforms", 11, "empty: a stack builds for at least one platform (linux/amd64, linux/arm64)"),
-    ("[linux/amd64, linux/arm64, linux/arm64]", "platforms.2", 11, "linux/arm64 is listed twice")])
+    ("[linux/amd64, linux/arm64, linux/arm64]", "platforms.2", 11, "linux/arm64 is listed twice"),
+    # Spelled another way (Docker's, uname's, a variant): "Input should be ..." named no spelling; now the one meant,
+    # as `--platform` does.
+    ("[linux/amd64, linux/aarch64]", "platforms.1", 11,
+     "linux/aarch64 is not one of linux/amd64 linux/arm64; did you mean linux/arm64?"),
+    ("[arm64]", "platforms.0", 11, "arm64 is not one of linux/amd64 linux/arm64; did you mean linux/arm64?"),
+    ("[linux/arm64/v8]", "platforms.0", 11,
+     "linux/arm64/v8 is not one of linux/amd64 linux/arm64; did you mean linux/arm64?"),
+    ("[linux/amd64, linux/arm]", "platforms.1", 11, "Input should be 'linux/amd64' or 'linux/arm64'")])
 def test_a_stack_lists_each_platform_once_and_at_least_one(tmp_path, platforms, key, line, why):
     """An empty list planned nothing (a bake of no targets, an IndexError in build and lock); a repeated one
     doubled every per-platform step."""

@@ -108,3 +108,50 @@ def test_platforms_whose_locks_disagree_are_refused_where_each_is_built(tmp_path
             "error: stack 'pypi-cu130-gb': the platforms resolve 1 package(s) to different versions: sgl-deep-gemm "
             f"{amd_version} on linux/amd64, 0.0.1rc1 on linux/arm64 (a release without a wheel for one platform makes "
             "the resolver fall back to an older one): pin versions every platform has wheels for")
+
+
+def test_the_wheels_stage_of_a_stack_of_several_platforms_is_a_target(tmp_path):
+    """`--target wheels` (the stage that unpacks a platform's locked wheels, what one debugs when an arm64 wheel
+    is missing) was refused as "not a stage": the check rendered the Dockerfile without the lock that adds it.
+    Its build is checked as it is made (every file against the lock's hashes), so nothing runs in it after."""
+    from sglstack.imagebuild.verify import verified_facts
+
+    proc = run_invoke("build", "--stack", "pypi-cu130-gb", "--platform", "linux/arm64", "--target", "wheels",
+                      "--dry-run", cwd=tmp_path, env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--target wheels" in proc.stdout
+    typo = run_invoke("build", "--stack", "pypi-cu130-gb", "--target", "wheel", "--dry-run", cwd=tmp_path,
+                      env={"SGLSTACK_BUILD_DIR": str(tmp_path / "build")}, timeout=120)
+    assert (typo.returncode, typo.stderr.strip()) == (2, "error: stack 'pypi-cu130-gb': --target 'wheel' is not a "
+                                                         "stage of its Dockerfile (stages: sglang-src, wheels, "
+                                                         "runtime); did you mean 'wheels'?")
+    assert verified_facts(None, "img", MATRIX.get("pypi-cu130-gb"), "wheels") == ([], None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("served,refused", [(("linux/amd64",), True), (("linux/amd64", "linux/arm64"), False),
+                                            (None, False)])
+def test_a_registry_base_that_does_not_serve_the_platform_built_is_refused_before_the_build(monkeypatch, served,
+                                                                                            refused):
+    """A stack of two platforms on a registry base pinned by the amd64 manifest's digest: BuildKit took it for the
+    arm64 build too, which ran x86 binaries and failed its shared-library check after the whole build, blaming
+    "a wheel of another platform". The base's platforms are read from its registry first (an index, or one image's
+    config); a base that cannot be read (None: not known there) is left to BuildKit."""
+    from sglstack.pipeline import flow
+
+    base = "registry.example/team/debian@sha256:" + "1" * 64
+    whole = MATRIX.get("pypi-cu130-gb").model_copy(update={"base_seed": None, "base_image": base})
+    asked: list[str] = []
+    monkeypatch.setattr(flow, "reference_platforms", lambda ref: asked.append(ref) or served)
+    stack = whole.for_platform("linux/arm64")
+    if refused:
+        with pytest.raises(BadInput) as err:
+            flow._require_base_serves(stack)
+        assert str(err.value) == (f"stack 'pypi-cu130-gb': base image {base} is for linux/amd64, not linux/arm64: pin "
+                                  "the digest of an index that lists every platform of the stack")
+        assert err.value.exit_code == 2
+    else:
+        flow._require_base_serves(stack)
+    assert asked == [base]
+    asked.clear()
+    flow._require_base_serves(MATRIX.get("pypi-cu130-gb").for_platform("linux/arm64"))  # a seeded base: local
+    assert asked == []

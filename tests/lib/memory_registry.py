@@ -91,7 +91,10 @@ class MemoryRegistry:
         return out
 
     def image_config(self, repo: str, reference: str) -> Any:
-        return json.loads(self.blobs[self.get_manifest(repo, reference).blobs()[0]])
+        manifest = self.get_manifest(repo, reference)
+        if manifest.is_index:  # as the real client: the index's first child's
+            manifest = self.get_manifest(repo, manifest.children()[0])
+        return json.loads(self.blobs[manifest.blobs()[0]])
 
     def list_tags(self, repo: str) -> list[str]:
         return sorted(self.tags)

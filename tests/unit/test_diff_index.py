@@ -62,3 +62,22 @@ def test_a_side_of_one_platform_is_compared_with_that_platform_of_an_index_and_r
         assert str(err.value) == (f"diff: {said} is an index without linux/arm64 (it has linux/amd64): nothing to "
                                   "compare")
         assert err.value.exit_code == 2
+
+
+def test_a_build_record_of_arm64_is_compared_with_the_arm64_image_of_an_index(tmp_path):
+    """A build record says its platform (`build/NAME.linux-arm64/record.json`), but diff read none: the arm64
+    record was compared with the index's amd64 image (every shared object "changed"), with a note that it named
+    no platform. The record's platform now picks the child, as a lock's and a local image's do."""
+    import json
+
+    from sglstack.diff.sources import load_side
+
+    record = {"stack": "s", "config_hash": "c" * 64, "platform": "linux/arm64", "image_id": "sha256:" + "1" * 64,
+              "base_image": {"name": "b"}, "pins": {"sglang": "0.5.9"}, "installed": {"sglang": "0.5.9"}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    side = load_side(str(path))
+    assert list(side.platforms) == ["linux/arm64"] and not side.index
+    index = Side("i", {"linux/amd64": _snap("a1", "0.5.9"), "linux/arm64": _snap("a2", "0.5.9")}, True)
+    diff = index_diff(side, index)
+    assert [p for p, _ in diff.platforms] == ["linux/arm64"] and diff.added == ("linux/amd64",) and diff.notes == ()

@@ -130,3 +130,59 @@ def test_unsigned_writes_the_tag_and_verify_lists_every_platforms_verdict(releas
         ("index", False), ("linux/amd64", True), ("linux/arm64", False)]
     assert str(err.value).startswith(f"index {made.digest[:19]}: {REGISTRY}@{made.digest}: the index has no "
                                      f"signature attached; linux/arm64 {digests['linux/arm64'][:19]}: ")
+
+
+def _labelled(registry: MemoryRegistry, platform: str, labels: dict[str, str]) -> str:
+    os_name, arch = platform.split("/")
+    config = registry.put_blob(PATH, json.dumps({"os": os_name, "architecture": arch, "config": {
+        "Labels": {**build_labels(STACK, platform), **labels}}}).encode())
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": config,
+                                  "size": 1}, "layers": []}).encode()
+    return registry.put_manifest(PATH, compute_digest(body), body, DOCKER_MANIFEST)
+
+
+@pytest.mark.parametrize("arm,said", [
+    ({"io.sglstack.pin.requests": "2.32.3"}, "io.sglstack.pin.requests: 2.32.4 on linux/amd64, 2.32.3 on linux/arm64"),
+    ({}, "io.sglstack.pin.requests: 2.32.4 on linux/amd64, none on linux/arm64"),
+    ({"io.sglstack.pin.requests": "2.32.4", "io.sglstack.patches": "kimi-k25-eagle3"},
+     "io.sglstack.patches: none on linux/amd64, kimi-k25-eagle3 on linux/arm64"),
+])
+def test_platforms_built_from_two_versions_of_the_stack_entry_make_no_index(monkeypatch, arm, said):
+    """The stack's pins moved (stacks.yaml, `invoke lock`) and only amd64 was rebuilt: the new amd64 and the old
+    arm64 image, both verified builds of the stack and of one SGLang release, were written as one index (two
+    releases under one tag). The labels a build stamps from the stack entry alone must agree."""
+    registry = MemoryRegistry()
+    monkeypatch.setattr(index_mod, "RegistryClient", SimpleNamespace(from_environment=lambda host: registry))
+    digests = {"linux/amd64": _labelled(registry, "linux/amd64", {"io.sglstack.pin.requests": "2.32.4"}),
+               "linux/arm64": _labelled(registry, "linux/arm64", arm)}
+    stack = load_matrix(ROOT / "stacks.yaml").get(STACK)
+    with pytest.raises(index_mod.IndexEntryRefused) as err:
+        _publish(stack, digests, None)
+    assert str(err.value) == (f"the entries are builds of different versions of stack '{STACK}' ({said}): one index "
+                              "is one stack entry; rebuild the platform built from the older one: nothing was written")
+    assert err.value.exit_code == 2 and "candidate-idx" not in registry.tags
+    same = {"io.sglstack.pin.requests": "2.32.4", "io.sglstack.lock-sha256": "a"}  # its own lock: not compared
+    digests["linux/arm64"] = _labelled(registry, "linux/arm64", same)
+    assert _publish(stack, digests, None).digest == registry.tags["candidate-idx"]
+
+
+def test_a_release_tag_is_no_tag_for_an_index_and_nothing_is_written(released):
+    """`publish-index --tag` wrote any tag: the stack's immutable release tag (never overwritten by `publish`)
+    and its moving tags were moved to an unsmoked index, unrecorded. They are refused as bad input; a candidate
+    tag is written as before."""
+    from sglstack.core.errors import ConfigError
+    from sglstack.publish.tags import release_tags
+
+    registry, digests, stack = released
+    before = dict(registry.tags)  # the platforms' attestation tags
+    tags = release_tags(stack, "ab" * 32, dt.date(2026, 12, 5))
+    for tag in (tags.immutable, *tags.moving):
+        with pytest.raises(ConfigError) as err:
+            _publish(stack, digests, None, tag=tag)
+        assert err.value.exit_code == 2 and str(err.value) == (
+            f"stack '{STACK}': --tag {tag}: a release tag of the stack (publish.immutable_tag, publish.moving_tags), "
+            "which only invoke publish --digest moves (all together, recorded; an immutable one never): give a "
+            "candidate tag")
+    assert registry.tags == before
+    assert _publish(stack, digests, None, tag=f"{STACK}-latest").digest == registry.tags[f"{STACK}-latest"]

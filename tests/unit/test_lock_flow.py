@@ -205,6 +205,35 @@ def test_platforms_that_resolve_a_package_to_two_versions_are_one_line_naming_bo
         "to an older one): pin versions every platform has wheels for")
 
 
+def test_a_stack_of_several_platforms_resolves_wheels_only_and_says_why_a_source_release_is_refused(tiny, tmp_path):
+    """Its wheels stage installs with `pip download --only-binary=:all:`: a lock that took a source release (antlr4-
+    python3-runtime 4.9.3 has only an sdist) passed `lock` and `stacks --check`, and the build failed in its wheels
+    stage. Every request of such a stack now asks uv for wheels only, and uv's refusal says why."""
+    from sglstack.adapters.uv import compile_argv
+
+    both = tiny.model_copy(update={"platforms": ("linux/amd64", "linux/arm64")})
+    uv = Uv()
+    flow.resolve_platforms(both, compile_fn=uv)
+    assert uv.requests and all(r.only_binary for r in uv.requests)
+    one = Uv()
+    flow.resolve_stack(tiny, compile_fn=one)  # amd64 alone: pip installs in the image, sdists build there
+    assert one.requests and not any(r.only_binary for r in one.requests)
+    argv = compile_argv(uv.requests[0], tmp_path)
+    assert argv[argv.index("--only-binary") + 1] == ":all:"
+    assert "--only-binary" not in compile_argv(one.requests[0], tmp_path)
+    sdist = ResolutionConflict("Because antlr4-python3-runtime==4.9.3 has no usable wheels and you require "
+                               "antlr4-python3-runtime==4.9.3, we can conclude that your requirements are "
+                               "unsatisfiable.")
+    with pytest.raises(LockError) as err:
+        flow.resolve_platforms(both, compile_fn=Uv(sdist))
+    assert str(err.value).endswith(
+        "; a stack built for linux/amd64 linux/arm64 installs wheels only (each is unpacked for its platform, never "
+        "built): pin a version with a wheel for every platform")
+    with pytest.raises(LockError) as err:
+        flow.resolve_stack(tiny, compile_fn=Uv(sdist))
+    assert "wheels only" not in str(err.value)
+
+
 def test_a_package_only_one_platform_installs_is_no_disagreement(tiny):
     from dataclasses import replace
 
@@ -1097,6 +1126,35 @@ def _two_platforms(stacks: Path) -> None:
     stacks.write_text(STACKS.replace('python: "3.11"', 'python: "3.11"\n    platforms: [linux/amd64, linux/arm64]'))
 
 
+def test_the_platforms_locks_are_replaced_together_or_not_at_all(stacks, monkeypatch):
+    """They were written one by one: a rename refused (or a signal) after the first left the new amd64 lock beside
+    the old arm64 one. Now a failure at the second puts the first back: both stay as they were."""
+    import os
+
+    from sglstack.core.errors import SglstackError
+
+    _two_platforms(stacks)
+    flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    locks = stacks.parent / "locks"
+    before = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
+    assert sorted(before) == ["tiny.linux-arm64.txt", "tiny.txt"]
+    stacks.write_text(stacks.read_text().replace('"six==1.16.0"', '"six==1.17.0"'))
+    real = os.replace
+
+    def refuse_arm64(src, dst, *args, **kwargs):
+        if str(dst).endswith("tiny.linux-arm64.txt"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refuse_arm64)
+    with pytest.raises(SglstackError) as err:
+        flow.lock_stack(stacks, "tiny", compile_fn=Uv())
+    assert "tiny.linux-arm64.txt" in str(err.value)
+    monkeypatch.setattr(os, "replace", real)
+    assert {p.name: p.read_bytes() for p in locks.glob("*.txt")} == before
+    assert not [p for p in locks.iterdir() if p.name not in before]  # no temp file left
+
+
 def test_stacks_check_reads_each_platforms_lock(stacks):
     from sglstack.lock.conflicts import lock_findings
 
@@ -1104,9 +1162,13 @@ def test_stacks_check_reads_each_platforms_lock(stacks):
     flow.lock_stack(stacks, "tiny", compile_fn=Uv())
     assert lock_findings(load_matrix(stacks), str(stacks)) == []
     (stacks.parent / "locks" / "tiny.linux-arm64.txt").unlink()
-    assert lock_findings(load_matrix(stacks), str(stacks)) == [Finding(
-        "tiny", "no-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): the image is not "
-                           "reproducible to the last package; run invoke lock --stack tiny")]
+    # A problem (exit 1), not a notice: the build of a stack of several platforms refuses a missing lock, so a
+    # `stacks --check` that said "matrix OK" passed CI for a stack that cannot be built.
+    [finding] = lock_findings(load_matrix(stacks), str(stacks))
+    assert finding == Finding(
+        "tiny", "bad-lock", f"no lock ({stacks.parent / 'locks' / 'tiny.linux-arm64.txt'}): a stack of several "
+                            "platforms builds each from its own lock; run invoke lock --stack tiny")
+    assert finding.is_failure
 
 
 def test_stacks_check_refuses_platform_locks_that_disagree_naming_the_package_and_both_versions(stacks,
