@@ -70,7 +70,7 @@ class PlatformPart:
 
 def no_deps_request(stack: Stack, layer: PlannedLayer, target: str) -> ResolveRequest:
     return ResolveRequest(requirements=layer.requirements, python_version=stack.python, python_platform=target,
-                          no_deps=True, only_binary=unpacks_wheels((stack.whole or stack).platforms),
+                          no_deps=True, only_binary=unpacks_wheels(stack.whole_platforms),
                           default_index=layer.index_url if layer.exclusive_index else None,
                           indexes=(layer.index_url,) if layer.index_url and not layer.exclusive_index else (),
                           logins=stack.credentials)

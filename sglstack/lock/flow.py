@@ -136,7 +136,7 @@ class _PlatformResolution:
                                       if layer.index_url and layer.name not in self.unresolved))
         return ResolveRequest(requirements=tuple(dict.fromkeys(requirements)), python_version=self.stack.python,
                               python_platform=self.target, indexes=indexes,
-                              only_binary=unpacks_wheels((self.stack.whole or self.stack).platforms),
+                              only_binary=unpacks_wheels(self.stack.whole_platforms),
                               overrides=tuple(o.pin for o in self.stack.overrides),
                               excludes=tuple(dict.fromkeys(excludes)), preferences=self.preferences,
                               upgrade_packages=self.upgrade, logins=self.stack.credentials)
@@ -189,7 +189,7 @@ class _PlatformResolution:
 
     def wheels_only_hint(self, conflict: ResolutionConflict) -> str:
         """Why a source distribution does not count, where it is the cause (uv's hint names `--no-build`)."""
-        platforms = (self.stack.whole or self.stack).platforms
+        platforms = self.stack.whole_platforms
         if not unpacks_wheels(platforms) or "no usable wheels" not in conflict.explanation:
             return ""
         return (f"; a stack built for {' '.join(platforms)} installs wheels only (each is unpacked for its "
