@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lock_flow import VERSIONS, Uv
 from upgrade_fixtures import STACKS, World, lock_of
+from uv_double import VERSIONS, Uv
 
 from sglstack.adapters.uv import ResolutionConflict
 from sglstack.cli.upgrade import upgrade_command
