@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..adapters.docker import docker_client
 from ..config.imageref import Repository, parse_image_reference
 from ..core import labels as lb
+from ..core.clock import parse_utc
 from ..core.errors import ConfigError, RegistryError
 from ..core.inputs import loads, read_bytes
-from ..core.records import parse_utc
 from ..inventory.listing import image_inventory
 from ..inventory.model import InventoryError
 from ..inventory.sbom import SBOM_FILE, SBOM_MEDIA_TYPE, read_sbom, sbom_document

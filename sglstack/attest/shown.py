@@ -9,10 +9,10 @@ from typing import Any
 
 from ..adapters.docker import PullFailed, docker_client, present_or_pulled
 from ..config.imageref import ImageReference, names_its_registry
+from ..core.clock import parse_utc, utc_now
 from ..core.console import console
 from ..core.errors import RegistryError
 from ..core.inputs import loads
-from ..core.records import parse_utc, utc_now
 from ..inventory.listing import image_inventory
 from ..inventory.sbom import SbomSummary, read_sbom, sbom_document
 from ..registry.client import RegistryClient

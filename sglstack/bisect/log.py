@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.clock import utc_now, utc_timestamp
 from ..core.errors import SglstackError
-from ..core.records import append_jsonl, build_root, read_jsonl, utc_now, utc_timestamp
+from ..core.records import append_jsonl, build_root, read_jsonl
 from ..core.safefiles import containing_root, rename_inside
 from .metrics import MalformedReport, measured_value
 from .planner import Planner

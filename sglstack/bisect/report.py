@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.clock import utc_timestamp
 from ..core.jsonreport import write_json
-from ..core.records import build_root, utc_timestamp
+from ..core.records import build_root
 from ..core.safefiles import containing_root, write_bytes
 from . import stats
 from .metrics import Metric

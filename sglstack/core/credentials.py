@@ -203,6 +203,18 @@ def names_secret(key: str) -> bool:
     return any(word in SECRET_WORDS for word in re.split(r"[_\-.]+", key.upper()) if word)
 
 
+# A secret may hide in a run-together word (HF_AUTHTOKEN, NVIDIA_APIKEY2, CUDA_PRIVATEKEY): `names_secret` splits
+# at `_` and would let it through.
+RUN_TOGETHER_SECRET_PARTS = ("TOKEN", "PASSW", "SECRET", "CREDENTIAL", "APIKEY", "PRIVATE", "AUTH")
+
+
+def may_name_secret(key: str) -> bool:
+    """The strict reading, where losing a setting is cheap and handing on a secret is not: `names_secret`, or a
+    secret's word run together with another anywhere in `key`."""
+    upper = key.upper()
+    return names_secret(key) or any(part in upper for part in RUN_TOGETHER_SECRET_PARTS)
+
+
 def secret_reference(value: str) -> str | None:
     """`${NAME}` -> NAME; None for any other value."""
     m = SECRET_REFERENCE.fullmatch(value)  # `$` alone would also take a value ending in a line break

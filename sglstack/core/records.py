@@ -25,12 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-# The clock is core/clock's; the names stay importable from here, where the records they stamp are.
-from .clock import parse_local_stamp as parse_local_stamp
-from .clock import parse_utc as parse_utc
-from .clock import utc_now as utc_now
-from .clock import utc_timestamp as utc_timestamp
-from .clock import utc_today as utc_today
 from .errors import ConfigError, one_line
 from .folderlock import folder_lock
 from .inputs import loads

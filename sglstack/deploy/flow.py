@@ -29,9 +29,9 @@ from ..adapters.compose import ComposeCLI, detect_compose, error_line
 from ..adapters.docker import docker_client, is_local_docker_host
 from ..config.imageref import image_name
 from ..core import signals
+from ..core.clock import utc_timestamp
 from ..core.errors import DeployError
 from ..core.records import build_root as default_build_root
-from ..core.records import utc_timestamp
 from ..core.safefiles import (
     OutputNotWritable,
     containing_root,

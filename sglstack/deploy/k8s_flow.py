@@ -19,8 +19,9 @@ from ..adapters.kubectl import Kubectl
 from ..config.imageref import pinned_digest
 from ..config.schema import Stack
 from ..core import signals
+from ..core.clock import utc_timestamp
 from ..core.errors import DeployError, SglstackError, first_line
-from ..core.records import stack_dir, utc_timestamp
+from ..core.records import stack_dir
 from ..core.safefiles import OutputNotWritable
 from ..core.signals import Interrupted
 from ..render import k8s

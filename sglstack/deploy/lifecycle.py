@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..adapters.compose import ComposeCLI, detect_compose
 from ..adapters.docker import docker_client
+from ..core.clock import utc_timestamp
 from ..core.errors import DeployError, last_line
-from ..core.records import utc_timestamp
 from ..render import compose as cmp
 from .checks import check_project_owner
 from .deployment import LOG_TAIL_LINES, Deployment, Say, say_stderr

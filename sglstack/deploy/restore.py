@@ -14,8 +14,8 @@ import docker.errors
 from ..adapters.compose import ComposeCLI, error_line
 from ..adapters.docker import engine_image, image_exists, is_local_docker_host
 from ..config.imageref import image_label, parse_image_reference, pinned_digest
+from ..core.clock import utc_timestamp
 from ..core.errors import ConfigError, DeployError, SglstackError
-from ..core.records import utc_timestamp
 from ..render import compose as cmp
 from ..serving import ServingSpec
 from .deployment import LOG_TAIL_LINES, Deployment, Say, describe, health_failure, wait_limit

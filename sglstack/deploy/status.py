@@ -14,8 +14,9 @@ from typing import Any
 
 from ..adapters.docker import docker_client
 from ..config.imageref import image_label, pinned_digest
+from ..core.clock import parse_utc, utc_now
 from ..core.console import console, fitted_table, plain
-from ..core.records import BadLine, parse_utc, utc_now
+from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
 from .health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL

@@ -35,10 +35,11 @@ from ..adapters.buildkit import (
 from ..adapters.docker import PullFailed, docker_client, engine_image, local_image, present_or_pulled
 from ..config.imageref import registry_digest
 from ..config.schema import Stack
+from ..core.clock import utc_now, utc_timestamp
 from ..core.console import console as make_console
 from ..core.console import plain, printable_lines
 from ..core.errors import BuildError, SglstackError
-from ..core.records import require_writable, stack_lock, utc_now, utc_timestamp
+from ..core.records import require_writable, stack_lock
 from ..core.resources import DEFAULT_PATCHES_DIR
 from ..coverage.image import BuildCoverage
 from ..inventory.model import Inventory

@@ -21,8 +21,9 @@ from ..adapters.docker import engine_image
 from ..adapters.layers import image_layer_files
 from ..adapters.wheels import cache_root
 from ..config.schema import Stack
+from ..core.clock import utc_timestamp
 from ..core.errors import ImageCheckFailed
-from ..core.records import append_jsonl, read_jsonl_lenient, utc_timestamp
+from ..core.records import append_jsonl, read_jsonl_lenient
 from ..coverage.image import BuildCoverage, judged_coverage, site_dirs
 from ..coverage.installed import (
     RECORDCHECK,

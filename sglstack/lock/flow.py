@@ -46,9 +46,10 @@ from ..adapters.uv import (
 from ..config.matrix import load_matrix
 from ..config.platforms import unpacks_wheels
 from ..config.schema import Stack
+from ..core.clock import utc_timestamp
 from ..core.errors import ConfigError, did_you_mean
 from ..core.folderlock import file_lock
-from ..core.records import require_writable, utc_timestamp
+from ..core.records import require_writable
 from ..lockfile.current import stack_input_hash
 from ..lockfile.model import (
     Lock,

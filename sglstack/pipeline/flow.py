@@ -23,9 +23,10 @@ from ..config.imageref import names_its_registry
 from ..config.matrix import load_matrix
 from ..config.platforms import platform_of_machine
 from ..config.schema import Stack
+from ..core.clock import utc_today
 from ..core.errors import BuildError, RegistryError, SglstackError
 from ..core.labels import CONFIG_HASH_LABEL, VERIFIED_LABEL
-from ..core.records import stack_lock, utc_today
+from ..core.records import stack_lock
 from ..imagebuild.flow import FINAL_TARGET, build_stack, check_build_folder, describe_build
 from ..imagebuild.plan import BuildSettings, check_target, resolve_ca_bundle
 from ..lock.trust import lock_for_build, platform_locks

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from ..attest.store import remove_attestations
 from ..config.schema import Stack
+from ..core.clock import parse_utc, utc_now
 from ..core.console import console
 from ..core.options import BadOption
-from ..core.records import parse_utc, utc_now
 from ..registry.client import RegistryClient
 from .promotion import target_repository
 from .tags import candidate_tag_pattern

@@ -21,10 +21,10 @@ from ..attest.release import ensure_signed
 from ..attest.signing import KEY_ENV
 from ..config.imageref import Repository, is_digest, parse_image_reference
 from ..config.schema import Stack
+from ..core.clock import utc_today
 from ..core.console import console
 from ..core.errors import ConfigError
 from ..core.labels import CONFIG_HASH_LABEL
-from ..core.records import utc_today
 from ..registry.client import ManifestNotFound, RegistryClient
 from .history import (
     PublishError,

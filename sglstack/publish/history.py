@@ -20,8 +20,9 @@ from typing import Any
 
 from ..config.imageref import Repository, is_digest
 from ..config.schema import Stack
+from ..core.clock import utc_timestamp
 from ..core.errors import SglstackError
-from ..core.records import append_jsonl, build_root, read_jsonl, utc_timestamp
+from ..core.records import append_jsonl, build_root, read_jsonl
 
 RECORDS_NAME = "records.jsonl"
 RELEASE_EVENTS = ("published", "rollback")  # the events that say "the moving tags point here now"

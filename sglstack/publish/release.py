@@ -22,9 +22,10 @@ from ..adapters.docker import docker_client, engine_image
 from ..attest.kernelcache import attach_kernel_cache
 from ..config.imageref import Repository
 from ..config.schema import Stack
+from ..core.clock import utc_timestamp, utc_today
 from ..core.console import console
 from ..core.errors import RegistryError, first_line, one_line
-from ..core.records import build_root, utc_timestamp, utc_today
+from ..core.records import build_root
 from ..core.safefiles import containing_root, make_folder, write_text
 from ..kernelcache import KernelCacheError, LayoutStore
 from ..registry.client import RegistryClient

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.records import parse_local_stamp, parse_utc
+from ..core.clock import parse_local_stamp, parse_utc
 
 MILESTONES = ("imports_done", "weights_loaded", "cuda_graphs_captured", "healthy", "first_token")
 # phase name -> (from milestone, to milestone); "process_start" is 0.

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.imageref import image_name
-from ..core.records import parse_utc
+from ..core.clock import parse_utc
 from .startreport import draw_phases, starts
 
 if TYPE_CHECKING:

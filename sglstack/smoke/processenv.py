@@ -10,7 +10,7 @@ holds SGLSTACK_SIGNING_KEY, registry passwords and cloud keys. PYTHON* and SGLAN
 
 from __future__ import annotations
 
-from ..core.credentials import names_secret, redact_text
+from ..core.credentials import may_name_secret, redact_text
 
 PROCESS_PASS_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
@@ -21,12 +21,6 @@ PROCESS_PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_"
                          "TORCHINDUCTOR_")
 
 
-# Inside a passing family, a secret may hide in a run-together word (HF_AUTHTOKEN, NVIDIA_APIKEY2,
-# CUDA_PRIVATEKEY): `names_secret` splits at `_` and would let it through; here losing a setting is cheap,
-# handing on a secret is not.
-_SECRET_PARTS = ("TOKEN", "PASSW", "SECRET", "CREDENTIAL", "APIKEY", "PRIVATE", "AUTH")
-
-
 def passes_to_process(name: str, value: str = "") -> bool:
     """True when the caller's variable `name` (holding `value`) reaches a local server process: never one
     naming a secret (the HF token comes through `server_environment`, as it does to a container), nor one
@@ -35,6 +29,5 @@ def passes_to_process(name: str, value: str = "") -> bool:
         return False
     if name in PROCESS_PASS_NAMES:
         return True
-    upper = name.upper()
-    return (name.startswith(PROCESS_PASS_PREFIXES) and not names_secret(name)
-            and not any(part in upper for part in _SECRET_PARTS))
+    # Inside a passing family, the strict reading: a secret may hide in a run-together word (HF_AUTHTOKEN).
+    return name.startswith(PROCESS_PASS_PREFIXES) and not may_name_secret(name)

@@ -21,9 +21,10 @@ import docker.errors
 from ..adapters.docker import is_local_docker_host
 from ..adapters.process import free_tcp_port
 from ..config.schema import Stack
+from ..core.clock import utc_timestamp
 from ..core.console import printable_lines
 from ..core.errors import SmokeInputError
-from ..core.records import require_writable, utc_timestamp
+from ..core.records import require_writable
 from ..core.safefiles import OutputNotWritable, containing_root, refuse_link
 from ..diff.snapshots import local_snapshot
 from ..serving import check_mount_sources, check_secret_references, require_draft_fits

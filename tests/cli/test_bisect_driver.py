@@ -1,18 +1,17 @@
 """The bisect driver's loop, log and report, with Build and Smoke replaced by fast fakes.
 
 The git side is real (a synthetic SGLang history in a local repository, the real patch engine on the
-host); only `build_stack` and `run_smoke` are stand-ins here. tests/e2e/test_bisect_e2e.py runs the same
-driver with real BuildKit builds and the real smoke of the CPU double.
+host); only `build_stack` and `run_smoke` are stand-ins (tests/lib/bisect_fakes). tests/e2e/test_bisect_e2e.py
+runs the same driver with real BuildKit builds and the real smoke of the CPU double.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import shutil
 from pathlib import Path
 
 import pytest
+from bisect_fakes import BAD_FROM, SPEEDS, N, events, history, history_template, request  # noqa: F401 - fixtures
 from bisect_fixtures import make_history, stack_yaml
 from clirun import run_invoke
 
@@ -20,87 +19,9 @@ from sglstack.bisect import driver, refs
 from sglstack.bisect.driver import BisectRequest, run_bisect, source_version
 from sglstack.bisect.log import BisectLog
 from sglstack.cli.bisect import BisectOptions, bisect_request
-from sglstack.core.errors import BuildError
-from sglstack.imagebuild.plan import BuildResult
-from sglstack.smoke import SmokeReport
-
-N = 12
-BAD_FROM = 9  # the first midpoint (6) cannot take the patch: the search steps around it
-SPEEDS = [300.0 if i < BAD_FROM else 270.0 for i in range(N + 1)]
 
 
-class Fakes:
-    """build_stack / run_smoke stand-ins: images by config (ref), a server as fast as its commit says."""
-
-    def __init__(self, shas: list[str], *, seed: int = 0) -> None:
-        self.shas = shas
-        self.rng = random.Random(seed)
-        self.images: set[str] = set()
-        self.builds: list[str] = []
-        self.smokes: list[str] = []
-        self.fail_build: set[str] = set()
-        self.no_serve: set[str] = set()
-        self.interrupt_at: int | None = None
-
-    def build_stack(self, stack, options):
-        ref = stack.sglang.git.ref
-        if ref in self.fail_build:
-            raise BuildError(f"stack '{stack.name}': BuildKit failed: network unreachable")
-        skipped = ref in self.images
-        if not skipped:
-            self.builds.append(ref)
-            self.images.add(ref)
-        return BuildResult(stack.name, "runtime", f"hash-{ref[:8]}", f"sha256:{ref}", f"sglstack/synth:{ref[:12]}",
-                           skipped, None, "none" if skipped else "classic")
-
-    def run_smoke(self, stack, image, options):
-        if self.interrupt_at is not None and len(self.smokes) == self.interrupt_at:
-            raise KeyboardInterrupt
-        ref = stack.sglang.git.ref
-        self.smokes.append(ref)
-        assert options.kinds == ("baseline",) and options.flush_cache and options.no_history
-        speed = SPEEDS[self.shas.index(ref)]
-        level = speed * (1 + self.rng.gauss(0, 0.004))
-        runs = [{"tokens_per_s": level * (1 + self.rng.gauss(0, 0.01)), "completed": 3, "requests": 3,
-                 "ttft_s": 0.01, "flushed": True, "accept_length": None} for _ in range(options.runs)]
-        started = ref not in self.no_serve
-        baseline = {"started": started, "failure": None if started else "the server exited with code 1",
-                    "runs": runs if started else []}
-        return SmokeReport({"verdict": "pass", "failures": [], "image": {"digest": f"sha256:{ref}"},
-                            "baseline": baseline, "eagle3": {"started": False}})
-
-
-@pytest.fixture(scope="module")
-def history_template(tmp_path_factory):
-    """The synthetic history, made once per module: each test gets its own copy (the same shas)."""
-    repo = tmp_path_factory.mktemp("history") / "sglang"
-    return repo, make_history(repo, SPEEDS, patch_breaks=(6,))
-
-
-@pytest.fixture
-def history(tmp_path, monkeypatch, history_template):
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
-    monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
-    repo = tmp_path / "sglang"
-    shutil.copytree(history_template[0], repo, symlinks=True)
-    shas = list(history_template[1])
-    matrix = tmp_path / "stacks.yaml"
-    matrix.write_text(stack_yaml(str(repo), shas[-1]))
-    fakes = Fakes(shas)
-    monkeypatch.setattr(driver, "build_stack", fakes.build_stack)
-    monkeypatch.setattr(driver, "run_smoke", fakes.run_smoke)
-    return shas, matrix, fakes, tmp_path / "build" / "synth" / "bisect"
-
-
-def request(matrix: Path, good: str, bad: str, **kw) -> BisectRequest:
-    return BisectRequest(stack="synth", good=good, bad=bad, stacks_file=matrix, smoke={"gpus": 0}, **kw)
-
-
-def events(folder: Path) -> list[dict]:
-    return BisectLog(folder).read()
-
-
-def test_names_the_first_slow_commit_and_writes_the_report(history):
+def test_names_the_first_slow_commit_and_writes_the_report(history):  # noqa: F811
     shas, matrix, fakes, folder = history
     lines: list[str] = []
     result = run_bisect(request(matrix, shas[0], shas[-1]), log=lines.append)
@@ -129,7 +50,7 @@ def test_names_the_first_slow_commit_and_writes_the_report(history):
     assert logged[0]["event"] == "start" and logged[-1]["event"] == "done"
 
 
-def test_a_finished_bisect_costs_no_build_and_no_smoke(history, monkeypatch):
+def test_a_finished_bisect_costs_no_build_and_no_smoke(history, monkeypatch):  # noqa: F811
     shas, matrix, _fakes, folder = history
     first = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
 
@@ -145,7 +66,7 @@ def test_a_finished_bisect_costs_no_build_and_no_smoke(history, monkeypatch):
     assert json.loads((folder / "report.json").read_text())["first_bad"] == shas[BAD_FROM]
 
 
-def test_an_interrupted_bisect_continues_where_it_stopped(history):
+def test_an_interrupted_bisect_continues_where_it_stopped(history):  # noqa: F811
     shas, matrix, fakes, folder = history
     fakes.interrupt_at = 4
     with pytest.raises(KeyboardInterrupt):
@@ -166,7 +87,7 @@ def test_an_interrupted_bisect_continues_where_it_stopped(history):
     assert sum(1 for e in events(folder) if e["event"] == "start") == 1
 
 
-def test_another_bisect_starts_a_new_log_and_keeps_the_old_one(history):
+def test_another_bisect_starts_a_new_log_and_keeps_the_old_one(history):  # noqa: F811
     shas, matrix, _fakes, folder = history
     run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
     run_bisect(request(matrix, shas[3], shas[-1]), log=lambda _m: None)
@@ -174,7 +95,7 @@ def test_another_bisect_starts_a_new_log_and_keeps_the_old_one(history):
     assert len(archived) == 1 and BisectLog(folder).read()[0]["key"]["good"] == shas[3]
 
 
-def test_a_failed_build_is_a_skip_for_this_run_and_retried_by_the_next(history):
+def test_a_failed_build_is_a_skip_for_this_run_and_retried_by_the_next(history):  # noqa: F811
     shas, matrix, fakes, folder = history
     fakes.fail_build = {shas[-1]}
     lines: list[str] = []
@@ -192,7 +113,7 @@ def test_a_failed_build_is_a_skip_for_this_run_and_retried_by_the_next(history):
     assert again.exit_code == 0 and again.outcome.first_bad == shas[BAD_FROM]
 
 
-def test_a_server_that_does_not_serve_makes_the_step_a_skip(history):
+def test_a_server_that_does_not_serve_makes_the_step_a_skip(history):  # noqa: F811
     shas, matrix, fakes, folder = history
     fakes.no_serve = {shas[5]}  # the neighbour tried when the midpoint 6 cannot take the patch
     result = run_bisect(request(matrix, shas[0], shas[-1]), log=lambda _m: None)
@@ -201,7 +122,7 @@ def test_a_server_that_does_not_serve_makes_the_step_a_skip(history):
     assert result.outcome.first_bad in (None, shas[BAD_FROM])
 
 
-def test_a_torn_last_line_is_ignored_when_resuming(history):
+def test_a_torn_last_line_is_ignored_when_resuming(history):  # noqa: F811
     shas, matrix, fakes, folder = history
     fakes.interrupt_at = 3
     with pytest.raises(KeyboardInterrupt):

@@ -14,9 +14,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from bisect_fakes import history, history_template  # noqa: F401 - the fixtures: a synthetic SGLang history, fast fakes
+from bisect_fakes import request as bisect_request
 from clirun import run_invoke
-from test_bisect_driver import history, history_template  # noqa: F401 - the fixtures: a synthetic SGLang history, fast fakes
-from test_bisect_driver import request as bisect_request
 
 from sglstack.bisect import gitexit
 from sglstack.bisect.driver import run_bisect

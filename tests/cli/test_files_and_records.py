@@ -31,9 +31,10 @@ from tmpfs_fixtures import fill, tmpfs
 
 from sglstack.bisect.log import BisectLog
 from sglstack.core import records as records_mod
+from sglstack.core.clock import utc_now, utc_timestamp
 from sglstack.core.errors import ConfigError
 from sglstack.core.folderlock import BUSY_EXIT, StackBusy
-from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock, utc_now, utc_timestamp
+from sglstack.core.records import OutputNotWritable, append_jsonl, read_jsonl, stack_lock
 from sglstack.core.safefiles import replace_folder
 from sglstack.core.signals import signals_raise
 from sglstack.deploy.store import DeploymentRecord, append_record, read_records, records_path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from clirun import run_invoke
+from schema_fixtures import matrix_with
 
 from sglstack.config.fields import MAX_COUNT, MAX_DURATION_S, size_bytes
 from sglstack.config.matrix import load_matrix
@@ -15,29 +16,10 @@ from sglstack.serving import ServingError, ServingOverrides, serving_spec
 SIZE_WORDS = "is not a size such as 32g (a whole number, then b, k, m, g or t)"
 
 
-def _matrix(tmp_path, section: str, key: str, value: str):
-    extra = {"serving": "", "smoke": "    smoke:\n", "gates": "    smoke:\n      gates:\n",
-             "speculative": ""}[section]
-    indent = {"serving": 6, "smoke": 6, "gates": 8, "speculative": 8}[section]
-    speculative = ("      speculative: {draft_model: org/draft, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n"
-                   if section != "speculative" else
-                   "      speculative:\n        draft_model: org/draft\n        num_steps: 3\n        eagle_topk: 1\n"
-                   "        num_draft_tokens: 4\n")
-    text = ("stacks:\n  s:\n    base_image: debian:bookworm-slim\n    sglang:\n      version: 0.5.9\n"
-            "    serving:\n      model: org/model\n" + speculative + extra
-            + " " * indent + f"{key}: {value}\n")
-    if section == "speculative":  # the key replaces the one above
-        text = text.replace(f"        {key}: " + {"num_steps": "3", "eagle_topk": "1",
-                                                 "num_draft_tokens": "4"}[key] + "\n", "", 1)
-    path = tmp_path / "stacks.yaml"
-    path.write_text(text)
-    return path
-
-
 @pytest.mark.parametrize("value", ['"-5g"', '"0"', '"0g"', '"-1"', '"1.5g"', '"32 g"', '"lots"', '""', '"17t"',
                                    '"99999999999999999999g"'])
 def test_a_shm_size_that_is_no_size_is_refused_naming_file_stack_and_key(tmp_path, value):
-    path = _matrix(tmp_path, "serving", "shm_size", value)
+    path = matrix_with(tmp_path, "serving", "shm_size", value)
     with pytest.raises(ConfigError) as caught:
         load_matrix(path)
     shown = value.strip('"')
@@ -47,7 +29,7 @@ def test_a_shm_size_that_is_no_size_is_refused_naming_file_stack_and_key(tmp_pat
 
 @pytest.mark.parametrize("value", ["32g", "1G", "512m", "64mb", "1073741824", "16t"])
 def test_a_size_every_reader_takes_loads(tmp_path, value):
-    stack = load_matrix(_matrix(tmp_path, "serving", "shm_size", f'"{value}"')).get("s")
+    stack = load_matrix(matrix_with(tmp_path, "serving", "shm_size", f'"{value}"')).get("s")
     assert stack.serving.shm_size == value and size_bytes(value) > 0
     assert shm_quantity(value)  # Kubernetes reads every size the schema lets through
 
@@ -64,7 +46,7 @@ def test_a_size_every_reader_takes_loads(tmp_path, value):
     ("speculative", "num_draft_tokens", "-4"),
 ])
 def test_a_count_or_duration_out_of_bounds_is_refused_naming_the_key(tmp_path, section, key, value):
-    path = _matrix(tmp_path, section, key, value)
+    path = matrix_with(tmp_path, section, key, value)
     with pytest.raises(ConfigError) as caught:
         load_matrix(path)
     dotted = {"serving": f"serving.{key}", "smoke": f"smoke.{key}", "gates": f"smoke.gates.{key}",
@@ -75,14 +57,14 @@ def test_a_count_or_duration_out_of_bounds_is_refused_naming_the_key(tmp_path, s
 
 
 def test_stacks_check_refuses_a_negative_shm_size_in_one_line_exit_2(tmp_path):
-    path = _matrix(tmp_path, "serving", "shm_size", '"-5g"')
+    path = matrix_with(tmp_path, "serving", "shm_size", '"-5g"')
     proc = run_invoke("stacks", "--check", "--stacks-file", path.name, cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (
         2, f"error: stacks.yaml:9: stack 's': key 'serving.shm_size': '-5g' {SIZE_WORDS}\n")  # named as given
 
 
 def test_a_smoke_timeout_of_infinity_is_one_line_not_an_overflow(tmp_path):
-    stack = load_matrix(_matrix(tmp_path, "serving", "tp", "1")).get("s")
+    stack = load_matrix(matrix_with(tmp_path, "serving", "tp", "1")).get("s")
     with pytest.raises(ServingError) as caught:
         serving_spec(stack, ServingOverrides(startup_timeout_s=float("inf"), flags={"startup_timeout_s": "--timeout"}))
     assert (str(caught.value), caught.value.exit_code) == (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from clirun import run_invoke
 from pydantic import ValidationError
-from test_schema_bounds import _matrix
+from schema_fixtures import matrix_with
 
 from sglstack.config import strict  # every model of a stack is loaded with load_matrix below
 from sglstack.config.matrix import load_matrix
@@ -26,7 +26,7 @@ YES_NO = "is a yes/no (YAML reads yes, no, on, off, true and false so), not a nu
     ("speculative", "num_steps", "yes", "serving.speculative.num_steps"),
 ])
 def test_a_yes_or_no_where_a_number_goes_is_refused(tmp_path, section, key, value, dotted):
-    path = _matrix(tmp_path, section, key, value)
+    path = matrix_with(tmp_path, section, key, value)
     with pytest.raises(ConfigError) as caught:
         load_matrix(path)
     word = "false" if value == "no" else "true"
@@ -57,7 +57,7 @@ def test_the_walk_sees_the_number_fields():
 
 @pytest.mark.parametrize("value", ['"\uff11\uff16g"', '"\u0663g"'])  # fullwidth 16, Arabic-Indic 3
 def test_a_size_in_digits_that_are_not_ascii_is_refused(tmp_path, value):
-    path = _matrix(tmp_path, "serving", "shm_size", value)
+    path = matrix_with(tmp_path, "serving", "shm_size", value)
     with pytest.raises(ConfigError) as caught:
         load_matrix(path)
     assert str(caught.value) == (f"{path}:9: stack 's': key 'serving.shm_size': '{value.strip(chr(34))}' is not a "
@@ -74,7 +74,7 @@ def test_a_python_version_in_digits_that_are_not_ascii_is_refused(tmp_path):
 
 
 def test_stacks_check_refuses_a_yes_port_in_one_line(tmp_path):
-    path = _matrix(tmp_path, "serving", "port", "yes")
+    path = matrix_with(tmp_path, "serving", "port", "yes")
     proc = run_invoke("stacks", "--check", "--stacks-file", str(path), cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     # the file as named relative to the folder it runs in

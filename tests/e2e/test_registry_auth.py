@@ -14,7 +14,7 @@ import pytest
 from registry_fixtures import htpasswd_registry, tiny_image, token_registry  # noqa: F401 - fixtures
 
 from sglstack.config.matrix import load_matrix
-from sglstack.core.records import utc_today
+from sglstack.core.clock import utc_today
 from sglstack.publish import publish_digest, push_candidate, target_repository
 from sglstack.publish.tags import release_tags
 from sglstack.registry.auth import Credentials

@@ -337,6 +337,16 @@ def test_a_utc_timestamp_is_formatted_only_by_the_clock():
     assert _formats_a_timestamp("a = t.strftime('%Y-%m-%dT%H:%M:%SZ')\nb = '%Y-%m-%d %H:%M:%S'\n") == [1]
 
 
+def test_the_clock_is_imported_from_the_clock():
+    """The UTC clock, format and parser are core/clock's, and only there: no module offers them a second path."""
+    clock = {"utc_now", "utc_timestamp", "utc_today", "parse_utc", "parse_local_stamp"}
+    found = {f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in _ours()
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] != "clock"
+             and clock & {a.name for a in node.names}}
+    assert found == set(), "import the clock from sglstack.core.clock"
+
+
 # ---- every platform of a stack: Stack.whole_platforms ---------------------------------------------------------
 
 def _whole_platforms_spelled(source: str) -> list[int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglstack.config.platforms import platform_of_image, platform_of_machine
+from sglstack.config.platforms import ELF_MACHINE, MACHINE, platform_of_image, platform_of_machine
+from sglstack.inimage.incontainer.elfdeps import HOST_MACHINES, MULTIARCH
 
 
 @pytest.mark.parametrize("given,platform", [
@@ -55,3 +56,10 @@ def test_a_platform_option_spelled_another_way_is_refused_with_the_spelling_the_
     said = str(err.value)  # the item as given is cut to 80 characters
     assert said.startswith(f"stack 'pypi-cu130-gb': --platform-digest {given}=sha256:aaaa") and said.endswith(
         f": {given} is not one of the stack's platforms (linux/amd64 linux/arm64); did you mean linux/arm64?")
+
+
+def test_the_in_image_copies_of_the_machine_map_agree_with_the_one_home():
+    """In-image code may import nothing of ours, so the ELF lister keeps its own copy of the map: a test is its
+    one home's word (preflight's node side is held to it in test_preflight_checks)."""
+    assert {ELF_MACHINE[p]: MACHINE[p] for p in MACHINE} == HOST_MACHINES
+    assert set(MULTIARCH) == set(MACHINE.values())

@@ -25,9 +25,9 @@ from rich.console import Console
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
 from sglstack.config.settings import ServingSettings, SpeculativeSettings
+from sglstack.core.clock import utc_timestamp, utc_today
 from sglstack.core.errors import SmokeError
 from sglstack.core.labels import PATCH_LABEL_PREFIX, PIN_LABEL_PREFIX
-from sglstack.core.records import utc_timestamp, utc_today
 from sglstack.diff.compare import Snapshot, diff_to_json, print_diff, record_snapshot, snapshot_diff
 from sglstack.imagebuild.context import write_build_context
 from sglstack.imagebuild.plan import BuildSettings, compute_config_hash

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from upgrade_fixtures import STACKS, World, lock_of
 
 from sglstack.cli.upgrade import upgrade_command
 from sglstack.core import console as console_mod
@@ -21,34 +22,14 @@ from sglstack.core import errors
 from sglstack.core.errors import SglstackError
 from sglstack.core.jsonreport import JsonReport
 from sglstack.core.safefiles import OutputNotWritable
-from sglstack.lock.flow import LockError
 from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer, lock_path
 from sglstack.lockfile.text import read_lock, render_lock, write_lock
 from sglstack.upgrade import command, edit, engines, planning
 from sglstack.upgrade import inputs as upgrade_inputs
 from sglstack.upgrade import locks as upgrade_locks
 from sglstack.upgrade import plan as planner
-from sglstack.upgrade import world as upgrade_world
 from sglstack.upgrade.releases import ReleasePins
 
-STACKS = """\
-# the matrix
-defaults:
-  python: "3.12"
-  serving:
-    model: org/model
-    extra_args: ["--mem-fraction-static", "0.8"]
-
-stacks:
-  s1:
-    description: SGLang 0.5.9 on Debian
-    base_image: debian:bookworm-slim
-    sglang:
-      version: 0.5.9
-    extra_layers:
-      - name: grammar
-        requirements: ["xgrammar==0.1.27"]
-"""
 TORCH_STACK = """
   t1:
     description: PyTorch 2.9.1, SGLang 0.5.9
@@ -59,14 +40,6 @@ TORCH_STACK = """
     sglang:
       version: 0.5.9
 """
-METADATA = ("Metadata-Version: 2.1\nName: sglang\nVersion: {v}\nRequires-Dist: outlines==0.1.11\nRequires-Dist: {req}\n"
-            "Requires-Dist: uvloop==0.21.0; python_version < \"3.12\"\n")
-HASH = "sha256:" + "a" * 64
-
-
-def _lock(name: str, **versions: str) -> Lock:
-    return Lock(name, "0" * 64, "2026-12-01T00:00:00Z", "uv 0.9.0", "3.12", ("linux/amd64",), ("sglang",),
-                tuple(LockedPackage(n, v, "sglang", hashes=(HASH,)) for n, v in versions.items()))
 
 
 @pytest.fixture()
@@ -74,71 +47,6 @@ def repo(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     (tmp_path / "stacks.yaml").write_text(STACKS)
     return tmp_path / "stacks.yaml"
-
-
-class World:
-    """The engines as doubles; `calls` says what each was asked."""
-
-    def __init__(self, tmp: Path, *, requires: str = "xgrammar==0.1.27", lock: Lock | None = None,
-                 lock_error: str | None = None, argv: dict[str, Any] | None = None) -> None:
-        self.tmp, self.requires, self.lock, self.lock_error = tmp, requires, lock, lock_error
-        self.argv_result = argv or {"checked": True, "argv": [], "accepted": True, "unknown": {}, "errors": [],
-                                    "flags": 9}
-        self.calls: list[tuple[Any, ...]] = []
-
-    def engines(self, **kw: Any) -> upgrade_world.Engines:
-        return upgrade_world.Engines(available=self.available, sglang_wheel=self.wheel, platform_wheel=self.platform,
-                               patches=self.patches, family=self.family, base_glibc=self.glibc,
-                               resolve=self.resolve, coverage=self.coverage, argv=self.argv, flags=self.flags,
-                               **kw)
-
-    def available(self, name: str) -> list[str]:
-        self.calls.append(("available", name))
-        known = {"sglang": ["0.5.9", "0.5.10", "0.5.11rc1"], "msgspec": ["0.9.0", "0.19.0", "0.20.0rc1"]}
-        return known.get(name, ["1.0"])
-
-    def wheel(self, version: str) -> Path:
-        self.calls.append(("wheel", version))
-        path = self.tmp / f"sglang-{version}-py3-none-any.whl"
-        with zipfile.ZipFile(path, "w") as zf:
-            zf.writestr(f"sglang-{version}.dist-info/METADATA", METADATA.format(v=version, req=self.requires))
-        return path
-
-    def platform(self, stack, version: str) -> Path | None:
-        self.calls.append(("platform", stack.name, version))
-        return Path(f"sglang-{version}-cp312-cp312-manylinux_2_28_x86_64.whl")
-
-    def patches(self, version, stack):
-        self.calls.append(("patches", version, stack.name))
-        return {}
-
-    def family(self, stack, target: ReleasePins, glibc: str) -> dict[str, str]:
-        self.calls.append(("family", stack.name, target.sglang, glibc))
-        return {}
-
-    def glibc(self, stack) -> str | None:
-        self.calls.append(("glibc", stack.name))
-        return "2.36"
-
-    def resolve(self, stack, previous: Lock | None, glibc: str | None) -> Lock:
-        self.calls.append(("resolve", stack.name, stack.sglang.version, previous and previous.pins, glibc))
-        if self.lock_error:
-            raise LockError(f"stack '{stack.name}': {self.lock_error}")
-        assert self.lock is not None
-        return self.lock
-
-    def coverage(self, stack) -> dict[str, Any] | None:
-        self.calls.append(("coverage", stack.name, stack.sglang.version))
-        return None
-
-    def flags(self, wheel: Path, version_of) -> dict[str, Any]:
-        self.calls.append(("flags", wheel.name))
-        return {"flags": ["--model-path", "--tp-size", "--host", "--port", "--mem-fraction-static"], "deprecated": {}}
-
-    def argv(self, wheel: Path, argv: list[str], version_of) -> dict[str, Any]:
-        self.calls.append(("argv", wheel.name, argv, version_of("xgrammar"), version_of("outlines"),
-                           version_of("msgspec")))
-        return {**self.argv_result, "argv": argv}
 
 
 @pytest.fixture()
@@ -160,8 +68,8 @@ def _lines(capsys) -> list[str]:
 
 
 def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_path, clock, capsys) -> None:
-    write_lock(lock_path(repo, "s1"), _lock("s1", sglang="0.5.9", xgrammar="0.1.27", gone="1.0"))
-    new = _lock("s1", sglang="0.5.10", xgrammar="0.1.30", added="2.0")
+    write_lock(lock_path(repo, "s1"), lock_of("s1", sglang="0.5.9", xgrammar="0.1.27", gone="1.0"))
+    new = lock_of("s1", sglang="0.5.10", xgrammar="0.1.30", added="2.0")
     world = World(tmp_path, lock=new)
     code = upgrade_command(str(repo), "s1", "0.5.10", as_json=JsonReport(path=tmp_path / "u.json"),
                                    engines=world.engines())
@@ -209,7 +117,7 @@ def test_a_ready_upgrade_without_write_leaves_the_file_and_reports(repo, tmp_pat
 
 
 def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, capsys) -> None:
-    new = _lock("s1-next", sglang="0.5.10", xgrammar="0.1.27")
+    new = lock_of("s1-next", sglang="0.5.10", xgrammar="0.1.27")
     world = World(tmp_path, lock=new)
     code = upgrade_command(str(repo), "s1", "0.5.10", as_name="s1-next", write=True, engines=world.engines())
     assert code == 0
@@ -232,7 +140,7 @@ def test_write_replaces_the_file_and_its_lock_together(repo, tmp_path, clock, ca
 
 
 def test_a_conflict_makes_review_and_write_writes_nothing(repo, tmp_path, clock, capsys) -> None:
-    world = World(tmp_path, requires="xgrammar==0.1.32", lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, requires="xgrammar==0.1.32", lock=lock_of("s1", sglang="0.5.10"))
     code = upgrade_command(str(repo), "s1", "0.5.10", write=True, engines=world.engines())
     assert code == 1
     assert repo.read_text() == STACKS and not lock_path(repo, "s1").exists()
@@ -266,7 +174,7 @@ def test_plan_upgrade_judges_patches_and_coverage_with_the_engines(repo, tmp_pat
     inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
     stack = inputs.stack.model_copy(update={"patches": ("p-a", "kimi-k25-eagle3")})
     inputs = upgrade_inputs.Inputs(inputs.stacks_file, inputs.matrix, stack, "0.5.10", "s1", False, None)
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     judged: list[tuple[str, Any]] = []
     world.patches = lambda version, s: judged.append((version, s)) or {  # type: ignore[method-assign]
         "p-a": (planner.UPSTREAM, "upstream has it"), "kimi-k25-eagle3": (planner.DRIFTED, "hunk 1 failed")}
@@ -296,7 +204,7 @@ def test_a_serving_spec_the_release_cannot_take_skips_the_argv(repo, tmp_path, m
 
     monkeypatch.setattr(planning, "serving_argv", refuse)
     inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, World(tmp_path).available)
-    plan, _, _ = planning.plan_upgrade(inputs, World(tmp_path, lock=_lock("s1")).engines())
+    plan, _, _ = planning.plan_upgrade(inputs, World(tmp_path, lock=lock_of("s1")).engines())
     assert plan.argv == {"checked": False, "argv": [], "skipped": "no serving argv: a reason"}
     assert plan.reasons == ("serving argv not checked: no serving argv: a reason",)
 
@@ -325,20 +233,20 @@ def test_write_upgrade_undoes_the_lock_when_the_file_cannot_be_replaced(tmp_path
     monkeypatch.setattr(os, "replace", replace)
     message = f"{stacks}: cannot be written (Read-only file system); no file was replaced"
     with pytest.raises(OutputNotWritable) as err:
-        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, lock_of("s1", sglang="0.5.10"))
     assert str(err.value) == message
     assert not lock_file.exists() and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "stacks.yaml"]
     lock_file.write_text("previous lock\n")
     with pytest.raises(OutputNotWritable) as err:
-        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(stacks, "new\n", lock_file, lock_of("s1", sglang="0.5.10"))
     assert str(err.value) == message
     assert lock_file.read_text() == "previous lock\n" and stacks.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "s1.txt", "stacks.yaml"]
     monkeypatch.setattr(os, "replace", real_replace)
-    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, lock_of("s1", sglang="0.5.10"))
     assert stacks.read_text() == "new\n"
-    assert lock_file.read_text() == render_lock(_lock("s1", sglang="0.5.10"), stacks_file="stacks.yaml")
+    assert lock_file.read_text() == render_lock(lock_of("s1", sglang="0.5.10"), stacks_file="stacks.yaml")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["locks", "s1.txt", "stacks.yaml"]
 
 
@@ -404,7 +312,7 @@ def test_bad_input_about_the_index_and_git(repo, tmp_path) -> None:
 def test_the_version_of_a_package_for_the_parser(tmp_path) -> None:
     target = ReleasePins("0.5.10", None, None, None, None, None, {"xgrammar": "0.1.32", "outlines": "0.1.11"})
     world = World(tmp_path)
-    version_of = planning._version_of(_lock("s1", xgrammar="0.1.27"), target, world.available)
+    version_of = planning._version_of(lock_of("s1", xgrammar="0.1.27"), target, world.available)
     assert (version_of("xgrammar"), version_of("outlines"), version_of("msgspec")) == ("0.1.27", "0.1.11", "0.19.0")
     no_lock = planning._version_of(None, target, world.available)
     assert no_lock("xgrammar") == "0.1.32"
@@ -467,7 +375,7 @@ def test_the_default_glibc_coverage_and_lock_engines(monkeypatch, tmp_path, repo
 
     monkeypatch.setattr(upgrade_locks, "resolve_stack",
                         lambda s, previous, base_glibc: (s.name, previous, base_glibc))
-    previous = _lock("s1")
+    previous = lock_of("s1")
     assert upgrade_locks.resolve_lock(stack, previous, "2.36") == ("s1", previous, "2.36")  # type: ignore[comparison-overlap]
     monkeypatch.setattr(upgrade_locks, "resolve_platforms",
                         lambda s, previous, base_glibc: (s.name, previous, base_glibc))
@@ -505,7 +413,7 @@ def test_the_torch_family_through_the_resolver(monkeypatch, tmp_path, repo) -> N
 
 def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None:
     repo.write_text(STACKS + TORCH_STACK)
-    world = World(tmp_path, requires="torch==2.10.0", lock=_lock("t1", sglang="0.5.10"))
+    world = World(tmp_path, requires="torch==2.10.0", lock=lock_of("t1", sglang="0.5.10"))
     world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}  # type: ignore[method-assign]
     inputs = upgrade_inputs.check_inputs(str(repo), "t1", "0.5.10", None, False, world.available)
     plan, text, _ = planning.plan_upgrade(inputs, world.engines())
@@ -517,7 +425,7 @@ def test_a_torch_stack_moves_its_family_with_the_release(repo, tmp_path) -> None
 def test_pins_of_a_layer_the_lock_could_not_reach_are_guesses_and_write_refuses_them(repo, tmp_path, capsys) -> None:
     repo.write_text(STACKS + TORCH_STACK)
     why = "index https://download.pytorch.org/whl/cu130 unreachable: dns error"
-    base = _lock("t1", sglang="0.5.10")
+    base = lock_of("t1", sglang="0.5.10")
     unreached = Lock(**{**base.__dict__, "packages": (
         *base.packages, LockedPackage("torch", "2.10.0", "torch", unhashed=why),
         LockedPackage("torchvision", "0.25.0", "torch", unhashed=why)),
@@ -548,7 +456,7 @@ def test_pins_of_a_layer_the_lock_could_not_reach_are_guesses_and_write_refuses_
     (None, "2.36", {}, ("sglang 0.5.10 has no wheel for Python 3.12 on linux/amd64 with glibc 2.36",)),
 ])
 def test_the_release_wheel_and_the_base_glibc_reach_the_planner(repo, tmp_path, wheel, glibc, edits, reasons) -> None:
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     world.platform = lambda stack, version: Path(wheel) if wheel else None  # type: ignore[method-assign]
     world.glibc = lambda stack: glibc  # type: ignore[method-assign]
     inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
@@ -558,7 +466,7 @@ def test_the_release_wheel_and_the_base_glibc_reach_the_planner(repo, tmp_path, 
 
 
 def test_a_release_without_requirements(repo, tmp_path) -> None:
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     wheel = tmp_path / "bare.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang-0.5.10.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
@@ -569,7 +477,7 @@ def test_a_release_without_requirements(repo, tmp_path) -> None:
 
 
 def test_a_stacks_file_changed_under_the_upgrade_is_named(repo, tmp_path) -> None:
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     repo.write_text("stacks: [\n")
     with pytest.raises(errors.ConfigError) as err:
@@ -611,7 +519,7 @@ def test_write_upgrade_stages_beside_each_file_and_makes_the_lock_folder(tmp_pat
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+    upgrade_locks.write_upgrade(stacks, "new\n", lock_file, lock_of("s1", sglang="0.5.10"))
     assert [dst for _, dst in moved] == [lock_file, stacks]
     assert [src.parent for src, _ in moved] == [lock_file.parent, stacks.parent]
     assert moved[0][0].name.startswith(".s1.txt.") and moved[1][0].name.startswith(".stacks.yaml.")
@@ -619,7 +527,7 @@ def test_write_upgrade_stages_beside_each_file_and_makes_the_lock_folder(tmp_pat
 
 
 def test_a_second_run_reuses_its_report_folder(repo, tmp_path, clock) -> None:
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     assert sorted(p.name for p in (tmp_path / "build" / "s1" / "upgrade").iterdir()) == [
@@ -631,7 +539,7 @@ def test_the_last_line_is_not_highlighted(repo, tmp_path, clock, monkeypatch) ->
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="standard", width=400)
     monkeypatch.setattr(console_mod, "console", lambda: console)
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     assert upgrade_command(str(repo), "s1", "0.5.10", engines=world.engines()) == 0
     report = tmp_path / "build" / "s1" / "upgrade" / "report.md"
     assert out.getvalue().splitlines()[-1] == (f"upgrade s1 -> sglang 0.5.10: \x1b[1mready\x1b[0m in 2.5 s; "

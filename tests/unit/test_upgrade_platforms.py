@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lock_flow import VERSIONS, Uv
-from test_upgrade_command import STACKS, World, _lock
+from upgrade_fixtures import STACKS, World, lock_of
+from uv_double import VERSIONS, Uv
 
 from sglstack.adapters.uv import ResolutionConflict
 from sglstack.cli.upgrade import upgrade_command
@@ -27,8 +27,8 @@ ARM = "linux/arm64"
 def repo(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     (tmp_path / "stacks.yaml").write_text(TWO)
-    write_lock(lock_path(tmp_path / "stacks.yaml", "s1"), _lock("s1", sglang="0.5.9"))
-    write_lock(lock_path(tmp_path / "stacks.yaml", "s1", ARM), _lock("s1", sglang="0.5.9"))
+    write_lock(lock_path(tmp_path / "stacks.yaml", "s1"), lock_of("s1", sglang="0.5.9"))
+    write_lock(lock_path(tmp_path / "stacks.yaml", "s1", ARM), lock_of("s1", sglang="0.5.9"))
     return tmp_path / "stacks.yaml"
 
 
@@ -103,7 +103,8 @@ def test_a_disagreement_the_engine_lets_through_is_still_refused(repo) -> None:
     """The guard is the upgrade's own, not only the resolver's: locks that differ are never written."""
     before = _files(repo)
     world = World(repo.parent)
-    locks = {"linux/amd64": _lock("s1", sglang="0.5.10", idna="3.11"), ARM: _lock("s1", sglang="0.5.10", idna="3.10")}
+    locks = {"linux/amd64": lock_of("s1", sglang="0.5.10", idna="3.11"),
+             ARM: lock_of("s1", sglang="0.5.10", idna="3.10")}
     code = upgrade_command(str(repo), "s1", "0.5.10", write=True,
                            engines=world.engines(resolve_platforms=lambda s, p, g: locks))
     assert code == 1 and _files(repo) == before
@@ -128,7 +129,7 @@ def test_a_failure_on_the_second_platform_writes_nothing(repo) -> None:
 def test_a_one_platform_stack_is_resolved_by_the_one_lock_engine(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     (tmp_path / "stacks.yaml").write_text(STACKS)
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
 
     def refuse(stack, previous, glibc):
         raise AssertionError("a stack of one platform has one lock")
@@ -136,7 +137,7 @@ def test_a_one_platform_stack_is_resolved_by_the_one_lock_engine(tmp_path, monke
     assert upgrade_command(str(tmp_path / "stacks.yaml"), "s1", "0.5.10", write=True,
                            engines=world.engines(resolve_platforms=refuse)) == 0
     assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == ["s1.txt"]
-    assert (tmp_path / "locks" / "s1.txt").read_text() == render_lock(_lock("s1", sglang="0.5.10"),
+    assert (tmp_path / "locks" / "s1.txt").read_text() == render_lock(lock_of("s1", sglang="0.5.10"),
                                                                       stacks_file="stacks.yaml")
     assert "platform_closures" not in _report(tmp_path / "stacks.yaml")
 
@@ -158,8 +159,8 @@ def test_a_lock_that_cannot_be_replaced_puts_back_those_before_it(repo, monkeypa
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OutputNotWritable):
-        upgrade_locks.write_upgrade(repo, "new\n", lock_path(repo, "s1"), _lock("s1", sglang="0.5.10"),
-                                    [(lock_path(repo, "s1", ARM), _lock("s1", sglang="0.5.10"))])
+        upgrade_locks.write_upgrade(repo, "new\n", lock_path(repo, "s1"), lock_of("s1", sglang="0.5.10"),
+                                    [(lock_path(repo, "s1", ARM), lock_of("s1", sglang="0.5.10"))])
     assert _files(repo) == before
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_upgrade_command import World, _lock
+from upgrade_fixtures import World, lock_of
 
 from sglstack.cli.upgrade import upgrade_command
 from sglstack.config.matrix import load_matrix
@@ -96,7 +96,7 @@ def test_no_edit_when_the_stack_already_has_it_none_passes_or_no_sweep_is_record
 
 
 def _world(tmp_path: Path, report: dict[str, Any] | None) -> upgrade_world.Engines:
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
     return world.engines(sweep_report=lambda stack: (report, f"build/{stack.name}/smoke-report.json"))
 
 

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_upgrade_command import STACKS, World, _lock
 from tmpfs_fixtures import fill, tmpfs
+from upgrade_fixtures import STACKS, World, lock_of
 
 from sglstack.cli.reporting import json_report
 from sglstack.cli.upgrade import UpgradeOptions, upgrade_command
@@ -118,7 +118,7 @@ def test_write_changes_the_named_stack_and_no_other(workdir, shape) -> None:
     stacks_file = workdir / "stacks.yaml"
     stacks_file.write_text(head + body)
     before = dumps(stacks_file)
-    assert run(stacks_file, name, World(workdir, lock=_lock(name, sglang="0.5.10")), write=True) == 0
+    assert run(stacks_file, name, World(workdir, lock=lock_of(name, sglang="0.5.10")), write=True) == 0
     after = dumps(stacks_file)
     assert {n: d for n, d in after.items() if n != name} == {n: d for n, d in before.items() if n != name}
     assert load_matrix(stacks_file).get(name).sglang.version == "0.5.10"
@@ -130,7 +130,7 @@ def test_the_anchor_stays_with_the_others_and_the_upgraded_entry_gets_its_own_co
     stacks_file = workdir / "stacks.yaml"
     body, name, _ = SHAPES["mapping, defined here"]
     stacks_file.write_text(HEAD + body)
-    assert run(stacks_file, name, World(workdir, lock=_lock(name, sglang="0.5.10")), write=True) == 0
+    assert run(stacks_file, name, World(workdir, lock=lock_of(name, sglang="0.5.10")), write=True) == 0
     assert stacks_file.read_text() == HEAD + (
         "  a:\n    base_image: debian:bookworm-slim\n    sglang:\n      version: 0.5.10  # the pin\n"
         "  b:\n    base_image: debian:bookworm-slim\n    sglang:\n      version: 0.5.9   # the pin\n")
@@ -215,7 +215,7 @@ CHAIN = HEAD + entry("a", PLAIN) + entry("b", "inherits: a") + entry("c", "inher
 def test_a_stack_others_inherit_is_refused_with_their_names_before_any_work(workdir, name, message) -> None:
     stacks_file = workdir / "stacks.yaml"
     stacks_file.write_text(CHAIN)
-    world = World(workdir, lock=_lock(name, sglang="0.5.10"))
+    world = World(workdir, lock=lock_of(name, sglang="0.5.10"))
     with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
         run(stacks_file, name, world, write=True)
     assert str(err.value) == f"{stacks_file}: {message}" and err.value.exit_code == 2
@@ -226,11 +226,11 @@ def test_a_stack_others_inherit_upgrades_as_a_new_stack_and_reports_without_writ
     stacks_file = workdir / "stacks.yaml"
     stacks_file.write_text(CHAIN)
     before = dumps(stacks_file)
-    world = World(workdir, lock=_lock("a2", sglang="0.5.10"))
+    world = World(workdir, lock=lock_of("a2", sglang="0.5.10"))
     assert run(stacks_file, "a", world, as_name="a2", write=True) == 0
     assert {n: d for n, d in dumps(stacks_file).items() if n != "a2"} == before
     # without --write the report says what --write would do
-    assert run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10"))) == 0
+    assert run(stacks_file, "a", World(workdir, lock=lock_of("a", sglang="0.5.10"))) == 0
     assert report(workdir, "a")["notes"] == [
         "--write would be refused: the edit also changes stacks 'b', 'c' (write the upgrade as a new stack with "
         "--as NEW)"]
@@ -249,7 +249,7 @@ def test_an_edit_that_would_move_another_stack_writes_nothing(workdir, monkeypat
 
     monkeypatch.setattr(edit, "edited", careless)
     with pytest.raises(upgrade_inputs.UpgradeInputError) as err:
-        run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True)
+        run(stacks_file, "a", World(workdir, lock=lock_of("a", sglang="0.5.10")), write=True)
     assert str(err.value) == (f"{stacks_file}: stack 'a': --write would also change stack 'b': nothing written "
                               "(write the upgrade as a new stack with --as NEW)")
     assert stacks_file.read_text() == text and not lock_path(stacks_file, "a").exists()
@@ -276,7 +276,7 @@ def repo(workdir) -> Path:
 
 
 def test_a_second_write_of_the_matrix_is_refused_at_once_and_writes_nothing(repo, workdir) -> None:
-    world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+    world = World(workdir, lock=lock_of("s1", sglang="0.5.10"))
     with file_lock(repo, "upgrade --write"), pytest.raises(FileBusy) as err:
         run(repo, "s1", world, write=True)
     assert str(err.value) == (f"{repo} is busy: another task is rewriting it or writing from it: run `invoke "
@@ -290,7 +290,7 @@ def test_a_second_write_of_the_matrix_is_refused_at_once_and_writes_nothing(repo
         with contextlib.suppress(FileBusy), file_lock(repo, "upgrade --write"):
             refused.append("not refused")
         refused.append("refused") if not refused else None
-        return _lock(stack.name, sglang="0.5.10")
+        return lock_of(stack.name, sglang="0.5.10")
 
     world.resolve = resolve  # type: ignore[method-assign]
     assert run(repo, "s1", world, write=True) == 0
@@ -299,12 +299,12 @@ def test_a_second_write_of_the_matrix_is_refused_at_once_and_writes_nothing(repo
 
 def test_an_edit_made_while_the_upgrade_ran_is_never_lost(repo, workdir) -> None:
     """A writer that takes no lock (a person's editor, a script): the upgrade writes only over the text it read."""
-    world = World(workdir, lock=_lock("s1-next", sglang="0.5.10"))
+    world = World(workdir, lock=lock_of("s1-next", sglang="0.5.10"))
     theirs = STACKS + entry("mine", PLAIN)
 
     def resolve(stack, previous, glibc):
         repo.write_text(theirs)
-        return _lock(stack.name, sglang="0.5.10")
+        return lock_of(stack.name, sglang="0.5.10")
 
     world.resolve = resolve  # type: ignore[method-assign]
     with pytest.raises(errors.SglstackError) as err:
@@ -325,7 +325,7 @@ def test_write_goes_through_a_link_to_the_stacks_file_and_keeps_modes(workdir) -
     sibling = workdir / "locks" / "other.txt"
     sibling.write_text("a lock\n")
     sibling.chmod(0o664)
-    assert run(link, "s1", World(workdir, lock=_lock("s1", sglang="0.5.10")), write=True) == 0
+    assert run(link, "s1", World(workdir, lock=lock_of("s1", sglang="0.5.10")), write=True) == 0
     assert link.is_symlink() and os.readlink(link) == "config/matrix.yaml"
     assert "version: 0.5.10" in real.read_text() and stat.S_IMODE(real.stat().st_mode) == 0o640
     assert stat.S_IMODE(lock_path(link, "s1").stat().st_mode) == 0o664  # the sibling locks' mode
@@ -335,7 +335,7 @@ def test_write_goes_through_a_link_to_the_stacks_file_and_keeps_modes(workdir) -
     # an existing lock keeps its own mode
     lock_path(link, "s1").chmod(0o600)
     assert upgrade_command(str(link), "s1", "0.5.11rc1", engines=World(
-        workdir, lock=_lock("s1", sglang="0.5.11rc1")).engines(), write=True) == 0
+        workdir, lock=lock_of("s1", sglang="0.5.11rc1")).engines(), write=True) == 0
     assert stat.S_IMODE(lock_path(link, "s1").stat().st_mode) == 0o600
 
 
@@ -343,7 +343,7 @@ def test_write_goes_through_a_link_to_the_stacks_file_and_keeps_modes(workdir) -
 def test_a_first_lock_is_0644_under_the_umask(repo, workdir, mask, mode) -> None:
     old = os.umask(mask)
     try:
-        assert run(repo, "s1", World(workdir, lock=_lock("s1", sglang="0.5.10")), write=True) == 0
+        assert run(repo, "s1", World(workdir, lock=lock_of("s1", sglang="0.5.10")), write=True) == 0
     finally:
         os.umask(old)
     assert stat.S_IMODE(lock_path(repo, "s1").stat().st_mode) == mode
@@ -358,9 +358,9 @@ def test_a_full_disk_leaves_both_files_as_they_were_and_no_temp_file(tmp_path, m
         stacks_file = fs / "stacks.yaml"
         stacks_file.write_text(STACKS)
         (fs / "locks").mkdir()
-        old_lock = render_lock(_lock("s1", sglang="0.5.9"), stacks_file="stacks.yaml")
+        old_lock = render_lock(lock_of("s1", sglang="0.5.9"), stacks_file="stacks.yaml")
         lock_path(stacks_file, "s1").write_text(old_lock)
-        world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+        world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
         world.coverage = lambda stack: fill(fs) and None  # type: ignore[method-assign]  # fills it mid-run
         with pytest.raises(OutputNotWritable) as err:
             run(stacks_file, "s1", world, write=True)
@@ -384,7 +384,7 @@ def test_enospc_at_either_write_leaves_no_temp_file(repo, workdir, monkeypatch, 
     monkeypatch.setattr(safefiles.os, "fsync", fsync)
     lock_file = lock_path(repo, "s1")
     with pytest.raises(OutputNotWritable) as err:
-        upgrade_locks.write_upgrade(repo, "new\n", lock_file, _lock("s1", sglang="0.5.10"))
+        upgrade_locks.write_upgrade(repo, "new\n", lock_file, lock_of("s1", sglang="0.5.10"))
     assert str(err.value) == f"{[lock_file, repo][which - 1]}: cannot be written (No space left on device); no " \
                              "file was replaced"
     assert repo.read_text() == STACKS and not lock_file.exists()
@@ -432,7 +432,7 @@ def test_a_read_only_checkout_is_refused_before_any_work(tmp_path, monkeypatch) 
         subprocess.run(["mount", "-o", "remount,ro", str(checkout)], check=True)
         monkeypatch.chdir(checkout)
         monkeypatch.delenv("SGLSTACK_BUILD_DIR", raising=False)
-        world = World(tmp_path, lock=_lock("s1", sglang="0.5.10"))
+        world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
         with pytest.raises(OutputNotWritable) as err:  # the report's folder, build/ in the checkout
             run(Path("stacks.yaml"), "s1", world)
         assert str(err.value) == ("the upgrade's report build/s1/upgrade/report.json: cannot be written (Read-only "
@@ -464,7 +464,7 @@ def test_invoke_lock_and_upgrade_write_of_one_matrix_refuse_each_other(repo, wor
         flow.lock_stack(repo, "s1", compile_fn=resolved)
     assert str(err.value) == (f"{repo} is busy: another task is rewriting it or writing from it: run `invoke lock` "
                               "again when that one ends")
-    world = World(workdir, lock=_lock("s1", sglang="0.5.10"))
+    world = World(workdir, lock=lock_of("s1", sglang="0.5.10"))
     with file_lock(repo, "lock", shared=True), pytest.raises(FileBusy):
         run(repo, "s1", world, write=True)
     assert world.calls == [] and repo.read_text() == STACKS and not (workdir / "locks").exists()
@@ -505,7 +505,7 @@ def test_write_keeps_the_file_s_line_endings_and_byte_order_mark(workdir, prefix
     stacks_file = workdir / "stacks.yaml"
     before = HEAD + entry("a", PLAIN) + entry("b", PLAIN)
     stacks_file.write_bytes((prefix + before.replace("\n", newline)).encode("utf-8"))
-    assert run(stacks_file, "a", World(workdir, lock=_lock("a", sglang="0.5.10")), write=True) == 0
+    assert run(stacks_file, "a", World(workdir, lock=lock_of("a", sglang="0.5.10")), write=True) == 0
     expected = HEAD + entry("a", PLAIN.replace("0.5.9", "0.5.10")) + entry("b", PLAIN)
     assert stacks_file.read_bytes() == (prefix + expected.replace("\n", newline)).encode("utf-8")
 
@@ -516,7 +516,7 @@ def test_a_file_the_editor_cannot_read_is_refused_before_any_work(workdir) -> No
     stacks_file = workdir / "stacks.yaml"
     stacks_file.write_text(HEAD + entry("a", PLAIN) + entry("b", PLAIN.replace("version: 0.5.9", "version:\t0.5.9")))
     before = stacks_file.read_bytes()
-    world = World(workdir, lock=_lock("a", sglang="0.5.10"))
+    world = World(workdir, lock=lock_of("a", sglang="0.5.10"))
     for write in (True, False):
         with pytest.raises(upgrade_inputs.UpgradeInputError) as info:
             run(stacks_file, "a", world, write=write)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from deploy_fixtures import make_test_stack
-from test_upgrade_command import STACKS, World, _lock
+from upgrade_fixtures import STACKS, World, lock_of
 
 from sglstack.adapters.process import running_process
 from sglstack.cli.upgrade import upgrade_command
@@ -108,7 +108,7 @@ def test_a_missing_compose_env_is_created_empty_and_private(world) -> None:
 
 def _upgrade(tmp_path: Path) -> int:
     (tmp_path / "stacks.yaml").write_text(STACKS)
-    world = World(tmp_path, lock=_lock("s1", sglang="0.5.10", xgrammar="0.1.27"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10", xgrammar="0.1.27"))
     return upgrade_command(str(tmp_path / "stacks.yaml"), "s1", "0.5.10", engines=world.engines())
 
 
