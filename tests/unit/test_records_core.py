@@ -20,6 +20,7 @@ import pytest
 
 from sglstack.core import clock as clock_mod
 from sglstack.core import records as records_mod
+from sglstack.core.clock import parse_local_stamp, parse_utc, utc_now, utc_timestamp, utc_today
 from sglstack.core.records import (
     BadLine,
     BadStore,
@@ -28,16 +29,11 @@ from sglstack.core.records import (
     build_root,
     check_field_types,
     json_type,
-    parse_local_stamp,
-    parse_utc,
     read_jsonl,
     read_jsonl_lenient,
     require_store_writable,
     require_writable,
     stack_dir,
-    utc_now,
-    utc_timestamp,
-    utc_today,
     write_output,
 )
 
