@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_deploy_k8s import NAME, REPOSITORY, A, B, applied_image, calls, cluster, deploy, records  # noqa: F401
+from test_deploy_k8s import NAME, REPOSITORY, A, B, applied_image, calls, deploy, records
 
 OBJECTS = "objects"
 
@@ -18,7 +18,7 @@ def _lws_file(env: dict[str, str]) -> Path:
     return Path(env["KUBECTL_DOUBLE_STATE"]) / OBJECTS / f"LeaderWorkerSet.default.{NAME}.json"
 
 
-def test_a_first_deploy_whose_service_is_refused_deletes_the_applied_leaderworkerset(cluster, tmp_path):  # noqa: F811
+def test_a_first_deploy_whose_service_is_refused_deletes_the_applied_leaderworkerset(cluster, tmp_path):
     proc = deploy(cluster, tmp_path, B, "--wait-timeout", "5", KUBECTL_DOUBLE_QUOTA="Service")
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -30,7 +30,7 @@ def test_a_first_deploy_whose_service_is_refused_deletes_the_applied_leaderworke
     assert [(r["action"], r["result"], r["digest"]) for r in records(cluster)] == [("deploy", "failed", B)]
 
 
-def test_a_partial_apply_over_a_healthy_deployment_rolls_back_to_it(cluster, tmp_path):  # noqa: F811
+def test_a_partial_apply_over_a_healthy_deployment_rolls_back_to_it(cluster, tmp_path):
     assert deploy(cluster, tmp_path, A).returncode == 0
     service = next((Path(cluster["KUBECTL_DOUBLE_STATE"]) / OBJECTS).glob("Service.*"))
     service.unlink()  # removed by hand; the quota now refuses to create it again
@@ -41,7 +41,7 @@ def test_a_partial_apply_over_a_healthy_deployment_rolls_back_to_it(cluster, tmp
     assert rows[:2] == [("deploy", A), ("deploy", B)] and rows[2] == ("restore", A)
 
 
-def test_a_refused_delete_is_reported_as_failed(cluster, tmp_path):  # noqa: F811
+def test_a_refused_delete_is_reported_as_failed(cluster, tmp_path):
     proc = deploy(cluster, tmp_path, B, "--wait-timeout", "1", KUBECTL_DOUBLE_UNREADY=B,
                   KUBECTL_DOUBLE_FORBID_DELETE="1")
     assert proc.returncode != 0

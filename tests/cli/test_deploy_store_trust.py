@@ -279,11 +279,10 @@ def test_status_shows_what_it_can_and_names_the_bad_line(tmp_path, monkeypatch, 
 
 # ---- the same for a LeaderWorkerSet: refused before kubectl applies anything ----------------------------
 
-def test_a_k8s_deploy_whose_record_cannot_be_written_applies_nothing(tmp_path) -> None:
-    from test_deploy_k8s import DOUBLE_DIR, REPOSITORY, STACK, A, B, applied_image, calls, deploy
+def test_a_k8s_deploy_whose_record_cannot_be_written_applies_nothing(tmp_path, cluster) -> None:
+    from test_deploy_k8s import REPOSITORY, STACK, A, B, applied_image, calls, deploy
 
-    env = {"PATH": f"{DOUBLE_DIR}{os.pathsep}{os.environ['PATH']}", "KUBECTL_DOUBLE_STATE": str(tmp_path / "kube"),
-           "KUBECTL_DOUBLE_CONTEXT": "kind-sglstack", "SGLSTACK_BUILD_DIR": str(tmp_path / "build")}
+    env = cluster  # the kubectl stand-in's environment (conftest)
     assert deploy(env, tmp_path, A, "--wait-timeout", "30").returncode == 0
     store = Path(env["SGLSTACK_BUILD_DIR"]) / STACK / "deployments.jsonl"
     kept = store.with_name("kept.jsonl")
