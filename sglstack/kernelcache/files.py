@@ -41,17 +41,7 @@ class KernelCacheError(SglstackError):
 def cache_files(folder: Path) -> dict[str, int]:
     """Every regular file under `folder` (relative POSIX path -> size); {} when there is no folder.
     Links are not followed (a cache's own link would point out of it)."""
-    out: dict[str, int] = {}
-    if not folder.is_dir():
-        return out
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                out[Path(path).relative_to(folder).as_posix()] = st.st_size
-    return dict(sorted(out.items()))
+    return {rel: size for rel, (size, _) in cache_state(folder).items()}
 
 
 def new_files(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
@@ -86,12 +76,19 @@ _BOOKKEEPING_SUFFIXES = (".log", ".lock", ".ninja_log", ".ninja_deps")
 
 
 def cache_state(folder: Path) -> dict[str, FileState]:
-    """Every regular file under `folder` -> (size, mtime in ns): what a start rewrote, not only what it added."""
+    """Every regular file under `folder` -> (size, mtime in ns), sorted: what a start rewrote, not only what it
+    added; {} when there is no folder. Links are not followed (a cache's own link would point out of it)."""
     out: dict[str, FileState] = {}
-    for rel in cache_files(folder):
-        st = os.lstat(folder / rel)
-        out[rel] = (st.st_size, st.st_mtime_ns)
-    return out
+    if not folder.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                out[Path(path).relative_to(folder).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return dict(sorted(out.items()))
 
 
 def shown_name(rel: str) -> str:
