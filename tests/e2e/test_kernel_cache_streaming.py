@@ -11,9 +11,6 @@ import hashlib
 import json
 import os
 import secrets
-import signal
-import threading
-import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,6 +19,7 @@ from typing import Any
 
 import pytest
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
+from waits import sigint_once_a_temp_file_holds
 
 from sglstack.attest import kernelcache as akc
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_kernel_cache
@@ -150,27 +148,8 @@ def test_a_64_mib_layer_is_packed_attached_fetched_and_restored_in_bounded_memor
 def test_ctrl_c_in_the_middle_of_the_download_leaves_nothing_in_the_store(large, tmp_path):
     client, repo, digest, key = large["client"], large["repo"], large["digest"], large["key"]
     node = LayoutStore(tmp_path / "node-store")
-    fired = threading.Event()
-
-    def interrupt_when_half_written() -> None:  # a real SIGINT, once the temp file holds some of the layer
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not fired.is_set():
-            for tmp in node.blobs.glob(".*.tmp") if node.blobs.exists() else ():
-                try:
-                    if tmp.stat().st_size >= MIB:
-                        fired.set()
-                        os.kill(os.getpid(), signal.SIGINT)
-                        return
-                except FileNotFoundError:
-                    pass
-            time.sleep(0.0005)
-
-    watcher = threading.Thread(target=interrupt_when_half_written, daemon=True)
-    watcher.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), sigint_once_a_temp_file_holds(node.blobs, MIB):
         fetch_kernel_cache(client, repo.path, digest, key, node, None)  # DID NOT RAISE: it ended unseen
-    fired.set()
-    watcher.join()
     assert left_in(node) == [] or left_in(node) == ["oci-layout"], left_in(node)
     # The next try starts clean and restores.
     fetch_kernel_cache(client, repo.path, digest, key, node, None)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from waits import sigint_once_a_temp_file_holds
 
 from sglstack.kernelcache import (
     ARTIFACT_TYPE,
@@ -234,34 +235,12 @@ def test_a_layer_that_unpacks_to_more_than_the_limit_is_refused_as_it_unpacks(tm
 def test_ctrl_c_while_packing_leaves_no_temp_file_and_no_artifact(tmp_path):
     """A real SIGINT once the layer's temp file holds a MiB: the store keeps nothing of the half-packed layer."""
     import os
-    import signal
-    import threading
-    import time
 
     cache = tmp_path / "cache"
     fill(cache, {f"k{n}.cubin": os.urandom(4 << 20) for n in range(4)})  # incompressible: about 16 MiB to write
     store = LayoutStore(tmp_path / "store")
-    fired = threading.Event()
-
-    def interrupt_when_half_written() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not fired.is_set():
-            for tmp in store.blobs.glob(".*.tmp") if store.blobs.exists() else ():
-                try:
-                    if tmp.stat().st_size >= 1 << 20:
-                        fired.set()
-                        os.kill(os.getpid(), signal.SIGINT)
-                        return
-                except FileNotFoundError:
-                    pass
-            time.sleep(0.0005)
-
-    watcher = threading.Thread(target=interrupt_when_half_written, daemon=True)
-    watcher.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), sigint_once_a_temp_file_holds(store.blobs, 1 << 20):
         store.put(key(), cache)  # DID NOT RAISE: packed before the watcher saw its temp file
-    fired.set()
-    watcher.join()
     assert [p.name for p in store.blobs.iterdir()] == []
     assert not (store.path / "index.json").exists()
     assert store.restore(key(), tmp_path / "r", tmp_path).line.endswith("starting cold")
