@@ -112,3 +112,22 @@ def test_a_time_record_is_read_exactly(raw, ns):
     member = tarfile.TarInfo("a")
     member.pax_headers = {"mtime": raw}
     assert files._packed_mtime_ns(member) == ns
+
+
+@pytest.mark.parametrize("raw", ["", "abc", "1.2.3", "-5", "1.1234567890", "12.x", "1700000000.123456789",
+                                 "1700000000.5", "1700000000"])
+def test_the_k8s_init_container_reads_a_time_record_as_the_host_does(raw):
+    """The init container runs in the image with the standard library only, so it keeps its own copy of the
+    parser: held to the host's here."""
+    import importlib.util
+    import tarfile
+
+    from sglstack.render.k8s_cache import INIT_SCRIPT
+
+    spec = importlib.util.spec_from_file_location("kernelcache_init", INIT_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    init = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(init)
+    member = tarfile.TarInfo("a")
+    member.pax_headers = {"mtime": raw} if raw else {}
+    assert init.packed_mtime_ns(raw) == files._packed_mtime_ns(member)
