@@ -145,4 +145,6 @@ def import_closure_record(report: Mapping[str, Any] | None, verdict: Mapping[str
         return None
     return {"modules": report.get("modules"), "architectures": report.get("architectures"),
             "serving_files": report.get("serving_files"), "scanned_files": report.get("scanned_files"),
-            "seconds": report.get("seconds"), "error": report.get("error"), **verdict}
+            "seconds": report.get("seconds"), "seconds_imports": report.get("seconds_imports"),
+            "seconds_scan": report.get("seconds_scan"), "facts": report.get("facts"), "error": report.get("error"),
+            **verdict}

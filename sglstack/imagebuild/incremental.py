@@ -35,6 +35,7 @@ from ..coverage.installed import (
 )
 from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
 from .importclosure import import_closure_args, import_closure_option
+from .importfacts import FACTS_IN_IMAGE, facts_note, facts_payload, load_facts, new_rows, store_facts, without_new_facts
 from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
@@ -116,11 +117,12 @@ _IMPORT_CLOSURE = ("import json, os, sys\n"
                    "print()\n")
 
 
-def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1) -> list[list[str]]:
+def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1, *, facts: bool = False) -> list[list[str]]:
     """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
     (its shared-library part always runs; the server part's --help and argv; the JIT part), and the server
-    part's import closure of the serving path in a container of its own (the longest piece). Together they
-    make the report `verify.image_check_argv`'s one run makes."""
+    part's import closure of the serving path in a container of its own (the longest piece), reading the fact
+    cache at FACTS_IN_IMAGE where `facts`. Together they make the report `verify.image_check_argv`'s one run
+    makes."""
     command = ["python", IMAGECHECK, *timeout_options(scale)]
     if SERVER in run:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
@@ -128,8 +130,8 @@ def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1) -> list[list[s
         command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
     if SERVER not in run:
         return [command]
-    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(import_closure_args(stack)),
-                      str(IMPORT_TIMEOUT_S * scale)]]
+    closure = import_closure_args(stack) + ([f"--facts={FACTS_IN_IMAGE}"] if facts else [])
+    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(closure), str(IMPORT_TIMEOUT_S * scale)]]
 
 
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
@@ -150,19 +152,20 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     stored = {p.fingerprint: p.result for p in passes}
     seconds: dict[str, float] = {}
     new_passes: list[tuple[Decision, dict[str, Any]]] = []
+    notes: list[dict[str, Any]] = []  # what ran or was reused inside a check (the import closure's facts)
 
     # The in-image checks run in a container of their own while the RECORDs are hashed and the objects listed:
     # neither reads what the other writes, and a failure of either fails the verify once both have ended.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
         image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, decisions, stored, new_passes,
-                                   seconds)
+                                   seconds, notes)
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
                                          local=_local_site_files(files, folders, site))
         checks = image_checks.result()
     _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
         "full": full, "layers_listed": files is not None, "seconds": seconds,
-        "checks": [decisions[s.name].to_dict() for s in specs]})
+        "checks": [decisions[s.name].to_dict() for s in specs] + notes})
 
 
 def _local_site_files(files: Mapping[str, Any] | None, folders: Mapping[str, Any], site: str) -> dict[str, Any]:
@@ -203,18 +206,12 @@ def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: Image
 
 def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[CheckSpec], decisions: dict[str, Decision],
                   stored: Mapping[str, Mapping[str, Any]], new_passes: list[tuple[Decision, dict[str, Any]]],
-                  seconds: dict[str, float]) -> dict[str, Any]:
+                  seconds: dict[str, float], notes: list[dict[str, Any]]) -> dict[str, Any]:
     """imagecheck.py with the parts that must run; the others' stored results; judged as one report."""
     run = {s.name for s in specs if decisions[s.name].run}
     fresh: dict[str, Any] = {}
     if run:
-        start = time.monotonic()
-        scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
-        argvs = imagecheck_argvs(stack, run, scale)
-        with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
-            for part_report in pool.map(lambda argv: image_check_report(client, image_id, stack, argv, scale), argvs):
-                fresh.update(part_report)
-        seconds["image_checks"] = round(time.monotonic() - start, 2)
+        fresh = _run_parts(client, image_id, stack, run, seconds, notes)
         if SHARED_LIBRARIES not in run:  # it runs with any other part: say so
             d = decisions[SHARED_LIBRARIES]
             decisions[SHARED_LIBRARIES] = Decision(d.check, True, "ran: imagecheck.py runs it with every other "
@@ -229,6 +226,31 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     for part, result in part_results(fresh, [s.name for s in specs if s.name in run]).items():
         new_passes.append((decisions[part], result))
     return checks
+
+
+def _run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: dict[str, float],
+               notes: list[dict[str, Any]]) -> dict[str, Any]:
+    """imagecheck.py's report of the parts in `run`; the import closure's container is given the facts of the
+    files seen before (by sha256), and the facts it derived are stored, not reported."""
+    start = time.monotonic()
+    scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
+    argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run)
+    files: list[dict[str, bytes]] = [{}]
+    if len(argvs) > 1:
+        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))})
+    fresh: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
+        for part_report in pool.map(lambda a, f: image_check_report(client, image_id, stack, a, scale, f),
+                                    argvs, files):
+            fresh.update(part_report)
+    seconds["image_checks"] = round(time.monotonic() - start, 2)
+    closure = fresh.get("import_closure")
+    store_facts(new_rows(closure))  # a file's facts are its bytes', whatever the verdict
+    note = facts_note(closure)
+    if note is not None and isinstance(closure, dict):
+        notes.append(note)
+        seconds["import_closure"] = closure.get("seconds") or 0.0
+    return without_new_facts(fresh)
 
 
 def _store(new_passes: Sequence[tuple[Decision, dict[str, Any]]], image_id: str, diff_ids: Sequence[str]) -> None:

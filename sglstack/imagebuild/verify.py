@@ -4,12 +4,13 @@ the facts say against the stack is `judge` (pure)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import shlex
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import docker
@@ -184,12 +185,12 @@ def run_image_checks(client: docker.DockerClient, image: str, stack: Stack) -> d
 
 
 def image_check_report(client: docker.DockerClient, image: str, stack: Stack, command: list[str],
-                       scale: int = 1) -> dict[str, Any]:
+                       scale: int = 1, files: Mapping[str, bytes] | None = None) -> dict[str, Any]:
     """imagecheck.py's report, run as `command` in a container of `image` (network off), not yet judged; `scale`
-    multiplies the time it is given (`time_scale`: an emulated platform's)."""
-    with emulated_cpuinfo(stack, scale) as cpuinfo, running_container(
-            client, image, command=command, name_prefix="sglstack-check", labels=container_labels(stack),
-            entrypoint=[], network_disabled=True, **cpuinfo) as container:
+    multiplies the time it is given (`time_scale`: an emulated platform's); `files` ({absolute path: bytes}) are
+    put in the container before it starts."""
+    with emulated_cpuinfo(stack, scale) as cpuinfo, _check_container(client, image, stack, command, files or {},
+                                                                     cpuinfo) as container:
         code = int(container.wait(timeout=IMAGECHECK_TIMEOUT_S * scale).get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
@@ -202,6 +203,30 @@ def image_check_report(client: docker.DockerClient, image: str, stack: Stack, co
         raise ImageCheckFailed(f"stack '{stack.name}': the in-image checks did not run: "
                                f"{last[-1] if last else f'exit {code}'}")
     return report
+
+
+@contextlib.contextmanager
+def _check_container(client: docker.DockerClient, image: str, stack: Stack, command: list[str],
+                     files: Mapping[str, bytes], options: Mapping[str, Any]) -> Iterator[Any]:
+    """A started container of the in-image checks (network off), with `files` copied in first; removed on exit."""
+    common = {"name_prefix": "sglstack-check", "labels": container_labels(stack), "entrypoint": [],
+              "network_disabled": True, **options}
+    if not files:
+        with running_container(client, image, command=command, **common) as container:
+            yield container
+        return
+    with created_container(client, image, command=command, **common) as container:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            for path, body in sorted(files.items()):
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode = len(body), 0o644
+                tar.addfile(info, io.BytesIO(body))
+        if not container.put_archive("/", data.getvalue()):
+            raise ImageCheckFailed(f"stack '{stack.name}': could not copy {', '.join(sorted(files))} into the "
+                                   "in-image checks' container")
+        container.start()
+        yield container
 
 
 def judged_image_checks(stack: Stack, report: dict[str, Any]) -> dict[str, Any]:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import re
 import sys
 import sysconfig
@@ -246,26 +248,86 @@ def mentioned_imports(text: str) -> set[str]:
     return names
 
 
-def scan(files: list[str], serving: set[str]) -> tuple[list[dict], int]:
+# What a file imports (its facts) is a fact of its bytes, this interpreter's grammar and this program's rules:
+# computed once per sha256 and kept by the host (`imagebuild/importfacts.py`); whether each name is provided
+# here is looked up again on every run. `mentioned`: the first pass's names; `imports`: the parsed top-level
+# imports, made only once a mentioned name was not provided (None until then).
+FACTS_FORMAT = 1
+
+
+def facts_namespace() -> str:
+    """What a file's facts depend on besides its bytes: the interpreter (its `ast`) and this program's text."""
+    with open(os.path.abspath(__file__), "rb") as f:
+        program = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"{sys.implementation.name}-{platform.python_version()}-{program}-{FACTS_FORMAT}"
+
+
+def _valid_fact(fact: object) -> bool:
+    """A fact as `scan` writes it; anything else (a corrupt or foreign entry) is ignored and made again."""
+    if not isinstance(fact, dict) or not isinstance(fact.get("mentioned"), list) or \
+            not all(isinstance(n, str) for n in fact["mentioned"]):
+        return False
+    imports = fact.get("imports")
+    return imports is None or (isinstance(imports, list) and all(
+        isinstance(i, list) and len(i) == 3 and isinstance(i[0], str) and type(i[1]) is int and type(i[2]) is bool
+        for i in imports))
+
+
+def read_facts(path: str | None, namespace: str) -> tuple[dict[str, dict], str | None]:
+    """{sha256: fact} of `namespace` from the host's facts file, and why none were taken (None when some were)."""
+    if not path:
+        return {}, "no fact cache given"
+    try:
+        with open(path, encoding="utf-8") as f:
+            given = json.load(f)
+    except (OSError, ValueError) as exc:
+        return {}, f"the fact cache could not be read: {type(exc).__name__}"
+    by_namespace = given.get("namespaces") if isinstance(given, dict) else None
+    facts = by_namespace.get(namespace) if isinstance(by_namespace, dict) else None
+    if not isinstance(facts, dict):
+        return {}, f"no facts for {namespace}"
+    return facts, None
+
+
+def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = None) -> dict:
+    """The unprovided imports of `files`, each file's facts taken from `known` (by its sha256) where there, else
+    derived from its bytes; the facts derived here (`new_facts`) for the host to keep."""
     provided = Provided()
-    unprovided = []
+    known = known or {}
+    unprovided: list[dict] = []
+    new: dict[str, dict] = {}
+    reused = parsed = 0
     for path in files:
         try:
             with open(path, "rb") as f:
                 source = f.read()
         except OSError:
             continue
-        if all(provided(n) for n in mentioned_imports(source.decode("utf-8", "replace")) if n.isidentifier()):
+        digest = hashlib.sha256(source).hexdigest()
+        fact = new.get(digest) or known.get(digest)
+        if _valid_fact(fact):
+            reused += digest not in new
+        else:
+            fact = {"mentioned": sorted(n for n in mentioned_imports(source.decode("utf-8", "replace"))
+                                        if n.isidentifier()), "imports": None}
+            new[digest] = fact
+        assert fact is not None
+        if all(provided(n) for n in fact["mentioned"]):
             continue
-        try:
-            tree = ast.parse(source, filename=path)
-        except (SyntaxError, ValueError, RecursionError):
-            continue
-        for name, line, conditional in top_level_imports(tree):
+        if fact["imports"] is None:
+            try:
+                tree = ast.parse(source, filename=path)
+            except (SyntaxError, ValueError, RecursionError):
+                tree = None
+            fact = {**fact, "imports": [list(i) for i in top_level_imports(tree)] if tree else []}
+            new[digest] = fact
+            parsed += 1
+        for name, line, conditional in fact["imports"]:
             if not provided(name):
                 unprovided.append({"module": name, "importer": path, "line": line, "serving": path in serving,
                                    "conditional": conditional})
-    return unprovided, len(files)
+    return {"unprovided": unprovided, "scanned_files": len(files), "new_facts": new,
+            "facts": {"files": len(files), "reused": reused, "derived": len(files) - reused, "parsed": parsed}}
 
 
 def loaded_files(roots: list[str]) -> set[str]:
@@ -288,8 +350,11 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--attention-backend", action="append", default=[])
     ap.add_argument("--site", action="append", default=[])
     ap.add_argument("--out", help="write the report here (what the imports print cannot mix into it)")
+    ap.add_argument("--facts", help="the host's fact cache (JSON: {namespaces: {namespace: {sha256: fact}}})")
     opts = ap.parse_args(args)
     start = time.monotonic()
+    namespace = facts_namespace()
+    known, no_facts = read_facts(opts.facts, namespace)
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
     root = sglang_folder()
@@ -308,15 +373,17 @@ def main(args: list[str] | None = None) -> int:
     modules = list(dict.fromkeys(modules))
     with contextlib.redirect_stdout(sys.stderr):  # what an imported module prints is not the report
         results = import_each(modules)
+    imported = time.monotonic()
     # The serving path: what importing it loaded, and the files whose imports failed on the way.
     serving = loaded_files(roots) - before
     serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
     files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
-    unprovided, scanned = scan(files, serving)
+    scanned = scan(files, serving, known)
     report = {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
-               "unknown_attention_backends": unknown_backends, "serving_files": len(serving),
-               "scanned_files": scanned, "unprovided": unprovided, "sites": sites,
-               "seconds": round(time.monotonic() - start, 2)}
+              "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
+              **scanned, "facts": {**scanned["facts"], "namespace": namespace, "not_given": no_facts},
+              "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
+              "seconds_scan": round(time.monotonic() - imported, 2)}
     with open(opts.out, "w", encoding="utf-8") if opts.out else contextlib.nullcontext(sys.stdout) as out:
         json.dump(report, out, indent=1, sort_keys=True)
         out.write("\n")
