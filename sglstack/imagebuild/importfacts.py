@@ -95,7 +95,7 @@ def without_new_facts(report: dict[str, Any]) -> dict[str, Any]:
     return {**report, "import_closure": {k: v for k, v in closure.items() if k != "new_facts"}}
 
 
-def facts_note(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def facts_note(report: Mapping[str, Any] | None, *, full: bool = False) -> dict[str, Any] | None:
     """What the record says of the facts: how many files' facts were reused, derived and parsed, and why."""
     facts = (report or {}).get("facts")
     if not isinstance(facts, dict):

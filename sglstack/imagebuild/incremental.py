@@ -119,11 +119,13 @@ _IMPORT_CLOSURE = ("import json, os, sys\n"
 
 def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1, *, facts: bool = False) -> list[list[str]]:
     """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
-    (its shared-library part always runs; the server part's --help and argv; the JIT part), and the server
+    (the shared-library part where it must run; the server part's --help and argv; the JIT part), and the server
     part's import closure of the serving path in a container of its own (the longest piece), reading the fact
     cache at FACTS_IN_IMAGE where `facts`. Together they make the report `verify.image_check_argv`'s one run
     makes."""
     command = ["python", IMAGECHECK, *timeout_options(scale)]
+    if SHARED_LIBRARIES not in run:
+        command.append("--no-shared-libraries")
     if SERVER in run:
         command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
     if JIT in run:
@@ -158,7 +160,7 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     # neither reads what the other writes, and a failure of either fails the verify once both have ended.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
         image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, decisions, stored, new_passes,
-                                   seconds, notes)
+                                   seconds, notes, full=full)
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
                                          local=_local_site_files(files, folders, site))
         checks = image_checks.result()
@@ -206,17 +208,12 @@ def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: Image
 
 def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[CheckSpec], decisions: dict[str, Decision],
                   stored: Mapping[str, Mapping[str, Any]], new_passes: list[tuple[Decision, dict[str, Any]]],
-                  seconds: dict[str, float], notes: list[dict[str, Any]]) -> dict[str, Any]:
+                  seconds: dict[str, float], notes: list[dict[str, Any]], *, full: bool) -> dict[str, Any]:
     """imagecheck.py with the parts that must run; the others' stored results; judged as one report."""
     run = {s.name for s in specs if decisions[s.name].run}
     fresh: dict[str, Any] = {}
     if run:
-        fresh = _run_parts(client, image_id, stack, run, seconds, notes)
-        if SHARED_LIBRARIES not in run:  # it runs with any other part: say so
-            d = decisions[SHARED_LIBRARIES]
-            decisions[SHARED_LIBRARIES] = Decision(d.check, True, "ran: imagecheck.py runs it with every other "
-                                                   "part, and another part had to run", d.fingerprint)
-            run.add(SHARED_LIBRARIES)
+        fresh = _run_parts(client, image_id, stack, run, seconds, notes, full=full)
     report: dict[str, Any] = {}
     for spec in specs:
         if spec.name not in run:
@@ -229,15 +226,15 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
 
 
 def _run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: dict[str, float],
-               notes: list[dict[str, Any]]) -> dict[str, Any]:
+               notes: list[dict[str, Any]], *, full: bool) -> dict[str, Any]:
     """imagecheck.py's report of the parts in `run`; the import closure's container is given the facts of the
-    files seen before (by sha256), and the facts it derived are stored, not reported."""
+    files seen before (by sha256; none under --full-verify), and the facts it derived are stored, not reported."""
     start = time.monotonic()
     scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
-    argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run)
+    argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run and not full)
     files: list[dict[str, bytes]] = [{}]
     if len(argvs) > 1:
-        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))})
+        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))} if not full else {})
     fresh: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
         for part_report in pool.map(lambda a, f: image_check_report(client, image_id, stack, a, scale, f),
@@ -246,7 +243,7 @@ def _run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds:
     seconds["image_checks"] = round(time.monotonic() - start, 2)
     closure = fresh.get("import_closure")
     store_facts(new_rows(closure))  # a file's facts are its bytes', whatever the verdict
-    note = facts_note(closure)
+    note = facts_note(closure, full=full)
     if note is not None and isinstance(closure, dict):
         notes.append(note)
         seconds["import_closure"] = closure.get("seconds") or 0.0

@@ -161,3 +161,25 @@ def test_the_record_says_what_was_reused_and_derived():
     assert facts_note({"error": "no answer within 900 s"}) is None
     assert new_rows({"error": "exit 1", "facts": {"namespace": "x"}, "new_facts": {"a" * 64: {}}}) == []
 
+
+
+def test_only_the_parts_that_must_run_are_asked_for_and_the_closure_is_given_the_facts():
+    from sglstack.config.schema import Stack
+    from sglstack.imagebuild.importfacts import FACTS_IN_IMAGE
+    from sglstack.imagebuild.incremental import JIT, SERVER, SHARED_LIBRARIES, imagecheck_argvs
+    stack = Stack.model_validate({"name": "s", "base_image": "debian:bookworm-slim", "python": "3.11",
+                                  "sglang": {"version": "0.5.9"}, "serving": {"model": "m", "gpus": 0}})
+    checks, closure = imagecheck_argvs(stack, {SERVER}, facts=True)
+    assert "--no-shared-libraries" in checks and "--server-help" in checks
+    assert json.loads(closure[4])[-1] == f"--facts={FACTS_IN_IMAGE}"
+    checks, closure = imagecheck_argvs(stack, {SERVER, SHARED_LIBRARIES})
+    assert "--no-shared-libraries" not in checks and not [a for a in json.loads(closure[4]) if "--facts" in a]
+    assert imagecheck_argvs(stack, {JIT}) == [["python", "/opt/sglstack/tools/imagecheck.py", "--no-shared-libraries"]]
+
+
+def test_imagecheck_leaves_the_shared_libraries_out_when_told(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); import imagecheck; "
+            f"sys.exit(imagecheck.main(['--no-shared-libraries', '--site', {str(tmp_path)!r}]))")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"python": sys.version.split()[0]}

@@ -20,7 +20,7 @@ verified image, from `imageinfo.py`, and is judged with the stack's declared ove
   installed tree's imports that no installed distribution provides.
 
     python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--jit-arch 9.0 ...] [--site DIR ...]
-                         [--import-closure JSON_LIST]
+                         [--import-closure JSON_LIST] [--no-shared-libraries]
 """
 
 from __future__ import annotations
@@ -175,12 +175,16 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--jit-timeout", type=float, default=JIT_TIMEOUT_S)
     ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv (after the module)")
     ap.add_argument("--site", action="append", default=[], help="folders to check the shared libraries of")
+    ap.add_argument("--no-shared-libraries", action="store_true", help="leave the shared libraries out (a verify "
+                    "that reuses their earlier pass)")
     ap.add_argument("--jit-arch", action="append", default=[], help="a CUDA capability the JIT check compiles for")
     ap.add_argument("--import-closure", help="a JSON list: importcheck.py's arguments (the serving path)")
     opts = ap.parse_args(args)
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
-    out: dict = {"python": platform.python_version(), "shared_libraries": shared_libraries(sites)}
+    out: dict = {"python": platform.python_version()}
+    if not opts.no_shared_libraries:
+        out["shared_libraries"] = shared_libraries(sites)
     if opts.server_help:
         out["server_help"] = server_help(opts.help_timeout)
     if opts.argv:
