@@ -304,14 +304,14 @@ def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = No
         except OSError:
             continue
         digest = hashlib.sha256(source).hexdigest()
-        fact = new.get(digest) or known.get(digest)
-        if _valid_fact(fact):
+        given = new.get(digest) or known.get(digest)
+        if isinstance(given, dict) and _valid_fact(given):
+            fact: dict = given
             reused += digest not in new
         else:
             fact = {"mentioned": sorted(n for n in mentioned_imports(source.decode("utf-8", "replace"))
                                         if n.isidentifier()), "imports": None}
             new[digest] = fact
-        assert fact is not None
         if all(provided(n) for n in fact["mentioned"]):
             continue
         if fact["imports"] is None:
