@@ -102,7 +102,8 @@ def facts_note(report: Mapping[str, Any] | None, *, full: bool = False) -> dict[
         return None
     files, reused, derived = facts.get("files", 0), facts.get("reused", 0), facts.get("derived", 0)
     why = (f"facts of {reused} of {files} files reused (by sha256, {facts.get('namespace')}); {derived} derived "
-           f"({facts.get('parsed', 0)} parsed)" + (f": {facts['not_given']}" if facts.get("not_given") else "")
+           f"({facts.get('parsed', 0)} parsed)" + (": --full-verify reuses none" if full else
+                                                    f": {facts['not_given']}" if facts.get("not_given") else "")
            + "; every import resolved again against this image's files")
     return {"check": "import_closure_facts", "ran": bool(derived), "why": why, "fingerprint": facts.get("namespace"),
             **{k: facts.get(k) for k in ("files", "reused", "derived", "parsed")}}

@@ -91,7 +91,7 @@ def test_a_reused_verify_fails_what_a_full_verify_fails(images, docker_client, m
     monkeypatch.setenv("SGLSTACK_CACHE", str(tmp_path / "cache"))
     first = verify_incrementally(docker_client, images["original"], stack(), installed=None, docker_host=None)
     cold = _facts(first)
-    assert cold["ran"] is True and cold["reused"] == 0 and cold["derived"] == cold["files"] > 100
+    assert cold["ran"] is True and cold["reused"] == 0 and cold["derived"] == cold["files"] >= 5
     assert facts_path().is_file()
     assert first.checks is not None and first.checks["import_closure"]["errors"] == []
     assert "new_facts" not in first.checks["import_closure"]  # kept in the store, not in the record

@@ -160,7 +160,11 @@ def test_the_record_says_what_was_reused_and_derived():
                            "(3 parsed); every import resolved again against this image's files"}
     assert facts_note({"error": "no answer within 900 s"}) is None
     assert new_rows({"error": "exit 1", "facts": {"namespace": "x"}, "new_facts": {"a" * 64: {}}}) == []
-
+    full = facts_note({"facts": {"files": 3, "reused": 0, "derived": 3, "parsed": 1, "namespace": "n",
+                                 "not_given": "no fact cache given"}}, full=True)
+    assert full is not None and full["why"] == ("facts of 0 of 3 files reused (by sha256, n); 3 derived (1 parsed): "
+                                                "--full-verify reuses none; every import resolved again against this "
+                                                "image's files")
 
 
 def test_only_the_parts_that_must_run_are_asked_for_and_the_closure_is_given_the_facts():
