@@ -10,7 +10,6 @@ says for each check whether it ran or was reused, and why (the build record's `v
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,14 +32,12 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
-from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
-from .importclosure import import_closure_args, import_closure_option
-from .importfacts import FACTS_IN_IMAGE, facts_note, facts_payload, load_facts, new_rows, store_facts, without_new_facts
-from .verify import IMAGECHECK, image_check_report, judged_image_checks, serving_argvs
+from .checkparts import JIT, SERVER, SHARED_LIBRARIES, run_parts
+from .importclosure import import_closure_option
+from .verify import judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
 
 STORE_VERSION = 1
-SHARED_LIBRARIES, SERVER, JIT = "shared_libraries", "server", "jit_toolchain"
 # Which keys of imagecheck.py's report each part answers for. A key not named here (a check added later) is
 # kept with the server part, whose scope is every file, or else with the shared libraries.
 _REPORT_KEYS = {SHARED_LIBRARIES: ("shared_libraries", "python"),
@@ -106,34 +103,6 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
     program = hashlib.sha256(RECORDCHECK.read_bytes()).hexdigest()
     return [CheckSpec(f"{INSTALLED_FILES}{p.where}", {"program": program}, Scope(paths=p.paths()))
             for p in (found.packages if found else ()) if p.found]
-
-
-# imagecheck.py's own import-closure function, run alone: the same child process, limits and report.
-_IMPORT_CLOSURE = ("import json, os, sys\n"
-                   "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
-                   "import imagecheck\n"
-                   "json.dump({'import_closure': imagecheck.import_closure(json.loads(sys.argv[2]), "
-                   "float(sys.argv[3]))}, sys.stdout)\n"
-                   "print()\n")
-
-
-def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1, *, facts: bool = False) -> list[list[str]]:
-    """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
-    (the shared-library part where it must run; the server part's --help and argv; the JIT part), and the server
-    part's import closure of the serving path in a container of its own (the longest piece), reading the fact
-    cache at FACTS_IN_IMAGE where `facts`. Together they make the report `verify.image_check_argv`'s one run
-    makes."""
-    command = ["python", IMAGECHECK, *timeout_options(scale)]
-    if SHARED_LIBRARIES not in run:
-        command.append("--no-shared-libraries")
-    if SERVER in run:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
-    if JIT in run:
-        command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
-    if SERVER not in run:
-        return [command]
-    closure = import_closure_args(stack) + ([f"--facts={FACTS_IN_IMAGE}"] if facts else [])
-    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(closure), str(IMPORT_TIMEOUT_S * scale)]]
 
 
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
@@ -213,7 +182,7 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     run = {s.name for s in specs if decisions[s.name].run}
     fresh: dict[str, Any] = {}
     if run:
-        fresh = _run_parts(client, image_id, stack, run, seconds, notes, full=full)
+        fresh = run_parts(client, image_id, stack, run, seconds, notes, full=full)
     report: dict[str, Any] = {}
     for spec in specs:
         if spec.name not in run:
@@ -223,31 +192,6 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     for part, result in part_results(fresh, [s.name for s in specs if s.name in run]).items():
         new_passes.append((decisions[part], result))
     return checks
-
-
-def _run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: dict[str, float],
-               notes: list[dict[str, Any]], *, full: bool) -> dict[str, Any]:
-    """imagecheck.py's report of the parts in `run`; the import closure's container is given the facts of the
-    files seen before (by sha256; none under --full-verify), and the facts it derived are stored, not reported."""
-    start = time.monotonic()
-    scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
-    argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run and not full)
-    files: list[dict[str, bytes]] = [{}]
-    if len(argvs) > 1:
-        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))} if not full else {})
-    fresh: dict[str, Any] = {}
-    with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
-        for part_report in pool.map(lambda a, f: image_check_report(client, image_id, stack, a, scale, f),
-                                    argvs, files):
-            fresh.update(part_report)
-    seconds["image_checks"] = round(time.monotonic() - start, 2)
-    closure = fresh.get("import_closure")
-    store_facts(new_rows(closure))  # a file's facts are its bytes', whatever the verdict
-    note = facts_note(closure, full=full)
-    if note is not None and isinstance(closure, dict):
-        notes.append(note)
-        seconds["import_closure"] = closure.get("seconds") or 0.0
-    return without_new_facts(fresh)
 
 
 def _store(new_passes: Sequence[tuple[Decision, dict[str, Any]]], image_id: str, diff_ids: Sequence[str]) -> None:

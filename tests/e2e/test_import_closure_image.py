@@ -15,7 +15,7 @@ import pytest
 
 from sglstack.config.schema import Stack
 from sglstack.core.errors import ImageCheckFailed
-from sglstack.imagebuild.incremental import SERVER, SHARED_LIBRARIES, imagecheck_argvs
+from sglstack.imagebuild.checkparts import SERVER, SHARED_LIBRARIES, imagecheck_argvs
 from sglstack.imagebuild.verify import image_check_argv, image_check_report, judged_image_checks, run_image_checks
 
 pytestmark = [pytest.mark.docker]

@@ -11,8 +11,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglstack.config.schema import Stack
 from sglstack.imagebuild import importfacts
-from sglstack.imagebuild.importfacts import facts_note, facts_payload, for_python, load_facts, new_rows, select
+from sglstack.imagebuild.checkparts import JIT, SERVER, SHARED_LIBRARIES, imagecheck_argvs
+from sglstack.imagebuild.importfacts import (
+    FACTS_IN_IMAGE,
+    facts_note,
+    facts_payload,
+    for_python,
+    load_facts,
+    new_rows,
+    select,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "sglstack" / "inimage" / "incontainer" / "importcheck.py"
@@ -168,9 +178,6 @@ def test_the_record_says_what_was_reused_and_derived():
 
 
 def test_only_the_parts_that_must_run_are_asked_for_and_the_closure_is_given_the_facts():
-    from sglstack.config.schema import Stack
-    from sglstack.imagebuild.importfacts import FACTS_IN_IMAGE
-    from sglstack.imagebuild.incremental import JIT, SERVER, SHARED_LIBRARIES, imagecheck_argvs
     stack = Stack.model_validate({"name": "s", "base_image": "debian:bookworm-slim", "python": "3.11",
                                   "sglang": {"version": "0.5.9"}, "serving": {"model": "m", "gpus": 0}})
     checks, closure = imagecheck_argvs(stack, {SERVER}, facts=True)

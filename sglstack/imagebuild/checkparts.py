@@ -1,0 +1,72 @@
+"""The in-image checks of a verify, as the containers that run the parts that must run (`incremental` decides
+which): imagecheck.py for the shared libraries, the server's --help and argv and the JIT toolchain, and the
+server part's import closure in a container of its own, given the fact cache (`importfacts`) of the files seen
+before."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..config.schema import Stack
+from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
+from .importclosure import import_closure_args
+from .importfacts import FACTS_IN_IMAGE, facts_note, facts_payload, load_facts, new_rows, store_facts, without_new_facts
+from .verify import IMAGECHECK, image_check_report, serving_argvs
+
+SHARED_LIBRARIES, SERVER, JIT = "shared_libraries", "server", "jit_toolchain"
+
+
+# imagecheck.py's own import-closure function, run alone: the same child process, limits and report.
+_IMPORT_CLOSURE = ("import json, os, sys\n"
+                   "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+                   "import imagecheck\n"
+                   "json.dump({'import_closure': imagecheck.import_closure(json.loads(sys.argv[2]), "
+                   "float(sys.argv[3]))}, sys.stdout)\n"
+                   "print()\n")
+
+
+def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1, *, facts: bool = False) -> list[list[str]]:
+    """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
+    (the shared-library part where it must run; the server part's --help and argv; the JIT part), and the server
+    part's import closure of the serving path in a container of its own (the longest piece), reading the fact
+    cache at FACTS_IN_IMAGE where `facts`. Together they make the report `verify.image_check_argv`'s one run
+    makes."""
+    command = ["python", IMAGECHECK, *timeout_options(scale)]
+    if SHARED_LIBRARIES not in run:
+        command.append("--no-shared-libraries")
+    if SERVER in run:
+        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
+    if JIT in run:
+        command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
+    if SERVER not in run:
+        return [command]
+    closure = import_closure_args(stack) + ([f"--facts={FACTS_IN_IMAGE}"] if facts else [])
+    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(closure), str(IMPORT_TIMEOUT_S * scale)]]
+
+
+def run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: dict[str, float],
+              notes: list[dict[str, Any]], *, full: bool) -> dict[str, Any]:
+    """imagecheck.py's report of the parts in `run`; the import closure's container is given the facts of the
+    files seen before (by sha256; none under --full-verify), and the facts it derived are stored, not reported."""
+    start = time.monotonic()
+    scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
+    argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run and not full)
+    files: list[dict[str, bytes]] = [{}]
+    if len(argvs) > 1:
+        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))} if not full else {})
+    fresh: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
+        for part_report in pool.map(lambda a, f: image_check_report(client, image_id, stack, a, scale, f),
+                                    argvs, files):
+            fresh.update(part_report)
+    seconds["image_checks"] = round(time.monotonic() - start, 2)
+    closure = fresh.get("import_closure")
+    store_facts(new_rows(closure))  # a file's facts are its bytes', whatever the verdict
+    note = facts_note(closure, full=full)
+    if note is not None and isinstance(closure, dict):
+        notes.append(note)
+        seconds["import_closure"] = closure.get("seconds") or 0.0
+    return without_new_facts(fresh)
