@@ -15,8 +15,11 @@ Not a CI step: it builds the ~11 GB environment several times (needs ~30 GB of d
 Every step prints its JSON line as it ends (with the load average before and after it, and for a build the
 verify's import closure: imports, scan, facts reused and derived); at the end, each target of issue 38 with the
 figure, the limit and the verdict: patch <= 45 s and <= 0.10 of cold, pin <= 0.4 of cold, cold <= 1.2x pip,
-noop <= 2 s, coverage (wheels cached) <= 5 s. The CA bundle the builds hand to pip is --ca-bundle, else
-SGLSTACK_CA_BUNDLE, else PIP_CERT.
+noop <= 2 s, coverage (wheels cached) <= 5 s. The CA bundle the builds hand to pip is SGLSTACK_CA_BUNDLE, else
+PIP_CERT. A build's figure names its runtime install steps that ran or were CACHED (BuildKit keeps a pin built
+before: pass --pin with a version not built on this machine) and each patch's status (on pypi-cu130, SGLang
+0.5.23 has the Kimi K2.5 methods upstream: the patch is "already-upstream" and its edit changes no file of
+SGLang, so every in-image check is reused).
 
 The matrix is copied to a temporary folder with the stack's base pinned to this machine's
 `debian:bookworm-slim` (the committed pin names an image of another machine); the lock and patches are copied
@@ -50,7 +53,9 @@ from sglstack.lockfile.model import lock_path  # noqa: E402
 from sglstack.lockfile.text import read_lock, write_lock  # noqa: E402
 
 STACK = "pypi-cu130"
-PIN = ("easydict", "1.13")  # 1.14 in the lock: a pure-Python package of the sglang-requirements part
+# 1.14 in the lock: a pure-Python package of the sglang-requirements part. BuildKit keeps what a pin built
+# (1.13 was built here on 2026-12-05): each pin step says which install steps ran, so a cached one is seen.
+PIN = ("easydict", "1.12")
 STEPS = ("cold", "noop", "patch", "pin", "pip", "coverage")
 
 
@@ -91,6 +96,17 @@ def import_closure(record: dict) -> dict | None:
                                                                                           "parsed")}}
 
 
+_STEP = re.compile(r"^#(\d+) \[runtime\s+\d+/\d+\] RUN .*?uv pip install .*?/run/sglstack-lock/([\w.-]+)\.txt", re.M)
+
+
+def installs(log: str) -> dict:
+    """The runtime stage's install steps of a build log (BuildKit's plain progress), by lock part: ran or CACHED."""
+    out = {}
+    for step, part in _STEP.findall(log):
+        out[part] = "CACHED" if re.search(rf"^#{step} CACHED$", log, re.M) else "ran"
+    return dict(sorted(out.items()))
+
+
 def build(stacks: Path, label: str, **options: bool) -> dict:
     patches = stacks.parent / "patches"
     stack = load_matrix(stacks, patches_dir=patches).get(STACK)
@@ -100,9 +116,13 @@ def build(stacks: Path, label: str, **options: bool) -> dict:
                                               ca_bundle=CA_BUNDLE, **options))
     seconds = round(time.monotonic() - start, 1)
     record = json.loads(result.record_path.read_text()) if result.record_path else {}
+    log = REPO / "build" / STACK / "build.log"
     return {"what": label, "seconds": seconds, "load_before": before, "load_after": load(),
             "image_id": result.image_id, "skipped": result.skipped, "durations_s": record.get("durations_s"),
             "verification": record.get("verification"), "import_closure": import_closure(record),
+            "installs": installs(log.read_text(errors="replace")) if log.is_file() else None,
+            # a patch whose methods SGLang already has ("already-upstream") changes no file of SGLang's
+            "patches": {str(p.get("id")): p.get("status") for p in record.get("patches") or []},
             "coverage_objects": (record.get("coverage") or {}).get("objects"),
             "coverage_label": (record.get("labels") or {}).get("io.sglstack.coverage")}
 
@@ -231,6 +251,9 @@ def main() -> int:
     figures["targets"] = verdicts(figures)
     out.write_text(json.dumps(figures, indent=1))
     print(json.dumps({"ratios": ratios(figures), "load": loads_by_step(figures)}, indent=1))
+    if "pin" in figures and "ran" not in (figures["pin"].get("installs") or {}).values():
+        print(f"pin: no install step ran (BuildKit had {opts.pin} from an earlier run): pass --pin with a version "
+              "not built on this machine")
     for v in figures["targets"]:
         shown = "not run" if v["figure"] is None else f"{v['figure']} (limit {v['limit']}): " + \
             ("met" if v["met"] else "NOT met")
