@@ -23,6 +23,7 @@ from sglstack.imagebuild.importfacts import (
     new_rows,
     select,
 )
+from sglstack.inimage.incontainer import importcheck
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "sglstack" / "inimage" / "incontainer" / "importcheck.py"
@@ -71,10 +72,22 @@ def test_a_rerun_reuses_every_files_facts_and_finds_the_same(tmp_path):
     site = _site(tmp_path / "site")
     first = _scan(site)
     assert first["facts"]["reused"] == 0 and first["facts"]["derived"] == first["scanned_files"] == 4
+    assert first["facts"]["beside"] is True  # derived in a process beside the serving path's imports
     again = _scan(site, _cache_of(first))
     assert again["facts"] == {**first["facts"], "reused": 4, "derived": 0, "parsed": 0, "not_given": None}
     assert again["new_facts"] == {}
     assert _found(again) == _found(first) == [("cachetools_missing", "__init__.py", False)]
+
+
+def test_facts_derived_beside_the_imports_are_those_the_scan_derives_itself(tmp_path):
+    site = _site(tmp_path / "site")
+    files = sorted(str(f) for f in site.rglob("*.py"))
+    alone = importcheck.scan(files, set(), {})
+    beside = importcheck.scan(files, set(), {}, importcheck.derive_facts(files, {}))
+    assert beside["unprovided"] == alone["unprovided"] and beside["new_facts"] == alone["new_facts"]
+    assert beside["facts"] == {**alone["facts"], "beside": True} and alone["facts"]["beside"] is False
+    half = importcheck.derive_facts(files[:2], {})  # what it did not reach is derived by the scan
+    assert importcheck.scan(files, set(), {}, half)["new_facts"] == alone["new_facts"]
 
 
 def test_facts_are_keyed_by_the_files_sha256_and_a_changed_file_is_derived_again(tmp_path):

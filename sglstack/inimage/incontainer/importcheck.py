@@ -35,10 +35,13 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import traceback
+from collections.abc import Callable, Iterator
 
 SPECULATIVE_PREFIX = "eagle_worker"  # sglang/srt/speculative/eagle_worker*.py: the EAGLE / EAGLE3 workers
 OPTIONAL_HANDLERS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
@@ -289,45 +292,96 @@ def read_facts(path: str | None, namespace: str) -> tuple[dict[str, dict], str |
     return facts, None
 
 
-def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = None) -> dict:
-    """The unprovided imports of `files`, each file's facts taken from `known` (by its sha256) where there, else
-    derived from its bytes; the facts derived here (`new_facts`) for the host to keep."""
+def _derived(source: bytes, path: str, provided: Provided) -> tuple[dict, bool]:
+    """A file's facts from its bytes, and whether it was parsed (only once a mentioned name is not provided)."""
+    fact: dict = {"mentioned": sorted(n for n in mentioned_imports(source.decode("utf-8", "replace"))
+                                      if n.isidentifier()), "imports": None}
+    if all(provided(n) for n in fact["mentioned"]):
+        return fact, False
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError, RecursionError):
+        tree = None
+    return {**fact, "imports": [list(i) for i in top_level_imports(tree)] if tree else []}, True
+
+
+def derive_facts(files: list[str], known: dict[str, dict]) -> dict:
+    """{path: sha256} of `files` and the facts of those whose bytes `known` has none for (`--derive-only`: run
+    beside the serving path's imports, which it does not need; the scan resolves with them afterwards)."""
     provided = Provided()
-    known = known or {}
-    unprovided: list[dict] = []
+    digests: dict[str, str] = {}
     new: dict[str, dict] = {}
-    reused = parsed = 0
+    parsed = 0
     for path in files:
         try:
             with open(path, "rb") as f:
                 source = f.read()
         except OSError:
             continue
-        digest = hashlib.sha256(source).hexdigest()
-        given = new.get(digest) or known.get(digest)
-        if isinstance(given, dict) and _valid_fact(given):
+        digest = digests[path] = hashlib.sha256(source).hexdigest()
+        if digest in new or _valid_fact(known.get(digest)):
+            continue
+        new[digest], was_parsed = _derived(source, path, provided)
+        parsed += was_parsed
+    return {"digests": digests, "new_facts": new, "parsed": parsed}
+
+
+def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = None,
+         beside: dict | None = None) -> dict:
+    """The unprovided imports of `files`, each file's facts taken from `known` (by its sha256) where there, else
+    from `beside` (`derive_facts`' result for these files, when it ran beside the imports), else derived from its
+    bytes here; the facts derived (`new_facts`) for the host to keep."""
+    provided = Provided()
+    known = known or {}
+    digests, new = dict((beside or {}).get("digests") or {}), dict((beside or {}).get("new_facts") or {})
+    unprovided: list[dict] = []
+    reused, parsed = 0, int((beside or {}).get("parsed") or 0)
+    for path in files:
+        source = None
+        if path not in digests:
+            try:
+                with open(path, "rb") as f:
+                    source = f.read()
+            except OSError:
+                continue
+            digests[path] = hashlib.sha256(source).hexdigest()
+        digest = digests[path]
+        given = known.get(digest)
+        if digest not in new and isinstance(given, dict) and _valid_fact(given):
             fact: dict = given
-            reused += digest not in new
+            reused += 1
+        elif _valid_fact(new.get(digest)):
+            fact = new[digest]
         else:
-            fact = {"mentioned": sorted(n for n in mentioned_imports(source.decode("utf-8", "replace"))
-                                        if n.isidentifier()), "imports": None}
-            new[digest] = fact
+            source = source if source is not None else _read(path)
+            fact, was_parsed = _derived(source, path, provided)
+            new[digest], parsed = fact, parsed + was_parsed
         if all(provided(n) for n in fact["mentioned"]):
             continue
-        if fact["imports"] is None:
-            try:
-                tree = ast.parse(source, filename=path)
-            except (SyntaxError, ValueError, RecursionError):
-                tree = None
-            fact = {**fact, "imports": [list(i) for i in top_level_imports(tree)] if tree else []}
-            new[digest] = fact
+        if fact["imports"] is None:  # here a mentioned name is not provided: parsed, as a full scan does
+            tree = _parse_source(source if source is not None else _read(path), path)
+            fact = new[digest] = {**fact, "imports": [list(i) for i in top_level_imports(tree)] if tree else []}
             parsed += 1
         for name, line, conditional in fact["imports"]:
             if not provided(name):
                 unprovided.append({"module": name, "importer": path, "line": line, "serving": path in serving,
                                    "conditional": conditional})
+    scanned = len([f for f in files if f in digests])
     return {"unprovided": unprovided, "scanned_files": len(files), "new_facts": new,
-            "facts": {"files": len(files), "reused": reused, "derived": len(files) - reused, "parsed": parsed}}
+            "facts": {"files": scanned, "reused": reused, "derived": scanned - reused, "parsed": parsed,
+                      "beside": beside is not None}}
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _parse_source(source: bytes, path: str) -> ast.Module | None:
+    try:
+        return ast.parse(source, filename=path)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def loaded_files(roots: list[str]) -> set[str]:
@@ -351,12 +405,59 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--site", action="append", default=[])
     ap.add_argument("--out", help="write the report here (what the imports print cannot mix into it)")
     ap.add_argument("--facts", help="the host's fact cache (JSON: {namespaces: {namespace: {sha256: fact}}})")
+    ap.add_argument("--derive-only", action="store_true", help="only hash the sites' files and derive the facts "
+                    "the cache lacks (run beside the serving path's imports)")
     opts = ap.parse_args(args)
     start = time.monotonic()
     namespace = facts_namespace()
     known, no_facts = read_facts(opts.facts, namespace)
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+    if opts.derive_only:
+        return _write(opts.out, derive_facts(sorted({os.path.realpath(f) for f in tree_files(sites)}), known))
+    with tempfile.TemporaryDirectory(prefix="sglstack-facts-") as tmp, _beside(sites, opts.facts, tmp) as beside:
+        report = closure(opts, sites, known, beside, start)
+    report["facts"] = {**report["facts"], "namespace": namespace, "not_given": no_facts}
+    return _write(opts.out, report)
+
+
+def _write(path: str | None, report: dict) -> int:
+    with open(path, "w", encoding="utf-8") if path else contextlib.nullcontext(sys.stdout) as out:
+        json.dump(report, out, indent=1, sort_keys=True)
+        out.write("\n")
+    return 0
+
+
+@contextlib.contextmanager
+def _beside(sites: list[str], facts: str | None, tmp: str) -> Iterator[Callable[[], dict | None]]:
+    """`--derive-only` in a process of its own, started now; the callable waits for its result (None if it
+    failed: the scan then derives every fact itself). Ended on every exit."""
+    out = os.path.join(tmp, "derived.json")
+    command = [sys.executable, os.path.abspath(__file__), "--derive-only", *(f"--site={s}" for s in sites),
+               *([f"--facts={facts}"] if facts else []), f"--out={out}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same lookups as here
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+    def result() -> dict | None:
+        if child.wait() != 0:
+            return None
+        try:
+            with open(out, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    try:
+        yield result
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
+            beside: Callable[[], dict | None], start: float) -> dict:
+    """The serving path imported, then every file scanned (its facts from the cache, the derivation beside, or
+    derived here) and each import resolved in this process."""
     root = sglang_folder()
     roots = [*sites, *([os.path.dirname(root)] if root else [])]
     before = loaded_files(roots)
@@ -378,16 +479,11 @@ def main(args: list[str] | None = None) -> int:
     serving = loaded_files(roots) - before
     serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
     files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
-    scanned = scan(files, serving, known)
-    report = {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
-              "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
-              **scanned, "facts": {**scanned["facts"], "namespace": namespace, "not_given": no_facts},
-              "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
-              "seconds_scan": round(time.monotonic() - imported, 2)}
-    with open(opts.out, "w", encoding="utf-8") if opts.out else contextlib.nullcontext(sys.stdout) as out:
-        json.dump(report, out, indent=1, sort_keys=True)
-        out.write("\n")
-    return 0
+    scanned = scan(files, serving, known, beside())
+    return {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
+            "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
+            **scanned, "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
+            "seconds_scan": round(time.monotonic() - imported, 2)}
 
 
 if __name__ == "__main__":
