@@ -13,13 +13,15 @@ passes it and fails at run time (upstream images without `distro`: sgl-project/s
    standard library, `importlib.metadata.packages_distributions()`, else anything importable by that name.
    Not counted: an import handled when absent (`try: ... except ImportError`, `with suppress(ImportError)`),
    one for type checkers only, one for another interpreter or OS. A function's imports run only when it is
-   called: optional by convention.
+   called: optional by convention. What a file imports is kept by its sha256 (`--facts`: the host's cache) and
+   derived only for new bytes, in a process beside step 1 (`--derive-only`); every name is looked up again.
 
 Prints one JSON object; the host judges it (`imagebuild/importclosure.py`): a serving-path module that does
 not import for a missing module, or an unconditional import in a serving-path file that nothing provides, is an
 error naming module and importer; any other is a listed warning.
 
     python importcheck.py [--module M ...] [--architecture A ...] [--speculative] [--attention-backend B ...]
+                          [--facts FILE] [--site DIR ...] [--out FILE]
 """
 
 from __future__ import annotations
