@@ -14,7 +14,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.config.settings import RuntimeImportsPolicy
 from sglstack.imagebuild.importclosure import flag_values, import_closure_args, judge_imports
 from sglstack.imagebuild.verify import image_check_argv
-from sglstack.inimage.incontainer import importcheck
+from sglstack.inimage.incontainer import filefacts, importcheck
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "sglstack" / "inimage" / "incontainer" / "importcheck.py"
@@ -54,7 +54,7 @@ SOURCE = textwrap.dedent("""\
 
 
 def test_the_scan_counts_what_module_level_runs_and_says_which_is_conditional():
-    assert importcheck.top_level_imports(ast.parse(SOURCE)) == [
+    assert filefacts.top_level_imports(ast.parse(SOURCE)) == [
         ("os", 1, False), ("undeclared_top", 1, False), ("undeclared_from", 2, False), ("typing", 4, False),
         ("gpu_only", 10, True), ("cpu_only", 12, True), ("plain_try", 18, False), ("in_handler", 20, True),
         ("in_class_body", 22, False), ("in_with", 26, False), ("suppressed_other", 30, False)]
@@ -212,9 +212,9 @@ def test_declared_exceptions_waive_with_their_reasons_and_stale_ones_are_named()
 
 def test_the_first_pass_sees_every_name_an_import_statement_can_bring_in():
     """Only a file naming something not provided is parsed: the cheap pass must miss no name the parse would see."""
-    assert importcheck.mentioned_imports(SOURCE) >= {name for name, _, _ in importcheck.top_level_imports(
+    assert filefacts.mentioned_imports(SOURCE) >= {name for name, _, _ in filefacts.top_level_imports(
         ast.parse(SOURCE))}
-    assert importcheck.mentioned_imports("import a.b as c, d;import e\nx = 1; from f.g import (h,\n  i)\n"
+    assert filefacts.mentioned_imports("import a.b as c, d;import e\nx = 1; from f.g import (h,\n  i)\n"
                                          "    import j  # k\n") == {"a", "d", "e", "f", "j"}
 
 

@@ -1,5 +1,5 @@
 """The import closure's fact cache (issue 38): what a file imports is kept by its sha256 and namespace (the
-interpreter and importcheck.py's own text) and reused; each import is resolved again on every run, so a module
+interpreter and filefacts.py's own text) and reused; each import is resolved again on every run, so a module
 removed fails as with no cache. The in-image scan runs here on small trees in a child interpreter (as in the
 image); the host's store (`imagebuild/importfacts.py`) is read and appended as the verify does."""
 
