@@ -1,5 +1,5 @@
 """The import closure's fact cache: what each `.py` file of an image imports (its facts), kept by the file's sha256
-and the namespace it was derived in (the image's interpreter and `importcheck.py`'s own text), so that a re-verify
+and the namespace it was derived in (the image's interpreter and `filefacts.py`'s own text), so that a re-verify
 derives facts only for files whose bytes are new. Each import is still resolved against the image's current
 files on every run (in the image): a module removed or moved fails as a full verify fails.
 
