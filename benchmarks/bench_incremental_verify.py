@@ -5,12 +5,15 @@ Not a CI step: it builds the ~11 GB environment several times (needs ~30 GB of d
     cold     `--no-cache --full-verify` build + verify (every check runs)
     noop     `invoke build` again, nothing changed (a process, as a user runs it)
     patch    one line added to the Kimi K2.5 patch's methods.py, rebuilt + verified (incremental)
+    probe    a patch that lands in SGLang 0.5.23 (a method added to LlamaForCausalLM) added to the stack, built
+    probe-edit  that patch's method body edited: a patch edit that changes a file of SGLang's, rebuilt + verified
     pin      one small package of the lock's sglang-requirements part moved, rebuilt + verified (incremental)
     pip      `pip install --no-deps --require-hashes -r locks/pypi-cu130.txt` into a fresh venv, this machine,
              from PyPI (no pip cache, none of the machine's pip configuration: every wheel downloaded)
     coverage `invoke coverage --stack pypi-cu130` twice (the second with every wheel cached)
 
-    python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,patch,pin,pip,coverage] [--out FILE]
+    python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,patch,probe,probe-edit,pin,pip,coverage]
+        [--out FILE]
 
 Every step prints its JSON line as it ends (with the load average before and after it, and for a build the
 verify's import closure: imports, scan, facts reused and derived); at the end, each target of issue 38 with the
@@ -19,7 +22,8 @@ noop <= 2 s, coverage (wheels cached) <= 5 s. The CA bundle the builds hand to p
 PIP_CERT. A build's figure names its runtime install steps that ran or were CACHED (BuildKit keeps a pin built
 before: pass --pin with a version not built on this machine) and each patch's status (on pypi-cu130, SGLang
 0.5.23 has the Kimi K2.5 methods upstream: the patch is "already-upstream" and its edit changes no file of
-SGLang, so every in-image check is reused).
+SGLang, so every in-image check is reused; the probe steps add a patch that lands in llama.py and edit it,
+so that a patch edit changing a file of SGLang's is measured too).
 
 The matrix is copied to a temporary folder with the stack's base pinned to this machine's
 `debian:bookworm-slim` (the committed pin names an image of another machine); the lock and patches are copied
@@ -56,7 +60,7 @@ STACK = "pypi-cu130"
 # 1.14 in the lock: a pure-Python package of the sglang-requirements part. BuildKit keeps what a pin built
 # (1.13 was built here on 2026-12-05): each pin step says which install steps ran, so a cached one is seen.
 PIN = ("easydict", "1.12")
-STEPS = ("cold", "noop", "patch", "pin", "pip", "coverage")
+STEPS = ("cold", "noop", "patch", "probe", "probe-edit", "pin", "pip", "coverage")
 
 
 def load() -> list[float]:
@@ -77,7 +81,44 @@ def copy_matrix(tmp: Path) -> Path:
     (tmp / "stacks.yaml").write_text(text[:start] + block, encoding="utf-8")
     shutil.copytree(REPO / "locks", tmp / "locks")
     shutil.copytree(REPO / "patches", tmp / "patches")
+    probe = tmp / "patches" / PROBE
+    probe.mkdir()
+    (probe / "patch.toml").write_text(PROBE_TOML, encoding="utf-8")
+    (probe / "methods.py").write_text(PROBE_METHODS.format(value=1), encoding="utf-8")
     return tmp / "stacks.yaml"
+
+
+# On 0.5.23 the committed patch is upstream, so its edit changes no SGLang file; this one lands in llama.py, so
+# its edit changes a file every serving-path import and the import closure see.
+PROBE = "bench-probe"
+PROBE_TOML = """id = "bench-probe"
+why = "A method added to LlamaForCausalLM so that a patch edit rebuilds and re-verifies a changed SGLang file."
+applies_to = ">=0.5.23"
+file = "sglang/srt/models/llama.py"
+class = "LlamaForCausalLM"
+methods = ["sglstack_bench_probe"]
+"""
+PROBE_METHODS = """class LlamaForCausalLM:
+    def sglstack_bench_probe(self) -> int:
+        return {value}
+"""
+
+
+def probe_added(stacks: Path) -> dict:
+    text = stacks.read_text(encoding="utf-8")
+    start = text.index(f"\n  {STACK}:\n")
+    head, block = text[:start], text[start:]
+    block, count = re.subn(r"(\n    patches: \[)([^\]]*)\]", lambda m: f"{m[1]}{m[2]}, {PROBE}]" if m[2].strip()
+                           else f"{m[1]}{PROBE}]", block, count=1)
+    if not count:
+        raise SystemExit(f"{stacks}: stack {STACK!r} has no `patches: [...]` line to add {PROBE} to")
+    stacks.write_text(head + block, encoding="utf-8")
+    return build(stacks, f"patch {PROBE} added (lands in SGLang)")
+
+
+def probe_edited(stacks: Path) -> dict:
+    (stacks.parent / "patches" / PROBE / "methods.py").write_text(PROBE_METHODS.format(value=2), encoding="utf-8")
+    return build(stacks, f"patch {PROBE} edited (a changed SGLang file)")
 
 
 CA_BUNDLE = os.environ.get("SGLSTACK_CA_BUNDLE") or os.environ.get("PIP_CERT")
@@ -184,7 +225,7 @@ def ratios(figures: dict) -> dict:
     out: dict = {}
     cold = figures.get("cold", {}).get("seconds")
     if cold:
-        for step in ("patch", "pin"):
+        for step in ("patch", "probe-edit", "pin"):
             if step in figures:
                 out[f"{step} / cold"] = round(figures[step]["seconds"] / cold, 3)
         if "pip" in figures:
@@ -195,6 +236,8 @@ def ratios(figures: dict) -> dict:
 # Issue 38's targets: (what, the figure's step and key, the limit).
 TARGETS = (("patch rebuild + verify, seconds", "patch", "seconds", 45.0),
            ("patch / cold", "ratios", "patch / cold", 0.10),
+           ("landing patch edit rebuild + verify, seconds", "probe-edit", "seconds", 45.0),
+           ("landing patch edit / cold", "ratios", "probe-edit / cold", 0.10),
            ("pin / cold", "ratios", "pin / cold", 0.4),
            ("cold / pip install", "ratios", "cold / pip install", 1.2),
            ("noop `invoke build`, seconds", "noop", "seconds", 2.0),
@@ -239,6 +282,8 @@ def main() -> int:
         run = {"cold": lambda: build(stacks, "cold build + full verify", no_cache=True, full_verify=True),
                "noop": lambda: invoke("build", "--stack", STACK, "--stacks-file", str(stacks)),
                "patch": lambda: patch_edit(stacks),
+               "probe": lambda: probe_added(stacks),
+               "probe-edit": lambda: probe_edited(stacks),
                "pin": lambda: pin_change(stacks, opts.pin),
                "pip": lambda: pip_install(stacks, Path(tmp)),
                "coverage": lambda: {"first": invoke("coverage", "--stack", STACK, "--stacks-file", str(stacks)),
