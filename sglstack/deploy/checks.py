@@ -120,3 +120,4 @@ def port_in_use(port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+

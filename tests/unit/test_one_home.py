@@ -437,3 +437,22 @@ def test_a_test_runs_invoke_only_through_clirun():
     assert found == set(), "run it with tests/lib/clirun.run_invoke (or start_invoke for a Popen)"
     assert all((TESTS / f).is_file() for f in INVOKES_OF_THEIR_OWN)
     assert _spells_an_invoke("a = [sys.executable, '-m', 'invoke', 'x']\nb = [sys.executable, '-m', 'pytest']\n") == [1]
+
+
+# ---- the identity a release signature must name: deploy/identity (deploy, render and verify-image ask it) -------
+
+def _release_identity_spelled(source: str) -> list[int]:
+    """Lines that work out a release's expected identity themselves: its config hash from the matrix now
+    (`released_config_hash(...)`) or the identity of a stack (`BuildIdentity.of_stack(...)`)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] in ("released_config_hash", "of_stack")]
+
+
+def test_the_identity_a_release_signature_must_name_has_one_home():
+    home = PACKAGE / "deploy" / "identity.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _release_identity_spelled(p.read_text(encoding="utf-8"))}
+    assert found == set(), "use sglstack.deploy.identity.release_identity"
+    assert len(_release_identity_spelled(home.read_text(encoding="utf-8"))) == 2
+    source = "a = released_config_hash(s, lock)\nb = BuildIdentity.of_stack(s, h)\nc = BuildIdentity(s.name)\n"
+    assert _release_identity_spelled(source) == [1, 2]
