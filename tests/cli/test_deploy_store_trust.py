@@ -280,7 +280,7 @@ def test_status_shows_what_it_can_and_names_the_bad_line(tmp_path, monkeypatch, 
 # ---- the same for a LeaderWorkerSet: refused before kubectl applies anything ----------------------------
 
 def test_a_k8s_deploy_whose_record_cannot_be_written_applies_nothing(tmp_path, cluster) -> None:
-    from test_deploy_k8s import REPOSITORY, STACK, A, B, applied_image, calls, deploy
+    from k8s_deploy_fixtures import REPOSITORY, STACK, A, B, applied_image, calls, deploy
 
     env = cluster  # the kubectl stand-in's environment (conftest)
     assert deploy(env, tmp_path, A, "--wait-timeout", "30").returncode == 0

@@ -3,17 +3,27 @@ client's interface (tags -> manifest bytes), with failures and real signals inje
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import signal
 
 import pytest
+from promotion_fixtures import (
+    HASH,
+    IMMUTABLE,
+    MOVING,
+    NEW,
+    OLD,
+    OTHER,
+    REPO,
+    PromotionRegistry,
+    named_manifest,
+    promotion_registry,
+    released_stack,
+)
 from rich.console import Console
 
-from sglstack.config.imageref import parse_repository
-from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import ConfigError, RegistryError
 from sglstack.core.signals import Interrupted, signals_raise
 from sglstack.publish import PromotionError, PublishError, promote, promotion, target_repository
@@ -25,83 +35,17 @@ from sglstack.publish.promotion import (
     describe_failure,
     promote_recorded,
 )
-from sglstack.registry.client import DOCKER_MANIFEST, OCI_INDEX, Manifest, ManifestNotFound, compute_digest
-
-REPO = parse_repository("127.0.0.1:5000/team/app")
-IMMUTABLE, MOVING = "0.5.9-app-20261202-1a2b3c4d", ("0.5.9-app", "app")
-
-
-def _manifest(name: str) -> Manifest:
-    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": name}, "layers": []})
-    return Manifest(media_type=DOCKER_MANIFEST, body=body.encode(), digest=compute_digest(body.encode()))
-
-
-class MemoryRegistry:
-    """Tags and manifests in a dict; `fail(call, n)` makes the n-th such call raise (or run a callable)."""
-
-    timeout_s = 5.0
-
-    def __init__(self, *manifests: Manifest) -> None:
-        self.manifests = {m.digest: m for m in manifests}
-        self.tags: dict[str, str] = {}
-        self.calls: dict[str, int] = {}
-        self.faults: dict[tuple[str, int], object] = {}
-        self.ghosts: list[str] = []  # listed by list_tags, yet gone by the time they are read
-        self.budgets: list[float] = []
-
-    def fail(self, call: str, nth: int, what: object = None) -> None:
-        self.faults[(call, nth)] = what or RegistryError("registry 127.0.0.1:5000: PUT manifest: HTTP 500")
-
-    def _count(self, call: str, repo: str = REPO.path) -> None:
-        if repo != REPO.path:  # every request names the repository it is about
-            raise AssertionError(f"{call} asked about repository {repo!r}")
-        self.calls[call] = self.calls.get(call, 0) + 1
-        what = self.faults.get((call, self.calls[call]))
-        if callable(what):
-            what()
-        elif isinstance(what, BaseException):
-            raise what
-
-    @contextlib.contextmanager
-    def budget(self, seconds: float):
-        self.budgets.append(seconds)
-        yield
-
-    def get_manifest(self, repo: str, reference: str) -> Manifest:
-        self._count("get", repo)
-        digest = self.tags.get(reference, reference)
-        if digest not in self.manifests:
-            raise ManifestNotFound(f"{reference} not found")
-        return self.manifests[digest]
-
-    def manifest_digest(self, repo: str, reference: str) -> str | None:
-        self._count("head", repo)
-        return reference if reference in self.manifests else self.tags.get(reference)
-
-    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
-        self._count("put", repo)
-        if media_type != self.manifests[compute_digest(body)].media_type:
-            raise AssertionError(f"PUT of {reference} as {media_type}")
-        self.tags[reference] = compute_digest(body)
-        return compute_digest(body)
-
-    def untag(self, repo: str, tag: str) -> None:
-        self._count("untag", repo)
-        del self.tags[tag]
-
-    def list_tags(self, repo: str) -> list[str]:
-        self._count("list", repo)
-        return [*self.tags, *self.ghosts]
-
-
-OLD, NEW, OTHER = _manifest("old"), _manifest("new"), _manifest("other")
+from sglstack.registry.client import OCI_INDEX, Manifest, compute_digest
 
 
 @pytest.fixture
 def registry():
-    reg = MemoryRegistry(OLD, NEW, OTHER)
-    reg.tags.update({"0.5.9-app-20261201-00000000": OLD.digest, "0.5.9-app": OLD.digest, "app": OLD.digest})
-    return reg
+    return promotion_registry()
+
+
+@pytest.fixture(scope="module")
+def stack(repo_root):
+    return released_stack(repo_root)
 
 
 def _promote(reg, **kw):
@@ -215,7 +159,7 @@ def test_a_reverted_promotion_says_which_tags_moved_word_for_word(registry):
         TagState("app", "moving", OLD.digest, OLD.digest, moved=False),
     )
     assert err.value.digest == NEW.digest and err.value.cause == HTTP_500
-    assert registry.budgets == [MemoryRegistry.timeout_s]  # one deadline for all of the putting back
+    assert registry.budgets == [PromotionRegistry.timeout_s]  # one deadline for all of the putting back
 
 
 def test_a_failure_before_any_tag_moved_says_nothing_moved(registry):
@@ -367,7 +311,7 @@ def _index(*children: Manifest) -> Manifest:
 
 
 def test_an_index_is_promoted_only_when_the_repository_has_every_manifest_it_lists(registry):
-    amd64, arm64 = _manifest("amd64"), _manifest("arm64")
+    amd64, arm64 = named_manifest("amd64"), named_manifest("arm64")
     index = _index(amd64, arm64)
     registry.manifests.update({index.digest: index, amd64.digest: amd64})
     with pytest.raises(PublishError) as err:
@@ -413,14 +357,6 @@ def test_a_failed_request_is_raised_not_printed(registry, consoles):
 
 # ---- --registry, already published, and the records promotion writes ------------------------------
 
-HASH = "1a2b3c4d5e6f77889900aabbccddeeff00112233445566778899aabbccddeeff"
-
-
-@pytest.fixture(scope="module")
-def stack(repo_root):
-    return load_matrix(repo_root / "stacks.yaml").get("cu130")
-
-
 def _with_repository(stack, repository):
     return stack.model_copy(update={"publish": stack.publish.model_copy(update={"repository": repository})})
 
@@ -445,7 +381,7 @@ def test_a_bad_repository_names_the_stack_and_where_it_came_from(stack, reposito
 
 
 def test_already_published_finds_the_first_immutable_tag_of_this_config_on_any_date(stack):
-    reg = MemoryRegistry(OLD, NEW, OTHER)
+    reg = PromotionRegistry(OLD, NEW, OTHER)
     reg.tags.update({"0.5.9-cu130-20261201-1a2b3c4d": OTHER.digest, "0.5.9-cu130-20261130-1a2b3c4d": NEW.digest,
                      "0.5.9-cu130-20261129-ffffffff": OLD.digest, "cu130": NEW.digest})
     reg.ghosts.append("0.5.9-cu130-20261128-1a2b3c4d")  # listed, but deleted before it was read
