@@ -299,6 +299,35 @@ def test_the_http_server_finder_sees_each_spelling():
     assert _serves_http(source) == [1, 2]
 
 
+# ---- a registry in a unit or cli test: tests/lib/registry_double, the one stand-in --------------------------------
+
+# The request handlers of the tests, each a protocol of its own: a registry is only registry_double's.
+HANDLER_HOMES = {
+    "lib/registry_double.py": "a registry's HTTP API v2 (the one stand-in)",
+    "lib/registry_fixtures.py": "the token service beside the real distribution registry",
+    "lib/faultproxy.py": "a proxy that breaks connections to a real registry",
+    "lib/auth_index.py": "a package index behind auth and TLS",
+    "unit/test_index_metadata.py": "a package index's JSON API and PEP 658 files",
+    "doubles/sglang-double/sglang/srt/entrypoints/http_server.py": "SGLang's server",
+}
+
+
+def _request_handlers(source: str) -> list[int]:
+    """Lines of request handler classes (`class H(BaseHTTPRequestHandler)`)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)
+            and any(ast.unparse(b).endswith("BaseHTTPRequestHandler") for b in node.bases)]
+
+
+def test_a_test_stands_in_for_a_registry_only_through_registry_double():
+    found = {str(p.relative_to(TESTS)) for p in sorted(TESTS.rglob("*.py"))
+             if _request_handlers(p.read_text(encoding="utf-8"))}
+    assert found - set(HANDLER_HOMES) == set(), "stand in for a registry with tests/lib/registry_double.RegistryDouble"
+    assert set(HANDLER_HOMES) - found == set(), "remove the files that serve no more"
+    source = ("class A(BaseHTTPRequestHandler):\n    pass\nclass B(http.server.BaseHTTPRequestHandler):\n    pass\n"
+              "class C(Handler):\n    pass\n")
+    assert _request_handlers(source) == [1, 3]
+
+
 # ---- a hidden secret is shown as REDACTED (core/credentials), never a "***" of its own -------------------------
 
 def _redaction_spelled(source: str) -> list[int]:

@@ -1,5 +1,5 @@
-"""Each registry API call of `RegistryClient`, against an in-test HTTP server that answers what the test
-scripts and records every request: the exact request sent (method, path, query, headers, body), and each
+"""Each registry API call of `RegistryClient`, against the registry stand-in (tests/lib/registry_double) answering
+what the test scripts and recording every request: the exact request sent (method, path, query, headers, body), and each
 answer a registry may give (the ones that succeed, 404, a refusal, a wrong digest, an auth challenge)
 turned into the result or one error line. The real distribution registry's cases are tests/e2e."""
 
@@ -8,10 +8,9 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from http.server import BaseHTTPRequestHandler
 
 import pytest
-from httpserve import ThreadedServer
+from registry_double import RegistryDouble
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry import client as client_mod
@@ -42,60 +41,23 @@ INDEX_DIGEST = compute_digest(INDEX)
 ERROR = json.dumps({"errors": [{"code": "DENIED", "message": "no"}]}).encode()
 
 
-class Registry:
-    """Answers "METHOD /path[?query]" from `answers` (a list: each answer once, the last one from then on),
-    `fallback` (404) to anything else; records (method, path with query, Authorization, Accept, Content-Type, body)."""
-
-    def __init__(self, answers: dict[str, list[tuple[int, dict[str, str], bytes]]]) -> None:
-        self.answers = {k: list(v) for k, v in answers.items()}
-        self.fallback: tuple[int, dict[str, str], bytes] = (404, {}, b"")
-        self.seen: list[tuple[str, str, str | None, str | None, str | None, bytes]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _answer(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                owner.seen.append((self.command, self.path, self.headers.get("Authorization"),
-                                   self.headers.get("Accept"), self.headers.get("Content-Type"), body))
-                script = owner.answers.get(f"{self.command} {self.path}") or [owner.fallback]
-                status, headers, out = script.pop(0) if len(script) > 1 else script[0]
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(out)
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
-
-        self.served = ThreadedServer(Handler, poll_interval=0.02)
-        self.port = self.served.port
-        self.host = self.served.host
-
-    def client(self, **kw) -> RegistryClient:
-        return RegistryClient(self.host, sleep=lambda _s: None, attempts=1, **kw)
-
-    def requests(self) -> list[str]:
-        return [f"{m} {p}" for m, p, *_ in self.seen]
-
-
 @pytest.fixture
 def registry():
-    made: list[Registry] = []
+    """A scripted registry (tests/lib/registry_double): "METHOD /path?query" -> its answers, 404 to the rest."""
+    made: list[RegistryDouble] = []
 
     def make(answers):
-        made.append(Registry(answers))
+        made.append(RegistryDouble(answers))
         return made[-1]
 
     yield make
     for r in made:
-        r.served.close()
+        r.close()
+
+
+def _asked(reg: RegistryDouble) -> list[str]:
+    """Each request as "METHOD /path?query"."""
+    return [f"{m} {p}" for m, p, *_ in reg.seen]
 
 
 def _json(status, data, **headers):
@@ -171,7 +133,7 @@ def test_the_digest_of_a_tag_comes_from_a_head_or_else_the_manifest(registry):
     with pytest.raises(RegistryError) as err:
         client.manifest_digest("a", "v4")
     assert str(err.value) == f"registry {reg.host}: HEAD manifest a:v4: HTTP 409"
-    assert reg.requests() == ["HEAD /v2/a/manifests/v1", "HEAD /v2/a/manifests/v2", "GET /v2/a/manifests/v2",
+    assert _asked(reg) == ["HEAD /v2/a/manifests/v1", "HEAD /v2/a/manifests/v2", "GET /v2/a/manifests/v2",
                               "HEAD /v2/a/manifests/v3", "GET /v2/a/manifests/v3", "HEAD /v2/a/manifests/gone",
                               "HEAD /v2/a/manifests/v4"]
 
@@ -264,7 +226,7 @@ def test_a_blob_already_there_is_not_sent_and_a_refused_upload_is_one_line(regis
                                                                         Location="/v2/b/blobs/uploads/u")]})
     client = reg.client()
     assert client.put_blob("a", CONFIG) == CONFIG_DIGEST
-    assert reg.requests() == [f"HEAD /v2/a/blobs/{CONFIG_DIGEST}"]
+    assert _asked(reg) == [f"HEAD /v2/a/blobs/{CONFIG_DIGEST}"]
     messages = []
     for _ in range(2):
         with pytest.raises(RegistryError) as err:
@@ -299,7 +261,7 @@ def test_the_image_config_of_an_index_is_its_first_childs(registry):
                     f"GET /v2/a/manifests/{IMAGE_DIGEST}": [(200, {"Content-Type": OCI_MANIFEST}, IMAGE)],
                     f"GET /v2/a/blobs/{CONFIG_DIGEST}": [(200, {}, CONFIG)]})
     assert reg.client().image_config("a", "v1") == {"config": {"Labels": {"a": "b"}}}
-    assert reg.requests() == ["GET /v2/a/manifests/v1", f"GET /v2/a/manifests/{IMAGE_DIGEST}",
+    assert _asked(reg) == ["GET /v2/a/manifests/v1", f"GET /v2/a/manifests/{IMAGE_DIGEST}",
                               f"GET /v2/a/blobs/{CONFIG_DIGEST}"]
 
 
@@ -327,7 +289,7 @@ def test_an_empty_index_has_no_image_config(registry):
 def test_a_tag_is_deleted_by_name_where_the_registry_can(registry, status):
     reg = registry({"DELETE /v2/a/manifests/v1": [(status, {}, b"")]})
     reg.client().untag("a", "v1")
-    assert reg.requests() == ["DELETE /v2/a/manifests/v1"]
+    assert _asked(reg) == ["DELETE /v2/a/manifests/v1"]
 
 
 @pytest.mark.parametrize(("media_type", "body", "throwaway"), [
@@ -346,7 +308,7 @@ def test_an_older_registry_untags_through_a_throwaway_manifest(registry, media_t
                     "PUT /v2/a/manifests/v1": [(201, {}, b"")],
                     f"DELETE /v2/a/manifests/{compute_digest(data)}": [(202, {}, b"")]})
     reg.client().untag("a", "v1")
-    assert reg.requests() == ["DELETE /v2/a/manifests/v1", "GET /v2/a/manifests/v1", "PUT /v2/a/manifests/v1",
+    assert _asked(reg) == ["DELETE /v2/a/manifests/v1", "GET /v2/a/manifests/v1", "PUT /v2/a/manifests/v1",
                               f"DELETE /v2/a/manifests/{compute_digest(data)}"]
     assert reg.seen[2][4:] == (media_type, data)
 
@@ -494,7 +456,7 @@ def test_a_token_refused_by_the_registry_is_one_line(registry):
         reg.client(credentials=CREDS).ping()
     assert str(err.value) == (f"registry {reg.host}: the registry rejected the credentials from the test (wrong "
                               "user or password?)")
-    assert reg.requests() == ["GET /v2/", "GET /token", "GET /v2/"]
+    assert _asked(reg) == ["GET /v2/", "GET /token", "GET /v2/"]
 
 
 def test_ping_wants_a_200(registry):
@@ -636,7 +598,7 @@ def test_an_upload_location_is_cut_at_its_first_v2(registry):
                                                               b"")],
                     f"PUT {put}": [(201, {}, b"")]})
     assert reg.client().put_blob("team/v2/app", CONFIG) == D
-    assert reg.requests()[-1] == f"PUT {put}"
+    assert _asked(reg)[-1] == f"PUT {put}"
 
 
 def test_from_environment_reads_the_docker_config_for_that_registry(monkeypatch, tmp_path):
@@ -682,35 +644,23 @@ def test_a_manifest_type_with_parameters_is_cut_to_the_type(registry):
     assert reg.client().get_manifest("a", "v1").media_type == OCI_INDEX
 
 
-class _Endless:
-    """Answers every GET with a body without a length that never ends: 64 KiB blocks, `blocks` of them, then
-    nothing until the test ends (a reader that does not stop at its cap waits for its deadline)."""
+def _endless(blocks: int, stop: threading.Event):
+    """An answer with a body without a length that never ends: 64 KiB blocks, `blocks` of them, then nothing
+    until the test ends (a reader that does not stop at its cap waits for its deadline)."""
 
-    def __init__(self, blocks: int) -> None:
-        self.stop = threading.Event()
-        owner = self
+    def answer(handler) -> None:
+        handler.close_connection = True
+        handler.send_response(200)
+        handler.end_headers()
+        try:
+            for _ in range(blocks):
+                handler.wfile.write(b"x" * 65536)
+            handler.wfile.flush()
+        except OSError:
+            return
+        stop.wait(30)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self.send_response(200)
-                self.end_headers()
-                try:
-                    for _ in range(blocks):
-                        self.wfile.write(b"x" * 65536)
-                    self.wfile.flush()
-                except OSError:
-                    return
-                owner.stop.wait(30)
-
-        self.served = ThreadedServer(Handler, poll_interval=0.02)
-        self.port = self.served.port
-
-    def close(self) -> None:
-        self.stop.set()
-        self.served.close()
+    return answer
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -719,11 +669,13 @@ class _Endless:
     (lambda c: c.referrers("a", D), f"GET referrers a@{D}: over the 4194304-byte limit"),
 ])
 def test_an_endless_answer_is_refused_at_its_cap_not_read_to_the_deadline(call, message):
-    server = _Endless(blocks=70)
+    server, stop = RegistryDouble({}), threading.Event()
+    server.fallback = _endless(70, stop)
     try:
         with pytest.raises(RegistryError) as err:
             call(RegistryClient(f"127.0.0.1:{server.port}", timeout_s=6, attempts=1))
     finally:
+        stop.set()
         server.close()
     assert str(err.value) == f"registry 127.0.0.1:{server.port}: {message}"
 
@@ -789,7 +741,7 @@ def test_the_next_page_of_a_repository_named_with_v2_is_cut_at_the_first_v2(regi
         "GET /v2/t/v2/app/tags/list?n=1000&last=a": [_json(200, {"tags": ["b"]})],
     })
     assert reg.client().list_tags("t/v2/app") == ["a", "b"]
-    assert reg.requests() == ["GET /v2/t/v2/app/tags/list?n=1000", "GET /v2/t/v2/app/tags/list?n=1000&last=a"]
+    assert _asked(reg) == ["GET /v2/t/v2/app/tags/list?n=1000", "GET /v2/t/v2/app/tags/list?n=1000&last=a"]
 
 
 def test_an_upload_start_that_redirects_is_not_followed(registry):
