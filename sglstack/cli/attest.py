@@ -56,12 +56,10 @@ def verify_image(o: VerifyImageOptions, as_json: JsonReport) -> int:
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
     """What a signature must name to be this stack's release now (`deploy.identity`, the one home)."""
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
-    from ..config.defaults import default_stacks_file
     from ..config.matrix import load_matrix
     from ..deploy.identity import release_identity
 
-    path = stacks_file or default_stacks_file()
-    return release_identity(load_matrix(path).get(stack_name), path)
+    return release_identity(load_matrix(stacks_file).get(stack_name), stacks_file)
 
 
 def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_JSON, stack: str | None = None,

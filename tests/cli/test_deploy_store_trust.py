@@ -86,11 +86,10 @@ def engine(monkeypatch):
     monkeypatch.setattr(flow, "check_host", lambda *a, **k: [])
     monkeypatch.setattr(flow, "ensure_image", lambda *a, **k: None)
     # deploy refuses an image of another platform than the node's: the engine's and the image's, not asked here
-    monkeypatch.setattr(flow, "engine_platform", lambda _c: "linux/amd64")
-    monkeypatch.setattr(flow, "check_node_platform", lambda *a, **k: None)
+    monkeypatch.setattr(flow, "check_engine_platform", lambda *a, **k: None)
     monkeypatch.setattr(flow, "image_identity", lambda _c, ref: (ref.split("@")[1], "sha256:" + "9" * 64))
     monkeypatch.setattr(flow, "smoke_report_for", lambda *a: None)
-    monkeypatch.setattr(flow, "_engine_name", lambda _c: "engine")
+    monkeypatch.setattr(flow, "engine_name", lambda _c: "engine")
     monkeypatch.setattr(restore, "container_log_tail", lambda *a: "")
     monkeypatch.setattr(flow, "deployed_phases", lambda *a: {})  # the start by phase reads the container's log
     monkeypatch.setattr(restore, "pinned_image", lambda _c, record: record.image)

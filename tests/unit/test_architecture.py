@@ -236,7 +236,7 @@ IMPORT_DEBTS = {
     "sglstack.smoke.runner", "sglstack.pipeline.flow", "sglstack.deploy.flow",
     "sglstack.imagebuild.flow", "sglstack.deploy.k8s_flow", "sglstack.imagebuild.verify", "sglstack.cli.collection",
     "sglstack.attest.release", "sglstack.bisect.driver", "sglstack.imagebuild.bake", "sglstack.publish.release",
-    "sglstack.render.k8s", "sglstack.smoke.warm", "sglstack.cli.attest", "sglstack.deploy.kernelcache",
+    "sglstack.render.k8s", "sglstack.smoke.warm",
     "sglstack.imagebuild.context", "sglstack.imagebuild.plan", "sglstack.publish.digest",
 }
 

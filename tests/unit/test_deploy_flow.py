@@ -20,7 +20,7 @@ from fake_clock import FakeClock
 from sglstack.core.errors import DeployError
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.core.signals import Interrupted
-from sglstack.deploy import deployment, flow, health, lifecycle, restore
+from sglstack.deploy import checks, deployment, flow, health, lifecycle, restore
 from sglstack.deploy.deployment import DeployFailed, Deployment
 from sglstack.deploy.files import SAVED_SUFFIX
 from sglstack.deploy.restore import pinned_image
@@ -214,8 +214,8 @@ def world(tmp_path, monkeypatch):
 
     monkeypatch.setattr(flow, "docker_client", client)
     monkeypatch.setattr(flow, "check_host", check_host)
-    monkeypatch.setattr(flow, "engine_platform", lambda c: "linux/amd64" if c is engine else "?")
-    monkeypatch.setattr(flow, "check_node_platform", check_node_platform)
+    monkeypatch.setattr(checks, "engine_platform", lambda c: "linux/amd64" if c is engine else "?")
+    monkeypatch.setattr(checks, "check_node_platform", check_node_platform)
     monkeypatch.setattr(flow, "ensure_image", ensure_image)
     monkeypatch.setattr(flow, "image_identity", image_identity)
     monkeypatch.setattr(flow, "smoke_report_for", smoke_report_for)
