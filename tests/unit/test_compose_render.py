@@ -274,7 +274,7 @@ def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monk
         ],
     )
 
-    render_stack_folder(str(matrix), "tiny")
+    render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"))
     # Under SGLSTACK_BUILD_DIR, next to the records; the moving tag, not the recorded digest.
     service = _service((build / "tiny" / cmp.COMPOSE_FILE).read_text())
     stack = make_test_stack(tmp_path / "n")
@@ -282,7 +282,7 @@ def test_render_reads_no_records_and_serves_the_given_image(tmp_path: Path, monk
     assert published not in (build / "tiny" / cmp.COMPOSE_FILE).read_text()
     assert not (tmp_path / "build").exists()
 
-    render_stack_folder(str(matrix), "tiny", out_dir=str(tmp_path / "out"), image=DIGEST_REF)
+    render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(tmp_path / "out"), image=DIGEST_REF)
     assert _service((tmp_path / "out" / cmp.COMPOSE_FILE).read_text())["image"] == DIGEST_REF
 
 
@@ -543,12 +543,12 @@ def test_a_render_into_out_that_fails_midway_leaves_nothing_and_the_next_one_wor
     for name in real:
         monkeypatch.setattr(context_mod, name, full(name))
     with pytest.raises(OutputNotWritable) as info:
-        context_mod.render_stack_folder(str(matrix), "tiny", out_dir=str(out))
+        context_mod.render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out))
     assert str(info.value) == f"{out / fails}: cannot be written (No space left on device)"
     assert not out.exists()  # it was made for this render: nothing of it is left
     monkeypatch.undo()
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
-    context_mod.render_stack_folder(str(matrix), "tiny", out_dir=str(out))
+    context_mod.render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out))
     assert sorted(p.name for p in out.iterdir()) == [
         ".lock", ".sglstack-render.json", "Dockerfile", "compose.env.example", cmp.COMPOSE_FILE, "context"]
 
@@ -571,7 +571,7 @@ def test_a_fifo_as_render_s_list_does_not_hang_it(tmp_path: Path, monkeypatch: p
 
     def render() -> None:
         try:
-            render_stack_folder(str(matrix), "tiny", out_dir=str(out))
+            render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out))
         except BaseException as exc:  # the test reads it below
             raised.append(exc)
 
@@ -637,17 +637,18 @@ def test_a_render_that_changes_nothing_leaves_every_file_and_its_mtime_alone(
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
     matrix = write_test_matrix(tmp_path / "m")
     out = tmp_path / "out"
-    render_stack_folder(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out), image=DIGEST_REF)
     old = 1_000_000_000
     for path in [out, *out.rglob("*")]:
         os.utime(path, ns=(old, old), follow_symlinks=False)
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-    render_stack_folder(str(matrix), "tiny", out_dir=str(out), image=DIGEST_REF)
+    render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out), image=DIGEST_REF)
     after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     assert after == before and len(before) > 3
     assert [p for p in [out, *out.rglob("*")] if p.lstat().st_mtime_ns != old and p.name != ".lock"] == []
 
-    render_stack_folder(str(matrix), "tiny", out_dir=str(out), image="reg/sglang:other")  # a change: written
+    # a change: written
+    render_stack_folder(str(matrix), load_matrix(matrix).get("tiny"), out_dir=str(out), image="reg/sglang:other")
     assert "reg/sglang:other" in (out / cmp.COMPOSE_FILE).read_text()
 
 
