@@ -45,7 +45,7 @@ MODULES=(
   "bisect-driver|sglstack/bisect/driver.py sglstack/bisect/refs.py|tests/unit/test_bisect_session.py tests/cli/test_bisect_driver.py"
   "cudacopies|sglstack/size/cudacopies.py sglstack/config/cudaimages.py|tests/unit/test_cuda_copies.py"
   "verify|sglstack/imagebuild/verify.py sglstack/imagebuild/judge.py|tests/unit/test_image_checks.py tests/unit/test_jit_toolchain.py tests/unit/test_kernel_package.py tests/cli/test_lock_trust.py tests/unit/test_verify.py"
-  "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py sglstack/lock/entries.py|tests/unit/test_lock_flow.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
+  "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py sglstack/lock/entries.py|tests/unit/test_lock_flow.py tests/unit/test_lock_flow_sources.py tests/unit/test_lock_flow_retries.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
   "trust|sglstack/core/quoting.py sglstack/core/credentials.py|tests/unit/test_quoting_and_credentials.py tests/cli/test_credentials.py tests/cli/test_credentials_tools.py"
   "smoke-subject|sglstack/smoke/options.py sglstack/smoke/subject.py|tests/unit/test_smoke_subject.py tests/unit/test_smoke_options.py tests/cli/test_smoke_plan.py tests/unit/test_one_home.py"
   "safefiles|sglstack/core/safefiles.py sglstack/core/folderlock.py|tests/unit/test_safefiles.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
