@@ -60,7 +60,7 @@ MODULES=(
   "upgrade-command|sglstack/upgrade/command.py sglstack/upgrade/engines.py|tests/unit/test_upgrade_command.py tests/unit/test_upgrade_plan.py"
   "registry|sglstack/registry/client.py sglstack/registry/session.py sglstack/registry/transport.py sglstack/registry/auth.py|tests/unit/test_registry_client.py tests/unit/test_registry_client_api.py tests/unit/test_registry_client_auth.py tests/unit/test_registry_client_calls.py tests/unit/test_registry_credentials.py tests/unit/test_registry_transport.py tests/unit/test_registry_platforms.py"
   "deploy-flow|sglstack/deploy/flow.py sglstack/deploy/deployment.py sglstack/deploy/restore.py sglstack/deploy/lifecycle.py|tests/unit/test_deploy_flow.py tests/unit/test_deploy_flow_failed.py tests/unit/test_deploy_flow_records.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_store_trust.py tests/cli/test_deploy_records.py"
-  "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
+  "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_deploy_k8s_flow_rollback.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py"
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_secret_holes.py"
   "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
   "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
