@@ -533,7 +533,7 @@ TESTS = PACKAGE.parent / "tests"
 TEST_SIZE_DEBTS = {
     "unit/test_verify.py",
     "cli/test_files_and_records.py", "unit/test_patch_structure.py",
-    "unit/test_compose_render.py", "unit/test_bisect_session.py", "unit/test_safefiles.py",
+    "unit/test_bisect_session.py", "unit/test_safefiles.py",
     "unit/test_preflight_checks.py", "unit/test_diff_sources.py", "unit/test_upgrade_write.py",
     "unit/test_upgrade_command.py", "unit/test_coverage_rules.py", "unit/test_architecture.py",
     "unit/test_promises.py", "unit/test_attest_documents.py", "unit/test_patch_bad_inputs.py", "cli/test_matrix.py",
