@@ -48,7 +48,7 @@ MODULES=(
   "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py sglstack/lock/entries.py|tests/unit/test_lock_flow.py tests/unit/test_lock_flow_sources.py tests/unit/test_lock_flow_retries.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
   "trust|sglstack/core/quoting.py sglstack/core/credentials.py|tests/unit/test_quoting_and_credentials.py tests/cli/test_credentials.py tests/cli/test_credentials_tools.py"
   "smoke-subject|sglstack/smoke/options.py sglstack/smoke/subject.py|tests/unit/test_smoke_subject.py tests/unit/test_smoke_options.py tests/cli/test_smoke_plan.py tests/unit/test_one_home.py"
-  "safefiles|sglstack/core/safefiles.py sglstack/core/folderlock.py|tests/unit/test_safefiles.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
+  "safefiles|sglstack/core/safefiles.py sglstack/core/folderlock.py|tests/unit/test_safefiles.py tests/unit/test_folder_lock.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
   "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
   "preflight|sglstack/inimage/preflight/checks.py sglstack/inimage/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
   "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/inventory/model.py sglstack/inventory/sbom.py|tests/cli/test_attest.py tests/unit/test_attest_documents.py"
