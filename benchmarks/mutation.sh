@@ -42,7 +42,7 @@ MODULES=(
   "k8s|sglstack/render/k8s.py sglstack/render/k8s_lws.py|tests/unit/test_k8s_render.py tests/unit/test_promises.py"
   "render|sglstack/render/dockerfile.py|tests/cli/test_render.py tests/unit/test_confighash.py tests/unit/test_promises.py tests/unit/test_serving_stage.py tests/unit/test_lock_plan.py"
   "imageref|sglstack/config/imageref.py sglstack/config/names.py|tests/unit/test_publish_tags.py tests/cli/test_matrix.py tests/unit/test_one_home.py"
-  "bisect-driver|sglstack/bisect/driver.py sglstack/bisect/refs.py|tests/unit/test_bisect_session.py tests/cli/test_bisect_driver.py"
+  "bisect-driver|sglstack/bisect/driver.py sglstack/bisect/refs.py|tests/unit/test_bisect_session.py tests/unit/test_bisect_session_skips.py tests/cli/test_bisect_driver.py"
   "cudacopies|sglstack/size/cudacopies.py sglstack/config/cudaimages.py|tests/unit/test_cuda_copies.py"
   "verify|sglstack/imagebuild/verify.py sglstack/imagebuild/judge.py|tests/unit/test_image_checks.py tests/unit/test_jit_toolchain.py tests/unit/test_kernel_package.py tests/cli/test_lock_trust.py tests/unit/test_verify.py"
   "lock-flow|sglstack/lock/plan.py sglstack/lock/flow.py sglstack/lock/entries.py|tests/unit/test_lock_flow.py tests/unit/test_lock_flow_sources.py tests/unit/test_lock_flow_retries.py tests/unit/test_lock_plan.py tests/unit/test_kernel_package.py tests/unit/test_conflicts.py tests/unit/test_lock_resolver.py"
