@@ -23,7 +23,7 @@ PY=${PYTHON:-python3}
 # patch engine as the in-image tool runs it under `python -S`) are deselected: the child cannot import
 # mutmut's trampolines, and what they check of the pure core the in-process tests check too.
 MODULES=(
-  "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/e2e/test_patch_engine.py tests/unit/test_patch_bad_inputs.py tests/unit/test_patch_versions.py tests/unit/test_patch_spec.py tests/unit/test_patch_structure.py"
+  "patchkit|sglstack/inimage/patchkit/engine.py sglstack/inimage/patchkit/structure.py sglstack/inimage/patchkit/files.py sglstack/inimage/patchkit/spec.py sglstack/inimage/patchkit/source.py sglstack/inimage/patchkit/versions.py|tests/e2e/test_patch_engine.py tests/unit/test_patch_bad_inputs.py tests/unit/test_patch_versions.py tests/unit/test_patch_spec.py tests/unit/test_patch_structure.py tests/unit/test_patch_apply.py tests/unit/test_patch_verify.py"
   "smoke|sglstack/smoke/gates.py sglstack/smoke/history.py sglstack/smoke/measure.py sglstack/smoke/since.py|tests/unit/test_smoke_gates.py tests/unit/test_smoke_since.py"
   "confighash|sglstack/render/confighash.py|tests/unit/test_confighash.py"
   "tags|sglstack/publish/tags.py sglstack/config/tagtemplates.py|tests/unit/test_publish_tags.py"
