@@ -53,7 +53,7 @@ MODULES=(
   "preflight|sglstack/inimage/preflight/checks.py sglstack/inimage/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_checks_whole.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
   "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/inventory/model.py sglstack/inventory/sbom.py|tests/cli/test_attest.py tests/unit/test_attest_documents.py"
   "config|sglstack/config/schema.py sglstack/config/settings.py sglstack/config/strict.py sglstack/config/fields.py sglstack/config/yamlsrc.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py tests/cli/test_foreign_values.py tests/cli/test_credentials.py tests/unit/test_kernel_package.py"
-  "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py tests/unit/test_diff_sources.py"
+  "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py tests/unit/test_diff_sources.py tests/unit/test_diff_sources_registry.py"
   "coverage-report|sglstack/coverage/report.py sglstack/coverage/devicecode.py|tests/unit/test_coverage_rules.py tests/unit/test_kernel_package.py tests/unit/test_coverage_devicecode.py"
   "upgrade-sources|sglstack/upgrade/releases.py sglstack/upgrade/argv_probe.py|tests/unit/test_upgrade_releases.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
   "upgrade-text|sglstack/upgrade/report.py sglstack/upgrade/stacksfile.py sglstack/upgrade/argv.py|tests/unit/test_upgrade_report.py tests/unit/test_upgrade_stacksfile.py tests/unit/test_upgrade_argv.py tests/unit/test_upgrade_plan.py"
