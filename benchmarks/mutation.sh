@@ -49,7 +49,7 @@ MODULES=(
   "trust|sglstack/core/quoting.py sglstack/core/credentials.py|tests/unit/test_quoting_and_credentials.py tests/cli/test_credentials.py tests/cli/test_credentials_tools.py"
   "smoke-subject|sglstack/smoke/options.py sglstack/smoke/subject.py|tests/unit/test_smoke_subject.py tests/unit/test_smoke_options.py tests/cli/test_smoke_plan.py tests/unit/test_one_home.py"
   "safefiles|sglstack/core/safefiles.py sglstack/core/folderlock.py|tests/unit/test_safefiles.py tests/unit/test_folder_lock.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py"
-  "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py"
+  "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_promotion_records.py tests/unit/test_publish_tags.py"
   "preflight|sglstack/inimage/preflight/checks.py sglstack/inimage/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_checks_whole.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py"
   "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/inventory/model.py sglstack/inventory/sbom.py|tests/cli/test_attest.py tests/unit/test_attest_documents.py"
   "config|sglstack/config/schema.py sglstack/config/settings.py sglstack/config/strict.py sglstack/config/fields.py sglstack/config/yamlsrc.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py tests/cli/test_foreign_values.py tests/cli/test_credentials.py tests/unit/test_kernel_package.py"

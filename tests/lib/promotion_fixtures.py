@@ -14,6 +14,7 @@ from sglstack.registry.client import DOCKER_MANIFEST, Manifest, ManifestNotFound
 
 REPO = parse_repository("127.0.0.1:5000/team/app")
 IMMUTABLE, MOVING = "0.5.9-app-20261202-1a2b3c4d", ("0.5.9-app", "app")
+HTTP_500 = "PUT manifest: HTTP 500"
 
 
 def named_manifest(name: str) -> Manifest:

@@ -535,7 +535,7 @@ TEST_SIZE_DEBTS = {
     "unit/test_attest_documents.py", "unit/test_conflicts.py",
     "unit/test_coverage_rules.py", "unit/test_image_size.py", "unit/test_one_home.py",
     "unit/test_patch_bad_inputs.py",
-    "unit/test_promises.py", "unit/test_publish_promotion.py", "unit/test_records_core.py", "unit/test_serving.py",
+    "unit/test_promises.py", "unit/test_records_core.py", "unit/test_serving.py",
     "unit/test_upgrade_command.py", "unit/test_upgrade_write.py", "unit/test_verify.py",
 }
 
