@@ -54,17 +54,12 @@ def verify_image(o: VerifyImageOptions, as_json: JsonReport) -> int:
 
 
 def expected_identity(stacks_file: str | None, stack_name: str) -> BuildIdentity:
-    """What a signature must name to be this stack's release now: its name, config hash and SGLang release."""
+    """What a signature must name to be this stack's release now (`deploy.identity`, the one home)."""
     # at call time: the matrix and the renderer are slow to import, and only `--stack` needs them
-    from ..attest.provenance import BuildIdentity
-    from ..config.defaults import default_stacks_file
     from ..config.matrix import load_matrix
-    from ..lock.trust import lock_for_build
-    from ..render.dockerfile import released_config_hash
+    from ..deploy.identity import release_identity
 
-    path = stacks_file or default_stacks_file()
-    stack = load_matrix(path).get(stack_name)
-    return BuildIdentity.of_stack(stack, released_config_hash(stack, lock_for_build(path, stack)))
+    return release_identity(load_matrix(stacks_file).get(stack_name), stacks_file)
 
 
 def verify_image_command(ref: str, *, key: str | None, as_json: JsonReport = NO_JSON, stack: str | None = None,

@@ -100,6 +100,7 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
     """Every input checked, then the plan printed (--dry-run) or the build (and release) run."""
     # at call time: the Docker SDK and the matrix are slow to import
     from ..attest.errors import BadInput
+    from ..config.matrix import load_matrix
     from ..core.console import console as make_console
     from ..core.console import plain
     from ..core.errors import one_line
@@ -107,8 +108,8 @@ def build_command(stacks_file: str, stack_name: str, *, target: str | None = Non
 
     if as_json and not dry_run:
         raise BadInput("build: --json and --json-out report the plan of --dry-run (a build reports as it goes)")
-    plan = plan_build(stacks_file, stack_name, target=target, no_cache=no_cache, force=force,
-                      full_verify=full_verify, dry_run=dry_run,
+    plan = plan_build(stacks_file, load_matrix(stacks_file).get(stack_name), target=target, no_cache=no_cache,
+                      force=force, full_verify=full_verify, dry_run=dry_run,
                       push=push, ca_bundle=ca_bundle, docker_cli=docker_cli, docker_host=docker_host,
                       registry=registry, smoke_opts=smoke_opts, builder_name=builder_name, key=key, unsigned=unsigned,
                       platform=platform)
@@ -169,9 +170,11 @@ class SeedBaseOptions(TaskOptions):
 def seed_base(o: SeedBaseOptions) -> int:
     """Make the stack's seeded Debian base for each platform (mmdebstrap; QEMU for a foreign one) and load it;
     exit 1 when the bytes made here are not the pinned root file system."""
-    from ..imagebuild.seedbase import seed_stack  # at call time: the Docker SDK is slow to import
+    # at call time: the Docker SDK and pydantic are slow to import
+    from ..config.matrix import load_matrix
+    from ..imagebuild.seedbase import seed_stack
 
-    for s in seed_stack(o.stacks_file, o.stack, platform=o.platform, docker_host=o.docker_host):
+    for s in seed_stack(load_matrix(o.stacks_file).get(o.stack), platform=o.platform, docker_host=o.docker_host):
         how = "already there" if s.already else f"seeded in {s.seconds:.0f} s{' (emulated)' if s.emulated else ''}"
         print(f"{o.stack}: {s.platform}: {s.image} {how}: rootfs {s.rootfs}, image {s.image_id}")
     return 0

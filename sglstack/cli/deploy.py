@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from ..config.imageref import not_an_image
-from ..core.errors import SglstackError, did_you_mean
 from ..core.jsonreport import NO_JSON
 from ..core.options import (
     ReportOptions,
@@ -22,7 +21,7 @@ from ..core.options import (
     output_option,
     stacks_file_option,
 )
-from ..deploy.errors import TARGETS, DeployOptionError
+from ..deploy.errors import DeployOptionError, check_tail, target_of
 from .cmdoptions import (
     context_option,
     host_network_option,
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..core.jsonreport import JsonReport
-    from ..deploy.store import DeploymentRecord
     from ..render.compose import ComposeOptions
     from ..render.k8s import K8sOptions
 
@@ -46,7 +44,7 @@ if TYPE_CHECKING:
 
 
 class DeployTaskOptions(TaskOptions):
-    bad_value: ClassVar[type[SglstackError]] = DeployOptionError
+    bad_value = DeployOptionError
 
 
 # ---- the options, once -----------------------------------------------------------------------------
@@ -161,12 +159,6 @@ def k8s_options(options: DeployOptions) -> K8sOptions:
     return K8sOptions.from_options(options, renamed=OPTION_OF_FIELD)
 
 
-def target_of(target: str) -> str:
-    if target not in TARGETS:
-        raise DeployOptionError(f"--on '{target}': not one of {', '.join(TARGETS)}{did_you_mean(target, TARGETS)}")
-    return target
-
-
 def _refuse_the_other_targets(options: DeployOptions | RollbackOptions, on: str) -> None:
     """An option of the other target is bad input (exit 2), before anything is looked up: it would be
     dropped unread, and a script that forgot `--on k8s` would deploy somewhere else than it meant."""
@@ -206,20 +198,25 @@ def deploy(o: DeployOptions) -> None:
 
 
 def deploy_command(options: DeployOptions, *, build_root: Path | None = None, project: str | None = None,
-                   say: Say = _say_stderr) -> DeploymentRecord:
-    from ..deploy.actions import deploy_on_k8s, deploy_with_compose  # at call time: the Docker SDK
+                   say: Say = _say_stderr) -> None:
+    # at call time: the Docker SDK and pydantic
+    from ..config.matrix import load_matrix
+    from ..deploy.actions import deploy_with_compose
+    from ..deploy.k8s_actions import deploy_on_k8s
 
     on = target_of(options.on)
     _refuse_the_other_targets(options, on)
+    stack = load_matrix(options.stacks_file).get(options.stack)
     if on == "k8s":
-        return deploy_on_k8s(options.stack, k8s_options(options), stacks_file=options.stacks_file,
-                             digest=options.digest, image=options.image, verify_key=options.verify_key,
-                             context=options.context, namespace=options.namespace, wait_timeout=options.wait_timeout,
-                             skip_preflight=options.skip_preflight, build_root=build_root, say=say)
-    return deploy_with_compose(options.stack, compose_options(options), stacks_file=options.stacks_file,
-                               digest=options.digest, image=options.image, verify_key=options.verify_key,
-                               docker_host=options.docker_host, wait_timeout=options.wait_timeout,
-                               skip_preflight=options.skip_preflight, build_root=build_root, project=project, say=say)
+        deploy_on_k8s(stack, k8s_options(options), stacks_file=options.stacks_file, digest=options.digest,
+                      image=options.image, verify_key=options.verify_key, context=options.context,
+                      namespace=options.namespace, wait_timeout=options.wait_timeout,
+                      skip_preflight=options.skip_preflight, build_root=build_root, say=say)
+    else:
+        deploy_with_compose(stack, compose_options(options), stacks_file=options.stacks_file, digest=options.digest,
+                            image=options.image, verify_key=options.verify_key, docker_host=options.docker_host,
+                            wait_timeout=options.wait_timeout, skip_preflight=options.skip_preflight,
+                            build_root=build_root, project=project, say=say)
 
 
 @command(StatusOptions)
@@ -235,44 +232,49 @@ def status_command(options: StatusOptions, *, build_root: Path | None = None, sa
     # at call time: the Docker SDK
     from dataclasses import asdict
 
-    from ..deploy.actions import status_rows
-    from ..deploy.status import print_status
-    from ..deploy.store import bad_record_line
+    from ..deploy.status import print_status, status_rows
 
     rows, bad = status_rows(options.stack, docker_host=options.docker_host, build_root=build_root)
     print_status(rows, wide=options.wide)
     as_json.emit({"deployments": [asdict(row) for row in rows], "unreadable_record_lines": len(bad)})
     for line in bad:
-        say(f"error: {bad_record_line(line)}: skipped, the rows above are what the other lines and the engine show")
+        say(f"error: {line}: skipped, the rows above are what the other lines and the engine show")
     return 1 if bad else 0
 
 
 @command(LogsOptions)
 def logs(o: LogsOptions) -> None:
     """Print the deployed stack's server logs."""
-    from ..deploy.actions import stack_logs  # at call time: the Docker SDK
+    # at call time: the Docker SDK and pydantic
+    from ..config.matrix import load_matrix
+    from ..deploy.actions import stack_logs
 
-    print(stack_logs(o.stack, stacks_file=o.stacks_file, docker_host=o.docker_host, tail=o.tail), end="")
+    check_tail(o.tail)  # before the matrix is read, as every option
+    print(stack_logs(load_matrix(o.stacks_file).get(o.stack), docker_host=o.docker_host, tail=o.tail), end="")
 
 
 @command(UndeployOptions)
 def undeploy(o: UndeployOptions) -> None:
     """Stop and remove a deployed stack (compose down -v)."""
-    from ..deploy.actions import undeploy_stack  # at call time: the Docker SDK
+    # at call time: the Docker SDK and pydantic
+    from ..config.matrix import load_matrix
+    from ..deploy.actions import undeploy_stack
 
-    undeploy_stack(o.stack, stacks_file=o.stacks_file, docker_host=o.docker_host)
+    undeploy_stack(load_matrix(o.stacks_file).get(o.stack), docker_host=o.docker_host)
 
 
 @command(RollbackOptions)
 def rollback(o: RollbackOptions) -> None:
     """Redeploy the image recorded before the current one, with the options it ran with."""
-    from ..deploy.actions import rollback_on_k8s, rollback_with_compose  # at call time: the Docker SDK
+    # at call time: the Docker SDK and pydantic
+    from ..config.matrix import load_matrix
+    from ..deploy.actions import rollback_with_compose
+    from ..deploy.k8s_actions import rollback_on_k8s
 
     on = target_of(o.on)
     _refuse_the_other_targets(o, on)
+    stack = load_matrix(o.stacks_file).get(o.stack)
     if on == "k8s":
-        rollback_on_k8s(o.stack, stacks_file=o.stacks_file, context=o.context, namespace=o.namespace,
-                        wait_timeout=o.wait_timeout)
+        rollback_on_k8s(stack, context=o.context, namespace=o.namespace, wait_timeout=o.wait_timeout)
     else:
-        rollback_with_compose(o.stack, stacks_file=o.stacks_file, docker_host=o.docker_host,
-                              wait_timeout=o.wait_timeout)
+        rollback_with_compose(stack, docker_host=o.docker_host, wait_timeout=o.wait_timeout)

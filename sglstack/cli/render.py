@@ -32,6 +32,7 @@ class RenderOptions(TaskOptions):
 def render(o: RenderOptions) -> None:
     """Render build/STACK/Dockerfile, its build context, compose file and (by digest) k8s manifests."""
     # at call time: pydantic and jinja2 would slow `invoke --list`
+    from ..config.matrix import load_matrix
     from ..imagebuild.context import render_stack_folder
     from ..render.k8s import K8sOptions  # at call time: as above
 
@@ -41,5 +42,5 @@ def render(o: RenderOptions) -> None:
 
         image = verified_for_render(image, o.verify_key, expected_identity(o.stacks_file, o.stack))
     options = K8sOptions.from_options(o)  # nnodes, host_network, rdma: the rest are deploy's
-    render_stack_folder(o.stacks_file, o.stack, out_dir=o.out, image=image, k8s_options=options,
-                        platform=o.platform)
+    render_stack_folder(o.stacks_file, load_matrix(o.stacks_file).get(o.stack), out_dir=o.out, image=image,
+                        k8s_options=options, platform=o.platform)

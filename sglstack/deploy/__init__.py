@@ -1,7 +1,8 @@
 """Compose deployment of a published stack: deploy, status, logs, undeploy, rollback.
 
-One module per job: `errors` (its bad input), `actions` (what each task does, from typed values: the
-options are the face's, `sglstack.cli.deploy`),
+One module per job: `errors` (its bad input), `actions` and `k8s_actions` (what each task does, from a `Stack`
+and typed values: the face, `sglstack.cli.deploy`, loads the matrix and turns the options into them), `guard`
+(the checks before anything changes), `identity` (what a release signature must name),
 `flow` (deploy / rollback / undeploy, with the restore of the previous deployment after a failed one),
 `checks` (what is checked before anything changes), `images` (which image, and the smoke report that
 passed it), `health`, `store` (the deployment records), `status` (the table); `ComposeCLI` and

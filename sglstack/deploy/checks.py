@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import math
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -16,6 +17,7 @@ import docker
 from ..adapters.docker import docker_host_name
 from ..config.schema import Stack
 from ..core.errors import DeployError
+from ..publish import check_node_platform, engine_platform
 from ..render import compose as cmp
 from ..serving import ServingSpec, check_mount_sources
 from .errors import DeployOptionError
@@ -120,3 +122,17 @@ def port_in_use(port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def check_engine_platform(client: docker.DockerClient, stack: str, image_ref: str, say: Callable[[str], None]) -> None:
+    """Before the pull: an image for another platform than the engine's is one line, not `exec format error` in a
+    restart loop."""
+    check_node_platform(stack, image_ref, f"the node ({engine_name(client) or 'local engine'})",
+                        (engine_platform(client),), say, client)
+
+
+def engine_name(client: docker.DockerClient) -> str:
+    try:
+        return str(client.info().get("Name", ""))
+    except docker.errors.APIError:
+        return ""

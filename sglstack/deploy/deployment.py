@@ -62,6 +62,18 @@ class Deployment:
     def records(self) -> list[DeploymentRecord]:
         return [r for r in read_records(self.build_root, self.stack.name) if r.project == self.project_name]
 
+    @classmethod
+    def of(cls, stack: Stack, *, docker_host: str | None, build_root: Path | None, project: str | None,
+           recorded: bool = False) -> Deployment:
+        """The deployment to act on; `recorded` (logs, undeploy, rollback): project and host default to the last
+        record's (the stack's compose records only: a k8s deployment of it is kubectl's, not a compose project)."""
+        dep = cls(stack=stack, build_root=build_root or default_build_root(), project=project, docker_host=docker_host)
+        records = [r for r in read_records(dep.build_root, stack.name) if r.target == "compose"] if recorded else []
+        if records:
+            dep.project = dep.project or records[-1].project
+            dep.docker_host = dep.docker_host or records[-1].docker_host or None
+        return dep
+
 
 def wait_limit(spec: ServingSpec, wait_timeout_s: float | None) -> float:
     """How long to wait for health: the option, else the start period plus every healthcheck retry."""

@@ -4,6 +4,7 @@ replaced when the deployment is undone."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.records import build_root as default_build_root
@@ -11,12 +12,15 @@ from ..core.safefiles import (
     OutputNotWritable,
     check_inside,
     containing_root,
+    create_empty,
     keep_link,
     not_a_file,
     remove_file,
     rename_inside,
     write_text,
 )
+from ..render.compose import ENV_EXAMPLE_FILE
+from .store import display_path
 
 # What each written path held before: a hard link to its old file beside it, None where there was none.
 Saved = dict[Path, Path | None]
@@ -70,3 +74,15 @@ def discard_saved(saved: Saved) -> None:
             with contextlib.suppress(OSError):
                 kept.unlink()
     saved.clear()
+
+
+def ensure_env_file(out_dir: Path, env_file: str, say: Callable[[str], None]) -> None:
+    """The compose file's env file beside it, created empty (mode 0600) when there is none."""
+    path = Path(env_file)
+    if path.is_absolute():
+        return  # checked before anything changed
+    path = out_dir / path
+    # Public models need no token; compose refuses a missing env_file, so start from an empty one. A link
+    # there is refused: compose would feed whatever it points to into the container's environment.
+    if create_empty(containing_root(out_dir, default_build_root()), path, mode=0o600):
+        say(f"created an empty {display_path(path)}: put HF_TOKEN there for gated models ({ENV_EXAMPLE_FILE})")

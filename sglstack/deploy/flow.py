@@ -28,25 +28,18 @@ import docker.errors
 from ..adapters.compose import ComposeCLI, detect_compose, error_line
 from ..adapters.docker import docker_client, is_local_docker_host
 from ..config.imageref import image_name
-from ..core import signals
 from ..core.clock import utc_timestamp
 from ..core.errors import DeployError
-from ..core.records import build_root as default_build_root
-from ..core.safefiles import (
-    OutputNotWritable,
-    containing_root,
-    create_empty,
-)
-from ..core.signals import Interrupted
-from ..publish import check_node_platform, engine_platform
+from ..core.safefiles import OutputNotWritable
+from ..core.signals import Interrupted, deferred
 from ..render import compose as cmp
 from ..serving import ServingSpec
-from ..serving.phases import MILESTONES, phases_line
-from .checks import check_host, check_options
+from .checks import check_engine_platform, check_host, check_options, engine_name
 from .deployment import DeployFailed, Deployment, Say, describe, health_failure, say_stderr, wait_limit
-from .files import Saved, discard_saved, restore_files, write_files
+from .files import Saved, discard_saved, ensure_env_file, restore_files, write_files
 from .images import ensure_image, image_identity, smoke_report_for
-from .kernelcache import deployed_phases, restore_for_compose
+from .kernelcache import restore_for_compose
+from .phases import deployed_phases, say_phases
 from .restore import recover
 from .store import (
     DeploymentRecord,
@@ -85,8 +78,7 @@ def deploy(
         say(notice)
     previous = serving_now(dep.records())
     # Before the pull: an image for another platform is one line, not `exec format error` in a restart loop.
-    check_node_platform(stack.name, image_ref, f"the node ({_engine_name(client) or 'local engine'})",
-                        (engine_platform(client),), say, client)
+    check_engine_platform(client, stack.name, image_ref, say)
     ensure_image(client, image_ref, stack.name, say)
     digest, image_id = image_identity(client, image_ref)
     report = smoke_report or smoke_report_for(stack.name, digest, dep.build_root)
@@ -117,7 +109,7 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
     """`up` the written files, wait, record; undo on any failure (see the module's doc)."""
     stack, project = dep.stack, dep.project_name
     attempt = DeploymentRecord(stack=stack.name, action=action, result="failed", image=image_ref, digest=digest,
-                               image_id=image_id, time=utc_timestamp(), host=_engine_name(client),
+                               image_id=image_id, time=utc_timestamp(), host=engine_name(client),
                                docker_host=dep.docker_host or os.environ.get("DOCKER_HOST", ""), project=project,
                                compose_tool=compose.label, compose_file=compose_file.name,
                                options=options.to_record(), smoke_report=report or cmp.UNKNOWN,
@@ -133,7 +125,7 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
     if failure is not None:
         outcome = "the restore did not finish"
         try:
-            with signals.deferred():
+            with deferred():
                 outcome, tail = recover(dep, client, compose, attempt, previous, saved, failure, say, extra=extra)
         except Interrupted:  # a signal waited for the restore: say what it left, then exit 128+signal
             say(f"stack '{stack.name}': {failure}; {outcome}")
@@ -141,8 +133,7 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
         raise DeployFailed(f"stack '{stack.name}' (project {project}): {failure}; {outcome}", tail)
 
     phases = deployed_phases(client, project)
-    if phases and len(phases["unknown"]) < len(MILESTONES):
-        say(phases_line(cmp.SERVICE, phases).removeprefix("smoke: "))
+    say_phases(cmp.SERVICE, phases, say)
     record = replace(attempt, result="healthy", time=utc_timestamp(), phases=phases)
     try:
         append_record(dep.build_root, record)
@@ -151,7 +142,7 @@ def _switch(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, i
         why = f"healthy, but its record was not written ({exc})"
         outcome, tail = "the undo did not finish", ""
         try:
-            with signals.deferred():
+            with deferred():
                 outcome, tail = recover(dep, client, compose, attempt, previous, saved, why, say)
         except Interrupted:
             say(f"stack '{stack.name}': {why}; {outcome}")
@@ -172,7 +163,7 @@ def _recover_from(exc: BaseException, dep: Deployment, client: docker.DockerClie
         why = describe(exc)
     outcome = "the restore did not finish"
     try:
-        with signals.deferred():
+        with deferred():
             outcome, _ = recover(dep, client, compose, attempt, previous, saved, why, say)
     finally:
         say(f"stack '{dep.stack.name}': {why}; {outcome}")
@@ -185,7 +176,7 @@ def _write_checked_files(dep: Deployment, compose: ComposeCLI, options: cmp.Comp
     Until `up`, the running deployment is untouched: any failure (or signal) puts the files back."""
     saved = write_files(dep.out_dir, files)
     try:
-        _ensure_env_file(dep.out_dir, options, say)
+        ensure_env_file(dep.out_dir, options.env_file, say)
         say(f"rendered {display_path(compose_file)} (+ {', '.join(n for n in files if n != compose_file.name)})")
         checked = compose.run(dep.project_name, [compose_file], ["config", "-q"], docker_host=dep.docker_host)
         if checked.returncode != 0:
@@ -209,22 +200,3 @@ def _come_up(dep: Deployment, client: docker.DockerClient, compose: ComposeCLI, 
         )
         return f"`up` failed: {error_line(up.stderr)}{hint}", up.stderr
     return health_failure(client, dep, spec, wait_s, local, say), ""
-
-
-def _ensure_env_file(out_dir: Path, options: cmp.ComposeOptions, say: Say) -> None:
-    path = Path(options.env_file)
-    if path.is_absolute():
-        return  # checked before anything changed
-    path = out_dir / path
-    # Public models need no token; compose refuses a missing env_file, so start from an empty one. A link
-    # there is refused: compose would feed whatever it points to into the container's environment.
-    if create_empty(containing_root(out_dir, default_build_root()), path, mode=0o600):
-        say(f"created an empty {display_path(path)}: put HF_TOKEN there for gated models ({cmp.ENV_EXAMPLE_FILE})")
-
-
-def _engine_name(client: docker.DockerClient) -> str:
-    try:
-        return str(client.info().get("Name", ""))
-    except docker.errors.APIError:
-        return ""
-

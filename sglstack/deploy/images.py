@@ -19,9 +19,9 @@ from ..publish import PublishedRelease, published_release
 from .store import display_path
 
 
-def published_image_ref(stack_name: str, build_root: Path | None = None) -> str | None:
+def published_image_ref(stack: Stack, build_root: Path | None = None) -> str | None:
     """The stack's current published `repo@sha256:...`, as Publish's records say."""
-    release = published_release(stack_name, build_root)
+    release = published_release(stack.name, build_root)
     return release.ref if release else None
 
 
@@ -43,7 +43,7 @@ def resolve_image_ref(
         if not is_digest(digest):
             raise DeployError(f"stack '{stack.name}': --digest '{digest}' is not sha256:<64 hex>")
         return f"{stack.publish.repository}@{digest}"
-    ref = published_image_ref(stack.name, build_root)
+    ref = published_image_ref(stack, build_root)
     if ref is None:
         raise DeployError(
             f"stack '{stack.name}': no published digest in "

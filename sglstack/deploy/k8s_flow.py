@@ -28,10 +28,9 @@ from ..render import k8s
 from ..render import k8s_lws as lws
 from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec
-from ..serving.phases import MILESTONES, phases_line
 from .deployment import DeployFailed, Say, say_stderr
 from .files import discard_saved, restore_files, write_files
-from .kernelcache import k8s_phases
+from .phases import k8s_phases, say_phases
 from .store import (
     DeploymentRecord,
     append_record,
@@ -180,8 +179,7 @@ def _apply(dep: K8sDeployment, image_ref: str, options: k8s.K8sOptions, spec: Se
         outcome = _recover_shielded(dep, attempt, previous, failure, say, unfinished="the rollback did not finish")
         raise DeployFailed(f"stack '{dep.stack.name}' (leaderworkerset/{dep.name}): {failure}; {outcome}", "")
     phases = k8s_phases(dep.kubectl, dep.name, k8s.CONTAINER)
-    if phases and len(phases["unknown"]) < len(MILESTONES):  # a log with none of the lines says nothing
-        say(phases_line(f"{dep.name}-0", phases).removeprefix("smoke: "))
+    say_phases(f"{dep.name}-0", phases, say)  # a log with none of the lines says nothing
     record = replace(attempt, result="healthy", time=utc_timestamp(), phases=phases)
     try:
         append_record(dep.build_root, record)

@@ -1,4 +1,4 @@
-"""A deployment's kernel caches and its start by phase (compose; k8s restores in an init container).
+"""A deployment's kernel caches (compose; k8s restores in an init container; its start by phase is `phases`').
 
 Before `up`: the key of this deployment on this node (the image digest, this node's GPU, TP/EP, models, the
 serving argv and env) picks the artifact to restore. It is looked for in this machine's store (a smoke run
@@ -13,13 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import docker
-import docker.errors
 
 from ..adapters.gpu import gpu_facts
-from ..adapters.kubectl import Kubectl
 from ..attest.kernelcache import fetch_from_registry, node_candidates
 from ..config.imageref import parse_image_reference, pinned_digest
 from ..core.errors import RegistryError, SglstackError, one_line
@@ -29,8 +24,6 @@ from ..kernelcache import CONTAINER_CACHE_ROOT, CacheKey, KernelCacheError, Layo
 from ..render import compose as cmp
 from ..render.k8s_cache import CacheCandidates
 from ..serving import ServingSpec, serving_argv
-from ..serving.phases import docker_log_lines, docker_time, start_phases
-from .health import project_containers
 
 Say = Callable[[str], None]
 
@@ -101,37 +94,3 @@ def k8s_caches(spec: ServingSpec, image_ref: str, verify_key: str | None, say: S
     say(f"kernel cache: {len(found)} artifact(s) of {digest[:19]} match this deployment (GPUs: {gpus}); each pod's "
         "init container restores the one of its node's GPU, else starts cold")
     return CacheCandidates(blobs, tuple(found))
-
-
-def k8s_phases(kubectl: Kubectl, lws_name: str, container: str) -> dict[str, Any]:
-    """The start by phase of the first group's leader pod (`NAME-0`), from its container's log with the
-    cluster's stamps and the container's `startedAt` ({} when either cannot be read)."""
-    pod = f"{lws_name}-0"
-    try:
-        obj = kubectl.get_json("pod", pod)
-        statuses = ((obj or {}).get("status") or {}).get("containerStatuses") or []
-        running = next(((s.get("state") or {}).get("running") or {} for s in statuses if s.get("name") == container),
-                       {})
-        started = docker_time(str(running.get("startedAt") or ""))
-        text = kubectl.logs(pod, container) if started is not None else None
-    except SglstackError:
-        return {}
-    if started is None or text is None:
-        return {}
-    return start_phases(docker_log_lines(text), started, None)
-
-
-def deployed_phases(client: docker.DockerClient, project: str) -> dict[str, Any]:
-    """The service container's start by phase, from its log with the engine's stamps ({} when unreadable)."""
-    for container in project_containers(client, project, service=cmp.SERVICE):
-        try:
-            raw = container.logs(stdout=True, stderr=True, timestamps=True)
-            container.reload()
-        except docker.errors.APIError:
-            continue
-        started = docker_time(str((container.attrs.get("State") or {}).get("StartedAt") or ""))
-        if started is None:
-            continue
-        # deploy sends no request: the first token is not measured here (smoke measures it)
-        return start_phases(docker_log_lines(raw.decode("utf-8", "replace")), started, None)
-    return {}

@@ -14,13 +14,14 @@ from typing import Any
 
 from ..adapters.docker import docker_client
 from ..config.imageref import image_label, pinned_digest
+from ..config.matrix import load_matrix
 from ..core.clock import parse_utc, utc_now
 from ..core.console import console, fitted_table, plain
 from ..core.records import BadLine
 from ..core.records import build_root as default_build_root
 from ..render import compose as cmp
 from .health import COMPOSE_PROJECT_LABEL, COMPOSE_SERVICE_LABEL
-from .store import RECORDS_FILE, DeploymentRecord, read_records_lenient
+from .store import RECORDS_FILE, DeploymentRecord, bad_record_line, read_records_lenient, records_path
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,20 @@ def start_cell(phases: Mapping[str, Any]) -> str:
                       for name, value in (phases.get("phases_s") or {}).items() if name != "first_token")
     healthy = milestones.get("healthy")
     return f"healthy {'?' if healthy is None else f'{healthy:.1f}s'}: {parts}"
+
+
+def status_rows(stack: str | None = None, *, docker_host: str | None = None, build_root: Path | None = None
+                ) -> tuple[list[StackStatus], list[str]]:
+    """`invoke status`: each deployed stack's row (or `stack`'s, a name: a stack since removed from the matrix
+    still shows), and a line for each records line that did not read (file:line and why)."""
+    root = build_root or default_build_root()
+    if stack and not records_path(root, stack).parent.is_dir():
+        # No records of it: a stack of stacks.yaml not deployed yet ("nothing deployed"), or a typo, which
+        # gets the refusal (and "did you mean") of every task's --stack, not an empty table and exit 0.
+        load_matrix().get(stack)
+    bad: list[BadLine] = []
+    rows = deployment_status(build_root=root, docker_host=docker_host, stack=stack, bad_lines=bad)
+    return rows, [bad_record_line(line) for line in bad]
 
 
 def deployment_status(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..config.imageref import names_a_digest
-from ..config.matrix import Stack, load_matrix
+from ..config.matrix import Stack
 from ..core.console import console as make_console
 from ..core.console import plain
 from ..core.errors import one_line
@@ -129,7 +129,7 @@ def foreign_files(out: Path, planned: list[str], owned: set[str] | None) -> list
 
 
 def render_stack_folder(
-    stacks_file: str, stack_name: str, out_dir: str | None = None, image: str | None = None,
+    stacks_file: str, stack: Stack, out_dir: str | None = None, image: str | None = None,
     k8s_options: K8sOptions | None = None, platform: str | None = None,
 ) -> RenderedContext:
     """`invoke render`: the Dockerfile, its context, the compose files and, for an image by digest, the
@@ -142,8 +142,7 @@ def render_stack_folder(
     file render did not write is never replaced or removed (a one-line refusal before anything is
     written). The stack's own folder under the build root is sglstack's, written by build and deploy too.
     """
-    matrix = load_matrix(stacks_file)
-    stack = matrix.get(stack_name)
+    stack_name = stack.name  # `stack` as the matrix `stacks_file` gives it (its lock is beside that file)
     if platform is not None:  # one of the stack's platforms, refused in one line before anything is written
         stack = stack.for_platform(platform)
     own = stack_dir(stack_name, platform=stack.lock_platform)

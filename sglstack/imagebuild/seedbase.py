@@ -32,7 +32,6 @@ from ..config.baseseed import (
     mmdebstrap_argv,
     parse_dpkg_status,
 )
-from ..config.matrix import load_matrix
 from ..config.platforms import ARCH_OF_PLATFORM, MACHINE
 from ..config.schema import Stack
 from ..core.errors import BuildError, ConfigError, one_line
@@ -80,16 +79,15 @@ def check_seeded_base(client: docker.DockerClient, stack: Stack) -> None:
         raise BuildError(f"stack '{stack.name}': {problem}")
 
 
-def seed_stack(stacks_file: str, stack_name: str, *, platform: str | None = None,
-               docker_host: str | None = None) -> list[Seeded]:
-    stack = load_matrix(stacks_file).get(stack_name)
+def seed_stack(stack: Stack, *, platform: str | None = None, docker_host: str | None = None) -> list[Seeded]:
+    """`invoke seed-base`: the stack's seeded base made and loaded for `platform` (default: each of its platforms)."""
     if stack.base_seed is None:
         raise ConfigError("the stack has no base_seed: its base comes from a registry (pull it by digest)",
-                          stack=stack_name, key="base_seed")
+                          stack=stack.name, key="base_seed")
     platforms = [stack.for_platform(platform).platforms[0]] if platform else list(stack.platforms)
     if mmdebstrap_missing():
         raise ConfigError("mmdebstrap is not installed: run .ci/provision.sh (apt-get install mmdebstrap "
-                          "qemu-user-static binfmt-support)", stack=stack_name)
+                          "qemu-user-static binfmt-support)", stack=stack.name)
     client = docker_client(docker_host)
     return [_seed_one(client, stack.for_platform(p), stack.base_seed, p) for p in platforms]
 

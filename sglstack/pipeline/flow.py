@@ -20,7 +20,6 @@ from ..attest.errors import BadInput
 from ..attest.release import AttestPlan
 from ..attest.signing import load_signing_key
 from ..config.imageref import names_its_registry
-from ..config.matrix import load_matrix
 from ..config.platforms import platform_of_machine
 from ..config.schema import Stack
 from ..core.clock import utc_today
@@ -163,14 +162,15 @@ class BuildPlan:
     lock_missing: str | None
 
 
-def plan_build(stacks_file: str, stack_name: str, *, target: str | None = None, no_cache: bool = False,
+def plan_build(stacks_file: str, whole: Stack, *, target: str | None = None, no_cache: bool = False,
                force: bool = False, full_verify: bool = False, dry_run: bool = False, push: bool = False,
                ca_bundle: str | None = None, docker_cli: str | None = None, docker_host: str | None = None,
                registry: str | None = None,
                smoke_opts: list[str] | None = None, builder_name: str | None = None, key: str | None = None,
                unsigned: bool = False, platform: str | None = None) -> BuildPlan:
-    """Every input of `invoke build [--push]` checked (bad input, exit 2), the dry run's as the real one's."""
-    whole = load_matrix(stacks_file).get(stack_name)
+    """Every input of `invoke build [--push]` checked (bad input, exit 2), the dry run's as the real one's.
+    `whole`: the stack as the matrix `stacks_file` gives it (its locks are beside that file)."""
+    stack_name = whole.name
     # One platform per build (BuildKit --platform): its base, its lock, its record (default: the first).
     stack = whole.for_platform(platform or whole.platforms[0])
     lock = lock_for_build(stacks_file, stack)  # a stale lock stops here, before any Docker work

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from oci_referrers_double import ReferrersRegistry
+from registry_double import RegistryDouble
 
 from sglstack.attest.errors import BadInput, NotVerified
 from sglstack.attest.provenance import provenance_statement, statement_subjects
@@ -197,7 +197,7 @@ def test_a_private_key_given_as_the_public_one_says_so(tmp_path):
 
 @pytest.fixture
 def referrers_registry():
-    reg = ReferrersRegistry()
+    reg = RegistryDouble()
     yield reg
     reg.close()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from oci_referrers_double import ReferrersRegistry
+from registry_double import RegistryDouble
 
 from sglstack.attest import verify as verify_mod
 from sglstack.attest.errors import BadInput, NotVerified
@@ -53,7 +53,7 @@ HUGE = b" " * 200_000
 
 @pytest.fixture
 def reg():
-    registry = ReferrersRegistry()
+    registry = RegistryDouble()
     yield registry
     registry.close()
 

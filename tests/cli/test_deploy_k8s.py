@@ -10,35 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import run_invoke, start_invoke
+from k8s_deploy_fixtures import NAME, REPOSITORY, STACK, A, B, applied_image, calls, deploy, records
 
 from sglstack.render import k8s
-
-STACK = "cu130"
-NAME = k8s.object_name(STACK)
-A = "sha256:" + "a" * 64
-B = "sha256:" + "b" * 64
-REPOSITORY = "127.0.0.1:5000/sglstack/sglang"
-
-
-def deploy(env: dict[str, str], cwd: Path, digest: str, *extra: str, **more_env: str):
-    return run_invoke("deploy", "--stack", STACK, "--on", "k8s", "--digest", digest, "--nnodes", "2",
-                      *extra, cwd=cwd, env={**env, **more_env}, timeout=120)
-
-
-def calls(env: dict[str, str]) -> list[list[str]]:
-    path = Path(env["KUBECTL_DOUBLE_STATE"]) / "argv.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-def applied_image(env: dict[str, str], namespace: str = "default") -> str:
-    path = Path(env["KUBECTL_DOUBLE_STATE"]) / "objects" / f"LeaderWorkerSet.{namespace}.{NAME}.json"
-    obj = json.loads(path.read_text())
-    return obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"]
-
-
-def records(env: dict[str, str]) -> list[dict]:
-    path = Path(env["SGLSTACK_BUILD_DIR"]) / STACK / "deployments.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_deploy_applies_server_side_waits_and_records(cluster: dict[str, str], tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_deploy_k8s import NAME, REPOSITORY, A, B, applied_image, calls, deploy, records
+from k8s_deploy_fixtures import NAME, REPOSITORY, A, B, applied_image, calls, deploy, records
 
 OBJECTS = "objects"
 

@@ -249,11 +249,11 @@ def test_the_current_published_digest_comes_from_the_publish_records(tmp_path: P
             event("smoke-failed", "tiny", DIGEST_B),
         ],
     )
-    assert published_image_ref("tiny", build) == f"reg/sglang@{DIGEST_A}"
-    assert published_image_ref("nothing", build) is None
-    append_records(records_path(build), [event("published", "tiny", DIGEST_B), event("rollback", "tiny", DIGEST_A)])
-    assert published_image_ref("tiny", build) == f"reg/sglang@{DIGEST_A}"
     stack = make_test_stack(tmp_path)
+    assert published_image_ref(stack, build) == f"reg/sglang@{DIGEST_A}"
+    assert published_image_ref(make_test_stack(tmp_path / "nothing", "nothing"), build) is None
+    append_records(records_path(build), [event("published", "tiny", DIGEST_B), event("rollback", "tiny", DIGEST_A)])
+    assert published_image_ref(stack, build) == f"reg/sglang@{DIGEST_A}"
     assert resolve_image_ref(stack, build_root=build) == f"reg/sglang@{DIGEST_A}"
 
 

@@ -86,11 +86,10 @@ def engine(monkeypatch):
     monkeypatch.setattr(flow, "check_host", lambda *a, **k: [])
     monkeypatch.setattr(flow, "ensure_image", lambda *a, **k: None)
     # deploy refuses an image of another platform than the node's: the engine's and the image's, not asked here
-    monkeypatch.setattr(flow, "engine_platform", lambda _c: "linux/amd64")
-    monkeypatch.setattr(flow, "check_node_platform", lambda *a, **k: None)
+    monkeypatch.setattr(flow, "check_engine_platform", lambda *a, **k: None)
     monkeypatch.setattr(flow, "image_identity", lambda _c, ref: (ref.split("@")[1], "sha256:" + "9" * 64))
     monkeypatch.setattr(flow, "smoke_report_for", lambda *a: None)
-    monkeypatch.setattr(flow, "_engine_name", lambda _c: "engine")
+    monkeypatch.setattr(flow, "engine_name", lambda _c: "engine")
     monkeypatch.setattr(restore, "container_log_tail", lambda *a: "")
     monkeypatch.setattr(flow, "deployed_phases", lambda *a: {})  # the start by phase reads the container's log
     monkeypatch.setattr(restore, "pinned_image", lambda _c, record: record.image)
@@ -280,7 +279,7 @@ def test_status_shows_what_it_can_and_names_the_bad_line(tmp_path, monkeypatch, 
 # ---- the same for a LeaderWorkerSet: refused before kubectl applies anything ----------------------------
 
 def test_a_k8s_deploy_whose_record_cannot_be_written_applies_nothing(tmp_path, cluster) -> None:
-    from test_deploy_k8s import REPOSITORY, STACK, A, B, applied_image, calls, deploy
+    from k8s_deploy_fixtures import REPOSITORY, STACK, A, B, applied_image, calls, deploy
 
     env = cluster  # the kubectl stand-in's environment (conftest)
     assert deploy(env, tmp_path, A, "--wait-timeout", "30").returncode == 0

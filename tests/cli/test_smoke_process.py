@@ -24,7 +24,7 @@ from sglstack.adapters import process as process_adapter
 from sglstack.core.errors import SmokeError
 from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke.launch import process_plan
-from sglstack.smoke.runner import server_log_path
+from sglstack.smoke.outputs import server_log_path
 
 MARKER = "SGLSTACK_TEST_PROCESS_MARKER"
 

@@ -9,6 +9,7 @@ import yaml
 
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
+from sglstack.render import compose as cmp
 
 TEST_MATRIX = {
     "stacks": {
@@ -56,3 +57,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# The compose render tests' (tests/unit/test_compose_render*.py): an image by digest, and a rendered file's service.
+DIGEST_REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "ab" * 32
+
+
+def _service(text: str) -> dict:
+    return yaml.safe_load(text)["services"][cmp.SERVICE]

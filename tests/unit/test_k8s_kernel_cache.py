@@ -12,12 +12,11 @@ import os
 import subprocess
 import sys
 import tarfile
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
-from httpserve import ThreadedServer
+from registry_double import RegistryDouble
 
 from sglstack.config.matrix import load_matrix
 from sglstack.render import k8s
@@ -62,30 +61,11 @@ def test_the_pods_get_the_cache_volume_and_the_init_container():
 
 @pytest.fixture
 def blobs():
-    """A registry's blob endpoint that answers the layer (and a 401 Bearer challenge first, as Docker Hub does)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            if self.path.startswith("/token"):
-                body = b'{"token": "anon"}'
-            elif self.headers.get("Authorization") != "Bearer anon":
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{self.server.server_port}/token",service="r"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            else:
-                body = LAYER_BYTES
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    with ThreadedServer(Handler) as served:
-        yield f"{served.url}/v2/r/blobs/"
+    """A registry's blob endpoint that answers the layer (and a 401 Bearer challenge first, as Docker Hub does); it
+    holds the layer's bytes under another digest too (a store whose copy no longer hashes to its name)."""
+    with RegistryDouble(auth="bearer", token="anon") as registry:
+        registry.blobs[("r", LAYER_DIGEST)] = registry.blobs[("r", "sha256:" + "0" * 64)] = LAYER_BYTES
+        yield f"http://{registry.host}/v2/r/blobs/"
 
 
 def run_init(tmp_path: Path, blobs_url: str, candidates: list[dict]) -> str:
@@ -176,35 +156,9 @@ USER, PASSWORD = "puller", "pw-" + "9" * 12
 def private():
     """A private registry's blob endpoint: Basic auth, and an authorized GET redirected to a blob store (as
     distribution on S3 does), which records what Authorization reached it."""
-    seen: dict[str, list[str | None]] = {"store": []}
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            if self.path.startswith("/store/"):
-                seen["store"].append(self.headers.get("Authorization"))
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(LAYER_BYTES)))
-                self.end_headers()
-                self.wfile.write(LAYER_BYTES)
-                return
-            want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-            if self.headers.get("Authorization") != want:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="private"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(307)
-            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/store/"
-                                         f"{self.path.rsplit('/', 1)[-1]}")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    with ThreadedServer(Handler) as served:
-        yield f"{served.url}/v2/r/blobs/", served.host, seen
+    with RegistryDouble(auth=(USER, PASSWORD), redirect_blobs=True) as registry:
+        registry.blobs[("r", LAYER_DIGEST)] = LAYER_BYTES
+        yield f"http://{registry.host}/v2/r/blobs/", registry.host, {"store": registry.store_auth}
 
 
 def run_with_config(tmp_path: Path, blobs_url: str, config: dict | str | None) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import pytest
 
 from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import DeployError
-from sglstack.deploy import actions
+from sglstack.deploy import nodes as node_check
 from sglstack.publish import platforms
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ def _check(monkeypatch, stack_name: str, nodes: tuple[str, ...], served: tuple[s
     monkeypatch.setattr(platforms, "reference_platforms", lambda ref, client=None: served)
     said: list[str] = []
     kubectl = SimpleNamespace(context="gb200-nvl72", node_platforms=lambda: nodes)
-    actions._check_nodes(kubectl, load_matrix(ROOT / "stacks.yaml").get(stack_name), REF, said.append)  # type: ignore[arg-type]
+    node_check.check_nodes(kubectl, load_matrix(ROOT / "stacks.yaml").get(stack_name), REF, said.append)  # type: ignore[arg-type]
     return said
 
 

@@ -167,12 +167,12 @@ def test_invoke_render_writes_k8s_for_a_digest_and_notes_a_tag(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     name = STACK_NAMES[0]
     out = tmp_path / "out"
-    render_stack_folder(str(REPO / "stacks.yaml"), name, out_dir=str(out), image=REF,
+    render_stack_folder(str(REPO / "stacks.yaml"), STACKS.get(name), out_dir=str(out), image=REF,
                    k8s_options=k8s.K8sOptions(nnodes=2))
     lws_path, svc_path = out / "k8s" / k8s.LWS_FILE, out / "k8s" / k8s.SERVICE_FILE
     assert yaml.safe_load(lws_path.read_text())["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert svc_path.is_file()
-    render_stack_folder(str(REPO / "stacks.yaml"), name, out_dir=str(out))  # the moving tag
+    render_stack_folder(str(REPO / "stacks.yaml"), STACKS.get(name), out_dir=str(out))  # the moving tag
     assert not lws_path.exists() and not svc_path.exists()
     assert "not written: the manifests serve an image by digest" in capsys.readouterr().out
 
@@ -180,7 +180,7 @@ def test_invoke_render_writes_k8s_for_a_digest_and_notes_a_tag(tmp_path: Path,
 def test_invoke_render_with_a_bad_k8s_option_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pytest.raises(ServingError, match="--rdma"):
-        render_stack_folder(str(REPO / "stacks.yaml"), STACK_NAMES[0], out_dir=str(out),
+        render_stack_folder(str(REPO / "stacks.yaml"), STACKS.get(STACK_NAMES[0]), out_dir=str(out),
                        k8s_options=k8s.K8sOptions(rdma="not a resource"))
     assert not out.exists()
 

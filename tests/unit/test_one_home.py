@@ -299,6 +299,35 @@ def test_the_http_server_finder_sees_each_spelling():
     assert _serves_http(source) == [1, 2]
 
 
+# ---- a registry in a unit or cli test: tests/lib/registry_double, the one stand-in --------------------------------
+
+# The request handlers of the tests, each a protocol of its own: a registry is only registry_double's.
+HANDLER_HOMES = {
+    "lib/registry_double.py": "a registry's HTTP API v2 (the one stand-in)",
+    "lib/registry_fixtures.py": "the token service beside the real distribution registry",
+    "lib/faultproxy.py": "a proxy that breaks connections to a real registry",
+    "lib/auth_index.py": "a package index behind auth and TLS",
+    "unit/test_index_metadata.py": "a package index's JSON API and PEP 658 files",
+    "doubles/sglang-double/sglang/srt/entrypoints/http_server.py": "SGLang's server",
+}
+
+
+def _request_handlers(source: str) -> list[int]:
+    """Lines of request handler classes (`class H(BaseHTTPRequestHandler)`)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)
+            and any(ast.unparse(b).endswith("BaseHTTPRequestHandler") for b in node.bases)]
+
+
+def test_a_test_stands_in_for_a_registry_only_through_registry_double():
+    found = {str(p.relative_to(TESTS)) for p in sorted(TESTS.rglob("*.py"))
+             if _request_handlers(p.read_text(encoding="utf-8"))}
+    assert found - set(HANDLER_HOMES) == set(), "stand in for a registry with tests/lib/registry_double.RegistryDouble"
+    assert set(HANDLER_HOMES) - found == set(), "remove the files that serve no more"
+    source = ("class A(BaseHTTPRequestHandler):\n    pass\nclass B(http.server.BaseHTTPRequestHandler):\n    pass\n"
+              "class C(Handler):\n    pass\n")
+    assert _request_handlers(source) == [1, 3]
+
+
 # ---- a hidden secret is shown as REDACTED (core/credentials), never a "***" of its own -------------------------
 
 def _redaction_spelled(source: str) -> list[int]:
@@ -437,3 +466,22 @@ def test_a_test_runs_invoke_only_through_clirun():
     assert found == set(), "run it with tests/lib/clirun.run_invoke (or start_invoke for a Popen)"
     assert all((TESTS / f).is_file() for f in INVOKES_OF_THEIR_OWN)
     assert _spells_an_invoke("a = [sys.executable, '-m', 'invoke', 'x']\nb = [sys.executable, '-m', 'pytest']\n") == [1]
+
+
+# ---- the identity a release signature must name: deploy/identity (deploy, render and verify-image ask it) -------
+
+def _release_identity_spelled(source: str) -> list[int]:
+    """Lines that work out a release's expected identity themselves: its config hash from the matrix now
+    (`released_config_hash(...)`) or the identity of a stack (`BuildIdentity.of_stack(...)`)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] in ("released_config_hash", "of_stack")]
+
+
+def test_the_identity_a_release_signature_must_name_has_one_home():
+    home = PACKAGE / "deploy" / "identity.py"
+    found = {f"{p.relative_to(PACKAGE)}:{line}" for p in _ours() if p != home
+             for line in _release_identity_spelled(p.read_text(encoding="utf-8"))}
+    assert found == set(), "use sglstack.deploy.identity.release_identity"
+    assert len(_release_identity_spelled(home.read_text(encoding="utf-8"))) == 2
+    source = "a = released_config_hash(s, lock)\nb = BuildIdentity.of_stack(s, h)\nc = BuildIdentity(s.name)\n"
+    assert _release_identity_spelled(source) == [1, 2]

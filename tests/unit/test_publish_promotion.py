@@ -3,105 +3,46 @@ client's interface (tags -> manifest bytes), with failures and real signals inje
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import signal
 
 import pytest
+from promotion_fixtures import (
+    HTTP_500,
+    IMMUTABLE,
+    MOVING,
+    NEW,
+    OLD,
+    OTHER,
+    REPO,
+    PromotionRegistry,
+    named_manifest,
+    promotion_registry,
+    released_stack,
+)
 from rich.console import Console
 
-from sglstack.config.imageref import parse_repository
-from sglstack.config.matrix import load_matrix
-from sglstack.core.errors import ConfigError, RegistryError
+from sglstack.core.errors import RegistryError
 from sglstack.core.signals import Interrupted, signals_raise
-from sglstack.publish import PromotionError, PublishError, promote, promotion, target_repository
-from sglstack.publish.history import read_records
+from sglstack.publish import PromotionError, PublishError, promote, promotion
 from sglstack.publish.promotion import (
     ImmutableTagCollision,
     TagState,
-    already_published,
     describe_failure,
-    promote_recorded,
 )
-from sglstack.registry.client import DOCKER_MANIFEST, OCI_INDEX, Manifest, ManifestNotFound, compute_digest
-
-REPO = parse_repository("127.0.0.1:5000/team/app")
-IMMUTABLE, MOVING = "0.5.9-app-20261202-1a2b3c4d", ("0.5.9-app", "app")
-
-
-def _manifest(name: str) -> Manifest:
-    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": name}, "layers": []})
-    return Manifest(media_type=DOCKER_MANIFEST, body=body.encode(), digest=compute_digest(body.encode()))
-
-
-class MemoryRegistry:
-    """Tags and manifests in a dict; `fail(call, n)` makes the n-th such call raise (or run a callable)."""
-
-    timeout_s = 5.0
-
-    def __init__(self, *manifests: Manifest) -> None:
-        self.manifests = {m.digest: m for m in manifests}
-        self.tags: dict[str, str] = {}
-        self.calls: dict[str, int] = {}
-        self.faults: dict[tuple[str, int], object] = {}
-        self.ghosts: list[str] = []  # listed by list_tags, yet gone by the time they are read
-        self.budgets: list[float] = []
-
-    def fail(self, call: str, nth: int, what: object = None) -> None:
-        self.faults[(call, nth)] = what or RegistryError("registry 127.0.0.1:5000: PUT manifest: HTTP 500")
-
-    def _count(self, call: str, repo: str = REPO.path) -> None:
-        if repo != REPO.path:  # every request names the repository it is about
-            raise AssertionError(f"{call} asked about repository {repo!r}")
-        self.calls[call] = self.calls.get(call, 0) + 1
-        what = self.faults.get((call, self.calls[call]))
-        if callable(what):
-            what()
-        elif isinstance(what, BaseException):
-            raise what
-
-    @contextlib.contextmanager
-    def budget(self, seconds: float):
-        self.budgets.append(seconds)
-        yield
-
-    def get_manifest(self, repo: str, reference: str) -> Manifest:
-        self._count("get", repo)
-        digest = self.tags.get(reference, reference)
-        if digest not in self.manifests:
-            raise ManifestNotFound(f"{reference} not found")
-        return self.manifests[digest]
-
-    def manifest_digest(self, repo: str, reference: str) -> str | None:
-        self._count("head", repo)
-        return reference if reference in self.manifests else self.tags.get(reference)
-
-    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
-        self._count("put", repo)
-        if media_type != self.manifests[compute_digest(body)].media_type:
-            raise AssertionError(f"PUT of {reference} as {media_type}")
-        self.tags[reference] = compute_digest(body)
-        return compute_digest(body)
-
-    def untag(self, repo: str, tag: str) -> None:
-        self._count("untag", repo)
-        del self.tags[tag]
-
-    def list_tags(self, repo: str) -> list[str]:
-        self._count("list", repo)
-        return [*self.tags, *self.ghosts]
-
-
-OLD, NEW, OTHER = _manifest("old"), _manifest("new"), _manifest("other")
+from sglstack.registry.client import OCI_INDEX, Manifest, compute_digest
 
 
 @pytest.fixture
 def registry():
-    reg = MemoryRegistry(OLD, NEW, OTHER)
-    reg.tags.update({"0.5.9-app-20261201-00000000": OLD.digest, "0.5.9-app": OLD.digest, "app": OLD.digest})
-    return reg
+    return promotion_registry()
+
+
+@pytest.fixture(scope="module")
+def stack(repo_root):
+    return released_stack(repo_root)
 
 
 def _promote(reg, **kw):
@@ -198,7 +139,6 @@ def test_a_tag_another_writer_moved_meanwhile_is_left_to_them(registry):
 # ---- whole states and whole lines ---------------------------------------------------------------------
 
 LINE = f"stack 'app': registry 127.0.0.1:5000: promotion of {REPO.ref(NEW.digest)} failed"
-HTTP_500 = "PUT manifest: HTTP 500"
 
 
 def test_a_reverted_promotion_says_which_tags_moved_word_for_word(registry):
@@ -215,7 +155,7 @@ def test_a_reverted_promotion_says_which_tags_moved_word_for_word(registry):
         TagState("app", "moving", OLD.digest, OLD.digest, moved=False),
     )
     assert err.value.digest == NEW.digest and err.value.cause == HTTP_500
-    assert registry.budgets == [MemoryRegistry.timeout_s]  # one deadline for all of the putting back
+    assert registry.budgets == [PromotionRegistry.timeout_s]  # one deadline for all of the putting back
 
 
 def test_a_failure_before_any_tag_moved_says_nothing_moved(registry):
@@ -367,7 +307,7 @@ def _index(*children: Manifest) -> Manifest:
 
 
 def test_an_index_is_promoted_only_when_the_repository_has_every_manifest_it_lists(registry):
-    amd64, arm64 = _manifest("amd64"), _manifest("arm64")
+    amd64, arm64 = named_manifest("amd64"), named_manifest("arm64")
     index = _index(amd64, arm64)
     registry.manifests.update({index.digest: index, amd64.digest: amd64})
     with pytest.raises(PublishError) as err:
@@ -409,128 +349,3 @@ def test_a_failed_request_is_raised_not_printed(registry, consoles):
     with pytest.raises(PromotionError):
         _promote(registry)
     assert consoles[True].getvalue() == consoles[False].getvalue() == ""
-
-
-# ---- --registry, already published, and the records promotion writes ------------------------------
-
-HASH = "1a2b3c4d5e6f77889900aabbccddeeff00112233445566778899aabbccddeeff"
-
-
-@pytest.fixture(scope="module")
-def stack(repo_root):
-    return load_matrix(repo_root / "stacks.yaml").get("cu130")
-
-
-def _with_repository(stack, repository):
-    return stack.model_copy(update={"publish": stack.publish.model_copy(update={"repository": repository})})
-
-
-INVALID = "is not a valid repository (lowercase path components like 'host:port/team/name')"
-
-
-@pytest.mark.parametrize(
-    ("repository", "registry", "message"),
-    [
-        ("Bad/Name", None, f"stack 'cu130': key 'publish.repository': 'Bad/Name' {INVALID}"),
-        ("127.0.0.1:5000/sglstack/sglang", "ghcr.io/Team/x",
-         f"stack 'cu130': key '--registry': 'ghcr.io/Team/x' {INVALID}"),
-        ("127.0.0.1:5000/sglstack/sglang", "bad_host!",
-         f"stack 'cu130': key '--registry': 'bad_host!/sglstack/sglang' {INVALID}"),
-    ],
-)
-def test_a_bad_repository_names_the_stack_and_where_it_came_from(stack, repository, registry, message):
-    with pytest.raises(ConfigError) as err:
-        target_repository(_with_repository(stack, repository), registry)
-    assert str(err.value) == message
-
-
-def test_already_published_finds_the_first_immutable_tag_of_this_config_on_any_date(stack):
-    reg = MemoryRegistry(OLD, NEW, OTHER)
-    reg.tags.update({"0.5.9-cu130-20261201-1a2b3c4d": OTHER.digest, "0.5.9-cu130-20261130-1a2b3c4d": NEW.digest,
-                     "0.5.9-cu130-20261129-ffffffff": OLD.digest, "cu130": NEW.digest})
-    reg.ghosts.append("0.5.9-cu130-20261128-1a2b3c4d")  # listed, but deleted before it was read
-    assert already_published(reg, REPO, stack, HASH) == ("0.5.9-cu130-20261130-1a2b3c4d", NEW.digest)
-    del reg.tags["0.5.9-cu130-20261130-1a2b3c4d"], reg.tags["0.5.9-cu130-20261201-1a2b3c4d"]
-    assert already_published(reg, REPO, stack, HASH) is None
-
-
-def _rows(path):
-    return [{k: v for k, v in row.items() if k != "time"} for row in read_records(path)]
-
-
-def _row(event, tag, kind, **extra):
-    return {"event": event, "stack": "cu130", "repository": str(REPO), "tag": tag, "kind": kind,
-            "digest": NEW.digest, "config_hash": HASH, **extra}
-
-
-def test_promote_recorded_writes_one_line_per_tag_with_the_real_previous_digest(stack, registry, tmp_path,
-                                                                                 monkeypatch):
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
-    records, report = tmp_path / "publish" / "records.jsonl", tmp_path / "smoke.json"
-    report.write_text("{}")
-    registry.tags.update({IMMUTABLE: NEW.digest, "0.5.9-app": NEW.digest})  # an earlier promotion got this far
-    hint = {"0.5.9-app": OLD.digest, "app": OTHER.digest}
-    previous = promote_recorded(registry, REPO, stack, NEW.digest, config_hash=HASH, immutable=IMMUTABLE,
-                                moving=MOVING, event="published", records=records, smoke_report=str(report),
-                                previous_hint=hint)  # type: ignore[arg-type]
-    assert previous == {IMMUTABLE: NEW.digest, "0.5.9-app": NEW.digest, "app": OLD.digest}
-    sha = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-    extra = {"smoke_report": str(report), "smoke_report_sha256": sha}
-    assert _rows(records) == [
-        _row("published", IMMUTABLE, "immutable", previous=NEW.digest, **extra),
-        _row("published", "0.5.9-app", "moving", previous=OLD.digest, **extra),
-        _row("published", "app", "moving", previous=OLD.digest, **extra),
-    ]
-
-
-def test_promote_recorded_without_a_hint_or_report(stack, registry, tmp_path, monkeypatch):
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
-    records = tmp_path / "publish" / "records.jsonl"
-    promote_recorded(registry, REPO, stack, NEW.digest, config_hash=HASH, immutable=IMMUTABLE, moving=("app",),
-                     event="rollback", records=records)  # type: ignore[arg-type]
-    extra = {"smoke_report": None, "smoke_report_sha256": None}
-    assert _rows(records) == [_row("rollback", IMMUTABLE, "immutable", previous=None, **extra),
-                              _row("rollback", "app", "moving", previous=OLD.digest, **extra)]
-
-
-def _failed_row(outcome, tag, kind, previous, now, *, known=True, moved, put_back, error=None, cause=HTTP_500):
-    return _row(outcome, tag, kind, previous=previous, now=now, now_known=known, moved=moved, put_back=put_back,
-                error=error, cause=cause, smoke_report="smoke.json")
-
-
-def test_a_reverted_promotion_records_every_tag_as_reverted(stack, registry, tmp_path, monkeypatch):
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
-    records = tmp_path / "publish" / "records.jsonl"
-    registry.fail("put", 3)
-    with pytest.raises(PromotionError) as err:
-        promote_recorded(registry, REPO, stack, NEW.digest, config_hash=HASH, immutable=IMMUTABLE, moving=MOVING,
-                         event="published", records=records, smoke_report="smoke.json")  # type: ignore[arg-type]
-    assert str(err.value) == (
-        f"stack 'cu130': registry 127.0.0.1:5000: promotion of {REPO.ref(NEW.digest)} failed at {REPO.ref('app')}: "
-        f"{HTTP_500}; {IMMUTABLE}, 0.5.9-app had moved and were put back (removed again where they were new): "
-        "every release tag is unchanged (recorded as reverted)"
-    )
-    assert _rows(records) == [
-        _failed_row("reverted", IMMUTABLE, "immutable", None, None, moved=True, put_back=True),
-        _failed_row("reverted", "0.5.9-app", "moving", OLD.digest, OLD.digest, moved=True, put_back=True),
-        _failed_row("reverted", "app", "moving", OLD.digest, OLD.digest, moved=False, put_back=True),
-    ]
-
-
-def test_a_partial_promotion_records_where_each_tag_was_left(stack, registry, tmp_path, monkeypatch):
-    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
-    records = tmp_path / "publish" / "records.jsonl"
-    registry.fail("put", 3)
-    registry.fail("put", 4)  # putting 0.5.9-app back
-    # reading IMMUTABLE back, after it was removed again:
-    registry.fail("head", 9, RegistryError("registry 127.0.0.1:5000: HEAD manifest: HTTP 503"))
-    with pytest.raises(PromotionError):
-        promote_recorded(registry, REPO, stack, NEW.digest, config_hash=HASH, immutable=IMMUTABLE, moving=MOVING,
-                         event="published", records=records, smoke_report="smoke.json")  # type: ignore[arg-type]
-    assert _rows(records) == [
-        _failed_row("partial", IMMUTABLE, "immutable", None, None, known=False, moved=True, put_back=False,
-                    error="HEAD manifest: HTTP 503"),
-        _failed_row("partial", "0.5.9-app", "moving", OLD.digest, NEW.digest, moved=True, put_back=False,
-                    error=HTTP_500),
-        _failed_row("partial", "app", "moving", OLD.digest, OLD.digest, moved=False, put_back=True),
-    ]

@@ -5,20 +5,30 @@ records, `tests/cli/test_deploy_store_trust.py`)."""
 from __future__ import annotations
 
 import pytest
-from test_publish_promotion import HASH, IMMUTABLE, MOVING, NEW, REPO, registry, stack  # noqa: F401  # fixtures
+from promotion_fixtures import HASH, IMMUTABLE, MOVING, NEW, REPO, promotion_registry, released_stack
 
 from sglstack.core.safefiles import OutputNotWritable
 from sglstack.publish import promotion
 from sglstack.publish.promotion import PromotionError, promote_recorded
 
 
-def _promote(registry, stack, records):  # noqa: F811  # the fixture, passed on
+@pytest.fixture
+def registry():
+    return promotion_registry()
+
+
+@pytest.fixture(scope="module")
+def stack(repo_root):
+    return released_stack(repo_root)
+
+
+def _promote(registry, stack, records):
     return promote_recorded(registry, REPO, stack, NEW.digest, config_hash=HASH, immutable=IMMUTABLE,
                             moving=MOVING, event="published", records=records)  # type: ignore[arg-type]
 
 
 def test_a_promotion_whose_records_lead_out_of_the_build_folder_moves_no_tag(
-        stack, registry, tmp_path, monkeypatch) -> None:  # noqa: F811
+        stack, registry, tmp_path, monkeypatch) -> None:
     root = tmp_path / "build"
     root.mkdir()
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(root))
@@ -35,7 +45,7 @@ def test_a_promotion_whose_records_lead_out_of_the_build_folder_moves_no_tag(
 
 
 def test_a_promotion_whose_record_cannot_be_written_puts_the_tags_back(
-        stack, registry, tmp_path, monkeypatch, capsys) -> None:  # noqa: F811
+        stack, registry, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path))
     records = tmp_path / "publish" / "records.jsonl"
 

@@ -1,24 +1,19 @@
-"""Streamed blob uploads and downloads (`registry/blobs.py`) against an in-test registry that speaks the upload
-protocol of the Distribution API as distribution 2.8 does (POST → 202 + Location, PATCH with Content-Range →
-202 + Range + a new Location, PUT ?digest= → 201 after checking the digest) and records each request; and the
-answers a registry or a man in the middle may give instead: a Range that is not what was sent, a body longer or
-shorter than declared, without a Content-Length, of another digest, an expired token in the middle of an upload.
-The real registry's cases are tests/e2e/test_kernel_cache_streaming.py."""
+"""Streamed blob uploads and downloads (`registry/blobs.py`) against the registry stand-in
+(tests/lib/registry_double) that speaks the upload protocol of the Distribution API as distribution 2.8 does
+(POST → 202 + Location, PATCH with Content-Range → 202 + Range + a new Location, PUT ?digest= → 201 after
+checking the digest) and records each request; and the answers a registry or a man in the middle may give
+instead: a Range that is not what was sent, a body longer or shorter than declared, without a Content-Length, of
+another digest, an expired token in the middle of an upload. The real registry's cases are
+tests/e2e/test_kernel_cache_streaming.py."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
-import itertools
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
-from urllib.parse import parse_qs, urlparse
 
 import pytest
-from httpserve import ThreadedServer
+from registry_double import RegistryDouble
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.blobs import FileSlice
@@ -29,134 +24,16 @@ DATA = bytes(range(256)) * 41  # 10496 bytes: three chunks of 4096 and a short l
 DIGEST = "sha256:" + hashlib.sha256(DATA).hexdigest()
 
 
-class UploadRegistry:
-    """Blobs kept in a dict; uploads as distribution keeps them. `faults`: what to answer wrong, once or always."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.uploads: dict[str, bytearray] = {}
-        self.seen: list[tuple[str, str, dict[str, str], int]] = []  # method, path, some headers, body length
-        self.faults: set[str] = set()
-        self.lock = threading.Lock()
-        ids = itertools.count(1)
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def handle(self):  # a client that stops reading at the first byte over closes on us: as it should
-                with contextlib.suppress(ConnectionResetError, BrokenPipeError):
-                    super().handle()
-
-            def _send(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"",
-                      length: bool = True) -> None:
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                if length and "Content-Length" not in (headers or {}):
-                    self.send_header("Content-Length", str(len(body)))
-                elif not length:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def _body(self) -> bytes:
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def do_HEAD(self):
-                self._record(0)
-                blob = owner.blobs.get(self.path.rsplit("/", 1)[-1])
-                self._send(404) if blob is None else self._send(200, {"Content-Length": str(len(blob))}, b"")
-
-            def do_POST(self):
-                self._record(len(self._body()))
-                uid = str(next(ids))
-                owner.uploads[uid] = bytearray()
-                self._send(202, {"Location": f"/v2/a/blobs/uploads/{uid}?_state=s0"})
-
-            def do_PATCH(self):
-                body = self._body()
-                self._record(len(body))
-                uid = urlparse(self.path).path.rsplit("/", 1)[-1]
-                if "no-patch" in owner.faults:
-                    return self._send(405, {"Content-Type": "application/json"},
-                                      b'{"errors":[{"code":"UNSUPPORTED","message":"chunked uploads"}]}')
-                if "expire-token-once" in owner.faults and self.headers.get("Authorization") != "Bearer t2":
-                    owner.faults.discard("expire-token-once")
-                    return self._send(401, {"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token"'})
-                held = owner.uploads[uid]  # Content-Range is not checked: distribution 2.8 appends what comes
-                if "take-half-then-drop" in owner.faults and len(held) > 0:
-                    owner.faults.discard("take-half-then-drop")
-                    held += body[:len(body) // 2]
-                    self.close_connection = True  # no answer: the client's retry sends the chunk again
-                    return
-                if "slow-answer" in owner.faults:
-                    time.sleep(1.0)  # as a registry writing a chunk to slow storage, or a slow link's last bytes
-                held += body
-                end = len(held) - 1 - (1 if "short-range" in owner.faults else 0)
-                self._send(202, {"Range": f"0-{end}", "Location": f"/v2/a/blobs/uploads/{uid}?_state=s{len(held)}"})
-
-            def do_PUT(self):
-                body = self._body()
-                self._record(len(body))
-                url = urlparse(self.path)
-                uid, digest = url.path.rsplit("/", 1)[-1], parse_qs(url.query)["digest"][0]
-                held = owner.uploads.pop(uid) + body
-                if "sha256:" + hashlib.sha256(held).hexdigest() != digest:
-                    return self._send(400, {"Content-Type": "application/json"},
-                                      b'{"errors":[{"code":"DIGEST_INVALID","message":"digest did not match"}]}')
-                owner.blobs[digest] = bytes(held)
-                self._send(201, {"Docker-Content-Digest": digest, "Location": f"/v2/a/blobs/{digest}"})
-
-            def do_DELETE(self):
-                self._record(0)
-                owner.uploads.pop(urlparse(self.path).path.rsplit("/", 1)[-1], None)
-                self._send(204)
-
-            def do_GET(self):
-                self._record(0)
-                if self.path.startswith("/token"):
-                    return self._send(200, {}, json.dumps({"token": "t2"}).encode())
-                blob = owner.blobs.get(self.path.rsplit("/", 1)[-1])
-                if blob is None:
-                    return self._send(404)
-                if "flip" in owner.faults:
-                    blob = blob[:-1] + bytes([blob[-1] ^ 1])
-                if "longer" in owner.faults:
-                    blob += b"x" * 5000
-                if "shorter" in owner.faults:
-                    blob = blob[:-10]
-                if "trickle" in owner.faults:  # headers at once, then 512 bytes every 50 ms
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(blob)))
-                    self.end_headers()
-                    for at in range(0, len(blob), 512):
-                        self.wfile.write(blob[at:at + 512])
-                        time.sleep(0.05)
-                    return
-                self._send(200, {}, blob, length="no-length" not in owner.faults)
-
-            def _record(self, n: int) -> None:
-                keep = {k: v for k, v in self.headers.items() if k in ("Content-Range", "Content-Length",
-                                                                         "Authorization")}
-                with owner.lock:
-                    owner.seen.append((self.command, self.path, keep, n))
-
-        self.served = ThreadedServer(Handler, poll_interval=0.02)
-
-    def client(self) -> RegistryClient:
-        return RegistryClient(self.served.host, sleep=lambda _s: None, attempts=1)
-
-
 @pytest.fixture
 def registry():
-    reg = UploadRegistry()
-    yield reg
-    reg.served.close()
+    """Blobs kept in a dict; uploads as distribution keeps them; `faults`: what to answer wrong (tests/lib)."""
+    with RegistryDouble() as reg:
+        yield reg
+
+
+def _seen(registry: RegistryDouble) -> list[tuple[str, str, dict[str, str], int]]:
+    """Each request: method, path, headers, body length."""
+    return [(r.method, r.path, r.headers, len(r.body)) for r in registry.log]
 
 
 @pytest.fixture
@@ -170,18 +47,18 @@ def test_a_file_is_uploaded_in_chunks_each_confirmed_then_closed_by_its_digest(r
     said: list[int] = []
     assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096,
                                             progress=said.append) is True
-    assert registry.blobs == {DIGEST: DATA}
-    patches = [(h["Content-Range"], h["Content-Length"], n) for m, _, h, n in registry.seen if m == "PATCH"]
+    assert registry.blobs == {("a", DIGEST): DATA}
+    patches = [(h["Content-Range"], h["Content-Length"], n) for m, _, h, n in _seen(registry) if m == "PATCH"]
     assert patches == [("0-4095", "4096", 4096), ("4096-8191", "4096", 4096), ("8192-10495", "2304", 2304)]
     # Each PATCH went to the Location the previous answer gave, and the PUT carries the digest and no body.
-    paths = [p for m, p, _, _ in registry.seen if m in ("PATCH", "PUT")]
+    paths = [p for m, p, _, _ in _seen(registry) if m in ("PATCH", "PUT")]
     assert paths[1].endswith("?_state=s4096") and paths[2].endswith("?_state=s8192")
     assert paths[3] == f"/v2/a/blobs/uploads/1?_state=s10496&digest={DIGEST}"
-    assert registry.seen[-1][3] == 0 and said == [4096, 8192, 10496]
+    assert _seen(registry)[-1][3] == 0 and said == [4096, 8192, 10496]
     # Present at that size: not sent again.
-    registry.seen.clear()
+    registry.log.clear()
     assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA)) is False
-    assert [m for m, *_ in registry.seen] == ["HEAD"]
+    assert [m for m, *_ in _seen(registry)] == ["HEAD"]
 
 
 def test_a_range_the_registry_does_not_hold_stops_the_upload_in_one_line(registry, blob_file):
@@ -191,7 +68,7 @@ def test_a_range_the_registry_does_not_hold_stops_the_upload_in_one_line(registr
     assert str(info.value) == (f"registry {registry.served.host}: PATCH blob a@{DIGEST[:19]} bytes 0-4095: the "
                                "registry holds 0-4094, not 0-4095")
     assert registry.blobs == {} and registry.uploads == {}  # the upload was cancelled
-    assert registry.seen[-1][:2] == ("DELETE", "/v2/a/blobs/uploads/1?_state=s0")  # the last one it confirmed
+    assert _seen(registry)[-1][:2] == ("DELETE", "/v2/a/blobs/uploads/1?_state=s0")  # the last one it confirmed
 
 
 def test_an_interrupted_upload_is_cancelled_and_the_interrupt_goes_on(registry, blob_file):
@@ -200,7 +77,7 @@ def test_an_interrupted_upload_is_cancelled_and_the_interrupt_goes_on(registry, 
 
     with pytest.raises(KeyboardInterrupt):
         registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096, progress=interrupt)
-    assert [m for m, *_ in registry.seen] == ["HEAD", "POST", "PATCH", "DELETE"]
+    assert [m for m, *_ in _seen(registry)] == ["HEAD", "POST", "PATCH", "DELETE"]
     assert registry.blobs == {} and registry.uploads == {}
 
 
@@ -211,7 +88,7 @@ def test_a_chunk_the_registry_took_half_of_before_the_connection_dropped_stops_t
     client = RegistryClient(registry.served.host, sleep=lambda _s: None, attempts=2)
     with pytest.raises(RegistryError, match=r"bytes 4096-8191: the registry holds 0-10239, not 0-8191$"):
         client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
-    assert [m for m, *_ in registry.seen] == ["HEAD", "POST", "PATCH", "PATCH", "PATCH", "DELETE"]
+    assert [m for m, *_ in _seen(registry)] == ["HEAD", "POST", "PATCH", "PATCH", "PATCH", "DELETE"]
     assert registry.blobs == {} and registry.uploads == {}
 
 
@@ -219,7 +96,7 @@ def test_a_file_that_is_not_its_digest_is_refused_by_the_registry(registry, blob
     wrong = "sha256:" + "0" * 64
     with pytest.raises(RegistryError, match=r"PUT blob a@sha256:0{64}: HTTP 400 DIGEST_INVALID: digest did not "):
         registry.client().push_blob_file("a", blob_file, wrong, len(DATA))
-    assert registry.seen[-1][0] == "DELETE"
+    assert _seen(registry)[-1][0] == "DELETE"
     with pytest.raises(RegistryError, match=r"is not the 10 bytes its manifest declares$"):
         registry.client().push_blob_file("a", blob_file, DIGEST, 10)
     assert registry.blobs == {}
@@ -228,13 +105,13 @@ def test_a_file_that_is_not_its_digest_is_refused_by_the_registry(registry, blob
 def test_an_expired_token_in_the_middle_of_an_upload_sends_the_chunk_again_whole(registry, blob_file):
     registry.faults.add("expire-token-once")
     registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
-    assert registry.blobs == {DIGEST: DATA}
-    first_two = [(h.get("Authorization"), n) for m, _, h, n in registry.seen if m == "PATCH"][:2]
+    assert registry.blobs == {("a", DIGEST): DATA}
+    first_two = [(h.get("Authorization"), n) for m, _, h, n in _seen(registry) if m == "PATCH"][:2]
     assert first_two == [(None, 4096), ("Bearer t2", 4096)]  # the answer to the challenge carried the same bytes
 
 
 def test_a_download_is_written_as_it_comes_and_checked(registry):
-    registry.blobs[DIGEST] = DATA
+    registry.blobs[("a", DIGEST)] = DATA
     out, said = io.BytesIO(), []
     registry.client().fetch_blob_to("a", DIGEST, len(DATA), out, limit=1 << 20, progress=said.append)
     assert out.getvalue() == DATA and said[-1] == len(DATA)
@@ -248,7 +125,7 @@ def test_a_download_is_written_as_it_comes_and_checked(registry):
     ({"shorter", "no-length"}, f"blob a@{DIGEST} ended after 10486 of the 10496 bytes its manifest declares"),
 ], ids=["flipped", "longer", "shorter", "longer-no-length", "shorter-no-length"])
 def test_a_download_of_another_size_or_digest_is_one_line(registry, faults, message):
-    registry.blobs[DIGEST] = DATA
+    registry.blobs[("a", DIGEST)] = DATA
     registry.faults |= faults
     out = io.BytesIO()
     with pytest.raises(RegistryError) as info:
@@ -260,7 +137,7 @@ def test_a_download_of_another_size_or_digest_is_one_line(registry, faults, mess
 def test_a_declared_size_over_the_limit_is_refused_before_any_request(registry):
     with pytest.raises(TooLarge, match=r"declared 10496 bytes, over the 10495-byte limit$"):
         registry.client().fetch_blob_to("a", DIGEST, len(DATA), io.BytesIO(), limit=len(DATA) - 1)
-    assert registry.seen == []
+    assert _seen(registry) == []
 
 
 def test_a_file_slice_reads_seeks_and_measures_only_its_bytes():
@@ -285,7 +162,7 @@ def test_a_chunks_operation_gets_time_for_its_size_beyond_the_deadline(registry,
         client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096)
     monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1024)  # 4096 bytes earn 4 s
     assert client.push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096) is True
-    assert registry.blobs == {DIGEST: DATA}
+    assert registry.blobs == {("a", DIGEST): DATA}
 
 
 def test_a_registry_without_chunked_uploads_gets_the_file_in_one_streamed_put(registry, blob_file):
@@ -293,9 +170,9 @@ def test_a_registry_without_chunked_uploads_gets_the_file_in_one_streamed_put(re
     said: list[int] = []
     assert registry.client().push_blob_file("a", blob_file, DIGEST, len(DATA), chunk_bytes=4096,
                                             progress=said.append) is True
-    assert [(m, n) for m, _, _, n in registry.seen] == [("HEAD", 0), ("POST", 0), ("PATCH", 4096), ("DELETE", 0),
+    assert [(m, n) for m, _, _, n in _seen(registry)] == [("HEAD", 0), ("POST", 0), ("PATCH", 4096), ("DELETE", 0),
                                                         ("POST", 0), ("PUT", len(DATA))]
-    assert registry.blobs == {DIGEST: DATA} and registry.uploads == {} and said == [len(DATA)]
+    assert registry.blobs == {("a", DIGEST): DATA} and registry.uploads == {} and said == [len(DATA)]
 
 
 def test_a_registry_that_trickles_a_blob_is_given_up_on_not_waited_for(registry, monkeypatch):
@@ -303,7 +180,7 @@ def test_a_registry_that_trickles_a_blob_is_given_up_on_not_waited_for(registry,
     plus the size at the floor rate."""
     from sglstack.registry import blobs
 
-    registry.blobs[DIGEST] = DATA
+    registry.blobs[("a", DIGEST)] = DATA
     registry.faults.add("trickle")
     monkeypatch.setattr(blobs, "FLOOR_BYTES_S", 1 << 30)
     client = RegistryClient(registry.served.host, sleep=lambda _s: None, attempts=1, timeout_s=0.3)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
-from http.server import BaseHTTPRequestHandler
 
 import pytest
-from httpserve import ThreadedServer
+from registry_double import RegistryDouble
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.auth import Credentials, resolve_credentials
@@ -138,70 +137,47 @@ def test_credentials_never_show_in_repr():
 # ---- retries ----------------------------------------------------------------------------------------
 
 
-class _Scripted:
-    """An HTTP server answering /v2/ from a script of status codes (then 200), counting requests."""
+UNAVAILABLE = b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}'
 
-    def __init__(self, statuses, headers=None):
-        self.statuses, self.seen = list(statuses), 0
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _answer(self):
-                owner.seen += 1
-                status = owner.statuses.pop(0) if owner.statuses else 200
-                body = b'{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' if status != 200 else b"{}"
-                self.send_response(status)
-                self.send_header("Docker-Distribution-Api-Version", "registry/2.0")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = _answer
-
-        self.served = ThreadedServer(Handler)
-        self.port = self.served.port
-
-    def client(self, **kw):
-        return RegistryClient(f"127.0.0.1:{self.port}", **kw)
+def _scripted(key: str, statuses: list[int], headers: dict[str, str] | None = None) -> RegistryDouble:
+    """A registry answering `key` ("METHOD /path") from a script of status codes (then 200)."""
+    answers = [(status, headers or {}, UNAVAILABLE) for status in statuses]
+    return RegistryDouble({key: [*answers, (200, {}, b"{}")]})
 
 
 def test_transient_5xx_is_retried_with_bounded_backoff():
-    server = _Scripted([503, 502])
+    server = _scripted("GET /v2/", [503, 502])
     delays = []
-    server.client(sleep=delays.append, backoff_s=0.5).ping()
-    assert server.seen == 3
+    server.client(sleep=delays.append, backoff_s=0.5, attempts=4).ping()
+    assert len(server.seen) == 3
     assert delays == [0.5, 1.0]
-    server.served.close()
+    server.close()
 
 
 def test_retries_are_bounded_and_the_error_names_the_registry():
-    server = _Scripted([500] * 10)
+    server = _scripted("GET /v2/", [500] * 10)
     delays = []
     with pytest.raises(RegistryError) as err:
         server.client(sleep=delays.append, attempts=4, backoff_s=1, max_backoff_s=2).ping()
-    assert server.seen == 4 and delays == [1, 2, 2]
+    assert len(server.seen) == 4 and delays == [1, 2, 2]
     assert f"registry 127.0.0.1:{server.port}" in str(err.value) and "after 4 attempts" in str(err.value)
-    server.served.close()
+    server.close()
 
 
 @pytest.mark.parametrize("status", [401, 403, 404])
 def test_permanent_errors_fail_at_once(status):
-    server = _Scripted([status] * 5, headers={"WWW-Authenticate": 'Basic realm="x"'} if status == 401 else None)
+    key = "HEAD /v2/a/b/manifests/missing" if status == 404 else "GET /v2/"
+    server = _scripted(key, [status] * 5, headers={"WWW-Authenticate": 'Basic realm="x"'} if status == 401 else None)
     delays = []
-    client = server.client(sleep=delays.append)
+    client = server.client(sleep=delays.append, attempts=4)
     if status == 404:
         assert client.manifest_digest("a/b", "missing") is None
     else:
         with pytest.raises(RegistryAuthError, match=f"registry 127.0.0.1:{server.port}"):
             client.ping()
-    assert server.seen == 1 and delays == []
-    server.served.close()
+    assert len(server.seen) == 1 and delays == []
+    server.close()
 
 
 
@@ -211,19 +187,8 @@ def test_permanent_errors_fail_at_once(status):
 
 
 def test_a_200_that_is_not_json_names_the_registry_and_the_request():
-    class Garbled(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            body = b"<html>down for maintenance</html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    served = ThreadedServer(Garbled)
+    served = RegistryDouble({"GET /v2/team/app/tags/list?n=1000": [
+        (200, {"Content-Type": "text/html"}, b"<html>down for maintenance</html>")]})
     port = served.port
     try:
         with pytest.raises(RegistryError) as err:
@@ -240,63 +205,57 @@ def test_compute_digest():
     assert compute_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
-class _PagedTags:
-    """/v2/team/app/tags/list in pages of `page` tags, each naming the next in a Link header of `style`."""
-
-    STYLES = {
-        "quoted": '<{path}>; rel="next"',
-        "unquoted": "<{path}>; rel=next",
-        "absolute URL": '<http://127.0.0.1:{port}{path}>; rel="next"',
-        "after a prev link": '</v2/team/app/tags/list?n=2>; rel="prev", <{path}>; rel="next"',
-    }
-
-    def __init__(self, tags, page, style, loop_back=False):
-        self.requests: list[str] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                owner.requests.append(self.path)
-                last = self.path.split("last=", 1)[1] if "last=" in self.path else None
-                start = tags.index(last) + 1 if last else 0
-                chunk = tags[start:start + page]
-                body = json.dumps({"name": "team/app", "tags": chunk}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                more = start + page < len(tags)
-                if more or loop_back:
-                    after = chunk[-1] if more else tags[0]
-                    path = f"/v2/team/app/tags/list?n={page}&last={after}"
-                    self.send_header("Link", _PagedTags.STYLES[style].format(path=path, port=owner.port))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.served = ThreadedServer(Handler)
-        self.port = self.served.port
+LINK_STYLES = {
+    "quoted": '<{path}>; rel="next"',
+    "unquoted": "<{path}>; rel=next",
+    "absolute URL": '<http://127.0.0.1:{port}{path}>; rel="next"',
+    "after a prev link": '</v2/team/app/tags/list?n=2>; rel="prev", <{path}>; rel="next"',
+}
 
 
-@pytest.mark.parametrize("style", sorted(_PagedTags.STYLES))
+def _paged_tags(tags, page, style, loop_back=False) -> RegistryDouble:
+    """A registry answering /v2/team/app/tags/list in pages of `page` tags, each naming the next in a Link header
+    of `style`."""
+    server = RegistryDouble({})
+
+    def answer(handler) -> None:
+        last = handler.path.split("last=", 1)[1] if "last=" in handler.path else None
+        start = tags.index(last) + 1 if last else 0
+        chunk = tags[start:start + page]
+        body = json.dumps({"name": "team/app", "tags": chunk}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        more = start + page < len(tags)
+        if more or loop_back:
+            after = chunk[-1] if more else tags[0]
+            path = f"/v2/team/app/tags/list?n={page}&last={after}"
+            handler.send_header("Link", LINK_STYLES[style].format(path=path, port=server.port))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    server.fallback = answer
+    return server
+
+
+@pytest.mark.parametrize("style", sorted(LINK_STYLES))
 @pytest.mark.parametrize("count", [0, 1, 2, 5])
 def test_every_page_of_tags_is_read_whatever_the_link_form(style, count):
     tags = [f"v{i}" for i in range(count)]
-    server = _PagedTags(tags, page=2, style=style)
+    server = _paged_tags(tags, page=2, style=style)
     try:
         assert RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app") == tags
     finally:
-        server.served.close()
+        server.close()
     assert len(server.requests) == max(1, -(-count // 2))  # one request a page, an empty list one page too
 
 
 def test_a_registry_whose_pages_link_back_is_refused_not_followed_forever():
-    server = _PagedTags(["a", "b", "c"], page=2, style="quoted", loop_back=True)
+    server = _paged_tags(["a", "b", "c"], page=2, style="quoted", loop_back=True)
     try:
         with pytest.raises(RegistryError) as err:
             RegistryClient(f"127.0.0.1:{server.port}").list_tags("team/app")
     finally:
-        server.served.close()
+        server.close()
     assert str(err.value) == (f"registry 127.0.0.1:{server.port}: GET /v2/team/app/tags/list: page 4 links back "
                               "to a page it already served")

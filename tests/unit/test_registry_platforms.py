@@ -1,5 +1,5 @@
 """`RegistryClient.image_platforms`: the platforms (`os/arch`) a reference serves, read from the registry as a
-user's tag is, against the OCI distribution double (tests/lib/oci_referrers_double.py: the real routes, the
+user's tag is, against the OCI distribution double (tests/lib/registry_double.py: the real routes, the
 `Content-Type` and `Docker-Content-Digest` headers, JSON error bodies). An index names each image's platform in
 its descriptors (attestation manifests are `unknown/unknown`, not platforms); a single image's is in its config."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from oci_referrers_double import ReferrersRegistry
+from registry_double import RegistryDouble
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry.client import (
@@ -26,16 +26,16 @@ CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 
 @pytest.fixture
 def reg():
-    registry = ReferrersRegistry()
+    registry = RegistryDouble()
     yield registry
     registry.close()
 
 
-def _client(reg: ReferrersRegistry) -> RegistryClient:
+def _client(reg: RegistryDouble) -> RegistryClient:
     return RegistryClient(reg.host, sleep=lambda _s: None, attempts=1)
 
 
-def _image(reg: ReferrersRegistry, config: dict | bytes, *, media_type: str = OCI_MANIFEST, tag: str | None = None
+def _image(reg: RegistryDouble, config: dict | bytes, *, media_type: str = OCI_MANIFEST, tag: str | None = None
            ) -> str:
     """An image manifest over `config` (its blob stored), under `tag` too; returns the manifest's digest."""
     body = config if isinstance(config, bytes) else json.dumps(config).encode()
@@ -45,7 +45,7 @@ def _image(reg: ReferrersRegistry, config: dict | bytes, *, media_type: str = OC
     return reg.store("team/app", json.dumps(manifest).encode(), media_type, tag)
 
 
-def _index(reg: ReferrersRegistry, entries: list, *, media_type: str = OCI_INDEX, tag: str = "v1") -> str:
+def _index(reg: RegistryDouble, entries: list, *, media_type: str = OCI_INDEX, tag: str = "v1") -> str:
     body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "manifests": entries}).encode()
     return reg.store("team/app", body, media_type, tag)
 

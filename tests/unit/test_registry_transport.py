@@ -8,14 +8,13 @@ import io
 import threading
 import time
 from http.client import RemoteDisconnected
-from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
 import requests
 from engine_refs import free_port
 from fake_clock import FakeClock
-from httpserve import ThreadedServer
+from registry_double import RegistryDouble
 
 from sglstack.core.errors import RegistryError
 from sglstack.registry import transport as transport_mod
@@ -175,29 +174,9 @@ def test_a_registry_error_body_becomes_one_short_line(body, reason, detail):
     assert error_detail(resp) == detail
 
 
-class _RetryAfter:
+def _retry_after(retry_after: str) -> RegistryDouble:
     """503 with a Retry-After header, then 200."""
-
-    def __init__(self, retry_after: str) -> None:
-        self.seen = 0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                owner.seen += 1
-                status = 503 if owner.seen == 1 else 200
-                self.send_response(status)
-                if status == 503:
-                    self.send_header("Retry-After", retry_after)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-        self.served = ThreadedServer(Handler, poll_interval=0.02)
-        self.port = self.served.port
+    return RegistryDouble({"GET /v2/": [(503, {"Retry-After": retry_after}, b"{}"), (200, {}, b"{}")]})
 
 
 @pytest.mark.parametrize(("retry_after", "backoff", "cap", "slept"), [
@@ -208,27 +187,20 @@ class _RetryAfter:
     ("0", 0.0, 8.0, []),  # no wait at all: not even a sleep of 0
 ])
 def test_a_retry_after_stretches_the_backoff_up_to_its_cap(retry_after, backoff, cap, slept):
-    server = _RetryAfter(retry_after)
+    server = _retry_after(retry_after)
     delays: list[float] = []
     try:
         RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=backoff, max_backoff_s=cap,
                        timeout_s=30).ping()
     finally:
-        server.served.close()
-    assert (server.seen, delays) == (2, slept)
+        server.close()
+    assert (len(server.seen), delays) == (2, slept)
 
 
 def test_a_registry_that_never_answers_costs_the_deadline_and_says_so():
     done = threading.Event()
 
-    class Silent(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            done.wait(10)
-
-    served = ThreadedServer(Silent, poll_interval=0.02)
+    served = RegistryDouble({"GET /v2/": [lambda handler: done.wait(10)]})  # never answers
     port = served.port
     notices: list[str] = []
     start = time.monotonic()
@@ -250,13 +222,13 @@ def _frozen_clock(monkeypatch, now: float) -> None:
 
 def test_a_wait_never_reaches_past_the_deadline(monkeypatch):
     _frozen_clock(monkeypatch, 1000.0)
-    server = _RetryAfter("3")
+    server = _retry_after("3")
     delays: list[float] = []
     try:
         RegistryClient(f"127.0.0.1:{server.port}", sleep=delays.append, backoff_s=0.5, max_backoff_s=8,
                        timeout_s=0.5).ping()
     finally:
-        server.served.close()
+        server.close()
     assert delays == [0.5]  # Retry-After's 3 s, cut to what is left
 
 
@@ -266,12 +238,12 @@ def test_a_wait_never_reaches_past_the_deadline(monkeypatch):
 ])
 def test_giving_up_says_whether_the_deadline_or_the_attempts_ran_out(monkeypatch, timeout, said):
     _frozen_clock(monkeypatch, 0.0)
-    server = _RetryAfter("1")
+    server = _retry_after("1")
     try:
         with pytest.raises(RegistryError) as err:
             RegistryClient(f"127.0.0.1:{server.port}", sleep=lambda _s: None, attempts=1, timeout_s=timeout).ping()
     finally:
-        server.served.close()
+        server.close()
     assert str(err.value).startswith(f"registry 127.0.0.1:{server.port}: {said}")
 
 
@@ -289,34 +261,28 @@ class _FirstFails:
     transport's clock to `then`; every later one 200."""
 
     def __init__(self, clock: FakeClock, then: float, first: str) -> None:
-        self.seen = 0
-        owner = self
+        def first_answer(handler) -> None:
+            clock.now = then
+            if first == "close":
+                handler.close_connection = True
+                return
+            handler.send_response(503)
+            handler.send_header("Content-Length", "2")
+            handler.end_headers()
+            handler.wfile.write(b"{}")
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+        self.registry = RegistryDouble({"GET /v2/": [first_answer, (200, {}, b"{}")]})
+        self.port = self.registry.port
 
-            def do_GET(self):
-                owner.seen += 1
-                if owner.seen == 1:
-                    clock.now = then
-                    if first == "close":
-                        self.close_connection = True
-                        return
-                status = 503 if owner.seen == 1 else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-        self.served = ThreadedServer(Handler, poll_interval=0.02)
-        self.port = self.served.port
+    @property
+    def seen(self) -> int:
+        return len(self.registry.seen)
 
     def ping(self, **kw) -> None:
         try:
             RegistryClient(f"127.0.0.1:{self.port}", sleep=lambda _s: None, timeout_s=5, attempts=3, **kw).ping()
         finally:
-            self.served.close()
+            self.registry.close()
 
 
 @pytest.mark.parametrize("then", [5.0, 7.0])
@@ -347,13 +313,13 @@ def test_a_connection_closed_without_an_answer_is_retried():
 
 def test_a_budget_bounds_every_operation_inside_it(monkeypatch):
     _frozen_clock(monkeypatch, 0.0)
-    server = _RetryAfter("1")
+    server = _retry_after("1")
     client = RegistryClient(f"127.0.0.1:{server.port}", sleep=lambda _s: None, attempts=1, timeout_s=60)
     try:
         with pytest.raises(RegistryError) as err, client.budget(0.04), client.budget(30):
             client.ping()
     finally:
-        server.served.close()
+        server.close()
     assert str(err.value).startswith(
         f"registry 127.0.0.1:{server.port}: GET /v2/: no answer within 0 s (1 attempt(s), ")
     assert client.timeout_s == 60

@@ -49,7 +49,7 @@ def _row(level: int, setting: str | None, speedup: float | None, pays: bool = Tr
 
 
 def sweep_report(stack: str = "s1", recommended: str | None = "7:1:8") -> dict[str, Any]:
-    """A smoke report with a sweep, as runner._sweep_data writes it (the issue's table: 7 steps pays at 1 and 4)."""
+    """A smoke report with a sweep, as fields.sweep_fields writes it (the issue's table: 7 steps pays at 1 and 4)."""
     rec = None
     if recommended is not None:
         steps, topk, tokens = (int(n) for n in recommended.split(":"))

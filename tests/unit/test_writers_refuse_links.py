@@ -14,7 +14,7 @@ from upgrade_fixtures import STACKS, World, lock_of
 from sglstack.adapters.process import running_process
 from sglstack.cli.upgrade import upgrade_command
 from sglstack.core.safefiles import OutputNotWritable
-from sglstack.deploy import flow
+from sglstack.deploy import files
 from sglstack.publish.release import _smoke_candidate
 from sglstack.render import compose as cmp
 
@@ -85,7 +85,7 @@ def test_compose_env_is_never_created_or_read_through_a_link(world, dangling) ->
     line = _file_link(env, outside, root)
     said: list[str] = []
     with pytest.raises(OutputNotWritable) as info:
-        flow._ensure_env_file(root / "tiny", cmp.ComposeOptions(), said.append)
+        files.ensure_env_file(root / "tiny", cmp.ComposeOptions().env_file, said.append)
     assert str(info.value) == line
     assert said == []
     if dangling:
@@ -97,10 +97,10 @@ def test_compose_env_is_never_created_or_read_through_a_link(world, dangling) ->
 def test_a_missing_compose_env_is_created_empty_and_private(world) -> None:
     root, _ = world
     said: list[str] = []
-    flow._ensure_env_file(root / "tiny", cmp.ComposeOptions(), said.append)
+    files.ensure_env_file(root / "tiny", cmp.ComposeOptions().env_file, said.append)
     env = root / "tiny" / cmp.ENV_FILE
     assert env.read_text() == "" and env.stat().st_mode & 0o777 == 0o600 and len(said) == 1
-    flow._ensure_env_file(root / "tiny", cmp.ComposeOptions(), said.append)  # kept as it is
+    files.ensure_env_file(root / "tiny", cmp.ComposeOptions().env_file, said.append)  # kept as it is
     assert len(said) == 1
 
 
