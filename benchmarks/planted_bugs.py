@@ -6,7 +6,9 @@ Each plant is a one-place source edit a hurried change could make (a forgotten f
 item standing for all, a form of a header not parsed). For each: a scratch copy of the checkout's tracked files
 (`git archive HEAD`, so nothing uncommitted counts), the edit applied (it must match exactly where it says, or
 the plant is reported stale: the code moved), then the named test files of the fast tier run against the copy.
-Caught = the tests fail. Prints one row per plant and the count; exit 1 when any plant is missed or stale.
+Caught = the tests fail, and the first failing test passes again once the plant is taken out (the control: a
+test that fails either way, timing-dependent under load or already broken, caught nothing). Prints one row per
+plant and the count; exit 1 when any plant is missed or stale.
 
     python3 benchmarks/planted_bugs.py            # every plant
     python3 benchmarks/planted_bugs.py P04 P08    # only these
@@ -36,7 +38,8 @@ class Plant:
     count: int = 1  # how many times `old` occurs (all are replaced)
 
 
-# the fast tier files that import kernelcache/files.py
+# the fast tier files that import kernelcache/files.py (test_kernel_cache_fields.py first where it is the one that
+# looks: test_kernel_cache.py's Ctrl-C test can fail on a loaded machine, which the control then reports)
 _KC_TESTS = ("tests/unit/test_kernel_cache.py", "tests/unit/test_kernel_cache_ninja.py",
              "tests/unit/test_warm_start.py")
 
@@ -101,19 +104,22 @@ PLANTS = (
     Plant("P18", "kernel cache pack: a file's nanoseconds written without their leading zeros",
           "sglstack/kernelcache/files.py",
           'return f"{sec}.{ns:09d}"', 'return f"{sec}.{ns}"',
-          _KC_TESTS),
+          ("tests/unit/test_kernel_cache_fields.py", *_KC_TESTS)),
     Plant("P19", "kernel cache restored under another draft revision", "sglstack/kernelcache/key.py",
           '"draft_model", "draft_revision", "serving_hash"', '"draft_model", "serving_hash"',
-          ("tests/unit/test_kernel_cache.py", "tests/unit/test_warm_start.py")),
+          ("tests/unit/test_kernel_cache_fields.py", "tests/unit/test_kernel_cache.py",
+           "tests/unit/test_warm_start.py")),
     Plant("P20", "registry token service answering only the OAuth2 `access_token` form", "sglstack/registry/session.py",
           'return body.get("token") or body["access_token"]', 'return body["token"]',
           ("tests/unit/test_registry_client.py", "tests/unit/test_registry_client_api.py")),
     Plant("P21", "verify: only the first signature attached tried (another key's signature first)",
           "sglstack/attest/verify.py", "    for art in signatures:\n", "    for art in signatures[:1]:\n",
-          ("tests/unit/test_attest_verification.py", "tests/unit/test_index_signing.py")),
+          ("tests/unit/test_attest_verification.py", "tests/unit/test_index_signing.py",
+           "tests/unit/test_attest_signers.py")),
     Plant("P22", "verify --stack: a provenance that names no value for a field passes", "sglstack/attest/provenance.py",
           "if want is not None and want != got:", "if want is not None and got is not None and want != got:",
-          ("tests/unit/test_attest_verification.py", "tests/unit/test_attest_documents.py")),
+          ("tests/unit/test_attest_verification.py", "tests/unit/test_attest_documents.py",
+           "tests/unit/test_attest_signers.py")),
     Plant("P23", "promotion: only the first release tag read back against the tested digest",
           "sglstack/publish/promotion.py",
           "        for tag in order:\n            failed_at = tag\n            now =",
@@ -135,7 +141,7 @@ PLANTS = (
           ("tests/unit/test_k8s_render.py",)),
     Plant("P28", "lock trust: only the first platform's lock checked", "sglstack/lock/trust.py",
           "    for platform in whole.platforms:\n", "    for platform in whole.platforms[:1]:\n",
-          ("tests/unit/test_lock_file.py", "tests/cli/test_lock_trust.py")),
+          ("tests/unit/test_lock_file.py", "tests/cli/test_lock_trust.py", "tests/unit/test_lock_trust_platforms.py")),
     Plant("P29", "lock trust: a lock whose lines differ from its written-sha256 trusted", "sglstack/lock/trust.py",
           "or _unrequired(lock, root_names(stack)) or _content_problem(lock))",
           "or _unrequired(lock, root_names(stack)))",
@@ -199,7 +205,15 @@ def run_plant(plant: Plant) -> tuple[str, float, str]:
             return "MISSED", seconds, ""
         if proc.returncode != 1:
             return "error", seconds, (proc.stdout + proc.stderr).strip().splitlines()[-1:][0] if proc.stdout else ""
-        return "caught", seconds, failed.split(" - ")[0]
+        test_id = failed.split(" - ")[0]
+        # The control: the failing test again on the same copy without the plant. A test that fails there too
+        # (a timing-dependent test on a loaded machine, or one already broken) caught nothing.
+        target.write_text(text, encoding="utf-8")
+        again = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test_id],
+                               cwd=copy, env=env, capture_output=True, text=True)
+        if again.returncode != 0:
+            return "unplanted-fail", seconds, f"{test_id} fails without the plant too"
+        return "caught", seconds, test_id
 
 
 def main(argv: list[str]) -> int:
