@@ -89,7 +89,7 @@ def test_old_candidates_go_released_manifests_and_every_other_tag_stay(reg, imag
 
 
 def test_a_dry_run_names_the_same_tags_and_removes_nothing(reg, images):
-    client, made = images
+    client, _ = images
     before = {tag: client.manifest_digest(REPO, tag) for tag in client.list_tags(REPO)}
     assert _cleanup(reg, dry_run=True) == [_ref(reg, _candidate("a")), _ref(reg, _candidate("b"))]
     assert {tag: client.manifest_digest(REPO, tag) for tag in client.list_tags(REPO)} == before
