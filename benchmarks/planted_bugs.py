@@ -204,6 +204,26 @@ PLANTS = (
           "sglstack/config/tagtemplates.py", 'RELEASE_INDEPENDENT = frozenset({"sglang", "stack"})',
           'RELEASE_INDEPENDENT = frozenset({"sglang", "stack", "date"})',
           ("tests/unit/test_compose_render.py", "tests/unit/test_publish_tags.py")),
+    # ---- round 4: decisions the graders' list did not name ------------------------------------------------
+    Plant("P45", "verify: a torch pin with a local label (+cu130) met by another build's label",
+          "sglstack/imagebuild/judge.py",
+          "return not want.local and Version(reported).public == want.public",
+          "return Version(reported).public == want.public",
+          ("tests/unit/test_image_checks.py", "tests/unit/test_jit_toolchain.py", "tests/unit/test_verify.py")),
+    Plant("P46", "upgrade: a pre-release taken as the newest release", "sglstack/upgrade/releases.py",
+          "stable = [v for v in available if not _is_pre(v)]", "stable = list(available)",
+          ("tests/unit/test_upgrade_releases.py", "tests/unit/test_upgrade_plan.py")),
+    Plant("P47", "coverage: an exception for one capability waives every capability", "sglstack/coverage/report.py",
+          "if fnmatch.fnmatchcase(name, exc.extension) and exc.capability in (None, cap):",
+          "if fnmatch.fnmatchcase(name, exc.extension):",
+          ("tests/unit/test_coverage_rules.py", "tests/unit/test_coverage_devicecode.py")),
+    Plant("P48", "matrix: a child stack's nested mapping replaces its parent's below the first level",
+          "sglstack/config/matrix.py", "            out[key] = _deep_merge(out[key], value)\n",
+          "            out[key] = {**out[key], **value}\n",
+          ("tests/cli/test_matrix.py", "tests/unit/test_fuzz_matrix.py")),
+    Plant("P49", "deploy: a compose project judged ours by its first container", "sglstack/deploy/checks.py",
+          "    for name, owner in sorted(containers):\n", "    for name, owner in sorted(containers)[:1]:\n",
+          ("tests/cli/test_foreign_values.py", "tests/unit/test_deploy_flow.py")),
 )
 
 
