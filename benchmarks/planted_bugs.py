@@ -224,6 +224,14 @@ PLANTS = (
     Plant("P49", "deploy: a compose project judged ours by its first container", "sglstack/deploy/checks.py",
           "    for name, owner in sorted(containers):\n", "    for name, owner in sorted(containers)[:1]:\n",
           ("tests/cli/test_foreign_values.py", "tests/unit/test_deploy_flow.py")),
+    Plant("P50", "matrix: two stacks whose Kubernetes names collide both accepted", "sglstack/config/names.py",
+          '    ("Kubernetes LeaderWorkerSet name", k8s_object_name),\n', "",
+          ("tests/cli/test_foreign_values.py", "tests/cli/test_matrix.py")),
+    Plant("P51", "smoke: a failed request's empty output compared for agreement", "sglstack/smoke/measured.py",
+          "outputs={r.prompt: r.text for r in single_results if r.ok}",
+          "outputs={r.prompt: r.text for r in single_results}",
+          ("tests/unit/test_smoke_levels.py", "tests/unit/test_smoke_server_log.py",
+           "tests/cli/test_smoke_process.py")),
 )
 
 
