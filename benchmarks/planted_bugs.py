@@ -223,7 +223,7 @@ PLANTS = (
           ("tests/cli/test_matrix.py", "tests/unit/test_fuzz_matrix.py")),
     Plant("P49", "deploy: a compose project judged ours by its first container", "sglstack/deploy/checks.py",
           "    for name, owner in sorted(containers):\n", "    for name, owner in sorted(containers)[:1]:\n",
-          ("tests/cli/test_foreign_values.py", "tests/unit/test_deploy_flow.py")),
+          ("tests/cli/test_foreign_values.py", "tests/unit/test_deploy_flow.py", "tests/unit/test_deploy_checks.py")),
     Plant("P50", "matrix: two stacks whose Kubernetes names collide both accepted", "sglstack/config/names.py",
           '    ("Kubernetes LeaderWorkerSet name", k8s_object_name),\n', "",
           ("tests/cli/test_foreign_values.py", "tests/cli/test_matrix.py")),
