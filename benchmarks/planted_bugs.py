@@ -227,11 +227,10 @@ PLANTS = (
     Plant("P50", "matrix: two stacks whose Kubernetes names collide both accepted", "sglstack/config/names.py",
           '    ("Kubernetes LeaderWorkerSet name", k8s_object_name),\n', "",
           ("tests/cli/test_foreign_values.py", "tests/cli/test_matrix.py")),
-    Plant("P51", "smoke: a failed request's empty output compared for agreement", "sglstack/smoke/measured.py",
-          "outputs={r.prompt: r.text for r in single_results if r.ok}",
-          "outputs={r.prompt: r.text for r in single_results}",
+    Plant("P51", "smoke: a failed request's empty output compared for agreement", "sglstack/smoke/measure.py",
+          "return {r.prompt: r.text for r in results if r.ok}", "return {r.prompt: r.text for r in results}",
           ("tests/unit/test_smoke_levels.py", "tests/unit/test_smoke_server_log.py",
-           "tests/cli/test_smoke_process.py")),
+           "tests/cli/test_smoke_process.py", "tests/unit/test_smoke_agreement.py")),
 )
 
 
