@@ -98,3 +98,35 @@ def test_a_field_the_provenance_leaves_empty_differs_from_every_expected_value(f
     assert identity_differences(BuildIdentity(STACK, CONFIG_HASH, "pkg:pypi/sglang@0.5.9"), found) == said
     # what the expectation leaves None is not compared
     assert identity_differences(BuildIdentity(None), found) == []
+
+
+def test_on_a_registry_without_the_referrers_api_a_second_key_keeps_the_first_keys_signature():
+    """The tag scheme finds one `.signature` artifact per image: signing with a second key moved the tag to an
+    envelope of its own signature alone, and the image no longer verified against the first key."""
+    registry = MemoryRegistry()  # no referrers API: the tag scheme
+    digest = _released(registry, config_hash=CONFIG_HASH)
+    first, second = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    repo = parse_repository(REGISTRY)
+    for key in (first, second):
+        ensure_signed(registry, repo, digest, key, BuildIdentity(STACK))
+    ref = parse_image_reference(f"{REGISTRY}@{digest}")
+    for key in (first, second):
+        assert verify_image(registry, ref, key.public_key(), BuildIdentity(STACK, CONFIG_HASH)).digest == digest
+    assert ensure_signed(registry, repo, digest, first, BuildIdentity(STACK)).endswith(
+        f"is already signed by key {key_id(first.public_key())[:16]}")
+
+
+def test_cosigned_adds_only_well_formed_signatures_over_the_same_payload():
+    import base64
+
+    from sglstack.attest.signing import cosigned, sign_envelope
+
+    one, two, three = (Ed25519PrivateKey.generate() for _ in range(3))
+    mine = sign_envelope(one, b'{"_type":"x"}')
+    same = json.loads(sign_envelope(two, b'{"_type":"x"}'))
+    same["signatures"].append({"keyid": "junk", "sig": "not base64!"})
+    other_payload = sign_envelope(three, b'{"_type":"y"}')
+    merged = json.loads(cosigned(mine, [json.dumps(same).encode(), other_payload, b"not json", mine]))
+    assert merged["payload"] == base64.b64encode(b'{"_type":"x"}').decode()
+    assert sorted(s["keyid"] for s in merged["signatures"]) == sorted(
+        [key_id(one.public_key()), key_id(two.public_key())])
