@@ -231,6 +231,9 @@ PLANTS = (
           "return {r.prompt: r.text for r in results if r.ok}", "return {r.prompt: r.text for r in results}",
           ("tests/unit/test_smoke_levels.py", "tests/unit/test_smoke_server_log.py",
            "tests/cli/test_smoke_process.py", "tests/unit/test_smoke_agreement.py")),
+    Plant("P52", "signing with a second key on a registry without the referrers API drops the first key's signature",
+          "sglstack/attest/release.py", "    return cosigned(envelope, others)\n", "    return envelope\n",
+          ("tests/unit/test_attest_signers.py", "tests/unit/test_index_signing.py")),
 )
 
 
