@@ -7,6 +7,7 @@ image (no SBOM beside the record) gets it listed here, from the local image, at 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from .provenance import (
     statement_identity,
     statement_subjects,
 )
-from .signing import Attached, key_id, sign_envelope, signed_payload
+from .signing import Attached, cosigned, key_id, sign_envelope, signed_payload
 from .store import MAX_DOCUMENT_BYTES, Artifact, attach, find_attestations
 from .verify import verify_image, verify_index_signature
 
@@ -147,11 +148,11 @@ def ensure_signed(client: RegistryClient, repo: Repository, digest: str, key: Ed
                           and not identity_differences(expect, statement_identity(body)))
     if sbom is not None and provenance is not None:
         docs = [sbom, provenance]
-        pushed = [("signature", _envelope(key, digest, docs))]
+        pushed = [("signature", _cosigned(client, repo, digest, found, _envelope(key, digest, docs)))]
         how = "signed the SBOM and provenance attached to it"
     elif documents is not None:
         made = documents()
-        pushed = [*made, ("signature", _envelope(key, digest, made))]
+        pushed = [*made, ("signature", _cosigned(client, repo, digest, found, _envelope(key, digest, made)))]
         how = "attached and signed an SBOM and provenance from the build record"
     else:
         raise AttestationError(f"{repo.ref(digest)}: not signed by key {kid} ({why}), and no SBOM and provenance "
@@ -169,6 +170,17 @@ def _envelope(key: Ed25519PrivateKey, digest: str, docs: list[tuple[str, bytes]]
     media = {"sbom": SBOM_MEDIA_TYPE, "provenance": PROVENANCE_MEDIA_TYPE}
     return sign_envelope(key, signed_payload(digest, [Attached(kind, media[kind], compute_digest(body), len(body))
                                                       for kind, body in docs]))
+
+
+def _cosigned(client: RegistryClient, repo: Repository, digest: str, found: list[Artifact], envelope: bytes) -> bytes:
+    """`envelope` with the other keys' signatures already attached to `digest` over the same payload (`cosigned`):
+    where the registry keeps one signature artifact per image, signing with this key keeps theirs."""
+    others = []
+    for art in found:
+        if art.kind == "signature" and art.subject == digest:
+            with contextlib.suppress(RegistryError):  # unreadable: nothing of it to carry along
+                others.append(client.get_blob(repo.path, art.document_digest, max_bytes=MAX_DOCUMENT_BYTES))
+    return cosigned(envelope, others)
 
 
 def _fitting(client: RegistryClient, repo: Repository, found: list[Artifact], kind: str, digest: str,
@@ -208,7 +220,9 @@ def ensure_index_signed(client: RegistryClient, repo: Repository, index_digest: 
         return said
     except NotVerified:
         pass
-    attach(client, repo.path, index_digest, [("signature", index_payload_signature(key, index_digest))])
+    found = find_attestations(client, repo.path, index_digest)
+    signature = _cosigned(client, repo, index_digest, found, index_payload_signature(key, index_digest))
+    attach(client, repo.path, index_digest, [("signature", signature)])
     try:
         verify_index_signature(client, repo, index_digest, public)
     except NotVerified as exc:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,29 @@ def sign_envelope(key: Ed25519PrivateKey, payload: bytes) -> bytes:
     envelope = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
                 "signatures": [{"keyid": key_id(key.public_key()), "sig": base64.b64encode(sig).decode()}]}
     return json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
+
+
+def cosigned(envelope: bytes, others: Iterable[bytes]) -> bytes:
+    """`envelope` (one signature, `sign_envelope`'s) with every other key's signature of `others` over the very
+    same payload added, by key id. A registry without the referrers API finds one signature artifact per image
+    (its `.signature` tag): signing with a second key must carry the first key's signature along, or it would
+    unsign the image for the first key. An entry that is not a well-formed signature is left out (it would make
+    the whole envelope unreadable); one that does not verify is skipped by `open_envelope`, as before."""
+    mine = loads(envelope)
+    signatures = {s["keyid"]: s for s in mine["signatures"]}
+    for body in others:
+        try:
+            other = loads(body)
+            if other.get("payloadType") != mine["payloadType"] or other.get("payload") != mine["payload"]:
+                continue
+            for entry in other["signatures"]:
+                keyid, sig = entry["keyid"], entry["sig"]
+                if isinstance(keyid, str) and isinstance(sig, str) and base64.b64decode(sig, validate=True):
+                    signatures.setdefault(keyid, {"keyid": keyid, "sig": sig})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    merged = {**mine, "signatures": [signatures[k] for k in sorted(signatures)]}
+    return json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
 
 
 def open_envelope(body: bytes, public: Ed25519PublicKey) -> dict[str, Any]:

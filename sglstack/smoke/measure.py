@@ -63,6 +63,12 @@ def accept_length_from_server_info(server_info: Mapping[str, Any] | None) -> flo
     return float(value) if isinstance(value, int | float) else None
 
 
+def greedy_outputs(results: Sequence[Generation]) -> dict[str, str]:
+    """Each prompt's greedy output, of the requests that completed: a failed one's empty text is no output (two
+    failures would otherwise count as agreeing outputs, and one as a disagreement the model never made)."""
+    return {r.prompt: r.text for r in results if r.ok}
+
+
 def agreement(baseline: Mapping[str, str], eagle3: Mapping[str, str]) -> float | None:
     """The share of prompts whose greedy outputs are identical in both runs (None: nothing to compare)."""
     common = [p for p in baseline if p in eagle3]

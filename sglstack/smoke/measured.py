@@ -14,7 +14,13 @@ from ..core.errors import first_line
 from ..serving.phases import LogLine, phases_line, start_phases
 from .acceptance import draft_acceptance
 from .client import Generation, SGLangClient
-from .measure import PhaseStats, ServerRun, accept_length_from_meta, accept_length_from_server_info
+from .measure import (
+    PhaseStats,
+    ServerRun,
+    accept_length_from_meta,
+    accept_length_from_server_info,
+    greedy_outputs,
+)
 from .plan import SmokeOptions
 from .workload import prompt_set, run_phase, warm_up
 
@@ -96,7 +102,7 @@ def measure_server(server: Server, api_key: str | None, options: SmokeOptions, l
         startup_s=startup,
         single=single,
         concurrent=concurrent,
-        outputs={r.prompt: r.text for r in single_results if r.ok},
+        outputs=greedy_outputs(single_results),
         level_phases=level_phases,
         accept_length_meta=accept_length_from_meta([*single_results, *results_n]) if speculative else None,
         accept_length_server=accept_length_from_server_info(server_info) if speculative else None,

@@ -320,3 +320,20 @@ def test_image_reference_errors_are_exact_lines(ref, reason):
     assert config_error(parse_image_reference, ref) == f"key 'image': {reason}"
     assert config_error(parse_image_reference, ref, stack="cu130", key="--image") == (
         f"stack 'cu130': key '--image': {reason}")
+
+
+@pytest.mark.parametrize("moving", [("{sglang}-{stack}", "{stack}"), ("{stack}", "latest-{stack}", "{sglang}-{stack}")])
+def test_the_release_tag_pattern_matches_every_release_tag_and_no_candidate(stacks, moving):
+    """`publish-index --tag` refuses any release tag of the stack: each of its moving tags, not the first alone."""
+    from sglstack.publish.tags import release_tag_pattern
+
+    base = stacks.get("cu130")
+    stack = base.model_copy(update={"publish": base.publish.model_copy(update={"moving_tags": moving})})
+    pattern = release_tag_pattern(stack)
+    tags = release_tags(stack, HASH, DAY)
+    assert len(tags.moving) == len(moving)
+    for tag in tags.release:
+        assert pattern.fullmatch(tag), tag
+    assert pattern.fullmatch(release_tags(stack, "f" * 64, dt.date(2027, 1, 31)).immutable)
+    assert not pattern.fullmatch(tags.candidate)
+    assert not pattern.fullmatch("cu130-latest")

@@ -163,3 +163,15 @@ def test_the_secrets_a_server_was_given_include_the_logins_of_its_urls():
     got = cred.secret_values_of({"HF_ENDPOINT": f"https://bob:{SECRET}2@mirror/", "PLAIN": "x"}, (),
                                 ["--chat-template", f"https://alice:{SECRET}@hub.example/t.jinja"])
     assert sorted(got) == [f"alice:{SECRET}", f"bob:{SECRET}2"]
+
+
+def test_a_referenced_variable_is_a_secret_whatever_its_name():
+    """serving.env `MIRROR: ${HUB_LOGIN}` takes a Secret's value under a name that says nothing secret: it is one of
+    the server's secrets because it was referenced, and a log line echoing it is shown with `***`."""
+    env = {"MIRROR": f"{SECRET}-ref", "HF_TOKEN": f"{SECRET}-hf", "PLAIN": "plain-value"}
+    got = cred.secret_values_of(env, {"MIRROR"}, ["--api-key", f"{SECRET}-flag"])
+    assert sorted(got) == [f"{SECRET}-flag", f"{SECRET}-hf", f"{SECRET}-ref"]
+    line = f"server_args: mirror={SECRET}-ref plain=plain-value"
+    assert cred.redact_text(line, got) == f"server_args: mirror={cred.REDACTED} plain=plain-value"
+    # not referenced, not secret-named: an ordinary value, shown
+    assert cred.secret_values_of(env, (), []) == (f"{SECRET}-hf",)
