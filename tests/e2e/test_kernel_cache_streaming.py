@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from registry_fixtures import plain_registry  # noqa: F401 - fixture
-from waits import sigint_once_a_temp_file_holds
+from waits import sigint_once_written
 
 from sglstack.attest import kernelcache as akc
 from sglstack.attest.kernelcache import attach_kernel_cache, cache_tag, fetch_kernel_cache
@@ -28,6 +28,7 @@ from sglstack.config.matrix import load_matrix
 from sglstack.core.errors import RegistryError
 from sglstack.deploy.kernelcache import deployment_key, restore_for_compose, smoke_store
 from sglstack.kernelcache import CacheKey, KernelCacheError, LayoutStore, NodeGpu, cache_files
+from sglstack.kernelcache import layout as kernel_layout
 from sglstack.registry.client import OCI_MANIFEST, RegistryClient, compute_digest
 from sglstack.render.compose import ComposeOptions, deploy_spec
 
@@ -145,10 +146,10 @@ def test_a_64_mib_layer_is_packed_attached_fetched_and_restored_in_bounded_memor
                                  manifest["layers"][0]["digest"], size) is False
 
 
-def test_ctrl_c_in_the_middle_of_the_download_leaves_nothing_in_the_store(large, tmp_path):
+def test_ctrl_c_in_the_middle_of_the_download_leaves_nothing_in_the_store(large, tmp_path, monkeypatch):
     client, repo, digest, key = large["client"], large["repo"], large["digest"], large["key"]
     node = LayoutStore(tmp_path / "node-store")
-    with pytest.raises(KeyboardInterrupt), sigint_once_a_temp_file_holds(node.blobs, MIB):
+    with pytest.raises(KeyboardInterrupt), sigint_once_written(monkeypatch, kernel_layout, MIB):
         fetch_kernel_cache(client, repo.path, digest, key, node, None)  # DID NOT RAISE: it ended unseen
     assert left_in(node) == [] or left_in(node) == ["oci-layout"], left_in(node)
     # The next try starts clean and restores.

@@ -7,8 +7,6 @@ import contextlib
 import os
 import select
 import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,28 +24,33 @@ def wait_for_line(path: Path, text: str, *, whole: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def sigint_once_a_temp_file_holds(folder: Path, min_bytes: int) -> Iterator[None]:
-    """A real SIGINT to this process once a `.*.tmp` file in `folder` holds `min_bytes` (a write caught half
-    done), watched every half millisecond for up to a minute while the block runs."""
-    fired = threading.Event()
+def sigint_once_written(monkeypatch, module: object, min_bytes: int) -> Iterator[None]:
+    """A real SIGINT to this process from inside the write that takes a file `module.write_with` fills past
+    `min_bytes`: a write caught half done at the same byte on an idle or a loaded machine (a thread watching the
+    file's size lost the race to a fast pack under load). Python runs the handler, and so raises
+    KeyboardInterrupt, at the next instruction of the main thread: inside the pack or the download."""
+    real = module.write_with  # type: ignore[attr-defined]
+    fired = []
 
-    def watch() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not fired.is_set():
-            for tmp in folder.glob(".*.tmp") if folder.exists() else ():
-                try:
-                    if tmp.stat().st_size >= min_bytes:
-                        fired.set()
-                        os.kill(os.getpid(), signal.SIGINT)
-                        return
-                except FileNotFoundError:
-                    pass
-            time.sleep(0.0005)
+    class Counted:
+        def __init__(self, fh) -> None:
+            self._fh = fh
+            self._written = 0
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        fired.set()
-        watcher.join()
+        def write(self, data) -> int:
+            count = self._fh.write(data)
+            self._written += len(data)
+            if self._written >= min_bytes and not fired:
+                fired.append(True)
+                os.kill(os.getpid(), signal.SIGINT)
+            return count
+
+        def __getattr__(self, name: str):
+            return getattr(self._fh, name)
+
+    def write_with(root, path, fill, **kwargs):
+        return real(root, path, lambda fh: fill(Counted(fh)), **kwargs)
+
+    monkeypatch.setattr(module, "write_with", write_with)
+    yield
+    assert fired, f"no file written through {getattr(module, '__name__', module)}.write_with reached {min_bytes} bytes"

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from waits import sigint_once_a_temp_file_holds
+from waits import sigint_once_written
 
 from sglstack.kernelcache import (
     ARTIFACT_TYPE,
@@ -24,6 +24,7 @@ from sglstack.kernelcache import (
     cache_key,
     mismatch_line,
 )
+from sglstack.kernelcache import layout as kernel_layout
 from sglstack.kernelcache.key import serving_hash
 
 ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8",
@@ -232,14 +233,14 @@ def test_a_layer_that_unpacks_to_more_than_the_limit_is_refused_as_it_unpacks(tm
     assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["r"]
 
 
-def test_ctrl_c_while_packing_leaves_no_temp_file_and_no_artifact(tmp_path):
+def test_ctrl_c_while_packing_leaves_no_temp_file_and_no_artifact(tmp_path, monkeypatch):
     """A real SIGINT once the layer's temp file holds a MiB: the store keeps nothing of the half-packed layer."""
     import os
 
     cache = tmp_path / "cache"
     fill(cache, {f"k{n}.cubin": os.urandom(4 << 20) for n in range(4)})  # incompressible: about 16 MiB to write
     store = LayoutStore(tmp_path / "store")
-    with pytest.raises(KeyboardInterrupt), sigint_once_a_temp_file_holds(store.blobs, 1 << 20):
+    with pytest.raises(KeyboardInterrupt), sigint_once_written(monkeypatch, kernel_layout, 1 << 20):
         store.put(key(), cache)  # DID NOT RAISE: packed before the watcher saw its temp file
     assert [p.name for p in store.blobs.iterdir()] == []
     assert not (store.path / "index.json").exists()
