@@ -103,6 +103,7 @@ def _invoke_in_a_fork(request, monkeypatch):
         import clirun
 
         monkeypatch.setattr(clirun, "FORK_BY_DEFAULT", True)
+        clirun._warm()  # here, before the test's own fixtures patch anything: its imports are the forks'
 
 
 @pytest.fixture(scope="session")

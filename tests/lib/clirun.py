@@ -23,6 +23,7 @@ import io
 import locale
 import logging
 import os
+import pkgutil
 import runpy
 import signal
 import subprocess
@@ -78,14 +79,34 @@ def _can_fork(env: dict[str, str]) -> bool:
     return Path(sglstack.__file__).resolve().is_relative_to(REPO)
 
 
-@functools.cache
 def _warm() -> None:
     """Import what every call imports, once, in this process: the forks start with it; and sglstack.cli's
-    modules a second time, kept aside (_PRISTINE), which a fork takes instead of importing them anew."""
-    import invoke.program  # noqa: F401
+    modules a second time, kept aside (_PRISTINE), which a fork takes instead of importing them anew.
+    Once, whichever of a test's threads calls first (the others wait: the import aside swaps sys.modules)."""
+    with _WARM_LOCK:
+        if _PRISTINE:
+            return
+        import invoke.program  # noqa: F401
 
-    task_collection()
-    _PRISTINE.update(_imported_aside(("sglstack.cli.collection", "sglstack.cli.program")))
+        task_collection()
+        _import_the_parts()
+        _PRISTINE.update(_imported_aside(("sglstack.cli.collection", "sglstack.cli.program")))
+
+
+_WARM_LOCK = threading.Lock()
+
+
+def _import_the_parts() -> None:
+    """Every module of sglstack below its command line, imported here once rather than by each fork that needs
+    it (a fork's task imported about a dozen, and cryptography, jsonschema, docker with them). Sound because
+    they only define at import (no module reads the environment, the folder or a clock as it loads): a module
+    imported before it is used is the same module. sglstack.cli is the forks' own (_PRISTINE); inimage runs in
+    images, and a `__main__` is a program."""
+    import sglstack
+
+    for info in pkgutil.walk_packages(sglstack.__path__, "sglstack."):
+        if not info.name.startswith(("sglstack.cli", "sglstack.inimage")) and not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
 
 
 # sglstack.cli's modules as a fresh import leaves them, never used in this process (so never parsed by invoke,
