@@ -131,6 +131,37 @@ def pytest_collection_finish(session):
         "GROUPS test_slow ['engine']"]
 
 
+
+def test_only_an_engine_test_is_followed_by_a_look_at_the_engine(pytester, monkeypatch):
+    """What a test left under this session's registries is looked for after each engine test (docker, network,
+    slow), and only then, whatever ports the session's servers claimed: a test of the fast tier never used it."""
+    import engine_refs
+
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", {"127.0.0.1:49999"})  # as after any server of the session
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n")
+    pytester.makeconftest(FAKE_CONFTEST + """
+_asked = []
+_real._engine_references = lambda: _asked.append(1) or set()
+_no_registry_references_left = _real._no_registry_references_left
+
+
+def pytest_sessionfinish(session):
+    print(f"ASKED {len(_asked)}")
+""")
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        @pytest.mark.docker
+        def test_engine(): pass
+
+        @pytest.mark.network
+        def test_pypi(): pass
+
+        def test_in_process(tmp_path): pass
+    """)
+    result = pytester.runpytest_inprocess("-q", "-s", "-p", "no:cacheprovider")
+    assert result.ret == 0 and result.outlines[0].endswith("ASKED 2"), result.outlines
+
 def test_outside_tests_cli_invoke_runs_as_a_real_child():
     import clirun
 
