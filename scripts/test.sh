@@ -20,9 +20,10 @@ echo "== mypy"
 mypy
 echo "== pytest"
 set +e
-# -n 2 --dist loadgroup: sglstack.cli.testing.ALL_TIERS_XDIST (the engine's tests in two ordered groups, the
-# bisect ones beside the rest, and the fast tier between them; tests/unit/test_tiers.py holds the two the same).
-python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 "$@"
+# -n 2 --dist loadgroup --no-loadscope-reorder: sglstack.cli.testing.ALL_TIERS_XDIST (the engine's tests in two
+# ordered groups, one per worker from the start, the bisect ones beside the rest, and the fast tier after and
+# between them; tests/unit/test_tiers.py holds the two the same).
+python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder --durations=15 "$@"
 code=$?
 set -e
 # pytest exits 5 when it collected no tests: that is a broken suite here, not a pass.

@@ -79,8 +79,16 @@ def engine_group(path: Path) -> str:
     return ENGINE_BISECT_GROUP if path.parent == E2E and path.name in BISECT_FILES else ENGINE_GROUP
 
 
+# Under --dist loadgroup --no-loadscope-reorder (CI) xdist hands the groups out in the order of the tests: the
+# two engine chains first, one to each worker (the bisect one is the longer wait, though it has few tests:
+# xdist's own order, most tests first, queued it behind the whole fast tier), then the fast files to whichever
+# worker is free.
+START_ORDER = {ENGINE_BISECT_GROUP: 0, ENGINE_GROUP: 1}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
 def pytest_collection_modifyitems(config, items) -> None:
+    order = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for mark in tier_marks(Path(str(item.path)), fixtures):
@@ -89,10 +97,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         engine = uses_the_engine(item)
         group = engine_group(Path(str(item.path))) if engine else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        order[item.nodeid] = START_ORDER.get(group, len(START_ORDER))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
         if engine:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+    items.sort(key=lambda item: order[item.nodeid])  # stable: each group's tests keep their order
 
 
 CLI = TESTS / "cli"
