@@ -71,24 +71,38 @@ ENGINE_BISECT_GROUP = "engine-bisect"
 BISECT_FILES = frozenset({"test_bisect_e2e.py", "test_bisect_releases.py", "test_bisect_smoke_kinds.py"})
 
 
+def uses_the_engine(item) -> bool:
+    return any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
+
+
 def engine_group(path: Path) -> str:
     return ENGINE_BISECT_GROUP if path.parent == E2E and path.name in BISECT_FILES else ENGINE_GROUP
 
 
+# Under --dist loadgroup --no-loadscope-reorder (CI) xdist hands the groups out in the order of the tests: the
+# two engine chains first, one to each worker (the bisect one is the longer wait, though it has few tests:
+# xdist's own order, most tests first, queued it behind the whole fast tier), then the fast files to whichever
+# worker is free.
+START_ORDER = {ENGINE_BISECT_GROUP: 0, ENGINE_GROUP: 1}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here must count
 def pytest_collection_modifyitems(config, items) -> None:
+    order = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for mark in tier_marks(Path(str(item.path)), fixtures):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
-        engine = any(item.get_closest_marker(m) for m in _ENGINE_MARKS)
+        engine = uses_the_engine(item)
         group = engine_group(Path(str(item.path))) if engine else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        order[item.nodeid] = START_ORDER.get(group, len(START_ORDER))
         if item.get_closest_marker("timeout") is not None:
             continue  # the test chose its own limit
         if engine:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+    items.sort(key=lambda item: order[item.nodeid])  # stable: each group's tests keep their order
 
 
 CLI = TESTS / "cli"
@@ -103,6 +117,7 @@ def _invoke_in_a_fork(request, monkeypatch):
         import clirun
 
         monkeypatch.setattr(clirun, "FORK_BY_DEFAULT", True)
+        clirun._warm()  # here, before the test's own fixtures patch anything: its imports are the forks'
 
 
 @pytest.fixture(scope="session")
@@ -194,12 +209,15 @@ def pytest_sessionstart(session) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_registry_references_left():
-    """After each test, untag what it left under this session's registries (a pulled candidate, a tag)."""
+def _no_registry_references_left(request):
+    """After each engine test, untag what it left under this session's registries (a pulled candidate, a tag).
+    Only the engine's tests (docker, network, slow) can leave one: asking the engine after every other test
+    cost ~50 ms of CPU each (and as much of dockerd's) once any test had claimed a port. A test that used the
+    engine unmarked still fails the run at the session's end (pytest_sessionfinish)."""
     yield
     from engine_refs import CLAIMED_HOSTS, claimed, remove_references
 
-    if not CLAIMED_HOSTS:
+    if not CLAIMED_HOSTS or not uses_the_engine(request.node):
         return
     refs = _engine_references()
     if refs:

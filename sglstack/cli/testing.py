@@ -27,8 +27,10 @@ NO_TESTS_COLLECTED = 5
 
 
 # Every tier (CI, scripts/test.sh): the engine's tests in two ordered xdist groups (tests/conftest.py: the
-# bisect ones, and the rest), one per worker, the fast tier's files filling in beside them.
-ALL_TIERS_XDIST = ("-n", "2", "--dist", "loadgroup")
+# bisect ones, and the rest), one per worker from the start, the fast tier's files filling in beside them
+# (--no-loadscope-reorder: in the tests' order, which puts the two engine groups first; xdist's own order,
+# most tests first, queued the few long bisect tests behind the whole fast tier).
+ALL_TIERS_XDIST = ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
 
 
 def pytest_argv(*, all_tiers: bool, extra: tuple[str, ...], workers: int | str = "auto") -> list[str]:

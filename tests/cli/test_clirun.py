@@ -59,6 +59,26 @@ def test_a_task_the_test_process_parsed_keeps_its_help_in_a_fork(tmp_path):
     assert (fork.returncode, fork.stdout, fork.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
+
+def _task_modules() -> None:
+    import sglstack.cli.collection  # noqa: F401  (what tasks.py imports)
+
+    print(json.dumps({n: id(m) for n, m in sys.modules.items() if n.partition(".")[2].startswith("cli")
+                      and n.startswith("sglstack.")}))
+
+
+def test_a_fork_takes_task_modules_imported_once_for_the_forks_never_the_test_processes(tmp_path):
+    """A fork's sglstack.cli is the one clirun imported aside for the forks: not this process's (which a test
+    may have parsed or patched), and not imported again in each fork (most of what a fork cost)."""
+    import sglstack.cli.collection as own
+
+    clirun._warm()
+    proc = in_a_fork(_task_modules, cwd=tmp_path, env={}, timeout=60, shown=["modules"])
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen == {name: id(module) for name, module in clirun._PRISTINE.items()}
+    assert seen["sglstack.cli.collection"] != id(own) and sys.modules["sglstack.cli.collection"] is own
+
 def _probe() -> None:
     """What a fresh Python's program would see, as one JSON line."""
     warnings.warn("a warning of the task's", UserWarning, stacklevel=1)

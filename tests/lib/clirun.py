@@ -23,6 +23,7 @@ import io
 import locale
 import logging
 import os
+import pkgutil
 import runpy
 import signal
 import subprocess
@@ -34,6 +35,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 # Read by Python itself as it starts (or by the locale it sets up then): a fork has started already, so a
@@ -77,12 +79,72 @@ def _can_fork(env: dict[str, str]) -> bool:
     return Path(sglstack.__file__).resolve().is_relative_to(REPO)
 
 
-@functools.cache
 def _warm() -> None:
-    """Import what every call imports, once, in this process: the forks start with it."""
-    import invoke.program  # noqa: F401
+    """Import what every call imports, once, in this process: the forks start with it; and sglstack.cli's
+    modules a second time, kept aside (_PRISTINE), which a fork takes instead of importing them anew.
+    Once, whichever of a test's threads calls first (the others wait: the import aside swaps sys.modules)."""
+    with _WARM_LOCK:
+        if _PRISTINE:
+            return
+        import invoke.program  # noqa: F401
 
-    task_collection()
+        task_collection()
+        _import_the_parts()
+        _PRISTINE.update(_imported_aside(("sglstack.cli.collection", "sglstack.cli.program")))
+
+
+_WARM_LOCK = threading.Lock()
+
+
+def _import_the_parts() -> None:
+    """Every module of sglstack below its command line, imported here once rather than by each fork that needs
+    it (a fork's task imported about a dozen, and cryptography, jsonschema, docker with them). Sound because
+    they only define at import (no module reads the environment, the folder or a clock as it loads): a module
+    imported before it is used is the same module. sglstack.cli is the forks' own (_PRISTINE); inimage runs in
+    images, and a `__main__` is a program."""
+    import sglstack
+
+    for info in pkgutil.walk_packages(sglstack.__path__, "sglstack."):
+        if not info.name.startswith(("sglstack.cli", "sglstack.inimage")) and not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+
+
+# sglstack.cli's modules as a fresh import leaves them, never used in this process (so never parsed by invoke,
+# never monkeypatched by a test): a fork puts them in sys.modules, as a fresh Python's import would, for
+# about a third of what executing their bodies again costs (most of a fork's time).
+_PRISTINE: dict[str, ModuleType] = {}
+
+
+def _is_fresh(name: str) -> bool:
+    return name in _FRESH_MODULES or name.startswith("sglstack.cli.")
+
+
+def _imported_aside(names: tuple[str, ...]) -> dict[str, ModuleType]:
+    """Import `names` anew and return the fresh sglstack.cli modules; this process's own stay in place."""
+    own = {n: m for n, m in sys.modules.items() if _is_fresh(n)}
+    for name in own:
+        del sys.modules[name]
+    try:
+        for name in names:
+            importlib.import_module(name)
+        return {n: m for n, m in sys.modules.items() if _is_fresh(n) and n.startswith("sglstack.cli")}
+    finally:
+        for name in [n for n in sys.modules if _is_fresh(n)]:
+            del sys.modules[name]
+        _install(own)
+        for name in _FRESH_MODULES:  # a package attribute that an import aside set and this process lacks
+            parent, _, child = name.rpartition(".")
+            if name not in own and parent in sys.modules and hasattr(sys.modules[parent], child):
+                delattr(sys.modules[parent], child)
+
+
+def _install(modules: dict[str, ModuleType]) -> None:
+    """Put `modules` in sys.modules and as their packages' attributes, as importing them sets both."""
+    sys.modules.update(modules)
+    for name, module in modules.items():
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
 
 
 def _invoke_main(argv: list[str]) -> None:
@@ -190,15 +252,16 @@ def _exit_code(value) -> int:
 
 def _fresh_start() -> None:
     """Put back what this (the test) process changed that a fresh Python would not have."""
+    # The task objects anew, and invoke's Program: parsing a task's options takes its help texts out of it
+    # (invoke's Task.arg_opts pops them), so a task the test process once parsed would print a bare -h.
+    for name in [n for n in sys.modules if _is_fresh(n)]:
+        del sys.modules[name]
+    _install(_PRISTINE)  # none before _warm(): then imported anew by the task
     for name, module in list(sys.modules.items()):
         if name == "sglstack" or name.startswith("sglstack."):
             for value in list(vars(module).values()):
                 if callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
-    # The task objects anew, and invoke's Program: parsing a task's options takes its help texts out of it
-    # (invoke's Task.arg_opts pops them), so a task the test process once parsed would print a bare -h.
-    for name in [n for n in sys.modules if n in _FRESH_MODULES or n.startswith("sglstack.cli.")]:
-        del sys.modules[name]
     tempfile.tempdir = None  # read again from TMPDIR
     root = logging.getLogger()
     for handler in list(root.handlers):

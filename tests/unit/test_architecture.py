@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from parsed import parse, parsed_once_a_module  # noqa: F401  (its fixture: autouse)
+
 PACKAGE = Path(__file__).resolve().parents[2] / "sglstack"
 
 
@@ -33,7 +35,7 @@ MODULES = _modules()
 def _imports(module: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
     """Each import statement of `module` with each of our modules it names."""
     path = MODULES[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -317,7 +319,7 @@ def _process_calls(source: str) -> list[tuple[int, set[str]]]:
     """(line, the words it names) of each call that starts a process: `subprocess.run(...)` and the like, or
     such a function imported by name. The words: every string in the call's arguments, and every string handed
     to `shutil.which` in the module (the usual way a tool's path is found before it is run)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 and n.module in ("subprocess", "os") for a in n.names if (n.module, a.name) in _PROCESS_CALLS}
     which = {c.value for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
@@ -360,7 +362,7 @@ def test_the_process_call_finder_sees_a_tool_found_by_which():
 
 def _task_entries(source: str) -> list[str]:
     """Functions named like a task entry (`*_command`), at any depth."""
-    return [node.name for node in ast.walk(ast.parse(source))
+    return [node.name for node in ast.walk(parse(source))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("_command")]
 
 
@@ -387,7 +389,7 @@ FACE_MAY_NOT_TOUCH = ("sglstack.registry.client", "sglstack.registry.session", "
 def _outside_imports(module: str) -> set[str]:
     """Every module name `module` imports (ours resolved, third-party as written)."""
     names = {t for _, t in _imports(module)}
-    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(MODULES[module].read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -408,7 +410,7 @@ _OPTION_MAKERS = {"option", "required", "repeatable", "stacks_file_option", "doc
 
 def _option_helps(source: str) -> list[str]:
     """The help text written out in each option declaration of `source` (`option("...")` and the like)."""
-    return [node.args[0].value for node in ast.walk(ast.parse(source))
+    return [node.args[0].value for node in ast.walk(parse(source))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _OPTION_MAKERS
             and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
 
@@ -430,7 +432,7 @@ def test_the_option_help_finder_reads_each_declaration():
 
 
 def _class_names(part_of: dict[str, Path]) -> set[str]:
-    return {node.name for path in part_of.values() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return {node.name for path in part_of.values() for node in ast.walk(parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.ClassDef)}
 
 
@@ -478,7 +480,7 @@ def test_a_function_level_import_says_why():
     silent = []
     for module, path in MODULES.items():
         lines = path.read_text(encoding="utf-8").splitlines()
-        for func in ast.walk(ast.parse("\n".join(lines))):
+        for func in ast.walk(parse("\n".join(lines))):
             if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 silent += [f"{module}:{node.lineno}" for node in ast.walk(func)
                            if isinstance(node, ast.Import | ast.ImportFrom)
@@ -500,7 +502,7 @@ def _functions(source: str) -> list[tuple[str, int, bool]]:
     `source`; marked: the line above its def (or its first decorator) says `# long: why`."""
     lines = source.splitlines()
     out: list[tuple[str, int, bool]] = []
-    todo: list[tuple[ast.AST, str]] = [(ast.parse(source), "")]
+    todo: list[tuple[ast.AST, str]] = [(parse(source), "")]
     while todo:
         node, prefix = todo.pop()
         for child in ast.iter_child_nodes(node):

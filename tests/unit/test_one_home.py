@@ -8,6 +8,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 from engine_double import Engine, Image
+from parsed import parse, parsed_once_a_module  # noqa: F401  (its fixture: autouse)
 
 from sglstack.adapters.docker import LocalImage, PullFailed, present_or_pulled
 from sglstack.config.imageref import image_label, image_name, registry_digest
@@ -41,7 +42,7 @@ def _line_cuts(source: str) -> list[int]:
     """Lines that take the first or last line of `splitlines()` themselves (`x.splitlines()[0]`,
     `(x.splitlines() or [...])[-1]`)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Subscript) and ast.unparse(node.slice) in ("0", "-1"):
             value = node.value.values[0] if isinstance(node.value, ast.BoolOp) else node.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
@@ -103,7 +104,7 @@ def _names_an_image(source: str) -> list[int]:
     else a ref (`x.get("digest") or x.get("ref")`), a digest else an image id in a condition (`D if digest
     ... else f"id {image_id}"`, `digest or (f"... {image_id}" if image_id else ref)`)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) >= 2:
             first, second = node.values[0], node.values[1]
             a, b = ast.unparse(first), ast.unparse(second)
@@ -165,7 +166,7 @@ def test_a_pull_that_fails_or_brings_nothing_is_one_line():
 
 
 def _pulls(source: str) -> list[int]:
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute) and node.func.attr == "pull"
             and ast.unparse(node.func.value).endswith("images")]
 
@@ -181,7 +182,7 @@ def test_the_pull_finder_sees_a_pull():
 
 
 def _image_gets(source: str) -> list[int]:
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
             and ast.unparse(node.func.value).endswith(".images")]
 
@@ -201,7 +202,7 @@ def test_every_template_renders_in_the_one_jinja_environment():
 
     home = PACKAGE / "render" / "templates.py"
     made = {f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in _ours() if p != home
-            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call)
+            for node in ast.walk(parse(p.read_text())) if isinstance(node, ast.Call)
             and ast.unparse(node.func) in ("jinja2.Environment", "Environment", "jinja2.Template", "Template")}
     assert made == set(), "render through sglstack.render.templates"
     env, yaml_env = templates.environment(), templates.yaml_environment()
@@ -243,7 +244,7 @@ def _layout_spelled(source: str) -> list[int]:
     """Lines that spell a stack folder or the build record's name themselves: `build_root() / stack.name`,
     `root / stack_name`, "record.json"."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             left, right = ast.unparse(node.left), ast.unparse(node.right)
             tail = left.split(".")[-1]
@@ -281,7 +282,7 @@ TESTS = PACKAGE.parent / "tests"
 
 def _serves_http(source: str) -> list[int]:
     """Lines that make an HTTP server themselves: `ThreadingHTTPServer(...)`, `HTTPServer(...)`."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.Call)
             and ast.unparse(node.func).split(".")[-1] in ("ThreadingHTTPServer", "HTTPServer")]
 
 
@@ -331,7 +332,7 @@ def test_a_test_stands_in_for_a_registry_only_through_registry_double():
 # ---- a hidden secret is shown as REDACTED (core/credentials), never a "***" of its own -------------------------
 
 def _redaction_spelled(source: str) -> list[int]:
-    return [node.lineno for node in ast.walk(ast.parse(source))
+    return [node.lineno for node in ast.walk(parse(source))
             if isinstance(node, ast.Constant) and node.value == "***"]
 
 
@@ -349,7 +350,7 @@ def test_a_hidden_secret_is_spelled_only_as_redacted():
 
 def _formats_a_timestamp(source: str) -> list[int]:
     """Lines that spell the timestamp format themselves: `strftime("%Y-%m-%dT%H:%M:%SZ")`, any `%H:%M:%S` with a T."""
-    return [node.lineno for node in ast.walk(ast.parse(source))
+    return [node.lineno for node in ast.walk(parse(source))
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "%dT%H:%M:%S" in node.value]
 
 
@@ -370,7 +371,7 @@ def test_the_clock_is_imported_from_the_clock():
     """The UTC clock, format and parser are core/clock's, and only there: no module offers them a second path."""
     clock = {"utc_now", "utc_timestamp", "utc_today", "parse_utc", "parse_local_stamp"}
     found = {f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in _ours()
-             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             for node in ast.walk(parse(p.read_text(encoding="utf-8")))
              if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] != "clock"
              and clock & {a.name for a in node.names}}
     assert found == set(), "import the clock from sglstack.core.clock"
@@ -380,7 +381,7 @@ def test_the_clock_is_imported_from_the_clock():
 
 def _whole_platforms_spelled(source: str) -> list[int]:
     """Lines that spell `(stack.whole or stack).platforms` themselves."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.Attribute)
             and node.attr == "platforms" and isinstance(node.value, ast.BoolOp)
             and ast.unparse(node.value.values[0]).endswith("whole")]
 
@@ -407,7 +408,7 @@ JSON_BYTES_OF_THEIR_OWN = {
 
 def _indented_dumps(source: str) -> list[int]:
     """Lines that encode an indented JSON document themselves: `json.dumps(x, indent=...)`."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.Call)
             and ast.unparse(node.func) == "json.dumps" and any(k.arg == "indent" for k in node.keywords)]
 
 
@@ -430,7 +431,7 @@ SHARED_OPTIONS = {"stack": ("stack_option", "only_stack_option", "stacks_option"
 
 def _shared_declared_inline(source: str) -> list[str]:
     """The shared options a task's options declare with `option(...)` and the like, not with their group."""
-    return [f"{node.target.id}:{node.lineno}" for node in ast.walk(ast.parse(source))
+    return [f"{node.target.id}:{node.lineno}" for node in ast.walk(parse(source))
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
             and node.target.id in SHARED_OPTIONS and isinstance(node.value, ast.Call)
             and ast.unparse(node.value.func) not in SHARED_OPTIONS[node.target.id]]
@@ -454,7 +455,7 @@ INVOKES_OF_THEIR_OWN = {"e2e/test_build_interrupt.py", "e2e/test_preflight_inter
 
 def _spells_an_invoke(source: str) -> list[int]:
     """Lines that build `[sys.executable, "-m", "invoke", ...]` themselves."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.List)
+    return [node.lineno for node in ast.walk(parse(source)) if isinstance(node, ast.List)
             and [ast.unparse(e) for e in node.elts[1:3]] == ["'-m'", "'invoke'"]]
 
 

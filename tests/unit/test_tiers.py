@@ -131,6 +131,55 @@ def pytest_collection_finish(session):
         "GROUPS test_slow ['engine']"]
 
 
+
+def test_only_an_engine_test_is_followed_by_a_look_at_the_engine(pytester, monkeypatch):
+    """What a test left under this session's registries is looked for after each engine test (docker, network,
+    slow), and only then, whatever ports the session's servers claimed: a test of the fast tier never used it."""
+    import engine_refs
+
+    monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", {"127.0.0.1:49999"})  # as after any server of the session
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n")
+    pytester.makeconftest(FAKE_CONFTEST + """
+_asked = []
+_real._engine_references = lambda: _asked.append(1) or set()
+_no_registry_references_left = _real._no_registry_references_left
+
+
+def pytest_sessionfinish(session):
+    print(f"ASKED {len(_asked)}")
+""")
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        @pytest.mark.docker
+        def test_engine(): pass
+
+        @pytest.mark.network
+        def test_pypi(): pass
+
+        def test_in_process(tmp_path): pass
+    """)
+    result = pytester.runpytest_inprocess("-q", "-s", "-p", "no:cacheprovider")
+    assert result.ret == 0 and result.outlines[0].endswith("ASKED 2"), result.outlines
+
+
+def test_the_engine_groups_come_first_bisect_before_the_rest(pytester):
+    """CI hands the groups out in the tests' order (--no-loadscope-reorder): the bisect chain and the other
+    engine chain start at once on the two workers, and the fast files queue behind them."""
+    assert "--no-loadscope-reorder" in ALL_TIERS_XDIST
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n  xdist_group: g\n")
+    pytester.makeconftest(FAKE_CONFTEST.replace("pytest_collection_modifyitems = _real.pytest_collection_modifyitems",
+                                                "pytest_collection_modifyitems = _real.pytest_collection_modifyitems\n"
+                                                "_real.engine_group = lambda path: "
+                                                "'engine-bisect' if 'bisect' in path.name else 'engine'"))
+    pytester.makepyfile(test_a_fast="def test_one(): pass\n\ndef test_two(): pass\n",
+                        test_b_engine="import pytest\n\n@pytest.mark.docker\ndef test_built(): pass\n",
+                        test_c_bisect="import pytest\n\n@pytest.mark.docker\ndef test_bisected(): pass\n")
+    result = pytester.runpytest_inprocess("-q", "--collect-only", "-p", "no:cacheprovider")
+    assert [line for line in result.outlines if "::" in line] == [
+        "test_c_bisect.py::test_bisected", "test_b_engine.py::test_built", "test_a_fast.py::test_one",
+        "test_a_fast.py::test_two"]
+
 def test_outside_tests_cli_invoke_runs_as_a_real_child():
     import clirun
 
