@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from oci_referrers_double import ReferrersRegistry
+from registry_double import RegistryDouble
 
 from sglstack.config.matrix import load_matrix
 from sglstack.publish import cleanup_candidates
@@ -27,7 +27,7 @@ YOUNG = "2026-12-09T12:00:00Z"  # half a day before NOW
 
 @pytest.fixture
 def reg():
-    registry = ReferrersRegistry()
+    registry = RegistryDouble()
     yield registry
     registry.close()
 

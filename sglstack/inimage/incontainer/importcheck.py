@@ -261,7 +261,8 @@ def _beside(sites: list[str], facts: str | None, tmp: str) -> Iterator[Callable[
     out = os.path.join(tmp, "derived.json")
     command = [sys.executable, os.path.abspath(__file__), "--derive-only", *(f"--site={s}" for s in sites),
                *([f"--facts={facts}"] if facts else []), f"--out={out}"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same lookups as here
+    # The same lookups as here; nothing else of this process's environment: parsing files needs none of it.
+    env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
     def result() -> dict | None:
