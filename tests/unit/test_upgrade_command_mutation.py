@@ -1,0 +1,101 @@
+"""The upgrade command's modules where its flow tests leave a value unchecked (issue 35, mutation of
+`upgrade-command`): what each helper passes on, and what it answers when the lock does not resolve. In process,
+with the engines as doubles (tests/lib/upgrade_fixtures)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from upgrade_fixtures import STACKS, World, lock_of
+
+from sglstack.config.matrix import load_matrix
+from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer
+from sglstack.upgrade import command, planning
+from sglstack.upgrade import inputs as upgrade_inputs
+from sglstack.upgrade import locks as upgrade_locks
+
+TORCH_STACK = """
+  t1:
+    description: PyTorch 2.9.1, SGLang 0.5.9
+    base_image: debian:bookworm-slim
+    torch:
+      version: 2.9.1
+      packages: ["torchvision==0.24.1"]
+    sglang:
+      version: 0.5.9
+"""
+PHASES = ["reading sglang 0.5.10's METADATA", "judging the patches",
+          "finding sglang 0.5.10's wheel for Python 3.12", "resolving torch's family", "resolving the new lock",
+          "kernel coverage before and after", "the serving argv through sglang 0.5.10's parser",
+          "what sglang 0.5.10 renames of the flags and environment the stack sets"]
+
+
+@pytest.fixture()
+def repo(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+    return tmp_path / "stacks.yaml"
+
+
+def test_resolve_locks_passes_the_stack_the_earlier_locks_and_the_glibc_on(repo, monkeypatch) -> None:
+    seen: list[tuple[Any, ...]] = []
+    stack = load_matrix(repo).stacks["s1"]
+    earlier = {"linux/amd64": lock_of("s1", sglang="0.5.9")}
+
+    def resolve_platforms(s, *, previous, base_glibc):
+        seen.append((s.name, previous, base_glibc))
+        return {"linux/amd64": lock_of("s1", sglang="0.5.10")}
+
+    monkeypatch.setattr(upgrade_locks, "resolve_platforms", resolve_platforms)
+    assert upgrade_locks.resolve_locks(stack, earlier, "2.36") == {"linux/amd64": lock_of("s1", sglang="0.5.10")}
+    assert seen == [("s1", earlier, "2.36")]
+
+
+def test_a_lock_that_does_not_resolve_gives_no_lock(repo, tmp_path) -> None:
+    world = World(tmp_path, lock_error="no solution: torch==9 and torch==2.9.1")
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    plan, text, lock = planning.plan_upgrade(inputs, world.engines())
+    assert lock is None
+    assert "version: 0.5.10" in text
+    assert plan.lock_error == "no solution: torch==9 and torch==2.9.1"
+
+
+def test_the_progress_is_titled_with_the_stack_and_told_each_phase(repo, tmp_path, monkeypatch) -> None:
+    """What a terminal draws: the bar's title and each phase as it starts (the same words as the report's)."""
+    drawn: list[tuple[str, str]] = []
+
+    class Steps:
+        def working_on(self, message: str) -> None:
+            drawn.append(("phase", message))
+
+    @contextlib.contextmanager
+    def progress(what: str, total: int | None = None) -> Iterator[Steps]:
+        drawn.append(("title", what))
+        yield Steps()
+
+    monkeypatch.setattr(command, "progress", progress)
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
+    outcome = command.upgrade_stack(str(repo), "s1", "0.5.10", engines=world.engines())
+    assert drawn == [("title", "upgrade s1")] + [("phase", m) for m in PHASES]
+    assert list(outcome.document["phases_s"]) == PHASES
+
+
+def test_write_with_guessed_pins_says_so_in_the_report_notes(repo, tmp_path) -> None:
+    repo.write_text(STACKS + TORCH_STACK)
+    why = "index https://download.pytorch.org/whl/cu130 unreachable: dns error"
+    base = lock_of("t1", sglang="0.5.10")
+    unreached = Lock(**{**base.__dict__, "packages": (
+        *base.packages, LockedPackage("torch", "2.10.0", "torch", unhashed=why),
+        LockedPackage("torchvision", "0.25.0", "torch", unhashed=why)),
+        "unresolved": (UnresolvedLayer("torch", True, why),)})
+    world = World(tmp_path, requires="torch==2.10.0", lock=unreached)
+    world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}
+    outcome = command.upgrade_stack(str(repo), "t1", "0.5.10", write=True, engines=world.engines())
+    assert outcome.written is None
+    assert outcome.plan.notes[-1] == (f"--write: nothing written: torch, torchvision would be written as a guess "
+                                      f"({repo} is unchanged)")
+    assert outcome.document["notes"][-1] == outcome.plan.notes[-1]
