@@ -5,6 +5,7 @@ with the engines as doubles (tests/lib/upgrade_fixtures)."""
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from upgrade_fixtures import STACKS, World, lock_of
 
 from sglstack.config.matrix import load_matrix
+from sglstack.lock.flow import LockError
 from sglstack.lockfile.model import Lock, LockedPackage, UnresolvedLayer
 from sglstack.upgrade import command, planning
 from sglstack.upgrade import inputs as upgrade_inputs
@@ -82,6 +84,29 @@ def test_the_progress_is_titled_with_the_stack_and_told_each_phase(repo, tmp_pat
     outcome = command.upgrade_stack(str(repo), "s1", "0.5.10", engines=world.engines())
     assert drawn == [("title", "upgrade s1")] + [("phase", m) for m in PHASES]
     assert list(outcome.document["phases_s"]) == PHASES
+    assert outcome.written is None and repo.read_text() == STACKS  # without write, nothing is written
+
+
+def test_the_total_seconds_are_rounded_to_tenths(repo, tmp_path, monkeypatch) -> None:
+    """Each reading of the clock an eighth of a second after the last: the total, 1.25 s, is shown as 1.2."""
+    ticks = iter(range(800, 900))
+    monkeypatch.setattr(command, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) / 8))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
+    document = command.upgrade_stack(str(repo), "s1", "0.5.10", engines=world.engines()).document
+    assert document["seconds"] == 1.2
+    assert set(document["phases_s"].values()) == {0.1}  # 0.125 each
+
+
+def test_platforms_the_resolver_left_out_are_named(repo) -> None:
+    stack = load_matrix(repo).stacks["s1"].model_copy(
+        update={"platforms": ("linux/amd64", "linux/arm64", "linux/ppc64le")})
+
+    def resolve_all(s, previous, glibc):
+        return {"linux/amd64": lock_of("s1", sglang="0.5.10")}
+
+    with pytest.raises(LockError) as err:
+        upgrade_locks.new_locks(stack, {}, "2.36", lambda *a: lock_of("s1"), resolve_all)
+    assert str(err.value) == "stack 's1': no lock for linux/arm64, linux/ppc64le"
 
 
 def test_write_with_guessed_pins_says_so_in_the_report_notes(repo, tmp_path) -> None:
