@@ -124,3 +124,33 @@ def test_write_with_guessed_pins_says_so_in_the_report_notes(repo, tmp_path) -> 
     assert outcome.plan.notes[-1] == (f"--write: nothing written: torch, torchvision would be written as a guess "
                                       f"({repo} is unchanged)")
     assert outcome.document["notes"][-1] == outcome.plan.notes[-1]
+
+
+def test_the_renames_check_gets_the_served_argv_and_the_new_locks_versions(repo, tmp_path) -> None:
+    """The release deprecates a flag the stack serves with: a reason; the parsers were asked with the
+    version of each package the new lock holds."""
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10", xgrammar="0.1.99"))
+    asked: list[tuple[str, str]] = []
+
+    def flags(wheel: Path, version_of) -> dict[str, Any]:
+        asked.append((wheel.name, version_of("xgrammar")))
+        new = "0.5.10" in wheel.name
+        return {"flags": ["--model-path", "--host", "--port", "--mem-fraction-static"],
+                "deprecated": {"--mem-fraction-static": "--mem-frac"} if new else {}}
+
+    world.flags = flags
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    plan, _, _ = planning.plan_upgrade(inputs, world.engines())
+    assert asked == [("sglang-0.5.9-py3-none-any.whl", "0.1.99"), ("sglang-0.5.10-py3-none-any.whl", "0.1.99")]
+    assert [r for r in plan.reasons if "--mem-fraction-static" in r] != []
+    assert "--mem-frac" in " ".join(plan.reasons)
+
+
+def test_each_further_platform_is_asked_for_the_release_wheel(repo, tmp_path) -> None:
+    repo.write_text(STACKS.replace("    base_image: debian:bookworm-slim\n",
+                                   "    base_image: debian:bookworm-slim\n    platforms: [linux/amd64, linux/arm64]\n"))
+    world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10"))
+    inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
+    locks = {p: lock_of("s1", sglang="0.5.10") for p in inputs.stack.platforms}
+    planning.plan_upgrade(inputs, world.engines(resolve_platforms=lambda s, previous, glibc: locks))
+    assert [c for c in world.calls if c[0] == "platform"] == [("platform", "s1", "0.5.10")] * 2
