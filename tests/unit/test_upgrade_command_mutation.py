@@ -130,10 +130,11 @@ def test_the_renames_check_gets_the_served_argv_and_the_new_locks_versions(repo,
     """The release deprecates a flag the stack serves with: a reason; the parsers were asked with the
     version of each package the new lock holds."""
     world = World(tmp_path, lock=lock_of("s1", sglang="0.5.10", xgrammar="0.1.99"))
-    asked: list[tuple[str, str]] = []
+    asked: list[tuple[str, ...]] = []
 
     def flags(wheel: Path, version_of) -> dict[str, Any]:
-        asked.append((wheel.name, version_of("xgrammar")))
+        # the lock's, the release's exact pin, the newest final release on the index
+        asked.append((wheel.name, version_of("xgrammar"), version_of("outlines"), version_of("msgspec")))
         new = "0.5.10" in wheel.name
         return {"flags": ["--model-path", "--host", "--port", "--mem-fraction-static"],
                 "deprecated": {"--mem-fraction-static": "--mem-frac"} if new else {}}
@@ -141,7 +142,8 @@ def test_the_renames_check_gets_the_served_argv_and_the_new_locks_versions(repo,
     world.flags = flags
     inputs = upgrade_inputs.check_inputs(str(repo), "s1", "0.5.10", None, False, world.available)
     plan, _, _ = planning.plan_upgrade(inputs, world.engines())
-    assert asked == [("sglang-0.5.9-py3-none-any.whl", "0.1.99"), ("sglang-0.5.10-py3-none-any.whl", "0.1.99")]
+    assert asked == [("sglang-0.5.9-py3-none-any.whl", "0.1.99", "0.1.11", "0.19.0"),
+                     ("sglang-0.5.10-py3-none-any.whl", "0.1.99", "0.1.11", "0.19.0")]
     assert [r for r in plan.reasons if "--mem-fraction-static" in r] != []
     assert "--mem-frac" in " ".join(plan.reasons)
 
@@ -154,3 +156,14 @@ def test_each_further_platform_is_asked_for_the_release_wheel(repo, tmp_path) ->
     locks = {p: lock_of("s1", sglang="0.5.10") for p in inputs.stack.platforms}
     planning.plan_upgrade(inputs, world.engines(resolve_platforms=lambda s, previous, glibc: locks))
     assert [c for c in world.calls if c[0] == "platform"] == [("platform", "s1", "0.5.10")] * 2
+
+
+def test_pins_moved_when_the_lock_did_not_resolve_are_guesses_saying_why(repo, tmp_path) -> None:
+    repo.write_text(STACKS + TORCH_STACK)
+    world = World(tmp_path, requires="torch==2.10.0", lock_error="no solution for torch==2.10.0")
+    world.family = lambda stack, target, glibc: {"torch": "2.10.0", "torchvision": "0.25.0"}
+    inputs = upgrade_inputs.check_inputs(str(repo), "t1", "0.5.10", None, False, world.available)
+    plan, _, lock = planning.plan_upgrade(inputs, world.engines())
+    assert lock is None
+    assert plan.guesses == {"torch": "the lock did not resolve: no solution for torch==2.10.0",
+                            "torchvision": "the lock did not resolve: no solution for torch==2.10.0"}
