@@ -167,3 +167,21 @@ def test_pins_moved_when_the_lock_did_not_resolve_are_guesses_saying_why(repo, t
     assert lock is None
     assert plan.guesses == {"torch": "the lock did not resolve: no solution for torch==2.10.0",
                             "torchvision": "the lock did not resolve: no solution for torch==2.10.0"}
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_every_place_the_upgrade_writes_is_checked_first_by_name(repo, tmp_path, monkeypatch, write) -> None:
+    """The report (not made yet), and with --write the stacks file through its link and the new stack's lock
+    where its folder exists (the checks' refusals are test_upgrade_write's, on a read-only mount)."""
+    (tmp_path / "locks").mkdir()
+    link = tmp_path / "link.yaml"
+    link.symlink_to(repo)
+    checked: list[tuple[Path, dict[str, Any]]] = []
+    monkeypatch.setattr(upgrade_inputs, "require_writable", lambda path, **kw: checked.append((path, kw)))
+    world = World(tmp_path)
+    inputs = upgrade_inputs.check_inputs(str(link), "s1", "0.5.10", "s2", write, world.available)
+    assert inputs.new_name == "s2"
+    report = (tmp_path / "build" / "s2" / "upgrade" / "report.json", {"what": "the upgrade's report", "create": False})
+    assert checked == ([report] if not write else [
+        report, (repo, {"what": "--write: the stacks file"}),
+        (tmp_path / "locks" / "s2.txt", {"what": "--write: the lock"})])
