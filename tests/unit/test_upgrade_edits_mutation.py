@@ -5,12 +5,15 @@ of another type. Pure, in process."""
 
 from __future__ import annotations
 
+import types
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sglstack.upgrade.renames import FlagFacts, Rename, flag_renames, opposite, source_env
-from sglstack.upgrade.speculative import sweep_problem
+from sglstack.config.matrix import load_matrix
+from sglstack.upgrade.renames import EnvFacts, FlagFacts, Rename, flag_renames, opposite, release_renames, source_env
+from sglstack.upgrade.speculative import last_sweep_report, sweep_problem
 
 
 def test_only_the_first_polarity_word_is_flipped():
@@ -59,3 +62,50 @@ def _sweep(row: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_a_best_rows_setting_is_text_or_absent(setting, problem):
     assert sweep_problem(_sweep({"setting": setting})) == problem
+
+
+STACKS = """\
+stacks:
+  s1:
+    base_image: debian:bookworm-slim
+    sglang:
+      version: 0.5.9
+    serving:
+      model: org/model
+      env:
+        SGLANG_OLD_X: "1"
+"""
+
+
+def test_both_releases_parsers_and_sources_are_compared(tmp_path, monkeypatch):
+    """A flag and an environment variable the old release had and the new one lacks: one line each; both
+    parsers asked with the lock's versions."""
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+    stack = load_matrix(tmp_path / "stacks.yaml").get("s1")
+    asked: list[tuple[str, str]] = []
+
+    def flags(wheel: Path, version_of) -> dict[str, Any]:
+        asked.append((wheel.name, version_of("xgrammar")))
+        return {"flags": ["--model-path", "--gone"] if wheel.name.startswith("old") else ["--model-path"]}
+
+    engines = types.SimpleNamespace(
+        sglang_wheel=lambda version: Path(f"old-{version}.whl"), flags=flags,
+        env=lambda wheel: EnvFacts(frozenset({"SGLANG_OLD_X"}) if wheel.name.startswith("old") else frozenset()))
+    said = release_renames(stack, stack, Path("new.whl"), ["--gone", "1"], engines, lambda name: f"{name}-1")
+    assert said == ("serving flag --gone: removed in sglang 0.5.9, with no replacement",
+                    "serving.env SGLANG_OLD_X: no longer read in sglang 0.5.9, with no replacement")
+    assert asked == [("old-0.5.9.whl", "xgrammar-1"), ("new.whl", "xgrammar-1")]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"a report"', "3"])
+def test_a_smoke_report_that_is_not_an_object_is_no_report(tmp_path, monkeypatch, text):
+    monkeypatch.setenv("SGLSTACK_BUILD_DIR", str(tmp_path / "build"))
+    (tmp_path / "stacks.yaml").write_text(STACKS)
+    stack = load_matrix(tmp_path / "stacks.yaml").get("s1")
+    path = tmp_path / "build" / "s1" / "smoke-report.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert last_sweep_report(stack) == (None, str(path))
+    path.write_text('{"sweep": {}}')
+    assert last_sweep_report(stack) == ({"sweep": {}}, str(path))
