@@ -6,13 +6,23 @@ of another type. Pure, in process."""
 from __future__ import annotations
 
 import types
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sglstack.config.matrix import load_matrix
-from sglstack.upgrade.renames import EnvFacts, FlagFacts, Rename, flag_renames, opposite, release_renames, source_env
+from sglstack.upgrade.renames import (
+    EnvFacts,
+    FlagFacts,
+    Rename,
+    flag_renames,
+    opposite,
+    release_renames,
+    source_env,
+    wheel_env,
+)
 from sglstack.upgrade.speculative import last_sweep_report, sweep_problem
 
 
@@ -109,3 +119,22 @@ def test_a_smoke_report_that_is_not_an_object_is_no_report(tmp_path, monkeypatch
     assert last_sweep_report(stack) == (None, str(path))
     path.write_text('{"sweep": {}}')
     assert last_sweep_report(stack) == ({"sweep": {}}, str(path))
+
+
+def test_the_argv_checks_known_flags_come_before_the_probes_flags():
+    assert FlagFacts.from_probe({"known": ["--a"], "flags": ["--b"]}) == FlagFacts(frozenset({"--a"}))
+    assert FlagFacts.from_probe({"flags": ["--b"]}) == FlagFacts(frozenset({"--b"}))
+
+
+def test_a_flag_given_with_a_value_holding_equals_signs_is_the_flag():
+    old, new = FlagFacts(frozenset({"--gone"})), FlagFacts(frozenset({"--model-path"}))
+    assert flag_renames(["--gone=a=b"], old, new, "0.5.23") == [
+        "serving flag --gone: removed in sglang 0.5.23, with no replacement"]
+
+
+def test_a_wheels_source_that_is_not_utf8_is_read_with_replacement(tmp_path):
+    wheel = tmp_path / "sglang-0.5.23-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang/srt/environ.py", b"# caf\xe9\nSGLANG_LATIN = EnvBool(False)\n")
+        zf.writestr("other/skipped.py", b"SGLANG_ELSEWHERE = 1\n")
+    assert wheel_env(wheel).names == frozenset({"SGLANG_LATIN"})
