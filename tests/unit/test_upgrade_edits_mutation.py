@@ -23,7 +23,7 @@ from sglstack.upgrade.renames import (
     source_env,
     wheel_env,
 )
-from sglstack.upgrade.speculative import last_sweep_report, sweep_problem
+from sglstack.upgrade.speculative import last_sweep_report, sweep_advice, sweep_problem
 
 
 def test_only_the_first_polarity_word_is_flipped():
@@ -138,3 +138,40 @@ def test_a_wheels_source_that_is_not_utf8_is_read_with_replacement(tmp_path):
         zf.writestr("sglang/srt/environ.py", b"# caf\xe9\nSGLANG_LATIN = EnvBool(False)\n")
         zf.writestr("other/skipped.py", b"SGLANG_ELSEWHERE = 1\n")
     assert wheel_env(wheel).names == frozenset({"SGLANG_LATIN"})
+
+
+SPECULATIVE = STACKS.replace("      model: org/model\n", """      model: org/model
+      speculative:
+        draft_model: org/draft
+        num_steps: 3
+        eagle_topk: 1
+        num_draft_tokens: 4
+""")
+
+
+def _speculative_stack(tmp_path: Path, text: str = SPECULATIVE):
+    (tmp_path / "stacks.yaml").write_text(text)
+    return load_matrix(tmp_path / "stacks.yaml").get("s1")
+
+
+def test_the_whole_advice_of_a_stack_without_speculation(tmp_path):
+    assert sweep_advice(_speculative_stack(tmp_path, STACKS), {"stack": "s1", "sweep": {}}, "r.json") == {
+        "current": None, "source": "r.json", "found": False, "recommended": None, "best": [], "edits": {},
+        "lines": ["The stack serves no speculative decoding: nothing to recommend."]}
+
+
+def test_the_whole_advice_from_a_sweep_with_no_recommendation(tmp_path):
+    best = [{"concurrency": 1, "setting": None, "speedup": None},
+            {"concurrency": 4, "setting": "7:1:8", "speedup": 1.5}]
+    report = {"stack": "s1", "time": "2026-12-05T04:00:00Z",
+              "sweep": {"levels": [1, 4], "recommended": None, "best": best}}
+    measured = "the sweep of 2026-12-05T04:00:00Z (`r.json`), measured on the image of sglang before this upgrade"
+    assert sweep_advice(_speculative_stack(tmp_path), report, "r.json") == {
+        "current": "3:1:4", "source": "r.json", "found": True, "recommended": None, "best": best, "edits": {},
+        "time": "2026-12-05T04:00:00Z", "levels": [1, 4],
+        "lines": [f"Best setting per level (steps:topk:draft tokens), from {measured}:", "",
+                  "| level | best | speedup |", "| --- | --- | --- |",
+                  "| concurrency 1 | no speculation | n/a |", "| concurrency 4 | 7:1:8 | 1.50x |", "",
+                  "No setting passed every gate at every level: the stack keeps 3:1:4."]}
+    bare = sweep_advice(_speculative_stack(tmp_path), {"stack": "s1", "sweep": {"recommended": None}}, "r.json")
+    assert (bare["time"], bare["levels"], bare["best"]) == (None, [], [])
