@@ -175,3 +175,23 @@ def test_the_whole_advice_from_a_sweep_with_no_recommendation(tmp_path):
                   "No setting passed every gate at every level: the stack keeps 3:1:4."]}
     bare = sweep_advice(_speculative_stack(tmp_path), {"stack": "s1", "sweep": {"recommended": None}}, "r.json")
     assert (bare["time"], bare["levels"], bare["best"]) == (None, [], [])
+
+
+def test_every_source_is_read_past_one_without_the_prefix_or_one_that_does_not_parse():
+    sources = ["x = 1\n", "def broken(:\n    'SGLANG_BROKEN'\n", 'LIMIT = "SGLANG_AFTER"\n']
+    assert source_env(sources).names == frozenset({"SGLANG_AFTER"})
+
+
+def test_only_a_dict_entry_of_an_env_name_and_a_deprecation_call_is_a_table_entry():
+    source = '''
+TABLE = {
+    "SGLANG_PLAIN": "a value",
+    "plain": _DeprecatedEnv(replacement="SGLANG_NOT_A_KEY"),
+    "SGLANG_CALLED": other(replacement="SGLANG_X"),
+    "SGLANG_REAL": _DeprecatedEnv(replacement="SGLANG_NEW_REAL"),
+}
+class Envs:
+    SGLANG_TYPED: EnvInt = EnvInt(1, deprecated_name="SGLANG_OLD_TYPED")
+'''
+    assert source_env([source]).deprecated == {"SGLANG_REAL": Rename("SGLANG_NEW_REAL"),
+                                               "SGLANG_OLD_TYPED": Rename("SGLANG_TYPED")}
