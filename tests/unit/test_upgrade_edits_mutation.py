@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from sglstack.config.matrix import load_matrix
+from sglstack.upgrade import splice
 from sglstack.upgrade.renames import (
     EnvFacts,
     FlagFacts,
@@ -195,3 +197,24 @@ class Envs:
 '''
     assert source_env([source]).deprecated == {"SGLANG_REAL": Rename("SGLANG_NEW_REAL"),
                                                "SGLANG_OLD_TYPED": Rename("SGLANG_TYPED")}
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("k: 1\n", "k: '1'\n"),  # the same value, quoted: another implicitness
+    ("k: !one x\n", "k: !two x\n"),  # another tag
+    ("k: []\n", "k: {}\n"),  # another kind of node
+])
+def test_regions_that_say_another_thing_in_yaml_are_not_the_same(a, b):
+    assert splice._same([a], [a], frozenset()) is True
+    assert splice._same([a], [b], frozenset()) is False
+
+
+def test_a_regions_trailing_comment_is_cut_but_never_its_key_line():
+    assert splice._body_end(["a: 1\n", "# said after\n", "\n"], 0, 3) == 1
+    assert splice._body_end(["a: 1\n", "# said after\n"], 0, 2) == 1
+
+
+def test_a_flow_mapping_written_over_lines_is_no_block():
+    node = YAML().load("x: {a: 1,\n  b: 2}\ny:\n  a: 1\n  b: 2\n")
+    assert splice._block(node["x"]) is False
+    assert splice._block(node["y"]) is True
