@@ -10,9 +10,10 @@ Not a CI step: it builds the ~11 GB environment several times (needs ~30 GB of d
     pin      one small package of the lock's sglang-requirements part moved, rebuilt + verified (incremental)
     pip      `pip install --no-deps --require-hashes -r locks/pypi-cu130.txt` into a fresh venv, this machine,
              from PyPI (no pip cache, none of the machine's pip configuration: every wheel downloaded)
-    coverage `invoke coverage --stack pypi-cu130` twice (the second with every wheel cached)
+    coverage `invoke coverage --stack pypi-cu130` twice (the second with every wheel cached); before the probe
+             steps: `invoke` reads the checkout's patches/, which has no bench-probe
 
-    python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,patch,probe,probe-edit,pin,pip,coverage]
+    python3 benchmarks/bench_incremental_verify.py [--steps cold,noop,coverage,patch,probe,probe-edit,pin,pip]
         [--out FILE]
 
 Every step prints its JSON line as it ends (with the load average before and after it, and for a build the
@@ -60,7 +61,7 @@ STACK = "pypi-cu130"
 # 1.14 in the lock: a pure-Python package of the sglang-requirements part. BuildKit keeps what a pin built
 # (1.13 was built here on 2026-12-05): each pin step says which install steps ran, so a cached one is seen.
 PIN = ("easydict", "1.12")
-STEPS = ("cold", "noop", "patch", "probe", "probe-edit", "pin", "pip", "coverage")
+STEPS = ("cold", "noop", "coverage", "patch", "probe", "probe-edit", "pin", "pip")
 
 
 def load() -> list[float]:
@@ -175,7 +176,8 @@ def invoke(*args: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
                           check=False, env=env)
     return {"what": "invoke " + " ".join(args), "seconds": round(time.monotonic() - start, 2), "exit": proc.returncode,
-            "load_before": before, "load_after": load(), "last_line": (proc.stdout.strip().splitlines() or [""])[-1]}
+            "load_before": before, "load_after": load(), "last_line": (proc.stdout.strip().splitlines() or [""])[-1],
+            "error": (proc.stderr.strip().splitlines() or [""])[-1] if proc.returncode else None}
 
 
 def patch_edit(stacks: Path) -> dict:
