@@ -178,10 +178,7 @@ def derived_fact(source: bytes, path: str, provided: Provided) -> tuple[dict, bo
                                       if n.isidentifier()), "imports": None}
     if all(provided(n) for n in fact["mentioned"]):
         return fact, False
-    try:
-        tree = ast.parse(source, filename=path)
-    except (SyntaxError, ValueError, RecursionError):
-        tree = None
+    tree = parse_source(source, path)
     return {**fact, "imports": [list(i) for i in top_level_imports(tree)] if tree else []}, True
 
 
@@ -194,8 +191,7 @@ def derive_facts(files: list[str], known: dict[str, dict]) -> dict:
     parsed = 0
     for path in files:
         try:
-            with open(path, "rb") as f:
-                source = f.read()
+            source = read_bytes(path)
         except OSError:
             continue
         digest = digests[path] = hashlib.sha256(source).hexdigest()

@@ -149,10 +149,10 @@ def import_each(modules: list[str]) -> list[dict]:
 
 def _parse(path: str) -> ast.Module | None:
     try:
-        with open(path, "rb") as f:
-            return ast.parse(f.read(), filename=path)
-    except (SyntaxError, ValueError, OSError, RecursionError):
+        source = read_bytes(path)
+    except OSError:
         return None
+    return parse_source(source, path)
 
 
 def tree_files(sites: list[str]) -> list[str]:
@@ -178,8 +178,7 @@ def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = No
         source = None
         if path not in digests:
             try:
-                with open(path, "rb") as f:
-                    source = f.read()
+                source = read_bytes(path)
             except OSError:
                 continue
             digests[path] = hashlib.sha256(source).hexdigest()
