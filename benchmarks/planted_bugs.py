@@ -12,6 +12,7 @@ plant and the count; exit 1 when any plant is missed or stale.
 
     python3 benchmarks/planted_bugs.py            # every plant
     python3 benchmarks/planted_bugs.py P04 P08    # only these
+    python3 benchmarks/planted_bugs.py P72 --tests tests/e2e/test_wheel_cache.py   # against another tier's files
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,94 +239,108 @@ PLANTS = (
     Plant("P53", "signals: a second SIGTERM during cleanup raises again (the container removal cut in half)",
           "sglstack/core/signals.py", "        if fired:\n            return\n        fired.append(signum)\n",
           "        fired.append(signum)\n",
-          ("tests/unit/test_publish_promotion.py", "tests/cli/test_deploy_records.py")),
+          ("tests/unit/test_publish_promotion.py", "tests/cli/test_deploy_records.py",
+           "tests/unit/test_signals_core.py")),
     Plant("P54", "signals: the handlers a deferred block replaced are not restored after it",
           "sglstack/core/signals.py",
           "    try:\n        yield\n    finally:\n        for sig, old in previous.items():\n"
           "            signal.signal(sig, old)\n        if pending:\n",
           "    try:\n        yield\n    finally:\n        if pending:\n",
-          ("tests/cli/test_deploy_records.py", "tests/unit/test_safefiles_edit.py", "tests/unit/test_publish_promotion.py")),
+          ("tests/cli/test_deploy_records.py", "tests/unit/test_safefiles_edit.py",
+           "tests/unit/test_publish_promotion.py", "tests/unit/test_signals_core.py")),
     Plant("P55", "signals: a signal held by a deferred block is dropped, not delivered after it",
           "sglstack/core/signals.py", "            signal.raise_signal(pending[0])\n", "            pass\n",
-          ("tests/cli/test_deploy_records.py", "tests/unit/test_safefiles_edit.py", "tests/unit/test_publish_promotion.py")),
+          ("tests/cli/test_deploy_records.py", "tests/unit/test_safefiles_edit.py",
+           "tests/unit/test_publish_promotion.py", "tests/unit/test_signals_core.py")),
     Plant("P56", "versions: a version of exactly the longest allowed length refused", "sglstack/core/versions.py",
           "if len(text) > MAX_VERSION_CHARS:", "if len(text) >= MAX_VERSION_CHARS:",
-          ("tests/cli/test_long_option_values.py",)),
+          ("tests/cli/test_long_option_values.py", "tests/unit/test_core_edges.py")),
     Plant("P57", "folder lock: a released lock still taken as held by its thread (a second process gets it too)",
           "sglstack/core/folderlock.py", "            del _HELD[key]\n", "",
-          ("tests/unit/test_folder_lock.py", "tests/unit/test_safefiles.py")),
+          ("tests/unit/test_folder_lock.py", "tests/unit/test_safefiles.py", "tests/unit/test_signals_core.py")),
     Plant("P58", "replace_together: a failed second rename leaves the first file replaced (no rollback)",
           "sglstack/core/replacing.py",
           "undone = _put_back([(files[j][0], kept[j]) for j in reversed(done)])", "undone = _put_back([])",
           ("tests/unit/test_safefiles_edit.py", "tests/unit/test_upgrade_write.py")),
     Plant("P59", "replace_together: a staged temp file left behind when its rename fails", "sglstack/core/replacing.py",
-          "        yield Path(tmp)\n    finally:\n        with contextlib.suppress(OSError):\n            os.unlink(tmp)\n",
+          "        yield Path(tmp)\n    finally:\n"
+          "        with contextlib.suppress(OSError):\n            os.unlink(tmp)\n",
           "        yield Path(tmp)\n    finally:\n        pass\n",
           ("tests/unit/test_safefiles_edit.py", "tests/unit/test_upgrade_write.py")),
     Plant("P60", "inputs: JSON nested exactly MAX_DEPTH deep refused", "sglstack/core/inputs.py",
           "if depth(value, stop=max_depth + 1) > max_depth:", "if depth(value, stop=max_depth + 1) >= max_depth:",
-          ("tests/cli/test_input_files_bounded.py", "tests/cli/test_bisect_exit_input.py")),
+          ("tests/cli/test_input_files_bounded.py", "tests/cli/test_bisect_exit_input.py",
+           "tests/unit/test_core_edges.py")),
     Plant("P61", "records: a torn tail cut one byte early (the last whole line loses its newline)",
           "sglstack/core/records.py", "start = chunk_start + newline + 1", "start = chunk_start + newline",
           ("tests/unit/test_records_core.py", "tests/cli/test_files_and_records.py")),
     Plant("P62", "network: the last failing line decides the kind (a TLS failure reported as its retry's timeout)",
           "sglstack/core/network.py", "kind = found[0][0]", "kind = found[-1][0]",
-          ("tests/unit/test_network_failures.py",)),
+          ("tests/unit/test_network_failures.py", "tests/unit/test_core_edges.py")),
     Plant("P63", "platforms: arm64's default variant kept (linux/arm64/v8 is not linux/arm64)",
           "sglstack/config/platforms.py", "if variant and variant != DEFAULT_VARIANT.get(architecture):",
-          "if variant:", ("tests/unit/test_platform_names.py",)),
+          "if variant:", ("tests/unit/test_platform_names.py", "tests/unit/test_core_edges.py")),
     Plant("P64", "deploy health: a container that restarted once judged still starting",
           "sglstack/deploy/health.py", "or restarts > 0:", "or restarts > 1:",
-          ("tests/cli/test_deploy_records.py", "tests/unit/test_deploy_flow_failed.py")),
+          ("tests/cli/test_deploy_records.py", "tests/unit/test_deploy_flow_failed.py",
+           "tests/unit/test_core_edges.py")),
     Plant("P65", "deploy files: Ctrl-C while writing leaves the half-written deployment files",
           "sglstack/deploy/files.py", "    except BaseException:\n        restore_files(saved)\n",
           "    except Exception:\n        restore_files(saved)\n",
-          ("tests/unit/test_deploy_flow_failed.py", "tests/unit/test_deploy_flow.py", "tests/unit/test_store_not_a_file.py")),
+          ("tests/unit/test_deploy_flow_failed.py", "tests/unit/test_deploy_flow.py",
+           "tests/unit/test_store_not_a_file.py", "tests/unit/test_core_edges.py")),
     Plant("P66", "acceptance: drafts accepted counted without the prefill's first token",
           "sglstack/smoke/acceptance.py", "max(r.completion_tokens - 1 - int(r.spec_verify_ct or 0), 0)",
-          "max(r.completion_tokens - int(r.spec_verify_ct or 0), 0)", ("tests/unit/test_acceptance.py",)),
+          "max(r.completion_tokens - int(r.spec_verify_ct or 0), 0)",
+          ("tests/unit/test_acceptance.py", "tests/unit/test_smoke_edges.py")),
     Plant("P67", "no_warm_compile: a warm start that only rewrote kernel files passes",
           "sglstack/smoke/startgates.py",
           'if gates.no_warm_compile and (cache.get("new_files") or cache.get("rewritten_files")):',
-          'if gates.no_warm_compile and cache.get("new_files"):', ("tests/unit/test_warm_start.py",)),
+          'if gates.no_warm_compile and cache.get("new_files"):',
+          ("tests/unit/test_warm_start.py", "tests/unit/test_smoke_edges.py")),
     Plant("P68", "bisect-exit: --threshold 0 accepted (every commit a hair slower is bad)",
           "sglstack/bisect/gitexit.py", "not 0 < pct < 100", "not 0 <= pct < 100",
-          ("tests/cli/test_bisect_exit_input.py",)),
+          ("tests/cli/test_bisect_exit_input.py", "tests/unit/test_smoke_edges.py")),
     Plant("P69", "since-last-pass: two images judged the same by their tag, not their digest",
           "sglstack/smoke/since.py",
           'return bool(a.get("digest")) and a.get("digest") == b.get("digest")',
-          'return bool(a.get("ref")) and a.get("ref") == b.get("ref")', ("tests/unit/test_smoke_since.py",)),
+          'return bool(a.get("ref")) and a.get("ref") == b.get("ref")',
+          ("tests/unit/test_smoke_since.py", "tests/unit/test_smoke_edges.py")),
     Plant("P70", "docker host: DOCKER_HOST of the caller wins over --docker-host", "sglstack/adapters/docker.py",
           'return docker_host or os.environ.get("DOCKER_HOST") or LOCAL_SOCKET',
-          'return os.environ.get("DOCKER_HOST") or docker_host or LOCAL_SOCKET', ("tests/unit/test_serving.py",)),
+          'return os.environ.get("DOCKER_HOST") or docker_host or LOCAL_SOCKET',
+          ("tests/unit/test_serving.py", "tests/unit/test_adapter_edges.py")),
     Plant("P71", "docker: Ctrl-C while a container is created leaves it behind", "sglstack/adapters/docker.py",
-          "    except BaseException:\n        # Created but not started", "    except Exception:\n        # Created but not started",
-          ("tests/unit/test_verify.py", "tests/unit/test_attest_image.py")),
+          "    except BaseException:\n        # Created but not started",
+          "    except Exception:\n        # Created but not started",
+          ("tests/unit/test_verify.py", "tests/unit/test_attest_image.py", "tests/unit/test_adapter_edges.py")),
     Plant("P72", "wheel cache: a cached wheel used without its sha256 checked", "sglstack/adapters/wheels.py",
           "return bool(recorded) and recorded[0] == file_sha256(wheel)", "return bool(recorded)",
-          ("tests/unit/test_coverage_lock_hashes.py", "tests/unit/test_unreachable_named.py")),
+          ("tests/unit/test_coverage_lock_hashes.py", "tests/unit/test_unreachable_named.py",
+           "tests/unit/test_adapter_edges.py")),
     Plant("P73", "smoke client: an answer with no completion token counted as a good request",
           "sglstack/smoke/client.py", "return self.error is None and self.completion_tokens > 0",
           "return self.error is None",
-          ("tests/unit/test_smoke_agreement.py", "tests/unit/test_acceptance.py", "tests/unit/test_smoke_gates.py")),
+          ("tests/unit/test_smoke_agreement.py", "tests/unit/test_acceptance.py", "tests/unit/test_smoke_gates.py",
+           "tests/unit/test_smoke_edges.py")),
     Plant("P74", "process runner: the caller's HF_TOKEN (a secret of a passing family) reaches the server",
           "sglstack/smoke/processenv.py",
           "return name.startswith(PROCESS_PASS_PREFIXES) and not may_name_secret(name)",
           "return name.startswith(PROCESS_PASS_PREFIXES)",
-          ("tests/unit/test_process_adapter.py", "tests/unit/test_secret_holes.py")),
+          ("tests/unit/test_process_adapter.py", "tests/unit/test_secret_holes.py", "tests/unit/test_smoke_edges.py")),
     Plant("P75", "kubectl: the caller's whole environment passed to kubectl", "sglstack/adapters/kubectl.py",
           "check=False,\n                                  env=tool_environment())", "check=False)",
           ("tests/unit/test_deploy_k8s_flow.py", "tests/unit/test_deploy_k8s_flow_rollback.py",
-           "tests/unit/test_secret_holes.py")),
+           "tests/unit/test_secret_holes.py", "tests/unit/test_adapter_edges.py")),
     Plant("P76", "kubectl: a call that does not name the context (a use-context elsewhere redirects it)",
           "sglstack/adapters/kubectl.py", 'argv = [self.binary, "--context", self.context]', "argv = [self.binary]",
           ("tests/unit/test_deploy_k8s_flow.py", "tests/unit/test_deploy_k8s_flow_rollback.py",
-           "tests/cli/test_deploy_k8s.py")),
+           "tests/cli/test_deploy_k8s.py", "tests/unit/test_adapter_edges.py")),
     Plant("P77", "bisect-exit: a lower-is-better metric judged as higher-is-better against a known-good value",
           "sglstack/bisect/stats.py",
           "median(samples) < limit if higher_is_better else median(samples) > limit",
           "median(samples) < limit if higher_is_better else median(samples) < limit",
-          ("tests/unit/test_bisect_stats.py", "tests/unit/test_bisect_metrics.py")),
+          ("tests/unit/test_bisect_stats.py", "tests/unit/test_bisect_metrics.py", "tests/unit/test_smoke_edges.py")),
 )
 
 
@@ -367,7 +382,18 @@ def run_plant(plant: Plant) -> tuple[str, float, str]:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [p for p in PLANTS if not argv or p.id in argv]
+    tests: tuple[str, ...] = ()
+    if "--tests" in argv:  # a CI-only tier's files instead of each plant's own: which tier catches it
+        at = argv.index("--tests")
+        tests, argv = tuple(argv[at + 1:]), argv[:at]
+        if not tests:
+            print("error: --tests needs at least one test file", file=sys.stderr)
+            return 2
+    unknown = sorted(set(argv) - {p.id for p in PLANTS})
+    if unknown:
+        print(f"error: no such plant: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    chosen = [replace(p, tests=tests or p.tests) for p in PLANTS if not argv or p.id in argv]
     results = []
     print("| plant | axis | verdict | seconds | caught by |")
     print("|---|---|---|---:|---|")
@@ -376,7 +402,8 @@ def main(argv: list[str]) -> int:
         results.append(verdict)
         print(f"| {plant.id} | {plant.axis} | {verdict} | {seconds:.1f} | {detail.replace('|', '/')} |", flush=True)
     caught = results.count("caught")
-    print(f"\n{caught} of {len(results)} planted bugs caught by the fast tier")
+    tier = "the tests given" if tests else "the fast tier"
+    print(f"\n{caught} of {len(results)} planted bugs caught by {tier}")
     return 0 if caught == len(results) else 1
 
 
