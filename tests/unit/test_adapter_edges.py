@@ -82,7 +82,7 @@ class _Engine:
 def test_a_container_created_when_the_start_is_cut_short_is_removed(cut_by):
     engine = _Engine(cut_by)
     with pytest.raises(cut_by), \
-            running_container(engine, "sglstack/cu130:abc", name_prefix="sglstack-test"):  # type: ignore[arg-type]
+            running_container(engine, "sglstack/cu130:abc", name_prefix="sglstack-test"):
         pytest.fail("the block ran for a container that did not start")
     assert engine.names == set()
     assert len(engine.removed) == 1 and engine.removed[0].startswith("sglstack-test-")
@@ -91,7 +91,7 @@ def test_a_container_created_when_the_start_is_cut_short_is_removed(cut_by):
 def test_a_container_that_started_is_removed_when_its_block_is_interrupted():
     engine = _Engine(None)
     with pytest.raises(KeyboardInterrupt), \
-            running_container(engine, "sglstack/cu130:abc", name_prefix="sglstack-test"):  # type: ignore[arg-type]
+            running_container(engine, "sglstack/cu130:abc", name_prefix="sglstack-test"):
         assert len(engine.names) == 1
         raise KeyboardInterrupt
     assert engine.names == set() and len(engine.removed) == 1
