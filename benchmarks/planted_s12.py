@@ -148,12 +148,12 @@ ROUND_5 = (
     # ---- round 6: after the tests above, three more where a reviewer would look next ----------------------
     ("P86", "k8s deploy: a cluster of two platforms not checked against the image's platforms",
      "sglstack/deploy/nodes.py", "if len(reachable) < 2:", "if len(reachable) < 3:",
-     ("tests/unit/test_k8s_node_check.py",)),
+     ("tests/unit/test_k8s_node_check.py", "tests/unit/test_platform_edges.py")),
     ("P87", "platforms: a reference with a tag and a digest read by its tag (the tag may have moved)",
      "sglstack/publish/platforms.py", 'parsed.digest or parsed.tag or "latest"',
      'parsed.tag or parsed.digest or "latest"',
-     ("tests/cli/test_release_platforms.py", "tests/unit/test_k8s_node_check.py")),
+     ("tests/cli/test_release_platforms.py", "tests/unit/test_k8s_node_check.py", "tests/unit/test_platform_edges.py")),
     ("P88", "acceptance: per-position acceptance starting at position 0 (always 1.0) and losing the last",
      "sglstack/smoke/acceptance.py", "for p in range(1, len(histogram))]", "for p in range(len(histogram) - 1)]",
-     ("tests/unit/test_acceptance.py",)),
+     ("tests/unit/test_acceptance.py", "tests/unit/test_platform_edges.py")),
 )
