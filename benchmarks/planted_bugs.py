@@ -12,6 +12,7 @@ plant and the count; exit 1 when any plant is missed or stale.
 
     python3 benchmarks/planted_bugs.py            # every plant
     python3 benchmarks/planted_bugs.py P04 P08    # only these
+    python3 benchmarks/planted_bugs.py P72 --tests tests/e2e/test_wheel_cache.py   # against another tier's files
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from planted_s12 import ROUND_5  # beside this file: run as `python3 benchmarks/planted_bugs.py`
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,6 +237,7 @@ PLANTS = (
     Plant("P52", "signing with a second key on a registry without the referrers API drops the first key's signature",
           "sglstack/attest/release.py", "    return cosigned(envelope, others)\n", "    return envelope\n",
           ("tests/unit/test_attest_signers.py", "tests/unit/test_index_signing.py")),
+    *(Plant(*args) for args in ROUND_5),  # round 5 (s12): benchmarks/planted_s12.py
 )
 
 
@@ -275,7 +279,18 @@ def run_plant(plant: Plant) -> tuple[str, float, str]:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [p for p in PLANTS if not argv or p.id in argv]
+    tests: tuple[str, ...] = ()
+    if "--tests" in argv:  # a CI-only tier's files instead of each plant's own: which tier catches it
+        at = argv.index("--tests")
+        tests, argv = tuple(argv[at + 1:]), argv[:at]
+        if not tests:
+            print("error: --tests needs at least one test file", file=sys.stderr)
+            return 2
+    unknown = sorted(set(argv) - {p.id for p in PLANTS})
+    if unknown:
+        print(f"error: no such plant: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    chosen = [replace(p, tests=tests or p.tests) for p in PLANTS if not argv or p.id in argv]
     results = []
     print("| plant | axis | verdict | seconds | caught by |")
     print("|---|---|---|---:|---|")
@@ -284,7 +299,8 @@ def main(argv: list[str]) -> int:
         results.append(verdict)
         print(f"| {plant.id} | {plant.axis} | {verdict} | {seconds:.1f} | {detail.replace('|', '/')} |", flush=True)
     caught = results.count("caught")
-    print(f"\n{caught} of {len(results)} planted bugs caught by the fast tier")
+    tier = "the tests given" if tests else "the fast tier"
+    print(f"\n{caught} of {len(results)} planted bugs caught by {tier}")
     return 0 if caught == len(results) else 1
 
 
