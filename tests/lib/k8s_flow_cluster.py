@@ -41,12 +41,13 @@ def _kubectl_in_process(argv, *, env=None, **kwargs):
     """The kubectl stand-in's own code, run in this process with the argv and environment the adapter gives
     it, its exit and output returned as `subprocess.run` returns them. A fresh Python per kubectl call
     cost ~0.1 s of CPU, 5-100 a test: most of this module's time. What these tests check is the flow;
-    the adapter's real child process is tests/cli/test_deploy_k8s.py's (and the first test here)."""
+    the adapter's real child process is tests/cli/test_deploy_k8s.py's (and the first test here). No `env`
+    inherits the caller's environment, as a real child does."""
     if argv[0] != str(DOUBLE / "kubectl"):
         return _real_run(argv, env=env, **kwargs)
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, env or {}, clear=True), \
+    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, dict(os.environ) if env is None else env, clear=True), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             exec(_DOUBLE_CODE, {"__name__": "kubectl_double"})
