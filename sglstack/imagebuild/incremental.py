@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.docker import engine_image
-from ..adapters.layers import image_layer_files
+from ..adapters.layers import image_layer_files, small_layer_contents
 from ..adapters.wheels import cache_root
 from ..config.schema import Stack
 from ..core.clock import utc_timestamp
@@ -35,7 +35,7 @@ from ..coverage.installed import (
 from .checkparts import JIT, SERVER, SHARED_LIBRARIES, run_parts
 from .importclosure import import_closure_option
 from .verify import judged_image_checks, serving_argvs
-from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
+from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, by_content, merged, plan
 
 STORE_VERSION = 1
 # Which keys of imagecheck.py's report each part answers for. A key not named here (a check added later) is
@@ -119,7 +119,8 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     image_specs = image_check_specs(stack, env, site, (installed or {}).get("sglang"))
     specs = [*image_specs, *record_specs(found)]
     passes = load_passes()
-    decisions = {d.check: d for d in plan(specs, diff_ids, files, passes, full=full)}
+    keyed = by_content(files, small_layer_contents(layers or [])) if files is not None else None
+    decisions = {d.check: d for d in plan(specs, diff_ids, keyed, passes, full=full)}
     stored = {p.fingerprint: p.result for p in passes}
     seconds: dict[str, float] = {}
     new_passes: list[tuple[Decision, dict[str, Any]]] = []

@@ -7,6 +7,14 @@ the diff id of the layer it comes from: the same fingerprint is the same input, 
 passes again. A file changed in any way (a byte of a shared object in a layer rebuilt by hand, a later layer
 copying over it, a deletion) comes from another layer, so the fingerprint moves and the check runs.
 
+A layer that holds few and small files (the patch overlay, the tools, the manifests) is keyed by its files'
+content instead (`by_content`): rebuilt after a change below it, such a layer gets another diff id though its
+files are byte for byte the same (a tar also records the mtimes of the folders it writes into), and a check that
+reads them (the tools are the shared-library and JIT checks' own programs) would run again for nothing. A file
+keyed by content is named by the sha256 of its kind, mode, owner and bytes (a link: its target): what a check
+can read of it. Python's bytecode checks go by the source's bytes where a .pyc is stale, so an mtime alone
+cannot change a verdict.
+
 Where the layers cannot be listed (a remote engine, another storage driver), the fingerprint is every diff id in
 order: only the very same image reuses. `--full-verify` runs everything.
 """
@@ -54,6 +62,21 @@ def merged(layers: Sequence[LayerFiles]) -> dict[str, tuple[str, str]]:
         for path, kind in layer.entries.items():
             if kind in PRESENT:
                 out[path] = (kind, layer.diff_id)
+    return out
+
+
+CONTENT = "content-sha256:"  # an owner that names a file's content, not its layer (never a diff id's prefix)
+
+
+def by_content(files: Mapping[str, tuple[str, str]],
+               contents: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
+    """`files` with the owner of each file that `contents` ({diff id: {path: sha256 hex}}) keys by its content
+    replaced by CONTENT + that sha256: two images whose such files have the same bytes fingerprint alike."""
+    out = dict(files)
+    for path, (kind, diff_id) in files.items():
+        digest = contents.get(diff_id, {}).get(path)
+        if digest is not None:
+            out[path] = (kind, CONTENT + digest)
     return out
 
 
@@ -141,9 +164,13 @@ def _why_run(spec: CheckSpec, diff_ids: Sequence[str], files: Mapping[str, tuple
         new = [d for d in diff_ids if d not in known]
         return ("ran: the image's layers cannot be listed on this engine, so only the same image reuses"
                 + (f" (new layers: {', '.join(_short(d) for d in new)})" if new else ""))
-    new = sorted({d for _, _, d in _owners(spec, files) if d != "-" and d not in known})
+    owners = {d for _, _, d in _owners(spec, files)}
+    new = sorted(d for d in owners if d != "-" and not d.startswith(CONTENT) and d not in known)
     if new:
         return f"ran: its files come from layers not verified before: {', '.join(_short(d) for d in new)}"
+    if any(d.startswith(CONTENT) for d in owners):
+        return ("ran: its inputs differ from every earlier pass (files added, removed or moved between verified "
+                "layers, or other bytes in a small layer, keyed by its files' content)")
     return "ran: its inputs differ from every earlier pass (files added, removed or moved between verified layers)"
 
 
