@@ -193,11 +193,12 @@ def test_the_record_says_what_was_reused_and_derived():
 def test_only_the_parts_that_must_run_are_asked_for_and_the_closure_is_given_the_facts():
     stack = Stack.model_validate({"name": "s", "base_image": "debian:bookworm-slim", "python": "3.11",
                                   "sglang": {"version": "0.5.9"}, "serving": {"model": "m", "gpus": 0}})
-    checks, closure = imagecheck_argvs(stack, {SERVER}, facts=True)
-    assert "--no-shared-libraries" in checks and "--server-help" in checks
-    assert json.loads(closure[4])[-1] == f"--facts={FACTS_IN_IMAGE}"
+    [server] = imagecheck_argvs(stack, {SERVER}, facts=True)  # the server part alone: one container
+    assert server[2:4] == ["--no-shared-libraries", "--server-help"] and server[4].startswith("--argv=")
+    assert json.loads(server[-1].removeprefix("--import-closure="))[-1] == f"--facts={FACTS_IN_IMAGE}"
     checks, closure = imagecheck_argvs(stack, {SERVER, SHARED_LIBRARIES})
-    assert "--no-shared-libraries" not in checks and not [a for a in json.loads(closure[4]) if "--facts" in a]
+    assert checks == ["python", "/opt/sglstack/tools/imagecheck.py"]  # --help and the argv go with the closure
+    assert "--server-help" in closure and not [a for a in closure if "--facts" in a]
     assert imagecheck_argvs(stack, {JIT}) == [["python", "/opt/sglstack/tools/imagecheck.py", "--no-shared-libraries"]]
 
 

@@ -35,6 +35,8 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import runpy
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -42,6 +44,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the host)
     from .filefacts import (
@@ -68,6 +71,9 @@ except ImportError:  # run as a script in the image: its sibling in the tools fo
         valid_fact,
     )
 
+SERVER_MODULE = "sglang.launch_server"
+SERVER_REPORTS = ("server_help", "serving_argv")  # the server's checks this process runs after its imports
+OUTPUT_TAIL = 4000  # characters of a failing command's output kept in the report
 SPECULATIVE_PREFIX = "eagle_worker"  # sglang/srt/speculative/eagle_worker*.py: the EAGLE / EAGLE3 workers
 SKIPPED_FOLDERS = {"tests", "test", "__pycache__"}
 
@@ -209,6 +215,91 @@ def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = No
                       "beside": beside is not None}}
 
 
+class _Refused(Exception):
+    pass
+
+
+def parse_argv(argvs: list[list[str]]) -> dict:
+    """Each argv through SGLang's own parser (ServerArgs.add_cli_args), as the server would parse it."""
+    start = time.monotonic()
+    try:
+        from sglang.srt.server_args import ServerArgs  # the image's SGLang: only this check needs it
+    except Exception as exc:  # an import that crashes is the finding
+        return {"error": f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}", "results": []}
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise _Refused(message)
+
+    results = []
+    for argv in argvs:
+        parser = Parser(prog=SERVER_MODULE, add_help=False)
+        ServerArgs.add_cli_args(parser)
+        try:
+            parser.parse_args(argv)
+            results.append({"argv": argv, "ok": True, "error": None})
+        except _Refused as exc:
+            results.append({"argv": argv, "ok": False, "error": str(exc)})
+    return {"error": None, "results": results, "seconds": round(time.monotonic() - start, 2)}
+
+
+def _run_entry_point(out: int, err: int) -> None:
+    """In the forked child: `python -m sglang.launch_server --help` on the modules already loaded; never returns."""
+    code = 1
+    try:
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the parent's imports had stdout sent to stderr
+        sys.argv = [SERVER_MODULE, "--help"]
+        runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:  # as the interpreter exits: None is 0, a number itself, anything else printed, 1
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def server_help(timeout: float) -> dict | None:
+    """imagecheck.py's --help check, in a child forked after the serving path's imports: the same entry point
+    run as `__main__` with the same argv, the same limit and report, without importing SGLang and torch again.
+    None where it gives no answer in time: a forked child can hang on a lock another thread held at the fork,
+    which is no finding of the image's, so imagecheck.py runs it alone then (a real hang is its finding)."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()  # nothing the parent buffered is written twice
+        pid = os.fork()
+        if pid == 0:
+            _run_entry_point(out.fileno(), err.fileno())
+        status = None
+        while status is None and time.monotonic() - start < timeout:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(raw) if done else None
+            if status is None:
+                time.sleep(0.05)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        text = [_read(f) for f in (out, err)]
+    ok = status == 0 and "--model-path" in text[0]
+    return {"returncode": status, "lists_model_path": "--model-path" in text[0],
+            "error": None if ok else (text[1] or text[0])[-OUTPUT_TAIL:], "seconds": round(time.monotonic() - start, 2)}
+
+
+def _read(f: Any) -> str:
+    f.seek(0)
+    return f.read().decode("utf-8", "replace")
+
+
 def loaded_files(roots: list[str]) -> set[str]:
     """The files of the modules loaded now that live under `roots` (the sites and SGLang's folder): the
     standard library is not the image's packages."""
@@ -230,6 +321,11 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--site", action="append", default=[])
     ap.add_argument("--out", help="write the report here (what the imports print cannot mix into it)")
     ap.add_argument("--facts", help="the host's fact cache (JSON: {namespaces: {namespace: {sha256: fact}}})")
+    ap.add_argument("--server-help", action="store_true", help="after the imports, `python -m "
+                    "sglang.launch_server --help` in a child forked from this process")
+    ap.add_argument("--help-timeout", type=float, default=600)
+    ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv, parsed after the "
+                    "imports")
     ap.add_argument("--derive-only", action="store_true", help="only hash the sites' files and derive the facts "
                     "the cache lacks (run beside the serving path's imports)")
     opts = ap.parse_args(args)
@@ -304,9 +400,14 @@ def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
     # The serving path: what importing it loaded, and the files whose imports failed on the way.
     serving = loaded_files(roots) - before
     serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
+    with contextlib.redirect_stdout(sys.stderr):  # the server's checks, on what is loaded now (not the path's)
+        helped = server_help(opts.help_timeout) if opts.server_help else None
+        server = {"server_help": helped} if helped is not None else {}
+        if opts.argv:
+            server["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
     scanned = scan(files, serving, known, beside())
-    return {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
+    return {**server, "modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
             "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
             **scanned, "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
             "seconds_scan": round(time.monotonic() - imported, 2)}
