@@ -108,29 +108,32 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
                          docker_host: str | None, full: bool = False,
                          log: Callable[[str], None] = lambda _m: None) -> Verified:
+    start = time.monotonic()
     attrs = engine_image(client, image_id).attrs
     env = list((attrs.get("Config") or {}).get("Env") or [])
     diff_ids = list((attrs.get("RootFS") or {}).get("Layers") or [])
     layers = image_layer_files(client, image_id, docker_host)
     files = merged([LayerFiles(d, e) for d, _, e in layers]) if layers is not None else None
+    keyed = by_content(files, small_layer_contents(layers or [])) if files is not None else None
     folders = {d: folder for d, folder, _ in layers or ()}
     site = site_dirs(env, stack.python)[0]
-    found = read_installed(client, image_id, stack, installed)
     image_specs = image_check_specs(stack, env, site, (installed or {}).get("sglang"))
-    specs = [*image_specs, *record_specs(found)]
     passes = load_passes()
-    keyed = by_content(files, small_layer_contents(layers or [])) if files is not None else None
-    decisions = {d.check: d for d in plan(specs, diff_ids, keyed, passes, full=full)}
+    decisions = {d.check: d for d in plan(image_specs, diff_ids, keyed, passes, full=full)}
     stored = {p.fingerprint: p.result for p in passes}
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {"plan": round(time.monotonic() - start, 2)}
     new_passes: list[tuple[Decision, dict[str, Any]]] = []
     notes: list[dict[str, Any]] = []  # what ran or was reused inside a check (the import closure's facts)
 
-    # The in-image checks run in a container of their own while the RECORDs are hashed and the objects listed:
-    # neither reads what the other writes, and a failure of either fails the verify once both have ended.
+    # The in-image checks (the longest part) start first, in a container of their own; meanwhile the CUDA
+    # distributions' RECORDs are read, their files hashed and their objects listed: neither reads what the other
+    # writes, and a failure of either fails the verify once both have ended.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
-        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, decisions, stored, new_passes,
-                                   seconds, notes, full=full)
+        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, dict(decisions), stored,
+                                   new_passes, seconds, notes, full=full)
+        found = read_installed(client, image_id, stack, installed)
+        specs = [*image_specs, *record_specs(found)]
+        decisions.update({d.check: d for d in plan(specs[len(image_specs):], diff_ids, keyed, passes, full=full)})
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
                                          local=_local_site_files(files, folders, site))
         checks = image_checks.result()
