@@ -208,3 +208,14 @@ def test_imagecheck_leaves_the_shared_libraries_out_when_told(tmp_path):
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"python": sys.version.split()[0]}
+
+
+def test_the_derivation_in_two_processes_is_the_one_in_one(tmp_path):
+    site = _site(tmp_path / "site")
+    results = []
+    for processes in (1, 2):
+        (tmp_path / str(processes)).mkdir()
+        with importcheck._beside([str(site)], None, str(tmp_path / str(processes)), processes=processes) as beside:
+            results.append(beside())
+    assert results[0] is not None and len(results[0]["digests"]) == 4 and results[0]["parsed"] >= 1
+    assert results[1] == results[0]  # every other file each, merged: the same digests, facts and parses

@@ -14,7 +14,8 @@ passes it and fails at run time (upstream images without `distro`: sgl-project/s
    Not counted: an import handled when absent (`try: ... except ImportError`, `with suppress(ImportError)`),
    one for type checkers only, one for another interpreter or OS. A function's imports run only when it is
    called: optional by convention. What a file imports is kept by its sha256 (`--facts`: the host's cache) and
-   derived only for new bytes, in a process beside step 1 (`--derive-only`); every name is looked up again.
+   derived only for new bytes, in processes beside step 1 (`--derive-only`, two on two CPUs or more, each every
+   other file); every name is looked up again.
 
 Prints one JSON object; the host judges it (`imagebuild/importclosure.py`): a serving-path module that does
 not import for a missing module, or an unconditional import in a serving-path file that nothing provides, is an
@@ -328,6 +329,7 @@ def main(args: list[str] | None = None) -> int:
                     "imports")
     ap.add_argument("--derive-only", action="store_true", help="only hash the sites' files and derive the facts "
                     "the cache lacks (run beside the serving path's imports)")
+    ap.add_argument("--part", default="0/1", help="K/N: --derive-only takes every Nth file from the Kth")
     opts = ap.parse_args(args)
     start = time.monotonic()
     namespace = facts_namespace()
@@ -335,7 +337,9 @@ def main(args: list[str] | None = None) -> int:
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
     if opts.derive_only:
-        return _write(opts.out, derive_facts(sorted({os.path.realpath(f) for f in tree_files(sites)}), known))
+        part, parts = (int(n) for n in opts.part.split("/"))
+        files = sorted({os.path.realpath(f) for f in tree_files(sites)})[part::parts]
+        return _write(opts.out, derive_facts(files, known))
     with tempfile.TemporaryDirectory(prefix="sglstack-facts-") as tmp, _beside(sites, opts.facts, tmp) as beside:
         report = closure(opts, sites, known, beside, start)
     report["facts"] = {**report["facts"], "namespace": namespace, "not_given": no_facts}
@@ -349,31 +353,45 @@ def _write(path: str | None, report: dict) -> int:
     return 0
 
 
+DERIVE_PROCESSES = max(1, min(2, os.cpu_count() or 1))  # the derivation's share of the CPUs, beside the imports
+
+
 @contextlib.contextmanager
-def _beside(sites: list[str], facts: str | None, tmp: str) -> Iterator[Callable[[], dict | None]]:
-    """`--derive-only` in a process of its own, started now; the callable waits for its result (None if it
-    failed: the scan then derives every fact itself). Ended on every exit."""
-    out = os.path.join(tmp, "derived.json")
-    command = [sys.executable, os.path.abspath(__file__), "--derive-only", *(f"--site={s}" for s in sites),
-               *([f"--facts={facts}"] if facts else []), f"--out={out}"]
+def _beside(sites: list[str], facts: str | None, tmp: str,
+            processes: int = DERIVE_PROCESSES) -> Iterator[Callable[[], dict | None]]:
+    """`--derive-only` in `processes` processes of their own (each every Nth file), started now; the callable
+    waits for their merged result (None if any failed: the scan then derives every fact itself). Ended on every
+    exit."""
+    outs = [os.path.join(tmp, f"derived-{k}.json") for k in range(processes)]
     # The same lookups as here; nothing else of this process's environment: parsing files needs none of it.
     env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--derive-only",
+                                  *(f"--site={s}" for s in sites), *([f"--facts={facts}"] if facts else []),
+                                  f"--part={k}/{processes}", f"--out={out}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                for k, out in enumerate(outs)]
 
     def result() -> dict | None:
-        if child.wait() != 0:
-            return None
-        try:
-            with open(out, encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
+        merged: dict = {"digests": {}, "new_facts": {}, "parsed": 0}
+        for child, out in zip(children, outs, strict=True):
+            if child.wait() != 0:
+                return None
+            try:
+                with open(out, encoding="utf-8") as f:
+                    part = json.load(f)
+            except (OSError, ValueError):
+                return None
+            merged["digests"].update(part["digests"])
+            merged["new_facts"].update(part["new_facts"])
+            merged["parsed"] += part["parsed"]
+        return merged
     try:
         yield result
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
