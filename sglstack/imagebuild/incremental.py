@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -135,7 +135,7 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
         specs = [*image_specs, *record_specs(found)]
         decisions.update({d.check: d for d in plan(specs[len(image_specs):], diff_ids, keyed, passes, full=full)})
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
-                                         local=_local_site_files(files, folders, site))
+                                         local=_LocalSiteFiles(files, folders, site))
         checks = image_checks.result()
     _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
@@ -143,10 +143,24 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
         "checks": [decisions[s.name].to_dict() for s in specs] + notes})
 
 
-def _local_site_files(files: Mapping[str, Any] | None, folders: Mapping[str, Any], site: str) -> dict[str, Any]:
-    """{image path: file here} of each regular file under `site` that its layer keeps on this machine."""
-    return {path: folders[diff_id] / path.lstrip("/") for path, (kind, diff_id) in (files or {}).items()
-            if kind in (FILE, ELF) and path.startswith(site + "/")}
+class _LocalSiteFiles(Mapping[str, Any]):
+    """{image path: file here} of each regular file under `site` that its layer keeps on this machine, made on
+    lookup: a serving image has some 100,000 files, and coverage asks for the few hundred objects it lists."""
+
+    def __init__(self, files: Mapping[str, tuple[str, str]] | None, folders: Mapping[str, Any], site: str) -> None:
+        self._files, self._folders, self._prefix = files or {}, folders, site + "/"
+
+    def __getitem__(self, path: str) -> Any:
+        kind, diff_id = self._files[path]
+        if kind not in (FILE, ELF) or not path.startswith(self._prefix):
+            raise KeyError(path)
+        return self._folders[diff_id] / path.lstrip("/")
+
+    def __iter__(self) -> Iterator[str]:
+        return (p for p, (kind, _) in self._files.items() if kind in (FILE, ELF) and p.startswith(self._prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: ImagePackages | None,

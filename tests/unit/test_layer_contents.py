@@ -51,3 +51,16 @@ def test_a_large_layer_or_one_with_a_fifo_is_keyed_by_its_diff_id(tmp_path, monk
     monkeypatch.setattr(layers, "SMALL_LAYER_FILES", 4)
     monkeypatch.setattr(layers, "SMALL_LAYER_BYTES", 64)
     assert set(small_layer_contents([many, big, fifo])) == {many[0], big[0]}
+
+
+def test_a_site_file_is_found_in_its_layers_folder_on_lookup_and_a_link_or_other_file_is_not(tmp_path):
+    from sglstack.imagebuild.incremental import _LocalSiteFiles
+
+    site = "/opt/venv/lib/python3.11/site-packages"
+    files = {f"{site}/torch/lib/libtorch.so": (ELF, "sha256:t"), f"{site}/torch/__init__.py": (FILE, "sha256:u"),
+             f"{site}/torch/lib/libc10.so": (LINK, "sha256:t"), "/usr/lib/libc.so.6": (ELF, "sha256:b")}
+    local = _LocalSiteFiles(files, {"sha256:t": tmp_path / "t", "sha256:u": tmp_path / "u", "sha256:b": tmp_path}, site)
+    assert local.get(f"{site}/torch/lib/libtorch.so") == tmp_path / "t" / site.lstrip("/") / "torch/lib/libtorch.so"
+    assert local.get(f"{site}/torch/lib/libc10.so") is None and local.get("/usr/lib/libc.so.6") is None
+    assert local.get(f"{site}/nothing.py") is None
+    assert sorted(local) == [f"{site}/torch/__init__.py", f"{site}/torch/lib/libtorch.so"] and len(local) == 2
