@@ -189,8 +189,8 @@ def plan(specs: Iterable[CheckSpec], diff_ids: Sequence[str], files: Mapping[str
         if full:
             out.append(Decision(spec.name, True, "ran: --full-verify", print_))
         elif hit is not None and hit.check == spec.name:
-            out.append(Decision(spec.name, False, f"reused: passed on the same files (by layer) in image "
-                                f"{_short(hit.image_id)} at {hit.verified_at}", print_))
+            out.append(Decision(spec.name, False, "reused: passed on the same files (by layer; a small layer's by "
+                                f"content) in image {_short(hit.image_id)} at {hit.verified_at}", print_))
         else:
             earlier = [p for p in passes if p.check == spec.name]
             out.append(Decision(spec.name, True, _why_run(spec, diff_ids, files, earlier), print_))

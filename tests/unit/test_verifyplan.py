@@ -64,8 +64,8 @@ def test_the_same_image_reuses_every_check_and_says_where_it_passed():
     ids, files = _image(BASE, TORCH, SGLANG)
     decisions = plan(SPECS, ids, files, _passes(ids, files))
     assert [(d.check, d.run, d.why) for d in decisions] == [
-        (s.name, False, "reused: passed on the same files (by layer) in image 999999999999 at 2026-12-05T03:00:00Z")
-        for s in SPECS]
+        (s.name, False, "reused: passed on the same files (by layer; a small layer's by content) in image "
+                        "999999999999 at 2026-12-05T03:00:00Z") for s in SPECS]
 
 
 def test_a_patch_layer_reruns_only_what_reads_the_patched_files():
