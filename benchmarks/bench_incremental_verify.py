@@ -166,7 +166,7 @@ def build(stacks: Path, label: str, **options: bool) -> dict:
             "verification": record.get("verification"), "import_closure": import_closure(record),
             "installs": installs(log.read_text(errors="replace")) if log.is_file() else None,
             # a patch whose methods SGLang already has ("already-upstream") changes no file of SGLang's
-            "patches": {str(p.get("id")): p.get("status") for p in record.get("patches") or []},
+            "patches": {str(p.get("id")): p.get("status") for p in record.get("patches") or [] if isinstance(p, dict)},
             "coverage_objects": (record.get("coverage") or {}).get("objects"),
             "coverage_label": (record.get("labels") or {}).get("io.sglstack.coverage")}
 
