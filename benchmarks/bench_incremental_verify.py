@@ -129,13 +129,15 @@ def import_closure(record: dict) -> dict | None:
     """The verify's import closure, as the build record keeps it: its seconds (the serving path's imports, the
     scan of every file) and the facts reused and derived; None where it did not run (its pass reused)."""
     closure = (record.get("image_checks") or {}).get("import_closure") or {}
+    helped = (record.get("image_checks") or {}).get("server_help") or {}
     checks = (record.get("verification") or {}).get("checks") or []
     facts = [c for c in checks if c.get("check") == "import_closure_facts"]
     if not facts:
         return None
+    # --help runs in the closure's process after its imports (a forked child): its seconds are within the scan's
     return {"seconds": closure.get("seconds"), "imports": closure.get("seconds_imports"),
-            "scan": closure.get("seconds_scan"), "facts": {k: facts[0].get(k) for k in ("files", "reused", "derived",
-                                                                                          "parsed")}}
+            "scan": closure.get("seconds_scan"), "server_help": helped.get("seconds"),
+            "facts": {k: facts[0].get(k) for k in ("files", "reused", "derived", "parsed")}}
 
 
 _STEP = re.compile(r"^#(\d+) \[runtime\s+\d+/\d+\] RUN .*?uv pip install .*?/run/sglstack-lock/([\w.-]+)\.txt", re.M)
@@ -164,7 +166,7 @@ def build(stacks: Path, label: str, **options: bool) -> dict:
             "verification": record.get("verification"), "import_closure": import_closure(record),
             "installs": installs(log.read_text(errors="replace")) if log.is_file() else None,
             # a patch whose methods SGLang already has ("already-upstream") changes no file of SGLang's
-            "patches": {str(p.get("id")): p.get("status") for p in record.get("patches") or []},
+            "patches": {str(p.get("id")): p.get("status") for p in record.get("patches") or [] if isinstance(p, dict)},
             "coverage_objects": (record.get("coverage") or {}).get("objects"),
             "coverage_label": (record.get("labels") or {}).get("io.sglstack.coverage")}
 

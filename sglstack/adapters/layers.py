@@ -8,6 +8,7 @@ this process may read; anywhere else `image_layer_files` says None and verificat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -116,3 +117,39 @@ def image_layer_files(client: Any, image: str, docker_host: str | None) -> list[
     if dirs is None or not all(_readable(folder) for _, folder in dirs):
         return None
     return [(diff_id, folder, cached_listing(diff_id, folder)) for diff_id, folder in dirs]
+
+
+# A layer keyed by its files' content (verifyplan.by_content): at most this many files and bytes (the patch
+# overlay, the tools, the manifests), read each verify; a larger one is keyed by its diff id alone.
+SMALL_LAYER_FILES, SMALL_LAYER_BYTES = 256, 8 << 20
+
+
+def _content_digest(path: str, kind: str) -> str:
+    st = os.lstat(path)
+    digest = hashlib.sha256(f"{kind}\0{st.st_mode:o}\0{st.st_uid}\0{st.st_gid}\0".encode())
+    if kind == LINK:
+        digest.update(os.readlink(path).encode("utf-8", "surrogateescape"))
+    elif not stat.S_ISREG(st.st_mode):  # a device, fifo or socket: never opened (a fifo would block)
+        raise OSError(f"not a regular file: {path}")
+    else:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def small_layer_contents(layers: list[LayerListing]) -> dict[str, dict[str, str]]:
+    """{diff id: {path: sha256 of its kind, mode, owner and bytes}} of each small layer's files and links."""
+    out: dict[str, dict[str, str]] = {}
+    for diff_id, folder, entries in layers:
+        present = {p: k for p, k in entries.items() if k in (FILE, ELF, LINK)}
+        if not present or len(present) > SMALL_LAYER_FILES:
+            continue
+        paths = {p: os.path.join(str(folder), p.lstrip("/")) for p in present}
+        try:
+            if sum(os.lstat(f).st_size for f in paths.values()) > SMALL_LAYER_BYTES:
+                continue
+            out[diff_id] = {p: _content_digest(paths[p], k) for p, k in present.items()}
+        except OSError:
+            continue  # a layer that cannot be read here is keyed by its diff id, as before
+    return out

@@ -1,7 +1,7 @@
 """The in-image checks of a verify, as the containers that run the parts that must run (`incremental` decides
-which): imagecheck.py for the shared libraries, the server's --help and argv and the JIT toolchain, and the
-server part's import closure in a container of its own, given the fact cache (`importfacts`) of the files seen
-before."""
+which): imagecheck.py for the shared libraries and the JIT toolchain, and the server part (the import closure,
+given the fact cache (`importfacts`) of the files seen before, then the server's --help and argv in the same
+process) in a container of its own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..config.schema import Stack
-from .emulation import IMPORT_TIMEOUT_S, time_scale, timeout_options
+from .emulation import time_scale, timeout_options
 from .importclosure import import_closure_args
 from .importfacts import FACTS_IN_IMAGE, facts_note, facts_payload, load_facts, new_rows, store_facts, without_new_facts
 from .verify import IMAGECHECK, image_check_report, serving_argvs
@@ -19,32 +19,23 @@ from .verify import IMAGECHECK, image_check_report, serving_argvs
 SHARED_LIBRARIES, SERVER, JIT = "shared_libraries", "server", "jit_toolchain"
 
 
-# imagecheck.py's own import-closure function, run alone: the same child process, limits and report.
-_IMPORT_CLOSURE = ("import json, os, sys\n"
-                   "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
-                   "import imagecheck\n"
-                   "json.dump({'import_closure': imagecheck.import_closure(json.loads(sys.argv[2]), "
-                   "float(sys.argv[3]))}, sys.stdout)\n"
-                   "print()\n")
-
-
 def imagecheck_argvs(stack: Stack, run: set[str], scale: int = 1, *, facts: bool = False) -> list[list[str]]:
     """The in-image checks of the parts that must run, as the containers that run them at once: imagecheck.py
-    (the shared-library part where it must run; the server part's --help and argv; the JIT part), and the server
-    part's import closure of the serving path in a container of its own (the longest piece), reading the fact
-    cache at FACTS_IN_IMAGE where `facts`. Together they make the report `verify.image_check_argv`'s one run
-    makes."""
+    with the shared-library part where it must run and the JIT part; and the server part in a container of its
+    own (the longest piece): the import closure of the serving path, reading the fact cache at FACTS_IN_IMAGE
+    where `facts`, with the server's --help and argv run in the closure's process after its imports (SGLang
+    and torch imported once). Together they make the report `verify.image_check_argv`'s one run makes."""
     command = ["python", IMAGECHECK, *timeout_options(scale)]
-    if SHARED_LIBRARIES not in run:
-        command.append("--no-shared-libraries")
+    argvs = []
+    if SHARED_LIBRARIES in run or JIT in run:
+        argvs.append([*command, *([] if SHARED_LIBRARIES in run else ["--no-shared-libraries"]),
+                      *(f"--jit-arch={arch}" for arch in stack.cuda_arch_list if JIT in run)])
     if SERVER in run:
-        command += ["--server-help", *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack))]
-    if JIT in run:
-        command += [f"--jit-arch={arch}" for arch in stack.cuda_arch_list]
-    if SERVER not in run:
-        return [command]
-    closure = import_closure_args(stack) + ([f"--facts={FACTS_IN_IMAGE}"] if facts else [])
-    return [command, ["python", "-c", _IMPORT_CLOSURE, IMAGECHECK, json.dumps(closure), str(IMPORT_TIMEOUT_S * scale)]]
+        closure = import_closure_args(stack) + ([f"--facts={FACTS_IN_IMAGE}"] if facts else [])
+        argvs.append([*command, "--no-shared-libraries", "--server-help",
+                      *(f"--argv={json.dumps(a)}" for a in serving_argvs(stack)),
+                      f"--import-closure={json.dumps(closure)}"])
+    return argvs
 
 
 def run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: dict[str, float],
@@ -54,9 +45,8 @@ def run_parts(client: Any, image_id: str, stack: Stack, run: set[str], seconds: 
     start = time.monotonic()
     scale = time_scale(client, stack)  # a foreign platform's checks run under QEMU: more time
     argvs = imagecheck_argvs(stack, run, scale, facts=SERVER in run and not full)
-    files: list[dict[str, bytes]] = [{}]
-    if len(argvs) > 1:
-        files.append({FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))} if not full else {})
+    given = {FACTS_IN_IMAGE: facts_payload(load_facts(stack.python))} if SERVER in run and not full else {}
+    files = [given if any(a.startswith("--import-closure=") for a in argv) else {} for argv in argvs]
     fresh: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=len(argvs), thread_name_prefix="sglstack-imagecheck") as pool:
         for part_report in pool.map(lambda a, f: image_check_report(client, image_id, stack, a, scale, f),

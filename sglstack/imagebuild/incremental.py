@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.docker import engine_image
-from ..adapters.layers import image_layer_files
+from ..adapters.layers import image_layer_files, small_layer_contents
 from ..adapters.wheels import cache_root
 from ..config.schema import Stack
 from ..core.clock import utc_timestamp
@@ -35,7 +35,7 @@ from ..coverage.installed import (
 from .checkparts import JIT, SERVER, SHARED_LIBRARIES, run_parts
 from .importclosure import import_closure_option
 from .verify import judged_image_checks, serving_argvs
-from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, merged, plan
+from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, by_content, merged, plan
 
 STORE_VERSION = 1
 # Which keys of imagecheck.py's report each part answers for. A key not named here (a check added later) is
@@ -108,30 +108,34 @@ def record_specs(found: ImagePackages | None) -> list[CheckSpec]:
 def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed: Mapping[str, str] | None,
                          docker_host: str | None, full: bool = False,
                          log: Callable[[str], None] = lambda _m: None) -> Verified:
+    start = time.monotonic()
     attrs = engine_image(client, image_id).attrs
     env = list((attrs.get("Config") or {}).get("Env") or [])
     diff_ids = list((attrs.get("RootFS") or {}).get("Layers") or [])
     layers = image_layer_files(client, image_id, docker_host)
     files = merged([LayerFiles(d, e) for d, _, e in layers]) if layers is not None else None
+    keyed = by_content(files, small_layer_contents(layers or [])) if files is not None else None
     folders = {d: folder for d, folder, _ in layers or ()}
     site = site_dirs(env, stack.python)[0]
-    found = read_installed(client, image_id, stack, installed)
     image_specs = image_check_specs(stack, env, site, (installed or {}).get("sglang"))
-    specs = [*image_specs, *record_specs(found)]
     passes = load_passes()
-    decisions = {d.check: d for d in plan(specs, diff_ids, files, passes, full=full)}
+    decisions = {d.check: d for d in plan(image_specs, diff_ids, keyed, passes, full=full)}
     stored = {p.fingerprint: p.result for p in passes}
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {"plan": round(time.monotonic() - start, 2)}
     new_passes: list[tuple[Decision, dict[str, Any]]] = []
     notes: list[dict[str, Any]] = []  # what ran or was reused inside a check (the import closure's facts)
 
-    # The in-image checks run in a container of their own while the RECORDs are hashed and the objects listed:
-    # neither reads what the other writes, and a failure of either fails the verify once both have ended.
+    # The in-image checks (the longest part) start first, in a container of their own; meanwhile the CUDA
+    # distributions' RECORDs are read, their files hashed and their objects listed: neither reads what the other
+    # writes, and a failure of either fails the verify once both have ended.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
-        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, decisions, stored, new_passes,
-                                   seconds, notes, full=full)
+        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, dict(decisions), stored,
+                                   new_passes, seconds, notes, full=full)
+        found = read_installed(client, image_id, stack, installed)
+        specs = [*image_specs, *record_specs(found)]
+        decisions.update({d.check: d for d in plan(specs[len(image_specs):], diff_ids, keyed, passes, full=full)})
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
-                                         local=_local_site_files(files, folders, site))
+                                         local=_LocalSiteFiles(files, folders, site))
         checks = image_checks.result()
     _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
@@ -139,10 +143,24 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
         "checks": [decisions[s.name].to_dict() for s in specs] + notes})
 
 
-def _local_site_files(files: Mapping[str, Any] | None, folders: Mapping[str, Any], site: str) -> dict[str, Any]:
-    """{image path: file here} of each regular file under `site` that its layer keeps on this machine."""
-    return {path: folders[diff_id] / path.lstrip("/") for path, (kind, diff_id) in (files or {}).items()
-            if kind in (FILE, ELF) and path.startswith(site + "/")}
+class _LocalSiteFiles(Mapping[str, Any]):
+    """{image path: file here} of each regular file under `site` that its layer keeps on this machine, made on
+    lookup: a serving image has some 100,000 files, and coverage asks for the few hundred objects it lists."""
+
+    def __init__(self, files: Mapping[str, tuple[str, str]] | None, folders: Mapping[str, Any], site: str) -> None:
+        self._files, self._folders, self._prefix = files or {}, folders, site + "/"
+
+    def __getitem__(self, path: str) -> Any:
+        kind, diff_id = self._files[path]
+        if kind not in (FILE, ELF) or not path.startswith(self._prefix):
+            raise KeyError(path)
+        return self._folders[diff_id] / path.lstrip("/")
+
+    def __iter__(self) -> Iterator[str]:
+        return (p for p, (kind, _) in self._files.items() if kind in (FILE, ELF) and p.startswith(self._prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: ImagePackages | None,

@@ -7,12 +7,21 @@ the diff id of the layer it comes from: the same fingerprint is the same input, 
 passes again. A file changed in any way (a byte of a shared object in a layer rebuilt by hand, a later layer
 copying over it, a deletion) comes from another layer, so the fingerprint moves and the check runs.
 
+A layer that holds few and small files (the patch overlay, the tools, the manifests) is keyed by its files'
+content instead (`by_content`): rebuilt after a change below it, such a layer gets another diff id though its
+files are byte for byte the same (a tar also records the mtimes of the folders it writes into), and a check that
+reads them (the tools are the shared-library and JIT checks' own programs) would run again for nothing. A file
+keyed by content is named by the sha256 of its kind, mode, owner and bytes (a link: its target): what a check
+can read of it. Python's bytecode checks go by the source's bytes where a .pyc is stale, so an mtime alone
+cannot change a verdict.
+
 Where the layers cannot be listed (a remote engine, another storage driver), the fingerprint is every diff id in
 order: only the very same image reuses. `--full-verify` runs everything.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,10 +39,6 @@ class LayerFiles:
 
     diff_id: str
     entries: Mapping[str, str]
-
-
-def _under(path: str, folder: str) -> bool:
-    return path.startswith(folder.rstrip("/") + "/")
 
 
 def merged(layers: Sequence[LayerFiles]) -> dict[str, tuple[str, str]]:
@@ -57,6 +62,21 @@ def merged(layers: Sequence[LayerFiles]) -> dict[str, tuple[str, str]]:
     return out
 
 
+CONTENT = "content-sha256:"  # an owner that names a file's content, not its layer (never a diff id's prefix)
+
+
+def by_content(files: Mapping[str, tuple[str, str]],
+               contents: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
+    """`files` with the owner of each file that `contents` ({diff id: {path: sha256 hex}}) keys by its content
+    replaced by CONTENT + that sha256: two images whose such files have the same bytes fingerprint alike."""
+    out = dict(files)
+    for path, (kind, diff_id) in files.items():
+        digest = contents.get(diff_id, {}).get(path)
+        if digest is not None:
+            out[path] = (kind, CONTENT + digest)
+    return out
+
+
 @dataclass(frozen=True)
 class Scope:
     """The files a check reads: exactly `paths`; or every path of `kinds`, under `under` or whose name holds
@@ -74,12 +94,19 @@ class Scope:
     def selects(self, path: str, kind: str) -> bool:
         if self.paths is not None:
             return path in self.paths
-        if path.endswith(".pyc") and any(_under(path, b) for b in self.bytecode_under):
+        if path.endswith(".pyc") and path.startswith(_folders(self.bytecode_under)):
             return False
         if self.everything:
-            return not any(path == o or _under(path, o) for o in self.outside)
-        return (kind in self.kinds or any(_under(path, u) for u in self.under)
+            return not (path in self.outside or path.startswith(_folders(self.outside)))
+        return (kind in self.kinds or path.startswith(_folders(self.under))
                 or (self.name_part is not None and self.name_part in path.rsplit("/", 1)[-1]))
+
+
+@functools.cache
+def _folders(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """What a path under one of `paths` (a folder, or all below it) starts with: one str.startswith, as a check's
+    scope is asked of every file of an image (some 100,000)."""
+    return tuple(p.rstrip("/") + "/" for p in paths)
 
 
 @dataclass(frozen=True)
@@ -141,9 +168,13 @@ def _why_run(spec: CheckSpec, diff_ids: Sequence[str], files: Mapping[str, tuple
         new = [d for d in diff_ids if d not in known]
         return ("ran: the image's layers cannot be listed on this engine, so only the same image reuses"
                 + (f" (new layers: {', '.join(_short(d) for d in new)})" if new else ""))
-    new = sorted({d for _, _, d in _owners(spec, files) if d != "-" and d not in known})
+    owners = {d for _, _, d in _owners(spec, files)}
+    new = sorted(d for d in owners if d != "-" and not d.startswith(CONTENT) and d not in known)
     if new:
         return f"ran: its files come from layers not verified before: {', '.join(_short(d) for d in new)}"
+    if any(d.startswith(CONTENT) for d in owners):
+        return ("ran: its inputs differ from every earlier pass (files added, removed or moved between verified "
+                "layers, or other bytes in a small layer, keyed by its files' content)")
     return "ran: its inputs differ from every earlier pass (files added, removed or moved between verified layers)"
 
 
@@ -158,8 +189,8 @@ def plan(specs: Iterable[CheckSpec], diff_ids: Sequence[str], files: Mapping[str
         if full:
             out.append(Decision(spec.name, True, "ran: --full-verify", print_))
         elif hit is not None and hit.check == spec.name:
-            out.append(Decision(spec.name, False, f"reused: passed on the same files (by layer) in image "
-                                f"{_short(hit.image_id)} at {hit.verified_at}", print_))
+            out.append(Decision(spec.name, False, "reused: passed on the same files (by layer; a small layer's by "
+                                f"content) in image {_short(hit.image_id)} at {hit.verified_at}", print_))
         else:
             earlier = [p for p in passes if p.check == spec.name]
             out.append(Decision(spec.name, True, _why_run(spec, diff_ids, files, earlier), print_))

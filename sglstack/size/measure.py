@@ -46,6 +46,9 @@ class LibraryCopies(BuildError):
 
 IMAGEFILES = TOOLS_DIR / "imagefiles.py"
 IMAGEFILES_TIMEOUT_S = 900  # one walk of a 10 GB image took 9 s here; a loaded 2-core machine is far slower
+# A build measures the size beside its verify, which waits on the in-image checks (the serving path's imports):
+# the walk yields the CPU to them (a quarter of a default container's weight, only while both want it).
+IMAGEFILES_CPU_SHARES = 256
 
 
 def image_layers(client: docker.DockerClient, ref: str) -> tuple[str, int, tuple[Layer, ...]]:
@@ -69,7 +72,7 @@ def image_files(client: docker.DockerClient, ref: str, shown: str | None = None)
     try:
         code, out = run_to_completion(client, ref, ["python3", "-c", IMAGEFILES.read_text(encoding="utf-8")],
                                       name_prefix="sglstack-size", timeout=IMAGEFILES_TIMEOUT_S, entrypoint=[],
-                                      network_disabled=True)
+                                      network_disabled=True, cpu_shares=IMAGEFILES_CPU_SHARES)
     except docker.errors.APIError as exc:  # an image without python3 (a bare base) cannot list its files
         raise BuildError(f"image {shown}: its files cannot be listed in a container: "
                          f"{exc.explanation or exc}") from None

@@ -193,11 +193,12 @@ def test_the_record_says_what_was_reused_and_derived():
 def test_only_the_parts_that_must_run_are_asked_for_and_the_closure_is_given_the_facts():
     stack = Stack.model_validate({"name": "s", "base_image": "debian:bookworm-slim", "python": "3.11",
                                   "sglang": {"version": "0.5.9"}, "serving": {"model": "m", "gpus": 0}})
-    checks, closure = imagecheck_argvs(stack, {SERVER}, facts=True)
-    assert "--no-shared-libraries" in checks and "--server-help" in checks
-    assert json.loads(closure[4])[-1] == f"--facts={FACTS_IN_IMAGE}"
+    [server] = imagecheck_argvs(stack, {SERVER}, facts=True)  # the server part alone: one container
+    assert server[2:4] == ["--no-shared-libraries", "--server-help"] and server[4].startswith("--argv=")
+    assert json.loads(server[-1].removeprefix("--import-closure="))[-1] == f"--facts={FACTS_IN_IMAGE}"
     checks, closure = imagecheck_argvs(stack, {SERVER, SHARED_LIBRARIES})
-    assert "--no-shared-libraries" not in checks and not [a for a in json.loads(closure[4]) if "--facts" in a]
+    assert checks == ["python", "/opt/sglstack/tools/imagecheck.py"]  # --help and the argv go with the closure
+    assert "--server-help" in closure and not [a for a in closure if "--facts" in a]
     assert imagecheck_argvs(stack, {JIT}) == [["python", "/opt/sglstack/tools/imagecheck.py", "--no-shared-libraries"]]
 
 
@@ -207,3 +208,14 @@ def test_imagecheck_leaves_the_shared_libraries_out_when_told(tmp_path):
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"python": sys.version.split()[0]}
+
+
+def test_the_derivation_in_two_processes_is_the_one_in_one(tmp_path):
+    site = _site(tmp_path / "site")
+    results = []
+    for processes in (1, 2):
+        (tmp_path / str(processes)).mkdir()
+        with importcheck._beside([str(site)], None, str(tmp_path / str(processes)), processes=processes) as beside:
+            results.append(beside())
+    assert results[0] is not None and len(results[0]["digests"]) == 4 and results[0]["parsed"] >= 1
+    assert results[1] == results[0]  # every other file each, merged: the same digests, facts and parses

@@ -4,6 +4,7 @@ runs again or reuses a pass, with the reason the record shows."""
 from __future__ import annotations
 
 from sglstack.imagebuild.verifyplan import (
+    CONTENT,
     ELF,
     FILE,
     LINK,
@@ -13,6 +14,7 @@ from sglstack.imagebuild.verifyplan import (
     LayerFiles,
     Pass,
     Scope,
+    by_content,
     fingerprint,
     merged,
     plan,
@@ -62,8 +64,8 @@ def test_the_same_image_reuses_every_check_and_says_where_it_passed():
     ids, files = _image(BASE, TORCH, SGLANG)
     decisions = plan(SPECS, ids, files, _passes(ids, files))
     assert [(d.check, d.run, d.why) for d in decisions] == [
-        (s.name, False, "reused: passed on the same files (by layer) in image 999999999999 at 2026-12-05T03:00:00Z")
-        for s in SPECS]
+        (s.name, False, "reused: passed on the same files (by layer; a small layer's by content) in image "
+                        "999999999999 at 2026-12-05T03:00:00Z") for s in SPECS]
 
 
 def test_a_patch_layer_reruns_only_what_reads_the_patched_files():
@@ -173,3 +175,30 @@ def test_the_image_checks_rerun_for_what_a_patch_changes_and_only_that():
     tool = LayerFiles("sha256:" + "7" * 64, {"/opt/sglstack/tools/imagecheck.py": FILE})
     assert {d.check: d.run for d in plan(specs, *_image(BASE, TORCH, SGLANG, tool), passes)} == {
         "shared_libraries": True, "server": True, "jit_toolchain": True}
+
+
+def test_a_small_layer_rebuilt_with_the_same_bytes_reuses_and_one_other_byte_reruns():
+    """The tools layer gets another diff id when a layer below it changes (its folders' mtimes); keyed by its
+    files' content, the checks it is the program of are reused, and any other byte runs them again."""
+    specs = _pypi_specs()
+    tools = {"/opt/sglstack/tools/imagecheck.py": FILE, "/opt/sglstack/tools/elfdeps.py": FILE}
+    before = LayerFiles("sha256:" + "7" * 64, tools)
+    ids, files = _image(BASE, TORCH, SGLANG, before)
+    same = {before.diff_id: {"/opt/sglstack/tools/imagecheck.py": "1" * 64, "/opt/sglstack/tools/elfdeps.py": "2" * 64}}
+    passes = _passes(ids, by_content(files, same), specs)
+    rebuilt = LayerFiles("sha256:" + "8" * 64, tools)
+    new_ids, new_files = _image(BASE, TORCH, SGLANG, rebuilt)
+    assert {d.check: d.run for d in plan(specs, new_ids, new_files, passes)} == {
+        "shared_libraries": True, "server": True, "jit_toolchain": True}  # by layer: all three again
+    keyed = by_content(new_files, {rebuilt.diff_id: same[before.diff_id]})
+    assert keyed["/opt/sglstack/tools/imagecheck.py"] == (FILE, CONTENT + "1" * 64)
+    assert {d.check: d.run for d in plan(specs, new_ids, keyed, passes)} == {
+        "shared_libraries": False, "server": False, "jit_toolchain": False}
+    other = by_content(new_files, {rebuilt.diff_id: {**same[before.diff_id],
+                                                     "/opt/sglstack/tools/elfdeps.py": "3" * 64}})
+    decisions = plan(specs, new_ids, other, passes)
+    assert {d.check: d.run for d in decisions} == {"shared_libraries": True, "server": True, "jit_toolchain": True}
+    why = decisions[0].why
+    assert why.startswith("ran: its inputs differ from every earlier pass") and "keyed by its files' content" in why
+    # a file the small layer does not key (a large layer's) keeps its diff id
+    assert by_content(new_files, {})[f"{SITE}/torch/__init__.py"] == (FILE, TORCH.diff_id)

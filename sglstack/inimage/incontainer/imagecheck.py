@@ -17,7 +17,10 @@ verified image, from `imageinfo.py`, and is judged with the stack's declared ove
   run time: the check only finds what it will link (`lib64/stubs/libcuda.so`, a stub or a link to it).
 
 - the import closure (`importcheck.py`, in a process of its own): the serving path's modules imported, the
-  installed tree's imports that no installed distribution provides.
+  installed tree's imports that no installed distribution provides. Asked for with the server's checks, the
+  closure's process runs them once its imports are done (the --help in a child forked from it, the argv through
+  the parser already loaded), so SGLang and torch are imported once, not twice; should that process give no
+  answer for them, they run here as alone.
 
     python imagecheck.py [--server-help] [--argv JSON_LIST ...] [--jit-arch 9.0 ...] [--site DIR ...]
                          [--import-closure JSON_LIST] [--no-shared-libraries]
@@ -36,9 +39,9 @@ import sysconfig
 import tempfile
 import time
 
-from elfdeps import check_needs  # its sibling in the image's tools folder (on sys.path as the script's dir)
+from elfdeps import check_needs  # its siblings in the image's tools folder (on sys.path as the script's dir)
+from importcheck import SERVER_MODULE, SERVER_REPORTS, parse_argv
 
-SERVER_MODULE = "sglang.launch_server"
 OUTPUT_TAIL = 4000  # characters of a failing command's output kept in the report
 
 
@@ -118,34 +121,6 @@ def jit_toolchain(archs: list[str], cuda_home: str | None, timeout: float = JIT_
     return {**out, "seconds": round(time.monotonic() - start, 2)}
 
 
-class _Refused(Exception):
-    pass
-
-
-def parse_argv(argvs: list[list[str]]) -> dict:
-    """Each argv through SGLang's own parser (ServerArgs.add_cli_args), as the server would parse it."""
-    start = time.monotonic()
-    try:
-        from sglang.srt.server_args import ServerArgs  # the image's SGLang: only this check needs it
-    except Exception as exc:  # an import that crashes is the finding
-        return {"error": f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}", "results": []}
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise _Refused(message)
-
-    results = []
-    for argv in argvs:
-        parser = Parser(prog=SERVER_MODULE, add_help=False)
-        ServerArgs.add_cli_args(parser)
-        try:
-            parser.parse_args(argv)
-            results.append({"argv": argv, "ok": True, "error": None})
-        except _Refused as exc:
-            results.append({"argv": argv, "ok": False, "error": str(exc)})
-    return {"error": None, "results": results, "seconds": round(time.monotonic() - start, 2)}
-
-
 IMPORT_TIMEOUT_S = 900
 
 
@@ -167,6 +142,17 @@ def import_closure(args: list[str], timeout: float = IMPORT_TIMEOUT_S) -> dict:
             return json.load(f)
 
 
+def closure_and_server(opts: argparse.Namespace) -> dict:
+    """The import closure, and the server's --help and argv in its process after its imports: the closure's
+    time limit grows by the --help's own. What that process does not answer is left out (main runs it alone)."""
+    server = (["--server-help", f"--help-timeout={opts.help_timeout}"] if opts.server_help else []) + \
+        [f"--argv={a}" for a in opts.argv]
+    closure = import_closure(json.loads(opts.import_closure) + server,
+                             opts.import_timeout + (opts.help_timeout if opts.server_help else 0))
+    found = {key: closure.pop(key) for key in SERVER_REPORTS if isinstance(closure.get(key), dict)}
+    return {"import_closure": closure, **found}
+
+
 def main(args: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-help", action="store_true")
@@ -185,12 +171,12 @@ def main(args: list[str] | None = None) -> int:
     out: dict = {"python": platform.python_version()}
     if not opts.no_shared_libraries:
         out["shared_libraries"] = shared_libraries(sites)
-    if opts.server_help:
-        out["server_help"] = server_help(opts.help_timeout)
-    if opts.argv:
-        out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     if opts.import_closure is not None:
-        out["import_closure"] = import_closure(json.loads(opts.import_closure), opts.import_timeout)
+        out.update(closure_and_server(opts))
+    if opts.server_help and "server_help" not in out:
+        out["server_help"] = server_help(opts.help_timeout)
+    if opts.argv and "serving_argv" not in out:
+        out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     if opts.jit_arch:
         out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"), opts.jit_timeout)
     json.dump(out, sys.stdout, indent=1, sort_keys=True)

@@ -14,7 +14,8 @@ passes it and fails at run time (upstream images without `distro`: sgl-project/s
    Not counted: an import handled when absent (`try: ... except ImportError`, `with suppress(ImportError)`),
    one for type checkers only, one for another interpreter or OS. A function's imports run only when it is
    called: optional by convention. What a file imports is kept by its sha256 (`--facts`: the host's cache) and
-   derived only for new bytes, in a process beside step 1 (`--derive-only`); every name is looked up again.
+   derived only for new bytes, in processes beside step 1 (`--derive-only`, two on two CPUs or more, each every
+   other file); every name is looked up again.
 
 Prints one JSON object; the host judges it (`imagebuild/importclosure.py`): a serving-path module that does
 not import for a missing module, or an unconditional import in a serving-path file that nothing provides, is an
@@ -35,6 +36,8 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import runpy
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -42,6 +45,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the host)
     from .filefacts import (
@@ -68,6 +72,9 @@ except ImportError:  # run as a script in the image: its sibling in the tools fo
         valid_fact,
     )
 
+SERVER_MODULE = "sglang.launch_server"
+SERVER_REPORTS = ("server_help", "serving_argv")  # the server's checks this process runs after its imports
+OUTPUT_TAIL = 4000  # characters of a failing command's output kept in the report
 SPECULATIVE_PREFIX = "eagle_worker"  # sglang/srt/speculative/eagle_worker*.py: the EAGLE / EAGLE3 workers
 SKIPPED_FOLDERS = {"tests", "test", "__pycache__"}
 
@@ -209,6 +216,91 @@ def scan(files: list[str], serving: set[str], known: dict[str, dict] | None = No
                       "beside": beside is not None}}
 
 
+class _Refused(Exception):
+    pass
+
+
+def parse_argv(argvs: list[list[str]]) -> dict:
+    """Each argv through SGLang's own parser (ServerArgs.add_cli_args), as the server would parse it."""
+    start = time.monotonic()
+    try:
+        from sglang.srt.server_args import ServerArgs  # the image's SGLang: only this check needs it
+    except Exception as exc:  # an import that crashes is the finding
+        return {"error": f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}", "results": []}
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise _Refused(message)
+
+    results = []
+    for argv in argvs:
+        parser = Parser(prog=SERVER_MODULE, add_help=False)
+        ServerArgs.add_cli_args(parser)
+        try:
+            parser.parse_args(argv)
+            results.append({"argv": argv, "ok": True, "error": None})
+        except _Refused as exc:
+            results.append({"argv": argv, "ok": False, "error": str(exc)})
+    return {"error": None, "results": results, "seconds": round(time.monotonic() - start, 2)}
+
+
+def _run_entry_point(out: int, err: int) -> None:
+    """In the forked child: `python -m sglang.launch_server --help` on the modules already loaded; never returns."""
+    code = 1
+    try:
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # the parent's imports had stdout sent to stderr
+        sys.argv = [SERVER_MODULE, "--help"]
+        runpy.run_module(SERVER_MODULE, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:  # as the interpreter exits: None is 0, a number itself, anything else printed, 1
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def server_help(timeout: float) -> dict | None:
+    """imagecheck.py's --help check, in a child forked after the serving path's imports: the same entry point
+    run as `__main__` with the same argv, the same limit and report, without importing SGLang and torch again.
+    None where it gives no answer in time: a forked child can hang on a lock another thread held at the fork,
+    which is no finding of the image's, so imagecheck.py runs it alone then (a real hang is its finding)."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()  # nothing the parent buffered is written twice
+        pid = os.fork()
+        if pid == 0:
+            _run_entry_point(out.fileno(), err.fileno())
+        status = None
+        while status is None and time.monotonic() - start < timeout:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(raw) if done else None
+            if status is None:
+                time.sleep(0.05)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        text = [_read(f) for f in (out, err)]
+    ok = status == 0 and "--model-path" in text[0]
+    return {"returncode": status, "lists_model_path": "--model-path" in text[0],
+            "error": None if ok else (text[1] or text[0])[-OUTPUT_TAIL:], "seconds": round(time.monotonic() - start, 2)}
+
+
+def _read(f: Any) -> str:
+    f.seek(0)
+    return f.read().decode("utf-8", "replace")
+
+
 def loaded_files(roots: list[str]) -> set[str]:
     """The files of the modules loaded now that live under `roots` (the sites and SGLang's folder): the
     standard library is not the image's packages."""
@@ -230,8 +322,14 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--site", action="append", default=[])
     ap.add_argument("--out", help="write the report here (what the imports print cannot mix into it)")
     ap.add_argument("--facts", help="the host's fact cache (JSON: {namespaces: {namespace: {sha256: fact}}})")
+    ap.add_argument("--server-help", action="store_true", help="after the imports, `python -m "
+                    "sglang.launch_server --help` in a child forked from this process")
+    ap.add_argument("--help-timeout", type=float, default=600)
+    ap.add_argument("--argv", action="append", default=[], help="a JSON list: one serving argv, parsed after the "
+                    "imports")
     ap.add_argument("--derive-only", action="store_true", help="only hash the sites' files and derive the facts "
                     "the cache lacks (run beside the serving path's imports)")
+    ap.add_argument("--part", default="0/1", help="K/N: --derive-only takes every Nth file from the Kth")
     opts = ap.parse_args(args)
     start = time.monotonic()
     namespace = facts_namespace()
@@ -239,7 +337,9 @@ def main(args: list[str] | None = None) -> int:
     paths = sysconfig.get_paths()
     sites = opts.site or list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
     if opts.derive_only:
-        return _write(opts.out, derive_facts(sorted({os.path.realpath(f) for f in tree_files(sites)}), known))
+        part, parts = (int(n) for n in opts.part.split("/"))
+        files = sorted({os.path.realpath(f) for f in tree_files(sites)})[part::parts]
+        return _write(opts.out, derive_facts(files, known))
     with tempfile.TemporaryDirectory(prefix="sglstack-facts-") as tmp, _beside(sites, opts.facts, tmp) as beside:
         report = closure(opts, sites, known, beside, start)
     report["facts"] = {**report["facts"], "namespace": namespace, "not_given": no_facts}
@@ -253,31 +353,45 @@ def _write(path: str | None, report: dict) -> int:
     return 0
 
 
+DERIVE_PROCESSES = max(1, min(2, os.cpu_count() or 1))  # the derivation's share of the CPUs, beside the imports
+
+
 @contextlib.contextmanager
-def _beside(sites: list[str], facts: str | None, tmp: str) -> Iterator[Callable[[], dict | None]]:
-    """`--derive-only` in a process of its own, started now; the callable waits for its result (None if it
-    failed: the scan then derives every fact itself). Ended on every exit."""
-    out = os.path.join(tmp, "derived.json")
-    command = [sys.executable, os.path.abspath(__file__), "--derive-only", *(f"--site={s}" for s in sites),
-               *([f"--facts={facts}"] if facts else []), f"--out={out}"]
+def _beside(sites: list[str], facts: str | None, tmp: str,
+            processes: int = DERIVE_PROCESSES) -> Iterator[Callable[[], dict | None]]:
+    """`--derive-only` in `processes` processes of their own (each every Nth file), started now; the callable
+    waits for their merged result (None if any failed: the scan then derives every fact itself). Ended on every
+    exit."""
+    outs = [os.path.join(tmp, f"derived-{k}.json") for k in range(processes)]
     # The same lookups as here; nothing else of this process's environment: parsing files needs none of it.
     env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--derive-only",
+                                  *(f"--site={s}" for s in sites), *([f"--facts={facts}"] if facts else []),
+                                  f"--part={k}/{processes}", f"--out={out}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                for k, out in enumerate(outs)]
 
     def result() -> dict | None:
-        if child.wait() != 0:
-            return None
-        try:
-            with open(out, encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
+        merged: dict = {"digests": {}, "new_facts": {}, "parsed": 0}
+        for child, out in zip(children, outs, strict=True):
+            if child.wait() != 0:
+                return None
+            try:
+                with open(out, encoding="utf-8") as f:
+                    part = json.load(f)
+            except (OSError, ValueError):
+                return None
+            merged["digests"].update(part["digests"])
+            merged["new_facts"].update(part["new_facts"])
+            merged["parsed"] += part["parsed"]
+        return merged
     try:
         yield result
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
@@ -304,13 +418,23 @@ def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
     # The serving path: what importing it loaded, and the files whose imports failed on the way.
     serving = loaded_files(roots) - before
     serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
+    with contextlib.redirect_stdout(sys.stderr):  # the server's checks, on what is loaded now (not the path's)
+        helped = server_help(opts.help_timeout) if opts.server_help else None
+        server = {"server_help": helped} if helped is not None else {}
+        if opts.argv:
+            server["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
     scanned = scan(files, serving, known, beside())
-    return {"modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
+    return {**server, "modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
             "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
             **scanned, "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
             "seconds_scan": round(time.monotonic() - imported, 2)}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The report is written and closed: leave without tearing down what the serving path loaded (unloading torch
+    # and SGLang took 4.5 s of a 16.6 s import run at load 6), as the forked --help child leaves.
+    os._exit(code)
