@@ -51,7 +51,7 @@ MODULES=(
   "safefiles|sglstack/core/safefiles.py sglstack/core/folderlock.py|tests/unit/test_safefiles.py tests/cli/test_files_and_records.py tests/unit/test_one_home.py tests/cli/test_build_root.py tests/unit/test_folder_lock.py"
   "promotion|sglstack/publish/promotion.py|tests/unit/test_publish_promotion.py tests/unit/test_publish_tags.py tests/unit/test_publish_promotion_records.py"
   "preflight|sglstack/inimage/preflight/checks.py sglstack/inimage/preflight/parse.py|tests/unit/test_preflight_checks.py tests/unit/test_preflight_parse.py tests/unit/test_coverage_preflight.py tests/unit/test_preflight_checks_whole.py"
-  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/inventory/model.py sglstack/inventory/sbom.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_signing_mutation.py tests/unit/test_attest_verification.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py"
+  "attest|sglstack/attest/signing.py sglstack/attest/provenance.py sglstack/inventory/model.py sglstack/inventory/sbom.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_signing_mutation.py tests/unit/test_attest_verification.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py tests/unit/test_attest_signers.py"
   "config|sglstack/config/schema.py sglstack/config/settings.py sglstack/config/strict.py sglstack/config/fields.py sglstack/config/yamlsrc.py|tests/cli/test_matrix.py tests/cli/test_bad_inputs.py tests/cli/test_foreign_values.py tests/cli/test_credentials.py tests/unit/test_kernel_package.py"
   "diff-sources|sglstack/diff/snapshots.py sglstack/diff/sources.py|tests/cli/test_tracebacks_left.py tests/unit/test_diff_sources.py tests/unit/test_diff_sources_registry.py"
   "coverage-report|sglstack/coverage/report.py sglstack/coverage/devicecode.py|tests/unit/test_coverage_rules.py tests/unit/test_kernel_package.py tests/unit/test_coverage_devicecode.py"
@@ -65,7 +65,7 @@ MODULES=(
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_process_adapter_mutation.py tests/unit/test_secret_holes.py"
   "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
   "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
-  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py"
+  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py tests/unit/test_attest_signers.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
