@@ -65,7 +65,7 @@ MODULES=(
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_process_adapter_mutation.py tests/unit/test_secret_holes.py"
   "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
   "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
-  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py tests/unit/test_attest_signers.py tests/unit/test_attest_store_mutation.py tests/unit/test_attest_verify_mutation.py"
+  "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py tests/unit/test_attest_signers.py tests/unit/test_attest_store_mutation.py tests/unit/test_attest_verify_mutation.py tests/unit/test_attest_release_mutation.py"
 )
 
 if ! "$PY" -c "import mutmut" 2>/dev/null; then
