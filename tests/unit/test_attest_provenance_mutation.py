@@ -1,7 +1,7 @@
 """What a provenance statement names, read back where the other attest tests' statements never sit (issue 35,
 mutation of `attest`): a statement some other tool shaped (no predicate, a definition or its parts of another
 type, no SGLang dependency, the SGLang dependency after others), an over-long subject digest or field, and an
-identity that names no config. Pure: bytes in, values out."""
+identity that names no config; an inventory listing whose requires is no list of names. Pure: values in, values out."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from sglstack.attest.provenance import (
     statement_identity,
     statement_subjects,
 )
+from sglstack.inventory.model import Inventory, InventoryError
 
 DIGEST = "sha256:" + "ab" * 32
 RECORD = {"stack": "cu130", "target": "runtime", "image_id": "sha256:" + "cd" * 32, "config_hash": "c" * 64,
@@ -66,3 +67,15 @@ def test_an_identity_naming_no_config_or_release_says_unknown():
     assert BuildIdentity("cu130").describe() == "stack 'cu130', config unknown, SGLang unknown"
     assert BuildIdentity("cu130", "c" * 64, "pkg:pypi/sglang@0.5.9").describe() == (
         "stack 'cu130', config cccccccccccc, SGLang pkg:pypi/sglang@0.5.9")
+
+
+@pytest.mark.parametrize("requires", [["idna", 5], "idna", {"idna": 1}])
+def test_a_requires_that_is_not_a_list_of_names_is_refused_in_one_line(requires):
+    listing = {"python_distributions": [{"name": "six", "version": "1.16.0", "requires": requires}],
+               "debian_packages": []}
+    with pytest.raises(InventoryError) as err:
+        Inventory.from_listing(listing)
+    assert str(err.value) == ("the image's inventory is malformed (a distribution's 'requires' is not a list of "
+                              "names)")
+    listing["python_distributions"][0]["requires"] = ["Idna", "idna", "Six_X"]
+    assert Inventory.from_listing(listing).requires == {"six": ("idna", "six-x")}
