@@ -1,6 +1,7 @@
 """An in-memory registry with deletes and faults, and images with their SBOM, provenance and signature, for the
 attest-store tests (issue 35, mutation of `attest-store`): the in-memory registry (`memory_registry`) with the calls
-removal needs (`delete_manifest`, `budget`), a PUT that fails for one layer, a manifest or blob that cannot be read."""
+removal needs (`delete_manifest`, `budget`), one repository (a call naming another is refused), a PUT that fails
+for one layer, a manifest or blob that cannot be read."""
 
 from __future__ import annotations
 
@@ -42,6 +43,24 @@ class Registry(MemoryRegistry):
         self.unreadable: set[str] = set()
         self.deleted: list[str] = []
 
+    @staticmethod
+    def _one_repository(repo: str) -> None:
+        """The registry holds one repository: a call naming another is refused, as a registry's NAME_UNKNOWN."""
+        if repo != PATH:
+            raise RegistryError(f"registry memory: repository {repo!r}: HTTP 404 NAME_UNKNOWN")
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        self._one_repository(repo)
+        return super().manifest_digest(repo, reference)
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        self._one_repository(repo)
+        return super().put_blob(repo, data)
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
+        self._one_repository(repo)
+        return super().put_manifest(repo, reference, body, media_type)
+
     def budget(self, seconds: float) -> contextlib.AbstractContextManager[None]:
         assert seconds == self.timeout_s
         return contextlib.nullcontext()
@@ -52,12 +71,14 @@ class Registry(MemoryRegistry):
         return super().put_artifact(repo, reference, body, media_type)
 
     def get_manifest(self, repo: str, reference: str):
+        self._one_repository(repo)
         if reference in self.unreadable:
             raise RegistryError(f"registry memory: GET manifest {reference[:19]}: HTTP 500")
         return super().get_manifest(repo, reference)
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, object]] | None:
         """As the parent's, passing over a manifest that is no JSON object (as a registry indexes none)."""
+        self._one_repository(repo)
         kept = {d: m for d, m in self.manifests.items() if m[1].startswith(b"{")}
         every, self.manifests = self.manifests, kept
         try:
@@ -66,11 +87,13 @@ class Registry(MemoryRegistry):
             self.manifests = every
 
     def get_blob(self, repo: str, digest: str, *, max_bytes: int | None = None) -> bytes:
+        self._one_repository(repo)
         if digest not in self.blobs:  # as the real client: a missing blob is a RegistryError
             raise RegistryError(f"registry memory: GET blob {repo}@{digest}: HTTP 404")
         return super().get_blob(repo, digest, max_bytes=max_bytes)
 
     def delete_manifest(self, repo: str, digest: str) -> None:
+        self._one_repository(repo)
         if digest not in self.manifests:
             raise ManifestNotFound(digest)
         del self.manifests[digest]

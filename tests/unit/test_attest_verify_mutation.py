@@ -5,16 +5,20 @@ another image, another stack. In process, against the in-memory registry (`attes
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 from attest_memory import IDENTITY, KEY, KID, PATH, REGISTRY, Registry, docs, image, plant, refusal, signature, verify
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from memory_registry import MemoryRegistry
 
+from sglstack.attest import verify as verify_mod
 from sglstack.attest.errors import BadInput, NotVerified
 from sglstack.attest.provenance import BuildIdentity
-from sglstack.attest.signing import key_id, sign_envelope, signed_payload
+from sglstack.attest.signing import key_id, public_pem, sign_envelope, signed_payload
 from sglstack.attest.store import attach
-from sglstack.attest.verify import verified_for_render, verified_line, verify_image
+from sglstack.attest.verify import IndexNotVerified, verified_for_render, verified_line, verify_image
 from sglstack.config.imageref import parse_image_reference
 from sglstack.core.errors import RegistryError
 from sglstack.registry.client import ManifestNotFound, compute_digest
@@ -178,3 +182,75 @@ def test_a_signed_build_of_another_stack_is_refused_and_render_needs_an_image():
         with pytest.raises(BadInput) as bad:
             verified_for_render(given, "k.pub", IDENTITY)
         assert str(bad.value) == ("--verify-key needs --image REPO@sha256:... (or REPO:TAG) of a published image")
+
+
+# ---- an index: its own signature, then each platform bound to the stack (not to one platform's config hash) ----
+
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def _index(registry: Registry, *, signed_over: str | None = None, manifests: bool = True) -> tuple[str, str, str]:
+    """An index of two platforms, amd64 signed and arm64 released unsigned, its own signature over `signed_over`
+    (its digest unless told): (index digest, amd64 digest, arm64 digest)."""
+    amd64, _, _ = _signed(registry)
+    arm64, config = image(registry, "arm64")
+    attach(registry, PATH, arm64, docs(arm64, config))
+    entries = [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": 1,
+                "platform": {"os": "linux", "architecture": arch}} for arch, d in (("amd64", amd64), ("arm64", arm64))]
+    body = json.dumps({"schemaVersion": 2, "mediaType": INDEX, **({"manifests": entries} if manifests else {})})
+    digest = registry.put_manifest(PATH, "v1", body.encode(), INDEX)
+    attach(registry, PATH, digest, [("signature", signature(digest, [], signed_digest=signed_over))])
+    return digest, amd64, arm64
+
+
+def test_an_index_says_each_platforms_verdict_bound_to_the_stack_not_a_config_hash():
+    registry = Registry()
+    index, amd64, arm64 = _index(registry)
+    skipped = plant(registry, index, "sbom", {"size": -1})
+    with pytest.raises(IndexNotVerified) as err:
+        verify(registry, index, BuildIdentity("cu130", "d" * 64, "pkg:pypi/sglang@0.5.9"))
+    unsigned = f"{REGISTRY}@{arm64}: no signature attached (unsigned, or its signature was deleted)"
+    assert str(err.value) == f"linux/arm64 {arm64[:19]}: {unsigned}"
+    done = err.value.verification
+    assert done.platforms == [
+        {"platform": "index", "digest": index, "verified": True},
+        {"platform": "linux/amd64", "digest": amd64, "verified": True,
+         "signed_for": {"stack": "cu130", "config_hash": "c" * 64, "sglang": "pkg:pypi/sglang@0.5.9"}},
+        {"platform": "linux/arm64", "digest": arm64, "verified": False, "reason": unsigned}]
+    assert done.checked[0] == f"signature by key {KID} covers the index {index}"
+    assert done.skipped == [f"artifact {skipped[:19]} (tag): its layer's size -1 is not a number of bytes up to "
+                            f"33554432"]
+    with pytest.raises(IndexNotVerified) as err:
+        verify(registry, index, BuildIdentity("other"))
+    assert [p["reason"].split(": ", 1)[1] for p in err.value.verification.platforms[1:2]] == [
+        "signed for another build: stack: expected 'other', found 'cu130'"]
+
+
+def test_an_index_signature_over_another_digest_or_beside_other_documents():
+    registry = Registry()
+    other = "sha256:" + "4" * 64
+    index, _, _ = _index(registry, signed_over=other)
+    with pytest.raises(IndexNotVerified) as err:
+        verify(registry, index)
+    assert err.value.verification.platforms[0] == {
+        "platform": "index", "digest": index, "verified": False,
+        "reason": f"{REGISTRY}@{index}: the signature covers {other[:19]}, not this index"}
+    registry = Registry()
+    index, _, _ = _index(registry, manifests=False)  # an index listing no manifests: its own signature only
+    attach(registry, PATH, index, docs(index, "sha256:" + "5" * 64)[:1])  # an SBOM beside it: not a signature
+    done = verify(registry, index)
+    assert [p["platform"] for p in done.platforms] == ["index"] and done.skipped == []
+
+
+def test_render_verify_key_prints_the_verified_line_and_gives_the_digest(tmp_path, monkeypatch, capsys):
+    registry = Registry()
+    digest, _, _ = _signed(registry)
+    registry.tags["v1"] = digest
+    monkeypatch.setattr(verify_mod, "RegistryClient", SimpleNamespace(from_environment=lambda host: registry))
+    key = tmp_path / "release.pub"
+    key.write_bytes(public_pem(KEY))
+    assert verified_for_render(f"{REGISTRY}:v1", str(key), IDENTITY) == f"{REGISTRY}@{digest}"
+    named = verify(registry, digest).signed.describe()
+    assert capsys.readouterr().err == f"verified: {REGISTRY}:v1 is {digest}, signed by key {KID} for {named}\n"
+    with pytest.raises(NotVerified, match="signed for another build: stack: expected 'other', found 'cu130'"):
+        verified_for_render(f"{REGISTRY}:v1", str(key), BuildIdentity("other"))
