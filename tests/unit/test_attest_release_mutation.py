@@ -18,6 +18,7 @@ from sglstack.attest import release
 from sglstack.attest.errors import AttestationError
 from sglstack.attest.provenance import BuildIdentity, statement_identity
 from sglstack.attest.release import AttestPlan, ensure_signed, read_record
+from sglstack.attest.signing import open_envelope
 from sglstack.attest.store import find_attestations
 from sglstack.config.imageref import parse_repository
 from sglstack.core import labels as lb
@@ -162,3 +163,20 @@ def test_an_image_with_nothing_to_sign_or_no_config_is_refused_in_one_line():
     with pytest.raises(AttestationError) as err:
         ensure_signed(registry, REPO, bare, key, IDENTITY)
     assert str(err.value) == f"{REGISTRY}@{bare}: not an image manifest (no config descriptor)"
+
+
+def test_what_a_plan_attaches_names_the_repository_the_records_facts_and_each_documents_media_type(tmp_path,
+                                                                                                 listed):
+    config = "sha256:" + "ab" * 32
+    _record(tmp_path, config, provenance={"patches": {"kimi": "2" * 64}, "sglstack": {"version": "0.9"}})
+    digest = "sha256:" + "cd" * 32
+    docs = dict(AttestPlan(tmp_path / "record.json", KEY, docker_host="tcp://engine:2375").documents("r/x", digest))
+    assert listed == [(("engine", "tcp://engine:2375"), config)]  # no SBOM beside the record: listed there
+    statement = json.loads(docs["provenance"])
+    assert statement["subject"] == [{"name": "r/x", "digest": {"sha256": "cd" * 32}}]
+    assert statement["predicate"]["buildDefinition"]["resolvedDependencies"][0] == {
+        "name": "patch:kimi", "digest": {"sha256": "2" * 64}}
+    assert statement["predicate"]["runDetails"]["builder"]["version"]["sglstack"] == "0.9"
+    payload = open_envelope(docs["signature"], KEY.public_key())
+    assert [(a["kind"], a["mediaType"]) for a in payload["attestations"]] == [
+        ("provenance", "application/vnd.in-toto+json"), ("sbom", "application/vnd.cyclonedx+json")]
