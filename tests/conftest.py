@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 
 from sglstack.adapters.docker import docker_client as make_client
+from sglstack.cli.testing import FAST_HYPOTHESIS_PROFILE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The helpers the test files share (fixtures, doubles, `clirun`) live in tests/lib/ and are imported by name.
@@ -55,6 +56,8 @@ def tier_marks(path: Path, fixtures: set[str]) -> list[str]:
 # still ended by pytest-timeout. Tests that set other settings keep this (settings inherit the profile).
 settings.register_profile("sglstack", deadline=None)
 settings.load_profile("sglstack")
+# `invoke test` (the fast tier) draws a third of each property test's examples; CI draws them all.
+settings.register_profile(FAST_HYPOTHESIS_PROFILE, parent=settings.get_profile("sglstack"), max_examples=34)
 
 # A test that builds an image or serves one on the shared engine: minutes on a loaded 2-core CI machine
 # (the slowest measured 127 s there), a cold BuildKit cache included, so five times that still ends a hang.
