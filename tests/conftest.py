@@ -111,6 +111,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 # ---- collection: pytest's rewritten test modules kept -------------------------------------------------
 
+GC_YOUNG_OBJECTS = 20_000
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):
     """Collect with bytecode written, whatever PYTHONDONTWRITEBYTECODE says: pytest caches each test module with
@@ -126,9 +129,11 @@ def pytest_collection(session):
         sys.dont_write_bytecode = before
     # What collection made (every module, test function and item) lives to the session's end: frozen, it is
     # out of the garbage collector's walks (a worker spent 10-13 s of CPU in them) and of pytest's own five
-    # collections at its end. What the tests make is collected as before.
+    # collections at its end. What the tests make is collected as before, in fewer, larger young collections
+    # (700 objects by default): a worker's GC time 11.6 -> 2.9 s of CPU.
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GC_YOUNG_OBJECTS, *gc.get_threshold()[1:])
     return collected
 
 

@@ -54,20 +54,24 @@ def test_collection_keeps_the_rewritten_modules_and_freezes_what_it_made(pyteste
     """Under PYTHONDONTWRITEBYTECODE pytest rewrote every test module in every process; collected, the module is
     cached, the tests themselves still run with bytecode off, and what collection made is out of the GC's walks."""
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_rewritten="""
+    pytester.makepyfile(test_rewritten=f"""
         import gc
         import sys
 
         def test_runs_as_the_user_asked():
             assert sys.dont_write_bytecode
             assert gc.get_freeze_count() > 0
+            assert gc.get_threshold()[0] == {conftest.GC_YOUNG_OBJECTS}
     """)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    threshold = gc.get_threshold()
     gc.unfreeze()
+    gc.set_threshold(700, *threshold[1:])
     try:
         result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider")
     finally:
         gc.freeze()
+        gc.set_threshold(*threshold)
     result.assert_outcomes(passed=1)
     assert sys.dont_write_bytecode
     cached = sorted(p.name for p in (pytester.path / "__pycache__").glob("test_rewritten.*-pytest-*.pyc"))
