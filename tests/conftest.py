@@ -54,7 +54,8 @@ def tier_marks(path: Path, fixtures: set[str]) -> list[str]:
 # Hypothesis fails an example that runs over its `deadline` (200 ms unless a test says otherwise): a limit
 # on the machine's speed, which a loaded CI host overruns. No test's outcome may depend on that; a hang is
 # still ended by pytest-timeout. Tests that set other settings keep this (settings inherit the profile).
-settings.register_profile("sglstack", deadline=None)
+# max_examples is Hypothesis's default, named: a profile's unnamed fields follow whichever profile is loaded.
+settings.register_profile("sglstack", deadline=None, max_examples=100)
 settings.load_profile("sglstack")
 # `invoke test` (the fast tier) draws a third of each property test's examples; CI draws them all.
 settings.register_profile(FAST_HYPOTHESIS_PROFILE, parent=settings.get_profile("sglstack"), max_examples=34)
