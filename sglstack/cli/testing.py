@@ -22,6 +22,9 @@ from .options import command
 REPO = Path(__file__).resolve().parents[2]
 FAST_TIER = "not docker and not network and not slow"
 FAST_PATHS = ("tests/unit", "tests/cli")
+# The fast tier's Hypothesis profile (registered by tests/conftest.py): a third of the examples each property
+# test names (tests/lib/hypothesis_budget.py); every tier, as CI runs them, draws them all.
+FAST_HYPOTHESIS_PROFILE = "sglstack-fast"
 # pytest's "no tests collected": a broken suite here, not a pass (as scripts/test.sh says).
 NO_TESTS_COLLECTED = 5
 
@@ -40,7 +43,8 @@ def pytest_argv(*, all_tiers: bool, extra: tuple[str, ...], workers: int | str =
         argv += ALL_TIERS_XDIST
     else:
         # loadfile: a module's tests share one worker, so module-scoped fixtures are built once.
-        argv += ["-n", str(workers), "--dist", "loadfile", "-m", FAST_TIER, *FAST_PATHS]
+        argv += ["-n", str(workers), "--dist", "loadfile", "-m", FAST_TIER,
+                 f"--hypothesis-profile={FAST_HYPOTHESIS_PROFILE}", *FAST_PATHS]
     return argv + list(extra)
 
 

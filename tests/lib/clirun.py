@@ -91,6 +91,7 @@ def _warm() -> None:
         task_collection()
         _import_the_parts()
         _PRISTINE.update(_imported_aside(("sglstack.cli.collection", "sglstack.cli.program")))
+        gc.freeze()  # all of sglstack, imported to stay: out of this process's collections too (as the forks')
 
 
 _WARM_LOCK = threading.Lock()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from sglstack.bisect.planner import (
     BAD,
@@ -196,7 +197,7 @@ def test_an_undecided_ref_is_left_out_after_the_bound_on_repeats():
     assert "differs from both endpoints" in outcome.reason
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(data=st.data(), n=st.integers(2, 24), seed=st.integers(0, 10_000))
 def test_a_skip_is_never_taken_for_good_or_bad_whatever_the_skip_pattern(data, n, seed):
     """Any set of untestable refs between the endpoints, anywhere around the change: a skipped ref is

@@ -17,12 +17,13 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from sglstack.config.matrix import load_matrix
 from sglstack.config.schema import Stack
 from sglstack.core.errors import ConfigError
 
-EXAMPLES = 150
+EXAMPLES = examples(150)
 SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

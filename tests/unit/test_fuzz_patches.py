@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from patch_fixtures import make_patch
 
 from sglstack.inimage import patchkit
@@ -26,7 +27,7 @@ from sglstack.inimage.patchkit import PatchError, apply_patches, verify_patches
 
 CLASS = "Target"
 FILE = "sglang/srt/models/target.py"
-EXAMPLES = 200
+EXAMPLES = examples(200)
 
 NAMES = st.sampled_from(["get_embed_and_head", "set_embed_and_head", "forward", "load_weights", "helper",
                          "attribute", "hint", "method", "_private", "__call__", "m", "with_digits_2"])

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from rich.console import Console
 
 from sglstack.config.matrix import load_matrix
@@ -44,7 +45,7 @@ from sglstack.smoke.launch import container_plan
 REPO = Path(__file__).resolve().parents[2]
 CPU_STACK = load_matrix(REPO / "tests" / "fixtures" / "stacks-cpu.yaml").get("cpu-test")
 DIGEST_REF = "127.0.0.1:5000/sglstack/sglang@sha256:" + "ab" * 32
-BOUNDED = settings(max_examples=25, deadline=None, derandomize=True,
+BOUNDED = settings(max_examples=examples(25), deadline=None, derandomize=True,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # ---- smoke serves what deploy serves: every serving and speculative setting ------------------------
@@ -417,7 +418,7 @@ def _utc_dates() -> set[dt.date]:
 
 # UTC+14 and UTC-12 are a day apart from UTC at every moment between them: one of the two is always on
 # another date than UTC, so a local date fails this test at any time of day, not only near midnight.
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=examples(12), deadline=None, derandomize=True)
 @given(offset=st.integers(-12 * 60, 14 * 60).map(lambda m: m - m % 15))
 @example(offset=14 * 60)
 @example(offset=-12 * 60)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from tmpfs_fixtures import fill, tmpfs
 from upgrade_fixtures import STACKS, World, lock_of
 
@@ -166,7 +167,7 @@ def matrices(draw: st.DrawFn) -> tuple[str, str]:
     return text, f"s{draw(st.integers(0, n - 1))}"
 
 
-@settings(derandomize=True, max_examples=60, deadline=None,
+@settings(derandomize=True, max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(matrices(), st.booleans())
 def test_any_sharing_of_anchors_moves_no_other_stack(tmp_path, case, describe) -> None:
