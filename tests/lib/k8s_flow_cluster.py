@@ -47,7 +47,8 @@ def _kubectl_in_process(argv, *, env=None, **kwargs):
         return _real_run(argv, env=env, **kwargs)
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, dict(os.environ) if env is None else env, clear=True), \
+    child_env = dict(os.environ) if env is None else env
+    with mock.patch.object(sys, "argv", list(argv)), mock.patch.dict(os.environ, child_env, clear=True), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             exec(_DOUBLE_CODE, {"__name__": "kubectl_double"})
