@@ -64,7 +64,7 @@ MODULES=(
   "deploy-flow|sglstack/deploy/flow.py sglstack/deploy/deployment.py sglstack/deploy/restore.py sglstack/deploy/lifecycle.py|tests/unit/test_deploy_flow.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_store_trust.py tests/cli/test_deploy_records.py tests/unit/test_deploy_flow_failed.py tests/unit/test_deploy_flow_records.py"
   "deploy-k8s|sglstack/deploy/k8s_flow.py|tests/unit/test_deploy_k8s_flow.py tests/unit/test_k8s_rollout_state.py tests/unit/test_deploy_wait_limit.py tests/cli/test_deploy_k8s.py tests/unit/test_deploy_k8s_flow_rollback.py"
   "process-adapter|sglstack/adapters/process.py sglstack/smoke/processenv.py|tests/unit/test_process_adapter.py tests/unit/test_process_adapter_mutation.py tests/unit/test_secret_holes.py"
-  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/cli/test_smoke_process.py tests/cli/test_smoke_plan.py tests/unit/test_smoke_server_log.py"
+  "smoke-runner|sglstack/smoke/runner.py sglstack/smoke/server.py sglstack/smoke/measured.py|tests/unit/test_smoke_runner_inproc.py tests/unit/test_smoke_server_seams.py tests/unit/test_smoke_measured_clock.py tests/unit/test_smoke_server_log.py tests/cli/test_smoke_plan.py"
   "size-measure|sglstack/size/measure.py|tests/unit/test_image_size.py tests/unit/test_size_measure.py"
   "attest-store|sglstack/attest/release.py sglstack/attest/store.py sglstack/attest/verify.py sglstack/inventory/listing.py sglstack/imagebuild/identity.py|tests/cli/test_attest.py tests/cli/test_attest_trust.py tests/unit/test_attest_documents.py tests/unit/test_attest_verification.py tests/unit/test_attest_image.py tests/unit/test_index_signing.py tests/unit/test_kernel_cache_registry.py"
 )

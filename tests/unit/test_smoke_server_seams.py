@@ -180,12 +180,13 @@ def test_a_container_is_measured_with_the_last_api_key_and_its_run_returned(monk
     assert seen["command"] == list(_plan().command) and seen["shm_size"] == "16g" and seen["removed"]
 
 
-@pytest.mark.parametrize(("container", "result"), [
-    (Container(status_code=3), 3),
-    (Container(), -1),
-    (Container(wait_raises=True), "a timeout after 2.5s"),
+@pytest.mark.parametrize(("given", "result"), [
+    ({"status_code": 3}, 3),
+    ({}, -1),
+    ({"wait_raises": True}, "a timeout after 2.5s"),
 ])
-def test_a_one_off_container_runs_to_its_end(monkeypatch, container, result):
+def test_a_one_off_container_runs_to_its_end(monkeypatch, given, result):
+    container = Container(**given)
     seen = {}
 
     def running(engine, image, **kwargs):

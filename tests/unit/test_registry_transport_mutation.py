@@ -1,0 +1,40 @@
+"""What the registry transport's own tests left to chance, found by mutation (`mutation.sh registry-transport`):
+an error whose words begin or end in the letters a mutant strips, and a retry's wait outside an operation."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import requests
+from urllib3.util.retry import RequestHistory
+
+from sglstack.registry import transport as transport_mod
+from sglstack.registry.transport import error_detail
+
+
+def _answer(body: bytes) -> requests.Response:
+    resp = requests.Response()
+    resp.status_code, resp.reason, resp.raw = 404, "Not Found", io.BytesIO(body)
+    return resp
+
+
+@pytest.mark.parametrize(("body", "detail"), [
+    (b'{"errors": [{"code": "", "message": "no such INDEX"}]}', "no such INDEX"),
+    (b'{"errors": [{"code": "XATTR", "message": "X"}]}', "XATTR: X"),
+    (b'{"errors": [{"code": " X ", "message": ""}]}', "X"),
+])
+def test_only_the_separator_and_blanks_are_taken_off_an_error(body, detail):
+    assert error_detail(_answer(body)) == detail
+
+
+def test_a_retry_outside_an_operation_waits_its_backoff_on_the_real_sleep(monkeypatch):
+    """A policy used on its own (no operation in this thread) still waits `backoff * 2**(n-1)`, capped."""
+    slept: list[float] = []
+    monkeypatch.setattr(transport_mod.time, "sleep", slept.append)
+    failed = RequestHistory("GET", "/v2/", None, 503, None)
+    policy = transport_mod._RetryPolicy(total=5, backoff_factor=0.5, backoff_max=8.0)
+    policy.new(history=(failed,)).sleep()
+    policy.new(history=(failed,) * 3).sleep()
+    policy.new(history=(failed,) * 9).sleep()
+    assert slept == [0.5, 2.0, 8.0]
