@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import runpy
 import sys
 import threading
 import time
@@ -28,20 +29,26 @@ from unittest import mock
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "sglang-double"
 
 
-def _double_modules() -> tuple[Any, Any]:
-    """The double's http_server and server_args modules, imported from its folder; `sglang` is taken out of
-    sys.modules again so that nothing else in the test process sees the double as an installed SGLang."""
+@contextlib.contextmanager
+def _double_on_path() -> Iterator[None]:
+    """The double's `sglang` importable inside; taken out of sys.modules again after, so that nothing else in the
+    test process sees the double as an installed SGLang."""
     saved = {name: mod for name, mod in sys.modules.items() if name == "sglang" or name.startswith("sglang.")}
     sys.path.insert(0, str(DOUBLE))
     try:
-        http_server = importlib.import_module("sglang.srt.entrypoints.http_server")
-        server_args = importlib.import_module("sglang.srt.server_args")
+        yield
     finally:
         sys.path.remove(str(DOUBLE))
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
             del sys.modules[name]
         sys.modules.update(saved)
-    return http_server, server_args
+
+
+def _double_modules() -> tuple[Any, Any]:
+    """The double's http_server and server_args modules, imported from its folder."""
+    with _double_on_path():
+        return (importlib.import_module("sglang.srt.entrypoints.http_server"),
+                importlib.import_module("sglang.srt.server_args"))
 
 
 HTTP_SERVER, SERVER_ARGS = _double_modules()
@@ -84,12 +91,15 @@ class ThreadServers:
     @contextlib.contextmanager
     def running_in_thread(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path,
                           cwd: str | None = None, log_root: Path | None = None) -> Iterator[ThreadProc]:
+        if list(argv[1:3]) == ["-m", "sglang.compile_deep_gemm"]:
+            yield self._compile_deep_gemm(argv, env, log_path)
+            return
         assert list(argv[1:3]) == ["-m", "sglang.launch_server"], argv
         args = SERVER_ARGS.parse_server_args(list(argv[3:]))
         kind = "eagle3" if args["speculative_algorithm"] else "baseline"
         self.started.append({"kind": kind, "argv": list(argv), "env": dict(env), "log_path": log_path,
                              "log_root": log_root, "args": args})
-        double_env = {k: v for k, v in env.items() if k.startswith("SGLANG_")}
+        double_env = _double_env(env)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         proc = ThreadProc()
         httpd: ThreadingHTTPServer | None = None
@@ -112,6 +122,7 @@ class ThreadServers:
                 threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
                 line("Load weight end. elapsed=0.00 s, type=DoubleForCausalLM, avail mem=0.00 GB, mem usage=0.00 GB.")
                 self.engines.append(engine)
+                HTTP_SERVER._capture_graphs(args, speculative)  # its kernel files, in the caches env names
                 if not self.hold_ready and not HTTP_SERVER._applies("SGLANG_DOUBLE_NEVER_HEALTHY", speculative):
                     line("Capture target decode CUDA graph end. Time elapsed: 0.00 s.")
                     engine.ready = True
@@ -125,6 +136,23 @@ class ThreadServers:
                 if proc.returncode is None:
                     proc.returncode = -15
                 self.ended.append(kind)
+
+    def _compile_deep_gemm(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ThreadProc:
+        """The double's DeepGEMM pre-compiler run to its end, its output in the log: a proc that exited 0."""
+        self.started.append({"kind": "compile_deep_gemm", "argv": list(argv), "env": dict(env), "log_path": log_path})
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        proc = ThreadProc()
+        with (open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log),
+              mock.patch.dict(os.environ, _double_env(env)), mock.patch.object(sys, "argv", ["x", *argv[3:]]),
+              _double_on_path()):
+            runpy.run_path(str(DOUBLE / "sglang" / "compile_deep_gemm.py"), run_name="__main__")
+        proc.returncode = 0
+        return proc
+
+
+def _double_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What the double reads of the environment it is given: its own settings and the caches it writes to."""
+    return {k: v for k, v in env.items() if k.startswith(("SGLANG_", "TRITON_", "FLASHINFER_"))}
 
 
 def python_env(root: Path) -> Path:

@@ -38,3 +38,11 @@ def test_a_retry_outside_an_operation_waits_its_backoff_on_the_real_sleep(monkey
     policy.new(history=(failed,) * 3).sleep()
     policy.new(history=(failed,) * 9).sleep()
     assert slept == [0.5, 2.0, 8.0]
+
+
+def test_an_answer_without_a_status_is_no_answer():
+    class Answer:  # an answer object that carries no status at all
+        pass
+
+    assert transport_mod.failure_reason(Answer(), None) == "no answer"
+    assert transport_mod.failure_reason(Answer(), ConnectionRefusedError("refused")) == "connection refused"

@@ -1,0 +1,75 @@
+"""`run_smoke`'s kernel caches in process (the SGLang double on a thread, tests/lib/inthread_sglang): a passing
+smoke packs what its cold starts compiled and starts again warm from it; a failed one packs nothing; DeepGEMM is
+precompiled into the cache before the cold start. The double's kernels are files; no timing is judged."""
+
+from __future__ import annotations
+
+import pytest
+from inthread_sglang import ThreadServers, python_env
+
+from sglstack.smoke import report as report_mod
+from sglstack.smoke import run_smoke, smoke_options
+from sglstack.smoke import server as server_mod
+
+ENV = {"SGLANG_DOUBLE_TOKENS_PER_S": "4000", "SGLANG_DOUBLE_TTFT_S": "0", "SGLANG_DOUBLE_KERNELS": "3",
+       "SGLANG_DOUBLE_COMPILE_S": "0", "SGLANG_LOG_MS": "1"}
+
+
+@pytest.fixture
+def servers(monkeypatch):
+    threads = ThreadServers()
+    monkeypatch.setattr(server_mod, "running_process", threads.running_in_thread)
+    monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")  # drawn by its own tests
+    return threads
+
+
+def _run(tmp_path, env=None, **more):
+    options = smoke_options(None, runner="process", python_env=str(python_env(tmp_path / "env")), model="m",
+                            draft_model="d", tp=1, gpus=0, timeout=60, concurrency=1, num_prompts=1,
+                            max_new_tokens=4, kinds="baseline", env={**ENV, **(env or {})},
+                            build_dir=str(tmp_path / "build"), report=str(tmp_path / "out" / "report.json"),
+                            no_history=True, **more)
+    lines: list[str] = []
+    return run_smoke(None, None, options, log=lines.append), lines
+
+
+def test_a_passing_smoke_packs_its_caches_and_starts_again_warm_from_them(servers, tmp_path):
+    report, lines = _run(tmp_path, warm_start=True, no_warm_compile=True)
+    data = report.data
+    assert (data["verdict"], data["failures"]) == ("pass", [])
+    assert [s["kind"] for s in servers.started] == ["baseline", "baseline"]  # the cold start, then the warm one
+    packed = data["kernel_cache"]["packed"]["baseline"]
+    assert packed["files"] == 9  # 3 Triton kernels, 3 FlashInfer ones and their 3 ninja deps logs
+    assert data["baseline"]["kernel_cache"]["files_after"] == 9
+    warm = data["warm"]["baseline"]
+    assert warm["kernel_cache"]["restore"]["matched"] is True
+    assert (warm["kernel_cache"]["files_before"], warm["kernel_cache"]["new_files"]) == (9, 0)
+    assert "smoke: baseline: warm start: 0 new kernel cache files, 0 rewritten" in lines
+    assert "smoke: kernel caches not packed: the smoke failed" not in lines
+
+
+def test_a_failed_smoke_packs_nothing_and_starts_nothing_warm(servers, tmp_path):
+    report, lines = _run(tmp_path, env={"SGLANG_DOUBLE_CRASH_AT_START": "1"}, warm_start=True)
+    assert report.data["verdict"] == "fail"
+    assert "smoke: kernel caches not packed: the smoke failed" in lines
+    assert [s["kind"] for s in servers.started] == ["baseline"]
+    assert not report.data["kernel_cache"]["packed"]
+    assert report.data.get("warm") is None
+
+
+def test_a_smoke_without_caches_says_nothing_of_them(servers, tmp_path):
+    report, lines = _run(tmp_path)
+    assert report.data["verdict"] == "pass"
+    assert report.data.get("kernel_cache") is None and report.data.get("warm") is None
+    assert not any("kernel cache" in line for line in lines)
+    assert "TRITON_CACHE_DIR" not in servers.started[0]["env"]
+
+
+def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(servers, tmp_path):
+    report, lines = _run(tmp_path, kernel_cache=True, precompile_deep_gemm=True)
+    assert report.data["verdict"] == "pass"
+    assert [s["kind"] for s in servers.started] == ["compile_deep_gemm", "baseline"]
+    assert "smoke: baseline: DeepGEMM precompile done: 3 files in the cache's deep_gemm folder" in lines
+    assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12  # + 3 DeepGEMM files
+    cold_env = servers.started[1]["env"]
+    assert cold_env["TRITON_CACHE_DIR"].startswith(str(tmp_path / "build"))
