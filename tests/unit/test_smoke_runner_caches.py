@@ -9,6 +9,8 @@ from inthread_sglang import ThreadServers, python_env
 
 from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
+from sglstack.core.console import printable_lines
+from sglstack.smoke import runner as runner_mod
 from sglstack.smoke import server as server_mod
 
 ENV = {"SGLANG_DOUBLE_TOKENS_PER_S": "4000", "SGLANG_DOUBLE_TTFT_S": "0", "SGLANG_DOUBLE_KERNELS": "3",
@@ -73,3 +75,16 @@ def test_deep_gemm_is_precompiled_into_the_cache_before_the_cold_start(servers, 
     assert report.data["kernel_cache"]["packed"]["baseline"]["files"] == 12  # + 3 DeepGEMM files
     cold_env = servers.started[1]["env"]
     assert cold_env["TRITON_CACHE_DIR"].startswith(str(tmp_path / "build"))
+
+
+def test_without_a_log_the_lines_go_to_stderr_made_printable(servers, tmp_path, capsys):
+    options = smoke_options(None, runner="process", python_env=str(python_env(tmp_path / "env")), model="m",
+                            gpus=0, concurrency=1, num_prompts=1, max_new_tokens=4, kinds="baseline", env=ENV,
+                            build_dir=str(tmp_path / "build"), report=str(tmp_path / "report.json"), no_history=True)
+    assert run_smoke(None, None, options).data["verdict"] == "pass"
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("smoke: process runner, Python environment ")
+    assert err[-1].startswith("smoke: report ")
+    runner_mod._stderr("a server line \x1b[31mred\x1b[0m")
+    assert capsys.readouterr().err == printable_lines("a server line \x1b[31mred\x1b[0m") + "\n"
+    assert "\x1b" not in printable_lines("\x1b[31m")

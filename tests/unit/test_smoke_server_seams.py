@@ -135,6 +135,13 @@ def test_a_containers_start_log_is_on_the_engines_clock():
     assert container.reloads == 1
 
 
+def test_a_start_log_with_bytes_that_are_not_utf8_is_read_with_replacements():
+    logs = b"2026-12-05T03:30:01.500000000Z \xff Load weight end.\n"
+    container = Container({"State": {"StartedAt": "2026-12-05T03:30:00Z"}}, logs)
+    lines, _started, _resolution = server_mod.ContainerServer(container, _plan(), _options()).start_log()
+    assert [line.text for line in lines] == ["\ufffd Load weight end."]
+
+
 def test_a_start_log_without_a_start_time_or_engine_is_unknown():
     lines, started, resolution = server_mod.ContainerServer(Container({}, b"x\n"), _plan(), _options()).start_log()
     assert started is None and [line.text for line in lines] == ["x"]
