@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 
+from types import SimpleNamespace
+
 import pytest
 import requests
+from fake_clock import FakeClock
 from urllib3.util.retry import RequestHistory
 
 from sglstack.registry import transport as transport_mod
@@ -34,10 +37,11 @@ def test_a_retry_outside_an_operation_waits_its_backoff_on_the_real_sleep(monkey
     monkeypatch.setattr(transport_mod.time, "sleep", slept.append)
     failed = RequestHistory("GET", "/v2/", None, 503, None)
     policy = transport_mod._RetryPolicy(total=5, backoff_factor=0.5, backoff_max=8.0)
+    policy.sleep()  # no failure yet: no wait
     policy.new(history=(failed,)).sleep()
     policy.new(history=(failed,) * 3).sleep()
     policy.new(history=(failed,) * 9).sleep()
-    assert slept == [0.5, 2.0, 8.0]
+    assert slept == [0.0, 0.5, 2.0, 8.0]
 
 
 def test_an_answer_without_a_status_is_no_answer():
@@ -46,3 +50,21 @@ def test_an_answer_without_a_status_is_no_answer():
 
     assert transport_mod.failure_reason(Answer(), None) == "no answer"
     assert transport_mod.failure_reason(Answer(), ConnectionRefusedError("refused")) == "connection refused"
+
+
+def test_each_attempts_timeouts_shrink_to_what_is_left_of_the_deadline(monkeypatch):
+    clock = FakeClock(now=100.0)
+    monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic))
+    timeout = transport_mod._DeadlineTimeout(105.0, 10.0, 3.0)
+    assert (timeout.connect_timeout, timeout.read_timeout) == (5.0, 3.0)
+    clock.now = 104.0
+    assert (timeout.connect_timeout, timeout.read_timeout) == (1.0, 1.0)
+    clone = timeout.clone()
+    assert (clone.deadline, clone.connect_cap, clone.read_cap) == (105.0, 10.0, 3.0)
+    clock.now = 106.0  # past the deadline: the least a socket accepts, never a negative or no timeout
+    assert (clone.connect_timeout, clone.read_timeout) == (0.001, 0.001)
+
+
+def test_a_request_outside_an_operation_is_a_programming_error_that_says_so():
+    with pytest.raises(AssertionError, match="^registry requests run inside an operation$"):
+        transport_mod.Transport("r", timeout_s=5).send("GET", "http://r/v2/")
