@@ -197,13 +197,14 @@ def test_a_one_off_container_runs_to_its_end(monkeypatch, given, result):
     seen = {}
 
     def running(engine, image, **kwargs):
-        seen.update(kwargs)
+        seen.update(engine=engine, image=image, **kwargs)
         return _Yield(container)
 
     monkeypatch.setattr(server_mod, "running_container", running)
     assert server_mod.container_to_end("engine", _plan(), 2.5) == result  # type: ignore[arg-type]
     assert container.waited == [2.5] and seen["name_prefix"] == "sglstack-smoke"
     assert seen["command"] == list(_plan().command) and seen["ipc_mode"] == "host"
+    assert (seen["engine"], seen["image"], seen["labels"]) == ("engine", "sha256:abc", {"a": "b"})
 
 
 def test_a_one_off_container_the_engine_refuses_says_why(monkeypatch):
