@@ -18,13 +18,13 @@ import importlib
 import os
 import runpy
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from unittest import mock
+
+from httpserve import ThreadedServer
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "sglang-double"
 
@@ -102,7 +102,7 @@ class ThreadServers:
         double_env = _double_env(env)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         proc = ThreadProc()
-        httpd: ThreadingHTTPServer | None = None
+        httpd: ThreadedServer | None = None
         with open(log_path, "a", encoding="utf-8") as log, mock.patch.dict(os.environ, double_env):
             def line(text: str) -> None:
                 log.write(f"[{_stamp()}] {text}\n")
@@ -117,9 +117,7 @@ class ThreadServers:
                 proc.returncode = 1
             else:
                 handler = type("H", (HTTP_SERVER.Handler,), {"engine": engine, "log_message": lambda *a: None})
-                httpd = ThreadingHTTPServer((args["host"], args["port"]), handler)
-                httpd.daemon_threads = True
-                threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+                httpd = ThreadedServer(handler, host=args["host"], port=args["port"], poll_interval=0.01)
                 line("Load weight end. elapsed=0.00 s, type=DoubleForCausalLM, avail mem=0.00 GB, mem usage=0.00 GB.")
                 self.engines.append(engine)
                 HTTP_SERVER._capture_graphs(args, speculative)  # its kernel files, in the caches env names
@@ -131,8 +129,7 @@ class ThreadServers:
                 yield proc
             finally:
                 if httpd is not None:
-                    httpd.shutdown()
-                    httpd.server_close()
+                    httpd.close()
                 if proc.returncode is None:
                     proc.returncode = -15
                 self.ended.append(kind)

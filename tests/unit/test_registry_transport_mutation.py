@@ -4,7 +4,6 @@ an error whose words begin or end in the letters a mutant strips, and a retry's 
 from __future__ import annotations
 
 import io
-
 from types import SimpleNamespace
 
 import pytest
@@ -66,5 +65,5 @@ def test_each_attempts_timeouts_shrink_to_what_is_left_of_the_deadline(monkeypat
 
 
 def test_a_request_outside_an_operation_is_a_programming_error_that_says_so():
-    with pytest.raises(AssertionError, match="^registry requests run inside an operation$"):
+    with pytest.raises(AssertionError, match=r"^registry requests run inside an operation$"):
         transport_mod.Transport("r", timeout_s=5).send("GET", "http://r/v2/")

@@ -11,9 +11,8 @@ import pytest
 from fake_clock import FakeClock
 from inthread_sglang import ThreadServers, python_env
 
-from sglstack.smoke import measured
+from sglstack.smoke import measured, smoke_options
 from sglstack.smoke import server as server_mod
-from sglstack.smoke import smoke_options
 from sglstack.smoke.launch import process_plan
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from inthread_sglang import ThreadServers, python_env
 
+from sglstack.core.console import printable_lines
 from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
-from sglstack.core.console import printable_lines
 from sglstack.smoke import runner as runner_mod
 from sglstack.smoke import server as server_mod
 

@@ -11,8 +11,8 @@ import pytest
 from inthread_sglang import ThreadServers, python_env
 from smoke_fixtures import FAST
 
-from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke import report as report_mod
+from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke import server as server_mod
 from sglstack.smoke.outputs import server_log_path
 
@@ -129,6 +129,7 @@ def test_a_server_that_never_gets_healthy_fails_after_the_timeout(servers, tmp_p
     report, lines = _run(tmp_path, env_dir, env={"SGLANG_DOUBLE_NEVER_HEALTHY": "speculative"}, timeout=1)
     failure = report.data["eagle3"]["failure"]
     assert failure.startswith("not healthy after 1s (/health_generate last answered 503)")
+    assert "smoke: eagle3: not healthy after 1s (/health_generate last answered 503)" in lines
     assert report.data["baseline"]["started"] and not report.passed
 
 

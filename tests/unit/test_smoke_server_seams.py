@@ -143,7 +143,7 @@ def test_a_start_log_with_bytes_that_are_not_utf8_is_read_with_replacements():
 
 
 def test_a_start_log_without_a_start_time_or_engine_is_unknown():
-    lines, started, resolution = server_mod.ContainerServer(Container({}, b"x\n"), _plan(), _options()).start_log()
+    lines, started, _resolution = server_mod.ContainerServer(Container({}, b"x\n"), _plan(), _options()).start_log()
     assert started is None and [line.text for line in lines] == ["x"]
     gone = server_mod.ContainerServer(Container(fail_logs=True), _plan(), _options()).start_log()
     assert gone == ([], None, 0.001)
