@@ -207,12 +207,18 @@ def test_a_one_off_container_runs_to_its_end(monkeypatch, given, result):
     assert (seen["engine"], seen["image"], seen["labels"]) == ("engine", "sha256:abc", {"a": "b"})
 
 
-def test_a_one_off_container_the_engine_refuses_says_why(monkeypatch):
+@pytest.mark.parametrize(("error", "said"), [
+    (docker.errors.APIError("x", explanation="no such image\ndetail"), "no such image"),
+    (docker.errors.APIError("engine went away\nmore"), "engine went away"),  # no explanation: the error itself
+])
+def test_a_one_off_container_the_engine_refuses_says_why(monkeypatch, error, said):
     def refuse(*args, **kwargs):
-        raise docker.errors.APIError("x", explanation="no such image\ndetail")
+        raise error
 
     monkeypatch.setattr(server_mod, "running_container", refuse)
-    assert server_mod.container_to_end("engine", _plan(), 1) == "an error (no such image)"  # type: ignore[arg-type]
+    assert server_mod.container_to_end("engine", _plan(), 1) == f"an error ({said})"  # type: ignore[arg-type]
+    run = server_mod.serve_and_measure("engine", _plan(), _options(), lambda _m: None)  # type: ignore[arg-type]
+    assert run.failure == f"the container could not start: {said}"
 
 
 class _Yield:
