@@ -113,3 +113,4 @@ def test_a_container_that_never_gets_healthy_fails_with_the_engines_log_tail(eng
     assert failure.startswith("not healthy after 1s (/health_generate last answered 503); last log lines: ")
     assert "Load weight end." in failure and "[20" not in failure  # the engine's stamps are not in the tail
     assert not report.passed
+    assert "smoke: eagle3: not healthy after 1s (/health_generate last answered 503)" in lines
