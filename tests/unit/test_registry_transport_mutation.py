@@ -9,9 +9,13 @@ from types import SimpleNamespace
 import pytest
 import requests
 from fake_clock import FakeClock
+from registry_double import RegistryDouble
 from urllib3.util.retry import RequestHistory
 
+from sglstack.core.errors import RegistryError
 from sglstack.registry import transport as transport_mod
+from sglstack.registry.auth import Credentials
+from sglstack.registry.session import RegistrySession
 from sglstack.registry.transport import error_detail
 
 
@@ -67,3 +71,70 @@ def test_each_attempts_timeouts_shrink_to_what_is_left_of_the_deadline(monkeypat
 def test_a_request_outside_an_operation_is_a_programming_error_that_says_so():
     with pytest.raises(AssertionError, match=r"^registry requests run inside an operation$"):
         transport_mod.Transport("r", timeout_s=5).send("GET", "http://r/v2/")
+
+
+# ---- a session's request against the registry double: bodies, redirects, streams, failures of every attempt ----
+
+CHALLENGE = (401, {"WWW-Authenticate": 'Basic realm="registry"'}, b"")
+
+
+def _session(registry: RegistryDouble, **kw) -> RegistrySession:
+    return RegistrySession(registry.host, credentials=Credentials("u", "p", "a test"), sleep=lambda _s: None,
+                           timeout_s=10, **kw)
+
+
+def test_a_body_read_from_a_file_is_sent_again_whole_from_where_it_stood_after_a_challenge():
+    with RegistryDouble({"PUT /v2/r/blobs/uploads/u": [CHALLENGE, (201, {}, b"")]}) as registry:
+        body = io.BytesIO(b"headBODY")
+        body.seek(4)
+        resp = _session(registry).request("PUT", "r/blobs/uploads/u", scope="repository:r:push", data=body)
+        assert resp.status_code == 201
+        assert [(seen[0], seen[2] is not None, seen[5]) for seen in registry.seen] == [
+            ("PUT", False, b"BODY"), ("PUT", True, b"BODY")]
+
+
+def test_a_body_of_bytes_is_sent_again_after_a_challenge():
+    with RegistryDouble({"PUT /v2/r/manifests/t": [CHALLENGE, (201, {}, b"")]}) as registry:
+        resp = _session(registry).request("PUT", "r/manifests/t", scope="repository:r:push", data=b"{}")
+        assert resp.status_code == 201 and [seen[5] for seen in registry.seen] == [b"{}", b"{}"]
+
+
+def test_a_redirect_is_followed_unless_asked_not_to_and_the_answer_is_read_unless_streamed():
+    answers = {"GET /v2/r/blobs/sha256:1": [(307, {"Location": "/store/1"}, b"")], "GET /store/1": [(200, {}, b"data")]}
+    with RegistryDouble(answers) as registry:
+        session = _session(registry)
+        followed = session.request("GET", "r/blobs/sha256:1", scope="repository:r:pull")
+        assert (followed.status_code, followed.content) == (200, b"data")
+        assert followed._content_consumed  # read whole before it came back: the connection is free again
+        kept = session.request("GET", "r/blobs/sha256:1", scope="repository:r:pull", allow_redirects=False)
+        assert (kept.status_code, kept.headers["Location"]) == (307, "/store/1")
+        streamed = session.request("GET", "r/blobs/sha256:1", scope="repository:r:pull", stream=True)
+        assert not streamed._content_consumed and streamed.raw.read() == b"data"
+
+
+def test_a_connection_closed_on_every_attempt_is_named_so():
+    def close(handler) -> None:
+        handler.close_connection = True
+
+    with RegistryDouble({"GET /v2/": [close]}) as registry, pytest.raises(RegistryError) as err:
+        _session(registry, attempts=2).request("GET", "", scope="")
+    assert str(err.value) == (f"registry {registry.host}: GET /v2/ failed after 2 attempts: connection closed "
+                              "without an answer")
+
+
+def test_a_request_refused_before_it_is_sent_is_named_by_its_error():
+    transport = transport_mod.Transport("r", timeout_s=5)
+    with transport.operation("GET /v2/"), pytest.raises(RegistryError) as err:
+        transport.send("GET", "http://127.0.0.1:9/v2/", headers={"X-Odd": "a\nb"})
+    assert str(err.value) == "registry r: GET /v2/ failed after 1 attempts: InvalidHeader"
+
+
+def test_a_close_without_an_answer_as_urllib3_wraps_it_is_no_reset():
+    from http.client import RemoteDisconnected
+
+    from urllib3.exceptions import ProtocolError
+
+    wrapped = ProtocolError("Connection aborted.", RemoteDisconnected("Remote end closed connection without response"))
+    assert transport_mod.failure_reason(None, wrapped) == "connection closed without an answer"
+    reset = ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
+    assert transport_mod.failure_reason(None, reset) == "connection reset"
