@@ -47,8 +47,8 @@ def _clock(monkeypatch, servers, ready_at):
 def _options(tmp_path, **overrides):
     return smoke_options(None, model="moonshotai/Kimi-K2.5", kinds="baseline", gpus=0, runner="process",
                          python_env=str(python_env(tmp_path / "env")), build_dir=str(tmp_path / "build"),
-                         report=str(tmp_path / "report.json"), max_new_tokens=4, num_prompts=1,
-                         **{"timeout": 1, **overrides})
+                         report=str(tmp_path / "report.json"), num_prompts=1,
+                         **{"timeout": 1, "max_new_tokens": 4, **overrides})
 
 
 def _serve(servers, options, tmp_path, port):
@@ -196,3 +196,23 @@ def _free_port() -> int:
     from sglstack.adapters.process import free_tcp_port
 
     return free_tcp_port()
+
+
+def test_a_warm_start_warms_up_once_with_the_servers_key(monkeypatch, servers, tmp_path):
+    _clock(monkeypatch, servers, 0.0)
+    options = _options(tmp_path, timeout=5, extra_args="--api-key sk-warm-0042", max_new_tokens=20)
+    asked: list[tuple[str, int]] = []
+    real = measured.SGLangClient.generate
+
+    def generate(self, prompt, tokens):
+        asked.append((self.session.headers.get("Authorization"), tokens))
+        return real(self, prompt, tokens)
+
+    monkeypatch.setattr(measured.SGLangClient, "generate", generate)
+    cm, plan, log_path = _serve(servers, options, tmp_path, _free_port())
+    with cm as proc:
+        servers.engines[0].ready = True
+        server = server_mod.ProcessServer(proc, plan, log_path, started_at=time.time())
+        run = measured.measure_start(server, "sk-warm-0042", options, lambda _line: None)
+    assert asked == [("Bearer sk-warm-0042", 16)]  # one request, at most 16 tokens
+    assert run.phases["milestones_s"]["first_token"] is not None  # the key was taken: it generated

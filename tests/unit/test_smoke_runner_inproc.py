@@ -167,11 +167,16 @@ def test_a_sweep_serves_eagle3_at_each_other_setting(servers, tmp_path, env_dir)
     assert settings[1]["command"] == servers.started[2]["argv"]
     assert settings[1]["eagle3"]["started"] is True
     assert "smoke: sweep: EAGLE-3 at 5 steps, topk 1, 6 draft tokens" in lines
+    assert f"smoke: eagle3: {' '.join(servers.started[2]['argv'])}" in lines
 
 
-def test_a_sweep_after_a_failed_baseline_serves_nothing_more(servers, tmp_path, env_dir):
-    report, lines = _run(tmp_path, env_dir, env={"SGLANG_DOUBLE_CRASH_AT_START": "baseline"}, sweep="3:1:4,5:1:6")
-    assert [s["kind"] for s in servers.started] == ["baseline"]
-    assert any(line.startswith("smoke: sweep ") and line.endswith("skipped: the baseline server failed")
-               for line in lines)
-    assert "not served: the baseline failed" in json.dumps(report.data["sweep"])
+@pytest.mark.parametrize(("env", "kinds"), [({"SGLANG_DOUBLE_CRASH_AT_START": "baseline"}, "baseline,eagle3"),
+                                           ({"SGLANG_DOUBLE_CRASH_AT_START": "speculative"}, "eagle3")])
+def test_a_sweep_without_a_measured_baseline_serves_nothing_more(servers, tmp_path, env_dir, env, kinds):
+    """A baseline that failed, or was not run: no sweep setting is served (each is judged against it)."""
+    report, lines = _run(tmp_path, env_dir, env=env, kinds=kinds, sweep="3:1:4,5:1:6,7:1:8")
+    assert len(servers.started) == 1
+    skipped = [line for line in lines if line.startswith("smoke: sweep ")]
+    assert skipped == [f"smoke: sweep {key} skipped: the baseline server failed" for key in ("5:1:6", "7:1:8")]
+    runs = [setting["eagle3"] for setting in report.data["sweep"]["settings"][1:]]
+    assert [(run["started"], run["failure"]) for run in runs] == [(False, "not served: the baseline failed")] * 2

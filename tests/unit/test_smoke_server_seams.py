@@ -69,6 +69,8 @@ def test_the_run_kwargs_carry_the_plan_and_ask_for_gpus_only_when_it_has_some():
     assert "device_requests" not in kwargs
     gpus = server_mod.docker_run_kwargs(_plan(gpus=2))["device_requests"]
     assert [(r.count, r.capabilities) for r in gpus] == [(2, [["gpu"]])]
+    one = server_mod.docker_run_kwargs(_plan(gpus=1))["device_requests"]
+    assert [(r.count, r.capabilities) for r in one] == [(1, [["gpu"]])]
 
 
 @pytest.mark.parametrize(("state", "said"), [
@@ -175,11 +177,14 @@ def test_a_container_is_measured_with_the_last_api_key_and_its_run_returned(monk
 
     def measure(server, api_key, options, log):
         seen["measured"] = (server.container, server.plan.kind, api_key, options)
+        seen["server_options"], seen["log"] = server.options, log
         return ServerRun(kind="eagle3", started=True)
 
     monkeypatch.setattr(server_mod, "running_container", Running)
     options = _options()
-    run = server_mod.serve_and_measure("engine", _plan(), options, lambda _m: None, measure)  # type: ignore[arg-type]
+    log = print
+    run = server_mod.serve_and_measure("engine", _plan(), options, log, measure)  # type: ignore[arg-type]
+    assert seen["server_options"] is options and seen["log"] is log
     assert run == ServerRun(kind="eagle3", started=True)
     assert seen["measured"] == (container, "eagle3", KEY, options)
     assert (seen["engine"], seen["image"], seen["name_prefix"], seen["labels"]) == ("engine", "sha256:abc",
