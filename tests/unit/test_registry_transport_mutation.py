@@ -138,3 +138,41 @@ def test_a_close_without_an_answer_as_urllib3_wraps_it_is_no_reset():
     assert transport_mod.failure_reason(None, wrapped) == "connection closed without an answer"
     reset = ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
     assert transport_mod.failure_reason(None, reset) == "connection reset"
+
+
+def test_a_large_bodys_extra_seconds_extend_its_deadline(monkeypatch):
+    """The first answer (a 503) comes when the clock says 8 s: past a 5 s deadline, within 5 + 10."""
+    clock = FakeClock()
+    monkeypatch.setattr(transport_mod, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=lambda _s: None))
+
+    def late_503(handler) -> None:
+        clock.now = 8.0
+        handler.send_response(503)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    with RegistryDouble({"PUT /v2/r/blobs/uploads/u": [late_503, (201, {}, b"")]}) as registry:
+        session = RegistrySession(registry.host, sleep=lambda _s: None, timeout_s=5)
+        resp = session.request("PUT", "r/blobs/uploads/u", scope="repository:r:push", data=b"x", extra_s=10)
+        assert resp.status_code == 201 and len(registry.seen) == 2
+
+
+def test_an_operation_is_named_by_its_path_without_the_query():
+    with RegistryDouble({"GET /v2/r/tags/list?n=100": [(503, {}, b"")]}) as registry, \
+            pytest.raises(RegistryError) as err:
+        _session(registry, attempts=1).request("GET", "r/tags/list?n=100", scope="repository:r:pull")
+    assert str(err.value).startswith(f"registry {registry.host}: GET /v2/r/tags/list failed after 1 attempts: HTTP 503")
+
+
+@pytest.mark.parametrize(("answer", "credentials", "said"), [
+    ((401, {}, b""), Credentials("u", "p", "a test"), "rejected the credentials from a test"),
+    (CHALLENGE, None, "authentication required and no credentials found"),
+])
+def test_a_challenge_that_cannot_be_answered_fails_at_once(answer, credentials, said):
+    from sglstack.registry.session import RegistryAuthError
+
+    with RegistryDouble({"GET /v2/": [answer]}) as registry:
+        session = RegistrySession(registry.host, credentials=credentials, sleep=lambda _s: None, timeout_s=5)
+        with pytest.raises(RegistryAuthError, match=said):
+            session.request("GET", "", scope="")
+        assert len(registry.seen) == 1  # not asked again without what the challenge wants
