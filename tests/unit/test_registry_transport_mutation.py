@@ -176,3 +176,33 @@ def test_a_challenge_that_cannot_be_answered_fails_at_once(answer, credentials, 
         with pytest.raises(RegistryAuthError, match=said):
             session.request("GET", "", scope="")
         assert len(registry.seen) == 1  # not asked again without what the challenge wants
+
+
+def test_the_defaults_of_a_transport():
+    transport = transport_mod.Transport("r", timeout_s=600)
+    policy = transport.session.get_adapter("https://r/").max_retries
+    assert (policy.total, policy.backoff_factor, policy.backoff_max, policy.connect) == (3, 0.5, 8.0, None)
+    assert (transport.attempts, transport.connect_timeout_s, transport.notice_every_s) == (4, 10.0, 10.0)
+
+
+def test_a_wait_notice_goes_to_stderr_as_it_is_written(capsys):
+    transport_mod.Transport("r", timeout_s=5)._notify("waiting for registry r ([bold]GET /v2/[/bold]), 5 s of 60 s")
+    out, err = capsys.readouterr()
+    assert out == "" and err == "waiting for registry r ([bold]GET /v2/[/bold]), 5 s of 60 s\n"
+
+
+def test_a_session_given_is_the_one_spoken_through():
+    given = requests.Session()
+    assert RegistrySession("r.example", session=given).transport.session is given
+
+
+def test_after_a_challenge_the_redirect_is_still_followed_and_the_stream_still_streamed():
+    answers = {"GET /v2/r/blobs/sha256:1": [CHALLENGE, (307, {"Location": "/store/1"}, b"")],
+               "GET /store/1": [(200, {}, b"data")]}
+    with RegistryDouble(answers) as registry:
+        followed = _session(registry).request("GET", "r/blobs/sha256:1", scope="repository:r:pull")
+        assert (followed.status_code, followed.content) == (200, b"data")
+    answers = {"GET /v2/r/blobs/sha256:1": [CHALLENGE, (200, {}, b"data")]}
+    with RegistryDouble(answers) as registry:
+        streamed = _session(registry).request("GET", "r/blobs/sha256:1", scope="repository:r:pull", stream=True)
+        assert not streamed._content_consumed and streamed.raw.read() == b"data"
