@@ -26,11 +26,12 @@ def servers(monkeypatch):
 
 
 def _run(tmp_path, env=None, **more):
-    options = smoke_options(None, runner="process", python_env=str(python_env(tmp_path / "env")), model="m",
-                            draft_model="d", tp=1, gpus=0, timeout=60, concurrency=1, num_prompts=1,
-                            max_new_tokens=4, kinds="baseline", env={**ENV, **(env or {})},
+    env_dir = tmp_path / "env"
+    env_dir = env_dir if env_dir.exists() else python_env(env_dir)
+    options = smoke_options(None, runner="process", python_env=str(env_dir), model="m", draft_model="d", tp=1, gpus=0,
+                            timeout=60, concurrency=1, num_prompts=1, max_new_tokens=4, env={**ENV, **(env or {})},
                             build_dir=str(tmp_path / "build"), report=str(tmp_path / "out" / "report.json"),
-                            no_history=True, **more)
+                            **{"no_history": True, "kinds": "baseline", **more})
     lines: list[str] = []
     return run_smoke(None, None, options, log=lines.append), lines
 
@@ -88,3 +89,14 @@ def test_without_a_log_the_lines_go_to_stderr_made_printable(servers, tmp_path, 
     runner_mod._stderr("a server line \x1b[31mred\x1b[0m")
     assert capsys.readouterr().err == printable_lines("a server line \x1b[31mred\x1b[0m") + "\n"
     assert "\x1b" not in printable_lines("\x1b[31m")
+
+
+def test_a_run_far_slower_than_the_last_pass_fails_the_regression_gate(servers, tmp_path):
+    """The second server is 200 times slower than the first (a difference no machine load makes)."""
+    history = {"no_history": False, "max_regression": 0.5, "kinds": "baseline,eagle3", "min_speedup": 0.01,
+               "min_accept_length": 0}
+    first, _ = _run(tmp_path, **history)
+    slow, _ = _run(tmp_path, env={"SGLANG_DOUBLE_TOKENS_PER_S": "20"}, **history)
+    assert first.data["verdict"] == "pass"
+    assert slow.data["verdict"] == "fail"
+    assert any(f.startswith("max_regression") for f in slow.data["failures"])

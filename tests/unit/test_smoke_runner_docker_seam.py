@@ -46,6 +46,7 @@ class Engine:
 
     def __init__(self, tmp_path, threads):
         self.tmp_path, self.threads, self.runs = tmp_path, threads, []
+        self.opened: list[tuple] = []
 
     @contextlib.contextmanager
     def running_container(self, engine, image, *, command, name_prefix, labels, **kwargs):
@@ -65,7 +66,12 @@ def engine(monkeypatch, tmp_path):
     monkeypatch.setattr(server_mod, "running_container", double.running_container)
     monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")  # drawn by its own tests
     info = {"ref": "sglstack/cpu:test", "digest": None, "id": IMAGE_ID, "repo_digests": []}
-    monkeypatch.setattr(runner_mod, "open_what_to_serve", lambda *args: ("the engine", info))
+
+    def open_what_to_serve(stack, image, options, interpreter, log):
+        double.opened.append((stack, image, interpreter))
+        return "the engine", info
+
+    monkeypatch.setattr(runner_mod, "open_what_to_serve", open_what_to_serve)
     return double
 
 
@@ -79,9 +85,11 @@ def _run(tmp_path, env=None, **more):
 
 
 def test_each_kind_is_a_container_of_the_image_measured_through_its_published_port(engine, tmp_path):
-    report, lines = _run(tmp_path)
+    report, lines = _run(tmp_path, concurrency_levels="1,2,3")
     data = report.data
     assert report.passed, data["failures"]
+    assert engine.opened == [(None, "sglstack/cpu:test", None)]  # the image asked for; no interpreter
+    assert [level["concurrency"] for level in data["levels"]] == [1, 2, 3]
     assert [(r["engine"], r["image"], r["name_prefix"]) for r in engine.runs] == [
         ("the engine", IMAGE_ID, "sglstack-smoke")] * 2
     assert all(r["labels"]["io.sglstack.test"] == "seam" for r in engine.runs)
