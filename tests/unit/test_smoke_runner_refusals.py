@@ -51,6 +51,7 @@ def test_a_bind_source_that_is_not_there_is_refused_before_a_container_starts(mo
     monkeypatch.setattr(server_mod, "running_container", lambda *a, **k: started.append(a))
     monkeypatch.setattr(runner_mod, "open_what_to_serve", lambda *args: started.append(args))
     options = _options(tmp_path, draft_model="d", mounts=[f"{tmp_path / 'no-models'}:/models:ro"])
-    with pytest.raises(SglstackError, match=re.escape("does not exist (Docker would create it as root); create it first")):
+    said = "does not exist (Docker would create it as root); create it first"
+    with pytest.raises(SglstackError, match=re.escape(said)):
         run_smoke(None, "sglstack/cpu:test", options, log=lambda _line: None)
     assert started == []
