@@ -107,6 +107,7 @@ def test_a_sweep_serves_each_other_setting_as_a_container(engine, tmp_path):
     report, lines = _run(tmp_path, sweep="3:1:4,5:1:6")
     commands = [r["command"] for r in engine.runs]
     assert len(commands) == 3
+    assert [(r["engine"], r["image"]) for r in engine.runs] == [("the engine", IMAGE_ID)] * 3
     steps = commands[2][commands[2].index("--speculative-num-steps") + 1]
     assert steps == "5"
     assert f"smoke: eagle3: {' '.join(commands[2])}" in lines
