@@ -192,12 +192,14 @@ def failure_reason(response: Any, error: BaseException | None) -> str:
     text = f"{type(error).__name__}: {error}".lower() if error else ""
     if "refused" in text:
         return "connection refused"
+    # Before "aborted": urllib3 wraps a connection closed without an answer as ProtocolError('Connection aborted.',
+    # RemoteDisconnected(...)), which is no reset.
+    if "remotedisconnected" in text or "closed connection" in text:
+        return "connection closed without an answer"
     if "reset" in text or "aborted" in text:
         return "connection reset"
     if "timed out" in text or "timeout" in text:
         return "no answer (timed out)"
-    if "remotedisconnected" in text or "closed connection" in text:
-        return "connection closed without an answer"
     return type(error).__name__ if error else "no answer"
 
 
