@@ -12,7 +12,7 @@ import conftest
 from hypothesis import settings
 from hypothesis_budget import FULL, examples
 
-from sglstack.cli.testing import FAST_HYPOTHESIS_PROFILE, pytest_argv
+from sglstack.cli.testing import FAST_HYPOTHESIS_PROFILE, fast_tier_workers, pytest_argv
 
 PROFILE_OPTION = f"--hypothesis-profile={FAST_HYPOTHESIS_PROFILE}"
 
@@ -76,3 +76,12 @@ def test_collection_keeps_the_rewritten_modules_and_freezes_what_it_made(pyteste
     assert sys.dont_write_bytecode
     cached = sorted(p.name for p in (pytester.path / "__pycache__").glob("test_rewritten.*-pytest-*.pyc"))
     assert len(cached) == 1, cached
+
+
+def test_the_fast_tier_runs_more_workers_than_cores_within_a_bound():
+    assert [fast_tier_workers(c) for c in (1, 2, 4, 16)] == [3, 6, 8, 20]
+    assert fast_tier_workers(0) == 3  # no count read: still a few
+    argv = pytest_argv(all_tiers=False, extra=())
+    assert int(argv[argv.index("-n") + 1]) > 1
+    # a -n the user gives comes after ours, and pytest takes the last
+    assert pytest_argv(all_tiers=False, extra=("-n", "1"))[-2:] == ["-n", "1"]
