@@ -32,7 +32,7 @@ from ..coverage.installed import (
     read_installed,
     record_problems,
 )
-from .checkparts import JIT, SERVER, SHARED_LIBRARIES, run_parts
+from .checkparts import JIT, SERVER, SHARED_LIBRARIES, run_parts_keeping
 from .importclosure import import_closure_option
 from .verify import judged_image_checks, serving_argvs
 from .verifyplan import ELF, FILE, LINK, CheckSpec, Decision, LayerFiles, Pass, Scope, by_content, merged, plan
@@ -129,14 +129,16 @@ def verify_incrementally(client: Any, image_id: str, stack: Stack, *, installed:
     # distributions' RECORDs are read, their files hashed and their objects listed: neither reads what the other
     # writes, and a failure of either fails the verify once both have ended.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglstack-imagecheck") as pool:
-        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, dict(decisions), stored,
-                                   new_passes, seconds, notes, full=full)
+        image_decisions = dict(decisions)  # the image checks' own, while this thread adds the RECORDs'
+        image_checks = pool.submit(_image_checks, client, image_id, stack, image_specs, image_decisions, stored,
+                                   new_passes, seconds, notes, full=full, layout=(diff_ids, keyed, passes))
         found = read_installed(client, image_id, stack, installed)
         specs = [*image_specs, *record_specs(found)]
         decisions.update({d.check: d for d in plan(specs[len(image_specs):], diff_ids, keyed, passes, full=full)})
         coverage = _records_and_coverage(client, image_id, stack, found, decisions, new_passes, seconds, log,
                                          local=_LocalSiteFiles(files, folders, site))
         checks = image_checks.result()
+    decisions.update(image_decisions)
     _store(new_passes, str(attrs.get("Id") or image_id), diff_ids)  # the image id, not the build's held tag
     return Verified(checks, coverage, {
         "full": full, "layers_listed": files is not None, "seconds": seconds,
@@ -195,12 +197,16 @@ def _records_and_coverage(client: Any, image_id: str, stack: Stack, found: Image
 
 def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[CheckSpec], decisions: dict[str, Decision],
                   stored: Mapping[str, Mapping[str, Any]], new_passes: list[tuple[Decision, dict[str, Any]]],
-                  seconds: dict[str, float], notes: list[dict[str, Any]], *, full: bool) -> dict[str, Any]:
-    """imagecheck.py with the parts that must run; the others' stored results; judged as one report."""
+                  seconds: dict[str, float], notes: list[dict[str, Any]], *, full: bool,
+                  layout: tuple[Sequence[str], Mapping[str, tuple[str, str]] | None, Sequence[Pass]]) -> dict[str, Any]:
+    """imagecheck.py with the parts that must run; the others' stored results; judged as one report. The server
+    part may keep a pass's outcome where only bodies its import never ran changed (`checkparts`): its decision
+    in `decisions` is then replaced."""
     run = {s.name for s in specs if decisions[s.name].run}
     fresh: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     if run:
-        fresh = run_parts(client, image_id, stack, run, seconds, notes, full=full)
+        fresh, kept = run_parts_keeping(client, image_id, stack, specs, decisions, layout, seconds, notes, full=full)
     report: dict[str, Any] = {}
     for spec in specs:
         if spec.name not in run:
@@ -208,7 +214,7 @@ def _image_checks(client: Any, image_id: str, stack: Stack, specs: Sequence[Chec
     report.update(fresh)
     checks = judged_image_checks(stack, report)
     for part, result in part_results(fresh, [s.name for s in specs if s.name in run]).items():
-        new_passes.append((decisions[part], result))
+        new_passes.append((decisions[part], {**result, **(kept if part == SERVER else {})}))
     return checks
 
 

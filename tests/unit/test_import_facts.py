@@ -23,7 +23,7 @@ from sglstack.imagebuild.importfacts import (
     new_rows,
     select,
 )
-from sglstack.inimage.incontainer import importcheck
+from sglstack.inimage.incontainer import filefacts, importcheck
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "sglstack" / "inimage" / "incontainer" / "importcheck.py"
@@ -215,7 +215,8 @@ def test_the_derivation_in_two_processes_is_the_one_in_one(tmp_path):
     results = []
     for processes in (1, 2):
         (tmp_path / str(processes)).mkdir()
-        with importcheck._beside([str(site)], None, str(tmp_path / str(processes)), processes=processes) as beside:
+        with filefacts.derived_beside(importcheck.__file__, [str(site)], None, str(tmp_path / str(processes)),
+                                      processes=processes) as beside:
             results.append(beside())
     assert results[0] is not None and len(results[0]["digests"]) == 4 and results[0]["parsed"] >= 1
     assert results[1] == results[0]  # every other file each, merged: the same digests, facts and parses

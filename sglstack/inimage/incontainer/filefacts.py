@@ -8,6 +8,7 @@ is provided is `Provided`'s answer in the image, asked again on every run.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -15,7 +16,9 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
 
 OPTIONAL_HANDLERS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
@@ -212,3 +215,44 @@ def parse_source(source: bytes, path: str) -> ast.Module | None:
         return ast.parse(source, filename=path)
     except (SyntaxError, ValueError, RecursionError):
         return None
+
+
+DERIVE_PROCESSES = max(1, min(2, os.cpu_count() or 1))  # the derivation's share of the CPUs, beside the imports
+
+
+@contextlib.contextmanager
+def derived_beside(script: str, sites: list[str], facts: str | None, tmp: str,
+                   processes: int = DERIVE_PROCESSES) -> Iterator[Callable[[], dict | None]]:
+    """`script --derive-only` (importcheck.py) in `processes` processes of their own (each every Nth file),
+    started now; the callable waits for their merged result (None if any failed: the scan then derives every
+    fact itself). Ended on every exit."""
+    outs = [os.path.join(tmp, f"derived-{k}.json") for k in range(processes)]
+    # The same lookups as here; nothing else of this process's environment: parsing files needs none of it.
+    env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    children = [subprocess.Popen([sys.executable, script, "--derive-only",
+                                  *(f"--site={s}" for s in sites), *([f"--facts={facts}"] if facts else []),
+                                  f"--part={k}/{processes}", f"--out={out}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                for k, out in enumerate(outs)]
+
+    def result() -> dict | None:
+        merged: dict = {"digests": {}, "new_facts": {}, "parsed": 0}
+        for child, out in zip(children, outs, strict=True):
+            if child.wait() != 0:
+                return None
+            try:
+                with open(out, encoding="utf-8") as f:
+                    part = json.load(f)
+            except (OSError, ValueError):
+                return None
+            merged["digests"].update(part["digests"])
+            merged["new_facts"].update(part["new_facts"])
+            merged["parsed"] += part["parsed"]
+        return merged
+    try:
+        yield result
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -173,9 +173,11 @@ def main(args: list[str] | None = None) -> int:
         out["shared_libraries"] = shared_libraries(sites)
     if opts.import_closure is not None:
         out.update(closure_and_server(opts))
-    if opts.server_help and "server_help" not in out:
+    # An import closure that kept its verified outcome (only unstarted bodies edited) keeps the server's checks'.
+    kept = ((out.get("import_closure") or {}).get("body_edits") or {}).get("reused") is True
+    if opts.server_help and "server_help" not in out and not kept:
         out["server_help"] = server_help(opts.help_timeout)
-    if opts.argv and "serving_argv" not in out:
+    if opts.argv and "serving_argv" not in out and not kept:
         out["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
     if opts.jit_arch:
         out["jit_toolchain"] = jit_toolchain(opts.jit_arch, os.environ.get("CUDA_HOME"), opts.jit_timeout)

@@ -38,19 +38,20 @@ import json
 import os
 import runpy
 import signal
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the host)
+    from .codemap import NotConfined, Watch, confined_edits, listed_paths
     from .filefacts import (
         Provided,
         derive_facts,
+        derived_beside,
         derived_fact,
         facts_namespace,
         parse_source,
@@ -59,10 +60,12 @@ try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the hos
         top_level_imports,
         valid_fact,
     )
-except ImportError:  # run as a script in the image: its sibling in the tools folder (the script's folder)
+except ImportError:  # run as a script in the image: its siblings in the tools folder (the script's folder)
+    from codemap import NotConfined, Watch, confined_edits, listed_paths  # type: ignore[no-redef]
     from filefacts import (  # type: ignore[no-redef]
         Provided,
         derive_facts,
+        derived_beside,
         derived_fact,
         facts_namespace,
         parse_source,
@@ -244,8 +247,9 @@ def parse_argv(argvs: list[list[str]]) -> dict:
     return {"error": None, "results": results, "seconds": round(time.monotonic() - start, 2)}
 
 
-def _run_entry_point(out: int, err: int) -> None:
-    """In the forked child: `python -m sglang.launch_server --help` on the modules already loaded; never returns."""
+def _run_entry_point(out: int, err: int, probes: int, watch: Watch) -> None:
+    """In the forked child: `python -m sglang.launch_server --help` on the modules already loaded, then what it
+    started of the watched files written to `probes`; never returns."""
     code = 1
     try:
         os.dup2(out, 1)
@@ -264,22 +268,24 @@ def _run_entry_point(out: int, err: int) -> None:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+            os.write(probes, watch.report())
         os._exit(code)
 
 
-def server_help(timeout: float) -> dict | None:
+def server_help(timeout: float, watch: Watch) -> dict | None:
     """imagecheck.py's --help check, in a child forked after the serving path's imports: the same entry point
     run as `__main__` with the same argv, the same limit and report, without importing SGLang and torch again.
     None where it gives no answer in time: a forked child can hang on a lock another thread held at the fork,
-    which is no finding of the image's, so imagecheck.py runs it alone then (a real hang is its finding)."""
+    which is no finding of the image's, so imagecheck.py runs it alone then (a real hang is its finding). What
+    the child started of the watched files is merged into `watch`."""
     start = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as probes:
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             if stream is not None:
                 stream.flush()  # nothing the parent buffered is written twice
         pid = os.fork()
         if pid == 0:
-            _run_entry_point(out.fileno(), err.fileno())
+            _run_entry_point(out.fileno(), err.fileno(), probes.fileno(), watch)
         status = None
         while status is None and time.monotonic() - start < timeout:
             done, raw = os.waitpid(pid, os.WNOHANG)
@@ -291,6 +297,11 @@ def server_help(timeout: float) -> dict | None:
             os.waitpid(pid, 0)
             return None
         text = [_read(f) for f in (out, err)]
+        try:
+            seen = json.loads(_read(probes))
+            watch.merge(seen["started"], seen["read"], seen["complete"] is True)
+        except (ValueError, KeyError, TypeError):
+            watch.complete = False  # what --help ran is not known: no code map is kept
     ok = status == 0 and "--model-path" in text[0]
     return {"returncode": status, "lists_model_path": "--model-path" in text[0],
             "error": None if ok else (text[1] or text[0])[-OUTPUT_TAIL:], "seconds": round(time.monotonic() - start, 2)}
@@ -330,6 +341,12 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--derive-only", action="store_true", help="only hash the sites' files and derive the facts "
                     "the cache lacks (run beside the serving path's imports)")
     ap.add_argument("--part", default="0/1", help="K/N: --derive-only takes every Nth file from the Kth")
+    ap.add_argument("--code-map", action="append", default=[], help="a file whose code map the report keeps: "
+                    "imported through probes, what of it the import started")
+    ap.add_argument("--record-digest", action="append", default=[], help="a RECORD whose listed paths' digest "
+                    "the report keeps")
+    ap.add_argument("--body-edits", help="a JSON file {path: code map from a verified import}: reuse that import's "
+                    "outcome if each file changed only in bodies it never started")
     opts = ap.parse_args(args)
     start = time.monotonic()
     namespace = facts_namespace()
@@ -340,10 +357,35 @@ def main(args: list[str] | None = None) -> int:
         part, parts = (int(n) for n in opts.part.split("/"))
         files = sorted({os.path.realpath(f) for f in tree_files(sites)})[part::parts]
         return _write(opts.out, derive_facts(files, known))
-    with tempfile.TemporaryDirectory(prefix="sglstack-facts-") as tmp, _beside(sites, opts.facts, tmp) as beside:
-        report = closure(opts, sites, known, beside, start)
+    report = body_edits(opts.body_edits, known) if opts.body_edits else {}
+    if not report.get("body_edits", {}).get("reused"):
+        with tempfile.TemporaryDirectory(prefix="sglstack-facts-") as tmp, \
+                derived_beside(os.path.abspath(__file__), sites, opts.facts, tmp) as beside:
+            report = {**closure(opts, sites, known, beside, start), **report}
     report["facts"] = {**report["facts"], "namespace": namespace, "not_given": no_facts}
-    return _write(opts.out, report)
+    return _write(opts.out, {**report, "seconds": round(time.monotonic() - start, 2)})
+
+
+def body_edits(stored_file: str, known: dict[str, dict]) -> dict:
+    """The verified import's outcome kept where every file changed since (the host's `--body-edits`: {path: its
+    stored code map}) changed only in bodies that import never started (`codemap.confined`); those files scanned
+    again. Else why not: the whole check runs."""
+    with open(stored_file, encoding="utf-8") as f:
+        stored = json.load(f)
+    try:
+        maps, changed = confined_edits(stored, read_bytes)
+    except (OSError, NotConfined) as exc:
+        return {"body_edits": {"reused": False, "why": str(exc)}}
+    scanned = scan(sorted(maps), {p for p, m in maps.items() if m["serving"]}, known)
+    return {"body_edits": {"reused": True, "changed": changed}, "code_maps": maps, **scanned}
+
+
+def _listed(records: list[str]) -> dict[str, str]:
+    out = {}
+    for path in records:
+        with contextlib.suppress(OSError):
+            out[path] = listed_paths(read_bytes(path))
+    return out
 
 
 def _write(path: str | None, report: dict) -> int:
@@ -351,47 +393,6 @@ def _write(path: str | None, report: dict) -> int:
         json.dump(report, out, indent=1, sort_keys=True)
         out.write("\n")
     return 0
-
-
-DERIVE_PROCESSES = max(1, min(2, os.cpu_count() or 1))  # the derivation's share of the CPUs, beside the imports
-
-
-@contextlib.contextmanager
-def _beside(sites: list[str], facts: str | None, tmp: str,
-            processes: int = DERIVE_PROCESSES) -> Iterator[Callable[[], dict | None]]:
-    """`--derive-only` in `processes` processes of their own (each every Nth file), started now; the callable
-    waits for their merged result (None if any failed: the scan then derives every fact itself). Ended on every
-    exit."""
-    outs = [os.path.join(tmp, f"derived-{k}.json") for k in range(processes)]
-    # The same lookups as here; nothing else of this process's environment: parsing files needs none of it.
-    env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--derive-only",
-                                  *(f"--site={s}" for s in sites), *([f"--facts={facts}"] if facts else []),
-                                  f"--part={k}/{processes}", f"--out={out}"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-                for k, out in enumerate(outs)]
-
-    def result() -> dict | None:
-        merged: dict = {"digests": {}, "new_facts": {}, "parsed": 0}
-        for child, out in zip(children, outs, strict=True):
-            if child.wait() != 0:
-                return None
-            try:
-                with open(out, encoding="utf-8") as f:
-                    part = json.load(f)
-            except (OSError, ValueError):
-                return None
-            merged["digests"].update(part["digests"])
-            merged["new_facts"].update(part["new_facts"])
-            merged["parsed"] += part["parsed"]
-        return merged
-    try:
-        yield result
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
 
 
 def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
@@ -412,6 +413,11 @@ def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
         backend_modules, unknown_backends = attention_modules(root, opts.attention_backend)
         modules += backend_modules
     modules = list(dict.fromkeys(modules))
+    # The files asked for are imported through probes from here on; this tool's own reads are not counted
+    # (model_modules reads only module level), but attention_modules' reads of function bodies are.
+    watch = Watch(opts.code_map, sys.path, ours=[__file__, os.path.abspath(__file__), read_bytes.__code__.co_filename])
+    watch.read |= {p for p in watch.paths if opts.attention_backend and p.endswith("attention_registry.py")}
+    watch.install()
     with contextlib.redirect_stdout(sys.stderr):  # what an imported module prints is not the report
         results = import_each(modules)
     imported = time.monotonic()
@@ -419,15 +425,19 @@ def closure(opts: argparse.Namespace, sites: list[str], known: dict[str, dict],
     serving = loaded_files(roots) - before
     serving |= {os.path.realpath(r["importer"]) for r in results if r.get("importer")}
     with contextlib.redirect_stdout(sys.stderr):  # the server's checks, on what is loaded now (not the path's)
-        helped = server_help(opts.help_timeout) if opts.server_help else None
+        helped = server_help(opts.help_timeout, watch) if opts.server_help else None
         server = {"server_help": helped} if helped is not None else {}
         if opts.argv:
             server["serving_argv"] = parse_argv([json.loads(a) for a in opts.argv])
+    # Kept only where every check this process answers for ran here (a --help run alone is not watched).
+    maps = {p: {**m, "serving": p in serving} for p, m in watch.maps(read_bytes).items()} \
+        if watch.complete and (helped is not None or not opts.server_help) else {}
     files = sorted({os.path.realpath(f) for f in tree_files(sites)} | serving)
     scanned = scan(files, serving, known, beside())
     return {**server, "modules": results, "architectures": architectures, "unknown_architectures": unknown_archs,
             "unknown_attention_backends": unknown_backends, "serving_files": len(serving), "sites": sites,
-            **scanned, "seconds": round(time.monotonic() - start, 2), "seconds_imports": round(imported - start, 2),
+            **scanned, "code_maps": maps, "record_digests": _listed(opts.record_digest),
+            "seconds_imports": round(imported - start, 2),
             "seconds_scan": round(time.monotonic() - imported, 2)}
 
 
