@@ -51,6 +51,7 @@ CHILD = textwrap.dedent('''\
     import json, sys
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
     import codemap
+    exec(sys.argv[5])
     watch = codemap.Watch([sys.argv[3]], sys.path, ours=[codemap.__file__])
     watch.install()
     import pkg.mod
@@ -59,12 +60,12 @@ CHILD = textwrap.dedent('''\
 ''')
 
 
-def _run(tmp_path: Path, source: str = MODULE, after_import: str = "") -> tuple[Path, dict]:
+def _run(tmp_path: Path, source: str = MODULE, after_import: str = "", before: str = "") -> tuple[Path, dict]:
     (tmp_path / "pkg").mkdir(exist_ok=True)
     (tmp_path / "pkg" / "__init__.py").write_text("")
     path = tmp_path / "pkg" / "mod.py"
     path.write_text(source)
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(TOOLS), str(tmp_path), str(path), after_import],
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(TOOLS), str(tmp_path), str(path), after_import, before],
                           capture_output=True, text=True, check=True, timeout=60)
     return path, json.loads(proc.stdout)
 
@@ -141,11 +142,32 @@ def test_a_file_read_as_source_during_the_import_is_never_confined(tmp_path, rea
         _confined(stored, path, MODULE.replace("return 1\n", "return 2\n"))
 
 
-def test_a_file_the_import_did_not_run_is_not_confined(tmp_path):
+def test_a_file_the_import_did_not_run_may_change_all_but_the_classes_it_names_as_entry(tmp_path):
+    """Not imported and not read: only its EntryClass could make an import take it (importcheck.py and SGLang's
+    model registry look a served architecture up by it)."""
     path, stored = _verified(tmp_path)
-    stored = {**stored, "code": [[*e[:-1], False] for e in stored["code"]]}
-    with pytest.raises(codemap.NotConfined, match="the verified import did not run it"):
-        _confined(stored, path, MODULE)
+    unimported = {**stored, "code": [[*e[:-1], False] for e in stored["code"]]}
+    assert _confined(unimported, path, MODULE.replace("return x + 1", "return x + 2")) == [
+        "<module> (not imported by the verified import)"]
+    with pytest.raises(codemap.NotConfined, match="the classes it names as EntryClass changed"):
+        _confined(unimported, path, MODULE + "\nEntryClass = Model\n")
+
+
+@pytest.mark.parametrize("bypass", [
+    "import importlib.util as u; s = u.spec_from_file_location('again', pkg.mod.__file__); "
+    "s.loader.exec_module(u.module_from_spec(s))",  # a second copy, loaded past the import system's finders
+    "exec(compile(open(pkg.mod.__file__).read(), pkg.mod.__file__, 'exec'), {})",
+])
+def test_a_watched_file_run_past_the_probes_leaves_the_maps_incomplete(tmp_path, bypass):
+    _, out = _run(tmp_path, after_import=bypass)
+    assert out["complete"] is False
+
+
+def test_a_watched_file_imported_before_the_probes_leaves_the_maps_incomplete(tmp_path):
+    _, out = _run(tmp_path, before="import pkg.mod")
+    assert out["complete"] is False
+    _, out = _run(tmp_path, before="import json")
+    assert out["complete"] is True
 
 
 def test_the_new_map_carries_what_started_so_a_second_edit_is_compared_too(tmp_path):

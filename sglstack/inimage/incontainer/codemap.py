@@ -78,6 +78,25 @@ def _visible(code: types.CodeType) -> str:
                     list(code.co_freevars)])
 
 
+def entry_classes(tree: ast.Module | None) -> list[str]:
+    """The class names a model file's module level assigns to `EntryClass` (SGLang's model registry reads them,
+    and so does importcheck.py's choice of what to import): all an unimported file can change of an import."""
+    names: list[str] = []
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
+                                                for t in node.targets):
+            values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+            names += [v.id for v in values if isinstance(v, ast.Name)]
+    return names
+
+
+def _entries_of(source: bytes, path: str) -> list[str]:
+    try:
+        return entry_classes(ast.parse(source, path))
+    except (SyntaxError, ValueError):
+        return []
+
+
 def code_map(code: types.CodeType) -> list[list[Any]]:
     """[[at, kind, own, visible, children]] of `code` and everything compiled inside it, in pre-order; `at` is
     `first line:qualified name` (how a started function is found)."""
@@ -134,17 +153,26 @@ class Watch:
         self.started: dict[str, set[Any]] = {p: set() for p in self.paths}
         self.read: set[str] = set()
         self.complete = True  # False once something ran that the probes could not see (a forked child's report lost)
+        self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
         self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
 
     def install(self) -> None:
         if not self.names:
             return
+        # A watched file run before the probes (a .pth at start-up, say) ran code no probe saw.
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str) and os.path.realpath(path) in self.paths:
+                self.complete = False
         sys.meta_path.insert(0, _Finder(self))
         sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _SPAWNS:
             self._spawned(event, args)
+            return
+        if event == "exec" and args and isinstance(args[0], types.CodeType):
+            self._executed(args[0])
             return
         if event != "open" or not args:
             return
@@ -154,6 +182,14 @@ class Watch:
         path = os.path.realpath(name)
         if path in self.paths and sys._getframe(1).f_code.co_filename not in self.skipped:
             self.read.add(path)
+
+    def _executed(self, code: types.CodeType) -> None:
+        """A watched file's module code run other than by the probed loader (`spec_from_file_location`, a
+        second copy under another name): its functions run unprobed."""
+        name = code.co_filename
+        if name.endswith(".py") and os.path.realpath(name) in self.paths and \
+                not any(code is ours for ours in self.probed):
+            self.complete = False
 
     def _spawned(self, event: str, args: tuple[Any, ...]) -> None:
         """Another Python started (or this one forked) by what is imported: what it runs is not watched."""
@@ -195,7 +231,7 @@ class Watch:
                 out[path] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
             out[path] = {"sha256": hashlib.sha256(source).hexdigest(), "read": path in self.read,
-                         "code": started_flags(entries, self.started[path])}
+                         "entry": _entries_of(source, path), "code": started_flags(entries, self.started[path])}
         return out
 
 
@@ -227,17 +263,19 @@ class _Finder:
         origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else None
         if spec is None or origin != self.watch.names[name]:
             return None
-        spec.loader = _ProbedLoader(name, str(spec.origin), self.watch.started[origin])
+        spec.loader = _ProbedLoader(name, str(spec.origin), self.watch.started[origin], self.watch.probed)
         return spec
 
 
 class _ProbedLoader(importlib.machinery.SourceFileLoader):
-    def __init__(self, fullname: str, path: str, started: set[Any]) -> None:
+    def __init__(self, fullname: str, path: str, started: set[Any], made: list[types.CodeType]) -> None:
         super().__init__(fullname, path)
-        self._started = started
+        self._started, self._made = started, made
 
     def get_code(self, fullname: str) -> types.CodeType:
-        return probed(self.get_data(self.path), self.path)
+        code = probed(self.get_data(self.path), self.path)
+        self._made.append(code)
+        return code
 
     def exec_module(self, module: types.ModuleType) -> None:
         self._started.add(MODULE)
@@ -286,8 +324,13 @@ def confined(old: Mapping[str, Any], source: bytes, path: str) -> tuple[list[lis
     except (SyntaxError, ValueError) as exc:
         raise NotConfined(f"it does not compile: {type(exc).__name__}: {exc}") from None
     before: list[list[Any]] = old["code"]
-    if not before or not before[0][-1]:
-        raise NotConfined("the verified import did not run it")
+    if not before:
+        raise NotConfined("no code map of it from the verified import")
+    if not before[0][-1]:
+        # Not imported, not read: only the model classes it names could make an import take it.
+        if old.get("entry") != _entries_of(source, path):
+            raise NotConfined("the verified import did not run it, and the classes it names as EntryClass changed")
+        return [[*e, False] for e in new], ["<module> (not imported by the verified import)"]
     out: list[list[Any]] = []
     changed: list[str] = []
     i = j = 0
@@ -351,7 +394,7 @@ def confined_edits(stored: Mapping[str, Any], read: Callable[[str], bytes]) -> t
         except NotConfined as exc:
             raise NotConfined(f"{path}: {exc}") from None
         maps[path] = {"sha256": hashlib.sha256(source).hexdigest(), "read": False, "serving": old.get("serving"),
-                      "code": code}
+                      "entry": _entries_of(source, path), "code": code}
         changed[path] = bodies
     for pyc, path in sorted(stored["bytecode"].items()):
         if not same_bytecode(read(pyc), read(path), path):

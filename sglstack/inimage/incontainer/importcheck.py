@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the host)
-    from .codemap import NotConfined, Watch, confined_edits, listed_paths
+    from .codemap import NotConfined, Watch, confined_edits, entry_classes, listed_paths
     from .filefacts import (
         Provided,
         derive_facts,
@@ -61,7 +61,7 @@ try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the hos
         valid_fact,
     )
 except ImportError:  # run as a script in the image: its siblings in the tools folder (the script's folder)
-    from codemap import NotConfined, Watch, confined_edits, listed_paths  # type: ignore[no-redef]
+    from codemap import NotConfined, Watch, confined_edits, entry_classes, listed_paths  # type: ignore[no-redef]
     from filefacts import (  # type: ignore[no-redef]
         Provided,
         derive_facts,
@@ -96,14 +96,9 @@ def model_modules(root: str, architectures: list[str]) -> tuple[dict[str, str], 
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if not name.endswith(".py"):
             continue
-        tree = _parse(os.path.join(folder, name))
-        for node in tree.body if tree else []:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
-                                                    for t in node.targets):
-                values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
-                for value in values:
-                    if isinstance(value, ast.Name) and value.id in architectures:
-                        found.setdefault(value.id, f"sglang.srt.models.{name[:-3]}")
+        for cls in entry_classes(_parse(os.path.join(folder, name))):
+            if cls in architectures:
+                found.setdefault(cls, f"sglang.srt.models.{name[:-3]}")
     return found, [a for a in architectures if a not in found]
 
 
