@@ -121,13 +121,19 @@ def kept_server_report(kept: Mapping[str, Any], fresh: Mapping[str, Any]) -> dic
     closure["unprovided"] = [u for u in closure.get("unprovided") or [] if u.get("importer") not in changed] + \
         list(new.get("unprovided") or [])
     closure.update({k: new.get(k) for k in ("body_edits", "facts", "seconds")})
+    for key in ("seconds_imports", "seconds_scan"):  # nothing was imported this time
+        closure.pop(key, None)
     report = {k: v for k, v in kept.items() if k != BASIS}
     return {**report, "import_closure": closure}
 
 
+NOT_IMPORTED = "<not imported>"  # codemap.NOT_IMPORTED: a file the verified import did not run changed
+
+
 def kept_why(plan: BodyEditPlan, body_edits: Mapping[str, Any]) -> str:
-    bodies = sorted({f"{path.rsplit('/', 1)[-1]}: {name}" for path, names in (body_edits.get("changed") or {}).items()
-                     for name in names})
+    bodies = sorted({f"{path.rsplit('/', 1)[-1]}: " + ("not imported by it, the same EntryClass" if name == NOT_IMPORTED
+                                                       else name)
+                     for path, names in (body_edits.get("changed") or {}).items() for name in names})
     return (f"reused: passed in image {plan.kept.image_id.removeprefix('sha256:')[:12]} at {plan.kept.verified_at}; "
-            f"since then only bodies of functions its import never ran changed ({', '.join(bodies) or 'none'}), "
-            f"compared in the image; {len(plan.request['code'])} file(s) scanned again")
+            f"since then only code its import never ran changed ({'; '.join(bodies) or 'no code'}), compared in "
+            f"the image; {len(plan.request['code'])} file(s) scanned again")

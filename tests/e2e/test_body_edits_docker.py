@@ -103,7 +103,7 @@ def test_an_edit_of_a_body_the_import_never_ran_keeps_the_outcome_and_the_verdic
     server = _server(kept)
     assert server["ran"] is False
     assert server["why"].startswith("reused: passed in image ")
-    assert "only bodies of functions its import never ran changed (llama.py: LlamaForCausalLM.forward)" in server["why"]
+    assert "only code its import never ran changed (llama.py: LlamaForCausalLM.forward)" in server["why"]
     full = _verify(docker_client, images["unstarted"], full=True)
     assert _server(full)["ran"] is True
     assert _verdict(kept.checks) == _verdict(full.checks)

@@ -11,13 +11,16 @@ import pytest
 
 from sglstack.imagebuild.bodyedits import (
     BASIS,
+    NOT_IMPORTED,
     basis,
     body_edit_plan,
     kept_server_report,
+    kept_why,
     source_of_bytecode,
     watched_files,
 )
 from sglstack.imagebuild.verifyplan import CONTENT, FILE, CheckSpec, Pass, Scope, fingerprint
+from sglstack.inimage.incontainer import codemap
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 LLAMA = f"{SITE}/sglang/srt/models/llama.py"
@@ -101,16 +104,27 @@ def test_the_kept_report_has_the_changed_files_findings_scanned_again():
     elsewhere = {"module": "a", "importer": f"{SITE}/x.py", "line": 1, "serving": True, "conditional": False}
     before = {"module": "gone", "importer": LLAMA, "line": 3, "serving": True, "conditional": False}
     after = {"module": "new_dep", "importer": LLAMA, "line": 4, "serving": True, "conditional": False}
-    kept = {"server_help": {"returncode": 0}, "import_closure": {"unprovided": [elsewhere, before], "modules": ["m"]},
-            BASIS: {}}
+    kept = {"server_help": {"returncode": 0}, BASIS: {},
+            "import_closure": {"unprovided": [elsewhere, before], "modules": ["m"], "seconds_imports": 40.0}}
     fresh = {"import_closure": {"unprovided": [after], "body_edits": {"reused": True, "changed": {LLAMA: ["f"]}},
                                 "facts": {"files": 1}}}
     report = kept_server_report(kept, fresh)
     assert report["import_closure"]["unprovided"] == [elsewhere, after]
     assert report["import_closure"]["modules"] == ["m"] and report["server_help"] == {"returncode": 0}
     assert BASIS not in report and report["import_closure"]["body_edits"]["changed"] == {LLAMA: ["f"]}
+    assert "seconds_imports" not in report["import_closure"]
 
 
 def test_bytecode_names_its_source():
     assert source_of_bytecode(LLAMA_PYC) == LLAMA
     assert source_of_bytecode(LLAMA) is None
+
+
+def test_the_record_says_which_code_changed_that_the_import_never_ran():
+    plan = body_edit_plan(SPEC, DIFF_IDS, _files(**{LLAMA: "llama2"}), [_pass(_files())])
+    assert plan is not None
+    why = kept_why(plan, {"changed": {LLAMA: ["LlamaForCausalLM.probe"], f"{SITE}/other.py": [NOT_IMPORTED]}})
+    assert why == ("reused: passed in image 111111111111 at 2026-12-05T18:00:00Z; since then only code its import "
+                   "never ran changed (llama.py: LlamaForCausalLM.probe; other.py: not imported by it, the same "
+                   "EntryClass), compared in the image; 1 file(s) scanned again")
+    assert NOT_IMPORTED == codemap.NOT_IMPORTED  # the image's word for it

@@ -148,7 +148,7 @@ def test_a_file_the_import_did_not_run_may_change_all_but_the_classes_it_names_a
     path, stored = _verified(tmp_path)
     unimported = {**stored, "code": [[*e[:-1], False] for e in stored["code"]]}
     assert _confined(unimported, path, MODULE.replace("return x + 1", "return x + 2")) == [
-        "<module> (not imported by the verified import)"]
+        codemap.NOT_IMPORTED]
     with pytest.raises(codemap.NotConfined, match="the classes it names as EntryClass changed"):
         _confined(unimported, path, MODULE + "\nEntryClass = Model\n")
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 PROBE = "__sglstack_started__"  # the name each probed function calls, in its module's globals
+NOT_IMPORTED = "<not imported>"  # what changed of a file the verified import did not run: all of it
 MODULE, CLASS, FUNCTION, INLINE = "module", "class", "function", "inline"
 _OPTIMIZED, _VARARGS, _VARKEYWORDS = 0x1, 0x4, 0x8  # inspect.CO_OPTIMIZED, CO_VARARGS, CO_VARKEYWORDS
 _SPAWNS = ("os.fork", "subprocess.Popen", "os.posix_spawn", "os.exec")
@@ -330,7 +331,7 @@ def confined(old: Mapping[str, Any], source: bytes, path: str) -> tuple[list[lis
         # Not imported, not read: only the model classes it names could make an import take it.
         if old.get("entry") != _entries_of(source, path):
             raise NotConfined("the verified import did not run it, and the classes it names as EntryClass changed")
-        return [[*e, False] for e in new], ["<module> (not imported by the verified import)"]
+        return [[*e, False] for e in new], [NOT_IMPORTED]
     out: list[list[Any]] = []
     changed: list[str] = []
     i = j = 0
