@@ -31,7 +31,9 @@ import importlib.machinery
 import json
 import marshal
 import os
+import re
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -40,7 +42,8 @@ PROBE = "__sglstack_started__"  # the name each probed function calls, in its mo
 NOT_IMPORTED = "<not imported>"  # what changed of a file the verified import did not run: all of it
 MODULE, CLASS, FUNCTION, INLINE = "module", "class", "function", "inline"
 _OPTIMIZED, _VARARGS, _VARKEYWORDS = 0x1, 0x4, 0x8  # inspect.CO_OPTIMIZED, CO_VARARGS, CO_VARKEYWORDS
-_SPAWNS = ("os.fork", "subprocess.Popen", "os.posix_spawn", "os.exec")
+_SPAWNS = ("os.fork", "os.forkpty", "subprocess.Popen", "os.posix_spawn", "os.exec", "os.system", "fork_exec")
+_WORDS = re.compile(r"[\s;&|()<>'\"`]+")  # a shell command's words, roughly (`cd x && python3 -c ...`)
 _IMPORTER = ("<frozen importlib._bootstrap_external>", "<frozen importlib._bootstrap>")
 
 
@@ -116,6 +119,36 @@ def code_map(code: types.CodeType) -> list[list[Any]]:
     return out
 
 
+def file_map(source: bytes, path: str) -> list[list[Any]]:
+    """The code map of a file's source, a code object that gets no probe (not a `def`: a type alias's lazy value,
+    a TypeVar's bound, 3.14's `__annotate__`) counted as run with its parent: something may evaluate it at
+    import (pydantic, `typing.get_type_hints`, `X.__value__`) and no probe would say so."""
+    entries = code_map(compiled(source, path))
+    defs = [PROBE in c.co_names for c in _preorder(probed(source, path))]
+    return [[e[0], INLINE if e[1] == FUNCTION and not d else e[1], *e[2:]]
+            for e, d in zip(entries, defs, strict=True)]  # the probes add no code object: the same shape
+
+
+def _preorder(code: types.CodeType) -> list[types.CodeType]:
+    out = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out += _preorder(const)
+        elif isinstance(const, tuple | frozenset):
+            out += [c for v in _flat(const) for c in _preorder(v)]
+    return out
+
+
+def _flat(value: Any) -> list[types.CodeType]:
+    if isinstance(value, types.CodeType):
+        return [value]
+    if isinstance(value, tuple):
+        return [c for v in value for c in _flat(v)]
+    if isinstance(value, frozenset):
+        return [c for v in sorted(value, key=repr) for c in _flat(v)]
+    return []
+
+
 def compiled(source: bytes, path: str) -> types.CodeType:
     """`source` as the importer compiles it (SourceLoader.source_to_code)."""
     return compile(source, path, "exec", dont_inherit=True)
@@ -156,6 +189,8 @@ class Watch:
         self.complete = True  # False once something ran that the probes could not see (a forked child's report lost)
         self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
         self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
+        self.ours = tuple({*(os.path.realpath(o) for o in ours), *ours})
+        self.loading: tuple[str, int] | None = None  # (path, thread) the probed loader reads now: the import's read
 
     def install(self) -> None:
         if not self.names:
@@ -167,6 +202,22 @@ class Watch:
                 self.complete = False
         sys.meta_path.insert(0, _Finder(self))
         sys.addaudithook(self._audit)
+        self._wrap_fork_exec()
+
+    def _wrap_fork_exec(self) -> None:
+        """multiprocessing's spawn and forkserver start Python through `_posixsubprocess.fork_exec`, which raises
+        no audit event: the call is seen here (what it does is unchanged)."""
+        try:
+            import _posixsubprocess
+        except ImportError:
+            return
+        real = _posixsubprocess.fork_exec
+
+        def fork_exec(*args: Any, **kwargs: Any) -> Any:
+            argv = list(args[0]) if args and isinstance(args[0], list | tuple) else []
+            self._spawned("fork_exec", (argv[0] if argv else None, argv))
+            return real(*args, **kwargs)
+        _posixsubprocess.fork_exec = fork_exec
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _SPAWNS:
@@ -181,7 +232,9 @@ class Watch:
         if not isinstance(name, str) or not name.endswith(".py"):
             return
         path = os.path.realpath(name)
-        if path in self.paths and sys._getframe(1).f_code.co_filename not in self.skipped:
+        # Not by the import system's frames: `__loader__.get_source(name)`, `get_data(path)` read through them.
+        if path in self.paths and self.loading != (path, threading.get_ident()) and \
+                sys._getframe(1).f_code.co_filename not in self.ours:
             self.read.add(path)
 
     def _executed(self, code: types.CodeType) -> None:
@@ -194,16 +247,15 @@ class Watch:
 
     def _spawned(self, event: str, args: tuple[Any, ...]) -> None:
         """Another Python started (or this one forked) by what is imported: what it runs is not watched."""
-        if event == "os.fork":
+        if event in ("os.fork", "os.forkpty"):
             if sys._getframe(2).f_code.co_filename not in self.skipped:
                 self.complete = False
             return
         program, argv = (*args, None, None)[:2]
         words = [program, *(argv if isinstance(argv, list | tuple) else [argv])]  # a shell's `-c` command too
-        for word in words:
+        for word in words:  # any word of a shell command: `sh -c "cd x && python3 ..."`, `os.system(...)`
             text = os.fsdecode(word) if isinstance(word, str | bytes | os.PathLike) else ""
-            first = text.split()[0] if text.split() else ""
-            if os.path.basename(first).startswith("python") or first == sys.executable:
+            if any(os.path.basename(w).startswith("python") or w == sys.executable for w in _WORDS.split(text)):
                 self.complete = False
 
     def report(self) -> bytes:
@@ -227,7 +279,7 @@ class Watch:
         for path in sorted(self.paths):
             try:
                 source = source_of(path)
-                entries = code_map(compiled(source, path))
+                entries = file_map(source, path)
             except (OSError, SyntaxError, ValueError) as exc:
                 out[path] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
@@ -264,17 +316,23 @@ class _Finder:
         origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else None
         if spec is None or origin != self.watch.names[name]:
             return None
-        spec.loader = _ProbedLoader(name, str(spec.origin), self.watch.started[origin], self.watch.probed)
+        spec.loader = _ProbedLoader(name, str(spec.origin), self.watch)
         return spec
 
 
 class _ProbedLoader(importlib.machinery.SourceFileLoader):
-    def __init__(self, fullname: str, path: str, started: set[Any], made: list[types.CodeType]) -> None:
+    def __init__(self, fullname: str, path: str, watch: Watch) -> None:
         super().__init__(fullname, path)
-        self._started, self._made = started, made
+        self._watch = watch
+        self._started, self._made = watch.started[os.path.realpath(path)], watch.probed
 
     def get_code(self, fullname: str) -> types.CodeType:
-        code = probed(self.get_data(self.path), self.path)
+        self._watch.loading = (os.path.realpath(self.path), threading.get_ident())
+        try:
+            source = self.get_data(self.path)
+        finally:
+            self._watch.loading = None
+        code = probed(source, self.path)
         self._made.append(code)
         return code
 
@@ -321,7 +379,7 @@ def confined(old: Mapping[str, Any], source: bytes, path: str) -> tuple[list[lis
     if old.get("read"):
         raise NotConfined("something other than the importer read its source during the verified import")
     try:
-        new = code_map(compiled(source, path))
+        new = file_map(source, path)
     except (SyntaxError, ValueError) as exc:
         raise NotConfined(f"it does not compile: {type(exc).__name__}: {exc}") from None
     before: list[list[Any]] = old["code"]

@@ -1,0 +1,136 @@
+"""Edits the body-edit reuse must not keep (issue 38: a verify that reuses must never pass what a full verify
+would fail), run through importcheck.py as the image runs it (`test_body_edits_script.py`'s harness): code the
+import runs that no probe sees, a read of the source the audit hook took for the importer's, and another Python
+started where no audit event says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "sglstack" / "inimage" / "incontainer"
+
+
+def _python312() -> str | None:
+    """An interpreter with `type` statements (3.12+): this one, else one on PATH or pyenv's."""
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = [str(v / "bin" / "python") for v in sorted(pyenv.glob("3.1[2-9]*")) if pyenv.is_dir()]
+    for python in [*found, *filter(None, (shutil.which(n) for n in ("python3.12", "python3.13")))]:
+        if subprocess.run([python, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+            return python
+    return None
+
+
+def _importcheck(site: Path, *args: str, python: str = sys.executable) -> dict:
+    argv = ["--module=plug", f"--site={site}", *args]
+    code = (f"import sys; sys.path.insert(0, {str(site)!r}); sys.path.insert(0, {str(TOOLS)!r}); "
+            f"import importcheck; sys.exit(importcheck.main({argv!r}))")
+    env = {k: v for k, v in os.environ.items() if k != "ATTACK_CHILD"}
+    proc = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, check=False, timeout=120,
+                          cwd=site, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _plug(root: Path, source: str) -> Path:
+    (root / "plug").mkdir(parents=True, exist_ok=True)
+    plug = root / "plug" / "__init__.py"
+    plug.write_text(source)
+    return plug.resolve()
+
+
+def _edited(tmp_path: Path, old: str, new: str, python: str = sys.executable) -> tuple[dict, dict, dict]:
+    """(the verified import, a full verify of the edit, the body-edit check of the edit)."""
+    site = tmp_path / "site"
+    plug = _plug(site, old)
+    first = _importcheck(site, f"--code-map={plug}", python=python)
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"code": {str(plug): first["code_maps"][str(plug)]}, "bytecode": {}, "records": {}}))
+    plug.write_text(new)
+    full = _importcheck(site, f"--code-map={plug}", python=python)
+    kept = _importcheck(site, f"--code-map={plug}", f"--body-edits={request}", python=python)
+    return first, full, kept
+
+
+ALIAS = '''\
+type Alias = int
+VALUE = Alias.__value__  # pydantic and typing.get_type_hints evaluate it too
+'''
+
+
+def test_a_type_alias_value_the_import_evaluates_is_no_unstarted_body(tmp_path):
+    # A `type` statement's value is a code object of its own, evaluated lazily: not a `def`, so no probe; it
+    # counted as a function never started, and an edit the import evaluates was kept. Also a TypeVar's bound
+    # and 3.14's `__annotate__`.
+    python = _python312()
+    if python is None:
+        pytest.skip("no Python 3.12 or later here")
+    first, full, kept = _edited(tmp_path, ALIAS, ALIAS.replace("= int", "= missing_anywhere.Thing"), python)
+    assert [m["ok"] for m in first["modules"]] == [True]
+    assert [m["ok"] for m in full["modules"]] == [False]  # NameError at import
+    assert kept["body_edits"]["reused"] is False
+    assert "Alias ran during the verified import and changed" in kept["body_edits"]["why"]
+
+
+LOADER = '''\
+def later():
+    return 1
+
+
+if "ma" + "gic" in __loader__.get_source(__name__):
+    import missing_anywhere
+'''
+
+
+def test_a_source_read_through_the_loader_is_a_read(tmp_path):
+    # `__loader__.get_source(name)` (or `get_data(path)`) opens the file from the import system's own frames,
+    # which the audit hook took for the importer's read.
+    first, full, kept = _edited(tmp_path, LOADER, LOADER.replace("return 1", 'return "magic"'))
+    assert [m["ok"] for m in first["modules"]] == [True]
+    assert [m["ok"] for m in full["modules"]] == [False]
+    assert kept["body_edits"]["reused"] is False
+    assert "something other than the importer read its source" in kept["body_edits"]["why"]
+
+
+CHILD = '''\
+import os
+import subprocess
+import sys
+
+
+def work():
+    return 0
+
+
+RUN = "import plug, sys; sys.exit(plug.work())"
+if not os.environ.get("ATTACK_CHILD"):
+    os.environ["ATTACK_CHILD"] = "1"  # the child's own import of plug starts no other
+    {start}
+'''
+STARTS = {
+    "os.system": 'FAILED = os.system(sys.executable + " -c " + repr(RUN))',
+    "shell command": 'FAILED = subprocess.run("cd . && " + sys.executable + " -c " + repr(RUN), shell=True).returncode',
+    "multiprocessing spawn": ('import multiprocessing.util\n'
+                              '    FAILED = multiprocessing.util.spawnv_passfds(os.fsencode(sys.executable), '
+                              '[sys.executable, "-c", RUN], ())'),
+}
+
+
+@pytest.mark.parametrize("start", sorted(STARTS))
+def test_another_python_started_at_import_leaves_no_code_map(tmp_path, start):
+    # `os.system` and a shell command whose first word is not Python were not seen as another Python, and
+    # multiprocessing's spawn and forkserver start one through `_posixsubprocess.fork_exec`, which raises no
+    # audit event: the child ran a watched function no probe saw (edited, the import's outcome changes).
+    site = tmp_path / "site"
+    plug = _plug(site, CHILD.format(start=STARTS[start]))
+    first = _importcheck(site, f"--code-map={plug}")
+    assert [m["ok"] for m in first["modules"]] == [True]
+    assert first["code_maps"] == {}
