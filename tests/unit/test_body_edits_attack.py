@@ -134,3 +134,35 @@ def test_another_python_started_at_import_leaves_no_code_map(tmp_path, start):
     first = _importcheck(site, f"--code-map={plug}")
     assert [m["ok"] for m in first["modules"]] == [True]
     assert first["code_maps"] == {}
+
+
+LAUNCH = '''\
+import argparse
+
+
+def parser():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-path")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()
+'''
+
+
+def test_a_watched_entry_point_run_as_main_finds_its_probes(tmp_path):
+    # The --help child runs sglang.launch_server with runpy: the probed code in fresh globals, which lacked the
+    # probe: NameError, a --help that fails only where the overlay holds the entry point.
+    site = tmp_path / "site"
+    _plug(site, "")
+    (site / "sglang").mkdir()
+    (site / "sglang" / "__init__.py").write_text("")
+    launch = site / "sglang" / "launch_server.py"
+    launch.write_text(LAUNCH)
+    launch = launch.resolve()
+    first = _importcheck(site, "--module=sglang.launch_server", f"--code-map={launch}", "--server-help")
+    assert first["server_help"]["returncode"] == 0, first["server_help"]["error"]
+    assert first["server_help"]["lists_model_path"] is True
+    started = {e[0].split(":", 1)[1]: e[-1] for e in first["code_maps"][str(launch)]["code"]}
+    assert started == {"<module>": True, "parser": True}

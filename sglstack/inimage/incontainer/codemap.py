@@ -26,6 +26,7 @@ function changed, a parameter renamed) is not confined: the whole check runs.
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import importlib.machinery
 import json
@@ -203,6 +204,15 @@ class Watch:
         sys.meta_path.insert(0, _Finder(self))
         sys.addaudithook(self._audit)
         self._wrap_fork_exec()
+        # A probed function run in other globals than its module's (runpy.run_module of a watched module, as the
+        # --help child runs sglang.launch_server; FunctionType(code, globals)) finds its probe here, by file.
+        builtins.__dict__[PROBE] = self._probe_by_file
+
+    def _probe_by_file(self, line: int) -> None:
+        name = sys._getframe(1).f_code.co_filename
+        hits = self.started.get(name) if name in self.started else self.started.get(os.path.realpath(name))
+        if hits is not None:
+            hits.add(line)
 
     def _wrap_fork_exec(self) -> None:
         """multiprocessing's spawn and forkserver start Python through `_posixsubprocess.fork_exec`, which raises
