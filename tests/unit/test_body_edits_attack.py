@@ -166,3 +166,22 @@ def test_a_watched_entry_point_run_as_main_finds_its_probes(tmp_path):
     assert first["server_help"]["lists_model_path"] is True
     started = {e[0].split(":", 1)[1]: e[-1] for e in first["code_maps"][str(launch)]["code"]}
     assert started == {"<module>": True, "parser": True}
+
+
+def test_an_edit_that_warns_at_compile_time_where_an_import_made_warnings_errors_is_not_kept(tmp_path):
+    # An invalid escape in a body the import never runs still warns when the file is compiled at import; after
+    # `warnings.simplefilter("error")` (an earlier module's) that warning is a SyntaxError: the import fails.
+    site = tmp_path / "site"
+    _plug(site, 'import warnings\nwarnings.simplefilter("error")\nfrom plug import sub\n')
+    sub = site / "plug" / "sub.py"
+    sub.write_text("def later():\n    return 1\n")
+    sub = sub.resolve()
+    first = _importcheck(site, f"--code-map={sub}")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"code": {str(sub): first["code_maps"][str(sub)]}, "bytecode": {}, "records": {}}))
+    sub.write_text('def later():\n    return "\\d"\n')
+    full = _importcheck(site, f"--code-map={sub}")
+    assert [m["ok"] for m in first["modules"]] == [True] and [m["ok"] for m in full["modules"]] == [False]
+    kept = _importcheck(site, f"--code-map={sub}", f"--body-edits={request}")
+    assert kept["body_edits"]["reused"] is False
+    assert "compiling it warns otherwise" in kept["body_edits"]["why"]

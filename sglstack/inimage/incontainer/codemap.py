@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import hashlib
 import importlib.machinery
 import json
@@ -36,6 +37,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -148,6 +150,16 @@ def _flat(value: Any) -> list[types.CodeType]:
     if isinstance(value, frozenset):
         return [c for v in sorted(value, key=repr) for c in _flat(v)]
     return []
+
+
+def compile_warnings(source: bytes, path: str) -> list[str]:
+    """The warnings compiling `source` gives (an invalid escape, `is` with a literal), by category and message,
+    no line: a filter an earlier import set (`warnings.simplefilter("error")`) makes each an import error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(SyntaxError, ValueError):
+            compiled(source, path)
+    return sorted(f"{w.category.__name__}: {w.message}" for w in caught)
 
 
 def compiled(source: bytes, path: str) -> types.CodeType:
@@ -294,6 +306,7 @@ class Watch:
                 out[path] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
             out[path] = {"sha256": hashlib.sha256(source).hexdigest(), "read": path in self.read,
+                         "warnings": compile_warnings(source, path),
                          "entry": _entries_of(source, path), "code": started_flags(entries, self.started[path])}
         return out
 
@@ -392,6 +405,8 @@ def confined(old: Mapping[str, Any], source: bytes, path: str) -> tuple[list[lis
         new = file_map(source, path)
     except (SyntaxError, ValueError) as exc:
         raise NotConfined(f"it does not compile: {type(exc).__name__}: {exc}") from None
+    if compile_warnings(source, path) != old.get("warnings", []):
+        raise NotConfined("compiling it warns otherwise (a filter an import sets may make a warning an error)")
     before: list[list[Any]] = old["code"]
     if not before:
         raise NotConfined("no code map of it from the verified import")
@@ -463,7 +478,7 @@ def confined_edits(stored: Mapping[str, Any], read: Callable[[str], bytes]) -> t
         except NotConfined as exc:
             raise NotConfined(f"{path}: {exc}") from None
         maps[path] = {"sha256": hashlib.sha256(source).hexdigest(), "read": False, "serving": old.get("serving"),
-                      "entry": _entries_of(source, path), "code": code}
+                      "entry": _entries_of(source, path), "warnings": compile_warnings(source, path), "code": code}
         changed[path] = bodies
     for pyc, path in sorted(stored["bytecode"].items()):
         if not same_bytecode(read(pyc), read(path), path):
