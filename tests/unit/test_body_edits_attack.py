@@ -185,3 +185,27 @@ def test_an_edit_that_warns_at_compile_time_where_an_import_made_warnings_errors
     kept = _importcheck(site, f"--code-map={sub}", f"--body-edits={request}")
     assert kept["body_edits"]["reused"] is False
     assert "compiling it warns otherwise" in kept["body_edits"]["why"]
+
+
+LINES = '''\
+import sys
+
+
+class Engine:
+    def run(self):
+        return 1
+
+
+if sys._getframe().f_lineno > 9:
+    import missing_anywhere
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="by design: code maps leave line numbers out, so an edit that adds lines to "
+                   "a body the import never ran keeps the outcome; started code that acts on its own line numbers "
+                   "(a frame's f_lineno, co_firstlineno) at import sees them move. Comparing line numbers of started "
+                   "code would lose the reuse for nearly every real edit (each later function moves)")
+def test_started_code_that_acts_on_its_line_number_sees_an_edit_above_it(tmp_path):
+    first, full, kept = _edited(tmp_path, LINES, LINES.replace("return 1", "x = 1\n        return x"))
+    assert [m["ok"] for m in first["modules"]] == [True] and [m["ok"] for m in full["modules"]] == [False]
+    assert kept["body_edits"]["reused"] is False
