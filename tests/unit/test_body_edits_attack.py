@@ -209,3 +209,14 @@ def test_started_code_that_acts_on_its_line_number_sees_an_edit_above_it(tmp_pat
     first, full, kept = _edited(tmp_path, LINES, LINES.replace("return 1", "x = 1\n        return x"))
     assert [m["ok"] for m in first["modules"]] == [True] and [m["ok"] for m in full["modules"]] == [False]
     assert kept["body_edits"]["reused"] is False
+
+
+def test_a_file_too_deep_for_the_probes_imports_as_the_importer_imports_it(tmp_path):
+    # A 2000-term expression (generated code) compiles from source, but the probes' AST walk and its compile
+    # back from an AST recursed past the limit: the watched import failed (or importcheck crashed) where the
+    # image's import passes. Now the import goes on unprobed, and no code map is kept.
+    site = tmp_path / "site"
+    plug = _plug(site, "def later():\n    return " + "+".join(["1"] * 2000) + "\n\n\nX = 1\n")
+    first = _importcheck(site, f"--code-map={plug}")
+    assert [m["ok"] for m in first["modules"]] == [True]
+    assert first["code_maps"] == {}

@@ -178,16 +178,28 @@ class _Probes(ast.NodeTransformer):
         at = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str) else 0
         where = body[min(at, len(body) - 1)]
-        call = ast.Expr(ast.Call(ast.Name(PROBE, ast.Load()), [ast.Constant(first)], []))
-        body.insert(at, ast.copy_location(call, where))
+        parts = [ast.Name(PROBE, ast.Load()), ast.Constant(first)]
+        call = ast.Expr(ast.Call(parts[0], [parts[1]], []))
+        for part in (*parts, call.value, call):  # located here: fix_missing_locations recurses through all
+            ast.copy_location(part, where)
+        body.insert(at, call)
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """Statements only: a `def` is one, and is in no expression; walking a long expression (a generated
+        2000-term sum) recursed past the interpreter's limit where the importer compiles it fine."""
+        for _, value in ast.iter_fields(node):
+            for item in value if isinstance(value, list) else []:
+                if isinstance(item, ast.stmt | ast.excepthandler | ast.match_case):
+                    self.visit(item)
+        return node
+
 
 def probed(source: bytes, path: str) -> types.CodeType:
     tree = _Probes().visit(ast.parse(source, path))
-    return compile(ast.fix_missing_locations(tree), path, "exec", dont_inherit=True)
+    return compile(tree, path, "exec", dont_inherit=True)
 
 
 class Watch:
@@ -302,7 +314,7 @@ class Watch:
             try:
                 source = source_of(path)
                 entries = file_map(source, path)
-            except (OSError, SyntaxError, ValueError) as exc:
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
                 out[path] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
             out[path] = {"sha256": hashlib.sha256(source).hexdigest(), "read": path in self.read,
@@ -355,7 +367,11 @@ class _ProbedLoader(importlib.machinery.SourceFileLoader):
             source = self.get_data(self.path)
         finally:
             self._watch.loading = None
-        code = probed(source, self.path)
+        try:
+            code = probed(source, self.path)
+        except (RecursionError, MemoryError):  # an AST too deep to compile back (a generated 2000-term sum)
+            self._watch.complete = False  # the import goes on as the importer's own; no code map is kept
+            return compiled(source, self.path)
         self._made.append(code)
         return code
 
@@ -403,7 +419,7 @@ def confined(old: Mapping[str, Any], source: bytes, path: str) -> tuple[list[lis
         raise NotConfined("something other than the importer read its source during the verified import")
     try:
         new = file_map(source, path)
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise NotConfined(f"it does not compile: {type(exc).__name__}: {exc}") from None
     if compile_warnings(source, path) != old.get("warnings", []):
         raise NotConfined("compiling it warns otherwise (a filter an import sets may make a warning an error)")
