@@ -215,6 +215,7 @@ class Watch:
         self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
         self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
         self.ours = tuple({*(os.path.realpath(o) for o in ours), *ours})
+        self._realpaths: dict[str | bytes, str] = {}
         self.loading: tuple[str, int] | None = None  # (path, thread) the probed loader reads now: the import's read
 
     def install(self) -> None:
@@ -263,13 +264,19 @@ class Watch:
         if event != "open" or not args:
             return
         name = os.fspath(args[0]) if isinstance(args[0], os.PathLike) else args[0]
-        if not isinstance(name, str) or not name.endswith(".py"):
+        if not isinstance(name, str | bytes):
             return
-        path = os.path.realpath(name)
+        path = self._real(name)  # any name: a link named otherwise, a bytes path
         # Not by the import system's frames: `__loader__.get_source(name)`, `get_data(path)` read through them.
         if path in self.paths and self.loading != (path, threading.get_ident()) and \
                 sys._getframe(1).f_code.co_filename not in self.ours:
             self.read.add(path)
+
+    def _real(self, name: str | bytes) -> str:
+        found = self._realpaths.get(name)
+        if found is None:
+            found = self._realpaths[name] = os.path.realpath(os.fsdecode(name))
+        return found
 
     def _executed(self, code: types.CodeType) -> None:
         """A watched file's module code run other than by the probed loader (`spec_from_file_location`, a
@@ -289,8 +296,11 @@ class Watch:
         words = [program, *(argv if isinstance(argv, list | tuple) else [argv])]  # a shell's `-c` command too
         for word in words:  # any word of a shell command: `sh -c "cd x && python3 ..."`, `os.system(...)`
             text = os.fsdecode(word) if isinstance(word, str | bytes | os.PathLike) else ""
-            if any(os.path.basename(w).startswith("python") or w == sys.executable for w in _WORDS.split(text)):
-                self.complete = False
+            for w in _WORDS.split(text):
+                if os.path.basename(w).startswith("python") or w == sys.executable:
+                    self.complete = False
+                elif w and self._real(w) in self.paths:  # `grep x plug.py`: a child reads its source
+                    self.read.add(self._real(w))
 
     def report(self) -> bytes:
         """What a forked child says of itself for `merge`."""
