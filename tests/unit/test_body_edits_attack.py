@@ -118,6 +118,11 @@ if not os.environ.get("ATTACK_CHILD"):
 STARTS = {
     "os.system": 'FAILED = os.system(sys.executable + " -c " + repr(RUN))',
     "shell command": 'FAILED = subprocess.run("cd . && " + sys.executable + " -c " + repr(RUN), shell=True).returncode',
+    "a console script": ('script = os.path.join(os.path.dirname(__file__), "child-tool")\n'
+                         '    with open(script, "w") as f:\n'
+                         '        f.write("#!" + sys.executable + "\\n" + RUN + "\\n")\n'
+                         '    os.chmod(script, 0o755)\n'
+                         '    FAILED = subprocess.run([script]).returncode'),
     "multiprocessing spawn": ('import multiprocessing.util\n'
                               '    FAILED = multiprocessing.util.spawnv_passfds(os.fsencode(sys.executable), '
                               '[sys.executable, "-c", RUN], ())'),

@@ -34,6 +34,7 @@ import json
 import marshal
 import os
 import re
+import shutil
 import sys
 import threading
 import types
@@ -297,7 +298,7 @@ class Watch:
         for word in words:  # any word of a shell command: `sh -c "cd x && python3 ..."`, `os.system(...)`
             text = os.fsdecode(word) if isinstance(word, str | bytes | os.PathLike) else ""
             for w in _WORDS.split(text):
-                if os.path.basename(w).startswith("python") or w == sys.executable:
+                if os.path.basename(w).startswith("python") or w == sys.executable or _python_script(w):
                     self.complete = False
                 elif w and self._real(w) in self.paths:  # `grep x plug.py`: a child reads its source
                     self.read.add(self._real(w))
@@ -348,6 +349,19 @@ def module_name(path: str, roots: Sequence[str]) -> str | None:
             if parts and all(p.isidentifier() for p in parts):
                 return ".".join(parts)
     return None
+
+
+def _python_script(word: str) -> bool:
+    """Is `word` a program whose `#!` line runs Python (a console script: `torchrun`, an entry point)?"""
+    if not word or word.startswith("-") or "=" in word:
+        return False
+    found = shutil.which(word)
+    try:
+        with open(found or "", "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 class _Finder:
