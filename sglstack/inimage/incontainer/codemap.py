@@ -156,6 +156,7 @@ class Watch:
         self.complete = True  # False once something ran that the probes could not see (a forked child's report lost)
         self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
         self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
+        self._names = {os.path.basename(p) for p in self.paths}  # realpath only what may be one of them
 
     def install(self) -> None:
         if not self.names:
@@ -178,7 +179,7 @@ class Watch:
         if event != "open" or not args:
             return
         name = os.fspath(args[0]) if isinstance(args[0], os.PathLike) else args[0]
-        if not isinstance(name, str) or not name.endswith(".py"):
+        if not isinstance(name, str) or os.path.basename(name) not in self._names:
             return
         path = os.path.realpath(name)
         if path in self.paths and sys._getframe(1).f_code.co_filename not in self.skipped:
@@ -188,7 +189,7 @@ class Watch:
         """A watched file's module code run other than by the probed loader (`spec_from_file_location`, a
         second copy under another name): its functions run unprobed."""
         name = code.co_filename
-        if name.endswith(".py") and os.path.realpath(name) in self.paths and \
+        if os.path.basename(name) in self._names and os.path.realpath(name) in self.paths and \
                 not any(code is ours for ours in self.probed):
             self.complete = False
 
