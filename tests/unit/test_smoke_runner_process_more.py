@@ -1,0 +1,162 @@
+"""`run_smoke` in process (the SGLang double on a thread behind the process runner's seam, tests/lib/inthread_sglang;
+the docker runner through tests/lib/inthread_docker), along the branches the other in-process tests leave on one
+side: a named stack, an API key the server checks (and hides in its kept log, four characters too), the cold
+start against the last pass's, two smokes of one cache folder, and a server log that is not UTF-8 or is larger
+than the start log is read. Verdicts come from the double's scripted behaviour and the history's recorded
+figures, never from measured speed."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+import pytest
+from inthread_docker import Engine
+from inthread_sglang import ThreadProc, python_env, serve_in_threads
+
+from sglstack.core.folderlock import LOCK_NAME, StackBusy
+from sglstack.smoke import report as report_mod
+from sglstack.smoke import run_smoke, smoke_options
+from sglstack.smoke import runner as runner_mod
+from sglstack.smoke import server as server_mod
+from sglstack.smoke.launch import ProcessPlan
+
+ENV = {"SGLANG_DOUBLE_TOKENS_PER_S": "4000", "SGLANG_DOUBLE_TTFT_S": "0", "SGLANG_LOG_MS": "1"}
+STAMP = "[2026-12-05 10:00:00.000]"
+
+
+@pytest.fixture
+def servers(monkeypatch):
+    return serve_in_threads(monkeypatch)
+
+
+def _options(tmp_path, stack=None, env=None, **more):
+    env_dir = tmp_path / "env"
+    env_dir = env_dir if env_dir.exists() else python_env(env_dir)
+    settings = {"runner": "process", "python_env": str(env_dir), "model": "m", "draft_model": "d", "tp": 1,
+                "gpus": 0, "timeout": 60, "concurrency": 1, "num_prompts": 1, "max_new_tokens": 4,
+                "kinds": "baseline", "no_history": True, **more}
+    return smoke_options(stack, env={**ENV, **(env or {})}, build_dir=str(tmp_path / "build"), **settings)
+
+
+def _run(tmp_path, stack=None, env=None, **more):
+    lines: list[str] = []
+    options = _options(tmp_path, stack, env, **more)
+    return run_smoke(stack, None, options, log=lines.append), lines
+
+
+@pytest.mark.parametrize("key", ["sk-proc-7f3a9", "Qz9K"])  # four characters are hidden too
+def test_a_servers_api_key_is_sent_and_hidden_in_its_kept_log(servers, tmp_path, key):
+    report, _ = _run(tmp_path, extra_args=f"--api-key {key}", timeout=5, report=str(tmp_path / "report.json"))
+    assert report.data["verdict"] == "pass", report.data["failures"]
+    assert servers.started[0]["args"]["api_key"] == key  # the double checks it on every route
+    log = (tmp_path / "report.baseline.log").read_text()
+    assert "server_args=" in log and key not in log and "***" in log
+
+
+def test_a_three_character_key_is_left_in_the_log(servers, tmp_path):
+    """As redact_text: a "secret" shorter than four characters would blank every such run of letters."""
+    report, _ = _run(tmp_path, extra_args="--api-key Qz9", timeout=5, report=str(tmp_path / "report.json"))
+    assert report.data["verdict"] == "pass", report.data["failures"]
+    assert "'api_key': 'Qz9'" in (tmp_path / "report.baseline.log").read_text()
+
+
+def test_a_named_stacks_smoke_keeps_its_report_history_and_caches_in_its_folder(servers, tmp_path, stacks_matrix):
+    stack = stacks_matrix.stacks["cu130"]
+    report, _ = _run(tmp_path, stack, no_history=False, kernel_cache=True)
+    data = report.data
+    assert data["verdict"] == "pass", data["failures"]
+    assert data["stack"] == "cu130"
+    folder = tmp_path / "build" / "cu130"
+    assert data["history_file"] == str(folder / "smoke-history.jsonl")
+    assert len((folder / "smoke-history.jsonl").read_text().splitlines()) == 1
+    assert (folder / "smoke-report.json").is_file()
+    assert servers.started[0]["env"]["TRITON_CACHE_DIR"].startswith(str(folder / "kernel-cache" / "baseline"))
+    assert not (tmp_path / "build" / "_no-stack").exists()
+
+
+def test_a_named_stacks_image_is_what_the_docker_runner_opens(monkeypatch, tmp_path, stacks_matrix):
+    stack = stacks_matrix.stacks["cu130"]
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the stack binds ~/.cache/huggingface: it is there
+    (tmp_path / "home" / ".cache" / "huggingface").mkdir(parents=True)
+    engine = Engine(tmp_path)
+    monkeypatch.setattr(server_mod, "running_container", engine.running_container)
+    monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")
+
+    def open_what_to_serve(stack, image, options, interpreter, log):
+        engine.opened.append((stack, image, interpreter))
+        return "the engine", {"ref": "sglstack/cu130:abc", "digest": None, "id": "sha256:" + "8" * 64,
+                              "repo_digests": []}
+
+    monkeypatch.setattr(runner_mod, "open_what_to_serve", open_what_to_serve)
+    options = _options(tmp_path, stack, runner="docker", python_env=None)
+    report = run_smoke(stack, "sglstack/cu130:abc", options, log=lambda _line: None)
+    assert report.data["verdict"] == "pass", report.data["failures"]
+    assert engine.opened == [(stack, "sglstack/cu130:abc", None)]
+    assert [r["image"] for r in engine.runs] == ["sha256:" + "8" * 64]
+
+
+def _last_pass_started_in(history, seconds):
+    """The history's last line as if its baseline had been healthy after `seconds`."""
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    records[-1]["baseline"]["startup_s"] = seconds
+    history.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.mark.parametrize(("before_s", "fails"), [(1e-7, True), (1e6, False)])
+def test_the_cold_start_is_judged_against_the_last_passing_runs(servers, tmp_path, before_s, fails):
+    """No start takes 0.1 µs to answer healthy over HTTP, and none here takes 11 days: both sides are far."""
+    first, _ = _run(tmp_path, no_history=False, max_start_regression=0)
+    assert first.data["verdict"] == "pass", first.data["failures"]
+    _last_pass_started_in(tmp_path / "build" / "_no-stack" / "smoke-history.jsonl", before_s)
+    second, _ = _run(tmp_path, no_history=False, max_start_regression=0)
+    failures = second.data["failures"]
+    assert [f.split(":")[0] for f in failures] == (["max_start_regression"] if fails else [])
+    assert second.data["verdict"] == ("fail" if fails else "pass")
+    if fails:
+        assert failures[0].startswith("max_start_regression: the baseline start took ")
+
+
+def test_a_second_smoke_of_the_same_cache_folders_is_refused_before_it_serves(servers, tmp_path):
+    """The other smoke holds the folders' lock as another process would (an flock on its own descriptor)."""
+    base = tmp_path / "build" / "_no-stack" / "kernel-cache"
+    base.mkdir(parents=True)
+    fd = os.open(base / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StackBusy, match=f"^kernel caches {base}: another smoke of this stack is using them"):
+            _run(tmp_path, kernel_cache=True)
+    finally:
+        os.close(fd)
+    assert servers.started == []
+    report, _ = _run(tmp_path, kernel_cache=True)  # once that one ended
+    assert report.data["verdict"] == "pass"
+
+
+def _process_server(tmp_path, log: bytes) -> server_mod.ProcessServer:
+    path = tmp_path / "server.log"
+    path.write_bytes(log)
+    plan = ProcessPlan(kind="baseline", argv=("python3",), environment={}, port=1, python="python3")
+    return server_mod.ProcessServer(ThreadProc(), plan, path, started_at=123.0)
+
+
+def test_a_start_log_that_is_not_utf8_is_read_with_the_bad_bytes_replaced(tmp_path):
+    server = _process_server(tmp_path, f"{STAMP} Load weight end. \xff\xfe elapsed=1 s\n".encode("latin-1")
+                             + f"{STAMP} The server is fired up and ready to roll!\n".encode())
+    lines, started_at, resolution = server.start_log()
+    assert started_at == 123.0 and resolution == pytest.approx(0.001)
+    assert [line.text for line in lines] == [f"{STAMP} Load weight end. \ufffd\ufffd elapsed=1 s",
+                                             f"{STAMP} The server is fired up and ready to roll!"]
+    assert lines[0].at is not None and lines[0].at == lines[1].at
+
+
+def test_only_the_first_64_mib_of_a_start_log_are_read(tmp_path):
+    """A line that ends at the limit is read; one right after it is not."""
+    last = f"{STAMP} The server is fired up and ready to roll!\n".encode()
+    pad = server_mod.MAX_START_LOG_BYTES - len(last)
+    beyond = f"{STAMP} Load weight end. elapsed=1 s\n".encode()
+    server = _process_server(tmp_path, b" " * (pad - 1) + b"\n" + last + beyond)
+    texts = [line.text for line in server.start_log()[0]]
+    assert texts[-1] == f"{STAMP} The server is fired up and ready to roll!"
+    assert len(texts) == 2
