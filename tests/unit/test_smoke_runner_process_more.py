@@ -160,3 +160,12 @@ def test_only_the_first_64_mib_of_a_start_log_are_read(tmp_path):
     texts = [line.text for line in server.start_log()[0]]
     assert texts[-1] == f"{STAMP} The server is fired up and ready to roll!"
     assert len(texts) == 2
+
+
+def test_a_sweep_setting_not_served_fails_by_the_eagle3_servers_name(servers, tmp_path):
+    """Without a measured baseline no setting is served, and each one's verdict says whose run is missing."""
+    report, _ = _run(tmp_path, env={"SGLANG_DOUBLE_CRASH_AT_START": "baseline"}, kinds="baseline,eagle3",
+                     sweep="3:1:4,5:1:6", report=str(tmp_path / "report.json"))
+    skipped = report.data["sweep"]["settings"][1]
+    assert skipped["verdict"] == "fail"
+    assert skipped["failures"][-1] == "eagle3: not served: the baseline failed"
