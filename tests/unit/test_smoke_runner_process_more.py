@@ -15,6 +15,7 @@ import pytest
 from inthread_docker import Engine
 from inthread_sglang import ThreadProc, python_env, serve_in_threads
 
+from sglstack.core.errors import SglstackError
 from sglstack.core.folderlock import LOCK_NAME, StackBusy
 from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
@@ -169,3 +170,14 @@ def test_a_sweep_setting_not_served_fails_by_the_eagle3_servers_name(servers, tm
     skipped = report.data["sweep"]["settings"][1]
     assert skipped["verdict"] == "fail"
     assert skipped["failures"][-1] == "eagle3: not served: the baseline failed"
+
+
+def test_a_key_that_refers_to_an_unset_variable_is_refused_before_a_server_starts(servers, tmp_path, monkeypatch):
+    monkeypatch.delenv("SMOKE_TEST_KEY", raising=False)
+    with pytest.raises(SglstackError, match=r"^serving.extra_args refers to \$\{SMOKE_TEST_KEY\}, which is not set"):
+        _run(tmp_path, extra_args="--api-key ${SMOKE_TEST_KEY}", report=str(tmp_path / "report.json"))
+    assert servers.started == []
+    monkeypatch.setenv("SMOKE_TEST_KEY", "sk-from-env-0042")
+    report, _ = _run(tmp_path, extra_args="--api-key ${SMOKE_TEST_KEY}", report=str(tmp_path / "report.json"))
+    assert report.data["verdict"] == "pass", report.data["failures"]
+    assert servers.started[0]["args"]["api_key"] == "sk-from-env-0042"
