@@ -181,3 +181,12 @@ def test_a_key_that_refers_to_an_unset_variable_is_refused_before_a_server_start
     report, _ = _run(tmp_path, extra_args="--api-key ${SMOKE_TEST_KEY}", report=str(tmp_path / "report.json"))
     assert report.data["verdict"] == "pass", report.data["failures"]
     assert servers.started[0]["args"]["api_key"] == "sk-from-env-0042"
+
+
+def test_the_process_runner_checks_its_draft_here_whatever_docker_host_says(servers, tmp_path, monkeypatch):
+    """The process runner serves on this machine: a remote DOCKER_HOST does not move its draft elsewhere."""
+    monkeypatch.setenv("DOCKER_HOST", "ssh://user@gpu-node.test")
+    draft = tmp_path / "no-such-draft"
+    with pytest.raises(SglstackError, match=f"draft {draft}: no folder {draft} on this machine"):
+        _run(tmp_path, kinds="baseline,eagle3", draft_model=str(draft), report=str(tmp_path / "report.json"))
+    assert servers.started == []
