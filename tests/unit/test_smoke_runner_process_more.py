@@ -190,3 +190,13 @@ def test_the_process_runner_checks_its_draft_here_whatever_docker_host_says(serv
     with pytest.raises(SglstackError, match=f"draft {draft}: no folder {draft} on this machine"):
         _run(tmp_path, kinds="baseline,eagle3", draft_model=str(draft), report=str(tmp_path / "report.json"))
     assert servers.started == []
+
+
+def test_the_eagle3_servers_accept_length_is_read_from_each_answer_and_from_the_server(servers, tmp_path):
+    """The double verifies 3 tokens a step: 4 tokens in 2 steps, in each answer's meta_info and in its server info;
+    the baseline server reports no speculation, so neither is read for it."""
+    report, _ = _run(tmp_path, kinds="baseline,eagle3", min_speedup=0.01, report=str(tmp_path / "report.json"))
+    data = report.data
+    assert data["eagle3"]["accept_length_meta"] == pytest.approx(4 / 2)
+    assert data["eagle3"]["accept_length_server"] == pytest.approx(4 / 2)
+    assert (data["baseline"]["accept_length_meta"], data["baseline"]["accept_length_server"]) == (None, None)
