@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 
 import pytest
 from inthread_docker import Engine
@@ -17,8 +18,8 @@ from inthread_sglang import ThreadProc, python_env, serve_in_threads
 
 from sglstack.core.errors import SglstackError
 from sglstack.core.folderlock import LOCK_NAME, StackBusy
+from sglstack.smoke import measured, run_smoke, smoke_options
 from sglstack.smoke import report as report_mod
-from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke import runner as runner_mod
 from sglstack.smoke import server as server_mod
 from sglstack.smoke.launch import ProcessPlan
@@ -200,3 +201,45 @@ def test_the_eagle3_servers_accept_length_is_read_from_each_answer_and_from_the_
     assert data["eagle3"]["accept_length_meta"] == pytest.approx(4 / 2)
     assert data["eagle3"]["accept_length_server"] == pytest.approx(4 / 2)
     assert (data["baseline"]["accept_length_meta"], data["baseline"]["accept_length_server"]) == (None, None)
+
+
+def test_each_request_waits_at_most_the_request_timeout(servers, tmp_path):
+    """The double takes 6 s to its first token (0.6 s for a prompt it has seen): at a 0.1 s request timeout every
+    generation fails, however loaded the machine."""
+    report, _ = _run(tmp_path, env={"SGLANG_DOUBLE_TTFT_S": "6"}, request_timeout=0.1,
+                     report=str(tmp_path / "report.json"))
+    baseline = report.data["baseline"]
+    assert baseline["started"] is True
+    assert (baseline["completed"], baseline["requests"]) == (0, 1)
+    assert report.data["verdict"] == "fail"
+
+
+def _local(at: float) -> str:
+    return "[" + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) + ".000]"
+
+
+def test_a_process_servers_phases_count_from_its_start_and_a_line_from_the_future_is_off_clock(tmp_path):
+    """Stamps set by the test, a whole number of seconds after the start: every figure is exact. A line stamped
+    three hours after the log was read is on another clock (a server given another TZ)."""
+    started = float(int(time.time()) - 100)
+    log = (f"{_local(started + 2)} server_args=ServerArgs(model_path='m')\n"
+           f"{_local(started + 5)} Load weight end. elapsed=3.00 s\n"
+           f"{_local(time.time() + 3 * 3600)} The server is fired up and ready to roll!\n")
+    server = _process_server(tmp_path, log.encode())
+    server.started_at = started
+    lines: list[str] = []
+    phases = measured.start_phases_of(server, 7.0, [], lines.append)
+    assert phases["milestones_s"]["imports_done"] == 2.0 and phases["milestones_s"]["weights_loaded"] == 5.0
+    assert phases["phases_s"]["weights"] == 3.0
+    assert phases["off_clock"] == ["healthy"] and phases["milestones_s"]["healthy"] is None
+    assert lines == [measured.phases_line("baseline", phases)]
+
+
+def test_each_single_stream_run_is_reported_with_its_counts_and_accept_length(servers, tmp_path):
+    report, _ = _run(tmp_path, kinds="baseline,eagle3", min_speedup=0.01, report=str(tmp_path / "report.json"))
+    for kind, accept in (("baseline", None), ("eagle3", pytest.approx(4 / 2))):
+        run = report.data[kind]["runs"][0]
+        assert set(run) == {"tokens_per_s", "ttft_s", "completed", "requests", "flushed", "accept_length"}
+        assert (run["completed"], run["requests"], run["flushed"], run["accept_length"]) == (1, 1, None, accept)
+        # counted from the server's start: a first token within the test's own time limit, whatever the load
+        assert 0 < report.data[kind]["phases"]["milestones_s"]["first_token"] < 600
