@@ -11,8 +11,10 @@ import fcntl
 import json
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
+from fake_clock import FakeClock
 from inthread_docker import Engine
 from inthread_sglang import ThreadProc, python_env, serve_in_threads
 
@@ -243,3 +245,33 @@ def test_each_single_stream_run_is_reported_with_its_counts_and_accept_length(se
         assert (run["completed"], run["requests"], run["flushed"], run["accept_length"]) == (1, 1, None, accept)
         # counted from the server's start: a first token within the test's own time limit, whatever the load
         assert 0 < report.data[kind]["phases"]["milestones_s"]["first_token"] < 600
+
+
+class _Polled:
+    """What the health wait reads of `SGLangClient`: each /health_generate's own timeout, and when it was asked
+    (the test's clock); it answers 503 (still starting) until closed."""
+
+    def __init__(self, clock: FakeClock, asked: list[tuple[float, float]]) -> None:
+        self.clock, self.asked, self.closed = clock, asked, False
+
+    def health_generate(self, *, timeout: float) -> int:
+        self.asked.append((self.clock.now, timeout))
+        return 503
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_each_health_poll_waits_what_is_left_of_the_start_budget_between_1_and_30_seconds(monkeypatch):
+    clock, asked, made = FakeClock(), [], []
+    monkeypatch.setattr(measured, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    monkeypatch.setattr(measured, "SGLangClient",
+                        lambda url, timeout, api_key: made.append((url, _Polled(clock, asked))) or made[-1][1])
+    server = SimpleNamespace(kind="baseline", exit_failure=lambda: None, base_url=lambda: "http://node:30000")
+    client, failure = measured.wait_until_healthy(server, None, SimpleNamespace(timeout=45, request_timeout=5))
+    assert (client, failure) == (None, "not healthy after 45s (/health_generate last answered 503)")
+    assert asked[0] == (0.0, 30.0)  # 45 s left: at most 30
+    assert asked[-1] == (45.0, 1.0)  # none left: at least 1
+    assert all(timeout == max(1.0, min(30.0, 45.0 - at)) for at, timeout in asked)
+    assert any(1.0 < timeout < 30.0 for _at, timeout in asked)
+    assert [(url, polled.closed) for url, polled in made] == [("http://node:30000", True)]  # one client, closed
