@@ -89,6 +89,19 @@ def pytest_runtest_setup(item):
     return (yield)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_exception_interact(node) -> None:
+    """A test has failed: pytest-timeout has just stopped its timer and put SIGALRM back to SIG_DFL (its own
+    `pytest_exception_interact`, tryfirst), so that a debugger is not cut short. From here that is the state the
+    test must end in."""
+    before = node.stash.get(_BEFORE, None)
+    if before is not None:
+        now = current()
+        handlers = tuple(now_handler if sig == signal.SIGALRM else was
+                         for sig, was, now_handler in zip(WATCHED, before.handlers, now.handlers, strict=True))
+        node.stash[_BEFORE] = before._replace(handlers=handlers, timer=now.timer)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item, nextitem):
     result = yield

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import signal
+from pathlib import Path
 
 import signal_guard
 from signal_guard import SignalState, leaks
 
+LIB = Path(signal_guard.__file__).resolve().parent
+REPO = LIB.parents[1]
 INNER = '''
 import signal
 
@@ -63,6 +67,18 @@ def test_each_leaking_test_fails_by_name_and_the_next_tests_pass(pytester):
     result.stdout.fnmatch_lines(["*test_inner.py::test_arms_a_timer left * changed: the real-time timer (SIGALRM) "
                                  "was * s left (interval 0.0), is * s (interval 0.0)"])
     assert "test_not_a_victim" not in "".join(line for line in result.outlines if "ERROR" in line)
+
+
+def test_a_failed_test_is_not_blamed_for_the_timer_pytest_timeout_stops(pytester, monkeypatch):
+    """Once a test fails, pytest-timeout stops its timer and puts SIGALRM back to SIG_DFL: the test's own doing
+    is its failure, not a leak. (In a child: pytest-timeout would stop this test's own timer too.)"""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(LIB), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    pytester.makeini("[pytest]\ntimeout = 300\n")
+    pytester.makeconftest("pytest_plugins = ['signal_guard']\n")
+    pytester.makepyfile(test_inner="def test_fails():\n    assert 1 == 2\n\n\ndef test_passes():\n    pass\n")
+    result = pytester.runpytest_subprocess("-q", "-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "signal state" not in result.stdout.str()
 
 
 def state(timer: tuple[float, float] = (0.0, 0.0), blocked: frozenset[int] = frozenset(),
