@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import types
 from pathlib import Path
 
+import pytest
 import signal_guard
 from signal_guard import SignalState, leaks
+from waits import sigint_once_written
+
+from sglstack.core.safefiles import write_with
 
 LIB = Path(signal_guard.__file__).resolve().parent
 REPO = LIB.parents[1]
@@ -111,3 +116,20 @@ def test_sigint_ignored_on_entry_gets_pythons_own_handler():
         assert signal.getsignal(signal.SIGINT) is own  # a handler of its own is left as it is
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ---- the Ctrl-C-in-a-write helper (tests/lib/waits.py), with SIGINT ignored on entry --------------------------------
+
+def test_the_ctrl_c_helper_interrupts_a_write_even_where_sigint_was_ignored_on_entry(tmp_path, monkeypatch):
+    """As in a shell script's background job (CI runs 13 and 14): with the handler it found (SIG_IGN) the helper's
+    SIGINT was dropped and both kernel-cache Ctrl-C tests said "DID NOT RAISE"; it installs Python's own for its
+    write, and puts back what it found."""
+    module = types.SimpleNamespace(write_with=write_with, __name__="a module that writes")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt), sigint_once_written(monkeypatch, module, 4096):
+            module.write_with(tmp_path, tmp_path / "layer", lambda fh: [fh.write(b"x" * 1024) for _ in range(16)])
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert list(tmp_path.iterdir()) == []  # the half-written temp file went with the interrupted write
