@@ -19,8 +19,9 @@ from sglstack.cli.testing import FAST_HYPOTHESIS_PROFILE
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The helpers the test files share (fixtures, doubles, `clirun`) live in tests/lib/ and are imported by name.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
-# pytester: tests/unit/test_tiers.py runs a small pytest of its own to check the tier marks.
-pytest_plugins = ("pytester",)
+# pytester: tests/unit/test_tiers.py runs a small pytest of its own to check the tier marks. signal_guard: a test
+# that leaves a signal handler, a blocked signal or the SIGALRM timer changed fails (tests/lib/signal_guard.py).
+pytest_plugins = ("pytester", "signal_guard")
 
 
 # ---- tiers and marks -------------------------------------------------------------------------------

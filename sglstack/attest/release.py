@@ -109,7 +109,7 @@ def reused_facts(record: dict[str, Any]) -> dict[str, Any]:
     """Provenance facts of an image this build reused rather than built: what its labels recorded."""
     labels = record.get("labels") or {}
     record.setdefault("base_image", {"name": "unknown", "digest": labels.get(lb.BASE_DIGEST_LABEL)})
-    record.setdefault("built_at", record.get("built_at") or "1970-01-01T00:00:00Z")
+    record["built_at"] = record.get("built_at") or "1970-01-01T00:00:00Z"  # none, or null: no time kept
     record.setdefault("builder", {"kind": labels.get(lb.BUILDER_LABEL, "unknown")})
     if labels.get(lb.LOCK_LABEL):
         record.setdefault("lock", {"content_sha256": labels[lb.LOCK_LABEL]})

@@ -26,6 +26,9 @@ from unittest import mock
 
 from httpserve import ThreadedServer
 
+from sglstack.smoke import report as report_mod
+from sglstack.smoke import server as server_mod
+
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "sglang-double"
 
 
@@ -150,6 +153,15 @@ class ThreadServers:
 def _double_env(env: Mapping[str, str]) -> dict[str, str]:
     """What the double reads of the environment it is given: its own settings and the caches it writes to."""
     return {k: v for k, v in env.items() if k.startswith(("SGLANG_", "TRITON_", "FLASHINFER_"))}
+
+
+def serve_in_threads(monkeypatch: Any) -> ThreadServers:
+    """The process runner's seam (`server.running_process`) served by a new `ThreadServers`, and the report's
+    chart not drawn (matplotlib, seconds a report: its own tests draw it): what a test's `servers` fixture is."""
+    threads = ThreadServers()
+    monkeypatch.setattr(server_mod, "running_process", threads.running_in_thread)
+    monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")
+    return threads
 
 
 def python_env(root: Path) -> Path:

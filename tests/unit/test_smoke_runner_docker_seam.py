@@ -1,19 +1,16 @@
 """`run_smoke` with the docker runner, in process: the engine's side is a double of what the server module reads
-of docker's SDK (`running_container`'s container: `attrs` with its state and published port, `reload`, `logs`),
-and the container's command is served by the SGLang double on a thread (tests/lib/inthread_sglang), parsed by
-its own flag parser. The image is taken as resolved (`open_what_to_serve`, the runner's subject seam)."""
+of docker's SDK, whose containers' commands are served by the SGLang double on a thread, parsed by its own flag
+parser (tests/lib/inthread_docker). The image is taken as resolved (`open_what_to_serve`, the runner's subject
+seam)."""
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import json
 
 import pytest
-from inthread_sglang import ThreadServers
+from inthread_docker import Engine
 from smoke_fixtures import FAST
 
-from sglstack.adapters.process import free_tcp_port
 from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke import runner as runner_mod
@@ -23,46 +20,9 @@ IMAGE_ID = "sha256:" + "5" * 64
 ENV = {"SGLANG_DOUBLE_TOKENS_PER_S": "4000", "SGLANG_DOUBLE_TTFT_S": "0"}
 
 
-class Container:
-    """A running container as the SDK shows it: its state, the port it publishes, its log with engine stamps."""
-
-    def __init__(self, container_port, host_port, log_path):
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        self.attrs = {"State": {"Status": "running", "StartedAt": now},
-                      "NetworkSettings": {"Ports": {f"{container_port}/tcp": [{"HostPort": str(host_port)}]}}}
-        self.log_path, self.stamp = log_path, now
-
-    def reload(self):
-        pass
-
-    def logs(self, stdout, stderr, timestamps=False, tail=None):
-        lines = self.log_path.read_text().splitlines()
-        lines = [line.split("] ", 1)[-1] for line in lines][-(tail or len(lines)):]
-        return "".join(f"{self.stamp + ' ' if timestamps else ''}{line}\n" for line in lines).encode()
-
-
-class Engine:
-    """The containers started, each with the keyword arguments the SDK's `containers.run` would get."""
-
-    def __init__(self, tmp_path, threads):
-        self.tmp_path, self.threads, self.runs = tmp_path, threads, []
-        self.opened: list[tuple] = []
-
-    @contextlib.contextmanager
-    def running_container(self, engine, image, *, command, name_prefix, labels, **kwargs):
-        self.runs.append({"engine": engine, "image": image, "command": command, "name_prefix": name_prefix,
-                          "labels": labels, **kwargs})
-        (container_port, _none), = [(int(k.split("/")[0]), v) for k, v in kwargs["ports"].items()]
-        port = free_tcp_port()
-        argv = [*command[:command.index("--port") + 1], str(port), *command[command.index("--port") + 2:]]
-        log_path = self.tmp_path / f"container-{len(self.runs)}.log"
-        with self.threads.running_in_thread(argv, env=kwargs["environment"], log_path=log_path):
-            yield Container(container_port, port, log_path)
-
-
 @pytest.fixture
 def engine(monkeypatch, tmp_path):
-    double = Engine(tmp_path, ThreadServers())
+    double = Engine(tmp_path)
     monkeypatch.setattr(server_mod, "running_container", double.running_container)
     monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")  # drawn by its own tests
     info = {"ref": "sglstack/cpu:test", "digest": None, "id": IMAGE_ID, "repo_digests": []}

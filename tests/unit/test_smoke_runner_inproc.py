@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from inthread_sglang import ThreadServers, python_env
+from inthread_sglang import python_env, serve_in_threads
 from smoke_fixtures import FAST
 
 from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
-from sglstack.smoke import server as server_mod
 from sglstack.smoke.outputs import server_log_path
 
 # Each flag of the double is far from any gate: the verdict does not depend on the machine's speed.
@@ -22,18 +21,16 @@ SPEED_GATES = {"min_speedup": 0.01, "max_regression": 1.0}
 
 
 @pytest.fixture
-def charts(monkeypatch):
+def servers(monkeypatch):
+    return serve_in_threads(monkeypatch)
+
+
+@pytest.fixture
+def charts(monkeypatch, servers):
     """The chart's drawing (matplotlib, seconds a report: its own tests draw it) replaced by what it was given."""
     drawn: list[tuple[dict, tuple]] = []
     monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: drawn.append((data, history)) or b"png")
     return drawn
-
-
-@pytest.fixture
-def servers(monkeypatch, charts):
-    threads = ThreadServers()
-    monkeypatch.setattr(server_mod, "running_process", threads.running_in_thread)
-    return threads
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from inthread_sglang import ThreadServers, python_env
+from inthread_sglang import python_env, serve_in_threads
 
 from sglstack.core.errors import SglstackError
-from sglstack.smoke import report as report_mod
 from sglstack.smoke import run_smoke, smoke_options
 from sglstack.smoke import runner as runner_mod
 from sglstack.smoke import server as server_mod
@@ -20,10 +19,7 @@ ENV = {"SGLANG_DOUBLE_TOKENS_PER_S": "4000", "SGLANG_DOUBLE_TTFT_S": "0"}
 
 @pytest.fixture
 def servers(monkeypatch):
-    threads = ThreadServers()
-    monkeypatch.setattr(server_mod, "running_process", threads.running_in_thread)
-    monkeypatch.setattr(report_mod, "smoke_chart", lambda data, history: b"png")  # drawn by its own tests
-    return threads
+    return serve_in_threads(monkeypatch)
 
 
 def _options(tmp_path, **more):

@@ -138,7 +138,7 @@ def test_only_an_engine_test_is_followed_by_a_look_at_the_engine(pytester, monke
     import engine_refs
 
     monkeypatch.setattr(engine_refs, "CLAIMED_HOSTS", {"127.0.0.1:49999"})  # as after any server of the session
-    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n")
+    pytester.makeini("[pytest]\nmarkers =\n  docker: d\n  network: n\n  slow: s\n  timeout: t\n")
     pytester.makeconftest(FAKE_CONFTEST + """
 _asked = []
 _real._engine_references = lambda: _asked.append(1) or set()
@@ -159,7 +159,9 @@ def pytest_sessionfinish(session):
 
         def test_in_process(tmp_path): pass
     """)
-    result = pytester.runpytest_inprocess("-q", "-s", "-p", "no:cacheprovider")
+    # -p no:timeout: the engine tests' 600 s limit (the real marks) would start pytest-timeout's timer in this process
+    # and stop it after them, this test's own limit with it (SIGALRM left at SIG_DFL; tests/lib/signal_guard.py)
+    result = pytester.runpytest_inprocess("-q", "-s", "-p", "no:cacheprovider", "-p", "no:timeout")
     assert result.ret == 0 and result.outlines[0].endswith("ASKED 2"), result.outlines
 
 

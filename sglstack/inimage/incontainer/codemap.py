@@ -216,7 +216,7 @@ class Watch:
         self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
         self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
         self.ours = tuple({*(os.path.realpath(o) for o in ours), *ours})
-        self._realpaths: dict[str | bytes, str] = {}
+        self._names = {os.path.basename(p) for p in self.paths}  # realpath only what may be one of them
         self.loading: tuple[str, int] | None = None  # (path, thread) the probed loader reads now: the import's read
 
     def install(self) -> None:
@@ -265,25 +265,22 @@ class Watch:
         if event != "open" or not args:
             return
         name = os.fspath(args[0]) if isinstance(args[0], os.PathLike) else args[0]
-        if not isinstance(name, str | bytes):
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+        if not isinstance(name, str) or os.path.basename(name) not in self._names:  # a link named otherwise: not seen
             return
-        path = self._real(name)  # any name: a link named otherwise, a bytes path
+            return
+        path = os.path.realpath(name)
         # Not by the import system's frames: `__loader__.get_source(name)`, `get_data(path)` read through them.
         if path in self.paths and self.loading != (path, threading.get_ident()) and \
                 sys._getframe(1).f_code.co_filename not in self.ours:
             self.read.add(path)
 
-    def _real(self, name: str | bytes) -> str:
-        found = self._realpaths.get(name)
-        if found is None:
-            found = self._realpaths[name] = os.path.realpath(os.fsdecode(name))
-        return found
-
     def _executed(self, code: types.CodeType) -> None:
         """A watched file's module code run other than by the probed loader (`spec_from_file_location`, a
         second copy under another name): its functions run unprobed."""
         name = code.co_filename
-        if name.endswith(".py") and os.path.realpath(name) in self.paths and \
+        if os.path.basename(name) in self._names and os.path.realpath(name) in self.paths and \
                 not any(code is ours for ours in self.probed):
             self.complete = False
 
@@ -300,8 +297,8 @@ class Watch:
             for w in _WORDS.split(text):
                 if os.path.basename(w).startswith("python") or w == sys.executable or _python_script(w):
                     self.complete = False
-                elif w and self._real(w) in self.paths:  # `grep x plug.py`: a child reads its source
-                    self.read.add(self._real(w))
+                elif os.path.basename(w) in self._names and os.path.realpath(w) in self.paths:
+                    self.read.add(os.path.realpath(w))  # `grep x plug.py`: a child reads its source
 
     def report(self) -> bytes:
         """What a forked child says of itself for `merge`."""
