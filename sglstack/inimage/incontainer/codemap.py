@@ -127,8 +127,10 @@ def file_map(source: bytes, path: str) -> list[list[Any]]:
     """The code map of a file's source, a code object that gets no probe (not a `def`: a type alias's lazy value,
     a TypeVar's bound, 3.14's `__annotate__`) counted as run with its parent: something may evaluate it at
     import (pydantic, `typing.get_type_hints`, `X.__value__`) and no probe would say so."""
-    entries = code_map(compiled(source, path))
-    defs = [PROBE in c.co_names for c in _preorder(probed(source, path))]
+    with warnings.catch_warnings():  # compile_warnings says what they are; a filter set by an import is not ours
+        warnings.simplefilter("ignore")
+        entries = code_map(compiled(source, path))
+        defs = [PROBE in c.co_names for c in _preorder(probed(source, path))]
     return [[e[0], INLINE if e[1] == FUNCTION and not d else e[1], *e[2:]]
             for e, d in zip(entries, defs, strict=True)]  # the probes add no code object: the same shape
 
