@@ -287,7 +287,7 @@ def nvidia_runtime_cuda(stack: Stack) -> str | None:
 
 # The tools every build stage COPYs from the context (tools/...), beside the patch engine.
 CONTEXT_TOOLS = ("pip-env.sh", "wheelkit.py", "imageinfo.py", "imagecheck.py", "elfdeps.py", "importcheck.py",
-                 "filefacts.py", "codemap.py")
+                 "filefacts.py", "codemap.py", "codewatch.py")
 # Folders the Dockerfile COPYs even when nothing is in them (a stack without patches).
 CONTEXT_FOLDERS = ("tools", "patches")
 _SKIPPED = (".pyc",)

@@ -90,7 +90,7 @@ def test_an_output_folder_is_printed_as_plain_text(tmp_path):
     proc = run_invoke("render", "--stack", "cu130", "--out", HOSTILE_FOLDER, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[:2] == [f"cu130: Dockerfile   {SHOWN_FOLDER}/Dockerfile",
-                                            f"cu130: context      {SHOWN_FOLDER}/context/ (26 files)"]
+                                            f"cu130: context      {SHOWN_FOLDER}/context/ (27 files)"]
     proc = run_invoke("bake", "--stack", "cu130", "--out", f"{HOSTILE_FOLDER}/bake.json", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == (f"bake file: {SHOWN_FOLDER}/bake.json (2 targets, 1 stacks; group "

@@ -51,7 +51,8 @@ def images(tmp_path_factory, docker_cli, docker_client, sglang_double_image):
     ctx = tmp_path_factory.mktemp("verify-reuse")
     write_site_packages(ctx / "site", "sgl-kernel", "0.0.1", FAKE_SGL_KERNEL)
     (ctx / "tools").mkdir()
-    for name in ("imagecheck.py", "elfdeps.py", "importcheck.py", "filefacts.py", "codemap.py"):  # and its siblings
+    for name in ("imagecheck.py", "elfdeps.py", "importcheck.py", "filefacts.py", "codemap.py",
+                 "codewatch.py"):  # and its siblings
         shutil.copy(TOOLS_DIR / name, ctx / "tools" / name)
     head = (f"FROM {sglang_double_image}\nENV VIRTUAL_ENV=/opt/venv\n"
             "RUN ln -s /usr/bin/python3 /usr/local/bin/python\n"

@@ -47,7 +47,8 @@ from collections.abc import Callable
 from typing import Any
 
 try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the host)
-    from .codemap import NotConfined, Watch, confined_edits, entry_classes, listed_paths
+    from .codemap import NotConfined, confined_edits, entry_classes, listed_paths
+    from .codewatch import Watch
     from .filefacts import (
         Provided,
         derive_facts,
@@ -61,7 +62,8 @@ try:  # imported as sglstack.inimage.incontainer.importcheck (the tests, the hos
         valid_fact,
     )
 except ImportError:  # run as a script in the image: its siblings in the tools folder (the script's folder)
-    from codemap import NotConfined, Watch, confined_edits, entry_classes, listed_paths  # type: ignore[no-redef]
+    from codemap import NotConfined, confined_edits, entry_classes, listed_paths  # type: ignore[no-redef]
+    from codewatch import Watch  # type: ignore[no-redef]
     from filefacts import (  # type: ignore[no-redef]
         Provided,
         derive_facts,
