@@ -147,3 +147,13 @@ def plant(registry: Registry, digest: str, kind: str, changes: dict[str, object]
     layer.update({k: v for k, v in changes.items() if k in ("size", "digest")})
     body = json.dumps(data).encode()
     return registry.put_manifest(PATH, fallback_tag(digest, kind), body, OCI_MANIFEST)
+
+
+def write_record(tmp_path, config: str, **changes: object) -> dict:
+    """A build record of image `config` in `tmp_path/record.json`, as a build writes it (with `changes`)."""
+    record = {"stack": "cu130", "target": "runtime", "image_id": config, "config_hash": "c" * 64,
+              "built_at": "2026-12-03T19:00:00Z", "builder": {"kind": "classic"}, "pins": {},
+              "base_image": {"name": "debian", "digest": None}, "sglang": {"version": "0.5.9", "git": None},
+              "provenance": {"patches": {}, "sglstack": {}}, **changes}
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    return record

@@ -11,7 +11,7 @@ import datetime as dt
 import json
 
 import pytest
-from attest_memory import IDENTITY, KEY, KID, PATH, REGISTRY, Registry, image, verify
+from attest_memory import IDENTITY, KEY, KID, PATH, REGISTRY, Registry, image, verify, write_record
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sglstack.attest import release
@@ -27,15 +27,6 @@ from sglstack.inventory.sbom import SBOM_FILE, read_sbom, sbom_document
 from sglstack.registry.client import OCI_MANIFEST, compute_digest
 
 REPO = parse_repository(REGISTRY)
-
-
-def _record(tmp_path, config: str, **changes: object) -> dict:
-    record = {"stack": "cu130", "target": "runtime", "image_id": config, "config_hash": "c" * 64,
-              "built_at": "2026-12-03T19:00:00Z", "builder": {"kind": "classic"}, "pins": {},
-              "base_image": {"name": "debian", "digest": None}, "sglang": {"version": "0.5.9", "git": None},
-              "provenance": {"patches": {}, "sglstack": {}}, **changes}
-    (tmp_path / "record.json").write_text(json.dumps(record))
-    return record
 
 
 def _sbom_beside(tmp_path, config: str, *, recorded: bool = True) -> bytes:
@@ -62,7 +53,7 @@ def listed(monkeypatch):
 def test_a_signed_release_attaches_three_documents_says_so_and_verifies(tmp_path, referrers_api, listed):
     registry = Registry(referrers_api=referrers_api)
     digest, config = image(registry)
-    _record(tmp_path, config)
+    write_record(tmp_path, config)
     sbom = _sbom_beside(tmp_path, config)
     said = AttestPlan(tmp_path / "record.json", KEY)(registry, REPO, digest)
     found = find_attestations(registry, PATH, digest)
@@ -78,7 +69,7 @@ def test_a_signed_release_attaches_three_documents_says_so_and_verifies(tmp_path
 def test_an_unsigned_release_attaches_the_sbom_and_provenance_only(tmp_path, listed):
     registry = Registry()
     digest, config = image(registry)
-    _record(tmp_path, config)
+    write_record(tmp_path, config)
     _sbom_beside(tmp_path, config)
     said = AttestPlan(tmp_path / "record.json", None)(registry, REPO, digest)
     assert said.startswith(f"attached sbom, provenance to {REGISTRY}@{digest} (") and said.endswith(
@@ -91,7 +82,7 @@ def test_an_unsigned_release_attaches_the_sbom_and_provenance_only(tmp_path, lis
 def test_an_sbom_missing_or_changed_beside_the_record_is_listed_from_the_image(tmp_path, listed, beside, recorded,
                                                                                 tag):
     config = "sha256:" + "ab" * 32
-    _record(tmp_path, config, **({"tag": tag} if tag else {}), docker_host="ssh://builder")
+    write_record(tmp_path, config, **({"tag": tag} if tag else {}), docker_host="ssh://builder")
     if beside:
         _sbom_beside(tmp_path, config, recorded=recorded)
     if tag == "only-the-hash":  # the SBOM is there but the record names no hash of it
@@ -110,7 +101,7 @@ def test_an_sbom_missing_or_changed_beside_the_record_is_listed_from_the_image(t
 
 def test_a_record_without_its_build_time_is_listed_as_of_1970(tmp_path, listed):
     config = "sha256:" + "ab" * 32
-    record = _record(tmp_path, config, built_at=None)
+    record = write_record(tmp_path, config, built_at=None)
     doc = json.loads(release.sbom_bytes(tmp_path / "record.json", record, docker_host=None))
     assert doc["metadata"]["timestamp"].startswith("1970-01-01T00:00:00")
 
@@ -118,7 +109,7 @@ def test_a_record_without_its_build_time_is_listed_as_of_1970(tmp_path, listed):
 def test_a_reused_images_record_gets_the_facts_its_labels_keep(tmp_path, listed):
     registry = Registry()
     digest, config = image(registry)
-    record = _record(tmp_path, config, reused="sha256:" + "9" * 64,
+    record = write_record(tmp_path, config, reused="sha256:" + "9" * 64,
                      labels={lb.LOCK_LABEL: "7" * 64, lb.BUILDER_LABEL: "buildkit"})
     for fact in ("base_image", "builder"):
         del record[fact]
@@ -168,7 +159,7 @@ def test_an_image_with_nothing_to_sign_or_no_config_is_refused_in_one_line():
 def test_what_a_plan_attaches_names_the_repository_the_records_facts_and_each_documents_media_type(tmp_path,
                                                                                                  listed):
     config = "sha256:" + "ab" * 32
-    _record(tmp_path, config, provenance={"patches": {"kimi": "2" * 64}, "sglstack": {"version": "0.9"}})
+    write_record(tmp_path, config, provenance={"patches": {"kimi": "2" * 64}, "sglstack": {"version": "0.9"}})
     digest = "sha256:" + "cd" * 32
     docs = dict(AttestPlan(tmp_path / "record.json", KEY, docker_host="tcp://engine:2375").documents("r/x", digest))
     assert listed == [(("engine", "tcp://engine:2375"), config)]  # no SBOM beside the record: listed there

@@ -13,7 +13,7 @@ import time
 from subprocess import run as run_git  # git, not a Python child: mutation runs keep it
 
 import pytest
-from attest_memory import PATH, REGISTRY, Registry, docs, image, plant
+from attest_memory import PATH, REGISTRY, Registry, docs, image, plant, write_record
 
 from sglstack import __version__
 from sglstack.attest import release
@@ -131,18 +131,9 @@ def listed(monkeypatch):
     monkeypatch.setattr(release, "image_inventory", lambda client, image_id: Inventory(python={"six": "1"}, debian=()))
 
 
-def _record(tmp_path, config: str, **changes: object) -> dict:
-    record = {"stack": "cu130", "target": "runtime", "image_id": config, "config_hash": "c" * 64,
-              "built_at": "2026-12-03T19:00:00Z", "builder": {"kind": "classic"}, "pins": {},
-              "base_image": {"name": "debian", "digest": None}, "sglang": {"version": "0.5.9", "git": None},
-              "provenance": {"patches": {}, "sglstack": {}}, **changes}
-    (tmp_path / "record.json").write_text(json.dumps(record))
-    return record
-
-
 def test_a_record_without_its_build_time_is_listed_as_of_1970_utc_on_a_machine_outside_utc(tmp_path, listed,
                                                                                            outside_utc):
-    record = _record(tmp_path, "sha256:" + "ab" * 32, built_at=None)
+    record = write_record(tmp_path, "sha256:" + "ab" * 32, built_at=None)
     doc = json.loads(release.sbom_bytes(tmp_path / "record.json", record, docker_host=None))
     assert doc["metadata"]["timestamp"].startswith("1970-01-01T00:00:00")
 
@@ -150,7 +141,7 @@ def test_a_record_without_its_build_time_is_listed_as_of_1970_utc_on_a_machine_o
 def test_a_release_names_the_repository_it_pushes_to_in_the_provenance(tmp_path, listed):
     registry = Registry()
     digest, config = image(registry)
-    _record(tmp_path, config)
+    write_record(tmp_path, config)
     AttestPlan(tmp_path / "record.json", None)(registry, REPO, digest)
     provenance = next(a for a in find_attestations(registry, PATH, digest) if a.kind == "provenance")
     statement = json.loads(registry.blobs[provenance.document_digest])
