@@ -141,18 +141,19 @@ def test_a_local_host_refuses_a_draft_that_does_not_fit_its_target(monkeypatch, 
 
 
 def test_a_regression_against_another_image_says_how_to_see_what_changed(monkeypatch, tmp_path):
-    """The second image's server is 200 times slower (no machine load makes such a difference) and its EAGLE-3
-    EAGLE-3 server's greedy outputs all differ: two failures, one of them the regression gate's."""
+    """The second image's EAGLE-3 server is 200 times slower (no machine load makes such a difference) and its
+    greedy outputs all differ: two failures, one of them the regression gate's. (Not the speed-up gate: at load
+    the baseline's own overheads can hold its ratio above any line near 0.01.)"""
     _engine(monkeypatch, tmp_path, ids=(IMAGE_ID, "sha256:" + "7" * 64))
     monkeypatch.setattr(fields_mod, "local_snapshot", lambda spec, docker_host=None: None)
-    history = {"no_history": False, "max_regression": 0.5, "kinds": "baseline,eagle3", "min_speedup": 0.1,
-               "min_accept_length": 0}
+    history = {"no_history": False, "max_regression": 0.5, "kinds": "baseline,eagle3", "min_speedup": 1e-6,
+               "min_accept_length": 0, "max_new_tokens": 8}  # the double's drift starts at the fifth token
     first, _ = _run(tmp_path, **history)
-    slow, lines = _run(tmp_path, env={"SGLANG_DOUBLE_SPEC_SPEEDUP": "0.01"}, **history)
+    slow, lines = _run(tmp_path, env={"SGLANG_DOUBLE_SPEC_SPEEDUP": "0.01", "SGLANG_DOUBLE_DIVERGE": "1"}, **history)
     assert first.data["verdict"] == "pass", first.data["failures"]
     failures = slow.data["failures"]
     assert any(f.startswith("max_regression") for f in failures)
-    assert not all(f.startswith("max_regression") for f in failures)
+    assert any(f.startswith("min_agreement") for f in failures), failures
     command = slow.data["since_last_pass"]["command"]
     assert IMAGE_ID in command
     assert f"smoke: what changed since the last passing image: {command}" in lines
