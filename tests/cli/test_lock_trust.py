@@ -288,6 +288,7 @@ def broken_env(tmp_path_factory):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.timeout(600)  # its fixture makes a real venv with pip and runs pip check: over 120 s at load 6
 def test_imageinfo_reports_pip_check_and_verify_refuses_it(broken_env, work):
     stacks, _, _ = work
     check = broken_env["pip_check"]
