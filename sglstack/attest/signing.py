@@ -163,12 +163,17 @@ def _pem_block(data: bytes, kind: bytes, source: str) -> bytes:
     """The PEM block of `kind` ("PRIVATE KEY" or "PUBLIC KEY") in `data`.
 
     A byte-order mark and lines before or between the blocks (the `Bag Attributes` / `Key Attributes` an
-    `openssl pkcs12 -nodes` export puts before each one, a certificate beside the key) are passed over;
+    `openssl pkcs12 -nodes` export puts before each one, a certificate beside the key) are passed over; two
+    blocks of `kind` are refused, naming their types (which key signs is not guessed);
     the base64 body without its BEGIN/END lines is refused with that reason, not guessed at. The parser's
     own messages are never shown: they could quote what it was given.
     """
     data = data.removeprefix(_BOM.encode())
     blocks = [m for m in _PEM_BLOCK.finditer(data) if m.group(1).endswith(kind)]
+    if len(blocks) > 1:  # which one signs (or is trusted) is not guessed: an OpenSSH key before a PKCS#8 one, say
+        raise BadInput(f"{source}: holds {len(blocks)} {kind.decode().lower()} blocks "
+                       f"({', '.join(repr(m.group(1).decode('ascii', 'replace')) for m in blocks)}): give a file "
+                       "with one")
     if blocks:
         return blocks[0].group(0)
     if _BASE64_BODY.fullmatch(b"".join(data.split()).decode("ascii", "replace")):

@@ -87,3 +87,29 @@ def test_a_signature_that_is_not_strict_base64_is_left_out_with_the_rest_of_its_
     merged = cosigned(_envelope(KEY), [json.dumps(other).encode()])
     assert _keyids(merged) == [key_id(KEY.public_key())]
     assert base64.b64decode(json.loads(merged)["signatures"][0]["sig"], validate=True)
+
+
+def test_a_key_file_with_two_private_keys_is_refused_naming_their_types(tmp_path):
+    """An OpenSSH key before a PKCS#8 one: which signs is not guessed (the parser alone would take the second)."""
+    pkcs8 = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()).decode()
+    openssh = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()).decode()
+    path = tmp_path / "two.pem"
+    path.write_text(openssh + pkcs8)
+    with pytest.raises(BadInput) as err:
+        load_signing_key(str(path))
+    assert str(err.value) == (f"--signing-key {path}: holds 2 private key blocks ('OPENSSH PRIVATE KEY', "
+                              "'PRIVATE KEY'): give a file with one")
+    assert "BEGIN" not in str(err.value) and pkcs8.splitlines()[1] not in str(err.value)
+    path.write_text("Bag Attributes\n" + pkcs8)  # one key, lines around it: still that key
+    assert key_id(load_signing_key(str(path)).public_key()) == key_id(KEY.public_key())
+
+
+def test_a_public_key_file_with_two_keys_is_refused(tmp_path):
+    pems = [k.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+            for k in (KEY, Ed25519PrivateKey.generate())]
+    path = tmp_path / "two.pub"
+    path.write_bytes(b"".join(pems))
+    with pytest.raises(BadInput, match=r"holds 2 public key blocks \('PUBLIC KEY', 'PUBLIC KEY'\): give a file"):
+        load_public_key(str(path))
