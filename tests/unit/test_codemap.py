@@ -50,13 +50,13 @@ MODULE = textwrap.dedent('''\
 CHILD = textwrap.dedent('''\
     import json, sys
     sys.path[:0] = [sys.argv[1], sys.argv[2]]
-    import codemap, codewatch
+    import codemap, codewatch, filefacts
     exec(sys.argv[5])
-    watch = codewatch.Watch([sys.argv[3]], sys.path, ours=[codemap.__file__, codewatch.__file__])
+    watch = codewatch.Watch([sys.argv[3]], sys.path, ours=[codemap.__file__, codewatch.__file__, filefacts.__file__])
     watch.install()
     import pkg.mod
     exec(sys.argv[4])
-    print(json.dumps({"maps": watch.maps(codewatch.read_source), "complete": watch.complete}))
+    print(json.dumps({"maps": watch.maps(filefacts.read_bytes), "complete": watch.complete}))
 ''')
 
 

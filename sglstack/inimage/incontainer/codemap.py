@@ -126,23 +126,11 @@ def file_map(source: bytes, path: str) -> list[list[Any]]:
 
 
 def _preorder(code: types.CodeType) -> list[types.CodeType]:
-    out = [code]
+    """`code` and every code object compiled inside it, in code_map's order (children as `_canonical` finds them)."""
+    children: list[types.CodeType] = []
     for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            out += _preorder(const)
-        elif isinstance(const, tuple | frozenset):
-            out += [c for v in _flat(const) for c in _preorder(v)]
-    return out
-
-
-def _flat(value: Any) -> list[types.CodeType]:
-    if isinstance(value, types.CodeType):
-        return [value]
-    if isinstance(value, tuple):
-        return [c for v in value for c in _flat(v)]
-    if isinstance(value, frozenset):
-        return [c for v in sorted(value, key=repr) for c in _flat(v)]
-    return []
+        _canonical(const, children)
+    return [code, *(c for child in children for c in _preorder(child))]
 
 
 def compile_warnings(source: bytes, path: str) -> list[str]:

@@ -35,7 +35,6 @@ except ImportError:  # run as a script in the image: its sibling in the tools fo
 
 _SPAWNS = ("os.fork", "os.forkpty", "subprocess.Popen", "os.posix_spawn", "os.exec", "os.system", "fork_exec")
 _WORDS = re.compile(r"[\s;&|()<>'\"`]+")  # a shell command's words, roughly (`cd x && python3 -c ...`)
-_IMPORTER = ("<frozen importlib._bootstrap_external>", "<frozen importlib._bootstrap>")
 
 
 class Watch:
@@ -49,8 +48,7 @@ class Watch:
         self.read: set[str] = set()
         self.complete = True  # False once something ran that the probes could not see (a forked child's report lost)
         self.probed: list[types.CodeType] = []  # the module code the probed loader made (kept: compared by identity)
-        self.skipped = tuple({*_IMPORTER, *(os.path.realpath(o) for o in ours), *ours})
-        self.ours = tuple({*(os.path.realpath(o) for o in ours), *ours})
+        self.ours = tuple({*(os.path.realpath(o) for o in ours), *ours})  # this tool's files: its own reads and fork
         self._names = {os.path.basename(p) for p in self.paths}  # realpath only what may be one of them
         self.loading: tuple[str, int] | None = None  # (path, thread) the probed loader reads now: the import's read
 
@@ -104,7 +102,6 @@ class Watch:
             name = os.fsdecode(name)
         if not isinstance(name, str) or os.path.basename(name) not in self._names:  # a link named otherwise: not seen
             return
-            return
         path = os.path.realpath(name)
         # Not by the import system's frames: `__loader__.get_source(name)`, `get_data(path)` read through them.
         if path in self.paths and self.loading != (path, threading.get_ident()) and \
@@ -122,7 +119,7 @@ class Watch:
     def _spawned(self, event: str, args: tuple[Any, ...]) -> None:
         """Another Python started (or this one forked) by what is imported: what it runs is not watched."""
         if event in ("os.fork", "os.forkpty"):
-            if sys._getframe(2).f_code.co_filename not in self.skipped:
+            if sys._getframe(2).f_code.co_filename not in self.ours:
                 self.complete = False
             return
         program, argv = (*args, None, None)[:2]
@@ -164,11 +161,6 @@ class Watch:
                          "warnings": compile_warnings(source, path),
                          "entry": _entries_of(source, path), "code": started_flags(entries, self.started[path])}
         return out
-
-
-def read_source(path: str) -> bytes:
-    with open(path, "rb") as f:  # this module's own read: not counted as the import's
-        return f.read()
 
 
 def module_name(path: str, roots: Sequence[str]) -> str | None:
