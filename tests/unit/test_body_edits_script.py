@@ -6,11 +6,10 @@ in the same process, saying why."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parents[2] / "sglstack" / "inimage" / "incontainer"
+from importcheck_child import importcheck_report
+
 PLUG = '''\
 import os
 
@@ -29,13 +28,7 @@ class Engine:
 
 
 def _importcheck(site: Path, *args: str) -> dict:
-    argv = ["--module=plug", f"--site={site}", *args]
-    code = (f"import sys; sys.path.insert(0, {str(site)!r}); sys.path.insert(0, {str(TOOLS)!r}); "
-            f"import importcheck; sys.exit(importcheck.main({argv!r}))")
-    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False,
-                          timeout=300, cwd=site)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return importcheck_report(site, ["--module=plug", f"--site={site}", *args])
 
 
 def _site(root: Path) -> tuple[Path, Path, Path]:

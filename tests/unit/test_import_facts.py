@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from importcheck_child import importcheck_report
+
 from sglstack.config.schema import Stack
 from sglstack.imagebuild import importfacts
 from sglstack.imagebuild.checkparts import JIT, SERVER, SHARED_LIBRARIES, imagecheck_argvs
@@ -50,12 +52,7 @@ def _scan(site: Path, facts: dict | None = None) -> dict:
     if facts is not None:
         (site.parent / "facts.json").write_text(json.dumps(facts))
         args.append(f"--facts={site.parent / 'facts.json'}")
-    code = (f"import sys; sys.path.insert(0, {str(site)!r}); sys.path.insert(0, {str(SCRIPT.parent)!r}); "
-            f"import importcheck; sys.exit(importcheck.main({args!r}))")
-    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False,
-                          timeout=300, cwd=site)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return importcheck_report(site, args)
 
 
 def _found(report: dict) -> list[tuple[str, str, bool]]:
